@@ -1,0 +1,137 @@
+"""Per-release facts about Megatron-Bridge, loaded from skill/data/releases.yaml."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import UsageError
+
+DATA_DIR = Path(__file__).parent / "data"
+
+_PRESET_NAME = re.compile(
+    r"^userbuffers_(?P<precision>bf16|fp8)_(?P<gpu>[a-z0-9]+)_h(?P<hidden_size>\d+)_tp(?P<tp>\d+)"
+    r"(?:_cp(?P<cp>\d+))?_mbs(?P<micro_batch_size>\d+)_seqlen(?P<seq_length>\d+)(?P<lora>_lora)?$"
+)
+
+
+def load_yaml(path: Path):
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with open(path, encoding="utf-8") as fh:
+        return yaml.load(fh, Loader=loader)
+
+
+@lru_cache(maxsize=None)
+def data() -> dict:
+    return load_yaml(DATA_DIR / "releases.yaml")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A tuned TP userbuffers config of comm_overlap.py, with what its name says it was tuned for."""
+
+    name: str
+    precision: str
+    gpu: str
+    hidden_size: int
+    tp: int
+    cp: int
+    micro_batch_size: int
+    seq_length: int
+    lora: bool
+
+    @classmethod
+    def parse(cls, name: str) -> "Preset":
+        m = _PRESET_NAME.match(name)
+        if not m:
+            raise ValueError(f"not a userbuffers preset name: {name}")
+        g = m.groupdict()
+        return cls(
+            name=name,
+            precision=g["precision"],
+            gpu=g["gpu"],
+            hidden_size=int(g["hidden_size"]),
+            tp=int(g["tp"]),
+            cp=int(g["cp"] or 1),
+            micro_batch_size=int(g["micro_batch_size"]),
+            seq_length=int(g["seq_length"]),
+            lora=bool(g["lora"]),
+        )
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Release:
+    version: str
+    env_vars: bool
+    launch_env: str
+    launch_env_where: str
+    mixed_precision_recipes: tuple[str, ...]
+
+    @property
+    def verified(self) -> bool:
+        return self.version == data()["verified_release"]
+
+    def mixed_precision(self, name: str) -> dict:
+        """The fields of a mixed-precision recipe, by the name get_mixed_precision_config() accepts."""
+        key = name.replace("-", "_")
+        if key not in self.mixed_precision_recipes:
+            raise UsageError(
+                f"mixed_precision: unknown recipe '{name}' in Megatron-Bridge {self.version}; "
+                f"known: {', '.join(self.mixed_precision_recipes)}"
+            )
+        return dict(data()["mixed_precision"][key])
+
+    def presets(self) -> list[Preset]:
+        return [Preset.parse(n) for n in data()["tp_overlap_presets"]]
+
+    def preset(self, name: str) -> Preset:
+        names = data()["tp_overlap_presets"]
+        if name not in names:
+            from .suggest import closest
+
+            hint = closest(name, names)
+            raise UsageError(
+                f"comm_overlap.tp_comm_overlap_cfg: unknown preset '{name}'"
+                + (f"; did you mean '{hint}'?" if hint else "; run 'python -m skill presets' for the list")
+            )
+        return Preset.parse(name)
+
+
+def versions() -> list[str]:
+    return list(data()["releases"])
+
+
+def default_version() -> str:
+    return data()["default_release"]
+
+
+def get(version: str | None = None) -> Release:
+    version = version or default_version()
+    releases = data()["releases"]
+    if version not in releases:
+        raise UsageError(
+            f"--bridge-version: unknown Megatron-Bridge release '{version}'; supported: {', '.join(releases)}"
+        )
+    r = releases[version]
+    return Release(
+        version=version,
+        env_vars=bool(r["env_vars"]),
+        launch_env=r["launch_env"],
+        launch_env_where=" ".join(r["launch_env_where"].split()),
+        mixed_precision_recipes=tuple(r["mixed_precision_recipes"]),
+    )
+
+
+def gpu(name: str) -> dict:
+    gpus = data()["gpus"]
+    key = name.lower()
+    if key not in gpus:
+        raise UsageError(f"--gpu: unknown GPU type '{name}'; Bridge's perf launcher knows: {', '.join(gpus)}")
+    return dict(gpus[key], name=key)

@@ -1,0 +1,200 @@
+"""Snippets from the Jinja templates in templates/: every value is typed and formatted here, never raw text."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import UsageError
+
+FORMATS = {
+    "python": "python.py.j2",
+    "yaml": "yaml.yaml.j2",
+    "hydra": "hydra.txt.j2",
+    "env": "env.sh.j2",
+    "env_vars": "env_vars.py.j2",
+}
+COMM_OVERLAP_MODULE = "megatron.bridge.training.comm_overlap"
+MIXED_PRECISION_MODULE = "megatron.bridge.training.mixed_precision"
+_PRESET = re.compile(r"^userbuffers_[a-z0-9_]+$")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HYDRA_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def template_dir() -> Path:
+    """templates/ beside the package when run in place, or installed as skill/templates."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "templates", here.parent / "templates"):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError("templates/ not found beside the skill package")
+
+
+@lru_cache(maxsize=None)
+def _env():
+    import jinja2
+
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render(template: str, **context) -> str:
+    return _env().get_template(template).render(**context)
+
+
+def py_value(value) -> str:
+    if isinstance(value, (bool, int, float)) or value is None:
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    raise TypeError(f"cannot render {type(value).__name__}")
+
+
+def yaml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)  # a double-quoted YAML scalar
+
+
+def _identifier(name: str) -> str:
+    if not _IDENT.match(name):
+        raise UsageError(f"cannot render '{name}' as a Python or YAML name")
+    return name
+
+
+def _preset_ref(name: str) -> str:
+    if not _PRESET.match(name):
+        raise UsageError(f"not a preset name: {name}")
+    return name
+
+
+def _split(key: str) -> tuple[str, str]:
+    section, _, name = key.partition(".")
+    return _identifier(section), _identifier(name) if name else ""
+
+
+def python_snippet(overrides: dict, purpose: str, release: str) -> str:
+    imports, lines = set(), []
+    comm = {k.partition(".")[2]: v for k, v in overrides.items() if k.startswith("comm_overlap.")}
+    for key, value in overrides.items():
+        section, name = _split(key)
+        if section == "comm_overlap":
+            continue
+        if key == "mixed_precision":
+            if value is None:
+                lines.append(("mixed_precision", "None"))
+            else:
+                imports.add(f"from {MIXED_PRECISION_MODULE} import {_identifier(value)}")
+                lines.append(("mixed_precision", f"{_identifier(value)}()"))
+        elif section == "mixed_precision":
+            raise UsageError(f"{key}: the snippet sets recipes by name only; set fields on the recipe in your code")
+        else:
+            lines.append((f"{section}.{name}", py_value(value)))
+    if comm:
+        imports.add(f"from {COMM_OVERLAP_MODULE} import CommOverlapConfig")
+        lines.append(("comm_overlap", py_value(bool(comm.get("tp_comm_overlap", False)))))
+        for name, value in comm.items():
+            if name == "tp_comm_overlap_cfg" and value is not None:
+                imports.add(f"from {COMM_OVERLAP_MODULE} import {_preset_ref(value)}")
+                lines.append((f"comm_overlap.{name}", _preset_ref(value)))
+            else:
+                lines.append((f"comm_overlap.{_identifier(name)}", py_value(value)))
+    return render(FORMATS["python"], purpose=purpose, release=release, imports=sorted(imports), assignments=lines)
+
+
+def yaml_sections(overrides: dict) -> list:
+    sections: dict = {}
+    for key, value in overrides.items():
+        section, name = _split(key)
+        if not name:
+            sections[section] = yaml_value(value)
+            continue
+        if section == "mixed_precision":
+            raise UsageError(f"{key}: YAML and Hydra overrides can only name a mixed-precision recipe; use --format python")
+        items = sections.setdefault(section, [])
+        if section == "comm_overlap" and not items:
+            items.append(("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.CommOverlapConfig")))
+        if name == "tp_comm_overlap_cfg" and value is not None:
+            items.append((name, [("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.{_preset_ref(value)}")), ("_call_", "false")]))
+        else:
+            items.append((name, yaml_value(value)))
+    return list(sections.items())
+
+
+def yaml_snippet(overrides: dict, purpose: str, release: str) -> str:
+    return render(FORMATS["yaml"], purpose=purpose, release=release, sections=yaml_sections(overrides))
+
+
+def hydra_overrides(overrides: dict) -> list[str]:
+    """Hydra-style overrides; comm_overlap is one dict value so it also works where the recipe has none."""
+    out = []
+    for section, value in yaml_sections(overrides):
+        if isinstance(value, str):
+            out.append(f"{section}={_hydra_scalar(value)}")
+        elif section == "comm_overlap":
+            out.append(f"comm_overlap={_hydra_dict(value)}")
+        else:
+            out.extend(f"{section}.{name}={_hydra_scalar(item)}" for name, item in value)
+    return out
+
+
+def _hydra_dict(items) -> str:
+    parts = []
+    for key, value in items:
+        parts.append(f"{key}:{_hydra_dict(value) if isinstance(value, list) else _hydra_scalar(value)}")
+    return "{" + ",".join(parts) + "}"
+
+
+def _hydra_scalar(text: str) -> str:
+    """A YAML scalar as a Hydra value: plain names stay bare, other strings single-quoted."""
+    if not text.startswith('"'):
+        return text
+    inner = json.loads(text)
+    return inner if _HYDRA_BARE.match(inner) else "'" + inner.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def hydra_snippet(overrides: dict, purpose: str, release: str) -> str:
+    return render(FORMATS["hydra"], purpose=purpose, release=release, overrides=hydra_overrides(overrides))
+
+
+def env_snippet(env: dict, why: dict, purpose: str, release: str) -> str:
+    variables = [(_identifier(n), shlex.quote(str(v)), why.get(n, "")) for n, v in env.items()]
+    return render(FORMATS["env"], purpose=purpose, release=release, variables=variables)
+
+
+def env_vars_snippet(env: dict, why: dict, purpose: str, release: str) -> str:
+    variables = [(json.dumps(_identifier(n)), py_value(_typed_env(v)), why.get(n, "")) for n, v in env.items()]
+    return render(FORMATS["env_vars"], purpose=purpose, release=release, variables=variables)
+
+
+def _typed_env(value: str):
+    return int(value) if isinstance(value, str) and value.isdigit() else value
+
+
+def snippet(fmt: str, *, overrides: dict, env: dict, env_why: dict, purpose: str, release: str, env_vars_field: bool) -> str:
+    if fmt == "python":
+        return python_snippet(overrides, purpose, release)
+    if fmt == "yaml":
+        return yaml_snippet(overrides, purpose, release)
+    if fmt == "hydra":
+        return hydra_snippet(overrides, purpose, release)
+    if fmt == "env":
+        return env_snippet(env, env_why, f"Launch environment: {purpose}", release)
+    if fmt == "env_vars":
+        if not env_vars_field:
+            raise UsageError(f"--format env_vars: ConfigContainer has no env_vars in Megatron-Bridge {release}; use --format env")
+        return env_vars_snippet(env, env_why, f"Launch environment in cfg.env_vars: {purpose}", release)
+    raise UsageError(f"--format: unknown snippet format '{fmt}'")

@@ -1,0 +1,335 @@
+"""A requested config: Bridge's baseline, a ConfigContainer-shaped YAML file, then dotted overrides.
+
+Overrides use the syntax of Bridge's own scripts (`section.field=value`, Hydra style). Values are typed by
+the field they set; anything else is a UsageError that names the field.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from . import schema
+from .errors import UsageError
+from .releases import Release
+from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_INT, PRESET
+from .suggest import closest
+
+_NULLS = {"null", "none", "~"}
+_INT = re.compile(r"^[+-]?\d+$")
+_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class MixedPrecision:
+    """A mixed-precision recipe by name, with fields set on top of it."""
+
+    recipe: str | None
+    fields: dict = field(default_factory=dict)
+
+    def values(self, release: Release) -> dict:
+        base = release.mixed_precision(self.recipe) if self.recipe else {}
+        return {**base, **self.fields}
+
+
+@dataclass
+class Request:
+    release: Release
+    model: dict
+    ddp: dict
+    optimizer: dict
+    comm_overlap: dict | None = None
+    mixed_precision: MixedPrecision | None = None
+    env_vars: dict = field(default_factory=dict)
+    explicit: dict = field(default_factory=dict)  # dotted key -> value the user set
+    unmodeled: list = field(default_factory=list)  # real Bridge keys the resolver does not model
+    launch_env_fields: list = field(default_factory=list)  # comm_overlap.<env knob> the user tried
+
+    @classmethod
+    def baseline(cls, release: Release) -> "Request":
+        section = lambda fields: {k: f.default for k, f in fields.items()}  # noqa: E731
+        return cls(
+            release=release,
+            model=section(schema.MODEL),
+            ddp=section(schema.DDP),
+            optimizer=section(schema.OPTIMIZER),
+            mixed_precision=MixedPrecision(schema.BASELINE_MIXED_PRECISION),
+        )
+
+    def set(self, key: str, value: Any) -> None:
+        """Apply one dotted override; value may be typed or the string form of the command line."""
+        section, _, name = key.partition(".")
+        setter = _SETTERS.get(section)
+        if setter is None:
+            if section in _known_fields():
+                self.unmodeled.append(key)
+                return
+            hint = closest(section, list(_SETTERS) + list(_known_fields()))
+            raise UsageError(f"{key}: unknown config section '{section}'" + (f"; did you mean '{hint}'?" if hint else ""))
+        setter(self, key, name, value)
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """Split `section.field=value` (a leading '+' as Hydra allows) into key and raw value."""
+    body = text[1:] if text.startswith("+") else text
+    key, sep, value = body.partition("=")
+    if not sep or not key or " " in key.strip():
+        raise UsageError(f"override '{text}': expected KEY=VALUE, e.g. model.tensor_model_parallel_size=4")
+    return key.strip(), value.strip()
+
+
+def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
+    """Type a value for a field, from Python or from its command-line string."""
+    raw = value
+    if isinstance(value, str):
+        text = value.strip().strip("'\"")
+        if text.lower() in _NULLS:
+            value = None
+        elif spec.kind in (BOOL, OPT_BOOL):
+            if text.lower() not in ("true", "false"):
+                raise UsageError(f"{key}: expected true or false, got '{raw}'")
+            value = text.lower() == "true"
+        elif spec.kind in (INT, OPT_INT):
+            if not _INT.match(text):
+                raise UsageError(f"{key}: expected an integer, got '{raw}'")
+            value = int(text)
+        else:
+            value = text
+    if value is None:
+        if spec.kind in (OPT_INT, OPT_BOOL, PRESET):
+            return None
+        raise UsageError(f"{key}: cannot be null")
+    if spec.kind in (BOOL, OPT_BOOL) and not isinstance(value, bool):
+        raise UsageError(f"{key}: expected true or false, got {raw!r}")
+    if spec.kind in (INT, OPT_INT):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"{key}: expected an integer, got {raw!r}")
+        if value < 1:
+            raise UsageError(f"{key}: must be a positive integer, got {value}")
+    if spec.kind == CHOICE and value not in spec.choices:
+        raise UsageError(f"{key}: expected one of {', '.join(spec.choices)}, got {raw!r}")
+    if spec.kind == PRESET:
+        if not isinstance(value, str):
+            raise UsageError(f"{key}: expected a preset name, got {raw!r}")
+        release.preset(value)
+    return value
+
+
+def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
+    section = key.partition(".")[0]
+    fields = schema.SECTIONS[section]
+    if name not in fields:
+        _unmodeled_or_unknown(req, key, section, name, fields)
+        return
+    typed = convert(key, fields[name], value, req.release)
+    getattr(req, section)[name] = typed
+    req.explicit[key] = typed
+
+
+def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
+    if not name:
+        if _is_null(value):
+            req.comm_overlap = None
+            req.explicit["comm_overlap"] = None
+            return
+        raise UsageError("comm_overlap: only comm_overlap=null can be set as a whole; set its fields instead")
+    if name.lower() in schema.LAUNCH_ENV_NAMES or name.upper() in _env_names():
+        req.launch_env_fields.append(key)
+        return
+    if name in schema.COMM_OVERLAP_COMPUTED:
+        return  # set by Bridge from the world size; a dumped run config carries it
+    if name in schema.COMM_OVERLAP_OUT_OF_SCOPE:
+        if _is_null(value) or value in (False, "false", "False"):
+            return
+        raise UsageError(f"{key}: out of scope of this skill ({schema.COMM_OVERLAP_OUT_OF_SCOPE[name]})")
+    if name not in schema.COMM_OVERLAP:
+        _unmodeled_or_unknown(req, key, "comm_overlap", name, schema.COMM_OVERLAP)
+        return
+    typed = convert(key, schema.COMM_OVERLAP[name], value, req.release)
+    if req.comm_overlap is None:
+        req.comm_overlap = {k: f.default for k, f in schema.COMM_OVERLAP.items()}
+    req.comm_overlap[name] = typed
+    req.explicit[key] = typed
+
+
+def _set_mixed_precision(req: Request, key: str, name: str, value: Any) -> None:
+    if not name:
+        if _is_null(value):
+            req.mixed_precision = None
+        elif isinstance(value, str):
+            req.release.mixed_precision(value.strip())  # validates the name
+            req.mixed_precision = MixedPrecision(value.strip().replace("-", "_"))
+        else:
+            raise UsageError(f"mixed_precision: expected a recipe name or null, got {value!r}")
+        req.explicit["mixed_precision"] = req.mixed_precision.recipe if req.mixed_precision else None
+        return
+    if name not in schema.MIXED_PRECISION:
+        _unmodeled_or_unknown(req, key, "mixed_precision", name, schema.MIXED_PRECISION)
+        return
+    typed = convert(key, schema.MIXED_PRECISION[name], value, req.release)
+    if req.mixed_precision is None:
+        raise UsageError(f"{key}: mixed_precision is null; set mixed_precision=RECIPE first")
+    req.mixed_precision.fields[name] = typed
+    req.explicit[key] = typed
+
+
+def _set_env_var(req: Request, key: str, name: str, value: Any) -> None:
+    if not req.release.env_vars:
+        raise UsageError(
+            f"{key}: ConfigContainer has no env_vars in Megatron-Bridge {req.release.version} "
+            f"(added in 0.6.0); launch environment there is set by {req.release.launch_env_where}"
+        )
+    if not _ENV_NAME.match(name):
+        raise UsageError(f"{key}: '{name}' is not an environment variable name")
+    req.env_vars[name] = env_value(key, value)
+    req.explicit[key] = req.env_vars[name]
+
+
+def env_value(key: str, value: Any) -> Any:
+    """Type an env_vars value as Hydra/YAML would; Bridge stores str(value) in os.environ."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in _NULLS:
+            value = None
+        elif text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        elif _INT.match(text):
+            return int(text)
+        elif _FLOAT.match(text):
+            return float(text)
+        else:
+            return text.strip("'\"")
+    if value is None or not isinstance(value, (str, int, float, bool)):
+        raise UsageError(f"{key}: environment values must be scalars (Bridge raises TypeError otherwise)")
+    return value
+
+
+_SETTERS = {
+    "model": _set_plain,
+    "ddp": _set_plain,
+    "optimizer": _set_plain,
+    "comm_overlap": _set_comm_overlap,
+    "mixed_precision": _set_mixed_precision,
+    "env_vars": _set_env_var,
+}
+
+
+def _is_null(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in _NULLS)
+
+
+def _env_names() -> set:
+    return set(schema.LAUNCH_ENV_NAMES.values())
+
+
+def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping) -> None:
+    known = _known_fields().get(section, ())
+    if name in known:
+        req.unmodeled.append(key)
+        return
+    hint = closest(name, list(modeled) + list(known))
+    raise UsageError(
+        f"{key}: '{name}' is not a field of {section} in Megatron-Bridge {req.release.version}"
+        + (f"; did you mean '{section}.{hint}'?" if hint else "")
+    )
+
+
+_FIELDS_CACHE: dict = {}
+
+
+def _known_fields() -> dict:
+    """Field names of each ConfigContainer section in the verified release (skill/data/bridge_fields.yaml)."""
+    if not _FIELDS_CACHE:
+        from .releases import DATA_DIR, load_yaml
+
+        path = DATA_DIR / "bridge_fields.yaml"
+        loaded = load_yaml(path) if path.exists() else {}
+        _FIELDS_CACHE.update({k: frozenset(v or ()) for k, v in (loaded or {}).get("sections", {}).items()})
+    return _FIELDS_CACHE
+
+
+def build(release: Release, overrides: Mapping[str, Any] | None = None, config: Mapping | None = None) -> Request:
+    """The request: baseline, then the config file's values, then the overrides, in that order."""
+    req = Request.baseline(release)
+    for key, value in flatten_config(config or {}, release):
+        req.set(key, value)
+    for key, value in (overrides or {}).items():
+        req.set(key, value)
+    return req
+
+
+def flatten_config(config: Mapping, release: Release):
+    """Dotted (key, value) pairs from a ConfigContainer-shaped mapping, skipping `_target_` keys."""
+    if not isinstance(config, Mapping):
+        raise UsageError("config: expected a mapping of sections (model:, ddp:, ...) at the top level")
+    for section, body in config.items():
+        if section == "comm_overlap" and body is None:
+            yield "comm_overlap", None
+        elif section == "mixed_precision" and not isinstance(body, Mapping):
+            yield "mixed_precision", body
+        elif section == "mixed_precision":
+            yield from _flatten_mixed_precision(body)
+        elif isinstance(body, Mapping):
+            yield from _flatten_section(section, body, release)
+        elif section in _SETTERS or section in _known_fields():
+            if body is not None:
+                yield section, body
+        else:
+            yield f"{section}.", body
+
+
+def _flatten_section(section: str, body: Mapping, release: Release):
+    modeled = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP}.get(section)
+    for name, value in body.items():
+        if name == "_target_":
+            continue
+        if section == "comm_overlap" and name == "tp_comm_overlap_cfg" and isinstance(value, Mapping):
+            value = preset_name_of(value, release)
+        if modeled is not None and name not in modeled and section in _known_fields():
+            continue  # a dumped config carries every field; only the modeled ones matter here
+        yield f"{section}.{name}", value
+
+
+def _flatten_mixed_precision(body: Mapping):
+    yield "mixed_precision", "bf16_mixed" if body.get("bf16", True) else "fp16_mixed"
+    for name in schema.MIXED_PRECISION:
+        if name in body:
+            yield f"mixed_precision.{name}", body[name]
+
+
+def preset_name_of(value: Mapping, release: Release) -> str | None:
+    """The preset whose fields a dumped tp_comm_overlap_cfg mapping holds."""
+    from .releases import DATA_DIR, load_yaml
+
+    path = DATA_DIR / "tp_overlap_presets.yaml"
+    presets = load_yaml(path) if path.exists() else {}
+    strip = lambda d: {k: strip(v) if isinstance(v, Mapping) else v for k, v in d.items() if k != "_target_"}  # noqa: E731
+    wanted = strip(value)
+    for name, fields in (presets or {}).items():
+        if strip(fields) == wanted:
+            return name
+    raise UsageError("comm_overlap.tp_comm_overlap_cfg: a custom userbuffers config that matches none of the presets")
+
+
+def read_config_file(path: str | Path) -> dict:
+    """A YAML file in the shape of Bridge's dumped ConfigContainer (run_config.yaml) or an override file."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--config: no such file: {p}")
+    try:
+        with open(p, encoding="utf-8") as fh:
+            loaded = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where else ""
+        raise UsageError(f"--config {p}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise UsageError(f"--config {p}: expected a mapping of sections at the top level, got {type(loaded).__name__}")
+    return loaded

@@ -1,0 +1,82 @@
+"""Human-readable output of the API results (the JSON is the agent contract; this is for people)."""
+
+from __future__ import annotations
+
+
+def _fmt(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
+
+
+def _findings(items: list[dict]) -> list[str]:
+    if not items:
+        return ["findings: none"]
+    lines = ["findings:"]
+    for f in items:
+        lines.append(f"  {f['severity'].upper():7} {f['id']}: {f['message']}")
+        lines.append(f"          fix: {f['fix']}")
+    return lines
+
+
+def _effective(effective: dict) -> list[str]:
+    lines = []
+    for section, values in effective.items():
+        lines.append(f"{section}:")
+        width = max(len(k) for k in values)
+        lines.extend(f"  {k:<{width}}  {_fmt(v)}" for k, v in values.items())
+    return lines
+
+
+def resolution(d: dict) -> str:
+    lines = [f"Megatron-Bridge {d['bridge_version']}: data_parallel_size={d['data_parallel_size']}", ""]
+    lines += _effective(d["effective"])
+    if d["env"]:
+        lines += ["env_vars (os.environ.setdefault: the launcher's values win):"]
+        lines += [f"  {k}={v}" for k, v in d["env"].items()]
+    return "\n".join(lines + [""] + _findings(d["findings"])) + "\n"
+
+
+def plan(d: dict) -> str:
+    lay = d["layout"]
+    head = (
+        f"Plan for TP={lay['tp']} PP={lay['pp']} VPP={_fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs "
+        f"({lay['precision']}), DP={lay['dp']}, Megatron-Bridge {d['bridge_version']}"
+    )
+    lines = [head, "", "overlap modes:"]
+    for name, mode in d["modes"].items():
+        lines.append(f"  {name.upper()}: {'on ' if mode['enabled'] else 'off'}  {mode['why']}")
+    lines += ["", f"tuned TP preset: {d['preset'] or 'none (Transformer Engine default)' if d['modes']['tp']['enabled'] else 'n/a'}"]
+    lines += ["", "overrides (python -m skill plan ... --format python|yaml|hydra for a snippet):"]
+    lines += [f"  {k}={_fmt(v)}" for k, v in d["overrides"].items()]
+    lines += ["", "launch environment (--format env for exports, env_vars for cfg.env_vars):"]
+    lines += [f"  {k}={v}  # {d['env_why'].get(k, '')}" for k, v in d["env"].items()]
+    lines += ["", "effective after runtime_config_update():"] + ["  " + x for x in _effective(d["effective"])]
+    return "\n".join(lines + [""] + _findings(d["findings"])) + "\n"
+
+
+def presets(items: list[dict]) -> str:
+    cols = ("name", "gpu", "precision", "hidden_size", "tp", "cp", "micro_batch_size", "seq_length", "lora")
+    widths = {c: max(len(c), *(len(_fmt(p[c])) for p in items)) for c in cols}
+    rows = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    rows += ["  ".join(_fmt(p[c]).ljust(widths[c]) for c in cols) for p in items]
+    return "\n".join(rows) + "\n"
+
+
+def explain(d: dict) -> str:
+    return (
+        f"{d['id']} ({d['severity']}): {d['title']}\n"
+        f"decided by: {d['bridge']}\n\n{d['explain']}\n"
+    )
+
+
+def releases(table: dict) -> str:
+    keys = ["verified", "env_vars", "launch_env", "mixed_precision_recipes", "launch_env_where"]
+    lines = []
+    for version, facts in table.items():
+        lines.append(f"{version}:")
+        for k in keys:
+            v = facts[k]
+            v = f"{len(v)} recipes" if k == "mixed_precision_recipes" else _fmt(v)
+            lines.append(f"  {k}: {v}")
+    return "\n".join(lines) + "\n"
