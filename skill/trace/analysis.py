@@ -1,0 +1,122 @@
+"""One rank's figures: compute, communication, overlapped and exposed time, per dimension and per ProfilerStep.
+
+Which kernels count follows HolisticTraceAnalysis (Trace._filter_irrelevant_gpu_kernels, 0.5.0): when the trace
+marks two or more ProfilerSteps, the totals keep only the kernels whose launching CPU record starts before the
+last step does (the profiler may stop before the last step's kernels finish); otherwise every kernel counts.
+A kernel belongs to the step whose CPU span holds its launch (HTA add_iteration).
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections import Counter, defaultdict
+
+from . import attribution, kernels
+from .kineto import RankTrace
+from .notes import rank_notes
+from .report import DimensionFigures, Figures, RankReport, StepReport, sort_dimensions
+
+_STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+
+
+class _Bucket:
+    """The intervals of one scope (the totals or one step)."""
+
+    def __init__(self):
+        self.compute: list[tuple[int, int]] = []
+        self.comm: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        self.comm_rows: dict[str, list[int]] = defaultdict(list)
+        self.counts = [0, 0, 0, 0]
+
+
+def _cpu_steps(trace: RankTrace) -> list[tuple[int, int, int]]:
+    """(start, end, number) of the CPU-side ProfilerStep#N spans, by start."""
+    seen: dict[int, tuple[int, int, int]] = {}
+    for name, start, end, gpu in trace.steps:
+        m = _STEP.search(name)
+        if m and not gpu and int(m.group(1)) not in seen:
+            seen[int(m.group(1))] = (start, end, int(m.group(1)))
+    return sorted(seen.values())
+
+
+def _cutoff(trace: RankTrace) -> int | None:
+    if len({name for name, *_ in trace.steps}) < 2:
+        return None
+    starts = [start for _name, start, _end, gpu in trace.steps if not gpu]
+    return max(starts) if starts else None
+
+
+def _fill(trace: RankTrace, cutoff: int | None, steps: list[tuple[int, int, int]], dims: dict[int, str]):
+    totals, per_step = _Bucket(), defaultdict(_Bucket)
+    starts = [s[0] for s in steps]
+    launch_of = trace.launch
+    for i, kind in enumerate(trace.kind):
+        corr = trace.correlation[i]
+        launch = trace.start[i] if corr < 0 else launch_of.get(corr)
+        scopes = []
+        if cutoff is None or (launch is not None and launch < cutoff):
+            scopes.append(totals)
+        if launch is not None and steps:
+            k = bisect_right(starts, launch) - 1
+            if k >= 0 and launch < steps[k][1]:
+                scopes.append(per_step[steps[k][2]])
+        interval = (trace.start[i], trace.end[i])
+        for scope in scopes:
+            scope.counts[kind] += 1
+            if kind == kernels.COMPUTATION:
+                scope.compute.append(interval)
+            elif kind == kernels.COMMUNICATION:
+                scope.comm[dims[i]].append(interval)
+                scope.comm_rows[dims[i]].append(i)
+    return totals, per_step
+
+
+def _figures(bucket: _Bucket, details: dict[int, tuple[str, str | None]]):
+    compute = kernels.merge(bucket.compute)
+    everything = kernels.merge([iv for ivs in bucket.comm.values() for iv in ivs])
+    dims = []
+    for dim, intervals in bucket.comm.items():
+        merged = kernels.merge(intervals)
+        rows = bucket.comm_rows[dim]
+        groups = sorted({details[r][1] for r in rows if details[r][1]})
+        dims.append(
+            DimensionFigures(
+                dim, len(rows), kernels.total(merged), kernels.overlap(merged, compute),
+                dict(Counter(details[r][0] for r in rows)), groups,
+            )
+        )
+    return Figures.of(everything, compute), sort_dimensions(dims)
+
+
+def analyze(trace: RankTrace) -> RankReport:
+    table = attribution.GroupTable(trace.distributed.get("pg_config"))
+    details: dict[int, tuple[str, str | None]] = {}  # row -> (collective, group description)
+    dims: dict[int, str] = {}
+    for k in trace.comm:
+        group = {**trace.collectives.get(k.external_id, {}), **k.group}
+        desc = table.description(group)
+        collective = kernels.collective_of(k.name)
+        if collective == "unknown" and isinstance(group.get("Collective name"), str):
+            collective = group["Collective name"]
+        details[k.row] = (collective, desc)
+        dims[k.row] = "tp" if kernels.is_userbuffers(k.name) else attribution.dimension_of(desc)
+    cutoff, steps = _cutoff(trace), _cpu_steps(trace)
+    totals, per_step = _fill(trace, cutoff, steps, dims)
+    figures, dimensions = _figures(totals, details)
+    step_reports = []
+    for _start, _end, number in steps:
+        if number in per_step:
+            f, d = _figures(per_step[number], details)
+            step_reports.append(StepReport(number, cutoff is None or _start < cutoff, f, d))
+    return RankReport(
+        rank=trace.rank,
+        world_size=trace.world_size,
+        file=str(trace.path),
+        partial=trace.partial,
+        figures=figures,
+        kernels=dict(zip(kernels.KIND_NAMES, totals.counts)),
+        dimensions=dimensions,
+        steps=step_reports,
+        notes=rank_notes(trace, cutoff, steps, details, dims),
+    )

@@ -1,0 +1,174 @@
+"""What one rank's trace holds for the analysis, gathered in one streaming pass.
+
+Rows follow HolisticTraceAnalysis's parser (hta/common/trace_parser.py, trace.py, trace_filter.py, 0.5.0):
+- events without "dur" or "cat", and cat "Trace", are dropped;
+- ts is rounded up and ts + dur down to whole microseconds (round_down_time_stamps; a no-op on integer traces);
+- a GPU row has args.stream >= 0 and args.correlation >= 0; every other row is a CPU row
+  ("Event Sync" and "Context Sync" are GPU rows without a stream, so they take part in nothing here);
+- a row takes part in the overlap when its stream is not -1 (a GPU kernel, memcpy or memset).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import UsageError
+from . import kernels, reader
+
+PG_KEYS = ("Process Group Name", "Process Group Description", "Process Group Ranks", "Collective name", "Group size")
+_SYNC = frozenset(("Event Sync", "Context Sync"))
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+
+
+def _int(value, default: int = -1) -> int:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return value
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+@dataclass
+class CommKernel:
+    row: int
+    name: str
+    external_id: int
+    group: dict  # the PG_KEYS the kernel itself carries (PyTorch 2.3+ copies them onto the kernel)
+
+
+@dataclass
+class RankTrace:
+    path: Path
+    meta: dict = field(default_factory=dict)
+    events: int = 0  # events in the array, read or skipped
+    partial: bool = False
+    start: array = field(default_factory=lambda: array("q"))  # device rows: [start, end) in whole microseconds
+    end: array = field(default_factory=lambda: array("q"))
+    correlation: array = field(default_factory=lambda: array("q"))  # -1 for a CPU row that names a stream
+    kind: array = field(default_factory=lambda: array("b"))  # kernels.COMMUNICATION, ...
+    comm: list[CommKernel] = field(default_factory=list)
+    launch: dict[int, int] = field(default_factory=dict)  # correlation -> earliest CPU row (the launch) start
+    steps: list[tuple[str, int, int, bool]] = field(default_factory=list)  # rows named *ProfilerStep*: name, start, end, gpu
+    collectives: dict[int, dict] = field(default_factory=dict)  # External id -> PG_KEYS of the CPU record
+
+    @property
+    def distributed(self) -> dict:
+        info = self.meta.get("distributedInfo")
+        return info if isinstance(info, dict) else {}
+
+    @property
+    def rank(self) -> int | None:
+        rank = _int(self.distributed.get("rank"), -1)
+        if rank >= 0:
+            return rank
+        m = _RANK_IN_NAME.search(self.path.name)
+        return int(m.group(1)) if m else None
+
+    @property
+    def world_size(self) -> int | None:
+        size = _int(self.distributed.get("world_size"), -1)
+        return size if size > 0 else None
+
+    def adder(self):
+        """The per-event callback, with everything it touches bound to locals (it runs once per kept event)."""
+        launch, steps, collectives, comm, kinds = self.launch, self.steps, self.collectives, self.comm, {}
+        starts, ends, corrs, kind_rows = self.start.append, self.end.append, self.correlation.append, self.kind
+        ceil, floor, COMM = math.ceil, math.floor, kernels.COMMUNICATION
+
+        def add(event: dict) -> None:
+            dur, cat, name, ts = event.get("dur"), event.get("cat"), event.get("name"), event.get("ts")
+            if dur is None or cat is None or cat == "Trace" or name in _SYNC:
+                return
+            if not isinstance(name, str) or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+                return
+            args = event.get("args")
+            if not isinstance(args, dict):
+                args = {}
+            start, end = ceil(ts), floor(ts + dur)
+            stream, corr = args.get("stream", -1), args.get("correlation", -1)
+            if type(stream) is not int:
+                stream = _int(stream)
+            if type(corr) is not int:
+                corr = _int(corr)
+            gpu = stream >= 0 and corr >= 0
+            if "ProfilerStep" in name:
+                steps.append((name, start, end, gpu))
+            if not gpu:
+                if corr >= 0 and start < launch.get(corr, start + 1):
+                    launch[corr] = start
+                if "Process Group Name" in args or "Collective name" in args:
+                    collectives[_int(args.get("External id"))] = {k: args[k] for k in PG_KEYS if k in args}
+            if stream == -1 or cat == "gpu_user_annotation":
+                return  # annotations are ranges, not kernels (HTA would count one that carried a stream)
+            kind = kinds.get(name)
+            if kind is None:
+                kind = kinds[name] = kernels.kind_of(name)
+            if kind == COMM:
+                group = {k: args[k] for k in PG_KEYS if k in args}
+                comm.append(CommKernel(len(kind_rows), name, _int(args.get("External id")), group))
+            starts(start)
+            ends(end)
+            corrs(corr if gpu else -1)
+            kind_rows.append(kind)
+
+        return add
+
+
+def read_header(path: Path) -> dict:
+    """The top-level keys before traceEvents (where Kineto writes distributedInfo); cheap."""
+    meta: dict = {}
+
+    def on_meta(key, value):
+        meta[key] = value
+        return False
+
+    class _Stop(Exception):
+        pass
+
+    def on_event(_event):
+        raise _Stop()
+
+    try:
+        reader.read(path, on_event, on_meta)
+    except (_Stop, reader.Truncated):
+        pass
+    return meta
+
+
+def load(path: Path, allow_partial: bool = False) -> RankTrace:
+    trace = RankTrace(path)
+
+    def on_meta(key, value):
+        if key in ("distributedInfo", "schemaVersion", "traceName", "baseTimeNanoseconds"):
+            trace.meta[key] = value
+        return False
+
+    try:
+        trace.events = reader.read(path, trace.adder(), on_meta)
+    except reader.Truncated as exc:
+        trace.events = exc.events
+        if not allow_partial:
+            raise UsageError(
+                f"{path}: truncated (the file ends inside the trace); pass --allow-partial to analyse what was read"
+            ) from None
+        trace.partial = True
+    _check(trace)
+    return trace
+
+
+def _check(trace: RankTrace) -> None:
+    if len(trace.kind):
+        return
+    if trace.events == 0 and not trace.partial:
+        raise UsageError(f"{trace.path}: the trace has no events")
+    raise UsageError(
+        f"{trace.path}: no GPU kernel, memcpy or memset events: a CPU-only trace? "
+        "Profile a GPU job with CUDA activities (Bridge's use_pytorch_profiler records them)"
+    )
