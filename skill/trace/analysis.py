@@ -105,10 +105,9 @@ def analyze(trace: RankTrace) -> RankReport:
     totals, per_step = _fill(trace, cutoff, steps, dims)
     figures, dimensions = _figures(totals, details)
     step_reports = []
-    for _start, _end, number in steps:
-        if number in per_step:
-            f, d = _figures(per_step[number], details)
-            step_reports.append(StepReport(number, cutoff is None or _start < cutoff, f, d))
+    for start, _end, number in steps:  # a step without kernels still shows, with zeros
+        f, d = _figures(per_step[number], details)
+        step_reports.append(StepReport(number, cutoff is None or start < cutoff, f, d))
     return RankReport(
         rank=trace.rank,
         world_size=trace.world_size,

@@ -39,6 +39,11 @@ def _unattributed(trace: RankTrace, details, dims) -> list[str]:
                 f"{n} of the trace's communication kernels ran on the default (world) process group; "
                 "the trace cannot tell which dimension that is"
             )
+        elif desc == "undefined":
+            notes.append(
+                f"{n} of the trace's communication kernels ran on groups created without a description "
+                "(Megatron-Core's HyperCommGrid, use_decentralized_pg=True, gives none), so their dimension is unknown"
+            )
         elif desc:
             notes.append(
                 f"{n} of the trace's communication kernels ran on group '{desc}', "

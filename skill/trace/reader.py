@@ -13,8 +13,7 @@ either way that stretch is decoded event by event with the C scanner, which is e
 
 from __future__ import annotations
 
-import gzip
-import io
+import codecs
 import json
 import re
 import zlib
@@ -38,13 +37,53 @@ class Truncated(Exception):
     events = 0
 
 
-def _open_text(path: Path):
-    try:
-        raw = path.open("rb")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    binary = gzip.GzipFile(fileobj=raw, mode="rb") if raw.peek(2)[:2] == b"\x1f\x8b" else raw
-    return io.TextIOWrapper(binary, encoding="utf-8", errors="strict")
+class _Source:
+    """Text from a plain or gzip file, read in chunks; `cut` is set when a gzip stream stops before its end."""
+
+    def __init__(self, path: Path):
+        try:
+            self.raw = path.open("rb")
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        self.path = path
+        self.gzip = zlib.decompressobj(16 + zlib.MAX_WBITS) if self.raw.peek(2)[:2] == b"\x1f\x8b" else None
+        self.utf8 = codecs.getincrementaldecoder("utf-8")()
+        self.cut = False
+
+    def read(self, size: int) -> str:
+        """About `size` characters (a little more from gzip); '' at the end."""
+        parts, count = [], 0
+        while count < size:
+            data = self.raw.read(size - count if self.gzip is None else 1 << 16)
+            final = not data
+            if self.gzip is not None:
+                data = self._inflate(data)
+            try:
+                text = self.utf8.decode(data, final=final)
+            except UnicodeDecodeError:
+                raise UsageError(f"{self.path}: not UTF-8 text, so not a JSON trace") from None
+            parts.append(text)
+            count += len(text)
+            if final:
+                break
+        return "".join(parts)
+
+    def _inflate(self, data: bytes) -> bytes:
+        try:
+            if not data:
+                self.cut = not self.gzip.eof
+                return self.gzip.flush()
+            out = self.gzip.decompress(data)
+            while self.gzip.eof and self.gzip.unused_data:  # a further gzip member
+                rest = self.gzip.unused_data
+                self.gzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                out += self.gzip.decompress(rest)
+            return out
+        except zlib.error as exc:
+            raise UsageError(f"{self.path}: not a readable gzip file ({exc})") from None
+
+    def close(self) -> None:
+        self.raw.close()
 
 
 class _Text:
@@ -61,14 +100,7 @@ class _Text:
     def fill(self) -> bool:
         if self.eof:
             return False
-        try:
-            chunk = self.fh.read(CHUNK_CHARS)
-        except EOFError:  # the gzip stream was cut short
-            chunk = ""
-        except (OSError, zlib.error) as exc:
-            raise UsageError(f"{self.path}: not a readable gzip file ({exc})") from None
-        except UnicodeDecodeError:
-            raise UsageError(f"{self.path}: not UTF-8 text, so not a JSON trace") from None
+        chunk = self.fh.read(CHUNK_CHARS)
         if not chunk:
             self.eof = True
             return False
@@ -120,14 +152,18 @@ def read(path: Path, on_event: Callable[[dict], None], on_meta: Callable[[str, o
     """Call on_meta(key, value) for each top-level key but traceEvents (stop reading when it returns True) and
     on_event(event) for the events that may matter; return how many events the array held.
     Raises Truncated (with .events) when the file ends too soon."""
-    with _open_text(path) as fh:
-        text = _Text(fh, path)
-        try:
-            _document(text, on_event, on_meta)
-        except Truncated as exc:
-            exc.events = text.events
-            raise
-        return text.events
+    source = _Source(path)
+    text = _Text(source, path)
+    try:
+        _document(text, on_event, on_meta)
+        if source.cut:
+            raise Truncated()
+    except Truncated as exc:
+        exc.events = text.events
+        raise
+    finally:
+        source.close()
+    return text.events
 
 
 def _document(text: _Text, on_event, on_meta) -> None:

@@ -1,0 +1,88 @@
+"""`python -m skill trace`: the two functions the main command line calls.
+
+    trace TRACE...                     analyse one job's traces (files, or directories of rank files)
+    trace --compare BEFORE AFTER       which dimension's exposed communication grew or shrank, per step
+    trace --snippet python|yaml|hydra  turn on Bridge's PyTorch profiler (--steps START-END, --rank R,R|all)
+
+Exit status: 0, or 1 when a truncated trace was analysed with --allow-partial (the output says PARTIAL);
+bad input raises UsageError (one line, status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..errors import UsageError
+from . import render, snippet
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "traces", nargs="*", metavar="TRACE",
+        help="PyTorch profiler traces (.json or .json.gz), one file per rank, or directories of them",
+    )
+    parser.add_argument(
+        "--compare", action="store_true",
+        help="compare two captures: the two TRACE arguments are BEFORE and AFTER (each a file or a directory)",
+    )
+    parser.add_argument(
+        "--rank", "--ranks", dest="rank", metavar="R[,R...]",
+        help="global ranks to analyse (default: all in the traces); with --snippet, the ranks to profile or 'all' "
+        "(default 0)",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    parser.add_argument(
+        "--allow-partial", action="store_true",
+        help="analyse what a truncated trace holds instead of refusing it; the output is marked PARTIAL",
+    )
+    parser.add_argument(
+        "--snippet", choices=tuple(snippet.FORMS), metavar="FORM",
+        help="print a snippet that turns on Bridge's PyTorch profiler: python, yaml or hydra",
+    )
+    parser.add_argument(
+        "--steps", metavar="START-END",
+        help=f"with --snippet: Bridge's profile_step_start-profile_step_end, END not recorded (default {snippet.DEFAULT_STEPS})",
+    )
+
+
+def _print(text: str) -> None:
+    sys.stdout.write(text)
+
+
+def _snippet(args) -> int:
+    if args.traces or args.compare:
+        raise UsageError("--snippet takes no traces and no --compare")
+    start, end = snippet.parse_steps(args.steps or snippet.DEFAULT_STEPS)
+    ranks = snippet.parse_ranks(args.rank, allow_all=True)
+    ranks = (0,) if ranks is None else ranks
+    if args.format == "json":
+        _print(json.dumps(snippet.to_dict(args.snippet, start, end, ranks), indent=2) + "\n")
+    else:
+        _print(snippet.render(args.snippet, start, end, ranks))
+    return 0
+
+
+def run(args) -> int:
+    if args.snippet:
+        return _snippet(args)
+    if args.steps:
+        raise UsageError("--steps goes with --snippet")
+    from . import analyze, compare
+
+    ranks = snippet.parse_ranks(args.rank, allow_all=False)
+    if args.compare:
+        if len(args.traces) != 2:
+            raise UsageError(f"--compare takes exactly two traces, BEFORE and AFTER (got {len(args.traces)})")
+        result = compare(args.traces[0], args.traces[1], ranks=ranks, allow_partial=args.allow_partial)
+        data = result.to_dict()
+        partial = result.before.partial or result.after.partial
+        text = render.comparison
+    else:
+        if not args.traces:
+            raise UsageError("give at least one trace file or directory (or --snippet FORM)")
+        result = analyze(args.traces, ranks=ranks, allow_partial=args.allow_partial)
+        data, partial, text = result.to_dict(), result.partial, render.report
+    _print(json.dumps(data, indent=2) + "\n" if args.format == "json" else text(data))
+    return 1 if partial else 0
