@@ -83,6 +83,7 @@ def _rows(before: dict, after: dict) -> list[dict]:
 
 
 def _ranked(rows: list[dict]) -> list[dict]:
+    """Biggest change of exposed time first; ties keep step order, then dimension order (a stable sort)."""
     return sorted(rows, key=lambda r: -abs(r["exposed_delta_us"]))
 
 
