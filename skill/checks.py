@@ -44,6 +44,7 @@ _REJECTION_FIX = {
     "NUM_BUCKETS_WITH_BUCKET_SIZE": "drop ddp.num_buckets; set comm_overlap.bucket_size=N (parameters) instead",
     "MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP": "comm_overlap.overlap_param_gather_with_optimizer_step=false",
     "MXFP8_PARAM_GATHER_WITHOUT_REUSE": "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag=true",
+    "FP8_PARAM_GATHER_WITHOUT_FP8": "mixed_precision.fp8_param_gather=false, or an FP8 recipe (mixed_precision=bf16_with_fp8_current_scaling_mixed)",
 }
 
 

@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check-manifest", help="validate SKILL.md against the Agent Skills rules")
     p.add_argument("path", nargs="?", default=None, help="SKILL.md (default: the one beside this package)")
+    p.add_argument("--check-dir", action="store_true", help="also require name to match the folder name, as when installed")
     _common(p)
 
     _add_optional_commands(sub)
@@ -186,7 +187,7 @@ def cmd_releases(args) -> int:
 def cmd_check_manifest(args) -> int:
     from .manifest import check_file
 
-    problems = check_file(args.path)
+    problems = check_file(args.path, check_directory=args.check_dir)
     if args.format == "json":
         _emit(args, _json({"ok": not problems, "problems": problems}))
     else:

@@ -149,12 +149,7 @@ def optimizer_overlap_cfgs(state: State, user: dict) -> dict:
 def validate(state: State) -> None:
     """ConfigContainer.validate(), the parts that touch the resolved fields, in Bridge's order."""
     ddp, opt, model = state.ddp, state.optimizer, state.model
-    # ddp.finalize(): DistributedDataParallelConfig.__post_init__
-    if ddp["reuse_grad_buf_for_mxfp8_param_ag"] and not ddp["fp8_param_gather"]:
-        _reject(state, "MXFP8_REUSE_WITHOUT_FP8_PARAM_GATHER", "Reuse grad buffer only when keeping params in MXFP8.")
-    if ddp["num_buckets"] is not None and ddp["bucket_size"] is not None:
-        _reject(state, "NUM_BUCKETS_WITH_BUCKET_SIZE", "Cannot specify both num_buckets and bucket_size")
-    # optimizer.finalize(): OptimizerConfig.__post_init__
+    # optimizer.finalize(): MCore OptimizerConfig.__post_init__
     if opt.get("reuse_grad_buf_for_mxfp8_param_ag") and opt["overlap_param_gather_with_optimizer_step"]:
         _reject(
             state,
@@ -165,16 +160,22 @@ def validate(state: State) -> None:
     if model["sequence_parallel"] and model["tensor_model_parallel_size"] <= 1:
         _overwrite(state, "model", "sequence_parallel", False, "validate")
     mp = state.request.mixed_precision
-    if mp is not None:
-        values = mp.values(state.request.release)
-        if values.get("fp8_param_gather") and values.get("fp8_recipe") == "mxfp8" and not values.get(
-            "reuse_grad_buf_for_mxfp8_param_ag"
-        ):
-            _reject(
-                state,
-                "MXFP8_PARAM_GATHER_WITHOUT_REUSE",
-                "When fp8_param_gather=True and fp8_recipe='mxfp8', reuse_grad_buf_for_mxfp8_param_ag must be set to True",
-            )
+    values = mp.values(state.request.release) if mp is not None else {}
+    # MixedPrecisionConfig keeps fp8_param equal to fp8_param_gather and copies fp8 and fp8_param onto the model.
+    if values.get("fp8_param_gather") and not values.get("fp8"):
+        _reject(state, "FP8_PARAM_GATHER_WITHOUT_FP8", "fp8_param must be used together with fp8 mode.")
+    # The recipe's ddp is MCore's DistributedDataParallelConfig: validate() re-runs its __post_init__ after the
+    # model's finalize, in the loop over sub-configs without a finalize().
+    if ddp["reuse_grad_buf_for_mxfp8_param_ag"] and not ddp["fp8_param_gather"]:
+        _reject(state, "MXFP8_REUSE_WITHOUT_FP8_PARAM_GATHER", "Reuse grad buffer only when keeping params in MXFP8.")
+    if ddp["num_buckets"] is not None and ddp["bucket_size"] is not None:
+        _reject(state, "NUM_BUCKETS_WITH_BUCKET_SIZE", "Cannot specify both num_buckets and bucket_size")
+    if values.get("fp8_param_gather") and values.get("fp8_recipe") == "mxfp8" and not values.get("reuse_grad_buf_for_mxfp8_param_ag"):
+        _reject(
+            state,
+            "MXFP8_PARAM_GATHER_WITHOUT_REUSE",
+            "When fp8_param_gather=True and fp8_recipe='mxfp8', reuse_grad_buf_for_mxfp8_param_ag must be set to True",
+        )
     sync_distributed_optimizer(state)
 
 
