@@ -13,7 +13,7 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 
 from . import attribution, kernels
-from .kineto import RankTrace
+from .kineto import NO_LAUNCH, RankTrace
 from .notes import rank_notes
 from .report import DimensionFigures, Figures, RankReport, StepReport, sort_dimensions
 
@@ -21,12 +21,11 @@ _STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 
 class _Bucket:
-    """The intervals of one scope (the totals or one step)."""
+    """The device rows of one scope (the totals or one step)."""
 
     def __init__(self):
-        self.compute: list[tuple[int, int]] = []
-        self.comm: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        self.comm_rows: dict[str, list[int]] = defaultdict(list)
+        self.compute: list[int] = []
+        self.comm: dict[str, list[int]] = defaultdict(list)
         self.counts = [0, 0, 0, 0]
 
 
@@ -50,42 +49,39 @@ def _cutoff(trace: RankTrace) -> int | None:
 def _fill(trace: RankTrace, cutoff: int | None, steps: list[tuple[int, int, int]], dims: dict[int, str]):
     totals, per_step = _Bucket(), defaultdict(_Bucket)
     starts = [s[0] for s in steps]
-    launch_of = trace.launch
-    for i, kind in enumerate(trace.kind):
-        corr = trace.correlation[i]
-        launch = trace.start[i] if corr < 0 else launch_of.get(corr)
+    for i, (kind, launch) in enumerate(zip(trace.kind, trace.launch)):
         scopes = []
-        if cutoff is None or (launch is not None and launch < cutoff):
+        if cutoff is None or (launch != NO_LAUNCH and launch < cutoff):
             scopes.append(totals)
-        if launch is not None and steps:
+        if launch != NO_LAUNCH and steps:
             k = bisect_right(starts, launch) - 1
             if k >= 0 and launch < steps[k][1]:
                 scopes.append(per_step[steps[k][2]])
-        interval = (trace.start[i], trace.end[i])
         for scope in scopes:
             scope.counts[kind] += 1
             if kind == kernels.COMPUTATION:
-                scope.compute.append(interval)
+                scope.compute.append(i)
             elif kind == kernels.COMMUNICATION:
-                scope.comm[dims[i]].append(interval)
-                scope.comm_rows[dims[i]].append(i)
+                scope.comm[dims[i]].append(i)
     return totals, per_step
 
 
-def _figures(bucket: _Bucket, details: dict[int, tuple[str, str | None]]):
-    compute = kernels.merge(bucket.compute)
-    everything = kernels.merge([iv for ivs in bucket.comm.values() for iv in ivs])
+def _figures(trace: RankTrace, bucket: _Bucket, details: dict[int, tuple[str, str | None]]):
+    def merged(rows):
+        return kernels.merge_rows(rows, trace.start, trace.end)
+
+    compute = merged(bucket.compute)
     dims = []
-    for dim, intervals in bucket.comm.items():
-        merged = kernels.merge(intervals)
-        rows = bucket.comm_rows[dim]
+    for dim, rows in bucket.comm.items():
+        comm = merged(rows)
         groups = sorted({details[r][1] for r in rows if details[r][1]})
         dims.append(
             DimensionFigures(
-                dim, len(rows), kernels.total(merged), kernels.overlap(merged, compute),
+                dim, len(rows), kernels.total(comm), kernels.overlap(comm, compute),
                 dict(Counter(details[r][0] for r in rows)), groups,
             )
         )
+    everything = merged([r for rows in bucket.comm.values() for r in rows])
     return Figures.of(everything, compute), sort_dimensions(dims)
 
 
@@ -103,10 +99,10 @@ def analyze(trace: RankTrace) -> RankReport:
         dims[k.row] = "tp" if kernels.is_userbuffers(k.name) else attribution.dimension_of(desc)
     cutoff, steps = _cutoff(trace), _cpu_steps(trace)
     totals, per_step = _fill(trace, cutoff, steps, dims)
-    figures, dimensions = _figures(totals, details)
+    figures, dimensions = _figures(trace, totals, details)
     step_reports = []
     for start, _end, number in steps:  # a step without kernels still shows, with zeros
-        f, d = _figures(per_step[number], details)
+        f, d = _figures(trace, per_step[number], details)
         step_reports.append(StepReport(number, cutoff is None or start < cutoff, f, d))
     return RankReport(
         rank=trace.rank,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Iterable, Union
 
@@ -48,6 +47,8 @@ def _analyze_file(path: Path, allow_partial: bool) -> RankReport:
 def _analyze_all(files: list[Path], allow_partial: bool) -> list[RankReport]:
     workers = min(len(files), os.cpu_count() or 1, MAX_WORKERS)
     if workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
         try:
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 return list(pool.map(_analyze_file, files, [allow_partial] * len(files)))

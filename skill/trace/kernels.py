@@ -58,6 +58,26 @@ def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+def merge_rows(rows: list[int], starts, ends) -> list[tuple[int, int]]:
+    """merge() of the rows' [starts[i], ends[i]) without building a tuple per row first."""
+    out: list[tuple[int, int]] = []
+    last_start = last_end = None
+    for i in sorted(rows, key=starts.__getitem__):
+        start, end = starts[i], ends[i]
+        if end <= start:
+            continue
+        if last_end is not None and start <= last_end:
+            if end > last_end:
+                last_end = end
+        else:
+            if last_end is not None:
+                out.append((last_start, last_end))
+            last_start, last_end = start, end
+    if last_end is not None:
+        out.append((last_start, last_end))
+    return out
+
+
 def total(merged: list[tuple[int, int]]) -> int:
     return sum(end - start for start, end in merged)
 
@@ -65,13 +85,17 @@ def total(merged: list[tuple[int, int]]) -> int:
 def overlap(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
     """Time covered by both merged lists: HTA's running status 3 (communication and computation at once)."""
     i = j = covered = 0
-    while i < len(a) and j < len(b):
-        start = max(a[i][0], b[j][0])
-        end = min(a[i][1], b[j][1])
-        if end > start:
-            covered += end - start
-        if a[i][1] < b[j][1]:
+    na, nb = len(a), len(b)
+    while i < na and j < nb:
+        a0, a1 = a[i]
+        b0, b1 = b[j]
+        low = a0 if a0 > b0 else b0
+        if a1 < b1:
+            high = a1
             i += 1
         else:
+            high = b1
             j += 1
+        if high > low:
+            covered += high - low
     return covered

@@ -21,6 +21,7 @@ from . import kernels, reader
 
 PG_KEYS = ("Process Group Name", "Process Group Description", "Process Group Ranks", "Collective name", "Group size")
 _SYNC = frozenset(("Event Sync", "Context Sync"))
+NO_LAUNCH = -(1 << 62)  # a GPU row whose launching CPU record is not in the trace
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 
@@ -43,6 +44,12 @@ class CommKernel:
     group: dict  # the PG_KEYS the kernel itself carries (PyTorch 2.3+ copies them onto the kernel)
 
 
+def _group(args: dict, seen: dict) -> dict:
+    """The PG_KEYS of a record, one shared dict per distinct content (thousands of kernels share a few groups)."""
+    group = {k: args[k] for k in PG_KEYS if k in args}
+    return seen.setdefault(repr(group), group)
+
+
 @dataclass
 class RankTrace:
     path: Path
@@ -53,8 +60,10 @@ class RankTrace:
     end: array = field(default_factory=lambda: array("q"))
     correlation: array = field(default_factory=lambda: array("q"))  # -1 for a CPU row that names a stream
     kind: array = field(default_factory=lambda: array("b"))  # kernels.COMMUNICATION, ...
+    launch: array = field(default_factory=lambda: array("q"))  # device rows: start of the launching CPU record
     comm: list[CommKernel] = field(default_factory=list)
-    launch: dict[int, int] = field(default_factory=dict)  # correlation -> earliest CPU row (the launch) start
+    cpu_correlation: array = field(default_factory=lambda: array("q"))  # CPU rows with a correlation, until resolved
+    cpu_start: array = field(default_factory=lambda: array("q"))
     steps: list[tuple[str, int, int, bool]] = field(default_factory=list)  # rows named *ProfilerStep*: name, start, end, gpu
     collectives: dict[int, dict] = field(default_factory=dict)  # External id -> PG_KEYS of the CPU record
 
@@ -78,47 +87,87 @@ class RankTrace:
 
     def adder(self):
         """The per-event callback, with everything it touches bound to locals (it runs once per kept event)."""
-        launch, steps, collectives, comm, kinds = self.launch, self.steps, self.collectives, self.comm, {}
+        steps, collectives, comm, kinds, groups = self.steps, self.collectives, self.comm, {}, {}
         starts, ends, corrs, kind_rows = self.start.append, self.end.append, self.correlation.append, self.kind
+        cpu_corrs, cpu_starts = self.cpu_correlation.append, self.cpu_start.append
         ceil, floor, COMM = math.ceil, math.floor, kernels.COMMUNICATION
 
         def add(event: dict) -> None:
-            dur, cat, name, ts = event.get("dur"), event.get("cat"), event.get("name"), event.get("ts")
-            if dur is None or cat is None or cat == "Trace" or name in _SYNC:
+            dur, cat = event.get("dur"), event.get("cat")
+            if dur is None or cat is None or cat == "Trace":
                 return
-            if not isinstance(name, str) or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+            name, ts = event.get("name"), event.get("ts")
+            if name.__class__ is not str or name in _SYNC:
+                return
+            if ts.__class__ is int and dur.__class__ is int:
+                start, end = ts, ts + dur
+            elif isinstance(ts, (int, float)) and isinstance(dur, (int, float)):
+                start, end = ceil(ts), floor(ts + dur)
+            else:
                 return
             args = event.get("args")
-            if not isinstance(args, dict):
+            if args.__class__ is not dict:
                 args = {}
-            start, end = ceil(ts), floor(ts + dur)
             stream, corr = args.get("stream", -1), args.get("correlation", -1)
-            if type(stream) is not int:
+            if stream.__class__ is not int:
                 stream = _int(stream)
-            if type(corr) is not int:
+            if corr.__class__ is not int:
                 corr = _int(corr)
             gpu = stream >= 0 and corr >= 0
             if "ProfilerStep" in name:
                 steps.append((name, start, end, gpu))
             if not gpu:
-                if corr >= 0 and start < launch.get(corr, start + 1):
-                    launch[corr] = start
+                if corr >= 0:
+                    cpu_corrs(corr)
+                    cpu_starts(start)
                 if "Process Group Name" in args or "Collective name" in args:
-                    collectives[_int(args.get("External id"))] = {k: args[k] for k in PG_KEYS if k in args}
-            if stream == -1 or cat == "gpu_user_annotation":
+                    collectives[_int(args.get("External id"))] = _group(args, groups)
+                if stream == -1:
+                    return
+            if cat == "gpu_user_annotation":
                 return  # annotations are ranges, not kernels (HTA would count one that carried a stream)
-            kind = kinds.get(name)
-            if kind is None:
-                kind = kinds[name] = kernels.kind_of(name)
+            known = kinds.get(name)
+            if known is None:
+                known = kinds[name] = (kernels.kind_of(name), name)
+            kind, name = known  # one string object per distinct kernel name
             if kind == COMM:
-                group = {k: args[k] for k in PG_KEYS if k in args}
-                comm.append(CommKernel(len(kind_rows), name, _int(args.get("External id")), group))
+                comm.append(CommKernel(len(kind_rows), name, _int(args.get("External id")), _group(args, groups)))
             starts(start)
             ends(end)
             corrs(corr if gpu else -1)
             kind_rows.append(kind)
 
         return add
+
+
+def _launch_table(trace: RankTrace):
+    """correlation -> earliest CPU record start: an array over a dense id range (Kineto counts them up), else a dict."""
+    corrs, starts = trace.cpu_correlation, trace.cpu_start
+    if not corrs:
+        return {}.get
+    low, high = min(corrs), max(corrs)
+    if high - low < 4 * len(corrs) + 1024:
+        table = array("q", [NO_LAUNCH]) * (high - low + 1)
+        for corr, start in zip(corrs, starts):
+            i = corr - low
+            if table[i] == NO_LAUNCH or start < table[i]:
+                table[i] = start
+        return lambda corr: table[corr - low] if low <= corr <= high else NO_LAUNCH
+    earliest: dict[int, int] = {}
+    for corr, start in zip(corrs, starts):
+        if start < earliest.get(corr, start + 1):
+            earliest[corr] = start
+    return lambda corr: earliest.get(corr, NO_LAUNCH)
+
+
+def resolve_launches(trace: RankTrace) -> None:
+    """Give each device row the start of its launch (HTA joins GPU and CPU rows on correlation); a CPU row that
+    names a stream is its own launch."""
+    lookup = _launch_table(trace)
+    trace.launch = array("q", (
+        start if corr < 0 else lookup(corr) for start, corr in zip(trace.start, trace.correlation)
+    ))
+    trace.cpu_correlation, trace.cpu_start = array("q"), array("q")
 
 
 def read_header(path: Path) -> dict:
@@ -160,6 +209,7 @@ def load(path: Path, allow_partial: bool = False) -> RankTrace:
             ) from None
         trace.partial = True
     _check(trace)
+    resolve_launches(trace)
     return trace
 
 
