@@ -63,8 +63,8 @@ def make_plan(
     if tp >= 2:
         overrides["model.sequence_parallel"] = True
     overrides["comm_overlap.tp_comm_overlap"] = tp_applies
-    if preset:
-        overrides["comm_overlap.tp_comm_overlap_cfg"] = preset
+    # Always explicit: null selects Transformer Engine's default even where the recipe carries a preset.
+    overrides["comm_overlap.tp_comm_overlap_cfg"] = preset
     if dp > 1:
         overrides["ddp.use_distributed_optimizer"] = True
     if prec["recipe"]:

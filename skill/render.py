@@ -115,6 +115,36 @@ def python_snippet(overrides: dict, purpose: str, release: str) -> str:
     return render(FORMATS["python"], purpose=purpose, release=release, imports=sorted(imports), assignments=lines)
 
 
+# comm_overlap.py's sub-config class for each userbuffers method a preset uses.
+_UB_CLASSES = {"bulk": "BulkOverlapCfg", "ring_exchange": "RingExchangeOverlapCfg", "pipeline": "PipelineOverlapCfg"}
+
+
+def preset_items(name: str) -> list:
+    """A preset as nested (key, YAML scalar) items, every level with its _target_, from the shipped preset data.
+
+    Spelled out in full because OmegaConf merges a `{_target_: preset, _call_: false}` reference into a preset the
+    recipe already has, and Bridge then keeps the old one (apply_overrides cannot instantiate the mix)."""
+    from .releases import DATA_DIR, load_yaml
+
+    content = load_yaml(DATA_DIR / "tp_overlap_presets.yaml")[_preset_ref(name)]
+    items = [("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.TransformerLayerTPOverlapCfg"))]
+    for gemm, cfg in content.items():
+        if cfg is None:
+            items.append((_identifier(gemm), "null"))
+            continue
+        sub = [("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.{_UB_CLASSES[cfg['method']]}"))]
+        sub += [(_identifier(k), _flow(v)) for k, v in cfg.items()]
+        items.append((_identifier(gemm), sub))
+    return items
+
+
+def _flow(value) -> str:
+    """A YAML scalar, or a flow list for PipelineOverlapCfg's tuple default fp8_buf=(False,)."""
+    if isinstance(value, list):
+        return "[" + ", ".join(yaml_value(v) for v in value) + "]"
+    return yaml_value(value)
+
+
 def yaml_sections(overrides: dict) -> list:
     sections: dict = {}
     for key, value in overrides.items():
@@ -128,7 +158,7 @@ def yaml_sections(overrides: dict) -> list:
         if section == "comm_overlap" and not items:
             items.append(("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.CommOverlapConfig")))
         if name == "tp_comm_overlap_cfg" and value is not None:
-            items.append((name, [("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.{_preset_ref(value)}")), ("_call_", "false")]))
+            items.append((name, preset_items(value)))
         else:
             items.append((name, yaml_value(value)))
     return list(sections.items())
@@ -139,15 +169,28 @@ def yaml_snippet(overrides: dict, purpose: str, release: str) -> str:
 
 
 def hydra_overrides(overrides: dict) -> list[str]:
-    """Hydra-style overrides; comm_overlap is one dict value so it also works where the recipe has none."""
-    out = []
-    for section, value in yaml_sections(overrides):
-        if isinstance(value, str):
-            out.append(f"{section}={_hydra_scalar(value)}")
-        elif section == "comm_overlap":
-            out.append(f"comm_overlap={_hydra_dict(value)}")
+    """Hydra-style overrides. comm_overlap goes in with '++' (added where the recipe has none, merged where it
+    has one); a preset is set by nulling the node first, so the reference replaces rather than merges."""
+    out, comm = [], {}
+    for key, value in overrides.items():
+        section, name = _split(key)
+        if section == "comm_overlap":
+            comm[name] = value
+        elif not name:
+            out.append(f"{section}={_hydra_scalar(yaml_value(value))}")
+        elif section == "mixed_precision":
+            raise UsageError(f"{key}: YAML and Hydra overrides can only name a mixed-precision recipe; use --format python")
         else:
-            out.extend(f"{section}.{name}={_hydra_scalar(item)}" for name, item in value)
+            out.append(f"{section}.{name}={_hydra_scalar(yaml_value(value))}")
+    if comm:
+        preset = comm.pop("tp_comm_overlap_cfg", None)
+        fields = [("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.CommOverlapConfig"))]
+        fields += [(_identifier(k), yaml_value(v)) for k, v in comm.items()]
+        out.append(f"++comm_overlap={_hydra_dict(fields)}")
+        out.append("++comm_overlap.tp_comm_overlap_cfg=null")
+        if preset is not None:
+            ref = [("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.{_preset_ref(preset)}")), ("_call_", "false")]
+            out.append(f"comm_overlap.tp_comm_overlap_cfg={_hydra_dict(ref)}")
     return out
 
 

@@ -142,8 +142,19 @@ def preset_name(value):
     for name in names:
         if value is getattr(module, name):
             return name
-    if isinstance(value, dict):
-        same = [n for n in names if value == {k: v for k, v in dataclasses.asdict(getattr(module, n)).items() if v is not None}]
+    content = _plain(value if isinstance(value, dict) else dataclasses.asdict(value) if dataclasses.is_dataclass(value) else None)
+    if content is not None:
+        same = [n for n in names if content == _plain({k: v for k, v in dataclasses.asdict(getattr(module, n)).items() if v is not None})]
         if same:
             return same
     return f"<custom {type(value).__name__}>"
+
+
+def _plain(value):
+    """Content for comparison: None-valued GEMMs dropped, tuples as lists (YAML has no tuples; PipelineOverlapCfg's
+    fp8_buf default is the tuple (False,))."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

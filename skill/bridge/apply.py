@@ -1,0 +1,167 @@
+"""Apply every snippet form of a plan to a real Bridge ConfigContainer the way a user would, run
+runtime_config_update(), and compare each effective field and the process environment with the prediction."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import api, releases, render, request
+from . import adapter
+
+FORMS = ("python", "yaml", "hydra", "env_vars", "env")
+
+# A recipe that already carries comm_overlap, with a preset and a bucket size of its own: the snippets must merge
+# into it (keep bucket_size) and replace the preset, as they do over the _pretrain_common baseline (comm_overlap None).
+RECIPE_WITH_COMM_OVERLAP = {
+    "comm_overlap": {
+        "tp_comm_overlap": False,
+        "tp_comm_overlap_cfg": "userbuffers_fp8_h100_h8192_tp2_mbs1_seqlen4096_lora",
+        "bucket_size": 50_000_000,
+    }
+}
+
+
+@dataclass
+class FormResult:
+    form: str
+    ok: bool
+    differences: list = field(default_factory=list)  # (field, predicted, bridge)
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"form": self.form, "ok": self.ok, "differences": self.differences, "error": self.error}
+
+
+def snippets(plan: api.PlanResult) -> dict[str, str]:
+    d = plan.to_dict()
+    release = releases.get(d["bridge_version"])
+    common = dict(overrides=d["overrides"], env=d["env"], env_why=d["env_why"], purpose="verify", release=release.version)
+    forms = [f for f in FORMS if f != "env_vars" or release.env_vars]
+    return {f: render.snippet(f, env_vars_field=release.env_vars, **common) for f in forms}
+
+
+def _apply_python(cfg, text: str) -> None:
+    exec(compile(text, "<python snippet>", "exec"), {"cfg": cfg})
+
+
+def _apply_yaml(cfg, text: str) -> None:
+    from omegaconf import OmegaConf
+    from megatron.bridge.training.utils.omegaconf_utils import apply_overrides, create_omegaconf_dict_config
+
+    omega, excluded = create_omegaconf_dict_config(cfg)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as fh:
+        fh.write(text)
+    try:
+        merged = OmegaConf.merge(omega, OmegaConf.load(fh.name))
+    finally:
+        os.unlink(fh.name)
+    apply_overrides(cfg, OmegaConf.to_container(merged, resolve=True), excluded)
+
+
+def hydra_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def _apply_hydra(cfg, text: str) -> None:
+    from omegaconf import OmegaConf
+    from megatron.bridge.training.utils.omegaconf_utils import (
+        apply_overrides,
+        create_omegaconf_dict_config,
+        parse_hydra_overrides,
+    )
+
+    omega, excluded = create_omegaconf_dict_config(cfg)
+    omega = parse_hydra_overrides(omega, hydra_lines(text))
+    apply_overrides(cfg, OmegaConf.to_container(omega, resolve=True), excluded)
+
+
+def shell_environment(text: str) -> dict:
+    """The variables a shell-exports snippet sets, read back from a real bash after sourcing it."""
+    with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as fh:
+        fh.write(text)
+    try:
+        script = f'env -i bash -c \'set -e; source "{fh.name}"; python3 -c "import json,os; print(json.dumps(dict(os.environ)))"\''
+        out = subprocess.run(script, shell=True, check=True, capture_output=True, text=True, env={"PATH": os.environ.get("PATH", "")})
+    finally:
+        os.unlink(fh.name)
+    env = json.loads(out.stdout)
+    return {k: v for k, v in env.items() if k not in ("PWD", "SHLVL", "_", "PATH", "LC_CTYPE")}
+
+
+_APPLY = {"python": _apply_python, "yaml": _apply_yaml, "hydra": _apply_hydra, "env_vars": _apply_python}
+
+
+def base_config(base: dict):
+    """Bridge's baseline with a recipe's own config (same shape as resolve's --config) applied the Python way."""
+    cfg = adapter.baseline_config()
+    overrides = dict(request.flatten_config(base, releases.get(adapter.bridge_version())))
+    adapter.apply_overrides(cfg, overrides)
+    return cfg
+
+
+def check_form(form: str, text: str, plan: api.PlanResult, base: dict | None = None, label: str = "baseline") -> FormResult:
+    """Apply one snippet over a base config, run runtime_config_update(), compare with the resolver's prediction
+    for the same base and the plan's overrides."""
+    lay = plan.layout
+    name = f"{form} over {label}"
+    if form == "env":
+        try:
+            got = shell_environment(text)
+        except (subprocess.CalledProcessError, json.JSONDecodeError) as exc:
+            return FormResult(name, False, error=f"sourcing the exports failed: {exc}")
+        diffs = [(f"env.{k}", v, got.get(k)) for k, v in plan.env.items() if got.get(k) != v]
+        diffs += [(f"env.{k}", None, v) for k, v in got.items() if k not in plan.env]
+        return FormResult(name, not diffs, diffs)
+    predicted = api.resolve(plan.overrides, gpus=lay["gpus"], te=lay["te"], bridge_version=plan.resolution.bridge_version, config=base or {}).to_dict()
+    cfg = base_config(base or {})
+    cfg.train.global_batch_size = cfg.train.micro_batch_size * predicted["data_parallel_size"]
+    try:
+        if form == "env_vars":  # the env_vars snippet rides on the config overrides, applied the Python way
+            _apply_python(cfg, render.python_snippet(plan.overrides, "verify", predicted["bridge_version"]))
+        _APPLY[form](cfg, text)
+    except Exception as exc:
+        return FormResult(name, False, error=f"Bridge could not apply the {form} snippet: {type(exc).__name__}: {exc}")
+    error, env = adapter.runtime_config_update(cfg, lay["gpus"], lay["te"])
+    if error:
+        return FormResult(name, False, error=f"runtime_config_update raised: {error}")
+    diffs = compare(predicted, adapter.effective(cfg), cfg.data_parallel_size)
+    if form == "env_vars":
+        # setdefault keeps what this process already has, so only variables it lacks can be checked here
+        diffs += [(f"env.{k}", v, env.get(k)) for k, v in plan.env.items() if k not in os.environ and env.get(k) != v]
+    return FormResult(name, not diffs, diffs)
+
+
+def compare(predicted: dict, effective: dict, data_parallel_size: int) -> list:
+    diffs = []
+    if predicted["data_parallel_size"] != data_parallel_size:
+        diffs.append(("data_parallel_size", predicted["data_parallel_size"], data_parallel_size))
+    for section, values in predicted["effective"].items():
+        for name, value in values.items():
+            other = effective[section][name]
+            if isinstance(other, list) and value in other:
+                continue  # identical presets: after setup() Bridge keeps only the content
+            if other != value:
+                diffs.append((f"{section}.{name}", value, other))
+    return diffs
+
+
+def verify_plan(layout: dict, forms=None, tamper=None) -> list[FormResult]:
+    """Every snippet form of the plan for `layout`, applied to real Bridge over the recipe baseline and over a
+    recipe that already has comm_overlap. `tamper(form, text) -> text` edits a snippet first (to prove a wrong
+    snippet is caught)."""
+    adapter.import_bridge()
+    adapter.quiet()
+    plan = api.plan(**layout)
+    texts = snippets(plan)
+    results = []
+    for form in forms or texts:
+        text = tamper(form, texts[form]) if tamper else texts[form]
+        results.append(check_form(form, text, plan))
+        if form in ("python", "yaml", "hydra"):
+            results.append(check_form(form, text, plan, RECIPE_WITH_COMM_OVERLAP, "a recipe with comm_overlap"))
+    return results
