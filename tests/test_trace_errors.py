@@ -100,6 +100,14 @@ def test_directory_of_ranks(tmp_path):
     assert [r.figures.overlap_pct for r in report.ranks] == [50.0, 50.0]
 
 
+def test_a_bad_rank_among_good_ones_names_its_file(tmp_path):
+    overlap_case().write(tmp_path / "rank-0.json.gz")
+    (tmp_path / "rank-1.json.gz").write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "cat": "cpu_op", '
+                                                           b'"name": "aten::mm", "ts": 1, "dur": 2}]}'))
+    message = error_of(tmp_path)  # analysed in worker processes; the error still comes back as one line
+    assert "rank-1.json.gz" in message and "CPU-only" in message
+
+
 def test_cli_prints_one_line_and_exits_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{")

@@ -12,7 +12,7 @@ from trace_fixtures import TraceBuilder, nccl, overlap_case
 
 def read_all(path):
     events, meta = [], {}
-    count = reader.read(path, events.append, lambda k, v: meta.__setitem__(k, v) or False)
+    count = reader.read(path, events.append, meta.__setitem__)
     return count, events, meta
 
 

@@ -110,7 +110,7 @@ def analyze(trace: RankTrace) -> RankReport:
         file=str(trace.path),
         partial=trace.partial,
         figures=figures,
-        kernels=dict(zip(kernels.KIND_NAMES, totals.counts)),
+        kernel_counts=dict(zip(kernels.KIND_NAMES, totals.counts)),
         dimensions=dimensions,
         steps=step_reports,
         notes=rank_notes(trace, cutoff, steps, details, dims),

@@ -176,7 +176,6 @@ def read_header(path: Path) -> dict:
 
     def on_meta(key, value):
         meta[key] = value
-        return False
 
     class _Stop(Exception):
         pass
@@ -197,7 +196,6 @@ def load(path: Path, allow_partial: bool = False) -> RankTrace:
     def on_meta(key, value):
         if key in ("distributedInfo", "schemaVersion", "traceName", "baseTimeNanoseconds"):
             trace.meta[key] = value
-        return False
 
     try:
         trace.events = reader.read(path, trace.adder(), on_meta)

@@ -13,15 +13,14 @@ either way that stretch is decoded event by event with the C scanner, which is e
 
 from __future__ import annotations
 
-import codecs
 import json
 import re
-import zlib
 from json.scanner import make_scanner
 from pathlib import Path
 from typing import Callable
 
 from ..errors import UsageError
+from .source import Source
 
 CHUNK_CHARS = 1 << 20
 MAX_VALUE_CHARS = 64 << 20  # one event or metadata value larger than this means the JSON is broken
@@ -38,55 +37,6 @@ class Truncated(Exception):
     """The file ended inside the trace; what was read so far has been handed on already."""
 
     events = 0
-
-
-class _Source:
-    """Text from a plain or gzip file, read in chunks; `cut` is set when a gzip stream stops before its end."""
-
-    def __init__(self, path: Path):
-        try:
-            self.raw = path.open("rb")
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
-        self.path = path
-        self.gzip = zlib.decompressobj(16 + zlib.MAX_WBITS) if self.raw.peek(2)[:2] == b"\x1f\x8b" else None
-        self.utf8 = codecs.getincrementaldecoder("utf-8")()
-        self.cut = False
-
-    def read(self, size: int) -> str:
-        """About `size` characters (a little more from gzip); '' at the end."""
-        parts, count = [], 0
-        while count < size:
-            data = self.raw.read(size - count if self.gzip is None else 1 << 16)
-            final = not data
-            if self.gzip is not None:
-                data = self._inflate(data)
-            try:
-                text = self.utf8.decode(data, final=final)
-            except UnicodeDecodeError:
-                raise UsageError(f"{self.path}: not UTF-8 text, so not a JSON trace") from None
-            parts.append(text)
-            count += len(text)
-            if final:
-                break
-        return "".join(parts)
-
-    def _inflate(self, data: bytes) -> bytes:
-        try:
-            if not data:
-                self.cut = not self.gzip.eof
-                return self.gzip.flush()
-            out = self.gzip.decompress(data)
-            while self.gzip.eof and self.gzip.unused_data:  # a further gzip member
-                rest = self.gzip.unused_data
-                self.gzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                out += self.gzip.decompress(rest)
-            return out
-        except zlib.error as exc:
-            raise UsageError(f"{self.path}: not a readable gzip file ({exc})") from None
-
-    def close(self) -> None:
-        self.raw.close()
 
 
 class _Text:
@@ -151,11 +101,11 @@ class _Text:
         return UsageError(f"{self.path}: not valid JSON near character {self.offset():,} ({what})")
 
 
-def read(path: Path, on_event: Callable[[dict], None], on_meta: Callable[[str, object], bool] | None = None) -> int:
-    """Call on_meta(key, value) for each top-level key but traceEvents (stop reading when it returns True) and
-    on_event(event) for the events that may matter; return how many events the array held.
+def read(path: Path, on_event: Callable[[dict], None], on_meta: Callable[[str, object], None] | None = None) -> int:
+    """Call on_meta(key, value) for each top-level key but traceEvents and on_event(event) for the events that may
+    matter; return how many events the array held.
     Raises Truncated (with .events) when the file ends too soon."""
-    source = _Source(path)
+    source = Source(path)
     text = _Text(source, path)
     try:
         _document(text, on_event, on_meta)
@@ -204,8 +154,8 @@ def _object(text: _Text, on_event, on_meta) -> None:
             seen_events = True
         else:
             value = text.value()
-            if on_meta is not None and on_meta(key, value):
-                return
+            if on_meta is not None:
+                on_meta(key, value)
     if not seen_events:
         raise UsageError(f"{text.path}: no traceEvents array, so not a PyTorch profiler trace")
 

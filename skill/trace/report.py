@@ -95,7 +95,7 @@ class RankReport:
     file: str
     partial: bool
     figures: Figures
-    kernels: dict[str, int]
+    kernel_counts: dict[str, int]
     dimensions: list[DimensionFigures]
     steps: list[StepReport]
     notes: list[str]
@@ -107,7 +107,7 @@ class RankReport:
             "file": self.file,
             "partial": self.partial,
             **self.figures.to_dict(),
-            "kernels": self.kernels,
+            "kernel_counts": self.kernel_counts,
             "dimensions": [d.to_dict() for d in self.dimensions],
             "steps": [s.to_dict() for s in self.steps],
             "notes": self.notes,
