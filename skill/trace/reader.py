@@ -6,7 +6,7 @@ at a few chunks however large the trace is.
 
 Fast path: Kineto writes one event per block, separated by "},\\n  {". A raw newline never occurs inside a JSON
 string, so splitting there is safe whenever the separator sits at the array's depth. We decode only the blocks that
-can matter (they name a stream, a correlation, a ProfilerStep or a process group) with one json.loads call. A block
+can matter (they hold a correlation, a ProfilerStep or a process group) with one json.loads call. A block
 split at the wrong depth cannot decode on its own, and a stretch that may hold the array's end is not split at all;
 either way that stretch is decoded event by event with the C scanner, which is exact for any JSON layout.
 """
@@ -109,8 +109,6 @@ def read(path: Path, on_event: Callable[[dict], None], on_meta: Callable[[str, o
     text = _Text(source, path)
     try:
         _document(text, on_event, on_meta)
-        if source.cut:
-            raise Truncated()
     except Truncated as exc:
         exc.events = text.events
         raise

@@ -1,4 +1,5 @@
-"""The text of a trace file, plain or gzip, in chunks; a gzip stream cut short is noted, not fatal."""
+"""The text of a trace file, plain or gzip, in chunks. A gzip stream cut short yields all it holds, so the JSON
+parser sees where the text stops (the reader calls that truncated)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ..errors import UsageError
 
 
 class Source:
-    """Text from a plain or gzip file, read in chunks; `cut` is set when a gzip stream stops before its end."""
+    """Text from a plain or gzip file, read in chunks."""
 
     def __init__(self, path: Path):
         try:
@@ -20,7 +21,6 @@ class Source:
         self.path = path
         self.gzip = zlib.decompressobj(16 + zlib.MAX_WBITS) if self.raw.peek(2)[:2] == b"\x1f\x8b" else None
         self.utf8 = codecs.getincrementaldecoder("utf-8")()
-        self.cut = False
 
     def read(self, size: int) -> str:
         """About `size` characters (a little more from gzip); '' at the end."""
@@ -43,7 +43,6 @@ class Source:
     def _inflate(self, data: bytes) -> bytes:
         try:
             if not data:
-                self.cut = not self.gzip.eof
                 return self.gzip.flush()
             out = self.gzip.decompress(data)
             while self.gzip.eof and self.gzip.unused_data:  # a further gzip member
