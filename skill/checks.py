@@ -199,10 +199,9 @@ def bucket_size(state: State):
 
 
 def looks_like_bytes(value: int) -> bool:
-    """Small enough to be a megabyte count, or a round MB/MiB figure other than Bridge's own default."""
-    if value == DP_BUCKET_SIZE:
-        return False
-    return value < 2**20 or value % 2**20 == 0 or value % 10**6 == 0
+    """Small enough to be a megabyte count (25), or a whole number of MiB below Bridge's 128 Mi-parameter default
+    (26214400 = 25 MiB, as in PyTorch DDP's bucket_cap_mb): figures people write when they think in bytes."""
+    return value < 2**20 or (value % 2**20 == 0 and value < DP_BUCKET_SIZE)
 
 
 def launch_env_fields(state: State):

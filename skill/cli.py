@@ -92,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("releases", help="per-release facts side by side")
     _common(p)
 
+    p = sub.add_parser("anchors", help="where the Bridge code SKILL.md cites is now (file and line range)")
+    p.add_argument("--mbridge-src", metavar="PATH", help="a Megatron-Bridge source checkout (default: the installed package)")
+    _common(p)
+
     p = sub.add_parser("check-manifest", help="validate SKILL.md against the Agent Skills rules")
     p.add_argument("path", nargs="?", default=None, help="SKILL.md (default: the one beside this package)")
     p.add_argument("--check-dir", action="store_true", help="also require name to match the folder name, as when installed")
@@ -184,6 +188,14 @@ def cmd_releases(args) -> int:
     return 0
 
 
+def cmd_anchors(args) -> int:
+    from .anchors import report
+
+    d = report(args.mbridge_src)
+    _emit(args, _json(d) if args.format == "json" else text.anchors(d))
+    return 0 if d["ok"] else 1
+
+
 def cmd_check_manifest(args) -> int:
     from .manifest import check_file
 
@@ -207,6 +219,7 @@ COMMANDS = {
     "presets": cmd_presets,
     "explain": cmd_explain,
     "releases": cmd_releases,
+    "anchors": cmd_anchors,
     "check-manifest": cmd_check_manifest,
     "trace": cmd_trace,
 }

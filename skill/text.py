@@ -80,3 +80,15 @@ def releases(table: dict) -> str:
             v = f"{len(v)} recipes" if k == "mixed_precision_recipes" else _fmt(v)
             lines.append(f"  {k}: {v}")
     return "\n".join(lines) + "\n"
+
+
+def anchors(d: dict) -> str:
+    where = d["checkout"] or d["package"]
+    lines = [f"Megatron-Bridge {d['bridge_version']} at {where}"]
+    for a in d["anchors"]:
+        if a["status"] == "found":
+            lines.append(f"  found    {a['id']}: {a['path']}:{a['start']}-{a['end']}  ({a['what']})")
+        else:
+            lines.append(f"  {a['status']:<8} {a['id']}: {a['file']}  ({a['note']})")
+    lines.append("anchors: ok" if d["ok"] else "anchors: MISSING (see above)")
+    return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ from .report import RankReport, TraceReport
 
 PathLike = Union[str, Path]
 SUFFIXES = (".json", ".json.gz")
-MAX_WORKERS = 8
+MAX_WORKERS = 4  # each worker holds one rank's trace data
 
 
 def trace_files(paths: Iterable[PathLike]) -> list[Path]:
@@ -49,9 +49,15 @@ def _analyze_all(files: list[Path], allow_partial: bool) -> list[RankReport]:
     if workers > 1:
         from concurrent.futures import ProcessPoolExecutor
 
+        from concurrent.futures.process import BrokenProcessPool
+
         try:
             with ProcessPoolExecutor(max_workers=workers) as pool:
                 return list(pool.map(_analyze_file, files, [allow_partial] * len(files)))
+        except BrokenProcessPool:
+            raise UsageError(
+                f"a process analysing one of {len(files)} traces died (out of memory?); pass fewer with --rank"
+            ) from None
         except (OSError, NotImplementedError, PermissionError):
             pass  # no process pool here (sandbox): one after another
     return [_analyze_file(f, allow_partial) for f in files]
