@@ -173,19 +173,9 @@ def resolve_launches(trace: RankTrace) -> None:
 def read_header(path: Path) -> dict:
     """The top-level keys before traceEvents (where Kineto writes distributedInfo); cheap."""
     meta: dict = {}
-
-    def on_meta(key, value):
-        meta[key] = value
-
-    class _Stop(Exception):
-        pass
-
-    def on_event(_event):
-        raise _Stop()
-
     try:
-        reader.read(path, on_event, on_meta)
-    except (_Stop, reader.Truncated):
+        reader.read(path, None, meta.__setitem__)
+    except reader.Truncated:
         pass
     return meta
 

@@ -101,9 +101,9 @@ class _Text:
         return UsageError(f"{self.path}: not valid JSON near character {self.offset():,} ({what})")
 
 
-def read(path: Path, on_event: Callable[[dict], None], on_meta: Callable[[str, object], None] | None = None) -> int:
+def read(path: Path, on_event: Callable[[dict], None] | None, on_meta: Callable[[str, object], None] | None = None) -> int:
     """Call on_meta(key, value) for each top-level key but traceEvents and on_event(event) for the events that may
-    matter; return how many events the array held.
+    matter; return how many events the array held. With on_event None, stop at traceEvents (the header only).
     Raises Truncated (with .events) when the file ends too soon."""
     source = Source(path)
     text = _Text(source, path)
@@ -120,7 +120,8 @@ def read(path: Path, on_event: Callable[[dict], None], on_meta: Callable[[str, o
 def _document(text: _Text, on_event, on_meta) -> None:
     first = text.peek()
     if first == "[":  # the Chrome trace format also allows a bare array of events
-        _events(text, on_event)
+        if on_event is not None:
+            _events(text, on_event)
         return
     if first != "{":
         if not first:
@@ -146,6 +147,8 @@ def _object(text: _Text, on_event, on_meta) -> None:
             raise text.bad("expected a key")
         text.expect(":")
         if key == "traceEvents":
+            if on_event is None:
+                return
             if text.peek() != "[":
                 raise UsageError(f"{text.path}: traceEvents is not an array")
             _events(text, on_event)
