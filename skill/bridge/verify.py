@@ -1,0 +1,209 @@
+"""scripts/verify.sh's engine: apply every snippet form to real Bridge, check the anchors, run the upstream
+suites with a pass-count check, optionally the conformance set; one line per check, then the verdict.
+
+Exit status: 0 when every check that ran passed and nothing required was left unrun; 1 when a check failed;
+3 when nothing failed but a required check could not run (e.g. no checkout for the suites); 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .. import anchors, api
+from ..errors import UsageError
+from . import adapter, apply, conformance, suites
+
+DEFAULT_LAYOUT = dict(tp=4, pp=4, vpp=2, cp=1, gpus=64, gpu="h100", precision="bf16")
+SNIPPET_FILES = {"python": "python.py", "yaml": "overrides.yaml", "hydra": "hydra.txt", "env": "env.sh", "env_vars": "env_vars.py"}
+
+
+def log(message: str) -> None:
+    print(f"[verify] {message}", file=sys.stderr, flush=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="scripts/verify.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    lay = p.add_argument_group("layout (plan's flags; default: TP4, sequence parallel, PP4, VPP2, 64 H100, bf16)")
+    for flag in ("tp", "pp", "cp", "gpus"):
+        lay.add_argument(f"--{flag}", type=int, default=DEFAULT_LAYOUT[flag])
+    lay.add_argument("--vpp", type=int, default=DEFAULT_LAYOUT["vpp"], help="0 for none")
+    lay.add_argument("--gpu", default=DEFAULT_LAYOUT["gpu"])
+    lay.add_argument("--precision", default=DEFAULT_LAYOUT["precision"])
+    for flag in ("hidden-size", "seq-length", "micro-batch-size"):
+        lay.add_argument(f"--{flag}", type=int)
+    lay.add_argument("--lora", action="store_true")
+    lay.add_argument("--no-te", dest="te", action="store_false")
+    lay.add_argument("--recipe")
+    lay.add_argument("--task", default="pretrain")
+    p.add_argument("--mbridge-src", metavar="PATH", help="Megatron-Bridge checkout for the upstream suites (or MBRIDGE_SRC)")
+    p.add_argument("--expect-passed", action="append", default=[], metavar="[SUITE=]N",
+                   help="expected passed count; bare N is for test_comm_overlap.py")
+    p.add_argument("--skip-suites", action="store_true", help="do not run the upstream suites (reported SKIPPED)")
+    p.add_argument("--snippets", metavar="DIR", help="apply the snippet files in DIR (python.py, overrides.yaml, hydra.txt, env.sh, env_vars.py) instead of fresh ones")
+    p.add_argument("--save-snippets", metavar="DIR", help="write the rendered snippets to DIR")
+    p.add_argument("--force", action="store_true", help="overwrite files in --save-snippets DIR")
+    p.add_argument("--conformance", action="store_true", help="also check the resolver on the generated conformance set")
+    p.add_argument("--cases", type=int, default=2000, help="conformance cases (default 2000)")
+    p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    return p
+
+
+def layout_of(args) -> dict:
+    return dict(
+        tp=args.tp, pp=args.pp, vpp=args.vpp or None, cp=args.cp, gpus=args.gpus, gpu=args.gpu, precision=args.precision,
+        hidden_size=args.hidden_size, seq_length=args.seq_length, micro_batch_size=args.micro_batch_size, lora=args.lora,
+        te=args.te, recipe=args.recipe, task=args.task,
+    )
+
+
+def expectations(values: list[str]) -> dict:
+    out = {}
+    for value in values:
+        name, _, count = value.rpartition("=")
+        if not count.isdigit() or int(count) < 1:
+            raise UsageError(f"--expect-passed {value}: expected N or SUITE=N with N >= 1")
+        out[name or "test_comm_overlap.py"] = int(count)
+    unknown = set(out) - set(suites.table()["suites"])
+    if unknown:
+        raise UsageError(f"--expect-passed: unknown suite {', '.join(sorted(unknown))}; known: {', '.join(suites.table()['suites'])}")
+    return out
+
+
+def load_snippets(directory: str | None, rendered: dict) -> dict:
+    if not directory:
+        return rendered
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise UsageError(f"--snippets {folder}: no such folder")
+    out = dict(rendered)
+    for form, name in SNIPPET_FILES.items():
+        path = folder / name
+        if path.is_file() and form in rendered:
+            out[form] = path.read_text(encoding="utf-8")
+            log(f"using {path} for the {form} form")
+    return out
+
+
+def save_snippets(directory: str, texts: dict, force: bool) -> None:
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    for form, text in texts.items():
+        path = folder / SNIPPET_FILES[form]
+        if path.exists() and not force:
+            raise UsageError(f"--save-snippets: {path} exists; pass --force to overwrite")
+        path.write_text(text, encoding="utf-8")
+    log(f"wrote {len(texts)} snippets to {folder}")
+
+
+def check(name: str, status: str, detail: str = "", **extra) -> dict:
+    return {"check": name, "status": status, "detail": detail, **extra}
+
+
+def run(args) -> dict:
+    started = time.time()
+    layout = layout_of(args)
+    given = expectations(args.expect_passed)
+    plan = api.plan(**layout)  # bad layouts fail here, before Bridge is imported
+    checkout = None if args.skip_suites else suites.find_checkout(args.mbridge_src)
+    log("importing megatron.bridge (about 10 s)")
+    adapter.import_bridge()
+    adapter.quiet()
+    version = adapter.bridge_version()
+    checks = [check("megatron-bridge imports", "PASS", f"megatron-bridge {version} in {sys.executable}")]
+    if plan.resolution.bridge_version != version:
+        plan = api.plan(**layout, bridge_version=version)
+
+    suite_results: list = []
+    runner = threading.Thread(target=lambda: suite_results.extend(suites.run(sys.executable, checkout, version, given, log)))
+    if not args.skip_suites:
+        runner.start()  # the suites run in their own pytest process while the snippets are checked here
+
+    texts = load_snippets(args.snippets, apply.snippets(plan))
+    if args.save_snippets:
+        save_snippets(args.save_snippets, apply.snippets(plan), args.force)
+    for form, text in texts.items():
+        log(f"applying the {form} snippet to Bridge")
+        results = [apply.check_form(form, text, plan)]
+        if form in ("python", "yaml", "hydra"):
+            results.append(apply.check_form(form, text, plan, apply.RECIPE_WITH_COMM_OVERLAP, "a recipe with comm_overlap"))
+        for r in results:
+            same = "the exported variables are the plan's" if form == "env" else "every effective field matches the prediction"
+            detail = r.error or (same if r.ok else _diff_text(r.differences))
+            checks.append(check(f"apply {r.form}", "PASS" if r.ok else "FAIL", detail, differences=r.differences))
+
+    report = anchors.report(None)
+    missing = [a["id"] for a in report["anchors"] if a["status"] == "missing"]
+    found = sum(a["status"] == "found" for a in report["anchors"])
+    checks.append(check("anchors", "FAIL" if missing else "PASS", f"missing: {', '.join(missing)}" if missing else f"{found} code anchors found in {report['package']}"))
+
+    if args.conformance:
+        log(f"conformance: {args.cases} generated configs")
+        conf = conformance.run(args.cases, progress=log)
+        ok = conf["agree"] == conf["cases"]
+        checks.append(check(f"conformance ({conf['cases']} configs)", "PASS" if ok else "FAIL",
+                            f"{conf['agree']}/{conf['cases']} agree in {conf['seconds']} s", failures=conf["failures"][:20]))
+
+    if args.skip_suites:
+        checks += [check(f"suite {n}", "SKIPPED", "--skip-suites") for n in suites.table()["suites"]]
+    else:
+        runner.join()
+        checks += [check(f"suite {r.name}", r.status, r.reason, counts=r.counts) for r in suite_results]
+    return verdict(checks, plan, version, started)
+
+
+def _diff_text(differences) -> str:
+    return "; ".join(f"{field}: predicted {want!r}, Bridge {got!r}" for field, want, got in differences)
+
+
+def verdict(checks: list, plan, version: str, started: float) -> dict:
+    statuses = {c["status"] for c in checks}
+    required_unrun = [c for c in checks if c["status"] == suites.NOT_RUN]
+    if "FAIL" in statuses:
+        result, code = "FAIL", 1
+    elif required_unrun:
+        result, code = "INCOMPLETE", 3
+    else:
+        result, code = "PASS", 0
+    return {
+        "verdict": result,
+        "exit_code": code,
+        "bridge_version": version,
+        "layout": plan.layout,
+        "checks": checks,
+        "seconds": round(time.time() - started, 1),
+    }
+
+
+def human(report: dict) -> str:
+    lay = report["layout"]
+    lines = [
+        f"verify: Megatron-Bridge {report['bridge_version']}, TP={lay['tp']} PP={lay['pp']} VPP={lay['vpp']} CP={lay['cp']} "
+        f"on {lay['gpus']} {lay['gpu']} ({lay['precision']})"
+    ]
+    for c in report["checks"]:
+        lines.append(f"{c['status']:<8} {c['check']}: {c['detail']}")
+    lines.append(f"verdict: {report['verdict']} ({report['seconds']} s)")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        report = run(args)
+    except UsageError as exc:
+        print(f"verify: error: {exc}", file=sys.stderr)
+        return 2
+    except adapter.BridgeUnavailable as exc:
+        print(f"verify: error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n" if args.json else human(report))
+    return report["exit_code"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
