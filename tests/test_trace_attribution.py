@@ -104,3 +104,13 @@ def test_megatron_group_names_exist_in_megatron_core():
     descs = set(re.findall(r'group_desc=["\']([A-Z_]+)["\']', source.read_text()))
     mapped = {d for d in attribution.DIMENSION_OF_GROUP if d.isupper()}
     assert mapped <= descs, mapped - descs
+
+
+def test_dimensions_running_together_are_noted(tmp_path):
+    # tp [0,100) and dp [50,150) with no compute: each exposed in full (100 + 100), the rank only 150
+    b = TraceBuilder().kernel("gemm", 500, 600)
+    b.kernel(nccl("AllGather"), 0, 100, stream=20, **{"Process Group Description": TP_DESC})
+    b.kernel(nccl("ReduceScatter"), 50, 150, stream=21, **{"Process Group Description": DP_DESC})
+    r = analyze(b.write(tmp_path / "t.json")).ranks[0].to_dict()
+    assert r["exposed_us"] == 150 and [d["exposed_us"] for d in r["dimensions"]] == [100, 100]
+    assert any("add up to more" in n for n in r["notes"])

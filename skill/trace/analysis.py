@@ -104,6 +104,12 @@ def analyze(trace: RankTrace) -> RankReport:
     for start, _end, number in steps:  # a step without kernels still shows, with zeros
         f, d = _figures(trace, per_step[number], details)
         step_reports.append(StepReport(number, cutoff is None or start < cutoff, f, d))
+    notes = rank_notes(trace, cutoff, steps, details, dims)
+    if sum(d.exposed_us for d in dimensions) > figures.exposed_us:
+        notes.append(
+            "some dimensions' kernels ran at the same time, so their exposed times overlap and add up to more "
+            f"than the rank's {figures.exposed_us:,} us"
+        )
     return RankReport(
         rank=trace.rank,
         world_size=trace.world_size,
@@ -113,5 +119,5 @@ def analyze(trace: RankTrace) -> RankReport:
         kernel_counts=dict(zip(kernels.KIND_NAMES, totals.counts)),
         dimensions=dimensions,
         steps=step_reports,
-        notes=rank_notes(trace, cutoff, steps, details, dims),
+        notes=notes,
     )
