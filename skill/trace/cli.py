@@ -18,7 +18,16 @@ from ..errors import UsageError
 from . import render, snippet
 
 
+EXAMPLES = """examples:
+  python -m skill trace torch_profile/                  hidden and exposed time per rank, dimension and step
+  python -m skill trace --compare before/ after/        which dimension's exposed time grew or shrank
+  python -m skill trace --snippet python --steps 10-13 --rank 0,8   turn on Bridge's PyTorch profiler
+"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXAMPLES
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "traces", nargs="*", metavar="TRACE",
         help="PyTorch profiler traces (.json or .json.gz), one file per rank, or directories of them",
