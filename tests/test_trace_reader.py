@@ -82,3 +82,29 @@ def test_header_is_read_without_the_events(tmp_path):
 
     meta = kineto.read_header(overlap_case().write(tmp_path / "h.json.gz"))
     assert meta["distributedInfo"]["rank"] == 0 and "traceName" not in meta  # stops at the first event
+
+
+def _peak_bytes(path) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        analyze(path)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_does_not_grow_with_the_file(tmp_path):
+    """Streaming: 4x the events cost far less than 4x the memory (the text is never held whole)."""
+    sizes, peaks = [], []
+    for n in (3000, 12000):
+        b = TraceBuilder().step(1, 0, n * 100).step(2, n * 100, n * 100 + 1)
+        for i in range(n):
+            b.kernel("gemm", i * 100, i * 100 + 60).noise(1)
+        path = b.write(tmp_path / f"big{n}.json")
+        sizes.append(path.stat().st_size)
+        peaks.append(_peak_bytes(path))
+    assert sizes[1] > 3.5 * sizes[0]
+    assert peaks[1] < 1.6 * peaks[0], (sizes, peaks)
+    assert peaks[1] < sizes[1] / 3, (sizes, peaks)
