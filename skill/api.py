@@ -129,7 +129,10 @@ class PlanResult:
 
 
 def plan(**layout) -> PlanResult:
-    """The minimal override enabling every overlap mode that applies to a layout (see skill.plan.Layout)."""
-    from .plan import make_plan
+    """The minimal override enabling every overlap mode that applies to a layout.
+
+    Keywords as the command line's flags: gpus, tp, pp, vpp, cp, gpu, precision, hidden_size, seq_length,
+    micro_batch_size, lora, te, bridge_version, moe_a2a_overlap, moe_flex_dispatcher_backend, recipe, task."""
+    from .planner import make_plan
 
     return make_plan(**layout)

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The project's test command (README.md; .ci/run calls it). Two tiers:
+#   1. pure Python: tests/ without tests/bridge, on the oldest supported Python (3.10) when present
+#   2. Bridge: tests/bridge with the real megatron-bridge venv (scripts/bridge_env.sh builds or reuses it)
+# Extra arguments go to both pytest runs. pytest's exit 5 (nothing collected) fails the run.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/nemo-mbridge-perf-tp-dp-comm-overlap"
+
+base_py=""
+for c in "${MBRIDGE_SKILL_TEST_PYTHON:-}" python3.10 /root/.pyenv/versions/3.10*/bin/python python3; do
+  if [ -n "$c" ] && command -v "$c" >/dev/null 2>&1; then base_py=$(command -v "$c"); break; fi
+done
+test_venv="$cache/venv-test-$("$base_py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+stamp="$test_venv/.requirements-$(sha256sum requirements-test.txt | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "[test] building the test venv $test_venv ($base_py)" >&2
+  "$base_py" -m venv "$test_venv"
+  "$test_venv/bin/python" -m pip install -q --progress-bar off -r requirements-test.txt
+  touch "$stamp"
+fi
+
+echo "[test] tier 1: pure Python ($("$test_venv/bin/python" -V))" >&2
+"$test_venv/bin/python" -m pytest tests --ignore=tests/bridge -q "$@"
+
+echo "[test] tier 2: real Megatron-Bridge" >&2
+bridge_py=$(scripts/bridge_env.sh --print-python)
+MBRIDGE_SKILL_REQUIRE_BRIDGE=1 "$bridge_py" -W ignore -m pytest tests/bridge -q -p no:cacheprovider "$@"

@@ -1,0 +1,151 @@
+"""plan: overrides, modes, presets and launch environment, against Bridge's own rules."""
+
+import pytest
+
+import skill
+from skill import UsageError
+from skill.releases import Preset, data
+
+
+def plan(**kw):
+    return skill.plan(**kw).to_dict()
+
+
+def test_seed_layout_enables_every_mode_with_minimal_overrides():
+    d = plan(tp=4, pp=4, vpp=2, gpus=64, gpu="h100")
+    assert d["data_parallel_size"] == 4
+    assert all(m["enabled"] for m in d["modes"].values())
+    assert d["overrides"] == {
+        "model.tensor_model_parallel_size": 4,
+        "model.pipeline_model_parallel_size": 4,
+        "model.virtual_pipeline_model_parallel_size": 2,
+        "model.sequence_parallel": True,
+        "comm_overlap.tp_comm_overlap": True,
+        "comm_overlap.tp_comm_overlap_cfg": None,
+        "ddp.use_distributed_optimizer": True,
+    }
+    # the plan is checked by the resolver: its effective values are the resolution of those overrides
+    again = skill.resolve(d["overrides"], gpus=64).to_dict()
+    assert again["effective"] == d["effective"]
+
+
+def test_tp1_dp1_layout_says_why_modes_are_off():
+    d = plan(tp=1, pp=1, gpus=1)
+    assert not any(m["enabled"] for m in d["modes"].values())
+    assert "TP = 1" in d["modes"]["tp"]["why"] and "DP = 1" in d["modes"]["dp"]["why"]
+    assert "model.sequence_parallel" not in d["overrides"]
+    assert "ddp.use_distributed_optimizer" not in d["overrides"]
+    assert d["overrides"]["comm_overlap.tp_comm_overlap"] is False
+
+
+def test_pp_without_vpp_is_not_overlapped():
+    d = plan(tp=2, pp=4, gpus=16)
+    assert d["modes"]["pp"]["enabled"] is False and "VPP >= 2" in d["modes"]["pp"]["why"]
+    assert d["effective"]["model"]["batch_p2p_comm"] is True
+
+
+def test_no_te_turns_tp_mode_off():
+    d = plan(tp=4, gpus=8, te=False)
+    assert d["modes"]["tp"]["enabled"] is False
+    assert d["overrides"]["comm_overlap.tp_comm_overlap"] is False
+
+
+def _flags(p: Preset) -> dict:
+    gpu = {"h100": "h100", "b200": "b200"}[p.gpu]
+    return dict(
+        tp=p.tp, cp=p.cp, gpus=p.tp * p.cp * 2, gpu=gpu, precision=p.precision, hidden_size=p.hidden_size,
+        seq_length=p.seq_length, micro_batch_size=p.micro_batch_size, lora=p.lora,
+    )
+
+
+@pytest.mark.parametrize("name", data()["tp_overlap_presets"])
+def test_every_preset_matches_exactly_the_layout_its_name_spells(name):
+    d = plan(**_flags(Preset.parse(name)))
+    assert d["preset"] == name
+    assert d["overrides"]["comm_overlap.tp_comm_overlap_cfg"] == name
+    assert d["effective"]["model"]["tp_comm_overlap_cfg"] == name
+
+
+def test_there_are_19_presets():
+    assert len(data()["tp_overlap_presets"]) == 19
+
+
+def test_blackwell_family_uses_b200_presets_like_bridge_perf_recipes():
+    d = plan(tp=2, gpus=8, gpu="gb200", hidden_size=8192, seq_length=8192, micro_batch_size=1)
+    assert d["preset"] == "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192"
+    msg = next(f["message"] for f in d["findings"] if f["id"] == "TP_PRESET_MATCHED")
+    assert "tuned on b200" in msg
+
+
+def test_no_preset_for_vr200_or_nvfp4_or_other_sizes():
+    for kw in (dict(gpu="vr200"), dict(precision="nvfp4"), dict(hidden_size=4096)):
+        args = dict(tp=2, gpus=8, gpu="h100", hidden_size=8192, seq_length=8192, micro_batch_size=1)
+        args.update(kw)
+        d = plan(**args)
+        assert d["preset"] is None
+        assert "TP_OVERLAP_DEFAULT_UB_CFG" in {f["id"] for f in d["findings"]}
+
+
+def test_missing_model_sizes_list_the_candidates():
+    d = plan(tp=4, gpus=8, gpu="h100")
+    msg = next(f["message"] for f in d["findings"] if f["id"] == "TP_OVERLAP_DEFAULT_UB_CFG")
+    assert "--hidden-size" in msg
+    assert "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048" in msg and "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192" in msg
+
+
+def test_fp8_precision_sets_the_perf_recipe_and_fp8_preset():
+    d = plan(tp=4, gpus=8, precision="fp8", hidden_size=12288, seq_length=2048, micro_batch_size=1)
+    assert d["overrides"]["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
+    assert d["preset"] == "userbuffers_fp8_h100_h12288_tp4_mbs1_seqlen2048"
+    assert d["effective"]["ddp"]["fp8_param_gather"] is True
+
+
+# CUDA_DEVICE_MAX_CONNECTIONS by release: 0.6 follows scripts/performance/utils/overrides.py
+# _apply_flat_cli_environment_compatibility, 0.5 follows recipes/run_plugins.py PerfEnvPlugin.
+@pytest.mark.parametrize(
+    "release, kw, expected",
+    [
+        ("0.6.2", dict(tp=4, gpus=8, gpu="h100"), "1"),  # Hopper with TP > 1
+        ("0.6.2", dict(cp=2, gpus=8, gpu="h100"), "1"),  # Hopper with CP > 1
+        ("0.6.2", dict(tp=1, gpus=8, gpu="h100"), "8"),
+        ("0.6.2", dict(tp=4, gpus=8, gpu="h100", moe_a2a_overlap=True), "8"),
+        ("0.6.2", dict(tp=1, gpus=8, gpu="h100", moe_flex_dispatcher_backend="deepep"), "32"),
+        ("0.6.2", dict(tp=2, gpus=2, gpu="b200"), "32"),  # Blackwell: 32 whatever the layout
+        ("0.6.2", dict(tp=2, gpus=2, gpu="r100"), "1"),  # R100 is not in 0.6's Blackwell list
+        ("0.5.1", dict(tp=2, gpus=2, gpu="b200"), "8"),  # 0.5: 32 only with TP/CP > 1 and DP/PP > 1
+        ("0.5.1", dict(tp=2, gpus=4, gpu="b200"), "32"),
+        ("0.5.1", dict(tp=2, pp=2, gpus=4, gpu="gb200"), "32"),
+        ("0.5.1", dict(tp=2, gpus=4, gpu="h100"), "1"),
+    ],
+)
+def test_cuda_device_max_connections(release, kw, expected):
+    assert plan(bridge_version=release, **kw)["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == expected
+
+
+def test_layernorm_margin_by_release():
+    assert plan(tp=2, gpus=8)["env"]["NVTE_BWD_LAYERNORM_SM_MARGIN"] == "20"
+    assert plan(tp=2, gpus=8, bridge_version="0.5.0")["env"]["NVTE_FWD_LAYERNORM_SM_MARGIN"] == "16"
+
+
+def test_p2p_chunksize_only_where_bridge_sets_it():
+    assert plan(tp=4, pp=4, gpus=64, recipe="llama3_70b")["env"]["NCCL_P2P_NET_CHUNKSIZE"] == "2097152"
+    assert plan(tp=4, pp=4, gpus=64, recipe="llama3_8b", task="sft")["env"]["NCCL_P2P_NET_CHUNKSIZE"] == "2097152"
+    assert "NCCL_P2P_NET_CHUNKSIZE" not in plan(tp=4, pp=4, gpus=64, recipe="qwen3_30b_a3b")["env"]
+    assert "NCCL_P2P_NET_CHUNKSIZE" not in plan(tp=4, pp=1, gpus=64, recipe="llama3_70b")["env"]
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(tp=3, gpus=8), "not divisible"),
+        (dict(vpp=2, gpus=8), "needs model.pipeline_model_parallel_size > 1"),
+        (dict(tp=0, gpus=8), "--tp: must be a positive integer"),
+        (dict(gpus=8, gpu="a100"), "unknown GPU type"),
+        (dict(gpus=8, precision="fp4"), "--precision"),
+        (dict(gpus=8, bridge_version="0.7.0"), "unknown Megatron-Bridge release"),
+        (dict(gpus=8, hidden_size=-1), "--hidden-size"),
+    ],
+)
+def test_bad_layouts(kw, message):
+    with pytest.raises(UsageError, match=message):
+        skill.plan(**kw)
