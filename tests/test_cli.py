@@ -1,0 +1,139 @@
+"""The command line: the JSON contract, exit statuses, one-line errors, --output/--force, no torch at start."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import skill
+from conftest import ROOT, cli_json, run_cli
+from skill.findings import catalog
+
+RESOLVE_KEYS = {"bridge_version", "data_parallel_size", "effective", "findings", "env"}
+
+
+def test_resolve_json_contract_and_api_parity():
+    args = ["model.tensor_model_parallel_size=4", "model.sequence_parallel=true", "comm_overlap.tp_comm_overlap=true"]
+    d = cli_json("resolve", "--gpus", "16", *args)
+    assert set(d) == RESOLVE_KEYS
+    assert set(d["effective"]) == {"model", "ddp", "optimizer"}
+    assert {"tp_comm_overlap", "overlap_p2p_comm", "batch_p2p_comm", "tp_comm_bootstrap_backend", "sequence_parallel"} <= set(d["effective"]["model"])
+    assert {"use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather", "bucket_size", "align_param_gather",
+            "grad_reduce_in_fp32", "fp8_param_gather"} <= set(d["effective"]["ddp"])
+    assert {"use_distributed_optimizer", "overlap_param_gather_with_optimizer_step"} <= set(d["effective"]["optimizer"])
+    assert all({"id", "severity", "message", "fix"} <= set(f) for f in d["findings"])
+    api = skill.resolve(dict(a.split("=") for a in args), gpus=16).to_dict()
+    assert api == d
+
+
+def test_plan_json_contract_and_api_parity():
+    d = cli_json("plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64")
+    assert RESOLVE_KEYS | {"layout", "overrides", "preset"} <= set(d)
+    assert d == skill.plan(tp=4, pp=4, vpp=2, gpus=64).to_dict()
+
+
+def test_resolve_exits_1_when_bridge_would_raise():
+    proc = run_cli("resolve", "--gpus", "8", "mixed_precision.fp8_param_gather=true")
+    assert proc.returncode == 1 and "FP8_PARAM_GATHER_WITHOUT_FP8" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["resolve", "--gpus", "8", "ddp.overlap_grad_reduct=true"], "did you mean 'ddp.overlap_grad_reduce'"),
+        (["resolve", "--gpus", "6", "model.tensor_model_parallel_size=4"], "not divisible"),
+        (["resolve", "--gpus", "8", "model.virtual_pipeline_model_parallel_size=2"], "virtual_pipeline_model_parallel_size=2 needs"),
+        (["resolve", "--gpus", "0"], "--gpus: must be a positive integer"),
+        (["resolve", "--gpus", "8", "--bridge-version", "9.9"], "unknown Megatron-Bridge release"),
+        (["resolve", "--gpus", "8", "comm_overlap.tp_comm_overlap_cfg=userbuffers_nope"], "unknown preset"),
+        (["resolve", "--gpus", "8", "model.tensor_model_parallel_size"], "expected KEY=VALUE"),
+        (["plan", "--gpus", "8", "--gpu", "a100"], "unknown GPU type"),
+        (["plan", "--gpus", "8", "--tp", "-2"], "--tp"),
+        (["plan", "--gpus", "8", "--precision", "int8"], "--precision"),
+        (["explain", "TP_OVERLAP_OFF"], "did you mean"),
+        (["presets", "--bridge-version", "0.4.0"], "unknown Megatron-Bridge release"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, needle):
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_malformed_yaml_config(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model:\n  tensor_model_parallel_size: [4\n")
+    proc = run_cli("resolve", "--gpus", "8", "--config", bad)
+    assert proc.returncode == 2 and "malformed YAML at line" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    notmap = tmp_path / "list.yaml"
+    notmap.write_text("- a\n- b\n")
+    proc = run_cli("resolve", "--gpus", "8", "--config", notmap)
+    assert proc.returncode == 2 and "expected a mapping" in proc.stderr
+    proc = run_cli("resolve", "--gpus", "8", "--config", tmp_path / "missing.yaml")
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+
+
+def test_output_is_written_only_when_asked_and_never_overwritten_without_force(tmp_path):
+    target = tmp_path / "snippet.py"
+    proc = run_cli("plan", "--tp", "2", "--gpus", "8", "--format", "python", "--output", target)
+    assert proc.returncode == 0 and proc.stdout == "" and target.read_text().startswith("# ")
+    target.write_text("mine")
+    proc = run_cli("plan", "--tp", "2", "--gpus", "8", "--format", "python", "--output", target)
+    assert proc.returncode == 2 and "exists; pass --force" in proc.stderr and target.read_text() == "mine"
+    proc = run_cli("plan", "--tp", "2", "--gpus", "8", "--format", "python", "--output", target, "--force")
+    assert proc.returncode == 0 and target.read_text() != "mine"
+
+
+@pytest.mark.parametrize("finding_id", list(catalog()))
+def test_explain_every_finding(finding_id):
+    proc = run_cli("explain", finding_id.lower())
+    assert proc.returncode == 0 and proc.stdout.startswith(finding_id) and "decided by:" in proc.stdout
+
+
+def test_presets_and_releases():
+    assert len(cli_json("presets")) == 19
+    table = cli_json("releases")
+    assert table["0.6.2"]["verified"] is True and table["0.5.1"]["env_vars"] is False
+
+
+def test_text_output_for_people():
+    out = run_cli("plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64").stdout
+    assert "TP: on" in out and "CUDA_DEVICE_MAX_CONNECTIONS=1" in out
+    out = run_cli("resolve", "--gpus", "8", "model.tensor_model_parallel_size=2", "comm_overlap.tp_comm_overlap=true").stdout
+    assert "WARNING TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL" in out and "fix: model.sequence_parallel=true" in out
+
+
+def test_no_command_and_help():
+    assert run_cli().returncode == 2
+    assert run_cli("--help").returncode == 0
+    assert run_cli("plan", "--help").returncode == 0
+
+
+def test_launcher_env_flag_reads_this_shell():
+    proc = run_cli("resolve", "--gpus", "8", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", "--launcher-env", "--format", "json",
+                   env={"CUDA_DEVICE_MAX_CONNECTIONS": "32"})
+    assert "LAUNCHER_ENV_WINS" in {f["id"] for f in json.loads(proc.stdout)["findings"]}
+
+
+def test_start_imports_neither_torch_nor_megatron():
+    code = (
+        "import sys, skill.cli; skill.cli.main(['plan','--tp','4','--pp','4','--vpp','2','--gpus','64','--format','python']);"
+        "bad=[m for m in sys.modules if m.split('.')[0] in ('torch','megatron','transformer_engine')]; sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_runs_in_place_from_a_copied_skill_folder(tmp_path):
+    import shutil
+
+    dest = tmp_path / "nemo-mbridge-perf-tp-dp-comm-overlap"
+    for part in ("skill", "templates", "SKILL.md"):
+        src = ROOT / part
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / part)
+    proc = run_cli("plan", "--tp", "2", "--gpus", "8", "--format", "yaml", cwd=dest)
+    assert proc.returncode == 0 and "comm_overlap:" in proc.stdout
+    assert run_cli("check-manifest", "--check-dir", cwd=dest).returncode == 0
