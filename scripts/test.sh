@@ -10,7 +10,9 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/nemo-mbridge-perf-tp-dp-comm-overlap"
 
 base_py=""
 for c in "${MBRIDGE_SKILL_TEST_PYTHON:-}" python3.10 /root/.pyenv/versions/3.10*/bin/python python3; do
-  if [ -n "$c" ] && command -v "$c" >/dev/null 2>&1; then base_py=$(command -v "$c"); break; fi
+  if [ -n "$c" ] && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; then
+    base_py=$(command -v "$c"); break
+  fi
 done
 test_venv="$cache/venv-test-$("$base_py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 stamp="$test_venv/.requirements-$(sha256sum requirements-test.txt | cut -c1-16)"

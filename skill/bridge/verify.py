@@ -8,7 +8,9 @@ Exit status: 0 when every check that ran passed and nothing required was left un
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import threading
 import time
@@ -111,8 +113,8 @@ def run(args) -> dict:
     plan = api.plan(**layout)  # bad layouts fail here, before Bridge is imported
     checkout = None if args.skip_suites else suites.find_checkout(args.mbridge_src)
     log("importing megatron.bridge (about 10 s)")
-    adapter.import_bridge()
     adapter.quiet()
+    adapter.import_bridge()
     version = adapter.bridge_version()
     checks = [check("megatron-bridge imports", "PASS", f"megatron-bridge {version} in {sys.executable}")]
     if plan.resolution.bridge_version != version:
@@ -191,10 +193,25 @@ def human(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """Bridge logs to stdout at import (handlers hold the stream), so move file descriptor 1 while it runs."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
-        report = run(args)
+        with stdout_to_stderr():
+            report = run(args)
     except UsageError as exc:
         print(f"verify: error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,81 @@
+"""The data the core ships (baseline, mixed-precision table, presets, field lists) equals the installed Bridge."""
+
+import dataclasses
+
+import pytest
+import yaml
+
+from skill import releases, schema
+from skill.bridge import adapter
+
+RELEASE = releases.get(adapter.bridge_version())
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    return adapter.baseline_config()
+
+
+def test_baseline_values_are_bridges(baseline):
+    for section, fields in schema.SECTIONS.items():
+        obj = getattr(baseline, section)
+        for name, spec in fields.items():
+            assert getattr(obj, name) == spec.default, f"{section}.{name}"
+    assert baseline.comm_overlap is None
+    assert baseline.mixed_precision == schema.BASELINE_MIXED_PRECISION
+
+
+def test_comm_overlap_defaults_are_bridges():
+    comm_overlap, _, _ = adapter.import_bridge()
+    defaults = {f.name: f.default for f in dataclasses.fields(comm_overlap.CommOverlapConfig)}
+    for name, spec in schema.COMM_OVERLAP.items():
+        if name != "tp_comm_overlap":  # a required field
+            assert defaults[name] == spec.default, name
+    modeled = set(schema.COMM_OVERLAP) | set(schema.COMM_OVERLAP_OUT_OF_SCOPE) | set(schema.COMM_OVERLAP_COMPUTED)
+    assert modeled == set(defaults), "every CommOverlapConfig field is modeled, out of scope, or computed"
+
+
+def test_mixed_precision_table_is_bridges():
+    _, _, mixed_precision = adapter.import_bridge()
+    registered = {n for n in mixed_precision.MIXED_PRECISION_RECIPES if "-" not in n}
+    assert registered == set(RELEASE.mixed_precision_recipes)
+    for name in registered:
+        real = mixed_precision.MIXED_PRECISION_RECIPES[name]()
+        for field, value in RELEASE.mixed_precision(name).items():
+            assert getattr(real, field) == value, f"{name}.{field}"
+
+
+def test_presets_are_bridges():
+    comm_overlap, _, _ = adapter.import_bridge()
+    names = sorted(n for n in dir(comm_overlap) if n.startswith("userbuffers_"))
+    assert names == sorted(releases.data()["tp_overlap_presets"])
+    shipped = yaml.safe_load((releases.DATA_DIR / "tp_overlap_presets.yaml").read_text())
+    for name in names:
+        assert adapter._plain(dataclasses.asdict(getattr(comm_overlap, name))) == adapter._plain(shipped[name]), name
+
+
+def test_field_lists_are_bridges():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("gen_bridge_data", releases.DATA_DIR.parents[1] / "scripts" / "gen_bridge_data.py")
+    gen = importlib.util.module_from_spec(spec)
+    sys.modules["gen_bridge_data"] = gen
+    spec.loader.exec_module(gen)
+    fields, _ = gen.collect()
+    shipped = yaml.safe_load((releases.DATA_DIR / "bridge_fields.yaml").read_text())
+    assert shipped == fields
+
+
+def test_effective_fields_exist_on_bridges_objects(baseline):
+    for section, names in schema.EFFECTIVE_FIELDS.items():
+        for name in names:
+            assert hasattr(getattr(baseline, section), name), f"{section}.{name}"
+
+
+def test_anchors_are_found_in_the_installed_package():
+    from skill.anchors import report
+
+    d = report(None)
+    assert d["ok"], [a for a in d["anchors"] if a["status"] == "missing"]
+    assert d["bridge_version"] == adapter.bridge_version()

@@ -1,0 +1,79 @@
+"""verify end to end (in-process, Bridge already imported): verdicts and exit statuses."""
+
+import json
+import subprocess
+
+import pytest
+
+import fixture_checkout as fx
+from skill.bridge import verify
+
+ROOT = fx.Path(__file__).resolve().parents[2]
+
+
+def run(*argv):
+    return verify.run(verify.parser().parse_args(list(map(str, argv))))
+
+
+def statuses(report):
+    return {c["check"]: c["status"] for c in report["checks"]}
+
+
+def test_all_checks_pass_over_a_fixture_checkout(tmp_path):
+    report = run("--mbridge-src", fx.make(tmp_path))
+    assert report["verdict"] == "PASS" and report["exit_code"] == 0, report["checks"]
+    s = statuses(report)
+    assert s["apply python over baseline"] == s["apply hydra over a recipe with comm_overlap"] == "PASS"
+    assert s["suite test_comm_overlap.py"] == s["anchors"] == "PASS"
+    assert report["layout"]["tp"] == 4 and report["layout"]["vpp"] == 2 and report["layout"]["gpus"] == 64
+
+
+def test_wrong_expected_count_fails(tmp_path):
+    report = run("--mbridge-src", fx.make(tmp_path), "--expect-passed", "36")
+    assert report["exit_code"] == 1
+    check = next(c for c in report["checks"] if c["check"] == "suite test_comm_overlap.py")
+    assert check["status"] == "FAIL" and "3 passed, expected 36" in check["detail"]
+
+
+def test_tampered_snippet_files_fail_with_the_field(tmp_path):
+    folder = tmp_path / "snippets"
+    run("--skip-suites", "--save-snippets", folder)
+    path = folder / "python.py"
+    path.write_text(path.read_text().replace("virtual_pipeline_model_parallel_size = 2", "virtual_pipeline_model_parallel_size = 4"))
+    report = run("--skip-suites", "--snippets", folder)
+    assert report["exit_code"] == 1
+    check = next(c for c in report["checks"] if c["check"] == "apply python over baseline")
+    assert check["status"] == "FAIL" and "model.virtual_pipeline_model_parallel_size: predicted 2, Bridge 4" in check["detail"]
+
+
+def test_save_snippets_never_overwrites_without_force(tmp_path):
+    folder = tmp_path / "s"
+    run("--skip-suites", "--save-snippets", folder)
+    with pytest.raises(verify.UsageError, match="exists; pass --force"):
+        run("--skip-suites", "--save-snippets", folder)
+    run("--skip-suites", "--save-snippets", folder, "--force")
+
+
+def test_without_checkout_the_verdict_is_incomplete(monkeypatch):
+    monkeypatch.setattr(verify.suites, "find_checkout", lambda explicit=None: None)
+    report = run()
+    assert report["verdict"] == "INCOMPLETE" and report["exit_code"] == 3
+    assert all(c["status"] == "NOT RUN" for c in report["checks"] if c["check"].startswith("suite"))
+    assert statuses(report)["apply yaml over baseline"] == "PASS"
+
+
+def test_other_layouts_and_bad_input():
+    report = run("--skip-suites", "--tp", "2", "--pp", "2", "--vpp", "0", "--gpus", "8", "--precision", "fp8", "--gpu", "b200")
+    assert report["exit_code"] == 0, report["checks"]
+    with pytest.raises(verify.UsageError, match="not divisible"):
+        run("--skip-suites", "--tp", "3", "--gpus", "8")
+
+
+def test_verify_sh_json_and_exit_status(tmp_path):
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "verify.sh"), "--mbridge-src", str(fx.make(tmp_path, comm_overlap=fx.FAILING)), "--json"],
+        capture_output=True, text=True, timeout=600,
+    )
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and report["verdict"] == "FAIL"
+    assert statuses(report)["suite test_comm_overlap.py"] == "FAIL"
