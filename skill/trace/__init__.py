@@ -7,8 +7,17 @@ Both results have .to_dict(), equal to `python -m skill trace ... --format json`
 used (no torch, pandas or HolisticTraceAnalysis); the overlap figure follows HTA's get_comm_comp_overlap.
 """
 
-from .compare import TraceComparison, compare
-from .job import analyze
-from .report import RankReport, TraceReport
-
 __all__ = ["analyze", "compare", "TraceReport", "TraceComparison", "RankReport"]
+
+_WHERE = {"analyze": "job", "compare": "compare", "TraceComparison": "compare", "TraceReport": "report", "RankReport": "report"}
+
+
+def __getattr__(name):
+    """Import the analysis modules on first use, so `python -m skill plan` does not pay for them."""
+    if name in _WHERE:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value  # importing the submodule `compare` bound the module to this name; rebind it
+        return value
+    raise AttributeError(name)

@@ -1,0 +1,56 @@
+"""Cold-start benchmark of the skill's main command (goal: 0.3 s on the project's 2-core machine).
+
+    python scripts/bench_cli.py [--runs 15] [--goal 0.3] [--python PYTHON]
+
+Each run is a fresh `python -m skill plan ...` process from the skill folder, as an agent runs it; the median
+wall time is compared with the goal (exit 1 when over). Python's own start-up is measured too, for scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMANDS = {
+    "plan (text)": ["-m", "skill", "plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--gpu", "h100"],
+    "plan --format json": ["-m", "skill", "plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--format", "json"],
+    "plan --format yaml": ["-m", "skill", "plan", "--tp", "4", "--gpus", "8", "--hidden-size", "12288", "--seq-length", "2048",
+                           "--micro-batch-size", "1", "--format", "yaml"],
+    "resolve --format json": ["-m", "skill", "resolve", "--gpus", "64", "model.tensor_model_parallel_size=4", "comm_overlap.tp_comm_overlap=true",
+                              "--format", "json"],
+    "python -c pass (floor)": ["-c", "pass"],
+}
+
+
+def timed(python: str, args: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run([python, *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", type=int, default=15)
+    p.add_argument("--goal", type=float, default=0.3)
+    p.add_argument("--python", default=sys.executable)
+    args = p.parse_args()
+    timed(args.python, COMMANDS["plan (text)"])  # warm the OS file cache, not Python: each run is a new process
+    print(f"{'command':<24} {'median s':>9} {'min s':>7} {'max s':>7}   ({args.runs} cold runs each, {args.python})")
+    over = []
+    for name, cmd in COMMANDS.items():
+        times = [timed(args.python, cmd) for _ in range(args.runs)]
+        median = statistics.median(times)
+        print(f"{name:<24} {median:9.3f} {min(times):7.3f} {max(times):7.3f}")
+        if "floor" not in name and median > args.goal:
+            over.append(name)
+    print(f"goal: median under {args.goal} s: " + ("met" if not over else f"NOT met by {', '.join(over)}"))
+    return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
