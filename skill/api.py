@@ -19,6 +19,7 @@ class Resolution:
     effective: dict
     findings: list
     env: dict
+    state: resolver.State | None = field(default=None, repr=False, compare=False)  # how Bridge got there
 
     def to_dict(self) -> dict:
         return {
@@ -67,16 +68,21 @@ def resolve(
     release = releases.get(bridge_version)
     if isinstance(config, (str, os.PathLike)):
         config = request.read_config_file(config)
-    req = request.build(release, overrides, config)
+    return resolve_request(request.build(release, overrides, config), gpus=gpus, te=te, launcher_env=launcher_env)
+
+
+def resolve_request(req: request.Request, *, gpus: int, te: bool = True, launcher_env: Mapping[str, str] | None = None) -> Resolution:
+    """resolve() for a request already built (lint and diff build theirs from saved run configs)."""
     check_layout(req.model, gpus)
     state = resolver.run(req, gpus, te)
     found = checks.collect(state) + list(_launcher_env_findings(req, launcher_env))
     return Resolution(
-        bridge_version=release.version,
+        bridge_version=req.release.version,
         data_parallel_size=state.data_parallel_size,
         effective=state.effective(),
         findings=findings.sort(found),
         env={k: str(v) for k, v in req.env_vars.items()},
+        state=state,
     )
 
 

@@ -83,14 +83,20 @@ def pp_overlap(state: State):
     model = state.model
     if model["pipeline_model_parallel_size"] > 1 and not model["overlap_p2p_comm"]:
         vpp = model["virtual_pipeline_model_parallel_size"]
-        why = "no comm_overlap section" if state.request.comm_overlap is None else f"virtual_pipeline_model_parallel_size={vpp}"
-        if state.request.comm_overlap is not None and (vpp or 1) > 1:
-            why = "comm_overlap.overlap_p2p_comm=false was requested"
+        user = state.request.comm_overlap
+        if user is None:
+            why, fix = "no comm_overlap section", "comm_overlap.tp_comm_overlap=false (any comm_overlap section lets Bridge select it; true with TP >= 2 and sequence parallel)"
+        elif (vpp or 1) > 1:
+            why, fix = "comm_overlap.overlap_p2p_comm=false was requested", "comm_overlap.overlap_p2p_comm=true comm_overlap.batch_p2p_comm=false"
+        else:
+            why, fix = f"virtual_pipeline_model_parallel_size={vpp}", "model.virtual_pipeline_model_parallel_size=2 (or more; the layers must split evenly over PP x VPP)"
+        if user is None and (vpp or 1) <= 1:
+            fix = "model.virtual_pipeline_model_parallel_size=2 (or more) and a comm_overlap section"
         yield make(
             "PP_OVERLAP_NOT_SELECTED",
             f"PP={model['pipeline_model_parallel_size']} runs without P2P overlap ({why}); "
             f"batch_p2p_comm={str(model['batch_p2p_comm']).lower()}",
-            "model.virtual_pipeline_model_parallel_size=2 (or more; layers must split evenly) with a comm_overlap section",
+            fix,
             ["model.pipeline_model_parallel_size", "model.virtual_pipeline_model_parallel_size"],
         )
 

@@ -81,6 +81,24 @@ def build_parser() -> argparse.ArgumentParser:
     _release_flags(p)
     _common(p, formats=("text", "json", "python", "yaml", "hydra", "env", "env_vars"))
 
+    p = sub.add_parser("lint", help="every finding for a run config, and the overlap it left on the table")
+    p.add_argument("config", help="run_config.yaml, a checkpoint or iteration directory holding one, or a plan override file")
+    p.add_argument("--gpus", type=_positive_int("--gpus"), help="GPU count (default: from the saved comm_overlap.data_parallel_size)")
+    p.add_argument("--gpu", help="GPU type, to check the tuned preset and the launch environment")
+    p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
+    _release_flags(p)
+    _common(p)
+
+    p = sub.add_parser("diff", help="the overlap-relevant changes between two run configs, with causes, ranked")
+    p.add_argument("before", help="the faster run's config (file, checkpoint or iteration directory)")
+    p.add_argument("after", help="the slower run's config")
+    p.add_argument("--gpus", type=_positive_int("--gpus"), help="GPU count of both runs, where a config does not record it")
+    p.add_argument("--gpus-before", type=_positive_int("--gpus-before"), help="GPU count of BEFORE")
+    p.add_argument("--gpus-after", type=_positive_int("--gpus-after"), help="GPU count of AFTER")
+    p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
+    _release_flags(p)
+    _common(p)
+
     p = sub.add_parser("presets", help="the tuned TP userbuffers presets and what each was tuned for")
     _release_flags(p)
     _common(p)
@@ -170,6 +188,27 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_lint(args) -> int:
+    from .lint import lint
+
+    result = lint(args.config, gpus=args.gpus, gpu=args.gpu, te=args.te, bridge_version=args.bridge_version)
+    d = result.to_dict()
+    _emit(args, _json(d) if args.format == "json" else text.lint(d))
+    return 1 if result.errors else 0
+
+
+def cmd_diff(args) -> int:
+    from .diff import diff
+
+    result = diff(
+        args.before, args.after, gpus_before=args.gpus_before or args.gpus, gpus_after=args.gpus_after or args.gpus,
+        te=args.te, bridge_version=args.bridge_version,
+    )
+    d = result.to_dict()
+    _emit(args, _json(d) if args.format == "json" else text.diff(d))
+    return 0
+
+
 def cmd_presets(args) -> int:
     items = api.presets(args.bridge_version)
     _emit(args, _json(items) if args.format == "json" else text.presets(items))
@@ -216,6 +255,8 @@ def cmd_trace(args) -> int:
 COMMANDS = {
     "resolve": cmd_resolve,
     "plan": cmd_plan,
+    "lint": cmd_lint,
+    "diff": cmd_diff,
     "presets": cmd_presets,
     "explain": cmd_explain,
     "releases": cmd_releases,

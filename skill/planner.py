@@ -53,7 +53,7 @@ def make_plan(
     )
     dp = gpus // (tp * pp * cp)
     tp_applies = tp >= 2 and te
-    preset, preset_notes = _match_preset(release, gpu_info, prec["preset"], sizes, lora, tp_applies)
+    preset, preset_notes = match_preset(release, gpu_info, prec["preset"], sizes, lora, tp_applies)
 
     overrides: dict = {"model.tensor_model_parallel_size": tp, "model.pipeline_model_parallel_size": pp}
     if vpp is not None:
@@ -98,7 +98,7 @@ def _precision(name: str) -> dict:
     return table[name]
 
 
-def _match_preset(release, gpu_info, precision, sizes, lora, tp_applies):
+def match_preset(release, gpu_info, precision, sizes, lora, tp_applies):
     """The preset whose name matches the layout exactly; else a note saying why none does."""
     if not tp_applies:
         return None, []

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from . import schema
 from .errors import UsageError
 from .releases import Release
-from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_INT, PRESET
+from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, PRESET
 from .suggest import closest
 
 _NULLS = {"null", "none", "~"}
@@ -46,6 +46,7 @@ class Request:
     env_vars: dict = field(default_factory=dict)
     explicit: dict = field(default_factory=dict)  # dotted key -> value the user set
     unmodeled: list = field(default_factory=list)  # real Bridge keys the resolver does not model
+    skipped: list = field(default_factory=list)  # config keys this release does not have (strict=False)
     launch_env_fields: list = field(default_factory=list)  # comm_overlap.<env knob> the user tried
 
     @classmethod
@@ -99,7 +100,7 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
         else:
             value = text
     if value is None:
-        if spec.kind in (OPT_INT, OPT_BOOL, PRESET):
+        if spec.kind in (OPT_INT, OPT_BOOL, OPT_CHOICE, PRESET):
             return None
         raise UsageError(f"{key}: cannot be null")
     if spec.kind in (BOOL, OPT_BOOL) and not isinstance(value, bool):
@@ -109,7 +110,7 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
             raise UsageError(f"{key}: expected an integer, got {raw!r}")
         if value < 1:
             raise UsageError(f"{key}: must be a positive integer, got {value}")
-    if spec.kind == CHOICE and value not in spec.choices:
+    if spec.kind in (CHOICE, OPT_CHOICE) and value not in spec.choices:
         raise UsageError(f"{key}: expected one of {', '.join(spec.choices)}, got {raw!r}")
     if spec.kind == PRESET:
         if not isinstance(value, str):
@@ -251,53 +252,79 @@ def _known_fields() -> dict:
     return _FIELDS_CACHE
 
 
-def build(release: Release, overrides: Mapping[str, Any] | None = None, config: Mapping | None = None) -> Request:
-    """The request: baseline, then the config file's values, then the overrides, in that order."""
+def build(release: Release, overrides: Mapping[str, Any] | None = None, config: Mapping | None = None, strict: bool = True) -> Request:
+    """The request: baseline, then the config file's values, then the overrides, in that order.
+
+    strict=False (lint, diff) skips config sections and fields this release does not have instead of failing;
+    they are listed in `request.skipped`."""
     req = Request.baseline(release)
-    for key, value in flatten_config(config or {}, release):
+    items, req.skipped = flatten_config(config or {}, release, strict)
+    for key, value in items:
         req.set(key, value)
     for key, value in (overrides or {}).items():
         req.set(key, value)
     return req
 
 
-def flatten_config(config: Mapping, release: Release):
-    """Dotted (key, value) pairs from a ConfigContainer-shaped mapping, skipping `_target_` keys."""
+def flatten_config(config: Mapping, release: Release, strict: bool = True) -> tuple[list, list]:
+    """Dotted (key, value) pairs from a ConfigContainer-shaped mapping, `_target_` keys dropped, and the keys
+    skipped because this release has no such section or field (strict: a UsageError instead).
+
+    Only the sections the resolver models are read; a dumped run config carries every field of every section."""
     if not isinstance(config, Mapping):
         raise UsageError("config: expected a mapping of sections (model:, ddp:, ...) at the top level")
+    items, skipped = [], []
+    known = _known_fields()
     for section, body in config.items():
-        if section == "comm_overlap" and body is None:
-            yield "comm_overlap", None
-        elif section == "mixed_precision" and not isinstance(body, Mapping):
-            yield "mixed_precision", body
-        elif section == "mixed_precision":
-            yield from _flatten_mixed_precision(body)
+        if section == "_target_":
+            continue
+        if section not in _SETTERS:
+            if section not in known:
+                _unknown(f"{section}", strict, skipped, list(_SETTERS) + list(known))
+            continue  # a real section that takes no part in overlap selection
+        if section == "mixed_precision" and isinstance(body, Mapping):
+            items += _flatten_mixed_precision(body)
+        elif section == "env_vars" and isinstance(body, Mapping):
+            items += [(f"env_vars.{k}", v) for k, v in body.items()]
         elif isinstance(body, Mapping):
-            yield from _flatten_section(section, body, release)
-        elif section in _SETTERS or section in _known_fields():
-            if body is not None:
-                yield section, body
-        else:
-            yield f"{section}.", body
+            items += _flatten_section(section, body, release, strict, skipped)
+        elif section in ("comm_overlap", "mixed_precision") or body is not None:
+            items.append((section, body))
+    return items, skipped
 
 
-def _flatten_section(section: str, body: Mapping, release: Release):
-    modeled = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP}.get(section)
+def _unknown(key: str, strict: bool, skipped: list, choices) -> None:
+    if strict:
+        section, _, name = key.partition(".")
+        hint = closest(name or section, choices)
+        raise UsageError(f"config: '{key}' is not in Megatron-Bridge's config" + (f"; did you mean '{hint}'?" if hint else ""))
+    skipped.append(key)
+
+
+def _flatten_section(section: str, body: Mapping, release: Release, strict: bool, skipped: list) -> list:
+    modeled = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP}[section]
+    extra = set(schema.COMM_OVERLAP_OUT_OF_SCOPE) | set(schema.COMM_OVERLAP_COMPUTED) if section == "comm_overlap" else set()
+    known = _known_fields().get(section, frozenset())
+    out = []
     for name, value in body.items():
         if name == "_target_":
             continue
+        if name not in modeled and name not in extra:
+            if name not in known and name.lower() not in schema.LAUNCH_ENV_NAMES:
+                _unknown(f"{section}.{name}", strict, skipped, list(modeled) + list(known))
+                continue
+            if name.lower() not in schema.LAUNCH_ENV_NAMES:
+                continue  # a real field that takes no part in overlap selection
         if section == "comm_overlap" and name == "tp_comm_overlap_cfg" and isinstance(value, Mapping):
             value = preset_name_of(value, release)
-        if modeled is not None and name not in modeled and section in _known_fields():
-            continue  # a dumped config carries every field; only the modeled ones matter here
-        yield f"{section}.{name}", value
+        out.append((f"{section}.{name}", value))
+    return out
 
 
-def _flatten_mixed_precision(body: Mapping):
-    yield "mixed_precision", "bf16_mixed" if body.get("bf16", True) else "fp16_mixed"
-    for name in schema.MIXED_PRECISION:
-        if name in body:
-            yield f"mixed_precision.{name}", body[name]
+def _flatten_mixed_precision(body: Mapping) -> list:
+    """A dumped MixedPrecisionConfig: the bf16 or fp16 base recipe with every modeled field as saved."""
+    out = [("mixed_precision", "bf16_mixed" if body.get("bf16", True) else "fp16_mixed")]
+    return out + [(f"mixed_precision.{name}", body[name]) for name in schema.MIXED_PRECISION if name in body]
 
 
 def preset_name_of(value: Mapping, release: Release) -> str | None:

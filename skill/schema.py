@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 BOOL, INT, OPT_INT, OPT_BOOL, CHOICE, PRESET = "bool", "int", "opt_int", "opt_bool", "choice", "preset"
+OPT_CHOICE = "opt_choice"
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ MIXED_PRECISION = {
     "fp8_param_gather": Field(BOOL),
     "reuse_grad_buf_for_mxfp8_param_ag": Field(BOOL),
     "fp8_recipe": Field(CHOICE, None, ("tensorwise", "delayed", "mxfp8", "blockwise")),
+    "fp8": Field(OPT_CHOICE, None, ("hybrid", "e4m3")),
 }
 
 SECTIONS = {"model": MODEL, "ddp": DDP, "optimizer": OPTIMIZER}

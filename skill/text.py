@@ -92,3 +92,32 @@ def anchors(d: dict) -> str:
             lines.append(f"  {a['status']:<8} {a['id']}: {a['file']}  ({a['note']})")
     lines.append("anchors: ok" if d["ok"] else "anchors: MISSING (see above)")
     return "\n".join(lines) + "\n"
+
+
+def lint(d: dict) -> str:
+    lay = d["layout"]
+    kind = "saved run config" if d["saved_run_config"] else "override file"
+    lines = [
+        f"lint {d['config']} ({kind}), Megatron-Bridge {d['bridge_version']}",
+        f"layout: TP={lay['tp']} PP={lay['pp']} VPP={_fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} GPUs, DP={lay['dp']}",
+        "",
+    ]
+    lines += _findings(d["findings"])
+    lines += [f"note: {n}" for n in d["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def diff(d: dict) -> str:
+    lines = [f"diff {d['before']} -> {d['after']} (Megatron-Bridge {d['bridge_version']})"]
+    lines += [f"WARNING: {w}" for w in d["warnings"]]
+    changes = d["overlap_changes"]
+    lines += ["", "overlap settings that changed, most step-time impact first:" if changes else "overlap settings: no change"]
+    for i, c in enumerate(changes, 1):
+        lines.append(f"  {i}. {c['key']}: {_fmt(c['before'])} -> {_fmt(c['after'])}")
+        lines.append(f"     why: {c['message']} [{c['rule']}]")
+        lines.append(f"     restore: {c['fix'] or 'no config override restores it'}")
+    other = d["other_changes"]
+    lines += ["", "other communication-relevant changes:" if other else "other communication-relevant changes: none"]
+    lines += [f"  {o['label']} ({o['key']}): {_fmt(o['before'])} -> {_fmt(o['after'])}" for o in other]
+    lines.append(f"\n{d['ignored_changes']} changed keys with no bearing on communication (paths, logging, ...) ignored")
+    return "\n".join(lines) + "\n"

@@ -99,7 +99,7 @@ _APPLY = {"python": _apply_python, "yaml": _apply_yaml, "hydra": _apply_hydra, "
 def base_config(base: dict):
     """Bridge's baseline with a recipe's own config (same shape as resolve's --config) applied the Python way."""
     cfg = adapter.baseline_config()
-    overrides = dict(request.flatten_config(base, releases.get(adapter.bridge_version())))
+    overrides = dict(request.flatten_config(base, releases.get(adapter.bridge_version()))[0])
     adapter.apply_overrides(cfg, overrides)
     return cfg
 
