@@ -23,6 +23,14 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# The real traces of the trace-agreement tests live outside the repository (never copied in): beside the
+# checkout as ../shared, or in the workplace's shared folder when CI clones elsewhere.
+if [ -z "${MBRIDGE_SKILL_TRACES:-}" ]; then
+  for d in "$root/../shared/data/traces" /work/shared/data/traces; do
+    if [ -d "$d" ]; then export MBRIDGE_SKILL_TRACES="$d"; break; fi
+  done
+fi
+
 echo "[test] tier 1: pure Python ($("$test_venv/bin/python" -V))" >&2
 "$test_venv/bin/python" -m pytest tests --ignore=tests/bridge -q "$@"
 

@@ -1,0 +1,202 @@
+"""lint and diff on real run configs saved by Megatron-Bridge 0.6.2 (tests/data/run_configs, made by
+scripts/gen_run_configs.py; tests/bridge checks they are what Bridge writes). Expected causes follow Bridge's
+rules: TP overlap needs sequence parallel and TP >= 2, PP overlap needs VPP > 1, DP overlap needs DP > 1 and the
+distributed optimizer, fp8_param_gather comes from the mixed-precision recipe."""
+
+import json
+import shutil
+
+import pytest
+
+import skill.diff
+import skill.lint
+from conftest import ROOT, run_cli
+from skill import UsageError
+
+RUNS = ROOT / "tests" / "data" / "run_configs"
+
+
+def d(after, **kw):
+    return skill.diff.diff(RUNS / "baseline.yaml", RUNS / f"{after}.yaml", **kw).to_dict()
+
+
+def by_key(result):
+    return {c["key"]: c for c in result["overlap_changes"]}
+
+
+def test_sequence_parallel_off():
+    r = d("sequence_parallel_off")
+    assert list(by_key(r)) == ["model.tp_comm_overlap"]
+    c = by_key(r)["model.tp_comm_overlap"]
+    assert (c["before"], c["after"]) == (True, False)
+    assert c["cause_keys"] == ["model.sequence_parallel"] and c["rule"] == "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"
+    assert c["fix"] == "model.sequence_parallel=true"
+
+
+def test_vpp_removed():
+    r = d("vpp_removed")
+    changes = by_key(r)
+    assert set(changes) == {"model.overlap_p2p_comm", "model.batch_p2p_comm", "ddp.align_param_gather"}
+    assert changes["model.batch_p2p_comm"]["after"] is True
+    for c in changes.values():
+        assert c["cause_keys"] == ["model.virtual_pipeline_model_parallel_size"]
+        assert c["fix"] == "model.virtual_pipeline_model_parallel_size=2"
+    assert changes["model.overlap_p2p_comm"]["rule"] == "PP_OVERLAP_SELECTION"
+    assert [o["key"] for o in r["other_changes"]] == ["model.virtual_pipeline_model_parallel_size"]
+
+
+def test_gpu_count_reduced_to_dp1():
+    r = d("dp1")
+    changes = by_key(r)
+    assert set(changes) == {"ddp.overlap_grad_reduce", "ddp.overlap_param_gather", "ddp.align_param_gather", "ddp.bucket_size"}
+    for c in changes.values():
+        assert c["cause_keys"] == ["gpus"] and c["rule"] == "DP_SIZE_ONE" and c["fix"] is None
+    assert "DP 4 -> 1" in changes["ddp.overlap_grad_reduce"]["message"]
+    other = {o["key"]: (o["before"], o["after"]) for o in r["other_changes"]}
+    assert other["gpus"] == (64, 16) and other["data_parallel_size"] == (4, 1)
+
+
+def test_distributed_optimizer_off():
+    changes = by_key(d("distributed_optimizer_off"))
+    assert set(changes) == {"ddp.use_distributed_optimizer", "ddp.align_param_gather", "ddp.bucket_size"}
+    assert changes["ddp.bucket_size"]["rule"] == "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER"
+    assert all(c["cause_keys"] == ["ddp.use_distributed_optimizer"] for c in changes.values())
+    assert changes["ddp.use_distributed_optimizer"]["fix"] == "ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true"
+
+
+def test_fp8_param_gather_recipe():
+    changes = by_key(d("fp8_param_gather"))
+    assert list(changes) == ["ddp.fp8_param_gather"]
+    assert changes["ddp.fp8_param_gather"]["rule"] == "PRECISION_FROM_MIXED_PRECISION"
+
+
+def test_tp_reduced_to_1():
+    r = d("tp1")
+    changes = by_key(r)
+    assert list(changes) == ["model.tp_comm_overlap"]
+    c = changes["model.tp_comm_overlap"]
+    assert c["cause_keys"] == ["model.tensor_model_parallel_size"] and c["rule"] == "TP_OVERLAP_OFF_TP_SIZE"
+
+
+def test_comm_overlap_removed():
+    changes = by_key(d("no_comm_overlap", gpus_after=64))
+    assert {"model.tp_comm_overlap", "model.overlap_p2p_comm", "ddp.bucket_size"} <= set(changes)
+    assert all(c["cause_keys"] == ["comm_overlap"] and c["rule"] == "COMM_OVERLAP_ABSENT" for c in changes.values())
+    assert "comm_overlap.tp_comm_overlap=true" in changes["model.tp_comm_overlap"]["fix"]
+
+
+def test_ranked_by_impact():
+    r = d("no_comm_overlap", gpus_after=64)
+    impacts = [c["impact"] for c in r["overlap_changes"]]
+    assert impacts == sorted(impacts, reverse=True)
+    assert r["overlap_changes"][0]["key"] == "model.tp_comm_overlap"
+
+
+def test_nothing_irrelevant_and_never_silently_empty():
+    same = d("baseline")
+    assert same["overlap_changes"] == [] and same["other_changes"] == []
+    other = d("other_model")
+    assert other["overlap_changes"] == [] and any("different models" in w for w in other["warnings"])
+    assert d("sequence_parallel_off")["ignored_changes"] == 3  # checkpoint save/load and tensorboard paths
+
+
+def test_lint_flags_the_contradiction_in_each_after_config():
+    expected = {
+        "sequence_parallel_off": "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL",
+        "vpp_removed": "PP_OVERLAP_NOT_SELECTED",
+        "dp1": "DP_SIZE_ONE",
+        "distributed_optimizer_off": "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER",
+        "fp8_param_gather": "PRESET_NOT_USED",
+        "tp1": "TP_OVERLAP_OFF_TP_SIZE",
+    }
+    for name, finding in expected.items():
+        ids = {f["id"] for f in skill.lint.lint(RUNS / f"{name}.yaml", gpu="h100").to_dict()["findings"]}
+        assert finding in ids, (name, ids)
+
+
+def test_lint_baseline_is_clean_and_saved_values_agree():
+    r = skill.lint.lint(RUNS / "baseline.yaml", gpu="h100").to_dict()
+    assert {f["severity"] for f in r["findings"]} <= {"info"}
+    assert "SAVED_EFFECTIVE_DIFFERS" not in {f["id"] for f in r["findings"]}
+    assert r["layout"]["gpus"] == 64 and r["data_parallel_size"] == 4
+
+
+def test_lint_catches_an_edited_run_config(tmp_path):
+    text = (RUNS / "baseline.yaml").read_text().replace("  overlap_grad_reduce: true\n", "  overlap_grad_reduce: false\n", 1)
+    path = tmp_path / "edited.yaml"
+    path.write_text(text)
+    ids = {f["id"] for f in skill.lint.lint(path).to_dict()["findings"]}
+    assert "SAVED_EFFECTIVE_DIFFERS" in ids
+
+
+def test_lint_left_on_the_table(tmp_path):
+    r = skill.lint.lint(RUNS / "no_comm_overlap.yaml", gpus=64, gpu="h100").to_dict()
+    ids = {f["id"]: f for f in r["findings"]}
+    assert "MODE_LEFT_OFF" in ids and "comm_overlap.tp_comm_overlap=true" in ids["MODE_LEFT_OFF"]["fix"]
+    assert "PP_OVERLAP_NOT_SELECTED" in ids
+    wrong_env = (RUNS / "baseline.yaml").read_text().replace("CUDA_DEVICE_MAX_CONNECTIONS: 1", "CUDA_DEVICE_MAX_CONNECTIONS: 32")
+    path = tmp_path / "env.yaml"
+    path.write_text(wrong_env)
+    env = next(f for f in skill.lint.lint(path, gpu="h100").to_dict()["findings"] if f["id"] == "LAUNCH_ENV_DIFFERS_FROM_BRIDGE")
+    assert env["fix"] == "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1"
+
+
+def test_checkpoint_and_iteration_directories(tmp_path):
+    ckpt = tmp_path / "checkpoints"
+    for it, name in ((100, "baseline"), (200, "sequence_parallel_off")):
+        (ckpt / f"iter_{it:07d}").mkdir(parents=True)
+        shutil.copy(RUNS / f"{name}.yaml", ckpt / f"iter_{it:07d}" / "run_config.yaml")
+    newest = skill.lint.lint(ckpt).to_dict()
+    assert newest["config"].endswith("iter_0000200/run_config.yaml")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("100\n")
+    assert skill.lint.lint(ckpt).to_dict()["config"].endswith("iter_0000100/run_config.yaml")
+    r = skill.diff.diff(ckpt / "iter_0000100", ckpt / "iter_0000200").to_dict()
+    assert [c["key"] for c in r["overlap_changes"]] == ["model.tp_comm_overlap"]
+
+
+def test_plan_override_file_as_input(tmp_path):
+    path = tmp_path / "plan.yaml"
+    proc = run_cli("plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--format", "yaml", "--output", path)
+    assert proc.returncode == 0
+    r = skill.lint.lint(path, gpus=64).to_dict()
+    assert r["saved_run_config"] is False and r["effective"]["model"]["tp_comm_overlap"] is True
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p / "missing.yaml", "no such file or directory"),
+        (lambda p: (p / "empty_dir").mkdir() or p / "empty_dir", "no run_config.yaml there"),
+        (lambda p: (p / "list.yaml").write_text("- 1\n- 2\n") and p / "list.yaml", "expected a mapping"),
+        (lambda p: (p / "bad.yaml").write_text("model: [1,\n") and p / "bad.yaml", "malformed YAML"),
+    ],
+)
+def test_bad_input(tmp_path, make, message):
+    with pytest.raises(UsageError, match=message):
+        skill.lint.lint(make(tmp_path), gpus=8)
+
+
+def test_config_of_another_release_is_a_marked_warning(tmp_path):
+    text = (RUNS / "baseline.yaml").read_text() + "future_section:\n  knob: 1\n"
+    text = text.replace("  tp_comm_overlap: true\n", "  tp_comm_overlap: true\n  future_knob: 3\n", 1)
+    path = tmp_path / "future.yaml"
+    path.write_text(text)
+    r = skill.lint.lint(path).to_dict()
+    assert any("future_section" in n and "another release" in n for n in r["notes"])
+    r = skill.diff.diff(RUNS / "baseline.yaml", path).to_dict()
+    assert any("future_section" in w for w in r["warnings"])
+
+
+def test_cli_json_and_one_line_errors(tmp_path):
+    proc = run_cli("diff", RUNS / "baseline.yaml", RUNS / "dp1.yaml", "--format", "json")
+    assert proc.returncode == 0
+    data = json.loads(proc.stdout)
+    assert {"key", "before", "after", "cause_keys", "rule", "message", "fix", "impact"} <= set(data["overlap_changes"][0])
+    proc = run_cli("diff", RUNS / "baseline.yaml", RUNS / "no_comm_overlap.yaml")
+    assert proc.returncode == 2 and "--gpus-after" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    proc = run_cli("diff", RUNS / "baseline.yaml", RUNS / "no_comm_overlap.yaml", "--gpus", "64")
+    assert proc.returncode == 0 and "COMM_OVERLAP_ABSENT" in proc.stdout
+    proc = run_cli("lint", tmp_path)
+    assert proc.returncode == 2 and "no run_config.yaml" in proc.stderr
+    for rule in {c["rule"] for c in data["overlap_changes"]}:
+        assert run_cli("explain", rule).returncode == 0
