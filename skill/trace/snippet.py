@@ -10,9 +10,7 @@ profiler counts iterations of this run from 1, also after a resume) and export_c
 from __future__ import annotations
 
 import re
-from functools import lru_cache
-from pathlib import Path
-
+from .. import render as templates
 from ..errors import UsageError
 
 RELEASE = "0.6.2"
@@ -51,26 +49,6 @@ def parse_ranks(text: str | None, allow_all: bool) -> tuple[int, ...] | None:
     return tuple(ranks)
 
 
-def _template_dir() -> Path:
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here / "templates", here.parent / "templates"):
-        if candidate.is_dir():
-            return candidate
-    raise FileNotFoundError("templates/ not found beside the skill package")
-
-
-@lru_cache(maxsize=None)
-def _env():
-    import jinja2
-
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(_template_dir())),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
-
-
 def describe(start: int, end: int, ranks: tuple[int, ...]) -> tuple[str, str]:
     who = "every rank" if not ranks else ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
     steps = f"ProfilerStep#{start}" if end - start == 1 else f"ProfilerStep#{start}..#{end - 1}"
@@ -88,8 +66,9 @@ def render(form: str, start: int, end: int, ranks: tuple[int, ...]) -> str:
     if not all(isinstance(r, int) and r >= 0 for r in ranks) or not (1 <= start < end):
         raise UsageError("profiler snippet: steps or ranks out of range")
     purpose, totals = describe(start, end, ranks)
-    return _env().get_template(FORMS[form]).render(
-        purpose=purpose, totals=totals, release=RELEASE, start=int(start), end=int(end), ranks=[int(r) for r in ranks]
+    return templates.render(
+        FORMS[form], purpose=purpose, totals=totals, release=RELEASE, start=int(start), end=int(end),
+        ranks=[int(r) for r in ranks],
     )
 
 
