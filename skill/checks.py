@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .findings import Finding, make
 from .resolver import DP_BUCKET_SIZE, State
+from .text import fmt
 
 _TP_OFF = {
     "tp_size": (
@@ -117,17 +118,17 @@ def overwritten(state: State):
         name = key.partition(".")[2]
         if by == "comm_overlap":
             fid = "MODEL_KNOB_OVERWRITTEN" if section == "model" else "DP_OVERLAP_KNOB_OVERWRITTEN"
-            fix = f"comm_overlap.{name}={_fmt(requested)}"
+            fix = f"comm_overlap.{name}={fmt(requested)}"
             if name == "use_distributed_optimizer":
                 continue
         elif by == "mixed_precision":
-            fid, fix = "PRECISION_KNOB_OVERWRITTEN", f"mixed_precision.{name}={_fmt(requested)}"
+            fid, fix = "PRECISION_KNOB_OVERWRITTEN", f"mixed_precision.{name}={fmt(requested)}"
         elif name == "overlap_param_gather":
             fid = "PARAM_GATHER_FORCED_ON"
             fix = "ddp.overlap_param_gather=false and optimizer.overlap_param_gather=false"
         else:
             continue  # sequence_parallel and use_distributed_optimizer have findings of their own
-        yield make(fid, f"{key}={_fmt(requested)} is overwritten by {by}: effective {_fmt(effective)}", fix, [key])
+        yield make(fid, f"{key}={fmt(requested)} is overwritten by {by}: effective {fmt(effective)}", fix, [key])
 
 
 def distributed_optimizer(state: State):
@@ -136,8 +137,8 @@ def distributed_optimizer(state: State):
         skipped = not req.ddp["use_distributed_optimizer"] and req.comm_overlap is not None
         yield make(
             "DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE",
-            f"ddp.use_distributed_optimizer={_fmt(req.ddp['use_distributed_optimizer'])}, "
-            f"optimizer.use_distributed_optimizer={_fmt(req.optimizer['use_distributed_optimizer'])}: "
+            f"ddp.use_distributed_optimizer={fmt(req.ddp['use_distributed_optimizer'])}, "
+            f"optimizer.use_distributed_optimizer={fmt(req.optimizer['use_distributed_optimizer'])}: "
             "validate() turns both on"
             + ("; CommOverlapConfig had already skipped DP overlap" if skipped else ""),
             "set both to the same value: ddp.use_distributed_optimizer=true (and optimizer's) for DP overlap",
@@ -245,9 +246,3 @@ CHECKS = [
     bucket_size,
     unmodeled,
 ]
-
-
-def _fmt(value) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return "null" if value is None else str(value)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from . import api, releases, request, runconfig
 from .errors import UsageError
+from .text import fmt
 
 # Expected impact on step time of each effective setting, highest first: a heuristic for ranking, not a
 # measurement. TP communication sits on the critical path of every layer; DP reduce/gather and PP p2p once per
@@ -231,7 +232,7 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict, te, version) -> Cha
     if not causes:  # only a combination changes it: report every changed input that takes part
         causes = [k for k in changed if k in ("gpus", "comm_overlap") or k.startswith(("model.", "ddp.", "optimizer.", "comm_overlap.", "mixed_precision", "env_vars."))]
     rule = _rule(key, old, new, a, b, causes)
-    effect = EFFECTS.get((key, old, new), f"{key} went {_fmt(old)} -> {_fmt(new)}")
+    effect = EFFECTS.get((key, old, new), f"{key} went {fmt(old)} -> {fmt(new)}")
     because = "; ".join(_cause_phrase(c, changed[c], a, b) for c in causes) or "no input change found"
     return Change(
         key=key, before=old, after=new, rule=rule, message=f"{because}: {effect}",
@@ -273,7 +274,7 @@ def _cause_phrase(key, values, a: Side, b: Side) -> str:
         return f"the GPU count went {old} -> {new} (DP {a.res.data_parallel_size} -> {b.res.data_parallel_size})"
     if key == "comm_overlap":
         return "the comm_overlap section was " + ("removed" if new is None else "added")
-    return f"{key} went {_fmt(old, unset=True)} -> {_fmt(new, unset=True)}"
+    return f"{key} went {fmt(old, unset=True)} -> {fmt(new, unset=True)}"
 
 
 def _fix(causes, changed, a: Side) -> str | None:
@@ -284,14 +285,14 @@ def _fix(causes, changed, a: Side) -> str | None:
             return None  # no override brings the GPUs back: run on the old count or change TP/PP/CP
         if key == "comm_overlap":
             parts += [
-                f"{k}={_fmt(v)}" for k, v in a.items.items()
+                f"{k}={fmt(v)}" for k, v in a.items.items()
                 if k.startswith("comm_overlap.") and v is not None and k != "comm_overlap.data_parallel_size"
                 and not (k == "comm_overlap.tp_comm_bootstrap_backend" and v == "nccl")
             ]
             continue
-        parts.append(f"{key}={_fmt(old)}")
+        parts.append(f"{key}={fmt(old)}")
         if key in MIRRORS and a.rc.saved:
-            parts.append(f"{MIRRORS[key]}={_fmt(old)}")
+            parts.append(f"{MIRRORS[key]}={fmt(old)}")
     return " ".join(parts) or None
 
 
@@ -332,11 +333,3 @@ def _count_ignored(raw_a: dict, raw_b: dict) -> int:
         if isinstance(sa, dict) and isinstance(sb, dict):
             count += sum(1 for k in set(sa) | set(sb) if sa.get(k) != sb.get(k) and section in _IGNORED_SECTIONS)
     return count
-
-
-def _fmt(value, unset: bool = False) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if value is None:
-        return "unset" if unset else "null"
-    return str(value)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from . import findings, launch_env, releases, runconfig
 from .findings import Finding
 from .planner import match_preset
+from .text import fmt
 
 
 @dataclass
@@ -73,7 +74,7 @@ def _saved_differs(rc, res) -> list[Finding]:
     if not saved:
         return []
     diffs = [
-        f"{section}.{name}: saved {_fmt(value)}, computed {_fmt(res.effective[section][name])}"
+        f"{section}.{name}: saved {fmt(value)}, computed {fmt(res.effective[section][name])}"
         for section, values in saved.items()
         for name, value in values.items()
         if res.effective[section][name] != value
@@ -175,9 +176,3 @@ def _launch_env(rc, res, gpu_info: dict) -> list[Finding]:
                 f"env_vars.{name}={value} (or export it in the launcher)", [f"env_vars.{name}"],
             ))
     return out
-
-
-def _fmt(value) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return "null" if value is None else str(value)

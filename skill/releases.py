@@ -30,6 +30,18 @@ def data() -> dict:
     return load_yaml(DATA_DIR / "releases.yaml")
 
 
+@lru_cache(maxsize=None)
+def preset_content() -> dict:
+    """Each userbuffers preset's fields (dataclasses.asdict), generated from Bridge by scripts/gen_bridge_data.py."""
+    return load_yaml(DATA_DIR / "tp_overlap_presets.yaml")
+
+
+@lru_cache(maxsize=None)
+def bridge_fields() -> dict:
+    """Field names of each ConfigContainer section in the verified release (skill/data/bridge_fields.yaml)."""
+    return {k: frozenset(v or ()) for k, v in load_yaml(DATA_DIR / "bridge_fields.yaml")["sections"].items()}
+
+
 @dataclass(frozen=True)
 class Preset:
     """A tuned TP userbuffers config of comm_overlap.py, with what its name says it was tuned for."""

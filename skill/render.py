@@ -124,9 +124,9 @@ def preset_items(name: str) -> list:
 
     Spelled out in full because OmegaConf merges a `{_target_: preset, _call_: false}` reference into a preset the
     recipe already has, and Bridge then keeps the old one (apply_overrides cannot instantiate the mix)."""
-    from .releases import DATA_DIR, load_yaml
+    from .releases import preset_content
 
-    content = load_yaml(DATA_DIR / "tp_overlap_presets.yaml")[_preset_ref(name)]
+    content = preset_content()[_preset_ref(name)]
     items = [("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.TransformerLayerTPOverlapCfg"))]
     for gemm, cfg in content.items():
         if cfg is None:

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from . import schema
 from .errors import UsageError
-from .releases import Release
+from .releases import Release, bridge_fields, preset_content
 from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, PRESET
 from .suggest import closest
 
@@ -65,10 +65,10 @@ class Request:
         section, _, name = key.partition(".")
         setter = _SETTERS.get(section)
         if setter is None:
-            if section in _known_fields():
+            if section in bridge_fields():
                 self.unmodeled.append(key)
                 return
-            hint = closest(section, list(_SETTERS) + list(_known_fields()))
+            hint = closest(section, list(_SETTERS) + list(bridge_fields()))
             raise UsageError(f"{key}: unknown config section '{section}'" + (f"; did you mean '{hint}'?" if hint else ""))
         setter(self, key, name, value)
 
@@ -227,7 +227,7 @@ def _env_names() -> set:
 
 
 def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping) -> None:
-    known = _known_fields().get(section, ())
+    known = bridge_fields().get(section, ())
     if name in known:
         req.unmodeled.append(key)
         return
@@ -236,20 +236,6 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
         f"{key}: '{name}' is not a field of {section} in Megatron-Bridge {req.release.version}"
         + (f"; did you mean '{section}.{hint}'?" if hint else "")
     )
-
-
-_FIELDS_CACHE: dict = {}
-
-
-def _known_fields() -> dict:
-    """Field names of each ConfigContainer section in the verified release (skill/data/bridge_fields.yaml)."""
-    if not _FIELDS_CACHE:
-        from .releases import DATA_DIR, load_yaml
-
-        path = DATA_DIR / "bridge_fields.yaml"
-        loaded = load_yaml(path) if path.exists() else {}
-        _FIELDS_CACHE.update({k: frozenset(v or ()) for k, v in (loaded or {}).get("sections", {}).items()})
-    return _FIELDS_CACHE
 
 
 def build(release: Release, overrides: Mapping[str, Any] | None = None, config: Mapping | None = None, strict: bool = True) -> Request:
@@ -274,7 +260,7 @@ def flatten_config(config: Mapping, release: Release, strict: bool = True) -> tu
     if not isinstance(config, Mapping):
         raise UsageError("config: expected a mapping of sections (model:, ddp:, ...) at the top level")
     items, skipped = [], []
-    known = _known_fields()
+    known = bridge_fields()
     for section, body in config.items():
         if section == "_target_":
             continue
@@ -304,7 +290,7 @@ def _unknown(key: str, strict: bool, skipped: list, choices) -> None:
 def _flatten_section(section: str, body: Mapping, release: Release, strict: bool, skipped: list) -> list:
     modeled = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP}[section]
     extra = set(schema.COMM_OVERLAP_OUT_OF_SCOPE) | set(schema.COMM_OVERLAP_COMPUTED) if section == "comm_overlap" else set()
-    known = _known_fields().get(section, frozenset())
+    known = bridge_fields().get(section, frozenset())
     out = []
     for name, value in body.items():
         if name == "_target_":
@@ -329,13 +315,9 @@ def _flatten_mixed_precision(body: Mapping) -> list:
 
 def preset_name_of(value: Mapping, release: Release) -> str | None:
     """The preset whose fields a dumped tp_comm_overlap_cfg mapping holds."""
-    from .releases import DATA_DIR, load_yaml
-
-    path = DATA_DIR / "tp_overlap_presets.yaml"
-    presets = load_yaml(path) if path.exists() else {}
     strip = lambda d: {k: strip(v) if isinstance(v, Mapping) else v for k, v in d.items() if k != "_target_"}  # noqa: E731
     wanted = strip(value)
-    for name, fields in (presets or {}).items():
+    for name, fields in preset_content().items():
         if strip(fields) == wanted:
             return name
     raise UsageError("comm_overlap.tp_comm_overlap_cfg: a custom userbuffers config that matches none of the presets")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 
-def _fmt(value) -> str:
+def fmt(value, unset: bool = False) -> str:
+    """A value as the command line and YAML write it: true/false, null (or "unset" for a key nobody set)."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return "null" if value is None else str(value)
+    if value is None:
+        return "unset" if unset else "null"
+    return str(value)
 
 
 def _findings(items: list[dict]) -> list[str]:
@@ -24,7 +27,7 @@ def _effective(effective: dict) -> list[str]:
     for section, values in effective.items():
         lines.append(f"{section}:")
         width = max(len(k) for k in values)
-        lines.extend(f"  {k:<{width}}  {_fmt(v)}" for k, v in values.items())
+        lines.extend(f"  {k:<{width}}  {fmt(v)}" for k, v in values.items())
     return lines
 
 
@@ -40,7 +43,7 @@ def resolution(d: dict) -> str:
 def plan(d: dict) -> str:
     lay = d["layout"]
     head = (
-        f"Plan for TP={lay['tp']} PP={lay['pp']} VPP={_fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs "
+        f"Plan for TP={lay['tp']} PP={lay['pp']} VPP={fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs "
         f"({lay['precision']}), DP={lay['dp']}, Megatron-Bridge {d['bridge_version']}"
     )
     lines = [head, "", "overlap modes:"]
@@ -48,7 +51,7 @@ def plan(d: dict) -> str:
         lines.append(f"  {name.upper()}: {'on ' if mode['enabled'] else 'off'}  {mode['why']}")
     lines += ["", f"tuned TP preset: {d['preset'] or 'none (Transformer Engine default)' if d['modes']['tp']['enabled'] else 'n/a'}"]
     lines += ["", "overrides (python -m skill plan ... --format python|yaml|hydra for a snippet):"]
-    lines += [f"  {k}={_fmt(v)}" for k, v in d["overrides"].items()]
+    lines += [f"  {k}={fmt(v)}" for k, v in d["overrides"].items()]
     lines += ["", "launch environment (--format env for exports, env_vars for cfg.env_vars):"]
     lines += [f"  {k}={v}  # {d['env_why'].get(k, '')}" for k, v in d["env"].items()]
     lines += ["", "effective after runtime_config_update():"] + ["  " + x for x in _effective(d["effective"])]
@@ -57,9 +60,9 @@ def plan(d: dict) -> str:
 
 def presets(items: list[dict]) -> str:
     cols = ("name", "gpu", "precision", "hidden_size", "tp", "cp", "micro_batch_size", "seq_length", "lora")
-    widths = {c: max(len(c), *(len(_fmt(p[c])) for p in items)) for c in cols}
+    widths = {c: max(len(c), *(len(fmt(p[c])) for p in items)) for c in cols}
     rows = ["  ".join(c.ljust(widths[c]) for c in cols)]
-    rows += ["  ".join(_fmt(p[c]).ljust(widths[c]) for c in cols) for p in items]
+    rows += ["  ".join(fmt(p[c]).ljust(widths[c]) for c in cols) for p in items]
     return "\n".join(rows) + "\n"
 
 
@@ -77,7 +80,7 @@ def releases(table: dict) -> str:
         lines.append(f"{version}:")
         for k in keys:
             v = facts[k]
-            v = f"{len(v)} recipes" if k == "mixed_precision_recipes" else _fmt(v)
+            v = f"{len(v)} recipes" if k == "mixed_precision_recipes" else fmt(v)
             lines.append(f"  {k}: {v}")
     return "\n".join(lines) + "\n"
 
@@ -99,7 +102,7 @@ def lint(d: dict) -> str:
     kind = "saved run config" if d["saved_run_config"] else "override file"
     lines = [
         f"lint {d['config']} ({kind}), Megatron-Bridge {d['bridge_version']}",
-        f"layout: TP={lay['tp']} PP={lay['pp']} VPP={_fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} GPUs, DP={lay['dp']}",
+        f"layout: TP={lay['tp']} PP={lay['pp']} VPP={fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} GPUs, DP={lay['dp']}",
         "",
     ]
     lines += _findings(d["findings"])
@@ -113,11 +116,11 @@ def diff(d: dict) -> str:
     changes = d["overlap_changes"]
     lines += ["", "overlap settings that changed, most step-time impact first:" if changes else "overlap settings: no change"]
     for i, c in enumerate(changes, 1):
-        lines.append(f"  {i}. {c['key']}: {_fmt(c['before'])} -> {_fmt(c['after'])}")
+        lines.append(f"  {i}. {c['key']}: {fmt(c['before'])} -> {fmt(c['after'])}")
         lines.append(f"     why: {c['message']} [{c['rule']}]")
         lines.append(f"     restore: {c['fix'] or 'no config override restores it'}")
     other = d["other_changes"]
     lines += ["", "other communication-relevant changes:" if other else "other communication-relevant changes: none"]
-    lines += [f"  {o['label']} ({o['key']}): {_fmt(o['before'])} -> {_fmt(o['after'])}" for o in other]
+    lines += [f"  {o['label']} ({o['key']}): {fmt(o['before'])} -> {fmt(o['after'])}" for o in other]
     lines.append(f"\n{d['ignored_changes']} changed keys with no bearing on communication (paths, logging, ...) ignored")
     return "\n".join(lines) + "\n"
