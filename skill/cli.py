@@ -11,6 +11,7 @@ from pathlib import Path
 from . import api, releases, text
 from .errors import UsageError
 from .request import parse_override
+from .trace import cli as trace_cli
 
 PROG = "python -m skill"
 
@@ -119,18 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check-dir", action="store_true", help="also require name to match the folder name, as when installed")
     _common(p)
 
-    _add_optional_commands(sub)
-    return parser
-
-
-def _add_optional_commands(sub) -> None:
-    """Commands whose modules may be absent in a trimmed copy of the skill."""
-    try:
-        from .trace import cli as trace_cli
-    except ImportError:
-        return
     p = sub.add_parser("trace", help="hidden and exposed communication per parallel dimension from profiler traces")
     trace_cli.add_arguments(p)
+    return parser
 
 
 def _emit(args, payload: str) -> None:
@@ -247,8 +239,6 @@ def cmd_check_manifest(args) -> int:
 
 
 def cmd_trace(args) -> int:
-    from .trace import cli as trace_cli
-
     return trace_cli.run(args)
 
 

@@ -150,18 +150,25 @@ def compare(predicted: dict, effective: dict, data_parallel_size: int) -> list:
     return diffs
 
 
-def verify_plan(layout: dict, forms=None, tamper=None) -> list[FormResult]:
-    """Every snippet form of the plan for `layout`, applied to real Bridge over the recipe baseline and over a
-    recipe that already has comm_overlap. `tamper(form, text) -> text` edits a snippet first (to prove a wrong
-    snippet is caught)."""
-    adapter.import_bridge()
-    adapter.quiet()
-    plan = api.plan(**layout)
-    texts = snippets(plan)
+def check_forms(plan: api.PlanResult, texts: dict, progress=None) -> list[FormResult]:
+    """Each snippet text applied over the recipe baseline and, for the config forms, over a recipe that already
+    has comm_overlap."""
     results = []
-    for form in forms or texts:
-        text = tamper(form, texts[form]) if tamper else texts[form]
+    for form, text in texts.items():
+        if progress:
+            progress(f"applying the {form} snippet to Bridge")
         results.append(check_form(form, text, plan))
         if form in ("python", "yaml", "hydra"):
             results.append(check_form(form, text, plan, RECIPE_WITH_COMM_OVERLAP, "a recipe with comm_overlap"))
     return results
+
+
+def verify_plan(layout: dict, forms=None, tamper=None) -> list[FormResult]:
+    """Every snippet form of the plan for `layout`, applied to real Bridge. `tamper(form, text) -> text` edits a
+    snippet first (to prove a wrong snippet is caught)."""
+    adapter.import_bridge()
+    adapter.quiet()
+    plan = api.plan(**layout)
+    texts = snippets(plan)
+    chosen = {f: tamper(f, texts[f]) if tamper else texts[f] for f in forms or texts}
+    return check_forms(plan, chosen)

@@ -125,18 +125,13 @@ def run(args) -> dict:
     if not args.skip_suites:
         runner.start()  # the suites run in their own pytest process while the snippets are checked here
 
-    texts = load_snippets(args.snippets, apply.snippets(plan))
+    rendered = apply.snippets(plan)
     if args.save_snippets:
-        save_snippets(args.save_snippets, apply.snippets(plan), args.force)
-    for form, text in texts.items():
-        log(f"applying the {form} snippet to Bridge")
-        results = [apply.check_form(form, text, plan)]
-        if form in ("python", "yaml", "hydra"):
-            results.append(apply.check_form(form, text, plan, apply.RECIPE_WITH_COMM_OVERLAP, "a recipe with comm_overlap"))
-        for r in results:
-            same = "the exported variables are the plan's" if form == "env" else "every effective field matches the prediction"
-            detail = r.error or (same if r.ok else _diff_text(r.differences))
-            checks.append(check(f"apply {r.form}", "PASS" if r.ok else "FAIL", detail, differences=r.differences))
+        save_snippets(args.save_snippets, rendered, args.force)
+    for r in apply.check_forms(plan, load_snippets(args.snippets, rendered), log):
+        same = "the exported variables are the plan's" if r.form.startswith("env ") else "every effective field matches the prediction"
+        detail = r.error or (same if r.ok else _diff_text(r.differences))
+        checks.append(check(f"apply {r.form}", "PASS" if r.ok else "FAIL", detail, differences=r.differences))
 
     report = anchors.report(None)
     missing = [a["id"] for a in report["anchors"] if a["status"] == "missing"]
