@@ -2,7 +2,7 @@
 
     python scripts/bench_cli.py [--runs 15] [--goal 0.3] [--python PYTHON]
 
-Each run is a fresh `python -m skill plan ...` process from the skill folder, as an agent runs it; the median
+Each run is a fresh `python -m mbridge_overlap plan ...` process from the skill folder, as an agent runs it; the median
 wall time is compared with the goal (exit 1 when over). Python's own start-up is measured too, for scale.
 """
 
@@ -17,11 +17,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMANDS = {
-    "plan (text)": ["-m", "skill", "plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--gpu", "h100"],
-    "plan --format json": ["-m", "skill", "plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--format", "json"],
-    "plan --format yaml": ["-m", "skill", "plan", "--tp", "4", "--gpus", "8", "--hidden-size", "12288", "--seq-length", "2048",
+    "plan (text)": ["-m", "mbridge_overlap", "plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--gpu", "h100"],
+    "plan --format json": ["-m", "mbridge_overlap", "plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--format", "json"],
+    "plan --format yaml": ["-m", "mbridge_overlap", "plan", "--tp", "4", "--gpus", "8", "--hidden-size", "12288", "--seq-length", "2048",
                            "--micro-batch-size", "1", "--format", "yaml"],
-    "resolve --format json": ["-m", "skill", "resolve", "--gpus", "64", "model.tensor_model_parallel_size=4", "comm_overlap.tp_comm_overlap=true",
+    "resolve --format json": ["-m", "mbridge_overlap", "resolve", "--gpus", "64", "model.tensor_model_parallel_size=4", "comm_overlap.tp_comm_overlap=true",
                               "--format", "json"],
     "python -c pass (floor)": ["-c", "pass"],
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark `python -m skill trace` against HolisticTraceAnalysis's get_comm_comp_overlap on the same traces.
+"""Benchmark `python -m mbridge_overlap trace` against HolisticTraceAnalysis's get_comm_comp_overlap on the same traces.
 
     python scripts/bench_trace.py [--traces DIR] [--hta-python PY] [--synthetic-mb 1024] [--repeat N]
 
@@ -31,7 +31,7 @@ def _child(tool: str, path: str) -> None:
     """Run one analysis in this process and print {"seconds", "peak_mb", "overlap_pct"} as JSON."""
     if tool == "ours":
         sys.path.insert(0, str(REPO))
-        from skill.trace import analyze
+        from mbridge_overlap.trace import analyze
 
         start = time.perf_counter()
         pct = analyze(path).ranks[0].figures.overlap_pct

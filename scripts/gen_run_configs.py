@@ -49,7 +49,7 @@ RUNS = {
 
 def build(name: str, overrides: dict, gpus: int, folder: Path) -> Path:
     from megatron.bridge.models import GPTModelProvider
-    from skill.bridge import adapter
+    from mbridge_overlap.bridge import adapter
 
     cfg = adapter.baseline_config()
     cfg.model = GPTModelProvider(**MODEL)
@@ -75,7 +75,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check", action="store_true", help="compare with the files in tests/data/run_configs")
     args = p.parse_args()
-    from skill.bridge import adapter
+    from mbridge_overlap.bridge import adapter
 
     adapter.quiet()
     os.chdir(tempfile.mkdtemp())  # nothing the run writes lands in the repository

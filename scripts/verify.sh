@@ -20,4 +20,4 @@ else
   py=$("$here/bridge_env.sh" --print-python)
 fi
 cd "$root"
-exec "$py" -W ignore -m skill.bridge.verify "$@"
+exec "$py" -W ignore -m mbridge_overlap.bridge.verify "$@"

@@ -11,9 +11,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def run_cli(*args, env=None, cwd=ROOT):
-    """Run `python -m skill ARGS` from the skill folder, as an agent would."""
+    """Run `python -m mbridge_overlap ARGS` from the skill folder, as an agent would."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "skill", *map(str, args)], cwd=cwd, capture_output=True, text=True, env=full_env)
+    return subprocess.run([sys.executable, "-m", "mbridge_overlap", *map(str, args)], cwd=cwd, capture_output=True, text=True, env=full_env)
 
 
 def cli_json(*args):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from skill import anchors
-from skill.errors import UsageError
+from mbridge_overlap import anchors
+from mbridge_overlap.errors import UsageError
 
 COMM_OVERLAP = """
 class CommOverlapConfig:

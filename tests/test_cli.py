@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-import skill
+import mbridge_overlap
 from conftest import ROOT, cli_json, run_cli
-from skill.findings import catalog
+from mbridge_overlap.findings import catalog
 
 RESOLVE_KEYS = {"bridge_version", "data_parallel_size", "effective", "findings", "env"}
 
@@ -23,14 +23,14 @@ def test_resolve_json_contract_and_api_parity():
             "grad_reduce_in_fp32", "fp8_param_gather"} <= set(d["effective"]["ddp"])
     assert {"use_distributed_optimizer", "overlap_param_gather_with_optimizer_step"} <= set(d["effective"]["optimizer"])
     assert all({"id", "severity", "message", "fix"} <= set(f) for f in d["findings"])
-    api = skill.resolve(dict(a.split("=") for a in args), gpus=16).to_dict()
+    api = mbridge_overlap.resolve(dict(a.split("=") for a in args), gpus=16).to_dict()
     assert api == d
 
 
 def test_plan_json_contract_and_api_parity():
     d = cli_json("plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64")
     assert RESOLVE_KEYS | {"layout", "overrides", "preset"} <= set(d)
-    assert d == skill.plan(tp=4, pp=4, vpp=2, gpus=64).to_dict()
+    assert d == mbridge_overlap.plan(tp=4, pp=4, vpp=2, gpus=64).to_dict()
 
 
 def test_resolve_exits_1_when_bridge_would_raise():
@@ -120,7 +120,7 @@ def test_launcher_env_flag_reads_this_shell():
 
 def test_start_imports_neither_torch_nor_megatron():
     code = (
-        "import sys, skill.cli; skill.cli.main(['plan','--tp','4','--pp','4','--vpp','2','--gpus','64','--format','python']);"
+        "import sys, mbridge_overlap.cli; mbridge_overlap.cli.main(['plan','--tp','4','--pp','4','--vpp','2','--gpus','64','--format','python']);"
         "bad=[m for m in sys.modules if m.split('.')[0] in ('torch','megatron','transformer_engine')]; sys.exit(1 if bad else 0)"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
@@ -131,7 +131,7 @@ def test_runs_in_place_from_a_copied_skill_folder(tmp_path):
     import shutil
 
     dest = tmp_path / "nemo-mbridge-perf-tp-dp-comm-overlap"
-    for part in ("skill", "templates", "SKILL.md"):
+    for part in ("mbridge_overlap", "templates", "SKILL.md"):
         src = ROOT / part
         (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / part)
     proc = run_cli("plan", "--tp", "2", "--gpus", "8", "--format", "yaml", cwd=dest)
@@ -148,7 +148,7 @@ def test_installable_wheel_carries_templates_and_data(tmp_path):
     import zipfile
 
     names = zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist()
-    for needed in ("skill/templates/python.py.j2", "skill/templates/profiler.py.j2", "skill/data/releases.yaml",
-                   "skill/data/tp_overlap_presets.yaml", "skill/bridge/verify.py", "skill/trace/reader.py"):
+    for needed in ("mbridge_overlap/templates/python.py.j2", "mbridge_overlap/templates/profiler.py.j2", "mbridge_overlap/data/releases.yaml",
+                   "mbridge_overlap/data/tp_overlap_presets.yaml", "mbridge_overlap/bridge/verify.py", "mbridge_overlap/trace/reader.py"):
         assert needed in names, needed
     assert any(n.endswith("entry_points.txt") for n in names)

@@ -6,7 +6,7 @@ import shlex
 import pytest
 
 from conftest import ROOT, run_cli
-from skill.findings import catalog
+from mbridge_overlap.findings import catalog
 
 NEEDS_BRIDGE = ("anchors",)  # run by tests/bridge in the Python that has megatron-bridge
 
@@ -18,11 +18,11 @@ def documented_commands():
         if not path.exists():
             continue
         text = path.read_text()
-        candidates = re.findall(r"`(python -m skill [^`]+)`", text)
-        candidates += [line.strip() for line in text.splitlines() if line.strip().startswith("python -m skill ")]
+        candidates = re.findall(r"`(python -m mbridge_overlap [^`]+)`", text)
+        candidates += [line.strip() for line in text.splitlines() if line.strip().startswith("python -m mbridge_overlap ")]
         for command in candidates:
             command = command.split("  #")[0].strip()
-            if command == "python -m skill trace":
+            if command == "python -m mbridge_overlap trace":
                 continue  # the verb named in prose
             placeholders = [t for t in re.findall(r"\b[A-Z][A-Z_]{2,}\b", command) if t not in catalog()]
             if "..." in command or "<" in command or placeholders:

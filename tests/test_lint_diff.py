@@ -8,16 +8,16 @@ import shutil
 
 import pytest
 
-import skill.diff
-import skill.lint
+import mbridge_overlap.diff
+import mbridge_overlap.lint
 from conftest import ROOT, run_cli
-from skill import UsageError
+from mbridge_overlap import UsageError
 
 RUNS = ROOT / "tests" / "data" / "run_configs"
 
 
 def d(after, **kw):
-    return skill.diff.diff(RUNS / "baseline.yaml", RUNS / f"{after}.yaml", **kw).to_dict()
+    return mbridge_overlap.diff.diff(RUNS / "baseline.yaml", RUNS / f"{after}.yaml", **kw).to_dict()
 
 
 def by_key(result):
@@ -110,12 +110,12 @@ def test_lint_flags_the_contradiction_in_each_after_config():
         "tp1": "TP_OVERLAP_OFF_TP_SIZE",
     }
     for name, finding in expected.items():
-        ids = {f["id"] for f in skill.lint.lint(RUNS / f"{name}.yaml", gpu="h100").to_dict()["findings"]}
+        ids = {f["id"] for f in mbridge_overlap.lint.lint(RUNS / f"{name}.yaml", gpu="h100").to_dict()["findings"]}
         assert finding in ids, (name, ids)
 
 
 def test_lint_baseline_is_clean_and_saved_values_agree():
-    r = skill.lint.lint(RUNS / "baseline.yaml", gpu="h100").to_dict()
+    r = mbridge_overlap.lint.lint(RUNS / "baseline.yaml", gpu="h100").to_dict()
     assert {f["severity"] for f in r["findings"]} <= {"info"}
     assert "SAVED_EFFECTIVE_DIFFERS" not in {f["id"] for f in r["findings"]}
     assert r["layout"]["gpus"] == 64 and r["data_parallel_size"] == 4
@@ -125,19 +125,19 @@ def test_lint_catches_an_edited_run_config(tmp_path):
     text = (RUNS / "baseline.yaml").read_text().replace("  overlap_grad_reduce: true\n", "  overlap_grad_reduce: false\n", 1)
     path = tmp_path / "edited.yaml"
     path.write_text(text)
-    ids = {f["id"] for f in skill.lint.lint(path).to_dict()["findings"]}
+    ids = {f["id"] for f in mbridge_overlap.lint.lint(path).to_dict()["findings"]}
     assert "SAVED_EFFECTIVE_DIFFERS" in ids
 
 
 def test_lint_left_on_the_table(tmp_path):
-    r = skill.lint.lint(RUNS / "no_comm_overlap.yaml", gpus=64, gpu="h100").to_dict()
+    r = mbridge_overlap.lint.lint(RUNS / "no_comm_overlap.yaml", gpus=64, gpu="h100").to_dict()
     ids = {f["id"]: f for f in r["findings"]}
     assert "MODE_LEFT_OFF" in ids and "comm_overlap.tp_comm_overlap=true" in ids["MODE_LEFT_OFF"]["fix"]
     assert "PP_OVERLAP_NOT_SELECTED" in ids
     wrong_env = (RUNS / "baseline.yaml").read_text().replace("CUDA_DEVICE_MAX_CONNECTIONS: 1", "CUDA_DEVICE_MAX_CONNECTIONS: 32")
     path = tmp_path / "env.yaml"
     path.write_text(wrong_env)
-    env = next(f for f in skill.lint.lint(path, gpu="h100").to_dict()["findings"] if f["id"] == "LAUNCH_ENV_DIFFERS_FROM_BRIDGE")
+    env = next(f for f in mbridge_overlap.lint.lint(path, gpu="h100").to_dict()["findings"] if f["id"] == "LAUNCH_ENV_DIFFERS_FROM_BRIDGE")
     assert env["fix"] == "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1"
 
 
@@ -146,11 +146,11 @@ def test_checkpoint_and_iteration_directories(tmp_path):
     for it, name in ((100, "baseline"), (200, "sequence_parallel_off")):
         (ckpt / f"iter_{it:07d}").mkdir(parents=True)
         shutil.copy(RUNS / f"{name}.yaml", ckpt / f"iter_{it:07d}" / "run_config.yaml")
-    newest = skill.lint.lint(ckpt).to_dict()
+    newest = mbridge_overlap.lint.lint(ckpt).to_dict()
     assert newest["config"].endswith("iter_0000200/run_config.yaml")
     (ckpt / "latest_checkpointed_iteration.txt").write_text("100\n")
-    assert skill.lint.lint(ckpt).to_dict()["config"].endswith("iter_0000100/run_config.yaml")
-    r = skill.diff.diff(ckpt / "iter_0000100", ckpt / "iter_0000200").to_dict()
+    assert mbridge_overlap.lint.lint(ckpt).to_dict()["config"].endswith("iter_0000100/run_config.yaml")
+    r = mbridge_overlap.diff.diff(ckpt / "iter_0000100", ckpt / "iter_0000200").to_dict()
     assert [c["key"] for c in r["overlap_changes"]] == ["model.tp_comm_overlap"]
 
 
@@ -158,7 +158,7 @@ def test_plan_override_file_as_input(tmp_path):
     path = tmp_path / "plan.yaml"
     proc = run_cli("plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--format", "yaml", "--output", path)
     assert proc.returncode == 0
-    r = skill.lint.lint(path, gpus=64).to_dict()
+    r = mbridge_overlap.lint.lint(path, gpus=64).to_dict()
     assert r["saved_run_config"] is False and r["effective"]["model"]["tp_comm_overlap"] is True
 
 
@@ -173,7 +173,7 @@ def test_plan_override_file_as_input(tmp_path):
 )
 def test_bad_input(tmp_path, make, message):
     with pytest.raises(UsageError, match=message):
-        skill.lint.lint(make(tmp_path), gpus=8)
+        mbridge_overlap.lint.lint(make(tmp_path), gpus=8)
 
 
 def test_config_of_another_release_is_a_marked_warning(tmp_path):
@@ -181,9 +181,9 @@ def test_config_of_another_release_is_a_marked_warning(tmp_path):
     text = text.replace("  tp_comm_overlap: true\n", "  tp_comm_overlap: true\n  future_knob: 3\n", 1)
     path = tmp_path / "future.yaml"
     path.write_text(text)
-    r = skill.lint.lint(path).to_dict()
+    r = mbridge_overlap.lint.lint(path).to_dict()
     assert any("future_section" in n and "another release" in n for n in r["notes"])
-    r = skill.diff.diff(RUNS / "baseline.yaml", path).to_dict()
+    r = mbridge_overlap.diff.diff(RUNS / "baseline.yaml", path).to_dict()
     assert any("future_section" in w for w in r["warnings"])
 
 

@@ -2,13 +2,13 @@
 
 import pytest
 
-import skill
-from skill import UsageError
-from skill.releases import Preset, data
+import mbridge_overlap
+from mbridge_overlap import UsageError
+from mbridge_overlap.releases import Preset, data
 
 
 def plan(**kw):
-    return skill.plan(**kw).to_dict()
+    return mbridge_overlap.plan(**kw).to_dict()
 
 
 def test_seed_layout_enables_every_mode_with_minimal_overrides():
@@ -25,7 +25,7 @@ def test_seed_layout_enables_every_mode_with_minimal_overrides():
         "ddp.use_distributed_optimizer": True,
     }
     # the plan is checked by the resolver: its effective values are the resolution of those overrides
-    again = skill.resolve(d["overrides"], gpus=64).to_dict()
+    again = mbridge_overlap.resolve(d["overrides"], gpus=64).to_dict()
     assert again["effective"] == d["effective"]
 
 
@@ -148,4 +148,4 @@ def test_p2p_chunksize_only_where_bridge_sets_it():
 )
 def test_bad_layouts(kw, message):
     with pytest.raises(UsageError, match=message):
-        skill.plan(**kw)
+        mbridge_overlap.plan(**kw)

@@ -13,15 +13,15 @@ import jinja2
 import pytest
 import yaml
 
-import skill
-from skill import UsageError, render
-from skill.releases import DATA_DIR, load_yaml
+import mbridge_overlap
+from mbridge_overlap import UsageError, render
+from mbridge_overlap.releases import DATA_DIR, load_yaml
 
 LAYOUT = dict(tp=4, pp=4, vpp=2, gpus=64, hidden_size=12288, seq_length=2048, micro_batch_size=1)
 
 
 def snippet(fmt, **layout):
-    d = skill.plan(**(layout or LAYOUT)).to_dict()
+    d = mbridge_overlap.plan(**(layout or LAYOUT)).to_dict()
     return d, render.snippet(
         fmt, overrides=d["overrides"], env=d["env"], env_why=d["env_why"], purpose="test", release=d["bridge_version"], env_vars_field=True
     )
@@ -146,7 +146,7 @@ def test_env_vars_snippet_sets_cfg_env_vars():
 
 
 def test_env_vars_form_refused_before_0_6():
-    d = skill.plan(tp=2, gpus=8, bridge_version="0.5.1").to_dict()
+    d = mbridge_overlap.plan(tp=2, gpus=8, bridge_version="0.5.1").to_dict()
     with pytest.raises(UsageError, match="no env_vars"):
         render.snippet("env_vars", overrides=d["overrides"], env=d["env"], env_why={}, purpose="x", release="0.5.1", env_vars_field=False)
 

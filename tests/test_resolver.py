@@ -5,8 +5,8 @@ tests/bridge/test_conformance.py checks the same rules against the installed pac
 
 import pytest
 
-import skill
-from skill import UsageError
+import mbridge_overlap
+from mbridge_overlap import UsageError
 
 TP4_SP_PP4_VPP2 = {
     "model.tensor_model_parallel_size": 4,
@@ -22,7 +22,7 @@ def ids(result):
 
 def test_baseline_without_comm_overlap_keeps_recipe_ddp_values():
     # _pretrain_common: comm_overlap None, ddp overlap_grad_reduce/overlap_param_gather True, distopt on both.
-    r = skill.resolve({}, gpus=8)
+    r = mbridge_overlap.resolve({}, gpus=8)
     assert r.data_parallel_size == 8
     assert r.effective["model"]["tp_comm_overlap"] is False
     assert (r.effective["model"]["overlap_p2p_comm"], r.effective["model"]["batch_p2p_comm"]) == (False, True)
@@ -34,7 +34,7 @@ def test_baseline_without_comm_overlap_keeps_recipe_ddp_values():
 
 
 def test_seed_example_enables_tp_pp_dp_overlap():
-    r = skill.resolve({**TP4_SP_PP4_VPP2, "comm_overlap.tp_comm_overlap": True}, gpus=64)
+    r = mbridge_overlap.resolve({**TP4_SP_PP4_VPP2, "comm_overlap.tp_comm_overlap": True}, gpus=64)
     model, ddp = r.effective["model"], r.effective["ddp"]
     assert r.data_parallel_size == 64 // 16
     assert model["tp_comm_overlap"] is True and model["tp_comm_overlap_cfg"] is None
@@ -54,14 +54,14 @@ def test_seed_example_enables_tp_pp_dp_overlap():
     ],
 )
 def test_tp_overlap_gating_turns_overlap_off_with_one_finding_each(overrides, te, finding):
-    r = skill.resolve({**overrides, "comm_overlap.tp_comm_overlap": True}, gpus=8, te=te)
+    r = mbridge_overlap.resolve({**overrides, "comm_overlap.tp_comm_overlap": True}, gpus=8, te=te)
     assert r.effective["model"]["tp_comm_overlap"] is False
     tp_findings = {i for i in ids(r) if i.startswith("TP_OVERLAP_OFF")}
     assert tp_findings == {finding}
 
 
 def test_tp1_with_sequence_parallel_drops_sequence_parallel_at_finalize():
-    r = skill.resolve({"model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}, gpus=8)
+    r = mbridge_overlap.resolve({"model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}, gpus=8)
     assert r.effective["model"]["sequence_parallel"] is False
     assert {"SEQUENCE_PARALLEL_DROPPED", "TP_OVERLAP_OFF_TP_SIZE"} <= ids(r)
 
@@ -71,13 +71,13 @@ def test_pp_without_vpp_gets_batched_p2p(vpp):
     o = {"model.pipeline_model_parallel_size": 2, "comm_overlap.tp_comm_overlap": False}
     if vpp:
         o["model.virtual_pipeline_model_parallel_size"] = vpp
-    r = skill.resolve(o, gpus=8)
+    r = mbridge_overlap.resolve(o, gpus=8)
     assert (r.effective["model"]["overlap_p2p_comm"], r.effective["model"]["batch_p2p_comm"]) == (False, True)
     assert "PP_OVERLAP_NOT_SELECTED" in ids(r)
 
 
 def test_dp1_turns_dp_overlap_off_through_comm_overlap():
-    r = skill.resolve({"model.tensor_model_parallel_size": 8, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}, gpus=8)
+    r = mbridge_overlap.resolve({"model.tensor_model_parallel_size": 8, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}, gpus=8)
     ddp = r.effective["ddp"]
     assert r.data_parallel_size == 1
     assert (ddp["overlap_grad_reduce"], ddp["overlap_param_gather"], ddp["bucket_size"]) == (False, False, None)
@@ -86,25 +86,25 @@ def test_dp1_turns_dp_overlap_off_through_comm_overlap():
 
 
 def test_user_ddp_knob_is_overwritten_but_comm_overlap_knob_wins():
-    r = skill.resolve({"ddp.overlap_grad_reduce": False, "comm_overlap.tp_comm_overlap": False}, gpus=8)
+    r = mbridge_overlap.resolve({"ddp.overlap_grad_reduce": False, "comm_overlap.tp_comm_overlap": False}, gpus=8)
     assert r.effective["ddp"]["overlap_grad_reduce"] is True
     assert "DP_OVERLAP_KNOB_OVERWRITTEN" in ids(r)
     fix = next(f.fix for f in r.findings if f.id == "DP_OVERLAP_KNOB_OVERWRITTEN")
     assert fix == "comm_overlap.overlap_grad_reduce=false"
-    r = skill.resolve({"comm_overlap.overlap_grad_reduce": False}, gpus=8)
+    r = mbridge_overlap.resolve({"comm_overlap.overlap_grad_reduce": False}, gpus=8)
     assert r.effective["ddp"]["overlap_grad_reduce"] is False
 
 
 def test_ddp_bucket_size_is_replaced_by_bridge_default_when_dp_gt_1():
-    r = skill.resolve({"ddp.bucket_size": 50_000_000, "comm_overlap.tp_comm_overlap": False}, gpus=4)
+    r = mbridge_overlap.resolve({"ddp.bucket_size": 50_000_000, "comm_overlap.tp_comm_overlap": False}, gpus=4)
     assert r.effective["ddp"]["bucket_size"] == 134217728
-    r = skill.resolve({"comm_overlap.bucket_size": 50_000_000}, gpus=4)
+    r = mbridge_overlap.resolve({"comm_overlap.bucket_size": 50_000_000}, gpus=4)
     assert r.effective["ddp"]["bucket_size"] == 50_000_000
 
 
 def test_distopt_only_on_optimizer_skips_dp_overlap_then_validate_turns_it_on():
     # setup() checks ddp.use_distributed_optimizer; validate() later syncs both flags to True.
-    r = skill.resolve({"ddp.use_distributed_optimizer": False, "comm_overlap.tp_comm_overlap": False}, gpus=8)
+    r = mbridge_overlap.resolve({"ddp.use_distributed_optimizer": False, "comm_overlap.tp_comm_overlap": False}, gpus=8)
     assert r.effective["ddp"]["use_distributed_optimizer"] is True
     assert r.effective["optimizer"]["use_distributed_optimizer"] is True
     assert r.effective["ddp"]["bucket_size"] is None  # CommOverlapConfig's 134217728 never applied
@@ -113,7 +113,7 @@ def test_distopt_only_on_optimizer_skips_dp_overlap_then_validate_turns_it_on():
 
 
 def test_dp_knobs_inert_without_distributed_optimizer():
-    r = skill.resolve(
+    r = mbridge_overlap.resolve(
         {
             "ddp.use_distributed_optimizer": False,
             "optimizer.use_distributed_optimizer": False,
@@ -129,18 +129,18 @@ def test_dp_knobs_inert_without_distributed_optimizer():
 
 
 def test_overlap_param_gather_cannot_be_turned_off_on_one_side():
-    r = skill.resolve({"ddp.overlap_param_gather": False, "optimizer.overlap_param_gather": True}, gpus=8)
+    r = mbridge_overlap.resolve({"ddp.overlap_param_gather": False, "optimizer.overlap_param_gather": True}, gpus=8)
     assert r.effective["ddp"]["overlap_param_gather"] is True
     assert "PARAM_GATHER_FORCED_ON" in ids(r)
 
 
 def test_precision_knob_on_ddp_is_overwritten_by_mixed_precision():
-    r = skill.resolve({"ddp.grad_reduce_in_fp32": False}, gpus=8)
+    r = mbridge_overlap.resolve({"ddp.grad_reduce_in_fp32": False}, gpus=8)
     assert r.effective["ddp"]["grad_reduce_in_fp32"] is True  # bf16_mixed has grad_reduce_in_fp32=True
     assert "PRECISION_KNOB_OVERWRITTEN" in ids(r)
-    r = skill.resolve({"mixed_precision": None, "ddp.grad_reduce_in_fp32": False}, gpus=8)
+    r = mbridge_overlap.resolve({"mixed_precision": None, "ddp.grad_reduce_in_fp32": False}, gpus=8)
     assert r.effective["ddp"]["grad_reduce_in_fp32"] is False
-    r = skill.resolve({"mixed_precision.grad_reduce_in_fp32": False}, gpus=8)
+    r = mbridge_overlap.resolve({"mixed_precision.grad_reduce_in_fp32": False}, gpus=8)
     assert r.effective["ddp"]["grad_reduce_in_fp32"] is False
 
 
@@ -149,7 +149,7 @@ def test_precision_knob_on_ddp_is_overwritten_by_mixed_precision():
     [("fp16_mixed", False, False), ("bf16_with_fp8_current_scaling_mixed", True, True), ("bf16_with_fp8_subchannel_scaling_mixed", True, False)],
 )
 def test_mixed_precision_recipes_own_ddp_precision(recipe, grad_fp32, fp8_gather):
-    r = skill.resolve({"mixed_precision": recipe}, gpus=8)
+    r = mbridge_overlap.resolve({"mixed_precision": recipe}, gpus=8)
     assert (r.effective["ddp"]["grad_reduce_in_fp32"], r.effective["ddp"]["fp8_param_gather"]) == (grad_fp32, fp8_gather)
 
 
@@ -166,53 +166,53 @@ def test_mixed_precision_recipes_own_ddp_precision(recipe, grad_fp32, fp8_gather
     ],
 )
 def test_configs_bridge_rejects_are_errors(overrides, finding):
-    r = skill.resolve(overrides, gpus=8)
+    r = mbridge_overlap.resolve(overrides, gpus=8)
     assert [f.id for f in r.errors] == [finding]
     assert r.errors[0].message.startswith("Bridge raises in runtime_config_update():")
 
 
 def test_num_buckets_is_fine_without_comm_overlap():
-    assert not skill.resolve({"ddp.num_buckets": 4}, gpus=8).errors
+    assert not mbridge_overlap.resolve({"ddp.num_buckets": 4}, gpus=8).errors
 
 
 def test_model_knobs_overwritten_by_comm_overlap_and_ungated_without():
-    r = skill.resolve({"model.overlap_p2p_comm": True, "comm_overlap.tp_comm_overlap": False}, gpus=8)
+    r = mbridge_overlap.resolve({"model.overlap_p2p_comm": True, "comm_overlap.tp_comm_overlap": False}, gpus=8)
     assert r.effective["model"]["overlap_p2p_comm"] is False  # PP=1: Bridge selects False
     assert "MODEL_KNOB_OVERWRITTEN" in ids(r)
-    r = skill.resolve({"model.tp_comm_overlap": True}, gpus=8)
+    r = mbridge_overlap.resolve({"model.tp_comm_overlap": True}, gpus=8)
     assert r.effective["model"]["tp_comm_overlap"] is True  # nothing checks TP size without comm_overlap
     assert "TP_OVERLAP_UNGATED" in ids(r)
 
 
 @pytest.mark.parametrize("value, flagged", [(25, True), (25 * 2**20, True), (134217728, False), (40_000_000, False), (2**28, False)])
 def test_bucket_size_that_looks_like_bytes(value, flagged):
-    r = skill.resolve({"comm_overlap.bucket_size": value}, gpus=8)
+    r = mbridge_overlap.resolve({"comm_overlap.bucket_size": value}, gpus=8)
     assert ("BUCKET_SIZE_LOOKS_LIKE_BYTES" in ids(r)) is flagged
 
 
 def test_launch_env_as_comm_overlap_field_is_an_error_finding():
-    r = skill.resolve({"comm_overlap.cuda_device_max_connections": 1}, gpus=8)
+    r = mbridge_overlap.resolve({"comm_overlap.cuda_device_max_connections": 1}, gpus=8)
     f = next(f for f in r.findings if f.id == "LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD")
     assert f.severity == "error" and "env_vars.CUDA_DEVICE_MAX_CONNECTIONS" in f.fix
 
 
 def test_env_vars_are_strings_and_launcher_env_wins():
-    r = skill.resolve({"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": "1"}, gpus=8, launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": "32"})
+    r = mbridge_overlap.resolve({"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": "1"}, gpus=8, launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": "32"})
     assert r.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     assert "LAUNCHER_ENV_WINS" in ids(r)
-    r = skill.resolve({"env_vars.NVTE_FWD_LAYERNORM_SM_MARGIN": 20}, gpus=8, launcher_env={"NVTE_FWD_LAYERNORM_SM_MARGIN": "20"})
+    r = mbridge_overlap.resolve({"env_vars.NVTE_FWD_LAYERNORM_SM_MARGIN": 20}, gpus=8, launcher_env={"NVTE_FWD_LAYERNORM_SM_MARGIN": "20"})
     assert "LAUNCHER_ENV_WINS" not in ids(r)
 
 
 def test_env_vars_do_not_exist_before_0_6():
     with pytest.raises(UsageError, match="no env_vars in Megatron-Bridge 0.5.1"):
-        skill.resolve({"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1}, gpus=8, bridge_version="0.5.1")
+        mbridge_overlap.resolve({"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1}, gpus=8, bridge_version="0.5.1")
 
 
 def test_nemotron_ultra_recipe_exists_only_in_0_6_2():
-    skill.resolve({"mixed_precision": "nemotron_3_ultra_bf16_with_nvfp4_mixed"}, gpus=8, bridge_version="0.6.2")
+    mbridge_overlap.resolve({"mixed_precision": "nemotron_3_ultra_bf16_with_nvfp4_mixed"}, gpus=8, bridge_version="0.6.2")
     with pytest.raises(UsageError, match="unknown recipe"):
-        skill.resolve({"mixed_precision": "nemotron_3_ultra_bf16_with_nvfp4_mixed"}, gpus=8, bridge_version="0.6.1")
+        mbridge_overlap.resolve({"mixed_precision": "nemotron_3_ultra_bf16_with_nvfp4_mixed"}, gpus=8, bridge_version="0.6.1")
 
 
 @pytest.mark.parametrize(
@@ -232,18 +232,18 @@ def test_nemotron_ultra_recipe_exists_only_in_0_6_2():
 )
 def test_bad_input_names_the_field(overrides, gpus, message):
     with pytest.raises(UsageError, match=message):
-        skill.resolve(overrides, gpus=gpus)
+        mbridge_overlap.resolve(overrides, gpus=gpus)
 
 
 def test_real_but_unmodeled_keys_are_read_past():
-    r = skill.resolve({"train.micro_batch_size": 1, "model.num_layers": 32}, gpus=8)
+    r = mbridge_overlap.resolve({"train.micro_batch_size": 1, "model.num_layers": 32}, gpus=8)
     f = next(f for f in r.findings if f.id == "UNMODELED_KEY")
     assert "train.micro_batch_size" in f.message and "model.num_layers" in f.message
 
 
 def test_string_values_parse_like_the_command_line():
-    typed = skill.resolve({"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True}, gpus=8).to_dict()
-    text = skill.resolve({"model.tensor_model_parallel_size": "2", "model.sequence_parallel": "True"}, gpus=8).to_dict()
+    typed = mbridge_overlap.resolve({"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True}, gpus=8).to_dict()
+    text = mbridge_overlap.resolve({"model.tensor_model_parallel_size": "2", "model.sequence_parallel": "True"}, gpus=8).to_dict()
     assert typed == text
 
 
@@ -253,12 +253,12 @@ def test_config_file_then_overrides(tmp_path):
         "model:\n  _target_: x.GPTModelProvider\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\n  num_layers: 4\n"
         "comm_overlap:\n  _target_: x.CommOverlapConfig\n  tp_comm_overlap: true\n  data_parallel_size: 4\n"
     )
-    r = skill.resolve({"model.sequence_parallel": False}, gpus=8, config=cfg)
+    r = mbridge_overlap.resolve({"model.sequence_parallel": False}, gpus=8, config=cfg)
     assert r.effective["model"]["tensor_model_parallel_size"] == 2
     assert "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL" in ids(r)
 
 
 def test_older_release_gives_same_rules():
-    a = skill.resolve({**TP4_SP_PP4_VPP2, "comm_overlap.tp_comm_overlap": True}, gpus=64, bridge_version="0.5.0").to_dict()
-    b = skill.resolve({**TP4_SP_PP4_VPP2, "comm_overlap.tp_comm_overlap": True}, gpus=64).to_dict()
+    a = mbridge_overlap.resolve({**TP4_SP_PP4_VPP2, "comm_overlap.tp_comm_overlap": True}, gpus=64, bridge_version="0.5.0").to_dict()
+    b = mbridge_overlap.resolve({**TP4_SP_PP4_VPP2, "comm_overlap.tp_comm_overlap": True}, gpus=64).to_dict()
     assert a["effective"] == b["effective"] and a["bridge_version"] == "0.5.0"

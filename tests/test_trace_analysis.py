@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from skill.trace import analyze, kernels
+from mbridge_overlap.trace import analyze, kernels
 from trace_fixtures import TraceBuilder, nccl, overlap_case
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from skill.trace import analyze, attribution
+from mbridge_overlap.trace import analyze, attribution
 from trace_fixtures import DP_DESC, TP_DESC, TraceBuilder, nccl
 
 PG_CONFIG = [

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from skill.errors import UsageError
-from skill.trace import analyze, cli, compare
+from mbridge_overlap.errors import UsageError
+from mbridge_overlap.trace import analyze, cli, compare
 from trace_fixtures import DP_DESC, TP_DESC, TraceBuilder, nccl, overlap_case
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,7 +141,7 @@ def test_snippet_uses_only_fields_of_bridge_0_6_2(capsys):
 
 
 def test_no_heavy_imports_at_start_up():
-    code = ("import sys, skill.trace, skill.trace.cli; "
+    code = ("import sys, mbridge_overlap.trace, mbridge_overlap.trace.cli; "
             "print([m for m in ('torch', 'megatron', 'pandas', 'numpy', 'hta') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -149,7 +149,7 @@ def test_no_heavy_imports_at_start_up():
 
 def test_main_cli_runs_trace(tmp_path):
     path = overlap_case().write(tmp_path / "rank-0.json")
-    proc = subprocess.run([sys.executable, "-m", "skill", "trace", str(path), "--format", "json"], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "mbridge_overlap", "trace", str(path), "--format", "json"], cwd=REPO,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ranks"][0]["overlap_pct"] == 66.67

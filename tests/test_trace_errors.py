@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from skill.errors import UsageError
-from skill.trace import analyze
+from mbridge_overlap.errors import UsageError
+from mbridge_overlap.trace import analyze
 from trace_fixtures import TraceBuilder, nccl, overlap_case
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,7 +111,7 @@ def test_a_bad_rank_among_good_ones_names_its_file(tmp_path):
 def test_cli_prints_one_line_and_exits_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    proc = subprocess.run([sys.executable, "-m", "skill", "trace", str(bad)], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "mbridge_overlap", "trace", str(bad)], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert str(bad) in proc.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from skill.trace import analyze
+from mbridge_overlap.trace import analyze
 
 REPO = Path(__file__).resolve().parent.parent
 TRACES = Path(os.environ.get("MBRIDGE_SKILL_TRACES", REPO.parent / "shared" / "data" / "traces"))

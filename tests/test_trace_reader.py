@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from skill.trace import analyze, reader
+from mbridge_overlap.trace import analyze, reader
 from trace_fixtures import TraceBuilder, nccl, overlap_case
 
 
@@ -78,7 +78,7 @@ def test_rank_from_file_name_when_distributed_info_is_missing(tmp_path):
 
 
 def test_header_is_read_without_the_events(tmp_path):
-    from skill.trace import kineto
+    from mbridge_overlap.trace import kineto
 
     meta = kineto.read_header(overlap_case().write(tmp_path / "h.json.gz"))
     assert meta["distributedInfo"]["rank"] == 0 and "traceName" not in meta  # stops at the first event

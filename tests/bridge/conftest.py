@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from skill.bridge import adapter  # noqa: E402
+from mbridge_overlap.bridge import adapter  # noqa: E402
 
 try:
     adapter.import_bridge()

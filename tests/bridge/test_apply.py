@@ -2,7 +2,7 @@
 
 import pytest
 
-from skill.bridge import apply
+from mbridge_overlap.bridge import apply
 
 LAYOUTS = [
     dict(tp=4, pp=4, vpp=2, gpus=64),

@@ -1,7 +1,7 @@
 """The resolver agrees with real Megatron-Bridge on every field of 2,000 generated requests, in one process."""
 
-from skill import resolver
-from skill.bridge import conformance
+from mbridge_overlap import resolver
+from mbridge_overlap.bridge import conformance
 
 
 def test_two_thousand_generated_configs_agree_on_every_field():

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 import yaml
 
-from skill import releases, schema
-from skill.bridge import adapter
+from mbridge_overlap import releases, schema
+from mbridge_overlap.bridge import adapter
 
 RELEASE = releases.get(adapter.bridge_version())
 
@@ -74,7 +74,7 @@ def test_effective_fields_exist_on_bridges_objects(baseline):
 
 
 def test_anchors_are_found_in_the_installed_package():
-    from skill.anchors import report
+    from mbridge_overlap.anchors import report
 
     d = report(None)
     assert d["ok"], [a for a in d["anchors"] if a["status"] == "missing"]

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 import fixture_checkout as fx
-from skill.bridge import suites
+from mbridge_overlap.bridge import suites
 
 
 def run(tmp_path, given=None, **files):

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 import fixture_checkout as fx
-from skill.bridge import verify
+from mbridge_overlap.bridge import verify
 
 ROOT = fx.Path(__file__).resolve().parents[2]
 

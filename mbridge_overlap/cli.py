@@ -13,7 +13,7 @@ from .errors import UsageError
 from .request import parse_override
 from .trace import cli as trace_cli
 
-PROG = "python -m skill"
+PROG = "python -m mbridge_overlap"
 
 
 def _positive_int(flag: str):

@@ -54,7 +54,7 @@ def locate(mbridge_src: str | None = None) -> Location:
     if spec is None or not spec.submodule_search_locations:
         raise UsageError(
             "megatron-bridge is not installed in this Python; pass --mbridge-src CHECKOUT or run with the Bridge "
-            "venv's python ($(scripts/bridge_env.sh --print-python) -m skill anchors)"
+            "venv's python ($(scripts/bridge_env.sh --print-python) -m mbridge_overlap anchors)"
         )
     package = Path(list(spec.submodule_search_locations)[0])
     return Location(package, None, _version(package))

@@ -2,7 +2,7 @@
 pass-count check. The outcome is read from pytest's JUnit XML, never from its console text.
 
 A suite PASSES only with failed = 0, errors = 0, passed >= 1 and passed equal to the expected count (given,
-measured for that exact file in skill/data/suites.yaml, or else the number collected)."""
+measured for that exact file in mbridge_overlap/data/suites.yaml, or else the number collected)."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def run(python: str, checkout: Path | None, bridge_version: str, given: dict | N
 def _run_pytest(python, checkout, to_run, bridge_version, given, progress) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         junit, origin = Path(tmp) / "junit.xml", Path(tmp) / "origin.json"
-        cmd = [python, "-m", "pytest", *to_run.values(), "-q", "--continue-on-collection-errors", "-p", "no:cacheprovider", "-p", "skill.bridge.pytest_origin", f"--junitxml={junit}"]
+        cmd = [python, "-m", "pytest", *to_run.values(), "-q", "--continue-on-collection-errors", "-p", "no:cacheprovider", "-p", "mbridge_overlap.bridge.pytest_origin", f"--junitxml={junit}"]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(SKILL_ROOT), os.environ.get("PYTHONPATH")])), "MBRIDGE_SKILL_ORIGIN": str(origin)}
         if progress:
             progress(f"suites: running {', '.join(to_run)} in {checkout}")

@@ -1,7 +1,7 @@
 """Conformance: the resolver against real Megatron-Bridge over a generated set of requested configs.
 
 Each case is a dict of typed dotted overrides plus a world size and TE flag. The same overrides go to
-skill.resolve() and, through the adapter, onto Bridge's own _pretrain_common() config before
+mbridge_overlap.resolve() and, through the adapter, onto Bridge's own _pretrain_common() config before
 runtime_config_update(); every effective field and every rejection must agree.
 """
 

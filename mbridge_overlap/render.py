@@ -25,7 +25,7 @@ _HYDRA_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 
 
 def template_dir() -> Path:
-    """templates/ beside the package when run in place, or installed as skill/templates."""
+    """templates/ beside the package when run in place, or installed as mbridge_overlap/templates."""
     here = Path(__file__).resolve().parent
     for candidate in (here / "templates", here.parent / "templates"):
         if candidate.is_dir():

@@ -1,4 +1,4 @@
-"""`python -m skill trace`: the two functions the main command line calls.
+"""`python -m mbridge_overlap trace`: the two functions the main command line calls.
 
     trace TRACE...                     analyse one job's traces (files, or directories of rank files)
     trace --compare BEFORE AFTER       which dimension's exposed communication grew or shrank, per step
@@ -19,9 +19,9 @@ from . import render, snippet
 
 
 EXAMPLES = """examples:
-  python -m skill trace torch_profile/                  hidden and exposed time per rank, dimension and step
-  python -m skill trace --compare before/ after/        which dimension's exposed time grew or shrank
-  python -m skill trace --snippet python --steps 10-13 --rank 0,8   turn on Bridge's PyTorch profiler
+  python -m mbridge_overlap trace torch_profile/                  hidden and exposed time per rank, dimension and step
+  python -m mbridge_overlap trace --compare before/ after/        which dimension's exposed time grew or shrank
+  python -m mbridge_overlap trace --snippet python --steps 10-13 --rank 0,8   turn on Bridge's PyTorch profiler
 """
 
 

@@ -3,7 +3,7 @@
     analyze(paths) -> TraceReport          one job's traces: files or directories, one file per rank
     compare(before, after) -> TraceComparison
 
-Both results have .to_dict(), equal to `python -m skill trace ... --format json`. Only the standard library is
+Both results have .to_dict(), equal to `python -m mbridge_overlap trace ... --format json`. Only the standard library is
 used (no torch, pandas or HolisticTraceAnalysis); the overlap figure follows HTA's get_comm_comp_overlap.
 """
 
@@ -13,7 +13,7 @@ _WHERE = {"analyze": "job", "compare": "compare", "TraceComparison": "compare", 
 
 
 def __getattr__(name):
-    """Import the analysis modules on first use, so `python -m skill plan` does not pay for them."""
+    """Import the analysis modules on first use, so `python -m mbridge_overlap plan` does not pay for them."""
     if name in _WHERE:
         import importlib
 

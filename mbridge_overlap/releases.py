@@ -1,4 +1,4 @@
-"""Per-release facts about Megatron-Bridge, loaded from skill/data/releases.yaml."""
+"""Per-release facts about Megatron-Bridge, loaded from mbridge_overlap/data/releases.yaml."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def preset_content() -> dict:
 
 @lru_cache(maxsize=None)
 def bridge_fields() -> dict:
-    """Field names of each ConfigContainer section in the verified release (skill/data/bridge_fields.yaml)."""
+    """Field names of each ConfigContainer section in the verified release (mbridge_overlap/data/bridge_fields.yaml)."""
     return {k: frozenset(v or ()) for k, v in load_yaml(DATA_DIR / "bridge_fields.yaml")["sections"].items()}
 
 
@@ -111,7 +111,7 @@ class Release:
             hint = closest(name, names)
             raise UsageError(
                 f"comm_overlap.tp_comm_overlap_cfg: unknown preset '{name}'"
-                + (f"; did you mean '{hint}'?" if hint else "; run 'python -m skill presets' for the list")
+                + (f"; did you mean '{hint}'?" if hint else "; run 'python -m mbridge_overlap presets' for the list")
             )
         return Preset.parse(name)
 

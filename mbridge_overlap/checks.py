@@ -58,7 +58,7 @@ def tp_overlap(state: State):
         yield make(
             "TP_OVERLAP_DEFAULT_UB_CFG",
             "TP overlap is on with no tuned userbuffers preset: Transformer Engine's default config is used",
-            "comm_overlap.tp_comm_overlap_cfg=PRESET if one matches (python -m skill presets), else nothing",
+            "comm_overlap.tp_comm_overlap_cfg=PRESET if one matches (python -m mbridge_overlap presets), else nothing",
             ["comm_overlap.tp_comm_overlap_cfg"],
         )
     if state.request.comm_overlap is None and model["tp_comm_overlap"]:
@@ -221,7 +221,7 @@ def launch_env_fields(state: State):
         yield make(
             "LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD",
             f"{key} is not a CommOverlapConfig field: {env} is process environment",
-            f"{where}=VALUE (python -m skill plan prints Bridge's value for your layout)",
+            f"{where}=VALUE (python -m mbridge_overlap plan prints Bridge's value for your layout)",
             [key],
         )
 

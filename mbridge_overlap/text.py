@@ -50,7 +50,7 @@ def plan(d: dict) -> str:
     for name, mode in d["modes"].items():
         lines.append(f"  {name.upper()}: {'on ' if mode['enabled'] else 'off'}  {mode['why']}")
     lines += ["", f"tuned TP preset: {d['preset'] or 'none (Transformer Engine default)' if d['modes']['tp']['enabled'] else 'n/a'}"]
-    lines += ["", "overrides (python -m skill plan ... --format python|yaml|hydra for a snippet):"]
+    lines += ["", "overrides (python -m mbridge_overlap plan ... --format python|yaml|hydra for a snippet):"]
     lines += [f"  {k}={fmt(v)}" for k, v in d["overrides"].items()]
     lines += ["", "launch environment (--format env for exports, env_vars for cfg.env_vars):"]
     lines += [f"  {k}={v}  # {d['env_why'].get(k, '')}" for k, v in d["env"].items()]
