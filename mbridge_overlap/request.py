@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from . import schema
 from .errors import UsageError
 from .releases import Release, bridge_fields, preset_content
-from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, PRESET
+from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
 from .suggest import closest
 
 _NULLS = {"null", "none", "~"}
@@ -41,6 +41,8 @@ class Request:
     model: dict
     ddp: dict
     optimizer: dict
+    dist: dict = field(default_factory=dict)
+    checkpoint: dict = field(default_factory=dict)
     comm_overlap: dict | None = None
     mixed_precision: MixedPrecision | None = None
     env_vars: dict = field(default_factory=dict)
@@ -57,6 +59,8 @@ class Request:
             model=section(schema.MODEL),
             ddp=section(schema.DDP),
             optimizer=section(schema.OPTIMIZER),
+            dist=section(schema.DIST),
+            checkpoint=section(schema.CHECKPOINT),
             mixed_precision=MixedPrecision(schema.BASELINE_MIXED_PRECISION),
         )
 
@@ -87,7 +91,11 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     raw = value
     if isinstance(value, str):
         text = value.strip().strip("'\"")
-        if text.lower() in _NULLS:
+        if spec.kind == STR_LIST and text.startswith("[") and text.endswith("]"):
+            value = [item.strip().strip("'\"") for item in text[1:-1].split(",") if item.strip()]
+        elif spec.kind in (CHOICE, OPT_CHOICE) and text in spec.choices:
+            value = text  # a choice spelled like a null ("none" for cuda_graph_impl)
+        elif text.lower() in _NULLS:
             value = None
         elif spec.kind in (BOOL, OPT_BOOL):
             if text.lower() not in ("true", "false"):
@@ -100,7 +108,7 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
         else:
             value = text
     if value is None:
-        if spec.kind in (OPT_INT, OPT_BOOL, OPT_CHOICE, PRESET):
+        if spec.kind in (OPT_INT, OPT_BOOL, OPT_CHOICE, PRESET, OPT_PATH, STR_LIST):
             return None
         raise UsageError(f"{key}: cannot be null")
     if spec.kind in (BOOL, OPT_BOOL) and not isinstance(value, bool):
@@ -112,6 +120,13 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
             raise UsageError(f"{key}: must be a positive integer, got {value}")
     if spec.kind in (CHOICE, OPT_CHOICE) and value not in spec.choices:
         raise UsageError(f"{key}: expected one of {', '.join(spec.choices)}, got {raw!r}")
+    if spec.kind == STR_LIST:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"{key}: expected a list of names, e.g. [attn,mlp]")
+    if spec.kind == OPT_PATH and not isinstance(value, str):
+        raise UsageError(f"{key}: expected a path or null, got {raw!r}")
     if spec.kind == PRESET:
         if not isinstance(value, str):
             raise UsageError(f"{key}: expected a preset name, got {raw!r}")
@@ -212,6 +227,8 @@ _SETTERS = {
     "model": _set_plain,
     "ddp": _set_plain,
     "optimizer": _set_plain,
+    "dist": _set_plain,
+    "checkpoint": _set_plain,
     "comm_overlap": _set_comm_overlap,
     "mixed_precision": _set_mixed_precision,
     "env_vars": _set_env_var,

@@ -32,6 +32,7 @@ class State:
     model: dict
     ddp: dict
     optimizer: dict
+    dist: dict
     data_parallel_size: int = 0
     tp_overlap_disabled_by: str | None = None  # "tp_size" | "sequence_parallel" | "te"
     dp_overlap_applied: bool = False
@@ -48,9 +49,10 @@ def run(request: Request, gpus: int, te: bool = True) -> State:
         request=request,
         gpus=gpus,
         te=te,
-        model={**request.model, "tp_comm_overlap_cfg": None},
+        model={**request.model, "tp_comm_overlap_cfg": None, "fp4_param": False},
         ddp=dict(request.ddp),
         optimizer=dict(request.optimizer),
+        dist=dict(request.dist),
     )
     apply_mixed_precision(state)
     state.data_parallel_size = data_parallel_size(request.model, gpus)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 BOOL, INT, OPT_INT, OPT_BOOL, CHOICE, PRESET = "bool", "int", "opt_int", "opt_bool", "choice", "preset"
-OPT_CHOICE = "opt_choice"
+OPT_CHOICE, OPT_PATH, STR_LIST = "opt_choice", "opt_path", "str_list"
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,11 @@ class Field:
 
 
 _BACKENDS = ("nccl", "mpi", "gloo")
+_DISPATCHERS = ("allgather", "alltoall", "flex")
+_FLEX_BACKENDS = ("deepep", "hybridep", "ncclep")
+_CUDA_GRAPH_IMPLS = ("none", "local", "transformer_engine", "full_iteration")
+_SHARDING = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+_CKPT_FORMATS = ("torch_dist", "fsdp_dtensor", "zarr", "torch")
 
 MODEL = {
     "tensor_model_parallel_size": Field(INT, 1),
@@ -34,6 +39,15 @@ MODEL = {
     "overlap_p2p_comm": Field(BOOL, False),
     "batch_p2p_comm": Field(BOOL, True),
     "tp_comm_bootstrap_backend": Field(CHOICE, "nccl", _BACKENDS),
+    "expert_model_parallel_size": Field(INT, 1),
+    "num_moe_experts": Field(OPT_INT, None),
+    "moe_token_dispatcher_type": Field(CHOICE, "allgather", _DISPATCHERS),
+    "moe_flex_dispatcher_backend": Field(OPT_CHOICE, "deepep", _FLEX_BACKENDS),
+    "moe_shared_expert_overlap": Field(BOOL, False),
+    "overlap_moe_expert_parallel_comm": Field(BOOL, False),
+    "delay_wgrad_compute": Field(BOOL, False),
+    "cuda_graph_impl": Field(CHOICE, "none", _CUDA_GRAPH_IMPLS),
+    "cuda_graph_scope": Field(STR_LIST, None),
 }
 
 DDP = {
@@ -46,12 +60,33 @@ DDP = {
     "grad_reduce_in_fp32": Field(BOOL, True),
     "fp8_param_gather": Field(BOOL, False),
     "reuse_grad_buf_for_mxfp8_param_ag": Field(BOOL, False),
+    "use_megatron_fsdp": Field(BOOL, False),
+    "data_parallel_sharding_strategy": Field(CHOICE, "optim_grads_params", _SHARDING),
+    "average_in_collective": Field(BOOL, True),
+    "disable_symmetric_registration": Field(BOOL, False),
+    "nccl_ub": Field(BOOL, False),
+    "fsdp_manual_registration": Field(BOOL, False),
 }
 
 OPTIMIZER = {
     "use_distributed_optimizer": Field(BOOL, True),
     "overlap_param_gather": Field(BOOL, False),
     "overlap_param_gather_with_optimizer_step": Field(BOOL, False),
+    "reuse_grad_buf_for_mxfp8_param_ag": Field(BOOL, False),
+}
+
+# DistributedInitConfig: Megatron-FSDP is switched on here or on ddp (validate() turns on both).
+DIST = {
+    "use_megatron_fsdp": Field(BOOL, False),
+    "use_torch_fsdp2": Field(BOOL, False),
+    "use_tp_pp_dp_mapping": Field(BOOL, False),
+}
+
+# CheckpointConfig: Megatron-FSDP needs ckpt_format=fsdp_dtensor when a checkpoint is saved or loaded.
+CHECKPOINT = {
+    "ckpt_format": Field(CHOICE, "torch_dist", _CKPT_FORMATS),
+    "save": Field(OPT_PATH, "set"),
+    "load": Field(OPT_PATH, "set"),
 }
 
 # CommOverlapConfig fields. None means "not requested": Bridge then picks the value.
@@ -86,9 +121,11 @@ MIXED_PRECISION = {
     "reuse_grad_buf_for_mxfp8_param_ag": Field(BOOL),
     "fp8_recipe": Field(CHOICE, None, ("tensorwise", "delayed", "mxfp8", "blockwise")),
     "fp8": Field(OPT_CHOICE, None, ("hybrid", "e4m3")),
+    "fp4": Field(OPT_CHOICE, None, ("e2m1",)),
+    "fp4_param_gather": Field(BOOL),
 }
 
-SECTIONS = {"model": MODEL, "ddp": DDP, "optimizer": OPTIMIZER}
+SECTIONS = {"model": MODEL, "ddp": DDP, "optimizer": OPTIMIZER, "dist": DIST, "checkpoint": CHECKPOINT}
 
 BASELINE_MIXED_PRECISION = "bf16_mixed"
 
@@ -116,6 +153,9 @@ EFFECTIVE_FIELDS = {
         "tp_comm_bootstrap_backend",
         "overlap_p2p_comm",
         "batch_p2p_comm",
+        "overlap_moe_expert_parallel_comm",
+        "delay_wgrad_compute",
+        "fp4_param",
     ],
     "ddp": [
         "use_distributed_optimizer",
@@ -125,10 +165,31 @@ EFFECTIVE_FIELDS = {
         "align_param_gather",
         "grad_reduce_in_fp32",
         "fp8_param_gather",
+        "reuse_grad_buf_for_mxfp8_param_ag",
+        "use_megatron_fsdp",
+        "average_in_collective",
+        "nccl_ub",
+        "fsdp_manual_registration",
     ],
     "optimizer": [
         "use_distributed_optimizer",
         "overlap_param_gather",
         "overlap_param_gather_with_optimizer_step",
+        "reuse_grad_buf_for_mxfp8_param_ag",
     ],
+    "dist": ["use_megatron_fsdp"],
 }
+
+# What the recipe catalog records of each recipe (scripts/gen_recipe_catalog.py): every modeled field, and these
+# fields the rules or the listing read without resolving them.
+CONTEXT = {
+    "model": ["seq_length", "num_layers", "hidden_size", "expert_tensor_parallel_size", "recompute_granularity",
+              "mtp_num_layers", "defer_embedding_wgrad_compute", "gradient_accumulation_fusion"],
+    "ddp": ["num_distributed_optimizer_instances", "fsdp_double_buffer", "outer_dp_sharding_strategy",
+            "suggested_communication_unit_size"],
+    "optimizer": ["optimizer", "use_precision_aware_optimizer"],
+    "train": ["micro_batch_size", "global_batch_size"],
+    "validation": ["eval_micro_batch_size", "eval_global_batch_size"],
+    "rng": ["te_rng_tracker"],
+}
+RECORDED = {s: sorted(set(SECTIONS.get(s, {})) | set(CONTEXT.get(s, ()))) for s in [*SECTIONS, *CONTEXT]}

@@ -127,7 +127,7 @@ def effective(cfg) -> dict:
     out = {}
     for section, names in schema.EFFECTIVE_FIELDS.items():
         obj = getattr(cfg, section)
-        out[section] = {n: getattr(obj, n) for n in names}
+        out[section] = {n: getattr(obj, n, None) for n in names}  # a model provider without the field: None
     out["model"]["tp_comm_overlap_cfg"] = preset_name(out["model"]["tp_comm_overlap_cfg"])
     return out
 

@@ -1,0 +1,312 @@
+"""Bridge's shipped recipe functions, built offline and resolved by real Bridge: the source of the recipe catalog.
+
+A recipe function normally downloads its model's Hugging Face config. Offline, AutoBridge.from_hf_pretrained returns a
+stand-in whose provider is a plain GPTModelProvider (the overlap path does not depend on model dimensions), and the
+CUDA device queries answer as the GPU type in the recipe's name does. Where Bridge then stops on something the real
+HF config would have given (a layer count a pipeline layout needs, the MoE expert count, MLA, grouped GEMM, a
+dispatcher), a fixup sets it and is recorded with the recipe, so nothing is changed silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import enum
+import importlib
+import io
+import logging
+import os
+import pkgutil
+import re
+import sys
+import warnings
+from pathlib import Path
+
+from .. import recipes as catalog
+from .. import schema
+from . import adapter
+
+PACKAGES = ("megatron.bridge.recipes", "megatron.bridge.perf_recipes")
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+# Compute capability and device name each GPU type of a recipe name reports (Bridge's flex-dispatcher check reads both).
+# R100/VR200: assumed 10.x, the only reading under which Bridge 0.6.2's own VR200 recipes, which select HybridEP,
+# pass its check (major 8, 9 or 10); the catalog records the assumption.
+DEVICES = {
+    "h100": ((9, 0), "NVIDIA H100 80GB HBM3"), "b200": ((10, 0), "NVIDIA B200"), "gb200": ((10, 0), "NVIDIA GB200"),
+    "b300": ((10, 3), "NVIDIA B300"), "gb300": ((10, 3), "NVIDIA GB300"), "r100": ((10, 0), "NVIDIA R100"),
+    "vr200": ((10, 0), "NVIDIA VR200"),
+}
+ASSUMED_DEVICES = ("r100", "vr200")
+STANDIN = dict(num_layers=96, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=32, seq_length=4096,
+               vocab_size=32768, make_vocab_size_divisible_by=128)
+MAX_FIXUPS = 8
+
+
+class _StandIn:
+    """What AutoBridge.from_hf_pretrained returns offline."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def to_megatron_provider(self, *args, **kwargs):
+        from megatron.bridge.models import GPTModelProvider
+
+        return GPTModelProvider(**STANDIN)
+
+    def __getattr__(self, name):  # any other AutoBridge call a recipe makes: inert
+        return lambda *args, **kwargs: None
+
+
+@contextlib.contextmanager
+def offline(gpu: str | None):
+    """No network, the stand-in model, CUDA device queries answered as the named GPU does; Bridge's prints muted."""
+    from unittest import mock
+
+    import torch
+    from megatron.bridge.models.conversion import auto_bridge
+
+    (major, minor), name = DEVICES.get(gpu or "h100", DEVICES["h100"])
+    props = mock.Mock(major=major, minor=minor, multi_processor_count=132, total_memory=80 << 30)
+    props.name = name
+    saved = {k: os.environ.get(k) for k in OFFLINE_ENV}
+    os.environ.update({k: "1" for k in OFFLINE_ENV})
+    try:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(mock.patch.object(auto_bridge.AutoBridge, "from_hf_pretrained", classmethod(lambda cls, *a, **k: _StandIn())))
+            stack.enter_context(mock.patch.object(torch.cuda, "get_device_capability", lambda *a, **k: (major, minor)))
+            stack.enter_context(mock.patch.object(torch.cuda, "get_device_properties", lambda *a, **k: props))
+            stack.enter_context(mock.patch.object(torch.cuda, "get_device_name", lambda *a, **k: name))
+            stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def discover() -> list[tuple[str, str, object]]:
+    """(package, module, function) for every public *_config function the two recipe packages define."""
+    os.environ.update({k: "1" for k in OFFLINE_ENV})
+    logging.disable(logging.WARNING)
+    out, seen = [], set()
+    with contextlib.redirect_stdout(io.StringIO()):
+        for package in PACKAGES:
+            root = importlib.import_module(package)
+            for info in pkgutil.walk_packages(root.__path__, prefix=package + "."):
+                module = importlib.import_module(info.name)
+                for name, fn in vars(module).items():
+                    if name.endswith("_config") and not name.startswith("_") and callable(fn) \
+                            and getattr(fn, "__module__", None) == info.name and (package, name) not in seen:
+                        seen.add((package, name))
+                        out.append((package.rsplit(".", 1)[1], info.name, fn))
+    return sorted(out, key=lambda item: (item[2].__name__, item[0]))
+
+
+# Fixups, each for a message Bridge gives when the stand-in lacks what the real HF config has.
+def _fix_layers(cfg, m):
+    return [("model.num_layers", int(m.group(1)))]
+
+
+_FIXUPS = [
+    (re.compile(r"num_moe_experts must be non None|'>' not supported between instances of 'NoneType' and 'int'"),
+     lambda cfg, m: [("model.num_moe_experts", 64 * max(cfg.model.expert_model_parallel_size, 1))] if cfg.model.num_moe_experts is None else None),
+    (re.compile(r"only supported with multi_latent_attention"), lambda cfg, m: [("model.multi_latent_attention", True)]),
+    (re.compile(r"only supported with moe_grouped_gemm"), lambda cfg, m: [("model.moe_grouped_gemm", True)]),
+    (re.compile(r"moe cuda graph is only supported for MoE"), lambda cfg, m: [("model.num_moe_experts", 64)]),
+    (re.compile(r"does not support attention bias"), lambda cfg, m: [("model.add_bias_linear", False), ("model.add_qkv_bias", False)]),
+    (re.compile(r"Number of decoder layers (\d+)\s*must match num_layers"), _fix_layers),
+    (re.compile(r"overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type"),
+     lambda cfg, m: [("model.moe_token_dispatcher_type", "alltoall")]),
+    (re.compile(r"--data-cache-path must be provided"), lambda cfg, m: [("dataset.path_to_cache", "<scratch>")]),
+    (re.compile(r"Sequence length in model config: (\d+), Sequence length in dataset config: (\d+)"),
+     lambda cfg, m: [("model.seq_length", int(m.group(2)))]),
+]
+_LAYOUT = re.compile(r"middle layers|layers at middle stage|after enable\s*account_for|num_layers.*divisible|divisible by.*pipeline", re.I)
+
+
+def _set(cfg, key: str, value, scratch: Path) -> None:
+    obj = cfg
+    *path, name = key.split(".")
+    for part in path:
+        obj = getattr(obj, part)
+    setattr(obj, name, str(scratch) if value == "<scratch>" else value)
+
+
+def _build(fn, gpu, fixups, scratch: Path):
+    with offline(gpu):
+        cfg = fn()
+    for key, value in fixups:
+        _set(cfg, key, value, scratch)
+    return cfg
+
+
+def _fixup_for(cfg, error: str) -> list | None:
+    for pattern, fix in _FIXUPS:
+        m = pattern.search(error)
+        if m:
+            return fix(cfg, m)
+    return None
+
+
+def _layer_count(fn, gpu, fixups, scratch, gpus) -> int | None:
+    """A num_layers that satisfies the recipe's pipeline layout (the real model's count is not known offline)."""
+    for n in sorted(range(1, 257), key=lambda n: abs(n - STANDIN["num_layers"])):
+        cfg = _build(fn, gpu, fixups + [("model.num_layers", n)], scratch)
+        error, _ = runtime(cfg, gpus, gpu)
+        if not (error and _LAYOUT.search(error)):
+            return n
+    return None
+
+
+def build(fn, gpu: str | None, gpus: int, scratch: Path):
+    """Build the recipe offline with the fixups it needs; (cfg before runtime_config_update, fixups, Bridge's
+    error or None, the environment runtime_config_update installed, cfg after)."""
+    fixups: list = []
+    for _ in range(MAX_FIXUPS):
+        cfg = _build(fn, gpu, fixups, scratch)
+        if getattr(cfg, "peft", None) is not None and not _exists(getattr(cfg.checkpoint, "pretrained_checkpoint", None)):
+            fixups.append(("checkpoint.pretrained_checkpoint", "<scratch>"))
+            continue
+        after = copy.deepcopy(cfg)
+        error, env = runtime(after, gpus, gpu)
+        extra = _fixup_for(cfg, error) if error else None
+        if error and extra is None and _LAYOUT.search(error):
+            n = _layer_count(fn, gpu, fixups, scratch, gpus)
+            extra = [("model.num_layers", n)] if n else None
+        if not extra or any(f in fixups for f in extra):
+            return cfg, fixups, error, env, after
+        fixups += extra
+    return cfg, fixups, error, env, after
+
+
+def _exists(path) -> bool:
+    return bool(path) and Path(str(path)).exists()
+
+
+def runtime(cfg, gpus: int, gpu: str | None) -> tuple[str | None, dict]:
+    """runtime_config_update() with WORLD_SIZE=gpus and no launch variables inherited from this shell."""
+    _, config_mod, _ = adapter.import_bridge()
+    saved = dict(os.environ)
+    for name in getattr(cfg, "env_vars", {}):
+        os.environ.pop(name, None)  # setdefault: a value inherited from this shell would win over the recipe's
+    os.environ["WORLD_SIZE"] = str(gpus)
+    before = dict(os.environ)
+    try:
+        with offline(gpu):
+            config_mod.runtime_config_update(cfg)
+        return None, {k: v for k, v in os.environ.items() if before.get(k) != v}
+    except Exception as exc:  # Bridge raises AssertionError, ValueError, TypeError, RuntimeError
+        return " ".join(f"{type(exc).__name__}: {exc}".split())[:500], {}
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _json(value):
+    """A config value as JSON: enums by name, dtypes and other objects by their string, lists kept."""
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_json(v) for v in value]
+    return str(value)
+
+
+def record(cfg) -> dict:
+    """What a recipe requests on the overlap path: schema.RECORDED fields by section, comm_overlap with its preset
+    by name, the mixed-precision recipe (name and the fields that matter) and env_vars."""
+    out = {}
+    for section, names in schema.RECORDED.items():
+        obj = getattr(cfg, section, None)
+        out[section] = {n: _json(getattr(obj, n)) for n in names if obj is not None and hasattr(obj, n)}
+    for key in ("checkpoint.save", "checkpoint.load"):
+        section, name = key.split(".")
+        out[section][name] = None if getattr(cfg.checkpoint, name) is None else "set"  # only whether it is set matters
+    out["comm_overlap"] = _comm_overlap(cfg.comm_overlap)
+    out["mixed_precision"] = mixed_precision(cfg.mixed_precision)
+    out["env_vars"] = {k: _json(v) for k, v in cfg.env_vars.items()}
+    out["peft"] = getattr(cfg, "peft", None) is not None
+    return out
+
+
+def _comm_overlap(co) -> dict | None:
+    if co is None:
+        return None
+    out = {f.name: _json(getattr(co, f.name)) for f in dataclasses.fields(co) if f.name != "tp_comm_overlap_cfg"}
+    out["tp_comm_overlap_cfg"] = _preset_name(co.tp_comm_overlap_cfg)
+    return out
+
+
+def _preset_name(value):
+    name = adapter.preset_name(value)
+    return name[0] if isinstance(name, list) else name
+
+
+def mixed_precision(mp) -> dict | None:
+    """{"recipe": the registered recipe it equals or starts from, "fields": the fields that matter, as set}."""
+    if mp is None:
+        return None
+    _, _, mp_mod = adapter.import_bridge()
+    if isinstance(mp, str):
+        return {"recipe": mp.replace("-", "_"), "fields": {}}
+    values = {n: _json(getattr(mp, n)) for n in schema.MIXED_PRECISION}
+    best, best_diff = None, None
+    for name, factory in sorted(mp_mod.MIXED_PRECISION_RECIPES.items()):
+        if "-" in name:
+            continue
+        ref = factory()
+        diff = {n: v for n, v in values.items() if _json(getattr(ref, n)) != v}
+        if best_diff is None or len(diff) < len(best_diff):
+            best, best_diff = name, diff
+    return {"recipe": best, "fields": best_diff}
+
+
+def outcome(cfg, error: str | None, env: dict, gpus: int) -> dict:
+    """Real Bridge's answer at `gpus`: its error, or the effective fields, DP size and the environment it installed."""
+    if error:
+        return {"gpus": gpus, "error": error}
+    return {"gpus": gpus, "error": None, "data_parallel_size": cfg.data_parallel_size, "effective": adapter.effective(cfg), "env": env}
+
+
+def entry(package: str, module: str, fn, scratch: Path) -> dict:
+    name = fn.__name__
+    out = {"name": name, "package": package, "module": module, **catalog.parse_name(name)}
+    gpu = out.get("gpu")
+    try:
+        with offline(gpu):
+            probe = fn()
+    except Exception as exc:
+        return {**out, "builds": False, "build_error": " ".join(f"{type(exc).__name__}: {exc}".split())[:500]}
+    if not hasattr(probe, "comm_overlap") or not hasattr(probe, "model"):
+        return {**out, "builds": False, "build_error": f"returns {type(probe).__name__}, not a ConfigContainer"}
+    gpus = out.get("gpus") or catalog.model_parallel_size(probe.model)
+    cfg, fixups, error, env, after = build(fn, gpu, gpus, scratch)
+    return {**out, "builds": True, "request": record(cfg), "fixups": [f"{k}={v}" for k, v in fixups],
+            "bridge": outcome(after, error, env, gpus)}
+
+
+def generate(only: str | None = None, progress=None) -> dict:
+    import tempfile
+    import time
+
+    from importlib.metadata import version
+
+    if any(os.environ.get(k) != "1" for k in OFFLINE_ENV):
+        raise RuntimeError(f"set {', '.join(OFFLINE_ENV)}=1 before Bridge is imported (huggingface_hub reads them once)")
+    adapter.import_bridge()
+    adapter.quiet()
+    start = time.time()
+    functions = [f for f in discover() if not only or only in f[2].__name__]
+    entries = []
+    with tempfile.TemporaryDirectory(prefix="mbridge-recipes-") as scratch:
+        for i, (package, module, fn) in enumerate(functions, 1):
+            entries.append(entry(package, module, fn, Path(scratch)))
+            if progress and (i % 100 == 0 or i == len(functions)):
+                progress(f"{i}/{len(functions)} recipes ({time.time() - start:.0f} s)")
+    return {"bridge_version": version("megatron-bridge"), "megatron_core_version": version("megatron-core"),
+            "generated_by": "scripts/gen_recipe_catalog.py",
+            "devices": {gpu: {"capability": list(cap), "name": name, "assumed": gpu in ASSUMED_DEVICES} for gpu, (cap, name) in DEVICES.items()},
+            "recipes": entries}

@@ -1,0 +1,95 @@
+"""Bridge's shipped recipes: the catalog generated from real Bridge (scripts/gen_recipe_catalog.py), by release.
+
+Each entry holds what the recipe function requests on the overlap path (`request`: the fields of schema.RECORDED by
+section, comm_overlap with its preset by name, the mixed-precision recipe and env_vars), the fixups the offline build
+needed, and what real Bridge's runtime_config_update() made of it at the GPU count in the name (`bridge`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from .errors import UsageError
+from .releases import DATA_DIR
+from .suggest import closest
+
+GPU_TYPES = ("h100", "b200", "b300", "gb200", "gb300", "r100", "vr200")
+TASKS = ("pretrain", "sft", "peft")
+# A recipe name's precision, and the compute dtype Bridge's perf launcher (scripts/performance) calls it.
+PRECISIONS = {"bf16": "bf16", "fp8cs": "fp8_cs", "fp8mx": "fp8_mx", "fp8sc": "fp8_sc", "nvfp4": "nvfp4"}
+_HEAD = r"^(?P<model>[a-z0-9_]+?)_(?P<task>pretrain|sft|peft)"
+_NAMES = (  # with the GPU count, type and precision first, so a dataset or variant word never swallows them
+    re.compile(_HEAD + r"(?:_(?P<dataset>[a-z0-9_]+?))?_(?P<gpus>\d+)gpu_(?P<gpu>" + "|".join(GPU_TYPES) + r")_(?P<precision>"
+               + "|".join(PRECISIONS) + r")(?:_(?P<variant>[a-z0-9_]+?))?_config$"),
+    re.compile(_HEAD + r"(?:_(?P<variant>[a-z0-9_]+?))?_config$"),
+)
+# A recipe reference as a user types it: a function name, optionally with its package or full import path.
+_REFERENCE = re.compile(r"^(?:megatron\.bridge\.)?(?:(?P<package>recipes|perf_recipes)\.(?:[a-z0-9_]+\.)*)?(?P<name>[A-Za-z0-9_]+)$")
+
+
+def parse_name(name: str) -> dict:
+    """What a recipe function's name says: model, task, GPU count and type, precision, variant (None where absent)."""
+    m = next((m for m in (rx.match(name) for rx in _NAMES) if m), None)
+    if not m:
+        return {"model": None, "task": None, "gpus": None, "gpu": None, "precision": None, "variant": None}
+    g = {"dataset": None, "gpus": None, "gpu": None, "precision": None, **m.groupdict()}
+    return {
+        "model": g["model"], "task": g["task"], "gpus": int(g["gpus"]) if g["gpus"] else None, "gpu": g["gpu"],
+        "precision": PRECISIONS.get(g["precision"]) if g["precision"] else None,
+        "variant": "_".join(p for p in (g["dataset"], g["variant"]) if p) or None,
+    }
+
+
+def catalog_path(version: str) -> Path:
+    return DATA_DIR / "releases" / version / "recipes.json"
+
+
+@lru_cache(maxsize=None)
+def catalog(version: str) -> dict:
+    path = catalog_path(version)
+    if not path.is_file():
+        raise UsageError(f"--recipe: no recipe catalog for Megatron-Bridge {version} (catalogs exist for: {', '.join(versions())})")
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def versions() -> list[str]:
+    root = DATA_DIR / "releases"
+    return sorted(p.parent.name for p in root.glob("*/recipes.json")) if root.is_dir() else []
+
+
+def entries(version: str) -> list[dict]:
+    return catalog(version)["recipes"]
+
+
+def lookup(reference: str, version: str) -> dict:
+    """The catalog entry a user's recipe reference names; UsageError with the closest names otherwise."""
+    m = _REFERENCE.match(reference.strip()) if isinstance(reference, str) else None
+    if not m:
+        raise UsageError("--recipe: expected a recipe function name such as llama3_70b_pretrain_64gpu_gb200_bf16_config")
+    name, package = m.group("name"), m.group("package")
+    found = [e for e in entries(version) if e["name"] == name and (package is None or e["package"] == package)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        where = " or ".join(f"{e['package']}.{e['name']}" for e in found)
+        raise UsageError(f"--recipe: {name} is defined in both recipe packages; say which: {where}")
+    names = sorted({e["name"] for e in entries(version)})
+    near = _closest(name, names)
+    hint = f"; closest: {', '.join(near)}" if near else ""
+    raise UsageError(f"--recipe: no recipe named {name} in Megatron-Bridge {version}{hint} (list them with: recipes)")
+
+
+def _closest(name: str, names: list[str], n: int = 3) -> list[str]:
+    import difflib
+
+    return difflib.get_close_matches(name, names, n=n, cutoff=0.5) or ([closest(name, names, 0.3)] if closest(name, names, 0.3) else [])
+
+
+def model_parallel_size(model) -> int:
+    """TP x PP x CP of a model config (a mapping or an object): the fewest GPUs a layout runs on."""
+    get = model.get if isinstance(model, dict) else lambda k, d=None: getattr(model, k, d)
+    return (get("tensor_model_parallel_size") or 1) * (get("pipeline_model_parallel_size") or 1) * (get("context_parallel_size") or 1)

@@ -1,0 +1,68 @@
+"""Generate the recipe catalog of the installed megatron-bridge: every public *_config() function of
+megatron.bridge.recipes and megatron.bridge.perf_recipes, what it requests on the overlap path, and what real
+Bridge's runtime_config_update() makes of it at the GPU count in its name (mbridge_overlap/bridge/recipes.py says how
+a recipe is built offline). Run with the Bridge venv's python:
+
+    $(scripts/bridge_env.sh --print-python) scripts/gen_recipe_catalog.py [--check] [--only SUBSTRING]
+
+Writes mbridge_overlap/data/releases/<version>/recipes.json. --check regenerates it in memory and compares it with the
+shipped file (exit 1 on a difference); the Bridge test tier runs that. The file holds names and values only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+# Read once when huggingface_hub is imported: set before anything imports Bridge, or each hub call waits on the network.
+for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
+    os.environ[_name] = "1"
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def dumps(data: dict) -> str:
+    """One recipe per line (small, and a regeneration diffs recipe by recipe)."""
+    head = {k: v for k, v in data.items() if k != "recipes"}
+    lines = [json.dumps(r, sort_keys=True, separators=(",", ":")) for r in data["recipes"]]
+    return json.dumps(head, sort_keys=True)[:-1] + ',\n"recipes": [\n' + ",\n".join(lines) + "\n]}\n"
+
+
+def summary(data: dict) -> str:
+    recipes = data["recipes"]
+    built = [r for r in recipes if r["builds"]]
+    done = [r for r in built if r["bridge"]["error"] is None]
+    return f"{len(recipes)} recipe functions, {len(built)} build offline, {len(done)} complete runtime_config_update()"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="compare with the shipped catalog instead of writing it")
+    ap.add_argument("--only", help="only recipes whose name contains this; prints them (for debugging)")
+    args = ap.parse_args(argv)
+
+    from mbridge_overlap import recipes
+    from mbridge_overlap.bridge import recipes as bridge_recipes
+
+    data = bridge_recipes.generate(args.only, progress=lambda m: print(f"[catalog] {m}", file=sys.stderr))
+    if args.only:
+        sys.stdout.write(dumps(data))
+        return 0
+    path = recipes.catalog_path(data["bridge_version"])
+    rel = path.relative_to(ROOT)
+    if args.check:
+        same = path.is_file() and path.read_text(encoding="utf-8") == dumps(data)
+        print(f"{'catalog matches' if same else 'catalog DIFFERS from'} {rel}: {summary(data)}")
+        return 0 if same else 1
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(data), encoding="utf-8")
+    print(f"wrote {rel}: {summary(data)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
