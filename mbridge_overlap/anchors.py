@@ -1,18 +1,37 @@
-"""Find the Bridge code SKILL.md cites, in the installed megatron-bridge or a source checkout, by content.
+"""Find the Bridge code SKILL.md cites, in the installed megatron-bridge or a source checkout, and tell by content
+whether it is still the code of a verified release.
 
-Reads files only: nothing is imported from megatron, so this runs in a second without torch.
+Each anchor names a scope (a function, a class, or a block inside one). Its normalised source (ast.unparse without
+docstrings, comments or signature annotations) is hashed and compared with the fingerprints recorded for every
+verified release in data/fingerprints.yaml (scripts/gen_release_data.py writes them). Reads files only: nothing is
+imported from megatron, so this runs in a second without torch.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
+import copy
+import difflib
+import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from .errors import UsageError
+from . import releases
 from .releases import DATA_DIR, load_yaml
 
 DEFAULT_WINDOW = 20
+MAX_SOURCE_BYTES = 4 * 1024 * 1024  # the largest Bridge file cited is about 100 kB
+DIFF_LINES = 30
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_BLOCKS = (ast.If, ast.For, ast.While, ast.With, ast.Try)
+_BUILTINS = frozenset(dir(builtins))
+_STMT_LISTS = ("body", "handlers", "orelse", "finalbody")
+_BLOCK_WORDS = {"orelse": "else:", "finalbody": "finally:"}
+_UNSTABLE_FIELDS = frozenset({"type_params", "type_comment", "kind"})  # absent before 3.12, or not code
 
 
 @dataclass
@@ -20,11 +39,17 @@ class Anchor:
     id: str
     what: str
     file: str
-    status: str  # found | missing | not_applicable | needs_source
+    status: str  # same | changed | missing | not_applicable | needs_source
     path: str | None = None
     start: int | None = None
     end: int | None = None
     note: str = ""
+    same_as: str | None = None  # status same: the newest verified release with this fingerprint
+    nearest: str | None = None  # status changed: the verified release the diff is against
+    fingerprint: str | None = None
+    diff: list = field(default_factory=list)
+    steps_added: list = field(default_factory=list)
+    steps_removed: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -35,6 +60,18 @@ class Location:
     package: Path  # .../megatron/bridge
     checkout: Path | None  # repository root when reading a source checkout
     version: str
+
+
+@dataclass
+class Measure:
+    """The normalised code of one anchor's scope in one file."""
+
+    fingerprint: str
+    lines: list  # readable normalised source (ast.unparse of this Python), one entry per logical line
+    line_hashes: list  # hash of each line's canonical form, the same on every Python
+    steps: list | None
+    start: int
+    end: int
 
 
 def locate(mbridge_src: str | None = None) -> Location:
@@ -62,15 +99,24 @@ def locate(mbridge_src: str | None = None) -> Location:
 
 def _version(package: Path) -> str:
     info = package / "package_info.py"
-    text = info.read_text(encoding="utf-8") if info.exists() else ""
+    text = info.read_text(encoding="utf-8", errors="replace") if info.is_file() else ""
     parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.M) for k in ("MAJOR", "MINOR", "PATCH")]
     if not all(parts):
         return "unknown"
     return ".".join(m.group(1) for m in parts)
 
 
-def _family(version: str) -> str:
-    return ".".join(version.split(".")[:2])
+def version_key(version: str) -> tuple:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def applies(spec: dict, version: str) -> bool:
+    """An anchor applies from `since` (inclusive) up to `removed_in` (exclusive); any release when unknown."""
+    if version == "unknown":
+        return True
+    key = version_key(version)
+    since, removed = spec.get("since"), spec.get("removed_in")
+    return (not since or key >= version_key(since)) and (not removed or key < version_key(removed))
 
 
 def find_lines(text: str, lines: list[str], window: int) -> tuple[int, int] | None:
@@ -91,41 +137,300 @@ def find_lines(text: str, lines: list[str], window: int) -> tuple[int, int] | No
     return None
 
 
-def find(location: Location) -> list[Anchor]:
+# --- normalised source -------------------------------------------------------------------------------------------
+
+
+def _children(node) -> list:
+    """Statements directly in a module or class body, looking through if/try blocks (TYPE_CHECKING, imports)."""
     out = []
-    for anchor_id, spec in load_yaml(DATA_DIR / "anchors.yaml").items():
-        families = spec.get("families")
-        base = Anchor(anchor_id, spec["what"], spec["file"], "missing")
-        if families and _family(location.version) not in families:
-            base.status, base.note = "not_applicable", f"exists in Bridge {', '.join(families)} only"
-            out.append(base)
-            continue
-        if spec.get("source_only"):
-            if location.checkout is None:
-                base.status, base.note = "needs_source", "in the repository's scripts/, not the installed package"
-                out.append(base)
-                continue
-            path = location.checkout / spec["file"]
+    for child in getattr(node, "body", []):
+        if isinstance(child, (ast.If, ast.Try)):
+            out += _children(child) + [s for s in child.orelse]
         else:
-            path = location.package / spec["file"]
-        base.path = str(path)
-        if path.exists():
-            span = find_lines(path.read_text(encoding="utf-8"), spec["lines"], spec.get("window", DEFAULT_WINDOW))
-            if span:
-                base.status, (base.start, base.end) = "found", span
-        if base.status == "missing":
-            base.note = "the cited code is not there any more: re-read the file and update SKILL.md and anchors.yaml"
-        out.append(base)
+            out.append(child)
     return out
 
 
-def report(mbridge_src: str | None = None) -> dict:
+def _head(node):
+    """A shallow copy with its blocks emptied: what a compound statement's first line says."""
+    head = copy.copy(node)
+    for f in _STMT_LISTS:
+        if getattr(head, f, None):
+            setattr(head, f, [])
+    return head
+
+
+def scope_node(tree: ast.Module, scope: str, block: str | None = None):
+    """The def or class named by a dotted scope (Class.method), or the block inside it whose first line is `block`."""
+    node = tree
+    for name in scope.split("."):
+        node = next((n for n in _children(node) if isinstance(n, _DEFS) and n.name == name), None)
+        if node is None:
+            return None
+    if block:
+        want = canonical(_head(ast.parse(block.strip() + " pass").body[0]))
+        return next((n for n in ast.walk(node) if isinstance(n, _BLOCKS) and canonical(_head(n)) == want), None)
+    return node
+
+
+def _strip(node):
+    """A copy without docstrings and without annotations of function signatures (types carry no rule)."""
+    node = copy.deepcopy(node)
+    for n in ast.walk(node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n.returns = None
+            a = n.args
+            for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]:
+                if arg is not None:
+                    arg.annotation = None
+        body = getattr(n, "body", None)
+        if isinstance(n, _DEFS) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            n.body = body[1:] or [ast.Pass()]
+    return node
+
+
+def canonical(node) -> str:
+    """The tree as text, the same on every Python from 3.10 (ast.unparse and ast.dump are not: they change how
+    tuples are parenthesised and which empty fields are shown)."""
+    if isinstance(node, ast.AST):
+        fields = ",".join(f"{f}={canonical(getattr(node, f, None))}" for f in node._fields if f not in _UNSTABLE_FIELDS)
+        return f"{type(node).__name__}({fields})"
+    if isinstance(node, list):
+        return "[" + ",".join(canonical(x) for x in node) + "]"
+    return repr(node)
+
+
+def _lines(node, depth: int = 0) -> list[tuple[str, str]]:
+    """(canonical, readable) per logical line: a simple statement, or the header of a compound one followed by
+    its blocks one level deeper."""
+    blocks = [f for f in _STMT_LISTS if getattr(node, f, None)]
+    pad = "    " * depth
+    if not blocks:
+        return [(f"{depth}|{canonical(node)}", pad + ast.unparse(node).replace("\n", " "))]
+    head = _head(node)
+    if isinstance(node, ast.stmt):
+        head.body = [ast.Pass()]
+        readable = " ".join(ast.unparse(head).splitlines()[:-1])  # decorators, then the header
+        head.body = []
+    else:
+        readable = _except_header(node)
+    out = [(f"{depth}|{canonical(head)}", pad + readable)]
+    for f in blocks:
+        if f in _BLOCK_WORDS:
+            out.append((f"{depth}|{f}", f"{pad}{_BLOCK_WORDS[f]}"))
+        for child in getattr(node, f):
+            out += _lines(child, depth + 1 if f != "handlers" else depth)
+    return out
+
+
+def _except_header(handler: ast.ExceptHandler) -> str:
+    kind = f" {ast.unparse(handler.type)}" if handler.type is not None else ""
+    return f"except{kind}{f' as {handler.name}' if handler.name else ''}:"
+
+
+def steps(node) -> list[str]:
+    """The calls in a function body in the order they are written (builtins left out)."""
+    out = []
+
+    def visit(n):
+        if isinstance(n, ast.Call):
+            name = ast.unparse(n.func)
+            if name not in _BUILTINS:
+                out.append(name)
+        for child in ast.iter_child_nodes(n):
+            visit(child)
+
+    for stmt in node.body:
+        visit(stmt)
+    return out
+
+
+def _hash(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
+
+
+def measure(spec: dict, text: str) -> Measure | None:
+    """The normalised code of `spec`'s scope in `text`; None when the scope is not there. SyntaxError, RecursionError
+    and ValueError (a null byte) propagate for the caller to name."""
+    node = scope_node(ast.parse(text), spec["scope"], spec.get("block"))
+    if node is None:
+        return None
+    lines = _lines(_strip(node))
+    return Measure(
+        fingerprint=_hash("\n".join(c for c, _ in lines), 16),
+        lines=[r for _, r in lines],
+        line_hashes=[_hash(c, 8) for c, _ in lines],
+        steps=steps(node) if spec.get("steps") else None,
+        start=node.lineno,
+        end=node.end_lineno,
+    )
+
+
+# --- comparison with the verified releases ---------------------------------------------------------------------
+
+
+@lru_cache(maxsize=None)
+def fingerprints() -> dict:
+    """data/fingerprints.yaml: {releases: {version: facts}, anchors: {id: [{fingerprint, releases, ...}]}}."""
+    return load_yaml(DATA_DIR / "fingerprints.yaml")
+
+
+def record(per_release: dict) -> dict:
+    """The `anchors` table of fingerprints.yaml from {version: {anchor id: Measure}}: one entry per distinct
+    fingerprint, with every release that has it."""
+    out = {}
+    for anchor_id in specs():
+        entries = {}
+        for version, measured in per_release.items():
+            got = measured.get(anchor_id)
+            if got is None:
+                continue
+            entry = entries.setdefault(got.fingerprint, {"fingerprint": got.fingerprint, "releases": []})
+            entry["releases"].append(version)
+            if got.steps is not None:
+                entry["steps"] = got.steps
+            entry["line_hashes"] = got.line_hashes
+        out[anchor_id] = list(entries.values())
+    return out
+
+
+def nearest(version: str, candidates: list[str]) -> str | None:
+    """The newest candidate not newer than `version`, else the oldest one (the newest of all when unknown)."""
+    ordered = sorted(candidates, key=version_key)
+    if not ordered:
+        return None
+    if version == "unknown":
+        return ordered[-1]
+    older = [r for r in ordered if version_key(r) <= version_key(version)]
+    return older[-1] if older else ordered[0]
+
+
+def compare(anchor: Anchor, got: Measure, recorded: list[dict], version: str) -> None:
+    """Set same/changed on `anchor` from the recorded fingerprints of its scope."""
+    anchor.fingerprint = got.fingerprint
+    match = next((r for r in recorded if r["fingerprint"] == got.fingerprint), None)
+    if match:
+        anchor.status, anchor.same_as = "same", max(match["releases"], key=version_key)
+        return
+    by_release = {rel: r for r in recorded for rel in r["releases"]}
+    ref = nearest(version, list(by_release))
+    anchor.status = "changed"
+    if ref is None:
+        anchor.note = "no verified release has a fingerprint for this code"
+        return
+    anchor.nearest, old = ref, by_release[ref]
+    anchor.diff = hash_diff(old["line_hashes"], got.line_hashes, got.lines, ref)
+    if got.steps is not None and old.get("steps") is not None:
+        anchor.steps_added, anchor.steps_removed = step_changes(old["steps"], got.steps)
+    anchor.note = f"the code differs from Bridge {ref}: re-read it and check the rule in SKILL.md and the resolver"
+
+
+def hash_diff(old_hashes: list, new_hashes: list, new_lines: list, ref: str, context: int = 2) -> list[str]:
+    """A unified diff of normalised source where only the new side has text (no Bridge code is stored here):
+    removed lines show as their line number in the `ref` release's normalised code."""
+    out = []
+    for group in difflib.SequenceMatcher(None, old_hashes, new_hashes, autojunk=False).get_grouped_opcodes(context):
+        a0, b0 = group[0][1], group[0][3]
+        a1, b1 = group[-1][2], group[-1][4]
+        out.append(f"@@ -{a0 + 1},{a1 - a0} +{b0 + 1},{b1 - b0} @@ (normalised source, {ref} -> here)")
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                out += [" " + line for line in new_lines[j1:j2]]
+                continue
+            out += [f"-[line {i + 1} of the {ref} code]" for i in range(i1, i2)]
+            out += ["+" + line for line in new_lines[j1:j2]]
+    if len(out) > DIFF_LINES:
+        out = out[:DIFF_LINES] + [f"... {len(out) - DIFF_LINES} more diff lines"]
+    return out
+
+
+def step_changes(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
+    """Calls added (each with the call it follows) and removed, in order."""
+    added, removed = [], []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag in ("insert", "replace"):
+            for j in range(j1, j2):
+                added.append(f"{new[j]} (after {new[j - 1]})" if j else f"{new[j]} (first)")
+        if tag in ("delete", "replace"):
+            removed += old[i1:i2]
+    return added, removed
+
+
+# --- the report ------------------------------------------------------------------------------------------------------
+
+
+def _read(path: Path) -> str:
+    if path.stat().st_size > MAX_SOURCE_BYTES:
+        raise ValueError(f"larger than {MAX_SOURCE_BYTES // (1024 * 1024)} MiB")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def check(anchor_id: str, spec: dict, location: Location, recorded: list) -> Anchor:
+    a = Anchor(anchor_id, spec["what"], spec["file"], "missing")
+    if not applies(spec, location.version):
+        span = [f"since {spec['since']}"] if spec.get("since") else []
+        span += [f"before {spec['removed_in']} (removed then)"] if spec.get("removed_in") else []
+        a.status, a.note = "not_applicable", f"this code exists in Bridge {' and '.join(span)}, not {location.version}"
+        return a
+    if spec.get("source_only") and location.checkout is None:
+        a.status, a.note = "needs_source", "in the repository's scripts/, not the installed package"
+        return a
+    path = (location.checkout if spec.get("source_only") else location.package) / spec["file"]
+    a.path = str(path)
+    if not path.is_file():
+        a.note = "the file is not there any more: find the code, then update SKILL.md and anchors.yaml"
+        return a
+    try:
+        text = _read(path)
+        got = measure(spec, text)
+    except (SyntaxError, RecursionError, ValueError, OSError) as exc:
+        a.note = f"cannot read {spec['file']}: {type(exc).__name__}: {exc}"
+        return a
+    if got is None:
+        a.note = f"{spec['scope']} is not there any more: find the code, then update SKILL.md and anchors.yaml"
+        return a
+    span = find_lines(text, spec["lines"], spec.get("window", DEFAULT_WINDOW))
+    a.start, a.end = span or (got.start, got.end)
+    compare(a, got, recorded, location.version)
+    if span is None:
+        a.note = (a.note + "; " if a.note else "") + "the cited lines are gone from it"
+    return a
+
+
+def find(location: Location, table: dict) -> list[Anchor]:
+    return [check(i, spec, location, table["anchors"].get(i) or []) for i, spec in specs().items()]
+
+
+@lru_cache(maxsize=None)
+def specs() -> dict:
+    return load_yaml(DATA_DIR / "anchors.yaml")
+
+
+def release_note(version: str) -> str | None:
+    """What releases.yaml says about a yanked release."""
+    facts = releases.data()["releases"].get(version) or {}
+    if not facts.get("yanked"):
+        return None
+    same = f"; its code is {facts['same_as']}'s" if facts.get("same_as") else ""
+    return f"Bridge {version} is yanked on PyPI ({facts['yanked']}){same}"
+
+
+def report(mbridge_src: str | None = None, table: dict | None = None) -> dict:
+    """Every anchor in the installed Bridge or a checkout, against `table` (default: data/fingerprints.yaml)."""
+    table = table or fingerprints()
     location = locate(mbridge_src)
-    anchors = find(location)
+    anchors = find(location, table)
+    counts = {}
+    for a in anchors:
+        counts[a.status] = counts.get(a.status, 0) + 1
     return {
         "bridge_version": location.version,
         "package": str(location.package),
         "checkout": str(location.checkout) if location.checkout else None,
+        "verified_releases": sorted(table["releases"], key=version_key),
+        "release_note": release_note(location.version),
         "anchors": [a.to_dict() for a in anchors],
-        "ok": all(a.status != "missing" for a in anchors),
+        "counts": counts,
+        "ok": not any(a.status in ("missing", "changed") for a in anchors),
     }
