@@ -87,14 +87,28 @@ def releases(table: dict) -> str:
 
 def anchors(d: dict) -> str:
     where = d["checkout"] or d["package"]
-    lines = [f"Megatron-Bridge {d['bridge_version']} at {where}"]
+    lines = [f"Megatron-Bridge {d['bridge_version']} at {_safe(where)} (verified: {', '.join(d['verified_releases'])})"]
+    if d["release_note"]:
+        lines.append(f"  note: {d['release_note']}")
     for a in d["anchors"]:
-        if a["status"] == "found":
-            lines.append(f"  found    {a['id']}: {a['path']}:{a['start']}-{a['end']}  ({a['what']})")
+        if a["status"] in ("same", "changed"):
+            since = f"same as {a['same_as']}" if a["status"] == "same" else f"CHANGED since {a['nearest']}"
+            lines.append(f"  {a['status']:<8} {a['id']}: {_safe(a['path'])}:{a['start']}-{a['end']}  ({since})")
         else:
-            lines.append(f"  {a['status']:<8} {a['id']}: {a['file']}  ({a['note']})")
-    lines.append("anchors: ok" if d["ok"] else "anchors: MISSING (see above)")
+            lines.append(f"  {a['status']:<8} {a['id']}: {a['file']}")
+        if a["note"]:
+            lines.append(f"           {_safe(a['note'])}")
+        lines += [f"           step added: {_safe(s)}" for s in a["steps_added"]]
+        lines += [f"           step removed: {_safe(s)}" for s in a["steps_removed"]]
+        lines += [f"           | {_safe(line)}" for line in a["diff"]]
+    counts = ", ".join(f"{n} {status}" for status, n in d["counts"].items())
+    lines.append(f"anchors: {'ok' if d['ok'] else 'CHANGED OR MISSING (see above)'}: {counts}")
     return "\n".join(lines) + "\n"
+
+
+def _safe(text: str) -> str:
+    """Text from files the user points at, with control characters escaped before it reaches a terminal."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
 
 
 def lint(d: dict) -> str:

@@ -2,29 +2,49 @@
 # Build, or reuse, a Python 3.12 venv with real Megatron-Bridge, Megatron-Core, Transformer Engine and torch,
 # from the package registries alone (versions pinned in requirements-bridge.txt beside this script).
 #
-#   scripts/bridge_env.sh [--no-nemo-run] [--print-python]
+#   scripts/bridge_env.sh [--release VERSION] [--no-nemo-run] [--print-python]
 #
-# The venv lives outside the tracked tree: $MBRIDGE_VENV, default
-# ${XDG_CACHE_HOME:-~/.cache}/nemo-mbridge-perf-tp-dp-comm-overlap/venv-mbridge-0.6.2.
+# The venv lives outside the tracked tree, in ${XDG_CACHE_HOME:-~/.cache}/nemo-mbridge-perf-tp-dp-comm-overlap/:
+# venv-mbridge-0.6.2 (or $MBRIDGE_VENV) for the default release, venv-mbridge-VERSION for --release VERSION, pinned in
+# requirements-bridge-VERSION.txt. A release whose pins say `# share: 0.6.2` gets only its own Megatron-Core,
+# Megatron-Bridge and the few packages it pins; torch, Transformer Engine and the rest come from the 0.6.2 venv
+# (built first if needed) through a .pth file, so nothing is compiled twice.
 # Each stage leaves a stamp holding the hash of its pinned lines, so a ready venv is reused in seconds and an
 # interrupted build resumes where it stopped. Progress goes to stderr; with --print-python the venv's python path is
 # the one line on stdout.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-req="$here/requirements-bridge.txt"
+default_release=0.6.2
 cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/nemo-mbridge-perf-tp-dp-comm-overlap"
-VENV="${MBRIDGE_VENV:-$cache_root/venv-mbridge-0.6.2}"
 with_nemo_run=1
 print_python=0
-for arg in "$@"; do
-  case "$arg" in
+release=$default_release
+while [ $# -gt 0 ]; do
+  case "$1" in
     --no-nemo-run) with_nemo_run=0 ;;
     --print-python) print_python=1 ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bridge_env.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+    --release) [ $# -ge 2 ] || { echo "bridge_env.sh: --release needs a version, e.g. --release 0.5.1" >&2; exit 2; }
+               release=$2; shift ;;
+    --release=*) release=${1#--release=} ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "bridge_env.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
+  shift
 done
+if [ "$release" = "$default_release" ]; then
+  req="$here/requirements-bridge.txt"
+  VENV="${MBRIDGE_VENV:-$cache_root/venv-mbridge-$release}"
+else
+  req="$here/requirements-bridge-$release.txt"
+  VENV="$cache_root/venv-mbridge-$release"
+fi
+if [[ ! "$release" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || [ ! -f "$req" ]; then
+  known=$(cd "$here" && ls requirements-bridge-*.txt 2>/dev/null | sed 's/requirements-bridge-\(.*\)\.txt/\1/' | tr '\n' ' ')
+  echo "bridge_env.sh: --release: no pinned environment for '$release' (known: $default_release ${known})" >&2
+  exit 2
+fi
+share_from=$(sed -n 's/^# share: *\([0-9.]*\).*/\1/p' "$req" | head -n 1)
 
 say() { printf '[bridge-env] %s\n' "$*" >&2; }
 die() { printf 'bridge_env.sh: %s\n' "$*" >&2; exit 1; }
@@ -70,6 +90,7 @@ install_stage() {
   local name=$1 note=$2; shift 2
   if stage_done "$name"; then say "stage $name: ready"; return 0; fi
   mapfile -t pkgs < <(stage_lines "$name")
+  if [ ${#pkgs[@]} -eq 0 ]; then return 0; fi  # this release pins nothing for the stage (shared)
   say "stage $name: installing ${pkgs[*]} ($note)"
   run_logged "$name" pip_install "$@" "${pkgs[@]}"
   stage_hash "$name" >"$VENV/.stage-$name"
@@ -89,6 +110,7 @@ build_te() {
 install_te() {
   if stage_done te; then say "stage te: ready"; return 0; fi
   mapfile -t pkgs < <(stage_lines te)
+  if [ ${#pkgs[@]} -eq 0 ]; then return 0; fi
   say "stage te: ${pkgs[*]}: compiled from source, about 10 min on 2 cores the first time (pip caches the wheel)"
   run_logged te build_te "${pkgs[@]}"
   stage_hash te >"$VENV/.stage-te"
@@ -102,12 +124,40 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$VENV/bin/python" -m pip install --progress-bar off -q --upgrade pip >&2
 fi
 
-install_stage torch "CUDA build from PyPI, about 4.6 GB; it runs on the CPU"
-install_stage megatron "without their dependency lists" --no-deps
-install_stage deps "what the training config and the overlap suites import"
-install_te
-if [ "$with_nemo_run" = 1 ]; then
-  install_stage nemo-run "for tests/unit_tests/recipes/test_run_plugins.py"
+site_packages() { "$1" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'; }
+share_pth() { echo "$(site_packages "$VENV/bin/python")/zz-mbridge-share-$share_from.pth"; }
+
+# The shared venv's packages are hidden while pip installs (it must neither see nor replace them), then linked
+# after this release's own packages, which come first on sys.path and so shadow them.
+link_shared() {
+  local base_py base_site site
+  base_py=$("$0" --release "$share_from" --print-python $([ "$with_nemo_run" = 1 ] || echo --no-nemo-run))
+  [ "$("$base_py" -V 2>&1)" = "$("$VENV/bin/python" -V 2>&1)" ] || die "the $share_from venv's Python differs from this one's"
+  base_site=$(site_packages "$base_py")
+  site=$(site_packages "$VENV/bin/python")
+  echo "$base_site" >"$(share_pth)"
+  # Transformer Engine looks for cuDNN and the CUDA libraries under this interpreter's own site-packages/nvidia.
+  [ -e "$site/nvidia" ] || ln -s "$base_site/nvidia" "$site/nvidia"
+  say "sharing torch, Transformer Engine and the rest from $base_site"
+}
+
+stage_ready() { [ -z "$(stage_lines "$1")" ] || stage_done "$1"; }
+
+if [ -n "$share_from" ]; then
+  if ! stage_ready megatron || ! stage_ready deps; then rm -f "$(share_pth)"; fi
+  install_stage megatron "this release's Megatron-Core and Megatron-Bridge, without their dependency lists" --no-deps
+  install_stage deps "the packages this release pins differently, alone" --no-deps
+  link_shared
+  got=$("$VENV/bin/python" -c 'from importlib.metadata import version; print(version("megatron-bridge"))')
+  [ "$got" = "$release" ] || die "megatron-bridge $got is the one Python finds in $VENV, not $release"
+else
+  install_stage torch "CUDA build from PyPI, about 4.6 GB; it runs on the CPU"
+  install_stage megatron "without their dependency lists" --no-deps
+  install_stage deps "what the training config and the overlap suites import"
+  install_te
+  if [ "$with_nemo_run" = 1 ]; then
+    install_stage nemo-run "for tests/unit_tests/recipes/test_run_plugins.py"
+  fi
 fi
 
 say "venv ready: $VENV"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from dataclasses import dataclass
 
@@ -107,10 +108,16 @@ def check(case: Case, bridge_version: str) -> Outcome:
     try:
         mine = api.resolve(case.overrides, gpus=case.gpus, te=case.te, bridge_version=bridge_version)
     except UsageError as exc:
-        return Outcome(case, [("resolver", f"UsageError: {exc}", "n/a")])
+        theirs = _bridge_rejection(case)
+        # Both refuse a field this release lacks (env_vars before 0.6): the error names the missing attribute.
+        agree = theirs is not None and _missing_attribute(theirs) in str(exc).split(":", 1)[0].split(".")
+        return Outcome(case, [] if agree else [("resolver", f"UsageError: {exc}", theirs or "accepted")])
     cfg = adapter.baseline_config()
     cfg.train.global_batch_size = cfg.train.micro_batch_size * mine.data_parallel_size
-    adapter.apply_overrides(cfg, case.overrides)
+    try:
+        adapter.apply_overrides(cfg, case.overrides)
+    except Exception as exc:  # the resolver took a field this Bridge does not have
+        return Outcome(case, [("overrides", "accepted", f"{type(exc).__name__}: {exc}")])
     error, env = adapter.runtime_config_update(cfg, case.gpus, case.te)
     rejected = [f for f in mine.findings if f.severity == "error" and f.message.startswith("Bridge raises")]
     if error or rejected:
@@ -131,6 +138,21 @@ def check(case: Case, bridge_version: str) -> Outcome:
             if other != value:
                 diffs.append((f"{section}.{name}", value, other))
     return Outcome(case, diffs)
+
+
+def _bridge_rejection(case: Case) -> str | None:
+    """Bridge's error when the case's overrides are applied to its config, or None when it takes them."""
+    cfg = adapter.baseline_config()
+    try:
+        adapter.apply_overrides(cfg, case.overrides)
+    except Exception as exc:  # AttributeError for a field the release does not have
+        return f"{type(exc).__name__}: {exc}"
+    return adapter.runtime_config_update(cfg, case.gpus, case.te)[0]
+
+
+def _missing_attribute(error: str) -> str | None:
+    match = re.search(r"has no attribute '(\w+)'", error)
+    return match.group(1) if match else None
 
 
 def run(count: int = 2000, seed: int = 0, progress=None) -> dict:

@@ -134,9 +134,9 @@ def run(args) -> dict:
         checks.append(check(f"apply {r.form}", "PASS" if r.ok else "FAIL", detail, differences=r.differences))
 
     report = anchors.report(None)
-    missing = [a["id"] for a in report["anchors"] if a["status"] == "missing"]
-    found = sum(a["status"] == "found" for a in report["anchors"])
-    checks.append(check("anchors", "FAIL" if missing else "PASS", f"missing: {', '.join(missing)}" if missing else f"{found} code anchors found in {report['package']}"))
+    missing = [f"{a['id']} ({a['status']})" for a in report["anchors"] if a["status"] in ("missing", "changed")]
+    found = sum(a["status"] == "same" for a in report["anchors"])
+    checks.append(check("anchors", "FAIL" if missing else "PASS", f"not as verified: {', '.join(missing)}" if missing else f"{found} code anchors found, each the code of a verified release, in {report['package']}"))
 
     if args.conformance:
         log(f"conformance: {args.cases} generated configs")

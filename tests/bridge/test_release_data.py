@@ -77,5 +77,5 @@ def test_anchors_are_found_in_the_installed_package():
     from mbridge_overlap.anchors import report
 
     d = report(None)
-    assert d["ok"], [a for a in d["anchors"] if a["status"] == "missing"]
+    assert d["ok"], [a for a in d["anchors"] if a["status"] in ("missing", "changed")]
     assert d["bridge_version"] == adapter.bridge_version()

@@ -1,0 +1,160 @@
+"""The normalised code of one scope (a def, a class, or a block inside one) of a Python file, and its fingerprint.
+
+Normalised: no docstrings, comments, layout or annotations of function signatures. The fingerprint and the line
+hashes come from a canonical form of the syntax tree that is the same on every Python from 3.10; the readable lines
+(for diffs) are ast.unparse of the running Python.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import copy
+import hashlib
+from dataclasses import dataclass
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_BLOCKS = (ast.If, ast.For, ast.While, ast.With, ast.Try)
+_BUILTINS = frozenset(dir(builtins))
+_STMT_LISTS = ("body", "handlers", "orelse", "finalbody")
+_BLOCK_WORDS = {"orelse": "else:", "finalbody": "finally:"}
+_UNSTABLE_FIELDS = frozenset({"type_params", "type_comment", "kind"})  # absent before 3.12, or not code
+
+
+@dataclass
+class Measure:
+    """The normalised code of one anchor's scope in one file."""
+
+    fingerprint: str
+    lines: list  # readable normalised source (ast.unparse of this Python), one entry per logical line
+    line_hashes: list  # hash of each line's canonical form, the same on every Python
+    steps: list | None
+    start: int
+    end: int
+
+
+def _children(node) -> list:
+    """Statements directly in a module or class body, looking through if/try blocks (TYPE_CHECKING, imports)."""
+    out = []
+    for child in getattr(node, "body", []):
+        if isinstance(child, (ast.If, ast.Try)):
+            out += _children(child) + [s for s in child.orelse]
+        else:
+            out.append(child)
+    return out
+
+
+def _head(node):
+    """A shallow copy with its blocks emptied: what a compound statement's first line says."""
+    head = copy.copy(node)
+    for f in _STMT_LISTS:
+        if getattr(head, f, None):
+            setattr(head, f, [])
+    return head
+
+
+def scope_node(tree: ast.Module, scope: str, block: str | None = None):
+    """The def or class named by a dotted scope (Class.method), or the block inside it whose first line is `block`."""
+    node = tree
+    for name in scope.split("."):
+        node = next((n for n in _children(node) if isinstance(n, _DEFS) and n.name == name), None)
+        if node is None:
+            return None
+    if block:
+        want = canonical(_head(ast.parse(block.strip() + " pass").body[0]))
+        return next((n for n in ast.walk(node) if isinstance(n, _BLOCKS) and canonical(_head(n)) == want), None)
+    return node
+
+
+def _strip(node):
+    """A copy without docstrings and without annotations of function signatures (types carry no rule)."""
+    node = copy.deepcopy(node)
+    for n in ast.walk(node):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n.returns = None
+            a = n.args
+            for arg in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]:
+                if arg is not None:
+                    arg.annotation = None
+        body = getattr(n, "body", None)
+        if isinstance(n, _DEFS) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            n.body = body[1:] or [ast.Pass()]
+    return node
+
+
+def canonical(node) -> str:
+    """The tree as text, the same on every Python from 3.10 (ast.unparse and ast.dump are not: they change how
+    tuples are parenthesised and which empty fields are shown)."""
+    if isinstance(node, ast.AST):
+        fields = ",".join(f"{f}={canonical(getattr(node, f, None))}" for f in node._fields if f not in _UNSTABLE_FIELDS)
+        return f"{type(node).__name__}({fields})"
+    if isinstance(node, list):
+        return "[" + ",".join(canonical(x) for x in node) + "]"
+    return repr(node)
+
+
+def _lines(node, depth: int = 0) -> list[tuple[str, str]]:
+    """(canonical, readable) per logical line: a simple statement, or the header of a compound one followed by
+    its blocks one level deeper."""
+    blocks = [f for f in _STMT_LISTS if getattr(node, f, None)]
+    pad = "    " * depth
+    if not blocks:
+        return [(f"{depth}|{canonical(node)}", pad + ast.unparse(node).replace("\n", " "))]
+    head = _head(node)
+    if isinstance(node, ast.stmt):
+        head.body = [ast.Pass()]
+        readable = " ".join(ast.unparse(head).splitlines()[:-1])  # decorators, then the header
+        head.body = []
+    else:
+        readable = _except_header(node)
+    out = [(f"{depth}|{canonical(head)}", pad + readable)]
+    for f in blocks:
+        if f in _BLOCK_WORDS:
+            out.append((f"{depth}|{f}", f"{pad}{_BLOCK_WORDS[f]}"))
+        for child in getattr(node, f):
+            out += _lines(child, depth + 1 if f != "handlers" else depth)
+    return out
+
+
+def _except_header(handler: ast.ExceptHandler) -> str:
+    kind = f" {ast.unparse(handler.type)}" if handler.type is not None else ""
+    return f"except{kind}{f' as {handler.name}' if handler.name else ''}:"
+
+
+def steps(node) -> list[str]:
+    """The calls in a function body in the order they are written (builtins left out)."""
+    out = []
+
+    def visit(n):
+        if isinstance(n, ast.Call):
+            name = ast.unparse(n.func)
+            if name not in _BUILTINS:
+                out.append(name)
+        for child in ast.iter_child_nodes(n):
+            visit(child)
+
+    for stmt in node.body:
+        visit(stmt)
+    return out
+
+
+def _hash(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
+
+
+def measure(spec: dict, text: str) -> Measure | None:
+    """The normalised code of `spec`'s scope in `text`; None when the scope is not there. SyntaxError, RecursionError
+    and ValueError (a null byte) propagate for the caller to name."""
+    node = scope_node(ast.parse(text), spec["scope"], spec.get("block"))
+    if node is None:
+        return None
+    lines = _lines(_strip(node))
+    return Measure(
+        fingerprint=_hash("\n".join(c for c, _ in lines), 16),
+        lines=[r for _, r in lines],
+        line_hashes=[_hash(c, 8) for c, _ in lines],
+        steps=steps(node) if spec.get("steps") else None,
+        start=node.lineno,
+        end=node.end_lineno,
+    )
