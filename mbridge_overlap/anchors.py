@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import safeio
 from .errors import UsageError
 from .releases import DATA_DIR, load_yaml
 
@@ -40,9 +41,13 @@ class Location:
 def locate(mbridge_src: str | None = None) -> Location:
     """The megatron/bridge package directory: from a checkout (--mbridge-src) or the installed package."""
     if mbridge_src:
-        root = Path(mbridge_src).expanduser().resolve()
+        try:
+            root = Path(mbridge_src).expanduser().resolve()
+            found = safeio.kind(root / "src" / "megatron" / "bridge")
+        except (OSError, RuntimeError) as exc:  # permission, name too long, a symlink loop
+            raise UsageError(f"--mbridge-src {mbridge_src}: {safeio.reason(exc) if isinstance(exc, OSError) else exc}") from None
         package = root / "src" / "megatron" / "bridge"
-        if not package.is_dir():
+        if found != "dir":
             raise UsageError(f"--mbridge-src {root}: no src/megatron/bridge there; point it at a Megatron-Bridge checkout")
         return Location(package, root, _version(package))
     import importlib.util
@@ -62,7 +67,7 @@ def locate(mbridge_src: str | None = None) -> Location:
 
 def _version(package: Path) -> str:
     info = package / "package_info.py"
-    text = info.read_text(encoding="utf-8") if info.exists() else ""
+    text = safeio.read_text(info) if safeio.kind(info) != "missing" else ""
     parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.M) for k in ("MAJOR", "MINOR", "PATCH")]
     if not all(parts):
         return "unknown"
@@ -109,8 +114,8 @@ def find(location: Location) -> list[Anchor]:
         else:
             path = location.package / spec["file"]
         base.path = str(path)
-        if path.exists():
-            span = find_lines(path.read_text(encoding="utf-8"), spec["lines"], spec.get("window", DEFAULT_WINDOW))
+        if safeio.kind(path) != "missing":
+            span = find_lines(safeio.read_text(path), spec["lines"], spec.get("window", DEFAULT_WINDOW))
             if span:
                 base.status, (base.start, base.end) = "found", span
         if base.status == "missing":
