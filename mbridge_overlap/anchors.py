@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from . import releases
+from . import releases, safeio
 from .errors import UsageError
 from .fingerprint import Measure, measure
 from .releases import DATA_DIR, load_yaml
@@ -58,7 +58,12 @@ class Location:
 def locate(mbridge_src: str | None = None) -> Location:
     """The megatron/bridge package directory: from a checkout (--mbridge-src) or the installed package."""
     if mbridge_src:
-        root = Path(mbridge_src).expanduser().resolve()
+        try:
+            root = Path(mbridge_src).expanduser().resolve()
+            if safeio.kind(root / "src") == "dir":
+                safeio.list_dir(root / "src")  # readable
+        except (OSError, RuntimeError) as exc:  # a symlink loop is a RuntimeError before Python 3.13
+            raise UsageError(f"--mbridge-src {safeio.shown(str(mbridge_src))}: {safeio.reason(exc) if isinstance(exc, OSError) else exc}") from None
         package = root / "src" / "megatron" / "bridge"
         if not package.is_dir():
             raise UsageError(f"--mbridge-src {root}: no src/megatron/bridge there; point it at a Megatron-Bridge checkout")
@@ -80,7 +85,7 @@ def locate(mbridge_src: str | None = None) -> Location:
 
 def _version(package: Path) -> str:
     info = package / "package_info.py"
-    text = info.read_text(encoding="utf-8", errors="replace") if info.is_file() else ""
+    text = safeio.read_text(info) if safeio.kind(info) != "missing" else ""
     parts = [re.search(rf"^{k}\s*=\s*(\d+)", text, re.M) for k in ("MAJOR", "MINOR", "PATCH")]
     if not all(parts):
         return "unknown"
@@ -212,9 +217,8 @@ def step_changes(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _read(path: Path) -> str:
-    if path.stat().st_size > MAX_SOURCE_BYTES:
-        raise ValueError(f"larger than {MAX_SOURCE_BYTES // (1024 * 1024)} MiB")
-    return path.read_text(encoding="utf-8", errors="replace")
+    """A cited file that is there but is not a readable UTF-8 file: the checkout is broken (UsageError, one line)."""
+    return safeio.read_text(path, limit=MAX_SOURCE_BYTES)
 
 
 def check(anchor_id: str, spec: dict, location: Location, recorded: list) -> Anchor:
@@ -229,13 +233,13 @@ def check(anchor_id: str, spec: dict, location: Location, recorded: list) -> Anc
         return a
     path = (location.checkout if spec.get("source_only") else location.package) / spec["file"]
     a.path = str(path)
-    if not path.is_file():
+    if safeio.kind(path) == "missing":
         a.note = "the file is not there any more: find the code, then update SKILL.md and anchors.yaml"
         return a
+    text = _read(path)
     try:
-        text = _read(path)
         got = measure(spec, text)
-    except (SyntaxError, RecursionError, ValueError, OSError) as exc:
+    except (SyntaxError, RecursionError, ValueError) as exc:
         a.note = f"cannot read {spec['file']}: {type(exc).__name__}: {exc}"
         return a
     if got is None:

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import checks, findings, releases, request, resolver
+from . import checks, findings, releases, request, resolver, safeio
 from .errors import UsageError
 
 
@@ -92,7 +92,7 @@ def _launcher_env_findings(req: request.Request, launcher_env: Mapping[str, str]
             yield findings.make(
                 "LAUNCHER_ENV_WINS",
                 f"env_vars.{name}={value} is ignored: the launcher already has {name}={launcher_env[name]}",
-                f"unset {name} in the launcher, or export {name}={value} there",
+                f"unset {name} in the launcher, or export {name}={safeio.sh_quote(str(value))} there",
                 [f"env_vars.{name}"],
             )
 

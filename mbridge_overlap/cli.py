@@ -6,9 +6,8 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
 
-from . import api, releases, text
+from . import api, releases, safeio, text
 from .errors import UsageError
 from .request import parse_override
 from .trace import cli as trace_cli
@@ -21,7 +20,7 @@ def _positive_int(flag: str):
         try:
             number = int(value)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag}: expected a positive integer, got '{value}'") from None
+            raise argparse.ArgumentTypeError(f"{flag}: expected a positive integer, got {safeio.shown(value)}") from None
         if number < 1:
             raise argparse.ArgumentTypeError(f"{flag}: must be a positive integer, got {number}")
         return number
@@ -47,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
     """Bad arguments get one line naming the problem (and --help for more), exit status 2."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(2, f"{self.prog}: error: {safeio.message(message)} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not available")
     p.add_argument("--moe-a2a-overlap", action="store_true", help="MoE all-to-all overlap on (affects CUDA_DEVICE_MAX_CONNECTIONS)")
     p.add_argument("--moe-flex-backend", choices=("deepep", "hybridep"), help="MoE flex dispatcher backend")
-    p.add_argument("--recipe", help="Bridge model recipe name, e.g. llama3_70b (for NCCL_P2P_NET_CHUNKSIZE)")
+    p.add_argument("--recipe", type=safeio.name_arg(r"^[a-z0-9][a-z0-9_.]*$"), help="Bridge model recipe name, e.g. llama3_70b (for NCCL_P2P_NET_CHUNKSIZE)")
     p.add_argument("--task", choices=("pretrain", "sft", "peft"), default="pretrain", help="training task (default pretrain)")
     _release_flags(p)
     _common(p, formats=("text", "json", "python", "yaml", "hydra", "env", "env_vars"))
@@ -127,17 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _emit(args, payload: str) -> None:
     if not args.output:
-        sys.stdout.write(payload)
+        safeio.write_stdout(payload)
         return
-    path = Path(args.output)
-    if path.exists() and not args.force:
-        raise UsageError(f"--output {path}: exists; pass --force to overwrite")
-    path.write_text(payload, encoding="utf-8")
-    print(f"wrote {path}", file=sys.stderr)
+    safeio.write_output(args.output, payload, args.force)
+    print(f"wrote {safeio.esc(args.output)}", file=sys.stderr)
 
 
 def _json(data) -> str:
-    return json.dumps(data, indent=2) + "\n"
+    return json.dumps(data, indent=2, default=str) + "\n"
 
 
 def cmd_resolve(args) -> int:
@@ -234,7 +230,7 @@ def cmd_check_manifest(args) -> int:
     if args.format == "json":
         _emit(args, _json({"ok": not problems, "problems": problems}))
     else:
-        _emit(args, "SKILL.md: ok\n" if not problems else "".join(f"SKILL.md: {p}\n" for p in problems))
+        _emit(args, "SKILL.md: ok\n" if not problems else "".join(f"SKILL.md: {safeio.esc(p)}\n" for p in problems))
     return 1 if problems else 0
 
 
@@ -257,6 +253,15 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        safeio.drop_stdout()
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -268,7 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:
-        print(f"{PROG} {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{PROG} {args.command}: error: {safeio.message(exc)}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
+        safeio.drop_stdout()
         return 0
+    except OSError as exc:  # a read or write the command did not expect to fail: still one line, naming the file
+        print(f"{PROG} {args.command}: error: {safeio.message(f'{exc.filename}: {safeio.reason(exc)}')}", file=sys.stderr)
+        return 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import api, releases, request, runconfig
+from . import api, releases, request, runconfig, safeio
 from .errors import UsageError
 from .text import fmt
 
@@ -285,15 +285,20 @@ def _fix(causes, changed, a: Side) -> str | None:
             return None  # no override brings the GPUs back: run on the old count or change TP/PP/CP
         if key == "comm_overlap":
             parts += [
-                f"{k}={fmt(v)}" for k, v in a.items.items()
+                _restore(k, v) for k, v in a.items.items()
                 if k.startswith("comm_overlap.") and v is not None and k != "comm_overlap.data_parallel_size"
                 and not (k == "comm_overlap.tp_comm_bootstrap_backend" and v == "nccl")
             ]
             continue
-        parts.append(f"{key}={fmt(old)}")
+        parts.append(_restore(key, old))
         if key in MIRRORS and a.rc.saved:
-            parts.append(f"{MIRRORS[key]}={fmt(old)}")
+            parts.append(_restore(MIRRORS[key], old))
     return " ".join(parts) or None
+
+
+def _restore(key: str, value) -> str:
+    """One override of a fix, one shell word: a saved value is never pasted into a command line raw."""
+    return safeio.override_arg(key, fmt(value), isinstance(value, str))
 
 
 def _other(a: Side, b: Side) -> list:
@@ -318,7 +323,7 @@ def _model_warning(a: Side, b: Side) -> list:
     different = {k for k in set(ia) & set(ib) if ia[k] != ib[k]}
     if not different:
         return []
-    shown = ", ".join(f"{k} {ia[k]} vs {ib[k]}" for k in sorted(different))
+    shown = ", ".join(f"{k} {safeio.shown(ia[k])} vs {safeio.shown(ib[k])}" for k in sorted(different))
     return [f"the two configs are of different models ({shown}): step times are not comparable"]
 
 

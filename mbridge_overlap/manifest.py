@@ -9,6 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from . import safeio
+from .errors import UsageError
+
 ALLOWED_KEYS = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
 EXTENSION_KEYS = {"when_to_use"}
 NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -30,13 +33,11 @@ def split(text: str) -> tuple[str, str]:
 
 
 def check_text(text: str, directory: str | None = None) -> list[str]:
-    import yaml
-
     try:
         front, body = split(text)
-        meta = yaml.safe_load(front)
-    except (ValueError, yaml.YAMLError) as exc:
-        return [f"frontmatter: {exc}"]
+        meta = safeio.parse_yaml(front, "frontmatter")
+    except (ValueError, UsageError) as exc:
+        return [str(exc) if isinstance(exc, UsageError) else f"frontmatter: {exc}"]
     if not isinstance(meta, dict):
         return ["frontmatter: must be a YAML mapping"]
     problems = [f"frontmatter: unknown key '{k}'" for k in meta if k not in ALLOWED_KEYS | EXTENSION_KEYS]
@@ -93,7 +94,10 @@ def _metadata(value) -> list[str]:
 
 def check_file(path: str | Path | None = None, check_directory: bool = False) -> list[str]:
     p = Path(path) if path else default_path()
-    if not p.is_file():
-        return [f"{p}: no such file"]
-    directory = p.resolve().parent.name if check_directory else None
-    return check_text(p.read_text(encoding="utf-8"), directory)
+    try:
+        if safeio.kind(p) == "missing":
+            return [f"{p}: no such file"]
+        directory = p.resolve().parent.name if check_directory else None
+    except (OSError, RuntimeError) as exc:  # permission, name too long, a symlink loop
+        raise UsageError(f"{p}: {safeio.reason(exc) if isinstance(exc, OSError) else exc}") from None
+    return check_text(safeio.read_text(p), directory)

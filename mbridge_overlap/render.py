@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from functools import lru_cache
 from pathlib import Path
 
+from . import safeio
 from .errors import UsageError
 
 FORMATS = {
@@ -37,7 +37,7 @@ def template_dir() -> Path:
 def _env():
     import jinja2
 
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(template_dir())),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -45,6 +45,8 @@ def _env():
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters["comment"] = safeio.comment  # every value printed inside a template comment goes through it
+    return env
 
 
 def render(template: str, **context) -> str:
@@ -55,7 +57,7 @@ def py_value(value) -> str:
     if isinstance(value, (bool, int, float)) or value is None:
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)
+        return json.dumps(value) if value.isascii() else ascii(value)  # ascii() keeps astral characters whole
     raise TypeError(f"cannot render {type(value).__name__}")
 
 
@@ -66,7 +68,7 @@ def yaml_value(value) -> str:
         return "null"
     if isinstance(value, (int, float)):
         return repr(value)
-    return json.dumps(value)  # a double-quoted YAML scalar
+    return safeio.yaml_quote(value) if isinstance(value, str) else json.dumps(value)
 
 
 def _identifier(name: str) -> str:
@@ -205,8 +207,8 @@ def _hydra_scalar(text: str) -> str:
     """A YAML scalar as a Hydra value: plain names stay bare, other strings single-quoted."""
     if not text.startswith('"'):
         return text
-    inner = json.loads(text)
-    return inner if _HYDRA_BARE.match(inner) else "'" + inner.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    inner = safeio.parse_yaml(text, "a Hydra value")
+    return inner if _HYDRA_BARE.match(inner) else safeio.hydra_quote(inner)
 
 
 def hydra_snippet(overrides: dict, purpose: str, release: str) -> str:
@@ -214,7 +216,7 @@ def hydra_snippet(overrides: dict, purpose: str, release: str) -> str:
 
 
 def env_snippet(env: dict, why: dict, purpose: str, release: str) -> str:
-    variables = [(_identifier(n), shlex.quote(str(v)), why.get(n, "")) for n, v in env.items()]
+    variables = [(_identifier(n), safeio.sh_quote(str(v)), why.get(n, "")) for n, v in env.items()]
     return render(FORMATS["env"], purpose=purpose, release=release, variables=variables)
 
 

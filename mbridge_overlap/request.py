@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import schema
+from . import safeio, schema
 from .errors import UsageError
 from .releases import Release, bridge_fields, preset_content
 from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
 from .suggest import closest
 
 _NULLS = {"null", "none", "~"}
-_INT = re.compile(r"^[+-]?\d+$")
+_INT = re.compile(r"^[+-]?\d{1,%d}$" % safeio.MAX_INT_CHARS)
 _FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -82,7 +82,7 @@ def parse_override(text: str) -> tuple[str, str]:
     body = text[1:] if text.startswith("+") else text
     key, sep, value = body.partition("=")
     if not sep or not key or " " in key.strip():
-        raise UsageError(f"override '{text}': expected KEY=VALUE, e.g. model.tensor_model_parallel_size=4")
+        raise UsageError(f"override {safeio.shown(text)}: expected KEY=VALUE, e.g. model.tensor_model_parallel_size=4")
     return key.strip(), value.strip()
 
 
@@ -99,11 +99,11 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
             value = None
         elif spec.kind in (BOOL, OPT_BOOL):
             if text.lower() not in ("true", "false"):
-                raise UsageError(f"{key}: expected true or false, got '{raw}'")
+                raise UsageError(f"{key}: expected true or false, got {safeio.shown(raw)}")
             value = text.lower() == "true"
         elif spec.kind in (INT, OPT_INT):
             if not _INT.match(text):
-                raise UsageError(f"{key}: expected an integer, got '{raw}'")
+                raise UsageError(f"{key}: expected an integer, got {safeio.shown(raw)}")
             value = int(text)
         else:
             value = text
@@ -112,24 +112,24 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
             return None
         raise UsageError(f"{key}: cannot be null")
     if spec.kind in (BOOL, OPT_BOOL) and not isinstance(value, bool):
-        raise UsageError(f"{key}: expected true or false, got {raw!r}")
+        raise UsageError(f"{key}: expected true or false, got {safeio.shown(raw)}")
     if spec.kind in (INT, OPT_INT):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UsageError(f"{key}: expected an integer, got {raw!r}")
+            raise UsageError(f"{key}: expected an integer, got {safeio.shown(raw)}")
         if value < 1:
             raise UsageError(f"{key}: must be a positive integer, got {value}")
     if spec.kind in (CHOICE, OPT_CHOICE) and value not in spec.choices:
-        raise UsageError(f"{key}: expected one of {', '.join(spec.choices)}, got {raw!r}")
+        raise UsageError(f"{key}: expected one of {', '.join(spec.choices)}, got {safeio.shown(raw)}")
     if spec.kind == STR_LIST:
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise UsageError(f"{key}: expected a list of names, e.g. [attn,mlp]")
     if spec.kind == OPT_PATH and not isinstance(value, str):
-        raise UsageError(f"{key}: expected a path or null, got {raw!r}")
+        raise UsageError(f"{key}: expected a path or null, got {safeio.shown(raw)}")
     if spec.kind == PRESET:
         if not isinstance(value, str):
-            raise UsageError(f"{key}: expected a preset name, got {raw!r}")
+            raise UsageError(f"{key}: expected a preset name, got {safeio.shown(raw)}")
         release.preset(value)
     return value
 
@@ -179,7 +179,7 @@ def _set_mixed_precision(req: Request, key: str, name: str, value: Any) -> None:
             req.release.mixed_precision(value.strip())  # validates the name
             req.mixed_precision = MixedPrecision(value.strip().replace("-", "_"))
         else:
-            raise UsageError(f"mixed_precision: expected a recipe name or null, got {value!r}")
+            raise UsageError(f"mixed_precision: expected a recipe name or null, got {safeio.shown(value)}")
         req.explicit["mixed_precision"] = req.mixed_precision.recipe if req.mixed_precision else None
         return
     if name not in schema.MIXED_PRECISION:
@@ -340,22 +340,6 @@ def preset_name_of(value: Mapping, release: Release) -> str | None:
     raise UsageError("comm_overlap.tp_comm_overlap_cfg: a custom userbuffers config that matches none of the presets")
 
 
-def read_config_file(path: str | Path) -> dict:
+def read_config_file(path: str | Path, label: str = "--config") -> dict:
     """A YAML file in the shape of Bridge's dumped ConfigContainer (run_config.yaml) or an override file."""
-    import yaml
-
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--config: no such file: {p}")
-    try:
-        with open(p, encoding="utf-8") as fh:
-            loaded = yaml.safe_load(fh)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where else ""
-        raise UsageError(f"--config {p}: malformed YAML{at}: {getattr(exc, 'problem', exc)}") from None
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise UsageError(f"--config {p}: expected a mapping of sections at the top level, got {type(loaded).__name__}")
-    return loaded
+    return safeio.load_config(path, label)

@@ -12,11 +12,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import api, releases, request, schema
+from . import api, releases, request, safeio, schema
 from .errors import UsageError
 
 RUN_CONFIG = "run_config.yaml"  # training/utils/checkpoint_utils.py CONFIG_FILE
-_ITER_DIR = re.compile(r"^iter_(\d+)$")
+_ITER_DIR = re.compile(r"^iter_([0-9]{1,18})$")
+_ITERATION = re.compile(r"^[0-9]{1,18}$")
+TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's checkpoint tracker
+MAX_SIZE = 2**31  # a GPU count or parallel size beyond this is not a saved value
 MODEL_IDENTITY = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "vocab_size")
 
 
@@ -32,10 +35,19 @@ class RunConfig:
         """GPU count from comm_overlap.data_parallel_size x TP x PP x CP, which Bridge saves with comm_overlap."""
         comm = self.raw.get("comm_overlap")
         model = self.raw.get("model") or {}
-        if not isinstance(comm, dict) or not isinstance(comm.get("data_parallel_size"), int):
+        if not isinstance(comm, dict) or comm.get("data_parallel_size") is None:
             return None
-        sizes = [model.get(k, 1) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size")]
-        return comm["data_parallel_size"] * sizes[0] * sizes[1] * sizes[2]
+        gpus = self._size("comm_overlap", comm, "data_parallel_size")
+        for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+            gpus *= self._size("model", model, k) if model.get(k) is not None else 1
+        return gpus
+
+    def _size(self, section: str, body: dict, name: str) -> int:
+        """A saved size, type-checked before any arithmetic (a string times an int is a repeated string)."""
+        value = body.get(name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
+            raise UsageError(f"{self.path}: {section}.{name}: expected a positive integer, got {safeio.shown(value)}")
+        return value
 
     def identity(self) -> dict:
         model = self.raw.get("model") or {}
@@ -54,39 +66,59 @@ class RunConfig:
 
 def find_file(path: str | Path) -> Path:
     """The YAML to read: the file itself, DIR/run_config.yaml, or the newest DIR/iter_*/run_config.yaml."""
-    p = Path(path).expanduser()
-    if not p.exists():
-        raise UsageError(f"{p}: no such file or directory")
-    if p.is_file():
-        return p
-    if (p / RUN_CONFIG).is_file():
-        return p / RUN_CONFIG
-    iters = sorted(
-        (int(m.group(1)), child) for child in p.iterdir() if (m := _ITER_DIR.match(child.name)) and (child / RUN_CONFIG).is_file()
-    )
-    tracker = p / "latest_checkpointed_iteration.txt"
-    if tracker.is_file() and tracker.read_text().strip().isdigit():
-        wanted = int(tracker.read_text().strip())
+    p = Path(path)
+    try:
+        p = p.expanduser()
+        what = safeio.kind(p)
+        if what == "missing":
+            raise UsageError(f"{p}: no such file or directory")
+        if what != "dir":
+            return p  # a file, or something read_bytes refuses with its reason
+        if safeio.kind(p / RUN_CONFIG) != "missing":
+            return p / RUN_CONFIG
+        iters = sorted(
+            (int(m.group(1)), p / name) for name in safeio.list_dir(p)
+            if (m := _ITER_DIR.match(name)) and safeio.kind(p / name / RUN_CONFIG) == "file"
+        )
+        wanted = _tracked_iteration(p / TRACKER)
+    except (OSError, RuntimeError) as exc:  # permission, name too long, symlink loop, ~nobody
+        raise UsageError(f"{p}: {safeio.reason(exc) if isinstance(exc, OSError) else exc}") from None
+    if wanted is not None:
         iters = [it for it in iters if it[0] == wanted] or iters
     if not iters:
         raise UsageError(f"{p}: no {RUN_CONFIG} there, nor in an iter_* checkpoint folder under it")
     return iters[-1][1] / RUN_CONFIG
 
 
+def _tracked_iteration(tracker: Path) -> int | None:
+    """The iteration Megatron's tracker file names; None where there is none (or it says 'release')."""
+    if safeio.kind(tracker) == "missing":
+        return None
+    text = safeio.read_text(tracker, limit=4096).strip()
+    if text == "release":
+        return None
+    if not _ITERATION.match(text):
+        raise UsageError(f"{tracker}: expected an iteration number, got {safeio.shown(text)}")
+    return int(text)
+
+
 def load(path: str | Path) -> RunConfig:
     file = find_file(path)
-    raw = request.read_config_file(file)
+    raw = request.read_config_file(file, label="")
     saved = str(raw.get("_target_", "")).endswith("ConfigContainer") or isinstance((raw.get("model") or {}).get("_target_"), str)
     return RunConfig(file, raw, saved)
 
 
 def resolve(rc: RunConfig, gpus: int | None, te: bool, bridge_version: str | None, flag: str = "--gpus") -> api.Resolution:
     """The resolver on a run config; sections and fields the release lacks become warnings, not errors."""
+    release = releases.get(bridge_version)
+    try:  # first: it names a mistyped field precisely
+        req = request.build(release, None, rc.raw, strict=False)
+    except UsageError as exc:
+        raise UsageError(f"{rc.path}: {exc}") from None
     gpus = gpus or rc.recorded_gpus
     if gpus is None:
         raise UsageError(f"{flag}: {rc.path} does not record the GPU count (it has no comm_overlap section); pass {flag} N")
-    release = releases.get(bridge_version)
-    req = request.build(release, None, rc.raw, strict=False)
     if req.skipped:
         rc.warnings.append(
             f"{rc.path}: not in Megatron-Bridge {release.version}'s config, ignored: {', '.join(req.skipped[:6])}"

@@ -1,6 +1,15 @@
-"""Human-readable output of the API results (the JSON is the agent contract; this is for people)."""
+"""Human-readable output of the API results (the JSON is the agent contract; this is for people).
+
+Each line is escaped as a whole on the way out (_lines): a value from a config file or the command line
+cannot start a line of its own or send a control sequence to the terminal."""
 
 from __future__ import annotations
+
+from .safeio import esc
+
+
+def _lines(lines: list[str]) -> str:
+    return "".join(esc(line) + "\n" for line in lines)
 
 
 def fmt(value, unset: bool = False) -> str:
@@ -37,7 +46,7 @@ def resolution(d: dict) -> str:
     if d["env"]:
         lines += ["env_vars (os.environ.setdefault: the launcher's values win):"]
         lines += [f"  {k}={v}" for k, v in d["env"].items()]
-    return "\n".join(lines + [""] + _findings(d["findings"])) + "\n"
+    return _lines(lines + [""] + _findings(d["findings"]))
 
 
 def plan(d: dict) -> str:
@@ -55,7 +64,7 @@ def plan(d: dict) -> str:
     lines += ["", "launch environment (--format env for exports, env_vars for cfg.env_vars):"]
     lines += [f"  {k}={v}  # {d['env_why'].get(k, '')}" for k, v in d["env"].items()]
     lines += ["", "effective after runtime_config_update():"] + ["  " + x for x in _effective(d["effective"])]
-    return "\n".join(lines + [""] + _findings(d["findings"])) + "\n"
+    return _lines(lines + [""] + _findings(d["findings"]))
 
 
 def presets(items: list[dict]) -> str:
@@ -63,7 +72,7 @@ def presets(items: list[dict]) -> str:
     widths = {c: max(len(c), *(len(fmt(p[c])) for p in items)) for c in cols}
     rows = ["  ".join(c.ljust(widths[c]) for c in cols)]
     rows += ["  ".join(fmt(p[c]).ljust(widths[c]) for c in cols) for p in items]
-    return "\n".join(rows) + "\n"
+    return _lines(rows)
 
 
 def explain(d: dict) -> str:
@@ -82,33 +91,28 @@ def releases(table: dict) -> str:
             v = facts[k]
             v = f"{len(v)} recipes" if k == "mixed_precision_recipes" else fmt(v)
             lines.append(f"  {k}: {v}")
-    return "\n".join(lines) + "\n"
+    return _lines(lines)
 
 
 def anchors(d: dict) -> str:
     where = d["checkout"] or d["package"]
-    lines = [f"Megatron-Bridge {d['bridge_version']} at {_safe(where)} (verified: {', '.join(d['verified_releases'])})"]
+    lines = [f"Megatron-Bridge {d['bridge_version']} at {where} (verified: {', '.join(d['verified_releases'])})"]
     if d["release_note"]:
         lines.append(f"  note: {d['release_note']}")
     for a in d["anchors"]:
         if a["status"] in ("same", "changed"):
             since = f"same as {a['same_as']}" if a["status"] == "same" else f"CHANGED since {a['nearest']}"
-            lines.append(f"  {a['status']:<8} {a['id']}: {_safe(a['path'])}:{a['start']}-{a['end']}  ({since})")
+            lines.append(f"  {a['status']:<8} {a['id']}: {a['path']}:{a['start']}-{a['end']}  ({since})")
         else:
             lines.append(f"  {a['status']:<8} {a['id']}: {a['file']}")
         if a["note"]:
-            lines.append(f"           {_safe(a['note'])}")
-        lines += [f"           step added: {_safe(s)}" for s in a["steps_added"]]
-        lines += [f"           step removed: {_safe(s)}" for s in a["steps_removed"]]
-        lines += [f"           | {_safe(line)}" for line in a["diff"]]
+            lines.append(f"           {a['note']}")
+        lines += [f"           step added: {s}" for s in a["steps_added"]]
+        lines += [f"           step removed: {s}" for s in a["steps_removed"]]
+        lines += [f"           | {line}" for line in a["diff"]]
     counts = ", ".join(f"{n} {status}" for status, n in d["counts"].items())
     lines.append(f"anchors: {'ok' if d['ok'] else 'CHANGED OR MISSING (see above)'}: {counts}")
-    return "\n".join(lines) + "\n"
-
-
-def _safe(text: str) -> str:
-    """Text from files the user points at, with control characters escaped before it reaches a terminal."""
-    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in str(text))
+    return _lines(lines)
 
 
 def lint(d: dict) -> str:
@@ -121,7 +125,7 @@ def lint(d: dict) -> str:
     ]
     lines += _findings(d["findings"])
     lines += [f"note: {n}" for n in d["notes"]]
-    return "\n".join(lines) + "\n"
+    return _lines(lines)
 
 
 def diff(d: dict) -> str:
@@ -136,5 +140,5 @@ def diff(d: dict) -> str:
     other = d["other_changes"]
     lines += ["", "other communication-relevant changes:" if other else "other communication-relevant changes: none"]
     lines += [f"  {o['label']} ({o['key']}): {fmt(o['before'])} -> {fmt(o['after'])}" for o in other]
-    lines.append(f"\n{d['ignored_changes']} changed keys with no bearing on communication (paths, logging, ...) ignored")
-    return "\n".join(lines) + "\n"
+    lines += ["", f"{d['ignored_changes']} changed keys with no bearing on communication (paths, logging, ...) ignored"]
+    return _lines(lines)

@@ -174,15 +174,22 @@ def test_installed_package_has_no_scripts(tmp_path):
     assert by_id(d)["perf_launcher_env_rules"]["status"] == "missing"  # a checkout without scripts/
 
 
-@pytest.mark.parametrize("content, problem", [
-    ("def runtime_config_update(cfg:\n", "SyntaxError"),
-    (b"def runtime_config_update(cfg):\n    cfg.validate()\x00\n", "null bytes"),
-    ("x = 1\n" * 800_000, "larger than 4 MiB"),
-])
-def test_a_file_that_does_not_parse_is_named(tmp_path, content, problem):
-    root = make_checkout(tmp_path, (0, 7, 0), {"training/config.py": content})
+def test_a_file_that_does_not_parse_is_named(tmp_path):
+    root = make_checkout(tmp_path, (0, 7, 0), {"training/config.py": "def runtime_config_update(cfg:\n"})
     a = by_id(anchors.report(str(root)))["runtime_config_update_order"]
-    assert a["status"] == "missing" and a["note"].startswith("cannot read training/config.py") and problem in a["note"]
+    assert a["status"] == "missing" and a["note"].startswith("cannot read training/config.py") and "SyntaxError" in a["note"]
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"def runtime_config_update(cfg):\n    cfg.validate()\x00\n", "NUL"),
+    ("x = 1\n" * 800_000, "files over 4,194,304 bytes are refused"),
+])
+def test_a_cited_file_that_cannot_be_read_is_bad_input(tmp_path, content, problem):
+    """A cited file that is there but is not a readable text file means a broken checkout: one line, exit 2."""
+    root = make_checkout(tmp_path, (0, 7, 0), {"training/config.py": content})
+    with pytest.raises(UsageError, match=problem) as info:
+        anchors.report(str(root))
+    assert "training/config.py" in str(info.value)
 
 
 def test_cli_json_and_exit_status(tmp_path):

@@ -1,0 +1,470 @@
+"""Hostile input in one place: bounded file reads, bounded YAML, atomic --output writes, escaping and quoting.
+
+Every read refuses what is not a regular file (a FIFO or /dev/zero would hang or never end) and files over
+MAX_FILE_BYTES; every YAML document is checked for alias expansion, nesting depth and absurd integers before
+a Python object is built from it; every failure is a UsageError naming the file: one line, exit status 2.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import os
+import re
+import reprlib
+import stat
+import sys
+from pathlib import Path
+
+from .errors import UsageError
+
+MAX_FILE_BYTES = 32 * 2**20  # 32 MiB; a saved run_config.yaml is tens of KiB
+MAX_NODES = 2_000_000  # YAML nodes (about 1 GiB of memory while loading); a run_config.yaml has a few thousand
+MAX_DEPTH = 64  # nesting of YAML collections; Bridge's dumped ConfigContainer nests about 5 deep
+MAX_ALIAS_NODES = 100_000  # nodes that aliases may add when expanded (a "billion laughs" adds 10^9)
+MAX_INT_CHARS = 1000  # Python prints at most 4,300 digits; no config value needs 1,000
+SHOWN_CHARS = 80  # a value echoed in a message
+MAX_MESSAGE_CHARS = 4000
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_HYDRA_BARE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+
+
+# --- escaping for a terminal -------------------------------------------------------------------------------
+
+
+def _escape_char(c: str) -> str:
+    if c in _ESCAPES:
+        return _ESCAPES[c]
+    o = ord(c)
+    if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte of a file name or argument (surrogateescape)
+        return f"\\x{o - 0xDC00:02x}"
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+def esc(text) -> str:
+    """One line for a terminal: every character that is not printable (newline, CR, ESC, lone surrogates,
+    bidirectional overrides, line separators) as a backslash escape."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape_char(c) for c in text)
+
+
+def message(text) -> str:
+    """An error message as the CLI prints it: escaped, and cut short when it echoes something huge."""
+    text = esc(text)
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[:MAX_MESSAGE_CHARS] + f"... ({len(text) - MAX_MESSAGE_CHARS} more characters)"
+    return text
+
+
+class _Repr(reprlib.Repr):
+    def __init__(self):
+        super().__init__()
+        self.maxlevel, self.maxdict, self.maxlist, self.maxtuple, self.maxset = 3, 4, 4, 4, 4
+        self.maxstring, self.maxother, self.maxlong = SHOWN_CHARS, SHOWN_CHARS, SHOWN_CHARS
+
+    def repr_int(self, x, level):
+        return f"<an integer of {x.bit_length()} bits>" if x.bit_length() > 4 * MAX_INT_CHARS else super().repr_int(x, level)
+
+
+_REPR = _Repr()
+
+
+def shown(value, limit: int = SHOWN_CHARS) -> str:
+    """A value echoed in a message: repr, bounded in time and length whatever its size, one line."""
+    text = repr(value[: limit + 1]) if isinstance(value, str) else _REPR.repr(value)
+    text = esc(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- quoting for snippets and fixes --------------------------------------------------------------------------
+
+
+def sh_quote(text: str) -> str:
+    """One shell word: shlex.quote, or bash's $'...' where the text holds characters a terminal would not show."""
+    import shlex
+
+    text = str(text)
+    if text.isprintable():
+        return shlex.quote(text)
+    return "$'" + "".join(c if c.isprintable() and c not in "'\\" else _bash_escape(c) for c in text) + "'"
+
+
+def _bash_escape(c: str) -> str:
+    o = ord(c)
+    if c in "'\\" or c in _ESCAPES:
+        return _ESCAPES.get(c, "\\" + c)
+    if 0xDC80 <= o <= 0xDCFF:  # an undecodable byte of a file name or argument stays that byte
+        return f"\\x{o - 0xDC00:02x}"
+    return "".join(f"\\x{byte:02x}" for byte in c.encode("utf-8", "surrogatepass"))  # UTF-8 bytes, whatever the locale
+
+
+def hydra_quote(text: str) -> str:
+    """A string as a Hydra override value: plain names bare, anything else single-quoted with escapes."""
+    if _HYDRA_BARE.match(text):
+        return text
+    if not text.isprintable():
+        raise UsageError(f"{shown(text)}: a value with control characters cannot be written as a Hydra override")
+    return _hydra_quoted(text)
+
+
+def override_arg(key: str, value_text: str, is_string: bool) -> str:
+    """KEY=VALUE as one shell word, as a fix prints it; a string value in Hydra's quoting where it needs it."""
+    if is_string and not _HYDRA_BARE.match(value_text):
+        value_text = _hydra_quoted(value_text)
+    return sh_quote(f"{key}={value_text}")
+
+
+def _hydra_quoted(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def yaml_quote(text: str) -> str:
+    """A double-quoted YAML scalar that only holds printable ASCII (every other character escaped)."""
+    out = []
+    for c in text:
+        if c in '"\\':
+            out.append("\\" + c)
+        elif " " <= c <= "~":
+            out.append(c)
+        elif 0xD800 <= ord(c) <= 0xDFFF:
+            raise UsageError(f"{shown(text)}: a lone surrogate (an undecodable byte) cannot be written as YAML")
+        else:
+            out.append(_escape_char(c))
+    return '"' + "".join(out) + '"'
+
+
+def comment(text) -> str:
+    """Jinja filter for every value a template prints inside a comment: never a line break there."""
+    return esc(text)
+
+
+def name_arg(pattern: str, max_len: int = 128):
+    """An argparse type for a name: the pattern or exit status 2 (argparse names the flag)."""
+    import argparse
+
+    regex = re.compile(pattern)
+
+    def parse(value: str) -> str:
+        if len(value) > max_len or not regex.match(value):
+            raise argparse.ArgumentTypeError(f"expected a name like {pattern}, got {shown(value)}")
+        return value
+
+    return parse
+
+
+# --- reading --------------------------------------------------------------------------------------------------
+
+
+def reason(exc: OSError) -> str:
+    text = exc.strerror or str(exc)
+    return text[:1].lower() + text[1:]
+
+
+def kind(path) -> str:
+    """file, dir, other (FIFO, device, socket) or missing; other OSErrors (permission, name too long) raise."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
+
+
+def list_dir(path) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError as exc:
+        raise UsageError(f"{path}: {reason(exc)}") from None
+
+
+def _not_regular(path, mode: int) -> UsageError:
+    what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device" if (
+        stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) else "a socket" if stat.S_ISSOCK(mode) else "not a plain file"
+    return UsageError(f"{path}: {what}, not a regular file")
+
+
+def read_bytes(path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """A regular file's bytes, at most `limit`; never blocks on a FIFO or device (refused before reading)."""
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UsageError(f"{path}: {reason(exc)}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # replaced between stat and open
+            raise _not_regular(path, st.st_mode)
+        if st.st_size > limit:
+            raise UsageError(f"{path}: {st.st_size:,} bytes; files over {limit:,} bytes are refused")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise UsageError(f"{path}: over {limit:,} bytes; larger files are refused")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UsageError(f"{path}: {reason(exc)}") from None
+    finally:
+        os.close(fd)
+
+
+def decode(data: bytes, path) -> str:
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise UsageError(f"{path}: UTF-16 or UTF-32 text; save it as UTF-8")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise UsageError(f"{path}: binary data (a NUL byte at offset {nul:,}), not UTF-8 text")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start:,}; Latin-1 or another encoding?)"
+        ) from None
+
+
+def read_text(path, limit: int = MAX_FILE_BYTES) -> str:
+    return decode(read_bytes(path, limit), path)
+
+
+# --- bounded YAML ----------------------------------------------------------------------------------------------
+
+
+def _line(node) -> str:
+    mark = getattr(node, "start_mark", None)
+    return f" at line {mark.line + 1}" if mark is not None else ""
+
+
+class _Frame:
+    __slots__ = ("anchor", "size", "height", "mark")
+
+    def __init__(self, anchor, mark):
+        self.anchor, self.size, self.height, self.mark = anchor, 1, 0, mark
+
+
+def _check_events(loader, where) -> None:
+    """One streaming pass over the parser's events, before any node is built: at most MAX_NODES nodes, nesting
+    at most MAX_DEPTH deep (an alias counts as what it names), aliases adding at most MAX_ALIAS_NODES nodes when
+    expanded, no alias to an anchor still open (a recursive alias), no integer longer than MAX_INT_CHARS."""
+    import yaml
+
+    anchors: dict = {}  # closed anchor -> (expanded size, height)
+    stack: list = []
+    nodes = added = 0
+    while (event := loader.get_event()) is not None:
+        if isinstance(event, yaml.CollectionStartEvent):
+            nodes += 1
+            stack.append(_Frame(event.anchor, event.start_mark))
+            if len(stack) > MAX_DEPTH:
+                raise UsageError(f"{where}: nested more than {MAX_DEPTH} levels deep at line {event.start_mark.line + 1}")
+            continue
+        if isinstance(event, yaml.ScalarEvent):
+            nodes += 1
+            _check_int(loader, event, where)
+            size, height = 1, 1
+        elif isinstance(event, yaml.AliasEvent):
+            if event.anchor not in anchors:
+                if any(f.anchor == event.anchor for f in stack):
+                    raise UsageError(f"{where}: a recursive alias (*{shown(event.anchor)} inside its own anchor) at line {event.start_mark.line + 1}")
+                continue  # undefined: the composer names it
+            size, height = anchors[event.anchor]
+            added += size
+            if added > MAX_ALIAS_NODES:
+                raise UsageError(f"{where}: aliases expand to more than {MAX_ALIAS_NODES:,} extra nodes at line {event.start_mark.line + 1} (an alias bomb?)")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            frame = stack.pop()
+            size, height = frame.size, frame.height + 1
+        else:
+            continue  # stream and document start and end
+        if nodes > MAX_NODES:
+            raise UsageError(f"{where}: more than {MAX_NODES:,} YAML nodes; a run config has a few thousand")
+        if getattr(event, "anchor", None) is not None and not isinstance(event, yaml.AliasEvent):
+            anchors[event.anchor] = (size, height)
+        elif isinstance(event, yaml.CollectionEndEvent) and frame.anchor is not None:
+            anchors[frame.anchor] = (size, height)
+        if stack:
+            parent = stack[-1]
+            parent.size += size
+            parent.height = max(parent.height, height)
+            if len(stack) + height > MAX_DEPTH:
+                raise UsageError(f"{where}: nested more than {MAX_DEPTH} levels deep at line {event.start_mark.line + 1}")
+
+
+def _check_int(loader, event, where) -> None:
+    import yaml
+
+    if len(event.value) <= MAX_INT_CHARS:
+        return
+    tag = event.tag
+    if tag in (None, "!"):
+        tag = loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+    if tag == "tag:yaml.org,2002:int":
+        raise UsageError(f"{where}: an integer of {len(event.value):,} characters at line {event.start_mark.line + 1}; at most {MAX_INT_CHARS:,}")
+
+
+def parse_yaml(text: str, where):
+    """One YAML document with the safe loader (libyaml's where installed), bounded as _check_events says."""
+    import yaml
+
+    loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader = loader_class(text)
+    collecting = gc.isenabled()
+    gc.disable()  # up to millions of nodes, none of them garbage: collection passes would make loading quadratic
+    try:
+        _check_events(loader, where)
+        loader.dispose()
+        loader = loader_class(text)
+        return loader.get_single_data()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        what = "; ".join(x for x in (getattr(exc, "context", None), getattr(exc, "problem", None)) if x) or exc
+        raise UsageError(f"{where}: malformed YAML{at}: {what}") from None
+    except RecursionError:
+        raise UsageError(f"{where}: nested too deeply") from None
+    except (ValueError, TypeError, OverflowError, AttributeError, KeyError, IndexError) as exc:
+        # PyYAML's constructors on an explicit tag they cannot honour: !!int "abc", !!bool "maybe", a 13th month
+        raise UsageError(f"{where}: a value YAML cannot build ({type(exc).__name__}: {exc})") from None
+    finally:
+        loader.dispose()
+        if collecting:
+            gc.enable()
+
+
+def load_yaml_file(path, label: str = ""):
+    where = f"{label} {path}".strip()
+    try:
+        data = read_bytes(path)
+    except UsageError as exc:
+        raise UsageError(f"{label} {exc}".strip()) from None
+    return parse_yaml(decode(data, where), where)
+
+
+# Sections lint, diff and resolve read as mappings of fields (mixed_precision may also be a recipe name).
+MAPPING_SECTIONS = ("model", "ddp", "optimizer", "train", "comm_overlap", "env_vars", "mixed_precision")
+
+
+def load_config(path, label: str = "") -> dict:
+    """A ConfigContainer-shaped YAML file: a mapping of sections with string keys."""
+    where = f"{label} {path}".strip()
+    loaded = load_yaml_file(path, label)
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise UsageError(f"{where}: expected a mapping of sections at the top level, got {type(loaded).__name__}")
+    _string_keys(loaded, where, "the top level")
+    for section in MAPPING_SECTIONS:
+        body = loaded.get(section)
+        if isinstance(body, dict):
+            _string_keys(body, where, section)
+        elif body is not None and not (section == "mixed_precision" and isinstance(body, str)):
+            expected = "a recipe name or a mapping of fields" if section == "mixed_precision" else "a mapping of fields"
+            raise UsageError(f"{where}: {section}: expected {expected}, got {type(body).__name__} {shown(body)}")
+    return loaded
+
+
+def _string_keys(mapping: dict, where, what: str) -> None:
+    bad = next((k for k in mapping if not isinstance(k, str)), None)
+    if bad is not None:
+        raise UsageError(f"{where}: {what}: key {shown(bad)} ({type(bad).__name__}) is not a name; config keys are strings")
+
+
+# --- writing ---------------------------------------------------------------------------------------------------
+
+
+def write_stdout(payload: str) -> None:
+    sys.stdout.write(payload)
+    sys.stdout.flush()
+
+
+def drop_stdout() -> None:
+    """After Ctrl-C or a closed pipe: discard what stdout still buffers, so exiting cannot block or fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def write_output(path, payload: str, force: bool) -> None:
+    """--output PATH: written to a temporary file beside it, then renamed into place. Without force nothing that
+    exists is replaced (a dangling symlink included, checked and created in one step by link()); with force a
+    symlink is replaced itself, never written through; directories and devices are never replaced."""
+    import tempfile
+
+    target = Path(path)
+    try:
+        _check_target(target, force)
+        data = payload.encode("utf-8")
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".mbridge-overlap-", suffix=".tmp")
+        try:
+            _write_all(fd, data)
+            _publish(tmp, target, force)
+        finally:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+    except OSError as exc:
+        raise UsageError(f"--output {path}: {_write_reason(exc, target)}") from None
+    except UnicodeEncodeError:
+        raise UsageError(f"--output {path}: the output holds characters UTF-8 cannot encode") from None
+
+
+def _check_target(target: Path, force: bool) -> None:
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"--output {target}: a directory; give a file name")
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise _not_regular(f"--output {target}", mode)
+    if not force:
+        raise UsageError(f"--output {target}: exists; pass --force to overwrite")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(tmp: str, target: Path, force: bool) -> None:
+    if force:
+        os.replace(tmp, target)  # rename(2): replaces a symlink itself, does not follow it
+        return
+    try:
+        os.link(tmp, target)  # fails with EEXIST on anything there, a dangling symlink too
+    except FileExistsError:
+        raise UsageError(f"--output {target}: exists; pass --force to overwrite") from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EMLINK):
+            raise
+        _create_exclusive(tmp, target)  # a file system without hard links
+
+
+def _create_exclusive(tmp: str, target: Path) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(target, flags, 0o666)
+    except FileExistsError:
+        raise UsageError(f"--output {target}: exists; pass --force to overwrite") from None
+    with open(tmp, "rb") as src:
+        _write_all(fd, src.read())
+
+
+def _write_reason(exc: OSError, target: Path) -> str:
+    if exc.errno == errno.ENOENT and not os.path.isdir(target.parent):
+        return f"the folder {target.parent} does not exist"
+    return reason(exc)
