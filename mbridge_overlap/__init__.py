@@ -26,8 +26,10 @@ def _keep_skill_folder_clean() -> None:
 
 _keep_skill_folder_clean()
 
-from .api import explain, plan, presets, release_table, resolve
+# Every verb is in mbridge_overlap.api; those whose names no submodule uses are re-exported here (lint, diff, trace
+# and anchors are also module names, so they are reached as mbridge_overlap.api.lint and so on).
+from .api import explain, plan, presets, recipes, release_table, resolve, suites
 from .errors import UsageError
 
-__all__ = ["resolve", "plan", "presets", "explain", "release_table", "UsageError"]
+__all__ = ["resolve", "plan", "recipes", "presets", "explain", "release_table", "suites", "UsageError"]
 __version__ = "0.1.0"

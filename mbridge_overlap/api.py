@@ -1,105 +1,110 @@
-"""The Python API: the same verbs as the command line, each returning an object whose to_dict() is the JSON."""
+"""The Python API: the command line's verbs, each returning an object whose to_dict() is the command's JSON (or a
+dict that is). The command line calls only these."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from . import checks, findings, releases, request, resolver, safeio
+from . import catalog, findings, releases, request
 from .errors import UsageError
-
-
-@dataclass
-class Resolution:
-    """What Bridge will do with a request: the JSON of `resolve`."""
-
-    bridge_version: str
-    data_parallel_size: int
-    effective: dict
-    findings: list
-    env: dict
-    state: resolver.State | None = field(default=None, repr=False, compare=False)  # how Bridge got there
-
-    def to_dict(self) -> dict:
-        return {
-            "bridge_version": self.bridge_version,
-            "data_parallel_size": self.data_parallel_size,
-            "effective": self.effective,
-            "findings": [f.to_dict() for f in self.findings],
-            "env": self.env,
-        }
-
-    @property
-    def errors(self) -> list:
-        return [f for f in self.findings if f.severity == "error"]
-
-
-def check_layout(model: Mapping[str, Any], gpus: Any) -> None:
-    """The layout errors the CLI reports as bad input: sizes, VPP without PP, GPUs not divisible."""
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
-        raise UsageError(f"--gpus: must be a positive integer, got {gpus!r}")
-    tp, pp = model["tensor_model_parallel_size"], model["pipeline_model_parallel_size"]
-    cp = model["context_parallel_size"]
-    vpp = model["virtual_pipeline_model_parallel_size"]
-    if vpp is not None and pp <= 1:
-        raise UsageError(
-            f"model.virtual_pipeline_model_parallel_size={vpp} needs model.pipeline_model_parallel_size > 1 (it is {pp})"
-        )
-    if gpus % (tp * pp * cp):
-        raise UsageError(f"--gpus {gpus} is not divisible by TP x PP x CP = {tp} x {pp} x {cp} = {tp * pp * cp}")
+from .resolution import SCHEMA_VERSION, Resolution, resolve_request
 
 
 def resolve(
     overrides: Mapping[str, Any] | None = None,
     *,
-    gpus: int,
+    gpus: int | None = None,
+    recipe: str | None = None,
     te: bool = True,
+    gpu: str | None = None,
     bridge_version: str | None = None,
     config: Mapping | str | os.PathLike | None = None,
     launcher_env: Mapping[str, str] | None = None,
 ) -> Resolution:
-    """Effective values after Bridge's runtime_config_update() for overrides on Bridge's recipe baseline.
+    """Effective values after Bridge's runtime_config_update() for overrides on a starting config.
 
-    overrides: dotted keys as Bridge's scripts take them ({"model.tensor_model_parallel_size": 4}); values typed
-    or in their command-line string form. config: a ConfigContainer-shaped mapping or YAML path, applied first.
-    launcher_env: the environment the job will be launched with, to catch values that win over cfg.env_vars.
-    """
+    The start is Bridge's recipe baseline (_pretrain_common), or the shipped recipe `recipe` (a function name of
+    megatron.bridge.recipes or perf_recipes; GPUs and GPU type default to the ones in its name). overrides: dotted
+    keys as Bridge's scripts take them ({"model.tensor_model_parallel_size": 4}), typed or as command-line strings.
+    config: a ConfigContainer-shaped mapping or YAML path, applied before the overrides. launcher_env: the
+    environment the job is launched with (its values win over cfg.env_vars)."""
     release = releases.get(bridge_version)
+    entry = catalog.lookup(recipe, release.version) if recipe else None
     if isinstance(config, (str, os.PathLike)):
         config = request.read_config_file(config)
-    return resolve_request(request.build(release, overrides, config), gpus=gpus, te=te, launcher_env=launcher_env)
+    req = request.build(release, overrides, config, base=entry)
+    return resolve_request(req, gpus=_gpus(gpus, entry), te=te, gpu=gpu, launcher_env=launcher_env)
 
 
-def resolve_request(req: request.Request, *, gpus: int, te: bool = True, launcher_env: Mapping[str, str] | None = None) -> Resolution:
-    """resolve() for a request already built (lint and diff build theirs from saved run configs)."""
-    check_layout(req.model, gpus)
-    state = resolver.run(req, gpus, te)
-    found = checks.collect(state) + list(_launcher_env_findings(req, launcher_env))
-    return Resolution(
-        bridge_version=req.release.version,
-        data_parallel_size=state.data_parallel_size,
-        effective=state.effective(),
-        findings=findings.sort(found),
-        env={k: str(v) for k, v in req.env_vars.items()},
-        state=state,
-    )
+def _gpus(gpus: int | None, entry: dict | None) -> int:
+    if gpus is not None:
+        return gpus
+    if entry is None:
+        raise UsageError("--gpus: required (the world size) unless --recipe names a recipe whose name carries a GPU count")
+    if entry.get("gpus") is None:
+        raise UsageError(f"--gpus: recipe {entry['name']} has no GPU count in its name; pass --gpus N")
+    return entry["gpus"]
 
 
-def _launcher_env_findings(req: request.Request, launcher_env: Mapping[str, str] | None):
-    for name, value in req.env_vars.items():
-        if launcher_env and name in launcher_env and launcher_env[name] != str(value):
-            yield findings.make(
-                "LAUNCHER_ENV_WINS",
-                f"env_vars.{name}={value} is ignored: the launcher already has {name}={launcher_env[name]}",
-                f"unset {name} in the launcher, or export {name}={safeio.sh_quote(str(value))} there",
-                [f"env_vars.{name}"],
-            )
+def plan(**layout):
+    """The overrides that turn on every overlap mode a layout can use, checked by the resolver.
+
+    Keywords as the command line's flags: gpus, tp, pp, vpp, cp, gpu, precision, hidden_size, seq_length,
+    micro_batch_size, lora, te, bridge_version, moe_a2a_overlap, moe_flex_dispatcher_backend, megatron_fsdp, recipe,
+    task. With recipe (a full recipe function name) the plan starts from that recipe."""
+    from .planner import make_plan
+
+    return make_plan(**layout)
+
+
+def lint(config=None, *, recipe: str | None = None, gpus: int | None = None, gpu: str | None = None, te: bool = True,
+         bridge_version: str | None = None):
+    """Every finding for a saved run config (or a shipped recipe), and the overlap it left on the table."""
+    from .lint import lint as run_lint
+
+    return run_lint(config, recipe=recipe, gpus=gpus, gpu=gpu, te=te, bridge_version=bridge_version)
+
+
+def diff(before, after, *, gpus_before: int | None = None, gpus_after: int | None = None, te: bool = True,
+         bridge_version: str | None = None):
+    """The overlap-relevant changes between two run configs, each with its cause, ranked by expected impact."""
+    from .diff import diff as run_diff
+
+    return run_diff(before, after, gpus_before=gpus_before, gpus_after=gpus_after, te=te, bridge_version=bridge_version)
+
+
+def recipes(**filters):
+    """Bridge's shipped recipes with their effective overlap state; filters: model, gpu, gpus, task, precision, name,
+    bridge_version."""
+    from .catalog_view import list_recipes
+
+    return list_recipes(**filters)
+
+
+def trace(paths, **options):
+    """Hidden and exposed communication per rank, dimension and step from profiler traces (see trace.analyze)."""
+    from .trace import analyze
+
+    return analyze(paths, **options)
+
+
+def compare_traces(before, after, **options):
+    from .trace import compare
+
+    return compare(before, after, **options)
+
+
+def anchors(mbridge_src: str | None = None) -> dict:
+    """Where the Bridge code each rule mirrors is now, and whether it is still a verified release's code."""
+    from .anchors import report
+
+    return {"schema_version": SCHEMA_VERSION, **report(mbridge_src)}
 
 
 def explain(finding_id: str) -> dict:
-    """The long form of a finding: severity, title, the Bridge code that decides it, explanation."""
-    return findings.explain(finding_id)
+    """A finding's record: severity, title, the Bridge code that decides it (and where it is now), explanation."""
+    return {"schema_version": SCHEMA_VERSION, **findings.explain(finding_id)}
 
 
 def presets(bridge_version: str | None = None) -> list[dict]:
@@ -109,36 +114,11 @@ def presets(bridge_version: str | None = None) -> list[dict]:
 
 def release_table() -> dict:
     """Per-release facts side by side."""
-    return {v: releases.get(v).__dict__ | {"verified": releases.get(v).verified} for v in releases.versions()}
+    return {"schema_version": SCHEMA_VERSION, "releases": {v: releases.get(v).facts() for v in releases.versions()}}
 
 
-@dataclass
-class PlanResult:
-    """The JSON of `plan`: a Resolution of the recommended overrides, plus the layout and why."""
+def suites() -> dict:
+    """The upstream overlap suites verify runs, with the pass count expected per test-file hash and release."""
+    from .bridge.suites import expected_counts
 
-    resolution: Resolution
-    layout: dict
-    overrides: dict
-    preset: str | None
-    modes: dict
-    env: dict
-    notes: list = field(default_factory=list)
-    env_why: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        out = self.resolution.to_dict()
-        out["findings"] = [f.to_dict() for f in findings.sort(self.notes + self.resolution.findings)]
-        out["env"] = self.env
-        out["env_why"] = self.env_why
-        out.update(layout=self.layout, overrides=self.overrides, preset=self.preset, modes=self.modes)
-        return out
-
-
-def plan(**layout) -> PlanResult:
-    """The minimal override enabling every overlap mode that applies to a layout.
-
-    Keywords as the command line's flags: gpus, tp, pp, vpp, cp, gpu, precision, hidden_size, seq_length,
-    micro_batch_size, lora, te, bridge_version, moe_a2a_overlap, moe_flex_dispatcher_backend, recipe, task."""
-    from .planner import make_plan
-
-    return make_plan(**layout)
+    return {"schema_version": SCHEMA_VERSION, **expected_counts()}

@@ -12,7 +12,7 @@ from .errors import UsageError
 from .request import parse_override
 from .trace import cli as trace_cli
 
-PROG = "python -m mbridge_overlap"
+PROG = "mbridge-overlap"
 
 
 def _positive_int(flag: str):
@@ -53,40 +53,64 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Megatron-Bridge TP/DP/PP communication overlap: what Bridge will do, and what to set.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    recipe_arg = safeio.name_arg(r"^[a-z0-9][a-z0-9_.]*$")
+    gpus_help = "total GPU count (world size); with --recipe, default: the count in the recipe's name"
+    gpu_help = "GPU type: " + ", ".join(releases.data()["gpus"])
+
     p = sub.add_parser("resolve", help="effective overlap settings Bridge will use for a requested config")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Bridge-style dotted overrides, e.g. model.sequence_parallel=true")
-    p.add_argument("--gpus", type=_positive_int("--gpus"), required=True, help="total GPU count (world size)")
+    p.add_argument("--recipe", type=recipe_arg, help="start from this shipped recipe function (see the recipes command) instead of the baseline")
+    p.add_argument("--gpus", type=_positive_int("--gpus"), help=gpus_help)
+    p.add_argument("--gpu", help=gpu_help + " (default: the recipe's, else h100); the launch environment and the MoE dispatcher check depend on it")
     p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
-    p.add_argument("--config", metavar="FILE", help="YAML in the shape of Bridge's dumped ConfigContainer, applied before the overrides")
-    p.add_argument("--launcher-env", action="store_true", help="check env_vars against this shell's environment (the launcher's wins)")
+    p.add_argument("--config", metavar="FILE", help="a saved run_config.yaml (or checkpoint folder) or an override YAML, applied before the overrides")
+    p.add_argument("--launcher-env", action="store_true", help="take this shell's environment as the launcher's (its values win over env_vars)")
     _release_flags(p)
     _common(p)
 
-    p = sub.add_parser("plan", help="the minimal override that enables every overlap mode a layout can use")
+    p = sub.add_parser("plan", help="the overrides that enable every overlap mode a layout can use")
     for flag in ("--tp", "--pp", "--cp"):
-        p.add_argument(flag, type=_positive_int(flag), default=1, help=f"{flag[2:].upper()} size (default 1)")
-    p.add_argument("--vpp", type=_positive_int("--vpp"), help="virtual pipeline size (needs --pp > 1)")
-    p.add_argument("--gpus", type=_positive_int("--gpus"), required=True, help="total GPU count")
-    p.add_argument("--gpu", default="h100", help="GPU type: " + ", ".join(releases.data()["gpus"]) + " (default h100)")
-    p.add_argument("--precision", default="bf16", help="compute precision: " + ", ".join(releases.data()["precisions"]) + " (default bf16)")
+        p.add_argument(flag, type=_positive_int(flag), help=f"{flag[2:].upper()} size (default: the recipe's, else 1)")
+    p.add_argument("--vpp", type=_positive_int("--vpp"), help="virtual pipeline size (interleaved schedule; needs --pp > 1)")
+    p.add_argument("--gpus", type=_positive_int("--gpus"), help=gpus_help)
+    p.add_argument("--gpu", help=gpu_help + " (default: the recipe's, else h100)")
+    p.add_argument("--precision", help="compute precision: " + ", ".join(releases.data()["precisions"]) + " (default: the recipe's, else bf16)")
     p.add_argument("--hidden-size", type=_positive_int("--hidden-size"), help="model hidden size (to match a tuned TP preset)")
     p.add_argument("--seq-length", type=_positive_int("--seq-length"), help="sequence length (to match a tuned TP preset)")
     p.add_argument("--micro-batch-size", type=_positive_int("--micro-batch-size"), help="micro batch size (to match a tuned TP preset)")
     p.add_argument("--lora", action="store_true", help="LoRA fine-tuning (LoRA presets)")
     p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not available")
+    p.add_argument("--moe", action="store_true", default=None, help="an MoE model with expert parallelism (default: from the recipe)")
     p.add_argument("--moe-a2a-overlap", action="store_true", help="MoE all-to-all overlap on (affects CUDA_DEVICE_MAX_CONNECTIONS)")
-    p.add_argument("--moe-flex-backend", choices=("deepep", "hybridep"), help="MoE flex dispatcher backend")
-    p.add_argument("--recipe", type=safeio.name_arg(r"^[a-z0-9][a-z0-9_.]*$"), help="Bridge model recipe name, e.g. llama3_70b (for NCCL_P2P_NET_CHUNKSIZE)")
-    p.add_argument("--task", choices=("pretrain", "sft", "peft"), default="pretrain", help="training task (default pretrain)")
+    p.add_argument("--moe-flex-backend", choices=("deepep", "hybridep", "ncclep"), help="MoE flex dispatcher backend")
+    p.add_argument("--megatron-fsdp", action="store_true", help="Megatron-FSDP (ddp.use_megatron_fsdp) instead of DDP")
+    p.add_argument("--recipe", type=recipe_arg, help="a recipe function to start from (e.g. llama3_70b_pretrain_64gpu_h100_bf16_config), "
+                   "or a model family such as llama3_70b (for NCCL_P2P_NET_CHUNKSIZE)")
+    p.add_argument("--task", choices=("pretrain", "sft", "peft"), help="training task (default: the recipe's, else pretrain)")
     _release_flags(p)
     _common(p, formats=("text", "json", "python", "yaml", "hydra", "env", "env_vars"))
 
-    p = sub.add_parser("lint", help="every finding for a run config, and the overlap it left on the table")
-    p.add_argument("config", help="run_config.yaml, a checkpoint or iteration directory holding one, or a plan override file")
-    p.add_argument("--gpus", type=_positive_int("--gpus"), help="GPU count (default: from the saved comm_overlap.data_parallel_size)")
-    p.add_argument("--gpu", help="GPU type, to check the tuned preset and the launch environment")
+    p = sub.add_parser("lint", help="every finding for a run config or a shipped recipe, and the overlap it left on the table")
+    p.add_argument("config", nargs="?", help="run_config.yaml, a checkpoint or iteration directory holding one, or a plan override file")
+    p.add_argument("--recipe", type=recipe_arg, help="lint this shipped recipe (or: the recipe the run config started from)")
+    p.add_argument("--gpus", type=_positive_int("--gpus"), help="GPU count (default: the saved comm_overlap.data_parallel_size, or the recipe's)")
+    p.add_argument("--gpu", help=gpu_help + ", to check the tuned preset and the launch environment (default: the recipe's)")
     p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
     _release_flags(p)
+    _common(p)
+
+    p = sub.add_parser("recipes", help="Bridge's shipped recipes with their effective overlap state")
+    p.add_argument("--model", help="model family, or part of it (llama3_70b, qwen3)")
+    p.add_argument("--gpu", help=gpu_help)
+    p.add_argument("--gpus", type=_positive_int("--gpus"), help="GPU count in the name")
+    p.add_argument("--task", help="pretrain, sft or peft")
+    p.add_argument("--precision", help="bf16, fp8_cs, fp8_mx, fp8_sc or nvfp4 (or as the name writes it: fp8cs, ...)")
+    p.add_argument("--name", help="part of the function name")
+    p.add_argument("--package", help="recipes or perf_recipes")
+    _release_flags(p)
+    _common(p)
+
+    p = sub.add_parser("suites", help="the upstream overlap test suites verify runs, with the pass counts it requires")
     _common(p)
 
     p = sub.add_parser("diff", help="the overlap-relevant changes between two run configs, with causes, ranked")
@@ -139,12 +163,8 @@ def _json(data) -> str:
 def cmd_resolve(args) -> int:
     overrides = dict(parse_override(o) for o in args.overrides)
     result = api.resolve(
-        overrides,
-        gpus=args.gpus,
-        te=args.te,
-        bridge_version=args.bridge_version,
-        config=args.config,
-        launcher_env=dict(os.environ) if args.launcher_env else None,
+        overrides, gpus=args.gpus, recipe=args.recipe, te=args.te, gpu=args.gpu, bridge_version=args.bridge_version,
+        config=args.config, launcher_env=dict(os.environ) if args.launcher_env else None,
     )
     d = result.to_dict()
     _emit(args, _json(d) if args.format == "json" else text.resolution(d))
@@ -157,8 +177,8 @@ def cmd_plan(args) -> int:
     result = api.plan(
         tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, gpus=args.gpus, gpu=args.gpu, precision=args.precision,
         hidden_size=args.hidden_size, seq_length=args.seq_length, micro_batch_size=args.micro_batch_size,
-        lora=args.lora, te=args.te, bridge_version=args.bridge_version, moe_a2a_overlap=args.moe_a2a_overlap,
-        moe_flex_dispatcher_backend=args.moe_flex_backend, recipe=args.recipe, task=args.task,
+        lora=args.lora, te=args.te, bridge_version=args.bridge_version, moe=args.moe, moe_a2a_overlap=args.moe_a2a_overlap,
+        moe_flex_dispatcher_backend=args.moe_flex_backend, megatron_fsdp=args.megatron_fsdp, recipe=args.recipe, task=args.task,
     )
     d = result.to_dict()
     if args.format == "json":
@@ -167,28 +187,25 @@ def cmd_plan(args) -> int:
         out = text.plan(d)
     else:
         lay = d["layout"]
-        purpose = f"Comm overlap for TP={lay['tp']} PP={lay['pp']} VPP={lay['vpp']} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs"
-        out = render.snippet(
-            args.format, overrides=d["overrides"], env=d["env"], env_why=d["env_why"], purpose=purpose,
-            release=d["bridge_version"], env_vars_field=releases.get(d["bridge_version"]).env_vars,
-        )
+        start = f" on {lay['recipe']}" if lay["recipe"] else ""
+        purpose = f"Comm overlap for TP={lay['tp']} PP={lay['pp']} VPP={lay['vpp']} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs{start}"
+        env = {name: rule["value"] for name, rule in d["launch_env"].items()}
+        why = {name: rule["why"] for name, rule in d["launch_env"].items()}
+        out = render.snippet(args.format, overrides=d["overrides"], env=env, env_why=why, purpose=purpose,
+                             release=d["bridge_version"], env_vars_field=releases.get(d["bridge_version"]).env_vars)
     _emit(args, out)
-    return 0
+    return 1 if result.errors else 0
 
 
 def cmd_lint(args) -> int:
-    from .lint import lint
-
-    result = lint(args.config, gpus=args.gpus, gpu=args.gpu, te=args.te, bridge_version=args.bridge_version)
+    result = api.lint(args.config, recipe=args.recipe, gpus=args.gpus, gpu=args.gpu, te=args.te, bridge_version=args.bridge_version)
     d = result.to_dict()
     _emit(args, _json(d) if args.format == "json" else text.lint(d))
     return 1 if result.errors else 0
 
 
 def cmd_diff(args) -> int:
-    from .diff import diff
-
-    result = diff(
+    result = api.diff(
         args.before, args.after, gpus_before=args.gpus_before or args.gpus, gpus_after=args.gpus_after or args.gpus,
         te=args.te, bridge_version=args.bridge_version,
     )
@@ -215,10 +232,21 @@ def cmd_releases(args) -> int:
     return 0
 
 
-def cmd_anchors(args) -> int:
-    from .anchors import report
+def cmd_recipes(args) -> int:
+    d = api.recipes(model=args.model, gpu=args.gpu, gpus=args.gpus, task=args.task, precision=args.precision, name=args.name,
+                    package=args.package, bridge_version=args.bridge_version).to_dict()
+    _emit(args, _json(d) if args.format == "json" else text.recipes(d))
+    return 0
 
-    d = report(args.mbridge_src)
+
+def cmd_suites(args) -> int:
+    d = api.suites()
+    _emit(args, _json(d) if args.format == "json" else text.suites(d))
+    return 0
+
+
+def cmd_anchors(args) -> int:
+    d = api.anchors(args.mbridge_src)
     _emit(args, _json(d) if args.format == "json" else text.anchors(d))
     return 0 if d["ok"] else 1
 
@@ -247,6 +275,8 @@ COMMANDS = {
     "explain": cmd_explain,
     "releases": cmd_releases,
     "anchors": cmd_anchors,
+    "recipes": cmd_recipes,
+    "suites": cmd_suites,
     "check-manifest": cmd_check_manifest,
     "trace": cmd_trace,
 }

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import api, releases, request, runconfig, safeio
+from . import releases, request, runconfig, safeio
+from .resolution import Resolution, resolve_request
 from .errors import UsageError
 from .text import fmt
 
@@ -109,38 +110,17 @@ class DiffResult:
 class Side:
     rc: runconfig.RunConfig
     items: dict  # the request's inputs: dotted keys -> value, "comm_overlap" (present or None) and "gpus"
-    res: api.Resolution
+    res: Resolution
     derived: frozenset = frozenset()  # keys a saved config holds as Bridge wrote them, not as requested
 
     def effective(self, key: str):
         if key.startswith("env."):
-            return self.res.env.get(key[4:])
+            return self.res.env_vars.get(key[4:])
         section, _, name = key.partition(".")
         return self.res.effective[section][name]
 
 
-# In a saved run config these hold what runtime_config_update() wrote, not what was asked for; they are left
-# out of the inputs (the resolver derives them again). optimizer's two flags mirror ddp's after validate().
-_WRITTEN_BY_COMM_OVERLAP = ("model.tp_comm_overlap", "model.tp_comm_bootstrap_backend", "model.overlap_p2p_comm", "model.batch_p2p_comm")
-_WRITTEN_BY_DP_OVERLAP = ("ddp.overlap_grad_reduce", "ddp.overlap_param_gather", "ddp.bucket_size", "ddp.align_param_gather",
-                          "optimizer.overlap_param_gather_with_optimizer_step")
-_WRITTEN_BY_MIXED_PRECISION = ("ddp.grad_reduce_in_fp32", "ddp.fp8_param_gather", "ddp.reuse_grad_buf_for_mxfp8_param_ag")
-MIRRORS = {"ddp.use_distributed_optimizer": "optimizer.use_distributed_optimizer", "ddp.overlap_param_gather": "optimizer.overlap_param_gather"}
-
-
-def _derived(rc: runconfig.RunConfig, items: dict) -> frozenset:
-    if not rc.saved:
-        return frozenset()
-    derived = set(MIRRORS.values())
-    if items.get("comm_overlap") is not None:
-        derived.update(_WRITTEN_BY_COMM_OVERLAP)
-        if items.get("ddp.use_distributed_optimizer"):
-            derived.update(_WRITTEN_BY_DP_OVERLAP)
-    if items.get("mixed_precision") is not None:
-        derived.update(_WRITTEN_BY_MIXED_PRECISION)
-    if (items.get("model.tensor_model_parallel_size") or 1) <= 1:
-        derived.add("model.sequence_parallel")  # TransformerConfig.finalize turned it off
-    return frozenset(derived)
+MIRRORS = runconfig.MIRRORS
 
 
 def _side(path, gpus, te, version, flag) -> Side:
@@ -152,7 +132,7 @@ def _side(path, gpus, te, version, flag) -> Side:
     flat = {k: v for k, v in flat.items() if not (k.startswith("comm_overlap.") and v is None)}
     flat["comm_overlap"] = "present" if present else None
     flat["gpus"] = res.state.gpus
-    derived = _derived(rc, flat)
+    derived = runconfig.written_by_bridge(rc.saved, flat)
     return Side(rc, {k: v for k, v in flat.items() if k not in derived}, res, derived)
 
 
@@ -169,7 +149,7 @@ def diff(before, after, *, gpus_before=None, gpus_after=None, te: bool = True, b
     warnings = a.rc.warnings + b.rc.warnings + _model_warning(a, b)
     changed_inputs = _changed_inputs(a, b, _baseline(bridge_version))
     changes = []
-    keys = SETTINGS + sorted({f"env.{k}" for k in set(a.res.env) | set(b.res.env)})
+    keys = SETTINGS + sorted({f"env.{k}" for k in set(a.res.env_vars) | set(b.res.env_vars)})
     for key in keys:
         old, new = a.effective(key), b.effective(key)
         if old != new:
@@ -196,7 +176,7 @@ def _changed_inputs(a: Side, b: Side, baseline: dict) -> dict:
     return out
 
 
-def _resolve_items(items: dict, te: bool, version) -> api.Resolution:
+def _resolve_items(items: dict, te: bool, version) -> Resolution:
     items = dict(items)
     gpus = items.pop("gpus")
     present = items.pop("comm_overlap")
@@ -208,7 +188,7 @@ def _resolve_items(items: dict, te: bool, version) -> api.Resolution:
     req = request.build(releases.get(version), None, None)
     for key, value in items.items():
         req.set(key, value)
-    return api.resolve_request(req, gpus=gpus, te=te)
+    return resolve_request(req, gpus=gpus, te=te)
 
 
 def _flips(key: str, input_key: str, value, a: Side, b: Side, te: bool, version) -> bool:

@@ -1,8 +1,9 @@
 """The launch environment Bridge's own launchers use for a layout, by release.
 
-0.6: scripts/performance/utils/overrides.py `_apply_flat_cli_environment_compatibility` (CUDA_DEVICE_MAX_CONNECTIONS,
-     NCCL_P2P_NET_CHUNKSIZE) and the flat perf recipes' env_vars (the LayerNorm SM margins).
-0.5: megatron/bridge/recipes/run_plugins.py `PerfEnvPlugin` (all three).
+0.6: the flat perf recipes' env_vars, which all follow the perf launcher's rules (scripts/performance/utils/
+     overrides.py): CUDA_DEVICE_MAX_CONNECTIONS, NCCL_P2P_NET_CHUNKSIZE, the LayerNorm SM margins,
+     TORCH_NCCL_HIGH_PRIORITY, and NCCL_NVLS_ENABLE / NCCL_CTA_POLICY by nccl_ub.
+0.5: megatron/bridge/recipes/run_plugins.py `PerfEnvPlugin` (CUDA_DEVICE_MAX_CONNECTIONS, the margins, the chunk size).
 """
 
 from __future__ import annotations
@@ -17,16 +18,27 @@ class Layout:
     tp: int = 1
     pp: int = 1
     cp: int = 1
-    gpus: int = 1
+    dp: int = 1
     gpu: str = "h100"
     moe_a2a_overlap: bool = False
-    moe_flex_dispatcher_backend: str | None = None
-    recipe: str | None = None  # Bridge model recipe name, e.g. llama3_70b
+    moe_flex_dispatcher_backend: str | None = "deepep"  # Megatron-Core's default, also for dense models
+    flex_in_use: bool = False  # the model runs the flex dispatcher (0.5's PerfEnvPlugin is told the backend only then)
+    megatron_fsdp: bool = False
+    nccl_ub: bool = False
+    recipe: str | None = None  # Bridge model family, e.g. llama3_70b
     task: str = "pretrain"
 
-    @property
-    def dp(self) -> int:
-        return self.gpus // (self.tp * self.pp * self.cp)
+    @classmethod
+    def of(cls, effective: dict, dp: int, gpu: str, recipe: str | None = None, task: str = "pretrain", moe_a2a_overlap: bool = False) -> "Layout":
+        model, ddp = effective["model"], effective["ddp"]
+        return cls(
+            tp=model["tensor_model_parallel_size"], pp=model["pipeline_model_parallel_size"],
+            cp=model["context_parallel_size"], dp=dp, gpu=gpu,
+            moe_a2a_overlap=moe_a2a_overlap or bool(model.get("overlap_moe_expert_parallel_comm")),
+            moe_flex_dispatcher_backend=model.get("moe_flex_dispatcher_backend", "deepep"),
+            flex_in_use=model.get("moe_token_dispatcher_type") == "flex",
+            megatron_fsdp=bool(ddp.get("use_megatron_fsdp")), nccl_ub=bool(ddp.get("nccl_ub")), recipe=recipe, task=task,
+        )
 
 
 def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str]]:
@@ -40,6 +52,12 @@ def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str
     chunk = _p2p_chunksize(cfg, layout)
     if chunk:
         out.append(("NCCL_P2P_NET_CHUNKSIZE", chunk, f"PP>1 for {layout.recipe} {layout.task}: larger P2P chunks ({_where(release)})"))
+    for name, value in (style.get("common") or {}).items():
+        out.append((name, str(value), f"every Bridge perf recipe sets it: NCCL runs on its high-priority stream ({_where(release)})"))
+    nccl = style.get("nccl_ub" if layout.nccl_ub else "no_nccl_ub") or {}
+    for name, value in nccl.items():
+        why = "with ddp.nccl_ub, as every nccl_ub perf recipe" if layout.nccl_ub else "without ddp.nccl_ub, as every other perf recipe"
+        out.append((name, str(value), f"{why} ({_where(release)})"))
     return out
 
 
@@ -49,18 +67,25 @@ def _where(release: releases.Release) -> str:
 
 def _max_connections(release: releases.Release, style: dict, layout: Layout) -> tuple[str, str]:
     tp_or_cp = layout.tp > 1 or layout.cp > 1
-    value = 32 if layout.moe_flex_dispatcher_backend in ("deepep", "hybridep") else 8
-    why = "default queue depth" if value == 8 else "DeepEP/HybridEP dispatcher"
     if release.launch_env == "perf_env_plugin":
+        flex = layout.moe_flex_dispatcher_backend if layout.flex_in_use else None
+        value = 32 if flex in ("deepep", "hybridep") else 8
+        why = "default queue depth" if value == 8 else "DeepEP/HybridEP dispatcher"
         if layout.gpu in style["sm100_gpus"]:
             if tp_or_cp and (layout.dp > 1 or layout.pp > 1):
                 value, why = 32, "Blackwell with TP/CP and DP/PP: extra connections avoid serializing streams"
         elif tp_or_cp and not layout.moe_a2a_overlap:
             value, why = 1, "Hopper with TP/CP: queue the communication kernel before the overlapping GEMM"
-    elif layout.gpu in style["blackwell_gpus"]:
+        return str(value), why
+    value, why = (32, "the DeepEP/HybridEP flex backend (Megatron-Core's default backend is deepep)") \
+        if layout.moe_flex_dispatcher_backend in ("deepep", "hybridep") else (8, "CUDA's default queue depth (no DeepEP/HybridEP backend)")
+    if layout.gpu in style["blackwell_gpus"]:
         value, why = 32, "Blackwell: extra connections avoid serializing streams"
     elif tp_or_cp and not layout.moe_a2a_overlap:
-        value, why = 1, "TP/CP > 1 (not Blackwell): queue the communication kernel before the overlapping GEMM"
+        if layout.megatron_fsdp:
+            why += "; not 1 (the Hopper TP/CP rule): Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1"
+        else:
+            value, why = 1, "TP/CP > 1 (not Blackwell): queue the communication kernel before the overlapping GEMM"
     return str(value), why
 
 

@@ -1,24 +1,26 @@
-"""lint: every finding that applies to a run config, and what the run left on the table.
+"""lint: every finding that applies to a run config or a shipped recipe, and what it left on the table.
 
-On top of the resolver's findings (which, for a saved run, include requested-versus-effective contradictions
-such as comm_overlap.tp_comm_overlap=true on a run whose model ran with TP overlap off, and why), lint compares
-the run with what `plan` recommends for its own layout: overlap modes that apply but were off, a tuned preset
-that matches but was not used, launch environment that differs from Bridge's rules.
+On top of the resolver's findings (which, for a saved run, include requested-versus-effective contradictions such as
+comm_overlap.tp_comm_overlap=true on a run whose model ran with TP overlap off, and why), lint compares the run with
+what `plan` would choose for its own layout: overlap modes that apply but were off, a tuned preset that matches but
+was not used, launch environment that differs from Bridge's rules.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import findings, launch_env, releases, runconfig
+from . import catalog, checks, findings, layout, releases, runconfig
+from .errors import UsageError
 from .findings import Finding
 from .planner import match_preset
+from .resolution import resolve_request
 from .text import fmt
 
 
 @dataclass
 class LintResult:
-    config: str
+    config: str | None
     saved: bool
     resolution: object
     layout: dict
@@ -36,27 +38,44 @@ class LintResult:
         return [f for f in self.findings if f.severity == "error"]
 
 
-def lint(path, *, gpus: int | None = None, gpu: str | None = None, te: bool = True, bridge_version: str | None = None) -> LintResult:
-    rc = runconfig.load(path)
-    res = runconfig.resolve(rc, gpus, te, bridge_version)
-    state, eff = res.state, res.effective
+def lint(path=None, *, recipe: str | None = None, gpus: int | None = None, gpu: str | None = None, te: bool = True,
+         bridge_version: str | None = None) -> LintResult:
+    release = releases.get(bridge_version)
+    entry = catalog.lookup(recipe, release.version) if recipe else None
+    if path is None and entry is None:
+        raise UsageError("lint: give a run config (file, checkpoint or iteration directory) or --recipe NAME")
+    gpu = gpu or (entry or {}).get("gpu")
+    if path is None:
+        rc, res = None, _recipe_resolution(entry, release, gpus, gpu, te)
+    else:
+        rc = runconfig.load(path)
+        res = runconfig.resolve(rc, gpus or (entry or {}).get("gpus"), te, release.version, gpu=gpu or "h100", base=entry)
+    eff = res.effective
     model = eff["model"]
-    layout = {
-        "tp": model["tensor_model_parallel_size"], "pp": model["pipeline_model_parallel_size"],
-        "vpp": model["virtual_pipeline_model_parallel_size"], "cp": model["context_parallel_size"],
-        "gpus": state.gpus, "dp": res.data_parallel_size, "gpu": gpu,
-    }
+    shape = layout.Layout.of(model, res.gpus)
+    lint_layout = {"tp": shape.tp, "pp": shape.pp, "vpp": shape.vpp, "cp": shape.cp, "gpus": res.gpus, "dp": res.data_parallel_size,
+                   "gpu": gpu, "recipe": entry["name"] if entry else None}
     found = list(res.findings)
-    found += _saved_differs(rc, res)
+    if rc is not None:
+        found += _saved_differs(rc, res)
     found += _modes_left_off(res, te)
-    notes = list(rc.warnings)
+    notes = list(rc.warnings) if rc else []
     if gpu:
         gpu_info = releases.gpu(gpu)
-        found += _preset(rc, res, gpu_info, te)
-        found += _launch_env(rc, res, gpu_info)
+        found += _preset(rc, entry, res, gpu_info)
+        found += _launch_env(res)
     else:
         notes.append("pass --gpu (h100, b200, ...) to check the tuned TP preset and the launch environment too")
-    return LintResult(str(rc.path), rc.saved, res, layout, findings.sort(_dedupe(found)), notes)
+    where = str(rc.path) if rc else None
+    return LintResult(where, bool(rc and rc.saved), res, lint_layout, findings.sort(_dedupe(found)), notes)
+
+
+def _recipe_resolution(entry: dict, release, gpus, gpu, te):
+    from . import request
+
+    req = request.build(release, None, None, base=entry)
+    n = gpus or entry.get("gpus") or catalog.model_parallel_size(entry["request"]["model"])
+    return resolve_request(req, gpus=n, te=te, gpu=gpu or "h100")
 
 
 def _dedupe(items: list[Finding]) -> list[Finding]:
@@ -77,16 +96,12 @@ def _saved_differs(rc, res) -> list[Finding]:
         f"{section}.{name}: saved {fmt(value)}, computed {fmt(res.effective[section][name])}"
         for section, values in saved.items()
         for name, value in values.items()
-        if res.effective[section][name] != value
+        if name in res.effective.get(section, {}) and res.effective[section][name] != value
     ]
     if not diffs:
         return []
-    return [findings.make(
-        "SAVED_EFFECTIVE_DIFFERS",
-        f"{len(diffs)} saved effective value(s) differ from Megatron-Bridge {res.bridge_version}'s: {'; '.join(diffs[:4])}",
-        "pass the run's --bridge-version and --gpus; or the file was edited after the run started",
-        [d.split(":")[0] for d in diffs],
-    )]
+    return [findings.make("SAVED_EFFECTIVE_DIFFERS", knobs=[d.split(":")[0] for d in diffs], count=len(diffs),
+                          version=res.bridge_version, diffs="; ".join(diffs[:4]))]
 
 
 def _modes_left_off(res, te: bool) -> list[Finding]:
@@ -94,85 +109,89 @@ def _modes_left_off(res, te: bool) -> list[Finding]:
     model, ddp = eff["model"], eff["ddp"]
     out = []
     requested_tp = (state.request.comm_overlap or {}).get("tp_comm_overlap")
-    if model["tensor_model_parallel_size"] >= 2 and te and not model["tp_comm_overlap"] and not requested_tp:
-        fix = "comm_overlap.tp_comm_overlap=true" + ("" if model["sequence_parallel"] else " model.sequence_parallel=true")
-        out.append(findings.make(
-            "MODE_LEFT_OFF", f"TP overlap applies (TP={model['tensor_model_parallel_size']}) but was not requested", fix,
-            ["comm_overlap.tp_comm_overlap", "model.sequence_parallel"],
-        ))
+    moe = model.get("expert_model_parallel_size", 1) > 1 or (state.request.model.get("expert_model_parallel_size") or 1) > 1
+    blocked = checks.tp_overlap_precision_problem(state.model)
+    if layout.tp_overlap_applies(model["tensor_model_parallel_size"], te) and not model["tp_comm_overlap"] and not requested_tp \
+            and not blocked and not moe:
+        o = {"comm_overlap.tp_comm_overlap": True}
+        if not model["sequence_parallel"]:
+            o["model.sequence_parallel"] = True
+        if state.request.comm_overlap is None:
+            o.update(checks.adopt_dp_knobs(state))
+        out.append(findings.make("MODE_LEFT_OFF", fix_overrides=o, fix=checks.overrides_text(o), knobs=list(o), mode="TP",
+                                 why=f"TP={model['tensor_model_parallel_size']}", what="it was not requested"))
     # PP left off is the resolver's PP_OVERLAP_NOT_SELECTED, with the fix for its cause
-    if res.data_parallel_size > 1 and not (ddp["overlap_grad_reduce"] and ddp["overlap_param_gather"]):
-        if not ddp["use_distributed_optimizer"]:
-            fix = "ddp.use_distributed_optimizer=true optimizer.use_distributed_optimizer=true"
-        elif state.request.comm_overlap is not None:
-            fix = "comm_overlap.overlap_grad_reduce=true comm_overlap.overlap_param_gather=true"
-        else:
-            fix = "ddp.overlap_grad_reduce=true ddp.overlap_param_gather=true"
+    if res.data_parallel_size > 1 and not (ddp["overlap_grad_reduce"] and ddp["overlap_param_gather"]) and not ddp["use_megatron_fsdp"]:
         off = [n for n in ("overlap_grad_reduce", "overlap_param_gather") if not ddp[n]]
-        out.append(findings.make(
-            "MODE_LEFT_OFF", f"DP overlap applies (DP={res.data_parallel_size}) but {' and '.join(off)} was off", fix,
-            [f"ddp.{n}" for n in off],
-        ))
+        if not ddp["use_distributed_optimizer"]:
+            o = {"ddp.use_distributed_optimizer": True, "optimizer.use_distributed_optimizer": True}
+        elif state.request.comm_overlap is not None:
+            o = {f"comm_overlap.{n}": True for n in off}
+        else:
+            o = {f"ddp.{n}": True for n in off}
+            if "overlap_param_gather" in off:
+                o["optimizer.overlap_param_gather"] = True
+        out.append(findings.make("MODE_LEFT_OFF", fix_overrides=o, fix=checks.overrides_text(o), knobs=[f"ddp.{n}" for n in off],
+                                 mode="DP", why=f"DP={res.data_parallel_size}", what=f"{' and '.join(off)} {'was' if len(off) == 1 else 'were'} off"))
     return out
 
 
-def _precision_class(rc) -> str | None:
-    mp = rc.raw.get("mixed_precision")
-    if isinstance(mp, dict):
-        if mp.get("fp4"):
-            return None
-        return "fp8" if mp.get("fp8") else "bf16"
-    if isinstance(mp, str):
-        return "fp8" if "fp8" in mp else None if "fp4" in mp else "bf16"
-    return "bf16"
+def _precision_class(precision: dict) -> str | None:
+    """The precision a preset name carries (bf16 or fp8), from the resolved mixed-precision fields."""
+    if precision.get("fp4"):
+        return None
+    return "fp8" if precision.get("fp8") else "bf16"
 
 
-def _preset(rc, res, gpu_info: dict, te: bool) -> list[Finding]:
-    model_raw = rc.raw.get("model") or {}
-    train = rc.raw.get("train") or {}
+def _preset(rc, entry, res, gpu_info: dict) -> list[Finding]:
     eff = res.effective["model"]
-    sizes = {
-        "tp": eff["tensor_model_parallel_size"], "cp": eff["context_parallel_size"],
-        "hidden_size": model_raw.get("hidden_size"), "seq_length": model_raw.get("seq_length"),
-        "micro_batch_size": train.get("micro_batch_size"),
-    }
-    lora = rc.raw.get("peft") is not None
     if not eff["tp_comm_overlap"]:
         return []
+    raw = rc.raw if rc else {}
+    model_raw, train = raw.get("model") or {}, raw.get("train") or {}
+    recorded = (entry or {}).get("request") or {}
+    sizes = {
+        "tp": eff["tensor_model_parallel_size"], "cp": eff["context_parallel_size"],
+        # a recipe's model dimensions are the catalog's stand-in's, not the real model's: not compared
+        "hidden_size": model_raw.get("hidden_size"),
+        "seq_length": model_raw.get("seq_length") or (recorded.get("model") or {}).get("seq_length"),
+        "micro_batch_size": train.get("micro_batch_size") or (recorded.get("train") or {}).get("micro_batch_size"),
+    }
+    lora = bool(raw.get("peft") is not None or recorded.get("peft"))
     release = releases.get(res.bridge_version)
-    name, _ = match_preset(release, gpu_info, _precision_class(rc), sizes, lora, True)
+    name, _ = match_preset(release, gpu_info, _precision_class(res.state.precision or {"bf16": True}), sizes, lora, True)
     used = eff["tp_comm_overlap_cfg"]
-    if name and used != name:
-        return [findings.make(
-            "PRESET_NOT_USED", f"tuned preset {name} matches this run; it ran with {used or 'the TE default'}",
-            f"comm_overlap.tp_comm_overlap_cfg={name}", ["comm_overlap.tp_comm_overlap_cfg"],
-        )]
-    if used and not name:
-        return [findings.make(
-            "PRESET_NOT_FOR_LAYOUT", f"{used} was tuned for another GPU, precision or shape than this run's",
-            "comm_overlap.tp_comm_overlap_cfg=null (TE default) or a preset of this shape", ["comm_overlap.tp_comm_overlap_cfg"],
-        )]
+    used_name = used[0] if isinstance(used, list) else used
+    if name and used_name != name:
+        return [findings.make("PRESET_NOT_USED", fix_overrides={"comm_overlap.tp_comm_overlap_cfg": name}, preset=name,
+                              used=used_name or "the TE default")]
+    if used_name and not name and not _preset_fits(release, used_name, gpu_info, sizes, lora):
+        return [findings.make("PRESET_NOT_FOR_LAYOUT", fix_overrides={"comm_overlap.tp_comm_overlap_cfg": None}, used=used_name)]
     return []
 
 
-def _launch_env(rc, res, gpu_info: dict) -> list[Finding]:
+def _preset_fits(release, name: str, gpu_info: dict, sizes: dict, lora: bool) -> bool:
+    """The preset's name agrees with every part of the layout that is known (an unknown size is not a mismatch)."""
+    p = release.preset(name)
+    known = {"gpu": gpu_info["preset_gpu"], "tp": sizes["tp"], "cp": sizes["cp"], "lora": lora,
+             "hidden_size": sizes["hidden_size"], "seq_length": sizes["seq_length"], "micro_batch_size": sizes["micro_batch_size"]}
+    return all(value is None or getattr(p, key) == value for key, value in known.items())
+
+
+# Launch variables whose value decides whether overlap happens; the others are tuning (a differing value is info).
+_DECISIVE_ENV = ("CUDA_DEVICE_MAX_CONNECTIONS",)
+
+
+def _launch_env(res) -> list[Finding]:
     release = releases.get(res.bridge_version)
-    model = res.effective["model"]
-    layout = launch_env.Layout(
-        tp=model["tensor_model_parallel_size"], pp=model["pipeline_model_parallel_size"], cp=model["context_parallel_size"],
-        gpus=res.state.gpus, gpu=gpu_info["name"],
-    )
-    have = res.env
+    have = res.env_vars
     out = []
-    for name, value, why in launch_env.rules(release, layout):
+    for name, rule in res.launch_env.items():
+        value, why = rule["value"], rule["why"]
         if name in have and have[name] != value:
-            out.append(findings.make(
-                "LAUNCH_ENV_DIFFERS_FROM_BRIDGE", f"env_vars.{name}={have[name]}; Bridge's launcher uses {value} here ({why})",
-                f"env_vars.{name}={value}", [f"env_vars.{name}"],
-            ))
+            fid = "LAUNCH_ENV_DIFFERS_FROM_BRIDGE" if name in _DECISIVE_ENV else "LAUNCH_ENV_TUNED_DIFFERENTLY"
+            out.append(findings.make(fid, fix_overrides={f"env_vars.{name}": int(value) if value.isdigit() else value},
+                                     knobs=[f"env_vars.{name}"], name=name, have=have[name], value=value, why=why))
         elif name not in have and release.env_vars:
-            out.append(findings.make(
-                "LAUNCH_ENV_NOT_SET", f"{name} is not in cfg.env_vars; Bridge's launcher uses {value} here ({why})",
-                f"env_vars.{name}={value} (or export it in the launcher)", [f"env_vars.{name}"],
-            ))
+            out.append(findings.make("LAUNCH_ENV_NOT_SET", knobs=[f"env_vars.{name}"], name=name, value=value, why=why))
     return out

@@ -90,6 +90,19 @@ class Release:
     def verified(self) -> bool:
         return self.version == data()["verified_release"]
 
+    def facts(self) -> dict:
+        """What `releases` prints for this release: its data row and whether the resolver is proven against it."""
+        row = data()["releases"][self.version]
+        return {
+            "verified": self.verified,
+            "env_vars": self.env_vars,
+            "launch_env": self.launch_env,
+            "launch_env_where": self.launch_env_where,
+            "mixed_precision_recipes": list(self.mixed_precision_recipes),
+            "yanked": row.get("yanked"),
+            "same_as": row.get("same_as"),
+        }
+
     def mixed_precision(self, name: str) -> dict:
         """The fields of a mixed-precision recipe, by the name get_mixed_precision_config() accepts."""
         key = name.replace("-", "_")

@@ -6,6 +6,7 @@ the field they set; anything else is a UsageError that names the field.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,26 +44,59 @@ class Request:
     optimizer: dict
     dist: dict = field(default_factory=dict)
     checkpoint: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+    validation: dict = field(default_factory=dict)
+    rerun_state_machine: dict = field(default_factory=dict)
     comm_overlap: dict | None = None
     mixed_precision: MixedPrecision | None = None
     env_vars: dict = field(default_factory=dict)
     explicit: dict = field(default_factory=dict)  # dotted key -> value the user set
     unmodeled: list = field(default_factory=list)  # real Bridge keys the resolver does not model
     skipped: list = field(default_factory=list)  # config keys this release does not have (strict=False)
-    launch_env_fields: list = field(default_factory=list)  # comm_overlap.<env knob> the user tried
+    launch_env_fields: list = field(default_factory=list)  # (comm_overlap.<env knob>, value) the user tried
+    context: dict = field(default_factory=dict)  # dotted key -> value a recipe records but the resolver does not set
+    recipe: dict | None = None  # the catalog entry the request starts from (None: Bridge's _pretrain_common baseline)
 
     @classmethod
     def baseline(cls, release: Release) -> "Request":
-        section = lambda fields: {k: f.default for k, f in fields.items()}  # noqa: E731
-        return cls(
-            release=release,
-            model=section(schema.MODEL),
-            ddp=section(schema.DDP),
-            optimizer=section(schema.OPTIMIZER),
-            dist=section(schema.DIST),
-            checkpoint=section(schema.CHECKPOINT),
-            mixed_precision=MixedPrecision(schema.BASELINE_MIXED_PRECISION),
-        )
+        sections = {s: {k: f.default for k, f in fields.items()} for s, fields in schema.SECTIONS.items()}
+        return cls(release=release, mixed_precision=MixedPrecision(schema.BASELINE_MIXED_PRECISION), **sections)
+
+    @classmethod
+    def from_recipe(cls, release: Release, entry: dict) -> "Request":
+        """A shipped recipe's request as the catalog records it (values as the recipe function set them)."""
+        req = cls.baseline(release)
+        recorded = entry["request"]
+        for section, fields in schema.SECTIONS.items():
+            for name, value in (recorded.get(section) or {}).items():
+                if name in fields:
+                    getattr(req, section)[name] = value
+        for section, names in schema.CONTEXT.items():
+            req.context.update({f"{section}.{n}": v for n, v in (recorded.get(section) or {}).items() if n in names})
+        comm = recorded.get("comm_overlap")
+        req.comm_overlap = None if comm is None else {k: comm.get(k, f.default) for k, f in schema.COMM_OVERLAP.items()}
+        mp = recorded.get("mixed_precision")
+        req.mixed_precision = None if mp is None else MixedPrecision(mp["recipe"], dict(mp.get("fields") or {}))
+        req.env_vars = dict(recorded.get("env_vars") or {})
+        req.recipe = entry
+        return req
+
+    def section(self, name: str) -> dict:
+        return getattr(self, name)
+
+    def derive(self, overrides: Mapping[str, Any], remove=()) -> "Request":
+        """A copy with some keys dropped (ones that name no real field) and `overrides` applied on top."""
+        new = copy.copy(self)
+        for name in [*schema.SECTIONS, "explicit", "env_vars", "context"]:
+            setattr(new, name, dict(getattr(self, name)))
+        new.comm_overlap = dict(self.comm_overlap) if self.comm_overlap is not None else None
+        if self.mixed_precision is not None:
+            new.mixed_precision = MixedPrecision(self.mixed_precision.recipe, dict(self.mixed_precision.fields))
+        new.unmodeled = [k for k in self.unmodeled if k not in remove]
+        new.launch_env_fields = [(k, v) for k, v in self.launch_env_fields if k not in remove]
+        for key, value in overrides.items():
+            new.set(key, value)
+        return new
 
     def set(self, key: str, value: Any) -> None:
         """Apply one dotted override; value may be typed or the string form of the command line."""
@@ -116,8 +150,9 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     if spec.kind in (INT, OPT_INT):
         if isinstance(value, bool) or not isinstance(value, int):
             raise UsageError(f"{key}: expected an integer, got {safeio.shown(raw)}")
-        if value < 1:
-            raise UsageError(f"{key}: must be a positive integer, got {value}")
+        if spec.minimum is not None and value < spec.minimum:
+            kind = "a positive integer" if spec.minimum == 1 else f"an integer >= {spec.minimum}"
+            raise UsageError(f"{key}: must be {kind}, got {value}")
     if spec.kind in (CHOICE, OPT_CHOICE) and value not in spec.choices:
         raise UsageError(f"{key}: expected one of {', '.join(spec.choices)}, got {safeio.shown(raw)}")
     if spec.kind == STR_LIST:
@@ -153,14 +188,10 @@ def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
             return
         raise UsageError("comm_overlap: only comm_overlap=null can be set as a whole; set its fields instead")
     if name.lower() in schema.LAUNCH_ENV_NAMES or name.upper() in _env_names():
-        req.launch_env_fields.append(key)
+        req.launch_env_fields.append((key, value))
         return
     if name in schema.COMM_OVERLAP_COMPUTED:
         return  # set by Bridge from the world size; a dumped run config carries it
-    if name in schema.COMM_OVERLAP_OUT_OF_SCOPE:
-        if _is_null(value) or value in (False, "false", "False"):
-            return
-        raise UsageError(f"{key}: out of scope of this skill ({schema.COMM_OVERLAP_OUT_OF_SCOPE[name]})")
     if name not in schema.COMM_OVERLAP:
         _unmodeled_or_unknown(req, key, "comm_overlap", name, schema.COMM_OVERLAP)
         return
@@ -229,6 +260,9 @@ _SETTERS = {
     "optimizer": _set_plain,
     "dist": _set_plain,
     "checkpoint": _set_plain,
+    "train": _set_plain,
+    "validation": _set_plain,
+    "rerun_state_machine": _set_plain,
     "comm_overlap": _set_comm_overlap,
     "mixed_precision": _set_mixed_precision,
     "env_vars": _set_env_var,
@@ -255,12 +289,17 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
     )
 
 
-def build(release: Release, overrides: Mapping[str, Any] | None = None, config: Mapping | None = None, strict: bool = True) -> Request:
-    """The request: baseline, then the config file's values, then the overrides, in that order.
+def build(release: Release, overrides: Mapping[str, Any] | None = None, config: Mapping | None = None, strict: bool = True,
+          base: dict | None = None) -> Request:
+    """The request: Bridge's baseline (or the recipe catalog entry `base`), then the config file's values, then the
+    overrides, in that order.
 
     strict=False (lint, diff) skips config sections and fields this release does not have instead of failing;
     they are listed in `request.skipped`."""
-    req = Request.baseline(release)
+    if base is not None and not base.get("builds"):
+        raise UsageError(f"--recipe: {base['name']} could not be built offline when the catalog was generated "
+                         f"({safeio.shown(base.get('build_error'), 160)}); start from another recipe")
+    req = Request.from_recipe(release, base) if base is not None else Request.baseline(release)
     items, req.skipped = flatten_config(config or {}, release, strict)
     for key, value in items:
         req.set(key, value)
@@ -306,7 +345,7 @@ def _unknown(key: str, strict: bool, skipped: list, choices) -> None:
 
 def _flatten_section(section: str, body: Mapping, release: Release, strict: bool, skipped: list) -> list:
     modeled = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP}[section]
-    extra = set(schema.COMM_OVERLAP_OUT_OF_SCOPE) | set(schema.COMM_OVERLAP_COMPUTED) if section == "comm_overlap" else set()
+    extra = set(schema.COMM_OVERLAP_COMPUTED) if section == "comm_overlap" else set()
     known = bridge_fields().get(section, frozenset())
     out = []
     for name, value in body.items():

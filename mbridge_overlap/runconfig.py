@@ -14,6 +14,7 @@ from pathlib import Path
 
 from . import api, releases, request, safeio, schema
 from .errors import UsageError
+from .resolution import resolve_request
 
 RUN_CONFIG = "run_config.yaml"  # training/utils/checkpoint_utils.py CONFIG_FILE
 _ITER_DIR = re.compile(r"^iter_([0-9]{1,18})$")
@@ -109,13 +110,60 @@ def load(path: str | Path) -> RunConfig:
     return RunConfig(file, raw, saved)
 
 
-def resolve(rc: RunConfig, gpus: int | None, te: bool, bridge_version: str | None, flag: str = "--gpus") -> api.Resolution:
-    """The resolver on a run config; sections and fields the release lacks become warnings, not errors."""
-    release = releases.get(bridge_version)
+# In a saved run config these hold what runtime_config_update() wrote, not what was asked for: they are read as
+# values (the resolver derives them again) but never as requests, so no finding asks to "restore" them.
+WRITTEN_BY_COMM_OVERLAP = ("model.tp_comm_overlap", "model.tp_comm_bootstrap_backend", "model.overlap_p2p_comm", "model.batch_p2p_comm",
+                           "model.defer_embedding_wgrad_compute", "model.wgrad_deferral_limit",
+                           "model.overlap_moe_expert_parallel_comm", "model.delay_wgrad_compute")
+WRITTEN_BY_DP_OVERLAP = ("ddp.overlap_grad_reduce", "ddp.overlap_param_gather", "ddp.bucket_size", "ddp.align_param_gather",
+                         "optimizer.overlap_param_gather_with_optimizer_step")
+WRITTEN_BY_MIXED_PRECISION = ("ddp.grad_reduce_in_fp32", "ddp.fp8_param_gather", "ddp.reuse_grad_buf_for_mxfp8_param_ag",
+                              "optimizer.reuse_grad_buf_for_mxfp8_param_ag")
+WRITTEN_BY_MEGATRON_FSDP = ("ddp.use_megatron_fsdp", "dist.use_megatron_fsdp", "ddp.average_in_collective", "ddp.fsdp_manual_registration",
+                            "ddp.use_distributed_optimizer", "ddp.reuse_grad_buf_for_mxfp8_param_ag",
+                            "optimizer.reuse_grad_buf_for_mxfp8_param_ag")
+MIRRORS = {"ddp.use_distributed_optimizer": "optimizer.use_distributed_optimizer", "ddp.overlap_param_gather": "optimizer.overlap_param_gather"}
+
+
+def written_by_bridge(saved: bool, items: dict) -> frozenset:
+    """The dotted keys of a saved run config (flattened: `items`) that hold Bridge's output rather than a request."""
+    if not saved:
+        return frozenset()
+    derived = set(MIRRORS.values())
+    if items.get("comm_overlap") is not None:
+        derived.update(WRITTEN_BY_COMM_OVERLAP)
+        if items.get("ddp.use_distributed_optimizer"):
+            derived.update(WRITTEN_BY_DP_OVERLAP)
+    if items.get("mixed_precision") is not None:
+        derived.update(WRITTEN_BY_MIXED_PRECISION)
+    if items.get("ddp.use_megatron_fsdp") or items.get("dist.use_megatron_fsdp"):
+        derived.update(WRITTEN_BY_MEGATRON_FSDP)
+    if (items.get("model.tensor_model_parallel_size") or 1) <= 1:
+        derived.add("model.sequence_parallel")  # TransformerConfig.finalize turned it off
+    return frozenset(derived)
+
+
+def build_request(rc: RunConfig, release, overrides=None, base: dict | None = None):
+    """A request from a run config (strict=False: another release's fields are skipped with a warning). In a saved
+    run config the keys Bridge wrote are values, not requests; the overrides on top are requests."""
     try:  # first: it names a mistyped field precisely
-        req = request.build(release, None, rc.raw, strict=False)
+        req = request.build(release, None, rc.raw, strict=False, base=base)
     except UsageError as exc:
         raise UsageError(f"{rc.path}: {exc}") from None
+    items = dict(request.flatten_config(rc.raw, release, strict=False)[0])
+    items["comm_overlap"] = rc.raw.get("comm_overlap")
+    for key in written_by_bridge(rc.saved, items):
+        req.explicit.pop(key, None)
+    for key, value in (overrides or {}).items():
+        req.set(key, value)
+    return req
+
+
+def resolve(rc: RunConfig, gpus: int | None, te: bool, bridge_version: str | None, flag: str = "--gpus", gpu: str | None = None,
+            overrides=None, base: dict | None = None, launcher_env=None):
+    """The resolver on a run config; sections and fields the release lacks become warnings, not errors."""
+    release = releases.get(bridge_version)
+    req = build_request(rc, release, overrides, base)
     gpus = gpus or rc.recorded_gpus
     if gpus is None:
         raise UsageError(f"{flag}: {rc.path} does not record the GPU count (it has no comm_overlap section); pass {flag} N")
@@ -125,4 +173,4 @@ def resolve(rc: RunConfig, gpus: int | None, te: bool, bridge_version: str | Non
             + (f" and {len(req.skipped) - 6} more" if len(req.skipped) > 6 else "")
             + " (saved by another release?)"
         )
-    return api.resolve_request(req, gpus=gpus, te=te)
+    return resolve_request(req, gpus=gpus, te=te, gpu=gpu, launcher_env=launcher_env)

@@ -20,6 +20,7 @@ class Field:
     kind: str
     default: Any = None
     choices: tuple = ()
+    minimum: int | None = 1  # for integers: the smallest value Bridge accepts (None: any)
 
 
 _BACKENDS = ("nccl", "mpi", "gloo")
@@ -48,6 +49,19 @@ MODEL = {
     "delay_wgrad_compute": Field(BOOL, False),
     "cuda_graph_impl": Field(CHOICE, "none", _CUDA_GRAPH_IMPLS),
     "cuda_graph_scope": Field(STR_LIST, None),
+    "cuda_graph_modules": Field(STR_LIST, "full"),  # Megatron-Core's default: the legacy "full" (no per-layer modules)
+    "defer_embedding_wgrad_compute": Field(BOOL, False),
+    "wgrad_deferral_limit": Field(INT, 0, minimum=None),
+    "gradient_accumulation_fusion": Field(BOOL, True),
+    "recompute_granularity": Field(OPT_CHOICE, None, ("full", "selective")),
+    "recompute_method": Field(OPT_CHOICE, None, ("uniform", "block")),
+    "recompute_num_layers": Field(OPT_INT, None),
+    "recompute_modules": Field(STR_LIST, None),
+    "mtp_num_layers": Field(OPT_INT, None, minimum=0),
+    "add_bias_linear": Field(BOOL, True),
+    "add_qkv_bias": Field(BOOL, False),
+    "seq_length": Field(OPT_INT, None),
+    "calculate_per_token_loss": Field(BOOL, False),
 }
 
 DDP = {
@@ -101,14 +115,12 @@ COMM_OVERLAP = {
     "overlap_param_gather_with_optimizer_step": Field(OPT_BOOL, None),
     "align_param_gather": Field(OPT_BOOL, None),
     "bucket_size": Field(OPT_INT, None),
-}
-
-# CommOverlapConfig fields that belong to other skills; accepted only when unset (None or False).
-COMM_OVERLAP_OUT_OF_SCOPE = {
-    "defer_embedding_wgrad_compute": "pipeline bubble overlap (needs gradient_accumulation_fusion)",
-    "wgrad_deferral_limit": "pipeline bubble overlap",
-    "overlap_moe_expert_parallel_comm": "MoE expert-parallel overlap: see the nemo-mbridge-perf-moe-comm-overlap skill",
-    "delay_wgrad_compute": "MoE expert-parallel overlap: see the nemo-mbridge-perf-moe-comm-overlap skill",
+    # Written onto the model like the TP/PP fields; their tuning belongs to the MoE and pipeline skills, but Bridge's
+    # assertions on them decide whether the config is accepted.
+    "overlap_moe_expert_parallel_comm": Field(OPT_BOOL, None),
+    "delay_wgrad_compute": Field(OPT_BOOL, None),
+    "defer_embedding_wgrad_compute": Field(OPT_BOOL, None),
+    "wgrad_deferral_limit": Field(OPT_INT, None, minimum=0),
 }
 
 # Set by Bridge from the world size (ConfigContainer.set_data_parallel_size); a requested value is overwritten.
@@ -123,9 +135,19 @@ MIXED_PRECISION = {
     "fp8": Field(OPT_CHOICE, None, ("hybrid", "e4m3")),
     "fp4": Field(OPT_CHOICE, None, ("e2m1",)),
     "fp4_param_gather": Field(BOOL),
+    "bf16": Field(BOOL),
+    "fp16": Field(BOOL),
 }
 
-SECTIONS = {"model": MODEL, "ddp": DDP, "optimizer": OPTIMIZER, "dist": DIST, "checkpoint": CHECKPOINT}
+# Batch sizes: unknown (None) unless a recipe, run config or override gives them; then validate()'s divisibility
+# check by micro batch x DP applies.
+TRAIN = {"micro_batch_size": Field(OPT_INT, None), "global_batch_size": Field(OPT_INT, None)}
+VALIDATION = {"eval_micro_batch_size": Field(OPT_INT, None), "eval_global_batch_size": Field(OPT_INT, None)}
+# RerunStateMachineConfig: a full-iteration CUDA graph needs the NaN check off.
+RERUN_STATE_MACHINE = {"check_for_nan_in_loss": Field(BOOL, True)}
+
+SECTIONS = {"model": MODEL, "ddp": DDP, "optimizer": OPTIMIZER, "dist": DIST, "checkpoint": CHECKPOINT,
+            "train": TRAIN, "validation": VALIDATION, "rerun_state_machine": RERUN_STATE_MACHINE}
 
 BASELINE_MIXED_PRECISION = "bf16_mixed"
 
@@ -153,8 +175,17 @@ EFFECTIVE_FIELDS = {
         "tp_comm_bootstrap_backend",
         "overlap_p2p_comm",
         "batch_p2p_comm",
+        "expert_model_parallel_size",
+        "moe_token_dispatcher_type",
+        "moe_flex_dispatcher_backend",
         "overlap_moe_expert_parallel_comm",
         "delay_wgrad_compute",
+        "defer_embedding_wgrad_compute",
+        "wgrad_deferral_limit",
+        "fp8",
+        "fp8_recipe",
+        "fp8_param",
+        "fp4",
         "fp4_param",
     ],
     "ddp": [
@@ -183,13 +214,11 @@ EFFECTIVE_FIELDS = {
 # What the recipe catalog records of each recipe (scripts/gen_recipe_catalog.py): every modeled field, and these
 # fields the rules or the listing read without resolving them.
 CONTEXT = {
-    "model": ["seq_length", "num_layers", "hidden_size", "expert_tensor_parallel_size", "recompute_granularity",
-              "mtp_num_layers", "defer_embedding_wgrad_compute", "gradient_accumulation_fusion"],
+    "model": ["num_layers", "hidden_size", "expert_tensor_parallel_size", "moe_shared_expert_intermediate_size"],
     "ddp": ["num_distributed_optimizer_instances", "fsdp_double_buffer", "outer_dp_sharding_strategy",
             "suggested_communication_unit_size"],
     "optimizer": ["optimizer", "use_precision_aware_optimizer"],
-    "train": ["micro_batch_size", "global_batch_size"],
-    "validation": ["eval_micro_batch_size", "eval_global_batch_size"],
     "rng": ["te_rng_tracker"],
+    "dataset": ["sft"],  # a fine-tuning dataset config (validate() checks CP against it)
 }
-RECORDED = {s: sorted(set(SECTIONS.get(s, {})) | set(CONTEXT.get(s, ()))) for s in [*SECTIONS, *CONTEXT]}
+RECORDED = {s: sorted(set(SECTIONS.get(s, {})) | set(CONTEXT.get(s, ()))) for s in [*SECTIONS, *CONTEXT] if s != "dataset"}

@@ -26,7 +26,8 @@ def _findings(items: list[dict]) -> list[str]:
         return ["findings: none"]
     lines = ["findings:"]
     for f in items:
-        lines.append(f"  {f['severity'].upper():7} {f['id']}: {f['message']}")
+        when = f" (fails at {f['when']})" if f.get("when") and f["when"] != "config" else ""
+        lines.append(f"  {f['severity'].upper():7} {f['id']}{when}: {f['message']}")
         lines.append(f"          fix: {f['fix']}")
     return lines
 
@@ -40,12 +41,28 @@ def _effective(effective: dict) -> list[str]:
     return lines
 
 
+def _modes(modes: dict) -> list[str]:
+    return ["overlap modes:"] + [f"  {name.upper()}: {'on ' if m['enabled'] else 'off'}  {m['why']}" for name, m in modes.items()]
+
+
+def _env(d: dict) -> list[str]:
+    lines = []
+    if d["env_vars"]:
+        lines += ["", "env_vars the config sets (os.environ.setdefault: the launcher's values win):"]
+        lines += [f"  {k}={v}" for k, v in d["env_vars"].items()]
+    lines += ["", f"launch environment Bridge's launchers use for this layout on {d['gpu']} (--format env or env_vars with plan):"]
+    lines += [f"  {k}={r['value']}  # {r['why']}" for k, r in d["launch_env"].items()]
+    return lines
+
+
+def _head(d: dict, what: str) -> str:
+    start = f" from recipe {d['recipe']}" if d.get("recipe") else ""
+    verified = "" if d.get("verified", True) else " (not the verified release)"
+    return f"{what}{start}: {d['gpus']} {d['gpu']} GPUs, data_parallel_size={d['data_parallel_size']}, Megatron-Bridge {d['bridge_version']}{verified}"
+
+
 def resolution(d: dict) -> str:
-    lines = [f"Megatron-Bridge {d['bridge_version']}: data_parallel_size={d['data_parallel_size']}", ""]
-    lines += _effective(d["effective"])
-    if d["env"]:
-        lines += ["env_vars (os.environ.setdefault: the launcher's values win):"]
-        lines += [f"  {k}={v}" for k, v in d["env"].items()]
+    lines = [_head(d, "resolve"), ""] + _modes(d["modes"]) + [""] + _effective(d["effective"]) + _env(d)
     return _lines(lines + [""] + _findings(d["findings"]))
 
 
@@ -53,16 +70,14 @@ def plan(d: dict) -> str:
     lay = d["layout"]
     head = (
         f"Plan for TP={lay['tp']} PP={lay['pp']} VPP={fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs "
-        f"({lay['precision']}), DP={lay['dp']}, Megatron-Bridge {d['bridge_version']}"
+        f"({lay['precision']}), DP={fmt(lay['dp'])}, Megatron-Bridge {d['bridge_version']}"
+        + (f", starting from {lay['recipe']}" if lay.get("recipe") else "")
     )
-    lines = [head, "", "overlap modes:"]
-    for name, mode in d["modes"].items():
-        lines.append(f"  {name.upper()}: {'on ' if mode['enabled'] else 'off'}  {mode['why']}")
+    lines = [head, ""] + _modes(d["modes"])
     lines += ["", f"tuned TP preset: {d['preset'] or 'none (Transformer Engine default)' if d['modes']['tp']['enabled'] else 'n/a'}"]
-    lines += ["", "overrides (python -m mbridge_overlap plan ... --format python|yaml|hydra for a snippet):"]
-    lines += [f"  {k}={fmt(v)}" for k, v in d["overrides"].items()]
-    lines += ["", "launch environment (--format env for exports, env_vars for cfg.env_vars):"]
-    lines += [f"  {k}={v}  # {d['env_why'].get(k, '')}" for k, v in d["env"].items()]
+    lines += ["", "overrides (plan ... --format python|yaml|hydra for a snippet):"]
+    lines += [f"  {k}={fmt(v)}" for k, v in d["overrides"].items()] or ["  none: the recipe already has them"]
+    lines += _env(d)
     lines += ["", "effective after runtime_config_update():"] + ["  " + x for x in _effective(d["effective"])]
     return _lines(lines + [""] + _findings(d["findings"]))
 
@@ -76,21 +91,57 @@ def presets(items: list[dict]) -> str:
 
 
 def explain(d: dict) -> str:
-    return (
-        f"{d['id']} ({d['severity']}): {d['title']}\n"
-        f"decided by: {d['bridge']}\n\n{d['explain']}\n"
-    )
+    lines = [f"{d['id']} ({d['severity']}{', fails at ' + d['when'] if d.get('when') else ''}): {d['title']}"]
+    loc = d.get("location")
+    if d.get("anchor"):
+        where = f"{loc['path']}:{loc['start']}-{loc['end']}" if loc and loc.get("start") else (loc or {}).get("note", "")
+        lines.append(f"decided by: anchor {d['anchor']} (mbridge-overlap anchors){': ' + where if where else ''}")
+    if d.get("source"):
+        lines.append(f"source: {d['source']}")
+    if d.get("skill"):
+        lines.append(f"tuning it belongs to the {d['skill']} skill")
+    return _lines(lines + [""] + d["explain"].splitlines())
 
 
 def releases(table: dict) -> str:
-    keys = ["verified", "env_vars", "launch_env", "mixed_precision_recipes", "launch_env_where"]
+    keys = ["verified", "env_vars", "launch_env", "mixed_precision_recipes", "launch_env_where", "yanked", "same_as"]
     lines = []
-    for version, facts in table.items():
+    for version, facts in table["releases"].items():
         lines.append(f"{version}:")
         for k in keys:
             v = facts[k]
+            if v is None and k in ("yanked", "same_as"):
+                continue
             v = f"{len(v)} recipes" if k == "mixed_precision_recipes" else fmt(v)
             lines.append(f"  {k}: {v}")
+    return _lines(lines)
+
+
+def recipes(d: dict) -> str:
+    lines = [f"{d['count']} recipe(s) of Megatron-Bridge {d['bridge_version']} (overlap state as real Bridge resolved each at the GPU count in its name)"]
+    for r in d["recipes"]:
+        if r["status"] == "not_built":
+            lines.append(f"  {r['name']}: not built offline ({r['bridge_error']})")
+            continue
+        lay = r["layout"]
+        shape = f"TP{lay['tp']} PP{lay['pp']} VPP{fmt(lay['vpp'])} CP{lay['cp']} EP{lay['ep']} DP{fmt(lay['dp'])} on {lay['gpus_resolved']} {r['gpu'] or 'GPUs'}"
+        if r["status"] == "rejected":
+            state = f"REJECTED by Bridge: {r['bridge_error']}"
+        else:
+            state = " ".join(f"{k.upper()}:{'on' if m['enabled'] else 'off'}" for k, m in r["modes"].items())
+        env = " ".join(f"{k}={v}" for k, v in r["env_vars"].items())
+        lines.append(f"  {r['name']}  [{r['precision'] or '-'}] {shape}  {state}" + (f"  {env}" if env else ""))
+    return _lines(lines)
+
+
+def suites(d: dict) -> str:
+    lines = ["upstream suites verify runs (pass counts required per test-file sha256 and installed release):"]
+    for name, s in d["suites"].items():
+        lines.append(f"  {name}: {s['path']}" + (f" (skipped without {s['needs_module']})" if s.get("needs_module") else ""))
+    for row in d["expected"]:
+        lines.append(f"  {row['suite']} sha256 {row['sha256'][:16]}... against {row['bridge']}: {row['passed']} passed "
+                     f"({', '.join(row['upstream'])})")
+    lines.append(f"  otherwise: {d['rule']}")
     return _lines(lines)
 
 
@@ -118,8 +169,9 @@ def anchors(d: dict) -> str:
 def lint(d: dict) -> str:
     lay = d["layout"]
     kind = "saved run config" if d["saved_run_config"] else "override file"
+    what = f"{d['config']} ({kind})" if d["config"] else f"recipe {d['recipe']}"
     lines = [
-        f"lint {d['config']} ({kind}), Megatron-Bridge {d['bridge_version']}",
+        f"lint {what}, Megatron-Bridge {d['bridge_version']}",
         f"layout: TP={lay['tp']} PP={lay['pp']} VPP={fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} GPUs, DP={lay['dp']}",
         "",
     ]

@@ -45,14 +45,14 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="only recipes whose name contains this; prints them (for debugging)")
     args = ap.parse_args(argv)
 
-    from mbridge_overlap import recipes
+    from mbridge_overlap import catalog
     from mbridge_overlap.bridge import recipes as bridge_recipes
 
     data = bridge_recipes.generate(args.only, progress=lambda m: print(f"[catalog] {m}", file=sys.stderr))
     if args.only:
         sys.stdout.write(dumps(data))
         return 0
-    path = recipes.catalog_path(data["bridge_version"])
+    path = catalog.catalog_path(data["bridge_version"])
     rel = path.relative_to(ROOT)
     if args.check:
         same = path.is_file() and path.read_text(encoding="utf-8") == dumps(data)

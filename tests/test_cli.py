@@ -8,9 +8,10 @@ import pytest
 
 import mbridge_overlap
 from conftest import ROOT, cli_json, run_cli
-from mbridge_overlap.findings import catalog
+from mbridge_overlap.findings import registry as catalog
 
-RESOLVE_KEYS = {"bridge_version", "data_parallel_size", "effective", "findings", "env"}
+RESOLVE_KEYS = {"schema_version", "bridge_version", "verified", "recipe", "gpus", "gpu", "data_parallel_size", "effective", "modes",
+                "env_vars", "launch_env", "findings"}
 
 
 def test_resolve_json_contract_and_api_parity():
@@ -22,7 +23,8 @@ def test_resolve_json_contract_and_api_parity():
     assert {"use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather", "bucket_size", "align_param_gather",
             "grad_reduce_in_fp32", "fp8_param_gather"} <= set(d["effective"]["ddp"])
     assert {"use_distributed_optimizer", "overlap_param_gather_with_optimizer_step"} <= set(d["effective"]["optimizer"])
-    assert all({"id", "severity", "message", "fix"} <= set(f) for f in d["findings"])
+    assert all({"id", "severity", "message", "fix", "fix_overrides", "knobs"} <= set(f) for f in d["findings"])
+    assert d["env_vars"] == {} and d["launch_env"]["CUDA_DEVICE_MAX_CONNECTIONS"]["value"] == "1"  # H100, TP=4
     api = mbridge_overlap.resolve(dict(a.split("=") for a in args), gpus=16).to_dict()
     assert api == d
 
@@ -38,13 +40,24 @@ def test_resolve_exits_1_when_bridge_would_raise():
     assert proc.returncode == 1 and "FP8_PARAM_GATHER_WITHOUT_FP8" in proc.stdout
 
 
+@pytest.mark.parametrize("args, finding", [
+    (["--gpus", "6", "model.tensor_model_parallel_size=4"], "GPUS_NOT_DIVISIBLE"),
+    (["--gpus", "8", "model.virtual_pipeline_model_parallel_size=2"], "VPP_WITHOUT_PP"),
+])
+def test_layouts_bridge_or_megatron_core_reject_are_error_findings(args, finding):
+    """Not bad input: Bridge accepts the request and fails (at config time or at setup); exit 1 with the finding."""
+    proc = run_cli("resolve", *args, "--format", "json")
+    assert proc.returncode == 1 and proc.stderr == ""
+    assert finding in {f["id"] for f in json.loads(proc.stdout)["findings"] if f["severity"] == "error"}
+
+
 @pytest.mark.parametrize(
     "args, needle",
     [
         (["resolve", "--gpus", "8", "ddp.overlap_grad_reduct=true"], "did you mean 'ddp.overlap_grad_reduce'"),
-        (["resolve", "--gpus", "6", "model.tensor_model_parallel_size=4"], "not divisible"),
-        (["resolve", "--gpus", "8", "model.virtual_pipeline_model_parallel_size=2"], "virtual_pipeline_model_parallel_size=2 needs"),
         (["resolve", "--gpus", "0"], "--gpus: must be a positive integer"),
+        (["resolve", "model.tensor_model_parallel_size=2"], "--gpus: required"),
+        (["resolve", "--recipe", "llama3_70b_pretrain_64gpu_h100_bf17_config"], "closest: llama3_70b_pretrain_64gpu_h100_bf16_config"),
         (["resolve", "--gpus", "8", "--bridge-version", "9.9"], "unknown Megatron-Bridge release"),
         (["resolve", "--gpus", "8", "comm_overlap.tp_comm_overlap_cfg=userbuffers_nope"], "unknown preset"),
         (["resolve", "--gpus", "8", "model.tensor_model_parallel_size"], "expected KEY=VALUE"),
@@ -90,13 +103,16 @@ def test_output_is_written_only_when_asked_and_never_overwritten_without_force(t
 @pytest.mark.parametrize("finding_id", list(catalog()))
 def test_explain_every_finding(finding_id):
     proc = run_cli("explain", finding_id.lower())
-    assert proc.returncode == 0 and proc.stdout.startswith(finding_id) and "decided by:" in proc.stdout
+    rec = catalog()[finding_id]
+    assert proc.returncode == 0 and proc.stdout.startswith(finding_id)
+    assert ("decided by: anchor " + rec["anchor"]) in proc.stdout if rec.get("anchor") else "source: " in proc.stdout
 
 
 def test_presets_and_releases():
     assert len(cli_json("presets")) == 19
-    table = cli_json("releases")
+    table = cli_json("releases")["releases"]
     assert table["0.6.2"]["verified"] is True and table["0.5.1"]["env_vars"] is False
+    assert table["0.6.1"]["yanked"] and table["0.6.1"]["same_as"] == "0.6.0"
 
 
 def test_text_output_for_people():

@@ -6,7 +6,7 @@ import shlex
 import pytest
 
 from conftest import ROOT, run_cli
-from mbridge_overlap.findings import catalog
+from mbridge_overlap.findings import registry as catalog
 
 NEEDS_BRIDGE = ("anchors",)  # run by tests/bridge in the Python that has megatron-bridge
 

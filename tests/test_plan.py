@@ -77,13 +77,24 @@ def test_blackwell_family_uses_b200_presets_like_bridge_perf_recipes():
     assert "tuned on b200" in msg
 
 
-def test_no_preset_for_vr200_or_nvfp4_or_other_sizes():
-    for kw in (dict(gpu="vr200"), dict(precision="nvfp4"), dict(hidden_size=4096)):
+def test_no_preset_for_vr200_or_other_sizes():
+    for kw in (dict(gpu="vr200"), dict(hidden_size=4096)):
         args = dict(tp=2, gpus=8, gpu="h100", hidden_size=8192, seq_length=8192, micro_batch_size=1)
         args.update(kw)
         d = plan(**args)
         assert d["preset"] is None
         assert "TP_OVERLAP_DEFAULT_UB_CFG" in {f["id"] for f in d["findings"]}
+
+
+@pytest.mark.parametrize("precision", ["nvfp4", "fp8_sc"])
+def test_no_tp_overlap_where_userbuffers_cannot_carry_the_precision(precision):
+    """The first trap of issue 8: NVFP4 (and blockwise FP8) with TP overlap fails at the first step."""
+    d = plan(tp=2, gpus=64, gpu="gb200", precision=precision)
+    assert d["overrides"]["comm_overlap.tp_comm_overlap"] is False and d["preset"] is None
+    assert "TP_OVERLAP_NOT_RECOMMENDED" in {f["id"] for f in d["findings"]}
+    assert not [f for f in d["findings"] if f["severity"] == "error"]
+    forced = mbridge_overlap.resolve({**d["overrides"], "comm_overlap.tp_comm_overlap": True}, gpus=64, gpu="gb200")
+    assert "TP_OVERLAP_UNSUPPORTED_PRECISION" in {f.id for f in forced.errors}
 
 
 def test_missing_model_sizes_list_the_candidates():
@@ -100,16 +111,17 @@ def test_fp8_precision_sets_the_perf_recipe_and_fp8_preset():
     assert d["effective"]["ddp"]["fp8_param_gather"] is True
 
 
-# CUDA_DEVICE_MAX_CONNECTIONS by release: 0.6 follows scripts/performance/utils/overrides.py
-# _apply_flat_cli_environment_compatibility, 0.5 follows recipes/run_plugins.py PerfEnvPlugin.
+# CUDA_DEVICE_MAX_CONNECTIONS by release: 0.6 follows the rule all 444 perf recipes follow (scripts/performance/utils/
+# overrides.py), 0.5 follows recipes/run_plugins.py PerfEnvPlugin. Megatron-Core's default flex backend is deepep.
 @pytest.mark.parametrize(
     "release, kw, expected",
     [
         ("0.6.2", dict(tp=4, gpus=8, gpu="h100"), "1"),  # Hopper with TP > 1
         ("0.6.2", dict(cp=2, gpus=8, gpu="h100"), "1"),  # Hopper with CP > 1
-        ("0.6.2", dict(tp=1, gpus=8, gpu="h100"), "8"),
-        ("0.6.2", dict(tp=4, gpus=8, gpu="h100", moe_a2a_overlap=True), "8"),
-        ("0.6.2", dict(tp=1, gpus=8, gpu="h100", moe_flex_dispatcher_backend="deepep"), "32"),
+        ("0.6.2", dict(tp=1, gpus=8, gpu="h100"), "32"),  # the deepep default backend
+        ("0.6.2", dict(tp=4, gpus=8, gpu="h100", moe_a2a_overlap=True), "32"),
+        ("0.6.2", dict(tp=4, gpus=8, gpu="h100", megatron_fsdp=True), "32"),  # never 1: Megatron-FSDP asserts it
+        ("0.6.2", dict(tp=1, gpus=8, gpu="h100", moe_flex_dispatcher_backend="ncclep"), "8"),
         ("0.6.2", dict(tp=2, gpus=2, gpu="b200"), "32"),  # Blackwell: 32 whatever the layout
         ("0.6.2", dict(tp=2, gpus=2, gpu="r100"), "1"),  # R100 is not in 0.6's Blackwell list
         ("0.5.1", dict(tp=2, gpus=2, gpu="b200"), "8"),  # 0.5: 32 only with TP/CP > 1 and DP/PP > 1
@@ -119,26 +131,28 @@ def test_fp8_precision_sets_the_perf_recipe_and_fp8_preset():
     ],
 )
 def test_cuda_device_max_connections(release, kw, expected):
-    assert plan(bridge_version=release, **kw)["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == expected
+    d = plan(bridge_version=release, **kw)
+    assert d["launch_env"]["CUDA_DEVICE_MAX_CONNECTIONS"]["value"] == expected
+    assert not [f for f in d["findings"] if f["severity"] == "error"]
 
 
 def test_layernorm_margin_by_release():
-    assert plan(tp=2, gpus=8)["env"]["NVTE_BWD_LAYERNORM_SM_MARGIN"] == "20"
-    assert plan(tp=2, gpus=8, bridge_version="0.5.0")["env"]["NVTE_FWD_LAYERNORM_SM_MARGIN"] == "16"
+    assert plan(tp=2, gpus=8)["launch_env"]["NVTE_BWD_LAYERNORM_SM_MARGIN"]["value"] == "20"
+    assert plan(tp=2, gpus=8, bridge_version="0.5.0")["launch_env"]["NVTE_FWD_LAYERNORM_SM_MARGIN"]["value"] == "16"
 
 
 def test_p2p_chunksize_only_where_bridge_sets_it():
-    assert plan(tp=4, pp=4, gpus=64, recipe="llama3_70b")["env"]["NCCL_P2P_NET_CHUNKSIZE"] == "2097152"
-    assert plan(tp=4, pp=4, gpus=64, recipe="llama3_8b", task="sft")["env"]["NCCL_P2P_NET_CHUNKSIZE"] == "2097152"
-    assert "NCCL_P2P_NET_CHUNKSIZE" not in plan(tp=4, pp=4, gpus=64, recipe="qwen3_30b_a3b")["env"]
-    assert "NCCL_P2P_NET_CHUNKSIZE" not in plan(tp=4, pp=1, gpus=64, recipe="llama3_70b")["env"]
+    assert plan(tp=4, pp=4, gpus=64, recipe="llama3_70b")["launch_env"]["NCCL_P2P_NET_CHUNKSIZE"]["value"] == "2097152"
+    assert plan(tp=4, pp=4, gpus=64, recipe="llama3_8b", task="sft")["launch_env"]["NCCL_P2P_NET_CHUNKSIZE"]["value"] == "2097152"
+    assert "NCCL_P2P_NET_CHUNKSIZE" not in plan(tp=4, pp=4, gpus=64, recipe="qwen3_30b_a3b")["launch_env"]
+    assert "NCCL_P2P_NET_CHUNKSIZE" not in plan(tp=4, pp=1, gpus=64, recipe="llama3_70b")["launch_env"]
 
 
 @pytest.mark.parametrize(
     "kw, message",
     [
-        (dict(tp=3, gpus=8), "not divisible"),
-        (dict(vpp=2, gpus=8), "needs model.pipeline_model_parallel_size > 1"),
+        (dict(gpus=8, recipe="llama9_70b"), "neither a recipe function nor a model family"),
+        (dict(recipe="llama3_70b"), "--gpus: required"),
         (dict(tp=0, gpus=8), "--tp: must be a positive integer"),
         (dict(gpus=8, gpu="a100"), "unknown GPU type"),
         (dict(gpus=8, precision="fp4"), "--precision"),
@@ -149,3 +163,18 @@ def test_p2p_chunksize_only_where_bridge_sets_it():
 def test_bad_layouts(kw, message):
     with pytest.raises(UsageError, match=message):
         mbridge_overlap.plan(**kw)
+
+
+@pytest.mark.parametrize("kw, finding", [(dict(tp=3, gpus=8), "GPUS_NOT_DIVISIBLE"), (dict(vpp=2, gpus=8), "VPP_WITHOUT_PP")])
+def test_layouts_that_fail_are_error_findings_not_bad_input(kw, finding):
+    """Bridge takes them; it (or Megatron-Core at setup) fails later: the plan says where, as every rejection."""
+    assert finding in {f.id for f in mbridge_overlap.plan(**kw).errors}
+
+
+def test_plan_from_a_recipe_keeps_its_choices():
+    d = plan(recipe="llama3_70b_pretrain_64gpu_gb200_nvfp4_config")
+    assert d["layout"]["recipe"] == "llama3_70b_pretrain_64gpu_gb200_nvfp4_config" and d["gpus"] == 64 and d["gpu"] == "gb200"
+    assert d["effective"]["model"]["tp_comm_overlap"] is False  # the recipe's own choice, and the only one that runs
+    assert d["overrides"] == {"ddp.use_distributed_optimizer": True} or not d["overrides"]
+    moved = plan(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", tp=8)
+    assert moved["overrides"]["model.tensor_model_parallel_size"] == 8 and moved["effective"]["model"]["tensor_model_parallel_size"] == 8

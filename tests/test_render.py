@@ -20,10 +20,15 @@ from mbridge_overlap.releases import DATA_DIR, load_yaml
 LAYOUT = dict(tp=4, pp=4, vpp=2, gpus=64, hidden_size=12288, seq_length=2048, micro_batch_size=1)
 
 
+def launch_env(d: dict) -> dict:
+    return {name: rule["value"] for name, rule in d["launch_env"].items()}
+
+
 def snippet(fmt, **layout):
     d = mbridge_overlap.plan(**(layout or LAYOUT)).to_dict()
+    why = {name: rule["why"] for name, rule in d["launch_env"].items()}
     return d, render.snippet(
-        fmt, overrides=d["overrides"], env=d["env"], env_why=d["env_why"], purpose="test", release=d["bridge_version"], env_vars_field=True
+        fmt, overrides=d["overrides"], env=launch_env(d), env_why=why, purpose="test", release=d["bridge_version"], env_vars_field=True
     )
 
 
@@ -134,7 +139,7 @@ def test_env_snippet_exports_in_a_real_shell():
     d, text = snippet("env")
     out = subprocess.run(["bash", "-c", text + "\nenv"], capture_output=True, text=True, check=True).stdout
     got = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    for name, value in d["env"].items():
+    for name, value in launch_env(d).items():
         assert got[name] == value
 
 
@@ -142,13 +147,13 @@ def test_env_vars_snippet_sets_cfg_env_vars():
     d, text = snippet("env_vars")
     cfg = _cfg()
     exec(text, {"cfg": cfg})
-    assert {k: str(v) for k, v in cfg.env_vars.items()} == d["env"]
+    assert {k: str(v) for k, v in cfg.env_vars.items()} == launch_env(d)
 
 
 def test_env_vars_form_refused_before_0_6():
     d = mbridge_overlap.plan(tp=2, gpus=8, bridge_version="0.5.1").to_dict()
     with pytest.raises(UsageError, match="no env_vars"):
-        render.snippet("env_vars", overrides=d["overrides"], env=d["env"], env_why={}, purpose="x", release="0.5.1", env_vars_field=False)
+        render.snippet("env_vars", overrides=d["overrides"], env=launch_env(d), env_why={}, purpose="x", release="0.5.1", env_vars_field=False)
 
 
 def test_templates_are_strict():

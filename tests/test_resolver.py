@@ -159,7 +159,8 @@ def test_mixed_precision_recipes_own_ddp_precision(recipe, grad_fp32, fp8_gather
         ({"mixed_precision.fp8_param_gather": True}, "FP8_PARAM_GATHER_WITHOUT_FP8"),
         ({"ddp.num_buckets": 4, "comm_overlap.tp_comm_overlap": False}, "NUM_BUCKETS_WITH_BUCKET_SIZE"),
         (
-            {"mixed_precision": "bf16_with_mxfp8_mixed", "comm_overlap.overlap_param_gather_with_optimizer_step": True},
+            {"mixed_precision": "bf16_with_mxfp8_mixed", "comm_overlap.overlap_param_gather_with_optimizer_step": True,
+             "model.pipeline_model_parallel_size": 2, "model.virtual_pipeline_model_parallel_size": 2},
             "MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP",
         ),
         ({"mixed_precision": "bf16_with_mxfp8_mixed", "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": False}, "MXFP8_PARAM_GATHER_WITHOUT_REUSE"),
@@ -168,7 +169,7 @@ def test_mixed_precision_recipes_own_ddp_precision(recipe, grad_fp32, fp8_gather
 def test_configs_bridge_rejects_are_errors(overrides, finding):
     r = mbridge_overlap.resolve(overrides, gpus=8)
     assert [f.id for f in r.errors] == [finding]
-    assert r.errors[0].message.startswith("Bridge raises in runtime_config_update():")
+    assert r.errors[0].message.startswith("Bridge raises in ") and r.errors[0].when == "config"
 
 
 def test_num_buckets_is_fine_without_comm_overlap():
@@ -184,7 +185,8 @@ def test_model_knobs_overwritten_by_comm_overlap_and_ungated_without():
     assert "TP_OVERLAP_UNGATED" in ids(r)
 
 
-@pytest.mark.parametrize("value, flagged", [(25, True), (25 * 2**20, True), (134217728, False), (40_000_000, False), (2**28, False)])
+@pytest.mark.parametrize("value, flagged", [(25, True), (25 * 2**20, True), (2**28, True), (2**29, True), (134217728, False),
+                                            (40_000_000, False), (768_000_000, False), (2**31, False)])
 def test_bucket_size_that_looks_like_bytes(value, flagged):
     r = mbridge_overlap.resolve({"comm_overlap.bucket_size": value}, gpus=8)
     assert ("BUCKET_SIZE_LOOKS_LIKE_BYTES" in ids(r)) is flagged
@@ -198,7 +200,7 @@ def test_launch_env_as_comm_overlap_field_is_an_error_finding():
 
 def test_env_vars_are_strings_and_launcher_env_wins():
     r = mbridge_overlap.resolve({"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": "1"}, gpus=8, launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": "32"})
-    assert r.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert r.env_vars == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     assert "LAUNCHER_ENV_WINS" in ids(r)
     r = mbridge_overlap.resolve({"env_vars.NVTE_FWD_LAYERNORM_SM_MARGIN": 20}, gpus=8, launcher_env={"NVTE_FWD_LAYERNORM_SM_MARGIN": "20"})
     assert "LAUNCHER_ENV_WINS" not in ids(r)
@@ -219,13 +221,10 @@ def test_nemotron_ultra_recipe_exists_only_in_0_6_2():
     "overrides, gpus, message",
     [
         ({"ddp.overlap_grad_reduct": True}, 8, "did you mean 'ddp.overlap_grad_reduce'"),
-        ({"model.tensor_model_parallel_size": 3}, 8, "not divisible by TP x PP x CP"),
-        ({"model.virtual_pipeline_model_parallel_size": 2}, 8, "needs model.pipeline_model_parallel_size > 1"),
         ({"model.tensor_model_parallel_size": 0}, 8, "must be a positive integer"),
         ({"model.sequence_parallel": "yes"}, 8, "expected true or false"),
         ({"comm_overlap.tp_comm_overlap_cfg": "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen819"}, 8, "did you mean"),
         ({"mixed_precision": "bf16_mixd"}, 8, "unknown recipe"),
-        ({"comm_overlap.overlap_moe_expert_parallel_comm": True}, 8, "out of scope"),
         ({"trian.micro_batch_size": 1}, 8, "unknown config section"),
         ({}, 0, "--gpus"),
     ],
@@ -235,10 +234,12 @@ def test_bad_input_names_the_field(overrides, gpus, message):
         mbridge_overlap.resolve(overrides, gpus=gpus)
 
 
-def test_real_but_unmodeled_keys_are_read_past():
-    r = mbridge_overlap.resolve({"train.micro_batch_size": 1, "model.num_layers": 32}, gpus=8)
-    f = next(f for f in r.findings if f.id == "UNMODELED_KEY")
-    assert "train.micro_batch_size" in f.message and "model.num_layers" in f.message
+def test_real_but_unmodeled_keys_are_read_past_and_on_the_overlap_path_a_warning():
+    r = mbridge_overlap.resolve({"train.train_iters": 10, "model.num_layers": 32, "ddp.suggested_communication_unit_size": 10**8}, gpus=8)
+    off = next(f for f in r.findings if f.id == "UNMODELED_KEY")
+    on = next(f for f in r.findings if f.id == "UNMODELED_OVERLAP_KEY")
+    assert off.severity == "info" and "train.train_iters" in off.message and "model.num_layers" in off.message
+    assert on.severity == "warning" and on.knobs == ["ddp.suggested_communication_unit_size"]
 
 
 def test_string_values_parse_like_the_command_line():

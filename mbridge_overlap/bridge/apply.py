@@ -37,10 +37,16 @@ class FormResult:
         return {"form": self.form, "ok": self.ok, "differences": self.differences, "error": self.error}
 
 
-def snippets(plan: api.PlanResult) -> dict[str, str]:
+def launch_env(plan) -> dict:
+    """The launch environment a plan recommends: {name: value}."""
+    return {name: rule["value"] for name, rule in plan.resolution.launch_env.items()}
+
+
+def snippets(plan) -> dict[str, str]:
     d = plan.to_dict()
     release = releases.get(d["bridge_version"])
-    common = dict(overrides=d["overrides"], env=d["env"], env_why=d["env_why"], purpose="verify", release=release.version)
+    why = {name: rule["why"] for name, rule in d["launch_env"].items()}
+    common = dict(overrides=d["overrides"], env=launch_env(plan), env_why=why, purpose="verify", release=release.version)
     forms = [f for f in FORMS if f != "env_vars" or release.env_vars]
     return {f: render.snippet(f, env_vars_field=release.env_vars, **common) for f in forms}
 
@@ -104,7 +110,7 @@ def base_config(base: dict):
     return cfg
 
 
-def check_form(form: str, text: str, plan: api.PlanResult, base: dict | None = None, label: str = "baseline") -> FormResult:
+def check_form(form: str, text: str, plan, base: dict | None = None, label: str = "baseline") -> FormResult:
     """Apply one snippet over a base config, run runtime_config_update(), compare with the resolver's prediction
     for the same base and the plan's overrides."""
     lay = plan.layout
@@ -114,10 +120,12 @@ def check_form(form: str, text: str, plan: api.PlanResult, base: dict | None = N
             got = shell_environment(text)
         except (subprocess.CalledProcessError, json.JSONDecodeError) as exc:
             return FormResult(name, False, error=f"sourcing the exports failed: {exc}")
-        diffs = [(f"env.{k}", v, got.get(k)) for k, v in plan.env.items() if got.get(k) != v]
-        diffs += [(f"env.{k}", None, v) for k, v in got.items() if k not in plan.env]
+        env = launch_env(plan)
+        diffs = [(f"env.{k}", v, got.get(k)) for k, v in env.items() if got.get(k) != v]
+        diffs += [(f"env.{k}", None, v) for k, v in got.items() if k not in env]
         return FormResult(name, not diffs, diffs)
-    predicted = api.resolve(plan.overrides, gpus=lay["gpus"], te=lay["te"], bridge_version=plan.resolution.bridge_version, config=base or {}).to_dict()
+    predicted = api.resolve(plan.overrides, gpus=lay["gpus"], te=lay["te"], gpu=lay["gpu"], bridge_version=plan.resolution.bridge_version,
+                            config=base or {}).to_dict()
     cfg = base_config(base or {})
     cfg.train.global_batch_size = cfg.train.micro_batch_size * predicted["data_parallel_size"]
     try:
@@ -132,7 +140,7 @@ def check_form(form: str, text: str, plan: api.PlanResult, base: dict | None = N
     diffs = compare(predicted, adapter.effective(cfg), cfg.data_parallel_size)
     if form == "env_vars":
         # setdefault keeps what this process already has, so only variables it lacks can be checked here
-        diffs += [(f"env.{k}", v, env.get(k)) for k, v in plan.env.items() if k not in os.environ and env.get(k) != v]
+        diffs += [(f"env.{k}", v, env.get(k)) for k, v in launch_env(plan).items() if k not in os.environ and env.get(k) != v]
     return FormResult(name, not diffs, diffs)
 
 
@@ -150,7 +158,7 @@ def compare(predicted: dict, effective: dict, data_parallel_size: int) -> list:
     return diffs
 
 
-def check_forms(plan: api.PlanResult, texts: dict, progress=None) -> list[FormResult]:
+def check_forms(plan, texts: dict, progress=None) -> list[FormResult]:
     """Each snippet text applied over the recipe baseline and, for the config forms, over a recipe that already
     has comm_overlap."""
     results = []

@@ -119,15 +119,15 @@ def check(case: Case, bridge_version: str) -> Outcome:
     except Exception as exc:  # the resolver took a field this Bridge does not have
         return Outcome(case, [("overrides", "accepted", f"{type(exc).__name__}: {exc}")])
     error, env = adapter.runtime_config_update(cfg, case.gpus, case.te)
-    rejected = [f for f in mine.findings if f.severity == "error" and f.message.startswith("Bridge raises")]
+    rejected = mine.state.rejections  # config-time rejections only: the failures after the config step are not Bridge's to show
     if error or rejected:
-        ours = rejected[0].message.split(": ", 1)[1] if rejected else None
+        ours = rejected[0].message if rejected else None
         agree = bool(error and ours and ours in error)
         return Outcome(case, [] if agree else [("rejection", ours, error)])
     theirs = adapter.effective(cfg)
     theirs_dp = cfg.data_parallel_size
     diffs = [("data_parallel_size", mine.data_parallel_size, theirs_dp)] if mine.data_parallel_size != theirs_dp else []
-    expected_env = {k: v for k, v in mine.env.items() if k not in os.environ}  # setdefault: the process's own win
+    expected_env = {k: v for k, v in mine.env_vars.items() if k not in os.environ}  # setdefault: the process's own win
     if {k: v for k, v in env.items() if k != "WORLD_SIZE"} != expected_env:
         diffs.append(("env", expected_env, env))
     for section, values in mine.effective.items():

@@ -23,7 +23,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .. import recipes as catalog
+from .. import catalog
 from .. import schema
 from . import adapter
 
@@ -41,6 +41,8 @@ ASSUMED_DEVICES = ("r100", "vr200")
 STANDIN = dict(num_layers=96, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=32, seq_length=4096,
                vocab_size=32768, make_vocab_size_divisible_by=128)
 MAX_FIXUPS = 8
+# The dataset configs ConfigContainer.validate() treats as fine-tuning (its CP check names them).
+SFT_DATASETS = ("GPTSFTDatasetConfig", "DirectHFSFTDatasetConfig", "EnergonDatasetConfig", "MockVLMSFTDatasetConfig")
 
 
 class _StandIn:
@@ -87,10 +89,12 @@ def offline(gpu: str | None):
 
 
 def discover() -> list[tuple[str, str, object]]:
-    """(package, module, function) for every public *_config function the two recipe packages define."""
+    """(package, public name, function) for every public *_config name of the two recipe packages whose function is
+    defined in them: the recipe functions and the names that alias them (llama3_8b_pretrain_config is
+    llama3_8b_pretrain_2gpu_h100_bf16_config; some B200 perf recipes are their GB200 twins)."""
     os.environ.update({k: "1" for k in OFFLINE_ENV})
     logging.disable(logging.WARNING)
-    out, seen = [], set()
+    found: dict = {}
     with contextlib.redirect_stdout(io.StringIO()):
         for package in PACKAGES:
             root = importlib.import_module(package)
@@ -98,10 +102,9 @@ def discover() -> list[tuple[str, str, object]]:
                 module = importlib.import_module(info.name)
                 for name, fn in vars(module).items():
                     if name.endswith("_config") and not name.startswith("_") and callable(fn) \
-                            and getattr(fn, "__module__", None) == info.name and (package, name) not in seen:
-                        seen.add((package, name))
-                        out.append((package.rsplit(".", 1)[1], info.name, fn))
-    return sorted(out, key=lambda item: (item[2].__name__, item[0]))
+                            and str(getattr(fn, "__module__", "")).startswith(package + "."):
+                        found.setdefault((package.rsplit(".", 1)[1], name), fn)
+    return sorted(((package, name, fn) for (package, name), fn in found.items()), key=lambda item: (item[1], item[0]))
 
 
 # Fixups, each for a message Bridge gives when the stand-in lacks what the real HF config has.
@@ -229,6 +232,7 @@ def record(cfg) -> dict:
     out["mixed_precision"] = mixed_precision(cfg.mixed_precision)
     out["env_vars"] = {k: _json(v) for k, v in cfg.env_vars.items()}
     out["peft"] = getattr(cfg, "peft", None) is not None
+    out["dataset"] = {"sft": type(cfg.dataset).__name__ in SFT_DATASETS}
     return out
 
 
@@ -271,9 +275,10 @@ def outcome(cfg, error: str | None, env: dict, gpus: int) -> dict:
     return {"gpus": gpus, "error": None, "data_parallel_size": cfg.data_parallel_size, "effective": adapter.effective(cfg), "env": env}
 
 
-def entry(package: str, module: str, fn, scratch: Path) -> dict:
-    name = fn.__name__
-    out = {"name": name, "package": package, "module": module, **catalog.parse_name(name)}
+def entry(package: str, name: str, fn, scratch: Path) -> dict:
+    parsed, target = catalog.parse_name(name), catalog.parse_name(fn.__name__)
+    parsed = {k: v if v is not None else target[k] for k, v in parsed.items()}  # an alias without them: the function's
+    out = {"name": name, "package": package, "module": fn.__module__, "alias_of": fn.__name__ if fn.__name__ != name else None, **parsed}
     gpu = out.get("gpu")
     try:
         with offline(gpu):
@@ -299,11 +304,11 @@ def generate(only: str | None = None, progress=None) -> dict:
     adapter.import_bridge()
     adapter.quiet()
     start = time.time()
-    functions = [f for f in discover() if not only or only in f[2].__name__]
+    functions = [f for f in discover() if not only or only in f[1]]
     entries = []
     with tempfile.TemporaryDirectory(prefix="mbridge-recipes-") as scratch:
-        for i, (package, module, fn) in enumerate(functions, 1):
-            entries.append(entry(package, module, fn, Path(scratch)))
+        for i, (package, name, fn) in enumerate(functions, 1):
+            entries.append(entry(package, name, fn, Path(scratch)))
             if progress and (i % 100 == 0 or i == len(functions)):
                 progress(f"{i}/{len(functions)} recipes ({time.time() - start:.0f} s)")
     return {"bridge_version": version("megatron-bridge"), "megatron_core_version": version("megatron-core"),

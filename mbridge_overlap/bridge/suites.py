@@ -39,6 +39,16 @@ def table() -> dict:
     return load_yaml(DATA_DIR / "suites.yaml")
 
 
+def expected_counts() -> dict:
+    """The pass counts verify requires, by suite, test-file sha256 and installed release (data/suites.yaml)."""
+    data = table()
+    return {
+        "suites": {name: {"path": s["path"], "needs_module": s.get("needs_module")} for name, s in data["suites"].items()},
+        "expected": [dict(row) for row in data["measured"]],
+        "rule": "a file and release not listed: verify requires passed == collected",
+    }
+
+
 def find_checkout(explicit: str | None = None) -> Path | None:
     """--mbridge-src, else $MBRIDGE_SRC, else the first folder above the skill that is a Bridge checkout."""
     for candidate in (explicit, os.environ.get("MBRIDGE_SRC")):

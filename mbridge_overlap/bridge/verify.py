@@ -111,6 +111,8 @@ def run(args) -> dict:
     layout = layout_of(args)
     given = expectations(args.expect_passed)
     plan = api.plan(**layout)  # bad layouts fail here, before Bridge is imported
+    if plan.errors:
+        raise UsageError(f"this layout cannot run, so there is nothing to verify: {plan.errors[0].message}")
     checkout = None if args.skip_suites else suites.find_checkout(args.mbridge_src)
     log("importing megatron.bridge (about 10 s)")
     adapter.quiet()

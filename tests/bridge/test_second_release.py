@@ -83,9 +83,10 @@ def test_launch_env_matches_perf_env_plugin():
     grid = itertools.product([1, 2, 4], [1, 2], [1, 2], [1, 2], ["h100", "b200", "gb300"], [None, "deepep", "hybridep"], [False, True])
     checked = 0
     for tp, pp, cp, dp, gpu, flex, a2a in grid:
-        layout = launch_env.Layout(tp=tp, pp=pp, cp=cp, gpus=tp * pp * cp * dp, gpu=gpu, moe_a2a_overlap=a2a, moe_flex_dispatcher_backend=flex)
+        layout = launch_env.Layout(tp=tp, pp=pp, cp=cp, dp=dp, gpu=gpu, moe_a2a_overlap=a2a, moe_flex_dispatcher_backend=flex,
+                                   flex_in_use=flex is not None)
         executor = run.LocalExecutor()
-        plugin = PerfEnvPlugin(tp_size=tp, pp_size=pp, cp_size=cp, num_gpus=layout.gpus, gpu_sm100_or_newer=gpu in sm100,
+        plugin = PerfEnvPlugin(tp_size=tp, pp_size=pp, cp_size=cp, num_gpus=tp * pp * cp * dp, gpu_sm100_or_newer=gpu in sm100,
                                moe_flex_dispatcher_backend=flex, a2a_overlap=a2a, enable_manual_gc=False)
         plugin.setup(run.Script(inline="true"), executor)
         assert executor.env_vars == {k: v for k, v, _ in launch_env.rules(release, layout)}, layout

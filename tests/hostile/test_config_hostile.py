@@ -196,7 +196,7 @@ def _export_fix(proc, folder) -> None:
     command = fix[fix.index("export "):fix.rindex(" there")]
     got = subprocess.run(["bash", "-c", f"{command}; printf '%s' \"$X\""], cwd=folder, capture_output=True, env={"PATH": os.environ["PATH"]})
     assert not (folder / MARKER).exists()
-    assert got.stdout.decode() == data["env"]["X"]
+    assert got.stdout.decode() == data["env_vars"]["X"]
 
 
 for kind in ("break_lf", "shell_quotes"):

@@ -93,3 +93,22 @@ def model_parallel_size(model) -> int:
     """TP x PP x CP of a model config (a mapping or an object): the fewest GPUs a layout runs on."""
     get = model.get if isinstance(model, dict) else lambda k, d=None: getattr(model, k, d)
     return (get("tensor_model_parallel_size") or 1) * (get("pipeline_model_parallel_size") or 1) * (get("context_parallel_size") or 1)
+
+
+def families(version: str) -> list[str]:
+    """The model families the recipe names carry (llama3_70b, qwen3_235b_a22b, ...)."""
+    return sorted({e["model"] for e in entries(version) if e.get("model")})
+
+
+def same_layout(version: str, shape, gpu: str, precision: str, moe: bool) -> list[dict]:
+    """The perf recipes that resolve at this TP, PP, VPP, CP and GPU count on this GPU type and precision."""
+    out = []
+    for e in entries(version):
+        if e["package"] != "perf_recipes" or not e["builds"] or e["bridge"]["error"] is not None:
+            continue
+        m = e["request"]["model"]
+        layout_of = (m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"],
+                     m["context_parallel_size"], e["gpus"], e["gpu"], e["precision"], m.get("expert_model_parallel_size", 1) > 1)
+        if layout_of == (shape.tp, shape.pp, shape.vpp, shape.cp, shape.gpus, gpu, precision, moe):
+            out.append(e)
+    return out

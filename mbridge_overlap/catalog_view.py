@@ -1,0 +1,89 @@
+"""`recipes`: Bridge's shipped recipes, filtered, with each one's effective overlap state.
+
+The state is what real Bridge's runtime_config_update() left for the recipe at the GPU count in its name (recorded
+in the catalog); for a recipe real Bridge rejected, the row says so with Bridge's message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import catalog, layout, releases
+from .errors import UsageError
+from .resolution import SCHEMA_VERSION
+from .safeio import shown
+
+_ENV_SHOWN = ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FWD_LAYERNORM_SM_MARGIN", "NCCL_P2P_NET_CHUNKSIZE", "NCCL_NVLS_ENABLE")
+
+
+@dataclass
+class RecipeListing:
+    bridge_version: str
+    filters: dict
+    rows: list
+
+    def to_dict(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "bridge_version": self.bridge_version, "filters": self.filters,
+                "count": len(self.rows), "recipes": self.rows}
+
+
+def list_recipes(*, model: str | None = None, gpu: str | None = None, gpus: int | None = None, task: str | None = None,
+                 precision: str | None = None, name: str | None = None, package: str | None = None,
+                 bridge_version: str | None = None) -> RecipeListing:
+    release = releases.get(bridge_version)
+    filters = _filters(model=model, gpu=gpu, gpus=gpus, task=task, precision=precision, name=name, package=package)
+    rows = [row(e) for e in catalog.entries(release.version) if _match(e, filters)]
+    return RecipeListing(release.version, filters, rows)
+
+
+def _filters(**given) -> dict:
+    out = {k: v for k, v in given.items() if v is not None}
+    if "gpu" in out and out["gpu"] not in catalog.GPU_TYPES:
+        raise UsageError(f"--gpu: expected one of {', '.join(catalog.GPU_TYPES)}, got {shown(out['gpu'])}")
+    if "task" in out and out["task"] not in catalog.TASKS:
+        raise UsageError(f"--task: expected one of {', '.join(catalog.TASKS)}, got {shown(out['task'])}")
+    if "precision" in out:
+        wanted = catalog.PRECISIONS.get(out["precision"], out["precision"])
+        if wanted not in catalog.PRECISIONS.values():
+            raise UsageError(f"--precision: expected one of {', '.join(catalog.PRECISIONS.values())}, got {shown(out['precision'])}")
+        out["precision"] = wanted
+    if "package" in out and out["package"] not in ("recipes", "perf_recipes"):
+        raise UsageError(f"--package: expected recipes or perf_recipes, got {shown(out['package'])}")
+    if "gpus" in out and (isinstance(out["gpus"], bool) or not isinstance(out["gpus"], int) or out["gpus"] < 1):
+        raise UsageError(f"--gpus: must be a positive integer, got {shown(out['gpus'])}")
+    return out
+
+
+def _match(entry: dict, f: dict) -> bool:
+    return (
+        ("model" not in f or f["model"] in (entry.get("model") or ""))
+        and all(entry.get(k) == f[k] for k in ("gpu", "gpus", "task", "precision", "package") if k in f)
+        and ("name" not in f or f["name"] in entry["name"])
+    )
+
+
+def row(entry: dict) -> dict:
+    """One recipe: what its name says, its layout, the overlap modes real Bridge left on or off and why, its preset,
+    the launch variables it sets, and whether real Bridge accepted it."""
+    out = {k: entry.get(k) for k in ("name", "package", "model", "task", "gpus", "gpu", "precision", "variant")}
+    if not entry["builds"]:
+        return {**out, "status": "not_built", "bridge_error": entry["build_error"]}
+    request, bridge = entry["request"], entry["bridge"]
+    m = request["model"]
+    co = request["comm_overlap"]
+    mp = request["mixed_precision"]
+    out.update(
+        layout={"tp": m["tensor_model_parallel_size"], "pp": m["pipeline_model_parallel_size"], "vpp": m["virtual_pipeline_model_parallel_size"],
+                "cp": m["context_parallel_size"], "ep": m.get("expert_model_parallel_size", 1), "gpus_resolved": bridge["gpus"],
+                "dp": bridge.get("data_parallel_size")},
+        comm_overlap=co is not None,
+        preset=(co or {}).get("tp_comm_overlap_cfg"),
+        mixed_precision=(mp or {}).get("recipe"),
+        megatron_fsdp=bool(request["ddp"].get("use_megatron_fsdp") or request["dist"].get("use_megatron_fsdp")),
+        env_vars={k: str(v) for k, v in request["env_vars"].items() if k in _ENV_SHOWN},
+        fixups=entry["fixups"],
+    )
+    if bridge["error"] is not None:
+        return {**out, "status": "rejected", "bridge_error": bridge["error"]}
+    shape = layout.Layout.of(bridge["effective"]["model"], bridge["gpus"])
+    return {**out, "status": "resolves", "modes": layout.modes(bridge["effective"], shape)}

@@ -1,0 +1,104 @@
+"""The parallel layout: sizes, the data-parallel size Bridge derives from them, and which overlap modes can apply.
+
+The one place the DP arithmetic (ConfigContainer.get_data_parallel_size) and the "does this mode apply" rules live;
+plan, lint, recipes and the findings all ask here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    vpp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    gpus: int = 1
+
+    @classmethod
+    def of(cls, model: dict, gpus: int) -> "Layout":
+        """From a model section (Bridge's field names)."""
+        return cls(
+            tp=model["tensor_model_parallel_size"], pp=model["pipeline_model_parallel_size"],
+            vpp=model["virtual_pipeline_model_parallel_size"], cp=model["context_parallel_size"],
+            ep=model.get("expert_model_parallel_size", 1) or 1, gpus=gpus,
+        )
+
+    @property
+    def model_parallel_size(self) -> int:
+        """TP x PP x CP: the GPUs one model replica spans (get_data_parallel_size's total_model_size)."""
+        return self.tp * self.pp * self.cp
+
+    @property
+    def divisible(self) -> bool:
+        return self.gpus % self.model_parallel_size == 0
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // self.model_parallel_size
+
+    @property
+    def interleaved(self) -> bool:
+        """The interleaved (virtual pipeline) schedule: PP > 1 and VPP > 1."""
+        return self.pp > 1 and (self.vpp or 1) > 1
+
+    def describe(self) -> str:
+        return f"TP={self.tp} PP={self.pp} VPP={self.vpp} CP={self.cp} on {self.gpus} GPUs"
+
+
+def tp_overlap_applies(tp: int, te: bool = True) -> bool:
+    """TP overlap can be on: TP >= 2 (sequence parallel is then set with it) and Transformer Engine present."""
+    return tp >= 2 and te
+
+
+def pp_overlap_applies(shape: Layout) -> bool:
+    """Bridge selects overlap_p2p_comm only for the interleaved schedule."""
+    return shape.interleaved
+
+
+def dp_overlap_applies(shape: Layout) -> bool:
+    """There is data-parallel communication to overlap."""
+    return shape.divisible and shape.dp > 1
+
+
+def modes(effective: dict, shape: Layout, te: bool = True) -> dict:
+    """On/off and why for TP, PP and DP overlap, from the effective config Bridge leaves."""
+    model, ddp = effective["model"], effective["ddp"]
+    if model["tp_comm_overlap"]:
+        tp_why = "TP >= 2 with sequence parallel and Transformer Engine: userbuffers overlap of the SP all-gather/reduce-scatter"
+    elif shape.tp < 2:
+        tp_why = "TP = 1: no tensor-parallel communication to overlap"
+    elif not te:
+        tp_why = "Transformer Engine is not available: Bridge turns TP overlap off"
+    elif not model["sequence_parallel"]:
+        tp_why = "sequence parallel is off: Bridge turns TP overlap off (or it was not requested)"
+    elif model.get("fp4") and not model.get("fp8") or model.get("fp8") and model.get("fp8_recipe") == "blockwise":
+        tp_why = "off, as it must be: Transformer Engine's userbuffers cannot carry NVFP4 or blockwise FP8 (explain TP_OVERLAP_UNSUPPORTED_PRECISION)"
+    else:
+        tp_why = "not requested (comm_overlap.tp_comm_overlap is false or there is no comm_overlap section)"
+    if model["overlap_p2p_comm"] and shape.interleaved:
+        pp_why = f"PP = {shape.pp} with VPP = {shape.vpp}: overlap_p2p_comm=true, batch_p2p_comm=false"
+    elif model["overlap_p2p_comm"]:
+        pp_why = f"overlap_p2p_comm=true was requested, but PP = {shape.pp} without VPP > 1 runs the non-interleaved schedule"
+    elif shape.pp > 1:
+        pp_why = f"PP = {shape.pp} without VPP > 1: batch_p2p_comm=true; interleaving (VPP >= 2) is needed for P2P overlap"
+    else:
+        pp_why = "PP = 1: no pipeline communication"
+    dp_on = bool(ddp["overlap_grad_reduce"]) and dp_overlap_applies(shape)
+    if dp_on:
+        dp_why = f"DP = {shape.dp}: overlap_grad_reduce" + (", overlap_param_gather" if ddp["overlap_param_gather"] else "") \
+            + (f", bucket_size={ddp['bucket_size']} parameters" if ddp["bucket_size"] else "") \
+            + (", align_param_gather" if ddp["align_param_gather"] else "") \
+            + (" (Megatron-FSDP)" if ddp.get("use_megatron_fsdp") else "")
+    elif not dp_overlap_applies(shape):
+        dp_why = "DP = 1: no data-parallel communication"
+    else:
+        dp_why = f"DP = {shape.dp} but overlap_grad_reduce is off"
+    return {
+        "tp": {"enabled": bool(model["tp_comm_overlap"]), "why": tp_why},
+        "pp": {"enabled": bool(model["overlap_p2p_comm"]) and shape.interleaved, "why": pp_why},
+        "dp": {"enabled": dp_on, "why": dp_why},
+    }

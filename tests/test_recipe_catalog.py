@@ -1,0 +1,119 @@
+"""The recipe catalog against the resolver: every shipped recipe that real Bridge resolved (recorded by
+scripts/gen_recipe_catalog.py; the Bridge tier regenerates it and compares) must come out the same from the resolver,
+field by field, and every rejection on the overlap path must be predicted."""
+
+import json
+import re
+
+import pytest
+
+import mbridge_overlap
+from conftest import run_cli
+from mbridge_overlap import UsageError, catalog
+
+VERSION = "0.6.2"
+ENTRIES = catalog.entries(VERSION)
+BUILT = [e for e in ENTRIES if e["builds"]]
+# What real Bridge rejected in a shipped recipe for a reason off the overlap path (the resolver does not model these):
+# a recompute module Megatron-Core 0.19 does not know, in-batch packing with micro batch 1, dataset paths the offline
+# build has no data for, deprecated SM-count knobs, and vanilla_gpt's divide by zero.
+OUTSIDE_OVERLAP = re.compile(
+    r"Invalid choices for recompute_modules|enable_in_batch_packing|EnergonDatasetConfig.path|data_files must contain|"
+    r"Conflicting deprecated SM-count knobs|ZeroDivisionError"
+)
+
+
+def resolve(entry):
+    return mbridge_overlap.resolve(recipe=f"{entry['package']}.{entry['name']}", gpus=entry["bridge"]["gpus"], gpu=entry.get("gpu"))
+
+
+def differences(mine, bridge: dict) -> list:
+    out = []
+    for section, values in mine.effective.items():
+        for name, value in values.items():
+            theirs = bridge["effective"][section][name]
+            if not (isinstance(theirs, list) and value in theirs) and theirs != value:  # identical presets: a list
+                out.append((f"{section}.{name}", value, theirs))
+    if mine.data_parallel_size != bridge["data_parallel_size"]:
+        out.append(("data_parallel_size", mine.data_parallel_size, bridge["data_parallel_size"]))
+    if mine.state.environ != bridge["env"]:
+        out.append(("environment", mine.state.environ, bridge["env"]))
+    return out
+
+
+def test_the_catalog_covers_both_packages():
+    assert len(ENTRIES) > 700 and len(BUILT) > 700
+    assert {e["package"] for e in BUILT} == {"recipes", "perf_recipes"}
+    assert sum(1 for e in BUILT if e["bridge"]["error"] is None) > 650
+
+
+def test_every_recipe_real_bridge_resolved_agrees_on_every_field():
+    done = [e for e in BUILT if e["bridge"]["error"] is None]
+    failures = [(e["name"], d) for e in done if (d := differences(resolve(e), e["bridge"]))]
+    assert failures == [], failures[:3]
+
+
+def test_every_rejection_is_predicted_or_off_the_overlap_path():
+    rejected = [e for e in BUILT if e["bridge"]["error"] is not None]
+    predicted, outside = [], []
+    for e in rejected:
+        first = resolve(e).state.rejections[:1]
+        if first and first[0].message in e["bridge"]["error"]:
+            predicted.append(e["name"])
+        else:
+            assert OUTSIDE_OVERLAP.search(e["bridge"]["error"]), (e["name"], e["bridge"]["error"], first)
+            outside.append(e["name"])
+    assert len(predicted) >= 9  # FSDP checkpoint format, MoE shared-expert overlap, eval batch divisibility, ...
+    assert "qwen35_vl_35b_a3b_sft_2gpu_h100_bf16_fsdp_config" in predicted
+
+
+def test_a_recipe_rejected_off_the_overlap_path_is_said_so():
+    e = next(e for e in BUILT if e["bridge"]["error"] and "recompute_modules" in e["bridge"]["error"])
+    f = next(f for f in resolve(e).findings if f.id == "RECIPE_REJECTED_OUTSIDE_OVERLAP")
+    assert f.severity == "warning" and "recompute_modules" in f.message
+
+
+def test_overrides_apply_on_top_of_the_recipe_and_gpus_default_to_the_name():
+    name = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+    base = mbridge_overlap.resolve(recipe=name)
+    assert base.gpus == 64 and base.gpu == "h100" and base.recipe == name
+    moved = mbridge_overlap.resolve({"model.virtual_pipeline_model_parallel_size": None}, recipe=name)
+    assert moved.effective["model"]["overlap_p2p_comm"] is False and base.effective["model"]["overlap_p2p_comm"] is True
+    assert "PP_OVERLAP_NOT_SELECTED" in {f.id for f in moved.findings}
+
+
+def test_names_are_looked_up_with_help():
+    with pytest.raises(UsageError, match="closest: llama3_70b_pretrain_64gpu_h100_bf16_config"):
+        catalog.lookup("llama3_70b_pretrain_64gpu_h100_bf61_config", VERSION)
+    both = next(e["name"] for e in BUILT if sum(1 for o in ENTRIES if o["name"] == e["name"]) == 2)
+    with pytest.raises(UsageError, match="defined in both recipe packages"):
+        catalog.lookup(both, VERSION)
+    assert catalog.lookup(f"perf_recipes.{both}", VERSION)["package"] == "perf_recipes"
+    assert catalog.lookup(f"megatron.bridge.recipes.{both}", VERSION)["package"] == "recipes"
+    with pytest.raises(UsageError, match="--gpus"):
+        mbridge_overlap.resolve(recipe="nemotron_3_super_pretrain_config")
+
+
+@pytest.mark.parametrize("name, parsed", [
+    ("llama3_70b_pretrain_64gpu_gb200_nvfp4_config", dict(model="llama3_70b", task="pretrain", gpus=64, gpu="gb200", precision="nvfp4", variant=None)),
+    ("qwen3_vl_30b_a3b_pretrain_8gpu_h100_bf16_mock_config", dict(model="qwen3_vl_30b_a3b", gpus=8, precision="bf16", variant="mock")),
+    ("llama3_8b_sft_openmathinstruct2_packed_8gpu_h100_bf16_config", dict(model="llama3_8b", task="sft", gpus=8, variant="openmathinstruct2_packed")),
+    ("deepseek_v3_pretrain_256gpu_gb300_fp8mx_large_scale_config", dict(gpu="gb300", precision="fp8_mx", variant="large_scale")),
+    ("nemotron_3_5_lightning_pretrain_8k_fsdp_config", dict(model="nemotron_3_5_lightning", gpus=None, variant="8k_fsdp")),
+])
+def test_recipe_names_are_parsed(name, parsed):
+    got = catalog.parse_name(name)
+    assert {k: got[k] for k in parsed} == parsed
+
+
+def test_recipes_command_filters_and_reports_real_bridges_state():
+    proc = run_cli("recipes", "--model", "llama3_70b", "--gpu", "gb200", "--precision", "nvfp4", "--format", "json")
+    d = json.loads(proc.stdout)
+    assert proc.returncode == 0 and d["count"] >= 1
+    row = next(r for r in d["recipes"] if r["name"] == "llama3_70b_pretrain_64gpu_gb200_nvfp4_config")
+    assert row["status"] == "resolves" and row["modes"]["tp"]["enabled"] is False and row["modes"]["pp"]["enabled"] is True
+    assert row["env_vars"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
+    bad = run_cli("recipes", "--gpu", "a100")
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
+    text = run_cli("recipes", "--name", "qwen35_vl_35b_a3b_sft_2gpu_h100_bf16_fsdp").stdout
+    assert "REJECTED by Bridge: AssertionError: Megatron-FSDP requires the fsdp_dtensor checkpointing format!" in text
