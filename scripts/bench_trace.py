@@ -28,13 +28,13 @@ SPEED_GOAL, MEMORY_GOAL = 5.0, 3.0
 
 
 def _child(tool: str, path: str) -> None:
-    """Run one analysis in this process and print {"seconds", "peak_mb", "overlap_pct"} as JSON."""
+    """Run one analysis in this process and print {"seconds", "peak_mb", "hidden_pct"} as JSON."""
     if tool == "ours":
         sys.path.insert(0, str(REPO))
         from mbridge_overlap.trace import analyze
 
         start = time.perf_counter()
-        pct = analyze(path).ranks[0].figures.overlap_pct
+        pct = analyze(path).ranks[0].figures.hidden_pct
     else:
         import logging
 
@@ -45,7 +45,7 @@ def _child(tool: str, path: str) -> None:
         analysis = TraceAnalysis(trace_files={0: path}, trace_dir=str(Path(path).parent))
         pct = float(analysis.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0])
     seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "peak_mb": peak_rss_mb(), "overlap_pct": pct}))
+    print(json.dumps({"seconds": seconds, "peak_mb": peak_rss_mb(), "hidden_pct": pct}))
 
 
 def peak_rss_mb() -> float:
@@ -178,7 +178,7 @@ def main() -> int:
         lighter.append(hta["peak_mb"] / ours["peak_mb"])
         rows.append([path.name, f"{json_mb(path):.1f}", f"{ours['seconds']:.2f}", f"{hta['seconds']:.2f}",
                      f"{hta['seconds'] / ours['seconds']:.1f}x", f"{ours['peak_mb']:.0f}", f"{hta['peak_mb']:.0f}",
-                     f"{lighter[-1]:.1f}x", f"{ours['overlap_pct']}", f"{hta['overlap_pct']}"])
+                     f"{lighter[-1]:.1f}x", f"{ours['hidden_pct']}", f"{hta['hidden_pct']}"])
     speedup = sums[1] / sums[0]
     rows.append(["all traces", "", f"{sums[0]:.2f}", f"{sums[1]:.2f}", f"{speedup:.1f}x", "", "",
                  f"min {min(lighter):.1f}x", "", ""])
@@ -193,7 +193,7 @@ def main() -> int:
             mb = write_synthetic(path, args.synthetic_mb)
             ours = measure(sys.executable, "ours", path, 1)
             print(f"synthetic {mb:.0f} MB of JSON ({path.stat().st_size / 1e6:.0f} MB gzip): {ours['seconds']:.1f} s, "
-                  f"{mb / ours['seconds']:.0f} MB/s, peak {ours['peak_mb']:.0f} MB, overlap {ours['overlap_pct']}% "
+                  f"{mb / ours['seconds']:.0f} MB/s, peak {ours['peak_mb']:.0f} MB, hidden {ours['hidden_pct']}% "
                   "(80.0 by construction)")
     return 0 if ok_speed and ok_memory else 1
 

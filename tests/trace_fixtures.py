@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 TP_DESC = "TENSOR_MODEL_PARALLEL_GROUP"
 DP_DESC = "DATA_PARALLEL_GROUP"
@@ -77,13 +80,7 @@ class TraceBuilder:
         return self
 
     def text(self, layout: str = "kineto") -> str:
-        if layout == "compact":
-            return json.dumps({**self.meta, "traceEvents": self.events, "traceName": "synthetic"})
-        if layout == "array":
-            return json.dumps(self.events)
-        head = "".join(f'  "{k}": {json.dumps(v)},\n' for k, v in self.meta.items())
-        body = ",\n".join("  " + json.dumps(e, indent=2).replace("\n", "\n  ") for e in self.events)
-        return "{\n" + head + '  "traceEvents": [\n' + body + '\n  ],\n  "traceName": "synthetic"\n}\n'
+        return relayout({**self.meta, "traceEvents": self.events, "traceName": "synthetic"}, layout)
 
     def write(self, path: Path, layout: str = "kineto") -> Path:
         data = self.text(layout).encode()
@@ -91,6 +88,43 @@ class TraceBuilder:
             data = gzip.compress(data)
         path.write_bytes(data)
         return path
+
+
+LAYOUTS = ("kineto", "compact", "dumps", "indent4", "tabs", "spaced", "events_first", "array")
+
+
+def kineto_layout(document: dict) -> str:
+    """As Kineto writes a trace: the keys before traceEvents one a line, then each event indented, "},\n  {"
+    between events, then the keys after it."""
+    keys = list(document)
+    where = keys.index("traceEvents")
+    head = "".join(f'  "{k}": {json.dumps(document[k])},\n' for k in keys[:where])
+    tail = "".join(f',\n  "{k}": {json.dumps(document[k])}' for k in keys[where + 1:])
+    body = ",\n".join("  " + json.dumps(e, indent=2).replace("\n", "\n  ") for e in document["traceEvents"])
+    return "{\n" + head + '  "traceEvents": [\n' + body + "\n  ]" + tail + "\n}\n"
+
+
+def relayout(document: dict, layout: str) -> str:
+    """A parsed trace saved again as another tool might: compact, json.dumps' default, any indent, extra blanks,
+    traceEvents before the other keys, or a bare event array (which drops the other keys)."""
+    if layout == "kineto":
+        return kineto_layout(document)
+    if layout == "compact":
+        return json.dumps(document, separators=(",", ":"))
+    if layout == "dumps":
+        return json.dumps(document)
+    if layout == "indent4":
+        return json.dumps(document, indent=4)
+    if layout == "tabs":
+        return json.dumps(document, indent="\t", ensure_ascii=False)
+    if layout == "spaced":
+        return "\r\n " + json.dumps(document, indent=1, separators=(" ,\n\n ", " :\t")) + " \n\n"
+    if layout == "events_first":
+        return json.dumps({"traceEvents": document["traceEvents"],
+                           **{k: v for k, v in document.items() if k != "traceEvents"}})
+    if layout == "array":
+        return json.dumps(document["traceEvents"])
+    raise ValueError(layout)
 
 
 def nccl(op: str = "AllReduce") -> str:
@@ -116,3 +150,10 @@ def overlap_case() -> TraceBuilder:
     b.kernel("Memset (Device)", 150, 300, stream=7, cat="gpu_memset")
     b.kernel("cudaStreamSync_like_kernel", 150, 300, stream=9)
     return b.noise()
+
+
+def real_traces() -> list[Path]:
+    """The shared real traces (HTA's public test data, kept outside the repository): $MBRIDGE_SKILL_TRACES, else
+    <repo>/../shared/data/traces; [] where there are none."""
+    root = Path(os.environ.get("MBRIDGE_SKILL_TRACES", REPO.parent / "shared" / "data" / "traces"))
+    return sorted(root.glob("*.json.gz")) + sorted(root.glob("*.json")) if root.is_dir() else []

@@ -1,4 +1,4 @@
-"""One rank's figures: compute, communication, overlapped and exposed time, per dimension and per ProfilerStep.
+"""One rank's figures: compute, communication, hidden and exposed time, per dimension and per ProfilerStep.
 
 Which kernels count follows HolisticTraceAnalysis (Trace._filter_irrelevant_gpu_kernels, 0.5.0): when the trace
 marks two or more ProfilerSteps, the totals keep only the kernels whose launching CPU record starts before the

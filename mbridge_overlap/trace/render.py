@@ -53,9 +53,9 @@ def _rank_block(r: dict) -> list[str]:
     if r["steps"]:
         out.append("")
         out += table(
-            ["step", "in totals", "compute", "communication", "overlapped", "exposed", "overlap"],
+            ["step", "in totals", "compute", "communication", "hidden", "exposed", "hidden %"],
             [[s["step"], "yes" if s["in_totals"] else "no", us(s["compute_us"]), us(s["communication_us"]),
-              us(s["overlapped_us"]), us(s["exposed_us"]), pct(s["overlap_pct"])] for s in r["steps"]],
+              us(s["hidden_us"]), us(s["exposed_us"]), pct(s["hidden_pct"])] for s in r["steps"]],
         )
         rows = [[s["step"], d["dimension"], us(d["hidden_us"]), us(d["exposed_us"])]
                 for s in r["steps"] for d in s["dimensions"]]
@@ -70,13 +70,13 @@ def report(d: dict) -> str:
     ranks = d["ranks"]
     world = "unknown" if d["world_size"] is None else d["world_size"]
     out = [
-        f"trace: {len(ranks)} rank(s), world size {world}; times in us; overlap % as {d['definition']}",
+        f"trace: {len(ranks)} rank(s), world size {world}; times in us; hidden % as in {d['definition']}",
         *(["PARTIAL: a truncated trace was analysed; its figures cover only what was read"] if d["partial"] else []),
         "",
         *table(
-            ["rank", "compute", "communication", "overlapped", "exposed", "overlap"],
+            ["rank", "compute", "communication", "hidden", "exposed", "hidden %"],
             [["?" if r["rank"] is None else r["rank"], us(r["compute_us"]), us(r["communication_us"]),
-              us(r["overlapped_us"]), us(r["exposed_us"]), pct(r["overlap_pct"])] for r in ranks],
+              us(r["hidden_us"]), us(r["exposed_us"]), pct(r["hidden_pct"])] for r in ranks],
             indent="",
         ),
     ]
@@ -95,7 +95,7 @@ def comparison(d: dict) -> str:
     out = [
         f"trace --compare: BEFORE {_side(b)} -> AFTER {_side(a)}; mean per rank, times in us",
         f"overall: exposed {us(b['exposed_us'])} -> {us(a['exposed_us'])} "
-        f"({signed(round(a['exposed_us'] - b['exposed_us'], 1))}), overlap {pct(b['overlap_pct'])} -> {pct(a['overlap_pct'])}",
+        f"({signed(round(a['exposed_us'] - b['exposed_us'], 1))}), hidden {pct(b['hidden_pct'])} -> {pct(a['hidden_pct'])}",
         "",
         "exposed communication by dimension, biggest change first",
         *table(
