@@ -46,15 +46,17 @@ class TraceBuilder:
         return self
 
     def kernel(self, name: str, start, end, stream: int = 7, launch=None, cat: str = "kernel",
-               record: dict | None = None, **args) -> "TraceBuilder":
+               record: dict | None = None, orphan: bool = False, **args) -> "TraceBuilder":
         """A GPU event on `stream` over [start, end), launched at `launch` (default: start). `record` adds a
-        record_param_comms CPU op with these args, linked by External id; `args` go on the kernel itself."""
+        record_param_comms CPU op with these args, linked by External id; `args` go on the kernel itself.
+        An orphan has no launch record (no cuda_runtime event with its correlation)."""
         corr, ext = self._id(), self._id()
         launch = start if launch is None else launch
-        self.events.append({
-            "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-            "ts": launch, "dur": 1, "args": {"External id": ext, "cbid": 211, "correlation": corr},
-        })
+        if not orphan:
+            self.events.append({
+                "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                "ts": launch, "dur": 1, "args": {"External id": ext, "cbid": 211, "correlation": corr},
+            })
         if record is not None:
             self.events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
                                 "ts": launch, "dur": 1, "args": {"External id": ext, **record}})

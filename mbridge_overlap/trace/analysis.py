@@ -17,7 +17,7 @@ from .kineto import NO_LAUNCH, RankTrace
 from .notes import rank_notes
 from .report import DimensionFigures, Figures, RankReport, StepReport, sort_dimensions
 
-_STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+_STEP = re.compile(r"ProfilerStep\s*#\s*(\d{1,18})(?!\d)")  # a longer number is no step a profiler counts
 
 
 class _Bucket:
@@ -46,12 +46,16 @@ def _cutoff(trace: RankTrace) -> int | None:
     return max(starts) if starts else None
 
 
+def _in_totals(launch: int, cutoff: int | None) -> bool:
+    return cutoff is None or (launch != NO_LAUNCH and launch < cutoff)
+
+
 def _fill(trace: RankTrace, cutoff: int | None, steps: list[tuple[int, int, int]], dims: dict[int, str]):
     totals, per_step = _Bucket(), defaultdict(_Bucket)
     starts = [s[0] for s in steps]
     for i, (kind, launch) in enumerate(zip(trace.kind, trace.launch)):
         scopes = []
-        if cutoff is None or (launch != NO_LAUNCH and launch < cutoff):
+        if _in_totals(launch, cutoff):
             scopes.append(totals)
         if launch != NO_LAUNCH and steps:
             k = bisect_right(starts, launch) - 1
@@ -104,7 +108,8 @@ def analyze(trace: RankTrace) -> RankReport:
     for start, _end, number in steps:  # a step without kernels still shows, with zeros
         f, d = _figures(trace, per_step[number], details)
         step_reports.append(StepReport(number, cutoff is None or start < cutoff, f, d))
-    notes = rank_notes(trace, cutoff, steps, details, dims)
+    launch = trace.launch
+    notes = rank_notes(trace, cutoff, steps, details, dims, lambda row: _in_totals(launch[row], cutoff))
     if sum(d.exposed_us for d in dimensions) > figures.exposed_us:
         notes.append(
             "some dimensions' kernels ran at the same time, so their exposed times overlap and add up to more "

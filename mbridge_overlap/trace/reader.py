@@ -94,8 +94,10 @@ class _Text:
 
     def decode(self):
         """(value, end) of the JSON value at pos, reading more while the window may have cut it."""
+        constants = self.stats.non_finite
         while True:
             buf, pos = self.buf, self.pos
+            self.stats.non_finite = constants  # a try the window cut counted them already
             try:
                 value, end = self.scan(buf, pos)
                 if end < len(buf) or self.eof:  # a number at the very end may go on in the next chunk
@@ -109,9 +111,9 @@ class _Text:
                 if exc.msg.startswith("Unterminated string"):
                     at = len(buf)  # it runs to the end of what we have
             except RecursionError:
-                raise self.error(pos, "nested deeper than Python's JSON reader allows; no profiler writes that") from None
+                raise self.beyond(pos, "JSON nested deeper than Python's JSON reader allows (no profiler writes that)") from None
             except ValueError as exc:  # int(): more digits than sys.get_int_max_str_digits()
-                raise self.error(pos, f"a number too long to read ({str(exc).split(':')[0]})") from None
+                raise self.beyond(pos, f"a number too long to read ({str(exc).split(':')[0]})") from None
             if self.eof:
                 if at >= len(buf) or _CUT_TOKEN.match(buf, at):
                     raise Truncated()
@@ -138,6 +140,10 @@ class _Text:
 
     def error(self, index: int, problem: str) -> UsageError:
         return UsageError(f"{shown(self.path)}: not valid JSON at byte {self.byte_offset(index):,}: {problem}")
+
+    def beyond(self, index: int, problem: str) -> UsageError:
+        """Valid JSON, but beyond what a trace holds or Python reads."""
+        return UsageError(f"{shown(self.path)}: the value at byte {self.byte_offset(index):,}: {problem}")
 
 
 def _counter(stats: Stats):
@@ -256,6 +262,7 @@ def _events(text: _Text, on_event) -> None:
     stats, comma = text.stats, _COMMA.match
     while True:
         scan, buf, pos, count = text.scan, text.buf, text.pos, stats.events
+        constants = stats.non_finite  # a failed scan may have counted some; the careful path counts them again
         try:
             while True:
                 try:
@@ -269,9 +276,10 @@ def _events(text: _Text, on_event) -> None:
                 if event.__class__ is dict:
                     on_event(event)
                 pos = m.end()
+                constants = stats.non_finite
         except BadEvent as exc:
             raise _bad_event(text, pos, exc) from None
-        text.pos, stats.events = pos, count
+        text.pos, stats.events, stats.non_finite = pos, count, constants
         if not text.peek():
             raise Truncated()
         start = text.byte_offset(text.pos)
