@@ -46,8 +46,9 @@ def test_kernel_kinds_follow_hta_rules():
 
 
 def test_merge_and_overlap_by_hand():
-    assert kernels.merge([(5, 10), (0, 3), (3, 4), (9, 12), (20, 20)]) == [(0, 4), (5, 12)]
-    assert kernels.overlap([(0, 4), (5, 12)], [(2, 6), (11, 30)]) == 2 + 1 + 1
+    merged = kernels.merge([(5, 10), (0, 3), (3, 4), (9, 12), (20, 20)])
+    assert list(merged) == [(0, 4), (5, 12)] and merged.total() == 4 + 7
+    assert kernels.overlap(merged, kernels.merge([(2, 6), (11, 30)])) == 2 + 1 + 1
 
 
 def test_last_step_left_out_and_per_step_figures(tmp_path):

@@ -28,6 +28,7 @@ class TraceBuilder:
             self.meta["distributedInfo"] = info
         self.events: list[dict] = []
         self._next = 1000
+        self._correlation = 0
 
     def _id(self) -> int:
         self._next += 1
@@ -50,7 +51,8 @@ class TraceBuilder:
         """A GPU event on `stream` over [start, end), launched at `launch` (default: start). `record` adds a
         record_param_comms CPU op with these args, linked by External id; `args` go on the kernel itself.
         An orphan has no launch record (no cuda_runtime event with its correlation)."""
-        corr, ext = self._id(), self._id()
+        self._correlation += 1  # Kineto counts correlation ids apart from External ids
+        corr, ext = self._correlation, self._id()
         launch = start if launch is None else launch
         if not orphan:
             self.events.append({

@@ -72,14 +72,14 @@ def _no_launch(trace: RankTrace, cutoff) -> list[str]:
     ]
 
 
-def _unattributed(trace: RankTrace, scope: Scope, details, dims) -> list[str]:
-    rows = [row for row, dim in dims.items() if dim == UNATTRIBUTED]
+def _unattributed(trace: RankTrace, scope: Scope, comm: dict) -> list[str]:
+    rows = [row for row, (dim, _collective, _group) in comm.items() if dim == UNATTRIBUTED]
     if not rows:
         return []
     notes = []
     by_group: dict[str | None, list[int]] = {}
     for row in rows:
-        by_group.setdefault(details[row][1], []).append(row)
+        by_group.setdefault(comm[row][2], []).append(row)
     if list(by_group) == [None] and not trace.collectives and not any(k.group for k in trace.comm):
         notes.append(
             f"the trace records no process group for its {scope.phrase(rows, 'communication kernels')} "
@@ -98,9 +98,9 @@ def _unattributed(trace: RankTrace, scope: Scope, details, dims) -> list[str]:
             )
         elif desc:
             notes.append(f"{count} ran on group '{desc}', which is not one of Megatron-Core's per-dimension groups")
-    p2p = [row for row in rows if details[row][0] in P2P]
+    p2p = [row for row in rows if comm[row][1] in P2P]
     if p2p:
-        kinds = Counter(details[row][0] for row in p2p if scope.counted(row))
+        kinds = Counter(comm[row][1] for row in p2p if scope.counted(row))
         listed = ", ".join(f"{kind} x{n}" for kind, n in sorted(kinds.items()))
         notes.append(
             f"{scope.phrase(p2p, 'point-to-point kernels')} stay unattributed{f' ({listed})' if listed else ''}: "
@@ -128,7 +128,9 @@ def _identity(trace: RankTrace) -> list[str]:
     return notes
 
 
-def rank_notes(trace: RankTrace, cutoff, steps, details, dims, counted: Callable[[int], bool]) -> list[str]:
+def rank_notes(trace: RankTrace, cutoff, steps, comm: dict, counted: Callable[[int], bool]) -> list[str]:
+    """comm: row -> (dimension, collective, group description) of each communication kernel; counted(row): whether
+    the totals count that row."""
     scope = Scope(trace, counted)
     notes = []
     if trace.partial:
@@ -146,7 +148,7 @@ def rank_notes(trace: RankTrace, cutoff, steps, details, dims, counted: Callable
             f"{scope.phrase(userbuffers, 'Transformer Engine userbuffers kernels')} count as TP communication "
             "(HolisticTraceAnalysis would count them as computation)"
         )
-    notes.extend(_unattributed(trace, scope, details, dims))
+    notes.extend(_unattributed(trace, scope, comm))
     notes.extend(_no_launch(trace, cutoff))
     if trace.non_finite:
         notes.append(

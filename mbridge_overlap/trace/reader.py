@@ -122,7 +122,8 @@ class _Text:
                 raise self.error(at, problem)
             if len(buf) - pos > MAX_VALUE_CHARS:
                 raise self.error(pos, f"one value longer than {MAX_VALUE_CHARS >> 20} MB of text")
-            self.fill(len(buf) - pos)  # doubling: a long value is re-scanned O(1) times
+            more, buf = len(buf) - pos, None  # (buf: let the old window go as the new one is made)
+            self.fill(more)  # doubling: a long value is re-scanned O(1) times
 
     def value(self):
         if not self.peek():
@@ -280,6 +281,7 @@ def _events(text: _Text, on_event) -> None:
         except BadEvent as exc:
             raise _bad_event(text, pos, exc) from None
         text.pos, stats.events, stats.non_finite = pos, count, constants
+        buf = None  # the careful path may move the window
         if not text.peek():
             raise Truncated()
         start = text.byte_offset(text.pos)

@@ -22,8 +22,8 @@ class Figures:
     hidden_us: int
 
     @classmethod
-    def of(cls, communication: list[tuple[int, int]], compute: list[tuple[int, int]]) -> "Figures":
-        return cls(kernels.total(compute), kernels.total(communication), kernels.overlap(communication, compute))
+    def of(cls, communication: kernels.Merged, compute: kernels.Merged) -> "Figures":
+        return cls(compute.total(), communication.total(), kernels.overlap(communication, compute))
 
     @property
     def exposed_us(self) -> int:
