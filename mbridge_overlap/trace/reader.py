@@ -107,7 +107,7 @@ class _Text:
                 at = exc.value if isinstance(exc.value, int) else pos
                 problem = _expected(buf, at)
             except json.JSONDecodeError as exc:
-                at, problem = exc.pos, exc.msg[:1].lower() + exc.msg[1:]
+                at, problem = exc.pos, exc.msg[:1].lower() + exc.msg[1:].removesuffix(" at")  # "... character at"
                 if exc.msg.startswith("Unterminated string"):
                     at = len(buf)  # it runs to the end of what we have
             except RecursionError:
@@ -196,7 +196,7 @@ def _document(text: _Text, on_event, on_meta) -> None:
     if first != "{":
         if not first:
             raise UsageError(f"{shown(text.path)}: empty file, not a trace")
-        raise UsageError(f"{shown(text.path)}: not a JSON trace (it starts with {_char(first)}, expected '{{')")
+        raise UsageError(f"{shown(text.path)}: not a JSON trace (it starts with {_char(first)}, not '{{' or '[')")
     text.pos += 1
     if _object(text, on_event, on_meta):
         _end(text)

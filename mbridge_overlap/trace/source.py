@@ -44,6 +44,7 @@ class Source:
                     self.utf8.decode(b"", final=True)
                 except UnicodeDecodeError:  # cut inside a character: the JSON reader sees a cut there
                     parts.append(CUT_CHARACTER)
+                    self.utf8.reset()
                 break
         return "".join(parts)
 
