@@ -6,8 +6,9 @@ HolisticTraceAnalysis's get_comm_comp_overlap on real traces.
                                   [--traces DIR] [--hta-python PY] [--repeat N]
 
 1. Scaling. For each size (MB of Kineto-layout JSON) and layout it writes a synthetic trace of the same events
-   (plain .json, in a temporary directory) and analyses it in a fresh process: seconds of the analysis call, MB/s, and the process's peak
-   resident set (VmHWM, interpreter included). Layouts: `kineto` (as the profiler writes it), `compact`
+   (plain .json, in a temporary directory) and analyses it in a fresh process: seconds of the analysis call, wall
+   and CPU (MB/s from the fastest wall time of --repeat runs), and the process's peak resident set (VmHWM,
+   interpreter included). Layouts: `kineto` (as the profiler writes it), `compact`
    (json.dumps with separators=(",", ":")), `indent4` (json.dumps(indent=4)). All layouts of one size must give
    the same report (checked). Then the memory that grows with the trace: bytes of peak RSS per GPU kernel, the
    slope between the smallest and the largest size of a layout.
@@ -16,12 +17,15 @@ HolisticTraceAnalysis's get_comm_comp_overlap on real traces.
    each trace re-saved in every layout must give the report its Kineto layout gives.
 
 What grows with the GPU kernels, and why it must: the overlap needs every kernel's interval, and it can only be
-computed at the end (the cut-off, where the last ProfilerStep starts, and the launch records may come anywhere
-in the file). So one row per GPU kernel, memcpy and memset is kept in typed arrays: start and end (int64 each),
-kind (int8), the launch time (int64) and, until launches are matched, the correlation id (int64); plus, per CPU
-launch record, its correlation and start (int64 each), dropped once matched: 49 bytes a kernel at most. The
-analysis then sorts each scope's rows by start and merges them (transient lists of Python ints). The text is
-never held: the window of a few 1 MB chunks is all of it in memory at once.
+computed at the end (the cut-off, where the last ProfilerStep starts, and the launch records may come anywhere in
+the file). Kept per GPU kernel, memcpy and memset, in typed arrays: start and end (int64 each), kind (int8), the
+launch time (int64) and, until launches are matched, the correlation id (int64): 33 bytes. Per CPU launch record
+its correlation and start (16 bytes), dropped once matched (the lookup table meanwhile: at most 32 bytes a
+record). The analysis walks the rows in order of start (an int64 array of row numbers, 8 bytes a row, sorted
+through a transient list of packed Python ints of about 40 bytes a row) and merges them as it goes into int64
+arrays: 16 bytes per merged interval and scope (the totals and the row's step). About 70 bytes a kernel at the
+peak under tracemalloc; the peak RSS per kernel printed here also counts the allocator's slack. The text is never
+held: a window of a few 1 MB chunks is all of it in memory at once.
 """
 
 from __future__ import annotations
@@ -43,15 +47,15 @@ LAYOUTS = ("kineto", "compact", "indent4")
 
 
 def _child(tool: str, path: str) -> None:
-    """Run one analysis in this process and print {"seconds", "peak_mb", "hidden_pct", "report"} as JSON."""
-    report = None
+    """Run one analysis in this process and print {"seconds", "cpu_seconds", "peak_mb", "hidden_pct", "report"}."""
+    report, cpu = None, None
     if tool == "ours":
         sys.path.insert(0, str(REPO))
         from mbridge_overlap.trace import analyze
 
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = analyze(path)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         pct = result.ranks[0].figures.hidden_pct
         report = result.to_dict()
         for rank in report["ranks"]:
@@ -66,7 +70,8 @@ def _child(tool: str, path: str) -> None:
         analysis = TraceAnalysis(trace_files={0: path}, trace_dir=str(Path(path).parent))
         pct = float(analysis.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0])
         seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "peak_mb": peak_rss_mb(), "hidden_pct": pct, "report": report}))
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_mb": peak_rss_mb(), "hidden_pct": pct,
+                      "report": report}))
 
 
 def peak_rss_mb() -> float:
@@ -205,7 +210,7 @@ def steps_for(mb: float) -> int:
 
 
 def scaling(sizes: list[float], layouts: list[str], repeat: int) -> bool:
-    rows = [["layout", "JSON MB", "GPU kernels", "seconds", "MB/s", "peak RSS MB", "hidden %"]]
+    rows = [["layout", "JSON MB", "GPU kernels", "seconds", "CPU s", "MB/s", "peak RSS MB", "hidden %"]]
     per_kernel, same = [], True
     with tempfile.TemporaryDirectory() as tmp:
         reports: dict[float, dict] = {}
@@ -220,7 +225,8 @@ def scaling(sizes: list[float], layouts: list[str], repeat: int) -> bool:
                 if reports.setdefault(size, result["report"]) != result["report"]:
                     same = False
                 rows.append([layout, f"{mb:.1f}", f"{kernels:,}", f"{result['seconds']:.2f}",
-                             f"{mb / result['seconds']:.0f}", f"{result['peak_mb']:.0f}", f"{result['hidden_pct']}"])
+                             f"{result['cpu_seconds']:.2f}", f"{mb / result['seconds']:.0f}",
+                             f"{result['peak_mb']:.0f}", f"{result['hidden_pct']}"])
             if len(points) > 1 and points[-1][0] > points[0][0]:
                 slope = (points[-1][1] - points[0][1]) * 2 ** 20 / (points[-1][0] - points[0][0])
                 per_kernel.append(f"{layout} {slope:.0f}")

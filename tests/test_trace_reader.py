@@ -237,3 +237,35 @@ def test_memory_does_not_grow_with_the_text(tmp_path, monkeypatch, layout):
     assert sizes[1] > 3.5 * sizes[0]
     assert peaks[1] - peaks[0] < (sizes[1] - sizes[0]) / 50, (sizes, peaks)  # under 2% of the added text
     assert peaks[1] < sizes[1] / 5, (sizes, peaks)
+
+
+@pytest.mark.parametrize("run", [40, 300, 1 << 14])
+@pytest.mark.parametrize("layout", ["kineto", "compact"])
+def test_runs_cut_inside_an_event_lose_nothing(tmp_path, monkeypatch, run, layout):
+    """Runs of events are cut at '}' ',' '{'; where that sits inside an event (args holding a list of objects),
+    the run does not decode and the events are read one by one: the same events either way."""
+    monkeypatch.setattr(reader, "RUN_CHARS", run)
+    b = TraceBuilder()
+    for i in range(30):
+        b.kernel("gemm", i * 10, i * 10 + 5, deep=[{"a": i}, {"b": [{"c": 1}, {"d": 2}]}] if i % 3 else [])
+        b.events.append(i)  # values that are not events count too
+    path = b.write(tmp_path / f"runs.{layout}.json", layout)
+    count, events, _meta = read_all(path)
+    expected = json.loads(path.read_text())["traceEvents"]
+    assert count == len(expected) and events == [e for e in expected if isinstance(e, dict)]
+
+
+@pytest.mark.parametrize("run", [40, 1 << 14])
+@pytest.mark.parametrize("chunk", [50, 1 << 20])
+def test_an_unusable_event_is_named_by_its_byte(tmp_path, monkeypatch, run, chunk):
+    monkeypatch.setattr(reader, "RUN_CHARS", run)
+    monkeypatch.setattr(reader, "CHUNK_CHARS", chunk)
+    b = TraceBuilder().kernel("gemm", 0, 10).noise(5).kernel("bad", 20, 30).noise(5)
+    b.events[-14]["ts"] = float("nan")  # the "bad" kernel: its flow event and the noise follow it
+    text = b.text("compact")
+    where = text.encode().index(b'{"ph":"X","cat":"kernel","name":"bad"')
+    path = tmp_path / "nan.json"
+    path.write_text(text)
+    with pytest.raises(UsageError) as info:
+        analyze(path)
+    assert f"the event at byte {where:,}: ts nan" in str(info.value), str(info.value)
