@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from mbridge_overlap.trace import analyze, reader
+from mbridge_overlap.trace import analyze, window
 from trace_fixtures import TraceBuilder, nccl
 
 
@@ -88,7 +88,7 @@ def test_a_recorded_rank_that_is_no_rank(tmp_path):
 
 @pytest.mark.parametrize("chunk", [16, 1 << 20])
 def test_nan_and_infinity_where_unused_are_counted_once(tmp_path, monkeypatch, chunk):
-    monkeypatch.setattr(reader, "CHUNK_CHARS", chunk)  # a window end inside an event must not count them twice
+    monkeypatch.setattr(window, "CHUNK_CHARS", chunk)  # a window end inside an event must not count them twice
     b = TraceBuilder().kernel("gemm", 0, 10)
     for i in range(3):
         b.cpu_op("aten::mm", i, 1, occupancy=float("nan"), ratio=[float("inf"), float("-inf")])

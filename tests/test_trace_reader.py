@@ -9,7 +9,7 @@ import random
 import pytest
 
 from mbridge_overlap.errors import UsageError
-from mbridge_overlap.trace import analyze, reader
+from mbridge_overlap.trace import analyze, reader, window
 from trace_fixtures import LAYOUTS, TraceBuilder, kineto_layout, nccl, overlap_case, real_traces, relayout
 
 REAL_TRACES = real_traces()
@@ -34,7 +34,7 @@ def odd_case() -> TraceBuilder:
 @pytest.mark.parametrize("chunk", [7, 64, 1000, 1 << 20])
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_events_match_json_load(tmp_path, monkeypatch, chunk, layout):
-    monkeypatch.setattr(reader, "CHUNK_CHARS", chunk)
+    monkeypatch.setattr(window, "CHUNK_CHARS", chunk)
     b = odd_case()
     path = b.write(tmp_path / f"t.{layout}.json.gz", layout)
     count, events, meta = read_all(path)
@@ -113,7 +113,7 @@ def small_trace_text(layout: str) -> str:
 @pytest.mark.parametrize("chunk", [5, 1 << 20])
 @pytest.mark.parametrize("layout", ["kineto", "compact", "indent4", "array"])
 def test_every_cut_is_truncated_never_corrupt(tmp_path, monkeypatch, chunk, layout):
-    monkeypatch.setattr(reader, "CHUNK_CHARS", chunk)
+    monkeypatch.setattr(window, "CHUNK_CHARS", chunk)
     data = small_trace_text(layout).rstrip().encode()
     path = tmp_path / "cut.json"
     verdicts = {}
@@ -131,7 +131,7 @@ MUTATIONS = 300
 @pytest.mark.parametrize("layout", ["kineto", "compact", "array"])
 def test_random_corruption_is_judged_as_json_load_judges(tmp_path, monkeypatch, layout):
     """A byte deleted, doubled or replaced anywhere: refused exactly when json.loads refuses the text."""
-    monkeypatch.setattr(reader, "CHUNK_CHARS", 64)
+    monkeypatch.setattr(window, "CHUNK_CHARS", 64)
     rng = random.Random(f"corrupt-{layout}")
     data = small_trace_text(layout).encode()
     path = tmp_path / "bad.json"
@@ -225,7 +225,7 @@ def test_memory_does_not_grow_with_the_text(tmp_path, monkeypatch, layout):
     """Streaming: the same kernels among 4x the events cost hardly more memory, and far less than the file
     (the text is never held whole, only a window of a few chunks; the chunk is made small here so that the
     window is small beside these files). What grows with the kernels is measured by scripts/bench_trace.py."""
-    monkeypatch.setattr(reader, "CHUNK_CHARS", 1 << 16)
+    monkeypatch.setattr(window, "CHUNK_CHARS", 1 << 16)
     sizes, peaks = [], []
     for noise in (1, 12):
         b = TraceBuilder().step(1, 0, 300_000).step(2, 300_000, 300_001)
@@ -259,7 +259,7 @@ def test_runs_cut_inside_an_event_lose_nothing(tmp_path, monkeypatch, run, layou
 @pytest.mark.parametrize("chunk", [50, 1 << 20])
 def test_an_unusable_event_is_named_by_its_byte(tmp_path, monkeypatch, run, chunk):
     monkeypatch.setattr(reader, "RUN_CHARS", run)
-    monkeypatch.setattr(reader, "CHUNK_CHARS", chunk)
+    monkeypatch.setattr(window, "CHUNK_CHARS", chunk)
     b = TraceBuilder().kernel("gemm", 0, 10).noise(5).kernel("bad", 20, 30).noise(5)
     b.events[-14]["ts"] = float("nan")  # the "bad" kernel: its flow event and the noise follow it
     text = b.text("compact")

@@ -1,9 +1,9 @@
 """Stream a PyTorch profiler (Kineto) trace, .json or .json.gz, in any valid JSON layout, without loading it whole.
 
 The file is one JSON value: an object whose "traceEvents" array holds the events (other keys in any order), or a
-bare array of events (the Chrome trace format allows both). Text is read in chunks into a window; each event is
-decoded by the C JSON scanner straight from the window, and the commas, brackets and keys between events are checked
-here, so one pass reads any layout (Kineto's indented one, json.dumps' compact one, any indent) in time linear in
+bare array of events (the Chrome trace format allows both). Text is read in chunks into a window (window.py); runs
+of events are decoded by the C JSON scanner straight from the window, and the commas, brackets and keys between
+events are checked here, so one pass reads any layout (Kineto's indented one, json.dumps' compact one, any indent) in time linear in
 the file's size and with memory bounded by the window, not the file.
 
 Every byte is checked as JSON: what json.load refuses (corrupt text between or inside events, a missing comma,
@@ -14,164 +14,25 @@ counted (Stats.non_finite): the analysis refuses them only where it needs the va
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import dataclass
-from json.scanner import make_scanner
 from pathlib import Path
 from typing import Callable
 
 from ..errors import UsageError
 from .escape import shown
 from .source import Source
+from .window import Stats, Truncated, Window, char
 
-CHUNK_CHARS = 1 << 20
 RUN_CHARS = 1 << 14  # the text of the events one scanner call decodes together
-MAX_VALUE_CHARS = 64 << 20  # one event or metadata value larger than this means the JSON is broken
-_NEAR_END = 16  # a decode error this close to the window's end may be a value cut by the window
-_WS = re.compile(r"[ \t\n\r]*")
 _COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
 _CUT = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{")
-_CUT_TOKEN = re.compile(r"[-+.\w\\]*[ \t\n\r]*\Z")  # what may be left of a number, literal or escape cut at the end
 
-
-class Truncated(Exception):
-    """The file ended inside the trace; what was read so far has been handed on already."""
-
-    events = 0
+__all__ = ["read", "BadEvent", "Stats", "Truncated"]
 
 
 class BadEvent(Exception):
     """Raised by an on_event callback for an event it cannot use (a time that is not a finite number, ...);
     the reader turns it into a UsageError naming the event's byte offset."""
-
-
-@dataclass
-class Stats:
-    events: int = 0  # values in the event array, dict or not
-    non_finite: int = 0  # NaN, Infinity and -Infinity literals decoded anywhere in the file
-
-
-class _Text:
-    """A window over the decoded text: buf[pos:] is not consumed yet; `byte_base` is the file's byte offset of
-    buf[0] (the decompressed JSON text's, for gzip)."""
-
-    def __init__(self, source: Source, path: Path, stats: Stats):
-        self.source, self.path, self.stats = source, path, stats
-        self.buf, self.pos, self.byte_base, self.eof = "", 0, 0, False
-        self.chars_base = 0  # characters before buf[0]
-        self.scan = make_scanner(json.JSONDecoder(parse_constant=_counter(stats)))
-
-    def fill(self, more: int = 0) -> bool:
-        """Drop the consumed text and append at least `more` characters (a chunk); False at the end of the file."""
-        if self.eof:
-            return False
-        more = max(more, CHUNK_CHARS)
-        parts, count = [], 0
-        while count < more:
-            chunk = self.source.read(CHUNK_CHARS)
-            if not chunk:
-                self.eof = True
-                break
-            parts.append(chunk)
-            count += len(chunk)
-        self.drop()
-        self.buf += parts[0] if len(parts) == 1 else "".join(parts)
-        return count > 0
-
-    def byte_offset(self, index: int) -> int:
-        if self.buf.isascii():  # O(1): CPython knows
-            return self.byte_base + index
-        return self.byte_base + len(self.buf[:index].encode("utf-8"))
-
-    def drop(self) -> None:
-        """Drop the consumed text (a decode error's message then counts lines over the rest only)."""
-        consumed = self.buf[: self.pos]
-        self.byte_base += len(consumed) if consumed.isascii() else len(consumed.encode("utf-8"))
-        self.chars_base += self.pos
-        self.buf, self.pos = self.buf[self.pos:], 0
-
-    def peek(self) -> str:
-        """The next non-blank character ('' at the end of the file), consuming the blanks."""
-        while True:
-            self.pos = _WS.match(self.buf, self.pos).end()
-            if self.pos < len(self.buf):
-                return self.buf[self.pos]
-            if not self.fill():
-                return ""
-
-    def decode(self):
-        """(value, end) of the JSON value at pos, reading more while the window may have cut it."""
-        constants = self.stats.non_finite
-        while True:
-            buf, pos = self.buf, self.pos
-            self.stats.non_finite = constants  # a try the window cut counted them already
-            try:
-                value, end = self.scan(buf, pos)
-                if end < len(buf) or self.eof:  # a number at the very end may go on in the next chunk
-                    return value, end
-                at, problem = end, "value cut by the end of the window"
-            except StopIteration as exc:  # no value where one must be; exc.value is where (maybe nested)
-                at = exc.value if isinstance(exc.value, int) else pos
-                problem = _expected(buf, at)
-            except json.JSONDecodeError as exc:
-                at, problem = exc.pos, exc.msg[:1].lower() + exc.msg[1:].removesuffix(" at")  # "... character at"
-                if exc.msg.startswith("Unterminated string"):
-                    at = len(buf)  # it runs to the end of what we have
-            except RecursionError:
-                raise self.beyond(pos, "JSON nested deeper than Python's JSON reader allows (no profiler writes that)") from None
-            except ValueError as exc:  # int(): more digits than sys.get_int_max_str_digits()
-                raise self.beyond(pos, f"a number too long to read ({str(exc).split(':')[0]})") from None
-            if self.eof:
-                if at >= len(buf) or _CUT_TOKEN.match(buf, at):
-                    raise Truncated()
-                raise self.error(at, problem)
-            if at < len(buf) - _NEAR_END:
-                raise self.error(at, problem)
-            if len(buf) - pos > MAX_VALUE_CHARS:
-                raise self.error(pos, f"one value longer than {MAX_VALUE_CHARS >> 20} MB of text")
-            more, buf = len(buf) - pos, None  # (buf: let the old window go as the new one is made)
-            self.fill(more)  # doubling: a long value is re-scanned O(1) times
-
-    def value(self):
-        if not self.peek():
-            raise Truncated()
-        value, self.pos = self.decode()
-        return value
-
-    def expect(self, char: str, after: str) -> None:
-        found = self.peek()
-        if found != char:
-            if not found:
-                raise Truncated()
-            raise self.error(self.pos, f"expected '{char}' {after}, found {_char(found)}")
-        self.pos += 1
-
-    def error(self, index: int, problem: str) -> UsageError:
-        return UsageError(f"{shown(self.path)}: not valid JSON at byte {self.byte_offset(index):,}: {problem}")
-
-    def beyond(self, index: int, problem: str) -> UsageError:
-        """Valid JSON, but beyond what a trace holds or Python reads."""
-        return UsageError(f"{shown(self.path)}: the value at byte {self.byte_offset(index):,}: {problem}")
-
-
-def _counter(stats: Stats):
-    """parse_constant for the scanner: count NaN / Infinity / -Infinity (bound to stats, not to the window, so
-    that no reference cycle keeps a window alive after the read)."""
-
-    def constant(name: str) -> float:
-        stats.non_finite += 1
-        return float(name)
-
-    return constant
-
-
-def _char(c: str) -> str:
-    return "the end of the file" if not c else shown(repr(c))
-
-
-def _expected(buf: str, pos: int) -> str:
-    return "expected a JSON value, found " + _char(buf[pos:pos + 1])
 
 
 def read(path: Path, on_event: Callable[[dict], None] | None, on_meta: Callable[[str, object], None] | None = None) -> Stats:
@@ -180,7 +41,7 @@ def read(path: Path, on_event: Callable[[dict], None] | None, on_meta: Callable[
     .events) when the file ends too soon, UsageError when it is not valid JSON or not a trace."""
     stats = Stats()
     source = Source(path)
-    text = _Text(source, path, stats)
+    text = Window(source, path, stats)
     try:
         _document(text, on_event, on_meta)
     except Truncated as exc:
@@ -191,7 +52,7 @@ def read(path: Path, on_event: Callable[[dict], None] | None, on_meta: Callable[
     return stats
 
 
-def _document(text: _Text, on_event, on_meta) -> None:
+def _document(text: Window, on_event, on_meta) -> None:
     first = text.peek()
     if first == "\ufeff":  # a UTF-8 byte-order mark: not JSON, but harmless (json.load of bytes skips it too)
         text.pos += 1
@@ -204,13 +65,13 @@ def _document(text: _Text, on_event, on_meta) -> None:
     if first != "{":
         if not first:
             raise UsageError(f"{shown(text.path)}: empty file, not a trace")
-        raise UsageError(f"{shown(text.path)}: not a JSON trace (it starts with {_char(first)}, not '{{' or '[')")
+        raise UsageError(f"{shown(text.path)}: not a JSON trace (it starts with {char(first)}, not '{{' or '[')")
     text.pos += 1
     if _object(text, on_event, on_meta):
         _end(text)
 
 
-def _object(text: _Text, on_event, on_meta) -> bool:
+def _object(text: Window, on_event, on_meta) -> bool:
     """The top-level object's members; False when it stopped at traceEvents (on_event None)."""
     seen_events = False
     c = text.peek()
@@ -218,7 +79,7 @@ def _object(text: _Text, on_event, on_meta) -> bool:
         if c != '"':
             if not c:
                 raise Truncated()
-            raise text.error(text.pos, f"expected a key in double quotes, found {_char(c)}")
+            raise text.error(text.pos, f"expected a key in double quotes, found {char(c)}")
         key = text.value()
         text.expect(":", f"after the key {shown(repr(key[:40]))}")
         if key == "traceEvents":
@@ -246,22 +107,22 @@ def _object(text: _Text, on_event, on_meta) -> bool:
         elif c != "}":
             if not c:
                 raise Truncated()
-            raise text.error(text.pos, f"expected ',' or '}}' after the value of {shown(repr(key[:40]))}, found {_char(c)}")
+            raise text.error(text.pos, f"expected ',' or '}}' after the value of {shown(repr(key[:40]))}, found {char(c)}")
     text.pos += 1
     if not seen_events:
         raise UsageError(f"{shown(text.path)}: no traceEvents array, so not a PyTorch profiler trace")
     return True
 
 
-def _end(text: _Text) -> None:
+def _end(text: Window) -> None:
     """Only blanks may follow the trace's JSON value."""
     c = text.peek()
     if c:
-        what = "a second JSON value (two traces in one file?)" if c in "{[" else f"data ({_char(c)})"
+        what = "a second JSON value (two traces in one file?)" if c in "{[" else f"data ({char(c)})"
         raise text.error(text.pos, f"{what} after the end of the trace")
 
 
-def _events(text: _Text, on_event) -> None:
+def _events(text: Window, on_event) -> None:
     """The event array, from its '['. Runs of whole events are decoded by one scanner call each (_runs); where a
     run does not decode as cut, and at the window's end, events are decoded one at a time in a tight loop; the
     event the window cuts, the array's end and anything unexpected go through the careful path below it."""
@@ -318,10 +179,10 @@ def _events(text: _Text, on_event) -> None:
             return
         if not c:
             raise Truncated()
-        raise text.error(text.pos, f"expected ',' or ']' after an event, found {_char(c)}")
+        raise text.error(text.pos, f"expected ',' or ']' after an event, found {char(c)}")
 
 
-def _runs(text: _Text, on_event) -> int | None:
+def _runs(text: Window, on_event) -> int | None:
     """Decode runs of events of about RUN_CHARS, each with one scanner call over "[" + run + "]" (the scanner then
     shares key strings among the run's events: a quarter faster than one call per event). A run ends at a '}'
     followed by ',' and '{', most likely an event's end; a run that does not decode whole as cut (the '}' was
@@ -365,7 +226,7 @@ def _last_cut(buf: str, pos: int, limit: int) -> tuple[int, int] | None:
     return None
 
 
-def _nth_start(text: _Text, buf: str, pos: int, nth: int) -> int:
+def _nth_start(text: Window, buf: str, pos: int, nth: int) -> int:
     """Where the nth event from pos starts (for an error message)."""
     for _ in range(nth):
         _event, end = text.scan(buf, pos)
@@ -373,5 +234,5 @@ def _nth_start(text: _Text, buf: str, pos: int, nth: int) -> int:
     return pos
 
 
-def _bad_event(text: _Text, pos: int, exc: BadEvent) -> UsageError:
+def _bad_event(text: Window, pos: int, exc: BadEvent) -> UsageError:
     return UsageError(f"{shown(text.path)}: the event at byte {text.byte_offset(pos):,}: {exc}")
