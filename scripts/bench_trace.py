@@ -1,13 +1,31 @@
 #!/usr/bin/env python3
-"""Benchmark `python -m mbridge_overlap trace` against HolisticTraceAnalysis's get_comm_comp_overlap on the same traces.
+"""Benchmark `python -m mbridge_overlap trace`: time and memory against size for each JSON layout, and against
+HolisticTraceAnalysis's get_comm_comp_overlap on real traces.
 
-    python scripts/bench_trace.py [--traces DIR] [--hta-python PY] [--synthetic-mb 1024] [--repeat N]
+    python scripts/bench_trace.py [--sizes 10,50,200] [--layouts kineto,compact,indent4] [--no-hta]
+                                  [--traces DIR] [--hta-python PY] [--repeat N]
 
-Each measurement runs in its own process: the time is that of the analysis call (parse and compute, not the
-imports), the memory is the process's peak resident set (VmHWM). Prints a table; exits 1 when we are not at
-least 5x faster in total and 3x lighter on every trace, 2 when HTA cannot be run. Then it writes a synthetic
-Kineto trace (gzip) of --synthetic-mb megabytes of JSON to a temporary directory and reports our MB/s and peak
-memory on it. The real traces are $MBRIDGE_SKILL_TRACES, else <repo>/../shared/data/traces.
+1. Scaling. For each size (MB of Kineto-layout JSON) and layout it writes a synthetic trace of the same events
+   (plain .json, in a temporary directory) and analyses it in a fresh process: seconds of the analysis call, wall
+   and CPU (MB/s from the fastest wall time of --repeat runs), and the process's peak resident set (VmHWM,
+   interpreter included). Layouts: `kineto` (as the profiler writes it), `compact`
+   (json.dumps with separators=(",", ":")), `indent4` (json.dumps(indent=4)). All layouts of one size must give
+   the same report (checked). Then the memory that grows with the trace: bytes of peak RSS per GPU kernel, the
+   slope between the smallest and the largest size of a layout.
+2. Real traces ($MBRIDGE_SKILL_TRACES, else <repo>/../shared/data/traces): ours against HTA, time and peak memory
+   (exit 1 when we are not at least 5x faster in total and 3x lighter on each trace; 2 when HTA cannot run), and
+   each trace re-saved in every layout must give the report its Kineto layout gives.
+
+What grows with the GPU kernels, and why it must: the overlap needs every kernel's interval, and it can only be
+computed at the end (the cut-off, where the last ProfilerStep starts, and the launch records may come anywhere in
+the file). Kept per GPU kernel, memcpy and memset, in typed arrays: start and end (int64 each), kind (int8), the
+launch time (int64) and, until launches are matched, the correlation id (int64): 33 bytes. Per CPU launch record
+its correlation and start (16 bytes), dropped once matched (the lookup table meanwhile: at most 32 bytes a
+record). The analysis walks the rows in order of start (an int64 array of row numbers, 8 bytes a row, sorted
+through a transient list of packed Python ints of about 40 bytes a row) and merges them as it goes into int64
+arrays: 16 bytes per merged interval and scope (the totals and the row's step). About 70 bytes a kernel at the
+peak under tracemalloc; the peak RSS per kernel printed here also counts the allocator's slack. The text is never
+held: a window of a few 1 MB chunks is all of it in memory at once.
 """
 
 from __future__ import annotations
@@ -25,16 +43,23 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SPEED_GOAL, MEMORY_GOAL = 5.0, 3.0
+LAYOUTS = ("kineto", "compact", "indent4")
 
 
 def _child(tool: str, path: str) -> None:
-    """Run one analysis in this process and print {"seconds", "peak_mb", "overlap_pct"} as JSON."""
+    """Run one analysis in this process and print {"seconds", "cpu_seconds", "peak_mb", "hidden_pct", "report"}."""
+    report, cpu = None, None
     if tool == "ours":
         sys.path.insert(0, str(REPO))
         from mbridge_overlap.trace import analyze
 
-        start = time.perf_counter()
-        pct = analyze(path).ranks[0].figures.overlap_pct
+        start, cpu = time.perf_counter(), time.process_time()
+        result = analyze(path)
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+        pct = result.ranks[0].figures.hidden_pct
+        report = result.to_dict()
+        for rank in report["ranks"]:
+            rank["file"] = None
     else:
         import logging
 
@@ -44,8 +69,9 @@ def _child(tool: str, path: str) -> None:
         start = time.perf_counter()
         analysis = TraceAnalysis(trace_files={0: path}, trace_dir=str(Path(path).parent))
         pct = float(analysis.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0])
-    seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "peak_mb": peak_rss_mb(), "overlap_pct": pct}))
+        seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_mb": peak_rss_mb(), "hidden_pct": pct,
+                      "report": report}))
 
 
 def peak_rss_mb() -> float:
@@ -115,70 +141,142 @@ _COMM = (
     '"stream": 20, "correlation": {c}, "grid": [16, 1, 1], "block": [640, 1, 1]\n    }}\n  }},\n'
 )
 OPS_PER_STEP = 1000
+_HEAD = '{\n  "schemaVersion": 1,\n  "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8},\n  "traceEvents": [\n'
+_TAIL = '  {\n    "name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": 0\n  }\n  ]\n}\n'
 
 
-def write_synthetic(path: Path, target_mb: int) -> float:
-    """A Kineto-layout trace: per step, OPS_PER_STEP GEMMs of 80 us every 100 us on stream 7, and every tenth op
-    a 100 us ReduceScatter on stream 20 starting 50 us in, so 80 of its 100 us overlap compute: 80.00 %."""
-    target = target_mb * 1_000_000
-    written, step, corr = 0, 0, 0
-    with gzip.open(path, "wt", compresslevel=1) as out:
-        head = '{\n  "schemaVersion": 1,\n  "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8},\n' \
-               '  "traceEvents": [\n'
+def _steps():
+    """Kineto-layout text, one step at a time, and the GPU kernels in it: per step OPS_PER_STEP GEMMs of 80 us
+    every 100 us on stream 7, and every tenth op a 100 us ReduceScatter on stream 20 starting 50 us in, so 80 of
+    its 100 us overlap compute: 80.00 % (the last step is left out of the totals, as HTA does)."""
+    step, corr = 0, 0
+    while True:
+        base = step * OPS_PER_STEP * 100
+        parts = ['  {{\n    "ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{s}", "pid": 1, "tid": 1,\n'
+                 '    "ts": {t}, "dur": {d}\n  }},\n'.format(s=step + 1, t=base, d=OPS_PER_STEP * 100)]
+        kernels = 0
+        for i in range(OPS_PER_STEP):
+            corr += 2
+            t = base + i * 100
+            parts.append(_EVENT.format(t=t + 1, t1=t + 2, e=corr, c=corr, k=t))
+            kernels += 1
+            if i % 10 == 0:
+                parts.append(_COMM.format(t=t + 3, e=corr + 1, c=corr + 1, k=t + 50))
+                kernels += 1
+        yield "".join(parts), kernels
+        step += 1
+
+
+def _relaid(block: str, layout: str) -> str:
+    """A block of Kineto-layout events ("{...},\\n" each) in another layout, ending with the separator."""
+    events = json.loads("[" + block.rstrip().rstrip(",") + "]")
+    if layout == "compact":
+        return ",".join(json.dumps(e, separators=(",", ":")) for e in events) + ","
+    return ",\n".join("    " + json.dumps(e, indent=4).replace("\n", "\n    ") for e in events) + ",\n"
+
+
+def _frame(layout: str) -> tuple[str, str]:
+    """The text before the first event and after the last one (the closing event, then the brackets)."""
+    if layout == "kineto":
+        return _HEAD, _TAIL
+    options = {"compact": {"separators": (",", ":")}, "indent4": {"indent": 4}}[layout]
+    meta = json.loads(_HEAD + "]}")
+    meta["traceEvents"] = ["@EVENTS@", json.loads(_TAIL.strip()[:-4].strip())]
+    head, tail = json.dumps(meta, **options).split('"@EVENTS@",')
+    return head, tail
+
+
+def write_synthetic(path: Path, steps: int, layout: str) -> tuple[float, int]:
+    """`steps` ProfilerSteps of events in `layout`; returns (MB written, GPU kernels)."""
+    head, tail = _frame(layout)
+    written, kernels = 0, 0
+    with path.open("w") as out:
         out.write(head)
         written += len(head)
-        while written < target:
-            base = step * OPS_PER_STEP * 100
-            parts = ['  {{\n    "ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{s}", "pid": 1, "tid": 1,\n'
-                     '    "ts": {t}, "dur": {d}\n  }},\n'.format(s=step + 1, t=base, d=OPS_PER_STEP * 100)]
-            for i in range(OPS_PER_STEP):
-                corr += 2
-                t = base + i * 100
-                parts.append(_EVENT.format(t=t + 1, t1=t + 2, e=corr, c=corr, k=t))
-                if i % 10 == 0:
-                    parts.append(_COMM.format(t=t + 3, e=corr + 1, c=corr + 1, k=t + 50))
-            block = "".join(parts)
-            out.write(block)
-            written += len(block)
-            step += 1
-        tail = '  {\n    "name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "", "ts": 0\n  }\n  ]\n}\n'
+        for (block, count), _ in zip(_steps(), range(steps)):
+            text = block if layout == "kineto" else _relaid(block, layout)
+            out.write(text)
+            written += len(text)
+            kernels += count
         out.write(tail)
         written += len(tail)
-    return written / 1e6
+    return written / 1e6, kernels
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
-    parser.add_argument("--traces", type=Path, default=Path(os.environ.get(
-        "MBRIDGE_SKILL_TRACES", REPO.parent / "shared" / "data" / "traces")))
-    parser.add_argument("--hta-python", default=sys.executable, help="a Python with holistictraceanalysis")
-    parser.add_argument("--synthetic-mb", type=int, default=1024, help="size of the synthetic trace (0: skip)")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the fastest counts (default 3)")
-    parser.add_argument("--child", nargs=2, metavar=("TOOL", "PATH"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        _child(*args.child)
-        return 0
-    files = sorted(args.traces.glob("*.json.gz")) + sorted(args.traces.glob("*.json"))
-    if not files:
-        print(f"bench_trace: no traces in {args.traces}", file=sys.stderr)
-        return 2
-    probe = subprocess.run([args.hta_python, "-c", "import hta"], capture_output=True)
+def steps_for(mb: float) -> int:
+    """Steps that make about `mb` MB of Kineto-layout JSON (the other layouts of the same events differ in size)."""
+    block, _count = next(_steps())
+    return max(2, round(mb * 1e6 / len(block)))
+
+
+def scaling(sizes: list[float], layouts: list[str], repeat: int) -> bool:
+    rows = [["layout", "JSON MB", "GPU kernels", "seconds", "CPU s", "MB/s", "peak RSS MB", "hidden %"]]
+    per_kernel, same = [], True
+    with tempfile.TemporaryDirectory() as tmp:
+        reports: dict[float, dict] = {}
+        for layout in layouts:
+            points = []
+            for size in sizes:
+                path = Path(tmp) / f"rank-0.{layout}.{size:g}.json"
+                mb, kernels = write_synthetic(path, steps_for(size), layout)
+                result = measure(sys.executable, "ours", path, repeat)
+                path.unlink()
+                points.append((kernels, result["peak_mb"]))
+                if reports.setdefault(size, result["report"]) != result["report"]:
+                    same = False
+                rows.append([layout, f"{mb:.1f}", f"{kernels:,}", f"{result['seconds']:.2f}",
+                             f"{result['cpu_seconds']:.2f}", f"{mb / result['seconds']:.0f}",
+                             f"{result['peak_mb']:.0f}", f"{result['hidden_pct']}"])
+            if len(points) > 1 and points[-1][0] > points[0][0]:
+                slope = (points[-1][1] - points[0][1]) * 2 ** 20 / (points[-1][0] - points[0][0])
+                per_kernel.append(f"{layout} {slope:.0f}")
+    print(table(rows))
+    print(f"\nhidden % is 80.00 by construction; every layout of a size gives the same report: {'yes' if same else 'NO'}")
+    if per_kernel:
+        print("peak RSS per GPU kernel, bytes (slope from the smallest to the largest size): " + ", ".join(per_kernel))
+    return same
+
+
+def real_layouts(files: list[Path]) -> bool:
+    """Each real trace re-saved in every layout gives the report the file itself gives."""
+    sys.path.insert(0, str(REPO))
+    from mbridge_overlap.trace import analyze
+
+    same = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for source in files:
+            document = json.loads(gzip.decompress(source.read_bytes()) if source.name.endswith(".gz")
+                                  else source.read_bytes())
+            want = analyze(source).to_dict()
+            want["ranks"][0]["file"] = None
+            for layout, kw in (("compact", {"separators": (",", ":")}), ("indent4", {"indent": 4})):
+                path = Path(tmp) / source.name.replace(".gz", "")
+                path.write_text(json.dumps(document, **kw))
+                got = analyze(path).to_dict()
+                got["ranks"][0]["file"] = None
+                same &= got == want
+                path.unlink()
+    print(f"real traces re-saved compact and with indent=4 give the same report: {'yes' if same else 'NO'}")
+    return same
+
+
+def against_hta(files: list[Path], hta_python: str, repeat: int) -> int:
+    probe = subprocess.run([hta_python, "-c", "import hta"], capture_output=True)
     if probe.returncode != 0:
-        print(f"bench_trace: {args.hta_python} cannot import hta (pip install holistictraceanalysis)", file=sys.stderr)
+        print(f"bench_trace: {hta_python} cannot import hta (pip install holistictraceanalysis)", file=sys.stderr)
         return 2
     rows = [["trace", "JSON MB", "ours s", "HTA s", "speed-up", "ours MB", "HTA MB", "lighter", "ours %", "HTA %"]]
     sums = [0.0, 0.0]
     lighter = []
     for path in files:
-        ours = measure(sys.executable, "ours", path, args.repeat)
-        hta = measure(args.hta_python, "hta", path, args.repeat)
+        ours = measure(sys.executable, "ours", path, repeat)
+        hta = measure(hta_python, "hta", path, repeat)
         sums[0] += ours["seconds"]
         sums[1] += hta["seconds"]
         lighter.append(hta["peak_mb"] / ours["peak_mb"])
         rows.append([path.name, f"{json_mb(path):.1f}", f"{ours['seconds']:.2f}", f"{hta['seconds']:.2f}",
                      f"{hta['seconds'] / ours['seconds']:.1f}x", f"{ours['peak_mb']:.0f}", f"{hta['peak_mb']:.0f}",
-                     f"{lighter[-1]:.1f}x", f"{ours['overlap_pct']}", f"{hta['overlap_pct']}"])
+                     f"{lighter[-1]:.1f}x", f"{ours['hidden_pct']}", f"{hta['hidden_pct']}"])
     speedup = sums[1] / sums[0]
     rows.append(["all traces", "", f"{sums[0]:.2f}", f"{sums[1]:.2f}", f"{speedup:.1f}x", "", "",
                  f"min {min(lighter):.1f}x", "", ""])
@@ -187,15 +285,42 @@ def main() -> int:
     print(f"\ngoal >= {SPEED_GOAL:.0f}x faster in total: {'met' if ok_speed else 'NOT met'} ({speedup:.1f}x); "
           f"goal >= {MEMORY_GOAL:.0f}x less peak memory on every trace: {'met' if ok_memory else 'NOT met'} "
           f"({min(lighter):.1f}x)")
-    if args.synthetic_mb > 0:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "rank-0.json.gz"
-            mb = write_synthetic(path, args.synthetic_mb)
-            ours = measure(sys.executable, "ours", path, 1)
-            print(f"synthetic {mb:.0f} MB of JSON ({path.stat().st_size / 1e6:.0f} MB gzip): {ours['seconds']:.1f} s, "
-                  f"{mb / ours['seconds']:.0f} MB/s, peak {ours['peak_mb']:.0f} MB, overlap {ours['overlap_pct']}% "
-                  "(80.0 by construction)")
     return 0 if ok_speed and ok_memory else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--sizes", default="10,50,200", help="MB of Kineto-layout JSON per synthetic trace (the "
+                        "same events in another layout differ in size; default 10,50,200; '' skips the scaling table)")
+    parser.add_argument("--layouts", default=",".join(LAYOUTS), help=f"default {','.join(LAYOUTS)}")
+    parser.add_argument("--traces", type=Path, default=Path(os.environ.get(
+        "MBRIDGE_SKILL_TRACES", REPO.parent / "shared" / "data" / "traces")))
+    parser.add_argument("--hta-python", default=sys.executable, help="a Python with holistictraceanalysis")
+    parser.add_argument("--no-hta", action="store_true", help="skip the comparison with HTA on real traces")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest counts (default 1)")
+    parser.add_argument("--child", nargs=2, metavar=("TOOL", "PATH"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(*args.child)
+        return 0
+    status = 0
+    sizes = [float(s) for s in args.sizes.split(",") if s.strip()]
+    layouts = [name for name in args.layouts.split(",") if name]
+    if set(layouts) - set(LAYOUTS):
+        parser.error(f"--layouts: one of {', '.join(LAYOUTS)}")
+    if sizes and not scaling(sizes, layouts, args.repeat):
+        status = 1
+    files = sorted(args.traces.glob("*.json.gz")) + sorted(args.traces.glob("*.json"))
+    if not files:
+        print(f"bench_trace: no real traces in {args.traces}; skipped them", file=sys.stderr)
+        return status
+    print()
+    if not real_layouts(files):
+        status = 1
+    if not args.no_hta:
+        print()
+        status = max(status, against_hta(files, args.hta_python, args.repeat))
+    return status
 
 
 if __name__ == "__main__":

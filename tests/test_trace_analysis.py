@@ -18,9 +18,9 @@ def test_nested_and_overlapping_kernels_on_several_streams(tmp_path):
     r = rank0(tmp_path, overlap_case())
     assert r["compute_us"] == 150 + 10
     assert r["communication_us"] == 150
-    assert r["overlapped_us"] == 100
+    assert r["hidden_us"] == 100
     assert r["exposed_us"] == 50
-    assert r["overlap_pct"] == 66.67
+    assert r["hidden_pct"] == 66.67
     # 4 compute kernels (one with an unknown name), 2 NCCL, memcpy + memset, one "...Sync..." kernel
     assert r["kernel_counts"] == {"communication": 2, "memory": 2, "computation": 4, "other": 1}
 
@@ -28,7 +28,7 @@ def test_nested_and_overlapping_kernels_on_several_streams(tmp_path):
 @pytest.mark.parametrize("layout", ["kineto", "compact", "array"])
 def test_layouts_give_the_same_figures(tmp_path, layout):
     r = rank0(tmp_path, overlap_case(), name=f"t-{layout}.json", layout=layout)
-    assert (r["compute_us"], r["communication_us"], r["overlapped_us"]) == (160, 150, 100)
+    assert (r["compute_us"], r["communication_us"], r["hidden_us"]) == (160, 150, 100)
 
 
 def test_kernel_kinds_follow_hta_rules():
@@ -46,14 +46,15 @@ def test_kernel_kinds_follow_hta_rules():
 
 
 def test_merge_and_overlap_by_hand():
-    assert kernels.merge([(5, 10), (0, 3), (3, 4), (9, 12), (20, 20)]) == [(0, 4), (5, 12)]
-    assert kernels.overlap([(0, 4), (5, 12)], [(2, 6), (11, 30)]) == 2 + 1 + 1
+    merged = kernels.merge([(5, 10), (0, 3), (3, 4), (9, 12), (20, 20)])
+    assert list(merged) == [(0, 4), (5, 12)] and merged.total() == 4 + 7
+    assert kernels.overlap(merged, kernels.merge([(2, 6), (11, 30)])) == 2 + 1 + 1
 
 
 def test_last_step_left_out_and_per_step_figures(tmp_path):
     b = TraceBuilder()
     b.step(10, 0, 1000).step(11, 1000, 2000).step(12, 2000, 3000)
-    # step 10: compute [100,300), comm [200,400) -> overlapped 100, exposed 100
+    # step 10: compute [100,300), comm [200,400) -> hidden 100, exposed 100
     b.kernel("gemm", 100, 300, launch=50).kernel(nccl(), 200, 400, stream=20, launch=60)
     # step 11: comm [1100,1200) alone, launched in step 11 but run later is still step 11
     b.kernel(nccl(), 1100, 1200, stream=20, launch=1010)
@@ -62,13 +63,13 @@ def test_last_step_left_out_and_per_step_figures(tmp_path):
     # launched before the first step: in the totals, in no step
     b.kernel("gemm", 10, 20, launch=5)
     r = rank0(tmp_path, b)
-    assert (r["compute_us"], r["communication_us"], r["overlapped_us"]) == (200 + 10, 200 + 100, 100)
-    assert r["overlap_pct"] == 33.33
+    assert (r["compute_us"], r["communication_us"], r["hidden_us"]) == (200 + 10, 200 + 100, 100)
+    assert r["hidden_pct"] == 33.33
     steps = {s["step"]: s for s in r["steps"]}
     assert [s["in_totals"] for s in r["steps"]] == [True, True, False]
-    assert (steps[10]["overlapped_us"], steps[10]["exposed_us"]) == (100, 100)
-    assert (steps[11]["compute_us"], steps[11]["exposed_us"], steps[11]["overlap_pct"]) == (0, 100, 0.0)
-    assert (steps[12]["compute_us"], steps[12]["overlapped_us"]) == (800, 100)
+    assert (steps[10]["hidden_us"], steps[10]["exposed_us"]) == (100, 100)
+    assert (steps[11]["compute_us"], steps[11]["exposed_us"], steps[11]["hidden_pct"]) == (0, 100, 0.0)
+    assert (steps[12]["compute_us"], steps[12]["hidden_us"]) == (800, 100)
     assert any("ProfilerStep#12" in n for n in r["notes"])
 
 
@@ -78,28 +79,28 @@ def test_empty_step_shows_with_zeros(tmp_path):
     r = rank0(tmp_path, b)
     empty = [s for s in r["steps"] if s["step"] == 2][0]
     assert empty["compute_us"] == empty["communication_us"] == 0
-    assert empty["overlap_pct"] is None and empty["dimensions"] == []
+    assert empty["hidden_pct"] is None and empty["dimensions"] == []
 
 
 def test_one_step_or_none_counts_the_whole_trace(tmp_path):
     b = TraceBuilder().step(7, 0, 100)
     b.kernel("gemm", 0, 50).kernel(nccl(), 25, 75, stream=20).kernel(nccl(), 500, 600, stream=20, launch=400)
     r = rank0(tmp_path, b)
-    assert (r["communication_us"], r["overlapped_us"]) == (150, 25)
+    assert (r["communication_us"], r["hidden_us"]) == (150, 25)
     assert any("only one ProfilerStep" in n for n in r["notes"])
     b2 = TraceBuilder().kernel("gemm", 0, 50).kernel(nccl(), 25, 75, stream=20)
     r2 = rank0(tmp_path, b2, name="none.json")
-    assert r2["steps"] == [] and r2["overlap_pct"] == 50.0
+    assert r2["steps"] == [] and r2["hidden_pct"] == 50.0
 
 
 def test_nanosecond_timestamps_round_as_hta_does(tmp_path):
     # HTA rounds ts up and ts+dur down: [10.4, 30.6) -> [11, 30), [20.2, 40.9) -> [21, 40)
     b = TraceBuilder().kernel("gemm", 10.4, 30.6).kernel(nccl(), 20.2, 40.9, stream=20)
     r = rank0(tmp_path, b)
-    assert (r["compute_us"], r["communication_us"], r["overlapped_us"]) == (19, 19, 9)
+    assert (r["compute_us"], r["communication_us"], r["hidden_us"]) == (19, 19, 9)
 
 
 def test_no_communication_is_not_an_error(tmp_path):
     r = rank0(tmp_path, TraceBuilder().kernel("gemm", 0, 10))
-    assert r["communication_us"] == 0 and r["overlap_pct"] is None
+    assert r["communication_us"] == 0 and r["hidden_pct"] is None
     assert any("no communication kernels" in n for n in r["notes"])

@@ -59,8 +59,8 @@ def test_every_kind_of_evidence(tmp_path):
     assert dims["unattributed"]["collectives"] == {"AllReduce": 1, "SendRecv": 1}
     assert dims["pp"]["groups"] == ["PIPELINE_MODEL_PARALLEL_GROUP"]
     assert dims["cp"]["groups"] == ["CONTEXT_PARALLEL_GROUP"]
-    # totals: comm merged 100+100+50+150+60+20+50+100, overlapped 50+30+30+10, compute 100+80+30+10
-    assert (r["communication_us"], r["overlapped_us"], r["compute_us"]) == (630, 120, 220)
+    # totals: comm merged 100+100+50+150+60+20+50+100, hidden 50+30+30+10, compute 100+80+30+10
+    assert (r["communication_us"], r["hidden_us"], r["compute_us"]) == (630, 120, 220)
     notes = " ".join(r["notes"])
     assert "userbuffers" in notes and "default (world) process group" in notes and "point-to-point" in notes
 

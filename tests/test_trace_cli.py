@@ -152,4 +152,4 @@ def test_main_cli_runs_trace(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mbridge_overlap", "trace", str(path), "--format", "json"], cwd=REPO,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["ranks"][0]["overlap_pct"] == 66.67
+    assert json.loads(proc.stdout)["ranks"][0]["hidden_pct"] == 66.67

@@ -97,7 +97,7 @@ def test_directory_of_ranks(tmp_path):
     (tmp_path / "notes.txt").write_text("not a trace")
     report = analyze(tmp_path)
     assert [r.rank for r in report.ranks] == [0, 1] and report.world_size == 2
-    assert [r.figures.overlap_pct for r in report.ranks] == [50.0, 50.0]
+    assert [r.figures.hidden_pct for r in report.ranks] == [50.0, 50.0]
 
 
 def test_a_bad_rank_among_good_ones_names_its_file(tmp_path):

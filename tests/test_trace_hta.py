@@ -33,7 +33,7 @@ def hta_overlap_pct(path: Path) -> float:
 
 @pytest.mark.parametrize("path", FILES, ids=[f.name for f in FILES])
 def test_overlap_agrees_with_hta(path):
-    ours = analyze(path).ranks[0].figures.overlap_pct
+    ours = analyze(path).ranks[0].figures.hidden_pct
     theirs = hta_overlap_pct(path)
     assert ours is not None
     assert abs(ours - theirs) <= 0.1, f"{path.name}: ours {ours} vs HTA {theirs}"

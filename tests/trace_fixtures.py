@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
 
 TP_DESC = "TENSOR_MODEL_PARALLEL_GROUP"
 DP_DESC = "DATA_PARALLEL_GROUP"
@@ -25,6 +28,7 @@ class TraceBuilder:
             self.meta["distributedInfo"] = info
         self.events: list[dict] = []
         self._next = 1000
+        self._correlation = 0
 
     def _id(self) -> int:
         self._next += 1
@@ -43,15 +47,18 @@ class TraceBuilder:
         return self
 
     def kernel(self, name: str, start, end, stream: int = 7, launch=None, cat: str = "kernel",
-               record: dict | None = None, **args) -> "TraceBuilder":
+               record: dict | None = None, orphan: bool = False, **args) -> "TraceBuilder":
         """A GPU event on `stream` over [start, end), launched at `launch` (default: start). `record` adds a
-        record_param_comms CPU op with these args, linked by External id; `args` go on the kernel itself."""
-        corr, ext = self._id(), self._id()
+        record_param_comms CPU op with these args, linked by External id; `args` go on the kernel itself.
+        An orphan has no launch record (no cuda_runtime event with its correlation)."""
+        self._correlation += 1  # Kineto counts correlation ids apart from External ids
+        corr, ext = self._correlation, self._id()
         launch = start if launch is None else launch
-        self.events.append({
-            "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-            "ts": launch, "dur": 1, "args": {"External id": ext, "cbid": 211, "correlation": corr},
-        })
+        if not orphan:
+            self.events.append({
+                "ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                "ts": launch, "dur": 1, "args": {"External id": ext, "cbid": 211, "correlation": corr},
+            })
         if record is not None:
             self.events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
                                 "ts": launch, "dur": 1, "args": {"External id": ext, **record}})
@@ -77,13 +84,7 @@ class TraceBuilder:
         return self
 
     def text(self, layout: str = "kineto") -> str:
-        if layout == "compact":
-            return json.dumps({**self.meta, "traceEvents": self.events, "traceName": "synthetic"})
-        if layout == "array":
-            return json.dumps(self.events)
-        head = "".join(f'  "{k}": {json.dumps(v)},\n' for k, v in self.meta.items())
-        body = ",\n".join("  " + json.dumps(e, indent=2).replace("\n", "\n  ") for e in self.events)
-        return "{\n" + head + '  "traceEvents": [\n' + body + '\n  ],\n  "traceName": "synthetic"\n}\n'
+        return relayout({**self.meta, "traceEvents": self.events, "traceName": "synthetic"}, layout)
 
     def write(self, path: Path, layout: str = "kineto") -> Path:
         data = self.text(layout).encode()
@@ -91,6 +92,43 @@ class TraceBuilder:
             data = gzip.compress(data)
         path.write_bytes(data)
         return path
+
+
+LAYOUTS = ("kineto", "compact", "dumps", "indent4", "tabs", "spaced", "events_first", "array")
+
+
+def kineto_layout(document: dict) -> str:
+    """As Kineto writes a trace: the keys before traceEvents one a line, then each event indented, "},\n  {"
+    between events, then the keys after it."""
+    keys = list(document)
+    where = keys.index("traceEvents")
+    head = "".join(f'  "{k}": {json.dumps(document[k])},\n' for k in keys[:where])
+    tail = "".join(f',\n  "{k}": {json.dumps(document[k])}' for k in keys[where + 1:])
+    body = ",\n".join("  " + json.dumps(e, indent=2).replace("\n", "\n  ") for e in document["traceEvents"])
+    return "{\n" + head + '  "traceEvents": [\n' + body + "\n  ]" + tail + "\n}\n"
+
+
+def relayout(document: dict, layout: str) -> str:
+    """A parsed trace saved again as another tool might: compact, json.dumps' default, any indent, extra blanks,
+    traceEvents before the other keys, or a bare event array (which drops the other keys)."""
+    if layout == "kineto":
+        return kineto_layout(document)
+    if layout == "compact":
+        return json.dumps(document, separators=(",", ":"))
+    if layout == "dumps":
+        return json.dumps(document)
+    if layout == "indent4":
+        return json.dumps(document, indent=4)
+    if layout == "tabs":
+        return json.dumps(document, indent="\t", ensure_ascii=False)
+    if layout == "spaced":
+        return "\r\n " + json.dumps(document, indent=1, separators=(" ,\n\n ", " :\t")) + " \n\n"
+    if layout == "events_first":
+        return json.dumps({"traceEvents": document["traceEvents"],
+                           **{k: v for k, v in document.items() if k != "traceEvents"}})
+    if layout == "array":
+        return json.dumps(document["traceEvents"])
+    raise ValueError(layout)
 
 
 def nccl(op: str = "AllReduce") -> str:
@@ -116,3 +154,10 @@ def overlap_case() -> TraceBuilder:
     b.kernel("Memset (Device)", 150, 300, stream=7, cat="gpu_memset")
     b.kernel("cudaStreamSync_like_kernel", 150, 300, stream=9)
     return b.noise()
+
+
+def real_traces() -> list[Path]:
+    """The shared real traces (HTA's public test data, kept outside the repository): $MBRIDGE_SKILL_TRACES, else
+    <repo>/../shared/data/traces; [] where there are none."""
+    root = Path(os.environ.get("MBRIDGE_SKILL_TRACES", REPO.parent / "shared" / "data" / "traces"))
+    return sorted(root.glob("*.json.gz")) + sorted(root.glob("*.json")) if root.is_dir() else []

@@ -1,4 +1,4 @@
-"""One rank's figures: compute, communication, overlapped and exposed time, per dimension and per ProfilerStep.
+"""One rank's figures: compute, communication, hidden and exposed time, per dimension and per ProfilerStep.
 
 Which kernels count follows HolisticTraceAnalysis (Trace._filter_irrelevant_gpu_kernels, 0.5.0): when the trace
 marks two or more ProfilerSteps, the totals keep only the kernels whose launching CPU record starts before the
@@ -9,6 +9,7 @@ A kernel belongs to the step whose CPU span holds its launch (HTA add_iteration)
 from __future__ import annotations
 
 import re
+from array import array
 from bisect import bisect_right
 from collections import Counter, defaultdict
 
@@ -17,16 +18,48 @@ from .kineto import NO_LAUNCH, RankTrace
 from .notes import rank_notes
 from .report import DimensionFigures, Figures, RankReport, StepReport, sort_dimensions
 
-_STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+_STEP = re.compile(r"ProfilerStep\s*#\s*(\d{1,18})(?!\d)")  # a longer number is no step a profiler counts
 
 
-class _Bucket:
-    """The device rows of one scope (the totals or one step)."""
+class _Dimension:
+    __slots__ = ("merged", "kernels", "collectives", "groups")
 
     def __init__(self):
-        self.compute: list[int] = []
-        self.comm: dict[str, list[int]] = defaultdict(list)
+        self.merged, self.kernels, self.collectives, self.groups = kernels.Merged(), 0, Counter(), set()
+
+
+class _Scope:
+    """The device rows of the totals or of one step, added in order of start: counts by kind, and the merged
+    intervals of compute, of all communication and of each dimension's."""
+
+    def __init__(self):
         self.counts = [0, 0, 0, 0]
+        self.compute, self.comm = kernels.Merged(), kernels.Merged()
+        self.dims: dict[str, _Dimension] = {}
+
+    def add(self, kind: int, start: int, end: int, comm: tuple[str, str, str | None] | None) -> None:
+        self.counts[kind] += 1
+        if kind == kernels.COMPUTATION:
+            self.compute.add(start, end)
+        elif kind == kernels.COMMUNICATION:
+            self.comm.add(start, end)
+            dim, collective, group = comm
+            d = self.dims.get(dim)
+            if d is None:
+                d = self.dims[dim] = _Dimension()
+            d.merged.add(start, end)
+            d.kernels += 1
+            d.collectives[collective] += 1
+            if group:
+                d.groups.add(group)
+
+    def figures(self) -> tuple[Figures, list[DimensionFigures]]:
+        dims = [
+            DimensionFigures(name, d.kernels, d.merged.total(), kernels.overlap(d.merged, self.compute),
+                             dict(d.collectives), sorted(d.groups))
+            for name, d in self.dims.items()
+        ]
+        return Figures.of(self.comm, self.compute), sort_dimensions(dims)
 
 
 def _cpu_steps(trace: RankTrace) -> list[tuple[int, int, int]]:
@@ -46,65 +79,60 @@ def _cutoff(trace: RankTrace) -> int | None:
     return max(starts) if starts else None
 
 
-def _fill(trace: RankTrace, cutoff: int | None, steps: list[tuple[int, int, int]], dims: dict[int, str]):
-    totals, per_step = _Bucket(), defaultdict(_Bucket)
-    starts = [s[0] for s in steps]
-    for i, (kind, launch) in enumerate(zip(trace.kind, trace.launch)):
-        scopes = []
-        if cutoff is None or (launch != NO_LAUNCH and launch < cutoff):
-            scopes.append(totals)
+def _in_totals(launch: int, cutoff: int | None) -> bool:
+    return cutoff is None or (launch != NO_LAUNCH and launch < cutoff)
+
+
+def _by_start(trace: RankTrace) -> array:
+    """The device rows in order of start. Each (start, row) is packed into one int where it fits, which halves
+    the sort's transient memory (a list of Python ints) against sorting row numbers by a key."""
+    starts = trace.start
+    if not starts:
+        return array("q")
+    low, rows = min(starts), len(starts)
+    if rows < 1 << 24 and max(starts) - low < 1 << 38:
+        packed = sorted(((start - low) << 24) | row for row, start in enumerate(starts))
+        mask = (1 << 24) - 1
+        return array("q", (p & mask for p in packed))
+    return array("q", sorted(range(rows), key=starts.__getitem__))
+
+
+def _fill(trace: RankTrace, cutoff: int | None, steps: list[tuple[int, int, int]], comm: dict):
+    totals, per_step = _Scope(), defaultdict(_Scope)
+    step_starts = [s[0] for s in steps]
+    starts, ends, kinds, launches = trace.start, trace.end, trace.kind, trace.launch
+    for row in _by_start(trace):
+        kind, launch = kinds[row], launches[row]
+        detail = comm[row] if kind == kernels.COMMUNICATION else None
+        if _in_totals(launch, cutoff):
+            totals.add(kind, starts[row], ends[row], detail)
         if launch != NO_LAUNCH and steps:
-            k = bisect_right(starts, launch) - 1
+            k = bisect_right(step_starts, launch) - 1
             if k >= 0 and launch < steps[k][1]:
-                scopes.append(per_step[steps[k][2]])
-        for scope in scopes:
-            scope.counts[kind] += 1
-            if kind == kernels.COMPUTATION:
-                scope.compute.append(i)
-            elif kind == kernels.COMMUNICATION:
-                scope.comm[dims[i]].append(i)
+                per_step[steps[k][2]].add(kind, starts[row], ends[row], detail)
     return totals, per_step
-
-
-def _figures(trace: RankTrace, bucket: _Bucket, details: dict[int, tuple[str, str | None]]):
-    def merged(rows):
-        return kernels.merge_rows(rows, trace.start, trace.end)
-
-    compute = merged(bucket.compute)
-    dims = []
-    for dim, rows in bucket.comm.items():
-        comm = merged(rows)
-        groups = sorted({details[r][1] for r in rows if details[r][1]})
-        dims.append(
-            DimensionFigures(
-                dim, len(rows), kernels.total(comm), kernels.overlap(comm, compute),
-                dict(Counter(details[r][0] for r in rows)), groups,
-            )
-        )
-    everything = merged([r for rows in bucket.comm.values() for r in rows])
-    return Figures.of(everything, compute), sort_dimensions(dims)
 
 
 def analyze(trace: RankTrace) -> RankReport:
     table = attribution.GroupTable(trace.distributed.get("pg_config"))
-    details: dict[int, tuple[str, str | None]] = {}  # row -> (collective, group description)
-    dims: dict[int, str] = {}
+    comm: dict[int, tuple[str, str, str | None]] = {}  # row -> (dimension, collective, group description)
     for k in trace.comm:
         group = {**trace.collectives.get(k.external_id, {}), **k.group}
         desc = table.description(group)
         collective = kernels.collective_of(k.name)
         if collective == "unknown" and isinstance(group.get("Collective name"), str):
             collective = group["Collective name"]
-        details[k.row] = (collective, desc)
-        dims[k.row] = "tp" if kernels.is_userbuffers(k.name) else attribution.dimension_of(desc)
+        dim = "tp" if kernels.is_userbuffers(k.name) else attribution.dimension_of(desc)
+        comm[k.row] = (dim, collective, desc)
     cutoff, steps = _cutoff(trace), _cpu_steps(trace)
-    totals, per_step = _fill(trace, cutoff, steps, dims)
-    figures, dimensions = _figures(trace, totals, details)
+    totals, per_step = _fill(trace, cutoff, steps, comm)
+    figures, dimensions = totals.figures()
     step_reports = []
     for start, _end, number in steps:  # a step without kernels still shows, with zeros
-        f, d = _figures(trace, per_step[number], details)
+        f, d = per_step[number].figures()
         step_reports.append(StepReport(number, cutoff is None or start < cutoff, f, d))
-    notes = rank_notes(trace, cutoff, steps, details, dims)
+    launch = trace.launch
+    notes = rank_notes(trace, cutoff, steps, comm, lambda row: _in_totals(launch[row], cutoff))
     if sum(d.exposed_us for d in dimensions) > figures.exposed_us:
         notes.append(
             "some dimensions' kernels ran at the same time, so their exposed times overlap and add up to more "

@@ -51,16 +51,16 @@ class Side:
     def summary(self) -> dict:
         ranks = self.report.ranks
         comm = _mean([r.figures.communication_us for r in ranks])
-        overlapped = _mean([r.figures.overlapped_us for r in ranks])
-        pct = percent(sum(r.figures.overlapped_us for r in ranks), sum(r.figures.communication_us for r in ranks))
+        hidden = _mean([r.figures.hidden_us for r in ranks])
+        pct = percent(sum(r.figures.hidden_us for r in ranks), sum(r.figures.communication_us for r in ranks))
         return {
             "files": [r.file for r in ranks],
             "ranks": [r.rank for r in ranks],
             "world_size": self.report.world_size,
             "partial": self.report.partial,
             "communication_us": comm,
-            "exposed_us": round(comm - overlapped, 1),
-            "overlap_pct": pct,
+            "exposed_us": round(comm - hidden, 1),
+            "hidden_pct": pct,
             "steps_in_totals": [[s.step for s in steps] for steps in self.steps()],
         }
 

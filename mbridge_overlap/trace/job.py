@@ -8,6 +8,7 @@ from typing import Iterable, Union
 
 from ..errors import UsageError
 from . import analysis, kineto
+from .escape import shown
 from .report import RankReport, TraceReport
 
 PathLike = Union[str, Path]
@@ -20,15 +21,20 @@ def trace_files(paths: Iterable[PathLike]) -> list[Path]:
     <tensorboard_dir>/../torch_profile/rank-<R>.json.gz)."""
     files: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(SUFFIXES))
-            if not found:
-                raise UsageError(f"{p}: no .json or .json.gz trace files in this directory")
-            files.extend(found)
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise UsageError(f"{p}: no such file or directory")
+        try:
+            if p.is_dir():
+                found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(SUFFIXES))
+                if not found:
+                    raise UsageError(f"{shown(p)}: no .json or .json.gz trace files in this directory")
+                files.extend(found)
+            elif p.is_file():
+                files.append(p)
+            elif p.exists():  # reading a FIFO or a device could block or never end
+                raise UsageError(f"{shown(p)}: not a regular file (a FIFO, device or socket), so not a trace file")
+            else:
+                raise UsageError(f"{shown(p)}: no such file or directory")
+        except OSError as exc:
+            raise UsageError(f"{shown(p)}: cannot read ({shown(exc.strerror or exc)})") from None
     if not files:
         raise UsageError("no trace files given")
     return list(dict.fromkeys(files))
@@ -73,7 +79,7 @@ def check_one_job(identities: list[tuple[str, int | None, int | None]]) -> None:
             if sizes and size not in sizes:
                 other_size, other = next(iter(sizes.items()))
                 raise UsageError(
-                    f"{file}: rank {rank} of a {size}-rank job, but {other} is from a {other_size}-rank job: "
+                    f"{shown(file)}: rank {rank} of a {size}-rank job, but {shown(other)} is from a {other_size}-rank job: "
                     "traces of two different jobs; analyse one job at a time"
                 )
             sizes.setdefault(size, file)
@@ -81,12 +87,12 @@ def check_one_job(identities: list[tuple[str, int | None, int | None]]) -> None:
             continue
         if rank in ranks:
             raise UsageError(
-                f"{file}: rank {rank} again (also in {ranks[rank]}): traces of two different jobs "
+                f"{shown(file)}: rank {rank} again (also in {shown(ranks[rank])}): traces of two different jobs "
                 "or two captures; analyse one job's capture at a time"
             )
         ranks[rank] = file
         if size is not None and rank >= size:
-            raise UsageError(f"{file}: rank {rank} but world size {size}: the trace contradicts itself")
+            raise UsageError(f"{shown(file)}: rank {rank} but world size {size}: the trace contradicts itself")
 
 
 def analyze(paths: PathLike | Iterable[PathLike], ranks: Iterable[int] | None = None,

@@ -18,11 +18,13 @@ from pathlib import Path
 
 from ..errors import UsageError
 from . import kernels, reader
+from .escape import shown
 
 PG_KEYS = ("Process Group Name", "Process Group Description", "Process Group Ranks", "Collective name", "Group size")
 _SYNC = frozenset(("Event Sync", "Context Sync"))
 NO_LAUNCH = -(1 << 62)  # a GPU row whose launching CPU record is not in the trace
-_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+LIMIT = 1 << 62  # times and ids must lie in (-LIMIT, LIMIT): the rows are 64-bit arrays, NO_LAUNCH is below
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d{1,9})(?!\d)", re.IGNORECASE)
 
 
 def _int(value, default: int = -1) -> int:
@@ -32,7 +34,7 @@ def _int(value, default: int = -1) -> int:
         return value
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # NaN, Infinity, more digits than int() takes
         return default
 
 
@@ -42,6 +44,11 @@ class CommKernel:
     name: str
     external_id: int
     group: dict  # the PG_KEYS the kernel itself carries (PyTorch 2.3+ copies them onto the kernel)
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 24 else f"{text[:10]}...({len(text)} digits)"
 
 
 def _group(args: dict, seen: dict) -> dict:
@@ -54,7 +61,8 @@ def _group(args: dict, seen: dict) -> dict:
 class RankTrace:
     path: Path
     meta: dict = field(default_factory=dict)
-    events: int = 0  # events in the array, read or skipped
+    events: int = 0  # events in the array
+    non_finite: int = 0  # NaN / Infinity literals in the file (none where the analysis reads a value)
     partial: bool = False
     start: array = field(default_factory=lambda: array("q"))  # device rows: [start, end) in whole microseconds
     end: array = field(default_factory=lambda: array("q"))
@@ -73,46 +81,65 @@ class RankTrace:
         return info if isinstance(info, dict) else {}
 
     @property
-    def rank(self) -> int | None:
+    def recorded_rank(self) -> int | None:
         rank = _int(self.distributed.get("rank"), -1)
-        if rank >= 0:
-            return rank
+        return rank if 0 <= rank < LIMIT else None
+
+    @property
+    def name_rank(self) -> int | None:
+        """The rank in the file name (Bridge writes rank-<global rank>.json.gz)."""
         m = _RANK_IN_NAME.search(self.path.name)
         return int(m.group(1)) if m else None
 
     @property
+    def rank(self) -> int | None:
+        recorded = self.recorded_rank
+        return self.name_rank if recorded is None else recorded
+
+    @property
     def world_size(self) -> int | None:
         size = _int(self.distributed.get("world_size"), -1)
-        return size if size > 0 else None
+        return size if 0 < size < LIMIT else None
 
     def adder(self):
-        """The per-event callback, with everything it touches bound to locals (it runs once per kept event)."""
+        """The per-event callback, with everything it touches bound to locals (it runs once per event)."""
         steps, collectives, comm, kinds, groups = self.steps, self.collectives, self.comm, {}, {}
         starts, ends, corrs, kind_rows = self.start.append, self.end.append, self.correlation.append, self.kind
         cpu_corrs, cpu_starts = self.cpu_correlation.append, self.cpu_start.append
         ceil, floor, COMM = math.ceil, math.floor, kernels.COMMUNICATION
 
         def add(event: dict) -> None:
-            dur, cat = event.get("dur"), event.get("cat")
-            if dur is None or cat is None or cat == "Trace":
-                return
-            name, ts = event.get("name"), event.get("ts")
-            if name.__class__ is not str or name in _SYNC:
-                return
-            if ts.__class__ is int and dur.__class__ is int:
-                start, end = ts, ts + dur
-            elif isinstance(ts, (int, float)) and isinstance(dur, (int, float)):
-                start, end = ceil(ts), floor(ts + dur)
-            else:
-                return
             args = event.get("args")
             if args.__class__ is not dict:
                 args = {}
+            name = event.get("name")
+            if name.__class__ is not str or name in _SYNC:
+                return
+            if "correlation" not in args and "stream" not in args and "ProfilerStep" not in name and (
+                    "Process Group Name" not in args and "Collective name" not in args):
+                return  # a CPU op, flow or counter: most events, nothing the analysis reads
+            dur, cat = event.get("dur"), event.get("cat")
+            if dur is None or cat is None or cat == "Trace":
+                return
+            ts = event.get("ts")
+            if ts.__class__ is int and dur.__class__ is int:
+                start, end = ts, ts + dur
+            elif isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and not isinstance(ts, bool):
+                try:
+                    start, end = ceil(ts), floor(ts + dur)
+                except (ValueError, OverflowError):  # NaN, Infinity
+                    raise reader.BadEvent(f"ts {ts!r} and dur {dur!r}: a time must be a finite number") from None
+            else:
+                return
+            if not (-LIMIT < start < LIMIT and -LIMIT < end < LIMIT):
+                raise reader.BadEvent(f"ts {_short(ts)} / dur {_short(dur)} out of range (64-bit microseconds)")
             stream, corr = args.get("stream", -1), args.get("correlation", -1)
             if stream.__class__ is not int:
                 stream = _int(stream)
             if corr.__class__ is not int:
                 corr = _int(corr)
+            if corr >= LIMIT:
+                raise reader.BadEvent(f"correlation {_short(corr)} out of range (64-bit)")
             gpu = stream >= 0 and corr >= 0
             if "ProfilerStep" in name:
                 steps.append((name, start, end, gpu))
@@ -176,7 +203,7 @@ def read_header(path: Path) -> dict:
     try:
         reader.read(path, None, meta.__setitem__)
     except reader.Truncated:
-        pass
+        pass  # load() says so, with what --allow-partial does
     return meta
 
 
@@ -188,12 +215,13 @@ def load(path: Path, allow_partial: bool = False) -> RankTrace:
             trace.meta[key] = value
 
     try:
-        trace.events = reader.read(path, trace.adder(), on_meta)
+        stats = reader.read(path, trace.adder(), on_meta)
+        trace.events, trace.non_finite = stats.events, stats.non_finite
     except reader.Truncated as exc:
         trace.events = exc.events
         if not allow_partial:
             raise UsageError(
-                f"{path}: truncated (the file ends inside the trace); pass --allow-partial to analyse what was read"
+                f"{shown(path)}: truncated (the file ends inside the trace); pass --allow-partial to analyse what was read"
             ) from None
         trace.partial = True
     _check(trace)
@@ -205,8 +233,8 @@ def _check(trace: RankTrace) -> None:
     if len(trace.kind):
         return
     if trace.events == 0 and not trace.partial:
-        raise UsageError(f"{trace.path}: the trace has no events")
+        raise UsageError(f"{shown(trace.path)}: the trace has no events")
     raise UsageError(
-        f"{trace.path}: no GPU kernel, memcpy or memset events: a CPU-only trace? "
+        f"{shown(trace.path)}: no GPU kernel, memcpy or memset events: a CPU-only trace? "
         "Profile a GPU job with CUDA activities (Bridge's use_pytorch_profiler records them)"
     )

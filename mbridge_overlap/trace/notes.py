@@ -1,12 +1,44 @@
-"""Plain-language notes that say how far a rank's figures can be trusted and why kernels stayed unattributed."""
+"""Plain-language notes that say how far a rank's figures can be trusted and why kernels stayed unattributed.
+
+Every count in a note is of the kernels in the totals it sits beside; kernels the totals leave out (launched in
+the last step, or without a launch record, as HolisticTraceAnalysis leaves them out) are counted apart, by reason.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
+from typing import Callable
 
 from . import kernels
 from .attribution import P2P, UNATTRIBUTED
-from .kineto import RankTrace
+from .escape import shown
+from .kineto import NO_LAUNCH, RankTrace
+
+
+class Scope:
+    """Which device rows the totals count (counted(row)), and why the others are left out."""
+
+    def __init__(self, trace: RankTrace, counted: Callable[[int], bool]):
+        self.trace, self.counted = trace, counted
+
+    def phrase(self, rows: list[int], what: str) -> str:
+        """'50 communication kernels in the totals (and 14 more left out of them: ...)'."""
+        counted = sum(1 for r in rows if self.counted(r))
+        left = [r for r in rows if not self.counted(r)]
+        if not left:
+            return f"{counted} {_plural(counted, what)}"
+        no_launch = sum(1 for r in left if self.trace.launch[r] == NO_LAUNCH)
+        why = ", ".join(part for part in (
+            f"{len(left) - no_launch} launched in the last step" if len(left) > no_launch else "",
+            f"{no_launch} without a launch record" if no_launch else "",
+        ) if part)
+        if not counted:
+            return f"{len(left)} {_plural(len(left), what)}, all left out of the totals ({why}),"
+        return f"{counted} {_plural(counted, what)} in the totals (and {len(left)} more left out of them: {why})"
+
+
+def _plural(count: int, what: str) -> str:
+    return what.replace("kernels", "kernel") if count == 1 else what
 
 
 def _steps_note(cutoff, steps) -> str:
@@ -22,57 +54,105 @@ def _steps_note(cutoff, steps) -> str:
     return "no ProfilerStep marks: totals cover the whole trace and there are no per-step figures"
 
 
-def _unattributed(trace: RankTrace, details, dims) -> list[str]:
-    rows = [row for row, dim in dims.items() if dim == UNATTRIBUTED]
+def _no_launch(trace: RankTrace, cutoff) -> list[str]:
+    """GPU rows whose launching CPU record (same correlation id) is not in the trace."""
+    kinds = Counter(trace.kind[r] for r, launch in enumerate(trace.launch) if launch == NO_LAUNCH)
+    if not kinds:
+        return []
+    total = sum(kinds.values())
+    which = ", ".join(f"{kinds[k]} {name}" for k, name in enumerate(kernels.KIND_NAMES) if kinds.get(k))
+    fate = (
+        "as HolisticTraceAnalysis does, the totals and the steps leave them out" if cutoff is not None else
+        "they count in the totals (with fewer than two ProfilerSteps HolisticTraceAnalysis keeps every kernel) "
+        "but in no step"
+    )
+    return [
+        f"{total} GPU kernels, memcpys and memsets ({which}) have no launch record: no CPU runtime event carries "
+        f"their correlation id (the profiler started after they were launched, or dropped the record); {fate}"
+    ]
+
+
+def _unattributed(trace: RankTrace, scope: Scope, comm: dict) -> list[str]:
+    rows = [row for row, (dim, _collective, _group) in comm.items() if dim == UNATTRIBUTED]
     if not rows:
         return []
     notes = []
-    groups = Counter(details[row][1] for row in rows)
-    if groups.get(None) == len(rows) and not trace.collectives and not any(k.group for k in trace.comm):
+    by_group: dict[str | None, list[int]] = {}
+    for row in rows:
+        by_group.setdefault(comm[row][2], []).append(row)
+    if list(by_group) == [None] and not trace.collectives and not any(k.group for k in trace.comm):
         notes.append(
-            f"the trace records no process group for its {len(rows)} communication kernels "
+            f"the trace records no process group for its {scope.phrase(rows, 'communication kernels')} "
             "(older PyTorch profilers do not), so none can be attributed to a dimension"
         )
-    for desc, n in sorted(groups.items(), key=lambda item: str(item[0])):
+    for desc, group_rows in sorted(by_group.items(), key=lambda item: str(item[0])):
+        count = scope.phrase(group_rows, "communication kernels")
         if desc == "default_pg":
             notes.append(
-                f"{n} of the trace's communication kernels ran on the default (world) process group; "
-                "the trace cannot tell which dimension that is"
+                f"{count} ran on the default (world) process group; the trace cannot tell which dimension that is"
             )
         elif desc == "undefined":
             notes.append(
-                f"{n} of the trace's communication kernels ran on groups created without a description "
-                "(Megatron-Core's HyperCommGrid, use_decentralized_pg=True, gives none), so their dimension is unknown"
+                f"{count} ran on groups created without a description (Megatron-Core's HyperCommGrid, "
+                "use_decentralized_pg=True, gives none), so their dimension is unknown"
             )
         elif desc:
-            notes.append(
-                f"{n} of the trace's communication kernels ran on group '{desc}', "
-                "which is not one of Megatron-Core's per-dimension groups"
-            )
-    p2p = Counter(details[row][0] for row in rows if details[row][0] in P2P)
+            notes.append(f"{count} ran on group '{desc}', which is not one of Megatron-Core's per-dimension groups")
+    p2p = [row for row in rows if comm[row][1] in P2P]
     if p2p:
-        kinds = ", ".join(f"{kind} x{n}" for kind, n in sorted(p2p.items()))
+        kinds = Counter(comm[row][1] for row in p2p if scope.counted(row))
+        listed = ", ".join(f"{kind} x{n}" for kind, n in sorted(kinds.items()))
         notes.append(
-            f"unattributed point-to-point kernels ({kinds}): point-to-point is typical of PP, "
-            "though CP's p2p ring attention uses it too"
+            f"{scope.phrase(p2p, 'point-to-point kernels')} stay unattributed{f' ({listed})' if listed else ''}: "
+            "point-to-point is typical of PP, though CP's p2p ring attention uses it too"
         )
     return notes
 
 
-def rank_notes(trace: RankTrace, cutoff, steps, details, dims) -> list[str]:
+def _identity(trace: RankTrace) -> list[str]:
+    notes = []
+    info = trace.distributed
+    if "rank" in info and trace.recorded_rank is None:
+        notes.append(
+            f"distributedInfo.rank is {shown(repr(info['rank'])[:40])}, not a rank: "
+            + ("the file name's rank is used" if trace.name_rank is not None else "the rank is unknown")
+        )
+    named, recorded = trace.name_rank, trace.recorded_rank
+    if named is not None and recorded is not None and named != recorded:
+        notes.append(
+            f"the file name says rank {named} but the trace's distributedInfo records rank {recorded}; "
+            f"the figures are rank {recorded}'s (was the file renamed or copied?)"
+        )
+    if "world_size" in info and trace.world_size is None:
+        notes.append(f"distributedInfo.world_size is {shown(repr(info['world_size'])[:40])}, not a world size: ignored")
+    return notes
+
+
+def rank_notes(trace: RankTrace, cutoff, steps, comm: dict, counted: Callable[[int], bool]) -> list[str]:
+    """comm: row -> (dimension, collective, group description) of each communication kernel; counted(row): whether
+    the totals count that row."""
+    scope = Scope(trace, counted)
     notes = []
     if trace.partial:
         notes.append(
-            f"PARTIAL: {trace.path.name} is truncated; these figures cover only the {trace.events:,} events before the cut"
+            f"PARTIAL: {shown(trace.path.name)} is truncated; these figures cover only the {trace.events:,} events "
+            "before the cut"
         )
     notes.append(_steps_note(cutoff, steps))
+    notes.extend(_identity(trace))
     if not trace.comm:
         notes.append("no communication kernels: nothing to overlap")
-    userbuffers = sum(1 for k in trace.comm if kernels.is_userbuffers(k.name))
+    userbuffers = [k.row for k in trace.comm if kernels.is_userbuffers(k.name)]
     if userbuffers:
         notes.append(
-            f"{userbuffers} Transformer Engine userbuffers kernels count as TP communication "
+            f"{scope.phrase(userbuffers, 'Transformer Engine userbuffers kernels')} count as TP communication "
             "(HolisticTraceAnalysis would count them as computation)"
         )
-    notes.extend(_unattributed(trace, details, dims))
+    notes.extend(_unattributed(trace, scope, comm))
+    notes.extend(_no_launch(trace, cutoff))
+    if trace.non_finite:
+        notes.append(
+            f"the file holds {trace.non_finite} NaN or Infinity value{'s' if trace.non_finite != 1 else ''} (not "
+            "standard JSON, though Python reads them), none in a field the analysis uses"
+        )
     return notes

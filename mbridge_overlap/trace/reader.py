@@ -1,237 +1,238 @@
-"""Stream a PyTorch profiler (Kineto) trace, .json or .json.gz, without loading it whole.
+"""Stream a PyTorch profiler (Kineto) trace, .json or .json.gz, in any valid JSON layout, without loading it whole.
 
-The file is one JSON object whose "traceEvents" array holds the events. We read text in chunks, decode the small
-top-level values (distributedInfo, ...) as they come, and hand events of the array to a callback, so memory stays
-at a few chunks however large the trace is.
+The file is one JSON value: an object whose "traceEvents" array holds the events (other keys in any order), or a
+bare array of events (the Chrome trace format allows both). Text is read in chunks into a window (window.py); runs
+of events are decoded by the C JSON scanner straight from the window, and the commas, brackets and keys between
+events are checked here, so one pass reads any layout (Kineto's indented one, json.dumps' compact one, any indent) in time linear in
+the file's size and with memory bounded by the window, not the file.
 
-Fast path: Kineto writes one event per block, separated by "},\\n  {". A raw newline never occurs inside a JSON
-string, so splitting there is safe whenever the separator sits at the array's depth. We decode only the blocks that
-can matter (they hold a correlation, a ProfilerStep or a process group) with one json.loads call. A block
-split at the wrong depth cannot decode on its own, and a stretch that may hold the array's end is not split at all;
-either way that stretch is decoded event by event with the C scanner, which is exact for any JSON layout.
+Every byte is checked as JSON: what json.load refuses (corrupt text between or inside events, a missing comma,
+data after the trace's closing bracket, a second trace appended) is a UsageError naming the byte offset. A file
+that stops inside its JSON raises Truncated instead. NaN and Infinity, which Python's json module accepts, are
+counted (Stats.non_finite): the analysis refuses them only where it needs the value.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from json.scanner import make_scanner
 from pathlib import Path
 from typing import Callable
 
 from ..errors import UsageError
+from .escape import shown
 from .source import Source
+from .window import Stats, Truncated, Window, char
 
-CHUNK_CHARS = 1 << 20
-MAX_VALUE_CHARS = 64 << 20  # one event or metadata value larger than this means the JSON is broken
-SEPARATOR = "},\n  {"
-_WS = re.compile(r"[ \t\n\r]*")
-_ARRAY_END = re.compile(r"\}\s*\]\s*[,}]")
-_SCAN = make_scanner(json.JSONDecoder())
-# Events without these are CPU ops, flows, counters and metadata: nothing the analysis reads (a GPU event always
-# carries its correlation).
-_MARKERS = ('"correlation"', "ProfilerStep", '"Process Group', '"Collective name"')
+RUN_CHARS = 1 << 14  # the text of the events one scanner call decodes together
+_COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
+_CUT = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{")
+
+__all__ = ["read", "BadEvent", "Stats", "Truncated"]
 
 
-class Truncated(Exception):
-    """The file ended inside the trace; what was read so far has been handed on already."""
-
-    events = 0
-
-
-class _Text:
-    """A window over the decoded text: buf[pos:] is not consumed yet; base + pos is the offset in the file."""
-
-    def __init__(self, fh, path: Path):
-        self.fh, self.path = fh, path
-        self.buf, self.pos, self.base, self.eof = "", 0, 0, False
-        self.events = 0  # events of the array seen so far, decoded or skipped
-
-    def offset(self) -> int:
-        return self.base + self.pos
-
-    def fill(self) -> bool:
-        if self.eof:
-            return False
-        chunk = self.fh.read(CHUNK_CHARS)
-        if not chunk:
-            self.eof = True
-            return False
-        self.base += self.pos
-        self.buf = self.buf[self.pos:] + chunk
-        self.pos = 0
-        return True
-
-    def peek(self) -> str:
-        """The next non-blank character ('' at the end of the file), consuming the blanks."""
-        while True:
-            self.pos = _WS.match(self.buf, self.pos).end()
-            if self.pos < len(self.buf):
-                return self.buf[self.pos]
-            if not self.fill():
-                return ""
-
-    def value(self):
-        """Decode the next JSON value, reading more text while it is incomplete."""
-        if not self.peek():
-            raise Truncated()
-        while True:
-            try:
-                obj, end = _SCAN(self.buf, self.pos)
-                if end < len(self.buf) or self.eof:  # a number at the very end may go on in the next chunk
-                    self.pos = end
-                    return obj
-                problem = "value cut at the end of a chunk"
-            except StopIteration:
-                problem = f"expected a JSON value, found '{self.buf[self.pos:self.pos + 1]}'"
-            except json.JSONDecodeError as exc:
-                problem = exc.msg
-            if len(self.buf) - self.pos > MAX_VALUE_CHARS or not self.fill():
-                raise self.bad(problem)
-
-    def expect(self, char: str) -> None:
-        found = self.peek()
-        if found != char:
-            raise self.bad(f"expected '{char}', found '{found}'")
-        self.pos += 1
-
-    def bad(self, what: str) -> Exception:
-        if self.eof and not self.buf.rstrip().endswith(("}", "]")):  # it stops mid-value: cut short, not malformed
-            return Truncated()
-        return UsageError(f"{self.path}: not valid JSON near character {self.offset():,} ({what})")
+class BadEvent(Exception):
+    """Raised by an on_event callback for an event it cannot use (a time that is not a finite number, ...);
+    the reader turns it into a UsageError naming the event's byte offset."""
 
 
-def read(path: Path, on_event: Callable[[dict], None] | None, on_meta: Callable[[str, object], None] | None = None) -> int:
-    """Call on_meta(key, value) for each top-level key but traceEvents and on_event(event) for the events that may
-    matter; return how many events the array held. With on_event None, stop at traceEvents (the header only).
-    Raises Truncated (with .events) when the file ends too soon."""
+def read(path: Path, on_event: Callable[[dict], None] | None, on_meta: Callable[[str, object], None] | None = None) -> Stats:
+    """Call on_meta(key, value) for each top-level key but traceEvents and on_event(event) for each event (a JSON
+    object) of the array. With on_event None, stop at traceEvents (the header only). Raises Truncated (with
+    .events) when the file ends too soon, UsageError when it is not valid JSON or not a trace."""
+    stats = Stats()
     source = Source(path)
-    text = _Text(source, path)
+    text = Window(source, path, stats)
     try:
         _document(text, on_event, on_meta)
     except Truncated as exc:
-        exc.events = text.events
+        exc.events = stats.events
         raise
     finally:
         source.close()
-    return text.events
+    return stats
 
 
-def _document(text: _Text, on_event, on_meta) -> None:
+def _document(text: Window, on_event, on_meta) -> None:
     first = text.peek()
+    if first == "\ufeff":  # a UTF-8 byte-order mark: not JSON, but harmless (json.load of bytes skips it too)
+        text.pos += 1
+        first = text.peek()
     if first == "[":  # the Chrome trace format also allows a bare array of events
         if on_event is not None:
             _events(text, on_event)
+            _end(text)
         return
     if first != "{":
         if not first:
-            raise UsageError(f"{text.path}: empty file, not a trace")
-        raise UsageError(f"{text.path}: not a JSON trace (it starts with '{first}', expected '{{')")
+            raise UsageError(f"{shown(text.path)}: empty file, not a trace")
+        raise UsageError(f"{shown(text.path)}: not a JSON trace (it starts with {char(first)}, not '{{' or '[')")
     text.pos += 1
-    _object(text, on_event, on_meta)
+    if _object(text, on_event, on_meta):
+        _end(text)
 
 
-def _object(text: _Text, on_event, on_meta) -> None:
+def _object(text: Window, on_event, on_meta) -> bool:
+    """The top-level object's members; False when it stopped at traceEvents (on_event None)."""
     seen_events = False
-    while True:
-        c = text.peek()
-        if c == "}":
-            break
-        if c == ",":
-            text.pos += 1
-            continue
-        if not c:
-            raise Truncated()
+    c = text.peek()
+    while c != "}":
+        if c != '"':
+            if not c:
+                raise Truncated()
+            raise text.error(text.pos, f"expected a key in double quotes, found {char(c)}")
         key = text.value()
-        if not isinstance(key, str):
-            raise text.bad("expected a key")
-        text.expect(":")
+        text.expect(":", f"after the key {shown(repr(key[:40]))}")
         if key == "traceEvents":
             if on_event is None:
-                return
-            if text.peek() != "[":
-                raise UsageError(f"{text.path}: traceEvents is not an array")
+                return False
+            if seen_events:
+                raise text.error(text.pos, "a second traceEvents array")
+            found = text.peek()
+            if not found:
+                raise Truncated()
+            if found != "[":
+                raise UsageError(f"{shown(text.path)}: traceEvents is not an array")
             _events(text, on_event)
             seen_events = True
         else:
             value = text.value()
             if on_meta is not None:
                 on_meta(key, value)
-    if not seen_events:
-        raise UsageError(f"{text.path}: no traceEvents array, so not a PyTorch profiler trace")
-
-
-def _events(text: _Text, on_event) -> None:
-    text.pos += 1  # '['
-    while True:
         c = text.peek()
-        if c == "]":
-            text.pos += 1
-            return
         if c == ",":
             text.pos += 1
-            continue
-        if not c:
-            raise Truncated()
-        if c == "{" and _fast_region(text, on_event):
-            continue
-        event = text.value()
-        text.events += 1
-        if isinstance(event, dict):
-            on_event(event)
-
-
-def _fast_region(text: _Text, on_event) -> bool:
-    """Decode the events before the last separator in the window; False when the window has none left."""
-    last = text.buf.rfind(SEPARATOR, text.pos)
-    while last < 0:  # the window ends inside this event
-        if len(text.buf) - text.pos > MAX_VALUE_CHARS or not text.fill():
-            return False
-        last = text.buf.rfind(SEPARATOR, text.pos)
-    region = text.buf[text.pos + 1:last]
-    if _ARRAY_END.search(region):
-        _slow_region(text, text.base + last + 1, on_event)
-        return True
-    wanted = _wanted_blocks(region)
-    try:
-        events = json.loads("[{" + "},{".join(wanted) + "}]") if wanted else ()
-    except ValueError:
-        _slow_region(text, text.base + last + 1, on_event)
-        return True
-    for event in events:
-        on_event(event)
-    text.events += region.count(SEPARATOR) + 1
-    text.pos = last + 2  # past "},"; the next event's '{' follows
+            c = text.peek()
+            if c == "}":
+                raise text.error(text.pos, "a comma before '}'")
+        elif c != "}":
+            if not c:
+                raise Truncated()
+            raise text.error(text.pos, f"expected ',' or '}}' after the value of {shown(repr(key[:40]))}, found {char(c)}")
+    text.pos += 1
+    if not seen_events:
+        raise UsageError(f"{shown(text.path)}: no traceEvents array, so not a PyTorch profiler trace")
     return True
 
 
-def _wanted_blocks(region: str) -> list[str]:
-    """The blocks (text between separators) holding a marker, in order. Found with str.find, so the blocks
-    without one (most of a trace) cost no Python work at all."""
-    found: dict[int, int] = {}
-    gap = len(SEPARATOR)
-    for marker in _MARKERS:
-        pos = region.find(marker)
-        while pos >= 0:
-            start = region.rfind(SEPARATOR, 0, pos)
-            start = 0 if start < 0 else start + gap
-            end = region.find(SEPARATOR, pos)
-            end = len(region) if end < 0 else end
-            found[start] = end
-            pos = region.find(marker, end)
-    return [region[start:found[start]] for start in sorted(found)]
+def _end(text: Window) -> None:
+    """Only blanks may follow the trace's JSON value."""
+    c = text.peek()
+    if c:
+        what = "a second JSON value (two traces in one file?)" if c in "{[" else f"data ({char(c)})"
+        raise text.error(text.pos, f"{what} after the end of the trace")
 
 
-def _slow_region(text: _Text, end: int, on_event) -> None:
-    """Decode event by event up to file offset `end` (exclusive), or up to the end of the array."""
-    while text.offset() < end:
+def _events(text: Window, on_event) -> None:
+    """The event array, from its '['. Runs of whole events are decoded by one scanner call each (_runs); where a
+    run does not decode as cut, and at the window's end, events are decoded one at a time in a tight loop; the
+    event the window cuts, the array's end and anything unexpected go through the careful path below it."""
+    text.pos += 1  # '['
+    if text.peek() == "]":
+        text.pos += 1
+        return
+    stats, comma = text.stats, _COMMA.match
+    while True:
+        until = _runs(text, on_event)  # where a run failed: go event by event up to there
+        if until is None:
+            text.drop()  # the rest of the window, less than a run
+        scan, buf, pos, count = text.scan, text.buf, text.pos, stats.events
+        limit = len(buf) if until is None else until - text.chars_base
+        constants = stats.non_finite  # a failed scan may have counted some; the careful path counts them again
+        try:
+            while pos < limit:
+                try:
+                    event, end = scan(buf, pos)
+                except (StopIteration, ValueError, RecursionError):
+                    break
+                m = comma(buf, end)
+                if m is None:
+                    break  # the window's end, the array's end or an error: the careful path decides
+                count += 1
+                if event.__class__ is dict:
+                    on_event(event)
+                pos = m.end()
+                constants = stats.non_finite
+        except BadEvent as exc:
+            raise _bad_event(text, pos, exc) from None
+        text.pos, stats.events, stats.non_finite = pos, count, constants
+        if until is not None and pos >= limit:
+            continue
+        buf = None  # the careful path may move the window
+        if not text.peek():
+            raise Truncated()
+        start = text.byte_offset(text.pos)
+        event, text.pos = text.decode()
+        stats.events += 1
+        if event.__class__ is dict:
+            try:
+                on_event(event)
+            except BadEvent as exc:
+                raise UsageError(f"{shown(text.path)}: the event at byte {start:,}: {exc}") from None
         c = text.peek()
         if c == ",":
             text.pos += 1
+            if text.peek() == "]":
+                raise text.error(text.pos, "a comma before ']'")
             continue
         if c == "]":
+            text.pos += 1
             return
-        event = text.value()
-        text.events += 1
-        if isinstance(event, dict):
-            on_event(event)
+        if not c:
+            raise Truncated()
+        raise text.error(text.pos, f"expected ',' or ']' after an event, found {char(c)}")
+
+
+def _runs(text: Window, on_event) -> int | None:
+    """Decode runs of events of about RUN_CHARS, each with one scanner call over "[" + run + "]" (the scanner then
+    shares key strings among the run's events: a quarter faster than one call per event). A run ends at a '}'
+    followed by ',' and '{', most likely an event's end; a run that does not decode whole as cut (the '}' was
+    inside an event, or the JSON is bad) is left to the event-by-event loop, whose file offset this returns.
+    None when no run is left in the window."""
+    stats, buf, pos = text.stats, text.buf, text.pos
+    while True:
+        cut = _last_cut(buf, pos, min(len(buf), pos + RUN_CHARS))
+        if cut is None:
+            text.pos = pos
+            return None
+        end, after = cut
+        run, constants = "[" + buf[pos:end] + "]", stats.non_finite
+        try:
+            events, stop = text.scan(run, 0)
+        except (StopIteration, ValueError, RecursionError):
+            stop = -1
+        if stop != len(run):
+            stats.non_finite = constants
+            text.pos = pos
+            return text.chars_base + end
+        stats.events += len(events)
+        try:
+            for event in events:
+                if event.__class__ is dict:
+                    on_event(event)
+        except BadEvent as exc:
+            nth = next(i for i, e in enumerate(events) if e is event)
+            raise _bad_event(text, _nth_start(text, buf, pos, nth), exc) from None
+        pos = after
+
+
+def _last_cut(buf: str, pos: int, limit: int) -> tuple[int, int] | None:
+    """(just past the '}', the next '{') of the last '}' in buf[pos:limit] followed by ',' and '{'."""
+    j = buf.rfind("}", pos, limit)
+    while j > pos:
+        m = _CUT.match(buf, j)
+        if m:
+            return j + 1, m.end() - 1
+        j = buf.rfind("}", pos, j)
+    return None
+
+
+def _nth_start(text: Window, buf: str, pos: int, nth: int) -> int:
+    """Where the nth event from pos starts (for an error message)."""
+    for _ in range(nth):
+        _event, end = text.scan(buf, pos)
+        pos = _COMMA.match(buf, end).end()
+    return pos
+
+
+def _bad_event(text: Window, pos: int, exc: BadEvent) -> UsageError:
+    return UsageError(f"{shown(text.path)}: the event at byte {text.byte_offset(pos):,}: {exc}")

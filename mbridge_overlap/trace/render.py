@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from .escape import lines, shown
+
 
 def us(value) -> str:
     if value is None:
@@ -27,7 +29,7 @@ _NUMERIC = re.compile(r"^[-+]?[\d,.]+%?$|^-$")
 
 def table(headers: list[str], rows: list[list], indent: str = "  ") -> list[str]:
     """Numbers right-aligned, words left-aligned."""
-    cells = [[str(c) for c in row] for row in rows]
+    cells = [[shown(c) for c in row] for row in rows]  # names from a trace may hold control characters
     widths = [max(len(x) for x in col) for col in zip(headers, *cells)]
     right = [bool(col) and all(_NUMERIC.match(x) for x in col) for col in zip(*cells)] if cells else []
 
@@ -44,7 +46,7 @@ def _collectives(counts: dict) -> str:
 
 def _rank_block(r: dict) -> list[str]:
     label = "rank ?" if r["rank"] is None else f"rank {r['rank']}"
-    out = [f"{label} ({Path(r['file']).name}){'  PARTIAL' if r['partial'] else ''}"]
+    out = [f"{label} ({shown(Path(r['file']).name)}){'  PARTIAL' if r['partial'] else ''}"]
     out += table(
         ["dimension", "kernels", "communication", "hidden", "exposed", "hidden %", "collectives"],
         [[d["dimension"], d["kernels"], us(d["communication_us"]), us(d["hidden_us"]), us(d["exposed_us"]),
@@ -53,16 +55,16 @@ def _rank_block(r: dict) -> list[str]:
     if r["steps"]:
         out.append("")
         out += table(
-            ["step", "in totals", "compute", "communication", "overlapped", "exposed", "overlap"],
+            ["step", "in totals", "compute", "communication", "hidden", "exposed", "hidden %"],
             [[s["step"], "yes" if s["in_totals"] else "no", us(s["compute_us"]), us(s["communication_us"]),
-              us(s["overlapped_us"]), us(s["exposed_us"]), pct(s["overlap_pct"])] for s in r["steps"]],
+              us(s["hidden_us"]), us(s["exposed_us"]), pct(s["hidden_pct"])] for s in r["steps"]],
         )
         rows = [[s["step"], d["dimension"], us(d["hidden_us"]), us(d["exposed_us"])]
                 for s in r["steps"] for d in s["dimensions"]]
         if rows:
             out.append("")
             out += table(["step", "dimension", "hidden", "exposed"], rows)
-    out += [f"  note: {n}" for n in r["notes"]]
+    out += [f"  note: {shown(n)}" for n in r["notes"]]
     return out
 
 
@@ -70,20 +72,20 @@ def report(d: dict) -> str:
     ranks = d["ranks"]
     world = "unknown" if d["world_size"] is None else d["world_size"]
     out = [
-        f"trace: {len(ranks)} rank(s), world size {world}; times in us; overlap % as {d['definition']}",
+        f"trace: {len(ranks)} rank(s), world size {world}; times in us; hidden % as in {d['definition']}",
         *(["PARTIAL: a truncated trace was analysed; its figures cover only what was read"] if d["partial"] else []),
         "",
         *table(
-            ["rank", "compute", "communication", "overlapped", "exposed", "overlap"],
+            ["rank", "compute", "communication", "hidden", "exposed", "hidden %"],
             [["?" if r["rank"] is None else r["rank"], us(r["compute_us"]), us(r["communication_us"]),
-              us(r["overlapped_us"]), us(r["exposed_us"]), pct(r["overlap_pct"])] for r in ranks],
+              us(r["hidden_us"]), us(r["exposed_us"]), pct(r["hidden_pct"])] for r in ranks],
             indent="",
         ),
     ]
     for r in ranks:
         out += ["", *_rank_block(r)]
-    out += [f"note: {n}" for n in d["notes"]]
-    return "\n".join(out) + "\n"
+    out += [f"note: {shown(n)}" for n in d["notes"]]
+    return lines("\n".join(out)) + "\n"  # what a cell or note above missed
 
 
 def _side(s: dict) -> str:
@@ -95,7 +97,7 @@ def comparison(d: dict) -> str:
     out = [
         f"trace --compare: BEFORE {_side(b)} -> AFTER {_side(a)}; mean per rank, times in us",
         f"overall: exposed {us(b['exposed_us'])} -> {us(a['exposed_us'])} "
-        f"({signed(round(a['exposed_us'] - b['exposed_us'], 1))}), overlap {pct(b['overlap_pct'])} -> {pct(a['overlap_pct'])}",
+        f"({signed(round(a['exposed_us'] - b['exposed_us'], 1))}), hidden {pct(b['hidden_pct'])} -> {pct(a['hidden_pct'])}",
         "",
         "exposed communication by dimension, biggest change first",
         *table(
@@ -115,5 +117,5 @@ def comparison(d: dict) -> str:
                   r["change"]] for r in d["steps"]],
             ),
         ]
-    out += [f"note: {n}" for n in d["notes"]]
-    return "\n".join(out) + "\n"
+    out += [f"note: {shown(n)}" for n in d["notes"]]
+    return lines("\n".join(out)) + "\n"  # what a cell or note above missed

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from . import kernels
 from .attribution import ORDER
 
-DEFINITION = "HolisticTraceAnalysis get_comm_comp_overlap (overlapped communication / merged communication time)"
+DEFINITION = ("HolisticTraceAnalysis get_comm_comp_overlap: hidden_pct = hidden_us (communication while compute ran) "
+              "/ communication_us (merged communication time)")
 
 
 def percent(part: int, whole: int) -> float | None:
@@ -18,27 +19,27 @@ def percent(part: int, whole: int) -> float | None:
 class Figures:
     compute_us: int
     communication_us: int
-    overlapped_us: int
+    hidden_us: int
 
     @classmethod
-    def of(cls, communication: list[tuple[int, int]], compute: list[tuple[int, int]]) -> "Figures":
-        return cls(kernels.total(compute), kernels.total(communication), kernels.overlap(communication, compute))
+    def of(cls, communication: kernels.Merged, compute: kernels.Merged) -> "Figures":
+        return cls(compute.total(), communication.total(), kernels.overlap(communication, compute))
 
     @property
     def exposed_us(self) -> int:
-        return self.communication_us - self.overlapped_us
+        return self.communication_us - self.hidden_us
 
     @property
-    def overlap_pct(self) -> float | None:
-        return percent(self.overlapped_us, self.communication_us)
+    def hidden_pct(self) -> float | None:
+        return percent(self.hidden_us, self.communication_us)
 
     def to_dict(self) -> dict:
         return {
             "compute_us": self.compute_us,
             "communication_us": self.communication_us,
-            "overlapped_us": self.overlapped_us,
+            "hidden_us": self.hidden_us,
             "exposed_us": self.exposed_us,
-            "overlap_pct": self.overlap_pct,
+            "hidden_pct": self.hidden_pct,
         }
 
 

@@ -12,23 +12,24 @@ from __future__ import annotations
 import re
 from .. import render as templates
 from ..errors import UsageError
+from .escape import shown
 
 RELEASE = "0.6.2"
 FORMS = {"python": "profiler.py.j2", "yaml": "profiler.yaml.j2", "hydra": "profiler.hydra.j2"}
 DEFAULT_STEPS = "10-13"
-_STEPS = re.compile(r"^\s*(\d+)\s*-\s*(\d+)\s*$")
+_STEPS = re.compile(r"^\s*(\d{1,9})\s*-\s*(\d{1,9})\s*$")
 
 
 def parse_steps(text: str) -> tuple[int, int]:
     """'START-END' as Bridge's profile_step_start / profile_step_end (END not recorded)."""
     m = _STEPS.match(text or "")
     if not m:
-        raise UsageError(f"--steps {text}: expected START-END, e.g. {DEFAULT_STEPS} (Bridge's profile_step_start-end)")
+        raise UsageError(f"--steps {shown(text)}: expected START-END, e.g. {DEFAULT_STEPS} (Bridge's profile_step_start-end)")
     start, end = int(m.group(1)), int(m.group(2))
     if start < 1:
-        raise UsageError(f"--steps {text}: START must be 1 or more (with 0 the profiler also records the set-up)")
+        raise UsageError(f"--steps {shown(text)}: START must be 1 or more (with 0 the profiler also records the set-up)")
     if end <= start:
-        raise UsageError(f"--steps {text}: END must be greater than START (END itself is not recorded)")
+        raise UsageError(f"--steps {shown(text)}: END must be greater than START (END itself is not recorded)")
     return start, end
 
 
@@ -43,9 +44,9 @@ def parse_ranks(text: str | None, allow_all: bool) -> tuple[int, ...] | None:
     try:
         ranks = sorted({int(part) for part in text.split(",") if part.strip()})
     except ValueError:
-        raise UsageError(f"--rank {text}: expected comma-separated global ranks, e.g. 0,8") from None
+        raise UsageError(f"--rank {shown(text)}: expected comma-separated global ranks, e.g. 0,8") from None
     if not ranks or ranks[0] < 0:
-        raise UsageError(f"--rank {text}: ranks are global ranks, 0 or more")
+        raise UsageError(f"--rank {shown(text)}: ranks are global ranks, 0 or more")
     return tuple(ranks)
 
 
@@ -62,7 +63,7 @@ def describe(start: int, end: int, ranks: tuple[int, ...]) -> tuple[str, str]:
 
 def render(form: str, start: int, end: int, ranks: tuple[int, ...]) -> str:
     if form not in FORMS:
-        raise UsageError(f"--snippet {form}: expected one of {', '.join(FORMS)}")
+        raise UsageError(f"--snippet {shown(form)}: expected one of {', '.join(FORMS)}")
     if not all(isinstance(r, int) and r >= 0 for r in ranks) or not (1 <= start < end):
         raise UsageError("profiler snippet: steps or ranks out of range")
     purpose, totals = describe(start, end, ranks)

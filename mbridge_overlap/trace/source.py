@@ -1,5 +1,6 @@
 """The text of a trace file, plain or gzip, in chunks. A gzip stream cut short yields all it holds, so the JSON
-parser sees where the text stops (the reader calls that truncated)."""
+reader sees where the text stops (and calls that truncated). Each read inflates at most about `size` characters,
+so a small gzip file that inflates to gigabytes costs time, not memory."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ import zlib
 from pathlib import Path
 
 from ..errors import UsageError
+from .escape import shown
+
+_GZIP = 16 + zlib.MAX_WBITS
+_RAW_READ = 1 << 16
+CUT_CHARACTER = "\ufffd"  # stands for a UTF-8 sequence the end of the file cut
 
 
 class Source:
@@ -16,42 +22,71 @@ class Source:
     def __init__(self, path: Path):
         try:
             self.raw = path.open("rb")
+            magic = self.raw.peek(2)[:2]
         except OSError as exc:
-            raise UsageError(f"{path}: cannot read ({exc.strerror or exc})") from None
+            raise UsageError(f"{shown(path)}: cannot read ({shown(exc.strerror or exc)})") from None
         self.path = path
-        self.gzip = zlib.decompressobj(16 + zlib.MAX_WBITS) if self.raw.peek(2)[:2] == b"\x1f\x8b" else None
+        self.gzip = zlib.decompressobj(_GZIP) if magic == b"\x1f\x8b" else None
+        self.pending = b""  # compressed input not inflated yet
         self.utf8 = codecs.getincrementaldecoder("utf-8")()
+        self.offset = 0  # bytes of text handed to the decoder so far
 
     def read(self, size: int) -> str:
-        """About `size` characters (a little more from gzip); '' at the end."""
+        """About `size` characters; '' at the end."""
         parts, count = [], 0
         while count < size:
-            data = self.raw.read(size - count if self.gzip is None else 1 << 16)
-            final = not data
-            if self.gzip is not None:
-                data = self._inflate(data)
-            try:
-                text = self.utf8.decode(data, final=final)
-            except UnicodeDecodeError:
-                raise UsageError(f"{self.path}: not UTF-8 text, so not a JSON trace") from None
-            parts.append(text)
-            count += len(text)
+            data, final = self._bytes(size - count)
+            parts.append(self._decode(data))
+            count += len(parts[-1])
+            self.offset += len(data)
             if final:
+                try:
+                    self.utf8.decode(b"", final=True)
+                except UnicodeDecodeError:  # cut inside a character: the JSON reader sees a cut there
+                    parts.append(CUT_CHARACTER)
+                    self.utf8.reset()
                 break
         return "".join(parts)
 
-    def _inflate(self, data: bytes) -> bytes:
+    def _decode(self, data: bytes) -> str:
         try:
-            if not data:
-                return self.gzip.flush()
-            out = self.gzip.decompress(data)
-            while self.gzip.eof and self.gzip.unused_data:  # a further gzip member
-                rest = self.gzip.unused_data
-                self.gzip = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                out += self.gzip.decompress(rest)
-            return out
+            return self.utf8.decode(data)
+        except UnicodeDecodeError as exc:
+            where = max(0, self.offset + exc.start - len(exc.object) + len(data))
+            raise UsageError(f"{shown(self.path)}: not UTF-8 text (byte {where:,}), so not a JSON trace") from None
+
+    def _bytes(self, size: int) -> tuple[bytes, bool]:
+        """Up to `size` bytes of the file's text, and whether it has ended."""
+        try:
+            if self.gzip is None:
+                data = self.raw.read(size)
+                return data, not data
+            return self._inflate(size)
+        except OSError as exc:
+            raise UsageError(f"{shown(self.path)}: cannot read ({shown(exc.strerror or exc)})") from None
+
+    def _inflate(self, size: int) -> tuple[bytes, bool]:
+        try:
+            while True:
+                if self.gzip.eof:
+                    rest = self.gzip.unused_data + self.pending
+                    self.pending = b""
+                    if not rest:
+                        rest = self.raw.read(_RAW_READ)
+                    if not rest:
+                        return b"", True
+                    self.gzip = zlib.decompressobj(_GZIP)  # a further gzip member
+                    self.pending = rest
+                if not self.pending:
+                    self.pending = self.raw.read(_RAW_READ)
+                    if not self.pending:
+                        return self.gzip.flush(), True  # cut short: all it holds
+                out = self.gzip.decompress(self.pending, size)
+                self.pending = self.gzip.unconsumed_tail
+                if out:
+                    return out, False
         except zlib.error as exc:
-            raise UsageError(f"{self.path}: not a readable gzip file ({exc})") from None
+            raise UsageError(f"{shown(self.path)}: not a readable gzip file ({exc})") from None
 
     def close(self) -> None:
         self.raw.close()
