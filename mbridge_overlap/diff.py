@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import releases, request, runconfig, safeio
-from .resolution import Resolution, resolve_request
+from . import checks, releases, request, runconfig, safeio, schema
+from .resolution import SCHEMA_VERSION, Resolution, resolve_request
 from .errors import UsageError
 from .text import fmt
 
@@ -84,7 +84,7 @@ class Change:
     def to_dict(self) -> dict:
         return {
             "key": self.key, "before": self.before, "after": self.after, "cause_keys": [c["key"] for c in self.causes],
-            "causes": self.causes, "rule": self.rule, "message": self.message, "fix": self.fix, "impact": self.impact,
+            "causes": self.causes, "finding_id": self.rule, "message": self.message, "fix": self.fix, "impact": self.impact,
         }
 
 
@@ -96,13 +96,16 @@ class DiffResult:
     changes: list
     other: list
     warnings: list
-    ignored: int
+    accounting: dict  # every changed key of the two files, in exactly one bucket
 
     def to_dict(self) -> dict:
         return {
-            "bridge_version": self.bridge_version, "before": self.before, "after": self.after,
+            "schema_version": SCHEMA_VERSION, "bridge_version": self.bridge_version, "before": self.before, "after": self.after,
             "overlap_changes": [c.to_dict() for c in self.changes], "other_changes": self.other,
-            "warnings": self.warnings, "ignored_changes": self.ignored,
+            "unmodeled_changes": self.accounting["unmodeled"], "warnings": self.warnings,
+            "explained_changes": self.accounting["explained"], "same_effect_changes": self.accounting["same_effect"],
+            "ignored_changes": len(self.accounting["ignored"]), "ignored_by_section": _by_section(self.accounting["ignored"]),
+            "changed_keys": self.accounting["total"],
         }
 
 
@@ -156,8 +159,8 @@ def diff(before, after, *, gpus_before=None, gpus_after=None, te: bool = True, b
             changes.append(_explain(key, old, new, a, b, changed_inputs, te, bridge_version))
     changes.sort(key=lambda c: (-c.impact, c.key))
     other = _other(a, b)
-    ignored = _count_ignored(a.rc.raw, b.rc.raw)
-    return DiffResult(str(a.rc.path), str(b.rc.path), a.res.bridge_version, changes, other, warnings, ignored)
+    accounting = account(a, b, changes, other)
+    return DiffResult(str(a.rc.path), str(b.rc.path), a.res.bridge_version, changes, other, warnings, accounting)
 
 
 def _changed_inputs(a: Side, b: Side, baseline: dict) -> dict:
@@ -307,14 +310,61 @@ def _model_warning(a: Side, b: Side) -> list:
     return [f"the two configs are of different models ({shown}): step times are not comparable"]
 
 
-_IGNORED_SECTIONS = ("checkpoint", "logger", "rng", "profiling", "tensor_inspect", "ft", "straggler", "nvrx_straggler", "inprocess_restart")
-
-
-def _count_ignored(raw_a: dict, raw_b: dict) -> int:
-    """How many other keys changed that have nothing to do with communication (paths, logging, seeds, ...)."""
-    count = 0
-    for section in set(raw_a) | set(raw_b):
+def changed_keys(raw_a: dict, raw_b: dict) -> dict:
+    """Every dotted key whose value differs between two configs (a section-level value counts as one key)."""
+    out = {}
+    for section in sorted(set(raw_a) | set(raw_b), key=str):
         sa, sb = raw_a.get(section), raw_b.get(section)
         if isinstance(sa, dict) and isinstance(sb, dict):
-            count += sum(1 for k in set(sa) | set(sb) if sa.get(k) != sb.get(k) and section in _IGNORED_SECTIONS)
-    return count
+            out.update({f"{section}.{k}": (sa.get(k), sb.get(k)) for k in sorted(set(sa) | set(sb), key=str) if sa.get(k) != sb.get(k)})
+        elif sa != sb:
+            out[str(section)] = (sa, sb)
+    return out
+
+
+def account(a: Side, b: Side, changes: list, other: list) -> dict:
+    """Each changed key in one bucket: explained (an overlap change lists it as a cause, or it is that setting or its
+    optimizer mirror), other (communication-relevant, listed), same effect (written differently, resolved the same:
+    a preset saved as its fields, another checkpoint path), unmodeled (on the overlap path, not modelled: listed with
+    its values), ignored (logging, seeds and the rest: counted by section)."""
+    explained = {c.key for c in changes} | {x["key"] for c in changes for x in c.causes} | set(MIRRORS.values())
+    listed = {o["key"] for o in other}
+    if "data_parallel_size" in listed:
+        listed.add("comm_overlap.data_parallel_size")  # what Bridge saved of the DP size
+    out = {"total": 0, "explained": [], "unmodeled": [], "same_effect": [], "ignored": []}
+    for key, (old, new) in changed_keys(a.rc.raw, b.rc.raw).items():
+        out["total"] += 1
+        section, _, name = key.partition(".")
+        if key in explained or key in listed or section == "comm_overlap" and "comm_overlap" in explained:
+            out["explained"].append(key)
+            continue
+        if name in schema.SECTIONS.get(section, {}) or name in schema.EFFECTIVE_FIELDS.get(section, ()):
+            same = _resolved(a, section, name) == _resolved(b, section, name)
+            out["same_effect" if same else "unmodeled"].append(key if same else {"key": key, "before": _plain(old), "after": _plain(new)})
+        elif checks.on_overlap_path(key):
+            out["unmodeled"].append({"key": key, "before": _plain(old), "after": _plain(new)})
+        else:
+            out["ignored"].append(key)
+    return out
+
+
+def _resolved(side: Side, section: str, name: str):
+    """How the resolver reads a modelled key of one side: its effective value, else the request's."""
+    state = side.res.state
+    if name in schema.EFFECTIVE_FIELDS.get(section, ()):
+        return side.res.effective[section][name]
+    value = state.request.section(section).get(name) if section in schema.SECTIONS else None
+    spec = schema.SECTIONS.get(section, {}).get(name)
+    return (value is not None) if spec is not None and spec.kind == schema.OPT_PATH else value  # a path: set or not
+
+
+def _plain(value):
+    return value if isinstance(value, (bool, int, float, str)) or value is None else safeio.shown(value)
+
+
+def _by_section(keys: list) -> dict:
+    out: dict = {}
+    for key in keys:
+        section = key.partition(".")[0]
+        out[section] = out.get(section, 0) + 1
+    return out

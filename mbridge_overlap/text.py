@@ -187,10 +187,17 @@ def diff(d: dict) -> str:
     lines += ["", "overlap settings that changed, most step-time impact first:" if changes else "overlap settings: no change"]
     for i, c in enumerate(changes, 1):
         lines.append(f"  {i}. {c['key']}: {fmt(c['before'])} -> {fmt(c['after'])}")
-        lines.append(f"     why: {c['message']} [{c['rule']}]")
+        lines.append(f"     why: {c['message']} [{c['finding_id']}]")
         lines.append(f"     restore: {c['fix'] or 'no config override restores it'}")
     other = d["other_changes"]
     lines += ["", "other communication-relevant changes:" if other else "other communication-relevant changes: none"]
     lines += [f"  {o['label']} ({o['key']}): {fmt(o['before'])} -> {fmt(o['after'])}" for o in other]
-    lines += ["", f"{d['ignored_changes']} changed keys with no bearing on communication (paths, logging, ...) ignored"]
+    if d["unmodeled_changes"]:
+        lines += ["", "changed on the overlap path but not modelled (their effect is not explained here):"]
+        lines += [f"  {u['key']}: {fmt(u['before'])} -> {fmt(u['after'])}" for u in d["unmodeled_changes"]]
+    if d["same_effect_changes"]:
+        lines += ["", f"written differently, resolved the same: {', '.join(d['same_effect_changes'])}"]
+    sections = ", ".join(f"{s} {n}" for s, n in d["ignored_by_section"].items())
+    lines += ["", f"{d['ignored_changes']} of {d['changed_keys']} changed keys have no bearing on communication and are ignored"
+              + (f" ({sections})" if sections else "")]
     return _lines(lines)
