@@ -8,7 +8,8 @@ from typing import Any, Mapping
 
 from . import catalog, findings, releases, request
 from .errors import UsageError
-from .resolution import SCHEMA_VERSION, Resolution, resolve_request
+from .contract import SCHEMA_VERSION
+from .resolution import Resolution, resolve_request
 
 
 def resolve(
@@ -107,9 +108,18 @@ def explain(finding_id: str) -> dict:
     return {"schema_version": SCHEMA_VERSION, **findings.explain(finding_id)}
 
 
-def presets(bridge_version: str | None = None) -> list[dict]:
+def presets(bridge_version: str | None = None) -> dict:
     """The tuned TP userbuffers presets of a release, with what each name says it was tuned for."""
-    return [p.to_dict() for p in releases.get(bridge_version).presets()]
+    release = releases.get(bridge_version)
+    return {"schema_version": SCHEMA_VERSION, "bridge_version": release.version, "presets": [p.to_dict() for p in release.presets()]}
+
+
+def check_manifest(path=None, check_directory: bool = False) -> dict:
+    """SKILL.md against the Agent Skills rules: {"ok", "problems"}."""
+    from .manifest import check_file
+
+    problems = check_file(path, check_directory=check_directory)
+    return {"schema_version": SCHEMA_VERSION, "ok": not problems, "problems": problems}
 
 
 def release_table() -> dict:

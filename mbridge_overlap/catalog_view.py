@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from . import catalog, layout, releases
 from .errors import UsageError
-from .resolution import SCHEMA_VERSION
+from .contract import SCHEMA_VERSION
 from .safeio import shown
 
 _ENV_SHOWN = ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FWD_LAYERNORM_SM_MARGIN", "NCCL_P2P_NET_CHUNKSIZE", "NCCL_NVLS_ENABLE")

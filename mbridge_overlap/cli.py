@@ -215,8 +215,8 @@ def cmd_diff(args) -> int:
 
 
 def cmd_presets(args) -> int:
-    items = api.presets(args.bridge_version)
-    _emit(args, _json(items) if args.format == "json" else text.presets(items))
+    d = api.presets(args.bridge_version)
+    _emit(args, _json(d) if args.format == "json" else text.presets(d["presets"]))
     return 0
 
 
@@ -252,11 +252,10 @@ def cmd_anchors(args) -> int:
 
 
 def cmd_check_manifest(args) -> int:
-    from .manifest import check_file
-
-    problems = check_file(args.path, check_directory=args.check_dir)
+    d = api.check_manifest(args.path, check_directory=args.check_dir)
+    problems = d["problems"]
     if args.format == "json":
-        _emit(args, _json({"ok": not problems, "problems": problems}))
+        _emit(args, _json(d))
     else:
         _emit(args, "SKILL.md: ok\n" if not problems else "".join(f"SKILL.md: {safeio.esc(p)}\n" for p in problems))
     return 1 if problems else 0

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import checks, releases, request, runconfig, safeio, schema
-from .resolution import SCHEMA_VERSION, Resolution, resolve_request
+from .contract import SCHEMA_VERSION
+from .resolution import Resolution, resolve_request
 from .errors import UsageError
 from .text import fmt
 

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from . import checks, findings, launch_env, layout, releases, resolver, safeio
+from .contract import SCHEMA_VERSION
 from .errors import UsageError
 from .request import Request
 
-SCHEMA_VERSION = 2  # of every JSON payload; bumped when a key changes meaning or goes away
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .attribution import ORDER
+from ..contract import SCHEMA_VERSION
 from .job import analyze
 from .report import DEFINITION, TraceReport, percent
 
@@ -108,6 +109,7 @@ class TraceComparison:
 
     def to_dict(self) -> dict:
         return {
+            "schema_version": SCHEMA_VERSION,
             "kind": "trace_comparison",
             "definition": DEFINITION,
             "time_unit": "us",

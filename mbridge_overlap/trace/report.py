@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import kernels
+from ..contract import SCHEMA_VERSION
 from .attribution import ORDER
 
 DEFINITION = ("HolisticTraceAnalysis get_comm_comp_overlap: hidden_pct = hidden_us (communication while compute ran) "
@@ -131,6 +132,7 @@ class TraceReport:
 
     def to_dict(self) -> dict:
         return {
+            "schema_version": SCHEMA_VERSION,
             "kind": "trace_report",
             "definition": DEFINITION,
             "time_unit": "us",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from .. import render as templates
 from ..errors import UsageError
+from ..contract import SCHEMA_VERSION
 from .escape import shown
 
 RELEASE = "0.6.2"
@@ -75,6 +76,7 @@ def render(form: str, start: int, end: int, ranks: tuple[int, ...]) -> str:
 
 def to_dict(form: str, start: int, end: int, ranks: tuple[int, ...]) -> dict:
     return {
+        "schema_version": SCHEMA_VERSION,
         "kind": "profiler_snippet",
         "bridge_version": RELEASE,
         "form": form,
