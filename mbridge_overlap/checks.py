@@ -360,7 +360,9 @@ def distributed_optimizer(state: State):
                    fix=overrides_text(o) + " (or both false to run without it)", ddp=fmt(req.ddp["use_distributed_optimizer"]),
                    optimizer=fmt(req.optimizer["use_distributed_optimizer"]),
                    skipped="; CommOverlapConfig had already skipped DP overlap" if skipped else "")
-    dp_keys = [f"comm_overlap.{k}" for k in DP_KNOBS if (req.comm_overlap or {}).get(k) is not None]
+    # only the requests the run does not get anyway (the recipe's own ddp value may already be the requested one)
+    dp_keys = [f"comm_overlap.{k}" for k in DP_KNOBS if (req.comm_overlap or {}).get(k) is not None
+               and req.comm_overlap[k] != _dp_effective(state, k)]
     if dp_keys and not state.dp_overlap_applied:
         o = {**both_on, **adopt}
         yield make("DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER", fix_overrides=o, fix=overrides_text(o),
@@ -372,6 +374,10 @@ def distributed_optimizer(state: State):
     if state.ddp["overlap_param_gather"] and not state.ddp["use_distributed_optimizer"]:
         yield make("PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER",
                    fix_overrides={"ddp.overlap_param_gather": False, "optimizer.overlap_param_gather": False})
+
+
+def _dp_effective(state: State, name: str):
+    return state.ddp[name] if name in state.ddp else state.optimizer.get(name)
 
 
 def megatron_fsdp(state: State):

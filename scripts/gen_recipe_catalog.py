@@ -20,6 +20,11 @@ from pathlib import Path
 # Read once when huggingface_hub is imported: set before anything imports Bridge, or each hub call waits on the network.
 for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
     os.environ[_name] = "1"
+# Bridge's messages can print a set (recompute module names): with a fixed hash seed they print the same every run,
+# so a regeneration compares byte for byte.
+if os.environ.get("PYTHONHASHSEED") != "0":
+    os.environ["PYTHONHASHSEED"] = "0"
+    os.execv(sys.executable, [sys.executable, *sys.argv])
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

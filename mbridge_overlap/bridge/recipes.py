@@ -38,8 +38,11 @@ DEVICES = {
     "vr200": ((10, 0), "NVIDIA VR200"),
 }
 ASSUMED_DEVICES = ("r100", "vr200")
+# A plain provider with the traits of the models Bridge's recipes train (a SwiGLU MLP without linear or QKV bias, as
+# Llama, Qwen, DeepSeek): a check on them then sees what the real model has rather than Megatron-Core's GPT defaults.
 STANDIN = dict(num_layers=96, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=32, seq_length=4096,
-               vocab_size=32768, make_vocab_size_divisible_by=128)
+               vocab_size=32768, make_vocab_size_divisible_by=128, add_bias_linear=False, add_qkv_bias=False,
+               gated_linear_unit=True)
 MAX_FIXUPS = 8
 # The dataset configs ConfigContainer.validate() treats as fine-tuning (its CP check names them).
 SFT_DATASETS = ("GPTSFTDatasetConfig", "DirectHFSFTDatasetConfig", "EnergonDatasetConfig", "MockVLMSFTDatasetConfig")
@@ -52,9 +55,10 @@ class _StandIn:
         pass
 
     def to_megatron_provider(self, *args, **kwargs):
+        import torch.nn.functional as F
         from megatron.bridge.models import GPTModelProvider
 
-        return GPTModelProvider(**STANDIN)
+        return GPTModelProvider(**STANDIN, activation_func=F.silu)
 
     def __getattr__(self, name):  # any other AutoBridge call a recipe makes: inert
         return lambda *args, **kwargs: None
@@ -118,7 +122,6 @@ _FIXUPS = [
     (re.compile(r"only supported with multi_latent_attention"), lambda cfg, m: [("model.multi_latent_attention", True)]),
     (re.compile(r"only supported with moe_grouped_gemm"), lambda cfg, m: [("model.moe_grouped_gemm", True)]),
     (re.compile(r"moe cuda graph is only supported for MoE"), lambda cfg, m: [("model.num_moe_experts", 64)]),
-    (re.compile(r"does not support attention bias"), lambda cfg, m: [("model.add_bias_linear", False), ("model.add_qkv_bias", False)]),
     (re.compile(r"Number of decoder layers (\d+)\s*must match num_layers"), _fix_layers),
     (re.compile(r"overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type"),
      lambda cfg, m: [("model.moe_token_dispatcher_type", "alltoall")]),
