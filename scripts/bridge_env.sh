@@ -49,17 +49,9 @@ share_from=$(sed -n 's/^# share: *\([0-9.]*\).*/\1/p' "$req" | head -n 1)
 say() { printf '[bridge-env] %s\n' "$*" >&2; }
 die() { printf 'bridge_env.sh: %s\n' "$*" >&2; exit 1; }
 
-find_python() {
-  local c
-  for c in "${MBRIDGE_PYTHON:-}" python3.12 /root/.pyenv/versions/3.12*/bin/python; do
-    [ -n "$c" ] || continue
-    command -v "$c" >/dev/null 2>&1 || continue
-    if "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
-      command -v "$c"; return 0
-    fi
-  done
-  return 1
-}
+# shellcheck source=find_python.sh
+. "$here/find_python.sh"
+find_python() { find_python_version 3.12 "${MBRIDGE_PYTHON:-}"; }
 
 stage_lines() { awk -v s="$1" '/^# stage:/{cur=$3; next} /^#/||NF==0{next} cur==s{print}' "$req"; }
 stage_hash() { { stage_lines "$1"; echo "python=$("$VENV/bin/python" -V 2>&1)"; } | sha256sum | cut -c1-16; }

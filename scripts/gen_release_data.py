@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import os
 import tempfile
 import zipfile
 from pathlib import Path
@@ -27,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 from mbridge_overlap import anchors  # noqa: E402
 
 OUT = ROOT / "mbridge_overlap" / "data" / "fingerprints.yaml"
-MIRROR = Path("/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo")
+# A git mirror of NVIDIA-NeMo/Megatron-Bridge: $MBRIDGE_SKILL_MIRROR, else .mirror/ beside the checkout.
+MIRROR = Path(os.environ.get("MBRIDGE_SKILL_MIRROR", ROOT.parent / ".mirror" / "NVIDIA-NeMo+Megatron-Bridge" / "repo"))
 DEFAULT = {
     "0.5.0": ["git:v0.5.0", "pypi"],
     "0.5.1": ["git:v0.5.1", "pypi"],

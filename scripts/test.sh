@@ -10,12 +10,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/nemo-mbridge-perf-tp-dp-comm-overlap"
 
-base_py=""
-for c in "${MBRIDGE_SKILL_TEST_PYTHON:-}" python3.10 /root/.pyenv/versions/3.10*/bin/python python3; do
-  if [ -n "$c" ] && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; then
-    base_py=$(command -v "$c"); break
-  fi
-done
+# shellcheck source=find_python.sh
+. scripts/find_python.sh
+base_py=$(find_python_version 3.10 "${MBRIDGE_SKILL_TEST_PYTHON:-}") || base_py=$(command -v python3) \
+  || { echo "test.sh: no Python 3.10 (set MBRIDGE_SKILL_TEST_PYTHON) and no python3 on PATH" >&2; exit 2; }
 test_venv="$cache/venv-test-$("$base_py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
 stamp="$test_venv/.requirements-$(sha256sum requirements-test.txt | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
@@ -25,13 +23,23 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
-# The real traces of the trace-agreement tests live outside the repository (never copied in): beside the
-# checkout as ../shared, or in the workplace's shared folder when CI clones elsewhere.
+# The real traces of the trace-agreement tests live outside the repository (never copied in): set
+# MBRIDGE_SKILL_TRACES, or keep them beside the checkout as ../shared/data/traces; a clone of a local checkout
+# (as CI makes) also looks beside the checkout it was cloned from.
+origin=$(git config --get remote.origin.url 2>/dev/null || true)
 if [ -z "${MBRIDGE_SKILL_TRACES:-}" ]; then
-  for d in "$root/../shared/data/traces" /work/shared/data/traces; do
-    if [ -d "$d" ]; then export MBRIDGE_SKILL_TRACES="$d"; break; fi
+  for d in "$root/../shared/data/traces" ${origin:+"$origin/../shared/data/traces"}; do
+    if [ -d "$d" ]; then MBRIDGE_SKILL_TRACES=$(cd "$d" && pwd); export MBRIDGE_SKILL_TRACES; break; fi
   done
 fi
+[ -n "${MBRIDGE_SKILL_TRACES:-}" ] || echo "[test] no real traces found: the trace-agreement tests skip" >&2
+# Likewise the git mirror of upstream Megatron-Bridge that the anchor tests read tags from.
+if [ -z "${MBRIDGE_SKILL_MIRROR:-}" ]; then
+  for d in "$root/../.mirror/NVIDIA-NeMo+Megatron-Bridge/repo" ${origin:+"$origin/../.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"}; do
+    if [ -d "$d" ]; then MBRIDGE_SKILL_MIRROR=$(cd "$d" && pwd); export MBRIDGE_SKILL_MIRROR; break; fi
+  done
+fi
+[ -n "${MBRIDGE_SKILL_MIRROR:-}" ] || echo "[test] no Megatron-Bridge mirror found: the tagged-release anchor tests skip" >&2
 
 echo "[test] tier 1: pure Python ($("$test_venv/bin/python" -V))" >&2
 "$test_venv/bin/python" -m pytest tests --ignore=tests/bridge -q "$@"

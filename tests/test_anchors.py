@@ -231,7 +231,8 @@ def test_yanked_release_is_named(tmp_path):
 
 # --- against the real repository, when its mirror is on this machine ----------------------------------------------
 
-MIRROR = Path(os.environ.get("MBRIDGE_SKILL_MIRROR", "/work/.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"))
+# $MBRIDGE_SKILL_MIRROR, else .mirror/ beside the checkout (scripts/test.sh also looks beside a cloned-from checkout)
+MIRROR = Path(os.environ.get("MBRIDGE_SKILL_MIRROR", Path(__file__).resolve().parents[2] / ".mirror" / "NVIDIA-NeMo+Megatron-Bridge" / "repo"))
 MAIN = "067f987df"  # Megatron-Bridge main, package version 0.7.0
 
 

@@ -204,7 +204,7 @@ def runtime(cfg, gpus: int, gpu: str | None) -> tuple[str | None, dict]:
             config_mod.runtime_config_update(cfg)
         return None, {k: v for k, v in os.environ.items() if before.get(k) != v}
     except Exception as exc:  # Bridge raises AssertionError, ValueError, TypeError, RuntimeError
-        return " ".join(f"{type(exc).__name__}: {exc}".split())[:500], {}
+        return describe(exc), {}
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -271,6 +271,16 @@ def mixed_precision(mp) -> dict | None:
     return {"recipe": best, "fields": best_diff}
 
 
+def describe(exc: BaseException) -> str:
+    """One line for the catalog, without this machine's paths (the data must not depend on where the venv lives)."""
+    import megatron.bridge
+
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    text = text.replace(str(Path(megatron.bridge.__file__).parent), "<site-packages>/megatron/bridge")
+    text = text.replace(str(Path.home()), "~")
+    return text[:500]
+
+
 def outcome(cfg, error: str | None, env: dict, gpus: int) -> dict:
     """Real Bridge's answer at `gpus`: its error, or the effective fields, DP size and the environment it installed."""
     if error:
@@ -287,7 +297,7 @@ def entry(package: str, name: str, fn, scratch: Path) -> dict:
         with offline(gpu):
             probe = fn()
     except Exception as exc:
-        return {**out, "builds": False, "build_error": " ".join(f"{type(exc).__name__}: {exc}".split())[:500]}
+        return {**out, "builds": False, "build_error": describe(exc)}
     if not hasattr(probe, "comm_overlap") or not hasattr(probe, "model"):
         return {**out, "builds": False, "build_error": f"returns {type(probe).__name__}, not a ConfigContainer"}
     gpus = out.get("gpus") or catalog.model_parallel_size(probe.model)
