@@ -75,9 +75,10 @@ def locate(mbridge_src: str | None = None) -> Location:
     except (ImportError, ValueError):
         spec = None
     if spec is None or not spec.submodule_search_locations:
+        scripts = Path(__file__).resolve().parent.parent / "scripts"
         raise UsageError(
             "megatron-bridge is not installed in this Python; pass --mbridge-src CHECKOUT or run with the Bridge "
-            "venv's python ($(scripts/bridge_env.sh --print-python) -m mbridge_overlap anchors)"
+            f"venv's python: \"$({scripts}/bridge_env.sh --print-python)\" {scripts}/mbridge-overlap anchors"
         )
     package = Path(list(spec.submodule_search_locations)[0])
     return Location(package, None, _version(package))

@@ -58,7 +58,8 @@ def catalog(version: str) -> dict:
 
 def versions() -> list[str]:
     root = DATA_DIR / "releases"
-    return sorted(p.parent.name for p in root.glob("*/recipes.json")) if root.is_dir() else []
+    found = [p.parent.name for p in root.glob("*/recipes.json")] if root.is_dir() else []
+    return sorted(found, key=lambda v: tuple(int(x) for x in v.split(".")))
 
 
 def entries(version: str) -> list[dict]:

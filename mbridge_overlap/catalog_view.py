@@ -6,6 +6,7 @@ in the catalog); for a recipe real Bridge rejected, the row says so with Bridge'
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from . import catalog, layout, releases
@@ -32,7 +33,10 @@ def list_recipes(*, model: str | None = None, gpu: str | None = None, gpus: int 
                  bridge_version: str | None = None) -> RecipeListing:
     release = releases.get(bridge_version)
     filters = _filters(model=model, gpu=gpu, gpus=gpus, task=task, precision=precision, name=name, package=package)
-    rows = [row(e) for e in catalog.entries(release.version) if _match(e, filters)]
+    every = catalog.entries(release.version)
+    twice = {n for n, c in Counter(e["name"] for e in every).items() if c > 1}
+    rows = [{**row(e), "reference": f"{e['package']}.{e['name']}" if e["name"] in twice else e["name"]}
+            for e in every if _match(e, filters)]
     return RecipeListing(release.version, filters, rows)
 
 

@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "or a model family such as llama3_70b (for NCCL_P2P_NET_CHUNKSIZE)")
     p.add_argument("--task", choices=("pretrain", "sft", "peft"), help="training task (default: the recipe's, else pretrain)")
     _release_flags(p)
-    _common(p, formats=("text", "json", "python", "yaml", "hydra", "env", "env_vars"))
+    _common(p, formats=("text", "json", "python", "yaml", "hydra", "env", "env_vars", "nemo_run"))
 
     p = sub.add_parser("lint", help="every finding for a run config or a shipped recipe, and the overlap it left on the table")
     p.add_argument("config", nargs="?", help="run_config.yaml, a checkpoint or iteration directory holding one, or a plan override file")
@@ -191,10 +191,22 @@ def cmd_plan(args) -> int:
         purpose = f"Comm overlap for TP={lay['tp']} PP={lay['pp']} VPP={lay['vpp']} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs{start}"
         env = {name: rule["value"] for name, rule in d["launch_env"].items()}
         why = {name: rule["why"] for name, rule in d["launch_env"].items()}
+        release = releases.get(d["bridge_version"])
         out = render.snippet(args.format, overrides=d["overrides"], env=env, env_why=why, purpose=purpose,
-                             release=d["bridge_version"], env_vars_field=releases.get(d["bridge_version"]).env_vars)
+                             release=release.version, env_vars_field=release.env_vars, plugin_args=_plugin_args(release, d))
     _emit(args, out)
     return 1 if result.errors else 0
+
+
+def _plugin_args(release, d: dict) -> dict | None:
+    """PerfEnvPlugin's arguments for this plan, on releases that have the plugin."""
+    if release.launch_env != "perf_env_plugin":
+        return None
+    from . import launch_env
+
+    lay = d["layout"]
+    shape = launch_env.Layout.of(d["effective"], max(d["data_parallel_size"], 1), lay["gpu"], lay["family"], lay["task"])
+    return launch_env.perf_env_plugin_args(release, shape)
 
 
 def cmd_lint(args) -> int:
@@ -281,7 +293,18 @@ COMMANDS = {
 }
 
 
+def _missing_packages() -> list[str]:
+    import importlib.util
+
+    return [pip for module, pip in (("yaml", "pyyaml"), ("jinja2", "jinja2")) if importlib.util.find_spec(module) is None]
+
+
 def main(argv: list[str] | None = None) -> int:
+    missing = _missing_packages()
+    if missing:
+        print(f"{PROG}: this Python ({sys.executable}) lacks {' and '.join(missing)}: "
+              f"{sys.executable} -m pip install {' '.join(missing)}", file=sys.stderr)
+        return 2
     try:
         return _main(argv)
     except KeyboardInterrupt:

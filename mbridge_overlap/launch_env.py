@@ -61,6 +61,20 @@ def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str
     return out
 
 
+def perf_env_plugin_args(release: releases.Release, layout: Layout) -> dict:
+    """The PerfEnvPlugin keyword arguments (0.5.x) under which the plugin sets exactly what rules() gives."""
+    style = releases.data()["launch_env"]["perf_env_plugin"]
+    args = {"tp_size": layout.tp, "pp_size": layout.pp, "cp_size": layout.cp,
+            "num_gpus": layout.tp * layout.pp * layout.cp * layout.dp, "gpu_sm100_or_newer": layout.gpu in style["sm100_gpus"],
+            "layernorm_sm_margin": style["layernorm_sm_margin"],
+            "moe_flex_dispatcher_backend": layout.moe_flex_dispatcher_backend if layout.flex_in_use else None,
+            "a2a_overlap": layout.moe_a2a_overlap}
+    chunk = _p2p_chunksize(releases.data()["launch_env"], layout)
+    if chunk:
+        args["nccl_pp_comm_chunksize"] = int(chunk)
+    return args
+
+
 def _where(release: releases.Release) -> str:
     return "PerfEnvPlugin" if release.launch_env == "perf_env_plugin" else "Bridge 0.6 perf recipes"
 
@@ -77,7 +91,7 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
         elif tp_or_cp and not layout.moe_a2a_overlap:
             value, why = 1, "Hopper with TP/CP: queue the communication kernel before the overlapping GEMM"
         return str(value), why
-    value, why = (32, "the DeepEP/HybridEP flex backend (Megatron-Core's default backend is deepep)") \
+    value, why = (32, "moe_flex_dispatcher_backend is deepep/hybridep (deepep is Megatron-Core's default, dense models too)") \
         if layout.moe_flex_dispatcher_backend in ("deepep", "hybridep") else (8, "CUDA's default queue depth (no DeepEP/HybridEP backend)")
     if layout.gpu in style["blackwell_gpus"]:
         value, why = 32, "Blackwell: extra connections avoid serializing streams"

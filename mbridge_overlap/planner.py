@@ -57,7 +57,10 @@ def _recipe(reference: str | None, release) -> tuple[dict | None, str | None]:
     if reference.endswith("_config") or "." in reference:
         entry = catalog.lookup(reference, release.version)
         return entry, entry["model"]
-    families = catalog.families(release.version)
+    # A release without a catalog of its own (0.5.x) takes the family names of the newest catalogued release: the
+    # family only selects NCCL_P2P_NET_CHUNKSIZE, whose recipe list is release data.
+    known = catalog.versions()
+    families = catalog.families(release.version if release.version in known or not known else known[-1])
     if reference not in families:
         from .suggest import closest
 

@@ -16,6 +16,7 @@ FORMATS = {
     "hydra": "hydra.txt.j2",
     "env": "env.sh.j2",
     "env_vars": "env_vars.py.j2",
+    "nemo_run": "nemo_run.py.j2",
 }
 COMM_OVERLAP_MODULE = "megatron.bridge.training.comm_overlap"
 MIXED_PRECISION_MODULE = "megatron.bridge.training.mixed_precision"
@@ -225,11 +226,18 @@ def env_vars_snippet(env: dict, why: dict, purpose: str, release: str) -> str:
     return render(FORMATS["env_vars"], purpose=purpose, release=release, variables=variables)
 
 
+def nemo_run_snippet(plugin_args: dict, env: dict, why: dict, purpose: str, release: str) -> str:
+    arguments = [(_identifier(k), py_value(v)) for k, v in plugin_args.items()]
+    variables = [(json.dumps(_identifier(n)), json.dumps(str(v)), why.get(n, "")) for n, v in env.items()]
+    return render(FORMATS["nemo_run"], purpose=purpose, release=release, arguments=arguments, variables=variables)
+
+
 def _typed_env(value: str):
     return int(value) if isinstance(value, str) and value.isdigit() else value
 
 
-def snippet(fmt: str, *, overrides: dict, env: dict, env_why: dict, purpose: str, release: str, env_vars_field: bool) -> str:
+def snippet(fmt: str, *, overrides: dict, env: dict, env_why: dict, purpose: str, release: str, env_vars_field: bool,
+            plugin_args: dict | None = None) -> str:
     if fmt == "python":
         return python_snippet(overrides, purpose, release)
     if fmt == "yaml":
@@ -242,4 +250,9 @@ def snippet(fmt: str, *, overrides: dict, env: dict, env_why: dict, purpose: str
         if not env_vars_field:
             raise UsageError(f"--format env_vars: ConfigContainer has no env_vars in Megatron-Bridge {release}; use --format env")
         return env_vars_snippet(env, env_why, f"Launch environment in cfg.env_vars: {purpose}", release)
+    if fmt == "nemo_run":
+        if plugin_args is None:
+            raise UsageError(f"--format nemo_run: Megatron-Bridge {release} has no PerfEnvPlugin (it was removed in 0.6); "
+                             "use --format env_vars or env")
+        return nemo_run_snippet(plugin_args, env, env_why, f"Launch environment through nemo-run: {purpose}", release)
     raise UsageError(f"--format: unknown snippet format '{fmt}'")

@@ -118,10 +118,10 @@ def releases(table: dict) -> str:
 
 
 def recipes(d: dict) -> str:
-    lines = [f"{d['count']} recipe(s) of Megatron-Bridge {d['bridge_version']} (overlap state as real Bridge resolved each at the GPU count in its name)"]
+    lines = [f"{d['count']} recipe(s) of Megatron-Bridge {d['bridge_version']} (overlap state as real Bridge resolved each at the GPU count in its name; pass the name to --recipe)"]
     for r in d["recipes"]:
         if r["status"] == "not_built":
-            lines.append(f"  {r['name']}: not built offline ({r['bridge_error']})")
+            lines.append(f"  {r['reference']}: not built offline ({r['bridge_error']})")
             continue
         lay = r["layout"]
         shape = f"TP{lay['tp']} PP{lay['pp']} VPP{fmt(lay['vpp'])} CP{lay['cp']} EP{lay['ep']} DP{fmt(lay['dp'])} on {lay['gpus_resolved']} {r['gpu'] or 'GPUs'}"
@@ -130,7 +130,7 @@ def recipes(d: dict) -> str:
         else:
             state = " ".join(f"{k.upper()}:{'on' if m['enabled'] else 'off'}" for k, m in r["modes"].items())
         env = " ".join(f"{k}={v}" for k, v in r["env_vars"].items())
-        lines.append(f"  {r['name']}  [{r['precision'] or '-'}] {shape}  {state}" + (f"  {env}" if env else ""))
+        lines.append(f"  {r['reference']}  [{r['precision'] or '-'}] {shape}  {state}" + (f"  {env}" if env else ""))
     return _lines(lines)
 
 

@@ -6,6 +6,9 @@ catalog (no Bridge needed):
 references/findings.md      every finding: severity, when it fails, the Bridge code that decides it, the explanation
 references/releases.md      what differs between releases, the suites' pass counts, the recipe catalog in numbers
 references/recipe-lint.md   lint of every shipped perf recipe (the calibration of the findings), with the evidence
+references/rules.md         the rules in one screen, then every cited piece of Bridge code with its findings and releases
+references/verification.md  what scripts/verify.sh checks, its exit codes, the suites' pass counts
+references/README.md        the index of references/
 --check compares with the committed pages (exit 1 when one is out of date); tests/test_references.py runs it.
 """
 
@@ -19,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mbridge_overlap import api, catalog, findings, releases  # noqa: E402
+from mbridge_overlap import anchors, api, catalog, findings, releases  # noqa: E402
 from mbridge_overlap.bridge.suites import expected_counts  # noqa: E402  (data only: no Bridge import)
 
 OUT = ROOT / "references"
@@ -163,7 +166,106 @@ def _evidence(fid: str, entry: dict) -> str:
     return "real Bridge's effective values in the catalog."
 
 
-PAGES = {"findings.md": findings_page, "releases.md": releases_page, "recipe-lint.md": lint_page}
+RULES = """\
+## The rules in one screen
+
+- TP overlap gating (`CommOverlapConfig._get_model_comm_overlap_cfgs`): a requested `comm_overlap.tp_comm_overlap=True`
+  is turned off, with only a log line, when TP < 2, else when `sequence_parallel` is off, else when Transformer Engine
+  is missing. Nothing at config time rejects it with NVFP4 or blockwise FP8; those fail at the first step.
+- PP overlap selection: PP > 1 and VPP > 1 gives `overlap_p2p_comm=True, batch_p2p_comm=False`; PP > 1 with VPP unset
+  or 1 gives `False, True`; PP = 1 gives `False, False`. A requested value wins, and Megatron-Core's schedules reject
+  the combinations that cannot run.
+- DP overlap defaults (`_get_optimizer_overlap_cfgs`): DP > 1 gives `bucket_size=128*1024*1024` (parameters),
+  `overlap_grad_reduce=True`, `overlap_param_gather=True`, plus `align_param_gather=True` with PP > 1 and VPP > 1;
+  DP = 1 turns them off. Applied only when `ddp.use_distributed_optimizer` is True at that point.
+- Any non-None `comm_overlap.*` value overrides Bridge's choice; values set on `ddp`/`model` do not.
+- Without a `comm_overlap` section none of this runs: the model and ddp keep the recipe's values.
+- Launch environment: in 0.6 `cfg.env_vars`, installed with `os.environ.setdefault` at the start of
+  `runtime_config_update()` (a launcher's export wins); in 0.5 the nemo-run `PerfEnvPlugin` wrote
+  `executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"]` and the LayerNorm SM margins.
+- Megatron-FSDP (`_validate_and_apply_megatron_fsdp_configs`) forces the distributed optimizer on, asserts
+  `CUDA_DEVICE_MAX_CONNECTIONS` is not 1 and the `fsdp_dtensor` checkpoint format.
+"""
+
+
+def rules_page() -> str:
+    reg = findings.registry()
+    cited = collections.defaultdict(list)
+    for fid, rec in reg.items():
+        if rec.get("anchor"):
+            cited[rec["anchor"]].append(fid)
+    prints = anchors.fingerprints()["anchors"]
+    lines = [HEADER, "# What Bridge does with overlap settings", "",
+             "The resolver applies these rules per release. Each is read from Bridge or Megatron-Core code; "
+             "`mbridge-overlap anchors` prints where each cited piece of code is in the installed Bridge now and whether "
+             "it is still the code of a verified release.", "", RULES,
+             "## The Bridge code the rules mirror", "",
+             "| anchor | what | file: scope | releases with this code | findings it decides |", "| --- | --- | --- | --- | --- |"]
+    for aid, spec in anchors.specs().items():
+        seen = sorted({r for fp in prints.get(aid, []) for r in fp["releases"]}, key=anchors.version_key)
+        ids = ", ".join(f"`{f}`" for f in cited.get(aid, [])) or "-"
+        lines.append(f"| `{aid}` | {spec['what']} | `{spec['file']}`: `{spec['scope']}` | {', '.join(seen) or '-'} | {ids} |")
+    return "\n".join(lines) + "\n"
+
+
+VERIFY = """\
+`scripts/verify.sh [--mbridge-src CHECKOUT] [plan's layout flags] [--conformance] [--json]` proves the answers on the
+Bridge you run. The Python it uses: `$MBRIDGE_VERIFY_PYTHON`; else `python3` when `megatron.bridge` imports there (a
+NeMo container); else the venv `scripts/bridge_env.sh` builds from the package registries (Python 3.12,
+megatron-bridge, megatron-core, Transformer Engine compiled against the CUDA headers of the nvidia wheels; about 15
+minutes the first time, seconds later; under `~/.cache/nemo-mbridge-perf-tp-dp-comm-overlap/`).
+
+What it checks, one line each (PASS, FAIL, NOT RUN, SKIPPED), then the verdict:
+
+1. Every snippet form `plan` emits (Python, YAML through Bridge's OmegaConf path, Hydra overrides through
+   `parse_hydra_overrides`, `cfg.env_vars` from 0.6, shell exports) applied to a real `ConfigContainer`, over Bridge's
+   recipe baseline and over a recipe that already has a `comm_overlap`: after `runtime_config_update()` every
+   effective field equals the prediction. The default layout is TP=4, PP=4, VPP=2 on 64 H100s.
+2. The code anchors: each cited piece of Bridge code is found by content, and is the code of a verified release.
+3. The upstream suites, with the pass count required for that test file (by sha256) and the installed release.
+4. With `--conformance`, the resolver against real Bridge on generated configs (`--cases`, default 2,000).
+
+Exit status: 0 when every check that ran passed and nothing required was left unrun; 1 when a check failed; 3 when
+nothing failed but a required check could not run (no checkout for the suites); 2 for bad input.
+In the training log of a run, TP overlap that Bridge turned off shows as a "Disabling tensor parallel communication
+overlap" line; `mbridge-overlap trace` on a profile shows whether the communication was hidden.
+"""
+
+
+def verification_page() -> str:
+    counts = expected_counts()
+    lines = [HEADER, "# Verification", "", VERIFY, "## The pass counts required", "",
+             "A fixed figure such as \"26 passed\" is true of one test file and release only (it was the seed skill's "
+             "figure for an older file); verify looks the count up (`mbridge-overlap suites`):", ""]
+    for row in counts["expected"]:
+        lines.append(f"- `{row['suite']}` (sha256 `{row['sha256'][:16]}...`, from {', '.join(row['upstream'])}) against "
+                     f"{row['bridge']}: **{row['passed']} passed**")
+    lines += [f"- otherwise: {counts['rule']}", "",
+              "In 0.6 the second suite no longer covers the launch environment (PerfEnvPlugin was removed); the env forms "
+              "are checked by the snippet step instead.", ""]
+    return "\n".join(lines)
+
+
+INDEX = {
+    "rules.md": "the rules in one screen, and each piece of Bridge code they mirror with its findings and releases",
+    "findings.md": "every finding: severity, when the run fails, the Bridge code that decides it, the explanation",
+    "releases.md": "what differs between Bridge releases, the suites' pass counts, the recipe catalog in numbers",
+    "recipe-lint.md": "lint of every shipped perf recipe: the calibration of the findings, with evidence",
+    "verification.md": "what scripts/verify.sh checks, its exit codes and the pass counts it requires",
+    "trace.md": "reading profiler traces: hidden and exposed communication per dimension, and its limits",
+    "schemas/": "a JSON Schema per command's `--format json` output (pin `schema_version`)",
+}
+
+
+def index_page() -> str:
+    lines = [HEADER, "# References", "", "Loaded on demand from SKILL.md. Generated pages come from "
+             "`mbridge_overlap/data` (`scripts/gen_references.py`); `trace.md` is written by hand.", ""]
+    lines += [f"- [{name}]({name}): {what}" for name, what in INDEX.items() if (OUT / name.rstrip("/")).exists() or name in PAGES]
+    return "\n".join(lines) + "\n"
+
+
+PAGES = {"findings.md": findings_page, "releases.md": releases_page, "recipe-lint.md": lint_page, "rules.md": rules_page,
+         "verification.md": verification_page, "README.md": index_page}
 
 
 def main(argv=None) -> int:

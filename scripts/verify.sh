@@ -19,5 +19,5 @@ elif python3 -c 'import megatron.bridge' >/dev/null 2>&1; then
 else
   py=$("$here/bridge_env.sh" --print-python)
 fi
-cd "$root"
-exec "$py" -W ignore -m mbridge_overlap.bridge.verify "$@"
+# Run from the caller's folder (relative --snippets/--mbridge-src paths are theirs), the package found by PYTHONPATH.
+PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -W ignore -m mbridge_overlap.bridge.verify "$@"

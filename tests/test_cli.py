@@ -169,3 +169,32 @@ def test_installable_wheel_carries_templates_and_data(tmp_path):
                    "mbridge_overlap/data/tp_overlap_presets.yaml", "mbridge_overlap/bridge/verify.py", "mbridge_overlap/trace/reader.py"):
         assert needed in names, needed
     assert any(n.endswith("entry_points.txt") for n in names)
+
+
+def test_nemo_run_form_only_where_perf_env_plugin_exists():
+    refused = run_cli("plan", "--tp", "4", "--gpus", "64", "--format", "nemo_run")
+    assert refused.returncode == 2 and "no PerfEnvPlugin" in refused.stderr and refused.stderr.count("\n") == 1
+    proc = run_cli("plan", "--tp", "4", "--pp", "2", "--gpus", "64", "--gpu", "h100", "--bridge-version", "0.5.1",
+                   "--recipe", "llama3_70b", "--format", "nemo_run")
+    assert proc.returncode == 0, proc.stderr
+    made, plugins, executor = [], [], type("Executor", (), {"env_vars": {}})()
+
+    class PerfEnvPlugin:  # stands in for megatron.bridge.recipes.run_plugins.PerfEnvPlugin (tier 3 runs the real one)
+        def __init__(self, **kwargs):
+            made.append(kwargs)
+
+    code = proc.stdout.replace("from megatron.bridge.recipes.run_plugins import PerfEnvPlugin", "")
+    exec(compile(code, "snippet", "exec"), {"PerfEnvPlugin": PerfEnvPlugin, "plugins": plugins, "executor": executor})
+    plan = json.loads(run_cli("plan", "--tp", "4", "--pp", "2", "--gpus", "64", "--gpu", "h100", "--bridge-version", "0.5.1",
+                              "--recipe", "llama3_70b", "--format", "json").stdout)
+    assert executor.env_vars == {k: v["value"] for k, v in plan["launch_env"].items()}
+    assert made[0]["tp_size"] == 4 and made[0]["pp_size"] == 2 and made[0]["num_gpus"] == 64
+    assert made[0]["nccl_pp_comm_chunksize"] == int(plan["launch_env"]["NCCL_P2P_NET_CHUNKSIZE"]["value"])
+
+
+def test_a_python_without_the_packages_gets_one_line(tmp_path):
+    """-S hides site-packages: pyyaml and jinja2 are missing, as in a bare system Python."""
+    proc = subprocess.run([sys.executable, "-S", str(ROOT / "scripts" / "mbridge-overlap"), "plan", "--tp", "2", "--gpus", "8"],
+                          cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "pip install pyyaml jinja2" in proc.stderr

@@ -29,3 +29,27 @@ def test_no_warning_on_a_shipped_perf_recipe_without_evidence():
     evidence = [line for line in page.splitlines() if line.startswith("  Evidence: ")]
     assert len(items) == len(evidence) and items
     assert not [e for e in evidence if "effective values in the catalog." in e]
+
+
+def test_the_index_lists_every_reference_and_skill_md_links_resolve():
+    index = (ROOT / "references" / "README.md").read_text()
+    for path in (ROOT / "references").iterdir():
+        if path.name != "README.md":
+            assert f"]({path.name}{'/' if path.is_dir() else ''})" in index, path.name
+    import re
+
+    for doc in ("SKILL.md", "references/README.md"):
+        for link in re.findall(r"\]\(([^)#]+)\)", (ROOT / doc).read_text()):
+            assert (ROOT / doc).parent.joinpath(link).exists(), f"{doc}: {link}"
+
+
+def test_every_anchor_is_on_the_rules_page_with_the_findings_it_decides():
+    from mbridge_overlap import anchors
+    from mbridge_overlap.findings import registry
+
+    rows = {line.split("|")[1].strip(" `"): line for line in (ROOT / "references" / "rules.md").read_text().splitlines()
+            if line.startswith("| `")}
+    assert set(rows) == set(anchors.specs())
+    for fid, rec in registry().items():
+        if rec.get("anchor"):
+            assert f"`{fid}`" in rows[rec["anchor"]], fid

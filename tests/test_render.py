@@ -27,8 +27,10 @@ def launch_env(d: dict) -> dict:
 def snippet(fmt, **layout):
     d = mbridge_overlap.plan(**(layout or LAYOUT)).to_dict()
     why = {name: rule["why"] for name, rule in d["launch_env"].items()}
+    plugin = {"tp_size": d["layout"]["tp"]} if fmt == "nemo_run" else None  # the form exists only where PerfEnvPlugin does
     return d, render.snippet(
-        fmt, overrides=d["overrides"], env=launch_env(d), env_why=why, purpose="test", release=d["bridge_version"], env_vars_field=True
+        fmt, overrides=d["overrides"], env=launch_env(d), env_why=why, purpose="test", release=d["bridge_version"], env_vars_field=True,
+        plugin_args=plugin,
     )
 
 

@@ -99,3 +99,29 @@ def test_anchors_are_this_releases_code():
     assert d["bridge_version"] == VERSION and d["ok"], [a for a in d["anchors"] if a["status"] in ("missing", "changed")]
     statuses = {a["id"]: a["status"] for a in d["anchors"]}
     assert statuses["launch_env_plugin"] == ("not_applicable" if releases.get(VERSION).env_vars else "same")
+
+
+@pytest.mark.parametrize("flags", [
+    ["--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--gpu", "h100", "--recipe", "llama3_70b"],
+    ["--tp", "2", "--cp", "2", "--gpus", "64", "--gpu", "gb200"],
+    ["--tp", "1", "--gpus", "8", "--gpu", "b200", "--moe", "--moe-flex-backend", "deepep", "--moe-a2a-overlap"],
+])
+def test_nemo_run_snippet_is_what_perf_env_plugin_sets(flags):
+    """plan --format nemo_run: the PerfEnvPlugin it builds writes exactly the executor.env_vars it also lists."""
+    if releases.get(VERSION).launch_env != "perf_env_plugin":
+        pytest.skip(f"Bridge {VERSION} has no PerfEnvPlugin")
+    run = pytest.importorskip("nemo_run", reason="PerfEnvPlugin needs nemo-run")
+    from mbridge_overlap import cli
+
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["plan", *flags, "--bridge-version", VERSION, "--format", "nemo_run"]) in (0, 1)
+    listed, plugins = run.LocalExecutor(), []
+    exec(compile(out.getvalue(), "nemo_run_snippet", "exec"), {"plugins": plugins, "executor": listed})
+    assert len(plugins) == 1 and listed.env_vars
+    applied = run.LocalExecutor()
+    plugins[0].setup(run.Script(inline="true"), applied)
+    assert applied.env_vars == listed.env_vars
