@@ -8,6 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import UsageError
+from .safeio import shown
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -37,9 +38,12 @@ def preset_content() -> dict:
 
 
 @lru_cache(maxsize=None)
-def bridge_fields() -> dict:
-    """Field names of each ConfigContainer section in the verified release (mbridge_overlap/data/bridge_fields.yaml)."""
-    return {k: frozenset(v or ()) for k, v in load_yaml(DATA_DIR / "bridge_fields.yaml")["sections"].items()}
+def bridge_fields(version: str | None = None) -> dict:
+    """Field names of each ConfigContainer section in a release (data/releases/VERSION/bridge_fields.yaml, generated
+    from its installed package; a release without one uses its `data_of` release's)."""
+    release = get(version)
+    path = DATA_DIR / "releases" / release.data_version / "bridge_fields.yaml"
+    return {k: frozenset(v or ()) for k, v in load_yaml(path)["sections"].items()}
 
 
 @dataclass(frozen=True)
@@ -85,22 +89,31 @@ class Release:
     launch_env: str
     launch_env_where: str
     mixed_precision_recipes: tuple[str, ...]
+    megatron_core: str
+    data_version: str  # whose generated data (field names) stands for this release
+    rules_of: str  # the release whose rules answer for this one: itself, or for a newer release our newest
+    checked: str | None  # how the resolver was proven against it; None: read from source, or not at all
+    changed_rules: dict | None = None  # newer releases: {anchor: what changed}; None when nobody has looked
 
     @property
     def verified(self) -> bool:
-        return self.version == data()["verified_release"]
+        return self.checked is not None and self.rules_of == self.version
 
     def facts(self) -> dict:
         """What `releases` prints for this release: its data row and whether the resolver is proven against it."""
-        row = data()["releases"][self.version]
+        row = data()["releases"].get(self.version) or data()["newer_releases"].get(self.version) or {}
         return {
             "verified": self.verified,
+            "checked": self.checked,
+            "rules_of": self.rules_of,
+            "megatron_core": self.megatron_core,
             "env_vars": self.env_vars,
             "launch_env": self.launch_env,
             "launch_env_where": self.launch_env_where,
             "mixed_precision_recipes": list(self.mixed_precision_recipes),
             "yanked": row.get("yanked"),
             "same_as": row.get("same_as"),
+            "changed_rules": self.changed_rules,
         }
 
     def mixed_precision(self, name: str) -> dict:
@@ -137,20 +150,48 @@ def default_version() -> str:
     return data()["default_release"]
 
 
+_VERSION = re.compile(r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})")
+
+
+def version_key(version: str) -> tuple:
+    return tuple(int(x) for x in version.split("."))
+
+
 def get(version: str | None = None) -> Release:
-    version = version or default_version()
+    """A release by version. A well-formed version newer than every listed one is answered with the newest listed
+    release's rules, marked unverified, with what changed where someone compared its code (newer_releases)."""
+    if version is not None and not isinstance(version, str):
+        raise UsageError(f"--bridge-version: expected a version such as 0.6.2, got {shown(version)}")
+    return _get(version or default_version())
+
+
+@lru_cache(maxsize=64)
+def _get(version: str) -> Release:
     releases = data()["releases"]
-    if version not in releases:
-        raise UsageError(
-            f"--bridge-version: unknown Megatron-Bridge release '{version}'; supported: {', '.join(releases)}"
-        )
-    r = releases[version]
+    if version in releases:
+        return _release(version, releases[version], rules_of=version)
+    known = sorted(releases, key=version_key)
+    if not _VERSION.fullmatch(version) or version_key(version) < version_key(known[-1]):
+        raise UsageError(f"--bridge-version: unknown Megatron-Bridge release {shown(version)}; supported: "
+                         f"{', '.join(known)}, or a newer one (answered with {known[-1]}'s rules, unverified)")
+    newer = data()["newer_releases"].get(version) or {}
+    base = newer.get("rules_of") or known[-1]
+    return _release(version, releases[base], rules_of=base, changed=newer.get("changed") if newer else None)
+
+
+def _release(version: str, r: dict, rules_of: str, changed: dict | None = None) -> Release:
+    of = data()["releases"][r.get("data_of") or rules_of]
     return Release(
         version=version,
         env_vars=bool(r["env_vars"]),
         launch_env=r["launch_env"],
         launch_env_where=" ".join(r["launch_env_where"].split()),
         mixed_precision_recipes=tuple(r["mixed_precision_recipes"]),
+        megatron_core=r.get("megatron_core") or of["megatron_core"],
+        data_version=r.get("data_of") or rules_of,
+        rules_of=rules_of,
+        checked=r.get("checked") if rules_of == version else None,
+        changed_rules={k: " ".join(v.split()) for k, v in changed.items()} if changed else ({} if changed == {} else None),
     )
 
 

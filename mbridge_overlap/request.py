@@ -103,10 +103,10 @@ class Request:
         section, _, name = key.partition(".")
         setter = _SETTERS.get(section)
         if setter is None:
-            if section in bridge_fields():
+            if section in bridge_fields(self.release.version):
                 self.unmodeled.append(key)
                 return
-            hint = closest(section, list(_SETTERS) + list(bridge_fields()))
+            hint = closest(section, list(_SETTERS) + list(bridge_fields(self.release.version)))
             raise UsageError(f"{key}: unknown config section '{section}'" + (f"; did you mean '{hint}'?" if hint else ""))
         setter(self, key, name, value)
 
@@ -278,7 +278,7 @@ def _env_names() -> set:
 
 
 def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping) -> None:
-    known = bridge_fields().get(section, ())
+    known = bridge_fields(req.release.version).get(section, ())
     if name in known:
         req.unmodeled.append(key)
         return
@@ -316,7 +316,7 @@ def flatten_config(config: Mapping, release: Release, strict: bool = True) -> tu
     if not isinstance(config, Mapping):
         raise UsageError("config: expected a mapping of sections (model:, ddp:, ...) at the top level")
     items, skipped = [], []
-    known = bridge_fields()
+    known = bridge_fields(release.version)
     for section, body in config.items():
         if section == "_target_":
             continue
@@ -346,7 +346,7 @@ def _unknown(key: str, strict: bool, skipped: list, choices) -> None:
 def _flatten_section(section: str, body: Mapping, release: Release, strict: bool, skipped: list) -> list:
     modeled = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP}[section]
     extra = set(schema.COMM_OVERLAP_COMPUTED) if section == "comm_overlap" else set()
-    known = bridge_fields().get(section, frozenset())
+    known = bridge_fields(release.version).get(section, frozenset())
     out = []
     for name, value in body.items():
         if name == "_target_":

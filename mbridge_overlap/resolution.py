@@ -62,7 +62,7 @@ def resolve_request(req: Request, *, gpus: int, te: bool = True, gpu: str | None
         raise UsageError(f"--gpus: must be a positive integer, got {safeio.shown(gpus)}")
     gpu = releases.gpu(gpu or (req.recipe or {}).get("gpu") or "h100")["name"]
     state = resolver.run(req, gpus, te, gpu, dict(launcher_env or {}))
-    found = checks.collect(state) + list(_launcher_env_findings(state))
+    found = checks.collect(state) + list(_launcher_env_findings(state)) + list(_release_findings(req.release))
     effective = state.effective()
     shape = layout.Layout.of(state.model, gpus)
     recipe = req.recipe or {}
@@ -81,6 +81,20 @@ def resolve_request(req: Request, *, gpus: int, te: bool = True, gpu: str | None
         launch_env={name: {"value": value, "why": why} for name, value, why in launch_env.rules(req.release, env_layout)},
         state=state,
     )
+
+
+def _release_findings(release: releases.Release):
+    if release.rules_of != release.version:
+        changed = release.changed_rules
+        if changed is None:
+            what = "Nobody has compared its code with ours yet."
+        elif changed:
+            what = "Rules whose code changed: " + "; ".join(f"{k}: {v}" for k, v in changed.items())
+        else:
+            what = "Its code was compared with ours: no anchored rule changed."
+        yield findings.make("RELEASE_NOT_VERIFIED", version=release.version, rules_of=release.rules_of, changed=what)
+    elif not release.verified:
+        yield findings.make("RELEASE_READ_FROM_SOURCE", version=release.version, data_of=release.data_version)
 
 
 def _launcher_env_findings(state: resolver.State):

@@ -272,9 +272,22 @@ def validate(state: State) -> None:
 def finalize_optimizer(state: State) -> None:
     """optimizer.finalize(): Megatron-Core OptimizerConfig.__post_init__."""
     opt = state.optimizer
+    if not _core_has(state, "MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP"):
+        return
     if opt["reuse_grad_buf_for_mxfp8_param_ag"] and opt["overlap_param_gather_with_optimizer_step"]:
         _reject(state, "MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP",
                 "overlap_param_gather_with_optimizer_step is not supported with reuse_grad_buf_for_mxfp8_param_ag.", "OptimizerConfig.__post_init__")
+
+
+# Checks that live in Megatron-Core, with the first Megatron-Core release that has them (read from its source; the
+# 0.18 releases that Bridge 0.5.x was run with accept what they refuse).
+MEGATRON_CORE_CHECKS = {"MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP": "0.19.0"}
+
+
+def _core_has(state: State, check: str) -> bool:
+    from .releases import version_key
+
+    return version_key(state.request.release.megatron_core) >= version_key(MEGATRON_CORE_CHECKS[check])
 
 
 def validate_cuda_graph_configuration(state: State) -> None:

@@ -156,7 +156,7 @@ def test_p2p_chunksize_only_where_bridge_sets_it():
         (dict(tp=0, gpus=8), "--tp: must be a positive integer"),
         (dict(gpus=8, gpu="a100"), "unknown GPU type"),
         (dict(gpus=8, precision="fp4"), "--precision"),
-        (dict(gpus=8, bridge_version="0.7.0"), "unknown Megatron-Bridge release"),
+        (dict(gpus=8, bridge_version="0.4.9"), "unknown Megatron-Bridge release"),
         (dict(gpus=8, hidden_size=-1), "--hidden-size"),
     ],
 )

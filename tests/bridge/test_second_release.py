@@ -28,29 +28,16 @@ def test_the_installed_release_is_the_one_asked_for():
     assert ASKED in (None, VERSION), f"asked for Bridge {ASKED}, this Python has {VERSION}"
 
 
-MXFP8_STEP = "overlap_param_gather_with_optimizer_step is not supported with reuse_grad_buf_for_mxfp8_param_ag."
+def test_megatron_core_is_the_one_the_release_data_pairs_with_it():
+    from importlib.metadata import version
 
-
-def core_refuses_mxfp8_reuse_with_step() -> bool:
-    """Megatron-Core 0.19.0 added this check to OptimizerConfig.__post_init__ (optimizer_config.py:424); the 0.18
-    releases that Bridge 0.5.x was built with accept the pair when the config is made."""
-    from megatron.core.optimizer import OptimizerConfig
-
-    try:
-        OptimizerConfig(reuse_grad_buf_for_mxfp8_param_ag=True, overlap_param_gather_with_optimizer_step=True)
-    except ValueError:
-        return True
-    return False
+    assert version("megatron-core") == releases.get(VERSION).megatron_core
 
 
 def test_generated_configs_agree_on_every_field():
     report = conformance.run(2000, seed=0)
     assert report["bridge_version"] == VERSION
-    # The one known difference until the resolver knows Megatron-Core's version: it refuses this pair always, where
-    # an older Megatron-Core takes it (or refuses the case for its next problem).
-    known = () if core_refuses_mxfp8_reuse_with_step() else (MXFP8_STEP,)
-    unexplained = [f for f in report["failures"] if [tuple(d[:2]) for d in f["differences"]] not in [[("rejection", m)] for m in known]]
-    assert unexplained == [], unexplained[:3]
+    assert report["failures"] == [], report["failures"][:3]
 
 
 def test_a_field_this_release_lacks_is_refused_by_both():
