@@ -366,7 +366,7 @@ def tp_overlap(state: State):
     model, req = state.model, state.request
     tp = model["tensor_model_parallel_size"]
     if state.tp_overlap_disabled_by == "tp_size":
-        o, fix = _fixed(state, "TP_OVERLAP_OFF_TP_SIZE", [{"comm_overlap.tp_comm_overlap": False}], "nothing to change")
+        o, fix = _fixed(state, "TP_OVERLAP_OFF_TP_SIZE", [{"comm_overlap.tp_comm_overlap": False}])
         yield make("TP_OVERLAP_OFF_TP_SIZE", fix_overrides=o, fix=fix, tp=tp)
     elif state.tp_overlap_disabled_by == "sequence_parallel":
         candidates = [{"model.sequence_parallel": True}, {"comm_overlap.tp_comm_overlap": False}]
