@@ -9,6 +9,7 @@ fix's text must name every key its overrides set. Exit status 1 when any of that
     python scripts/check_fixes.py --count 20000            # generated configs (conformance's generator, seed 0)
     python scripts/check_fixes.py --catalog                # every built recipe of the catalog, and lint of the perf ones
     python scripts/check_fixes.py --count 2000 --by-id     # also the fixes proven and the findings without one, per id
+    python scripts/check_fixes.py --count 2000 --lint      # also lint of those configs (lint's own findings and fixes)
 
 tests/test_fix_properties.py runs the same functions over 2,000 generated configs and the catalog.
 """
@@ -49,6 +50,7 @@ class Tally:
     conflicts: list = field(default_factory=list)  # (where, key, (id, value), (id, value))
     contradictions: list = field(default_factory=list)  # (where, finding id, key, asserted, effective)
     untold: list = field(default_factory=list)  # (where, finding id, key): a key of fix_overrides its fix text omits
+    inexpressible: int = 0  # fixes an override file cannot carry (lint's re-runs), not tried
     asserts_checked: int = 0
     by_id: Counter = field(default_factory=Counter)  # finding id -> fixes proven
     text_only: Counter = field(default_factory=Counter)  # finding id -> findings without fix_overrides
@@ -59,7 +61,8 @@ class Tally:
     def counts(self) -> dict:
         return {"configs": self.configs, "findings": self.findings, "fixes_tried": self.tried, "fixes_proven": self.proven,
                 "fixes_failing": len(self.failing), "conflicts": len(self.conflicts),
-                "asserts_checked": self.asserts_checked, "contradictions": len(self.contradictions), "untold": len(self.untold)}
+                "asserts_checked": self.asserts_checked, "contradictions": len(self.contradictions), "untold": len(self.untold),
+                **({"not_expressible_in_a_file": self.inexpressible} if self.inexpressible else {})}
 
 
 def effective_value(res, key: str):
@@ -72,9 +75,9 @@ def effective_value(res, key: str):
     return res.state.value(key)
 
 
-def check_config(where: str, findings: list, res, rerun, tally: Tally, allowed=()) -> None:
-    """The three properties on one resolved config. rerun(overrides, remove_keys) -> the findings after the fix, or
-    raises UsageError when the fix is not a valid override; allowed: (id, reason) pairs a failure may match."""
+def check_config(where: str, findings: list, res, rerun, tally: Tally, can_carry=None) -> None:
+    """The properties on one resolved config. rerun(overrides, remove_keys) -> the findings after the fix, or raises
+    UsageError when the fix is not a valid override; can_carry(overrides, remove_keys): whether rerun can express it."""
     tally.configs += 1
     tally.findings += len(findings)
     before = {signature(f) for f in findings if f.severity in BLOCKING}
@@ -90,6 +93,9 @@ def check_config(where: str, findings: list, res, rerun, tally: Tally, allowed=(
             tally.text_only[f.id] += 1
             continue
         tally.untold += [(where, f.id, key) for key in f.fix_overrides if key not in f.fix]
+        if can_carry is not None and not can_carry(f.fix_overrides, f.remove_keys):
+            tally.inexpressible += 1
+            continue
         tally.tried += 1
         reason = _fix_fails(f, before, rerun)
         if reason is None:
@@ -147,6 +153,31 @@ def check_generated(count: int, seed: int = 0, tally: Tally | None = None, progr
     return tally
 
 
+def check_generated_lint(count: int, seed: int, tmp: Path, tally: Tally | None = None) -> Tally:
+    """lint (--gpu h100) of the generated configs an override file can carry (not those with a field of the
+    mixed-precision recipe or a null), and lint again with each fix on top."""
+    tally = tally or Tally()
+    for i, case in enumerate(conformance.generate(count, seed)):
+        if any(k.startswith("mixed_precision.") or v is None for k, v in case.overrides.items()):
+            continue
+
+        def run(overrides):
+            path = tmp / "config.yaml"
+            path.write_text(json.dumps(_nested(overrides)))
+            return api.lint(str(path), gpus=case.gpus, gpu="h100", te=case.te)
+
+        def rerun(fix, remove=()):
+            return run({**case.overrides, **fix}).findings
+
+        try:
+            result = run(case.overrides)
+        except UsageError:
+            continue
+        check_config(f"lint of generated #{i} {case.overrides} gpus={case.gpus} te={case.te}", result.findings, result.resolution, rerun, tally,
+                     _file_can_carry)
+    return tally
+
+
 def built_recipes(version: str = "0.6.2") -> list[dict]:
     return [e for e in catalog.entries(version) if e["builds"]]
 
@@ -168,22 +199,29 @@ def check_recipe_lint(entry: dict, tally: Tally, tmp: Path) -> None:
     res = result.resolution
 
     def rerun(overrides, remove=()):
-        if remove or any(k.startswith("mixed_precision") for k in overrides):
-            # an override file on top of a recipe cannot drop a key, nor set a field of the recipe's mixed precision
-            raise UsageError(f"not expressible as a lint override file: {sorted(overrides)} minus {list(remove)}")
         path = tmp / "fix.yaml"
         path.write_text(json.dumps(_nested(overrides)))  # JSON is YAML
         return api.lint(str(path), recipe=name, gpus=res.gpus, gpu=entry["gpu"]).findings
 
-    check_config(f"lint {name}", result.findings, res, rerun, tally)
+    check_config(f"lint {name}", result.findings, res, rerun, tally, _file_can_carry)
 
 
 def _nested(overrides: dict) -> dict:
+    """Dotted overrides as a config file: sections of fields; a whole section (mixed_precision=RECIPE) as a value."""
     out: dict = {}
     for key, value in overrides.items():
         section, _, name = key.partition(".")
-        out.setdefault(section, {})[name] = value
+        if name:
+            out.setdefault(section, {})[name] = value
+        else:
+            out[section] = value
     return out
+
+
+def _file_can_carry(overrides: dict, remove=()) -> bool:
+    """Whether an override file on top of a config or recipe says the same: it cannot drop a key, nor set a field of
+    a mixed-precision recipe it names (the file's mixed_precision section is a recipe by name or a whole config)."""
+    return not remove and not any(k.startswith("mixed_precision.") for k in overrides)
 
 
 def check_catalog(tally: Tally | None = None, lint_tally: Tally | None = None, tmp: Path | None = None) -> tuple[Tally, Tally | None]:
@@ -213,6 +251,7 @@ def main(argv=None) -> int:
     ap.add_argument("--count", type=int, default=0, help="generated configs to check (conformance's generator)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--catalog", action="store_true", help="every built recipe of the catalog, and lint of the perf recipes")
+    ap.add_argument("--lint", action="store_true", help="also lint (--gpu h100) of the --count generated configs")
     ap.add_argument("--show", type=int, default=5, help="examples to print per kind of failure")
     ap.add_argument("--by-id", action="store_true", help="also the fixes proven, and the findings without one, per id")
     args = ap.parse_args(argv)
@@ -221,6 +260,13 @@ def main(argv=None) -> int:
         start = time.time()
         tally = check_generated(args.count, args.seed, progress=lambda m: print(m, file=sys.stderr))
         report(f"generated ({args.count}, seed {args.seed}, {time.time() - start:.0f} s)", tally, args.show, args.by_id)
+        bad += tally.bad()
+    if args.lint and args.count:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            tally = check_generated_lint(args.count, args.seed, Path(tmp))
+        report("lint of the generated configs", tally, args.show, args.by_id)
         bad += tally.bad()
     if args.catalog:
         import tempfile
