@@ -1,34 +1,61 @@
 """The findings a resolved request earns. Each check reads the resolver's State and none changes it; the text of
-every finding comes from the registry (data/findings.yaml), the typed fix is computed here."""
+every finding comes from the registry (data/findings.yaml), the typed fix is computed here.
+
+A fix (`fix_overrides`) is proven before it is offered: the request is resolved again with it, and it must remove its
+finding and raise no warning or error that was not there. A candidate that brings in findings of its own (a request
+it leaves overwritten, a dormant setting it turns on) is tried again together with their fixes. A finding whose
+candidates all fail gets no `fix_overrides`, only the text; so does one whose fix would set a key that a more severe
+(or earlier) finding's fix sets otherwise: no two fixes of one config disagree.
+"""
 
 from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import replace
 
 from . import layout, resolver, schema
 from .errors import UsageError
 from . import findings
 from .findings import Finding, make
+from .request import Request
 from .resolver import DP_BUCKET_SIZE, State
 from .text import fmt
 
 MIB = 2**20
+BLOCKING = ("warning", "error")
 # Model fields CommOverlapConfig writes; a value set on the model is overwritten, one set on comm_overlap wins.
 COMM_OVERLAP_MODEL_FIELDS = ("tp_comm_overlap", "tp_comm_bootstrap_backend", "overlap_p2p_comm", "batch_p2p_comm",
                              "defer_embedding_wgrad_compute", "wgrad_deferral_limit", "overlap_moe_expert_parallel_comm",
                              "delay_wgrad_compute")
 DP_KNOBS = ("overlap_grad_reduce", "overlap_param_gather", "overlap_param_gather_with_optimizer_step", "align_param_gather", "bucket_size")
+# Inside a re-resolution that proves a fix: every check takes its first candidate unproven (no re-resolution in turn).
+_probing: ContextVar[bool] = ContextVar("probing", default=False)
 
 
 def collect(state: State) -> list[Finding]:
     out: list[Finding] = []
     for check in CHECKS:
         out.extend(check(state))
+    return out if _probing.get() else _one_value_per_key(out)
+
+
+def _one_value_per_key(found: list[Finding]) -> list[Finding]:
+    """Where two findings' fixes set one key to different values (requests that contradict each other, each fix
+    reading them its own way), the error's fix, else the first one's, stands; the other waits for it."""
+    out, claimed = list(found), {}
+    for i in sorted(range(len(out)), key=lambda i: findings.SEVERITIES.index(out[i].severity)):
+        f = out[i]
+        clash = next((claimed[k][0] for k, v in f.fix_overrides.items() if k in claimed and claimed[k][1] != v), None)
+        if clash is not None:
+            out[i] = replace(f, fix_overrides={}, fix=f"after the fix of {clash}, resolve again ({f.fix})")
+        else:
+            claimed.update({k: (f.id, v) for k, v in f.fix_overrides.items() if k not in claimed})
     return out
 
 
-def errors(state: State) -> set:
-    """The ids of the errors a state earns (Bridge's rejections and the failures after the config step): what a
-    candidate fix must not add."""
-    return {r.id for r in state.rejections} | {f.id for check in LATER_FAILURES for f in check(state)}
+def signature(f: Finding) -> tuple:
+    """What identifies a finding across re-resolutions: its id and the knobs it is about."""
+    return f.id, tuple(sorted(f.knobs))
 
 
 overrides_text = findings.overrides_text
@@ -42,14 +69,101 @@ def _rerun(state: State, overrides: dict, remove=()) -> State | None:
     return resolver.run(req, state.gpus, state.te, state.gpu, state.launcher_env)
 
 
-def _first_safe(state: State, candidates: list[dict]) -> dict:
-    """The first candidate fix that adds no error to the request (by re-resolving it); the last one otherwise."""
-    before = errors(state)
-    for overrides in candidates:
-        after = _rerun(state, overrides)
-        if after is not None and errors(after) <= before:
+def _probe(state: State) -> list[Finding]:
+    token = _probing.set(True)
+    try:
+        return collect(state)
+    finally:
+        _probing.reset(token)
+
+
+def _proven(state: State, finding_id: str, candidates: list[dict], knobs=None, remove=()) -> dict:
+    """The first candidate that removes the finding (id and knobs) without a warning or error that was not there,
+    settled with the fixes of the findings it brings in; {} when none does."""
+    candidates = [c for c in candidates if c]
+    if _probing.get():
+        return candidates[0] if candidates else {}
+    target = (finding_id, tuple(sorted(knobs if knobs is not None else findings.record(finding_id).get("knobs") or [])))
+    before = {signature(f) for f in _probe(state) if f.severity in BLOCKING}
+    return next((p for p in (_settle(state, dict(c), remove, target, before) for c in candidates) if p is not None), {})
+
+
+def _settle(state: State, overrides: dict, remove, target: tuple, before: set) -> dict | None:
+    """The overrides, with the fixes of the warnings and errors they bring in and of the errors left whose fix would
+    undo a value they set (an error's fix wins: no fix sets what Bridge rejects; a warning's must agree). None when
+    that does not settle in three rounds."""
+    for _ in range(3):
+        after = _rerun(state, overrides, remove)
+        if after is None:
+            return None
+        found = _probe(after)
+        blocking = [f for f in found if f.severity in BLOCKING]
+        undoing = [f for f in blocking if any(k in overrides and overrides[k] != v for k, v in f.fix_overrides.items())]
+        if any(f.severity != "error" for f in undoing):
+            return None  # a warning left or brought in wants another value of a key this sets
+        brought = [f for f in blocking if signature(f) not in before or f in undoing]
+        if not brought and target not in {signature(f) for f in found}:
             return overrides
-    return candidates[-1]
+        merged = dict(overrides)
+        for f in sorted(brought, key=lambda f: f.severity == "error"):
+            for key, value in f.fix_overrides.items():
+                if f.severity != "error" and merged.get(key, value) != value:
+                    return None  # two warnings it brings in want different values of one key
+                merged[key] = value
+        if merged == overrides:
+            return None
+        overrides = merged
+    return None
+
+
+def _fixed(state: State, finding_id: str, candidates: list[dict], otherwise: str | None = None, knobs=None) -> tuple[dict, str]:
+    """The proven fix and its text; `otherwise` says what to do when no candidate holds (default: the first
+    candidate, said to need more)."""
+    o = _proven(state, finding_id, candidates, knobs)
+    return o, overrides_text(o) if o else _unproven(candidates, "") if otherwise is None else otherwise
+
+
+def _unproven(candidates: list[dict], otherwise: str) -> str:
+    """The text of a fix that re-resolution did not prove: the first candidate, said to need more."""
+    shown = [overrides_text(c) for c in candidates if c]
+    return f"{shown[0]} (it does not settle this alone: resolve again after it)" if shown else otherwise
+
+
+def _requested(state: State, key: str):
+    """What the user asked for at a dotted key (None: nothing, or null)."""
+    return state.request.explicit.get(key)
+
+
+def _moved(state: State, owner: str, key: str, value, effective) -> list[dict]:
+    """Fixes for a request overwritten by `owner` (comm_overlap.X, mixed_precision.X): carry `value` there (and onto
+    `key` too when it is carried converted), or set `key` to what runs; the latter first when the user already asked
+    for something at `owner` (that request won). value None: nothing to carry (null on comm_overlap means "Bridge
+    picks")."""
+    align = {key: effective}
+    if value is None:
+        return [align]
+    move = {owner: value, **({key: value} if value != _requested(state, key) else {})}
+    return [align, move] if _requested(state, owner) is not None else [move, align]
+
+
+def _every_request(state: State, name: str, value) -> dict:
+    """`name` set to `value` wherever it is requested (comm_overlap, optimizer, ddp), and where it takes effect."""
+    out = {f"{s}.{name}": value for s in ("comm_overlap", "ddp", "optimizer") if _requested(state, f"{s}.{name}") is not None}
+    owner = "comm_overlap" if state.dp_overlap_applied else "optimizer"
+    out.setdefault(f"{owner}.{name}", value)
+    return out
+
+
+def _intended(state: State, name: str):
+    """The value the user asked for a DP overlap knob: comm_overlap's when it has one (it wins once CommOverlapConfig
+    applies), else ddp's or optimizer's; for overlap_param_gather asked both ways, on (as validate() does)."""
+    values = [_requested(state, f"{s}.{name}") for s in ("comm_overlap", "ddp", "optimizer")]
+    if values[0] is not None:
+        return values[0]
+    values = [v for v in values[1:] if v is not None]
+    if name == "overlap_param_gather" and len(values) == 2:
+        return any(values)
+    return values[0] if values else None
 
 
 def _owner(state: State, name: str, section: str = "model") -> str:
@@ -59,13 +173,17 @@ def _owner(state: State, name: str, section: str = "model") -> str:
 
 def adopt_dp_knobs(state: State) -> dict:
     """The ddp/optimizer DP overlap values the user set, moved onto comm_overlap (where they win once
-    CommOverlapConfig applies its DP settings)."""
+    CommOverlapConfig applies its DP settings); not where comm_overlap already requests that knob, nor a bucket size
+    whose reading is ambiguous."""
     out = {}
     for name in DP_KNOBS:
-        for section in ("ddp", "optimizer"):
-            key = f"{section}.{name}"
-            if key in state.request.explicit and state.request.explicit[key] is not None:
-                out[f"comm_overlap.{name}"] = bucket_parameters(state, state.request.explicit[key]) if name == "bucket_size" else state.request.explicit[key]
+        if (state.request.comm_overlap or {}).get(name) is not None:
+            continue
+        value = _intended(state, name)
+        if name == "bucket_size":
+            value = bucket_to_move(state, value)
+        if value is not None:
+            out[f"comm_overlap.{name}"] = value
     return out
 
 
@@ -74,78 +192,74 @@ def adopt_dp_knobs(state: State) -> dict:
 
 def rejections(state: State):
     for r in state.rejections:
-        overrides, extra = _REJECTION_FIXES[r.id](state, r)
+        candidates, extra = _REJECTION_FIXES[r.id](state, r)
+        otherwise = extra.pop("otherwise", "change the layout (no config override fixes it)")
         params = {**_rejection_params(state), **extra}
-        yield make(r.id, fix_overrides=overrides, where=r.where, bridge=r.message, **params,
-                   fix=overrides_text(overrides) or "change the layout (no config override fixes it)")
+        o, fix = _fixed(state, r.id, candidates, _unproven(candidates, otherwise))
+        yield make(r.id, fix_overrides=o, where=r.where, bridge=r.message, **params, fix=fix)
 
 
-def _moe_off(state: State, r) -> tuple[dict, dict]:
+def _moe_off(state: State, r) -> tuple[list, dict]:
     req, out = state.request, {}
     for name in ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute"):
         if req.comm_overlap is not None and req.comm_overlap.get(name):
             out[f"comm_overlap.{name}"] = False
         elif req.comm_overlap is None and req.model.get(name):
             out[f"model.{name}"] = False
-    return out, {}
+    return [out], {}
 
 
-def _defer_off(state: State, r) -> tuple[dict, dict]:
-    return {_owner(state, "defer_embedding_wgrad_compute"): False}, {}
+def _defer_off(state: State, r) -> tuple[list, dict]:
+    return [{_owner(state, "defer_embedding_wgrad_compute"): False}], {}
 
 
-def _reuse_off(state: State, r) -> tuple[dict, dict]:
+def _reuse_off(state: State, r) -> tuple[list, dict]:
     key = "mixed_precision" if state.request.mixed_precision is not None else "ddp"
-    return {f"{key}.reuse_grad_buf_for_mxfp8_param_ag": False}, {}
+    return [{f"{key}.reuse_grad_buf_for_mxfp8_param_ag": False}], {}
 
 
-def _with_step_off(state: State, r) -> tuple[dict, dict]:
-    return {_owner_dp(state, "overlap_param_gather_with_optimizer_step"): False}, {}
+def _with_step_off(state: State, r) -> tuple[list, dict]:
+    return [_every_request(state, "overlap_param_gather_with_optimizer_step", False)], {}
 
 
-def _owner_dp(state: State, name: str) -> str:
-    co = state.request.comm_overlap
-    return f"comm_overlap.{name}" if co is not None and co.get(name) is not None else f"optimizer.{name}"
-
-
-def _batch(state: State, r) -> tuple[dict, dict]:
+def _batch(state: State, r) -> tuple[list, dict]:
     mbs = state.validation["eval_micro_batch_size"] or state.train["micro_batch_size"]
     key = "validation.eval_global_batch_size" if state.validation["eval_global_batch_size"] else "train.global_batch_size"
     gbs = state.validation["eval_global_batch_size"] or state.train["global_batch_size"]
     step = mbs * state.data_parallel_size
-    return {key: -(-gbs // step) * step}, {}
+    return [{key: -(-gbs // step) * step}], {}
 
 
-def _fsdp_connections(state: State, r) -> tuple[dict, dict]:
+def _fsdp_connections(state: State, r) -> tuple[list, dict]:
     launcher = state.launcher_env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
     if launcher or not state.request.release.env_vars:
-        return {}, {"origin": "the launcher's environment"}
-    return {"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 32}, {"origin": "env_vars"}
+        return [], {"origin": "the launcher's environment", "otherwise": "export CUDA_DEVICE_MAX_CONNECTIONS=32 in the launcher (not 1)"}
+    return [{"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 32}], {"origin": "env_vars"}
 
 
-def _fsdp_format(state: State, r) -> tuple[dict, dict]:
+def _fsdp_format(state: State, r) -> tuple[list, dict]:
     which = "save" if state.checkpoint["save"] is not None else "load"
-    return {"checkpoint.ckpt_format": "fsdp_dtensor"}, {"format": state.checkpoint["ckpt_format"], "which": which}
+    return [{"checkpoint.ckpt_format": "fsdp_dtensor"}], {"format": state.checkpoint["ckpt_format"], "which": which}
 
 
-def _gpus(state: State, r) -> tuple[dict, dict]:
+def _gpus(state: State, r) -> tuple[list, dict]:
     shape = layout.Layout.of(state.model, state.gpus)
-    return {}, {"gpus": state.gpus, "tp": shape.tp, "pp": shape.pp, "cp": shape.cp, "size": shape.model_parallel_size}
+    return [], {"gpus": state.gpus, "tp": shape.tp, "pp": shape.pp, "cp": shape.cp, "size": shape.model_parallel_size}
 
 
-def _cp_finetune(state: State, r) -> tuple[dict, dict]:
-    return {"model.calculate_per_token_loss": True, "ddp.average_in_collective": False}, {}
+def _cp_finetune(state: State, r) -> tuple[list, dict]:
+    return [{"model.calculate_per_token_loss": True, "ddp.average_in_collective": False}], {}
 
 
-def _mxfp8_reuse_on(state: State, r) -> tuple[dict, dict]:
+def _mxfp8_reuse_on(state: State, r) -> tuple[list, dict]:
     out = {"mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": True}
     if state.optimizer["overlap_param_gather_with_optimizer_step"]:
-        out[_owner_dp(state, "overlap_param_gather_with_optimizer_step")] = False
-    return out, {}
+        out.update(_every_request(state, "overlap_param_gather_with_optimizer_step", False))
+    return [out], {}
 
 
-def _static(overrides: dict):
-    return lambda state, r: (dict(overrides), {})
+def _static(*candidates: dict):
+    return lambda state, r: ([dict(c) for c in candidates], {})
 
 
 _REJECTION_FIXES = {
@@ -170,8 +284,8 @@ _REJECTION_FIXES = {
     "CP_FINETUNE_AVERAGE_IN_COLLECTIVE": _cp_finetune,
     "FLEX_DISPATCHER_NOT_ON_THIS_GPU": _static({"model.moe_token_dispatcher_type": "alltoall"}),
     "CUDA_GRAPH_LOCAL_SCOPED": _static({"model.cuda_graph_impl": "transformer_engine"}),
-    "EXPERT_PARALLEL_WITHOUT_EXPERTS": _static({}),
-    "CP_SEQUENCE_NOT_DIVISIBLE": _static({}),
+    "EXPERT_PARALLEL_WITHOUT_EXPERTS": _static(),
+    "CP_SEQUENCE_NOT_DIVISIBLE": _static(),
 }
 
 
@@ -187,7 +301,9 @@ def _rejection_params(state: State):
 def vpp_without_pp(state: State):
     model = state.model
     if model["virtual_pipeline_model_parallel_size"] is not None and model["pipeline_model_parallel_size"] <= 1:
-        yield make("VPP_WITHOUT_PP", fix_overrides={"model.virtual_pipeline_model_parallel_size": None}, vpp=model["virtual_pipeline_model_parallel_size"])
+        c = {"model.virtual_pipeline_model_parallel_size": None}
+        o, fix = _fixed(state, "VPP_WITHOUT_PP", [c])
+        yield make("VPP_WITHOUT_PP", fix_overrides=o, fix=fix, vpp=model["virtual_pipeline_model_parallel_size"])
 
 
 def p2p_overlap(state: State):
@@ -197,12 +313,14 @@ def p2p_overlap(state: State):
         return
     params = dict(pp=pp, vpp=fmt(vpp), batch=fmt(model["batch_p2p_comm"]))
     if vpp is None:
-        key = _owner(state, "overlap_p2p_comm")
-        o = {key: False}
-        yield make("P2P_OVERLAP_WITHOUT_INTERLEAVING", fix_overrides=o, fix=f"{overrides_text(o)}, or model.virtual_pipeline_model_parallel_size >= 2 for P2P overlap", **params)
+        c = {_owner(state, "overlap_p2p_comm"): False}
+        o, fix = _fixed(state, "P2P_OVERLAP_WITHOUT_INTERLEAVING", [c])
+        yield make("P2P_OVERLAP_WITHOUT_INTERLEAVING", fix_overrides=o,
+                   fix=f"{fix}, or model.virtual_pipeline_model_parallel_size >= 2 for P2P overlap", **params)
     elif model["batch_p2p_comm"]:
-        o = {_owner(state, "batch_p2p_comm"): False}
-        yield make("P2P_OVERLAP_AND_BATCHED", fix_overrides=o, fix=overrides_text(o), **params)
+        c = {_owner(state, "batch_p2p_comm"): False}
+        o, fix = _fixed(state, "P2P_OVERLAP_AND_BATCHED", [c])
+        yield make("P2P_OVERLAP_AND_BATCHED", fix_overrides=o, fix=fix, **params)
 
 
 def param_gather_with_step(state: State):
@@ -210,20 +328,21 @@ def param_gather_with_step(state: State):
     if not opt["overlap_param_gather_with_optimizer_step"]:
         return
     if opt["use_distributed_optimizer"] and (model["virtual_pipeline_model_parallel_size"] or 1) <= 1:
-        o = {_owner_dp(state, "overlap_param_gather_with_optimizer_step"): False}
+        c = _every_request(state, "overlap_param_gather_with_optimizer_step", False)
+        o, fix = _fixed(state, "PARAM_GATHER_WITH_OPTIMIZER_STEP_SINGLE_CHUNK", [c])
         yield make("PARAM_GATHER_WITH_OPTIMIZER_STEP_SINGLE_CHUNK", fix_overrides=o,
-                   fix=f"{overrides_text(o)} (it needs the interleaved schedule, VPP >= 2)", vpp=fmt(model["virtual_pipeline_model_parallel_size"]))
+                   fix=f"{fix} (it needs the interleaved schedule, VPP >= 2)", vpp=fmt(model["virtual_pipeline_model_parallel_size"]))
 
 
 def unsupported_tp_overlap_precision(state: State):
     model = state.model
     why = tp_overlap_precision_problem(model)
     if model["tp_comm_overlap"] and why:
-        key = "comm_overlap.tp_comm_overlap" if state.request.comm_overlap is not None else "model.tp_comm_overlap"
-        o = {key: False}
+        c = {_owner(state, "tp_comm_overlap"): False}
+        o, fix = _fixed(state, "TP_OVERLAP_UNSUPPORTED_PRECISION", [c])
         recipe = state.request.mixed_precision.recipe if state.request.mixed_precision else "the model's precision"
         yield make("TP_OVERLAP_UNSUPPORTED_PRECISION", fix_overrides=o, what=f"{why[0]} ({recipe})", why=why[1],
-                   fix=f"{overrides_text(o)}, as Bridge's recipes with this precision and TP > 1 have it")
+                   fix=f"{fix}, as Bridge's recipes with this precision and TP > 1 have it")
 
 
 def tp_overlap_precision_problem(model: dict) -> tuple[str, str] | None:
@@ -247,22 +366,25 @@ def tp_overlap(state: State):
     model, req = state.model, state.request
     tp = model["tensor_model_parallel_size"]
     if state.tp_overlap_disabled_by == "tp_size":
-        yield make("TP_OVERLAP_OFF_TP_SIZE", fix_overrides={"comm_overlap.tp_comm_overlap": False}, tp=tp)
+        o, fix = _fixed(state, "TP_OVERLAP_OFF_TP_SIZE", [{"comm_overlap.tp_comm_overlap": False}])
+        yield make("TP_OVERLAP_OFF_TP_SIZE", fix_overrides=o, fix=fix, tp=tp)
     elif state.tp_overlap_disabled_by == "sequence_parallel":
-        o = _first_safe(state, [{"model.sequence_parallel": True}, {"comm_overlap.tp_comm_overlap": False}])
-        yield make("TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL", fix_overrides=o, tp=tp)
+        candidates = [{"model.sequence_parallel": True}, {"comm_overlap.tp_comm_overlap": False}]
+        o, fix = _fixed(state, "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL", candidates)
+        yield make("TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL", fix_overrides=o, fix=fix, tp=tp)
     elif state.tp_overlap_disabled_by == "te":
         yield make("TP_OVERLAP_OFF_NO_TE")
     if req.comm_overlap is not None and model["tp_comm_overlap"] and model["tp_comm_overlap_cfg"] is None:
         yield make("TP_OVERLAP_DEFAULT_UB_CFG", why="", fix="comm_overlap.tp_comm_overlap_cfg=PRESET if one matches (presets), else nothing")
     if req.comm_overlap is None and model["tp_comm_overlap"]:
-        if tp >= 2:
-            o = {"model.tp_comm_overlap": False, "comm_overlap.tp_comm_overlap": True, **adopt_dp_knobs(state), **_adopt_model_knobs(state)}
+        candidates = [{"model.tp_comm_overlap": False}]
+        if tp >= 2:  # request it where Bridge gates it; the model's own value then agrees with what comm_overlap writes
+            gated = {"comm_overlap.tp_comm_overlap": True, **adopt_dp_knobs(state), **_adopt_model_knobs(state)}
             if not model["sequence_parallel"]:
-                o["model.sequence_parallel"] = True
-        else:
-            o = {"model.tp_comm_overlap": False}
-        yield make("TP_OVERLAP_UNGATED", fix_overrides=o, fix=overrides_text(o))
+                gated["model.sequence_parallel"] = True
+            candidates.insert(0, gated)
+        o, fix = _fixed(state, "TP_OVERLAP_UNGATED", candidates)
+        yield make("TP_OVERLAP_UNGATED", fix_overrides=o, fix=fix)
 
 
 def _adopt_model_knobs(state: State) -> dict:
@@ -273,7 +395,9 @@ def _adopt_model_knobs(state: State) -> dict:
 
 def sequence_parallel(state: State):
     if state.request.model["sequence_parallel"] and not state.model["sequence_parallel"]:
-        yield make("SEQUENCE_PARALLEL_DROPPED", fix_overrides={"model.sequence_parallel": False})
+        c = {"model.sequence_parallel": False}
+        o, fix = _fixed(state, "SEQUENCE_PARALLEL_DROPPED", [c])
+        yield make("SEQUENCE_PARALLEL_DROPPED", fix_overrides=o, fix=fix)
 
 
 def pp_overlap(state: State):
@@ -307,8 +431,8 @@ def overwritten(state: State):
         if finding is None or key in _OVERWRITE_SKIP:
             continue  # sequence_parallel and the distributed-optimizer flags have findings of their own
         fid, candidates = finding(state, key, name, requested, effective)
-        o = _first_safe(state, candidates)
-        yield make(fid, fix_overrides=o, fix=overrides_text(o), knobs=[key], key=key, requested=fmt(requested),
+        o, fix = _fixed(state, fid, candidates, knobs=[key])
+        yield make(fid, fix_overrides=o, fix=fix, knobs=[key], key=key, requested=fmt(requested),
                    effective=fmt(effective), asserts={key: effective})
 
 
@@ -316,21 +440,24 @@ _OVERWRITE_SKIP = ("model.sequence_parallel", "ddp.use_distributed_optimizer", "
 
 
 def _by_comm_overlap_model(state, key, name, requested, effective):
-    return "MODEL_KNOB_OVERWRITTEN", [{f"comm_overlap.{name}": requested}, {key: effective}]
+    return "MODEL_KNOB_OVERWRITTEN", _moved(state, f"comm_overlap.{name}", key, requested, effective)
 
 
 def _by_comm_overlap_dp(state, key, name, requested, effective):
-    value = bucket_parameters(state, requested) if name == "bucket_size" else requested
-    return "DP_OVERLAP_KNOB_OVERWRITTEN", [{f"comm_overlap.{name}": value}, {key: effective}]
+    owner = f"comm_overlap.{name}"
+    if name == "bucket_size":
+        value = bucket_to_move(state, requested)
+    else:
+        value = requested if _requested(state, owner) is not None else _intended(state, name)
+    return "DP_OVERLAP_KNOB_OVERWRITTEN", _moved(state, owner, key, value, effective)
 
 
 def _by_mixed_precision(state, key, name, requested, effective):
-    return "PRECISION_KNOB_OVERWRITTEN", [{f"mixed_precision.{name}": requested}, {key: effective}]
+    return "PRECISION_KNOB_OVERWRITTEN", _moved(state, f"mixed_precision.{name}", key, requested, effective)
 
 
 def _by_validate(state, key, name, requested, effective):
-    both = {"ddp.overlap_param_gather": requested, "optimizer.overlap_param_gather": requested}
-    return "PARAM_GATHER_FORCED_ON", [both, {"ddp.overlap_param_gather": effective, "optimizer.overlap_param_gather": effective}]
+    return "PARAM_GATHER_FORCED_ON", [{f"{s}.{name}": v for s in ("ddp", "optimizer")} for v in (_intended(state, name), requested)]
 
 
 def _by_fsdp(state, key, name, requested, effective):
@@ -352,28 +479,33 @@ def distributed_optimizer(state: State):
     req = state.request
     fsdp = state.fsdp
     both_on = {"ddp.use_distributed_optimizer": True, "optimizer.use_distributed_optimizer": True}
-    adopt = adopt_dp_knobs(state) if req.comm_overlap is not None else {}
+    if req.comm_overlap is not None and not state.dp_overlap_applied:  # the DP settings it skipped apply now: adopt
+        both_on.update(adopt_dp_knobs(state))
+    both_off = {"ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False}
     if req.ddp["use_distributed_optimizer"] != req.optimizer["use_distributed_optimizer"] and not fsdp:
         skipped = not req.ddp["use_distributed_optimizer"] and req.comm_overlap is not None
-        o = {**both_on, **adopt}
+        o, fix = _fixed(state, "DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", [both_on, both_off])
         yield make("DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", fix_overrides=o,
-                   fix=overrides_text(o) + " (or both false to run without it)", ddp=fmt(req.ddp["use_distributed_optimizer"]),
+                   fix=fix + (" (or both false to run without it)" if o != both_off else ""), ddp=fmt(req.ddp["use_distributed_optimizer"]),
                    optimizer=fmt(req.optimizer["use_distributed_optimizer"]),
                    skipped="; CommOverlapConfig had already skipped DP overlap" if skipped else "")
     # only the requests the run does not get anyway (the recipe's own ddp value may already be the requested one)
     dp_keys = [f"comm_overlap.{k}" for k in DP_KNOBS if (req.comm_overlap or {}).get(k) is not None
                and req.comm_overlap[k] != _dp_effective(state, k)]
     if dp_keys and not state.dp_overlap_applied:
-        o = {**both_on, **adopt}
-        yield make("DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER", fix_overrides=o, fix=overrides_text(o),
-                   knobs=dp_keys + ["ddp.use_distributed_optimizer"], keys=", ".join(dp_keys))
+        knobs = dp_keys + ["ddp.use_distributed_optimizer"]
+        o, fix = _fixed(state, "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER", [both_on], knobs=knobs)
+        yield make("DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER", fix_overrides=o, fix=fix, knobs=knobs, keys=", ".join(dp_keys))
     elif fsdp and req.comm_overlap is not None and not state.dp_overlap_applied:
-        o = {**both_on, **adopt}
-        yield make("MEGATRON_FSDP_SKIPPED_DP_OVERLAP", fix_overrides=o, fix=overrides_text(o),
-                   grad=fmt(state.ddp["overlap_grad_reduce"]), param=fmt(state.ddp["overlap_param_gather"]))
+        o, fix = _fixed(state, "MEGATRON_FSDP_SKIPPED_DP_OVERLAP", [both_on])
+        yield make("MEGATRON_FSDP_SKIPPED_DP_OVERLAP", fix_overrides=o, fix=fix,
+                   grad=fmt(state.ddp["overlap_grad_reduce"]), param=fmt(state.ddp["overlap_param_gather"]),
+                   asserts={"ddp.use_distributed_optimizer": True, "ddp.overlap_grad_reduce": state.ddp["overlap_grad_reduce"],
+                            "ddp.overlap_param_gather": state.ddp["overlap_param_gather"]})
     if state.ddp["overlap_param_gather"] and not state.ddp["use_distributed_optimizer"]:
-        yield make("PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER",
-                   fix_overrides={"ddp.overlap_param_gather": False, "optimizer.overlap_param_gather": False})
+        c = {"ddp.overlap_param_gather": False, "optimizer.overlap_param_gather": False}
+        o, fix = _fixed(state, "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", [c])
+        yield make("PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", fix_overrides=o, fix=fix)
 
 
 def _dp_effective(state: State, name: str):
@@ -390,7 +522,7 @@ def megatron_fsdp(state: State):
         "optim": "gradients are reduced on the last micro-batch only; overlap_grad_reduce decides whether that reduction is asynchronous",
         "no_shard": "gradients are reduced on the last micro-batch only and there is no parameter all-gather (start_param_sync is a no-op)",
     }[strategy]
-    yield make("MEGATRON_FSDP_DP_OVERLAP", strategy=strategy, meaning=meaning)
+    yield make("MEGATRON_FSDP_DP_OVERLAP", strategy=strategy, meaning=meaning, asserts={"ddp.data_parallel_sharding_strategy": strategy})
 
 
 def nccl_ub(state: State):
@@ -402,27 +534,34 @@ def nccl_ub(state: State):
     alloc = "expandable_segments:True" in str(state.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")).split(",")
     if not missing and not alloc:
         return
-    yield make("NCCL_UB_LAUNCH_ENV", fix_overrides=missing, fix=overrides_text(missing) or "nothing to change in the config",
-               fsdp=" with Megatron-FSDP" if state.fsdp else "",
+    o, fix = _fixed(state, "NCCL_UB_LAUNCH_ENV", [missing], _unproven([missing], "nothing to change in the config"))
+    yield make("NCCL_UB_LAUNCH_ENV", fix_overrides=o, fix=fix, fsdp=" with Megatron-FSDP" if state.fsdp else "",
                alloc="; with torch < 2.11 Megatron-Core rejects nccl_ub with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which this config sets" if alloc else "")
 
 
 def dp_size(state: State):
     ddp = state.ddp
     if state.data_parallel_size == 1:
-        if state.dp_overlap_applied and ddp["overlap_grad_reduce"]:
-            detail = "; overlap_grad_reduce stays on because comm_overlap requests it (there is nothing to overlap)"
-        elif state.dp_overlap_applied:
-            detail = ", and CommOverlapConfig turns DP overlap off"
-        else:
-            detail = ""
-        yield make("DP_SIZE_ONE", gpus=state.gpus, detail=detail)
+        yield make("DP_SIZE_ONE", gpus=state.gpus, **_dp_one_detail(state))
     model = state.model
     requested = (state.request.comm_overlap or {}).get("align_param_gather")
     if state.dp_overlap_applied and state.data_parallel_size > 1 and layout.Layout.of(model, state.gpus).interleaved \
             and ddp["align_param_gather"] and requested is None:
         yield make("BRIDGE_SELECTS_ALIGN_PARAM_GATHER", with_step=fmt(state.optimizer["overlap_param_gather_with_optimizer_step"]),
                    asserts={"optimizer.overlap_param_gather_with_optimizer_step": state.optimizer["overlap_param_gather_with_optimizer_step"]})
+
+
+def _dp_one_detail(state: State) -> dict:
+    """What DP = 1 leaves of DP overlap: CommOverlapConfig turns it off, but what comm_overlap requests stays on."""
+    if not state.dp_overlap_applied:
+        return {"detail": ""}
+    names = ("overlap_grad_reduce", "overlap_param_gather")
+    on = [n for n in names if state.ddp[n]]
+    asserts = {f"ddp.{n}": bool(state.ddp[n]) for n in names}
+    if not on:
+        return {"detail": ", and CommOverlapConfig turns DP overlap off", "asserts": asserts}
+    return {"detail": f"; {' and '.join(on)} {'stays' if len(on) == 1 else 'stay'} on because comm_overlap requests it "
+                      "(there is nothing to overlap)", "asserts": asserts}
 
 
 def param_gather_with_step_unchecked(state: State):
@@ -446,9 +585,25 @@ def bucket_size(state: State):
         readings = (f"{value} parameters = {value * per / MIB:.0f} MiB of gradients at {per} bytes each "
                     f"({'fp32' if per == 4 else 'bf16/fp16'} gradient reduction); read as {mib} MiB of gradients, it is {params} parameters")
         target = "comm_overlap.bucket_size" if key == "ddp.bucket_size" and state.dp_overlap_applied else key
-        o = {target: params}
+        meant = f"{target}={params} if you meant {mib} MiB of gradients"
+        o = _proven(state, "BUCKET_SIZE_LOOKS_LIKE_BYTES", [_bucket_fix(state, key)], knobs=[key])
         yield make("BUCKET_SIZE_LOOKS_LIKE_BYTES", fix_overrides=o, knobs=[key], key=key, value=value, readings=readings,
-                   fix=f"{overrides_text(o)} if you meant {mib} MiB of gradients; keep {value} if you meant parameters")
+                   fix=f"{overrides_text(o) if o else meant}; keep {value} if you meant parameters",
+                   asserts={"ddp.grad_reduce_in_fp32": per == 4})
+
+
+def _bucket_fix(state: State, key: str) -> dict:
+    """The bytes reading of a requested bucket size, where it takes effect; {} when that reading is ambiguous too.
+    Beside the user's own comm_overlap.bucket_size (which wins once DP overlap applies) ddp's says the same."""
+    winner = _requested(state, "comm_overlap.bucket_size")
+    if key == "ddp.bucket_size" and winner is not None:
+        return {key: winner}
+    params = bucket_to_move(state, state.request.explicit[key])
+    if params is None:
+        return {}
+    if key == "ddp.bucket_size" and state.dp_overlap_applied:
+        return {"comm_overlap.bucket_size": params, key: params}
+    return {key: params}
 
 
 def gradient_bytes(state: State) -> int:
@@ -468,13 +623,22 @@ def bucket_parameters(state: State, value: int) -> int:
     return (value * MIB if value < MIB else value) // gradient_bytes(state)
 
 
+def bucket_to_move(state: State, value: int | None) -> int | None:
+    """The bucket size to carry to where it wins: its parameter count; None when there is none, or when the bytes
+    reading of it looks like bytes again (32 MiB read as bytes is 8 Mi parameters, itself a whole number of MiB), so
+    that no fix guesses twice."""
+    params = bucket_parameters(state, value)
+    return None if params is None or (params != value and looks_like_bytes(params)) else params
+
+
 def launch_env_fields(state: State):
     for key, value in state.request.launch_env_fields:
         name = key.partition(".")[2]
         env = schema.LAUNCH_ENV_NAMES.get(name.lower(), name.upper())
         if state.request.release.env_vars:
-            o = {f"env_vars.{env}": value}
-            fix = f"drop {key}; {overrides_text(o)} (or export {env} in the launcher)"
+            c = {f"env_vars.{env}": value}
+            o = _proven(state, "LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD", [c], knobs=[key], remove=[key])
+            fix = f"drop {key}; {overrides_text(c)} (or export {env} in the launcher)"
         else:
             o, fix = {}, f"drop {key}; export {env} in the launcher ({state.request.release.launch_env_where})"
         yield make("LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD", fix_overrides=o, remove_keys=[key], knobs=[key], key=key, env=env, fix=fix)
@@ -511,10 +675,23 @@ def on_overlap_path(key: str) -> bool:
 def recipe_outside_overlap(state: State):
     entry = state.request.recipe
     error = (entry or {}).get("bridge", {}).get("error")
-    if not error or any(r.message in error for r in state.rejections):
+    if not error or any(r.message in error for r in state.rejections) or _modeled_error(state.request.release, entry):
         return
     yield make("RECIPE_REJECTED_OUTSIDE_OVERLAP", version=state.request.release.version, recipe=entry["name"],
                gpus=entry["bridge"]["gpus"], bridge=error)
+
+
+_MODELED: dict = {}
+
+
+def _modeled_error(release, entry: dict) -> bool:
+    """Whether the error real Bridge raised for the recipe as shipped is one the resolver raises for it too (then a
+    request that no longer earns it has fixed it, and it is not outside the overlap path)."""
+    key = (release.version, entry["package"], entry["name"])
+    if key not in _MODELED:
+        shipped = resolver.run(Request.from_recipe(release, entry), entry["bridge"]["gpus"], True, entry.get("gpu"), {})
+        _MODELED[key] = any(r.message in entry["bridge"]["error"] for r in shipped.rejections)
+    return _MODELED[key]
 
 
 CHECKS = [
