@@ -124,7 +124,8 @@ def check_manifest(path=None, check_directory: bool = False) -> dict:
 
 def release_table() -> dict:
     """Per-release facts side by side."""
-    return {"schema_version": SCHEMA_VERSION, "releases": {v: releases.get(v).facts() for v in releases.versions()}}
+    listed = releases.versions() + sorted(releases.data()["newer_releases"], key=releases.version_key)
+    return {"schema_version": SCHEMA_VERSION, "releases": {v: releases.get(v).facts() for v in listed}}
 
 
 def suites() -> dict:

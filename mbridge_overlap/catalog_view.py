@@ -71,7 +71,7 @@ def row(entry: dict) -> dict:
     the launch variables it sets, and whether real Bridge accepted it."""
     out = {k: entry.get(k) for k in ("name", "package", "model", "task", "gpus", "gpu", "precision", "variant")}
     if not entry["builds"]:
-        return {**out, "status": "not_built", "bridge_error": entry["build_error"]}
+        return {**out, "status": "not_built", "build_error": entry["build_error"]}
     request, bridge = entry["request"], entry["bridge"]
     m = request["model"]
     co = request["comm_overlap"]

@@ -636,7 +636,7 @@ def launch_env_fields(state: State):
         name = key.partition(".")[2]
         env = schema.LAUNCH_ENV_NAMES.get(name.lower(), name.upper())
         if state.request.release.env_vars:
-            c = {f"env_vars.{env}": value}
+            c = {f"env_vars.{env}": int(value) if isinstance(value, str) and value.isdigit() else value}  # as Bridge's recipes
             o = _proven(state, "LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD", [c], knobs=[key], remove=[key])
             fix = f"drop {key}; {overrides_text(c)} (or export {env} in the launcher)"
         else:

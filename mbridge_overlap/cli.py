@@ -205,7 +205,7 @@ def _plugin_args(release, d: dict) -> dict | None:
     from . import launch_env
 
     lay = d["layout"]
-    shape = launch_env.Layout.of(d["effective"], max(d["data_parallel_size"], 1), lay["gpu"], lay["family"], lay["task"])
+    shape = launch_env.Layout.of(d["effective"], max(d["data_parallel_size"] or 1, 1), lay["gpu"], lay["family"], lay["task"])
     return launch_env.perf_env_plugin_args(release, shape)
 
 

@@ -25,7 +25,7 @@ IMPACT = {
     "ddp.overlap_param_gather": 8,
     "model.overlap_p2p_comm": 7,
     "model.batch_p2p_comm": 6,
-    "env.CUDA_DEVICE_MAX_CONNECTIONS": 6,
+    "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 6,
     "ddp.grad_reduce_in_fp32": 5,
     "ddp.fp8_param_gather": 5,
     "ddp.use_distributed_optimizer": 5,
@@ -33,13 +33,13 @@ IMPACT = {
     "ddp.bucket_size": 3,
     "ddp.align_param_gather": 3,
     "optimizer.overlap_param_gather_with_optimizer_step": 3,
-    "env.NVTE_FWD_LAYERNORM_SM_MARGIN": 2,
-    "env.NVTE_BWD_LAYERNORM_SM_MARGIN": 2,
-    "env.NCCL_P2P_NET_CHUNKSIZE": 2,
+    "env_vars.NVTE_FWD_LAYERNORM_SM_MARGIN": 2,
+    "env_vars.NVTE_BWD_LAYERNORM_SM_MARGIN": 2,
+    "env_vars.NCCL_P2P_NET_CHUNKSIZE": 2,
     "model.tp_comm_bootstrap_backend": 1,
 }
 # Effective fields compared; optimizer.* mirrors of ddp.* are folded into the ddp entry.
-SETTINGS = [k for k in IMPACT if not k.startswith("env.")]
+SETTINGS = [k for k in IMPACT if not k.startswith("env_vars.")]
 OTHER_COMM = [
     ("gpus", "GPU count"),
     ("data_parallel_size", "data-parallel size"),
@@ -118,8 +118,8 @@ class Side:
     derived: frozenset = frozenset()  # keys a saved config holds as Bridge wrote them, not as requested
 
     def effective(self, key: str):
-        if key.startswith("env."):
-            return self.res.env_vars.get(key[4:])
+        if key.startswith("env_vars."):
+            return self.res.env_vars.get(key.partition(".")[2])
         section, _, name = key.partition(".")
         return self.res.effective[section][name]
 
@@ -153,7 +153,7 @@ def diff(before, after, *, gpus_before=None, gpus_after=None, te: bool = True, b
     warnings = a.rc.warnings + b.rc.warnings + _model_warning(a, b)
     changed_inputs = _changed_inputs(a, b, _baseline(bridge_version))
     changes = []
-    keys = SETTINGS + sorted({f"env.{k}" for k in set(a.res.env_vars) | set(b.res.env_vars)})
+    keys = SETTINGS + sorted({f"env_vars.{k}" for k in set(a.res.env_vars) | set(b.res.env_vars)})
     for key in keys:
         old, new = a.effective(key), b.effective(key)
         if old != new:
@@ -226,7 +226,7 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict, te, version) -> Cha
 
 
 def _rule(key, old, new, a: Side, b: Side, causes) -> str:
-    if key.startswith("env."):
+    if key.startswith("env_vars."):
         return "LAUNCH_ENV_CHANGED"
     if "comm_overlap" in causes:
         return "COMM_OVERLAP_ABSENT"

@@ -93,6 +93,8 @@ def modes(effective: dict, shape: Layout, te: bool = True) -> dict:
             + (f", bucket_size={ddp['bucket_size']} parameters" if ddp["bucket_size"] else "") \
             + (", align_param_gather" if ddp["align_param_gather"] else "") \
             + (" (Megatron-FSDP)" if ddp.get("use_megatron_fsdp") else "")
+    elif not shape.divisible:
+        dp_why = "no data-parallel size: the GPU count is not a multiple of TP x PP x CP (GPUS_NOT_DIVISIBLE)"
     elif not dp_overlap_applies(shape):
         dp_why = "DP = 1: no data-parallel communication"
     else:

@@ -193,5 +193,6 @@ def _launch_env(res) -> list[Finding]:
             out.append(findings.make(fid, fix_overrides={f"env_vars.{name}": int(value) if value.isdigit() else value},
                                      knobs=[f"env_vars.{name}"], name=name, have=have[name], value=value, why=why))
         elif name not in have and release.env_vars:
-            out.append(findings.make("LAUNCH_ENV_NOT_SET", knobs=[f"env_vars.{name}"], name=name, value=value, why=why))
+            out.append(findings.make("LAUNCH_ENV_NOT_SET", fix_overrides={f"env_vars.{name}": int(value) if value.isdigit() else value},
+                                     knobs=[f"env_vars.{name}"], name=name, value=value, why=why))
     return out

@@ -217,7 +217,7 @@ def match_preset(release, gpu_info, precision, sizes, lora, tp_applies):
     if exact:
         p = exact[0]
         via = "" if p.gpu == gpu_info["name"] else f" (tuned on {p.gpu}; Bridge's own {gpu_info['name']} perf recipes use it)"
-        return p.name, [findings.make("TP_PRESET_MATCHED", preset=p.name, via=via)]
+        return p.name, [findings.make("TP_PRESET_MATCHED", fix_overrides={"comm_overlap.tp_comm_overlap_cfg": p.name}, preset=p.name, via=via)]
     missing = [f"--{k.replace('_', '-')}" for k in ("hidden_size", "seq_length", "micro_batch_size") if sizes[k] is None]
     if close:
         listed = ", ".join(f"{p.name} (hidden {p.hidden_size}, mbs {p.micro_batch_size}, seq {p.seq_length})" for p in close)

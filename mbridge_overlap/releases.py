@@ -107,8 +107,8 @@ class Release:
             "checked": self.checked,
             "rules_of": self.rules_of,
             "megatron_core": self.megatron_core,
-            "env_vars": self.env_vars,
-            "launch_env": self.launch_env,
+            "env_vars_field": self.env_vars,
+            "launch_env_set_by": self.launch_env,
             "launch_env_where": self.launch_env_where,
             "mixed_precision_recipes": list(self.mixed_precision_recipes),
             "yanked": row.get("yanked"),
@@ -137,7 +137,7 @@ class Release:
             hint = closest(name, names)
             raise UsageError(
                 f"comm_overlap.tp_comm_overlap_cfg: unknown preset '{name}'"
-                + (f"; did you mean '{hint}'?" if hint else "; run 'python -m mbridge_overlap presets' for the list")
+                + (f"; did you mean '{hint}'?" if hint else "; run 'mbridge-overlap presets' for the list")
             )
         return Preset.parse(name)
 

@@ -40,7 +40,7 @@ class Resolution:
             "recipe": self.recipe,
             "gpus": self.gpus,
             "gpu": self.gpu,
-            "data_parallel_size": self.data_parallel_size,
+            "data_parallel_size": self.data_parallel_size or None,  # None: GPUs not a multiple of TP x PP x CP
             "effective": self.effective,
             "modes": self.modes,
             "env_vars": self.env_vars,

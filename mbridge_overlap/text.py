@@ -104,7 +104,8 @@ def explain(d: dict) -> str:
 
 
 def releases(table: dict) -> str:
-    keys = ["verified", "env_vars", "launch_env", "mixed_precision_recipes", "launch_env_where", "yanked", "same_as"]
+    keys = ["verified", "checked", "rules_of", "megatron_core", "env_vars_field", "launch_env_set_by", "mixed_precision_recipes",
+            "launch_env_where", "yanked", "same_as", "changed_rules"]
     lines = []
     for version, facts in table["releases"].items():
         lines.append(f"{version}:")
@@ -121,7 +122,7 @@ def recipes(d: dict) -> str:
     lines = [f"{d['count']} recipe(s) of Megatron-Bridge {d['bridge_version']} (overlap state as real Bridge resolved each at the GPU count in its name; pass the name to --recipe)"]
     for r in d["recipes"]:
         if r["status"] == "not_built":
-            lines.append(f"  {r['reference']}: not built offline ({r['bridge_error']})")
+            lines.append(f"  {r['reference']}: not built offline ({r['build_error']})")
             continue
         lay = r["layout"]
         shape = f"TP{lay['tp']} PP{lay['pp']} VPP{fmt(lay['vpp'])} CP{lay['cp']} EP{lay['ep']} DP{fmt(lay['dp'])} on {lay['gpus_resolved']} {r['gpu'] or 'GPUs'}"
@@ -141,7 +142,7 @@ def suites(d: dict) -> str:
     for row in d["expected"]:
         lines.append(f"  {row['suite']} sha256 {row['sha256'][:16]}... against {row['bridge']}: {row['passed']} passed "
                      f"({', '.join(row['upstream'])})")
-    lines.append(f"  otherwise: {d['rule']}")
+    lines.append(f"  otherwise: {d['otherwise']}")
     return _lines(lines)
 
 

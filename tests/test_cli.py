@@ -112,7 +112,7 @@ def test_presets_and_releases():
     presets = cli_json("presets")
     assert presets["schema_version"] == 2 and len(presets["presets"]) == 19
     table = cli_json("releases")["releases"]
-    assert table["0.6.2"]["verified"] is True and table["0.5.1"]["env_vars"] is False
+    assert table["0.6.2"]["verified"] is True and table["0.5.1"]["env_vars_field"] is False
     assert table["0.6.1"]["yanked"] and table["0.6.1"]["same_as"] == "0.6.0"
 
 

@@ -396,5 +396,5 @@ def test_no_id_is_dead():
 def test_every_assert_names_an_effective_field():
     fields = {f"{s}.{n}" for s, names in schema.EFFECTIVE_FIELDS.items() for n in names}
     fields |= {f"{s}.{n}" for s, section in schema.SECTIONS.items() for n in section}
-    bad = {fid: k for fid, rec in findings.registry().items() for k in (rec.get("asserts") or {}) if k not in fields and not k.startswith("env.")}
+    bad = {fid: k for fid, rec in findings.registry().items() for k in (rec.get("asserts") or {}) if k not in fields and not k.startswith("env_vars.")}
     assert not bad

@@ -117,3 +117,16 @@ def test_recipes_command_filters_and_reports_real_bridges_state():
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1
     text = run_cli("recipes", "--name", "qwen35_vl_35b_a3b_sft_2gpu_h100_bf16_fsdp").stdout
     assert "REJECTED by Bridge: AssertionError: Megatron-FSDP requires the fsdp_dtensor checkpointing format!" in text
+
+
+def test_no_shipped_recipe_runs_tp_overlap_with_nvfp4_or_blockwise_fp8():
+    """What TP_OVERLAP_UNSUPPORTED_PRECISION's explanation says of Bridge's own recipes (11 and 4 functions)."""
+    from mbridge_overlap.findings import registry
+
+    resolved = [e for e in catalog.entries("0.6.2") if e["builds"] and e["bridge"]["error"] is None and not e.get("alias_of")]
+    model = [e["bridge"]["effective"]["model"] for e in resolved]
+    fp4 = [m for m in model if m["fp4"] and m["tensor_model_parallel_size"] > 1]
+    blockwise = [m for m in model if m["fp8"] and m["fp8_recipe"] == "blockwise" and m["tensor_model_parallel_size"] > 1]
+    assert not any(m["tp_comm_overlap"] for m in fp4 + blockwise)
+    text = " ".join(registry()["TP_OVERLAP_UNSUPPORTED_PRECISION"]["explain"].split())
+    assert f"NVFP4 recipe function ({len(fp4)})" in text and f"blockwise-FP8 one ({len(blockwise)})" in text

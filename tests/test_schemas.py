@@ -18,6 +18,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
+from mbridge_overlap.contract import SCHEMA_VERSION
 from mbridge_overlap import cli, findings
 from test_anchors import CONFIG, make_checkout
 from trace_fixtures import TraceBuilder, overlap_case, real_traces
@@ -25,14 +26,7 @@ from trace_fixtures import TraceBuilder, overlap_case, real_traces
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "references" / "schemas"
 RUN_CONFIGS = ROOT / "tests" / "data" / "run_configs"
-PENDING = {
-    "diff": "diff has no schema_version",
-    "presets": "presets prints a bare list; the pinned shape is {schema_version, bridge_version, presets}",
-    "check-manifest": "check-manifest has no schema_version",
-    "trace": "trace has no schema_version",
-    "trace-compare": "trace --compare has no schema_version",
-    "trace-snippet": "trace --snippet has no schema_version",
-}
+PENDING: dict = {}  # payloads without schema_version yet: none
 
 
 @lru_cache(maxsize=None)
@@ -65,10 +59,7 @@ def run(capsys, *argv, exit=0):
 def check(schema: str, payload) -> None:
     """Validate; a PENDING payload without the schema_version requirement (or, for presets, item by item)."""
     name = f"{schema}.schema.json"
-    if schema == "presets" and isinstance(payload, list):
-        item = {"$ref": "presets.schema.json#/$defs/preset"}
-        problems = [p for entry in payload for p in errors(name, entry, item)]
-    elif schema in PENDING:
+    if schema in PENDING:
         relaxed = copy.deepcopy(documents()[name])
         relaxed["required"] = [k for k in relaxed["required"] if k != "schema_version"]
         problems = errors(name, payload, relaxed)
@@ -285,10 +276,10 @@ def sample(name: str, capsys, tmp_path):
     return run(capsys, "trace", "--snippet", "python")
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=why)) for n, why in PENDING.items()])
-def test_pending_payload_carries_schema_version(capsys, tmp_path, name):
+@pytest.mark.parametrize("name", ["diff", "presets", "check-manifest", "trace", "trace-compare", "trace-snippet"])
+def test_payload_carries_schema_version(capsys, tmp_path, name):
     payload = sample(name, capsys, tmp_path)
-    assert errors(f"{name}.schema.json", payload) == []
+    assert payload["schema_version"] == SCHEMA_VERSION and errors(f"{name}.schema.json", payload) == []
 
 
 # ------------------------------------------------------------------------------------------------ strictness
@@ -332,7 +323,7 @@ def test_every_finding_id_and_diff_rule_is_explainable(capsys):
     for stem in CONFIGS:
         if stem != "baseline":
             d = run(capsys, "diff", RUN_CONFIGS / "baseline.yaml", RUN_CONFIGS / f"{stem}.yaml", *gpus(stem))
-            seen |= {c["rule"] for c in d["overlap_changes"]}
+            seen |= {c["finding_id"] for c in d["overlap_changes"]}
     assert seen and seen <= set(findings.registry()), seen - set(findings.registry())
 
 

@@ -106,9 +106,20 @@ def discover() -> list[tuple[str, str, object]]:
                 module = importlib.import_module(info.name)
                 for name, fn in vars(module).items():
                     if name.endswith("_config") and not name.startswith("_") and callable(fn) \
-                            and str(getattr(fn, "__module__", "")).startswith(package + "."):
+                            and str(getattr(fn, "__module__", "")).startswith(package + ".") and _takes_no_arguments(fn):
                         found.setdefault((package.rsplit(".", 1)[1], name), fn)
     return sorted(((package, name, fn) for (package, name), fn in found.items()), key=lambda item: (item[1], item[0]))
+
+
+def _takes_no_arguments(fn) -> bool:
+    """Recipe functions build with no argument; *_config helpers that need one (dataset builders) are not recipes."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return all(p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
 
 
 # Fixups, each for a message Bridge gives when the stand-in lacks what the real HF config has.
@@ -299,7 +310,7 @@ def entry(package: str, name: str, fn, scratch: Path) -> dict:
     except Exception as exc:
         return {**out, "builds": False, "build_error": describe(exc)}
     if not hasattr(probe, "comm_overlap") or not hasattr(probe, "model"):
-        return {**out, "builds": False, "build_error": f"returns {type(probe).__name__}, not a ConfigContainer"}
+        return None  # a *_config helper that returns a dataset or model config, not a recipe
     gpus = out.get("gpus") or catalog.model_parallel_size(probe.model)
     cfg, fixups, error, env, after = build(fn, gpu, gpus, scratch)
     return {**out, "builds": True, "request": record(cfg), "fixups": [f"{k}={v}" for k, v in fixups],
@@ -321,7 +332,9 @@ def generate(only: str | None = None, progress=None) -> dict:
     entries = []
     with tempfile.TemporaryDirectory(prefix="mbridge-recipes-") as scratch:
         for i, (package, name, fn) in enumerate(functions, 1):
-            entries.append(entry(package, name, fn, Path(scratch)))
+            made = entry(package, name, fn, Path(scratch))
+            if made is not None:
+                entries.append(made)
             if progress and (i % 100 == 0 or i == len(functions)):
                 progress(f"{i}/{len(functions)} recipes ({time.time() - start:.0f} s)")
     return {"bridge_version": version("megatron-bridge"), "megatron_core_version": version("megatron-core"),

@@ -45,7 +45,7 @@ def expected_counts() -> dict:
     return {
         "suites": {name: {"path": s["path"], "needs_module": s.get("needs_module")} for name, s in data["suites"].items()},
         "expected": [dict(row) for row in data["measured"]],
-        "rule": "a file and release not listed: verify requires passed == collected",
+        "otherwise": "a file and release not listed: verify requires passed == collected",
     }
 
 

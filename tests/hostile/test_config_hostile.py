@@ -151,7 +151,7 @@ for fmt in ("env", "env_vars", "python", "yaml", "hydra", "text", "json"):
 def _restore_words(proc, folder) -> None:
     """Each fix of `diff` is shell words: bash reads them without running anything, one word per override."""
     data = json.loads(proc.stdout)
-    fixes = [c["fix"] for c in data["overlap_changes"] if c["key"] == "env.X"]
+    fixes = [c["fix"] for c in data["overlap_changes"] if c["key"] == "env_vars.X"]
     assert fixes and fixes[0]
     words = subprocess.run(["bash", "-c", f"printf '%s\\0' {fixes[0]}"], cwd=folder, capture_output=True, env={"PATH": os.environ["PATH"]})
     assert words.returncode == 0 and not (folder / MARKER).exists()
