@@ -96,6 +96,16 @@ def compare_traces(before, after, **options):
     return compare(before, after, **options)
 
 
+def trace_snippet(form: str, steps: str | None = None, ranks: str | None = None) -> dict:
+    """The cfg.profiling snippet that makes Bridge write the traces `trace` reads (form: python, yaml or hydra;
+    steps START-END, default 10-13; ranks "0,8" or "all", default 0)."""
+    from .trace import snippet
+
+    start, end = snippet.parse_steps(steps or snippet.DEFAULT_STEPS)
+    chosen = snippet.parse_ranks(ranks, allow_all=True)
+    return snippet.to_dict(form, start, end, (0,) if chosen is None else chosen)
+
+
 def anchors(mbridge_src: str | None = None) -> dict:
     """Where the Bridge code each rule mirrors is now, and whether it is still a verified release's code."""
     from .anchors import report

@@ -36,10 +36,10 @@ def collect(state: State) -> list[Finding]:
     out: list[Finding] = []
     for check in CHECKS:
         out.extend(check(state))
-    return out if _probing.get() else _one_value_per_key(out)
+    return out if _probing.get() else one_value_per_key(out)
 
 
-def _one_value_per_key(found: list[Finding]) -> list[Finding]:
+def one_value_per_key(found: list[Finding]) -> list[Finding]:
     """Where two findings' fixes set one key to different values (requests that contradict each other, each fix
     reading them its own way), the error's fix, else the first one's, stands; the other waits for it."""
     out, claimed = list(found), {}
@@ -77,26 +77,42 @@ def _probe(state: State) -> list[Finding]:
         _probing.reset(token)
 
 
-def _proven(state: State, finding_id: str, candidates: list[dict], knobs=None, remove=()) -> dict:
+def _proven(state: State, finding_id: str, candidates: list[dict], knobs=None, remove=(), probe=None) -> dict:
     """The first candidate that removes the finding (id and knobs) without a warning or error that was not there,
-    settled with the fixes of the findings it brings in; {} when none does."""
+    settled with the fixes of the findings it brings in; {} when none does. `probe` (State -> findings) adds the
+    findings of a caller above the resolver (lint's), run unproven like the checks here."""
     candidates = [c for c in candidates if c]
     if _probing.get():
         return candidates[0] if candidates else {}
+    look = _probe if probe is None else (lambda st: _probe(st) + _unproven_probe(probe, st))
     target = (finding_id, tuple(sorted(knobs if knobs is not None else findings.record(finding_id).get("knobs") or [])))
-    before = {signature(f) for f in _probe(state) if f.severity in BLOCKING}
-    return next((p for p in (_settle(state, dict(c), remove, target, before) for c in candidates) if p is not None), {})
+    before = {signature(f) for f in look(state) if f.severity in BLOCKING}
+    return next((p for p in (_settle(state, dict(c), remove, target, before, look) for c in candidates) if p is not None), {})
 
 
-def _settle(state: State, overrides: dict, remove, target: tuple, before: set) -> dict | None:
+def prove(state: State, finding_id: str, candidates: list[dict], knobs, probe) -> dict:
+    """_proven for a finding raised above the resolver: `probe` re-raises it (and its kind) on a re-resolved State."""
+    return _proven(state, finding_id, candidates, knobs, probe=probe)
+
+
+def _unproven_probe(probe, state: State) -> list[Finding]:
+    token = _probing.set(True)
+    try:
+        return probe(state)
+    finally:
+        _probing.reset(token)
+
+
+def _settle(state: State, overrides: dict, remove, target: tuple, before: set, look=None) -> dict | None:
     """The overrides, with the fixes of the warnings and errors they bring in and of the errors left whose fix would
     undo a value they set (an error's fix wins: no fix sets what Bridge rejects; a warning's must agree). None when
     that does not settle in three rounds."""
+    look = look or _probe
     for _ in range(3):
         after = _rerun(state, overrides, remove)
         if after is None:
             return None
-        found = _probe(after)
+        found = look(after)
         blocking = [f for f in found if f.severity in BLOCKING]
         undoing = [f for f in blocking if any(k in overrides and overrides[k] != v for k, v in f.fix_overrides.items())]
         if any(f.severity != "error" for f in undoing):

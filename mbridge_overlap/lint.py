@@ -58,7 +58,7 @@ def lint(path=None, *, recipe: str | None = None, gpus: int | None = None, gpu: 
     found = list(res.findings)
     if rc is not None:
         found += _saved_differs(rc, res)
-    found += _modes_left_off(res, te)
+    found += _modes_left_off(res.state)
     notes = list(rc.warnings) if rc else []
     if gpu:
         gpu_info = releases.gpu(gpu)
@@ -67,7 +67,8 @@ def lint(path=None, *, recipe: str | None = None, gpus: int | None = None, gpu: 
     else:
         notes.append("pass --gpu (h100, b200, ...) to check the tuned TP preset and the launch environment too")
     where = str(rc.path) if rc else None
-    return LintResult(where, bool(rc and rc.saved), res, lint_layout, findings.sort(_dedupe(found)), notes)
+    found = checks.one_value_per_key(_dedupe(found))
+    return LintResult(where, bool(rc and rc.saved), res, lint_layout, findings.sort(found), notes)
 
 
 def _recipe_resolution(entry: dict, release, gpus, gpu, te):
@@ -104,36 +105,46 @@ def _saved_differs(rc, res) -> list[Finding]:
                           version=res.bridge_version, diffs="; ".join(diffs[:4]))]
 
 
-def _modes_left_off(res, te: bool) -> list[Finding]:
-    eff, state = res.effective, res.state
+def _modes_left_off(state) -> list[Finding]:
+    """Overlap modes that apply to the run's layout but were off, each with a fix proven by re-resolution (the
+    re-resolved run is linted for this too, so a fix that leaves the mode off or brings a warning is not offered)."""
+    eff = state.effective()
     model, ddp = eff["model"], eff["ddp"]
     out = []
     requested_tp = (state.request.comm_overlap or {}).get("tp_comm_overlap")
     moe = model.get("expert_model_parallel_size", 1) > 1 or (state.request.model.get("expert_model_parallel_size") or 1) > 1
     blocked = checks.tp_overlap_precision_problem(state.model)
-    if layout.tp_overlap_applies(model["tensor_model_parallel_size"], te) and not model["tp_comm_overlap"] and not requested_tp \
+    if layout.tp_overlap_applies(model["tensor_model_parallel_size"], state.te) and not model["tp_comm_overlap"] and not requested_tp \
             and not blocked and not moe:
         o = {"comm_overlap.tp_comm_overlap": True}
         if not model["sequence_parallel"]:
             o["model.sequence_parallel"] = True
         if state.request.comm_overlap is None:
             o.update(checks.adopt_dp_knobs(state))
-        out.append(findings.make("MODE_LEFT_OFF", fix_overrides=o, fix=checks.overrides_text(o), knobs=list(o), mode="TP",
-                                 why=f"TP={model['tensor_model_parallel_size']}", what="it was not requested"))
+        out.append(_left_off(state, "TP", f"TP={model['tensor_model_parallel_size']}", "it was not requested", [o], list(o)))
     # PP left off is the resolver's PP_OVERLAP_NOT_SELECTED, with the fix for its cause
-    if res.data_parallel_size > 1 and not (ddp["overlap_grad_reduce"] and ddp["overlap_param_gather"]) and not ddp["use_megatron_fsdp"]:
+    dp = state.data_parallel_size
+    if dp > 1 and not (ddp["overlap_grad_reduce"] and ddp["overlap_param_gather"]) and not ddp["use_megatron_fsdp"]:
         off = [n for n in ("overlap_grad_reduce", "overlap_param_gather") if not ddp[n]]
-        if not ddp["use_distributed_optimizer"]:
-            o = {"ddp.use_distributed_optimizer": True, "optimizer.use_distributed_optimizer": True}
+        knobs = [f"ddp.{n}" for n in off]
+        both_on = {"ddp.use_distributed_optimizer": True, "optimizer.use_distributed_optimizer": True}
+        on = {f"comm_overlap.{n}": True for n in off}
+        if not state.dp_overlap_applied:  # CommOverlapConfig skipped DP overlap: the distributed optimizer was off
+            candidates = [both_on, {**both_on, **on}, {**both_on, **on, **checks.adopt_dp_knobs(state)}]
         elif state.request.comm_overlap is not None:
-            o = {f"comm_overlap.{n}": True for n in off}
+            candidates = [on]
         else:
-            o = {f"ddp.{n}": True for n in off}
-            if "overlap_param_gather" in off:
-                o["optimizer.overlap_param_gather"] = True
-        out.append(findings.make("MODE_LEFT_OFF", fix_overrides=o, fix=checks.overrides_text(o), knobs=[f"ddp.{n}" for n in off],
-                                 mode="DP", why=f"DP={res.data_parallel_size}", what=f"{' and '.join(off)} {'was' if len(off) == 1 else 'were'} off"))
+            plain = {f"ddp.{n}": True for n in off}
+            candidates = [{**plain, **({"optimizer.overlap_param_gather": True} if "overlap_param_gather" in off else {})}]
+        what = f"{' and '.join(off)} {'was' if len(off) == 1 else 'were'} off"
+        out.append(_left_off(state, "DP", f"DP={dp}", what, candidates, knobs))
     return out
+
+
+def _left_off(state, mode: str, why: str, what: str, candidates: list[dict], knobs: list) -> Finding:
+    o = checks.prove(state, "MODE_LEFT_OFF", candidates, knobs, _modes_left_off)
+    fix = checks.overrides_text(o) if o else f"{checks.overrides_text(candidates[0])} (it does not settle this alone: resolve again after it)"
+    return findings.make("MODE_LEFT_OFF", fix_overrides=o, fix=fix, knobs=knobs, mode=mode, why=why, what=what)
 
 
 def _precision_class(precision: dict) -> str | None:

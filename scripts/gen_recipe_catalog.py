@@ -12,6 +12,7 @@ shipped file (exit 1 on a difference); the Bridge test tier runs that. The file 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -53,7 +54,8 @@ def main(argv=None) -> int:
     from mbridge_overlap import catalog
     from mbridge_overlap.bridge import recipes as bridge_recipes
 
-    data = bridge_recipes.generate(args.only, progress=lambda m: print(f"[catalog] {m}", file=sys.stderr))
+    with contextlib.redirect_stdout(sys.stderr):  # Bridge's import-time log lines: stdout carries only our verdict
+        data = bridge_recipes.generate(args.only, progress=lambda m: print(f"[catalog] {m}", file=sys.stderr))
     if args.only:
         sys.stdout.write(dumps(data))
         return 0

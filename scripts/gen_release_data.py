@@ -2,7 +2,7 @@
 """Record the fingerprint of every anchored rule (mbridge_overlap/data/anchors.yaml) in every verified Megatron-Bridge
 release, into mbridge_overlap/data/fingerprints.yaml. Only hashes are written, never Bridge's code.
 
-    scripts/gen_release_data.py [--mirror BARE_REPO] [--release VERSION=SOURCE ...] [--check]
+    scripts/gen_release_data.py [--mirror BARE_REPO] [--release VERSION=SOURCE ... | --add VERSION=SOURCE ...] [--check]
 
 A SOURCE is `git:TAG` (the mirror's tag: src/ and scripts/) or a wheel file (megatron/bridge/ only: the wheel has
 no scripts/). A version given twice is read from each source and must fingerprint the same (a tag against the
@@ -130,17 +130,19 @@ def dump(info: dict, fingerprints: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mirror", type=Path, default=MIRROR, help="bare git mirror of NVIDIA-NeMo/Megatron-Bridge")
-    p.add_argument("--release", action="append", default=[], metavar="VERSION=SOURCE")
+    p.add_argument("--release", action="append", default=[], metavar="VERSION=SOURCE", help="only these releases")
+    p.add_argument("--add", action="append", default=[], metavar="VERSION=SOURCE", help="the default set and these")
     p.add_argument("--check", action="store_true", help="compare with the file on disk instead of writing it")
     args = p.parse_args(argv)
-    releases: dict = {}
-    for item in args.release:
+    releases: dict = {} if args.release else {v: list(s) for v, s in DEFAULT.items()}
+    for item in args.release + args.add:
         version, sep, source = item.partition("=")
         if not sep:
-            p.error(f"--release {item}: expected VERSION=SOURCE")
-        releases.setdefault(version, []).append(source)
+            p.error(f"--release/--add {item}: expected VERSION=SOURCE")
+        if source not in releases.setdefault(version, []):
+            releases[version].append(source)
     with tempfile.TemporaryDirectory() as tmp:
-        per_release, info = collect(releases or DEFAULT, args.mirror, Path(tmp))
+        per_release, info = collect(releases, args.mirror, Path(tmp))
     text = dump(info, anchors.record(per_release))
     if args.check:
         same = OUT.exists() and OUT.read_text(encoding="utf-8") == text

@@ -154,13 +154,13 @@ def test_requests_that_contradict_each_other_get_one_fix_and_the_other_waits():
     """The safety net: where two findings' fixes would set one key differently, the more severe one's stands and the
     other waits for it. No generated config reaches it since DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER is raised only
     for requests the run does not get, so it is exercised on two findings made for it."""
-    from mbridge_overlap.checks import _one_value_per_key
+    from mbridge_overlap.checks import one_value_per_key
     from mbridge_overlap.findings import Finding
 
     warn = Finding("PARAM_GATHER_FORCED_ON", "warning", "m", "f", fix_overrides={"optimizer.overlap_param_gather": True})
     err = Finding("NUM_BUCKETS_WITH_BUCKET_SIZE", "error", "m", "f", fix_overrides={"optimizer.overlap_param_gather": False})
     same = Finding("DP_SIZE_ONE", "info", "m", "f", fix_overrides={"optimizer.overlap_param_gather": False})
-    out = _one_value_per_key([warn, err, same])
+    out = one_value_per_key([warn, err, same])
     assert out[1].fix_overrides == {"optimizer.overlap_param_gather": False} and out[2].fix_overrides == out[1].fix_overrides
     assert out[0].fix_overrides == {} and out[0].fix.startswith("after the fix of NUM_BUCKETS_WITH_BUCKET_SIZE")
 
@@ -398,3 +398,12 @@ def test_every_assert_names_an_effective_field():
     fields |= {f"{s}.{n}" for s, section in schema.SECTIONS.items() for n in section}
     bad = {fid: k for fid, rec in findings.registry().items() for k in (rec.get("asserts") or {}) if k not in fields and not k.startswith("env_vars.")}
     assert not bad
+
+
+def test_fixes_of_lint_on_generated_configs(tmp_path):
+    """lint's own findings (MODE_LEFT_OFF above all) on run configs written from generated requests: every fix proven
+    by linting the fixed config again; the one-value-per-key rule holds over lint's and the resolver's findings."""
+    tally = check_fixes.check_generated_lint(400, 0, tmp_path)
+    assert tally.configs > 250
+    _proven_and_clean(tally, tally.configs)
+    assert tally.by_id["MODE_LEFT_OFF"] > 20

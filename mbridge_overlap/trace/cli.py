@@ -63,13 +63,10 @@ def _print(text: str) -> None:
 def _snippet(args) -> int:
     if args.traces or args.compare:
         raise UsageError("--snippet takes no traces and no --compare")
-    start, end = snippet.parse_steps(args.steps or snippet.DEFAULT_STEPS)
-    ranks = snippet.parse_ranks(args.rank, allow_all=True)
-    ranks = (0,) if ranks is None else ranks
-    if args.format == "json":
-        _print(json.dumps(snippet.to_dict(args.snippet, start, end, ranks), indent=2) + "\n")
-    else:
-        _print(snippet.render(args.snippet, start, end, ranks))
+    from .. import api
+
+    made = api.trace_snippet(args.snippet, steps=args.steps, ranks=args.rank)
+    _print(json.dumps(made, indent=2) + "\n" if args.format == "json" else made["snippet"])
     return 0
 
 
@@ -78,20 +75,20 @@ def run(args) -> int:
         return _snippet(args)
     if args.steps:
         raise UsageError("--steps goes with --snippet")
-    from . import analyze, compare
+    from .. import api
 
     ranks = snippet.parse_ranks(args.rank, allow_all=False)
     if args.compare:
         if len(args.traces) != 2:
             raise UsageError(f"--compare takes exactly two traces, BEFORE and AFTER (got {len(args.traces)})")
-        result = compare(args.traces[0], args.traces[1], ranks=ranks, allow_partial=args.allow_partial)
+        result = api.compare_traces(args.traces[0], args.traces[1], ranks=ranks, allow_partial=args.allow_partial)
         data = result.to_dict()
         partial = result.before.partial or result.after.partial
         text = render.comparison
     else:
         if not args.traces:
             raise UsageError("give at least one trace file or directory (or --snippet FORM)")
-        result = analyze(args.traces, ranks=ranks, allow_partial=args.allow_partial)
+        result = api.trace(args.traces, ranks=ranks, allow_partial=args.allow_partial)
         data, partial, text = result.to_dict(), result.partial, render.report
     _print(json.dumps(data, indent=2) + "\n" if args.format == "json" else text(data))
     return 1 if partial else 0

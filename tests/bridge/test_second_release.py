@@ -112,3 +112,13 @@ def test_nemo_run_snippet_is_what_perf_env_plugin_sets(flags):
     applied = run.LocalExecutor()
     plugins[0].setup(run.Script(inline="true"), applied)
     assert applied.env_vars == listed.env_vars
+
+
+def test_field_names_are_this_releases():
+    """scripts/gen_bridge_data.py --check against this release: data/releases/VERSION/bridge_fields.yaml and presets."""
+    import subprocess
+    import sys
+
+    script = releases.DATA_DIR.parents[1] / "scripts" / "gen_bridge_data.py"
+    proc = subprocess.run([sys.executable, "-W", "ignore", str(script), "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
