@@ -112,12 +112,13 @@ def _catalog_numbers() -> list:
         built = [e for e in entries if e["builds"]]
         resolved = [e for e in built if e["bridge"]["error"] is None]
         by_package = collections.Counter(e["package"] for e in functions)
+        perf = (f"{by_package['perf_recipes']} in `megatron.bridge.perf_recipes`" if by_package["perf_recipes"] else
+                "no `megatron.bridge.perf_recipes` package in this release (its perf configs live in the repository's scripts/performance)")
         out += [f"Megatron-Bridge {version}: {len(entries)} public recipe names ({len(functions)} functions: "
-                f"{by_package['recipes']} in `megatron.bridge.recipes`, {by_package['perf_recipes']} in "
-                f"`megatron.bridge.perf_recipes`; {len(entries) - len(functions)} aliases). {len(built)} build offline; "
-                f"real Bridge's runtime_config_update() completes for {len(resolved)} at the GPU count in the name and "
-                f"rejects {len(built) - len(resolved)} (the resolver predicts every rejection on the overlap path; "
-                "`tests/test_recipe_catalog.py`).", ""]
+                f"{by_package['recipes']} in `megatron.bridge.recipes`, {perf}; {len(entries) - len(functions)} aliases). "
+                f"{len(built)} build offline; real Bridge's runtime_config_update() completes for {len(resolved)} at the "
+                f"GPU count in the name and rejects {len(built) - len(resolved)} (the resolver agrees on every field of "
+                "every completed one and predicts every rejection on the overlap path; `tests/test_recipe_catalog.py`).", ""]
         out += _tp_overlap_numbers(functions)
     return out
 

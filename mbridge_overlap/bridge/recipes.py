@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import enum
 import importlib
+import importlib.util
 import io
 import logging
 import os
@@ -101,6 +102,8 @@ def discover() -> list[tuple[str, str, object]]:
     found: dict = {}
     with contextlib.redirect_stdout(io.StringIO()):
         for package in PACKAGES:
+            if importlib.util.find_spec(package) is None:
+                continue  # megatron.bridge.perf_recipes came with 0.6
             root = importlib.import_module(package)
             for info in pkgutil.walk_packages(root.__path__, prefix=package + "."):
                 module = importlib.import_module(info.name)
@@ -244,7 +247,7 @@ def record(cfg) -> dict:
         out[section][name] = None if getattr(cfg.checkpoint, name) is None else "set"  # only whether it is set matters
     out["comm_overlap"] = _comm_overlap(cfg.comm_overlap)
     out["mixed_precision"] = mixed_precision(cfg.mixed_precision)
-    out["env_vars"] = {k: _json(v) for k, v in cfg.env_vars.items()}
+    out["env_vars"] = {k: _json(v) for k, v in (getattr(cfg, "env_vars", None) or {}).items()}
     out["peft"] = getattr(cfg, "peft", None) is not None
     out["dataset"] = {"sft": type(cfg.dataset).__name__ in SFT_DATASETS}
     return out
