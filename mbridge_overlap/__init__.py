@@ -32,4 +32,4 @@ from .api import explain, plan, presets, recipes, release_table, resolve, suites
 from .errors import UsageError
 
 __all__ = ["resolve", "plan", "recipes", "presets", "explain", "release_table", "suites", "UsageError"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -79,3 +79,21 @@ def test_megatron_bridges_own_skill_of_the_same_name_is_never_replaced(tmp_path)
         proc = install(tmp_path, *flags)
         assert proc.returncode == 2 and "Megatron-Bridge's own skill" in proc.stderr
     assert (upstream / "SKILL.md").read_text().endswith("description: upstream\n---\n")
+
+
+def test_the_wheel_carries_every_data_file():
+    """pip install . ships only what pyproject's package-data globs name: every data file must match one."""
+    import fnmatch
+
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["mbridge_overlap"]
+    data = [str(p.relative_to(ROOT / "mbridge_overlap")) for p in (ROOT / "mbridge_overlap" / "data").rglob("*") if p.is_file()]
+    def matches(path: str, glob: str) -> bool:  # setuptools' globs: `*` stays within one folder
+        parts, pattern = path.split("/"), glob.split("/")
+        return len(parts) == len(pattern) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pattern))
+
+    assert data and [d for d in data if not any(matches(d, g) for g in globs)] == []
+    assert not matches("data/releases/0.6.2/recipes.json", "data/*.yaml")
