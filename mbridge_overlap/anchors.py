@@ -18,7 +18,7 @@ from pathlib import Path
 from . import releases, safeio
 from .errors import UsageError
 from .fingerprint import Measure, measure
-from .releases import DATA_DIR, load_yaml
+from .releases import DATA_DIR, load_yaml, version_key
 
 __all__ = ["measure", "report"]
 
@@ -91,10 +91,6 @@ def _version(package: Path) -> str:
     if not all(parts):
         return "unknown"
     return ".".join(m.group(1) for m in parts)
-
-
-def version_key(version: str) -> tuple:
-    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
 def applies(spec: dict, version: str) -> bool:

@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import UsageError
-from .releases import DATA_DIR
+from .releases import DATA_DIR, version_key
 from .suggest import closest
 
 GPU_TYPES = ("h100", "b200", "b300", "gb200", "gb300", "r100", "vr200")
@@ -59,7 +59,7 @@ def catalog(version: str) -> dict:
 def versions() -> list[str]:
     root = DATA_DIR / "releases"
     found = [p.parent.name for p in root.glob("*/recipes.json")] if root.is_dir() else []
-    return sorted(found, key=lambda v: tuple(int(x) for x in v.split(".")))
+    return sorted(found, key=version_key)
 
 
 def entries(version: str) -> list[dict]:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import replace
+from functools import partial
 
-from . import layout, resolver, schema
+from . import launch_env, layout, resolver, schema
 from .errors import UsageError
 from . import findings
 from .findings import Finding, make
@@ -69,10 +70,11 @@ def _rerun(state: State, overrides: dict, remove=()) -> State | None:
     return resolver.run(req, state.gpus, state.te, state.gpu, state.launcher_env)
 
 
-def _probe(state: State) -> list[Finding]:
+def _probe(state: State, extra=None) -> list[Finding]:
+    """The findings of a re-resolved state, every check unproven; `extra` (State -> findings) adds a caller's."""
     token = _probing.set(True)
     try:
-        return collect(state)
+        return collect(state) + (extra(state) if extra else [])
     finally:
         _probing.reset(token)
 
@@ -84,30 +86,22 @@ def _proven(state: State, finding_id: str, candidates: list[dict], knobs=None, r
     candidates = [c for c in candidates if c]
     if _probing.get():
         return candidates[0] if candidates else {}
-    look = _probe if probe is None else (lambda st: _probe(st) + _unproven_probe(probe, st))
+    look = partial(_probe, extra=probe)
     target = (finding_id, tuple(sorted(knobs if knobs is not None else findings.record(finding_id).get("knobs") or [])))
     before = {signature(f) for f in look(state) if f.severity in BLOCKING}
     return next((p for p in (_settle(state, dict(c), remove, target, before, look) for c in candidates) if p is not None), {})
 
 
-def prove(state: State, finding_id: str, candidates: list[dict], knobs, probe) -> dict:
-    """_proven for a finding raised above the resolver: `probe` re-raises it (and its kind) on a re-resolved State."""
-    return _proven(state, finding_id, candidates, knobs, probe=probe)
+def prove(state: State, finding_id: str, candidates: list[dict], knobs, probe) -> tuple[dict, str]:
+    """_fixed for a finding raised above the resolver: `probe` re-raises it (and its kind) on a re-resolved State."""
+    o = _proven(state, finding_id, candidates, knobs, probe=probe)
+    return o, overrides_text(o) if o else _unproven(candidates, "")
 
 
-def _unproven_probe(probe, state: State) -> list[Finding]:
-    token = _probing.set(True)
-    try:
-        return probe(state)
-    finally:
-        _probing.reset(token)
-
-
-def _settle(state: State, overrides: dict, remove, target: tuple, before: set, look=None) -> dict | None:
+def _settle(state: State, overrides: dict, remove, target: tuple, before: set, look) -> dict | None:
     """The overrides, with the fixes of the warnings and errors they bring in and of the errors left whose fix would
     undo a value they set (an error's fix wins: no fix sets what Bridge rejects; a warning's must agree). None when
     that does not settle in three rounds."""
-    look = look or _probe
     for _ in range(3):
         after = _rerun(state, overrides, remove)
         if after is None:
@@ -652,7 +646,7 @@ def launch_env_fields(state: State):
         name = key.partition(".")[2]
         env = schema.LAUNCH_ENV_NAMES.get(name.lower(), name.upper())
         if state.request.release.env_vars:
-            c = {f"env_vars.{env}": int(value) if isinstance(value, str) and value.isdigit() else value}  # as Bridge's recipes
+            c = {f"env_vars.{env}": launch_env.env_value(value)}
             o = _proven(state, "LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD", [c], knobs=[key], remove=[key])
             fix = f"drop {key}; {overrides_text(c)} (or export {env} in the launcher)"
         else:

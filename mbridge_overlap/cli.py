@@ -193,20 +193,9 @@ def cmd_plan(args) -> int:
         why = {name: rule["why"] for name, rule in d["launch_env"].items()}
         release = releases.get(d["bridge_version"])
         out = render.snippet(args.format, overrides=d["overrides"], env=env, env_why=why, purpose=purpose,
-                             release=release.version, env_vars_field=release.env_vars, plugin_args=_plugin_args(release, d))
+                             release=release.version, env_vars_field=release.env_vars, plugin_args=result.perf_env_plugin_args())
     _emit(args, out)
     return 1 if result.errors else 0
-
-
-def _plugin_args(release, d: dict) -> dict | None:
-    """PerfEnvPlugin's arguments for this plan, on releases that have the plugin."""
-    if release.launch_env != "perf_env_plugin":
-        return None
-    from . import launch_env
-
-    lay = d["layout"]
-    shape = launch_env.Layout.of(d["effective"], max(d["data_parallel_size"] or 1, 1), lay["gpu"], lay["family"], lay["task"])
-    return launch_env.perf_env_plugin_args(release, shape)
 
 
 def cmd_lint(args) -> int:

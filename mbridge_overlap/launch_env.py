@@ -41,6 +41,11 @@ class Layout:
         )
 
 
+def env_value(value):
+    """A launch variable's value as Bridge's recipes write it in env_vars: digits as an int, anything else as is."""
+    return int(value) if isinstance(value, str) and value.isdigit() else value
+
+
 def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str]]:
     """(name, value, why) for each variable Bridge's launcher would set for this layout."""
     cfg = releases.data()["launch_env"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import catalog, checks, findings, layout, releases, runconfig
+from . import catalog, checks, findings, launch_env, layout, releases, runconfig
 from .errors import UsageError
 from .findings import Finding
 from .planner import match_preset
@@ -142,8 +142,7 @@ def _modes_left_off(state) -> list[Finding]:
 
 
 def _left_off(state, mode: str, why: str, what: str, candidates: list[dict], knobs: list) -> Finding:
-    o = checks.prove(state, "MODE_LEFT_OFF", candidates, knobs, _modes_left_off)
-    fix = checks.overrides_text(o) if o else f"{checks.overrides_text(candidates[0])} (it does not settle this alone: resolve again after it)"
+    o, fix = checks.prove(state, "MODE_LEFT_OFF", candidates, knobs, _modes_left_off)
     return findings.make("MODE_LEFT_OFF", fix_overrides=o, fix=fix, knobs=knobs, mode=mode, why=why, what=what)
 
 
@@ -201,9 +200,9 @@ def _launch_env(res) -> list[Finding]:
         value, why = rule["value"], rule["why"]
         if name in have and have[name] != value:
             fid = "LAUNCH_ENV_DIFFERS_FROM_BRIDGE" if name in _DECISIVE_ENV else "LAUNCH_ENV_TUNED_DIFFERENTLY"
-            out.append(findings.make(fid, fix_overrides={f"env_vars.{name}": int(value) if value.isdigit() else value},
+            out.append(findings.make(fid, fix_overrides={f"env_vars.{name}": launch_env.env_value(value)},
                                      knobs=[f"env_vars.{name}"], name=name, have=have[name], value=value, why=why))
         elif name not in have and release.env_vars:
-            out.append(findings.make("LAUNCH_ENV_NOT_SET", fix_overrides={f"env_vars.{name}": int(value) if value.isdigit() else value},
+            out.append(findings.make("LAUNCH_ENV_NOT_SET", fix_overrides={f"env_vars.{name}": launch_env.env_value(value)},
                                      knobs=[f"env_vars.{name}"], name=name, value=value, why=why))
     return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import catalog, findings, layout, releases, request
+from . import catalog, findings, launch_env, layout, releases, request
 from .errors import UsageError
 from .resolution import Resolution, resolve_request
 from .safeio import shown
@@ -39,6 +39,13 @@ class PlanResult:
     def errors(self) -> list:
         return [f for f in self.notes + self.resolution.findings if f.severity == "error"]
 
+    def perf_env_plugin_args(self) -> dict | None:
+        """The PerfEnvPlugin arguments that set this plan's launch environment; None where the release has no plugin."""
+        release = releases.get(self.resolution.bridge_version)
+        if release.launch_env != "perf_env_plugin":
+            return None
+        return launch_env.perf_env_plugin_args(release, self.resolution.launch_layout)
+
 
 def _check_sizes(sizes: dict) -> None:
     for name, value in sizes.items():
@@ -57,10 +64,9 @@ def _recipe(reference: str | None, release) -> tuple[dict | None, str | None]:
     if reference.endswith("_config") or "." in reference:
         entry = catalog.lookup(reference, release.version)
         return entry, entry["model"]
-    # A release without a catalog of its own (0.5.x) takes the family names of the newest catalogued release: the
-    # family only selects NCCL_P2P_NET_CHUNKSIZE, whose recipe list is release data.
-    known = catalog.versions()
-    families = catalog.families(release.version if release.version in known or not known else known[-1])
+    # A release without a catalog of its own (0.6.0, a newer one) takes its data_of release's family names: the family
+    # only selects NCCL_P2P_NET_CHUNKSIZE, whose recipe list is release data.
+    families = catalog.families(release.version if release.version in catalog.versions() else release.data_version)
     if reference not in families:
         from .suggest import closest
 

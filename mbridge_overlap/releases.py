@@ -97,7 +97,7 @@ class Release:
 
     @property
     def verified(self) -> bool:
-        return self.checked is not None and self.rules_of == self.version
+        return self.checked is not None  # _release() records `checked` only for a listed release's own rules
 
     def facts(self) -> dict:
         """What `releases` prints for this release: its data row and whether the resolver is proven against it."""
@@ -154,7 +154,8 @@ _VERSION = re.compile(r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{
 
 
 def version_key(version: str) -> tuple:
-    return tuple(int(x) for x in version.split("."))
+    """Sortable (major, minor, patch) of a version string; suffixes such as rc0 are ignored."""
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
 def get(version: str | None = None) -> Release:
@@ -176,7 +177,7 @@ def _get(version: str) -> Release:
                          f"{', '.join(known)}, or a newer one (answered with {known[-1]}'s rules, unverified)")
     newer = data()["newer_releases"].get(version) or {}
     base = newer.get("rules_of") or known[-1]
-    return _release(version, releases[base], rules_of=base, changed=newer.get("changed") if newer else None)
+    return _release(version, releases[base], rules_of=base, changed=newer.get("changed"))
 
 
 def _release(version: str, r: dict, rules_of: str, changed: dict | None = None) -> Release:
@@ -191,7 +192,7 @@ def _release(version: str, r: dict, rules_of: str, changed: dict | None = None) 
         data_version=r.get("data_of") or rules_of,
         rules_of=rules_of,
         checked=r.get("checked") if rules_of == version else None,
-        changed_rules={k: " ".join(v.split()) for k, v in changed.items()} if changed else ({} if changed == {} else None),
+        changed_rules=None if changed is None else {k: " ".join(v.split()) for k, v in changed.items()},
     )
 
 

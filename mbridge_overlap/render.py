@@ -7,7 +7,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from . import safeio
+from . import launch_env, safeio
 from .errors import UsageError
 
 FORMATS = {
@@ -222,7 +222,7 @@ def env_snippet(env: dict, why: dict, purpose: str, release: str) -> str:
 
 
 def env_vars_snippet(env: dict, why: dict, purpose: str, release: str) -> str:
-    variables = [(json.dumps(_identifier(n)), py_value(_typed_env(v)), why.get(n, "")) for n, v in env.items()]
+    variables = [(json.dumps(_identifier(n)), py_value(launch_env.env_value(v)), why.get(n, "")) for n, v in env.items()]
     return render(FORMATS["env_vars"], purpose=purpose, release=release, variables=variables)
 
 
@@ -230,10 +230,6 @@ def nemo_run_snippet(plugin_args: dict, env: dict, why: dict, purpose: str, rele
     arguments = [(_identifier(k), py_value(v)) for k, v in plugin_args.items()]
     variables = [(json.dumps(_identifier(n)), json.dumps(str(v)), why.get(n, "")) for n, v in env.items()]
     return render(FORMATS["nemo_run"], purpose=purpose, release=release, arguments=arguments, variables=variables)
-
-
-def _typed_env(value: str):
-    return int(value) if isinstance(value, str) and value.isdigit() else value
 
 
 def snippet(fmt: str, *, overrides: dict, env: dict, env_why: dict, purpose: str, release: str, env_vars_field: bool,

@@ -30,6 +30,7 @@ class Resolution:
     env_vars: dict  # what the config's env_vars set (installed with setdefault)
     launch_env: dict  # what Bridge's own launchers set for this layout: {name: {value, why}}
     state: resolver.State | None = field(default=None, repr=False, compare=False)
+    launch_layout: launch_env.Layout | None = field(default=None, repr=False, compare=False)  # what launch_env came from
 
     def to_dict(self) -> dict:
         release = releases.get(self.bridge_version)
@@ -80,6 +81,7 @@ def resolve_request(req: Request, *, gpus: int, te: bool = True, gpu: str | None
         env_vars={k: str(v) for k, v in req.env_vars.items()},
         launch_env={name: {"value": value, "why": why} for name, value, why in launch_env.rules(req.release, env_layout)},
         state=state,
+        launch_layout=env_layout,
     )
 
 

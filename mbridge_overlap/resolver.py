@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import layout, schema
+from . import layout, releases, schema
 from .request import Request
 
 DP_BUCKET_SIZE = 128 * 1024 * 1024  # comm_overlap.py _get_optimizer_overlap_cfgs: a number of parameters
@@ -285,9 +285,7 @@ MEGATRON_CORE_CHECKS = {"MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP": "0.19.0"}
 
 
 def _core_has(state: State, check: str) -> bool:
-    from .releases import version_key
-
-    return version_key(state.request.release.megatron_core) >= version_key(MEGATRON_CORE_CHECKS[check])
+    return releases.version_key(state.request.release.megatron_core) >= releases.version_key(MEGATRON_CORE_CHECKS[check])
 
 
 def validate_cuda_graph_configuration(state: State) -> None:

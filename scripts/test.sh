@@ -26,20 +26,19 @@ fi
 # The real traces of the trace-agreement tests live outside the repository (never copied in): set
 # MBRIDGE_SKILL_TRACES, or keep them beside the checkout as ../shared/data/traces; a clone of a local checkout
 # (as CI makes) also looks beside the checkout it was cloned from.
-origin=$(git config --get remote.origin.url 2>/dev/null || true)
-if [ -z "${MBRIDGE_SKILL_TRACES:-}" ]; then
-  for d in "$root/../shared/data/traces" ${origin:+"$origin/../shared/data/traces"}; do
-    if [ -d "$d" ]; then MBRIDGE_SKILL_TRACES=$(cd "$d" && pwd); export MBRIDGE_SKILL_TRACES; break; fi
-  done
-fi
-[ -n "${MBRIDGE_SKILL_TRACES:-}" ] || echo "[test] no real traces found: the trace-agreement tests skip" >&2
 # Likewise the git mirror of upstream Megatron-Bridge that the anchor tests read tags from.
-if [ -z "${MBRIDGE_SKILL_MIRROR:-}" ]; then
-  for d in "$root/../.mirror/NVIDIA-NeMo+Megatron-Bridge/repo" ${origin:+"$origin/../.mirror/NVIDIA-NeMo+Megatron-Bridge/repo"}; do
-    if [ -d "$d" ]; then MBRIDGE_SKILL_MIRROR=$(cd "$d" && pwd); export MBRIDGE_SKILL_MIRROR; break; fi
-  done
-fi
-[ -n "${MBRIDGE_SKILL_MIRROR:-}" ] || echo "[test] no Megatron-Bridge mirror found: the tagged-release anchor tests skip" >&2
+origin=$(git config --get remote.origin.url 2>/dev/null || true)
+beside() {  # beside VAR RELATIVE_PATH WHAT: export VAR as the first folder found beside either checkout, unless set
+  local var=$1 rel=$2 d
+  if [ -z "${!var:-}" ]; then
+    for d in "$root/../$rel" ${origin:+"$origin/../$rel"}; do
+      if [ -d "$d" ]; then printf -v "$var" '%s' "$(cd "$d" && pwd)"; export "${var?}"; break; fi
+    done
+  fi
+  [ -n "${!var:-}" ] || echo "[test] no $3 found: the tests that need it skip" >&2
+}
+beside MBRIDGE_SKILL_TRACES shared/data/traces "real traces"
+beside MBRIDGE_SKILL_MIRROR .mirror/NVIDIA-NeMo+Megatron-Bridge/repo "Megatron-Bridge mirror"
 
 echo "[test] tier 1: pure Python ($("$test_venv/bin/python" -V))" >&2
 "$test_venv/bin/python" -m pytest tests --ignore=tests/bridge -q "$@"
