@@ -17,7 +17,7 @@ from functools import partial
 from . import launch_env, layout, resolver, schema
 from .errors import UsageError
 from . import findings
-from .findings import Finding, make
+from .findings import Finding, Shell, make, shell
 from .request import Request
 from .resolver import DP_BUCKET_SIZE, State
 from .text import fmt
@@ -48,7 +48,7 @@ def one_value_per_key(found: list[Finding]) -> list[Finding]:
         f = out[i]
         clash = next((claimed[k][0] for k, v in f.fix_overrides.items() if k in claimed and claimed[k][1] != v), None)
         if clash is not None:
-            out[i] = replace(f, fix_overrides={}, fix=f"after the fix of {clash}, resolve again ({f.fix})")
+            out[i] = replace(f, fix_overrides={}, fix=shell("after the fix of {clash}, resolve again ({fix})", clash=clash, fix=Shell(f.fix)))
         else:
             claimed.update({k: (f.id, v) for k, v in f.fix_overrides.items() if k not in claimed})
     return out
@@ -92,10 +92,10 @@ def _proven(state: State, finding_id: str, candidates: list[dict], knobs=None, r
     return next((p for p in (_settle(state, dict(c), remove, target, before, look) for c in candidates) if p is not None), {})
 
 
-def prove(state: State, finding_id: str, candidates: list[dict], knobs, probe) -> tuple[dict, str]:
+def prove(state: State, finding_id: str, candidates: list[dict], knobs, probe) -> tuple[dict, Shell]:
     """_fixed for a finding raised above the resolver: `probe` re-raises it (and its kind) on a re-resolved State."""
     o = _proven(state, finding_id, candidates, knobs, probe=probe)
-    return o, overrides_text(o) if o else _unproven(candidates, "")
+    return o, overrides_text(o) if o else _unproven(candidates, shell(""))
 
 
 def _settle(state: State, overrides: dict, remove, target: tuple, before: set, look) -> dict | None:
@@ -126,17 +126,17 @@ def _settle(state: State, overrides: dict, remove, target: tuple, before: set, l
     return None
 
 
-def _fixed(state: State, finding_id: str, candidates: list[dict], otherwise: str | None = None, knobs=None) -> tuple[dict, str]:
+def _fixed(state: State, finding_id: str, candidates: list[dict], otherwise: Shell | None = None, knobs=None) -> tuple[dict, Shell]:
     """The proven fix and its text; `otherwise` says what to do when no candidate holds (default: the first
     candidate, said to need more)."""
     o = _proven(state, finding_id, candidates, knobs)
-    return o, overrides_text(o) if o else _unproven(candidates, "") if otherwise is None else otherwise
+    return o, overrides_text(o) if o else _unproven(candidates, shell("")) if otherwise is None else otherwise
 
 
-def _unproven(candidates: list[dict], otherwise: str) -> str:
+def _unproven(candidates: list[dict], otherwise: Shell) -> Shell:
     """The text of a fix that re-resolution did not prove: the first candidate, said to need more."""
     shown = [overrides_text(c) for c in candidates if c]
-    return f"{shown[0]} (it does not settle this alone: resolve again after it)" if shown else otherwise
+    return shell("{fix} (it does not settle this alone: resolve again after it)", fix=shown[0]) if shown else otherwise
 
 
 def _requested(state: State, key: str):
@@ -203,7 +203,7 @@ def adopt_dp_knobs(state: State) -> dict:
 def rejections(state: State):
     for r in state.rejections:
         candidates, extra = _REJECTION_FIXES[r.id](state, r)
-        otherwise = extra.pop("otherwise", "change the layout (no config override fixes it)")
+        otherwise = extra.pop("otherwise", shell("change the layout (no config override fixes it)"))
         params = {**_rejection_params(state), **extra}
         o, fix = _fixed(state, r.id, candidates, _unproven(candidates, otherwise))
         yield make(r.id, fix_overrides=o, where=r.where, bridge=r.message, **params, fix=fix)
@@ -243,7 +243,7 @@ def _batch(state: State, r) -> tuple[list, dict]:
 def _fsdp_connections(state: State, r) -> tuple[list, dict]:
     launcher = state.launcher_env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
     if launcher or not state.request.release.env_vars:
-        return [], {"origin": "the launcher's environment", "otherwise": "export CUDA_DEVICE_MAX_CONNECTIONS=32 in the launcher (not 1)"}
+        return [], {"origin": "the launcher's environment", "otherwise": shell("export CUDA_DEVICE_MAX_CONNECTIONS=32 in the launcher (not 1)")}
     return [{"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 32}], {"origin": "env_vars"}
 
 
@@ -326,7 +326,7 @@ def p2p_overlap(state: State):
         c = {_owner(state, "overlap_p2p_comm"): False}
         o, fix = _fixed(state, "P2P_OVERLAP_WITHOUT_INTERLEAVING", [c])
         yield make("P2P_OVERLAP_WITHOUT_INTERLEAVING", fix_overrides=o,
-                   fix=f"{fix}, or model.virtual_pipeline_model_parallel_size >= 2 for P2P overlap", **params)
+                   fix=shell("{fix}, or model.virtual_pipeline_model_parallel_size >= 2 for P2P overlap", fix=fix), **params)
     elif model["batch_p2p_comm"]:
         c = {_owner(state, "batch_p2p_comm"): False}
         o, fix = _fixed(state, "P2P_OVERLAP_AND_BATCHED", [c])
@@ -341,7 +341,7 @@ def param_gather_with_step(state: State):
         c = _every_request(state, "overlap_param_gather_with_optimizer_step", False)
         o, fix = _fixed(state, "PARAM_GATHER_WITH_OPTIMIZER_STEP_SINGLE_CHUNK", [c])
         yield make("PARAM_GATHER_WITH_OPTIMIZER_STEP_SINGLE_CHUNK", fix_overrides=o,
-                   fix=f"{fix} (it needs the interleaved schedule, VPP >= 2)", vpp=fmt(model["virtual_pipeline_model_parallel_size"]))
+                   fix=shell("{fix} (it needs the interleaved schedule, VPP >= 2)", fix=fix), vpp=fmt(model["virtual_pipeline_model_parallel_size"]))
 
 
 def unsupported_tp_overlap_precision(state: State):
@@ -352,7 +352,7 @@ def unsupported_tp_overlap_precision(state: State):
         o, fix = _fixed(state, "TP_OVERLAP_UNSUPPORTED_PRECISION", [c])
         recipe = state.request.mixed_precision.recipe if state.request.mixed_precision else "the model's precision"
         yield make("TP_OVERLAP_UNSUPPORTED_PRECISION", fix_overrides=o, what=f"{why[0]} ({recipe})", why=why[1],
-                   fix=f"{fix}, as Bridge's recipes with this precision and TP > 1 have it")
+                   fix=shell("{fix}, as Bridge's recipes with this precision and TP > 1 have it", fix=fix))
 
 
 def tp_overlap_precision_problem(model: dict) -> tuple[str, str] | None:
@@ -385,7 +385,7 @@ def tp_overlap(state: State):
     elif state.tp_overlap_disabled_by == "te":
         yield make("TP_OVERLAP_OFF_NO_TE")
     if req.comm_overlap is not None and model["tp_comm_overlap"] and model["tp_comm_overlap_cfg"] is None:
-        yield make("TP_OVERLAP_DEFAULT_UB_CFG", why="", fix="comm_overlap.tp_comm_overlap_cfg=PRESET if one matches (presets), else nothing")
+        yield make("TP_OVERLAP_DEFAULT_UB_CFG", why="", fix=shell("comm_overlap.tp_comm_overlap_cfg=PRESET if one matches (presets), else nothing"))
     if req.comm_overlap is None and model["tp_comm_overlap"]:
         candidates = [{"model.tp_comm_overlap": False}]
         if tp >= 2:  # request it where Bridge gates it; the model's own value then agrees with what comm_overlap writes
@@ -417,13 +417,13 @@ def pp_overlap(state: State):
         return
     if req.comm_overlap is None:
         why = "no comm_overlap section"
-        fix = "model.virtual_pipeline_model_parallel_size=2 (or more) and a comm_overlap section" if (vpp or 1) <= 1 \
-            else "a comm_overlap section (comm_overlap.tp_comm_overlap=false is enough) lets Bridge select it"
+        fix = shell("model.virtual_pipeline_model_parallel_size=2 (or more) and a comm_overlap section" if (vpp or 1) <= 1
+                    else "a comm_overlap section (comm_overlap.tp_comm_overlap=false is enough) lets Bridge select it")
     elif (vpp or 1) > 1:
-        why, fix = "comm_overlap.overlap_p2p_comm=false was requested", "comm_overlap.overlap_p2p_comm=null to let Bridge select it"
+        why, fix = "comm_overlap.overlap_p2p_comm=false was requested", shell("comm_overlap.overlap_p2p_comm=null to let Bridge select it")
     else:
         why = f"virtual_pipeline_model_parallel_size={fmt(vpp)}: the non-interleaved schedule cannot overlap P2P"
-        fix = "model.virtual_pipeline_model_parallel_size=2 (or more; the layers must split evenly over PP x VPP)"
+        fix = shell("model.virtual_pipeline_model_parallel_size=2 (or more; the layers must split evenly over PP x VPP)")
     yield make("PP_OVERLAP_NOT_SELECTED", pp=pp, why=why, batch=fmt(model["batch_p2p_comm"]), fix=fix)
 
 
@@ -431,7 +431,7 @@ def comm_overlap_absent(state: State):
     if state.request.comm_overlap is None:
         origin = f"recipe {state.request.recipe['name']}" if state.request.recipe else "recipe baseline"
         yield make("COMM_OVERLAP_ABSENT", origin=origin,
-                   fix="comm_overlap.tp_comm_overlap=true (TP>=2 with sequence parallel) or =false to get PP/DP selection only")
+                   fix=shell("comm_overlap.tp_comm_overlap=true (TP>=2 with sequence parallel) or =false to get PP/DP selection only"))
 
 
 def overwritten(state: State):
@@ -496,7 +496,7 @@ def distributed_optimizer(state: State):
         skipped = not req.ddp["use_distributed_optimizer"] and req.comm_overlap is not None
         o, fix = _fixed(state, "DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", [both_on, both_off])
         yield make("DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", fix_overrides=o,
-                   fix=fix + (" (or both false to run without it)" if o != both_off else ""), ddp=fmt(req.ddp["use_distributed_optimizer"]),
+                   fix=shell("{fix} (or both false to run without it)" if o != both_off else "{fix}", fix=fix), ddp=fmt(req.ddp["use_distributed_optimizer"]),
                    optimizer=fmt(req.optimizer["use_distributed_optimizer"]),
                    skipped="; CommOverlapConfig had already skipped DP overlap" if skipped else "")
     # only the requests the run does not get anyway (the recipe's own ddp value may already be the requested one)
@@ -544,7 +544,7 @@ def nccl_ub(state: State):
     alloc = "expandable_segments:True" in str(state.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")).split(",")
     if not missing and not alloc:
         return
-    o, fix = _fixed(state, "NCCL_UB_LAUNCH_ENV", [missing], _unproven([missing], "nothing to change in the config"))
+    o, fix = _fixed(state, "NCCL_UB_LAUNCH_ENV", [missing], _unproven([missing], shell("nothing to change in the config")))
     yield make("NCCL_UB_LAUNCH_ENV", fix_overrides=o, fix=fix, fsdp=" with Megatron-FSDP" if state.fsdp else "",
                alloc="; with torch < 2.11 Megatron-Core rejects nccl_ub with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which this config sets" if alloc else "")
 
@@ -595,10 +595,10 @@ def bucket_size(state: State):
         readings = (f"{value} parameters = {value * per / MIB:.0f} MiB of gradients at {per} bytes each "
                     f"({'fp32' if per == 4 else 'bf16/fp16'} gradient reduction); read as {mib} MiB of gradients, it is {params} parameters")
         target = "comm_overlap.bucket_size" if key == "ddp.bucket_size" and state.dp_overlap_applied else key
-        meant = f"{target}={params} if you meant {mib} MiB of gradients"
+        meant = shell("{override} if you meant {mib} MiB of gradients", override=overrides_text({target: params}), mib=mib)
         o = _proven(state, "BUCKET_SIZE_LOOKS_LIKE_BYTES", [_bucket_fix(state, key)], knobs=[key])
         yield make("BUCKET_SIZE_LOOKS_LIKE_BYTES", fix_overrides=o, knobs=[key], key=key, value=value, readings=readings,
-                   fix=f"{overrides_text(o) if o else meant}; keep {value} if you meant parameters",
+                   fix=shell("{fix}; keep {value} if you meant parameters", fix=overrides_text(o) if o else meant, value=value),
                    asserts={"ddp.grad_reduce_in_fp32": per == 4})
 
 
@@ -645,12 +645,17 @@ def launch_env_fields(state: State):
     for key, value in state.request.launch_env_fields:
         name = key.partition(".")[2]
         env = schema.LAUNCH_ENV_NAMES.get(name.lower(), name.upper())
-        if state.request.release.env_vars:
-            c = {f"env_vars.{env}": launch_env.env_value(value)}
+        number = launch_env.env_value(value)
+        if not state.request.release.env_vars:
+            o, fix = {}, shell("drop {key}; export {env} in the launcher ({where})", key=key, env=env,
+                               where=Shell(state.request.release.launch_env_where))
+        elif isinstance(number, int) and not isinstance(number, bool):  # every one of these variables is read as an integer
+            c = {f"env_vars.{env}": number}
             o = _proven(state, "LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD", [c], knobs=[key], remove=[key])
-            fix = f"drop {key}; {overrides_text(c)} (or export {env} in the launcher)"
+            fix = shell("drop {key}; {fix} (or export {env} in the launcher)", key=key, fix=overrides_text(c), env=env)
         else:
-            o, fix = {}, f"drop {key}; export {env} in the launcher ({state.request.release.launch_env_where})"
+            o, fix = {}, shell("drop {key}; set env_vars.{env} to an integer ({value} is not one), or export {env} in the launcher",
+                               key=key, env=env, value=str(value))
         yield make("LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD", fix_overrides=o, remove_keys=[key], knobs=[key], key=key, env=env, fix=fix)
 
 

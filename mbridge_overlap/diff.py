@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import checks, releases, request, runconfig, safeio, schema
+from . import checks, findings, releases, request, runconfig, safeio, schema
 from .contract import SCHEMA_VERSION
 from .resolution import Resolution, resolve_request
 from .errors import UsageError
@@ -282,7 +282,7 @@ def _fix(causes, changed, a: Side) -> str | None:
 
 def _restore(key: str, value) -> str:
     """One override of a fix, one shell word: a saved value is never pasted into a command line raw."""
-    return safeio.override_arg(key, fmt(value), isinstance(value, str))
+    return findings.overrides_text({key: value})
 
 
 def _other(a: Side, b: Side) -> list:

@@ -55,29 +55,73 @@ def template_fields(text: str) -> set:
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 
+class Shell(str):
+    """Fix text that is safe to paste into a shell as it stands: every value in it is one shell word that the shell
+    neither splits nor expands. Made only by shell() and overrides_text(); a plain str is never taken for one."""
+
+
+def shell(template: str, **params) -> Shell:
+    """`template` (our own prose) with each value as one quoted shell word: Shell text as it is, true/false/null
+    for booleans and None, numbers as written, any other text through safeio.sh_quote."""
+    return Shell(template.format(**{k: _shell_word(v) for k, v in params.items()}))
+
+
+def _shell_word(value) -> str:
+    from .safeio import sh_quote
+    from .text import fmt
+
+    if isinstance(value, Shell):
+        return value
+    if value is None or isinstance(value, (bool, int, float)):
+        return sh_quote(fmt(value))
+    return sh_quote(str(value))
+
+
+def overrides_text(overrides: dict) -> Shell:
+    """Overrides as the command line takes them, KEY=VALUE each one shell word: true/false/null, and a string in
+    Hydra's quoting where it needs it (the one quoting of every fix; diff's restores use it too)."""
+    from .safeio import override_arg
+    from .text import fmt
+
+    return Shell(" ".join(override_arg(k, fmt(v), isinstance(v, str)) for k, v in overrides.items()))
+
+
+def paste_safe(overrides: dict) -> bool:
+    """Every value of a fix_overrides mapping is safe to paste into a shell as written (a number, true/false/null, or
+    text that shlex.quote leaves bare)."""
+    from .safeio import bare_word
+
+    return all(v is None or isinstance(v, (bool, int)) or isinstance(v, float) and v == v and abs(v) != float("inf")
+               or isinstance(v, str) and bare_word(v) for v in overrides.values())
+
+
 def make(finding_id: str, *, fix_overrides: dict | None = None, knobs=None, remove_keys=(), asserts=None, **params) -> Finding:
-    """A finding from its record: message and fix rendered with `params`; knobs default to the record's."""
+    """A finding from its record: message and fix rendered with `params`; knobs default to the record's.
+
+    The fix is paste-safe by construction: `fix` must be Shell text, every other value is quoted as one shell word
+    in the fix template, and fix_overrides whose values are not all paste_safe are not offered (the fix then says to
+    set those keys by hand)."""
     rec = record(finding_id)
+    fix_overrides = dict(fix_overrides or {})
+    if fix_overrides and not paste_safe(fix_overrides):
+        keys = Shell(", ".join(_shell_word(k) for k in fix_overrides))
+        params["fix"] = shell("set {keys} by hand: a value for it would hold characters a shell interprets", keys=keys)
+        fix_overrides = {}
     if "fix" not in params and fix_overrides:
         params["fix"] = overrides_text(fix_overrides)
+    if "fix" in params and not isinstance(params["fix"], Shell):
+        raise TypeError(f"{finding_id}: fix text must be built with findings.shell() or overrides_text()")
     return Finding(
         id=finding_id,
         severity=rec["severity"],
         message=rec["message"].format(**params),
-        fix=rec["fix"].format(**params),
-        fix_overrides=dict(fix_overrides or {}),
+        fix=shell(rec["fix"], **params),
+        fix_overrides=fix_overrides,
         knobs=list(knobs if knobs is not None else rec.get("knobs") or []),
         when=rec.get("when"),
         remove_keys=list(remove_keys),
         asserts={**(rec.get("asserts") or {}), **(asserts or {})},
     )
-
-
-def overrides_text(overrides: dict) -> str:
-    """Overrides as the command line writes them: key=value, true/false/null."""
-    from .text import fmt
-
-    return " ".join(f"{k}={fmt(v)}" for k, v in overrides.items())
 
 
 def explain(finding_id: str) -> dict:

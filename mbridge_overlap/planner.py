@@ -233,7 +233,7 @@ def match_preset(release, gpu_info, precision, sizes, lora, tp_applies):
     else:
         why = f"no preset for {want['gpu']} {precision} TP{sizes['tp']} CP{sizes['cp']}{' LoRA' if lora else ''}"
     return None, [findings.make("TP_OVERLAP_DEFAULT_UB_CFG", why=f"; no tuned preset matches exactly: {why}",
-                                fix="nothing to do, or tune your own TransformerLayerTPOverlapCfg")]
+                                fix=findings.shell("nothing to do, or tune your own TransformerLayerTPOverlapCfg"))]
 
 
 # What plan compares with the shipped recipes of the same layout: effective settings and the launch environment.

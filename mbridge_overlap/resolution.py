@@ -103,4 +103,4 @@ def _launcher_env_findings(state: resolver.State):
     for name, value in state.request.env_vars.items():
         launcher = state.launcher_env.get(name)
         if launcher is not None and launcher != str(value):
-            yield findings.make("LAUNCHER_ENV_WINS", knobs=[f"env_vars.{name}"], name=name, value=safeio.sh_quote(str(value)), launcher=launcher)
+            yield findings.make("LAUNCHER_ENV_WINS", knobs=[f"env_vars.{name}"], name=name, value=str(value), launcher=launcher)

@@ -82,6 +82,14 @@ def shown(value, limit: int = SHOWN_CHARS) -> str:
 # --- quoting for snippets and fixes --------------------------------------------------------------------------
 
 
+_UNSAFE_WORD = re.compile(r"[^\w@%+=:,./-]", re.ASCII)  # shlex.quote's own test
+
+
+def bare_word(text: str) -> bool:
+    """Text a shell takes as one word, literally, with no quoting: what shlex.quote leaves as it is."""
+    return bool(text) and not _UNSAFE_WORD.search(text)
+
+
 def sh_quote(text: str) -> str:
     """One shell word: shlex.quote, or bash's $'...' where the text holds characters a terminal would not show."""
     import shlex
@@ -185,12 +193,34 @@ def _not_regular(path, mode: int) -> UsageError:
     return UsageError(f"{path}: {what}, not a regular file")
 
 
-def read_bytes(path, limit: int = MAX_FILE_BYTES) -> bytes:
-    """A regular file's bytes, at most `limit`; never blocks on a FIFO or device (refused before reading)."""
+# Pseudo file systems: their "regular files" report a size of 0 and may never end (/proc/kmsg) or block.
+_PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def pseudo_root(path) -> str | None:
+    """/proc, /sys or /dev where `path` resolves under one of them; None otherwise."""
     try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return None
+    if real.startswith("/dev/shm/"):
+        return None  # a tmpfs: its files are plain files
+    return next((root for root in _PSEUDO_ROOTS if real == root or real.startswith(root + "/")), None)
+
+
+def open_input(path, limit: int = MAX_FILE_BYTES) -> int:
+    """A file descriptor of a regular file to read, at most `limit` bytes long: every input the tool reads (configs,
+    logs, traces, trackers, sources) opens here. A FIFO, device, socket or directory, and a file of /proc, /sys or /dev
+    (which may never end), is refused before a byte is read; the open never blocks (O_NONBLOCK) nor takes a terminal."""
+    try:
+        if path is None or str(path) == "":
+            raise UsageError("an empty file name")
         mode = os.stat(path).st_mode
         if not stat.S_ISREG(mode):
             raise _not_regular(path, mode)
+        root = pseudo_root(path)
+        if root:
+            raise UsageError(f"{path}: a file of {root}, which may never end; copy what you need into a regular file")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise UsageError(f"{path}: {reason(exc)}") from None
@@ -200,6 +230,16 @@ def read_bytes(path, limit: int = MAX_FILE_BYTES) -> bytes:
             raise _not_regular(path, st.st_mode)
         if st.st_size > limit:
             raise UsageError(f"{path}: {st.st_size:,} bytes; files over {limit:,} bytes are refused")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes(path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """A regular file's bytes, at most `limit` (open_input's rules); a file that grows past it while read is refused."""
+    fd = open_input(path, limit)
+    try:
         chunks, size = [], 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
@@ -209,6 +249,8 @@ def read_bytes(path, limit: int = MAX_FILE_BYTES) -> bytes:
         return b"".join(chunks)
     except OSError as exc:
         raise UsageError(f"{path}: {reason(exc)}") from None
+    except MemoryError:
+        raise UsageError(f"{path}: out of memory reading it") from None
     finally:
         os.close(fd)
 
@@ -377,8 +419,25 @@ def _string_keys(mapping: dict, where, what: str) -> None:
 
 
 def write_stdout(payload: str) -> None:
-    sys.stdout.write(payload)
-    sys.stdout.flush()
+    """The command's output on stdout, in the stream's own encoding (a character it cannot encode is written as a
+    backslash escape, never an error); a closed or full stdout is a UsageError naming it, a closed pipe stays a
+    BrokenPipeError (the reader went away: nothing to report)."""
+    out = sys.stdout
+    if out is None:  # the process was started with stdout closed (>&-)
+        raise UsageError("stdout is closed, so there is nowhere to write the output (redirect it, or pass --output FILE)")
+    try:
+        buffer = getattr(out, "buffer", None)
+        if buffer is None:  # a text stream without bytes underneath (a test's StringIO)
+            out.write(payload)
+        else:
+            out.flush()
+            buffer.write(payload.encode(out.encoding or "utf-8", errors="backslashreplace"))
+            buffer.flush()
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise UsageError(f"stdout: {reason(exc)}") from None
 
 
 def drop_stdout() -> None:
@@ -415,14 +474,31 @@ def write_output(path, payload: str, force: bool) -> None:
 
 
 def _check_target(target: Path, force: bool) -> None:
+    """What --output may create or replace: a new file, or (with force) a regular file or a symlink of the user's;
+    never a directory, device, FIFO, socket or a symlink to one, nothing in /dev, /proc or /sys, nothing another
+    user owns. Only where --force would help does the refusal say so."""
+    if str(target) in ("", "."):
+        raise UsageError("--output: an empty file name")
+    root = pseudo_root(target.parent)
+    if root:
+        raise UsageError(f"--output {target}: in {root}, which holds no files of yours; give a regular file's path")
     try:
-        mode = os.lstat(target).st_mode
+        st = os.lstat(target)
     except FileNotFoundError:
         return
-    if stat.S_ISDIR(mode):
+    if stat.S_ISDIR(st.st_mode):
         raise UsageError(f"--output {target}: a directory; give a file name")
-    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-        raise _not_regular(f"--output {target}", mode)
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            pointed = os.stat(target).st_mode
+        except FileNotFoundError:
+            pointed = None  # dangling: replacing the link itself loses nothing
+        if pointed is not None and not stat.S_ISREG(pointed) or pseudo_root(target):
+            raise UsageError(f"--output {target}: a symlink to something that is not a regular file; never replaced")
+    elif not stat.S_ISREG(st.st_mode):
+        raise _not_regular(f"--output {target}", st.st_mode)
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        raise UsageError(f"--output {target}: exists and belongs to another user (uid {st.st_uid}); never replaced")
     if not force:
         raise UsageError(f"--output {target}: exists; pass --force to overwrite")
 
