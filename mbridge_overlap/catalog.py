@@ -23,11 +23,11 @@ PRECISIONS = {"bf16": "bf16", "fp8cs": "fp8_cs", "fp8mx": "fp8_mx", "fp8sc": "fp
 _HEAD = r"^(?P<model>[a-z0-9_]+?)_(?P<task>pretrain|sft|peft)"
 _NAMES = (  # with the GPU count, type and precision first, so a dataset or variant word never swallows them
     re.compile(_HEAD + r"(?:_(?P<dataset>[a-z0-9_]+?))?_(?P<gpus>\d+)gpu_(?P<gpu>" + "|".join(GPU_TYPES) + r")_(?P<precision>"
-               + "|".join(PRECISIONS) + r")(?:_(?P<variant>[a-z0-9_]+?))?_config$"),
-    re.compile(_HEAD + r"(?:_(?P<variant>[a-z0-9_]+?))?_config$"),
+               + "|".join(PRECISIONS) + r")(?:_(?P<variant>[a-z0-9_]+?))?_config\Z"),
+    re.compile(_HEAD + r"(?:_(?P<variant>[a-z0-9_]+?))?_config\Z"),
 )
 # A recipe reference as a user types it: a function name, optionally with its package or full import path.
-_REFERENCE = re.compile(r"^(?:megatron\.bridge\.)?(?:(?P<package>recipes|perf_recipes)\.(?:[a-z0-9_]+\.)*)?(?P<name>[A-Za-z0-9_]+)$")
+_REFERENCE = re.compile(r"^(?:megatron\.bridge\.)?(?:(?P<package>recipes|perf_recipes)\.(?:[a-z0-9_]+\.)*)?(?P<name>[A-Za-z0-9_]+)\Z")
 
 
 def parse_name(name: str) -> dict:
@@ -51,7 +51,8 @@ def catalog_path(version: str) -> Path:
 def catalog(version: str) -> dict:
     path = catalog_path(version)
     if not path.is_file():
-        raise UsageError(f"--recipe: no recipe catalog for Megatron-Bridge {version} (catalogs exist for: {', '.join(versions())})")
+        raise UsageError(f"Megatron-Bridge {version} has no recipe catalog here (catalogs: {', '.join(versions())}); "
+                         "pass --bridge-version with one of them")
     with open(path, encoding="utf-8") as fh:
         return json.load(fh)
 
@@ -82,6 +83,16 @@ def lookup(reference: str, version: str) -> dict:
     near = _closest(name, names)
     hint = f"; closest: {', '.join(near)}" if near else ""
     raise UsageError(f"--recipe: no recipe named {name} in Megatron-Bridge {version}{hint} (list them with: recipes)")
+
+
+def require_built(entry: dict) -> dict:
+    """The entry of a recipe that built offline when the catalog was generated; a UsageError naming why otherwise."""
+    if not entry.get("builds"):
+        from .safeio import shown
+
+        raise UsageError(f"--recipe: {entry['name']} could not be built offline when the catalog was generated "
+                         f"({shown(entry.get('build_error'), 160)}); start from another recipe")
+    return entry
 
 
 def _closest(name: str, names: list[str], n: int = 3) -> list[str]:

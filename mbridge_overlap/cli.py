@@ -43,10 +43,38 @@ def _release_flags(p: argparse.ArgumentParser) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Bad arguments get one line naming the problem (and --help for more), exit status 2."""
+    """Bad arguments get one line naming the problem (and --help for more), exit status 2; help goes through the
+    same stdout writer as every answer (a closed or full stdout is an error, not a silent exit 0)."""
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {safeio.message(message)} (see --help)\n")
+
+    def print_help(self, file=None):
+        if file is None:
+            safeio.write_stdout(self.format_help())
+        else:
+            super().print_help(file)
+
+
+def _empty_values(parser: argparse.ArgumentParser, args) -> str | None:
+    """The flag (or argument) given an empty value: an empty --gpu, --output or file name is a mistake, never "the
+    default" (which is what leaving the option out means)."""
+    for action in _actions(parser, args):
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            return action.option_strings[0] if action.option_strings else action.metavar or action.dest
+    return None
+
+
+def _actions(parser: argparse.ArgumentParser, args):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(args, action.dest, None) or "")
+            if chosen is not None:
+                yield from _actions(chosen, args)
+        else:
+            yield action
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -149,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _emit(args, payload: str) -> None:
-    if not args.output:
+    if args.output is None:
         safeio.write_stdout(payload)
         return
     safeio.write_output(args.output, payload, args.force)
@@ -185,6 +213,11 @@ def cmd_plan(args) -> int:
         out = _json(d)
     elif args.format == "text":
         out = text.plan(d)
+    elif result.errors:  # no paste-ready snippet of a config that Bridge or Megatron-Core rejects
+        for f in result.errors:
+            _say(f"{PROG} plan: error: {f.id}: {safeio.message(f.message)}")
+        _say(f"{PROG} plan: no {args.format} snippet for a rejected plan; --format text or json shows every finding and its fix")
+        return 1
     else:
         lay = d["layout"]
         start = f" on {lay['recipe']}" if lay["recipe"] else ""
@@ -294,31 +327,65 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: this Python ({sys.executable}) lacks {' and '.join(missing)}: "
               f"{sys.executable} -m pip install {' '.join(missing)}", file=sys.stderr)
         return 2
+    _terminate_on_signals()
     try:
         return _main(argv)
     except KeyboardInterrupt:
         safeio.drop_stdout()
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        _say(f"{PROG}: interrupted")
         return 130
+
+
+def _terminate_on_signals() -> None:
+    """SIGTERM and SIGHUP (a harness's time-out, a closed terminal) end the command as SystemExit(128 + signal) in
+    the main thread, so every `finally` runs: no temporary --output file is left, worker processes are stopped."""
+    import signal
+
+    def handler(signum, frame):
+        signal.signal(signum, signal.SIG_DFL)  # a second signal ends the process at once
+        raise SystemExit(128 + signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), handler)
+
+
+def _say(line: str) -> None:
+    """One line on stderr; nothing where stderr itself is closed."""
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, AttributeError, ValueError):
+        pass
 
 
 def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse already printed one usage line
+    except SystemExit as exc:  # argparse printed its one usage line (or the help it was asked for)
         return int(exc.code or 0)
+    except UsageError as exc:  # --help into a closed or full stdout
+        _say(f"{PROG}: error: {safeio.message(exc)}")
+        return exc.exit_code
     if not args.command:
-        parser.print_help()
+        _say(f"{PROG}: error: a command is required: {', '.join(COMMANDS)} (see --help)")
+        return 2
+    empty = _empty_values(parser, args)
+    if empty:
+        _say(f"{PROG} {args.command}: error: {safeio.message(empty)}: empty; leave it out for the default")
         return 2
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:
-        print(f"{PROG} {args.command}: error: {safeio.message(exc)}", file=sys.stderr)
+        _say(f"{PROG} {args.command}: error: {safeio.message(exc)}")
         return exc.exit_code
     except BrokenPipeError:
         safeio.drop_stdout()
         return 0
+    except MemoryError:
+        _say(f"{PROG} {args.command}: error: out of memory (an input too large for this process's memory limit)")
+        return 2
     except OSError as exc:  # a read or write the command did not expect to fail: still one line, naming the file
-        print(f"{PROG} {args.command}: error: {safeio.message(f'{exc.filename}: {safeio.reason(exc)}')}", file=sys.stderr)
+        where = exc.filename or "output"
+        _say(f"{PROG} {args.command}: error: {safeio.message(f'{where}: {safeio.reason(exc)}')}")
         return 2

@@ -14,7 +14,7 @@ from .errors import UsageError
 
 ALLOWED_KEYS = {"name", "description", "license", "compatibility", "metadata", "allowed-tools"}
 EXTENSION_KEYS = {"when_to_use"}
-NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*\Z")
 MAX_BODY_LINES = 500
 
 

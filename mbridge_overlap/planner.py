@@ -12,11 +12,10 @@ from . import catalog, findings, launch_env, layout, releases, request
 from .errors import UsageError
 from .resolution import Resolution, resolve_request
 from .safeio import shown
+from .text import fmt
 
 _SIZES = ("tp", "pp", "cp", "gpus")
 _OPTIONAL_SIZES = ("vpp", "hidden_size", "seq_length", "micro_batch_size")
-# Model precision fields a mixed-precision recipe sets, to reason about a plan before resolving it.
-_BLOCKED_PRECISIONS = {"nvfp4": "NVFP4", "fp8_sc": "blockwise FP8"}
 
 
 @dataclass
@@ -62,7 +61,7 @@ def _recipe(reference: str | None, release) -> tuple[dict | None, str | None]:
     if not isinstance(reference, str) or not reference:
         raise UsageError("--recipe: expected a recipe function or model family name")
     if reference.endswith("_config") or "." in reference:
-        entry = catalog.lookup(reference, release.version)
+        entry = catalog.require_built(catalog.lookup(reference, release.version))
         return entry, entry["model"]
     # A release without a catalog of its own (0.6.0, a newer one) takes its data_of release's family names: the family
     # only selects NCCL_P2P_NET_CHUNKSIZE, whose recipe list is release data.
@@ -120,7 +119,7 @@ def make_plan(
 
     shape = layout.Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, gpus=gpus)
     recipe_co = entry["request"]["comm_overlap"] if entry else None
-    blocked = _BLOCKED_PRECISIONS.get(precision)
+    blocked = _blocked_precision(release, entry, prec)
     notes: list = []
     if recipe_co is not None:  # the recipe's own choice stands, unless it cannot run
         tp_on = bool(recipe_co["tp_comm_overlap"]) and not blocked
@@ -152,9 +151,15 @@ def make_plan(
     if moe_flex_dispatcher_backend:  # as Bridge's apply_flex_dispatcher_backend sets it
         overrides.update({"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": moe_flex_dispatcher_backend})
 
-    req = request.build(release, overrides, base=entry)
     hints = {"moe_a2a_overlap": True} if moe_a2a_overlap else {}  # the MoE skill's setting: only the launch env reads it here
-    resolution = resolve_request(req, gpus=gpus, te=te, gpu=gpu_info["name"], family=family, task=task, launch_hints=hints)
+
+    def resolve(chosen: dict) -> Resolution:
+        return resolve_request(request.build(release, chosen, base=entry), gpus=gpus, te=te, gpu=gpu_info["name"], family=family,
+                               task=task, launch_hints=hints)
+
+    asked = [k for k in overrides if k in _layout_overrides(base, tp, pp, vpp, cp) or not _chosen_by_plan(k)]
+    overrides, resolution, kept = _no_new_errors(resolve, overrides, asked, entry)
+    notes += kept
     if preset_notes and not preset:
         resolution.findings = [f for f in resolution.findings if f.id != "TP_OVERLAP_DEFAULT_UB_CFG"]
     notes += _shipped_recipes_differ(release, resolution, shape, gpu_info["name"], precision, moe, entry)
@@ -162,6 +167,50 @@ def make_plan(
                    "lora": lora, "te": te, "moe": moe, "megatron_fsdp": megatron_fsdp, "recipe": entry["name"] if entry else None,
                    "family": family, "task": task}
     return PlanResult(resolution=resolution, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
+
+
+# What the plan itself chooses (the rest comes from the layout flags the user gave: sizes, --megatron-fsdp, --moe-flex-backend).
+_PLAN_CHOICES = ("comm_overlap.", "model.sequence_parallel", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
+                 "mixed_precision")
+
+
+def _chosen_by_plan(key: str) -> bool:
+    return key.startswith(_PLAN_CHOICES)
+
+
+def _no_new_errors(resolve, overrides: dict, asked: list, entry) -> tuple[dict, Resolution, list]:
+    """The plan's overrides without those of its own choices that make Bridge raise where the layout the user asked
+    for does not (a plan never breaks a recipe, or the baseline, that works as shipped): each such override is left
+    out, with a note naming the error it would bring."""
+    known = {f.id for f in resolve({k: overrides[k] for k in asked}).errors}
+    resolution, notes = resolve(overrides), []
+    while new := [f for f in resolution.errors if f.id not in known]:
+        for key in reversed([k for k in overrides if k not in asked]):
+            trial = {k: v for k, v in overrides.items() if k != key}
+            tried = resolve(trial)
+            left = [f for f in tried.errors if f.id not in known]
+            if len(left) < len(new) and {f.id for f in left} <= {f.id for f in new}:
+                origin = f"recipe {entry['name']}" if entry else "the recipe baseline"
+                notes.append(findings.make("PLAN_LEAVES_KEY_AS_SHIPPED", knobs=[key], key=key, value=fmt(overrides[key]),
+                                           origin=origin, errors=", ".join(sorted({f.id for f in new} - {f.id for f in left}))))
+                overrides, resolution = trial, tried
+                break
+        else:
+            break  # no choice of the plan's brings it: the layout the user asked for does
+    return overrides, resolution, notes
+
+
+def _blocked_precision(release, entry, prec: dict) -> str | None:
+    """NVFP4 or blockwise FP8 where the run's mixed precision (the recipe's own, whatever its name says, or the one
+    --precision selects) is one Transformer Engine's userbuffers cannot carry."""
+    from .checks import tp_overlap_precision_problem
+
+    mp = entry["request"]["mixed_precision"] if entry else {"recipe": prec["recipe"] or "bf16_mixed"}
+    if mp is None:
+        return None  # the recipe runs without a mixed-precision config: BF16/FP32 tensors only
+    fields = {**release.mixed_precision(mp["recipe"]), **(mp.get("fields") or {})}
+    problem = tp_overlap_precision_problem(fields)
+    return problem[0] if problem else None
 
 
 def _tp_rule(tp: int, te: bool, blocked: str | None, moe: bool) -> tuple[bool, list]:

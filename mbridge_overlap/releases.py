@@ -14,7 +14,7 @@ DATA_DIR = Path(__file__).parent / "data"
 
 _PRESET_NAME = re.compile(
     r"^userbuffers_(?P<precision>bf16|fp8)_(?P<gpu>[a-z0-9]+)_h(?P<hidden_size>\d+)_tp(?P<tp>\d+)"
-    r"(?:_cp(?P<cp>\d+))?_mbs(?P<micro_batch_size>\d+)_seqlen(?P<seq_length>\d+)(?P<lora>_lora)?$"
+    r"(?:_cp(?P<cp>\d+))?_mbs(?P<micro_batch_size>\d+)_seqlen(?P<seq_length>\d+)(?P<lora>_lora)?\Z"
 )
 
 

@@ -20,9 +20,9 @@ FORMATS = {
 }
 COMM_OVERLAP_MODULE = "megatron.bridge.training.comm_overlap"
 MIXED_PRECISION_MODULE = "megatron.bridge.training.mixed_precision"
-_PRESET = re.compile(r"^userbuffers_[a-z0-9_]+$")
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HYDRA_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_PRESET = re.compile(r"^userbuffers_[a-z0-9_]+\Z")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+_HYDRA_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*\Z")
 
 
 def template_dir() -> Path:

@@ -12,16 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from . import safeio, schema
+from . import catalog, safeio, schema
 from .errors import UsageError
 from .releases import Release, bridge_fields, preset_content
 from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
 from .suggest import closest
 
 _NULLS = {"null", "none", "~"}
-_INT = re.compile(r"^[+-]?\d{1,%d}$" % safeio.MAX_INT_CHARS)
-_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_INT = re.compile(r"^[+-]?\d{1,%d}\Z" % safeio.MAX_INT_CHARS)
+_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass
@@ -296,10 +296,7 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
 
     strict=False (lint, diff) skips config sections and fields this release does not have instead of failing;
     they are listed in `request.skipped`."""
-    if base is not None and not base.get("builds"):
-        raise UsageError(f"--recipe: {base['name']} could not be built offline when the catalog was generated "
-                         f"({safeio.shown(base.get('build_error'), 160)}); start from another recipe")
-    req = Request.from_recipe(release, base) if base is not None else Request.baseline(release)
+    req = Request.from_recipe(release, catalog.require_built(base)) if base is not None else Request.baseline(release)
     items, req.skipped = flatten_config(config or {}, release, strict)
     for key, value in items:
         req.set(key, value)

@@ -17,8 +17,8 @@ from .errors import UsageError
 from .resolution import resolve_request
 
 RUN_CONFIG = "run_config.yaml"  # training/utils/checkpoint_utils.py CONFIG_FILE
-_ITER_DIR = re.compile(r"^iter_([0-9]{1,18})$")
-_ITERATION = re.compile(r"^[0-9]{1,18}$")
+_ITER_DIR = re.compile(r"^iter_([0-9]{1,18})\Z")
+_ITERATION = re.compile(r"^[0-9]{1,18}\Z")
 TRACKER = "latest_checkpointed_iteration.txt"  # Megatron's checkpoint tracker
 MAX_SIZE = 2**31  # a GPU count or parallel size beyond this is not a saved value
 MODEL_IDENTITY = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "vocab_size")

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from .errors import UsageError
 
-MAX_FILE_BYTES = 32 * 2**20  # 32 MiB; a saved run_config.yaml is tens of KiB
-MAX_NODES = 2_000_000  # YAML nodes (about 1 GiB of memory while loading); a run_config.yaml has a few thousand
+MAX_FILE_BYTES = 32 * 2**20  # 32 MiB: any text input but traces and logs
+MAX_CONFIG_BYTES = 4 * 2**20  # 4 MiB for a YAML config: a saved run_config.yaml is about 40 KiB
+MAX_NODES = 100_000  # YAML nodes (about 60 MiB while loading); a run_config.yaml has about 2,500
 MAX_DEPTH = 64  # nesting of YAML collections; Bridge's dumped ConfigContainer nests about 5 deep
 MAX_ALIAS_NODES = 100_000  # nodes that aliases may add when expanded (a "billion laughs" adds 10^9)
 MAX_INT_CHARS = 1000  # Python prints at most 4,300 digits; no config value needs 1,000
@@ -27,7 +28,7 @@ SHOWN_CHARS = 80  # a value echoed in a message
 MAX_MESSAGE_CHARS = 4000
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-_HYDRA_BARE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+_HYDRA_BARE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
 
 
 # --- escaping for a terminal -------------------------------------------------------------------------------
@@ -156,7 +157,7 @@ def name_arg(pattern: str, max_len: int = 128):
     regex = re.compile(pattern)
 
     def parse(value: str) -> str:
-        if len(value) > max_len or not regex.match(value):
+        if len(value) > max_len or not regex.fullmatch(value):
             raise argparse.ArgumentTypeError(f"expected a name like {pattern}, got {shown(value)}")
         return value
 
@@ -282,16 +283,19 @@ def _line(node) -> str:
 
 
 class _Frame:
-    __slots__ = ("anchor", "size", "height", "mark")
+    __slots__ = ("anchor", "size", "height", "mark", "keys", "at_key")
 
-    def __init__(self, anchor, mark):
+    def __init__(self, anchor, mark, mapping: bool):
         self.anchor, self.size, self.height, self.mark = anchor, 1, 0, mark
+        self.keys = set() if mapping else None  # a mapping's scalar keys so far, (tag, value)
+        self.at_key = mapping  # the next child of a mapping is a key
 
 
 def _check_events(loader, where) -> None:
     """One streaming pass over the parser's events, before any node is built: at most MAX_NODES nodes, nesting
     at most MAX_DEPTH deep (an alias counts as what it names), aliases adding at most MAX_ALIAS_NODES nodes when
-    expanded, no alias to an anchor still open (a recursive alias), no integer longer than MAX_INT_CHARS."""
+    expanded, no alias to an anchor still open (a recursive alias), no integer longer than MAX_INT_CHARS, no key
+    twice in one mapping (OmegaConf refuses that too; a YAML loader would let the second silently win)."""
     import yaml
 
     anchors: dict = {}  # closed anchor -> (expanded size, height)
@@ -300,15 +304,18 @@ def _check_events(loader, where) -> None:
     while (event := loader.get_event()) is not None:
         if isinstance(event, yaml.CollectionStartEvent):
             nodes += 1
-            stack.append(_Frame(event.anchor, event.start_mark))
+            _child(loader, stack, event, where)
+            stack.append(_Frame(event.anchor, event.start_mark, isinstance(event, yaml.MappingStartEvent)))
             if len(stack) > MAX_DEPTH:
                 raise UsageError(f"{where}: nested more than {MAX_DEPTH} levels deep at line {event.start_mark.line + 1}")
             continue
         if isinstance(event, yaml.ScalarEvent):
             nodes += 1
             _check_int(loader, event, where)
+            _child(loader, stack, event, where)
             size, height = 1, 1
         elif isinstance(event, yaml.AliasEvent):
+            _child(loader, stack, event, where)
             if event.anchor not in anchors:
                 if any(f.anchor == event.anchor for f in stack):
                     raise UsageError(f"{where}: a recursive alias (*{shown(event.anchor)} inside its own anchor) at line {event.start_mark.line + 1}")
@@ -334,6 +341,24 @@ def _check_events(loader, where) -> None:
             parent.height = max(parent.height, height)
             if len(stack) + height > MAX_DEPTH:
                 raise UsageError(f"{where}: nested more than {MAX_DEPTH} levels deep at line {event.start_mark.line + 1}")
+
+
+def _child(loader, stack: list, event, where) -> None:
+    """A node starts inside the innermost collection: in a mapping, every other one is a key; a scalar key seen
+    before in the same mapping is refused."""
+    import yaml
+
+    if not stack or stack[-1].keys is None:
+        return
+    parent = stack[-1]
+    if parent.at_key and isinstance(event, yaml.ScalarEvent):
+        tag = event.tag if event.tag not in (None, "!") else loader.resolve(yaml.ScalarNode, event.value, event.implicit)
+        key = (tag, event.value)
+        if key in parent.keys and event.value != "<<":
+            raise UsageError(f"{where}: the key {shown(event.value)} appears twice in one mapping (again at line "
+                             f"{event.start_mark.line + 1}); the second would silently replace the first")
+        parent.keys.add(key)
+    parent.at_key = not parent.at_key
 
 
 def _check_int(loader, event, where) -> None:
@@ -368,6 +393,8 @@ def parse_yaml(text: str, where):
         raise UsageError(f"{where}: malformed YAML{at}: {what}") from None
     except RecursionError:
         raise UsageError(f"{where}: nested too deeply") from None
+    except MemoryError:
+        raise UsageError(f"{where}: out of memory while loading it") from None
     except (ValueError, TypeError, OverflowError, AttributeError, KeyError, IndexError) as exc:
         # PyYAML's constructors on an explicit tag they cannot honour: !!int "abc", !!bool "maybe", a 13th month
         raise UsageError(f"{where}: a value YAML cannot build ({type(exc).__name__}: {exc})") from None
@@ -380,7 +407,7 @@ def parse_yaml(text: str, where):
 def load_yaml_file(path, label: str = ""):
     where = f"{label} {path}".strip()
     try:
-        data = read_bytes(path)
+        data = read_bytes(path, MAX_CONFIG_BYTES)
     except UsageError as exc:
         raise UsageError(f"{label} {exc}".strip()) from None
     return parse_yaml(decode(data, where), where)
@@ -391,7 +418,7 @@ MAPPING_SECTIONS = ("model", "ddp", "optimizer", "train", "comm_overlap", "env_v
 
 
 def load_config(path, label: str = "") -> dict:
-    """A ConfigContainer-shaped YAML file: a mapping of sections with string keys."""
+    """A ConfigContainer-shaped YAML file: a mapping of sections, every key at every level a string."""
     where = f"{label} {path}".strip()
     loaded = load_yaml_file(path, label)
     if loaded is None:
@@ -401,18 +428,26 @@ def load_config(path, label: str = "") -> dict:
     _string_keys(loaded, where, "the top level")
     for section in MAPPING_SECTIONS:
         body = loaded.get(section)
-        if isinstance(body, dict):
-            _string_keys(body, where, section)
-        elif body is not None and not (section == "mixed_precision" and isinstance(body, str)):
+        if body is not None and not isinstance(body, dict) and not (section == "mixed_precision" and isinstance(body, str)):
             expected = "a recipe name or a mapping of fields" if section == "mixed_precision" else "a mapping of fields"
             raise UsageError(f"{where}: {section}: expected {expected}, got {type(body).__name__} {shown(body)}")
     return loaded
 
 
+_NO_KEY = object()
+
+
 def _string_keys(mapping: dict, where, what: str) -> None:
-    bad = next((k for k in mapping if not isinstance(k, str)), None)
-    if bad is not None:
-        raise UsageError(f"{where}: {what}: key {shown(bad)} ({type(bad).__name__}) is not a name; config keys are strings")
+    """Every key of `mapping`, and of every mapping inside it, is a string (a YAML `null:` or `1:` key is not a name)."""
+    todo = [(mapping, what)]
+    while todo:
+        current, path = todo.pop()
+        bad = next((k for k in current if not isinstance(k, str)), _NO_KEY)
+        if bad is not _NO_KEY:
+            raise UsageError(f"{where}: {path}: key {shown(bad)} ({type(bad).__name__}) is not a name; config keys are strings")
+        for key, value in current.items():
+            inner = value if isinstance(value, list) else [value]
+            todo += [(v, key if path == "the top level" else f"{path}.{key}") for v in inner if isinstance(v, dict)]
 
 
 # --- writing ---------------------------------------------------------------------------------------------------

@@ -203,6 +203,8 @@ EXAMPLES = {
     "TP_OVERLAP_UNSUPPORTED_PRECISION": (r({**TP2, "comm_overlap.tp_comm_overlap": True, "mixed_precision": "bf16_with_nvfp4_mixed"}),
                                          r({**TP2, "comm_overlap.tp_comm_overlap": True})),
     "TP_OVERLAP_NOT_RECOMMENDED": (plan(tp=2, gpus=64, gpu="gb200", precision="nvfp4"), plan(tp=2, gpus=64, gpu="gb200")),
+    "PLAN_LEAVES_KEY_AS_SHIPPED": (plan(recipe="nemotron_3_ultra_pretrain_256gpu_gb200_fp8mx_config"),
+                                   plan(recipe="nemotron_3_ultra_pretrain_24gpu_h100_bf16_config")),
     "SHIPPED_RECIPES_DIFFER": (plan(tp=4, pp=16, vpp=8, gpus=128, gpu="gb200", precision="nvfp4"), plan(tp=4, pp=16, vpp=8, gpus=128, gpu="h100")),
     "TP_OVERLAP_DEFAULT_UB_CFG": (r({**TP2, "comm_overlap.tp_comm_overlap": True}),
                                   r({**TP2, "comm_overlap.tp_comm_overlap": True, "comm_overlap.tp_comm_overlap_cfg": PRESET_H100})),
