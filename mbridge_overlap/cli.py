@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from . import api, releases, safeio, text
@@ -15,17 +16,14 @@ from .trace import cli as trace_cli
 PROG = "mbridge-overlap"
 
 
-def _positive_int(flag: str):
-    def parse(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag}: expected a positive integer, got {safeio.shown(value)}") from None
-        if number < 1:
-            raise argparse.ArgumentTypeError(f"{flag}: must be a positive integer, got {number}")
-        return number
-
-    return parse
+def _positive_int(value: str) -> int:
+    """An argparse type (argparse names the flag in its message)."""
+    if not re.fullmatch(r"[+-]?[0-9]{1,%d}" % safeio.MAX_INT_CHARS, value.strip()):  # int() also takes "８" and "1_0"
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {safeio.shown(value)}")
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {number}")
+    return number
 
 
 def _common(p: argparse.ArgumentParser, formats=("text", "json")) -> None:
@@ -88,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resolve", help="effective overlap settings Bridge will use for a requested config")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Bridge-style dotted overrides, e.g. model.sequence_parallel=true")
     p.add_argument("--recipe", type=recipe_arg, help="start from this shipped recipe function (see the recipes command) instead of the baseline")
-    p.add_argument("--gpus", type=_positive_int("--gpus"), help=gpus_help)
+    p.add_argument("--gpus", type=_positive_int, help=gpus_help)
     p.add_argument("--gpu", help=gpu_help + " (default: the recipe's, else h100); the launch environment and the MoE dispatcher check depend on it")
     p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
     p.add_argument("--config", metavar="FILE", help="a saved run_config.yaml (or checkpoint folder) or an override YAML, applied before the overrides")
@@ -98,14 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("plan", help="the overrides that enable every overlap mode a layout can use")
     for flag in ("--tp", "--pp", "--cp"):
-        p.add_argument(flag, type=_positive_int(flag), help=f"{flag[2:].upper()} size (default: the recipe's, else 1)")
-    p.add_argument("--vpp", type=_positive_int("--vpp"), help="virtual pipeline size (interleaved schedule; needs --pp > 1)")
-    p.add_argument("--gpus", type=_positive_int("--gpus"), help=gpus_help)
+        p.add_argument(flag, type=_positive_int, help=f"{flag[2:].upper()} size (default: the recipe's, else 1)")
+    p.add_argument("--vpp", type=_positive_int, help="virtual pipeline size (interleaved schedule; needs --pp > 1)")
+    p.add_argument("--gpus", type=_positive_int, help=gpus_help)
     p.add_argument("--gpu", help=gpu_help + " (default: the recipe's, else h100)")
     p.add_argument("--precision", help="compute precision: " + ", ".join(releases.data()["precisions"]) + " (default: the recipe's, else bf16)")
-    p.add_argument("--hidden-size", type=_positive_int("--hidden-size"), help="model hidden size (to match a tuned TP preset)")
-    p.add_argument("--seq-length", type=_positive_int("--seq-length"), help="sequence length (to match a tuned TP preset)")
-    p.add_argument("--micro-batch-size", type=_positive_int("--micro-batch-size"), help="micro batch size (to match a tuned TP preset)")
+    p.add_argument("--hidden-size", type=_positive_int, help="model hidden size (to match a tuned TP preset)")
+    p.add_argument("--seq-length", type=_positive_int, help="sequence length (to match a tuned TP preset)")
+    p.add_argument("--micro-batch-size", type=_positive_int, help="micro batch size (to match a tuned TP preset)")
     p.add_argument("--lora", action="store_true", help="LoRA fine-tuning (LoRA presets)")
     p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not available")
     p.add_argument("--moe", action="store_true", default=None, help="an MoE model with expert parallelism (default: from the recipe)")
@@ -121,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lint", help="every finding for a run config or a shipped recipe, and the overlap it left on the table")
     p.add_argument("config", nargs="?", help="run_config.yaml, a checkpoint or iteration directory holding one, or a plan override file")
     p.add_argument("--recipe", type=recipe_arg, help="lint this shipped recipe (or: the recipe the run config started from)")
-    p.add_argument("--gpus", type=_positive_int("--gpus"), help="GPU count (default: the saved comm_overlap.data_parallel_size, or the recipe's)")
+    p.add_argument("--gpus", type=_positive_int, help="GPU count (default: the saved comm_overlap.data_parallel_size, or the recipe's)")
     p.add_argument("--gpu", help=gpu_help + ", to check the tuned preset and the launch environment (default: the recipe's)")
     p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
     _release_flags(p)
@@ -130,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("recipes", help="Bridge's shipped recipes with their effective overlap state")
     p.add_argument("--model", help="model family, or part of it (llama3_70b, qwen3)")
     p.add_argument("--gpu", help=gpu_help)
-    p.add_argument("--gpus", type=_positive_int("--gpus"), help="GPU count in the name")
+    p.add_argument("--gpus", type=_positive_int, help="GPU count in the name")
     p.add_argument("--task", help="pretrain, sft or peft")
     p.add_argument("--precision", help="bf16, fp8_cs, fp8_mx, fp8_sc or nvfp4 (or as the name writes it: fp8cs, ...)")
     p.add_argument("--name", help="part of the function name")
@@ -144,9 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("diff", help="the overlap-relevant changes between two run configs, with causes, ranked")
     p.add_argument("before", help="the faster run's config (file, checkpoint or iteration directory)")
     p.add_argument("after", help="the slower run's config")
-    p.add_argument("--gpus", type=_positive_int("--gpus"), help="GPU count of both runs, where a config does not record it")
-    p.add_argument("--gpus-before", type=_positive_int("--gpus-before"), help="GPU count of BEFORE")
-    p.add_argument("--gpus-after", type=_positive_int("--gpus-after"), help="GPU count of AFTER")
+    p.add_argument("--gpus", type=_positive_int, help="GPU count of both runs, where a config does not record it")
+    p.add_argument("--gpus-before", type=_positive_int, help="GPU count of BEFORE")
+    p.add_argument("--gpus-after", type=_positive_int, help="GPU count of AFTER")
     p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
     _release_flags(p)
     _common(p)

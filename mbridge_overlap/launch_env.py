@@ -43,7 +43,7 @@ class Layout:
 
 def env_value(value):
     """A launch variable's value as Bridge's recipes write it in env_vars: digits as an int, anything else as is."""
-    return int(value) if isinstance(value, str) and value.isdigit() else value
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
 
 
 def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str]]:

@@ -158,14 +158,14 @@ def _preset(rc, entry, res, gpu_info: dict) -> list[Finding]:
     if not eff["tp_comm_overlap"]:
         return []
     raw = rc.raw if rc else {}
-    model_raw, train = raw.get("model") or {}, raw.get("train") or {}
     recorded = (entry or {}).get("request") or {}
+    req = res.state.request
     sizes = {
         "tp": eff["tensor_model_parallel_size"], "cp": eff["context_parallel_size"],
         # a recipe's model dimensions are the catalog's stand-in's, not the real model's: not compared
-        "hidden_size": model_raw.get("hidden_size"),
-        "seq_length": model_raw.get("seq_length") or (recorded.get("model") or {}).get("seq_length"),
-        "micro_batch_size": train.get("micro_batch_size") or (recorded.get("train") or {}).get("micro_batch_size"),
+        "hidden_size": req.model["hidden_size"],
+        "seq_length": req.model["seq_length"],
+        "micro_batch_size": req.train["micro_batch_size"],
     }
     lora = bool(raw.get("peft") is not None or recorded.get("peft"))
     release = releases.get(res.bridge_version)

@@ -19,8 +19,8 @@ from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, 
 from .suggest import closest
 
 _NULLS = {"null", "none", "~"}
-_INT = re.compile(r"^[+-]?\d{1,%d}\Z" % safeio.MAX_INT_CHARS)
-_FLOAT = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?\Z")
+_INT = re.compile(r"^[+-]?[0-9]{1,%d}\Z" % safeio.MAX_INT_CHARS)  # ASCII digits: int() also takes "８" and "1_0"
+_FLOAT = re.compile(r"^[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -34,6 +34,10 @@ class MixedPrecision:
     def values(self, release: Release) -> dict:
         base = release.mixed_precision(self.recipe) if self.recipe else {}
         return {**base, **self.fields}
+
+
+# What a catalog entry records of the offline build's stand-in model, not of the recipe's real one.
+STAND_IN = ("model.hidden_size",)
 
 
 @dataclass
@@ -69,7 +73,7 @@ class Request:
         recorded = entry["request"]
         for section, fields in schema.SECTIONS.items():
             for name, value in (recorded.get(section) or {}).items():
-                if name in fields:
+                if name in fields and f"{section}.{name}" not in STAND_IN:
                     getattr(req, section)[name] = value
         for section, names in schema.CONTEXT.items():
             req.context.update({f"{section}.{n}": v for n, v in (recorded.get(section) or {}).items() if n in names})

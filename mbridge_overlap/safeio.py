@@ -486,33 +486,83 @@ def drop_stdout() -> None:
 
 
 def write_output(path, payload: str, force: bool) -> None:
-    """--output PATH: written to a temporary file beside it, then renamed into place. Without force nothing that
-    exists is replaced (a dangling symlink included, checked and created in one step by link()); with force a
-    symlink is replaced itself, never written through; directories and devices are never replaced."""
-    import tempfile
-
+    """--output PATH, never half-written: the text goes to an unnamed file (O_TMPFILE) linked into place, or to a
+    temporary file beside the target renamed into place. Without force nothing that exists is replaced (a dangling
+    symlink included, checked and created in one step by link()); with force a symlink is replaced itself, never
+    written through; what _check_target refuses is never touched."""
     target = Path(path)
     try:
         _check_target(target, force)
         data = payload.encode("utf-8")
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".mbridge-overlap-", suffix=".tmp")
-        try:
-            _write_all(fd, data)
-            _publish(tmp, target, force)
-        finally:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
+        if (not force or not os.path.lexists(target)) and _link_unnamed(target, data):
+            return
+        _write_named(target, data, force)
     except OSError as exc:
         raise UsageError(f"--output {path}: {_write_reason(exc, target)}") from None
     except UnicodeEncodeError:
         raise UsageError(f"--output {path}: the output holds characters UTF-8 cannot encode") from None
 
 
+def _link_unnamed(target: Path, data: bytes) -> bool:
+    """Write an O_TMPFILE file in the target's folder and link it in: no temporary name exists at any moment (a
+    killed process leaves nothing; an append-only folder works). False where the system offers no such file."""
+    flag = getattr(os, "O_TMPFILE", None)
+    if flag is None:
+        return False
+    try:
+        fd = os.open(target.parent, flag | os.O_WRONLY, 0o666)
+    except OSError:
+        return False  # not supported by this file system; the named path reports real errors
+    root = None
+    try:
+        _write_all(fd, data)
+        # os.link calls linkat(AT_SYMLINK_FOLLOW), which links the open file itself, only when given a dir fd
+        root = os.open("/", os.O_RDONLY)
+        try:
+            os.link(f"/proc/self/fd/{fd}", target, src_dir_fd=root)  # EEXIST on anything there, a dangling symlink too
+        except FileExistsError:
+            raise UsageError(f"--output {target}: exists; pass --force to overwrite") from None
+        except OSError:
+            return False  # no /proc here: the named path does it
+        return True
+    finally:
+        os.close(fd)
+        if root is not None:
+            os.close(root)
+
+
+def _write_named(target: Path, data: bytes, force: bool) -> None:
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".mbridge-overlap-", suffix=".tmp")
+    published = False
+    try:
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+        _publish(tmp, target, force)
+        published = True
+    finally:
+        _remove_temporary(tmp, target, published)
+
+
+def _remove_temporary(tmp: str, target: Path, published: bool) -> None:
+    """The temporary file goes; where the folder forbids that (append-only), say so once and keep the outcome."""
+    if not os.path.lexists(tmp):
+        return
+    try:
+        os.unlink(tmp)
+    except OSError as exc:
+        done = f"wrote {esc(target)}, but" if published else "the write failed, and"
+        print(f"mbridge-overlap: {done} its temporary file {esc(tmp)} could not be removed ({reason(exc)})", file=sys.stderr)
+
+
 def _check_target(target: Path, force: bool) -> None:
     """What --output may create or replace: a new file, or (with force) a regular file or a symlink of the user's;
     never a directory, device, FIFO, socket or a symlink to one, nothing in /dev, /proc or /sys, nothing another
     user owns. Only where --force would help does the refusal say so."""
-    if str(target) in ("", "."):
+    if str(target) == "":
         raise UsageError("--output: an empty file name")
     root = pseudo_root(target.parent)
     if root:
@@ -539,16 +589,14 @@ def _check_target(target: Path, force: bool) -> None:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """All of data into fd, with the mode a new file gets under the umask; the caller closes fd."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
 
 
 def _publish(tmp: str, target: Path, force: bool) -> None:
@@ -571,8 +619,11 @@ def _create_exclusive(tmp: str, target: Path) -> None:
         fd = os.open(target, flags, 0o666)
     except FileExistsError:
         raise UsageError(f"--output {target}: exists; pass --force to overwrite") from None
-    with open(tmp, "rb") as src:
-        _write_all(fd, src.read())
+    try:
+        with open(tmp, "rb") as src:
+            _write_all(fd, src.read())
+    finally:
+        os.close(fd)
 
 
 def _write_reason(exc: OSError, target: Path) -> str:

@@ -61,6 +61,7 @@ MODEL = {
     "add_bias_linear": Field(BOOL, True),
     "add_qkv_bias": Field(BOOL, False),
     "seq_length": Field(OPT_INT, None),
+    "hidden_size": Field(OPT_INT, None),  # the model's own; unknown (None) unless the request says (presets are tuned per size)
     "calculate_per_token_loss": Field(BOOL, False),
 }
 
@@ -214,7 +215,7 @@ EFFECTIVE_FIELDS = {
 # What the recipe catalog records of each recipe (scripts/gen_recipe_catalog.py): every modeled field, and these
 # fields the rules or the listing read without resolving them.
 CONTEXT = {
-    "model": ["num_layers", "hidden_size", "expert_tensor_parallel_size", "moe_shared_expert_intermediate_size"],
+    "model": ["num_layers", "expert_tensor_parallel_size", "moe_shared_expert_intermediate_size"],
     "ddp": ["num_distributed_optimizer_instances", "fsdp_double_buffer", "outer_dp_sharding_strategy",
             "suggested_communication_unit_size"],
     "optimizer": ["optimizer", "use_precision_aware_optimizer"],

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
+from .. import safeio
 from ..errors import UsageError
 from . import render, snippet
 
@@ -47,6 +47,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="analyse what a truncated trace holds instead of refusing it; the output is marked PARTIAL",
     )
     parser.add_argument(
+        "--jobs", type=_jobs, metavar="N",
+        help="worker processes analysing rank files at once (default: one per rank, at most one per core and 8; "
+        "1: one after another in this process); the report is the same",
+    )
+    parser.add_argument(
         "--snippet", choices=tuple(snippet.FORMS), metavar="FORM",
         help="print a snippet that turns on Bridge's PyTorch profiler: python, yaml or hydra",
     )
@@ -56,13 +61,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _jobs(value: str) -> int:
+    if not value.strip().isdigit() or not 1 <= int(value) <= 1024:
+        raise argparse.ArgumentTypeError(f"expected a number of processes from 1 to 1024, got {safeio.shown(value)}")
+    return int(value)
+
+
 def _print(text: str) -> None:
-    sys.stdout.write(text)
+    try:
+        safeio.write_stdout(text)
+    except UsageError:  # closed or full: drop what stdout still buffers, so that exiting does not fail again
+        safeio.drop_stdout()
+        raise
 
 
 def _snippet(args) -> int:
-    if args.traces or args.compare:
-        raise UsageError("--snippet takes no traces and no --compare")
+    if args.traces or args.compare or args.jobs:
+        raise UsageError("--snippet takes no traces, --compare or --jobs")
     from .. import api
 
     made = api.trace_snippet(args.snippet, steps=args.steps, ranks=args.rank)
@@ -81,14 +96,15 @@ def run(args) -> int:
     if args.compare:
         if len(args.traces) != 2:
             raise UsageError(f"--compare takes exactly two traces, BEFORE and AFTER (got {len(args.traces)})")
-        result = api.compare_traces(args.traces[0], args.traces[1], ranks=ranks, allow_partial=args.allow_partial)
+        result = api.compare_traces(args.traces[0], args.traces[1], ranks=ranks, allow_partial=args.allow_partial,
+                                    jobs=args.jobs)
         data = result.to_dict()
         partial = result.before.partial or result.after.partial
         text = render.comparison
     else:
         if not args.traces:
             raise UsageError("give at least one trace file or directory (or --snippet FORM)")
-        result = api.trace(args.traces, ranks=ranks, allow_partial=args.allow_partial)
+        result = api.trace(args.traces, ranks=ranks, allow_partial=args.allow_partial, jobs=args.jobs)
         data, partial, text = result.to_dict(), result.partial, render.report
     _print(json.dumps(data, indent=2) + "\n" if args.format == "json" else text(data))
     return 1 if partial else 0

@@ -138,8 +138,8 @@ def _notes(before: TraceReport, after: TraceReport) -> list[str]:
     return notes
 
 
-def compare(before, after, ranks=None, allow_partial: bool = False) -> TraceComparison:
+def compare(before, after, ranks=None, allow_partial: bool = False, jobs: int | None = None) -> TraceComparison:
     """Compare two captures (a file or a directory of one job's rank files each)."""
-    b = analyze(before, ranks=ranks, allow_partial=allow_partial)
-    a = analyze(after, ranks=ranks, allow_partial=allow_partial)
+    b = analyze(before, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
+    a = analyze(after, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
     return TraceComparison(b, a, _notes(b, a))

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Iterable, Union
 
 from ..errors import UsageError
-from . import analysis, kineto
-from .escape import shown
+from ..safeio import esc
+from . import analysis, kineto, pool
 from .report import RankReport, TraceReport
 
 PathLike = Union[str, Path]
 SUFFIXES = (".json", ".json.gz")
-MAX_WORKERS = 4  # each worker holds one rank's trace data
+MAX_JOBS = 8  # worker processes at most; each holds one rank's trace data
+
+
+def default_jobs(ranks: int) -> int:
+    """One worker process per rank, at most one per core this process may use and MAX_JOBS."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(ranks, cores, MAX_JOBS))
 
 
 def trace_files(paths: Iterable[PathLike]) -> list[Path]:
@@ -25,16 +35,16 @@ def trace_files(paths: Iterable[PathLike]) -> list[Path]:
             if p.is_dir():
                 found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(SUFFIXES))
                 if not found:
-                    raise UsageError(f"{shown(p)}: no .json or .json.gz trace files in this directory")
+                    raise UsageError(f"{esc(p)}: no .json or .json.gz trace files in this directory")
                 files.extend(found)
             elif p.is_file():
                 files.append(p)
             elif p.exists():  # reading a FIFO or a device could block or never end
-                raise UsageError(f"{shown(p)}: not a regular file (a FIFO, device or socket), so not a trace file")
+                raise UsageError(f"{esc(p)}: not a regular file (a FIFO, device or socket), so not a trace file")
             else:
-                raise UsageError(f"{shown(p)}: no such file or directory")
+                raise UsageError(f"{esc(p)}: no such file or directory")
         except OSError as exc:
-            raise UsageError(f"{shown(p)}: cannot read ({shown(exc.strerror or exc)})") from None
+            raise UsageError(f"{esc(p)}: cannot read ({esc(exc.strerror or exc)})") from None
     if not files:
         raise UsageError("no trace files given")
     return list(dict.fromkeys(files))
@@ -50,23 +60,25 @@ def _analyze_file(path: Path, allow_partial: bool) -> RankReport:
     return analysis.analyze(kineto.load(path, allow_partial))
 
 
-def _analyze_all(files: list[Path], allow_partial: bool) -> list[RankReport]:
-    workers = min(len(files), os.cpu_count() or 1, MAX_WORKERS)
-    if workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
-        from concurrent.futures.process import BrokenProcessPool
 
-        try:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                return list(pool.map(_analyze_file, files, [allow_partial] * len(files)))
-        except BrokenProcessPool:
-            raise UsageError(
-                f"a process analysing one of {len(files)} traces died (out of memory?); pass fewer with --rank"
-            ) from None
-        except (OSError, NotImplementedError, PermissionError):
-            pass  # no process pool here (sandbox): one after another
-    return [_analyze_file(f, allow_partial) for f in files]
+def _analyze_all(files: list[Path], allow_partial: bool, jobs: int | None) -> list[RankReport]:
+    """Each file's report, in order; on worker processes when jobs > 1 (the same reports and errors as serially)."""
+    jobs = default_jobs(len(files)) if jobs is None else jobs
+    try:
+        return pool.map_ordered(partial(_analyze_file, allow_partial=allow_partial), files, jobs,
+                                [_size(f) for f in files])
+    except pool.WorkerDied as exc:
+        how = f"killed by signal {-exc.exitcode}" if exc.exitcode and exc.exitcode < 0 else f"exit status {exc.exitcode}"
+        raise UsageError(
+            f"{esc(exc.item)}: the process analysing it died ({how}; out of memory?); analyse fewer ranks at once "
+            "(--rank) or pass --jobs 1"
+        ) from None
 
 
 def check_one_job(identities: list[tuple[str, int | None, int | None]]) -> None:
@@ -79,7 +91,7 @@ def check_one_job(identities: list[tuple[str, int | None, int | None]]) -> None:
             if sizes and size not in sizes:
                 other_size, other = next(iter(sizes.items()))
                 raise UsageError(
-                    f"{shown(file)}: rank {rank} of a {size}-rank job, but {shown(other)} is from a {other_size}-rank job: "
+                    f"{esc(file)}: rank {rank} of a {size}-rank job, but {esc(other)} is from a {other_size}-rank job: "
                     "traces of two different jobs; analyse one job at a time"
                 )
             sizes.setdefault(size, file)
@@ -87,17 +99,18 @@ def check_one_job(identities: list[tuple[str, int | None, int | None]]) -> None:
             continue
         if rank in ranks:
             raise UsageError(
-                f"{shown(file)}: rank {rank} again (also in {shown(ranks[rank])}): traces of two different jobs "
+                f"{esc(file)}: rank {rank} again (also in {esc(ranks[rank])}): traces of two different jobs "
                 "or two captures; analyse one job's capture at a time"
             )
         ranks[rank] = file
         if size is not None and rank >= size:
-            raise UsageError(f"{shown(file)}: rank {rank} but world size {size}: the trace contradicts itself")
+            raise UsageError(f"{esc(file)}: rank {rank} but world size {size}: the trace contradicts itself")
 
 
 def analyze(paths: PathLike | Iterable[PathLike], ranks: Iterable[int] | None = None,
-            allow_partial: bool = False) -> TraceReport:
-    """Analyse the traces of one job: files, or directories of them, one file per rank."""
+            allow_partial: bool = False, jobs: int | None = None) -> TraceReport:
+    """Analyse the traces of one job: files, or directories of them, one file per rank; `jobs` worker processes
+    (default: default_jobs; 1: one file after another in this process)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     files = trace_files(paths)
@@ -113,7 +126,7 @@ def analyze(paths: PathLike | Iterable[PathLike], ranks: Iterable[int] | None = 
             )
         identities = [i for i in identities if i[1] in wanted]
     check_one_job(identities)
-    reports = _analyze_all([Path(f) for f, _r, _s in identities], allow_partial)
+    reports = _analyze_all([Path(f) for f, _r, _s in identities], allow_partial, jobs)
     check_one_job([(r.file, r.rank, r.world_size) for r in reports])  # distributedInfo may follow the events
     reports.sort(key=lambda r: (r.rank is None, r.rank or 0, r.file))
     return TraceReport(reports)

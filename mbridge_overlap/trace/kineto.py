@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from . import kernels, reader
-from .escape import shown
+from ..safeio import esc
 
 PG_KEYS = ("Process Group Name", "Process Group Description", "Process Group Ranks", "Collective name", "Group size")
 _SYNC = frozenset(("Event Sync", "Context Sync"))
@@ -170,8 +170,8 @@ class RankTrace:
 def _launch_table(trace: RankTrace):
     """correlation -> earliest CPU record start: an array over a dense id range (Kineto counts them up), else a dict."""
     corrs, starts = trace.cpu_correlation, trace.cpu_start
-    if not corrs:
-        return {}.get
+    if not corrs:  # CUDA activities only: no kernel has a launch record
+        return lambda corr: NO_LAUNCH
     low, high = min(corrs), max(corrs)
     if high - low < 4 * len(corrs) + 1024:
         table = array("q", [NO_LAUNCH]) * (high - low + 1)
@@ -221,7 +221,7 @@ def load(path: Path, allow_partial: bool = False) -> RankTrace:
         trace.events = exc.events
         if not allow_partial:
             raise UsageError(
-                f"{shown(path)}: truncated (the file ends inside the trace); pass --allow-partial to analyse what was read"
+                f"{esc(path)}: truncated (the file ends inside the trace); pass --allow-partial to analyse what was read"
             ) from None
         trace.partial = True
     _check(trace)
@@ -233,8 +233,8 @@ def _check(trace: RankTrace) -> None:
     if len(trace.kind):
         return
     if trace.events == 0 and not trace.partial:
-        raise UsageError(f"{shown(trace.path)}: the trace has no events")
+        raise UsageError(f"{esc(trace.path)}: the trace has no events")
     raise UsageError(
-        f"{shown(trace.path)}: no GPU kernel, memcpy or memset events: a CPU-only trace? "
+        f"{esc(trace.path)}: no GPU kernel, memcpy or memset events: a CPU-only trace? "
         "Profile a GPU job with CUDA activities (Bridge's use_pytorch_profiler records them)"
     )

@@ -11,7 +11,7 @@ from typing import Callable
 
 from . import kernels
 from .attribution import P2P, UNATTRIBUTED
-from .escape import shown
+from ..safeio import esc, shown
 from .kineto import NO_LAUNCH, RankTrace
 
 
@@ -114,7 +114,7 @@ def _identity(trace: RankTrace) -> list[str]:
     info = trace.distributed
     if "rank" in info and trace.recorded_rank is None:
         notes.append(
-            f"distributedInfo.rank is {shown(repr(info['rank'])[:40])}, not a rank: "
+            f"distributedInfo.rank is {shown(info['rank'], 40)}, not a rank: "
             + ("the file name's rank is used" if trace.name_rank is not None else "the rank is unknown")
         )
     named, recorded = trace.name_rank, trace.recorded_rank
@@ -124,7 +124,7 @@ def _identity(trace: RankTrace) -> list[str]:
             f"the figures are rank {recorded}'s (was the file renamed or copied?)"
         )
     if "world_size" in info and trace.world_size is None:
-        notes.append(f"distributedInfo.world_size is {shown(repr(info['world_size'])[:40])}, not a world size: ignored")
+        notes.append(f"distributedInfo.world_size is {shown(info['world_size'], 40)}, not a world size: ignored")
     return notes
 
 
@@ -135,7 +135,7 @@ def rank_notes(trace: RankTrace, cutoff, steps, comm: dict, counted: Callable[[i
     notes = []
     if trace.partial:
         notes.append(
-            f"PARTIAL: {shown(trace.path.name)} is truncated; these figures cover only the {trace.events:,} events "
+            f"PARTIAL: {esc(trace.path.name)} is truncated; these figures cover only the {trace.events:,} events "
             "before the cut"
         )
     notes.append(_steps_note(cutoff, steps))

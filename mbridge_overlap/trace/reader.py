@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import UsageError
-from .escape import shown
+from ..safeio import esc, shown
 from .source import Source
 from .window import Stats, Truncated, Window, char
 
@@ -64,8 +64,8 @@ def _document(text: Window, on_event, on_meta) -> None:
         return
     if first != "{":
         if not first:
-            raise UsageError(f"{shown(text.path)}: empty file, not a trace")
-        raise UsageError(f"{shown(text.path)}: not a JSON trace (it starts with {char(first)}, not '{{' or '[')")
+            raise UsageError(f"{esc(text.path)}: empty file, not a trace")
+        raise UsageError(f"{esc(text.path)}: not a JSON trace (it starts with {char(first)}, not '{{' or '[')")
     text.pos += 1
     if _object(text, on_event, on_meta):
         _end(text)
@@ -81,7 +81,7 @@ def _object(text: Window, on_event, on_meta) -> bool:
                 raise Truncated()
             raise text.error(text.pos, f"expected a key in double quotes, found {char(c)}")
         key = text.value()
-        text.expect(":", f"after the key {shown(repr(key[:40]))}")
+        text.expect(":", f"after the key {shown(key, 40)}")
         if key == "traceEvents":
             if on_event is None:
                 return False
@@ -91,7 +91,7 @@ def _object(text: Window, on_event, on_meta) -> bool:
             if not found:
                 raise Truncated()
             if found != "[":
-                raise UsageError(f"{shown(text.path)}: traceEvents is not an array")
+                raise UsageError(f"{esc(text.path)}: traceEvents is not an array")
             _events(text, on_event)
             seen_events = True
         else:
@@ -107,10 +107,10 @@ def _object(text: Window, on_event, on_meta) -> bool:
         elif c != "}":
             if not c:
                 raise Truncated()
-            raise text.error(text.pos, f"expected ',' or '}}' after the value of {shown(repr(key[:40]))}, found {char(c)}")
+            raise text.error(text.pos, f"expected ',' or '}}' after the value of {shown(key, 40)}, found {char(c)}")
     text.pos += 1
     if not seen_events:
-        raise UsageError(f"{shown(text.path)}: no traceEvents array, so not a PyTorch profiler trace")
+        raise UsageError(f"{esc(text.path)}: no traceEvents array, so not a PyTorch profiler trace")
     return True
 
 
@@ -167,7 +167,7 @@ def _events(text: Window, on_event) -> None:
             try:
                 on_event(event)
             except BadEvent as exc:
-                raise UsageError(f"{shown(text.path)}: the event at byte {start:,}: {exc}") from None
+                raise UsageError(f"{esc(text.path)}: the event at byte {start:,}: {exc}") from None
         c = text.peek()
         if c == ",":
             text.pos += 1
@@ -235,4 +235,4 @@ def _nth_start(text: Window, buf: str, pos: int, nth: int) -> int:
 
 
 def _bad_event(text: Window, pos: int, exc: BadEvent) -> UsageError:
-    return UsageError(f"{shown(text.path)}: the event at byte {text.byte_offset(pos):,}: {exc}")
+    return UsageError(f"{esc(text.path)}: the event at byte {text.byte_offset(pos):,}: {exc}")

@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .escape import lines, shown
+from ..safeio import esc
+
+
+def _lines(out: list[str]) -> str:
+    """The output, one line each: whatever a cell or note above did not escape is escaped here."""
+    return "".join(esc(line) + "\n" for line in "\n".join(out).split("\n"))
 
 
 def us(value) -> str:
@@ -29,7 +34,7 @@ _NUMERIC = re.compile(r"^[-+]?[\d,.]+%?$|^-$")
 
 def table(headers: list[str], rows: list[list], indent: str = "  ") -> list[str]:
     """Numbers right-aligned, words left-aligned."""
-    cells = [[shown(c) for c in row] for row in rows]  # names from a trace may hold control characters
+    cells = [[esc(c) for c in row] for row in rows]  # names from a trace may hold control characters
     widths = [max(len(x) for x in col) for col in zip(headers, *cells)]
     right = [bool(col) and all(_NUMERIC.match(x) for x in col) for col in zip(*cells)] if cells else []
 
@@ -46,7 +51,7 @@ def _collectives(counts: dict) -> str:
 
 def _rank_block(r: dict) -> list[str]:
     label = "rank ?" if r["rank"] is None else f"rank {r['rank']}"
-    out = [f"{label} ({shown(Path(r['file']).name)}){'  PARTIAL' if r['partial'] else ''}"]
+    out = [f"{label} ({esc(Path(r['file']).name)}){'  PARTIAL' if r['partial'] else ''}"]
     out += table(
         ["dimension", "kernels", "communication", "hidden", "exposed", "hidden %", "collectives"],
         [[d["dimension"], d["kernels"], us(d["communication_us"]), us(d["hidden_us"]), us(d["exposed_us"]),
@@ -64,7 +69,7 @@ def _rank_block(r: dict) -> list[str]:
         if rows:
             out.append("")
             out += table(["step", "dimension", "hidden", "exposed"], rows)
-    out += [f"  note: {shown(n)}" for n in r["notes"]]
+    out += [f"  note: {esc(n)}" for n in r["notes"]]
     return out
 
 
@@ -84,8 +89,8 @@ def report(d: dict) -> str:
     ]
     for r in ranks:
         out += ["", *_rank_block(r)]
-    out += [f"note: {shown(n)}" for n in d["notes"]]
-    return lines("\n".join(out)) + "\n"  # what a cell or note above missed
+    out += [f"note: {esc(n)}" for n in d["notes"]]
+    return _lines(out)
 
 
 def _side(s: dict) -> str:
@@ -117,5 +122,5 @@ def comparison(d: dict) -> str:
                   r["change"]] for r in d["steps"]],
             ),
         ]
-    out += [f"note: {shown(n)}" for n in d["notes"]]
-    return lines("\n".join(out)) + "\n"  # what a cell or note above missed
+    out += [f"note: {esc(n)}" for n in d["notes"]]
+    return _lines(out)

@@ -13,7 +13,7 @@ import re
 from .. import render as templates
 from ..errors import UsageError
 from ..contract import SCHEMA_VERSION
-from .escape import shown
+from ..safeio import shown
 
 RELEASE = "0.6.2"
 FORMS = {"python": "profiler.py.j2", "yaml": "profiler.yaml.j2", "hydra": "profiler.hydra.j2"}

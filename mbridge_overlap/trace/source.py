@@ -5,11 +5,17 @@ so a small gzip file that inflates to gigabytes costs time, not memory."""
 from __future__ import annotations
 
 import codecs
+import os
 import zlib
 from pathlib import Path
 
 from ..errors import UsageError
-from .escape import shown
+from ..safeio import esc, open_input
+
+# A trace on disk may be large (a long multi-GPU capture is gigabytes of JSON): the reader streams it with bounded
+# memory, so the limit only stops a file that cannot be a trace; a gzip file's text is not limited (a gzip bomb
+# costs time, not memory).
+MAX_TRACE_BYTES = 64 << 30
 
 _GZIP = 16 + zlib.MAX_WBITS
 _RAW_READ = 1 << 16
@@ -20,11 +26,12 @@ class Source:
     """Text from a plain or gzip file, read in chunks."""
 
     def __init__(self, path: Path):
+        self.raw = os.fdopen(open_input(path, MAX_TRACE_BYTES), "rb")
         try:
-            self.raw = path.open("rb")
             magic = self.raw.peek(2)[:2]
         except OSError as exc:
-            raise UsageError(f"{shown(path)}: cannot read ({shown(exc.strerror or exc)})") from None
+            self.raw.close()
+            raise UsageError(f"{esc(path)}: cannot read ({esc(exc.strerror or exc)})") from None
         self.path = path
         self.gzip = zlib.decompressobj(_GZIP) if magic == b"\x1f\x8b" else None
         self.pending = b""  # compressed input not inflated yet
@@ -53,7 +60,7 @@ class Source:
             return self.utf8.decode(data)
         except UnicodeDecodeError as exc:
             where = max(0, self.offset + exc.start - len(exc.object) + len(data))
-            raise UsageError(f"{shown(self.path)}: not UTF-8 text (byte {where:,}), so not a JSON trace") from None
+            raise UsageError(f"{esc(self.path)}: not UTF-8 text (byte {where:,}), so not a JSON trace") from None
 
     def _bytes(self, size: int) -> tuple[bytes, bool]:
         """Up to `size` bytes of the file's text, and whether it has ended."""
@@ -63,18 +70,20 @@ class Source:
                 return data, not data
             return self._inflate(size)
         except OSError as exc:
-            raise UsageError(f"{shown(self.path)}: cannot read ({shown(exc.strerror or exc)})") from None
+            raise UsageError(f"{esc(self.path)}: cannot read ({esc(exc.strerror or exc)})") from None
 
     def _inflate(self, size: int) -> tuple[bytes, bool]:
         try:
             while True:
                 if self.gzip.eof:
-                    rest = self.gzip.unused_data + self.pending
+                    # zeros after a member are padding, as Python's gzip module (and so HTA) reads them
+                    rest = (self.gzip.unused_data + self.pending).lstrip(b"\0")
                     self.pending = b""
-                    if not rest:
+                    while not rest:
                         rest = self.raw.read(_RAW_READ)
-                    if not rest:
-                        return b"", True
+                        if not rest:
+                            return b"", True
+                        rest = rest.lstrip(b"\0")
                     self.gzip = zlib.decompressobj(_GZIP)  # a further gzip member
                     self.pending = rest
                 if not self.pending:
@@ -86,7 +95,7 @@ class Source:
                 if out:
                     return out, False
         except zlib.error as exc:
-            raise UsageError(f"{shown(self.path)}: not a readable gzip file ({exc})") from None
+            raise UsageError(f"{esc(self.path)}: not a readable gzip file ({exc})") from None
 
     def close(self) -> None:
         self.raw.close()

@@ -14,7 +14,7 @@ from json.scanner import make_scanner
 from pathlib import Path
 
 from ..errors import UsageError
-from .escape import shown
+from ..safeio import esc, shown
 from .source import Source
 
 CHUNK_CHARS = 1 << 20
@@ -132,11 +132,11 @@ class Window:
         self.pos += 1
 
     def error(self, index: int, problem: str) -> UsageError:
-        return UsageError(f"{shown(self.path)}: not valid JSON at byte {self.byte_offset(index):,}: {problem}")
+        return UsageError(f"{esc(self.path)}: not valid JSON at byte {self.byte_offset(index):,}: {problem}")
 
     def beyond(self, index: int, problem: str) -> UsageError:
         """Valid JSON, but beyond what a trace holds or Python reads."""
-        return UsageError(f"{shown(self.path)}: the value at byte {self.byte_offset(index):,}: {problem}")
+        return UsageError(f"{esc(self.path)}: the value at byte {self.byte_offset(index):,}: {problem}")
 
 
 def _counter(stats: Stats):
@@ -152,7 +152,7 @@ def _counter(stats: Stats):
 
 def char(c: str) -> str:
     """A character found where it should not be, for a message."""
-    return "the end of the file" if not c else shown(repr(c))
+    return "the end of the file" if not c else shown(c)
 
 
 def _no_value(buf: str, pos: int) -> str:

@@ -35,26 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 from mbridge_overlap import cli, render, safeio  # noqa: E402
 from mbridge_overlap.errors import UsageError  # noqa: E402
-
-MARKER = "PWNED"
-CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
-
+from hostile_kit import (  # noqa: E402
+    _PYCACHE, CONTROL, LINE_BREAKS, MARKER, assert_one_line, cli_env, fifo, payloads, run_cli, write,
+)
 
 # --- generators ------------------------------------------------------------------------------------------------
-
-# Characters that end a line somewhere: bash and Python (LF, CR), YAML 1.1 (NEL, LS, PS), str.splitlines (VT, FF).
-LINE_BREAKS = {"lf": "\n", "cr": "\r", "crlf": "\r\n", "nel": "\x85", "ls": "\u2028", "ps": "\u2029", "vt": "\x0b", "ff": "\x0c"}
-
-
-def payloads(marker: Path) -> dict[str, str]:
-    """Text that creates `marker` if any of bash, Python or YAML/Hydra takes it as code or structure."""
-    m = str(marker)
-    sh, py = f"touch {m}", f"open({m!r}, 'w').close()"
-    out = {f"break_{k}": f"x{b}{sh} #{b}{py} #{b}injected: 1{b}++injected=1" for k, b in LINE_BREAKS.items()}
-    out["shell_quotes"] = f"x'; {sh}; '\"; {sh}; \"$({sh})`{sh}`"
-    out["python_quotes"] = f"x'; {py}; '\"; {py}; \"\"\"\"; {py}; \"\"\"\\"
-    out["ansi_and_surrogate"] = f"\x1b[31mx\x1b]0;title\x07\udcff\u202e{sh}"
-    return out
 
 
 def alias_bomb(key: str, levels: int = 9, width: int = 9) -> str:
@@ -75,20 +60,6 @@ def nested_block(depth: int) -> str:
 def config(**sections) -> str:
     """A run config in JSON, which is YAML: every hostile string goes in with JSON's escapes."""
     return json.dumps({"comm_overlap": {"data_parallel_size": 1}, **sections})
-
-
-def write(folder: Path, name: str, data) -> Path:
-    path = folder / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
-    return path
-
-
-def fifo(folder: Path, name: str) -> Path:
-    path = folder / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.mkfifo(path)
-    return path
 
 
 def checkpoint(folder: Path, tracker) -> Path:
@@ -457,22 +428,6 @@ def _limit_memory():
     resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))  # a blow-up is a MemoryError traceback, not a swap storm
 
 
-_PYCACHE: list = []
-
-
-def cli_env(**extra) -> dict:
-    """The test's environment, with compiled modules cached outside the skill folder (0.05 s a run, not 0.2)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    if not _PYCACHE:
-        _PYCACHE.append(tempfile.mkdtemp(prefix="mbridge-overlap-pycache-"))
-    return {**env, "PYTHONPYCACHEPREFIX": _PYCACHE[0], **extra}
-
-
-def run_cli(*args, **kw):
-    argv = [a if isinstance(a, bytes) else str(a) for a in args]
-    return subprocess.run([sys.executable, "-m", "mbridge_overlap", *argv], cwd=ROOT, capture_output=True, timeout=30, **kw)
-
-
 def _run(case: Case, folder: Path):
     try:
         return run_cli(*case.make(folder), env=cli_env(**dict(case.env)), preexec_fn=_limit_memory)
@@ -492,13 +447,6 @@ def ran(tmp_path_factory):
         results = {k: (f.result(), folders[k]) for k, f in futures.items()}
     yield results
     shutil.rmtree(_PYCACHE.pop(), ignore_errors=True)
-
-
-def assert_one_line(proc) -> None:
-    err = proc.stderr.decode("utf-8")
-    assert err.endswith("\n") and err.count("\n") == 1, err
-    assert "Traceback" not in err and not CONTROL.search(err[:-1]), err
-    assert proc.stdout == b"", proc.stdout[:200]
 
 
 @pytest.mark.parametrize("case", CLI_CASES, ids=lambda c: c.id)
