@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -234,7 +235,47 @@ def _check(trace: RankTrace) -> None:
         return
     if trace.events == 0 and not trace.partial:
         raise UsageError(f"{esc(trace.path)}: the trace has no events")
+    unusable = _unusable(trace.path)
+    if unusable:
+        why = ", ".join(f"{n} {what}" for what, n in sorted(unusable.items(), key=lambda item: -item[1]))
+        raise UsageError(
+            f"{esc(trace.path)}: {sum(unusable.values()):,} kernel, memcpy or memset events, but none that can be placed "
+            f"on the GPU timeline ({why}); HolisticTraceAnalysis leaves them out too"
+        )
     raise UsageError(
         f"{esc(trace.path)}: no GPU kernel, memcpy or memset events: a CPU-only trace? "
         "Profile a GPU job with CUDA activities (Bridge's use_pytorch_profiler records them)"
     )
+
+
+_DEVICE_CATS = frozenset(("kernel", "gpu_memcpy", "gpu_memset"))
+
+
+def _unusable(path: Path) -> Counter:
+    """Why the kernel, memcpy and memset events were not used (a second pass, only for a trace with none used)."""
+    why: Counter = Counter()
+
+    def count(event: dict) -> None:
+        if event.get("cat") not in _DEVICE_CATS:
+            return
+        args = event.get("args") if isinstance(event.get("args"), dict) else {}
+        if _int(args.get("stream")) < 0:
+            why["without a stream"] += 1
+        elif _int(args.get("correlation")) < 0:
+            why["without a correlation id"] += 1
+        elif not _number(event.get("dur")):
+            why["without a duration"] += 1
+        elif not _number(event.get("ts")):
+            why["without a time stamp"] += 1
+        else:
+            why["without a usable name"] += 1
+
+    try:
+        reader.read(path, count)
+    except reader.Truncated:
+        pass
+    return why
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -3,10 +3,13 @@
 Classes: the same trace in other JSON layouts (must give the Kineto layout's report), corrupt or trailing data,
 odd numbers (NaN, Infinity, beyond 64 bits, over 4,300 digits), deep nesting, surrogates and control
 characters, empty / binary / gzip-garbage files, and paths that are no trace files (an empty directory, a FIFO,
-a device). Every case runs the CLI as a subprocess from the skill folder (all cases at once, a few at a time, to
-keep the suite fast) and asserts the exit status; bad input gets exactly one line on stderr, with no traceback
-and no raw control character, and nothing on stdout; a good trace gets nothing on stderr. CASES holds the case
-counts per class.
+a device). Issue 15 added: odd but legitimate trace shapes (CUDA activities only, only memcpys, kernels without
+a stream, ...), files of /proc, /sys and /dev and hostile directories, bidirectional and other invisible
+characters, stdout that is closed, full, a broken pipe or ASCII / Latin-1, and (apart, run one at a time) the
+worker pool killed by signals or starved by a process limit. Every case runs the CLI as a subprocess from the
+skill folder (all cases at once, a few at a time, to keep the suite fast) and asserts the exit status; bad input
+gets exactly one line on stderr, with no traceback and no raw unprintable character, and nothing on stdout; a
+good trace gets nothing on stderr. CASES holds the case counts per class.
 """
 
 from __future__ import annotations
@@ -15,8 +18,11 @@ import gzip
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,8 +32,12 @@ from typing import Callable
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-UNSAFE = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 TIMEOUT = 60  # seconds; a FIFO that were opened would hang here
+
+
+def unsafe(text: str) -> str:
+    """The unprintable characters of text but its line breaks (controls, surrogates, bidirectional overrides)."""
+    return "".join(c for c in text if c != "\n" and not c.isprintable())
 
 
 # --- generators ------------------------------------------------------------------------------------------------
@@ -109,6 +119,9 @@ class Case:
     status: int  # 0 whole, 1 partial (--allow-partial), 2 refused
     says: str = ""  # in stderr when refused, else in stdout
     same_as: str = ""  # a case whose --format json report this one must equal (file names aside)
+    env: dict | None = None  # environment variables to set (None: unset)
+    stdout: str = "pipe"  # or "closed" (>&-), "full" (/dev/full), "broken" (a pipe nobody reads)
+    encoding: str = "utf-8"  # of stdout, to read it back
 
 
 def _file(name: str, data: Callable[[], object], *flags: str) -> Callable[[Path], list]:
@@ -306,8 +319,260 @@ PATH_CASES = [
          2, "no .json or .json.gz"),
 ]
 
+
+# --- issue 15: odd but legitimate shapes, special files, directories, invisible characters, stdout -------------
+
+def only(doc: dict, keep: Callable[[dict], bool]) -> dict:
+    """doc with only the events keep() accepts."""
+    return {**doc, "traceEvents": [e for e in doc["traceEvents"] if keep(e)]}
+
+
+def is_kernel(e: dict) -> bool:
+    return e.get("cat") == "kernel"
+
+
+def edit_kernels(doc: dict, edit: Callable[[dict], None]) -> dict:
+    for e in doc["traceEvents"]:
+        if is_kernel(e):
+            edit(e)
+    return doc
+
+
+def memcpys(cuda_only: bool = False) -> dict:
+    """Per step a host-to-device copy and a memset, with launch records unless cuda_only."""
+    doc = trace()
+    events = [e for e in doc["traceEvents"] if e.get("cat") == "user_annotation"]
+    for i in range(4):
+        for name, cat in (("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy"), ("Memset (Device)", "gpu_memset")):
+            corr = 100 + len(events)
+            if not cuda_only:
+                events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1, "tid": 1,
+                               "ts": i * 700 + 1, "dur": 1, "args": {"correlation": corr}})
+            events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": i * 700 + 10, "dur": 50,
+                           "args": {"stream": 7, "correlation": corr, "bytes": 4096}})
+    return {**doc, "traceEvents": events}
+
+
+def strip(doc: dict, keys: tuple, which: Callable[[dict], bool] = lambda e: True) -> dict:
+    """doc with `keys` removed from the events which() picks."""
+    for e in doc["traceEvents"]:
+        if which(e):
+            for k in keys:
+                e.pop(k, None)
+    return doc
+
+
+def _pop(*keys: str) -> Callable[[dict], None]:
+    return lambda e: [e["args"].pop(k, None) for k in keys]
+
+
+def _shape(name: str, doc: Callable[[], dict], status: int = 0, says: str = "", *flags: str) -> Case:
+    return Case("shapes", name, _file("rank-0.json", lambda: json.dumps(doc()), *flags), status, says)
+
+
+RUNTIME = ("cuda_runtime", "ac2g")
+SHAPE_CASES = [
+    _shape("cuda_activities_only", lambda: only(trace(), is_kernel), 0, "6 GPU kernels, memcpys and memsets"),
+    _shape("cuda_activities_and_gpu_annotations", lambda: only(trace(), lambda e: is_kernel(e) or e.get("cat") ==
+           "user_annotation" and not e.update(cat="gpu_user_annotation", args={"stream": 7, "correlation": -1})),
+           0, "have no launch record"),
+    _shape("no_cpu_ops", lambda: only(trace(), lambda e: e.get("cat") != "cpu_op"), 0, "ReduceScatter x2"),
+    _shape("no_launch_records_two_steps", lambda: only(trace(), lambda e: e.get("cat") not in RUNTIME),
+           0, "the totals and the steps leave them out"),
+    _shape("only_memcpy_and_memset", memcpys, 0, "no communication kernels"),
+    _shape("only_memcpy_cuda_only", lambda: memcpys(cuda_only=True), 0, "8 memory"),
+    _shape("only_communication_kernels", lambda: only(trace(), lambda e: not (is_kernel(e) and "gemm" in e["name"])),
+           0, "0.00%"),
+    _shape("communication_kernels_cuda_only", lambda: only(trace(), lambda e: is_kernel(e) and "nccl" in e["name"]),
+           0, "3 communication"),
+    _shape("kernels_without_stream", lambda: edit_kernels(trace(), _pop("stream")), 2, "6 without a stream"),
+    # HTA: a row naming a stream without a correlation id is a CPU row, yet takes part, launched at its own start
+    _shape("kernels_without_correlation", lambda: edit_kernels(trace(), _pop("correlation")), 0, "ReduceScatter x2"),
+    _shape("kernels_without_stream_or_correlation", lambda: edit_kernels(trace(), _pop("stream", "correlation")), 2,
+           "none that can be placed on the GPU timeline"),
+    _shape("kernels_without_dur", lambda: edit_kernels(trace(), lambda e: e.pop("dur")), 2, "6 without a duration"),
+    _shape("kernels_with_string_times", lambda: edit_kernels(trace(), lambda e: e.update(ts=str(e["ts"]))), 2,
+           "6 without a time stamp"),
+    _shape("kernels_with_null_args", lambda: edit_kernels(trace(), lambda e: e.update(args=None)), 2,
+           "without a stream"),
+    _shape("kernels_with_list_args", lambda: edit_kernels(trace(), lambda e: e.update(args=[7, 1])), 2,
+           "without a stream"),
+    _shape("one_kernel_without_dur", lambda: with_kernel(trace(), dur=None), 0, "ReduceScatter x2"),
+    _shape("only_kernels_have_dur", lambda: strip(trace(), ("dur",), lambda e: not is_kernel(e)), 0,
+           "have no launch record"),
+    _shape("events_without_ph_pid_tid", lambda: strip(trace(), ("ph", "pid", "tid")), 0, "ReduceScatter x2"),
+    _shape("zero_and_negative_durations", lambda: edit_kernels(trace(), lambda e: e.update(
+        dur=-e["dur"] if "gemm" in e["name"] else 0)), 0, "rank 0"),
+    _shape("fractional_microseconds", lambda: edit_kernels(trace(), lambda e: e.update(ts=e["ts"] + 0.25, dur=e["dur"] + 0.5)),
+           0, "ReduceScatter x2"),
+    _shape("nanosecond_scale_times", lambda: {**(d := trace()), "traceEvents": [
+        {**e, "ts": e["ts"] + 1_700_000_000_000_000_000} if "ts" in e else e for e in d["traceEvents"]]}, 0, "50.00%"),
+    _shape("events_in_reverse_order", lambda: {**(d := trace()), "traceEvents": d["traceEvents"][::-1]}, 0, "50.00%"),
+    _shape("names_not_strings", lambda: edit_kernels(trace(), lambda e: e.update(name=7) if "gemm" in e["name"] else None),
+           0, "0.00%"),
+    _shape("distributed_info_not_an_object", lambda: {**trace(), "distributedInfo": ["rank", 0]}, 0, "rank 0"),
+    _shape("pg_config_hostile", lambda: {**trace(), "distributedInfo": {"rank": 0, "world_size": 2, "pg_config": [
+        None, 7, {"pg_name": 2, "pg_desc": 5}, {"pg_desc": "DATA_PARALLEL_GROUP", "ranks": "9" * 5000},
+        {"pg_desc": "TENSOR_MODEL_PARALLEL_GROUP", "ranks": [[0]]}]}}, 0, "dp"),
+    _shape("many_empty_steps", lambda: {**(d := trace()), "traceEvents": d["traceEvents"] + [
+        {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "ts": 10_000 + n, "dur": 1}
+        for n in range(4, 20_000)]}, 0, "19999  no"),
+]
+
+
+def _in_dir(*files: tuple[str, Callable[[Path], None]]) -> Callable[[Path], list]:
+    """A directory `traces` holding files made by (name, make(path)) pairs."""
+    def make(folder: Path) -> list:
+        (folder / "traces").mkdir()
+        for name, made in files:
+            made(folder / "traces" / name)
+        return [folder / "traces"]
+    return make
+
+
+def _text(doc_or_text) -> Callable[[Path], None]:
+    return lambda path: path.write_bytes(
+        doc_or_text if isinstance(doc_or_text, bytes) else json.dumps(doc_or_text).encode())
+
+
+def _link(target) -> Callable[[Path], None]:
+    return lambda path: path.symlink_to(target if not callable(target) else target(path))
+
+
+def _many(count: int, doc: Callable[[int], object]) -> Callable[[Path], list]:
+    def make(folder: Path) -> list:
+        (folder / "traces").mkdir()
+        for rank in range(count):
+            data = doc(rank)
+            (folder / "traces" / f"rank-{rank}.json").write_bytes(data if isinstance(data, bytes) else
+                                                                   json.dumps(data).encode())
+        return [folder / "traces", "--format", "json"]
+    return make
+
+
+def _first_file(root: str) -> str:
+    for base, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(base, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                return path
+    return root
+
+
+SPECIAL = [p for p in ("/proc/kmsg", "/proc/self/status", "/proc/self/environ", "/proc/version") if os.path.exists(p)]
+SPECIAL_CASES = [
+    *[Case("special", "file_" + p.strip("/").replace("/", "_"), lambda folder, p=p: [p], 2, "may never end")
+      for p in SPECIAL],
+    Case("special", "file_of_sys", lambda folder: [_first_file("/sys/kernel")], 2, "/sys"),
+    Case("special", "dev_zero", lambda folder: ["/dev/zero"], 2, "not a regular file"),
+    Case("special", "dev_stdin", lambda folder: ["/dev/stdin"], 2, ""),
+    Case("special", "symlink_to_proc_kmsg", lambda folder: [_link("/proc/self/stat")(folder / "rank-0.json") or
+                                                            folder / "rank-0.json"], 2, "may never end"),
+    Case("special", "directory_with_a_link_to_proc", _in_dir(("rank-0.json", _text(trace())),
+                                                             ("rank-1.json", _link("/proc/self/stat"))), 2, "may never end"),
+    Case("special", "directory_with_a_link_to_dev_zero", _in_dir(("rank-0.json", _text(trace())),
+                                                                 ("rank-1.json", _link("/dev/zero"))), 0, "rank 0"),
+    Case("special", "the_proc_directory", lambda folder: ["/proc"], 2, "no .json or .json.gz"),
+]
+
+DIRECTORY_CASES = [
+    Case("directories", "symlink_loop_beside_a_trace", _in_dir(("rank-0.json", _text(trace())),
+                                                               ("a.json", _link("b.json")), ("b.json", _link("a.json"))),
+         0, "rank 0"),
+    Case("directories", "directory_loop_beside_a_trace", _in_dir(("rank-0.json", _text(trace())),
+                                                                 ("loop.json", _link(lambda p: p.parent))), 0, "rank 0"),
+    Case("directories", "dangling_symlink_beside_a_trace", _in_dir(("rank-0.json", _text(trace())),
+                                                                   ("rank-1.json", _link("/nonexistent/rank-1.json"))),
+         0, "rank 0"),
+    Case("directories", "only_symlink_loops", _in_dir(("a.json", _link("b.json")), ("b.json", _link("a.json"))), 2,
+         "no .json or .json.gz"),
+    Case("directories", "ten_thousand_empty_json_files", _many(10_000, lambda rank: b""), 2, "empty file"),
+    Case("directories", "300_ranks", _many(300, lambda rank: trace(rank=rank, world=300)), 0, '"world_size": 300'),
+    Case("directories", "300_ranks_one_truncated", _many(300, lambda rank: json.dumps(trace(rank=rank, world=300))[
+        :-200 if rank == 250 else None].encode()), 2, "rank-250.json: truncated"),
+    Case("directories", "300_ranks_two_jobs", _many(300, lambda rank: trace(rank=rank, world=300 if rank < 200 else 8)),
+         2, "two different jobs"),
+    Case("directories", "plain_json_named_gz", _in_dir(("rank-0.json.gz", _text(trace()))), 0, "rank 0"),
+    Case("directories", "gzip_with_zero_padding", lambda folder: [write(folder, "rank-0.json.gz", gzip.compress(
+        kineto(trace()).encode()) + bytes(4096)), "--format", "json"], 0, same_as="kineto"),
+    Case("directories", "gzip_empty_member_first", lambda folder: [write(folder, "rank-0.json.gz", gzip.compress(b"")
+                                                                         + gzip.compress(kineto(trace()).encode())),
+                                                                   "--format", "json"], 0, same_as="kineto"),
+    Case("directories", "huge_line_20_mb_name", _file("rank-0.json", lambda: json.dumps(with_kernel(
+        trace(), name="sm90_gemm_" + "x" * (20 << 20)))), 0, "rank 0"),
+    Case("directories", "huge_blank_runs", _file("rank-0.json", lambda: json.dumps(trace()).replace(
+        "}, {", "}," + " " * (8 << 20) + "{", 3)), 0, "rank 0"),
+    Case("directories", "a_million_tiny_values", _file("rank-0.json", lambda: json.dumps(trace())[:-1].replace(
+        '"traceEvents": [', '"traceEvents": [' + "0," * 1_000_000, 1) + "}"), 0, "rank 0"),
+    Case("directories", "jobs_zero", lambda folder: [write(folder, "rank-0.json", json.dumps(trace())), "--jobs", "0"],
+         2, "--jobs"),
+    Case("directories", "jobs_huge", lambda folder: [write(folder, "rank-0.json", json.dumps(trace())), "--jobs",
+                                                     "9" * 400], 2, "--jobs"),
+    Case("directories", "jobs_more_than_ranks", lambda folder: [write(folder, "rank-0.json", json.dumps(trace())),
+                                                                "--jobs", "64", "--format", "json"], 0, same_as="kineto"),
+]
+if hasattr(os, "geteuid") and os.geteuid() != 0:  # root reads any file
+    DIRECTORY_CASES.append(Case("directories", "unreadable_file_in_a_directory", _in_dir(
+        ("rank-0.json", _text(trace())), ("rank-1.json", lambda p: (_text(trace(rank=1))(p), p.chmod(0)))),
+        2, "ermission denied"))
+
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f"
+INVISIBLE = BIDI + "\u200b\u2060\ufeff\u00ad\u061c"
+
+
+def _escaping(name: str, make: Callable[[Path], list], status: int = 0, says: str = "\\u202e") -> Case:
+    return Case("escaping", name, make, status, says)
+
+
+def named(text: str) -> dict:
+    """A trace whose text output shows `text`: a kernel so named, on a group so described, of a collective so named
+    (the note on groups that are no dimension's quotes the description; the collectives column shows the name)."""
+    return with_kernel(trace(), name=f"ncclKernel_{text}", args={"Process Group Description": f"GRP_{text}",
+                                                                "Collective name": f"op_{text}"})
+
+
+ESCAPING_CASES = [
+    _escaping("bidi_in_names", _file("rank-0.json", lambda: json.dumps(named(BIDI)))),
+    _escaping("invisible_characters_in_names", _file("rank-0.json", lambda: json.dumps(named(INVISIBLE))), 0,
+              "\\u200b"),
+    _escaping("bidi_in_file_name", lambda folder: [write(folder, f"rank-0{BIDI}.json", json.dumps(trace()))]),
+    _escaping("bidi_in_distributed_rank", _file("rank-0.json", lambda: json.dumps(
+        {**trace(), "distributedInfo": {"rank": f"0{BIDI}", "world_size": 2}})), 0, "\\u202a"),
+    _escaping("bidi_in_a_missing_file", lambda folder: [folder / f"gone{BIDI}.json"], 2),
+    _escaping("bidi_in_a_bad_key", _file("rank-0.json", lambda: '{"k' + BIDI + '" 1}'), 2),
+    _escaping("bidi_in_a_bad_rank_argument", lambda folder: [write(folder, "rank-0.json", json.dumps(trace())),
+                                                             "--rank", f"0{BIDI}"], 2),
+    _escaping("bidi_in_json_output", _file("rank-0.json", lambda: json.dumps(named(BIDI)), "--format", "json")),
+]
+
+NON_ASCII = "gemm_\u00e9\u4e2d\U0001f600"
+
+
+def _output(name: str, status: int, says: str, stdout: str = "pipe", env: dict | None = None,
+            encoding: str = "utf-8", *flags: str) -> Case:
+    return Case("output", name, _file("rank-0.json", lambda: json.dumps(named(NON_ASCII)), *flags),
+                status, says, env=env, stdout=stdout, encoding=encoding)
+
+
+OUTPUT_CASES = [
+    _output("ascii_stdout", 0, "gemm_\\xe9\\u4e2d\\U0001f600", env={"PYTHONIOENCODING": "ascii"}, encoding="ascii"),
+    _output("latin1_stdout", 0, "gemm_\u00e9\\u4e2d\\U0001f600", env={"PYTHONIOENCODING": "latin-1"},
+            encoding="latin-1"),
+    _output("lc_all_c", 0, NON_ASCII, env={"LC_ALL": "C", "LANG": None, "PYTHONIOENCODING": None}),
+    _output("lc_all_c_without_utf8_mode", 0, "gemm_\\xe9", env={"LC_ALL": "C", "LANG": None, "PYTHONIOENCODING": None,
+                                                                 "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"},
+            encoding="ascii"),
+    _output("ascii_stdout_json", 0, "\\u00e9", "pipe", {"PYTHONIOENCODING": "ascii"}, "ascii", "--format", "json"),
+    _output("stdout_closed", 2, "stdout is closed", stdout="closed"),
+    _output("stdout_closed_json", 2, "stdout is closed", "closed", None, "utf-8", "--format", "json"),
+    _output("stdout_full", 2, "no space left", stdout="full"),
+    _output("stdout_full_json", 2, "no space left", "full", None, "utf-8", "--format", "json"),
+    _output("stdout_broken_pipe", 0, "", stdout="broken"),
+    _output("stdout_broken_pipe_ascii", 0, "", "broken", {"PYTHONIOENCODING": "ascii"}),
+]
+
 ALL_CASES = (LAYOUT_CASES + CORRUPT_CASES + NUMBER_CASES + NESTING_CASES + SURROGATE_CASES + FILE_CASES
-             + PATH_CASES)
+             + PATH_CASES + SHAPE_CASES + SPECIAL_CASES + DIRECTORY_CASES + ESCAPING_CASES + OUTPUT_CASES)
 CASES = dict(Counter(case.kind for case in ALL_CASES))  # cases per class, for the report
 assert len({c.name for c in ALL_CASES}) == len(ALL_CASES)
 
@@ -324,13 +589,27 @@ class Outcome:
 def _run(case: Case, folder: Path) -> Outcome:
     folder.mkdir()
     argv = [sys.executable, "-m", "mbridge_overlap", "trace", *map(str, case.make(folder))]
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    for name, value in (case.env or {}).items():
+        env.pop(name, None) if value is None else env.__setitem__(name, value)
+    stdout, close = subprocess.PIPE, None
+    if case.stdout == "closed":
+        argv = ["sh", "-c", 'exec "$0" "$@" >&-', *argv]
+    elif case.stdout == "full":
+        stdout = close = open("/dev/full", "wb")
+    elif case.stdout == "broken":
+        read, stdout = os.pipe()
+        os.close(read)
+        close = stdout
     try:
-        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, timeout=TIMEOUT,
-                              env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+        proc = subprocess.run(argv, cwd=ROOT, stdout=stdout, stderr=subprocess.PIPE, timeout=TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
         return Outcome(None, "", "")
-    decode = lambda b: b.decode("utf-8", "surrogateescape")  # noqa: E731
-    return Outcome(proc.returncode, decode(proc.stdout), decode(proc.stderr))
+    finally:
+        if close is not None:
+            os.close(close) if isinstance(close, int) else close.close()
+    return Outcome(proc.returncode, (proc.stdout or b"").decode(case.encoding, "surrogateescape"),
+                   proc.stderr.decode("utf-8", "surrogateescape"))
 
 
 @pytest.fixture(scope="module")
@@ -357,16 +636,17 @@ def test_hostile_trace_input(outcomes, case):
     if case.status == 2:
         assert got.out == ""
         assert got.err.endswith("\n") and got.err.count("\n") == 1, got.err
-        assert not UNSAFE.search(got.err), ascii(got.err)
+        assert not unsafe(got.err), ascii(got.err)
         assert case.says in got.err, got.err
     else:
         assert got.err == "", got.err
         assert case.says in got.out, got.out[-2000:]
-        assert not UNSAFE.search(got.out.replace("\n", "")), ascii(got.out)
+        assert not unsafe(got.out), ascii(unsafe(got.out))
     if case.same_as:
         assert _report(got) == _report(outcomes[case.same_as])
 
 
 def test_every_class_is_covered():
-    assert set(CASES) == {"layouts", "corrupt", "numbers", "nesting", "surrogates", "files", "paths"}
+    assert set(CASES) == {"layouts", "corrupt", "numbers", "nesting", "surrogates", "files", "paths", "shapes",
+                          "special", "directories", "escaping", "output"}
     print("hostile trace cases per class:", CASES, "total", len(ALL_CASES))
