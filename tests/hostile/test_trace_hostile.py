@@ -648,5 +648,180 @@ def test_hostile_trace_input(outcomes, case):
 
 def test_every_class_is_covered():
     assert set(CASES) == {"layouts", "corrupt", "numbers", "nesting", "surrogates", "files", "paths", "shapes",
-                          "special", "directories", "escaping", "output"}
+                          "special", "directories", "escaping", "output", "pool_signals", "pool_process_limits"}
     print("hostile trace cases per class:", CASES, "total", len(ALL_CASES))
+
+
+# --- the worker pool under signals and process limits (issue 15), one case at a time ---------------------------
+
+def slow_rank(rank: int, world: int, pairs: int = 300_000) -> bytes:
+    """A gzip trace of `pairs` kernels with their launch records: about 1.5 s of analysis, 4 MB."""
+    head = json.dumps({"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world}})
+    chunk = ",".join(
+        f'{{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","ts":{i},"dur":1,"args":{{"correlation":{i}}}}},'
+        f'{{"ph":"X","cat":"kernel","name":"gemm","ts":{i},"dur":1,"args":{{"stream":7,"correlation":{i}}}}}'
+        for i in range(1000))
+    return gzip.compress((head[:-1] + ', "traceEvents": [' + ",".join([chunk] * (pairs // 1000)) + "]}").encode(), 1)
+
+
+RANKS, JOBS = 4, "3"  # --jobs 3: workers even on a one-core machine
+
+
+@pytest.fixture(scope="module")
+def slow_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("slow_ranks")
+    for rank in range(RANKS):
+        (folder / f"rank-{rank}.json.gz").write_bytes(slow_rank(rank, RANKS))
+    return folder
+
+
+def live_in_group(pgid: int) -> list[int]:
+    """Processes of a process group that have not exited (zombies left out: init reaps them in its own time)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] not in "ZX":
+                found.append(int(name))
+    return found
+
+
+def _wait(predicate, seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+@dataclass
+class Kill:
+    name: str
+    signum: int
+    group: bool  # the whole process group (Ctrl-C in a terminal), else the parent alone (a harness's time-out)
+    status: tuple  # acceptable exit statuses
+    err: str  # what stderr must be: "" or the one line it must hold
+    argv: tuple = ()  # instead of the CLI: python ARGV... DIR
+
+
+# A harness that turns SIGTERM into SystemExit itself (as the main CLI does), to prove the pool's shutdown on that path.
+SYSTEM_EXIT = ("-c", "import signal, sys\n"
+               "def stop(signum, frame): raise SystemExit(128 + signum)\n"
+               "signal.signal(signal.SIGTERM, stop)\n"
+               "from mbridge_overlap.trace import analyze\n"
+               "analyze(sys.argv[1], jobs=3)\n")
+KILLS = [
+    Kill("parent_sigkill", signal.SIGKILL, False, (-9,), ""),
+    Kill("parent_sigterm", signal.SIGTERM, False, (143, -15), ""),
+    Kill("parent_sighup", signal.SIGHUP, False, (129, -1), ""),
+    Kill("group_sigterm", signal.SIGTERM, True, (143, -15), ""),
+    *[Kill(f"group_sigint_{n}", signal.SIGINT, True, (130,), "interrupted") for n in range(1, 4)],
+    Kill("systemexit_handler_sigterm", signal.SIGTERM, False, (143,), "", SYSTEM_EXIT),
+]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs /proc to find the workers")
+@pytest.mark.parametrize("kill", KILLS, ids=[k.name for k in KILLS])
+def test_workers_die_with_the_parent(slow_dir, kill):
+    argv = [sys.executable, *kill.argv, str(slow_dir)] if kill.argv else [
+        sys.executable, "-m", "mbridge_overlap", "trace", str(slow_dir), "--jobs", JOBS]
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        started = _wait(lambda: proc.poll() is not None or len(live_in_group(proc.pid)) >= 1 + int(JOBS), 30)
+        assert started and proc.poll() is None, ("the workers never started", proc.poll(), proc.stderr.read(500))
+        time.sleep(0.2)
+        (os.killpg if kill.group else os.kill)(proc.pid, kill.signum)
+        start = time.monotonic()
+        out, err = proc.communicate(timeout=10)  # returns once stdout and stderr are closed: no worker holds them
+        closed = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert closed < 5, f"the pipes closed {closed:.1f} s after the signal"
+    assert _wait(lambda: not live_in_group(proc.pid), 5), f"workers left: {live_in_group(proc.pid)}"
+    err = err.decode("utf-8", "replace")
+    assert proc.returncode in kill.status, (proc.returncode, err)
+    assert "Traceback" not in err and out == b""
+    if kill.err:
+        assert err.count("\n") == 1 and kill.err in err, err
+    else:
+        assert err == "", err
+
+
+FORK_LIMIT = ("import os, runpy, sys\n"  # os.fork fails after N forks, as under a process limit (EAGAIN)
+              "allowed = [int(sys.argv.pop(1))]\n"
+              "real = os.fork\n"
+              "def fork():\n"
+              "    if allowed[0] <= 0: raise BlockingIOError(11, 'Resource temporarily unavailable')\n"
+              "    allowed[0] -= 1\n"
+              "    return real()\n"
+              "os.fork = fork\n"
+              "sys.argv[0] = 'mbridge_overlap'\n"
+              "runpy.run_module('mbridge_overlap', run_name='__main__', alter_sys=True)\n")
+FORK_PROBE = ("import os, time\n"
+              "first = os.fork()\n"
+              "if first == 0: time.sleep(2); os._exit(0)\n"
+              "try:\n"
+              "    second = os.fork()\n"
+              "    if second == 0: os._exit(0)\n"
+              "    print('unlimited')\n"
+              "except OSError: print('limited')\n")
+
+
+def _nproc_prefix() -> list[str] | None:
+    """prlimit --nproc=2 (as nobody where we are root: root is not held to it), where it holds and this Python
+    runs the CLI under it; else None."""
+    prefix = ["prlimit", "--nproc=2"]
+    if not shutil.which("prlimit"):
+        return None
+    if os.geteuid() == 0:
+        if not shutil.which("setpriv"):
+            return None
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *prefix]
+    try:
+        probe = subprocess.run([*prefix, sys.executable, "-c", "import yaml, jinja2\n" + FORK_PROBE], cwd=ROOT,
+                               capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return prefix if probe.stdout.strip() == "limited" else None
+
+
+@pytest.fixture(scope="module")
+def small_dir() -> Path:
+    """Four small rank traces in a folder anyone may read (the process-limit case runs as nobody)."""
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="mbridge-trace-ranks-"))
+    folder.chmod(0o755)
+    for rank in range(RANKS):
+        write(folder, f"rank-{rank}.json", json.dumps(trace(rank=rank, world=RANKS, steps=200))).chmod(0o644)
+    yield folder
+    shutil.rmtree(folder)
+
+
+LIMITS = ["forks_0", "forks_1", "forks_2", "prlimit_nproc_2"]
+
+
+@pytest.mark.parametrize("limit", LIMITS)
+def test_a_process_limit_falls_back_and_exits(small_dir, limit):
+    if limit.startswith("forks_"):
+        argv = [sys.executable, "-c", FORK_LIMIT, limit.split("_")[1]]
+    else:
+        prefix = _nproc_prefix()
+        if prefix is None:
+            pytest.skip("prlimit --nproc does not hold here, or this Python cannot run as an unprivileged user")
+        argv = [*prefix, sys.executable, "-m", "mbridge_overlap"]
+    serial = subprocess.run([sys.executable, "-m", "mbridge_overlap", "trace", str(small_dir), "--jobs", "1",
+                             "--format", "json"], cwd=ROOT, capture_output=True, timeout=TIMEOUT)
+    got = subprocess.run([*argv, "trace", str(small_dir), "--jobs", "4", "--format", "json"], cwd=ROOT,
+                         capture_output=True, timeout=TIMEOUT)
+    assert got.returncode == 0 and got.stderr == b"", got.stderr.decode()
+    assert json.loads(got.stdout) == json.loads(serial.stdout)
+
+
+POOL_CASES = {"pool_signals": len(KILLS), "pool_process_limits": len(LIMITS)}
+CASES.update(POOL_CASES)

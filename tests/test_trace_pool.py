@@ -1,0 +1,115 @@
+"""`trace --jobs N`: worker processes give the reports and the errors a serial run gives, and leave nothing behind."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+
+import pytest
+
+from mbridge_overlap.errors import UsageError
+from mbridge_overlap.trace import analyze, compare, job, pool
+from trace_fixtures import DP_DESC, TP_DESC, TraceBuilder, nccl, overlap_case
+
+
+def rank_trace(rank: int, world: int = 6) -> TraceBuilder:
+    """Three steps per rank with TP and DP kernels that differ by rank, a record_param_comms group, an orphan."""
+    b = TraceBuilder(rank=rank, world_size=world, pg_config=[{"pg_name": "9", "pg_desc": DP_DESC, "ranks": [0, 1]}])
+    for step in range(3):
+        t0 = step * 1000
+        b.step(step + 1, t0, t0 + 1000)
+        b.kernel("sm90_gemm", t0 + 10, t0 + 400 + 10 * rank)
+        b.kernel(nccl("AllGather"), t0 + 300, t0 + 500 + rank, stream=20, **{"Process Group Description": TP_DESC})
+        b.kernel(nccl("ReduceScatter"), t0 + 600, t0 + 700, stream=21, record={"Process Group Name": "9"})
+    b.kernel("orphan_gemm", 50, 60, orphan=True)
+    return b.noise()
+
+
+@pytest.fixture
+def ranks(tmp_path):
+    for rank in range(6):
+        rank_trace(rank).write(tmp_path / f"rank-{rank}.json{'.gz' if rank % 2 else ''}",
+                               layout="compact" if rank % 3 else "kineto")
+    return tmp_path
+
+
+@pytest.mark.parametrize("jobs", [2, 3, 6, 64])
+def test_pool_report_is_the_serial_one(ranks, jobs):
+    serial = analyze(ranks, jobs=1).to_dict()
+    assert analyze(ranks, jobs=jobs).to_dict() == serial
+    assert analyze(ranks).to_dict() == serial  # the default
+    assert not multiprocessing.active_children()
+
+
+def test_compare_with_jobs(ranks, tmp_path_factory):
+    after = tmp_path_factory.mktemp("after")
+    for rank in range(6):
+        rank_trace(rank).kernel(nccl("AllReduce"), 100, 900, stream=22).write(after / f"rank-{rank}.json")
+    assert compare(ranks, after, jobs=3).to_dict() == compare(ranks, after, jobs=1).to_dict()
+
+
+def test_pool_raises_the_error_a_serial_run_raises(ranks):
+    (ranks / "rank-4.json").write_text(rank_trace(4).text()[:-400])  # truncated
+    text = rank_trace(2).text()  # a corrupt event in the middle (the header reads well)
+    (ranks / "rank-2.json").write_text(text[:len(text) // 2] + "oops" + text[len(text) // 2:])
+    with pytest.raises(UsageError) as serial:
+        analyze(ranks, jobs=1)
+    with pytest.raises(UsageError) as pooled:
+        analyze(ranks, jobs=3)
+    assert str(pooled.value) == str(serial.value) and "rank-2.json: not valid JSON" in str(serial.value)
+
+
+def _square(x):
+    if x == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if x == "bug":
+        raise ZeroDivisionError("a bug in the worker")
+    if isinstance(x, int) and x < 0:
+        raise UsageError(f"item {x}")
+    return x * x
+
+
+def test_map_ordered_keeps_order_and_the_first_error():
+    assert pool.map_ordered(_square, list(range(20)), 4, costs=[i % 7 for i in range(20)]) == [i * i for i in range(20)]
+    with pytest.raises(UsageError, match="item -1"):
+        pool.map_ordered(_square, [1, -1, 2, -2, 3], 3)
+    with pytest.raises(ZeroDivisionError) as exc:
+        pool.map_ordered(_square, [1, "bug", 2], 2)
+    assert "a bug in the worker" in str(exc.value.__cause__)  # the worker's traceback
+    assert not multiprocessing.active_children()
+
+
+def test_a_killed_worker_is_one_line(tmp_path, monkeypatch):
+    with pytest.raises(pool.WorkerDied) as exc:
+        pool.map_ordered(_square, [1, "die", 2], 2)
+    assert exc.value.item == "die" and exc.value.exitcode == -signal.SIGKILL
+    monkeypatch.setattr(job, "_analyze_file", lambda path, allow_partial: _square("die"))
+    for rank in range(2):
+        rank_trace(rank).write(tmp_path / f"rank-{rank}.json")
+    with pytest.raises(UsageError, match=r"rank-0.json: the process analysing it died \(killed by signal 9"):
+        analyze(tmp_path, jobs=2)
+    assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize("forks", [0, 1, 2])
+def test_no_process_to_spare_falls_back_to_serial(ranks, monkeypatch, forks):
+    real, left = os.fork, [forks]
+
+    def fork():
+        if left[0] <= 0:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        left[0] -= 1
+        return real()
+
+    serial = analyze(ranks, jobs=1).to_dict()
+    monkeypatch.setattr(os, "fork", fork)
+    assert analyze(ranks, jobs=4).to_dict() == serial
+    assert not multiprocessing.active_children()
+
+
+def test_default_jobs():
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert job.default_jobs(1) == 1
+    assert job.default_jobs(1000) == min(cores, job.MAX_JOBS)
+    assert 1 <= job.default_jobs(3) <= 3
