@@ -3,7 +3,7 @@
 HolisticTraceAnalysis's get_comm_comp_overlap on real traces.
 
     python scripts/bench_trace.py [--sizes 10,50,200] [--layouts kineto,compact,indent4] [--no-hta]
-                                  [--traces DIR] [--hta-python PY] [--repeat N]
+                                  [--traces DIR] [--hta-python PY] [--repeat N] [--ranks 4,8] [--no-pool]
 
 1. Scaling. For each size (MB of Kineto-layout JSON) and layout it writes a synthetic trace of the same events
    (plain .json, in a temporary directory) and analyses it in a fresh process: seconds of the analysis call, wall
@@ -12,9 +12,15 @@ HolisticTraceAnalysis's get_comm_comp_overlap on real traces.
    (json.dumps with separators=(",", ":")), `indent4` (json.dumps(indent=4)). All layouts of one size must give
    the same report (checked). Then the memory that grows with the trace: bytes of peak RSS per GPU kernel, the
    slope between the smallest and the largest size of a layout.
-2. Real traces ($MBRIDGE_SKILL_TRACES, else <repo>/../shared/data/traces): ours against HTA, time and peak memory
-   (exit 1 when we are not at least 5x faster in total and 3x lighter on each trace; 2 when HTA cannot run), and
-   each trace re-saved in every layout must give the report its Kineto layout gives.
+   Each size and layout runs with each JSON backend: the stdlib scanner, and msgspec where it is installed
+   (MBRIDGE_TRACE_JSON=stdlib forces the first).
+2. Real traces ($MBRIDGE_SKILL_TRACES, else <repo>/../shared/data/traces): ours against HTA, time and peak memory,
+   in-process (the analysis call) and whole-process (the wall time of `python -m mbridge_overlap trace FILE` against
+   a process that imports HTA and runs get_comm_comp_overlap), per backend (exit 1 when the stdlib backend is not
+   at least 5x faster in-process in total and 3x lighter on each trace; 2 when HTA cannot run), and each trace
+   re-saved in every layout must give the report its Kineto layout gives.
+3. The worker pool: copies of the real traces as the ranks of one job (distributedInfo rewritten, in a temporary
+   directory), analysed with --jobs 1 and with the default, in-process and whole-process; the reports must match.
 
 What grows with the GPU kernels, and why it must: the overlap needs every kernel's interval, and it can only be
 computed at the end (the cut-off, where the last ProfilerStep starts, and the launch records may come anywhere in
@@ -86,18 +92,56 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-def measure(python: str, tool: str, path: Path, repeat: int) -> dict:
+BACKENDS = ("stdlib", "msgspec")
+
+
+def backends() -> list[str]:
+    """The JSON backends this Python can run: the stdlib always, msgspec where it imports."""
+    probe = subprocess.run([sys.executable, "-c", "import msgspec"], capture_output=True)
+    return list(BACKENDS) if probe.returncode == 0 else ["stdlib"]
+
+
+def _env(backend: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "MBRIDGE_TRACE_JSON"}
+    if backend == "stdlib":
+        env["MBRIDGE_TRACE_JSON"] = "stdlib"
+    return env
+
+
+def measure(python: str, tool: str, path: Path, repeat: int, backend: str | None = None) -> dict:
+    """The fastest of `repeat` runs of the child; "wall" is the child process's whole wall time."""
     best = None
     for _ in range(repeat):
+        start = time.perf_counter()
         proc = subprocess.run(
-            [python, __file__, "--child", tool, str(path)], capture_output=True, text=True, cwd=str(REPO)
+            [python, __file__, "--child", tool, str(path)], capture_output=True, text=True, cwd=str(REPO),
+            env=_env(backend),
         )
+        wall = time.perf_counter() - start
         if proc.returncode != 0:
             raise RuntimeError(f"{tool} on {path.name} failed: {proc.stderr.strip().splitlines()[-1:]}")
         result = json.loads(proc.stdout.strip().splitlines()[-1])
+        result["wall"] = wall
         if best is None or result["seconds"] < best["seconds"]:
-            best = result
+            best = {**result, "wall": min(wall, best["wall"]) if best else wall}
+        else:
+            best["wall"] = min(best["wall"], wall)
     return best
+
+
+def cli_wall(target: Path, repeat: int, backend: str | None, *flags: str) -> tuple[float, str]:
+    """The fastest wall time of `python -m mbridge_overlap trace TARGET --format json` (a whole process, as an agent
+    runs it), and its output."""
+    best, out = None, ""
+    for _ in range(repeat):
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "mbridge_overlap", "trace", str(target), "--format", "json",
+                               *flags], capture_output=True, text=True, cwd=str(REPO), env=_env(backend))
+        wall = time.perf_counter() - start
+        if proc.returncode not in (0, 1):
+            raise RuntimeError(f"trace {target.name} failed: {proc.stderr.strip()}")
+        best, out = (wall, proc.stdout) if best is None or wall < best else (best, out)
+    return best, out
 
 
 def json_mb(path: Path) -> float:
@@ -210,28 +254,34 @@ def steps_for(mb: float) -> int:
 
 
 def scaling(sizes: list[float], layouts: list[str], repeat: int) -> bool:
-    rows = [["layout", "JSON MB", "GPU kernels", "seconds", "CPU s", "MB/s", "peak RSS MB", "hidden %"]]
+    rows = [["layout", "backend", "JSON MB", "GPU kernels", "seconds", "CPU s", "MB/s", "peak RSS MB", "hidden %"]]
     per_kernel, same = [], True
     with tempfile.TemporaryDirectory() as tmp:
         reports: dict[float, dict] = {}
         for layout in layouts:
-            points = []
+            for backend in backends():
+                points = []
+                for size in sizes:
+                    path = Path(tmp) / f"rank-0.{layout}.{size:g}.json"
+                    if not path.exists():
+                        write_synthetic(path, steps_for(size), layout)
+                    mb = path.stat().st_size / 1e6
+                    result = measure(sys.executable, "ours", path, repeat, backend)
+                    kernels = sum(result["report"]["ranks"][0]["kernel_counts"].values())
+                    points.append((kernels, result["peak_mb"]))
+                    if reports.setdefault(size, result["report"]) != result["report"]:
+                        same = False
+                    rows.append([layout, backend, f"{mb:.1f}", f"{kernels:,}", f"{result['seconds']:.2f}",
+                                 f"{result['cpu_seconds']:.2f}", f"{mb / result['seconds']:.0f}",
+                                 f"{result['peak_mb']:.0f}", f"{result['hidden_pct']}"])
+                if len(points) > 1 and points[-1][0] > points[0][0]:
+                    slope = (points[-1][1] - points[0][1]) * 2 ** 20 / (points[-1][0] - points[0][0])
+                    per_kernel.append(f"{layout}/{backend} {slope:.0f}")
             for size in sizes:
-                path = Path(tmp) / f"rank-0.{layout}.{size:g}.json"
-                mb, kernels = write_synthetic(path, steps_for(size), layout)
-                result = measure(sys.executable, "ours", path, repeat)
-                path.unlink()
-                points.append((kernels, result["peak_mb"]))
-                if reports.setdefault(size, result["report"]) != result["report"]:
-                    same = False
-                rows.append([layout, f"{mb:.1f}", f"{kernels:,}", f"{result['seconds']:.2f}",
-                             f"{result['cpu_seconds']:.2f}", f"{mb / result['seconds']:.0f}",
-                             f"{result['peak_mb']:.0f}", f"{result['hidden_pct']}"])
-            if len(points) > 1 and points[-1][0] > points[0][0]:
-                slope = (points[-1][1] - points[0][1]) * 2 ** 20 / (points[-1][0] - points[0][0])
-                per_kernel.append(f"{layout} {slope:.0f}")
+                (Path(tmp) / f"rank-0.{layout}.{size:g}.json").unlink(missing_ok=True)
     print(table(rows))
-    print(f"\nhidden % is 80.00 by construction; every layout of a size gives the same report: {'yes' if same else 'NO'}")
+    print(f"\nhidden % is 80.00 by construction; every layout and backend of a size gives the same report: "
+          f"{'yes' if same else 'NO'}")
     if per_kernel:
         print("peak RSS per GPU kernel, bytes (slope from the smallest to the largest size): " + ", ".join(per_kernel))
     return same
@@ -265,27 +315,85 @@ def against_hta(files: list[Path], hta_python: str, repeat: int) -> int:
     if probe.returncode != 0:
         print(f"bench_trace: {hta_python} cannot import hta (pip install holistictraceanalysis)", file=sys.stderr)
         return 2
-    rows = [["trace", "JSON MB", "ours s", "HTA s", "speed-up", "ours MB", "HTA MB", "lighter", "ours %", "HTA %"]]
-    sums = [0.0, 0.0]
-    lighter = []
+    names = backends()
+    rows = [["trace", "JSON MB", "HTA s", "HTA wall s", *[f"{b} {w}" for b in names for w in ("s", "wall s")],
+             "ours MB", "HTA MB", "lighter", "ours %", "HTA %"]]
+    hta_sums, sums = [0.0, 0.0], {b: [0.0, 0.0] for b in names}
+    lighter, same = [], True
     for path in files:
-        ours = measure(sys.executable, "ours", path, repeat)
         hta = measure(hta_python, "hta", path, repeat)
-        sums[0] += ours["seconds"]
-        sums[1] += hta["seconds"]
+        hta_sums[0] += hta["seconds"]
+        hta_sums[1] += hta["wall"]
+        cells, reports = [], []
+        for backend in names:
+            ours = measure(sys.executable, "ours", path, repeat, backend)
+            wall, out = cli_wall(path, repeat, backend)
+            sums[backend][0] += ours["seconds"]
+            sums[backend][1] += wall
+            cells += [f"{ours['seconds']:.2f}", f"{wall:.2f}"]
+            reports.append(ours["report"])
+        same &= all(r == reports[0] for r in reports)
         lighter.append(hta["peak_mb"] / ours["peak_mb"])
-        rows.append([path.name, f"{json_mb(path):.1f}", f"{ours['seconds']:.2f}", f"{hta['seconds']:.2f}",
-                     f"{hta['seconds'] / ours['seconds']:.1f}x", f"{ours['peak_mb']:.0f}", f"{hta['peak_mb']:.0f}",
-                     f"{lighter[-1]:.1f}x", f"{ours['hidden_pct']}", f"{hta['hidden_pct']}"])
-    speedup = sums[1] / sums[0]
-    rows.append(["all traces", "", f"{sums[0]:.2f}", f"{sums[1]:.2f}", f"{speedup:.1f}x", "", "",
-                 f"min {min(lighter):.1f}x", "", ""])
+        rows.append([path.name, f"{json_mb(path):.1f}", f"{hta['seconds']:.2f}", f"{hta['wall']:.2f}", *cells,
+                     f"{ours['peak_mb']:.0f}", f"{hta['peak_mb']:.0f}", f"{lighter[-1]:.1f}x",
+                     f"{ours['hidden_pct']}", f"{hta['hidden_pct']}"])
+    rows.append(["all traces", "", f"{hta_sums[0]:.2f}", f"{hta_sums[1]:.2f}",
+                 *[f"{v:.2f}" for b in names for v in sums[b]], "", "", f"min {min(lighter):.1f}x", "", ""])
     print(table(rows))
+    print()
+    for backend in names:
+        inproc, whole = hta_sums[0] / sums[backend][0], hta_sums[1] / sums[backend][1]
+        print(f"{backend}: {inproc:.1f}x HTA in-process (the analysis call), {whole:.1f}x whole-process (wall)")
+    print(f"every backend gives the same report on every trace: {'yes' if same else 'NO'}")
+    speedup = hta_sums[0] / sums["stdlib"][0]
     ok_speed, ok_memory = speedup >= SPEED_GOAL, min(lighter) >= MEMORY_GOAL
-    print(f"\ngoal >= {SPEED_GOAL:.0f}x faster in total: {'met' if ok_speed else 'NOT met'} ({speedup:.1f}x); "
-          f"goal >= {MEMORY_GOAL:.0f}x less peak memory on every trace: {'met' if ok_memory else 'NOT met'} "
-          f"({min(lighter):.1f}x)")
-    return 0 if ok_speed and ok_memory else 1
+    print(f"goal >= {SPEED_GOAL:.0f}x faster in total (stdlib, in-process): {'met' if ok_speed else 'NOT met'} "
+          f"({speedup:.1f}x); goal >= {MEMORY_GOAL:.0f}x less peak memory on every trace: "
+          f"{'met' if ok_memory else 'NOT met'} ({min(lighter):.1f}x)")
+    return 0 if ok_speed and ok_memory and same else 1
+
+
+def job_of(files: list[Path], ranks: int, folder: Path) -> None:
+    """`ranks` copies of the real traces (round robin) as ranks 0..ranks-1 of one job: distributedInfo rewritten."""
+    for rank in range(ranks):
+        source = files[rank % len(files)]
+        document = json.loads(gzip.decompress(source.read_bytes()) if source.name.endswith(".gz")
+                              else source.read_bytes())
+        info = document.get("distributedInfo") if isinstance(document.get("distributedInfo"), dict) else {}
+        document["distributedInfo"] = {**info, "rank": rank, "world_size": ranks}
+        (folder / f"rank-{rank}.json.gz").write_bytes(gzip.compress(json.dumps(document).encode(), 1))
+
+
+def pool_scaling(files: list[Path], rank_counts: list[int], repeat: int) -> bool:
+    """Serial (--jobs 1) against the pool (the default) on one job of N ranks, in-process and whole-process."""
+    sys.path.insert(0, str(REPO))
+    from mbridge_overlap.trace import analyze, job
+
+    rows = [["ranks", "backend", "jobs", "serial s", "pool s", "speed-up", "serial wall s", "pool wall s",
+             "speed-up (wall)", "same report"]]
+    same_all = True
+    for ranks in rank_counts:
+        with tempfile.TemporaryDirectory() as tmp:
+            job_of(files, ranks, Path(tmp))
+            for backend in backends():
+                code = ("import json, sys, time; from mbridge_overlap.trace import analyze\n"
+                        "t = time.perf_counter(); r = analyze(sys.argv[1], jobs=int(sys.argv[2])) if sys.argv[2] != '0' "
+                        "else analyze(sys.argv[1]); print(time.perf_counter() - t)")
+                inproc = {}
+                for jobs in ("1", "0"):
+                    inproc[jobs] = min(float(subprocess.run(
+                        [sys.executable, "-c", code, tmp, jobs], capture_output=True, text=True, cwd=str(REPO),
+                        env=_env(backend), check=True).stdout) for _ in range(repeat))
+                serial_wall, serial_out = cli_wall(Path(tmp), repeat, backend, "--jobs", "1")
+                pool_wall, pool_out = cli_wall(Path(tmp), repeat, backend)
+                same = serial_out == pool_out
+                same_all &= same
+                rows.append([str(ranks), backend, str(job.default_jobs(ranks)), f"{inproc['1']:.2f}",
+                             f"{inproc['0']:.2f}", f"{inproc['1'] / inproc['0']:.2f}x", f"{serial_wall:.2f}",
+                             f"{pool_wall:.2f}", f"{serial_wall / pool_wall:.2f}x", "yes" if same else "NO"])
+    print(table(rows))
+    print(f"\n{os.cpu_count()} cores here; the pool gives the serial report: {'yes' if same_all else 'NO'}")
+    return same_all
 
 
 def main() -> int:
@@ -298,6 +406,8 @@ def main() -> int:
     parser.add_argument("--hta-python", default=sys.executable, help="a Python with holistictraceanalysis")
     parser.add_argument("--no-hta", action="store_true", help="skip the comparison with HTA on real traces")
     parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest counts (default 1)")
+    parser.add_argument("--ranks", default="4,8", help="rank counts of the pool's job (default 4,8)")
+    parser.add_argument("--no-pool", action="store_true", help="skip the worker pool's scaling")
     parser.add_argument("--child", nargs=2, metavar=("TOOL", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -320,6 +430,10 @@ def main() -> int:
     if not args.no_hta:
         print()
         status = max(status, against_hta(files, args.hta_python, args.repeat))
+    if not args.no_pool:
+        print()
+        if not pool_scaling(files, [int(n) for n in args.ranks.split(",") if n.strip()], args.repeat):
+            status = max(status, 1)
     return status
 
 
