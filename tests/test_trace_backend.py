@@ -19,12 +19,14 @@ sys.path.insert(0, str(Path(__file__).parent / "hostile"))
 import test_trace_hostile as hostile  # noqa: E402
 
 msgspec = pytest.importorskip("msgspec", reason="msgspec (the optional fast JSON backend) is not installed")
-pytestmark = pytest.mark.skipif(reader.FAST_DECODE is None, reason="MBRIDGE_TRACE_JSON=stdlib is set")
+pytestmark = pytest.mark.skipif(reader.BACKEND != "msgspec", reason="MBRIDGE_TRACE_JSON=stdlib is set")
 
 
 def outcome(paths, allow_partial: bool, fast: bool, monkeypatch) -> dict | str:
-    """The report (file names aside) or the error message, with or without the fast backend."""
-    monkeypatch.setattr(reader, "FAST_DECODE", reader.FAST_DECODE if fast else None)
+    """The report (file names aside) or the error message, with the fast backend from the first run, or without."""
+    monkeypatch.setattr(reader, "BACKEND", "msgspec" if fast else "stdlib")
+    monkeypatch.setattr(reader, "FAST_AFTER", 0)
+    monkeypatch.setattr(reader, "_decode", None)
     try:
         d = analyze(paths, allow_partial=allow_partial, jobs=1).to_dict()
     except UsageError as exc:
@@ -36,10 +38,15 @@ def outcome(paths, allow_partial: bool, fast: bool, monkeypatch) -> dict | str:
 
 def test_the_stdlib_path_runs_without_the_backend():
     env = {**os.environ, "MBRIDGE_TRACE_JSON": "stdlib"}
-    code = "from mbridge_overlap.trace import reader; print(reader.BACKEND, reader.FAST_DECODE)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True).stdout
-    assert out.split() == ["stdlib", "None"]
-    assert reader.BACKEND == "msgspec"
+    code = ("import sys; from mbridge_overlap.trace import analyze, reader; analyze(sys.argv[1]); "
+            "print(reader.BACKEND, reader._decode, 'msgspec' in sys.modules)")
+    big = real_traces()[0] if real_traces() else None
+    if big is None:
+        pytest.skip("no real traces")
+    out = subprocess.run([sys.executable, "-c", code, str(big)], cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.stdout.split() == ["stdlib", "None", "False"], out.stderr
+    default = subprocess.run([sys.executable, "-c", code, str(big)], cwd=REPO, capture_output=True, text=True)
+    assert default.stdout.split()[0] == "msgspec" and default.stdout.split()[-1] == "True"  # over FAST_AFTER
 
 
 @pytest.mark.parametrize("path", real_traces(), ids=[p.name for p in real_traces()])

@@ -4,7 +4,8 @@
     compare(before, after) -> TraceComparison
 
 Both results have .to_dict(), equal to `python -m mbridge_overlap trace ... --format json`. Only the standard library is
-used (no torch, pandas or HolisticTraceAnalysis); the overlap figure follows HTA's get_comm_comp_overlap.
+needed (no torch, pandas or HolisticTraceAnalysis; msgspec, where installed, decodes faster to the same result);
+the overlap figure follows HTA's get_comm_comp_overlap.
 """
 
 __all__ = ["analyze", "compare", "TraceReport", "TraceComparison", "RankReport"]

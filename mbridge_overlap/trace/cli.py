@@ -1,6 +1,6 @@
 """`python -m mbridge_overlap trace`: the two functions the main command line calls.
 
-    trace TRACE...                     analyse one job's traces (files, or directories of rank files)
+    trace TRACE... [--jobs N]          analyse one job's traces (files, or directories of rank files)
     trace --compare BEFORE AFTER       which dimension's exposed communication grew or shrank, per step
     trace --snippet python|yaml|hydra  turn on Bridge's PyTorch profiler (--steps START-END, --rank R,R|all)
 

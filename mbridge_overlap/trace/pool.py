@@ -10,13 +10,11 @@ the work to the parent, one item after another.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import sys
 import traceback
 from collections import deque
-from multiprocessing.connection import wait
 
 from ..errors import UsageError
 
@@ -45,6 +43,8 @@ def map_ordered(func, items: list, jobs: int, costs: list | None = None) -> list
     raised is the first failing item's, as in a serial loop."""
     if jobs <= 1 or len(items) <= 1:
         return [func(item) for item in items]
+    import multiprocessing  # here: a one-file run does not pay for its import
+
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
     workers: list[_Worker] = []
     try:
@@ -88,6 +88,8 @@ def _start(context, func, workers: list) -> bool:
 
 
 def _schedule(workers: list[_Worker], items: list, order) -> list:
+    from multiprocessing.connection import wait
+
     results = [None] * len(items)
     failed: dict[int, BaseException] = {}
     pending, idle, busy = deque(order), list(workers), {}
@@ -98,7 +100,7 @@ def _schedule(workers: list[_Worker], items: list, order) -> list:
                 continue  # a serial loop would have stopped before it
             worker = idle.pop()
             try:
-                worker.conn.send((i, items[i]))
+                worker.conn.send(items[i])
             except OSError:  # it died while idle
                 failed[i] = _died(worker, items[i])
                 continue
@@ -137,6 +139,8 @@ def _stop(workers: list[_Worker]) -> None:
         worker.process.join(JOIN_SECONDS)
         worker.conn.close()
         if worker.process.exitcode is None:  # stuck in the kernel: let the interpreter's exit not wait for it
+            import multiprocessing.process
+
             getattr(multiprocessing.process, "_children", set()).discard(worker.process)
     workers.clear()
 
@@ -148,10 +152,9 @@ def _work(conn, parent_end, parent_pid: int, func) -> None:
     _detach(conn, parent_end, parent_pid)
     while True:
         try:
-            task = conn.recv()
+            item = conn.recv()
         except (EOFError, OSError):
             return
-        i, item = task
         try:
             reply = (True, func(item), None)
         except BaseException as exc:

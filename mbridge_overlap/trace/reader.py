@@ -14,6 +14,7 @@ counted (Stats.non_finite): the analysis refuses them only where it needs the va
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -27,21 +28,16 @@ from .window import Stats, Truncated, Window, char
 RUN_CHARS = 1 << 14  # the text of the events one scanner call decodes together
 
 
-def _fast_decoder():
-    """msgspec's JSON decoder where msgspec is installed (a run decodes in under half the stdlib scanner's time),
-    unless MBRIDGE_TRACE_JSON=stdlib; never required. It reads numbers as the stdlib does (integers of any size
-    up to Python's 4,300 digits, floats correctly rounded) and refuses the rest, which the stdlib then decides."""
-    if os.environ.get("MBRIDGE_TRACE_JSON", "").lower() == "stdlib":
-        return None
-    try:
-        import msgspec
-    except ImportError:
-        return None
-    return msgspec.json.Decoder().decode
-
-
-FAST_DECODE = _fast_decoder()
-BACKEND = "msgspec" if FAST_DECODE else "stdlib"
+# The optional fast backend: msgspec's JSON decoder where msgspec is installed, unless MBRIDGE_TRACE_JSON=stdlib;
+# never required. A run decodes in about half the stdlib scanner's time, but importing msgspec costs about 60 ms,
+# so the stdlib decodes the first FAST_AFTER characters of runs and msgspec the rest. msgspec reads numbers as
+# the stdlib does (integers of any size up to Python's 4,300 digits, floats correctly rounded) and refuses what
+# the stdlib may read otherwise (NaN, lone surrogates, deep nesting), which the stdlib then decides.
+BACKEND = "stdlib" if os.environ.get("MBRIDGE_TRACE_JSON", "").lower() == "stdlib" or importlib.util.find_spec(
+    "msgspec") is None else "msgspec"
+FAST_AFTER = 16 << 20
+_decode = None  # msgspec's, once imported
+_stdlib_chars = 0
 _COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
 _CUT = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{")
 
@@ -238,12 +234,18 @@ def _runs(text: Window, on_event) -> int | None:
 
 
 def _fast(run: str) -> list | None:
-    """The run's events by the fast decoder; None where there is none or it does not read the run (NaN and
-    Infinity, lone surrogates, deep nesting, bad JSON): the stdlib scanner then decides, with its own errors."""
-    if FAST_DECODE is None:
-        return None
+    """The run's events by the fast backend; None where it is not used (yet) or does not read the run: the stdlib
+    scanner then decides, with its own errors."""
+    global _decode, _stdlib_chars
+    if _decode is None:
+        if BACKEND == "stdlib" or _stdlib_chars < FAST_AFTER:
+            _stdlib_chars += len(run)
+            return None
+        import msgspec
+
+        _decode = msgspec.json.Decoder().decode
     try:
-        return FAST_DECODE(run)
+        return _decode(run)
     except (ValueError, RecursionError):
         return None
 
