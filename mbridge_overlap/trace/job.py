@@ -9,7 +9,7 @@ from typing import Iterable, Union
 
 from ..errors import UsageError
 from ..safeio import esc
-from . import analysis, kineto, pool
+from . import analysis, kineto, pool, reader
 from .report import RankReport, TraceReport
 
 PathLike = Union[str, Path]
@@ -70,9 +70,11 @@ def _size(path: Path) -> int:
 def _analyze_all(files: list[Path], allow_partial: bool, jobs: int | None) -> list[RankReport]:
     """Each file's report, in order; on worker processes when jobs > 1 (the same reports and errors as serially)."""
     jobs = default_jobs(len(files)) if jobs is None else jobs
+    sizes = [_size(f) for f in files]
+    if jobs > 1 and sum(sizes) > reader.FAST_AFTER // 8:  # several big files: each worker would import it again
+        reader.use_fast_now()
     try:
-        return pool.map_ordered(partial(_analyze_file, allow_partial=allow_partial), files, jobs,
-                                [_size(f) for f in files])
+        return pool.map_ordered(partial(_analyze_file, allow_partial=allow_partial), files, jobs, sizes)
     except pool.WorkerDied as exc:
         how = f"killed by signal {-exc.exitcode}" if exc.exitcode and exc.exitcode < 0 else f"exit status {exc.exitcode}"
         raise UsageError(

@@ -233,6 +233,16 @@ def _runs(text: Window, on_event) -> int | None:
         pos = after
 
 
+def use_fast_now() -> None:
+    """Use the fast backend from the first run on: before worker processes fork, so that each does not decode its
+    first FAST_AFTER characters with the stdlib and import msgspec again."""
+    global _decode
+    if BACKEND == "msgspec" and _decode is None:
+        import msgspec
+
+        _decode = msgspec.json.Decoder().decode
+
+
 def _fast(run: str) -> list | None:
     """The run's events by the fast backend; None where it is not used (yet) or does not read the run: the stdlib
     scanner then decides, with its own errors."""
