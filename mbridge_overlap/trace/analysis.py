@@ -127,12 +127,9 @@ def analyze(trace: RankTrace) -> RankReport:
     cutoff, steps = _cutoff(trace), _cpu_steps(trace)
     totals, per_step = _fill(trace, cutoff, steps, comm)
     figures, dimensions = totals.figures()
-    step_reports, empty = [], None
-    for start, _end, number in steps:  # a step without kernels still shows, with zeros (one set for them all)
-        scope = per_step.get(number)
-        if scope is None:
-            empty = empty or _Scope().figures()
-        f, d = scope.figures() if scope is not None else empty
+    step_reports, empty = [], _Scope()
+    for start, _end, number in steps:  # a step without kernels still shows, with zeros (one empty scope for all)
+        f, d = per_step.get(number, empty).figures()
         step_reports.append(StepReport(number, cutoff is None or start < cutoff, f, d))
     launch = trace.launch
     notes = rank_notes(trace, cutoff, steps, comm, lambda row: _in_totals(launch[row], cutoff))

@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _jobs(value: str) -> int:
-    if not value.strip().isdigit() or not 1 <= int(value) <= 1024:
+    if not (value.isascii() and value.strip().isdigit()) or not 1 <= int(value) <= 1024:
         raise argparse.ArgumentTypeError(f"expected a number of processes from 1 to 1024, got {safeio.shown(value)}")
     return int(value)
 

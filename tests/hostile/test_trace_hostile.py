@@ -508,6 +508,8 @@ DIRECTORY_CASES = [
          2, "--jobs"),
     Case("directories", "jobs_huge", lambda folder: [write(folder, "rank-0.json", json.dumps(trace())), "--jobs",
                                                      "9" * 400], 2, "--jobs"),
+    Case("directories", "jobs_superscript_digit", lambda folder: [write(folder, "rank-0.json", json.dumps(trace())),
+                                                                  "--jobs", "\u00b2"], 2, "--jobs"),
     Case("directories", "jobs_more_than_ranks", lambda folder: [write(folder, "rank-0.json", json.dumps(trace())),
                                                                 "--jobs", "64", "--format", "json"], 0, same_as="kineto"),
 ]
