@@ -1,0 +1,1 @@
+"""Reading crashed, hung or slow training logs: the catalog of messages and its line matcher (messages.py)."""
