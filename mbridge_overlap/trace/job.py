@@ -71,7 +71,7 @@ def _analyze_all(files: list[Path], allow_partial: bool, jobs: int | None) -> li
     """Each file's report, in order; on worker processes when jobs > 1 (the same reports and errors as serially)."""
     jobs = default_jobs(len(files)) if jobs is None else jobs
     sizes = [_size(f) for f in files]
-    if jobs > 1 and sum(sizes) > reader.FAST_AFTER // 8:  # several big files: each worker would import it again
+    if jobs > 1 and len(files) > 1 and sum(sizes) > reader.FAST_AFTER // 8:  # else each worker imports it again
         reader.use_fast_now()
     try:
         return pool.map_ordered(partial(_analyze_file, allow_partial=allow_partial), files, jobs, sizes)
