@@ -1,7 +1,10 @@
 """verify end to end (in-process, Bridge already imported): verdicts and exit statuses."""
 
 import json
+import os
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -70,10 +73,37 @@ def test_other_layouts_and_bad_input():
 
 
 def test_verify_sh_json_and_exit_status(tmp_path):
+    phases = tmp_path / "phases.json"
     proc = subprocess.run(
         [str(ROOT / "scripts" / "verify.sh"), "--mbridge-src", str(fx.make(tmp_path, comm_overlap=fx.FAILING)), "--json"],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, env={**os.environ, verify.PHASES_ENV: str(phases)},
     )
     report = json.loads(proc.stdout)
     assert proc.returncode == 1 and report["verdict"] == "FAIL"
     assert statuses(report)["suite test_comm_overlap.py"] == "FAIL"
+    assert statuses(report)["suite test_run_plugins.py"] == "PASS"
+    marks = json.loads(phases.read_text())  # what scripts/bench_verify.py splits a run by
+    order = ["main", "plan", "import", "apply", "anchors", "suites", "report"]
+    assert [marks[m][0] for m in order] == sorted(marks[m][0] for m in order)
+    assert marks["suites_launched"][0] <= marks["suites_pytest_done"][0] <= marks["suites_exited"][0]
+
+
+def test_an_early_stop_leaves_no_pytest_running(tmp_path):
+    folder = tmp_path / "s"
+    run("--skip-suites", "--save-snippets", folder)
+    slow = "import time\n\n\ndef test_a():\n    time.sleep(120)\n"
+    started = time.monotonic()
+    with pytest.raises(verify.UsageError, match="exists; pass --force"):
+        run("--mbridge-src", fx.make(tmp_path / "checkout", comm_overlap=slow), "--save-snippets", folder)
+    assert time.monotonic() - started < 60  # the suites' pytest was stopped, not waited for
+    with pytest.raises(ChildProcessError):
+        os.waitpid(-1, os.WNOHANG)  # and reaped: no child of this process is left
+
+
+def test_installed_bytecode_while_bridge_is_used():
+    saved = sys.pycache_prefix, sys.dont_write_bytecode
+    with pytest.raises(RuntimeError):
+        with verify.installed_bytecode():
+            assert sys.pycache_prefix is None and sys.dont_write_bytecode is True
+            raise RuntimeError
+    assert (sys.pycache_prefix, sys.dont_write_bytecode) == saved
