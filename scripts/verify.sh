@@ -10,6 +10,37 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/nemo-mbridge-perf-tp-dp-comm-overlap"
+stamp="$cache/verify-python.stamp"
+
+# What bridge_env.sh decides "ready" from: its code, the pins, the variables that choose the venv and interpreter,
+# each stage's stamp in the venv and the interpreter itself. While none of it changes, the venv it last reported
+# ready still is, and asking it again (0.4-0.6 s on 2 cores) would only repeat the answer.
+ready_key() {
+  local py=$1 venv f
+  venv=$(dirname "$(dirname "$py")")
+  {
+    cat "$here/bridge_env.sh" "$here/find_python.sh" "$here"/requirements-bridge*.txt
+    printf '%s|%s|%s|%s\n' "${MBRIDGE_VENV:-}" "${XDG_CACHE_HOME:-}" "$HOME" "${MBRIDGE_PYTHON:-}"
+    for f in "$venv"/.stage-*; do [ -f "$f" ] && { echo "$f"; cat "$f"; }; done
+    readlink -f "$py"
+    stat -L -c '%s %Y %i' "$py"
+  } 2>/dev/null | sha256sum | cut -c1-32
+}
+
+venv_python() {
+  local key py
+  if [ -r "$stamp" ] && read -r key py <"$stamp" && [ -n "$py" ] && [ -x "$py" ] && [ "$key" = "$(ready_key "$py")" ]; then
+    echo "[verify] Bridge venv ready: $py (unchanged since scripts/bridge_env.sh last checked it)" >&2
+    echo "$py"
+    return 0
+  fi
+  py=$("$here/bridge_env.sh" --print-python) || return  # its status, as before: set -e ends verify.sh with it
+  if mkdir -p "$cache" 2>/dev/null; then
+    { printf '%s %s\n' "$(ready_key "$py")" "$py" >"$stamp.$$" && mv -f "$stamp.$$" "$stamp"; } 2>/dev/null || rm -f "$stamp.$$"
+  fi
+  echo "$py"
+}
 
 if [ -n "${MBRIDGE_VERIFY_PYTHON:-}" ]; then
   py=$MBRIDGE_VERIFY_PYTHON
@@ -17,7 +48,7 @@ elif python3 -c 'import megatron.bridge' >/dev/null 2>&1; then
   py=$(command -v python3)
   echo "[verify] megatron.bridge already imports in $py: using it, building nothing" >&2
 else
-  py=$("$here/bridge_env.sh" --print-python)
+  py=$(venv_python)
 fi
 # Run from the caller's folder (relative --snippets/--mbridge-src paths are theirs), the package found by PYTHONPATH.
 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -W ignore -m mbridge_overlap.bridge.verify "$@"

@@ -107,3 +107,28 @@ def test_installed_bytecode_while_bridge_is_used():
             assert sys.pycache_prefix is None and sys.dont_write_bytecode is True
             raise RuntimeError
     assert (sys.pycache_prefix, sys.dont_write_bytecode) == saved
+
+
+def test_verify_sh_asks_bridge_env_again_only_when_what_it_reads_changed(tmp_path):
+    if subprocess.run(["python3", "-c", "import megatron.bridge"], capture_output=True).returncode == 0:
+        pytest.skip("python3 imports megatron.bridge here: verify.sh uses it and no venv")
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    env = {k: v for k, v in os.environ.items() if k not in ("MBRIDGE_VERIFY_PYTHON", "MBRIDGE_PYTHON")}
+    env.update(XDG_CACHE_HOME=str(tmp_path), MBRIDGE_VENV=venv)
+
+    def ask(**more):
+        proc = subprocess.run([str(ROOT / "scripts" / "verify.sh"), "--help"], capture_output=True, text=True, timeout=300, env={**env, **more})
+        assert proc.returncode == 0 and "usage: scripts/verify.sh" in proc.stdout, proc.stderr
+        return "[bridge-env] venv ready" in proc.stderr
+
+    stamp = tmp_path / "nemo-mbridge-perf-tp-dp-comm-overlap" / "verify-python.stamp"
+    assert ask()
+    key, python = stamp.read_text().split(" ", 1)
+    assert python.strip() == os.path.join(venv, "bin", "python")
+    assert not ask()  # the stamp: nothing bridge_env.sh reads has changed
+    stamp.write_text(f"{key} {tmp_path / 'gone' / 'python'}\n")
+    assert ask()  # today's key, but an interpreter that is not there
+    assert not ask()
+    assert ask(MBRIDGE_PYTHON=sys.executable)  # a variable it reads
+    stamp.write_text(f"{'0' * 32} {python}")
+    assert ask()  # a key that is not today's
