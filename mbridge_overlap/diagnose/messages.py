@@ -234,7 +234,7 @@ class _Matcher:
     """One line of a message: its compiled pattern (lazily) and what the cut-off rule needs."""
 
     __slots__ = ("entry", "part", "tokens", "source", "literal", "anchor", "anchor_end", "order", "_rx", "_heads",
-                 "ngroups")
+                 "ngroups", "_tail")
 
     def __init__(self, entry: Entry, part: int, tokens: list | None, source: str, order: int):
         self.entry, self.part, self.tokens, self.source, self.order = entry, part, tokens, source, order
@@ -244,6 +244,7 @@ class _Matcher:
         self.anchor_end = 0
         self._rx = None
         self._heads: dict = {}
+        self._tail = None
 
     @property
     def rx(self):
@@ -260,9 +261,36 @@ class _Matcher:
             rx = self._heads[(i, open_field)] = re.compile(src, re.S)
         return rx
 
+    def anchor_tail(self) -> str:
+        """The message's literal text from the head anchor's start to the end of its literal part."""
+        if self._tail is None:
+            seen = 0
+            for t in self.tokens:
+                if isinstance(t, Group):
+                    continue
+                if seen + len(t) >= self.anchor_end:
+                    at = self.anchor_end - seen - len(self.anchor)
+                    self._tail = t[at:]
+                    break
+                seen += len(t)
+            else:
+                self._tail = ""
+        return self._tail
+
     def cut(self, text: str):
         """(start, groups) when text ends inside this message and shows enough of it, else None."""
         text = text.rstrip()
+        # quick rejection: from some occurrence of the head anchor on, the text must follow the message's literal
+        # part (and may end inside it)
+        tail = self.anchor_tail()
+        p = text.rfind(self.anchor)
+        while p != -1:
+            rest = text[p:]
+            if tail.startswith(rest) if len(rest) <= len(tail) else rest.startswith(tail):
+                break
+            p = text.rfind(self.anchor, 0, p)
+        else:
+            return None
         tokens = self.tokens
         need = max(MIN_CUT_CHARS, self.anchor_end)
         seen = [0]
