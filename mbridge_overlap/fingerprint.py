@@ -1,4 +1,5 @@
-"""The normalised code of one scope (a def, a class, or a block inside one) of a Python file, and its fingerprint.
+"""The normalised code of one scope (a def, a class, a block inside one, or chosen statements of one) of a Python
+file, and its fingerprint.
 
 Normalised: no docstrings, comments, layout or annotations of function signatures. The fingerprint and the line
 hashes come from a canonical form of the syntax tree that is the same on every Python from 3.10; the readable lines
@@ -12,6 +13,7 @@ import builtins
 import copy
 import hashlib
 from dataclasses import dataclass
+from functools import lru_cache
 
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 _BLOCKS = (ast.If, ast.For, ast.While, ast.With, ast.Try)
@@ -64,6 +66,76 @@ def scope_node(tree: ast.Module, scope: str, block: str | None = None):
         want = canonical(_head(ast.parse(block.strip() + " pass").body[0]))
         return next((n for n in ast.walk(node) if isinstance(n, _BLOCKS) and canonical(_head(n)) == want), None)
     return node
+
+
+def _flat(node) -> list:
+    """The statements inside `node` in source order, each with the index just past its own nested statements."""
+    out = []
+
+    def visit(stmts):
+        for s in stmts:
+            at = len(out)
+            out.append([s, 0])
+            for f in _STMT_LISTS:
+                inner = getattr(s, f, None) or []
+                visit(sum((h.body for h in inner), []) if f == "handlers" else inner)
+            out[at][1] = len(out)
+
+    visit(node.body)
+    return out
+
+
+def header(stmt) -> str:
+    """A statement as one line of ast.unparse text with runs of white space made one space; a compound statement
+    by its first line (decorators and header)."""
+    if any(getattr(stmt, f, None) for f in _STMT_LISTS):
+        head = _head(stmt)
+        head.body = [ast.Pass()]
+        text = " ".join(ast.unparse(head).splitlines()[:-1])
+    else:
+        text = ast.unparse(stmt)
+    return " ".join(text.split())
+
+
+def _as_header(text: str) -> str:
+    """A statement's text as header() writes it, where it parses as one (alone, or as a compound statement's first
+    line); else the text with white space runs made one space (the start of a statement: `x = (`)."""
+    text = text.strip()
+    for source in (text, text + " pass"):
+        try:
+            body = ast.parse(source).body
+        except (SyntaxError, ValueError):
+            continue
+        if len(body) == 1:
+            return header(body[0])
+    return " ".join(text.split())
+
+
+def pick(node, wanted: list[str]) -> tuple[list, str | None]:
+    """The statements inside `node` that `wanted` names, in order: each is the first statement after the one before
+    (and outside it) whose header() starts with that text (as header() writes it, where it parses). Returns
+    (statements, the first text not found)."""
+    flat, at, out = _flat(node), 0, []
+    for text in wanted:
+        prefix = _as_header(text)
+        hit = next((i for i in range(at, len(flat)) if header(flat[i][0]).startswith(prefix)), None)
+        if hit is None:
+            return out, text
+        out.append(flat[hit][0])
+        at = flat[hit][1]
+    return out, None
+
+
+def select(tree: ast.Module, spec: dict) -> tuple[list, str | None]:
+    """The statements `spec` fingerprints: its scope (or block), or the `statements` named inside it. Returns
+    (nodes, None), or ([], what is not there)."""
+    node = scope_node(tree, spec["scope"], spec.get("block"))
+    if node is None:
+        return [], spec["scope"] + (f" (block {spec['block']!r})" if spec.get("block") else "")
+    if not spec.get("statements"):
+        return [node], None
+    nodes, missing = pick(node, spec["statements"])
+    return (nodes, None) if missing is None else ([], f"the statement {missing!r} in {spec['scope']}")
 
 
 def _strip(node):
@@ -123,7 +195,7 @@ def _except_header(handler: ast.ExceptHandler) -> str:
 
 
 def steps(node) -> list[str]:
-    """The calls in a function body in the order they are written (builtins left out)."""
+    """The calls in a function body (or a list of statements) in the order they are written (builtins left out)."""
     out = []
 
     def visit(n):
@@ -134,7 +206,7 @@ def steps(node) -> list[str]:
         for child in ast.iter_child_nodes(n):
             visit(child)
 
-    for stmt in node.body:
+    for stmt in node if isinstance(node, list) else node.body:
         visit(stmt)
     return out
 
@@ -143,18 +215,30 @@ def _hash(text: str, n: int) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
 
 
+@lru_cache(maxsize=8)
+def _parse(text: str) -> ast.Module:
+    """One file's tree, parsed once for all the anchors in it (nothing here changes a tree: copies are edited)."""
+    return ast.parse(text)
+
+
 def measure(spec: dict, text: str) -> Measure | None:
-    """The normalised code of `spec`'s scope in `text`; None when the scope is not there. SyntaxError, RecursionError
-    and ValueError (a null byte) propagate for the caller to name."""
-    node = scope_node(ast.parse(text), spec["scope"], spec.get("block"))
-    if node is None:
+    """The normalised code of `spec`'s scope in `text`; None when the scope is not there (missing() says what is
+    not). SyntaxError, RecursionError and ValueError (a null byte) propagate for the caller to name."""
+    nodes, _ = select(_parse(text), spec)
+    if not nodes:
         return None
-    lines = _lines(_strip(node))
+    lines = [line for node in nodes for line in _lines(_strip(node))]
+    body = nodes if spec.get("statements") else nodes[0]
     return Measure(
         fingerprint=_hash("\n".join(c for c, _ in lines), 16),
         lines=[r for _, r in lines],
         line_hashes=[_hash(c, 8) for c, _ in lines],
-        steps=steps(node) if spec.get("steps") else None,
-        start=node.lineno,
-        end=node.end_lineno,
+        steps=steps(body) if spec.get("steps") else None,
+        start=nodes[0].lineno,
+        end=nodes[-1].end_lineno,
     )
+
+
+def missing(spec: dict, text: str) -> str | None:
+    """What of `spec`'s scope is not in `text` (None when all of it is)."""
+    return select(_parse(text), spec)[1]

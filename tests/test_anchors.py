@@ -229,6 +229,16 @@ def test_yanked_release_is_named(tmp_path):
     assert anchors.report(str(make_checkout(tmp_path / "b", (0, 6, 2))))["release_note"] is None
 
 
+def test_a_statement_is_named_by_its_code_not_its_layout():
+    from mbridge_overlap import fingerprint
+
+    spec = {"scope": "f", "statements": ["x = a and b and not c", "if y >", "assert z % n == 0"]}
+    code = "def f():\n    x = (a\n         and b and not c)  # one\n    if (y\n        > 1): pass\n    assert (z) % n == 0, 'm'\n"
+    got = fingerprint.measure(spec, code)
+    assert got is not None and (got.start, got.end) == (2, 6) and len(got.lines) == 4
+    assert fingerprint.missing({**spec, "statements": ["assert z % n == 0", "x ="]}, code) == "the statement 'x =' in f"
+
+
 # --- against the real repository, when its mirror is on this machine ----------------------------------------------
 
 # $MBRIDGE_SKILL_MIRROR, else .mirror/ beside the checkout (scripts/test.sh also looks beside a cloned-from checkout)
