@@ -82,3 +82,34 @@ def test_anchors_are_found_in_the_installed_package():
     d = report(None)
     assert d["ok"], [a for a in d["anchors"] if a["status"] in ("missing", "changed")]
     assert d["bridge_version"] == adapter.bridge_version()
+
+
+def test_the_installed_megatron_core_and_transformer_engine_are_the_recorded_code():
+    """Every Megatron-Core and Transformer Engine anchor is found in this Python's packages, of the versions the
+    release is paired with (fingerprints.yaml), and its code is that version's."""
+    from mbridge_overlap import anchors
+
+    d = anchors.report(None)
+    pairs = anchors.fingerprints()["releases"][RELEASE.data_version]
+    assert pairs["megatron_core"] == RELEASE.megatron_core
+    for name in ("megatron.core", "transformer_engine"):
+        found = d["packages"][name]
+        assert (found["found_in"], found["version"]) == ("this Python", pairs[anchors.PACKAGES[name]["field"]]), found
+        assert found["version"] in found["verified_versions"]
+    others = [a for a in d["anchors"] if a["package"] != anchors.BRIDGE]
+    assert len(others) >= 12
+    for a in others:
+        assert (a["status"], a["version"]) == ("same", d["packages"][a["package"]]["version"]), a
+        assert a["path"].startswith(d["packages"][a["package"]]["path"]) and a["start"] <= a["end"], a
+
+
+def test_anchors_import_no_megatron_and_no_torch():
+    """`anchors` reads files: finding the packages (importlib find_spec) runs none of their code."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from mbridge_overlap import anchors; d = anchors.report(None); "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformer_engine') or m.startswith('megatron.')); "
+            "print(d['counts'], bad); sys.exit(1 if bad else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=releases.DATA_DIR.parents[1])
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
