@@ -13,32 +13,40 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import UsageError
-from .releases import DATA_DIR, version_key
+from .releases import DATA_DIR, precision, version_key
 from .suggest import closest
 
-GPU_TYPES = ("h100", "b200", "b300", "gb200", "gb300", "r100", "vr200")
-TASKS = ("pretrain", "sft", "peft")
-# A recipe name's precision, and the compute dtype Bridge's perf launcher (scripts/performance) calls it.
-PRECISIONS = {"bf16": "bf16", "fp8cs": "fp8_cs", "fp8mx": "fp8_mx", "fp8sc": "fp8_sc", "nvfp4": "nvfp4"}
-_HEAD = r"^(?P<model>[a-z0-9_]+?)_(?P<task>pretrain|sft|peft)"
-_NAMES = (  # with the GPU count, type and precision first, so a dataset or variant word never swallows them
-    re.compile(_HEAD + r"(?:_(?P<dataset>[a-z0-9_]+?))?_(?P<gpus>\d+)gpu_(?P<gpu>" + "|".join(GPU_TYPES) + r")_(?P<precision>"
-               + "|".join(PRECISIONS) + r")(?:_(?P<variant>[a-z0-9_]+?))?_config\Z"),
-    re.compile(_HEAD + r"(?:_(?P<variant>[a-z0-9_]+?))?_config\Z"),
-)
+# A recipe name's precision as the name writes it (fp8cs): the release data's spellings of each canonical precision.
+NAME_PRECISIONS = ("bf16", "fp8cs", "fp8mx", "fp8sc", "nvfp4")
+
+
+@lru_cache(maxsize=None)
+def _name_patterns() -> tuple:
+    """The two shapes of a recipe function name, with the GPU count, type and precision first, so a dataset or
+    variant word never swallows them; the words are the release data's vocabulary."""
+    from .releases import data, gpu_types
+
+    head = r"^(?P<model>[a-z0-9_]+?)_(?P<task>" + "|".join(data()["tasks"]) + ")"
+    return (
+        re.compile(head + r"(?:_(?P<dataset>[a-z0-9_]+?))?_(?P<gpus>[0-9]+)gpu_(?P<gpu>" + "|".join(gpu_types()) + r")_(?P<precision>"
+                   + "|".join(NAME_PRECISIONS) + r")(?:_(?P<variant>[a-z0-9_]+?))?_config\Z"),
+        re.compile(head + r"(?:_(?P<variant>[a-z0-9_]+?))?_config\Z"),
+    )
+
+
 # A recipe reference as a user types it: a function name, optionally with its package or full import path.
 _REFERENCE = re.compile(r"^(?:megatron\.bridge\.)?(?:(?P<package>recipes|perf_recipes)\.(?:[a-z0-9_]+\.)*)?(?P<name>[A-Za-z0-9_]+)\Z")
 
 
 def parse_name(name: str) -> dict:
     """What a recipe function's name says: model, task, GPU count and type, precision, variant (None where absent)."""
-    m = next((m for m in (rx.match(name) for rx in _NAMES) if m), None)
+    m = next((m for m in (rx.match(name) for rx in _name_patterns()) if m), None)
     if not m:
         return {"model": None, "task": None, "gpus": None, "gpu": None, "precision": None, "variant": None}
     g = {"dataset": None, "gpus": None, "gpu": None, "precision": None, **m.groupdict()}
     return {
         "model": g["model"], "task": g["task"], "gpus": int(g["gpus"]) if g["gpus"] else None, "gpu": g["gpu"],
-        "precision": PRECISIONS.get(g["precision"]) if g["precision"] else None,
+        "precision": precision(g["precision"]) if g["precision"] else None,
         "variant": "_".join(p for p in (g["dataset"], g["variant"]) if p) or None,
     }
 

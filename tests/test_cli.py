@@ -11,7 +11,7 @@ from conftest import ROOT, cli_json, run_cli
 from mbridge_overlap.findings import registry as catalog
 
 RESOLVE_KEYS = {"schema_version", "bridge_version", "verified", "recipe", "gpus", "gpu", "data_parallel_size", "effective", "modes",
-                "env_vars", "launch_env", "findings"}
+                "requested", "env_vars", "launch_env", "inputs", "notes", "findings"}
 
 
 def test_resolve_json_contract_and_api_parity():

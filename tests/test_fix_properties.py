@@ -24,7 +24,7 @@ import yaml
 
 from conftest import ROOT
 from mbridge_overlap import anchors, api, findings, schema
-from mbridge_overlap.resolution import resolve_request
+from mbridge_overlap.analysis import analyze
 
 _spec = importlib.util.spec_from_file_location("check_fixes", ROOT / "scripts" / "check_fixes.py")
 check_fixes = sys.modules.setdefault("check_fixes", importlib.util.module_from_spec(_spec))
@@ -85,8 +85,7 @@ def _one(res, fid, knob=None):
 
 
 def _applied(res, f):
-    state = res.state
-    return resolve_request(state.request.derive(f.fix_overrides, f.remove_keys), gpus=res.gpus, te=state.te, gpu=res.gpu)
+    return analyze(res.scenario.derive(f.fix_overrides, f.remove_keys))
 
 
 def test_distributed_optimizer_fix_turns_both_flags_on_and_keeps_the_ddp_values():
@@ -331,7 +330,7 @@ def _lint(tmp_path, kw, env_set=False):
     result = api.lint(_write(tmp_path, "lint", kw["config"]), gpus=kw["gpus"], gpu=kw["gpu"])
     if not env_set:
         return result.findings
-    rules = {f"env_vars.{name}": rule["value"] for name, rule in result.resolution.launch_env.items()}
+    rules = {f"env_vars.{name}": rule["value"] for name, rule in result.analysis.launch_env.items()}
     return api.lint(_write(tmp_path, "lint", {**kw["config"], **rules}), gpus=kw["gpus"], gpu=kw["gpu"]).findings
 
 
@@ -356,7 +355,8 @@ def raised(case, tmp_path) -> list:
     if verb == "resolve":
         return api.resolve(**kw).findings
     if verb == "plan":
-        return [Shown(f["id"], f["message"], f["fix"]) for f in api.plan(**kw).to_dict()["findings"]]
+        d = api.plan(**kw).to_dict()
+        return [Shown(f["id"], f["message"], f["fix"]) for f in d["findings"] + d["plan_notes"]]
     if verb in ("lint", "lint, every launch variable set"):
         return _lint(tmp_path, kw, env_set=verb != "lint")
     if verb == "saved":

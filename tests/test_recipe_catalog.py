@@ -106,8 +106,9 @@ def test_names_are_looked_up_with_help():
         catalog.lookup(both, VERSION)
     assert catalog.lookup(f"perf_recipes.{both}", VERSION)["package"] == "perf_recipes"
     assert catalog.lookup(f"megatron.bridge.recipes.{both}", VERSION)["package"] == "recipes"
-    with pytest.raises(UsageError, match="--gpus"):
-        mbridge_overlap.resolve(recipe="nemotron_3_super_pretrain_config")
+    smallest = mbridge_overlap.resolve(recipe="nemotron_3_super_pretrain_config")  # no count in the name: its smallest layout
+    assert smallest.gpus == catalog.model_parallel_size(catalog.lookup("nemotron_3_super_pretrain_config", VERSION)["request"]["model"])
+    assert "smallest layout" in smallest.to_dict()["inputs"]["assumed"]["gpus"]
 
 
 @pytest.mark.parametrize("name, parsed", [

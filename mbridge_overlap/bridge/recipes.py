@@ -52,6 +52,8 @@ SFT_DATASETS = ("GPTSFTDatasetConfig", "DirectHFSFTDatasetConfig", "EnergonDatas
 class _StandIn:
     """What AutoBridge.from_hf_pretrained returns offline."""
 
+    built = 0  # providers made since the count was last reset: whether a recipe's model is the stand-in
+
     def __init__(self, *args, **kwargs):
         pass
 
@@ -59,6 +61,7 @@ class _StandIn:
         import torch.nn.functional as F
         from megatron.bridge.models import GPTModelProvider
 
+        _StandIn.built += 1
         return GPTModelProvider(**STANDIN, activation_func=F.silu)
 
     def __getattr__(self, name):  # any other AutoBridge call a recipe makes: inert
@@ -155,8 +158,10 @@ def _set(cfg, key: str, value, scratch: Path) -> None:
 
 
 def _build(fn, gpu, fixups, scratch: Path):
+    _StandIn.built = 0
     with offline(gpu):
         cfg = fn()
+    cfg._mbridge_standin = _StandIn.built > 0  # read by shape() before the fixups below change anything
     for key, value in fixups:
         _set(cfg, key, value, scratch)
     return cfg
@@ -253,6 +258,18 @@ def record(cfg) -> dict:
     return out
 
 
+def shape(cfg) -> dict:
+    """The model shape a userbuffers preset is tuned for, as far as the recipe itself makes it known: a dimension the
+    offline stand-in model set (its Hugging Face config was not read) is None, unknown, not the stand-in's value."""
+    standin = getattr(cfg, "_mbridge_standin", False)
+    def own(value, standin_value=None):
+        known = isinstance(value, int) and not isinstance(value, bool) and value > 0 and not (standin and value == standin_value)
+        return value if known else None
+
+    return {"hidden_size": own(cfg.model.hidden_size, STANDIN["hidden_size"]), "seq_length": own(cfg.model.seq_length, STANDIN["seq_length"]),
+            "micro_batch_size": own(cfg.train.micro_batch_size)}
+
+
 def _comm_overlap(co) -> dict | None:
     if co is None:
         return None
@@ -316,7 +333,7 @@ def entry(package: str, name: str, fn, scratch: Path) -> dict:
         return None  # a *_config helper that returns a dataset or model config, not a recipe
     gpus = out.get("gpus") or catalog.model_parallel_size(probe.model)
     cfg, fixups, error, env, after = build(fn, gpu, gpus, scratch)
-    return {**out, "builds": True, "request": record(cfg), "fixups": [f"{k}={v}" for k, v in fixups],
+    return {**out, "builds": True, "request": record(cfg), "shape": shape(cfg), "fixups": [f"{k}={v}" for k, v in fixups],
             "bridge": outcome(after, error, env, gpus)}
 
 
