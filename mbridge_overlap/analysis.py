@@ -15,7 +15,7 @@ from .scenario import Scenario
 
 
 def state_of(scenario: Scenario) -> resolver.State:
-    state = resolver.run(scenario.request, scenario.gpus, scenario.te, scenario.gpu, scenario.launcher_env)
+    state = resolver.run(scenario.request, scenario.gpus, scenario.te, scenario.gpu, scenario.launcher_env, scenario.machine.te_version)
     state.scenario = scenario
     return state
 

@@ -109,10 +109,16 @@ def _closest(name: str, names: list[str], n: int = 3) -> list[str]:
     return difflib.get_close_matches(name, names, n=n, cutoff=0.5) or ([closest(name, names, 0.3)] if closest(name, names, 0.3) else [])
 
 
-def model_parallel_size(model) -> int:
-    """TP x PP x CP of a model config (a mapping or an object): the fewest GPUs a layout runs on."""
+def smallest_world(model) -> int:
+    """The fewest GPUs a layout runs on (a model config, mapping or object): a multiple of TP x PP x CP (Bridge's
+    data-parallel size) and of ETP x EP x PP (Megatron-Core's expert grid; ETP defaults to 1 with EP > 1, else TP)."""
+    import math
+
     get = model.get if isinstance(model, dict) else lambda k, d=None: getattr(model, k, d)
-    return (get("tensor_model_parallel_size") or 1) * (get("pipeline_model_parallel_size") or 1) * (get("context_parallel_size") or 1)
+    tp, pp, cp = (get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"))
+    ep = get("expert_model_parallel_size") or 1
+    etp = get("expert_tensor_parallel_size") or (1 if ep > 1 else tp)
+    return math.lcm(tp * pp * cp, etp * ep * pp)
 
 
 def families(version: str) -> list[str]:
@@ -124,7 +130,7 @@ def same_layout(version: str, shape, gpu: str, precision: str, moe: bool) -> lis
     """The perf recipes that resolve at this TP, PP, VPP, CP and GPU count on this GPU type and precision."""
     out = []
     for e in entries(version):
-        if e["package"] != "perf_recipes" or not e["builds"] or e["bridge"]["error"] is not None:
+        if e["package"] != "perf_recipes" or not e["builds"] or e["bridge"]["error"] is not None or e["bridge"].get("setup_error"):
             continue
         m = e["request"]["model"]
         layout_of = (m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"],

@@ -33,8 +33,10 @@ ABOUT = {
                 "resolve --recipe NAME shows all of them",
     "fixups": "stand-in values the offline catalog build needed where a recipe reads its model's Hugging Face config "
               "(layer counts, expert counts); never part of an answer about the shipped recipe",
-    "status": "resolves: real Bridge's runtime_config_update() accepted it at the GPU count in its name; rejected: it "
-              "raised (bridge_error); not_built: the recipe could not be built offline",
+    "status": "resolves: real Bridge's runtime_config_update() accepted it at the GPU count in its name and Megatron-Core's "
+              "process-grid setup (initialize_model_parallel, run on the CPU) accepts its layout there; rejected: Bridge raised "
+              "(bridge_error); fails_at_setup: Bridge accepted it but Megatron-Core's setup raises (setup_error), so it cannot "
+              "run at that GPU count; not_built: the recipe could not be built offline",
 }
 
 
@@ -96,5 +98,7 @@ def row(entry: dict) -> dict:
     )
     if bridge["error"] is not None:
         return {**out, "status": "rejected", "bridge_error": bridge["error"]}
+    if bridge.get("setup_error"):
+        return {**out, "status": "fails_at_setup", "setup_error": bridge["setup_error"]}
     shape = layout.Layout.of(bridge["effective"]["model"], bridge["gpus"])
     return {**out, "status": "resolves", "modes": layout.modes(bridge["effective"], shape)}

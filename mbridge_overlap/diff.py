@@ -14,9 +14,13 @@ from . import findings, runconfig, safeio, schema
 from .checks.common import on_overlap_path
 from .analysis import Analysis, analyze, state_of
 from .contract import SCHEMA_VERSION
+from .checks import declare
 from .scenario import Scenario
 from .errors import UsageError
 from .text import fmt
+
+# diff's own rules (each change also names the checks' findings that explain it: TP_OVERLAP_OFF_*, DP_SIZE_ONE, ...).
+declare("diff", ["REQUESTED_CHANGE", "PP_OVERLAP_SELECTION", "DP_OVERLAP_DEFAULTS", "PRECISION_FROM_MIXED_PRECISION", "LAUNCH_ENV_CHANGED"])
 
 # Expected impact on step time of each effective setting, highest first: a heuristic for ranking, not a
 # measurement. TP communication sits on the critical path of every layer; DP reduce/gather and PP p2p once per

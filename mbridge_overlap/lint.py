@@ -43,9 +43,10 @@ class LintResult:
 
 def lint(config=None, overrides=None, **inputs) -> LintResult:
     """Every finding for a saved run config (a file, checkpoint or iteration directory), an override file or a shipped
-    recipe (recipe=), with overrides on top. inputs: scenario.build's keywords."""
-    if config is None and inputs.get("recipe") is None:
-        raise UsageError("lint: give a run config (file, checkpoint or iteration directory) or --recipe NAME")
+    recipe (recipe=), with overrides on top (or overrides alone, on Bridge's recipe baseline). inputs: scenario.build's
+    keywords."""
+    if config is None and inputs.get("recipe") is None and not overrides:
+        raise UsageError("lint: give a run config (file, checkpoint or iteration directory), --recipe NAME or KEY=VALUE overrides")
     an = analyze(scenario.build(config=config, overrides=overrides, **inputs))
     return LintResult(an, findings.sort(an.findings + _saved_differs(an)))
 

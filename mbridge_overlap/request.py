@@ -51,6 +51,7 @@ class Request:
     train: dict = field(default_factory=dict)
     validation: dict = field(default_factory=dict)
     rerun_state_machine: dict = field(default_factory=dict)
+    dataset: dict = field(default_factory=dict)
     comm_overlap: dict | None = None
     mixed_precision: MixedPrecision | None = None
     env_vars: dict = field(default_factory=dict)
@@ -273,6 +274,7 @@ _SETTERS = {
     "train": _set_plain,
     "validation": _set_plain,
     "rerun_state_machine": _set_plain,
+    "dataset": _set_plain,
     "comm_overlap": _set_comm_overlap,
     "mixed_precision": _set_mixed_precision,
     "env_vars": _set_env_var,

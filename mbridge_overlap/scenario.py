@@ -6,7 +6,8 @@ and the launcher's environment. `build()` is the only place where a default is c
 takes the default below, an empty text is an error, and `assumed` says where each value came from.
 
     gpus   given, else the saved run config's (comm_overlap.data_parallel_size x TP x PP x CP), else the count in the
-           recipe's name, else the recipe's smallest layout (TP x PP x CP: DP = 1, as the catalog resolved it)
+           recipe's name, else the recipe's smallest layout (the least common multiple of TP x PP x CP and of the expert
+           grid ETP x EP x PP, as the catalog resolved it)
     gpu    given, else the recipe's, else h100
     task   given, else the recipe's, else pretrain
 """
@@ -155,8 +156,9 @@ def _gpus(gpus, rc, entry, assumed: dict, flag: str) -> int:
         assumed["gpus"] = "the recipe's name"
         return entry["gpus"]
     if entry is not None:
-        smallest = catalog.model_parallel_size(entry["request"]["model"])
-        assumed["gpus"] = f"the recipe's smallest layout, TP x PP x CP = {smallest} (DP = 1): its name gives no GPU count"
+        smallest = catalog.smallest_world(entry["request"]["model"])
+        assumed["gpus"] = (f"the recipe's smallest layout, {smallest} GPUs (a multiple of TP x PP x CP and of the expert grid "
+                           "ETP x EP x PP): its name gives no GPU count")
         return smallest
     if rc is not None:
         raise UsageError(f"{flag}: {rc.path} does not record the GPU count (it has no comm_overlap section); pass {flag} N")

@@ -152,6 +152,8 @@ def recipes(d: dict) -> str:
         shape = f"TP{lay['tp']} PP{lay['pp']} VPP{fmt(lay['vpp'])} CP{lay['cp']} EP{lay['ep']} DP{fmt(lay['dp'])} on {lay['gpus_resolved']} {r['gpu'] or 'GPUs'}"
         if r["status"] == "rejected":
             state = f"REJECTED by Bridge: {r['bridge_error']}"
+        elif r["status"] == "fails_at_setup":
+            state = f"FAILS AT SETUP (Megatron-Core): {r['setup_error']}"
         else:
             state = " ".join(f"{k.upper()}:{'on' if m['enabled'] else 'off'}" for k, m in r["modes"].items())
         env = " ".join(f"{k}={v}" for k, v in r["env_vars"].items())

@@ -261,9 +261,11 @@ def launch_env_fields(state: State):
             o, fix = {}, shell("drop {key}; export {env} in the launcher ({where})", key=key, env=env,
                                where=Shell(state.request.release.launch_env_where))
         elif isinstance(number, int) and not isinstance(number, bool):  # every one of these variables is read as an integer
-            c = {f"env_vars.{env}": number}
-            o = proven(state, "LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD", [c], knobs=[key], remove=[key])
-            fix = shell("drop {key}; {fix} (or export {env} in the launcher)", key=key, fix=overrides_text(c), env=env)
+            # the value asked for, in env_vars; else the value Bridge's launcher uses for this layout
+            rule = {name: value for name, value, _ in launch_env.rules(state.request.release, launch_env.layout_of(state))}.get(env)
+            candidates = [{f"env_vars.{env}": number}] + ([{f"env_vars.{env}": launch_env.env_value(rule)}] if rule else [])
+            o = proven(state, "LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD", candidates, knobs=[key], remove=[key])
+            fix = shell("drop {key}; {fix} (or export {env} in the launcher)", key=key, fix=overrides_text(o or candidates[0]), env=env)
         else:
             o, fix = {}, shell("drop {key}; set env_vars.{env} to an integer ({value} is not one), or export {env} in the launcher",
                                key=key, env=env, value=str(value))
