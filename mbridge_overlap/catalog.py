@@ -109,15 +109,16 @@ def _closest(name: str, names: list[str], n: int = 3) -> list[str]:
     return difflib.get_close_matches(name, names, n=n, cutoff=0.5) or ([closest(name, names, 0.3)] if closest(name, names, 0.3) else [])
 
 
-def smallest_world(model) -> int:
+def smallest_world(model, expert_tp_one_with_ep: bool = True) -> int:
     """The fewest GPUs a layout runs on (a model config, mapping or object): a multiple of TP x PP x CP (Bridge's
-    data-parallel size) and of ETP x EP x PP (Megatron-Core's expert grid; ETP defaults to 1 with EP > 1, else TP)."""
+    data-parallel size) and of ETP x EP x PP (Megatron-Core's expert grid; an unset ETP is 1 with EP > 1 where the
+    release says so, else TP)."""
     import math
 
     get = model.get if isinstance(model, dict) else lambda k, d=None: getattr(model, k, d)
     tp, pp, cp = (get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"))
     ep = get("expert_model_parallel_size") or 1
-    etp = get("expert_tensor_parallel_size") or (1 if ep > 1 else tp)
+    etp = get("expert_tensor_parallel_size") or (1 if ep > 1 and expert_tp_one_with_ep else tp)
     return math.lcm(tp * pp * cp, etp * ep * pp)
 
 

@@ -91,6 +91,8 @@ class Release:
     mixed_precision_recipes: tuple[str, ...]
     megatron_core: str
     transformer_engine: str  # the Transformer Engine version paired with it in our pinned venv
+    expert_tp_one_with_ep: bool  # an unset expert TP size becomes 1 with EP > 1 (else Megatron-Core makes it TP)
+    eval_dp_name: str  # how validate()'s batch-size message names the data-parallel size
     data_version: str  # whose generated data (field names) stands for this release
     rules_of: str  # the release whose rules answer for this one: itself, or for a newer release our newest
     checked: str | None  # how the resolver was proven against it; None: read from source, or not at all
@@ -192,6 +194,8 @@ def _release(version: str, r: dict, rules_of: str, changed: dict | None = None) 
         mixed_precision_recipes=tuple(r["mixed_precision_recipes"]),
         megatron_core=r.get("megatron_core") or of["megatron_core"],
         transformer_engine=r.get("transformer_engine") or of["transformer_engine"],
+        expert_tp_one_with_ep=bool(r["expert_tp_one_with_ep"]),
+        eval_dp_name=r["eval_dp_name"],
         data_version=r.get("data_of") or rules_of,
         rules_of=rules_of,
         checked=r.get("checked") if rules_of == version else None,

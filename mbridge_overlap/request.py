@@ -183,8 +183,8 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
 def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
     section = key.partition(".")[0]
     fields = schema.SECTIONS[section]
-    if name not in fields:
-        _unmodeled_or_unknown(req, key, section, name, fields)
+    if name not in fields or fields[name].since and name not in bridge_fields(req.release.version).get(section, ()):
+        _unmodeled_or_unknown(req, key, section, name, {k: f for k, f in fields.items() if k != name})
         return
     typed = convert(key, fields[name], value, req.release)
     getattr(req, section)[name] = typed

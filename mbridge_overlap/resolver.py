@@ -54,9 +54,13 @@ class State:
     fsdp: bool = False
     overwritten: list = field(default_factory=list)  # (key, requested, effective, by)
     rejections: list = field(default_factory=list)
+    _effective: dict | None = field(default=None, repr=False, compare=False)
 
     def effective(self) -> dict:
-        return {s: {k: getattr(self, s).get(k) for k in keys} for s, keys in schema.EFFECTIVE_FIELDS.items()}
+        """The effective fields (a fresh copy each call); read after run(), when the state no longer changes."""
+        if self._effective is None:
+            self._effective = {s: {k: getattr(self, s).get(k) for k in keys} for s, keys in schema.EFFECTIVE_FIELDS.items()}
+        return {s: dict(v) for s, v in self._effective.items()}
 
     def value(self, key: str):
         """An effective value by dotted key (model.tp_comm_overlap, env.CUDA_DEVICE_MAX_CONNECTIONS)."""
@@ -328,8 +332,9 @@ def finalize_model(state: State) -> None:
     model, where = state.model, "TransformerConfig.__post_init__"
     if model["sequence_parallel"] and model["tensor_model_parallel_size"] <= 1:
         _overwrite(state, "model", "sequence_parallel", False, "validate")
-    if model["expert_tensor_parallel_size"] is None:  # Bridge's _set_moe_expert_tensor_parallel_default, then Megatron-Core's
-        model["expert_tensor_parallel_size"] = 1 if model["expert_model_parallel_size"] > 1 else model["tensor_model_parallel_size"]
+    if model["expert_tensor_parallel_size"] is None:  # Bridge 0.6's _set_moe_expert_tensor_parallel_default, then Megatron-Core's
+        one = state.request.release.expert_tp_one_with_ep and model["expert_model_parallel_size"] > 1
+        model["expert_tensor_parallel_size"] = 1 if one else model["tensor_model_parallel_size"]
     if model["defer_embedding_wgrad_compute"]:
         if model["pipeline_model_parallel_size"] == 1:
             _reject(state, "DEFER_EMBEDDING_WGRAD_REJECTED", "Cannot defer embedding wgrad compute when pipeline model parallel is not used", where)
@@ -366,7 +371,7 @@ def validate_batch_sizes(state: State) -> None:
         return  # not known: the request gives no batch sizes
     if gbs % (mbs * state.data_parallel_size):
         _reject(state, "BATCH_NOT_DIVISIBLE_BY_DP",
-                f"eval_global_batch_size ({gbs}) must be divisible by eval_micro_batch_size * eval_data_parallel_size "
+                f"eval_global_batch_size ({gbs}) must be divisible by eval_micro_batch_size * {state.request.release.eval_dp_name} "
                 f"({mbs} * {state.data_parallel_size} = {mbs * state.data_parallel_size})", "ConfigContainer.validate")
 
 

@@ -85,7 +85,8 @@ def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[s
     task = releases.task(_pick(assumed, "task", task, (entry or {}).get("task"), "the recipe's", "pretrain", "default"))
     family = family if family is not None else (entry or {}).get("model")
     return Scenario(
-        release=release, recipe=entry, config=rc, overrides=dict(overrides or {}), gpus=_gpus(gpus, rc, entry, assumed, f"--gpus-{side}" if side else "--gpus"),
+        release=release, recipe=entry, config=rc, overrides=dict(overrides or {}),
+        gpus=_gpus(gpus, rc, entry, assumed, f"--gpus-{side}" if side else "--gpus", release),
         gpu=gpu_name, te=bool(te), machine=machine.describe(gpu_name, release, **dict(machine_facts or {})),
         launcher_env=dict(launcher_env or {}), task=task, family=family, request=req, shape=_shape(shape, req, entry),
         assumed=assumed, notes=notes,
@@ -142,7 +143,7 @@ def _config(config) -> runconfig.RunConfig | None:
     raise UsageError(f"config: expected a file path or a mapping of sections, got {type(config).__name__}")
 
 
-def _gpus(gpus, rc, entry, assumed: dict, flag: str) -> int:
+def _gpus(gpus, rc, entry, assumed: dict, flag: str, release) -> int:
     if gpus is not None:
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
             raise UsageError(f"{flag}: must be a positive integer, got {shown(gpus)}")
@@ -156,7 +157,7 @@ def _gpus(gpus, rc, entry, assumed: dict, flag: str) -> int:
         assumed["gpus"] = "the recipe's name"
         return entry["gpus"]
     if entry is not None:
-        smallest = catalog.smallest_world(entry["request"]["model"])
+        smallest = catalog.smallest_world(entry["request"]["model"], release.expert_tp_one_with_ep)
         assumed["gpus"] = (f"the recipe's smallest layout, {smallest} GPUs (a multiple of TP x PP x CP and of the expert grid "
                            "ETP x EP x PP): its name gives no GPU count")
         return smallest

@@ -21,6 +21,7 @@ class Field:
     default: Any = None
     choices: tuple = ()
     minimum: int | None = 1  # for integers: the smallest value Bridge accepts (None: any)
+    since: str | None = None  # the first release whose config has the field (None: every release listed)
 
 
 _BACKENDS = ("nccl", "mpi", "gloo")
@@ -104,9 +105,9 @@ DIST = {
 # The dataset config's fields that decide whether every micro-batch has the same number of tokens (userbuffers hold
 # seq_length x micro_batch_size / CP of them). pad_to_max_length None: the dataset config has no such field.
 DATASET = {
-    "pad_to_max_length": Field(OPT_BOOL, None),
-    "enable_in_batch_packing": Field(BOOL, False),
-    "enable_offline_packing": Field(BOOL, False),
+    "pad_to_max_length": Field(OPT_BOOL, None, since="0.6.0"),
+    "enable_in_batch_packing": Field(BOOL, False, since="0.6.0"),
+    "enable_offline_packing": Field(BOOL, False, since="0.6.0"),
 }
 
 # CheckpointConfig: Megatron-FSDP needs ckpt_format=fsdp_dtensor when a checkpoint is saved or loaded.

@@ -61,7 +61,7 @@ def test_every_release_with_a_catalog_is_listed():
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_recipe_real_bridge_resolved_agrees_on_every_field(version):
     done = [e for e in built(version) if e["bridge"]["error"] is None]
-    assert len(done) > 200
+    assert len(done) > 190
     failures = [(e["name"], d) for e in done if (d := differences(resolve(e, version), e["bridge"]))]
     assert failures == [], failures[:3]
 

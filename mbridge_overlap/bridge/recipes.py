@@ -365,7 +365,9 @@ def entry(package: str, name: str, fn, scratch: Path) -> dict:
         return {**out, "builds": False, "build_error": describe(exc)}
     if not hasattr(probe, "comm_overlap") or not hasattr(probe, "model"):
         return None  # a *_config helper that returns a dataset or model config, not a recipe
-    gpus = out.get("gpus") or catalog.smallest_world(probe.model)
+    from .. import releases
+
+    gpus = out.get("gpus") or catalog.smallest_world(probe.model, releases.get(adapter.bridge_version()).expert_tp_one_with_ep)
     cfg, fixups, error, env, after = build(fn, gpu, gpus, scratch)
     return {**out, "builds": True, "request": record(cfg), "shape": shape(cfg), "fixups": [f"{k}={v}" for k, v in fixups],
             "bridge": outcome(after, error, env, gpus)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .. import launch_env, releases, ub_presets
 from ..findings import make, shell
-from ..proof import fixed, proven
+from ..proof import fixed
 from ..resolver import State
 from ..text import fmt
 from . import check
@@ -247,8 +247,8 @@ def mxfp8_sync(state: State):
         return
     c = {"comm_overlap.overlap_param_gather": True} if state.dp_overlap_applied else \
         {"ddp.overlap_param_gather": True, "optimizer.overlap_param_gather": True}
-    yield make("MXFP8_PARAM_SYNC_NOT_OVERLAPPED", fix_overrides=proven(state, "MXFP8_PARAM_SYNC_NOT_OVERLAPPED", [c]),
-               dp=state.data_parallel_size)
+    o, fix = fixed(state, "MXFP8_PARAM_SYNC_NOT_OVERLAPPED", [c])
+    yield make("MXFP8_PARAM_SYNC_NOT_OVERLAPPED", fix_overrides=o, fix=fix, dp=state.data_parallel_size)
 
 
 @check("FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER")
@@ -257,5 +257,5 @@ def fp8_param_gather_plain_optimizer(state: State):
     non-distributed optimizer does with FP8 parameters is not settled by the code."""
     if state.ddp["fp8_param_gather"] and not state.ddp["use_distributed_optimizer"] and not state.fsdp:
         c = {"ddp.use_distributed_optimizer": True, "optimizer.use_distributed_optimizer": True}
-        yield make("FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER",
-                   fix_overrides=proven(state, "FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", [c]))
+        o, fix = fixed(state, "FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", [c])
+        yield make("FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", fix_overrides=o, fix=fix)
