@@ -1,83 +1,73 @@
 """The Python API: the command line's verbs, each returning an object whose to_dict() is the command's JSON (or a
-dict that is). The command line calls only these."""
+dict that is). The command line calls only these.
+
+Every verb about a config takes the same inputs, the keywords of `scenario.build` (recipe, config, overrides, gpus,
+gpu, te, bridge_version, launcher_env, task, machine_facts), and answers from one analysis of that scenario.
+"""
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping
 
-from . import catalog, findings, releases, request
-from .errors import UsageError
+from . import findings, releases, scenario
 from .contract import SCHEMA_VERSION
-from .resolution import Resolution, resolve_request
+from .errors import UsageError
 
 
-def resolve(
-    overrides: Mapping[str, Any] | None = None,
-    *,
-    gpus: int | None = None,
-    recipe: str | None = None,
-    te: bool = True,
-    gpu: str | None = None,
-    bridge_version: str | None = None,
-    config: Mapping | str | os.PathLike | None = None,
-    launcher_env: Mapping[str, str] | None = None,
-) -> Resolution:
-    """Effective values after Bridge's runtime_config_update() for overrides on a starting config.
+def resolve(overrides: Mapping[str, Any] | None = None, **inputs):
+    """Effective values after Bridge's runtime_config_update() for overrides on a starting config, and every finding.
 
     The start is Bridge's recipe baseline (_pretrain_common), or the shipped recipe `recipe` (a function name of
-    megatron.bridge.recipes or perf_recipes; GPUs and GPU type default to the ones in its name). overrides: dotted
-    keys as Bridge's scripts take them ({"model.tensor_model_parallel_size": 4}), typed or as command-line strings.
-    config: a ConfigContainer-shaped mapping or YAML path, applied before the overrides. launcher_env: the
-    environment the job is launched with (its values win over cfg.env_vars)."""
-    release = releases.get(bridge_version)
-    entry = catalog.lookup(recipe, release.version) if recipe else None
-    if isinstance(config, (str, os.PathLike)):
-        config = request.read_config_file(config)
-    req = request.build(release, overrides, config, base=entry)
-    return resolve_request(req, gpus=_gpus(gpus, entry), te=te, gpu=gpu, launcher_env=launcher_env)
+    megatron.bridge.recipes or perf_recipes). overrides: dotted keys as Bridge's scripts take them
+    ({"model.tensor_model_parallel_size": 4}), typed or as command-line strings. config: a ConfigContainer-shaped
+    mapping or YAML path (a saved run_config.yaml or an override file), applied before the overrides. launcher_env:
+    the environment the job is launched with (its values win over cfg.env_vars)."""
+    from .analysis import analyze
 
-
-def _gpus(gpus: int | None, entry: dict | None) -> int:
-    if gpus is not None:
-        return gpus
-    if entry is None:
-        raise UsageError("--gpus: required (the world size) unless --recipe names a recipe whose name carries a GPU count")
-    if entry.get("gpus") is None:
-        raise UsageError(f"--gpus: recipe {entry['name']} has no GPU count in its name; pass --gpus N")
-    return entry["gpus"]
+    return analyze(scenario.build(overrides=overrides, **inputs))
 
 
 def plan(**layout):
     """The overrides that turn on every overlap mode a layout can use, checked by the resolver.
 
-    Keywords as the command line's flags: gpus, tp, pp, vpp, cp, gpu, precision, hidden_size, seq_length,
-    micro_batch_size, lora, te, bridge_version, moe_a2a_overlap, moe_flex_dispatcher_backend, megatron_fsdp, recipe,
-    task. With recipe (a full recipe function name) the plan starts from that recipe."""
+    Keywords: the layout (tp, pp, vpp, cp, precision, hidden_size, seq_length, micro_batch_size, lora, moe,
+    moe_a2a_overlap, moe_flex_dispatcher_backend, megatron_fsdp, recipe: a recipe function or model family) and the
+    scenario's inputs (gpus, gpu, te, bridge_version, task, machine_facts, launcher_env)."""
     from .planner import make_plan
 
     return make_plan(**layout)
 
 
-def lint(config=None, *, recipe: str | None = None, gpus: int | None = None, gpu: str | None = None, te: bool = True,
-         bridge_version: str | None = None):
-    """Every finding for a saved run config (or a shipped recipe), and the overlap it left on the table."""
+def lint(config=None, overrides: Mapping[str, Any] | None = None, **inputs):
+    """Every finding for a saved run config (or a shipped recipe, recipe=), and the overlap it left on the table."""
     from .lint import lint as run_lint
 
-    return run_lint(config, recipe=recipe, gpus=gpus, gpu=gpu, te=te, bridge_version=bridge_version)
+    return run_lint(config, overrides, **inputs)
 
 
-def diff(before, after, *, gpus_before: int | None = None, gpus_after: int | None = None, te: bool = True,
-         bridge_version: str | None = None):
-    """The overlap-relevant changes between two run configs, each with its cause, ranked by expected impact."""
+def diff(before=None, after=None, *, overrides: Mapping[str, Any] | None = None, before_overrides: Mapping[str, Any] | None = None,
+         recipe: str | None = None, recipe_before: str | None = None, recipe_after: str | None = None, gpus: int | None = None,
+         gpus_before: int | None = None, gpus_after: int | None = None, **inputs):
+    """The overlap-relevant changes from one scenario to another, each with its cause, ranked by expected impact.
+
+    A side is a run config (before/after), or a recipe (recipe for both, or recipe_before/recipe_after), at a GPU
+    count (gpus for both, or gpus_before/gpus_after), with overrides (before_overrides; overrides go on AFTER): two
+    saved runs, two recipes, one recipe at two GPU counts, or one config before and after overrides."""
     from .diff import diff as run_diff
 
-    return run_diff(before, after, gpus_before=gpus_before, gpus_after=gpus_after, te=te, bridge_version=bridge_version)
+    if before is None and recipe is None and recipe_before is None:
+        raise UsageError("diff: give BEFORE and AFTER run configs, or --recipe (or --recipe-before/--recipe-after)")
+    before_sc = scenario.build(config=before, recipe=recipe_before or recipe, gpus=gpus_before or gpus, overrides=before_overrides,
+                               side="before", **inputs)
+    after_config = after if after is not None else (before if recipe_after is None and recipe is None else None)
+    after_sc = scenario.build(config=after_config, recipe=recipe_after or recipe, gpus=gpus_after or gpus,
+                              overrides={**dict(before_overrides or {}), **dict(overrides or {})}, side="after", **inputs)
+    return run_diff(before_sc, after_sc)
 
 
 def recipes(**filters):
     """Bridge's shipped recipes with their effective overlap state; filters: model, gpu, gpus, task, precision, name,
-    bridge_version."""
+    package, bridge_version."""
     from .catalog_view import list_recipes
 
     return list_recipes(**filters)
@@ -110,11 +100,11 @@ def anchors(mbridge_src: str | None = None) -> dict:
     """Where the Bridge code each rule mirrors is now, and whether it is still a verified release's code."""
     from .anchors import report
 
-    return {"schema_version": SCHEMA_VERSION, **report(mbridge_src)}
+    return {"schema_version": SCHEMA_VERSION, **report(releases.given("--mbridge-src", mbridge_src))}
 
 
 def explain(finding_id: str) -> dict:
-    """A finding's record: severity, title, the Bridge code that decides it (and where it is now), explanation."""
+    """A finding's record: severity, title, the Bridge code that decides it (and where it is now), example, explanation."""
     return {"schema_version": SCHEMA_VERSION, **findings.explain(finding_id)}
 
 

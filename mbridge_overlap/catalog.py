@@ -13,32 +13,40 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import UsageError
-from .releases import DATA_DIR, version_key
+from .releases import DATA_DIR, precision, version_key
 from .suggest import closest
 
-GPU_TYPES = ("h100", "b200", "b300", "gb200", "gb300", "r100", "vr200")
-TASKS = ("pretrain", "sft", "peft")
-# A recipe name's precision, and the compute dtype Bridge's perf launcher (scripts/performance) calls it.
-PRECISIONS = {"bf16": "bf16", "fp8cs": "fp8_cs", "fp8mx": "fp8_mx", "fp8sc": "fp8_sc", "nvfp4": "nvfp4"}
-_HEAD = r"^(?P<model>[a-z0-9_]+?)_(?P<task>pretrain|sft|peft)"
-_NAMES = (  # with the GPU count, type and precision first, so a dataset or variant word never swallows them
-    re.compile(_HEAD + r"(?:_(?P<dataset>[a-z0-9_]+?))?_(?P<gpus>\d+)gpu_(?P<gpu>" + "|".join(GPU_TYPES) + r")_(?P<precision>"
-               + "|".join(PRECISIONS) + r")(?:_(?P<variant>[a-z0-9_]+?))?_config\Z"),
-    re.compile(_HEAD + r"(?:_(?P<variant>[a-z0-9_]+?))?_config\Z"),
-)
+# A recipe name's precision as the name writes it (fp8cs): the release data's spellings of each canonical precision.
+NAME_PRECISIONS = ("bf16", "fp8cs", "fp8mx", "fp8sc", "nvfp4")
+
+
+@lru_cache(maxsize=None)
+def _name_patterns() -> tuple:
+    """The two shapes of a recipe function name, with the GPU count, type and precision first, so a dataset or
+    variant word never swallows them; the words are the release data's vocabulary."""
+    from .releases import data, gpu_types
+
+    head = r"^(?P<model>[a-z0-9_]+?)_(?P<task>" + "|".join(data()["tasks"]) + ")"
+    return (
+        re.compile(head + r"(?:_(?P<dataset>[a-z0-9_]+?))?_(?P<gpus>[0-9]+)gpu_(?P<gpu>" + "|".join(gpu_types()) + r")_(?P<precision>"
+                   + "|".join(NAME_PRECISIONS) + r")(?:_(?P<variant>[a-z0-9_]+?))?_config\Z"),
+        re.compile(head + r"(?:_(?P<variant>[a-z0-9_]+?))?_config\Z"),
+    )
+
+
 # A recipe reference as a user types it: a function name, optionally with its package or full import path.
 _REFERENCE = re.compile(r"^(?:megatron\.bridge\.)?(?:(?P<package>recipes|perf_recipes)\.(?:[a-z0-9_]+\.)*)?(?P<name>[A-Za-z0-9_]+)\Z")
 
 
 def parse_name(name: str) -> dict:
     """What a recipe function's name says: model, task, GPU count and type, precision, variant (None where absent)."""
-    m = next((m for m in (rx.match(name) for rx in _NAMES) if m), None)
+    m = next((m for m in (rx.match(name) for rx in _name_patterns()) if m), None)
     if not m:
         return {"model": None, "task": None, "gpus": None, "gpu": None, "precision": None, "variant": None}
     g = {"dataset": None, "gpus": None, "gpu": None, "precision": None, **m.groupdict()}
     return {
         "model": g["model"], "task": g["task"], "gpus": int(g["gpus"]) if g["gpus"] else None, "gpu": g["gpu"],
-        "precision": PRECISIONS.get(g["precision"]) if g["precision"] else None,
+        "precision": precision(g["precision"]) if g["precision"] else None,
         "variant": "_".join(p for p in (g["dataset"], g["variant"]) if p) or None,
     }
 
@@ -101,10 +109,17 @@ def _closest(name: str, names: list[str], n: int = 3) -> list[str]:
     return difflib.get_close_matches(name, names, n=n, cutoff=0.5) or ([closest(name, names, 0.3)] if closest(name, names, 0.3) else [])
 
 
-def model_parallel_size(model) -> int:
-    """TP x PP x CP of a model config (a mapping or an object): the fewest GPUs a layout runs on."""
+def smallest_world(model, expert_tp_one_with_ep: bool = True) -> int:
+    """The fewest GPUs a layout runs on (a model config, mapping or object): a multiple of TP x PP x CP (Bridge's
+    data-parallel size) and of ETP x EP x PP (Megatron-Core's expert grid; an unset ETP is 1 with EP > 1 where the
+    release says so, else TP)."""
+    import math
+
     get = model.get if isinstance(model, dict) else lambda k, d=None: getattr(model, k, d)
-    return (get("tensor_model_parallel_size") or 1) * (get("pipeline_model_parallel_size") or 1) * (get("context_parallel_size") or 1)
+    tp, pp, cp = (get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"))
+    ep = get("expert_model_parallel_size") or 1
+    etp = get("expert_tensor_parallel_size") or (1 if ep > 1 and expert_tp_one_with_ep else tp)
+    return math.lcm(tp * pp * cp, etp * ep * pp)
 
 
 def families(version: str) -> list[str]:
@@ -116,7 +131,7 @@ def same_layout(version: str, shape, gpu: str, precision: str, moe: bool) -> lis
     """The perf recipes that resolve at this TP, PP, VPP, CP and GPU count on this GPU type and precision."""
     out = []
     for e in entries(version):
-        if e["package"] != "perf_recipes" or not e["builds"] or e["bridge"]["error"] is not None:
+        if e["package"] != "perf_recipes" or not e["builds"] or e["bridge"]["error"] is not None or e["bridge"].get("setup_error"):
             continue
         m = e["request"]["model"]
         layout_of = (m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"],

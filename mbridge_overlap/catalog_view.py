@@ -25,7 +25,19 @@ class RecipeListing:
 
     def to_dict(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "bridge_version": self.bridge_version, "filters": self.filters,
-                "count": len(self.rows), "recipes": self.rows}
+                "count": len(self.rows), "about": ABOUT, "recipes": self.rows}
+
+
+ABOUT = {
+    "env_vars": f"the launch variables on the overlap path the recipe sets ({', '.join(_ENV_SHOWN)}); "
+                "resolve --recipe NAME shows all of them",
+    "fixups": "stand-in values the offline catalog build needed where a recipe reads its model's Hugging Face config "
+              "(layer counts, expert counts); never part of an answer about the shipped recipe",
+    "status": "resolves: real Bridge's runtime_config_update() accepted it at the GPU count in its name and Megatron-Core's "
+              "process-grid setup (initialize_model_parallel, run on the CPU) accepts its layout there; rejected: Bridge raised "
+              "(bridge_error); fails_at_setup: Bridge accepted it but Megatron-Core's setup raises (setup_error), so it cannot "
+              "run at that GPU count; not_built: the recipe could not be built offline",
+}
 
 
 def list_recipes(*, model: str | None = None, gpu: str | None = None, gpus: int | None = None, task: str | None = None,
@@ -41,16 +53,13 @@ def list_recipes(*, model: str | None = None, gpu: str | None = None, gpus: int 
 
 
 def _filters(**given) -> dict:
-    out = {k: v for k, v in given.items() if v is not None}
-    if "gpu" in out and out["gpu"] not in catalog.GPU_TYPES:
-        raise UsageError(f"--gpu: expected one of {', '.join(catalog.GPU_TYPES)}, got {shown(out['gpu'])}")
-    if "task" in out and out["task"] not in catalog.TASKS:
-        raise UsageError(f"--task: expected one of {', '.join(catalog.TASKS)}, got {shown(out['task'])}")
+    out = {k: releases.given(f"--{k}", v) for k, v in given.items() if v is not None}
+    if "gpu" in out:
+        out["gpu"] = releases.gpu(out["gpu"])["name"]
+    if "task" in out:
+        out["task"] = releases.task(out["task"])
     if "precision" in out:
-        wanted = catalog.PRECISIONS.get(out["precision"], out["precision"])
-        if wanted not in catalog.PRECISIONS.values():
-            raise UsageError(f"--precision: expected one of {', '.join(catalog.PRECISIONS.values())}, got {shown(out['precision'])}")
-        out["precision"] = wanted
+        out["precision"] = releases.precision(out["precision"])
     if "package" in out and out["package"] not in ("recipes", "perf_recipes"):
         raise UsageError(f"--package: expected recipes or perf_recipes, got {shown(out['package'])}")
     if "gpus" in out and (isinstance(out["gpus"], bool) or not isinstance(out["gpus"], int) or out["gpus"] < 1):
@@ -89,5 +98,7 @@ def row(entry: dict) -> dict:
     )
     if bridge["error"] is not None:
         return {**out, "status": "rejected", "bridge_error": bridge["error"]}
+    if bridge.get("setup_error"):
+        return {**out, "status": "fails_at_setup", "setup_error": bridge["setup_error"]}
     shape = layout.Layout.of(bridge["effective"]["model"], bridge["gpus"])
     return {**out, "status": "resolves", "modes": layout.modes(bridge["effective"], shape)}

@@ -11,7 +11,6 @@ import sys
 from . import api, releases, safeio, text
 from .errors import UsageError
 from .request import parse_override
-from .trace import cli as trace_cli
 
 PROG = "mbridge-overlap"
 
@@ -24,20 +23,6 @@ def _positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {number}")
     return number
-
-
-def _common(p: argparse.ArgumentParser, formats=("text", "json")) -> None:
-    p.add_argument("--format", choices=formats, default="text", help="output format (default: text; json for agents)")
-    p.add_argument("--output", metavar="PATH", help="write the output to PATH instead of stdout")
-    p.add_argument("--force", action="store_true", help="overwrite --output PATH if it exists")
-
-
-def _release_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--bridge-version",
-        metavar="V",
-        help=f"target Megatron-Bridge release (default {releases.default_version()}; one of {', '.join(releases.versions())})",
-    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -75,103 +60,164 @@ def _actions(parser: argparse.ArgumentParser, args):
             yield action
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=PROG, description="Megatron-Bridge TP/DP/PP communication overlap: what Bridge will do, and what to set.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+# --- the parser: one table of verbs; only the verb asked for gets its arguments (a cold start builds one) ------------
 
-    recipe_arg = safeio.name_arg(r"^[a-z0-9][a-z0-9_.]*$")
-    gpus_help = "total GPU count (world size); with --recipe, default: the count in the recipe's name"
-    gpu_help = "GPU type: " + ", ".join(releases.data()["gpus"])
 
-    p = sub.add_parser("resolve", help="effective overlap settings Bridge will use for a requested config")
-    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Bridge-style dotted overrides, e.g. model.sequence_parallel=true")
-    p.add_argument("--recipe", type=recipe_arg, help="start from this shipped recipe function (see the recipes command) instead of the baseline")
-    p.add_argument("--gpus", type=_positive_int, help=gpus_help)
-    p.add_argument("--gpu", help=gpu_help + " (default: the recipe's, else h100); the launch environment and the MoE dispatcher check depend on it")
+def _common(p: argparse.ArgumentParser, formats=("text", "json")) -> None:
+    p.add_argument("--format", choices=formats, default="text", help="output format (default: text; json for agents)")
+    p.add_argument("--output", metavar="PATH", help="write the output to PATH instead of stdout")
+    p.add_argument("--force", action="store_true", help="overwrite --output PATH if it exists")
+
+
+def _release_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bridge-version", metavar="V", help=f"target Megatron-Bridge release (default {releases.default_version()}; "
+                   f"one of {', '.join(releases.versions())}, or a newer one, answered unverified)")
+
+
+_RECIPE = safeio.name_arg(r"^[a-z0-9][a-z0-9_.]*\Z")
+_GPUS_HELP = ("total GPU count (world size); default: the saved run config's, else the count in the recipe's name, else the "
+              "recipe's smallest layout")
+
+
+def _scenario_flags(p: argparse.ArgumentParser, gpus: bool = True) -> None:
+    """The inputs every verb about a config takes (scenario.build's keywords), with the same defaults everywhere."""
+    p.add_argument("--recipe", type=_RECIPE, help="start from this shipped recipe function (see the recipes command) instead of the "
+                   "baseline; plan also takes a model family such as llama3_70b (for NCCL_P2P_NET_CHUNKSIZE)")
+    if gpus:
+        p.add_argument("--gpus", type=_positive_int, help=_GPUS_HELP)
+    p.add_argument("--gpu", help="GPU type: " + ", ".join(releases.gpu_types()) + " (default: the recipe's, else h100)")
+    p.add_argument("--task", help="training task: " + ", ".join(releases.data()["tasks"]) + " (default: the recipe's, else pretrain)")
     p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
-    p.add_argument("--config", metavar="FILE", help="a saved run_config.yaml (or checkpoint folder) or an override YAML, applied before the overrides")
     p.add_argument("--launcher-env", action="store_true", help="take this shell's environment as the launcher's (its values win over env_vars)")
-    _release_flags(p)
+    m = p.add_argument_group("the machine (defaults from the GPU type and the installed packages; shown under inputs.machine)")
+    m.add_argument("--nvlink-domain", type=_positive_int, metavar="N", help="GPUs per NVLink domain (8 on H100/B200/B300 nodes, 72 in an NVL72 rack)")
+    m.add_argument("--gpus-per-node", type=_positive_int, metavar="N", help="GPUs per node")
+    m.add_argument("--multicast", choices=("yes", "no"), help="CUDA multicast available (driver >= 12.1 on an NVSwitch system; default yes)")
+    m.add_argument("--torch-mpi", choices=("yes", "no"), help="torch.distributed has MPI (default: read from the Bridge venv's torch)")
+    m.add_argument("--te-version", metavar="V", help="Transformer Engine version (default: the release's pinned one)")
+    _release_flag(p)
+
+
+def _inputs(args, **extra) -> dict:
+    yes = {"yes": True, "no": False, None: None}
+    machine = {"nvlink_domain": args.nvlink_domain, "gpus_per_node": args.gpus_per_node, "multicast": yes[args.multicast],
+               "torch_mpi": yes[args.torch_mpi], "te_version": args.te_version}
+    return dict(recipe=args.recipe, gpu=args.gpu, task=args.task, te=args.te, bridge_version=args.bridge_version,
+                launcher_env=dict(os.environ) if args.launcher_env else None,
+                machine_facts={k: v for k, v in machine.items() if v is not None}, **extra)
+
+
+def _resolve_args(p):
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Bridge-style dotted overrides, e.g. model.sequence_parallel=true")
+    p.add_argument("--config", metavar="FILE", help="a saved run_config.yaml (or checkpoint folder) or an override YAML, applied before the overrides")
+    _scenario_flags(p)
     _common(p)
 
-    p = sub.add_parser("plan", help="the overrides that enable every overlap mode a layout can use")
+
+def _plan_args(p):
     for flag in ("--tp", "--pp", "--cp"):
         p.add_argument(flag, type=_positive_int, help=f"{flag[2:].upper()} size (default: the recipe's, else 1)")
     p.add_argument("--vpp", type=_positive_int, help="virtual pipeline size (interleaved schedule; needs --pp > 1)")
-    p.add_argument("--gpus", type=_positive_int, help=gpus_help)
-    p.add_argument("--gpu", help=gpu_help + " (default: the recipe's, else h100)")
-    p.add_argument("--precision", help="compute precision: " + ", ".join(releases.data()["precisions"]) + " (default: the recipe's, else bf16)")
-    p.add_argument("--hidden-size", type=_positive_int, help="model hidden size (to match a tuned TP preset)")
-    p.add_argument("--seq-length", type=_positive_int, help="sequence length (to match a tuned TP preset)")
-    p.add_argument("--micro-batch-size", type=_positive_int, help="micro batch size (to match a tuned TP preset)")
+    p.add_argument("--precision", help="compute precision: " + ", ".join(releases.data()["precisions"])
+                   + " (or as recipe names write them: fp8cs, ...; default: the recipe's, else bf16)")
+    p.add_argument("--hidden-size", type=_positive_int, help="model hidden size (to match a tuned TP preset; default: the recipe's, where known)")
+    p.add_argument("--seq-length", type=_positive_int, help="sequence length (to match a tuned TP preset; default: the recipe's)")
+    p.add_argument("--micro-batch-size", type=_positive_int, help="micro batch size (to match a tuned TP preset; default: the recipe's)")
     p.add_argument("--lora", action="store_true", help="LoRA fine-tuning (LoRA presets)")
-    p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not available")
     p.add_argument("--moe", action="store_true", default=None, help="an MoE model with expert parallelism (default: from the recipe)")
-    p.add_argument("--moe-a2a-overlap", action="store_true", help="MoE all-to-all overlap on (affects CUDA_DEVICE_MAX_CONNECTIONS)")
-    p.add_argument("--moe-flex-backend", choices=("deepep", "hybridep", "ncclep"), help="MoE flex dispatcher backend")
+    p.add_argument("--moe-a2a-overlap", action="store_true",
+                   help="turn on MoE all-to-all overlap (comm_overlap.overlap_moe_expert_parallel_comm; Bridge checks its prerequisites)")
+    p.add_argument("--moe-flex-backend", help="MoE flex dispatcher backend: " + ", ".join(releases.data()["flex_dispatcher_backends"]))
     p.add_argument("--megatron-fsdp", action="store_true", help="Megatron-FSDP (ddp.use_megatron_fsdp) instead of DDP")
-    p.add_argument("--recipe", type=recipe_arg, help="a recipe function to start from (e.g. llama3_70b_pretrain_64gpu_h100_bf16_config), "
-                   "or a model family such as llama3_70b (for NCCL_P2P_NET_CHUNKSIZE)")
-    p.add_argument("--task", choices=("pretrain", "sft", "peft"), help="training task (default: the recipe's, else pretrain)")
-    _release_flags(p)
+    _scenario_flags(p)
     _common(p, formats=("text", "json", "python", "yaml", "hydra", "env", "env_vars", "nemo_run"))
 
-    p = sub.add_parser("lint", help="every finding for a run config or a shipped recipe, and the overlap it left on the table")
-    p.add_argument("config", nargs="?", help="run_config.yaml, a checkpoint or iteration directory holding one, or a plan override file")
-    p.add_argument("--recipe", type=recipe_arg, help="lint this shipped recipe (or: the recipe the run config started from)")
-    p.add_argument("--gpus", type=_positive_int, help="GPU count (default: the saved comm_overlap.data_parallel_size, or the recipe's)")
-    p.add_argument("--gpu", help=gpu_help + ", to check the tuned preset and the launch environment (default: the recipe's)")
-    p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
-    _release_flags(p)
+
+def _lint_args(p):
+    p.add_argument("inputs", nargs="*", metavar="[CONFIG] [KEY=VALUE]",
+                   help="run_config.yaml, a checkpoint or iteration directory holding one, or an override file; then overrides")
+    _scenario_flags(p)
     _common(p)
 
-    p = sub.add_parser("recipes", help="Bridge's shipped recipes with their effective overlap state")
+
+def _diff_args(p):
+    p.add_argument("inputs", nargs="*", metavar="[BEFORE AFTER] [KEY=VALUE]",
+                   help="the faster and the slower run's configs (files, checkpoint or iteration directories); overrides go on AFTER")
+    p.add_argument("--recipe-before", type=_RECIPE, help="BEFORE starts from this recipe")
+    p.add_argument("--recipe-after", type=_RECIPE, help="AFTER starts from this recipe")
+    p.add_argument("--gpus", type=_positive_int, help="GPU count of both sides, where nothing else gives it")
+    p.add_argument("--gpus-before", type=_positive_int, help="GPU count of BEFORE")
+    p.add_argument("--gpus-after", type=_positive_int, help="GPU count of AFTER (diff --recipe R --gpus-after 32: what changes on 32 GPUs)")
+    p.add_argument("--before", action="append", default=[], metavar="KEY=VALUE", help="an override on BEFORE (and AFTER, which starts from it)")
+    _scenario_flags(p, gpus=False)
+    _common(p)
+
+
+def _recipes_args(p):
     p.add_argument("--model", help="model family, or part of it (llama3_70b, qwen3)")
-    p.add_argument("--gpu", help=gpu_help)
+    p.add_argument("--gpu", help="GPU type: " + ", ".join(releases.gpu_types()))
     p.add_argument("--gpus", type=_positive_int, help="GPU count in the name")
-    p.add_argument("--task", help="pretrain, sft or peft")
-    p.add_argument("--precision", help="bf16, fp8_cs, fp8_mx, fp8_sc or nvfp4 (or as the name writes it: fp8cs, ...)")
+    p.add_argument("--task", help=", ".join(releases.data()["tasks"]))
+    p.add_argument("--precision", help=", ".join(releases.data()["precisions"]) + " (or as the name writes it: fp8cs, ...)")
     p.add_argument("--name", help="part of the function name")
     p.add_argument("--package", help="recipes or perf_recipes")
-    _release_flags(p)
+    _release_flag(p)
     _common(p)
 
-    p = sub.add_parser("suites", help="the upstream overlap test suites verify runs, with the pass counts it requires")
+
+def _release_args(p):
+    _release_flag(p)
     _common(p)
 
-    p = sub.add_parser("diff", help="the overlap-relevant changes between two run configs, with causes, ranked")
-    p.add_argument("before", help="the faster run's config (file, checkpoint or iteration directory)")
-    p.add_argument("after", help="the slower run's config")
-    p.add_argument("--gpus", type=_positive_int, help="GPU count of both runs, where a config does not record it")
-    p.add_argument("--gpus-before", type=_positive_int, help="GPU count of BEFORE")
-    p.add_argument("--gpus-after", type=_positive_int, help="GPU count of AFTER")
-    p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
-    _release_flags(p)
-    _common(p)
 
-    p = sub.add_parser("presets", help="the tuned TP userbuffers presets and what each was tuned for")
-    _release_flags(p)
-    _common(p)
-
-    p = sub.add_parser("explain", help="the long form of a finding id")
+def _explain_args(p):
     p.add_argument("id", help="finding id, e.g. TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL")
     _common(p)
 
-    p = sub.add_parser("releases", help="per-release facts side by side")
-    _common(p)
 
-    p = sub.add_parser("anchors", help="where the Bridge code SKILL.md cites is now (file and line range)")
+def _anchors_args(p):
     p.add_argument("--mbridge-src", metavar="PATH", help="a Megatron-Bridge source checkout (default: the installed package)")
     _common(p)
 
-    p = sub.add_parser("check-manifest", help="validate SKILL.md against the Agent Skills rules")
+
+def _manifest_args(p):
     p.add_argument("path", nargs="?", default=None, help="SKILL.md (default: the one beside this package)")
     p.add_argument("--check-dir", action="store_true", help="also require name to match the folder name, as when installed")
     _common(p)
 
-    p = sub.add_parser("trace", help="hidden and exposed communication per parallel dimension from profiler traces")
+
+def _trace_args(p):
+    from .trace import cli as trace_cli
+
     trace_cli.add_arguments(p)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The command line. With `argv`, only the verb it names gets its arguments (the others are listed for --help)."""
+    parser = _Parser(prog=PROG, description="Megatron-Bridge TP/DP/PP communication overlap: what Bridge will do, and what to set.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    asked = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    for name, (help_text, add, _run) in VERBS.items():
+        p = sub.add_parser(name, help=help_text)
+        if argv is None or name == asked:
+            add(p)
     return parser
+
+
+def _split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
+    """Positional inputs: up to `files` file paths first, then KEY=VALUE overrides (a token with '=' after a dotted
+    key, or naming no file, is an override)."""
+    paths, overrides = [], {}
+    for token in tokens:
+        key = token.partition("=")[0]
+        if "=" in token and ("." in key or key in ("comm_overlap", "mixed_precision")) and not os.path.exists(token):
+            k, v = parse_override(token)
+            overrides[k] = v
+        elif overrides or len(paths) >= files:
+            raise UsageError(f"{safeio.shown(token)}: expected KEY=VALUE here (files come first, at most {files})")
+        else:
+            paths.append(token)
+    return paths, overrides
 
 
 def _emit(args, payload: str) -> None:
@@ -188,10 +234,7 @@ def _json(data) -> str:
 
 def cmd_resolve(args) -> int:
     overrides = dict(parse_override(o) for o in args.overrides)
-    result = api.resolve(
-        overrides, gpus=args.gpus, recipe=args.recipe, te=args.te, gpu=args.gpu, bridge_version=args.bridge_version,
-        config=args.config, launcher_env=dict(os.environ) if args.launcher_env else None,
-    )
+    result = api.resolve(overrides, config=args.config, **_inputs(args, gpus=args.gpus))
     d = result.to_dict()
     _emit(args, _json(d) if args.format == "json" else text.resolution(d))
     return 1 if result.errors else 0
@@ -201,10 +244,10 @@ def cmd_plan(args) -> int:
     from . import render
 
     result = api.plan(
-        tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, gpus=args.gpus, gpu=args.gpu, precision=args.precision,
-        hidden_size=args.hidden_size, seq_length=args.seq_length, micro_batch_size=args.micro_batch_size,
-        lora=args.lora, te=args.te, bridge_version=args.bridge_version, moe=args.moe, moe_a2a_overlap=args.moe_a2a_overlap,
-        moe_flex_dispatcher_backend=args.moe_flex_backend, megatron_fsdp=args.megatron_fsdp, recipe=args.recipe, task=args.task,
+        tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, precision=args.precision, hidden_size=args.hidden_size,
+        seq_length=args.seq_length, micro_batch_size=args.micro_batch_size, lora=args.lora, moe=args.moe,
+        moe_a2a_overlap=args.moe_a2a_overlap, moe_flex_dispatcher_backend=args.moe_flex_backend, megatron_fsdp=args.megatron_fsdp,
+        **_inputs(args, gpus=args.gpus),
     )
     d = result.to_dict()
     if args.format == "json":
@@ -222,24 +265,31 @@ def cmd_plan(args) -> int:
         purpose = f"Comm overlap for TP={lay['tp']} PP={lay['pp']} VPP={lay['vpp']} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs{start}"
         env = {name: rule["value"] for name, rule in d["launch_env"].items()}
         why = {name: rule["why"] for name, rule in d["launch_env"].items()}
-        release = releases.get(d["bridge_version"])
-        out = render.snippet(args.format, overrides=d["overrides"], env=env, env_why=why, purpose=purpose,
-                             release=release.version, env_vars_field=release.env_vars, plugin_args=result.perf_env_plugin_args())
+        release = result.analysis.scenario.release
+        out = render.snippet(args.format, overrides=d["overrides"], env=env, env_why=why, purpose=purpose, release=release.version,
+                             env_vars_field=release.env_vars, plugin_args=result.perf_env_plugin_args(),
+                             tp_comm_overlap=bool(d["effective"]["model"]["tp_comm_overlap"]))
     _emit(args, out)
     return 1 if result.errors else 0
 
 
 def cmd_lint(args) -> int:
-    result = api.lint(args.config, recipe=args.recipe, gpus=args.gpus, gpu=args.gpu, te=args.te, bridge_version=args.bridge_version)
+    paths, overrides = _split_inputs(args.inputs, files=1)
+    result = api.lint(paths[0] if paths else None, overrides, **_inputs(args, gpus=args.gpus))
     d = result.to_dict()
     _emit(args, _json(d) if args.format == "json" else text.lint(d))
     return 1 if result.errors else 0
 
 
 def cmd_diff(args) -> int:
+    paths, overrides = _split_inputs(args.inputs, files=2)
+    before_overrides = dict(parse_override(o) for o in args.before)
+    if len(paths) == 1 and not (overrides or before_overrides or args.gpus_after or args.recipe_after):
+        raise UsageError("diff: give BEFORE and AFTER, or one config (or --recipe) with what changes: KEY=VALUE, --gpus-after, --recipe-after")
     result = api.diff(
-        args.before, args.after, gpus_before=args.gpus_before or args.gpus, gpus_after=args.gpus_after or args.gpus,
-        te=args.te, bridge_version=args.bridge_version,
+        paths[0] if paths else None, paths[1] if len(paths) > 1 else None, overrides=overrides, before_overrides=before_overrides,
+        recipe_before=args.recipe_before, recipe_after=args.recipe_after, gpus=args.gpus, gpus_before=args.gpus_before,
+        gpus_after=args.gpus_after, **_inputs(args),
     )
     d = result.to_dict()
     _emit(args, _json(d) if args.format == "json" else text.diff(d))
@@ -294,23 +344,28 @@ def cmd_check_manifest(args) -> int:
 
 
 def cmd_trace(args) -> int:
+    from .trace import cli as trace_cli
+
     return trace_cli.run(args)
 
 
-COMMANDS = {
-    "resolve": cmd_resolve,
-    "plan": cmd_plan,
-    "lint": cmd_lint,
-    "diff": cmd_diff,
-    "presets": cmd_presets,
-    "explain": cmd_explain,
-    "releases": cmd_releases,
-    "anchors": cmd_anchors,
-    "recipes": cmd_recipes,
-    "suites": cmd_suites,
-    "check-manifest": cmd_check_manifest,
-    "trace": cmd_trace,
+# name: (help, arguments, command)
+VERBS = {
+    "resolve": ("effective overlap settings Bridge will use for a requested config, and every finding", _resolve_args, cmd_resolve),
+    "plan": ("the overrides that enable every overlap mode a layout can use", _plan_args, cmd_plan),
+    "lint": ("every finding for a run config or a shipped recipe, and the overlap it left on the table", _lint_args, cmd_lint),
+    "diff": ("the overlap-relevant changes between two scenarios (run configs, recipes, GPU counts), with causes, ranked",
+             _diff_args, cmd_diff),
+    "presets": ("the tuned TP userbuffers presets and what each was tuned for", _release_args, cmd_presets),
+    "explain": ("the long form of a finding id, with its example", _explain_args, cmd_explain),
+    "releases": ("per-release facts side by side", _common, cmd_releases),
+    "anchors": ("where the Bridge code the rules cite is now (file and line range)", _anchors_args, cmd_anchors),
+    "recipes": ("Bridge's shipped recipes with their effective overlap state", _recipes_args, cmd_recipes),
+    "suites": ("the upstream overlap test suites verify runs, with the pass counts it requires", _common, cmd_suites),
+    "check-manifest": ("validate SKILL.md against the Agent Skills rules", _manifest_args, cmd_check_manifest),
+    "trace": ("hidden and exposed communication per parallel dimension from profiler traces", _trace_args, cmd_trace),
 }
+COMMANDS = {name: run for name, (_help, _add, run) in VERBS.items()}
 
 
 def _missing_packages() -> list[str]:
@@ -357,7 +412,8 @@ def _say(line: str) -> None:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse printed its one usage line (or the help it was asked for)

@@ -8,13 +8,19 @@ changes that are not overlap settings. Ranked by expected impact on step time (I
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from . import checks, findings, releases, request, runconfig, safeio, schema
+from . import findings, runconfig, safeio, schema
+from .checks.common import on_overlap_path
+from .analysis import Analysis, analyze, state_of
 from .contract import SCHEMA_VERSION
-from .resolution import Resolution, resolve_request
+from .checks import declare
+from .scenario import Scenario
 from .errors import UsageError
 from .text import fmt
+
+# diff's own rules (each change also names the checks' findings that explain it: TP_OVERLAP_OFF_*, DP_SIZE_ONE, ...).
+declare("diff", ["REQUESTED_CHANGE", "PP_OVERLAP_SELECTION", "DP_OVERLAP_DEFAULTS", "PRECISION_FROM_MIXED_PRECISION", "LAUNCH_ENV_CHANGED"])
 
 # Expected impact on step time of each effective setting, highest first: a heuristic for ranking, not a
 # measurement. TP communication sits on the critical path of every layer; DP reduce/gather and PP p2p once per
@@ -112,107 +118,123 @@ class DiffResult:
 
 @dataclass
 class Side:
-    rc: runconfig.RunConfig
+    """One scenario of the two, analysed, with the inputs it was asked with."""
+
+    label: str
+    scenario: Scenario
+    analysis: Analysis
     items: dict  # the request's inputs: dotted keys -> value, "comm_overlap" (present or None) and "gpus"
-    res: Resolution
-    derived: frozenset = frozenset()  # keys a saved config holds as Bridge wrote them, not as requested
+    written: frozenset = frozenset()  # keys a saved config holds as Bridge wrote them, not as requested
+
+    @property
+    def saved(self) -> bool:
+        return bool(self.scenario.config and self.scenario.config.saved)
 
     def effective(self, key: str):
-        if key.startswith("env_vars."):
-            return self.res.env_vars.get(key.partition(".")[2])
-        section, _, name = key.partition(".")
-        return self.res.effective[section][name]
+        return _effective(self.analysis.state, key)
+
+
+def _effective(state, key: str):
+    if key.startswith("env_vars."):
+        value = state.request.env_vars.get(key.partition(".")[2])
+        return None if value is None else str(value)
+    section, _, name = key.partition(".")
+    return state.effective()[section][name]
 
 
 MIRRORS = runconfig.MIRRORS
 
 
-def _side(path, gpus, te, version, flag) -> Side:
-    rc = runconfig.load(path)
-    res = runconfig.resolve(rc, gpus, te, version, flag)
-    items, _ = request.flatten_config(rc.raw, releases.get(version), strict=False)
-    present = isinstance(rc.raw.get("comm_overlap"), dict)
-    flat = {k: v for k, v in items if present or not k.startswith("comm_overlap.")}
-    flat = {k: v for k, v in flat.items() if not (k.startswith("comm_overlap.") and v is None)}
-    flat["comm_overlap"] = "present" if present else None
-    flat["gpus"] = res.state.gpus
-    derived = runconfig.written_by_bridge(rc.saved, flat)
-    return Side(rc, {k: v for k, v in flat.items() if k not in derived}, res, derived)
+def side(label: str, sc: Scenario) -> Side:
+    written = runconfig.written_by_bridge(sc.config) if sc.config else frozenset()
+    items = {k: v for k, v in inputs_of(sc).items() if k not in written}
+    return Side(label, sc, analyze(sc), items, written)
 
 
-def _baseline(version) -> dict:
-    base = request.Request.baseline(releases.get(version))
-    out = {f"{s}.{k}": v for s in ("model", "ddp", "optimizer") for k, v in getattr(base, s).items()}
-    out["mixed_precision"] = base.mixed_precision.recipe
+def inputs_of(sc: Scenario) -> dict:
+    """A scenario's inputs as dotted keys: every modelled field of the request (a path as set or not), the
+    comm_overlap section's presence and its requested fields, the mixed-precision recipe and fields, env_vars, gpus."""
+    req = sc.request
+    out = {}
+    for section, fields in schema.SECTIONS.items():
+        for name, value in getattr(req, section).items():
+            out[f"{section}.{name}"] = ("set" if value is not None else None) if fields[name].kind == schema.OPT_PATH else value
+    out["comm_overlap"] = "present" if req.comm_overlap is not None else None
+    out.update({f"comm_overlap.{k}": v for k, v in (req.comm_overlap or {}).items() if v is not None})
+    mp = req.mixed_precision
+    out["mixed_precision"] = mp.recipe if mp else None
+    out.update({f"mixed_precision.{k}": v for k, v in (mp.fields if mp else {}).items()})
+    out.update({f"env_vars.{k}": v for k, v in req.env_vars.items()})
+    out["gpus"] = sc.gpus
     return out
 
 
-def diff(before, after, *, gpus_before=None, gpus_after=None, te: bool = True, bridge_version: str | None = None) -> DiffResult:
-    a = _side(before, gpus_before, te, bridge_version, "--gpus-before")
-    b = _side(after, gpus_after, te, bridge_version, "--gpus-after")
-    warnings = a.rc.warnings + b.rc.warnings + _model_warning(a, b)
-    changed_inputs = _changed_inputs(a, b, _baseline(bridge_version))
+def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = None) -> DiffResult:
+    """The overlap-relevant changes from one scenario to another (two run configs, two recipes, one recipe at two GPU
+    counts, before and after overrides), each with its cause, ranked by expected impact."""
+    if before.release.version != after.release.version:
+        raise UsageError("diff: both sides are answered for one release (--bridge-version)")
+    labels = labels or (label_of(before), label_of(after))
+    a, b = side(labels[0], before), side(labels[1], after)
+    warnings = list(before.notes) + list(after.notes) + _model_warning(a, b)
+    changed_inputs = _changed_inputs(a, b)
     changes = []
-    keys = SETTINGS + sorted({f"env_vars.{k}" for k in set(a.res.env_vars) | set(b.res.env_vars)})
+    keys = SETTINGS + sorted({f"env_vars.{k}" for k in set(a.scenario.request.env_vars) | set(b.scenario.request.env_vars)})
     for key in keys:
         old, new = a.effective(key), b.effective(key)
         if old != new:
-            changes.append(_explain(key, old, new, a, b, changed_inputs, te, bridge_version))
+            changes.append(_explain(key, old, new, a, b, changed_inputs))
     changes.sort(key=lambda c: (-c.impact, c.key))
     other = _other(a, b)
     accounting = account(a, b, changes, other)
-    return DiffResult(str(a.rc.path), str(b.rc.path), a.res.bridge_version, changes, other, warnings, accounting)
+    return DiffResult(a.label, b.label, before.release.version, changes, other, warnings, accounting)
 
 
-def _changed_inputs(a: Side, b: Side, baseline: dict) -> dict:
-    """Inputs whose values differ; a key one side does not set counts as Bridge's baseline value. A key either
-    side holds only as Bridge wrote it says nothing about the request, and is left out."""
+def label_of(sc: Scenario) -> str:
+    if sc.config is not None:
+        return str(sc.config.path)
+    start = f"recipe {sc.recipe['name']}" if sc.recipe else "the recipe baseline"
+    return start + f" at {sc.gpus} GPUs" + (f" with {len(sc.overrides)} override(s)" if sc.overrides else "")
+
+
+def _changed_inputs(a: Side, b: Side) -> dict:
+    """Inputs whose values differ. A key either side holds only as Bridge wrote it says nothing about the request,
+    and is left out."""
     out = {}
     section_moved = (a.items["comm_overlap"] is None) != (b.items["comm_overlap"] is None)
     for key in sorted(set(a.items) | set(b.items)):
         if key.startswith("comm_overlap.") and section_moved:
             continue  # the section as a whole came or went: one input, "comm_overlap"
-        if key in a.derived or key in b.derived:
+        if key in a.written or key in b.written:
             continue
-        old, new = a.items.get(key, baseline.get(key)), b.items.get(key, baseline.get(key))
+        old, new = a.items.get(key), b.items.get(key)
         if old != new:
             out[key] = (old, new)
     return out
 
 
-def _resolve_items(items: dict, te: bool, version) -> Resolution:
-    items = dict(items)
-    gpus = items.pop("gpus")
-    present = items.pop("comm_overlap")
-    if present is None:
-        items = {k: v for k, v in items.items() if not k.startswith("comm_overlap.")}
-        items["comm_overlap"] = None
-    elif not any(k.startswith("comm_overlap.") for k in items):
-        items["comm_overlap.tp_comm_overlap"] = False
-    req = request.build(releases.get(version), None, None)
-    for key, value in items.items():
-        req.set(key, value)
-    return resolve_request(req, gpus=gpus, te=te)
-
-
-def _flips(key: str, input_key: str, value, a: Side, b: Side, te: bool, version) -> bool:
-    """Does setting this one input to its AFTER value change `key` in BEFORE?"""
-    items = dict(a.items)
-    if input_key == "comm_overlap" and value is not None:
-        items.update({k: v for k, v in b.items.items() if k.startswith("comm_overlap.")})
-    items[input_key] = value
-    if input_key in MIRRORS and a.rc.saved:
-        items[MIRRORS[input_key]] = value  # in a saved config the pair moved together
+def _flips(key: str, input_key: str, value, a: Side, b: Side) -> bool:
+    """Does setting this one input to its AFTER value change `key` in BEFORE? (through the one analysis path)"""
+    sc = a.scenario
     try:
-        res = _resolve_items(items, te, version)
+        if input_key == "gpus":
+            probe = replace(sc, gpus=value)
+        elif input_key == "comm_overlap":
+            section = {k: v for k, v in b.items.items() if k.startswith("comm_overlap.")}
+            probe = sc.derive({"comm_overlap": None} if value is None else section or {"comm_overlap.tp_comm_overlap": False})
+        else:
+            over = {input_key: value}
+            if input_key in MIRRORS and a.saved:
+                over[MIRRORS[input_key]] = value  # in a saved config the pair moved together
+            probe = sc.derive(over)
+        state = state_of(probe)
     except UsageError:
         return False  # not a valid request on its own (e.g. GPUs not divisible by the old TP x PP x CP)
-    probe = Side(a.rc, items, res, a.derived)
-    return probe.effective(key) != a.effective(key)
+    return _effective(state, key) != a.effective(key)
 
 
-def _explain(key, old, new, a: Side, b: Side, changed: dict, te, version) -> Change:
-    causes = [k for k, (_, after_value) in changed.items() if _flips(key, k, after_value, a, b, te, version)]
+def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
+    causes = [k for k, (_, after_value) in changed.items() if _flips(key, k, after_value, a, b)]
     if not causes:  # only a combination changes it: report every changed input that takes part
         causes = [k for k in changed if k in ("gpus", "comm_overlap") or k.startswith(("model.", "ddp.", "optimizer.", "comm_overlap.", "mixed_precision", "env_vars."))]
     rule = _rule(key, old, new, a, b, causes)
@@ -231,7 +253,7 @@ def _rule(key, old, new, a: Side, b: Side, causes) -> str:
     if "comm_overlap" in causes:
         return "COMM_OVERLAP_ABSENT"
     if key == "model.tp_comm_overlap":
-        state = b.res.state if not new else a.res.state
+        state = b.analysis.state if not new else a.analysis.state
         return {"tp_size": "TP_OVERLAP_OFF_TP_SIZE", "sequence_parallel": "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL", "te": "TP_OVERLAP_OFF_NO_TE"}.get(
             state.tp_overlap_disabled_by, "REQUESTED_CHANGE"
         )
@@ -240,12 +262,12 @@ def _rule(key, old, new, a: Side, b: Side, causes) -> str:
     if key in ("ddp.grad_reduce_in_fp32", "ddp.fp8_param_gather"):
         return "PRECISION_FROM_MIXED_PRECISION"
     if key == "ddp.use_distributed_optimizer":
-        req = b.res.state.request
+        req = b.analysis.state.request
         disagree = req.ddp["use_distributed_optimizer"] != req.optimizer["use_distributed_optimizer"]
         return "DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE" if disagree else "REQUESTED_CHANGE"
-    if a.res.state.dp_overlap_applied != b.res.state.dp_overlap_applied:
+    if a.analysis.state.dp_overlap_applied != b.analysis.state.dp_overlap_applied:
         return "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER"
-    if 1 in (a.res.data_parallel_size, b.res.data_parallel_size) and a.res.data_parallel_size != b.res.data_parallel_size:
+    if 1 in (a.analysis.state.data_parallel_size, b.analysis.state.data_parallel_size) and a.analysis.state.data_parallel_size != b.analysis.state.data_parallel_size:
         return "DP_SIZE_ONE"
     if all(c.startswith("comm_overlap.") for c in causes) and causes:
         return "REQUESTED_CHANGE"
@@ -255,7 +277,7 @@ def _rule(key, old, new, a: Side, b: Side, causes) -> str:
 def _cause_phrase(key, values, a: Side, b: Side) -> str:
     old, new = values
     if key == "gpus":
-        return f"the GPU count went {old} -> {new} (DP {a.res.data_parallel_size} -> {b.res.data_parallel_size})"
+        return f"the GPU count went {old} -> {new} (DP {a.analysis.state.data_parallel_size} -> {b.analysis.state.data_parallel_size})"
     if key == "comm_overlap":
         return "the comm_overlap section was " + ("removed" if new is None else "added")
     return f"{key} went {fmt(old, unset=True)} -> {fmt(new, unset=True)}"
@@ -275,7 +297,7 @@ def _fix(causes, changed, a: Side) -> str | None:
             ]
             continue
         parts.append(_restore(key, old))
-        if key in MIRRORS and a.rc.saved:
+        if key in MIRRORS and a.saved:
             parts.append(_restore(MIRRORS[key], old))
     return " ".join(parts) or None
 
@@ -288,11 +310,11 @@ def _restore(key: str, value) -> str:
 def _other(a: Side, b: Side) -> list:
     def value(side: Side, key: str):
         if key == "gpus":
-            return side.res.state.gpus
+            return side.scenario.gpus
         if key == "data_parallel_size":
-            return side.res.data_parallel_size
+            return side.analysis.data_parallel_size
         section, _, name = key.partition(".")
-        return (side.rc.raw.get(section) or {}).get(name)
+        return side.scenario.request.section(section).get(name)
 
     out = []
     for key, label in OTHER_COMM:
@@ -303,12 +325,33 @@ def _other(a: Side, b: Side) -> list:
 
 
 def _model_warning(a: Side, b: Side) -> list:
-    ia, ib = a.rc.identity(), b.rc.identity()
+    ia, ib = _identity(a), _identity(b)
     different = {k for k in set(ia) & set(ib) if ia[k] != ib[k]}
     if not different:
         return []
     shown = ", ".join(f"{k} {safeio.shown(ia[k])} vs {safeio.shown(ib[k])}" for k in sorted(different))
     return [f"the two configs are of different models ({shown}): step times are not comparable"]
+
+
+def _identity(side: Side) -> dict:
+    """The model a side trains: the saved config's dimensions, else the recipe's family."""
+    if side.scenario.config is not None:
+        return side.scenario.config.identity()
+    return {"model family": side.scenario.family} if side.scenario.family else {}
+
+
+def raw_of(side: Side) -> dict:
+    """What a side's changed keys are counted over: its file, else its inputs as sections."""
+    if side.scenario.config is not None:
+        return side.scenario.config.raw
+    out: dict = {}
+    for key, value in side.items.items():
+        section, _, name = key.partition(".")
+        if name:
+            out.setdefault(section, {})[name] = value
+        else:
+            out[section] = value
+    return out
 
 
 def changed_keys(raw_a: dict, raw_b: dict) -> dict:
@@ -333,7 +376,7 @@ def account(a: Side, b: Side, changes: list, other: list) -> dict:
     if "data_parallel_size" in listed:
         listed.add("comm_overlap.data_parallel_size")  # what Bridge saved of the DP size
     out = {"total": 0, "explained": [], "unmodeled": [], "same_effect": [], "ignored": []}
-    for key, (old, new) in changed_keys(a.rc.raw, b.rc.raw).items():
+    for key, (old, new) in changed_keys(raw_of(a), raw_of(b)).items():
         out["total"] += 1
         section, _, name = key.partition(".")
         if key in explained or key in listed or section == "comm_overlap" and "comm_overlap" in explained:
@@ -342,7 +385,7 @@ def account(a: Side, b: Side, changes: list, other: list) -> dict:
         if name in schema.SECTIONS.get(section, {}) or name in schema.EFFECTIVE_FIELDS.get(section, ()):
             same = _resolved(a, section, name) == _resolved(b, section, name)
             out["same_effect" if same else "unmodeled"].append(key if same else {"key": key, "before": _plain(old), "after": _plain(new)})
-        elif checks.on_overlap_path(key):
+        elif on_overlap_path(key):
             out["unmodeled"].append({"key": key, "before": _plain(old), "after": _plain(new)})
         else:
             out["ignored"].append(key)
@@ -351,9 +394,9 @@ def account(a: Side, b: Side, changes: list, other: list) -> dict:
 
 def _resolved(side: Side, section: str, name: str):
     """How the resolver reads a modelled key of one side: its effective value, else the request's."""
-    state = side.res.state
+    state = side.analysis.state
     if name in schema.EFFECTIVE_FIELDS.get(section, ()):
-        return side.res.effective[section][name]
+        return side.analysis.effective[section][name]
     value = state.request.section(section).get(name) if section in schema.SECTIONS else None
     spec = schema.SECTIONS.get(section, {}).get(name)
     return (value is not None) if spec is not None and spec.kind == schema.OPT_PATH else value  # a path: set or not

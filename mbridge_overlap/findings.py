@@ -16,8 +16,11 @@ from .releases import DATA_DIR, load_yaml
 from .suggest import closest
 
 SEVERITIES = ("error", "warning", "info")
-WHEN = ("config", "setup", "step")
-_FIELDS = {"severity", "title", "message", "fix", "knobs", "anchor", "explain", "asserts", "when", "source", "skill"}
+WHEN = ("config", "setup", "step", "steady")
+FIXABLE = ("always", "sometimes", "never")
+# The fields of a registry record (data/findings.yaml says what each means); the first ones every record has.
+REQUIRED = ("severity", "title", "message", "fix", "fixable", "example", "counter_example", "explain")
+FIELDS = REQUIRED + ("knobs", "anchor", "source", "asserts", "when", "skill", "fix_overrides", "blocks")
 
 
 @dataclass
@@ -133,9 +136,12 @@ def explain(finding_id: str) -> dict:
         hint = closest(key, entries)
         raise UsageError(f"explain: unknown finding id {shown(finding_id)}" + (f"; did you mean '{hint}'?" if hint else ""))
     rec = entries[key]
+    from .examples import command
+
     out = {"id": key, "severity": rec["severity"], "title": rec["title"], "when": rec.get("when"),
            "anchor": rec.get("anchor"), "source": rec.get("source"), "skill": rec.get("skill"),
-           "knobs": rec.get("knobs") or [], "explain": rec["explain"].strip()}
+           "knobs": rec.get("knobs") or [], "fixable": rec.get("fixable"), "example": command(rec["example"]),
+           "counter_example": command(rec["counter_example"]), "explain": rec["explain"].strip()}
     out["location"] = _location(rec.get("anchor"))
     return out
 

@@ -41,6 +41,13 @@ class Layout:
         )
 
 
+def layout_of(state) -> Layout:
+    """The launch layout of a resolved state: its effective config, DP size, GPU type, and the scenario's model family
+    and task."""
+    scenario = state.scenario
+    return Layout.of(state.effective(), max(state.data_parallel_size, 1), state.gpu, scenario.family, scenario.task)
+
+
 def env_value(value):
     """A launch variable's value as Bridge's recipes write it in env_vars: digits as an int, anything else as is."""
     return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
@@ -96,8 +103,10 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
         elif tp_or_cp and not layout.moe_a2a_overlap:
             value, why = 1, "Hopper with TP/CP: queue the communication kernel before the overlapping GEMM"
         return str(value), why
-    value, why = (32, "moe_flex_dispatcher_backend is deepep/hybridep (deepep is Megatron-Core's default, dense models too)") \
-        if layout.moe_flex_dispatcher_backend in ("deepep", "hybridep") else (8, "CUDA's default queue depth (no DeepEP/HybridEP backend)")
+    backend = layout.moe_flex_dispatcher_backend
+    use = "the flex dispatcher runs it" if layout.flex_in_use else "Megatron-Core's default, set even where the model does not run the flex dispatcher"
+    value, why = (32, f"moe_flex_dispatcher_backend={backend} ({use})") if backend in ("deepep", "hybridep") \
+        else (8, f"CUDA's default queue depth (moe_flex_dispatcher_backend={backend}: no DeepEP/HybridEP)")
     if layout.gpu in style["blackwell_gpus"]:
         value, why = 32, "Blackwell: extra connections avoid serializing streams"
     elif tp_or_cp and not layout.moe_a2a_overlap:

@@ -64,43 +64,80 @@ def dp_overlap_applies(shape: Layout) -> bool:
     return shape.divisible and shape.dp > 1
 
 
-def modes(effective: dict, shape: Layout, te: bool = True) -> dict:
-    """On/off and why for TP, PP and DP overlap, from the effective config Bridge leaves."""
+def modes(effective: dict, shape: Layout, te: bool = True, found=()) -> dict:
+    """On/off and why for TP, PP and DP overlap: `configured` is what runtime_config_update() leaves, `enabled`
+    whether the run gets it. An error (Bridge rejects the config, or the run fails at setup or the first step) takes
+    every mode away; a warning whose record says it `blocks` a mode (a steady-state serialisation) takes that one.
+    DP reports grad-reduce and param-gather overlap separately."""
+    from .findings import record
+
     model, ddp = effective["model"], effective["ddp"]
+    blocked: dict = {}
+    for f in found:
+        for mode in ("tp", "pp", "dp") if f.severity == "error" else [record(f.id).get("blocks")] if record(f.id).get("blocks") else []:
+            blocked.setdefault(mode, []).append(f)
+    out = {"tp": _tp(model, shape, te), "pp": _pp(model, shape), "dp": _dp(ddp, shape)}
+    for name, mode in out.items():
+        against = blocked.get(name, [])
+        for part in ("grad_reduce", "param_gather") if name == "dp" else ():
+            stopped = against + blocked.get(f"dp.{part}", [])
+            mode[part]["enabled"] = mode[part]["configured"] and not stopped
+            if mode[part]["configured"] and stopped:
+                mode[part]["why"] = f"configured, but {stopped[0].id}"
+        if name == "dp":
+            against = against or [f for part in ("grad_reduce", "param_gather") for f in blocked.get(f"dp.{part}", [])]
+        mode["enabled"] = mode["configured"] and not against
+        if mode["configured"] and against:
+            f = against[0]
+            mode["why"] = (f"configured on, but the run fails at {f.when or 'config'}: {f.id}" if f.severity == "error"
+                           else f"configured on, but {f.id}: {f.message}")
+    return out
+
+
+def _tp(model: dict, shape: Layout, te: bool) -> dict:
     if model["tp_comm_overlap"]:
-        tp_why = "TP >= 2 with sequence parallel and Transformer Engine: userbuffers overlap of the SP all-gather/reduce-scatter"
+        why = "TP >= 2 with sequence parallel and Transformer Engine: userbuffers overlap of the SP all-gather/reduce-scatter"
     elif shape.tp < 2:
-        tp_why = "TP = 1: no tensor-parallel communication to overlap"
+        why = "TP = 1: no tensor-parallel communication to overlap"
     elif not te:
-        tp_why = "Transformer Engine is not available: Bridge turns TP overlap off"
+        why = "Transformer Engine is not available: Bridge turns TP overlap off"
     elif not model["sequence_parallel"]:
-        tp_why = "sequence parallel is off: Bridge turns TP overlap off (or it was not requested)"
+        why = "sequence parallel is off: Bridge turns TP overlap off (or it was not requested)"
     elif model.get("fp4") and not model.get("fp8") or model.get("fp8") and model.get("fp8_recipe") == "blockwise":
-        tp_why = "off, as it must be: Transformer Engine's userbuffers cannot carry NVFP4 or blockwise FP8 (explain TP_OVERLAP_UNSUPPORTED_PRECISION)"
+        why = "off, as it must be: Transformer Engine's userbuffers cannot carry NVFP4 or blockwise FP8 (explain TP_OVERLAP_UNSUPPORTED_PRECISION)"
     else:
-        tp_why = "not requested (comm_overlap.tp_comm_overlap is false or there is no comm_overlap section)"
+        why = "not requested (comm_overlap.tp_comm_overlap is false or there is no comm_overlap section)"
+    return {"enabled": bool(model["tp_comm_overlap"]), "configured": bool(model["tp_comm_overlap"]), "why": why}
+
+
+def _pp(model: dict, shape: Layout) -> dict:
     if model["overlap_p2p_comm"] and shape.interleaved:
-        pp_why = f"PP = {shape.pp} with VPP = {shape.vpp}: overlap_p2p_comm=true, batch_p2p_comm=false"
+        why = f"PP = {shape.pp} with VPP = {shape.vpp}: overlap_p2p_comm=true, batch_p2p_comm=false"
     elif model["overlap_p2p_comm"]:
-        pp_why = f"overlap_p2p_comm=true was requested, but PP = {shape.pp} without VPP > 1 runs the non-interleaved schedule"
+        why = f"overlap_p2p_comm=true was requested, but PP = {shape.pp} without VPP > 1 runs the non-interleaved schedule"
     elif shape.pp > 1:
-        pp_why = f"PP = {shape.pp} without VPP > 1: batch_p2p_comm=true; interleaving (VPP >= 2) is needed for P2P overlap"
+        why = f"PP = {shape.pp} without VPP > 1: batch_p2p_comm=true; interleaving (VPP >= 2) is needed for P2P overlap"
     else:
-        pp_why = "PP = 1: no pipeline communication"
-    dp_on = bool(ddp["overlap_grad_reduce"]) and dp_overlap_applies(shape)
-    if dp_on:
-        dp_why = f"DP = {shape.dp}: overlap_grad_reduce" + (", overlap_param_gather" if ddp["overlap_param_gather"] else "") \
+        why = "PP = 1: no pipeline communication"
+    on = bool(model["overlap_p2p_comm"]) and shape.interleaved
+    return {"enabled": on, "configured": on, "why": why}
+
+
+def _dp(ddp: dict, shape: Layout) -> dict:
+    applies = dp_overlap_applies(shape)
+    grad, param = bool(ddp["overlap_grad_reduce"]) and applies, bool(ddp["overlap_param_gather"]) and applies
+    if grad:
+        why = f"DP = {shape.dp}: overlap_grad_reduce" + (", overlap_param_gather" if ddp["overlap_param_gather"] else "") \
             + (f", bucket_size={ddp['bucket_size']} parameters" if ddp["bucket_size"] else "") \
             + (", align_param_gather" if ddp["align_param_gather"] else "") \
             + (" (Megatron-FSDP)" if ddp.get("use_megatron_fsdp") else "")
     elif not shape.divisible:
-        dp_why = "no data-parallel size: the GPU count is not a multiple of TP x PP x CP (GPUS_NOT_DIVISIBLE)"
-    elif not dp_overlap_applies(shape):
-        dp_why = "DP = 1: no data-parallel communication"
+        why = "no data-parallel size: the GPU count is not a multiple of TP x PP x CP (GPUS_NOT_DIVISIBLE)"
+    elif not applies:
+        why = "DP = 1: no data-parallel communication"
     else:
-        dp_why = f"DP = {shape.dp} but overlap_grad_reduce is off"
-    return {
-        "tp": {"enabled": bool(model["tp_comm_overlap"]), "why": tp_why},
-        "pp": {"enabled": bool(model["overlap_p2p_comm"]) and shape.interleaved, "why": pp_why},
-        "dp": {"enabled": dp_on, "why": dp_why},
-    }
+        why = f"DP = {shape.dp} but overlap_grad_reduce is off"
+    return {"enabled": grad, "configured": grad, "why": why,
+            "grad_reduce": {"configured": grad, "enabled": grad, "why": "gradient reduce-scatter/all-reduce in the backward pass"},
+            "param_gather": {"configured": param, "enabled": param,
+                             "why": "parameter all-gather before the forward pass (distributed optimizer)"}}

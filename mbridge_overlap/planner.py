@@ -8,42 +8,49 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import catalog, findings, launch_env, layout, releases, request
+from . import catalog, findings, launch_env, layout, releases, scenario, ub_presets
+from .analysis import Analysis, analyze
+from .checks import declare
 from .errors import UsageError
-from .resolution import Resolution, resolve_request
 from .safeio import shown
 from .text import fmt
 
-_SIZES = ("tp", "pp", "cp", "gpus")
-_OPTIONAL_SIZES = ("vpp", "hidden_size", "seq_length", "micro_batch_size")
+declare("planner", ["TP_OVERLAP_NOT_RECOMMENDED", "TP_PRESET_MATCHED", "SHIPPED_RECIPES_DIFFER", "PLAN_LEAVES_KEY_AS_SHIPPED"])
+
+_OPTIONAL_SIZES = ("vpp",)
 
 
 @dataclass
 class PlanResult:
-    """The JSON of `plan`: a Resolution of the recommended overrides, plus the layout and why."""
+    """The JSON of `plan`: the analysis of the scenario its overrides make, plus the layout, the overrides and the
+    plan's own notes (why it chose what it chose; the config's findings are the analysis's, as resolve gives them)."""
 
-    resolution: Resolution
+    analysis: Analysis
     layout: dict
     overrides: dict
     preset: str | None
     notes: list = field(default_factory=list)
 
+    @property
+    def resolution(self) -> Analysis:
+        return self.analysis
+
     def to_dict(self) -> dict:
-        out = self.resolution.to_dict()
-        out["findings"] = [f.to_dict() for f in findings.sort(self.notes + self.resolution.findings)]
-        out.update(layout=self.layout, overrides=self.overrides, preset=self.preset)
+        out = self.analysis.to_dict()
+        out.update(layout=self.layout, overrides=self.overrides, preset=self.preset,
+                   plan_notes=[f.to_dict() for f in findings.sort(self.notes)])
         return out
 
     @property
     def errors(self) -> list:
-        return [f for f in self.notes + self.resolution.findings if f.severity == "error"]
+        return self.analysis.errors
 
     def perf_env_plugin_args(self) -> dict | None:
         """The PerfEnvPlugin arguments that set this plan's launch environment; None where the release has no plugin."""
-        release = releases.get(self.resolution.bridge_version)
+        release = self.analysis.scenario.release
         if release.launch_env != "perf_env_plugin":
             return None
-        return launch_env.perf_env_plugin_args(release, self.resolution.launch_layout)
+        return launch_env.perf_env_plugin_args(release, self.analysis.launch_layout)
 
 
 def _check_sizes(sizes: dict) -> None:
@@ -77,58 +84,57 @@ def _recipe(reference: str | None, release) -> tuple[dict | None, str | None]:
 
 def make_plan(
     *,
-    gpus: int | None = None,
     tp: int | None = None,
     pp: int | None = None,
     vpp: int | None = None,
     cp: int | None = None,
-    gpu: str | None = None,
     precision: str | None = None,
     hidden_size: int | None = None,
     seq_length: int | None = None,
     micro_batch_size: int | None = None,
     lora: bool = False,
-    te: bool = True,
-    bridge_version: str | None = None,
     moe: bool | None = None,
     moe_a2a_overlap: bool = False,
     moe_flex_dispatcher_backend: str | None = None,
     megatron_fsdp: bool = False,
     recipe: str | None = None,
-    task: str | None = None,
+    **inputs,
 ) -> PlanResult:
-    release = releases.get(bridge_version)
+    """inputs: scenario.build's keywords (gpus, gpu, te, bridge_version, task, machine_facts, launcher_env)."""
+    release = releases.get(inputs.get("bridge_version"))
     entry, family = _recipe(recipe, release)
+    shape_given = dict(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
+    start = scenario.build(recipe=entry, family=family, shape=shape_given, **inputs)
     base = _recipe_layout(entry)
     tp, pp, cp = (x if x is not None else base.get(k, 1) for x, k in ((tp, "tp"), (pp, "pp"), (cp, "cp")))
     vpp = vpp if vpp is not None else base.get("vpp")
-    gpus = gpus if gpus is not None else (entry or {}).get("gpus")
-    if gpus is None:
-        raise UsageError("--gpus: required" + (f" (recipe {entry['name']} has no GPU count in its name)" if entry else ""))
-    gpu_info = releases.gpu(gpu or (entry or {}).get("gpu") or "h100")
-    precision = precision or (entry or {}).get("precision") or "bf16"
-    prec = _precision(precision)
-    task = task or (entry or {}).get("task") or "pretrain"
-    if task not in catalog.TASKS:
-        raise UsageError(f"--task: expected one of {', '.join(catalog.TASKS)}, got {shown(task)}")
+    _check_sizes(dict(tp=tp, pp=pp, cp=cp, vpp=vpp))
+    gpu_info = releases.gpu(start.gpu)
+    precision = releases.precision(precision if precision is not None else (entry or {}).get("precision") or "bf16")
+    prec = releases.precision_facts(precision)
     moe = bool(moe) if moe is not None else base.get("ep", 1) > 1
-    sizes = dict(tp=tp, pp=pp, cp=cp, gpus=gpus, vpp=vpp, hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
-    _check_sizes(sizes)
-    if moe_flex_dispatcher_backend not in (None, "deepep", "hybridep", "ncclep"):
-        raise UsageError(f"--moe-flex-backend: expected deepep, hybridep or ncclep, got {shown(moe_flex_dispatcher_backend)}")
+    if moe_flex_dispatcher_backend is not None:
+        releases.flex_backend(moe_flex_dispatcher_backend)
 
-    shape = layout.Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, gpus=gpus)
+    shape = layout.Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, gpus=start.gpus)
     recipe_co = entry["request"]["comm_overlap"] if entry else None
     blocked = _blocked_precision(release, entry, prec)
     notes: list = []
     if recipe_co is not None:  # the recipe's own choice stands, unless it cannot run
         tp_on = bool(recipe_co["tp_comm_overlap"]) and not blocked
     else:
-        tp_on, notes = _tp_rule(tp, te, blocked, moe)
-    preset, preset_notes = match_preset(release, gpu_info, prec["preset"], sizes, lora, tp_on)
-    if entry is not None and tp_on and _same_shape(entry, tp, cp, gpu_info["name"], precision):
-        preset, preset_notes = (entry["request"]["comm_overlap"] or {}).get("tp_comm_overlap_cfg"), []
-    notes += preset_notes
+        tp_on, notes = _tp_rule(tp, start.te, blocked, moe)
+    sizes = {"tp": tp, "cp": cp, **start.shape}
+    preset = None
+    if tp_on:
+        matched, _ = ub_presets.match(release, gpu_info, prec["preset"], sizes, lora)
+        preset = matched.name if matched else None
+        if entry is not None and _same_shape(entry, tp, cp, gpu_info["name"], precision):
+            preset = (recipe_co or {}).get("tp_comm_overlap_cfg")  # the recipe's own, tuned by Bridge for this layout
+        elif matched:
+            via = "" if matched.gpu == gpu_info["name"] else f" (tuned on {matched.gpu}; Bridge's own {gpu_info['name']} perf recipes use it)"
+            notes.append(findings.make("TP_PRESET_MATCHED", fix_overrides={"comm_overlap.tp_comm_overlap_cfg": matched.name},
+                                       preset=matched.name, via=via))
 
     overrides = _layout_overrides(base, tp, pp, vpp, cp)
     if tp >= 2 and not (entry and entry["request"]["model"]["sequence_parallel"]):
@@ -139,50 +145,37 @@ def make_plan(
         # Always explicit without a recipe: null selects Transformer Engine's default even where a recipe carries a preset.
         overrides["comm_overlap.tp_comm_overlap_cfg"] = preset if tp_on else None
     if shape.divisible and shape.dp > 1:
-        start = request.Request.from_recipe(release, entry) if entry else request.Request.baseline(release)
         # ddp's flag always: CommOverlapConfig reads it, and only it, before validate() syncs the two
         overrides["ddp.use_distributed_optimizer"] = True
-        if not start.optimizer["use_distributed_optimizer"]:
+        if not start.request.optimizer["use_distributed_optimizer"]:
             overrides["optimizer.use_distributed_optimizer"] = True
     if prec["recipe"] and entry is None:
         overrides["mixed_precision"] = prec["recipe"]
+    asked = dict(_layout_overrides(base, tp, pp, vpp, cp))  # what the user's flags ask for, as opposed to the plan's choices
     if megatron_fsdp:
-        overrides.update({"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"})
+        asked.update({"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"})
     if moe_flex_dispatcher_backend:  # as Bridge's apply_flex_dispatcher_backend sets it
-        overrides.update({"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": moe_flex_dispatcher_backend})
+        asked.update({"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": moe_flex_dispatcher_backend})
+    if moe_a2a_overlap:
+        asked["comm_overlap.overlap_moe_expert_parallel_comm"] = True
+    overrides.update(asked)
 
-    hints = {"moe_a2a_overlap": True} if moe_a2a_overlap else {}  # the MoE skill's setting: only the launch env reads it here
-
-    def resolve(chosen: dict) -> Resolution:
-        return resolve_request(request.build(release, chosen, base=entry), gpus=gpus, te=te, gpu=gpu_info["name"], family=family,
-                               task=task, launch_hints=hints)
-
-    asked = [k for k in overrides if k in _layout_overrides(base, tp, pp, vpp, cp) or not _chosen_by_plan(k)]
-    overrides, resolution, kept = _no_new_errors(resolve, overrides, asked, entry)
+    overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(chosen)), overrides, asked, entry)
     notes += kept
-    if preset_notes and not preset:
-        resolution.findings = [f for f in resolution.findings if f.id != "TP_OVERLAP_DEFAULT_UB_CFG"]
-    notes += _shipped_recipes_differ(release, resolution, shape, gpu_info["name"], precision, moe, entry)
-    plan_layout = {**sizes, "dp": shape.dp if shape.divisible else None, "gpu": gpu_info["name"], "precision": precision,
-                   "lora": lora, "te": te, "moe": moe, "megatron_fsdp": megatron_fsdp, "recipe": entry["name"] if entry else None,
-                   "family": family, "task": task}
-    return PlanResult(resolution=resolution, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
+    notes += _shipped_recipes_differ(release, an, shape, gpu_info["name"], precision, moe, entry)
+    eff = an.effective
+    plan_layout = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "gpus": start.gpus, **start.shape, "dp": shape.dp if shape.divisible else None,
+                   "gpu": gpu_info["name"], "precision": precision, "lora": lora, "te": start.te, "moe": moe,
+                   "megatron_fsdp": bool(eff["ddp"]["use_megatron_fsdp"]), "recipe": entry["name"] if entry else None,
+                   "family": start.family, "task": start.task}
+    return PlanResult(analysis=an, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
 
 
-# What the plan itself chooses (the rest comes from the layout flags the user gave: sizes, --megatron-fsdp, --moe-flex-backend).
-_PLAN_CHOICES = ("comm_overlap.", "model.sequence_parallel", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer",
-                 "mixed_precision")
-
-
-def _chosen_by_plan(key: str) -> bool:
-    return key.startswith(_PLAN_CHOICES)
-
-
-def _no_new_errors(resolve, overrides: dict, asked: list, entry) -> tuple[dict, Resolution, list]:
+def _no_new_errors(resolve, overrides: dict, asked: dict, entry) -> tuple[dict, Analysis, list]:
     """The plan's overrides without those of its own choices that make Bridge raise where the layout the user asked
     for does not (a plan never breaks a recipe, or the baseline, that works as shipped): each such override is left
     out, with a note naming the error it would bring."""
-    known = {f.id for f in resolve({k: overrides[k] for k in asked}).errors}
+    known = {f.id for f in resolve(dict(asked)).errors}
     resolution, notes = resolve(overrides), []
     while new := [f for f in resolution.errors if f.id not in known]:
         for key in reversed([k for k in overrides if k not in asked]):
@@ -203,7 +196,7 @@ def _no_new_errors(resolve, overrides: dict, asked: list, entry) -> tuple[dict, 
 def _blocked_precision(release, entry, prec: dict) -> str | None:
     """NVFP4 or blockwise FP8 where the run's mixed precision (the recipe's own, whatever its name says, or the one
     --precision selects) is one Transformer Engine's userbuffers cannot carry."""
-    from .checks import tp_overlap_precision_problem
+    from .checks.common import tp_overlap_precision_problem
 
     mp = entry["request"]["mixed_precision"] if entry else {"recipe": prec["recipe"] or "bf16_mixed"}
     if mp is None:
@@ -252,37 +245,6 @@ def _layout_overrides(base: dict, tp: int, pp: int, vpp, cp: int) -> dict:
 def _same_shape(entry: dict, tp: int, cp: int, gpu: str, precision: str) -> bool:
     m = entry["request"]["model"]
     return (m["tensor_model_parallel_size"], m["context_parallel_size"], entry.get("gpu"), entry.get("precision")) == (tp, cp, gpu, precision)
-
-
-def _precision(name: str) -> dict:
-    table = releases.data()["precisions"]
-    if name not in table:
-        raise UsageError(f"--precision: expected one of {', '.join(table)}, got {shown(name)}")
-    return table[name]
-
-
-def match_preset(release, gpu_info, precision, sizes, lora, tp_applies):
-    """The preset whose name matches the layout exactly; else a note saying why none does."""
-    if not tp_applies:
-        return None, []
-    want = dict(gpu=gpu_info["preset_gpu"], precision=precision, tp=sizes["tp"], cp=sizes["cp"], lora=lora)
-    close = [p for p in release.presets() if all(getattr(p, k) == v for k, v in want.items())]
-    exact = [p for p in close
-             if (p.hidden_size, p.micro_batch_size, p.seq_length) == (sizes["hidden_size"], sizes["micro_batch_size"], sizes["seq_length"])]
-    if exact:
-        p = exact[0]
-        via = "" if p.gpu == gpu_info["name"] else f" (tuned on {p.gpu}; Bridge's own {gpu_info['name']} perf recipes use it)"
-        return p.name, [findings.make("TP_PRESET_MATCHED", fix_overrides={"comm_overlap.tp_comm_overlap_cfg": p.name}, preset=p.name, via=via)]
-    missing = [f"--{k.replace('_', '-')}" for k in ("hidden_size", "seq_length", "micro_batch_size") if sizes[k] is None]
-    if close:
-        listed = ", ".join(f"{p.name} (hidden {p.hidden_size}, mbs {p.micro_batch_size}, seq {p.seq_length})" for p in close)
-        why = f"give {' '.join(missing)} to match one of: {listed}" if missing else f"presets for this GPU, precision, TP and CP: {listed}"
-    elif gpu_info["preset_gpu"] is None or precision is None:
-        why = f"Bridge ships no preset for {gpu_info['name']}" if gpu_info["preset_gpu"] is None else "Bridge ships no preset for this precision"
-    else:
-        why = f"no preset for {want['gpu']} {precision} TP{sizes['tp']} CP{sizes['cp']}{' LoRA' if lora else ''}"
-    return None, [findings.make("TP_OVERLAP_DEFAULT_UB_CFG", why=f"; no tuned preset matches exactly: {why}",
-                                fix=findings.shell("nothing to do, or tune your own TransformerLayerTPOverlapCfg"))]
 
 
 # What plan compares with the shipped recipes of the same layout: effective settings and the launch environment.

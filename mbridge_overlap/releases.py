@@ -90,6 +90,9 @@ class Release:
     launch_env_where: str
     mixed_precision_recipes: tuple[str, ...]
     megatron_core: str
+    transformer_engine: str  # the Transformer Engine version paired with it in our pinned venv
+    expert_tp_one_with_ep: bool  # an unset expert TP size becomes 1 with EP > 1 (else Megatron-Core makes it TP)
+    eval_dp_name: str  # how validate()'s batch-size message names the data-parallel size
     data_version: str  # whose generated data (field names) stands for this release
     rules_of: str  # the release whose rules answer for this one: itself, or for a newer release our newest
     checked: str | None  # how the resolver was proven against it; None: read from source, or not at all
@@ -107,6 +110,7 @@ class Release:
             "checked": self.checked,
             "rules_of": self.rules_of,
             "megatron_core": self.megatron_core,
+            "transformer_engine": self.transformer_engine,
             "env_vars_field": self.env_vars,
             "launch_env_set_by": self.launch_env,
             "launch_env_where": self.launch_env_where,
@@ -163,7 +167,7 @@ def get(version: str | None = None) -> Release:
     release's rules, marked unverified, with what changed where someone compared its code (newer_releases)."""
     if version is not None and not isinstance(version, str):
         raise UsageError(f"--bridge-version: expected a version such as 0.6.2, got {shown(version)}")
-    return _get(version or default_version())
+    return _get(default_version() if given("--bridge-version", version) is None else version)
 
 
 @lru_cache(maxsize=64)
@@ -189,6 +193,9 @@ def _release(version: str, r: dict, rules_of: str, changed: dict | None = None) 
         launch_env_where=" ".join(r["launch_env_where"].split()),
         mixed_precision_recipes=tuple(r["mixed_precision_recipes"]),
         megatron_core=r.get("megatron_core") or of["megatron_core"],
+        transformer_engine=r.get("transformer_engine") or of["transformer_engine"],
+        expert_tp_one_with_ep=bool(r["expert_tp_one_with_ep"]),
+        eval_dp_name=r["eval_dp_name"],
         data_version=r.get("data_of") or rules_of,
         rules_of=rules_of,
         checked=r.get("checked") if rules_of == version else None,
@@ -196,9 +203,57 @@ def _release(version: str, r: dict, rules_of: str, changed: dict | None = None) 
     )
 
 
-def gpu(name: str) -> dict:
+# --- the one vocabulary every verb takes (data/releases.yaml) ---------------------------------------------------------
+
+
+def given(flag: str, value):
+    """The defaulting rule of every input: None means "not given" (the default applies); an empty text is a mistake."""
+    if isinstance(value, str) and not value.strip():
+        raise UsageError(f"{flag}: empty; leave it out for the default")
+    return value
+
+
+def gpu(name: str, flag: str = "--gpu") -> dict:
+    """A GPU type's facts, by name (any case)."""
     gpus = data()["gpus"]
-    key = name.lower()
+    key = given(flag, name).lower() if isinstance(name, str) else None
     if key not in gpus:
-        raise UsageError(f"--gpu: unknown GPU type '{name}'; Bridge's perf launcher knows: {', '.join(gpus)}")
+        raise UsageError(f"{flag}: unknown GPU type {shown(name)}; Bridge's perf launcher knows: {', '.join(gpus)}")
     return dict(gpus[key], name=key)
+
+
+def gpu_types() -> list[str]:
+    return list(data()["gpus"])
+
+
+def precision(name: str, flag: str = "--precision") -> str:
+    """The canonical precision (bf16, fp8_cs, fp8_mx, fp8_sc, nvfp4) for any of its spellings (fp8cs, fp8, ...)."""
+    word = given(flag, name).strip().lower().replace("-", "_") if isinstance(name, str) else None
+    for canonical, facts in data()["precisions"].items():
+        if word == canonical or word in facts["spellings"]:
+            return canonical
+    spelled = ", ".join(f"{k} ({'/'.join(v['spellings'])})" if v["spellings"] else k for k, v in data()["precisions"].items())
+    raise UsageError(f"{flag}: expected one of {spelled}, got {shown(name)}")
+
+
+def precision_facts(name: str) -> dict:
+    return dict(data()["precisions"][precision(name)])
+
+
+def precision_spellings() -> dict:
+    """Every spelling of a precision -> its canonical name."""
+    return {w: k for k, v in data()["precisions"].items() for w in (k, k.replace("_", ""), *v["spellings"])}
+
+
+def _choice(flag: str, value, choices: list):
+    if given(flag, value) not in choices:
+        raise UsageError(f"{flag}: expected one of {', '.join(choices)}, got {shown(value)}")
+    return value
+
+
+def task(name: str, flag: str = "--task") -> str:
+    return _choice(flag, name, data()["tasks"])
+
+
+def flex_backend(name: str, flag: str = "--moe-flex-backend") -> str:
+    return _choice(flag, name, data()["flex_dispatcher_backends"])

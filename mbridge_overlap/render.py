@@ -89,7 +89,9 @@ def _split(key: str) -> tuple[str, str]:
     return _identifier(section), _identifier(name) if name else ""
 
 
-def python_snippet(overrides: dict, purpose: str, release: str) -> str:
+def python_snippet(overrides: dict, purpose: str, release: str, tp_comm_overlap: bool | None = None) -> str:
+    """Assignments on `cfg`; a comm_overlap section is created where the recipe has none, with the TP overlap the plan
+    resolves to (tp_comm_overlap; by default what the overrides set, else off)."""
     imports, lines = set(), []
     comm = {k.partition(".")[2]: v for k, v in overrides.items() if k.startswith("comm_overlap.")}
     for key, value in overrides.items():
@@ -108,7 +110,8 @@ def python_snippet(overrides: dict, purpose: str, release: str) -> str:
             lines.append((f"{section}.{name}", py_value(value)))
     if comm:
         imports.add(f"from {COMM_OVERLAP_MODULE} import CommOverlapConfig")
-        lines.append(("comm_overlap", py_value(bool(comm.get("tp_comm_overlap", False)))))
+        tp_on = comm.get("tp_comm_overlap", tp_comm_overlap if tp_comm_overlap is not None else False)
+        lines.append(("comm_overlap", py_value(bool(tp_on))))
         for name, value in comm.items():
             if name == "tp_comm_overlap_cfg" and value is not None:
                 imports.add(f"from {COMM_OVERLAP_MODULE} import {_preset_ref(value)}")
@@ -186,14 +189,13 @@ def hydra_overrides(overrides: dict) -> list[str]:
         else:
             out.append(f"{section}.{name}={_hydra_scalar(yaml_value(value))}")
     if comm:
-        preset = comm.pop("tp_comm_overlap_cfg", None)
+        # One assignment per key: a preset is written out in full (every GEMM, null for the ones it leaves alone), so
+        # merged into a preset the recipe already has it leaves nothing of the old one.
         fields = [("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.CommOverlapConfig"))]
-        fields += [(_identifier(k), yaml_value(v)) for k, v in comm.items()]
+        for name, value in comm.items():
+            fields.append((_identifier(name), preset_items(value) if name == "tp_comm_overlap_cfg" and value is not None
+                           else yaml_value(value)))
         out.append(f"++comm_overlap={_hydra_dict(fields)}")
-        out.append("++comm_overlap.tp_comm_overlap_cfg=null")
-        if preset is not None:
-            ref = [("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.{_preset_ref(preset)}")), ("_call_", "false")]
-            out.append(f"comm_overlap.tp_comm_overlap_cfg={_hydra_dict(ref)}")
     return out
 
 
@@ -233,9 +235,9 @@ def nemo_run_snippet(plugin_args: dict, env: dict, why: dict, purpose: str, rele
 
 
 def snippet(fmt: str, *, overrides: dict, env: dict, env_why: dict, purpose: str, release: str, env_vars_field: bool,
-            plugin_args: dict | None = None) -> str:
+            plugin_args: dict | None = None, tp_comm_overlap: bool | None = None) -> str:
     if fmt == "python":
-        return python_snippet(overrides, purpose, release)
+        return python_snippet(overrides, purpose, release, tp_comm_overlap)
     if fmt == "yaml":
         return yaml_snippet(overrides, purpose, release)
     if fmt == "hydra":

@@ -51,6 +51,7 @@ class Request:
     train: dict = field(default_factory=dict)
     validation: dict = field(default_factory=dict)
     rerun_state_machine: dict = field(default_factory=dict)
+    dataset: dict = field(default_factory=dict)
     comm_overlap: dict | None = None
     mixed_precision: MixedPrecision | None = None
     env_vars: dict = field(default_factory=dict)
@@ -59,6 +60,7 @@ class Request:
     skipped: list = field(default_factory=list)  # config keys this release does not have (strict=False)
     launch_env_fields: list = field(default_factory=list)  # (comm_overlap.<env knob>, value) the user tried
     context: dict = field(default_factory=dict)  # dotted key -> value a recipe records but the resolver does not set
+    origin: dict = field(default_factory=dict)  # dotted key -> who set it: "recipe", "config" or "override"
     recipe: dict | None = None  # the catalog entry the request starts from (None: Bridge's _pretrain_common baseline)
 
     @classmethod
@@ -79,6 +81,7 @@ class Request:
             req.context.update({f"{section}.{n}": v for n, v in (recorded.get(section) or {}).items() if n in names})
         comm = recorded.get("comm_overlap")
         req.comm_overlap = None if comm is None else {k: comm.get(k, f.default) for k, f in schema.COMM_OVERLAP.items()}
+        req.origin = {f"comm_overlap.{k}": "recipe" for k, v in (req.comm_overlap or {}).items() if v is not None}
         mp = recorded.get("mixed_precision")
         req.mixed_precision = None if mp is None else MixedPrecision(mp["recipe"], dict(mp.get("fields") or {}))
         req.env_vars = dict(recorded.get("env_vars") or {})
@@ -91,7 +94,7 @@ class Request:
     def derive(self, overrides: Mapping[str, Any], remove=()) -> "Request":
         """A copy with some keys dropped (ones that name no real field) and `overrides` applied on top."""
         new = copy.copy(self)
-        for name in [*schema.SECTIONS, "explicit", "env_vars", "context"]:
+        for name in [*schema.SECTIONS, "explicit", "env_vars", "context", "origin"]:
             setattr(new, name, dict(getattr(self, name)))
         new.comm_overlap = dict(self.comm_overlap) if self.comm_overlap is not None else None
         if self.mixed_precision is not None:
@@ -99,11 +102,15 @@ class Request:
         new.unmodeled = [k for k in self.unmodeled if k not in remove]
         new.launch_env_fields = [(k, v) for k, v in self.launch_env_fields if k not in remove]
         for key, value in overrides.items():
+            if key.startswith("env_vars.") and value is None:
+                new.env_vars.pop(key.partition(".")[2], None)  # an unset variable
+                continue
             new.set(key, value)
         return new
 
-    def set(self, key: str, value: Any) -> None:
+    def set(self, key: str, value: Any, origin: str = "override") -> None:
         """Apply one dotted override; value may be typed or the string form of the command line."""
+        self.origin[key] = origin
         section, _, name = key.partition(".")
         setter = _SETTERS.get(section)
         if setter is None:
@@ -176,8 +183,8 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
 def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
     section = key.partition(".")[0]
     fields = schema.SECTIONS[section]
-    if name not in fields:
-        _unmodeled_or_unknown(req, key, section, name, fields)
+    if name not in fields or fields[name].since and name not in bridge_fields(req.release.version).get(section, ()):
+        _unmodeled_or_unknown(req, key, section, name, {k: f for k, f in fields.items() if k != name})
         return
     typed = convert(key, fields[name], value, req.release)
     getattr(req, section)[name] = typed
@@ -267,6 +274,7 @@ _SETTERS = {
     "train": _set_plain,
     "validation": _set_plain,
     "rerun_state_machine": _set_plain,
+    "dataset": _set_plain,
     "comm_overlap": _set_comm_overlap,
     "mixed_precision": _set_mixed_precision,
     "env_vars": _set_env_var,
@@ -294,16 +302,20 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
 
 
 def build(release: Release, overrides: Mapping[str, Any] | None = None, config: Mapping | None = None, strict: bool = True,
-          base: dict | None = None) -> Request:
+          base: dict | None = None, written=frozenset()) -> Request:
     """The request: Bridge's baseline (or the recipe catalog entry `base`), then the config file's values, then the
     overrides, in that order.
 
-    strict=False (lint, diff) skips config sections and fields this release does not have instead of failing;
-    they are listed in `request.skipped`."""
+    strict=False (a saved run config, maybe of another release) skips config sections and fields this release does
+    not have instead of failing; they are listed in `request.skipped`. `written`: keys of the config that hold what
+    Bridge wrote (a saved run config's outputs), taken as values but not as requests."""
     req = Request.from_recipe(release, catalog.require_built(base)) if base is not None else Request.baseline(release)
     items, req.skipped = flatten_config(config or {}, release, strict)
     for key, value in items:
-        req.set(key, value)
+        req.set(key, value, "config")
+    for key in written:
+        req.explicit.pop(key, None)
+        req.origin.pop(key, None)
     for key, value in (overrides or {}).items():
         req.set(key, value)
     return req

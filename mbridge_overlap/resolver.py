@@ -43,7 +43,9 @@ class State:
     train: dict
     validation: dict
     rerun_state_machine: dict
+    dataset: dict
     environ: dict  # the process environment after apply_environment_variables()
+    te_version: str  # the Transformer Engine version Bridge's is_te_min_version() reads
     launcher_env: dict  # what the launcher exported before runtime_config_update() ({}: nothing known)
     precision: dict = field(default_factory=dict)  # the finalized MixedPrecisionConfig fields ({} without one)
     data_parallel_size: int = 0
@@ -52,9 +54,13 @@ class State:
     fsdp: bool = False
     overwritten: list = field(default_factory=list)  # (key, requested, effective, by)
     rejections: list = field(default_factory=list)
+    _effective: dict | None = field(default=None, repr=False, compare=False)
 
     def effective(self) -> dict:
-        return {s: {k: getattr(self, s).get(k) for k in keys} for s, keys in schema.EFFECTIVE_FIELDS.items()}
+        """The effective fields (a fresh copy each call); read after run(), when the state no longer changes."""
+        if self._effective is None:
+            self._effective = {s: {k: getattr(self, s).get(k) for k in keys} for s, keys in schema.EFFECTIVE_FIELDS.items()}
+        return {s: dict(v) for s, v in self._effective.items()}
 
     def value(self, key: str):
         """An effective value by dotted key (model.tp_comm_overlap, env.CUDA_DEVICE_MAX_CONNECTIONS)."""
@@ -62,14 +68,16 @@ class State:
         return self.environ.get(name) if section == "env" else getattr(self, section).get(name)
 
 
-def run(request: Request, gpus: int, te: bool = True, gpu: str | None = None, launcher_env: dict | None = None) -> State:
+def run(request: Request, gpus: int, te: bool = True, gpu: str | None = None, launcher_env: dict | None = None,
+        te_version: str | None = None) -> State:
     """runtime_config_update(): environment, mixed precision, DP size, comm overlap, then validate()."""
     state = State(
+        te_version=te_version or request.release.transformer_engine,
         request=request, gpus=gpus, te=te, gpu=gpu,
         model={**request.model, "tp_comm_overlap_cfg": None, **_MODEL_PRECISION},
         ddp=dict(request.ddp), optimizer=dict(request.optimizer), dist=dict(request.dist),
         checkpoint=dict(request.checkpoint), train=dict(request.train), validation=dict(request.validation),
-        rerun_state_machine=dict(request.rerun_state_machine), environ=dict(launcher_env or {}),
+        rerun_state_machine=dict(request.rerun_state_machine), dataset=dict(request.dataset), environ=dict(launcher_env or {}),
         launcher_env=dict(launcher_env or {}),
     )
     apply_environment_variables(state)
@@ -193,9 +201,19 @@ def _moe_overlap_checks(state: State, where: str) -> None:
             return  # an assert: the first failing one raises
 
 
+def _te_at_least(state: State, version: str) -> bool:
+    return releases.version_key(state.te_version) >= releases.version_key(version)
+
+
 def _delay_wgrad_checks(state: State, user: dict) -> None:
-    """delay_wgrad_compute in _get_model_comm_overlap_cfgs (Transformer Engine version checks pass on TE >= 2.12)."""
+    """delay_wgrad_compute in _get_model_comm_overlap_cfgs, with its Transformer Engine version checks."""
     model, where = state.model, "CommOverlapConfig._get_model_comm_overlap_cfgs"
+    for needed, why in (((state.ddp["overlap_grad_reduce"] or user["overlap_grad_reduce"]), "overlap_grad_reduce"),
+                        (model["gradient_accumulation_fusion"] is True, "gradient_accumulation_fusion")):
+        if needed and not _te_at_least(state, "2.7.0"):
+            _reject(state, "MOE_OVERLAP_REJECTED", f"TE version >= 2.7.0 is required for {why} when usingdelay_wgrad_compute. "
+                    f"Current TE version: {state.te_version}", where)
+            return
     if not (model["overlap_moe_expert_parallel_comm"] or user["overlap_moe_expert_parallel_comm"]):
         _reject(state, "MOE_OVERLAP_REJECTED", "overlap_moe_expert_parallel_comm is required for delay_wgrad_compute", where)
         return
@@ -203,7 +221,9 @@ def _delay_wgrad_checks(state: State, user: dict) -> None:
     router = has_cuda_graph_module(model, "moe_router") and state.request.context.get("model.moe_shared_expert_intermediate_size") is not None \
         and not model["moe_shared_expert_overlap"]
     if attn or router:
-        if not model["gradient_accumulation_fusion"]:
+        if not _te_at_least(state, "2.12.0"):
+            _reject(state, "MOE_OVERLAP_REJECTED", "CUDA graph with delay_wgrad_compute requires TE version >= 2.12.0.", where)
+        elif not model["gradient_accumulation_fusion"]:
             _reject(state, "MOE_OVERLAP_REJECTED", "CUDA graph with delay_wgrad_compute requires gradient_accumulation_fusion to be enabled.", where)
         elif attn and (model["add_bias_linear"] or model["add_qkv_bias"]):
             _reject(state, "MOE_OVERLAP_REJECTED", "CUDA graph with delay_wgrad_compute does not support attention bias for now.", where)
@@ -265,8 +285,17 @@ def validate(state: State) -> None:
     if is_full_iteration_cuda_graph(state.model) and state.rerun_state_machine["check_for_nan_in_loss"]:
         _reject(state, "FULL_ITERATION_GRAPH_NAN_CHECK", "check_for_nan_in_loss must be disabled when using full_iteration CUDA graph.", "ConfigContainer.validate")
     validate_checkpoint_format(state)
+    fixed_sequence_length(state)
     validate_context_parallel(state)
     validate_flex_dispatcher_backend(state)
+
+
+def fixed_sequence_length(state: State) -> None:
+    """validate(): a dataset config with pad_to_max_length gets it forced on with PP > 1 or EP > 1 (requires_fixed_seq_len)."""
+    model = state.model
+    if state.dataset["pad_to_max_length"] is not None:
+        fixed = model["pipeline_model_parallel_size"] > 1 or model["expert_model_parallel_size"] > 1
+        state.dataset["pad_to_max_length"] = bool(state.dataset["pad_to_max_length"]) or fixed
 
 
 def finalize_optimizer(state: State) -> None:
@@ -303,6 +332,9 @@ def finalize_model(state: State) -> None:
     model, where = state.model, "TransformerConfig.__post_init__"
     if model["sequence_parallel"] and model["tensor_model_parallel_size"] <= 1:
         _overwrite(state, "model", "sequence_parallel", False, "validate")
+    if model["expert_tensor_parallel_size"] is None:  # Bridge 0.6's _set_moe_expert_tensor_parallel_default, then Megatron-Core's
+        one = state.request.release.expert_tp_one_with_ep and model["expert_model_parallel_size"] > 1
+        model["expert_tensor_parallel_size"] = 1 if one else model["tensor_model_parallel_size"]
     if model["defer_embedding_wgrad_compute"]:
         if model["pipeline_model_parallel_size"] == 1:
             _reject(state, "DEFER_EMBEDDING_WGRAD_REJECTED", "Cannot defer embedding wgrad compute when pipeline model parallel is not used", where)
@@ -339,7 +371,7 @@ def validate_batch_sizes(state: State) -> None:
         return  # not known: the request gives no batch sizes
     if gbs % (mbs * state.data_parallel_size):
         _reject(state, "BATCH_NOT_DIVISIBLE_BY_DP",
-                f"eval_global_batch_size ({gbs}) must be divisible by eval_micro_batch_size * eval_data_parallel_size "
+                f"eval_global_batch_size ({gbs}) must be divisible by eval_micro_batch_size * {state.request.release.eval_dp_name} "
                 f"({mbs} * {state.data_parallel_size} = {mbs * state.data_parallel_size})", "ConfigContainer.validate")
 
 

@@ -1,4 +1,4 @@
-"""Run configs for lint and diff: Bridge's saved run_config.yaml (a file, a checkpoint directory or an
+"""Run configs for every verb: Bridge's saved run_config.yaml (a file, a checkpoint directory or an
 iteration directory) or an override file `plan` emits.
 
 A saved run config (`cfg.to_yaml()` in checkpointing) keeps the request in `comm_overlap` (with
@@ -11,10 +11,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
-from . import api, releases, request, safeio, schema
+from . import request, safeio, schema
 from .errors import UsageError
-from .resolution import resolve_request
 
 RUN_CONFIG = "run_config.yaml"  # training/utils/checkpoint_utils.py CONFIG_FILE
 _ITER_DIR = re.compile(r"^iter_([0-9]{1,18})\Z")
@@ -106,8 +106,20 @@ def _tracked_iteration(tracker: Path) -> int | None:
 def load(path: str | Path) -> RunConfig:
     file = find_file(path)
     raw = request.read_config_file(file, label="")
-    saved = str(raw.get("_target_", "")).endswith("ConfigContainer") or isinstance((raw.get("model") or {}).get("_target_"), str)
-    return RunConfig(file, raw, saved)
+    return RunConfig(file, raw, is_saved(raw))
+
+
+def from_mapping(raw: Mapping) -> RunConfig:
+    """A ConfigContainer-shaped mapping given in Python, read like a file."""
+    if not isinstance(raw, Mapping):
+        raise UsageError("config: expected a mapping of sections (model:, ddp:, ...) at the top level")
+    return RunConfig(Path("<mapping>"), dict(raw), is_saved(raw))
+
+
+def is_saved(raw: Mapping) -> bool:
+    """A dumped ConfigContainer (cfg.to_yaml(): effective values saved), not an override file."""
+    model = raw.get("model")
+    return str(raw.get("_target_", "")).endswith("ConfigContainer") or isinstance(model, Mapping) and isinstance(model.get("_target_"), str)
 
 
 # In a saved run config these hold what runtime_config_update() wrote, not what was asked for: they are read as
@@ -125,52 +137,22 @@ WRITTEN_BY_MEGATRON_FSDP = ("ddp.use_megatron_fsdp", "dist.use_megatron_fsdp", "
 MIRRORS = {"ddp.use_distributed_optimizer": "optimizer.use_distributed_optimizer", "ddp.overlap_param_gather": "optimizer.overlap_param_gather"}
 
 
-def written_by_bridge(saved: bool, items: dict) -> frozenset:
-    """The dotted keys of a saved run config (flattened: `items`) that hold Bridge's output rather than a request."""
-    if not saved:
+def written_by_bridge(rc: RunConfig) -> frozenset:
+    """The dotted keys of a saved run config that hold Bridge's output rather than a request."""
+    if not rc.saved:
         return frozenset()
+    raw = rc.raw
+    section = lambda name: raw.get(name) if isinstance(raw.get(name), dict) else {}  # noqa: E731
     derived = set(MIRRORS.values())
-    if items.get("comm_overlap") is not None:
+    if raw.get("comm_overlap") is not None:
         derived.update(WRITTEN_BY_COMM_OVERLAP)
-        if items.get("ddp.use_distributed_optimizer"):
+        if section("ddp").get("use_distributed_optimizer"):
             derived.update(WRITTEN_BY_DP_OVERLAP)
-    if items.get("mixed_precision") is not None:
+    if raw.get("mixed_precision") is not None:
         derived.update(WRITTEN_BY_MIXED_PRECISION)
-    if items.get("ddp.use_megatron_fsdp") or items.get("dist.use_megatron_fsdp"):
+    if section("ddp").get("use_megatron_fsdp") or section("dist").get("use_megatron_fsdp"):
         derived.update(WRITTEN_BY_MEGATRON_FSDP)
-    if (items.get("model.tensor_model_parallel_size") or 1) <= 1:
+    tp = section("model").get("tensor_model_parallel_size")
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp <= 1:
         derived.add("model.sequence_parallel")  # TransformerConfig.finalize turned it off
     return frozenset(derived)
-
-
-def build_request(rc: RunConfig, release, overrides=None, base: dict | None = None):
-    """A request from a run config (strict=False: another release's fields are skipped with a warning). In a saved
-    run config the keys Bridge wrote are values, not requests; the overrides on top are requests."""
-    try:  # first: it names a mistyped field precisely
-        req = request.build(release, None, rc.raw, strict=False, base=base)
-    except UsageError as exc:
-        raise UsageError(f"{rc.path}: {exc}") from None
-    items = dict(request.flatten_config(rc.raw, release, strict=False)[0])
-    items["comm_overlap"] = rc.raw.get("comm_overlap")
-    for key in written_by_bridge(rc.saved, items):
-        req.explicit.pop(key, None)
-    for key, value in (overrides or {}).items():
-        req.set(key, value)
-    return req
-
-
-def resolve(rc: RunConfig, gpus: int | None, te: bool, bridge_version: str | None, flag: str = "--gpus", gpu: str | None = None,
-            overrides=None, base: dict | None = None, launcher_env=None):
-    """The resolver on a run config; sections and fields the release lacks become warnings, not errors."""
-    release = releases.get(bridge_version)
-    req = build_request(rc, release, overrides, base)
-    gpus = gpus or rc.recorded_gpus
-    if gpus is None:
-        raise UsageError(f"{flag}: {rc.path} does not record the GPU count (it has no comm_overlap section); pass {flag} N")
-    if req.skipped:
-        rc.warnings.append(
-            f"{rc.path}: not in Megatron-Bridge {release.version}'s config, ignored: {', '.join(req.skipped[:6])}"
-            + (f" and {len(req.skipped) - 6} more" if len(req.skipped) > 6 else "")
-            + " (saved by another release?)"
-        )
-    return resolve_request(req, gpus=gpus, te=te, gpu=gpu, launcher_env=launcher_env)

@@ -21,6 +21,7 @@ class Field:
     default: Any = None
     choices: tuple = ()
     minimum: int | None = 1  # for integers: the smallest value Bridge accepts (None: any)
+    since: str | None = None  # the first release whose config has the field (None: every release listed)
 
 
 _BACKENDS = ("nccl", "mpi", "gloo")
@@ -34,6 +35,7 @@ MODEL = {
     "tensor_model_parallel_size": Field(INT, 1),
     "pipeline_model_parallel_size": Field(INT, 1),
     "virtual_pipeline_model_parallel_size": Field(OPT_INT, None),
+    "microbatch_group_size_per_vp_stage": Field(OPT_INT, None),  # None: PP (Megatron-Core's __post_init__)
     "context_parallel_size": Field(INT, 1),
     "sequence_parallel": Field(BOOL, False),
     "tp_comm_overlap": Field(BOOL, False),
@@ -41,6 +43,7 @@ MODEL = {
     "batch_p2p_comm": Field(BOOL, True),
     "tp_comm_bootstrap_backend": Field(CHOICE, "nccl", _BACKENDS),
     "expert_model_parallel_size": Field(INT, 1),
+    "expert_tensor_parallel_size": Field(OPT_INT, None),  # None: Bridge makes it 1 with EP > 1, else TP (finalize)
     "num_moe_experts": Field(OPT_INT, None),
     "moe_token_dispatcher_type": Field(CHOICE, "allgather", _DISPATCHERS),
     "moe_flex_dispatcher_backend": Field(OPT_CHOICE, "deepep", _FLEX_BACKENDS),
@@ -81,6 +84,7 @@ DDP = {
     "disable_symmetric_registration": Field(BOOL, False),
     "nccl_ub": Field(BOOL, False),
     "fsdp_manual_registration": Field(BOOL, False),
+    "num_distributed_optimizer_instances": Field(INT, 1),
 }
 
 OPTIMIZER = {
@@ -95,6 +99,15 @@ DIST = {
     "use_megatron_fsdp": Field(BOOL, False),
     "use_torch_fsdp2": Field(BOOL, False),
     "use_tp_pp_dp_mapping": Field(BOOL, False),
+    "lazy_mpu_init": Field(BOOL, False),  # skips _initialize_tp_communicators (Transformer Engine's initialize_ub)
+}
+
+# The dataset config's fields that decide whether every micro-batch has the same number of tokens (userbuffers hold
+# seq_length x micro_batch_size / CP of them). pad_to_max_length None: the dataset config has no such field.
+DATASET = {
+    "pad_to_max_length": Field(OPT_BOOL, None, since="0.6.0"),
+    "enable_in_batch_packing": Field(BOOL, False, since="0.6.0"),
+    "enable_offline_packing": Field(BOOL, False, since="0.6.0"),
 }
 
 # CheckpointConfig: Megatron-FSDP needs ckpt_format=fsdp_dtensor when a checkpoint is saved or loaded.
@@ -148,7 +161,7 @@ VALIDATION = {"eval_micro_batch_size": Field(OPT_INT, None), "eval_global_batch_
 RERUN_STATE_MACHINE = {"check_for_nan_in_loss": Field(BOOL, True)}
 
 SECTIONS = {"model": MODEL, "ddp": DDP, "optimizer": OPTIMIZER, "dist": DIST, "checkpoint": CHECKPOINT,
-            "train": TRAIN, "validation": VALIDATION, "rerun_state_machine": RERUN_STATE_MACHINE}
+            "train": TRAIN, "validation": VALIDATION, "rerun_state_machine": RERUN_STATE_MACHINE, "dataset": DATASET}
 
 BASELINE_MIXED_PRECISION = "bf16_mixed"
 
@@ -177,6 +190,7 @@ EFFECTIVE_FIELDS = {
         "overlap_p2p_comm",
         "batch_p2p_comm",
         "expert_model_parallel_size",
+        "expert_tensor_parallel_size",
         "moe_token_dispatcher_type",
         "moe_flex_dispatcher_backend",
         "overlap_moe_expert_parallel_comm",
@@ -210,16 +224,17 @@ EFFECTIVE_FIELDS = {
         "reuse_grad_buf_for_mxfp8_param_ag",
     ],
     "dist": ["use_megatron_fsdp"],
+    "checkpoint": ["ckpt_format"],
 }
 
 # What the recipe catalog records of each recipe (scripts/gen_recipe_catalog.py): every modeled field, and these
 # fields the rules or the listing read without resolving them.
 CONTEXT = {
-    "model": ["num_layers", "expert_tensor_parallel_size", "moe_shared_expert_intermediate_size"],
-    "ddp": ["num_distributed_optimizer_instances", "fsdp_double_buffer", "outer_dp_sharding_strategy",
+    "model": ["num_layers", "moe_shared_expert_intermediate_size"],
+    "ddp": ["fsdp_double_buffer", "outer_dp_sharding_strategy",
             "suggested_communication_unit_size"],
     "optimizer": ["optimizer", "use_precision_aware_optimizer"],
     "rng": ["te_rng_tracker"],
     "dataset": ["sft"],  # a fine-tuning dataset config (validate() checks CP against it)
 }
-RECORDED = {s: sorted(set(SECTIONS.get(s, {})) | set(CONTEXT.get(s, ()))) for s in [*SECTIONS, *CONTEXT] if s != "dataset"}
+RECORDED = {s: sorted(set(SECTIONS.get(s, {})) | set(CONTEXT.get(s, ()))) for s in dict.fromkeys([*SECTIONS, *CONTEXT])}

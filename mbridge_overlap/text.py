@@ -61,8 +61,29 @@ def _head(d: dict, what: str) -> str:
     return f"{what}{start}: {d['gpus']} {d['gpu']} GPUs, data_parallel_size={d['data_parallel_size']}, Megatron-Bridge {d['bridge_version']}{verified}"
 
 
+def _requested(d: dict) -> list[str]:
+    req = d["requested"]
+    if req["comm_overlap"] is None:
+        return ["requested: no comm_overlap section" + (f" (set by the {req['set_by']['comm_overlap']})" if "comm_overlap" in req["set_by"] else "")]
+    asked = {k: v for k, v in req["comm_overlap"].items() if v is not None}
+    lines = ["requested in comm_overlap (unset fields: Bridge picks):"]
+    lines += [f"  {k}={fmt(v)}  (set by the {req['set_by'].get('comm_overlap.' + k, 'default')})" for k, v in asked.items()]
+    return lines
+
+
+def _inputs(d: dict) -> list[str]:
+    inputs = d["inputs"]
+    assumed = inputs["assumed"]
+    lines = ["assumed: " + "; ".join(f"{k} from {v}" for k, v in assumed.items() if v != "given") if any(v != "given" for v in assumed.values()) else ""]
+    m = inputs["machine"]
+    lines.append(f"machine: {m['gpu']}, {m['gpus_per_node']} GPUs per node, NVLink domain of {m['nvlink_domain']} GPUs"
+                 + (" (multi-node NVLink)" if m["mnnvl"] else "") + f", multicast {'yes' if m['multicast'] else 'no'}, "
+                 f"Transformer Engine {m['te_version']}")
+    return [line for line in lines if line] + [f"note: {n}" for n in d.get("notes", [])]
+
+
 def resolution(d: dict) -> str:
-    lines = [_head(d, "resolve"), ""] + _modes(d["modes"]) + [""] + _effective(d["effective"]) + _env(d)
+    lines = [_head(d, "resolve")] + _inputs(d) + [""] + _modes(d["modes"]) + [""] + _requested(d) + [""] + _effective(d["effective"]) + _env(d)
     return _lines(lines + [""] + _findings(d["findings"]))
 
 
@@ -79,6 +100,9 @@ def plan(d: dict) -> str:
     lines += [f"  {k}={fmt(v)}" for k, v in d["overrides"].items()] or ["  none: the recipe already has them"]
     lines += _env(d)
     lines += ["", "effective after runtime_config_update():"] + ["  " + x for x in _effective(d["effective"])]
+    notes = d.get("plan_notes") or []
+    if notes:
+        lines += ["", "why the plan chose so:"] + [f"  {n['id']}: {n['message']}" for n in notes]
     return _lines(lines + [""] + _findings(d["findings"]))
 
 
@@ -128,6 +152,8 @@ def recipes(d: dict) -> str:
         shape = f"TP{lay['tp']} PP{lay['pp']} VPP{fmt(lay['vpp'])} CP{lay['cp']} EP{lay['ep']} DP{fmt(lay['dp'])} on {lay['gpus_resolved']} {r['gpu'] or 'GPUs'}"
         if r["status"] == "rejected":
             state = f"REJECTED by Bridge: {r['bridge_error']}"
+        elif r["status"] == "fails_at_setup":
+            state = f"FAILS AT SETUP (Megatron-Core): {r['setup_error']}"
         else:
             state = " ".join(f"{k.upper()}:{'on' if m['enabled'] else 'off'}" for k, m in r["modes"].items())
         env = " ".join(f"{k}={v}" for k, v in r["env_vars"].items())
@@ -173,12 +199,11 @@ def lint(d: dict) -> str:
     what = f"{d['config']} ({kind})" if d["config"] else f"recipe {d['recipe']}"
     lines = [
         f"lint {what}, Megatron-Bridge {d['bridge_version']}",
-        f"layout: TP={lay['tp']} PP={lay['pp']} VPP={fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} GPUs, DP={lay['dp']}",
+        f"layout: TP={lay['tp']} PP={lay['pp']} VPP={fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs, DP={fmt(lay['dp'])}",
+        *_inputs(d),
         "",
     ]
-    lines += _findings(d["findings"])
-    lines += [f"note: {n}" for n in d["notes"]]
-    return _lines(lines)
+    return _lines(lines + _findings(d["findings"]))
 
 
 def diff(d: dict) -> str:

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mbridge_overlap import api, catalog  # noqa: E402
 from mbridge_overlap.bridge import conformance  # noqa: E402  (generate() needs no Bridge)
 from mbridge_overlap.errors import UsageError  # noqa: E402
-from mbridge_overlap.resolution import resolve_request  # noqa: E402
+from mbridge_overlap.analysis import analyze  # noqa: E402
 
 BLOCKING = ("warning", "error")
 
@@ -131,11 +131,9 @@ def _conflicts(where: str, findings: list, tally: Tally) -> None:
 
 
 def resolution_rerun(res):
-    state = res.state
-
+    """The same scenario analysed again with a fix: the path every verb and the proofs take."""
     def rerun(overrides, remove=()):
-        req = state.request.derive(overrides, remove)
-        return resolve_request(req, gpus=res.gpus, te=state.te, gpu=res.gpu, launcher_env=state.launcher_env).findings
+        return analyze(res.scenario.derive(overrides, remove)).findings
 
     return rerun
 
@@ -173,7 +171,7 @@ def check_generated_lint(count: int, seed: int, tmp: Path, tally: Tally | None =
             result = run(case.overrides)
         except UsageError:
             continue
-        check_config(f"lint of generated #{i} {case.overrides} gpus={case.gpus} te={case.te}", result.findings, result.resolution, rerun, tally,
+        check_config(f"lint of generated #{i} {case.overrides} gpus={case.gpus} te={case.te}", result.findings, result.analysis, rerun, tally,
                      _file_can_carry)
     return tally
 
@@ -192,18 +190,15 @@ def check_recipe(entry: dict, tally: Tally) -> None:
 
 
 def check_recipe_lint(entry: dict, tally: Tally, tmp: Path) -> None:
-    """lint --recipe NAME, and lint again with each fix as an override file on top of the recipe (lint's own way to
-    take changes)."""
+    """lint --recipe NAME, and lint again with each fix as overrides on top of the recipe."""
     name = recipe_name(entry)
     result = api.lint(recipe=name, gpu=entry["gpu"])
-    res = result.resolution
+    res = result.analysis
 
     def rerun(overrides, remove=()):
-        path = tmp / "fix.yaml"
-        path.write_text(json.dumps(_nested(overrides)))  # JSON is YAML
-        return api.lint(str(path), recipe=name, gpus=res.gpus, gpu=entry["gpu"]).findings
+        return api.lint(None, overrides, recipe=name, gpus=res.gpus, gpu=entry["gpu"]).findings
 
-    check_config(f"lint {name}", result.findings, res, rerun, tally, _file_can_carry)
+    check_config(f"lint {name}", result.findings, res, rerun, tally, lambda overrides, remove=(): not remove)
 
 
 def _nested(overrides: dict) -> dict:

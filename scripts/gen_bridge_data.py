@@ -21,6 +21,17 @@ def field_names(obj) -> list[str]:
     return sorted(f.name for f in dataclasses.fields(obj) if not f.name.startswith("_"))
 
 
+def dataset_fields(baseline: list[str]) -> list[str]:
+    """cfg.dataset is one of several dataset config classes (pretraining, fine-tuning, ...): the fields of any of them."""
+    import megatron.bridge.training.config as config_mod
+
+    names = set(baseline)
+    for cls in vars(config_mod).values():
+        if isinstance(cls, type) and cls.__name__.endswith("DatasetConfig") and dataclasses.is_dataclass(cls):
+            names.update(field_names(cls))
+    return sorted(names)
+
+
 def collect() -> tuple[dict, dict]:
     from mbridge_overlap.bridge import adapter
 
@@ -38,6 +49,7 @@ def collect() -> tuple[dict, dict]:
             continue
         value = getattr(cfg, name)
         sections[name] = field_names(value) if dataclasses.is_dataclass(value) else []
+    sections["dataset"] = dataset_fields(sections.get("dataset", []))
     presets = {
         n: dataclasses.asdict(getattr(comm_overlap, n)) for n in sorted(dir(comm_overlap)) if n.startswith("userbuffers_")
     }

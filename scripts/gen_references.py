@@ -170,6 +170,9 @@ def _evidence(fid: str, entry: dict) -> str:
     bridge = entry["bridge"]
     if bridge["error"]:
         return f"real Bridge's runtime_config_update() at {bridge['gpus']} GPUs raises `{bridge['error']}`."
+    if bridge.get("setup_error"):
+        return (f"Megatron-Core's own initialize_model_parallel, run on the CPU at {bridge['gpus']} GPUs with the layout real Bridge "
+                f"left, raises `{bridge['setup_error']}`.")
     if fid == "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER":
         ddp = bridge["effective"]["ddp"]
         co = entry["request"]["comm_overlap"]
@@ -199,6 +202,30 @@ RULES = """\
   `executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"]` and the LayerNorm SM margins.
 - Megatron-FSDP (`_validate_and_apply_megatron_fsdp_configs`) forces the distributed optimizer on, asserts
   `CUDA_DEVICE_MAX_CONNECTIONS` is not 1 and the `fsdp_dtensor` checkpoint format.
+
+## Once the job launches: setup, the first step, steady state
+
+What Bridge's `runtime_config_update()` accepts can still fail or stop overlapping later; these rules read the config
+and the machine (`inputs.machine`: GPUs per NVLink domain and per node from the GPU type, multicast, torch's MPI
+backend, Transformer Engine's version; each overridable):
+- Setup, Megatron-Core's `initialize_model_parallel`: the expert grid ETP x EP x PP must divide the world
+  (`EXPERT_GRID_NOT_DIVIDING_WORLD`; ETP defaults to 1 with EP > 1, else TP), and partial distributed-optimizer
+  instances must divide the DP groups (`DISTOPT_INSTANCES_NOT_DIVIDING`). The recipe catalog ran Megatron-Core's own
+  function for every recipe, on the CPU: `recipes` marks those that cannot initialise at their name's GPU count.
+- Setup, Transformer Engine's `initialize_ub` (TP overlap): the TP group inside one NVLink domain
+  (`UB_TP_ACROSS_NVLINK_DOMAINS`), a bootstrap backend torch has (`UB_BOOTSTRAP_NEEDS_MPI`), CUDA multicast or
+  `UB_SKIPMC=1` (`UB_NEEDS_MULTICAST`, `UB_IPC_TP_OVER_8`), no `dist.lazy_mpu_init` (`UB_LAZY_MPU_INIT`).
+- First step: the userbuffers hold seq_length x micro batch / CP tokens, so variable-length micro-batches fail
+  (`UB_VARIABLE_TOKEN_COUNT`) and MXFP8 needs local rows in multiples of 128 (`UB_MXFP8_ROWS_NOT_128`); the
+  interleaved schedule's micro-batch groups must fit (`INTERLEAVED_MICROBATCH_GROUPS`); LoRA works with TP overlap but
+  drops the all-gather overlap of linear_qkv and linear_fc1 (`UB_LORA_AG_OVERLAP_DROPPED`).
+- Steady state: `CUDA_DEVICE_MAX_CONNECTIONS=1` with TP = CP = 1 serialises the DP collectives
+  (`CUDA_DEVICE_MAX_CONNECTIONS_ONE_SERIALIZES_DP`, Megatron-LM issue 1468); in-batch packing with PP > 1 exchanges
+  shapes with batched P2P, reported to hang at PP >= 4 (`PP_VARIABLE_SEQ_LENGTHS_SHAPE_EXCHANGE`, Megatron-LM issue
+  5100); MXFP8 grad-buffer reuse without overlap_param_gather gathers parameters synchronously
+  (`MXFP8_PARAM_SYNC_NOT_OVERLAPPED`).
+- `modes` report what the run gets: an error takes every mode away (`enabled: false`, `configured: true`), a
+  steady-state finding the mode it blocks.
 """
 
 

@@ -62,7 +62,7 @@ def build(name: str, overrides: dict, gpus: int, folder: Path) -> Path:
         full = {k: v for k, v in full.items() if not k.startswith("comm_overlap.")}
     adapter.apply_overrides(cfg, full)
     tp, pp = cfg.model.tensor_model_parallel_size, cfg.model.pipeline_model_parallel_size
-    cfg.train.global_batch_size = gpus // (tp * pp)
+    cfg.train.global_batch_size = gpus // (tp * pp) * pp * 2  # 2 x PP micro-batches: the interleaved schedule's groups fit
     error, _ = adapter.runtime_config_update(cfg, gpus)
     if error:
         raise SystemExit(f"{name}: Bridge raised {error}")

@@ -8,17 +8,18 @@ import pytest
 
 import mbridge_overlap
 from conftest import ROOT, cli_json, run_cli
+from mbridge_overlap import schema
 from mbridge_overlap.findings import registry as catalog
 
 RESOLVE_KEYS = {"schema_version", "bridge_version", "verified", "recipe", "gpus", "gpu", "data_parallel_size", "effective", "modes",
-                "env_vars", "launch_env", "findings"}
+                "requested", "env_vars", "launch_env", "inputs", "notes", "findings"}
 
 
 def test_resolve_json_contract_and_api_parity():
     args = ["model.tensor_model_parallel_size=4", "model.sequence_parallel=true", "comm_overlap.tp_comm_overlap=true"]
     d = cli_json("resolve", "--gpus", "16", *args)
     assert set(d) == RESOLVE_KEYS
-    assert set(d["effective"]) == {"model", "ddp", "optimizer", "dist"}
+    assert set(d["effective"]) == set(schema.EFFECTIVE_FIELDS)
     assert {"tp_comm_overlap", "overlap_p2p_comm", "batch_p2p_comm", "tp_comm_bootstrap_backend", "sequence_parallel"} <= set(d["effective"]["model"])
     assert {"use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather", "bucket_size", "align_param_gather",
             "grad_reduce_in_fp32", "fp8_param_gather"} <= set(d["effective"]["ddp"])

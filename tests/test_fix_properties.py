@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from mbridge_overlap import anchors, api, findings, schema
-from mbridge_overlap.resolution import resolve_request
+from mbridge_overlap import anchors, api, examples, findings, schema
+from mbridge_overlap.analysis import analyze
 
 _spec = importlib.util.spec_from_file_location("check_fixes", ROOT / "scripts" / "check_fixes.py")
 check_fixes = sys.modules.setdefault("check_fixes", importlib.util.module_from_spec(_spec))
@@ -85,8 +85,7 @@ def _one(res, fid, knob=None):
 
 
 def _applied(res, f):
-    state = res.state
-    return resolve_request(state.request.derive(f.fix_overrides, f.remove_keys), gpus=res.gpus, te=state.te, gpu=res.gpu)
+    return analyze(res.scenario.derive(f.fix_overrides, f.remove_keys))
 
 
 def test_distributed_optimizer_fix_turns_both_flags_on_and_keeps_the_ddp_values():
@@ -165,220 +164,25 @@ def test_requests_that_contradict_each_other_get_one_fix_and_the_other_waits():
     assert out[0].fix_overrides == {} and out[0].fix.startswith("after the fix of NUM_BUCKETS_WITH_BUCKET_SIZE")
 
 
-# --- the registry: every id has an example and a counter-example ---------------------------------------------------
-
-TP2 = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True}
-CO = {"comm_overlap.tp_comm_overlap": False}
-PP2 = {"model.pipeline_model_parallel_size": 2, **CO}
-VPP = {"model.virtual_pipeline_model_parallel_size": 2}
-FSDP = {"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"}
-MXFP8 = {"mixed_precision": "bf16_with_mxfp8_mixed"}
-SFT_CP = {"model.context_parallel_size": 2}
-PRESET_H100 = "userbuffers_bf16_h100_h6144_tp2_mbs2_seqlen2048"
-PRESET_LAYOUT = {**TP2, "model.hidden_size": 6144, "model.seq_length": 2048, "train.micro_batch_size": 2, "train.global_batch_size": 64}
-
-
-def r(overrides=None, gpus=8, **kw):
-    return ("resolve", dict(overrides=overrides or {}, gpus=gpus, **kw))
-
-
-def lint(config, gpus=8, gpu="h100"):
-    return ("lint", dict(config=config, gpus=gpus, gpu=gpu))
-
-
-def diff(before, after, gpus=(8, 8)):
-    return ("diff", dict(before=before, after=after, gpus=gpus))
-
-
-def plan(**kw):
-    return ("plan", kw)
-
-
-# id: (example that raises it, counter-example that does not)
-EXAMPLES = {
-    "TP_OVERLAP_OFF_TP_SIZE": (r({"comm_overlap.tp_comm_overlap": True}), r({**TP2, "comm_overlap.tp_comm_overlap": True})),
-    "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL": (r({"model.tensor_model_parallel_size": 2, "comm_overlap.tp_comm_overlap": True}),
-                                            r({**TP2, "comm_overlap.tp_comm_overlap": True})),
-    "TP_OVERLAP_OFF_NO_TE": (r({**TP2, "comm_overlap.tp_comm_overlap": True}, te=False), r({**TP2, "comm_overlap.tp_comm_overlap": True})),
-    "TP_OVERLAP_UNSUPPORTED_PRECISION": (r({**TP2, "comm_overlap.tp_comm_overlap": True, "mixed_precision": "bf16_with_nvfp4_mixed"}),
-                                         r({**TP2, "comm_overlap.tp_comm_overlap": True})),
-    "TP_OVERLAP_NOT_RECOMMENDED": (plan(tp=2, gpus=64, gpu="gb200", precision="nvfp4"), plan(tp=2, gpus=64, gpu="gb200")),
-    "PLAN_LEAVES_KEY_AS_SHIPPED": (plan(recipe="nemotron_3_ultra_pretrain_256gpu_gb200_fp8mx_config"),
-                                   plan(recipe="nemotron_3_ultra_pretrain_24gpu_h100_bf16_config")),
-    "SHIPPED_RECIPES_DIFFER": (plan(tp=4, pp=16, vpp=8, gpus=128, gpu="gb200", precision="nvfp4"), plan(tp=4, pp=16, vpp=8, gpus=128, gpu="h100")),
-    "TP_OVERLAP_DEFAULT_UB_CFG": (r({**TP2, "comm_overlap.tp_comm_overlap": True}),
-                                  r({**TP2, "comm_overlap.tp_comm_overlap": True, "comm_overlap.tp_comm_overlap_cfg": PRESET_H100})),
-    "TP_PRESET_MATCHED": (plan(tp=2, gpus=8, gpu="h100", hidden_size=6144, seq_length=2048, micro_batch_size=2),
-                          plan(tp=2, gpus=8, gpu="h100", hidden_size=4096, seq_length=2048, micro_batch_size=2)),
-    "TP_OVERLAP_UNGATED": (r({**TP2, "model.tp_comm_overlap": True}), r({**TP2, "comm_overlap.tp_comm_overlap": True})),
-    "SEQUENCE_PARALLEL_DROPPED": (r({"model.sequence_parallel": True}), r(TP2)),
-    "PP_OVERLAP_NOT_SELECTED": (r(PP2), r({**PP2, **VPP})),
-    "P2P_OVERLAP_WITHOUT_INTERLEAVING": (r({**PP2, "comm_overlap.overlap_p2p_comm": True}), r({**PP2, **VPP, "comm_overlap.overlap_p2p_comm": True})),
-    "P2P_OVERLAP_AND_BATCHED": (r({**PP2, **VPP, "comm_overlap.batch_p2p_comm": True}), r({**PP2, **VPP})),
-    "VPP_WITHOUT_PP": (r(VPP), r({**PP2, **VPP})),
-    "GPUS_NOT_DIVISIBLE": (r({"model.tensor_model_parallel_size": 4}, gpus=6), r({"model.tensor_model_parallel_size": 4})),
-    "COMM_OVERLAP_ABSENT": (r(), r(CO)),
-    "DP_OVERLAP_KNOB_OVERWRITTEN": (r({**CO, "ddp.overlap_grad_reduce": False}), r({**CO, "comm_overlap.overlap_grad_reduce": False})),
-    "MODEL_KNOB_OVERWRITTEN": (r({**PP2, "model.batch_p2p_comm": False}), r({**PP2, "comm_overlap.batch_p2p_comm": False})),
-    "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER": (
-        r({"ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False, "ddp.overlap_grad_reduce": False,
-           "comm_overlap.overlap_grad_reduce": True}),
-        r({"ddp.overlap_grad_reduce": False, "comm_overlap.overlap_grad_reduce": True})),
-    "DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE": (r({"ddp.use_distributed_optimizer": False}),
-                                             r({"ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False})),
-    "PARAM_GATHER_FORCED_ON": (r({"optimizer.overlap_param_gather": False}),
-                               r({"optimizer.overlap_param_gather": False, "ddp.overlap_param_gather": False})),
-    "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER": (
-        r({"ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False}),
-        r({"ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False, "ddp.overlap_param_gather": False})),
-    "DP_SIZE_ONE": (r(gpus=1), r(gpus=2)),
-    "BRIDGE_SELECTS_ALIGN_PARAM_GATHER": (r({**PP2, **VPP}), r({**PP2, **VPP, "comm_overlap.align_param_gather": False})),
-    "PARAM_GATHER_WITH_OPTIMIZER_STEP_SINGLE_CHUNK": (r({**CO, "comm_overlap.overlap_param_gather_with_optimizer_step": True}),
-                                                      r({**PP2, **VPP, "comm_overlap.overlap_param_gather_with_optimizer_step": True})),
-    "PARAM_GATHER_WITH_OPTIMIZER_STEP_UNCHECKED": (
-        r({**PP2, **VPP, "comm_overlap.overlap_param_gather_with_optimizer_step": True, "model.cuda_graph_impl": "transformer_engine"}),
-        r({**PP2, **VPP, "comm_overlap.overlap_param_gather_with_optimizer_step": True})),
-    "BUCKET_SIZE_LOOKS_LIKE_BYTES": (r({"ddp.bucket_size": 25 * 2**20}), r({"ddp.bucket_size": 40_000_000})),
-    "PRECISION_KNOB_OVERWRITTEN": (r({"ddp.grad_reduce_in_fp32": False}), r({"mixed_precision.grad_reduce_in_fp32": False})),
-    "MEGATRON_FSDP_OVERWRITES": (r({**FSDP, "ddp.average_in_collective": True}),
-                                 r({**FSDP, "ddp.average_in_collective": True, "ddp.disable_symmetric_registration": True})),
-    "MEGATRON_FSDP_DP_OVERLAP": (r(FSDP), r()),
-    "MEGATRON_FSDP_SKIPPED_DP_OVERLAP": (r({**FSDP, **CO, "ddp.use_distributed_optimizer": False}), r({**FSDP, **CO})),
-    "FSDP_NEEDS_FSDP_DTENSOR": (r({"ddp.use_megatron_fsdp": True}), r(FSDP)),
-    "FSDP_WITH_ONE_CONNECTION": (r({**FSDP, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1}), r({**FSDP, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 32})),
-    "FSDP_MANUAL_REGISTRATION_WITHOUT_NCCL_UB": (r({**FSDP, "ddp.fsdp_manual_registration": True}),
-                                                 r({**FSDP, "ddp.fsdp_manual_registration": True, "ddp.nccl_ub": True})),
-    "FSDP_WITH_TP_PP_DP_MAPPING": (r({**FSDP, "dist.use_tp_pp_dp_mapping": True}), r(FSDP)),
-    "FSDP_BOTH_KINDS": (r({"dist.use_megatron_fsdp": True, "dist.use_torch_fsdp2": True}), r({"dist.use_megatron_fsdp": True})),
-    "FSDP_DTENSOR_WITHOUT_FSDP": (r({"checkpoint.ckpt_format": "fsdp_dtensor"}), r(FSDP)),
-    "NCCL_UB_LAUNCH_ENV": (r({"ddp.nccl_ub": True}), r({"ddp.nccl_ub": True, "env_vars.NCCL_NVLS_ENABLE": 1, "env_vars.NCCL_CTA_POLICY": 1})),
-    "MOE_OVERLAP_REJECTED": (r({**CO, "comm_overlap.overlap_moe_expert_parallel_comm": True}),
-                             r({**CO, "comm_overlap.overlap_moe_expert_parallel_comm": False})),
-    "DEFER_EMBEDDING_WGRAD_REJECTED": (r({**CO, "comm_overlap.defer_embedding_wgrad_compute": True}),
-                                       r({**PP2, "comm_overlap.defer_embedding_wgrad_compute": True, "comm_overlap.wgrad_deferral_limit": 2})),
-    "EXPERT_PARALLEL_WITHOUT_EXPERTS": (r({"model.expert_model_parallel_size": 2}),
-                                        r({"model.expert_model_parallel_size": 2, "model.num_moe_experts": 8})),
-    "FLEX_DISPATCHER_NOT_ON_THIS_GPU": (r({"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": "deepep"}, gpu="gb200"),
-                                        r({"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": "deepep"}, gpu="h100")),
-    "CUDA_GRAPH_LOCAL_SCOPED": (r({"model.cuda_graph_impl": "local", "model.cuda_graph_scope": ["attn"]}),
-                                r({"model.cuda_graph_impl": "transformer_engine", "model.cuda_graph_scope": ["attn"]})),
-    "FULL_ITERATION_GRAPH_NAN_CHECK": (r({"model.cuda_graph_impl": "full_iteration"}),
-                                       r({"model.cuda_graph_impl": "full_iteration", "rerun_state_machine.check_for_nan_in_loss": False})),
-    "BATCH_NOT_DIVISIBLE_BY_DP": (r({"train.micro_batch_size": 1, "train.global_batch_size": 6}),
-                                  r({"train.micro_batch_size": 1, "train.global_batch_size": 16})),
-    "CP_SEQUENCE_NOT_DIVISIBLE": (r({**SFT_CP, "model.seq_length": 6}), r({**SFT_CP, "model.seq_length": 8})),
-    "CP_FINETUNE_AVERAGE_IN_COLLECTIVE": (r(SFT_CP, gpus=4, recipe="recipes.llama3_8b_sft_config"),
-                                          r({**SFT_CP, "model.calculate_per_token_loss": True, "ddp.average_in_collective": False},
-                                            gpus=4, recipe="recipes.llama3_8b_sft_config")),
-    "FP4_WITH_FP8": (r({"mixed_precision": "bf16_with_fp8_delayed_scaling_mixed", "mixed_precision.fp4": "e2m1"}),
-                     r({"mixed_precision": "bf16_with_fp8_delayed_scaling_mixed"})),
-    "FP4_PARAM_GATHER_WITHOUT_FP4": (r({"mixed_precision.fp4_param_gather": True}),
-                                     r({"mixed_precision": "bf16_with_nvfp4_mixed", "mixed_precision.fp4_param_gather": True})),
-    "MXFP8_REUSE_WITHOUT_FP8_PARAM_GATHER": (r({"mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": True}), r(MXFP8)),
-    "NUM_BUCKETS_WITH_BUCKET_SIZE": (r({**CO, "ddp.num_buckets": 4}), r({"ddp.num_buckets": 4})),
-    "MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP": (r({**MXFP8, **PP2, **VPP, "comm_overlap.overlap_param_gather_with_optimizer_step": True}),
-                                              r({**MXFP8, **PP2, **VPP})),
-    "MXFP8_PARAM_GATHER_WITHOUT_REUSE": (r({**MXFP8, "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": False}), r(MXFP8)),
-    "FP8_PARAM_GATHER_WITHOUT_FP8": (r({"mixed_precision.fp8_param_gather": True}),
-                                     r({"mixed_precision": "bf16_with_fp8_current_scaling_mixed", "mixed_precision.fp8_param_gather": True})),
-    "LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD": (r({"comm_overlap.cuda_device_max_connections": 1}), r({"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1})),
-    "LAUNCHER_ENV_WINS": (r({"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1}, launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"}),
-                          r({"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1}, launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})),
-    "LAUNCH_ENV_DIFFERS_FROM_BRIDGE": (lint({**TP2, "comm_overlap.tp_comm_overlap": True, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 8}),
-                                       lint({**TP2, "comm_overlap.tp_comm_overlap": True, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1})),
-    "LAUNCH_ENV_TUNED_DIFFERENTLY": (lint({**TP2, "comm_overlap.tp_comm_overlap": True, "env_vars.NVTE_FWD_LAYERNORM_SM_MARGIN": 7}),
-                                     lint({**TP2, "comm_overlap.tp_comm_overlap": True})),
-    "LAUNCH_ENV_NOT_SET": (lint({**TP2, "comm_overlap.tp_comm_overlap": True}),
-                           ("lint, every launch variable set", lint({**TP2, "comm_overlap.tp_comm_overlap": True})[1])),
-    "UNMODELED_OVERLAP_KEY": (r({"ddp.num_distributed_optimizer_instances": 2}), r({"ddp.check_for_nan_in_grad": True})),
-    "UNMODELED_KEY": (r({"ddp.check_for_nan_in_grad": True}), r({"ddp.num_distributed_optimizer_instances": 2})),
-    "RELEASE_NOT_VERIFIED": (r(bridge_version="0.7.0"), r(bridge_version="0.6.2")),
-    "RELEASE_READ_FROM_SOURCE": (r(bridge_version="0.6.0"), r(bridge_version="0.5.1")),
-    "RECIPE_REJECTED_OUTSIDE_OVERLAP": (r(gpus=32, recipe="recipes.deepseek_v4_flash_no_mtp_sft_32gpu_h100_bf16_config"),
-                                        r(gpus=2, recipe="recipes.llama3_8b_sft_config")),
-    "MODE_LEFT_OFF": (lint(TP2), lint({**TP2, "comm_overlap.tp_comm_overlap": True})),
-    "PRESET_NOT_FOR_LAYOUT": (lint({**TP2, "comm_overlap.tp_comm_overlap": True,
-                                    "comm_overlap.tp_comm_overlap_cfg": "userbuffers_bf16_h100_h12288_tp4_mbs1_seqlen2048"}),
-                              lint({**TP2, "comm_overlap.tp_comm_overlap": True, "comm_overlap.tp_comm_overlap_cfg": PRESET_H100})),
-    "PRESET_NOT_USED": (lint({**PRESET_LAYOUT, "comm_overlap.tp_comm_overlap": True}),
-                        lint({**PRESET_LAYOUT, "comm_overlap.tp_comm_overlap": True, "comm_overlap.tp_comm_overlap_cfg": PRESET_H100})),
-    "SAVED_EFFECTIVE_DIFFERS": (("saved", {"ddp": {"overlap_grad_reduce": False}}), ("saved", {})),
-    "REQUESTED_CHANGE": (diff(CO, {**CO, "comm_overlap.overlap_grad_reduce": False}), diff(CO, CO, gpus=(8, 1))),
-    "PP_OVERLAP_SELECTION": (diff(PP2, {**PP2, **VPP}), diff(CO, CO, gpus=(8, 1))),
-    "DP_OVERLAP_DEFAULTS": (diff({}, {"ddp.overlap_grad_reduce": False}), diff(PP2, {**PP2, **VPP})),
-    "PRECISION_FROM_MIXED_PRECISION": (diff(CO, {**CO, "mixed_precision.grad_reduce_in_fp32": False}), diff(CO, CO, gpus=(8, 1))),
-    "LAUNCH_ENV_CHANGED": (diff({**CO, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1}, {**CO, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 32}),
-                           diff(CO, CO, gpus=(8, 1))),
-}
-
-
-def _write(tmp_path, name, overrides) -> str:
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(json.dumps(check_fixes._nested(overrides)))  # JSON is YAML
-    return str(path)
-
-
-@dataclass
-class Shown:
-    """A finding as plan's JSON or a diff change shows it."""
-
-    id: str
-    message: str
-    fix: str
-
-
-def _lint(tmp_path, kw, env_set=False):
-    result = api.lint(_write(tmp_path, "lint", kw["config"]), gpus=kw["gpus"], gpu=kw["gpu"])
-    if not env_set:
-        return result.findings
-    rules = {f"env_vars.{name}": rule["value"] for name, rule in result.resolution.launch_env.items()}
-    return api.lint(_write(tmp_path, "lint", {**kw["config"], **rules}), gpus=kw["gpus"], gpu=kw["gpu"]).findings
-
-
-def _saved(tmp_path, edits):
-    raw = yaml.safe_load((ROOT / "tests" / "data" / "run_configs" / "baseline.yaml").read_text())
-    for section, values in edits.items():
-        raw[section].update(values)
-    path = tmp_path / "run_config.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return api.lint(str(path), gpu="h100").findings
-
-
-def _diff(tmp_path, kw):
-    before, after = _write(tmp_path, "before", kw["before"]), _write(tmp_path, "after", kw["after"])
-    result = api.diff(before, after, gpus_before=kw["gpus"][0], gpus_after=kw["gpus"][1])
-    return [Shown(c.rule, c.message, c.fix or "") for c in result.changes]
-
-
-def raised(case, tmp_path) -> list:
-    """The findings a table entry earns (for diff: its changes, by the rule that explains each)."""
-    verb, kw = case
-    if verb == "resolve":
-        return api.resolve(**kw).findings
-    if verb == "plan":
-        return [Shown(f["id"], f["message"], f["fix"]) for f in api.plan(**kw).to_dict()["findings"]]
-    if verb in ("lint", "lint, every launch variable set"):
-        return _lint(tmp_path, kw, env_set=verb != "lint")
-    if verb == "saved":
-        return _saved(tmp_path, kw)
-    return _diff(tmp_path, kw)
+# --- the registry: every id has an example and a counter-example (in its record) ------------------------------------
 
 
 def test_every_id_has_an_example_and_a_counter_example():
-    assert set(EXAMPLES) == set(findings.registry())
+    missing = [fid for fid, rec in findings.registry().items() if not (rec.get("example") and rec.get("counter_example"))]
+    assert not missing
 
 
 _UNFILLED = re.compile(r"\{[A-Za-z_]\w*\}")
 
 
-@pytest.mark.parametrize("finding_id", sorted(EXAMPLES))
-def test_example_raises_it_rendered_and_counter_example_does_not(finding_id, tmp_path):
-    example, counter = EXAMPLES[finding_id]
-    found = [f for f in raised(example, tmp_path) if f.id == finding_id]
+@pytest.mark.parametrize("finding_id", sorted(findings.registry()))
+def test_example_raises_it_rendered_and_counter_example_does_not(finding_id):
+    example, counter = examples.of(finding_id)
+    found = [f for f in examples.run(example) if f.id == finding_id]
     assert found, f"{finding_id} not raised by its example"
     for f in found:  # every template field supplied by the call site
         assert not _UNFILLED.search(f.message) and not _UNFILLED.search(f.fix), (f.message, f.fix)
-    assert finding_id not in {f.id for f in raised(counter, tmp_path)}
+    assert finding_id not in {f.id for f in examples.run(counter)}
 
 
 def test_every_anchor_exists():

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-import mbridge_overlap.diff
+import mbridge_overlap.api
 import mbridge_overlap.lint
 from conftest import ROOT, run_cli
 from mbridge_overlap import UsageError
@@ -17,7 +17,7 @@ RUNS = ROOT / "tests" / "data" / "run_configs"
 
 
 def d(after, **kw):
-    return mbridge_overlap.diff.diff(RUNS / "baseline.yaml", RUNS / f"{after}.yaml", **kw).to_dict()
+    return mbridge_overlap.api.diff(RUNS / "baseline.yaml", RUNS / f"{after}.yaml", **kw).to_dict()
 
 
 def by_key(result):
@@ -171,7 +171,7 @@ def test_checkpoint_and_iteration_directories(tmp_path):
     assert newest["config"].endswith("iter_0000200/run_config.yaml")
     (ckpt / "latest_checkpointed_iteration.txt").write_text("100\n")
     assert mbridge_overlap.lint.lint(ckpt).to_dict()["config"].endswith("iter_0000100/run_config.yaml")
-    r = mbridge_overlap.diff.diff(ckpt / "iter_0000100", ckpt / "iter_0000200").to_dict()
+    r = mbridge_overlap.api.diff(ckpt / "iter_0000100", ckpt / "iter_0000200").to_dict()
     assert [c["key"] for c in r["overlap_changes"]] == ["model.tp_comm_overlap"]
 
 
@@ -204,7 +204,7 @@ def test_config_of_another_release_is_a_marked_warning(tmp_path):
     path.write_text(text)
     r = mbridge_overlap.lint.lint(path).to_dict()
     assert any("future_section" in n and "another release" in n for n in r["notes"])
-    r = mbridge_overlap.diff.diff(RUNS / "baseline.yaml", path).to_dict()
+    r = mbridge_overlap.api.diff(RUNS / "baseline.yaml", path).to_dict()
     assert any("future_section" in w for w in r["warnings"])
 
 

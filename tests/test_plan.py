@@ -73,7 +73,7 @@ def test_there_are_19_presets():
 def test_blackwell_family_uses_b200_presets_like_bridge_perf_recipes():
     d = plan(tp=2, gpus=8, gpu="gb200", hidden_size=8192, seq_length=8192, micro_batch_size=1)
     assert d["preset"] == "userbuffers_bf16_b200_h8192_tp2_mbs1_seqlen8192"
-    msg = next(f["message"] for f in d["findings"] if f["id"] == "TP_PRESET_MATCHED")
+    msg = next(f["message"] for f in d["plan_notes"] if f["id"] == "TP_PRESET_MATCHED")
     assert "tuned on b200" in msg
 
 
@@ -91,7 +91,7 @@ def test_no_tp_overlap_where_userbuffers_cannot_carry_the_precision(precision):
     """The first trap of issue 8: NVFP4 (and blockwise FP8) with TP overlap fails at the first step."""
     d = plan(tp=2, gpus=64, gpu="gb200", precision=precision)
     assert d["overrides"]["comm_overlap.tp_comm_overlap"] is False and d["preset"] is None
-    assert "TP_OVERLAP_NOT_RECOMMENDED" in {f["id"] for f in d["findings"]}
+    assert "TP_OVERLAP_NOT_RECOMMENDED" in {f["id"] for f in d["plan_notes"]}
     assert not [f for f in d["findings"] if f["severity"] == "error"]
     forced = mbridge_overlap.resolve({**d["overrides"], "comm_overlap.tp_comm_overlap": True}, gpus=64, gpu="gb200")
     assert "TP_OVERLAP_UNSUPPORTED_PRECISION" in {f.id for f in forced.errors}
@@ -119,7 +119,7 @@ def test_fp8_precision_sets_the_perf_recipe_and_fp8_preset():
         ("0.6.2", dict(tp=4, gpus=8, gpu="h100"), "1"),  # Hopper with TP > 1
         ("0.6.2", dict(cp=2, gpus=8, gpu="h100"), "1"),  # Hopper with CP > 1
         ("0.6.2", dict(tp=1, gpus=8, gpu="h100"), "32"),  # the deepep default backend
-        ("0.6.2", dict(tp=4, gpus=8, gpu="h100", moe_a2a_overlap=True), "32"),
+        ("0.6.2", dict(recipe="qwen35_vl_122b_a10b_pretrain_128gpu_h100_bf16_config", moe_a2a_overlap=True), "32"),  # TP 2, a2a overlap
         ("0.6.2", dict(tp=4, gpus=8, gpu="h100", megatron_fsdp=True), "32"),  # never 1: Megatron-FSDP asserts it
         ("0.6.2", dict(tp=1, gpus=8, gpu="h100", moe_flex_dispatcher_backend="ncclep"), "8"),
         ("0.6.2", dict(tp=2, gpus=2, gpu="b200"), "32"),  # Blackwell: 32 whatever the layout

@@ -61,7 +61,7 @@ def test_every_release_with_a_catalog_is_listed():
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_recipe_real_bridge_resolved_agrees_on_every_field(version):
     done = [e for e in built(version) if e["bridge"]["error"] is None]
-    assert len(done) > 200
+    assert len(done) > 190
     failures = [(e["name"], d) for e in done if (d := differences(resolve(e, version), e["bridge"]))]
     assert failures == [], failures[:3]
 
@@ -106,8 +106,9 @@ def test_names_are_looked_up_with_help():
         catalog.lookup(both, VERSION)
     assert catalog.lookup(f"perf_recipes.{both}", VERSION)["package"] == "perf_recipes"
     assert catalog.lookup(f"megatron.bridge.recipes.{both}", VERSION)["package"] == "recipes"
-    with pytest.raises(UsageError, match="--gpus"):
-        mbridge_overlap.resolve(recipe="nemotron_3_super_pretrain_config")
+    smallest = mbridge_overlap.resolve(recipe="nemotron_3_super_pretrain_config")  # no count in the name: its smallest layout
+    assert smallest.gpus == catalog.smallest_world(catalog.lookup("nemotron_3_super_pretrain_config", VERSION)["request"]["model"])
+    assert "smallest layout" in smallest.to_dict()["inputs"]["assumed"]["gpus"]
 
 
 @pytest.mark.parametrize("name, parsed", [
@@ -146,3 +147,23 @@ def test_no_shipped_recipe_runs_tp_overlap_with_nvfp4_or_blockwise_fp8():
     assert not any(m["tp_comm_overlap"] for m in fp4 + blockwise)
     text = " ".join(registry()["TP_OVERLAP_UNSUPPORTED_PRECISION"]["explain"].split())
     assert f"NVFP4 recipe function ({len(fp4)})" in text and f"blockwise-FP8 one ({len(blockwise)})" in text
+
+
+GRID = ("EXPERT_GRID_NOT_DIVIDING_WORLD", "DISTOPT_INSTANCES_NOT_DIVIDING")
+
+
+def test_setup_rules_agree_with_megatron_core_on_every_recipe():
+    """The catalog ran Megatron-Core's own initialize_model_parallel for every recipe Bridge accepts, at the GPU count
+    it was resolved at (on the CPU, one process, groups not created): the grid rules say the same, in its words."""
+    checked = 0
+    for e in BUILT:
+        bridge = e["bridge"]
+        if bridge["error"] is not None:
+            continue
+        found = [f for f in mbridge_overlap.resolve(recipe=f"{e['package']}.{e['name']}", gpus=bridge["gpus"], gpu=e["gpu"]).findings
+                 if f.id in GRID]
+        assert bool(found) == bool(bridge["setup_error"]), (e["name"], bridge["setup_error"], [f.message for f in found])
+        if found:
+            assert bridge["setup_error"].split(": ", 1)[1] in found[0].message
+        checked += 1
+    assert checked > 900

@@ -127,14 +127,13 @@ def test_hydra_snippet_lines_in_order():
     lines = [line for line in text.splitlines() if not line.startswith("#")]
     plain = dict(line.split("=", 1) for line in lines if not line.startswith(("++", "comm_overlap")))
     assert yaml.safe_load(plain["model.tensor_model_parallel_size"]) == 4
-    assert lines[-3].startswith("++comm_overlap={")
-    assert _hydra_value(lines[-3].split("=", 1)[1]) == {
-        "_target_": "megatron.bridge.training.comm_overlap.CommOverlapConfig",
-        "tp_comm_overlap": True,
-    }
-    assert lines[-2] == "++comm_overlap.tp_comm_overlap_cfg=null"
-    ref = _hydra_value(lines[-1].split("=", 1)[1])
-    assert ref == {"_target_": f"megatron.bridge.training.comm_overlap.{d['preset']}", "_call_": False}
+    assert lines[-1].startswith("++comm_overlap={") and sum(line.startswith(("++comm_overlap", "comm_overlap")) for line in lines) == 1
+    section = _hydra_value(lines[-1].split("=", 1)[1])
+    preset = section.pop("tp_comm_overlap_cfg")
+    assert section == {"_target_": "megatron.bridge.training.comm_overlap.CommOverlapConfig", "tp_comm_overlap": True}
+    assert preset["_target_"] == "megatron.bridge.training.comm_overlap.TransformerLayerTPOverlapCfg"  # spelled out in full
+    keys = [line.split("=", 1)[0] for line in lines]
+    assert len(keys) == len(set(keys))  # every key assigned once
 
 
 def test_env_snippet_exports_in_a_real_shell():

@@ -13,7 +13,7 @@ def env(d):
 
 
 def ids(d):
-    return {f["id"]: f for f in d["findings"]}
+    return {f["id"]: f for f in d["findings"] + d.get("plan_notes", [])}
 
 
 def test_tp4_pp4_vpp2_on_64_h100():

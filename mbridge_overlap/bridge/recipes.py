@@ -52,6 +52,8 @@ SFT_DATASETS = ("GPTSFTDatasetConfig", "DirectHFSFTDatasetConfig", "EnergonDatas
 class _StandIn:
     """What AutoBridge.from_hf_pretrained returns offline."""
 
+    built = 0  # providers made since the count was last reset: whether a recipe's model is the stand-in
+
     def __init__(self, *args, **kwargs):
         pass
 
@@ -59,6 +61,7 @@ class _StandIn:
         import torch.nn.functional as F
         from megatron.bridge.models import GPTModelProvider
 
+        _StandIn.built += 1
         return GPTModelProvider(**STANDIN, activation_func=F.silu)
 
     def __getattr__(self, name):  # any other AutoBridge call a recipe makes: inert
@@ -155,8 +158,10 @@ def _set(cfg, key: str, value, scratch: Path) -> None:
 
 
 def _build(fn, gpu, fixups, scratch: Path):
+    _StandIn.built = 0
     with offline(gpu):
         cfg = fn()
+    cfg._mbridge_standin = _StandIn.built > 0  # read by shape() before the fixups below change anything
     for key, value in fixups:
         _set(cfg, key, value, scratch)
     return cfg
@@ -249,8 +254,20 @@ def record(cfg) -> dict:
     out["mixed_precision"] = mixed_precision(cfg.mixed_precision)
     out["env_vars"] = {k: _json(v) for k, v in (getattr(cfg, "env_vars", None) or {}).items()}
     out["peft"] = getattr(cfg, "peft", None) is not None
-    out["dataset"] = {"sft": type(cfg.dataset).__name__ in SFT_DATASETS}
+    out["dataset"]["sft"] = type(cfg.dataset).__name__ in SFT_DATASETS
     return out
+
+
+def shape(cfg) -> dict:
+    """The model shape a userbuffers preset is tuned for, as far as the recipe itself makes it known: a dimension the
+    offline stand-in model set (its Hugging Face config was not read) is None, unknown, not the stand-in's value."""
+    standin = getattr(cfg, "_mbridge_standin", False)
+    def own(value, standin_value=None):
+        known = isinstance(value, int) and not isinstance(value, bool) and value > 0 and not (standin and value == standin_value)
+        return value if known else None
+
+    return {"hidden_size": own(cfg.model.hidden_size, STANDIN["hidden_size"]), "seq_length": own(cfg.model.seq_length, STANDIN["seq_length"]),
+            "micro_batch_size": own(cfg.train.micro_batch_size)}
 
 
 def _comm_overlap(co) -> dict | None:
@@ -296,10 +313,44 @@ def describe(exc: BaseException) -> str:
 
 
 def outcome(cfg, error: str | None, env: dict, gpus: int) -> dict:
-    """Real Bridge's answer at `gpus`: its error, or the effective fields, DP size and the environment it installed."""
+    """Real Bridge's answer at `gpus`: its error, or the effective fields, DP size and the environment it installed,
+    and what Megatron-Core's own process-grid setup says of the layout (setup_error)."""
     if error:
         return {"gpus": gpus, "error": error}
-    return {"gpus": gpus, "error": None, "data_parallel_size": cfg.data_parallel_size, "effective": adapter.effective(cfg), "env": env}
+    return {"gpus": gpus, "error": None, "data_parallel_size": cfg.data_parallel_size, "effective": adapter.effective(cfg), "env": env,
+            "setup_error": grid_error(cfg, gpus)}
+
+
+def grid_error(cfg, gpus: int) -> str | None:
+    """Megatron-Core's initialize_model_parallel, as Bridge's _initialize_distributed calls it, run on this CPU with one
+    gloo process (local_world_size=gpus, process groups not created): its grid checks at setup. None: they pass."""
+    from unittest import mock
+
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    m = cfg.model
+    kwargs = dict(
+        tensor_model_parallel_size=m.tensor_model_parallel_size, pipeline_model_parallel_size=m.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=m.virtual_pipeline_model_parallel_size, context_parallel_size=m.context_parallel_size,
+        hierarchical_context_parallel_sizes=getattr(m, "hierarchical_context_parallel_sizes", None),
+        expert_model_parallel_size=m.expert_model_parallel_size, expert_tensor_parallel_size=m.expert_tensor_parallel_size,
+        num_distributed_optimizer_instances=cfg.ddp.num_distributed_optimizer_instances,
+        order="tp-cp-ep-pp-dp" if cfg.dist.use_tp_pp_dp_mapping else "tp-cp-ep-dp-pp", create_gloo_process_groups=False,
+        local_world_size=gpus,
+    )
+    # one process, no network (a HashStore); torn down again, since Bridge reads the world size from an initialised
+    # process group before WORLD_SIZE
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with mock.patch.object(dist, "new_group", lambda *args, **kw: object()):
+            parallel_state.initialize_model_parallel(**kwargs)
+        return None
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        return describe(exc)
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
 
 
 def entry(package: str, name: str, fn, scratch: Path) -> dict:
@@ -314,9 +365,11 @@ def entry(package: str, name: str, fn, scratch: Path) -> dict:
         return {**out, "builds": False, "build_error": describe(exc)}
     if not hasattr(probe, "comm_overlap") or not hasattr(probe, "model"):
         return None  # a *_config helper that returns a dataset or model config, not a recipe
-    gpus = out.get("gpus") or catalog.model_parallel_size(probe.model)
+    from .. import releases
+
+    gpus = out.get("gpus") or catalog.smallest_world(probe.model, releases.get(adapter.bridge_version()).expert_tp_one_with_ep)
     cfg, fixups, error, env, after = build(fn, gpu, gpus, scratch)
-    return {**out, "builds": True, "request": record(cfg), "fixups": [f"{k}={v}" for k, v in fixups],
+    return {**out, "builds": True, "request": record(cfg), "shape": shape(cfg), "fixups": [f"{k}={v}" for k, v in fixups],
             "bridge": outcome(after, error, env, gpus)}
 
 

@@ -287,9 +287,10 @@ def test_yaml_semantics_are_refused(name, tmp_path):
 
 
 def test_merge_keys_are_not_duplicates(tmp_path):
-    cfg = write(tmp_path, "c.yaml", "base: &b {x: 1}\nlogger:\n  <<: *b\n  y: 2\nmodel: {tensor_model_parallel_size: 2}\n"
-                                    "comm_overlap: {data_parallel_size: 4}\n")
-    assert run_cli("lint", cfg, env=cli_env()).returncode in (0, 1)
+    cfg = write(tmp_path, "c.yaml", "logger: &l {log_interval: 5}\ntrain: &t {micro_batch_size: 1}\nmodel:\n  <<: {tensor_model_parallel_size: 2}\n"
+                                    "  sequence_parallel: true\ncomm_overlap: {data_parallel_size: 4}\n")
+    proc = run_cli("lint", cfg, "--format", "json", env=cli_env())
+    assert proc.returncode in (0, 1) and json.loads(proc.stdout)["effective"]["model"]["tensor_model_parallel_size"] == 2
 
 
 CASES["yaml"] += 1

@@ -1,0 +1,130 @@
+"""Each finding's example and counter-example, from its registry record: run through the API, or shown as the command
+line that runs it (explain, references/findings.md).
+
+An example is a mapping with `verb` and that verb's inputs:
+    resolve     overrides, gpus, gpu, recipe, te, bridge_version, launcher_env
+    plan        plan's keywords
+    lint        overrides, gpus, gpu; with_launch_env: every launch variable of Bridge's rules set on top
+    lint_saved  edits: {section: {field: value}} on the saved run config tests/data/run_configs/baseline.yaml
+    diff        before, after (overrides of two override files), gpus: [before, after]
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import findings
+from .safeio import sh_quote
+from .text import fmt
+
+SAVED = Path(__file__).resolve().parent.parent / "tests" / "data" / "run_configs" / "baseline.yaml"
+
+
+@dataclass
+class Shown:
+    """A finding as a verb shows it (for diff: a change, by the rule that explains it)."""
+
+    id: str
+    message: str
+    fix: str
+
+
+def run(example: dict) -> list[Shown]:
+    """The findings (plan: and its notes; diff: its changes) the example earns."""
+    from . import api
+
+    kw = {k: v for k, v in example.items() if k != "verb"}
+    verb = example["verb"]
+    if verb == "resolve":
+        return _shown(api.resolve(**kw).findings)
+    if verb == "plan":
+        d = api.plan(**kw).to_dict()
+        return [Shown(f["id"], f["message"], f["fix"]) for f in d["findings"] + d["plan_notes"]]
+    with tempfile.TemporaryDirectory(prefix="mbridge-overlap-example-") as tmp:
+        if verb == "lint":
+            overrides = dict(kw["overrides"])
+            if kw.get("with_launch_env"):
+                an = api.lint(None, overrides, gpus=kw["gpus"], gpu=kw["gpu"]).analysis
+                overrides.update({f"env_vars.{name}": rule["value"] for name, rule in an.launch_env.items()})
+            return _shown(api.lint(None, overrides, gpus=kw["gpus"], gpu=kw["gpu"]).findings)
+        if verb == "lint_saved":
+            return _shown(api.lint(_saved(tmp, kw["edits"]), gpu="h100").findings)
+        if verb == "diff":
+            result = api.diff(_file(tmp, "before", kw["before"]), _file(tmp, "after", kw["after"]),
+                              gpus_before=kw["gpus"][0], gpus_after=kw["gpus"][1])
+            return [Shown(c.rule, c.message, c.fix or "") for c in result.changes]
+    raise ValueError(f"unknown example verb {verb!r}")
+
+
+def command(example: dict) -> str:
+    """The example as one command line (a file it needs is described, not written)."""
+    verb, kw = example["verb"], {k: v for k, v in example.items() if k != "verb"}
+    words = ["mbridge-overlap"]
+    if verb == "resolve":
+        words += ["resolve", *_flags(kw, ("recipe", "gpus", "gpu", "bridge_version")), *_overrides(kw.get("overrides") or {})]
+        if kw.get("te") is False:
+            words.append("--no-te")
+        if kw.get("launcher_env"):
+            words = [f"{k}={sh_quote(str(v))}" for k, v in kw["launcher_env"].items()] + words + ["--launcher-env"]
+    elif verb == "plan":
+        words += ["plan", *_flags(kw, tuple(k for k in kw if not isinstance(kw[k], bool))),
+                  *(f"--{k.replace('_', '-')}" for k, v in kw.items() if v is True)]
+    elif verb == "lint":
+        words += ["lint", *_flags(kw, ("gpus", "gpu")), *_overrides(kw["overrides"])]
+        if kw.get("with_launch_env"):
+            words.append("# and env_vars.NAME=VALUE for every launch variable of Bridge's rules")
+    elif verb == "lint_saved":
+        words += ["lint", "run_config.yaml", "--gpu", "h100", f"# a saved run config with {json.dumps(kw['edits'])}"]
+    elif verb == "diff":
+        words += ["diff", "before.yaml", "after.yaml", "--gpus-before", str(kw["gpus"][0]), "--gpus-after", str(kw["gpus"][1]),
+                  f"# before: {json.dumps(kw['before'])}; after: {json.dumps(kw['after'])}"]
+    return " ".join(words)
+
+
+def of(finding_id: str) -> tuple[dict, dict]:
+    rec = findings.record(finding_id)
+    return rec["example"], rec["counter_example"]
+
+
+def _flags(kw: dict, names) -> list[str]:
+    return [w for n in names if kw.get(n) is not None for w in (f"--{n.replace('_', '-')}", sh_quote(str(kw[n])))]
+
+
+def _overrides(overrides: dict) -> list[str]:
+    return [sh_quote(f"{k}={fmt(v)}" if not isinstance(v, list) else f"{k}=[{','.join(map(str, v))}]") for k, v in overrides.items()]
+
+
+def _shown(items) -> list[Shown]:
+    return [Shown(f.id, f.message, f.fix) for f in items]
+
+
+def _file(tmp: str, name: str, overrides: dict) -> str:
+    path = Path(tmp) / f"{name}.yaml"
+    path.write_text(json.dumps(nested(overrides)))  # JSON is YAML
+    return str(path)
+
+
+def nested(overrides: dict) -> dict:
+    """Dotted overrides as a config file: sections of fields; a whole section (mixed_precision=RECIPE) as a value."""
+    out: dict = {}
+    for key, value in overrides.items():
+        section, _, name = key.partition(".")
+        if name:
+            out.setdefault(section, {})[name] = value
+        else:
+            out[section] = value
+    return out
+
+
+def _saved(tmp: str, edits: dict) -> str:
+    import yaml
+
+    raw = yaml.safe_load(SAVED.read_text())
+    for section, values in edits.items():
+        raw[section].update(values)
+    path = Path(tmp) / "run_config.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
