@@ -341,17 +341,31 @@ def _identity(side: Side) -> dict:
 
 
 def raw_of(side: Side) -> dict:
-    """What a side's changed keys are counted over: its file, else its inputs as sections."""
+    """What a side's changed keys are counted over: its file, else its inputs as sections, shaped as a file holds
+    them: a section with fields is a mapping of them (comm_overlap's presence and a mixed-precision recipe's name
+    then go with them, as in a saved run config), one without is its value (None: absent)."""
     if side.scenario.config is not None:
         return side.scenario.config.raw
     out: dict = {}
     for key, value in side.items.items():
         section, _, name = key.partition(".")
         if name:
-            out.setdefault(section, {})[name] = value
-        else:
-            out[section] = value
+            fields = out.get(section)
+            out[section] = fields = fields if isinstance(fields, dict) else {}
+            fields[name] = value
+        elif not isinstance(out.get(section), dict):
+            out[section] = {} if value == "present" and section == "comm_overlap" else value
     return out
+
+
+def _changed(a: Side, b: Side) -> dict:
+    """Every changed key of the two sides: over their inputs where neither is a file (one key each, as
+    _changed_inputs compares them), else over the files' shape."""
+    if a.scenario.config is None and b.scenario.config is None:
+        moved = (a.items["comm_overlap"] is None) != (b.items["comm_overlap"] is None)  # one key: the section came or went
+        return {k: (a.items.get(k), b.items.get(k)) for k in sorted(set(a.items) | set(b.items))
+                if a.items.get(k) != b.items.get(k) and not (moved and k.startswith("comm_overlap."))}
+    return changed_keys(raw_of(a), raw_of(b))
 
 
 def changed_keys(raw_a: dict, raw_b: dict) -> dict:
@@ -376,7 +390,7 @@ def account(a: Side, b: Side, changes: list, other: list) -> dict:
     if "data_parallel_size" in listed:
         listed.add("comm_overlap.data_parallel_size")  # what Bridge saved of the DP size
     out = {"total": 0, "explained": [], "unmodeled": [], "same_effect": [], "ignored": []}
-    for key, (old, new) in changed_keys(raw_of(a), raw_of(b)).items():
+    for key, (old, new) in _changed(a, b).items():
         out["total"] += 1
         section, _, name = key.partition(".")
         if key in explained or key in listed or section == "comm_overlap" and "comm_overlap" in explained:
