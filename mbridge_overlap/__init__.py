@@ -28,8 +28,8 @@ _keep_skill_folder_clean()
 
 # Every verb is in mbridge_overlap.api; those whose names no submodule uses are re-exported here (lint, diff, trace
 # and anchors are also module names, so they are reached as mbridge_overlap.api.lint and so on).
-from .api import explain, plan, presets, recipes, release_table, resolve, suites
-from .errors import UsageError
+from .api import explain, plan, presets, recipes, release_table, resolve, suites  # noqa: E402 (after the clean-up above)
+from .errors import UsageError  # noqa: E402
 
 __all__ = ["resolve", "plan", "recipes", "presets", "explain", "release_table", "suites", "UsageError"]
 __version__ = "0.2.0"

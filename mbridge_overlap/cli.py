@@ -109,7 +109,8 @@ def _inputs(args, **extra) -> dict:
 
 def _resolve_args(p):
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="Bridge-style dotted overrides, e.g. model.sequence_parallel=true")
-    p.add_argument("--config", metavar="FILE", help="a saved run_config.yaml (or checkpoint folder) or an override YAML, applied before the overrides")
+    p.add_argument("--config", metavar="FILE",
+                   help="a saved run_config.yaml (or checkpoint folder) or an override YAML, applied before the overrides")
     _scenario_flags(p)
     _common(p)
 
@@ -150,6 +151,15 @@ def _diff_args(p):
     p.add_argument("--gpus-after", type=_positive_int, help="GPU count of AFTER (diff --recipe R --gpus-after 32: what changes on 32 GPUs)")
     p.add_argument("--before", action="append", default=[], metavar="KEY=VALUE", help="an override on BEFORE (and AFTER, which starts from it)")
     _scenario_flags(p, gpus=False)
+    _common(p)
+
+
+def _diagnose_args(p):
+    p.add_argument("inputs", nargs="*", metavar="LOG | KEY=VALUE",
+                   help="log files, folders of per-rank logs, or - for standard input; KEY=VALUE overrides on --config/--recipe")
+    p.add_argument("--compare", action="store_true", help="two logs, BEFORE and AFTER: the iteration-time change and the config changes")
+    p.add_argument("--config", metavar="FILE", help="the run's run_config.yaml (or checkpoint folder): analysed and linked to each cause")
+    _scenario_flags(p)
     _common(p)
 
 
@@ -296,6 +306,27 @@ def cmd_diff(args) -> int:
     return 0
 
 
+def cmd_diagnose(args) -> int:
+    logs, overrides = _split_logs(args.inputs)
+    result = api.diagnose(logs, compare=args.compare, config=args.config, overrides=overrides, **_inputs(args, gpus=args.gpus))
+    d = result.to_dict()
+    _emit(args, _json(d) if args.format == "json" else text.diagnosis(d))
+    return 1 if result.found else 0
+
+
+def _split_logs(tokens: list[str]) -> tuple[list[str], dict]:
+    """Logs and KEY=VALUE overrides, in any order: a token is an override when it reads as one and names no file."""
+    logs, overrides = [], {}
+    for token in tokens:
+        key = token.partition("=")[0]
+        if "=" in token and "." in key and "/" not in key and not os.path.exists(token):
+            k, v = parse_override(token)
+            overrides[k] = v
+        else:
+            logs.append(token)
+    return logs, overrides
+
+
 def cmd_presets(args) -> int:
     d = api.presets(args.bridge_version)
     _emit(args, _json(d) if args.format == "json" else text.presets(d["presets"]))
@@ -356,6 +387,7 @@ VERBS = {
     "lint": ("every finding for a run config or a shipped recipe, and the overlap it left on the table", _lint_args, cmd_lint),
     "diff": ("the overlap-relevant changes between two scenarios (run configs, recipes, GPU counts), with causes, ranked",
              _diff_args, cmd_diff),
+    "diagnose": ("the overlap cause and fix behind a crashed, hung or slower run's logs", _diagnose_args, cmd_diagnose),
     "presets": ("the tuned TP userbuffers presets and what each was tuned for", _release_args, cmd_presets),
     "explain": ("the long form of a finding id, with its example", _explain_args, cmd_explain),
     "releases": ("per-release facts side by side", _common, cmd_releases),

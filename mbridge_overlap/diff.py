@@ -236,7 +236,8 @@ def _flips(key: str, input_key: str, value, a: Side, b: Side) -> bool:
 def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     causes = [k for k, (_, after_value) in changed.items() if _flips(key, k, after_value, a, b)]
     if not causes:  # only a combination changes it: report every changed input that takes part
-        causes = [k for k in changed if k in ("gpus", "comm_overlap") or k.startswith(("model.", "ddp.", "optimizer.", "comm_overlap.", "mixed_precision", "env_vars."))]
+        causes = [k for k in changed if k in ("gpus", "comm_overlap")
+                  or k.startswith(("model.", "ddp.", "optimizer.", "comm_overlap.", "mixed_precision", "env_vars."))]
     rule = _rule(key, old, new, a, b, causes)
     effect = EFFECTS.get((key, old, new), f"{key} went {fmt(old)} -> {fmt(new)}")
     because = "; ".join(_cause_phrase(c, changed[c], a, b) for c in causes) or "no input change found"
@@ -267,7 +268,8 @@ def _rule(key, old, new, a: Side, b: Side, causes) -> str:
         return "DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE" if disagree else "REQUESTED_CHANGE"
     if a.analysis.state.dp_overlap_applied != b.analysis.state.dp_overlap_applied:
         return "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER"
-    if 1 in (a.analysis.state.data_parallel_size, b.analysis.state.data_parallel_size) and a.analysis.state.data_parallel_size != b.analysis.state.data_parallel_size:
+    dp_a, dp_b = a.analysis.state.data_parallel_size, b.analysis.state.data_parallel_size
+    if 1 in (dp_a, dp_b) and dp_a != dp_b:
         return "DP_SIZE_ONE"
     if all(c.startswith("comm_overlap.") for c in causes) and causes:
         return "REQUESTED_CHANGE"

@@ -104,7 +104,8 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
             value, why = 1, "Hopper with TP/CP: queue the communication kernel before the overlapping GEMM"
         return str(value), why
     backend = layout.moe_flex_dispatcher_backend
-    use = "the flex dispatcher runs it" if layout.flex_in_use else "Megatron-Core's default, set even where the model does not run the flex dispatcher"
+    use = ("the flex dispatcher runs it" if layout.flex_in_use
+           else "Megatron-Core's default, set even where the model does not run the flex dispatcher")
     value, why = (32, f"moe_flex_dispatcher_backend={backend} ({use})") if backend in ("deepep", "hybridep") \
         else (8, f"CUDA's default queue depth (moe_flex_dispatcher_backend={backend}: no DeepEP/HybridEP)")
     if layout.gpu in style["blackwell_gpus"]:

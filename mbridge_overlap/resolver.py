@@ -111,14 +111,16 @@ def apply_mixed_precision(state: State) -> None:
         state.model[name] = values.get(name, _MODEL_PRECISION[name])
     for name in ("grad_reduce_in_fp32", "fp8_param_gather", "reuse_grad_buf_for_mxfp8_param_ag"):
         _overwrite(state, "ddp", name, bool(values.get(name, False)), "mixed_precision")
-    _overwrite(state, "optimizer", "reuse_grad_buf_for_mxfp8_param_ag", bool(values.get("reuse_grad_buf_for_mxfp8_param_ag", False)), "mixed_precision")
+    _overwrite(state, "optimizer", "reuse_grad_buf_for_mxfp8_param_ag", bool(values.get("reuse_grad_buf_for_mxfp8_param_ag", False)),
+               "mixed_precision")
 
 
 def set_data_parallel_size(state: State) -> bool:
     """ConfigContainer.set_data_parallel_size() -> get_data_parallel_size(): the world size over TP x PP x CP."""
     shape = layout.Layout.of(state.model, state.gpus)
     if not shape.divisible:
-        _reject(state, "GPUS_NOT_DIVISIBLE", f"world size ({state.gpus}) is not divisible by total_model_size", "ConfigContainer.get_data_parallel_size")
+        _reject(state, "GPUS_NOT_DIVISIBLE", f"world size ({state.gpus}) is not divisible by total_model_size",
+                "ConfigContainer.get_data_parallel_size")
         return False
     state.data_parallel_size = shape.dp
     return True
@@ -178,8 +180,10 @@ def model_overlap_cfgs(state: State, user: dict) -> dict:
 # (condition on the model, Bridge's message) for overlap_moe_expert_parallel_comm, in _get_model_comm_overlap_cfgs's order.
 _MOE_OVERLAP_CHECKS = [
     (lambda m: m["expert_model_parallel_size"] > 1, "overlap_moe_expert_parallel_comm is only supported when expert_model_parallel_size > 1"),
-    (lambda m: m["num_moe_experts"] is not None and m["num_moe_experts"] > 1, "overlap_moe_expert_parallel_comm is only supported when num_moe_experts > 1"),
-    (lambda m: m["moe_token_dispatcher_type"] in ("alltoall", "flex"), "overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type == 'alltoall' or 'flex'"),
+    (lambda m: m["num_moe_experts"] is not None and m["num_moe_experts"] > 1,
+     "overlap_moe_expert_parallel_comm is only supported when num_moe_experts > 1"),
+    (lambda m: m["moe_token_dispatcher_type"] in ("alltoall", "flex"),
+     "overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type == 'alltoall' or 'flex'"),
     (lambda m: m["bf16"] or m["fp16"], "overlap_moe_expert_parallel_comm is only supported when using bf16 or fp16 models"),
     (lambda m: m["pipeline_model_parallel_size"] <= 1 or m["virtual_pipeline_model_parallel_size"] is not None,
      "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1"),
@@ -283,7 +287,8 @@ def validate(state: State) -> None:
     validate_mxfp8(state)
     sync_distributed_optimizer(state)
     if is_full_iteration_cuda_graph(state.model) and state.rerun_state_machine["check_for_nan_in_loss"]:
-        _reject(state, "FULL_ITERATION_GRAPH_NAN_CHECK", "check_for_nan_in_loss must be disabled when using full_iteration CUDA graph.", "ConfigContainer.validate")
+        _reject(state, "FULL_ITERATION_GRAPH_NAN_CHECK", "check_for_nan_in_loss must be disabled when using full_iteration CUDA graph.",
+                "ConfigContainer.validate")
     validate_checkpoint_format(state)
     fixed_sequence_length(state)
     validate_context_parallel(state)
@@ -339,7 +344,8 @@ def finalize_model(state: State) -> None:
         if model["pipeline_model_parallel_size"] == 1:
             _reject(state, "DEFER_EMBEDDING_WGRAD_REJECTED", "Cannot defer embedding wgrad compute when pipeline model parallel is not used", where)
         elif not model["gradient_accumulation_fusion"]:
-            _reject(state, "DEFER_EMBEDDING_WGRAD_REJECTED", "Cannot defer embedding wgrad compute when gradient accumulation fusion is not used", where)
+            _reject(state, "DEFER_EMBEDDING_WGRAD_REJECTED", "Cannot defer embedding wgrad compute when gradient accumulation fusion is not used",
+                    where)
         elif model["wgrad_deferral_limit"] < 0:
             _reject(state, "DEFER_EMBEDDING_WGRAD_REJECTED", "Wgrad deferral limit should be greater than or equal to 0 when it is enabled!", where)
     if model["fp8_param"] and not model["fp8"]:
@@ -406,7 +412,8 @@ def validate_mxfp8(state: State) -> None:
     p = state.precision
     if not state.fsdp and p.get("fp8_param_gather") and p.get("fp8_recipe") == "mxfp8" and not p.get("reuse_grad_buf_for_mxfp8_param_ag"):
         _reject(state, "MXFP8_PARAM_GATHER_WITHOUT_REUSE",
-                "When fp8_param_gather=True and fp8_recipe='mxfp8', reuse_grad_buf_for_mxfp8_param_ag must be set to True", "ConfigContainer.validate")
+                "When fp8_param_gather=True and fp8_recipe='mxfp8', reuse_grad_buf_for_mxfp8_param_ag must be set to True",
+                "ConfigContainer.validate")
 
 
 def sync_distributed_optimizer(state: State) -> None:
@@ -435,9 +442,11 @@ def validate_context_parallel(state: State) -> None:
                 "ConfigContainer.validate")
     if state.request.context.get("dataset.sft"):
         if not model["calculate_per_token_loss"]:
-            _reject(state, "CP_FINETUNE_AVERAGE_IN_COLLECTIVE", "When finetuning with CP>1, calculate_per_token_loss must be True", "ConfigContainer.validate")
+            _reject(state, "CP_FINETUNE_AVERAGE_IN_COLLECTIVE", "When finetuning with CP>1, calculate_per_token_loss must be True",
+                    "ConfigContainer.validate")
         elif state.ddp["average_in_collective"]:
-            _reject(state, "CP_FINETUNE_AVERAGE_IN_COLLECTIVE", "When finetuning with CP>1, average_in_collective must be False", "ConfigContainer.validate")
+            _reject(state, "CP_FINETUNE_AVERAGE_IN_COLLECTIVE", "When finetuning with CP>1, average_in_collective must be False",
+                    "ConfigContainer.validate")
 
 
 def validate_flex_dispatcher_backend(state: State) -> None:

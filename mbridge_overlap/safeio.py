@@ -323,7 +323,8 @@ def _check_events(loader, where) -> None:
             size, height = anchors[event.anchor]
             added += size
             if added > MAX_ALIAS_NODES:
-                raise UsageError(f"{where}: aliases expand to more than {MAX_ALIAS_NODES:,} extra nodes at line {event.start_mark.line + 1} (an alias bomb?)")
+                raise UsageError(f"{where}: aliases expand to more than {MAX_ALIAS_NODES:,} extra nodes at line {event.start_mark.line + 1} "
+                                 "(an alias bomb?)")
         elif isinstance(event, yaml.CollectionEndEvent):
             frame = stack.pop()
             size, height = frame.size, frame.height + 1

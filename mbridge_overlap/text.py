@@ -58,7 +58,8 @@ def _env(d: dict) -> list[str]:
 def _head(d: dict, what: str) -> str:
     start = f" from recipe {d['recipe']}" if d.get("recipe") else ""
     verified = "" if d.get("verified", True) else " (not the verified release)"
-    return f"{what}{start}: {d['gpus']} {d['gpu']} GPUs, data_parallel_size={d['data_parallel_size']}, Megatron-Bridge {d['bridge_version']}{verified}"
+    return (f"{what}{start}: {d['gpus']} {d['gpu']} GPUs, data_parallel_size={d['data_parallel_size']}, "
+            f"Megatron-Bridge {d['bridge_version']}{verified}")
 
 
 def _requested(d: dict) -> list[str]:
@@ -74,7 +75,8 @@ def _requested(d: dict) -> list[str]:
 def _inputs(d: dict) -> list[str]:
     inputs = d["inputs"]
     assumed = inputs["assumed"]
-    lines = ["assumed: " + "; ".join(f"{k} from {v}" for k, v in assumed.items() if v != "given") if any(v != "given" for v in assumed.values()) else ""]
+    guessed = [f"{k} from {v}" for k, v in assumed.items() if v != "given"]
+    lines = ["assumed: " + "; ".join(guessed) if guessed else ""]
     m = inputs["machine"]
     lines.append(f"machine: {m['gpu']}, {m['gpus_per_node']} GPUs per node, NVLink domain of {m['nvlink_domain']} GPUs"
                  + (" (multi-node NVLink)" if m["mnnvl"] else "") + f", multicast {'yes' if m['multicast'] else 'no'}, "
@@ -143,13 +145,15 @@ def releases(table: dict) -> str:
 
 
 def recipes(d: dict) -> str:
-    lines = [f"{d['count']} recipe(s) of Megatron-Bridge {d['bridge_version']} (overlap state as real Bridge resolved each at the GPU count in its name; pass the name to --recipe)"]
+    lines = [f"{d['count']} recipe(s) of Megatron-Bridge {d['bridge_version']} (overlap state as real Bridge resolved each at the GPU count "
+             "in its name; pass the name to --recipe)"]
     for r in d["recipes"]:
         if r["status"] == "not_built":
             lines.append(f"  {r['reference']}: not built offline ({r['build_error']})")
             continue
         lay = r["layout"]
-        shape = f"TP{lay['tp']} PP{lay['pp']} VPP{fmt(lay['vpp'])} CP{lay['cp']} EP{lay['ep']} DP{fmt(lay['dp'])} on {lay['gpus_resolved']} {r['gpu'] or 'GPUs'}"
+        shape = (f"TP{lay['tp']} PP{lay['pp']} VPP{fmt(lay['vpp'])} CP{lay['cp']} EP{lay['ep']} DP{fmt(lay['dp'])} "
+                 f"on {lay['gpus_resolved']} {r['gpu'] or 'GPUs'}")
         if r["status"] == "rejected":
             state = f"REJECTED by Bridge: {r['bridge_error']}"
         elif r["status"] == "fails_at_setup":
@@ -226,4 +230,64 @@ def diff(d: dict) -> str:
     sections = ", ".join(f"{s} {n}" for s, n in d["ignored_by_section"].items())
     lines += ["", f"{d['ignored_changes']} of {d['changed_keys']} changed keys have no bearing on communication and are ignored"
               + (f" ({sections})" if sections else "")]
+    return _lines(lines)
+
+
+def _ranks(ranks: list, count: int) -> str:
+    """'ranks 0-7', 'ranks 0, 3 and 2 more', 'local ranks 0-1'."""
+    if not count:
+        return "rank unknown"
+    nums = [int(r) for r in ranks if r.isdigit()]
+    if nums and len(nums) == len(ranks) and nums == list(range(nums[0], nums[0] + len(nums))) and len(nums) > 2:
+        shown = f"{nums[0]}-{nums[-1]}"
+    else:
+        shown = ", ".join(ranks[:6]) + (f" and {count - 6} more" if count > 6 else "")
+    return f"{'rank' if count == 1 else f'{count} ranks'}: {shown}"
+
+
+def _evidence(e: dict) -> list[str]:
+    logged = e["logged"] if len(e["logged"]) <= 160 else e["logged"][:157] + "..."
+    where = f"{e['file']} {e['function']}" if e.get("file") else "native code"
+    version = f" ({e['package']} {e['package_version']})" if e.get("package_version") else f" ({e['package']})"
+    return [f"    logged  {logged}",
+            f"            {e['count']} line{'s' if e['count'] != 1 else ''}, {_ranks(e['ranks'], e['rank_count'])}; first at "
+            f"{e['first_seen']['source']}:{e['first_seen']['line']}",
+            f"    raised  {where}{version}" + (f": assert {e['condition']}" if e.get("condition") else "")]
+
+
+def diagnosis(d: dict) -> str:
+    sources = d["sources"]
+    ranks = sorted({r for s in sources for r in s["ranks"]}, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))
+    lines = [f"diagnose: {len(sources)} log{'s' if len(sources) != 1 else ''}, {d['lines']:,} lines"
+             + (f", {_ranks(ranks, len(ranks))}" if ranks else "")
+             + f" (messages of Megatron-Bridge {d['catalog']['release']}'s packages: {d['catalog']['messages']:,})"]
+    cfg = d["config"]
+    if cfg.get("from"):
+        lacks = f"; it does not print {', '.join(cfg['not_printed'])}" if cfg.get("not_printed") else ""
+        lines.append(f"config: {cfg['from']} ({cfg['gpus']} GPUs){lacks}")
+    if d.get("compare"):
+        c = d["compare"]
+        change = "unknown (a log without iteration lines)" if c["change"] is None else f"{c['change'] * 100:+.1f}%"
+        lines.append(f"compare: median ms per iteration {c['before']['median_ms']} -> {c['after']['median_ms']} ({change})")
+        for ch in c.get("config_changes") or []:
+            lines.append(f"  changed {ch['key']}: {fmt(ch['before'])} -> {fmt(ch['after'])}: {ch['message']}")
+    lines += ["", "causes:" if d["causes"] else "causes: none on the overlap path"]
+    for c in d["causes"]:
+        scope = "" if c["overlap_related"] else " [not an overlap setting]"
+        lines += ["", f"  {c['severity'].upper():7} {c['id']}{scope}: {c['title']}", f"    {c['message']}"]
+        for e in c["evidence"]:
+            lines += _evidence(e)
+        if c["knobs"]:
+            lines.append(f"    knobs   {', '.join(c['knobs'])}")
+        if c.get("analysis"):
+            lines.append(f"    config  {c['analysis']}")
+        lines.append(f"    fix     {c['fix']}")
+    for title, items in (("overlap-path messages without a cause of their own", d["messages"]),
+                         ("other failures (not overlap settings)", d["other"])):
+        if items:
+            lines += ["", f"{title}:"]
+            for m in items:
+                lines += [f"  {m['severity'].upper():7} {m['topic']}"] + _evidence(m)
+    if d["notes"]:
+        lines += [""] + [f"note: {n}" for n in d["notes"]]
     return _lines(lines)

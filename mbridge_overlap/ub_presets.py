@@ -51,7 +51,8 @@ def match(release, gpu_info: dict, precision: str | None, sizes: dict, lora: boo
             return None, f"presets for this GPU, precision, TP and CP: {listed}"
         unknown = " and ".join(SIZES[k][0] for k in missing)
         how = ", ".join(SIZES[k][1] for k in missing)
-        return None, f"this run's {unknown} {'is' if len(missing) == 1 else 'are'} not known ({how}); presets for this GPU, precision, TP and CP: {listed}"
+        return None, (f"this run's {unknown} {'is' if len(missing) == 1 else 'are'} not known ({how}); "
+                      f"presets for this GPU, precision, TP and CP: {listed}")
     if gpu_info["preset_gpu"] is None:
         return None, f"Bridge ships no preset for {gpu_info['name']}"
     if precision is None:

@@ -28,8 +28,8 @@ COMMANDS = {
     "plan --format json": ["-m", "mbridge_overlap", "plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--format", "json"],
     "plan --format yaml": ["-m", "mbridge_overlap", "plan", "--tp", "4", "--gpus", "8", "--hidden-size", "12288", "--seq-length", "2048",
                            "--micro-batch-size", "1", "--format", "yaml"],
-    "resolve --format json": ["-m", "mbridge_overlap", "resolve", "--gpus", "64", "model.tensor_model_parallel_size=4", "comm_overlap.tp_comm_overlap=true",
-                              "--format", "json"],
+    "resolve --format json": ["-m", "mbridge_overlap", "resolve", "--gpus", "64", "model.tensor_model_parallel_size=4",
+                              "comm_overlap.tp_comm_overlap=true", "--format", "json"],
     "python -c pass (floor)": ["-c", "pass"],
 }
 

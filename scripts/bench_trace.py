@@ -299,7 +299,7 @@ def real_layouts(files: list[Path]) -> bool:
                                   else source.read_bytes())
             want = analyze(source).to_dict()
             want["ranks"][0]["file"] = None
-            for layout, kw in (("compact", {"separators": (",", ":")}), ("indent4", {"indent": 4})):
+            for _layout, kw in (("compact", {"separators": (",", ":")}), ("indent4", {"indent": 4})):
                 path = Path(tmp) / source.name.replace(".gz", "")
                 path.write_text(json.dumps(document, **kw))
                 got = analyze(path).to_dict()
@@ -367,7 +367,7 @@ def job_of(files: list[Path], ranks: int, folder: Path) -> None:
 def pool_scaling(files: list[Path], rank_counts: list[int], repeat: int) -> bool:
     """Serial (--jobs 1) against the pool (the default) on one job of N ranks, in-process and whole-process."""
     sys.path.insert(0, str(REPO))
-    from mbridge_overlap.trace import analyze, job
+    from mbridge_overlap.trace import job
 
     rows = [["ranks", "backend", "jobs", "serial s", "pool s", "speed-up", "serial wall s", "pool wall s",
              "speed-up (wall)", "same report"]]

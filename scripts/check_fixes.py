@@ -159,12 +159,12 @@ def check_generated_lint(count: int, seed: int, tmp: Path, tally: Tally | None =
         if any(k.startswith("mixed_precision.") or v is None for k, v in case.overrides.items()):
             continue
 
-        def run(overrides):
+        def run(overrides, case=case):
             path = tmp / "config.yaml"
             path.write_text(json.dumps(_nested(overrides)))
             return api.lint(str(path), gpus=case.gpus, gpu="h100", te=case.te)
 
-        def rerun(fix, remove=()):
+        def rerun(fix, remove=(), case=case):
             return run({**case.overrides, **fix}).findings
 
         try:

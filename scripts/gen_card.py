@@ -284,7 +284,8 @@ recommended_path:
 
 TAIL = """\
 known_constraints:
-  - TP overlap requires tensor_model_parallel_size >= 2, sequence_parallel=True and Transformer Engine; otherwise Bridge turns it off with only a log line.
+  - TP overlap requires tensor_model_parallel_size >= 2, sequence_parallel=True and Transformer Engine; otherwise Bridge turns it off
+    with only a log line.
   - PP overlap (overlap_p2p_comm) is selected only with PP > 1 and VPP > 1.
   - The DP overlap defaults apply only when ddp.use_distributed_optimizer is True at setup and DP > 1.
   - bucket_size counts parameters, not bytes.

@@ -23,7 +23,6 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
-import os
 import re
 import string
 import subprocess
@@ -107,6 +106,7 @@ SCAN = {
         # Megatron-LM's own training loop (shipped in the megatron-core wheel; Bridge does not run it): its overlap
         # messages, so that logs of Megatron-LM runs quoted upstream are recognised too
         ("megatron/training/arguments.py", "overlap"),
+        ("megatron/training/yaml_arguments.py", "overlap"),  # Megatron-LM's YAML argument path: the same checks, older wording
         ("megatron/training/initialize.py", "overlap"),
     ],
     "transformer-engine": [

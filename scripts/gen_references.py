@@ -37,9 +37,11 @@ BEFORE = {
     "by_id": {
         "TP_OVERLAP_OFF_TP_SIZE": (182, "now info: TP overlap requested with TP = 1 is a no-op"),
         "MODE_LEFT_OFF": (111, "now info: Bridge's tuned recipes leave DP overlap off for some MoE and SFT runs by choice"),
-        "LAUNCH_ENV_DIFFERS_FROM_BRIDGE (CUDA_DEVICE_MAX_CONNECTIONS)": (35, "rule fixed: Megatron-Core's default flex backend is deepep, so 32, not 8; the new rule matches all 444 recipes"),
+        "LAUNCH_ENV_DIFFERS_FROM_BRIDGE (CUDA_DEVICE_MAX_CONNECTIONS)": (
+            35, "rule fixed: Megatron-Core's default flex backend is deepep, so 32, not 8; the new rule matches all 444 recipes"),
         "PRESET_NOT_FOR_LAYOUT": (23, "now info: the recipes run presets tuned for another shape; not shown to be a problem"),
-        "LAUNCH_ENV_DIFFERS_FROM_BRIDGE (tuning variables)": (22, "now LAUNCH_ENV_TUNED_DIFFERENTLY, info: per-model tuning such as a LayerNorm SM margin of 16"),
+        "LAUNCH_ENV_DIFFERS_FROM_BRIDGE (tuning variables)": (
+            22, "now LAUNCH_ENV_TUNED_DIFFERENTLY, info: per-model tuning such as a LayerNorm SM margin of 16"),
         "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER": (18, "rule narrowed: only requests the run does not get anyway; 3 remain, real (below)"),
         "SEQUENCE_PARALLEL_DROPPED": (2, "now info: sequence parallel with TP = 1 is a no-op"),
     },

@@ -88,7 +88,8 @@ def main() -> int:
             old = (OUT / path.name).read_text() if (OUT / path.name).exists() else ""
             if old != path.read_text():
                 stale.append(name)
-                sys.stderr.writelines(list(difflib.unified_diff(old.splitlines(True), path.read_text().splitlines(True), str(OUT / path.name), "regenerated"))[:40])
+                changed = difflib.unified_diff(old.splitlines(True), path.read_text().splitlines(True), str(OUT / path.name), "regenerated")
+                sys.stderr.writelines(list(changed)[:40])
     if stale:
         print(f"stale run configs: {', '.join(stale)}; rerun scripts/gen_run_configs.py", file=sys.stderr)
         return 1

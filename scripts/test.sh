@@ -4,6 +4,7 @@
 #   2. Bridge: tests/bridge with the real megatron-bridge venv (scripts/bridge_env.sh builds or reuses it)
 #   3. with MBRIDGE_SKILL_SECOND_RELEASE=VERSION (e.g. 0.5.1): tests/bridge/test_second_release.py against that
 #      release, in the venv `scripts/bridge_env.sh --release VERSION` builds (about 20 s beside a ready 0.6.2 venv)
+# Before tier 1, `ruff check` lints every Python file the project owns; a finding fails the run.
 # Extra arguments go to both pytest runs. pytest's exit 5 (nothing collected) fails the run.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,6 +40,9 @@ beside() {  # beside VAR RELATIVE_PATH WHAT: export VAR as the first folder foun
 }
 beside MBRIDGE_SKILL_TRACES shared/data/traces "real traces"
 beside MBRIDGE_SKILL_MIRROR .mirror/NVIDIA-NeMo+Megatron-Bridge/repo "Megatron-Bridge mirror"
+
+echo "[test] lint: ruff check (pyproject.toml [tool.ruff])" >&2
+"$test_venv/bin/ruff" check --no-cache .
 
 echo "[test] tier 1: pure Python ($("$test_venv/bin/python" -V))" >&2
 "$test_venv/bin/python" -m pytest tests --ignore=tests/bridge -q "$@"

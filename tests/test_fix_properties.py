@@ -14,13 +14,10 @@ anchor exists, no id is dead, every template field is supplied (rendering each i
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import sys
-from dataclasses import dataclass
 
 import pytest
-import yaml
 
 from conftest import ROOT
 from mbridge_overlap import anchors, api, examples, findings, schema
@@ -202,7 +199,8 @@ def test_no_id_is_dead():
 def test_every_assert_names_an_effective_field():
     fields = {f"{s}.{n}" for s, names in schema.EFFECTIVE_FIELDS.items() for n in names}
     fields |= {f"{s}.{n}" for s, section in schema.SECTIONS.items() for n in section}
-    bad = {fid: k for fid, rec in findings.registry().items() for k in (rec.get("asserts") or {}) if k not in fields and not k.startswith("env_vars.")}
+    bad = {fid: k for fid, rec in findings.registry().items() for k in (rec.get("asserts") or {})
+           if k not in fields and not k.startswith("env_vars.")}
     assert not bad
 
 

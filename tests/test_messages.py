@@ -395,8 +395,10 @@ def plausible_lines(n, seed=0):
                  f"{num(0, 7)}[{num(0, 7)}] -> {num(0, 7)}[{num(0, 7)}] via P2P/CUMEM/read"),
         lambda: (f"{host()}:{num(1000, 99999)}:{num(1000, 99999)} [{num(0, 7)}] NCCL INFO comm 0x{r.getrandbits(48):x} "
                  f"rank {num(0, 63)} nRanks 64 nNodes 8 localRanks 8 localRank {num(0, 7)} MNNVL 0"),
-        lambda: f"{host()}:{num(1, 9999)}:{num(1, 9999)} [{num(0, 7)}] NCCL INFO NVLS multicast support is available on dev {num(0, 7)} (NVLS_NCHANNELS 16)",
-        lambda: f"{host()}:{num(1, 9999)}:{num(1, 9999)} [{num(0, 7)}] NCCL INFO init.cc:{num(100, 2000)} Cuda Host Alloc Size 4 pointer 0x{r.getrandbits(40):x}",
+        lambda: (f"{host()}:{num(1, 9999)}:{num(1, 9999)} [{num(0, 7)}] NCCL INFO NVLS multicast support is available on dev {num(0, 7)} "
+                 "(NVLS_NCHANNELS 16)"),
+        lambda: (f"{host()}:{num(1, 9999)}:{num(1, 9999)} [{num(0, 7)}] NCCL INFO init.cc:{num(100, 2000)} Cuda Host Alloc Size 4 "
+                 f"pointer 0x{r.getrandbits(40):x}"),
         lambda: f"[default{num(0, 7)}]:Number of parameters in transformer block in billions: {r.uniform(1, 70):.2f}",
         lambda: "  warnings.warn(",
         lambda: (f"/usr/local/lib/python3.12/dist-packages/torch/utils/checkpoint.py:{num(80, 1500)}: FutureWarning: "
@@ -418,16 +420,18 @@ def plausible_lines(n, seed=0):
                  f"global rank: {num(0, 63)}, TIMEOUT(ms): 600000"),
         lambda: (f"> building GPTDataset splits with sizes=({num(1, 10**6)}, {num(1, 10**4)}, {num(1, 10**3)}) and "
                  "config=GPTDatasetConfig(random_seed=1234, sequence_length=8192, blend=None)"),
-        lambda: f"Traceback (most recent call last):",
+        lambda: "Traceback (most recent call last):",
         lambda: f"[rank{num(0, 63)}]: RuntimeError: DataLoader worker (pid {num(100, 99999)}) is killed by signal: Killed.",
         lambda: f"KeyError: 'layers.{num(0, 95)}.mlp.linear_fc1.weight'",
         lambda: f"ValueError: could not convert string to float: 'x{num(0, 99)}'",
-        lambda: f"Epoch {num(0, 9)}:  {num(0, 99)}%|{'#' * num(0, 30)}| {num(0, 9999)}/10000 [{num(0, 9)}:{num(10, 59)}:{num(10, 59)}<00:00, 1.37it/s, loss={r.uniform(1, 3):.2f}]",
+        lambda: (f"Epoch {num(0, 9)}:  {num(0, 99)}%|{'#' * num(0, 30)}| {num(0, 9999)}/10000 [{num(0, 9)}:{num(10, 59)}:{num(10, 59)}"
+                 f"<00:00, 1.37it/s, loss={r.uniform(1, 3):.2f}]"),
         lambda: bytes(r.getrandbits(8) for _ in range(num(10, 200))).decode("latin-1"),
         lambda: f"srun: error: {host()}: task {num(0, 63)}: Exited with exit code 1",
         lambda: f"  [{num(0, 99):3d}] {r.choice(words)}_{r.choice(words)}.weight torch.bfloat16 [{num(1, 8192)}, {num(1, 8192)}]",
         lambda: "=" * 70,
-        lambda: f"[rank{num(0, 7)}]:[W1201 10:00:00.0 Utils.hpp:{num(100, 200)}] Warning: Environment variable NCCL_ASYNC_ERROR_HANDLING is deprecated; use TORCH_NCCL_ASYNC_ERROR_HANDLING instead (function operator())",
+        lambda: (f"[rank{num(0, 7)}]:[W1201 10:00:00.0 Utils.hpp:{num(100, 200)}] Warning: Environment variable NCCL_ASYNC_ERROR_HANDLING "
+                 "is deprecated; use TORCH_NCCL_ASYNC_ERROR_HANDLING instead (function operator())"),
     ]
     for _ in range(n):
         yield r.choice(kinds)()

@@ -112,7 +112,8 @@ def test_names_are_looked_up_with_help():
 
 
 @pytest.mark.parametrize("name, parsed", [
-    ("llama3_70b_pretrain_64gpu_gb200_nvfp4_config", dict(model="llama3_70b", task="pretrain", gpus=64, gpu="gb200", precision="nvfp4", variant=None)),
+    ("llama3_70b_pretrain_64gpu_gb200_nvfp4_config",
+     dict(model="llama3_70b", task="pretrain", gpus=64, gpu="gb200", precision="nvfp4", variant=None)),
     ("qwen3_vl_30b_a3b_pretrain_8gpu_h100_bf16_mock_config", dict(model="qwen3_vl_30b_a3b", gpus=8, precision="bf16", variant="mock")),
     ("llama3_8b_sft_openmathinstruct2_packed_8gpu_h100_bf16_config", dict(model="llama3_8b", task="sft", gpus=8, variant="openmathinstruct2_packed")),
     ("deepseek_v3_pretrain_256gpu_gb300_fp8mx_large_scale_config", dict(gpu="gb300", precision="fp8_mx", variant="large_scale")),

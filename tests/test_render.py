@@ -97,7 +97,8 @@ def test_yaml_snippet_spells_the_preset_out():
     co = doc["comm_overlap"]
     assert co["_target_"] == "megatron.bridge.training.comm_overlap.CommOverlapConfig" and co["tp_comm_overlap"] is True
     preset = load_yaml(DATA_DIR / "tp_overlap_presets.yaml")[d["preset"]]
-    got = {k: {kk: vv for kk, vv in v.items() if kk != "_target_"} if isinstance(v, dict) else v for k, v in co["tp_comm_overlap_cfg"].items() if k != "_target_"}
+    got = {k: {kk: vv for kk, vv in v.items() if kk != "_target_"} if isinstance(v, dict) else v
+           for k, v in co["tp_comm_overlap_cfg"].items() if k != "_target_"}
     assert got == preset
     assert co["tp_comm_overlap_cfg"]["proj_fprop"]["_target_"].endswith(".PipelineOverlapCfg")
 

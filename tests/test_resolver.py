@@ -77,7 +77,8 @@ def test_pp_without_vpp_gets_batched_p2p(vpp):
 
 
 def test_dp1_turns_dp_overlap_off_through_comm_overlap():
-    r = mbridge_overlap.resolve({"model.tensor_model_parallel_size": 8, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}, gpus=8)
+    r = mbridge_overlap.resolve({"model.tensor_model_parallel_size": 8, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True},
+                                gpus=8)
     ddp = r.effective["ddp"]
     assert r.data_parallel_size == 1
     assert (ddp["overlap_grad_reduce"], ddp["overlap_param_gather"], ddp["bucket_size"]) == (False, False, None)
@@ -163,7 +164,8 @@ def test_mixed_precision_recipes_own_ddp_precision(recipe, grad_fp32, fp8_gather
              "model.pipeline_model_parallel_size": 2, "model.virtual_pipeline_model_parallel_size": 2},
             "MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP",
         ),
-        ({"mixed_precision": "bf16_with_mxfp8_mixed", "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": False}, "MXFP8_PARAM_GATHER_WITHOUT_REUSE"),
+        ({"mixed_precision": "bf16_with_mxfp8_mixed", "mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": False},
+         "MXFP8_PARAM_GATHER_WITHOUT_REUSE"),
     ],
 )
 def test_configs_bridge_rejects_are_errors(overrides, finding):

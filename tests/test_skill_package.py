@@ -181,7 +181,7 @@ def select(data, path: str):
         if token[0] == "filter":
             assert not many, f"{path}: one filter per path"
             _, field, op, value = token
-            keep = (lambda v: same(v, value)) if op == "=" else (lambda v: isinstance(v, (int, float)) and v > value)
+            keep = (lambda v, value=value: same(v, value)) if op == "=" else (lambda v, value=value: isinstance(v, (int, float)) and v > value)
             node, many = [x for x in node if dig(x, field) is not MISSING and keep(dig(x, field))], True
         elif many:
             node = [step(x, token) for x in node]

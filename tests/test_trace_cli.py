@@ -109,7 +109,7 @@ def test_snippet_forms(capsys):
     assert y.startswith("# Turn on the PyTorch profiler for ProfilerStep#3..#4 on every rank (Megatron-Bridge 0.6.2")
     assert yaml.safe_load(y)["profiling"]["profile_ranks"] == [] and yaml.safe_load(y)["profiling"]["profile_step_end"] == 5
     assert run(["--snippet", "hydra"]) == 0
-    lines = [l for l in capsys.readouterr().out.splitlines() if not l.startswith("#")]
+    lines = [x for x in capsys.readouterr().out.splitlines() if not x.startswith("#")]
     assert "profiling.use_pytorch_profiler=true" in lines and "profiling.profile_ranks=[0]" in lines
     assert run(["--snippet", "python", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
@@ -136,7 +136,7 @@ def test_snippet_uses_only_fields_of_bridge_0_6_2(capsys):
     used = set(yaml.safe_load(capsys.readouterr().out)["profiling"])
     assert used <= fields, used - fields
     assert run(["--snippet", "hydra"]) == 0
-    hydra = {l.split("=")[0].split(".", 1)[1] for l in capsys.readouterr().out.splitlines() if not l.startswith("#")}
+    hydra = {x.split("=")[0].split(".", 1)[1] for x in capsys.readouterr().out.splitlines() if not x.startswith("#")}
     assert hydra == used
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from mbridge_overlap.errors import UsageError
 from mbridge_overlap.trace import analyze, compare, job, pool
-from trace_fixtures import DP_DESC, TP_DESC, TraceBuilder, nccl, overlap_case
+from trace_fixtures import DP_DESC, TP_DESC, TraceBuilder, nccl
 
 
 def rank_trace(rank: int, world: int = 6) -> TraceBuilder:

@@ -8,7 +8,6 @@ import os
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .. import api, releases, render, request
 from . import adapter

@@ -20,7 +20,6 @@ import logging
 import os
 import pkgutil
 import re
-import sys
 import warnings
 from pathlib import Path
 

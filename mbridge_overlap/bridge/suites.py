@@ -141,7 +141,8 @@ def judge(name: str, counts: dict, expected: int | None, expected_from: str, exi
 TIMEOUT_S = 1800
 
 
-def run(python: str, checkout: Path | None, bridge_version: str, given: dict | None = None, progress=None, fork: bool | None = None) -> list[SuiteResult]:
+def run(python: str, checkout: Path | None, bridge_version: str, given: dict | None = None, progress=None,
+        fork: bool | None = None) -> list[SuiteResult]:
     """Run every suite in one pytest process (Bridge is imported once) and judge each."""
     return start(python, checkout, bridge_version, given, progress, fork).results()
 
@@ -189,8 +190,10 @@ class Pending:
         self._tmp = tempfile.TemporaryDirectory()
         tmp = Path(self._tmp.name)
         self._junit, self._origin, self._log = tmp / "junit.xml", tmp / "origin.json", tmp / "pytest.log"
-        args = [*to_run.values(), "-q", "--continue-on-collection-errors", "-p", "no:cacheprovider", "-p", "mbridge_overlap.bridge.pytest_origin", f"--junitxml={self._junit}"]
-        env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(SKILL_ROOT), os.environ.get("PYTHONPATH")])), "MBRIDGE_SKILL_ORIGIN": str(self._origin)}
+        args = [*to_run.values(), "-q", "--continue-on-collection-errors", "-p", "no:cacheprovider", "-p", "mbridge_overlap.bridge.pytest_origin",
+                f"--junitxml={self._junit}"]
+        env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(SKILL_ROOT), os.environ.get("PYTHONPATH")])),
+               "MBRIDGE_SKILL_ORIGIN": str(self._origin)}
         if progress:
             progress(f"suites: running {', '.join(to_run)} in {checkout}")
         self._deadline = time.monotonic() + TIMEOUT_S
@@ -199,7 +202,8 @@ class Pending:
             self._pid, self._done_fd = _fork_pytest(args, checkout, env, self._log)
         else:
             with open(self._log, "wb") as log:
-                self._proc = subprocess.Popen([python, "-m", "pytest", *args], cwd=checkout, env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+                self._proc = subprocess.Popen([python, "-m", "pytest", *args], cwd=checkout, env={**os.environ, **env}, stdout=log,
+                                              stderr=subprocess.STDOUT)
 
     def _wait(self) -> int:
         """pytest's exit status (negative: killed by that signal); FAIL's reason when it ran past TIMEOUT_S."""

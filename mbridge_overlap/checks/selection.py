@@ -9,8 +9,8 @@ from ..resolver import State
 from ..text import fmt
 from . import check
 from .common import (COMM_OVERLAP_MODEL_FIELDS, DP_KNOBS, MIB, adopt_dp_knobs, asked, bucket_parameters, bucket_to_move,
-                     gradient_bytes, intended, looks_like_bytes, moved, on_overlap_path, owner_key)
-from .common import _bucket_fix, every_request
+                     gradient_bytes, intended, looks_like_bytes, moved, on_overlap_path)
+from .common import _bucket_fix
 
 @check("TP_OVERLAP_OFF_TP_SIZE", "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL", "TP_OVERLAP_OFF_NO_TE", "TP_OVERLAP_UNGATED")
 def tp_overlap(state: State):
@@ -128,7 +128,8 @@ _OVERWRITE_FINDINGS = {
 }
 
 
-@check("DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER", "MEGATRON_FSDP_SKIPPED_DP_OVERLAP", "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER")
+@check("DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER", "MEGATRON_FSDP_SKIPPED_DP_OVERLAP",
+       "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER")
 def distributed_optimizer(state: State):
     req = state.request
     fsdp = state.fsdp
@@ -140,7 +141,8 @@ def distributed_optimizer(state: State):
         skipped = not req.ddp["use_distributed_optimizer"] and req.comm_overlap is not None
         o, fix = fixed(state, "DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", [both_on, both_off])
         yield make("DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", fix_overrides=o,
-                   fix=shell("{fix} (or both false to run without it)" if o != both_off else "{fix}", fix=fix), ddp=fmt(req.ddp["use_distributed_optimizer"]),
+                   fix=shell("{fix} (or both false to run without it)" if o != both_off else "{fix}", fix=fix),
+                   ddp=fmt(req.ddp["use_distributed_optimizer"]),
                    optimizer=fmt(req.optimizer["use_distributed_optimizer"]),
                    skipped="; CommOverlapConfig had already skipped DP overlap" if skipped else "")
     # only the requests the run does not get anyway (the recipe's own ddp value may already be the requested one)
@@ -172,7 +174,8 @@ def megatron_fsdp(state: State):
         return
     strategy = state.ddp["data_parallel_sharding_strategy"]
     meaning = {
-        "optim_grads_params": "at model wrap Megatron-FSDP forces overlap_grad_reduce and overlap_param_gather on (reduce-scatter in every backward, parameter all-gather prefetched)",
+        "optim_grads_params": "at model wrap Megatron-FSDP forces overlap_grad_reduce and overlap_param_gather on (reduce-scatter in every "
+                              "backward, parameter all-gather prefetched)",
         "optim_grads": "at model wrap Megatron-FSDP forces overlap_grad_reduce on (reduce-scatter in every backward); parameters are not sharded",
         "optim": "gradients are reduced on the last micro-batch only; overlap_grad_reduce decides whether that reduction is asynchronous",
         "no_shard": "gradients are reduced on the last micro-batch only and there is no parameter all-gather (start_param_sync is a no-op)",
@@ -192,7 +195,8 @@ def nccl_ub(state: State):
         return
     o, fix = fixed(state, "NCCL_UB_LAUNCH_ENV", [missing], unproven([missing], shell("nothing to change in the config")))
     yield make("NCCL_UB_LAUNCH_ENV", fix_overrides=o, fix=fix, fsdp=" with Megatron-FSDP" if state.fsdp else "",
-               alloc="; with torch < 2.11 Megatron-Core rejects nccl_ub with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which this config sets" if alloc else "")
+               alloc="; with torch < 2.11 Megatron-Core rejects nccl_ub with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which this "
+                     "config sets" if alloc else "")
 
 
 @check("DP_SIZE_ONE", "BRIDGE_SELECTS_ALIGN_PARAM_GATHER")

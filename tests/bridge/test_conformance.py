@@ -19,7 +19,10 @@ def test_the_generated_set_covers_the_non_obvious_paths():
     assert count(lambda o, c: not any(k.startswith("comm_overlap") for k in o)) > 200  # no comm_overlap at all
     assert count(lambda o, c: not c.te) > 100
     assert count(lambda o, c: o.get("ddp.use_distributed_optimizer") is False) > 100
-    assert count(lambda o, c: c.gpus == o["model.tensor_model_parallel_size"] * o["model.pipeline_model_parallel_size"] * o.get("model.context_parallel_size", 1)) > 200  # DP=1
+    def dp_one(o, c):
+        return c.gpus == o["model.tensor_model_parallel_size"] * o["model.pipeline_model_parallel_size"] * o.get("model.context_parallel_size", 1)
+
+    assert count(dp_one) > 200  # DP=1
     assert count(lambda o, c: o["model.pipeline_model_parallel_size"] > 1 and o.get("model.virtual_pipeline_model_parallel_size") in (None, 1)) > 100
     assert count(lambda o, c: o["model.tensor_model_parallel_size"] == 1 and o.get("model.sequence_parallel")) > 50
     assert count(lambda o, c: o.get("mixed_precision") not in (None, "bf16_mixed") and "mixed_precision" in o) > 200

@@ -142,7 +142,8 @@ def test_measured_figure_is_used_only_for_the_exact_file(tmp_path, monkeypatch):
 @pytest.mark.parametrize("python", ["this", "other"])
 def test_missing_module_makes_the_second_suite_skipped(tmp_path, monkeypatch, python):
     table = suites.table()
-    fake = {**table, "suites": {**table["suites"], "test_run_plugins.py": {**table["suites"]["test_run_plugins.py"], "needs_module": "no_such_module_x"}}}
+    plugins = {**table["suites"]["test_run_plugins.py"], "needs_module": "no_such_module_x"}
+    fake = {**table, "suites": {**table["suites"], "test_run_plugins.py": plugins}}
     monkeypatch.setattr(suites, "table", lambda: fake)
     # the same venv's interpreter by another name is "another Python": asked in a process of its own, suites in a new one
     interpreter = sys.executable if python == "this" else os.path.join(os.path.dirname(sys.executable), ".", os.path.basename(sys.executable))

@@ -260,7 +260,8 @@ SECTIONS = {"model_int": "model: 3", "ddp_list": "ddp: [1]", "optimizer_str": "o
 for name, text in SECTIONS.items():
     add("traceback", f"section-{name}-lint", lambda d, text=text: ["lint", write(d, "c.yaml", text + "\n"), "--gpus", "8"])
 for name in ("model_int", "ddp_list"):
-    add("traceback", f"section-{name}-diff", lambda d, name=name: ["diff", write(d, "c.yaml", SECTIONS[name] + "\n"), write(d, "d.yaml", config()), "--gpus", "8"])
+    add("traceback", f"section-{name}-diff",
+        lambda d, name=name: ["diff", write(d, "c.yaml", SECTIONS[name] + "\n"), write(d, "d.yaml", config()), "--gpus", "8"])
 
 add("traceback", "fifo-lint", lambda d: ["lint", fifo(d, "c.yaml")])
 add("traceback", "fifo-diff", lambda d: ["diff", write(d, "a.yaml", config()), fifo(d, "b.yaml"), "--gpus", "8"])

@@ -17,7 +17,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
