@@ -8,7 +8,8 @@
 # 1. builds the release's venv (scripts/bridge_env.sh --release VERSION)
 # 2. field names and presets from the installed package (scripts/gen_bridge_data.py)
 # 3. the recipe catalog (scripts/gen_recipe_catalog.py)
-# 4. the fingerprints of every anchored rule in its wheel (scripts/gen_release_data.py --release VERSION=pypi)
+# 4. the fingerprints of every anchored rule in its wheel (scripts/gen_release_data.py --release VERSION=pypi), and the
+#    JSON twins the skill loads of every YAML data file (scripts/gen_compiled_data.py)
 # 5. with --mbridge-src: verify against it (snippets, anchors, the upstream suites' pass counts, 2,000-config
 #    conformance); the counts go into mbridge_overlap/data/suites.yaml by hand, keyed by the file hash verify prints
 # 6. git diff --stat of the data, and the anchors report: what changed is what to review
@@ -37,6 +38,8 @@ say "recipe catalog (about a minute)"
 "$py" -W ignore scripts/gen_recipe_catalog.py
 say "fingerprints of the anchored rules"
 python3 scripts/gen_release_data.py --add "$version=pypi"
+say "the JSON twins of the YAML data (releases.yaml's new row included)"
+python3 scripts/gen_compiled_data.py
 if [ -n "$src" ]; then
   say "verify against $src"
   MBRIDGE_VERIFY_PYTHON="$py" scripts/verify.sh --mbridge-src "$src" --conformance || say "verify did not pass: read its lines above"

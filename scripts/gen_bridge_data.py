@@ -82,6 +82,15 @@ def outputs() -> dict:
     return out
 
 
+def _write_compiled(path) -> None:
+    """The JSON twin the skill loads (scripts/gen_compiled_data.py writes them all; --check there covers this one)."""
+    from mbridge_overlap import releases
+
+    twin = releases.write_compiled(path)
+    if twin is not None:
+        print(f"wrote {twin.relative_to(ROOT)}")
+
+
 def main(argv=None) -> int:
     import argparse
 
@@ -98,6 +107,7 @@ def main(argv=None) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text, encoding="utf-8")
             print(f"wrote {rel}")
+            _write_compiled(path)
     if stale:
         print(f"out of date: {', '.join(stale)} (run scripts/gen_bridge_data.py with that release's Python)")
         return 1

@@ -281,6 +281,7 @@ def main(argv=None) -> int:
         print(f"{OUT.relative_to(ROOT)}: {'up to date' if same else 'OUT OF DATE: run scripts/gen_release_data.py'}")
         return 0 if same else 1
     OUT.write_text(text, encoding="utf-8")
+    releases.write_compiled(OUT)  # its JSON twin, which the skill loads (scripts/gen_compiled_data.py --check covers it)
     versions = sum(len(v) for v in package_info.values())
     print(f"wrote {OUT.relative_to(ROOT)}: {len(info)} releases, {versions} package versions, "
           f"{sum(map(len, table.values()))} fingerprints")
