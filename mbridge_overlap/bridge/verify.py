@@ -58,7 +58,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--expect-passed", action="append", default=[], metavar="[SUITE=]N",
                    help="expected passed count; bare N is for test_comm_overlap.py")
     p.add_argument("--skip-suites", action="store_true", help="do not run the upstream suites (reported SKIPPED)")
-    p.add_argument("--snippets", metavar="DIR", help="apply the snippet files in DIR (python.py, overrides.yaml, hydra.txt, env.sh, env_vars.py) instead of fresh ones")
+    p.add_argument("--snippets", metavar="DIR",
+                   help="apply the snippet files in DIR (python.py, overrides.yaml, hydra.txt, env.sh, env_vars.py) instead of fresh ones")
     p.add_argument("--save-snippets", metavar="DIR", help="write the rendered snippets to DIR")
     p.add_argument("--force", action="store_true", help="overwrite files in --save-snippets DIR")
     p.add_argument("--conformance", action="store_true", help="also check the resolver on the generated conformance set")
@@ -157,7 +158,9 @@ def _run_with_bridge(args, layout, given, plan, checkout, started) -> dict:
         report = anchors.report(None)
         missing = [f"{a['id']} ({a['status']})" for a in report["anchors"] if a["status"] in ("missing", "changed")]
         found = sum(a["status"] == "same" for a in report["anchors"])
-        checks.append(check("anchors", "FAIL" if missing else "PASS", f"not as verified: {', '.join(missing)}" if missing else f"{found} code anchors found, each the code of a verified release, in {report['package']}"))
+        detail = (f"not as verified: {', '.join(missing)}" if missing
+                  else f"{found} code anchors found, each the code of a verified release, in {report['package']}")
+        checks.append(check("anchors", "FAIL" if missing else "PASS", detail))
         mark("anchors")
 
         if args.conformance:
