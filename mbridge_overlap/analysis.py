@@ -9,20 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import checks  # noqa: F401 (importing it registers the checks that proof.collect runs)
 from . import findings, launch_env, layout, resolver
 from .contract import SCHEMA_VERSION
+from .proof import collect
 from .scenario import Scenario
 
 
 def state_of(scenario: Scenario) -> resolver.State:
-    state = resolver.run(scenario.request, scenario.gpus, scenario.te, scenario.gpu, scenario.launcher_env, scenario.machine.te_version)
-    state.scenario = scenario
-    return state
+    """The resolver's state of a scenario (Scenario.resolve: the one path, fix proofs included)."""
+    return scenario.resolve()
 
 
 def analyze(scenario: Scenario) -> "Analysis":
-    from .checks import collect
-
     state = state_of(scenario)
     return Analysis(scenario, state, findings.sort(collect(state)))
 

@@ -17,7 +17,7 @@ from .contract import SCHEMA_VERSION
 from .checks import declare
 from .scenario import Scenario
 from .errors import UsageError
-from .text import fmt
+from .values import fmt
 
 # diff's own rules (each change also names the checks' findings that explain it: TP_OVERLAP_OFF_*, DP_SIZE_ONE, ...).
 declare("diff", ["REQUESTED_CHANGE", "PP_OVERLAP_SELECTION", "DP_OVERLAP_DEFAULTS", "PRECISION_FROM_MIXED_PRECISION", "LAUNCH_ENV_CHANGED"])

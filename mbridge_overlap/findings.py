@@ -71,7 +71,7 @@ def shell(template: str, **params) -> Shell:
 
 def _shell_word(value) -> str:
     from .safeio import sh_quote
-    from .text import fmt
+    from .values import fmt
 
     if isinstance(value, Shell):
         return value
@@ -84,7 +84,7 @@ def overrides_text(overrides: dict) -> Shell:
     """Overrides as the command line takes them, KEY=VALUE each one shell word: true/false/null, and a string in
     Hydra's quoting where it needs it (the one quoting of every fix; diff's restores use it too)."""
     from .safeio import override_arg
-    from .text import fmt
+    from .values import fmt
 
     return Shell(" ".join(override_arg(k, fmt(v), isinstance(v, str)) for k, v in overrides.items()))
 

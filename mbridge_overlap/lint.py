@@ -12,7 +12,7 @@ from . import findings, layout, scenario
 from .analysis import Analysis, analyze
 from .checks import declare
 from .errors import UsageError
-from .text import fmt
+from .values import fmt
 
 declare("lint.saved_differs", ["SAVED_EFFECTIVE_DIFFERS"])
 

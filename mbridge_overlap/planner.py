@@ -13,7 +13,7 @@ from .analysis import Analysis, analyze
 from .checks import declare
 from .errors import UsageError
 from .safeio import shown
-from .text import fmt
+from .values import fmt
 
 declare("planner", ["TP_OVERLAP_NOT_RECOMMENDED", "TP_PRESET_MATCHED", "SHIPPED_RECIPES_DIFFER", "PLAN_LEAVES_KEY_AS_SHIPPED"])
 

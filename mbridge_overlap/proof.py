@@ -12,7 +12,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import replace
 
-from . import findings
+from . import findings, registry
 from .errors import UsageError
 from .findings import Finding, Shell, overrides_text, shell
 from .resolver import State
@@ -36,25 +36,34 @@ def one_value_per_key(found: list[Finding]) -> list[Finding]:
     return out
 
 
+def collect(state: State) -> list[Finding]:
+    """Every registered check's findings for a state (mbridge_overlap.checks registers them); outside a proof, no two
+    fixes of one config disagree (one_value_per_key)."""
+    out = []
+    for fn, ids in registry.CHECKS:
+        for finding in fn(state):
+            if finding.id not in ids:
+                raise RuntimeError(f"{fn.__name__} raised {finding.id}, which it does not declare")
+            out.append(finding)
+    return out if probing() else one_value_per_key(out)
+
+
 def signature(f: Finding) -> tuple:
     """What identifies a finding across re-resolutions: its id and the knobs it is about."""
     return f.id, tuple(sorted(f.knobs))
 
 
 def _rerun(state: State, overrides: dict, remove=()) -> State | None:
-    """The state of the same scenario with `overrides`: through the one path every verb takes (analysis.state_of)."""
-    from .analysis import state_of
-
+    """The state of the same scenario with `overrides`: through the one path every verb takes (Scenario.resolve,
+    which analysis.state_of is)."""
     try:
-        return state_of(state.scenario.derive(overrides, remove))
+        return state.scenario.derive(overrides, remove).resolve()
     except UsageError:
         return None
 
 
 def probe(state: State) -> list[Finding]:
     """The findings of a state, every check unproven (its first candidate taken as it is)."""
-    from .checks import collect
-
     token = _probing.set(True)
     try:
         return collect(state)

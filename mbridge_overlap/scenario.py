@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from . import catalog, machine, releases, request, runconfig
+from . import catalog, machine, releases, request, resolver, runconfig
 from .errors import UsageError
 from .request import Request
 from .safeio import shown
@@ -45,6 +45,13 @@ class Scenario:
     def derive(self, overrides: Mapping[str, Any], remove=()) -> "Scenario":
         """The same scenario with `overrides` on top (and `remove`d keys of the request dropped): what a fix proves."""
         return replace(self, request=self.request.derive(overrides, remove), overrides={**self.overrides, **overrides})
+
+    def resolve(self) -> resolver.State:
+        """The resolver's state after runtime_config_update() for this scenario: the one path every verb and every
+        fix proof takes (analysis.state_of)."""
+        state = resolver.run(self.request, self.gpus, self.te, self.gpu, self.launcher_env, self.machine.te_version)
+        state.scenario = self
+        return state
 
     def to_dict(self) -> dict:
         typed = self.request.explicit

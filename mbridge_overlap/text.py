@@ -6,19 +6,11 @@ cannot start a line of its own or send a control sequence to the terminal."""
 from __future__ import annotations
 
 from .safeio import esc
+from .values import fmt
 
 
 def _lines(lines: list[str]) -> str:
     return "".join(esc(line) + "\n" for line in lines)
-
-
-def fmt(value, unset: bool = False) -> str:
-    """A value as the command line and YAML write it: true/false, null (or "unset" for a key nobody set)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "unset" if unset else "null"
-    return str(value)
 
 
 def _findings(items: list[dict]) -> list[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ..findings import make, shell
 from ..proof import fixed
 from ..resolver import State
-from ..text import fmt
-from . import check
+from ..values import fmt
+from ..registry import check
 from .common import every_request, owner_key, tp_overlap_precision_problem
 
 @check("VPP_WITHOUT_PP")

@@ -7,7 +7,7 @@ from .. import launch_env, layout, releases, ub_presets
 from ..findings import make, shell
 from ..proof import fixed, proven
 from ..resolver import State
-from . import check
+from ..registry import check
 from .common import adopt_dp_knobs, tp_overlap_precision_problem
 
 

@@ -7,7 +7,7 @@ from ..findings import make, shell
 from ..proof import fixed, unproven
 from ..request import Request
 from ..resolver import State
-from . import check
+from ..registry import check
 from .common import every_request, owner_key
 
 # What makes each of Bridge's MoE-overlap preconditions hold, by Bridge's message (resolver._MOE_OVERLAP_CHECKS); None:

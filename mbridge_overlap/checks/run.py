@@ -9,8 +9,8 @@ from .. import launch_env, releases, ub_presets
 from ..findings import make, shell
 from ..proof import fixed
 from ..resolver import State
-from ..text import fmt
-from . import check
+from ..values import fmt
+from ..registry import check
 from .common import owner_key
 
 

@@ -6,8 +6,8 @@ from .. import launch_env, layout, schema
 from ..findings import Shell, make, overrides_text, shell
 from ..proof import fixed, proven, unproven
 from ..resolver import State
-from ..text import fmt
-from . import check
+from ..values import fmt
+from ..registry import check
 from .common import (COMM_OVERLAP_MODEL_FIELDS, DP_KNOBS, MIB, adopt_dp_knobs, asked, bucket_parameters, bucket_to_move,
                      gradient_bytes, intended, looks_like_bytes, moved, on_overlap_path)
 from .common import _bucket_fix
