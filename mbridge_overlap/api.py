@@ -65,6 +65,18 @@ def diff(before=None, after=None, *, overrides: Mapping[str, Any] | None = None,
     return run_diff(before_sc, after_sc)
 
 
+def diagnose(logs, *, compare: bool = False, **inputs):
+    """The overlap causes a crashed, hung or slow run's logs show, each with its finding, the messages as logged
+    (grouped across ranks), where each is raised, its knobs and fix; linked to the analysis of the run's config when
+    it is known (config, recipe, overrides, as for resolve; else the summary Bridge printed at start-up).
+
+    logs: files, directories of per-rank logs, or "-" (standard input; stdin= a binary stream to read instead).
+    compare: logs are BEFORE and AFTER; the iteration-time change between them, and the config changes."""
+    from .diagnose.verb import diagnose as run_diagnose
+
+    return run_diagnose(logs, compare=compare, **inputs)
+
+
 def recipes(**filters):
     """Bridge's shipped recipes with their effective overlap state; filters: model, gpu, gpus, task, precision, name,
     package, bridge_version."""

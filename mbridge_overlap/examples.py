@@ -7,6 +7,8 @@ An example is a mapping with `verb` and that verb's inputs:
     lint        overrides, gpus, gpu; with_launch_env: every launch variable of Bridge's rules set on top
     lint_saved  edits: {section: {field: value}} on the saved run config tests/data/run_configs/baseline.yaml
     diff        before, after (overrides of two override files), gpus: [before, after]
+    diagnose    log: the lines of a log (written to a file and diagnosed)
+    diagnose_compare  before, after: two logs' times per iteration in ms (Bridge's iteration lines)
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ def run(example: dict) -> list[Shown]:
             return _shown(api.lint(None, overrides, gpus=kw["gpus"], gpu=kw["gpu"]).findings)
         if verb == "lint_saved":
             return _shown(api.lint(_saved(tmp, kw["edits"]), gpu="h100").findings)
+        if verb in ("diagnose", "diagnose_compare"):
+            return [Shown(c.finding.id, c.finding.message, c.finding.fix) for c in diagnosed(example, tmp).causes]
         if verb == "diff":
             result = api.diff(_file(tmp, "before", kw["before"]), _file(tmp, "after", kw["after"]),
                               gpus_before=kw["gpus"][0], gpus_after=kw["gpus"][1])
@@ -78,10 +82,38 @@ def command(example: dict) -> str:
             words.append("# and env_vars.NAME=VALUE for every launch variable of Bridge's rules")
     elif verb == "lint_saved":
         words += ["lint", "run_config.yaml", "--gpu", "h100", f"# a saved run config with {json.dumps(kw['edits'])}"]
+    elif verb == "diagnose":
+        words = ["printf", "'%s\\n'", *(sh_quote(line) for line in kw["log"]), "|", "mbridge-overlap", "diagnose", "-"]
+    elif verb == "diagnose_compare":
+        words += ["diagnose", "--compare", "before.log", "after.log",
+                  f"# Bridge's iteration lines, ms per iteration: before {kw['before']}, after {kw['after']}"]
     elif verb == "diff":
         words += ["diff", "before.yaml", "after.yaml", "--gpus-before", str(kw["gpus"][0]), "--gpus-after", str(kw["gpus"][1]),
                   f"# before: {json.dumps(kw['before'])}; after: {json.dumps(kw['after'])}"]
     return " ".join(words)
+
+
+def diagnosed(example: dict, tmp: str):
+    """The Diagnosis of a diagnose or diagnose_compare example (its logs written under tmp)."""
+    from . import api
+
+    if example["verb"] == "diagnose":
+        return api.diagnose([_log(tmp, "run", example["log"])])
+    logs = [_log(tmp, side, [iteration_line(i, len(example[side]), ms) for i, ms in enumerate(example[side], 1)])
+            for side in ("before", "after")]
+    return api.diagnose(logs, compare=True)
+
+
+def iteration_line(iteration: int, total: int, ms: float) -> str:
+    """A training log line as Bridge's training_log prints it (train_utils.py)."""
+    return (f" [2026-12-01 12:00:00] iteration {iteration:8d}/{total:8d} | consumed samples: {iteration * 8:12d} |"
+            f" elapsed time per iteration (ms): {ms:.1f} | learning rate: 3.000000E-04 | global batch size:     8 |")
+
+
+def _log(tmp: str, name: str, lines: list) -> str:
+    path = Path(tmp) / f"{name}.log"
+    path.write_text("".join(line + "\n" for line in lines))
+    return str(path)
 
 
 def of(finding_id: str) -> tuple[dict, dict]:

@@ -20,7 +20,8 @@ WHEN = ("config", "setup", "step", "steady")
 FIXABLE = ("always", "sometimes", "never")
 # The fields of a registry record (data/findings.yaml says what each means); the first ones every record has.
 REQUIRED = ("severity", "title", "message", "fix", "fixable", "example", "counter_example", "explain")
-FIELDS = REQUIRED + ("knobs", "anchor", "source", "asserts", "when", "skill", "fix_overrides", "blocks")
+FIELDS = REQUIRED + ("knobs", "anchor", "source", "asserts", "when", "skill", "fix_overrides", "blocks", "logged", "shows", "log_fix",
+                     "overlap_related")
 
 
 @dataclass
@@ -152,11 +153,12 @@ def _location(anchor_id: str | None) -> dict | None:
         return None
     from . import anchors
 
+    spec = anchors.specs()[anchor_id]
     try:
         location = anchors.locate(None)
-    except UsageError as exc:
-        return {"status": "needs_bridge", "note": str(exc)}
-    spec = anchors.specs()[anchor_id]
+    except UsageError as exc:  # no Bridge here: where the code is from the anchor itself, its lines from `anchors`
+        package = spec.get("package", anchors.BRIDGE).replace(".", "/")
+        return {"status": "needs_bridge", "file": f"{package}/{spec['file']}", "scope": spec["scope"], "note": str(exc)}
     found = anchors.check(anchor_id, spec, location, anchors.fingerprints()["anchors"].get(anchor_id) or [])
     return {k: v for k, v in found.to_dict().items() if k in ("status", "path", "start", "end", "same_as", "nearest", "note")}
 

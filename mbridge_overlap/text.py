@@ -110,9 +110,12 @@ def presets(items: list[dict]) -> str:
 
 def explain(d: dict) -> str:
     lines = [f"{d['id']} ({d['severity']}{', fails at ' + d['when'] if d.get('when') else ''}): {d['title']}"]
-    loc = d.get("location")
-    if d.get("anchor"):
-        where = f"{loc['path']}:{loc['start']}-{loc['end']}" if loc and loc.get("start") else (loc or {}).get("note", "")
+    loc = d.get("location") or {}
+    if d.get("anchor") and loc.get("status") == "needs_bridge":  # one quiet line: where, not why the lines are unknown
+        lines.append(f"decided by: {loc['scope']} in {loc['file']} (anchor {d['anchor']}; line numbers: mbridge-overlap anchors, "
+                     "with megatron-bridge installed)")
+    elif d.get("anchor"):
+        where = f"{loc['path']}:{loc['start']}-{loc['end']}" if loc.get("start") else loc.get("note", "")
         lines.append(f"decided by: anchor {d['anchor']} (mbridge-overlap anchors){': ' + where if where else ''}")
     if d.get("source"):
         lines.append(f"source: {d['source']}")

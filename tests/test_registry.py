@@ -5,6 +5,7 @@ import pytest
 
 from mbridge_overlap import checks, examples, findings
 from mbridge_overlap import diff, lint, planner  # noqa: F401  (their raisers declare themselves)
+from mbridge_overlap.diagnose import report  # noqa: F401
 
 
 def test_every_record_is_complete_and_of_known_fields():
@@ -56,6 +57,11 @@ def _findings(example):
         return p.analysis.findings + p.notes
     if example["verb"] == "lint":
         return api.lint(None, kw["overrides"], gpus=kw["gpus"], gpu=kw["gpu"]).findings
+    if example["verb"].startswith("diagnose"):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            return [c.finding for c in examples.diagnosed(example, tmp).causes]
     return [_NoFix(f.id) for f in examples.run(example)]
 
 

@@ -256,6 +256,21 @@ def test_trace_compare(capsys, tmp_path):
         check("trace-compare", run(capsys, "trace", "--compare", REAL[0], REAL[1]))
 
 
+LOGS = ROOT / "tests" / "data" / "logs"
+DIAGNOSE = sorted((LOGS / "upstream").glob("*.log"))[:12] + sorted((LOGS / "bridge-0.6.2").glob("*.log"))[:12]
+
+
+@pytest.mark.parametrize("path", DIAGNOSE, ids=[f"{p.parent.name}/{p.stem}" for p in DIAGNOSE])
+def test_diagnose(capsys, path):
+    check("diagnose", run(capsys, "diagnose", path, exit=None))
+
+
+def test_diagnose_with_a_config_and_compare(capsys, tmp_path):
+    log = LOGS / "bridge-0.6.2" / "tp_overlap_no_sequence_parallel.log"
+    check("diagnose", run(capsys, "diagnose", log, "--config", RUN_CONFIGS / "baseline.yaml", exit=None))
+    check("diagnose", run(capsys, "diagnose", "--compare", log, log, exit=None))
+
+
 @pytest.mark.parametrize("form", ["python", "yaml", "hydra"])
 def test_trace_snippet(capsys, form):
     check("trace-snippet", run(capsys, "trace", "--snippet", form, "--steps", "5-9", "--rank", "0,8"))

@@ -1,0 +1,114 @@
+"""Which finding a logged message is: the `logged` selectors of the finding registry (data/findings.yaml), resolved
+against a release's catalog of messages.
+
+A selector is a message's text as the catalog holds it, from its start (`FSDP requires CUDA_DEVICE_MAX_CONNECTIONS`:
+every catalog entry whose template starts so, in any of the three packages), or a catalog id (`native.ub_mc_...`,
+`te.raise.ead3af5275`); the mapping form adds `line:`, a regular expression the logged line must show as well (one
+native message, `CUDA Error: (.+)` from userbuffers-host.cpp, is several causes told apart by their text).
+
+A message no selector names but that Megatron-Bridge, Megatron-Core or Transformer Engine raises on the overlap path
+is still reported (as OVERLAP_PATH_ERROR), with the config fields its code reads: `knobs_of`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .. import findings
+from .messages import Catalog, Entry
+
+OVERLAP_TOPICS = frozenset({"tp_overlap", "userbuffers", "dp_overlap", "distributed_optimizer", "pipeline", "fsdp",
+                            "mixed_precision", "launch_env", "parallel_state", "moe_overlap"})
+
+
+@dataclass(frozen=True)
+class Link:
+    finding: str
+    line: re.Pattern | None  # the logged line must show this too (None: any line of the message)
+
+
+def selectors() -> dict:
+    """finding id -> its `logged` selectors, as (text, line pattern or None)."""
+    out = {}
+    for fid, rec in findings.registry().items():
+        for sel in rec.get("logged") or ():
+            text, line = (sel, None) if isinstance(sel, str) else (sel["message"], sel.get("line"))
+            out.setdefault(fid, []).append((text, line))
+    return out
+
+
+@lru_cache(maxsize=None)
+def index(cat: Catalog) -> dict:
+    """catalog entry id -> [Link] for one catalog."""
+    out: dict = {}
+    for fid, sels in selectors().items():
+        for text, line in sels:
+            rx = re.compile(line) if line else None
+            for entry in entries_of(cat, text):
+                out.setdefault(entry.id, []).append(Link(fid, rx))
+    return out
+
+
+def entries_of(cat: Catalog, text: str) -> list[Entry]:
+    """The catalog entries a selector names."""
+    by_id = cat.by_id(text)
+    if by_id is not None:
+        return [by_id]
+    return [e for e in cat.entries if e.template and e.template.lstrip().startswith(text)]
+
+
+def links(cat: Catalog, entry: Entry, line: str) -> list[str]:
+    """The finding ids a logged line of `entry` is."""
+    return [link.finding for link in index(cat).get(entry.id, ()) if link.line is None or link.line.search(line)]
+
+
+def overlap_related(entry: Entry) -> bool:
+    return entry.topic in OVERLAP_TOPICS
+
+
+# The config fields a message's code may name, by the attribute it reads them from.
+_FIELD = re.compile(r"\b(?:(?P<owner>[A-Za-z_][A-Za-z_0-9]*)\.)?(?P<name>[a-z][a-z0-9_]{2,})\b")
+_OWNERS = {"ddp_config": "ddp", "ddp": "ddp", "optimizer_config": "optimizer", "optimizer": "optimizer",
+           "config": "model", "model_cfg": "model", "model": "model", "transformer_config": "model",
+           "comm_overlap": "comm_overlap", "train": "train", "dataset": "dataset", "checkpoint": "checkpoint"}
+# The sections a knob is looked for in, most likely first (a ConfigContainer's other sections are not on the path).
+KNOB_SECTIONS = ("model", "ddp", "optimizer", "comm_overlap", "dist", "train", "checkpoint", "dataset", "mixed_precision")
+
+
+def knobs_of(entry: Entry, version: str | None) -> list[str]:
+    """The config fields (Bridge's dotted keys, in the release's ConfigContainer) an entry's code reads: the names in
+    its assert condition and its message's fields, and the names with an underscore in its message's words
+    (`overlap_grad_reduce` in "... when overlap_grad_reduce is True"). A name that more than one section has is
+    given for each, unless the code says whose it is (ddp_config., model_cfg., ...)."""
+    out: list[str] = []
+    code = " ".join(filter(None, (entry.condition, " ".join(entry.fields))))
+    for text, any_name in ((code, True), (entry.template or "", False)):
+        for m in _FIELD.finditer(text):
+            if not any_name and "_" not in m["name"]:
+                continue
+            for key in _keys(m["name"], _OWNERS.get(m["owner"] or ""), version):
+                if key not in out:
+                    out.append(key)
+    return out
+
+
+def _keys(name: str, owner: str | None, version: str | None) -> list[str]:
+    sections = _sections_of(version).get(name, ())
+    if owner in sections:
+        return [f"{owner}.{name}"]
+    return [f"{s}.{name}" for s in sections]
+
+
+@lru_cache(maxsize=None)
+def _sections_of(version: str | None) -> dict:
+    """field name -> the ConfigContainer sections of the release that have it (KNOB_SECTIONS order)."""
+    from ..releases import bridge_fields
+
+    fields = bridge_fields(version)
+    out: dict = {}
+    for section in KNOB_SECTIONS:
+        for name in sorted(fields.get(section) or ()):
+            out.setdefault(name, []).append(section)
+    return out

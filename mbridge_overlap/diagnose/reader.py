@@ -1,0 +1,215 @@
+"""Log lines from files, directories of per-rank logs and standard input, streamed with bounded memory.
+
+Every byte is normal input: lines are decoded as UTF-8 with replacement characters, ANSI codes and carriage returns
+are the matcher's business (messages.clean), a gzip file is inflated as it is read, and a line longer than MAX_LINE
+bytes keeps its first and its last MAX_LINE bytes (the middle is dropped and the line says so). A line names its
+rank where the launcher prefixed one: torch's `[rank3]:`, torchrun's `[default3]:` (a local rank), srun -l's
+`3: `, mpirun --tag-output's `[1,3]<stderr>:`; else the rank its file's path names (rank3.log, torchrun's
+log_dir/.../attempt_0/3/stderr.log).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import sys
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..errors import UsageError
+from ..safeio import esc, open_input, reason
+
+MAX_LINE = 1 << 17  # bytes of a line kept at each end (the matcher looks at 64 Ki characters of each)
+CHUNK = 1 << 20
+MAX_LOG_BYTES = 1 << 40  # a log may be huge; it streams, so the limit only stops what cannot be a log
+MAX_FILES = 20_000  # files of one directory tree
+MAX_DEPTH = 8  # torchrun's log_dir/<run>/attempt_N/<local rank>/stderr.log is 4 deep
+LOG_NAMES = re.compile(r"(?:\.(?:log|txt|out|err|stdout|stderr)|^(?:stdout|stderr|output|log))(?:\.\d+)?(?:\.gz)?\Z", re.I)
+CUT = " [... {n:,} bytes left out ...] "
+_GZIP = 16 + zlib.MAX_WBITS
+
+_PREFIX = re.compile(
+    r"^(?:\[rank(?P<rank>\d{1,7})\]:"  # torch's own (c10 logging, tracebacks with TORCH_SHOW... / torchrun -r)
+    r"|\[(?P<role>[A-Za-z_][A-Za-z_]*?)(?P<local>\d{1,7})\]:"  # torchrun --tee / --log-dir: [role local_rank]:
+    r"|\[\d{1,7},(?P<mpi>\d{1,7})\]<(?:stdout|stderr)>:"  # mpirun --tag-output
+    r"|(?P<task>\d{1,7}): )"  # srun -l / --label
+)
+_INNER_RANK = re.compile(r"\[rank(\d{1,7})\]:")
+_PATH_RANK = re.compile(r"rank[_-]?(\d{1,7})(?!\d)", re.I)
+
+
+@dataclass(frozen=True)
+class Line:
+    source: str  # the file as given ("-" for standard input)
+    number: int  # 1-based line number in that source
+    rank: str | None  # "3" (a global rank), "local 3" (torchrun's local rank), None: not known
+    text: str  # the line without its launcher prefix (ANSI codes and all: the matcher cleans)
+    cut: int = 0  # bytes left out of the middle of an over-long line
+
+
+def files(paths: Iterable[str]) -> list[str]:
+    """The logs a list of arguments names: files as given ("-": standard input), each directory's log files
+    (LOG_NAMES, depth-first in name order, symbolic links not followed)."""
+    out: list[str] = []
+    for path in paths:
+        if path == "-":
+            out.append(path)
+            continue
+        try:
+            mode = os.stat(path).st_mode
+        except OSError as exc:
+            raise UsageError(f"{esc(path)}: {reason(exc)}") from None
+        out.extend(_walk(path) if stat.S_ISDIR(mode) else [path])
+        if len(out) > MAX_FILES:
+            raise UsageError(f"{esc(path)}: over {MAX_FILES:,} log files; name the ranks' folders or files you want read")
+    return out
+
+
+def _walk(top: str) -> list[str]:
+    found: list[str] = []
+    stack = [(top, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name, reverse=True)
+        except OSError as exc:
+            raise UsageError(f"{esc(folder)}: {reason(exc)}") from None
+        for e in entries:
+            if e.is_symlink():
+                continue
+            if e.is_dir(follow_symlinks=False):
+                if depth + 1 < MAX_DEPTH:
+                    stack.append((e.path, depth + 1))
+            elif e.is_file(follow_symlinks=False) and LOG_NAMES.search(e.name):
+                found.append(e.path)
+                if len(found) > MAX_FILES:
+                    raise UsageError(f"{esc(top)}: over {MAX_FILES:,} log files; name the ranks' folders or files you want read")
+    if not found:
+        raise UsageError(f"{esc(top)}: no log files in it (names ending .log, .txt, .out or .err, or stdout/stderr)")
+    return found
+
+
+def lines(sources: Iterable[str], stdin=None) -> Iterator[Line]:
+    """Every line of every source, in order."""
+    for source in sources:
+        yield from _lines(source, stdin)
+
+
+def _lines(source: str, stdin) -> Iterator[Line]:
+    if source == "-":
+        stream = stdin if stdin is not None else sys.stdin.buffer
+        path_rank = None
+    else:
+        stream = os.fdopen(open_input(source, MAX_LOG_BYTES), "rb")
+        path_rank = rank_of_path(source)
+    try:
+        for number, (head, tail, cut) in enumerate(_raw_lines(_chunks(stream, source)), 1):
+            text = head.decode("utf-8", "replace")
+            if tail:
+                text += (CUT.format(n=cut) if cut else "") + tail.decode("utf-8", "replace")
+            rank, text = split_prefix(text)
+            yield Line(source, number, rank if rank is not None else path_rank, text, cut)
+    finally:
+        if stream is not stdin and source != "-":
+            stream.close()
+
+
+def _chunks(stream, source: str) -> Iterator[bytes]:
+    """The file's bytes in chunks, inflated when it is gzip (several members, zero padding, a cut end: all it holds)."""
+    try:
+        first = stream.read(CHUNK)
+        if first[:2] != b"\x1f\x8b":
+            while first:
+                yield first
+                first = stream.read(CHUNK)
+            return
+        yield from _inflate(stream, first)
+    except OSError as exc:
+        raise UsageError(f"{esc(source)}: cannot read ({esc(exc.strerror or exc)})") from None
+    except zlib.error as exc:
+        raise UsageError(f"{esc(source)}: not a readable gzip file ({esc(exc)})") from None
+
+
+def _inflate(stream, data: bytes) -> Iterator[bytes]:
+    z = zlib.decompressobj(_GZIP)
+    while True:
+        while data:
+            out = z.decompress(data, CHUNK)
+            data = z.unconsumed_tail
+            if out:
+                yield out
+            if z.eof:
+                data = (z.unused_data + data).lstrip(b"\0")
+                if not data:
+                    data = stream.read(CHUNK).lstrip(b"\0")
+                if not data:
+                    return
+                z = zlib.decompressobj(_GZIP)
+        data = stream.read(CHUNK)
+        if not data:
+            rest = z.flush()
+            if rest:
+                yield rest
+            return
+
+
+def _raw_lines(chunks: Iterator[bytes]) -> Iterator[tuple[bytes, bytes, int]]:
+    """(head, tail, bytes dropped between them) for each line: a line of up to MAX_LINE bytes is all head; at most
+    2 x MAX_LINE bytes of any line are held."""
+    head, tail, dropped = b"", b"", 0
+    for chunk in chunks:
+        parts = chunk.split(b"\n")
+        for i, part in enumerate(parts):
+            if i:
+                yield head, tail, dropped
+                head, tail, dropped = b"", b"", 0
+            if not tail and len(head) + len(part) <= MAX_LINE:
+                head = head + part if head else part
+                continue
+            if not tail:
+                room = MAX_LINE - len(head)
+                head, part = head + part[:room], part[room:]
+            tail += part
+            if len(tail) > MAX_LINE:
+                dropped += len(tail) - MAX_LINE
+                tail = tail[-MAX_LINE:]
+    if head or tail:
+        yield head, tail, dropped
+
+
+def split_prefix(text: str) -> tuple[str | None, str]:
+    """(rank, the line without the launcher's prefix); torchrun's local-rank prefix gives way to torch's own
+    `[rankN]:` right after it."""
+    m = _PREFIX.match(text)
+    if m is None:
+        if "[rank" in text[:160]:
+            inner = _INNER_RANK.search(text, 0, 160)
+            if inner:
+                return inner.group(1), text
+        return None, text
+    rest = text[m.end():]
+    if m["rank"] is not None:
+        return m["rank"], rest
+    if m["mpi"] is not None:
+        return m["mpi"], rest
+    if m["task"] is not None:
+        return m["task"], rest
+    inner = _PREFIX.match(rest)
+    if inner is not None and inner["rank"] is not None:
+        return inner["rank"], rest[inner.end():]
+    return f"local {int(m['local'])}", rest
+
+
+def rank_of_path(path: str) -> str | None:
+    """The rank a log file's path names: rank3.log, rank_3, or torchrun's log_dir/.../attempt_0/3/stderr.log."""
+    p = Path(path)
+    m = _PATH_RANK.search(p.name)
+    if m:
+        return str(int(m.group(1)))
+    if p.parent.name.isdigit() and len(p.parent.name) <= 7 and p.name.lower().startswith(("stdout", "stderr")):
+        return f"local {int(p.parent.name)}"
+    return None

@@ -1,0 +1,263 @@
+"""From a scanned log to the diagnosis: each cause as a finding of the registry, with the logged evidence, linked to
+the config analysis where the config is known (given, or printed by Bridge at start-up).
+
+A cause is a finding the logged messages are (the registry's `logged` selectors), or OVERLAP_PATH_ERROR for an error
+on the overlap path that no record names. Where the config is known, the analysis of it says whether it predicted
+the cause (and then its message and proven fix are the answer), whether it predicts it once the machine facts the
+log shows are given (a finding's `shows`), or that it missed it: a gap in the rules to report.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field, replace
+
+from .. import findings
+from ..contract import SCHEMA_VERSION
+from ..findings import Finding, shell
+from . import causes, messages
+from .scan import Group, Scan
+
+SLOWER = 1.03  # a median iteration time more than 3% longer is a drop
+
+
+def _declare() -> None:
+    """diagnose raises the findings whose examples are logs: they are known from a log only."""
+    from ..checks import declare
+
+    declare(__name__, [fid for fid, rec in findings.registry().items() if rec["example"]["verb"].startswith("diagnose")])
+
+
+_declare()
+
+
+@dataclass
+class Cause:
+    finding: Finding
+    groups: list  # the Groups that show it
+    overlap_related: bool
+    predicted: bool | None = None  # None: no config analysed, or one that cannot tell
+    how: str = ""  # how the analysis relates to it
+
+    def to_dict(self) -> dict:
+        rec = findings.record(self.finding.id)
+        return {**self.finding.to_dict(), "title": rec["title"], "overlap_related": self.overlap_related,
+                "predicted": self.predicted, "analysis": self.how, "evidence": [evidence(g) for g in self.groups]}
+
+
+@dataclass
+class Diagnosis:
+    catalog: messages.Catalog
+    scans: list  # (label, Scan)
+    causes: list = field(default_factory=list)
+    messages: list = field(default_factory=list)  # overlap-path Groups no cause claims
+    other: list = field(default_factory=list)  # error Groups off the overlap path
+    config: dict = field(default_factory=dict)  # where the config came from, what it lacks, the analysis's findings
+    facts: dict = field(default_factory=dict)
+    compare: dict | None = None
+    notes: list = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        """An overlap-related cause (an error or a warning): exit status 1."""
+        return any(c.overlap_related and c.finding.severity in ("error", "warning") for c in self.causes)
+
+    def to_dict(self) -> dict:
+        sources = {}
+        for _label, scan in self.scans:
+            for name, s in scan.sources.items():
+                sources[name] = {"lines": s["lines"], "ranks": rank_list(s["ranks"])}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "bridge_version": self.catalog.requested or self.catalog.version,
+            "catalog": {"release": self.catalog.version, "messages": len(self.catalog.entries)},
+            "sources": [{"path": k, **v} for k, v in sources.items()],
+            "lines": sum(scan.lines for _l, scan in self.scans),
+            "found": self.found,
+            "causes": [c.to_dict() for c in self.causes],
+            "messages": [{**evidence(g), "severity": g.entry.severity, "topic": g.entry.topic} for g in self.messages],
+            "other": [{**evidence(g), "severity": g.entry.severity, "topic": g.entry.topic} for g in self.other],
+            "config": self.config,
+            "facts": self.facts,
+            "compare": self.compare,
+            "notes": list(self.notes),
+        }
+
+
+def evidence(g: Group) -> dict:
+    e = g.entry
+    out = {"message_id": e.id, "package": e.package, "package_version": e.package_version, "file": e.file,
+           "function": e.function, "line": e.line, "logged": g.text.strip(), "truncated": g.truncated, "count": g.count,
+           "ranks": rank_list(g.ranks), "rank_count": len(g.ranks) + g.more_ranks,
+           "first_seen": {"source": g.source, "line": g.number}}
+    if g.frame:
+        out["frame"] = {"path": g.frame[0], "line": g.frame[1], "function": g.frame[2]}
+    if e.condition:
+        out["condition"] = e.condition
+    return out
+
+
+def rank_list(ranks) -> list:
+    """Global ranks in numeric order, then local ranks ("local 3"), then anything else."""
+    def key(r):
+        if r.isdigit():
+            return (0, int(r), r)
+        if r.startswith("local ") and r[6:].isdigit():
+            return (1, int(r[6:]), r)
+        return (2, 0, r)
+
+    return sorted(ranks, key=key)
+
+
+# -- causes -----------------------------------------------------------------------------------------------------------
+
+
+def classify(diag: Diagnosis) -> None:
+    """Each group to a cause (its linked findings), an overlap-path message, another failure, or nothing."""
+    by_id: dict = {}
+    for _label, scan in diag.scans:
+        for g in scan.groups.values():
+            if g.findings:
+                for fid in g.findings:
+                    by_id.setdefault(fid, []).append(g)
+            elif causes.overlap_related(g.entry) and g.entry.severity == "error" and g.entry.origin == "python":
+                by_id.setdefault(("path", g.entry.id), []).append(g)
+            elif causes.overlap_related(g.entry) and _worth_listing(g.entry):
+                diag.messages.append(g)
+            elif not causes.overlap_related(g.entry) and g.entry.severity == "error":
+                diag.other.append(g)
+    for key, groups in by_id.items():
+        if isinstance(key, tuple):
+            diag.causes.append(_path_error(groups, diag.catalog))
+        else:
+            rec = findings.record(key)
+            diag.causes.append(Cause(_generic(key), groups, rec.get("overlap_related", True)))
+
+
+def _worth_listing(entry) -> bool:
+    """Overlap-path messages shown without a cause: warnings, errors and symptoms, and Bridge's own start-up lines."""
+    return entry.severity in ("error", "warning", "symptom") or entry.package == "megatron-bridge"
+
+
+def _generic(finding_id: str) -> Finding:
+    """The finding from its record alone (no config): the record's constant fix_overrides, else its fix text when it
+    needs no value a check computes, else its log_fix (what to do when only the log is known), else the knobs."""
+    rec = findings.record(finding_id)
+    fix_overrides = dict(rec.get("fix_overrides") or {})
+    fix = None
+    if not fix_overrides and findings.template_fields(rec["fix"]):
+        knobs = findings.Shell(", ".join(rec.get("knobs") or ()) or "the settings named")
+        fix = findings.Shell(rec["log_fix"]) if rec.get("log_fix") else \
+            shell("change {knobs}; pass --config (the run's run_config.yaml) or --recipe for a fix proven on the config", knobs=knobs)
+    f = findings.make(finding_id, fix_overrides=fix_overrides, **({"fix": fix} if fix else {}), **_message_params(rec))
+    return replace(f, message=f.message if not findings.template_fields(rec["message"]) else rec["title"],
+                   fix=fix if fix is not None else f.fix)
+
+
+def _message_params(rec: dict) -> dict:
+    """Values for a message template that needs ones only a check computes: blanks (the title is shown instead)."""
+    return {name: "" for name in findings.template_fields(rec["message"]) | findings.template_fields(rec["fix"])
+            if name != "fix"}
+
+
+def _path_error(groups: list, cat: messages.Catalog) -> Cause:
+    e = groups[0].entry
+    condition = f" (it checks {e.condition})" if e.condition else ""
+    where = f"{e.file} {e.function}" if e.file else "its native code"
+    f = findings.make("OVERLAP_PATH_ERROR", knobs=causes.knobs_of(e, cat.requested or cat.version), package=e.package,
+                      topic=e.topic.replace("_", " "), where=where, condition=condition)
+    return Cause(f, groups, True)
+
+
+# -- the config ------------------------------------------------------------------------------------------------------
+
+
+def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
+    """The analysis of the run's config beside each cause: predicted, predicted once the log's machine facts are
+    given, or missed."""
+    from ..analysis import analyze
+    from ..checks import RAISERS
+
+    analysis = analyze(scenario)
+    found = {f.id: f for f in analysis.findings}
+    diag.config.update({"from": origin, "not_printed": list(unknown), "gpus": scenario.gpus,
+                        "findings": [f.id for f in analysis.findings]})
+    for cause in diag.causes:
+        fid = cause.finding.id
+        rec = findings.record(fid)
+        checked = any(not r.startswith("mbridge_overlap.diagnose") for r in RAISERS.get(fid, ()))
+        if not checked:
+            cause.how = "no config rule decides this: it is known from the log only"
+            continue
+        if fid in found:
+            cause.finding, cause.predicted, cause.how = found[fid], True, "the config analysis predicts it"
+            continue
+        facts = _shown_facts(diag, rec)
+        if facts:
+            again = {f.id: f for f in analyze(scenario_with(scenario, facts)).findings}
+            if fid in again:
+                cause.finding, cause.predicted = again[fid], True
+                cause.how = ("the config analysis predicts it once the machine facts the log shows are given: "
+                             + ", ".join(f"{k}={v}" for k, v in facts.items()))
+                continue
+        blind = [k for k in rec.get("knobs") or () if k.partition(".")[0] in unknown]
+        if blind:
+            cause.how = f"the printed config does not say {', '.join(blind)}, which decides it"
+            continue
+        cause.predicted = False
+        cause.how = ("the config analysis did not predict it: a gap in the rules (please report it with this log)")
+    shown = {c.finding.id for c in diag.causes}
+    for f in analysis.errors:
+        if f.id not in shown:
+            rec = findings.record(f.id)
+            diag.causes.append(Cause(f, [], rec.get("overlap_related", True), True,
+                                     f"predicted by the config analysis (fails at {f.when or 'config'}); the log does not show "
+                                     "it: the run stopped before, or the log is cut"))
+
+
+def _shown_facts(diag: Diagnosis, rec: dict) -> dict:
+    facts = dict(rec.get("shows") or {})
+    if diag.facts.get("ub_multicast") is False:
+        facts.setdefault("multicast", False)
+    return facts
+
+
+def scenario_with(sc, machine_facts: dict):
+    """The scenario on a machine with these facts as well as those given."""
+    from .. import machine
+
+    m = sc.machine
+    given = {k: getattr(m, k) for k in ("nvlink_domain", "gpus_per_node", "multicast", "te_version") if m.sources.get(k) == "given"}
+    if m.given_torch_mpi is not None:
+        given["torch_mpi"] = m.given_torch_mpi
+    return replace(sc, machine=machine.describe(sc.gpu, sc.release, **{**given, **machine_facts}))
+
+
+# -- compare ---------------------------------------------------------------------------------------------------------
+
+
+def compare(before: Scan, after: Scan) -> tuple[dict, Finding | None]:
+    """Median time per iteration of each side (its first logged iteration left out) and the drop, if any."""
+    b, a = _times(before), _times(after)
+    out = {"before": _side(b), "after": _side(a)}
+    if not b or not a:
+        out["change"] = None
+        return out, None
+    mb, ma = statistics.median(b), statistics.median(a)
+    out["change"] = round(ma / mb - 1, 4) if mb else None
+    if not mb or ma / mb <= SLOWER:
+        return out, None
+    f = findings.make("THROUGHPUT_DROP", before_ms=f"{mb:.1f}", after_ms=f"{ma:.1f}", change=f"+{(ma / mb - 1) * 100:.1f}%",
+                      n_before=len(b), n_after=len(a))
+    return out, f
+
+
+def _times(scan: Scan) -> list:
+    out = []
+    for times in scan.iterations.values():
+        out += [ms for _it, ms in times[1:]]
+    return out
+
+
+def _side(times: list) -> dict:
+    return {"iterations": len(times), "median_ms": round(statistics.median(times), 3) if times else None}

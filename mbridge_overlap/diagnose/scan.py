@@ -1,0 +1,158 @@
+"""One pass over a run's log lines: every catalog message they show, grouped across ranks, and the facts the analysis
+needs (Bridge's configuration summary, the TP size, userbuffers' start-up, iteration times).
+
+Memory is bounded by the catalog, not by the log: a group per message (its first line kept, its ranks as a set capped
+at MAX_RANKS), a capped list of iteration times, one summary block.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from . import causes
+from .messages import Catalog, Entry, clean, parse_frame
+from .reader import Line
+
+MAX_RANKS = 4096  # rank labels kept per message (the count goes on)
+MAX_ITERATIONS = 100_000  # iteration times kept per log
+MAX_SHOWN = 2000  # characters of a logged line kept for the report
+_ITERATION = re.compile(r"\biteration\s+(\d{1,12})/\s*(\d{1,12})\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9]{1,12}(?:\.[0-9]*)?)")
+_BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
+_TP_SIZE = "> initialized tensor model parallel with size "
+
+
+@dataclass
+class Group:
+    """One message as the log shows it: where first, how often, on which ranks."""
+
+    entry: Entry
+    findings: list  # the finding ids its first line links to (causes.links)
+    text: str  # the first line that showed it, cleaned
+    source: str
+    number: int
+    truncated: bool = False
+    count: int = 0
+    ranks: set = field(default_factory=set)
+    more_ranks: int = 0  # ranks past MAX_RANKS
+    frame: tuple | None = None  # (path, line, function) of the traceback frame just before it, when there was one
+    groups: tuple = ()
+
+    def add(self, rank: str | None) -> None:
+        self.count += 1
+        if rank is not None and rank not in self.ranks:
+            if len(self.ranks) < MAX_RANKS:
+                self.ranks.add(rank)
+            else:
+                self.more_ranks += 1
+
+
+@dataclass
+class Scan:
+    catalog: Catalog
+    summary: object | None = None  # a diagnose.summary.Summary, fed until its block is complete
+    groups: dict = field(default_factory=dict)  # entry id -> Group, in order of first appearance
+    iterations: dict = field(default_factory=dict)  # source -> [(iteration, ms)]
+    facts: dict = field(default_factory=dict)  # tp_size, ub_started, ub_multicast, ub_domains
+    lines: int = 0
+    sources: dict = field(default_factory=dict)  # source -> {"lines": n, "ranks": set}
+    _frames: dict = field(default_factory=dict)  # (source, rank) -> [path, line, function, source line or None]
+
+    def feed(self, line: Line) -> None:
+        self.lines += 1
+        src = self.sources.get(line.source)
+        if src is None:
+            src = self.sources[line.source] = {"lines": 0, "ranks": set()}
+        src["lines"] += 1
+        if line.rank is not None and len(src["ranks"]) < MAX_RANKS:
+            src["ranks"].add(line.rank)
+        text = line.text
+        if self.summary is not None and not self.summary.done and self.summary.feed(clean(text)):
+            return
+        key = (line.source, line.rank)
+        frame = self._frames.get(key)
+        if 'File "' in text:
+            parsed = parse_frame(text)
+            if parsed is not None:
+                self._frames[key] = [*parsed, None, _indent(text)]
+                return
+        if frame is not None and frame[3] is None and _indent(text) > frame[4]:
+            frame[3] = text.strip()  # the frame's code line: kept for frame(), not matched (it holds the literal)
+            return
+        if "elapsed time per iteration" in text:
+            self._iteration(line)
+        hits = self.catalog.match(text)
+        if hits:
+            self._record(line, hits, frame)
+        elif frame is not None and _BARE.match(clean(text)):
+            self._bare(line, frame)
+        else:
+            return
+        self._frames.pop(key, None)  # an exception line ends its traceback
+
+    def _record(self, line: Line, hits, frame) -> None:
+        best = hits[0]
+        same = [h for h in hits if h.span == best.span and h.truncated == best.truncated]
+        entry = _by_frame(same, frame) or best.entry
+        group = self.groups.get(entry.id)
+        if group is None:
+            linked = []
+            for h in same:
+                linked += [f for f in causes.links(self.catalog, h.entry, h.text) if f not in linked]
+            group = self.groups[entry.id] = Group(entry, linked, best.text[:MAX_SHOWN], line.source, line.number,
+                                                  best.truncated, frame=tuple(frame[:3]) if frame else None,
+                                                  groups=best.groups)
+        group.add(line.rank)
+        self._fact(entry, best)
+
+    def _bare(self, line: Line, frame) -> None:
+        """An exception line without a message (a bare assert): the entry raised in the traceback's last frame."""
+        path, number, function, code, _ = frame
+        entries = self.catalog.frame(path, function, code, number)
+        if not entries:
+            return
+        entry = entries[0]
+        group = self.groups.get(entry.id)
+        if group is None:
+            group = self.groups[entry.id] = Group(entry, causes.links(self.catalog, entry, clean(line.text)),
+                                                  clean(line.text)[:MAX_SHOWN], line.source, line.number,
+                                                  frame=(path, number, function))
+        group.add(line.rank)
+
+    def _fact(self, entry: Entry, hit) -> None:
+        if entry.template and entry.template.startswith(_TP_SIZE) and hit.groups and hit.groups[0].isdigit():
+            self.facts.setdefault("tp_size", int(hit.groups[0]))
+        elif entry.id == "native.ub_create_communicator":
+            self.facts["ub_started"] = True
+        elif entry.id == "native.ub_mc_initialized":
+            self.facts["ub_multicast"] = True
+        elif entry.id == "native.ub_mc_not_initialized":
+            self.facts.setdefault("ub_multicast", False)
+        elif entry.id == "native.ub_domain_ranks_legacy" and len(hit.groups) >= 2:
+            ranks = [int(r) for r in re.findall(r"\d+", hit.groups[1])[:4096]]
+            domains = self.facts.setdefault("ub_domains", {})
+            if len(domains) < 4096:
+                domains[int(hit.groups[0])] = ranks
+
+    def _iteration(self, line: Line) -> None:
+        m = _ITERATION.search(clean(line.text))
+        if m is None:
+            return
+        times = self.iterations.setdefault(line.source, [])
+        if len(times) < MAX_ITERATIONS:
+            times.append((int(m.group(1)), float(m.group(3))))
+
+
+def _indent(text: str) -> int:
+    return len(text) - len(text.lstrip(" "))
+
+
+def _by_frame(hits, frame) -> Entry | None:
+    """Of messages with the same text in several packages, the one raised where the traceback's last frame is."""
+    if len(hits) < 2 or frame is None:
+        return None
+    path = frame[0].replace("\\", "/")
+    for h in hits:
+        if h.entry.file and path.endswith("/" + h.entry.file):
+            return h.entry
+    return None

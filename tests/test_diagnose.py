@@ -1,0 +1,267 @@
+"""diagnose: logs of real Bridge 0.6.2 runs and error texts quoted upstream are named with their finding and knob;
+the reader streams any bytes; ranks are grouped; the config analysis is linked to each cause."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mbridge_overlap import api, cli, findings
+from mbridge_overlap.diagnose import causes, messages, reader
+from mbridge_overlap.diagnose.scan import Scan
+from mbridge_overlap.examples import iteration_line
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "tests" / "data" / "logs"
+UPSTREAM = yaml.safe_load((LOGS / "upstream" / "manifest.yaml").read_text())["entries"]
+BRIDGE = yaml.safe_load((LOGS / "bridge-0.6.2" / "manifest.yaml").read_text())["scenarios"]
+TUNED = [e for e in UPSTREAM if not e.get("held_out")]
+HELD_OUT = [e for e in UPSTREAM if e.get("held_out")]
+
+
+def _knobs(d: dict) -> set:
+    return {k for c in d["causes"] for k in c["knobs"]}
+
+
+def _named(entry: dict, d: dict) -> bool:
+    """An overlap cause whose knobs include one the thread established (a launcher:/hardware:/software: knob counts
+    through the config key it stands beside)."""
+    wanted = {k for k in entry["knobs"] if "." in k or k == "peft"}
+    launch = {f"env_vars.{k.split(':', 1)[1]}" for k in entry["knobs"] if k.startswith("launcher:")}
+    return d["found"] and bool(_knobs(d) & (wanted | launch))
+
+
+@pytest.mark.parametrize("entry", TUNED, ids=[e["id"] for e in TUNED])
+def test_upstream_texts_are_named_with_their_knob(entry):
+    d = api.diagnose([LOGS / "upstream" / f"{entry['id']}.log"]).to_dict()
+    if entry.get("overlap_related", True) and entry["knobs"]:
+        assert _named(entry, d), ([c["id"] for c in d["causes"]], entry["knobs"])
+    else:  # a control: nothing overlap-related, or (the message alone cannot tell) the knob the thread names
+        assert not d["found"] or _named(entry, d), [c["id"] for c in d["causes"]]
+
+
+def test_held_out_upstream_texts_are_named_with_their_knob():
+    """The final check: texts diagnose's records were not written from. Reported per entry, held to a floor."""
+    named, missed = [], []
+    for entry in HELD_OUT:
+        d = api.diagnose([LOGS / "upstream" / f"{entry['id']}.log"]).to_dict()
+        overlap = entry.get("overlap_related", True) and bool(entry["knobs"])
+        ok = _named(entry, d) if overlap else not d["found"] or _named(entry, d)
+        (named if ok else missed).append(entry["id"])
+    print(f"held out: {len(named)} of {len(HELD_OUT)} named; missed: {missed}")
+    assert len(named) >= HELD_OUT_FLOOR, missed
+
+
+HELD_OUT_FLOOR = 10  # measured 2026-12-01: 10 of 15 (the closing note of issue 18 lists the five missed)
+
+
+@pytest.mark.parametrize("name", sorted(BRIDGE), ids=sorted(BRIDGE))
+def test_real_bridge_logs_name_the_finding_the_manifest_expects(name):
+    sc = BRIDGE[name]
+    d = api.diagnose([LOGS / "bridge-0.6.2" / f"{name}.log"]).to_dict()
+    ids = {c["id"] for c in d["causes"]} | set(d["config"].get("findings") or ())
+    if sc["expected_finding"]:
+        assert sc["expected_finding"] in ids, (sorted(ids), d["notes"])
+    else:
+        assert not d["found"], [c["id"] for c in d["causes"]]
+
+
+def test_every_logged_selector_names_messages_of_a_catalog():
+    cats = [messages.load(v) for v in messages.available()]
+    for fid, sels in causes.selectors().items():
+        for text, _line in sels:
+            assert any(causes.entries_of(cat, text) for cat in cats), (fid, text)
+
+
+# -- the reader ------------------------------------------------------------------------------------------------------
+
+
+def _lines(data: bytes, name="-"):
+    return list(reader.lines(["-"], stdin=io.BytesIO(data)))
+
+
+def test_any_bytes_are_lines():
+    data = b"\x00\xff\xfe binary \x1b[31mred\x1b[0m\r\n" + b"x" * (3 * reader.MAX_LINE) + b"\nlast without newline"
+    got = _lines(data)
+    assert [g.number for g in got] == [1, 2, 3]
+    assert "\ufffd" in got[0].text and got[1].cut == reader.MAX_LINE and "bytes left out" in got[1].text
+    assert len(got[1].text.encode()) < 2 * reader.MAX_LINE + 100 and got[2].text == "last without newline"
+
+
+@pytest.mark.parametrize("line,rank,rest", [
+    ("[rank3]: AssertionError: x", "3", " AssertionError: x"),
+    ("[default2]:[rank5]: boom", "5", " boom"),
+    ("[default2]:boom", "local 2", "boom"),
+    ("12: srun line", "12", "srun line"),
+    ("[1,7]<stderr>:mpi line", "7", "mpi line"),
+    ("no prefix here", None, "no prefix here"),
+])
+def test_launcher_prefixes_name_the_rank(line, rank, rest):
+    assert reader.split_prefix(line) == (rank, rest)
+
+
+def test_gzip_and_folders_of_rank_logs(tmp_path):
+    attempt = tmp_path / "run" / "attempt_0"
+    for r in range(3):
+        (attempt / str(r)).mkdir(parents=True)
+        with gzip.open(attempt / str(r) / "stderr.log.gz", "wt") as fh:
+            fh.write("AssertionError: param.grad being None is not safe when overlap_grad_reduce is True\n")
+    (tmp_path / "run" / "loop").symlink_to(tmp_path / "run")
+    (tmp_path / "run" / "model.ckpt").write_bytes(b"\x00" * 100)
+    d = api.diagnose([tmp_path / "run"]).to_dict()
+    (cause,) = d["causes"]
+    assert cause["id"] == "GRAD_NONE_WITH_OVERLAP_GRAD_REDUCE"
+    assert cause["evidence"][0]["ranks"] == ["local 0", "local 1", "local 2"] and cause["evidence"][0]["count"] == 3
+    assert len(d["sources"]) == 3
+
+
+def test_a_folder_without_logs_is_a_usage_error(tmp_path):
+    (tmp_path / "x.bin").write_bytes(b"1")
+    with pytest.raises(Exception, match="no log files"):
+        api.diagnose([tmp_path])
+
+
+# -- grouping, frames, causes ------------------------------------------------------------------------------------------
+
+
+def _diagnose_text(text: str, **kw) -> dict:
+    return api.diagnose(["-"], stdin=io.BytesIO(text.encode()), **kw).to_dict()
+
+
+def test_one_message_on_many_ranks_is_one_group():
+    text = "".join(f"[rank{r}]: AssertionError: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.\n" for r in range(64))
+    d = _diagnose_text(text)
+    (cause,) = d["causes"]
+    ev = cause["evidence"][0]
+    assert cause["id"] == "FSDP_WITH_ONE_CONNECTION" and ev["rank_count"] == 64 and ev["count"] == 64
+    assert ev["ranks"][:3] == ["0", "1", "2"] and ev["file"] == "megatron/bridge/training/config.py"
+
+
+def test_a_bare_assert_is_found_by_its_frame():
+    text = ('Traceback (most recent call last):\n'
+            '  File "/usr/lib/python3/site-packages/megatron/core/distributed/distributed_data_parallel.py", line 512, in hook\n'
+            '    assert param.grad is not None, (\n'
+            'AssertionError\n')
+    d = _diagnose_text(text)
+    assert [c["id"] for c in d["causes"]] == ["GRAD_NONE_WITH_OVERLAP_GRAD_REDUCE"]
+    assert d["causes"][0]["evidence"][0]["frame"]["function"] == "hook"
+
+
+def test_the_code_line_of_a_frame_is_not_a_second_message():
+    text = ('  File "/x/site-packages/megatron/bridge/training/config.py", line 1102, in _validate_and_apply_megatron_fsdp_configs\n'
+            '    assert os.getenv("CUDA_DEVICE_MAX_CONNECTIONS") != "1", "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset."\n'
+            'AssertionError: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.\n')
+    d = _diagnose_text(text)
+    assert d["causes"][0]["evidence"][0]["count"] == 1
+
+
+def test_an_unrecorded_overlap_error_still_names_its_knobs():
+    d = _diagnose_text("RuntimeError: Can not use both overlap_p2p_comm and batch_p2p_comm\n"
+                       "ValueError: GroupedLinear doesn't support Userbuffer overlap.\n")
+    ids = [c["id"] for c in d["causes"]]
+    assert "P2P_OVERLAP_AND_BATCHED" in ids and "OVERLAP_PATH_ERROR" in ids
+    path = next(c for c in d["causes"] if c["id"] == "OVERLAP_PATH_ERROR")
+    assert "transformer_engine/pytorch/module/grouped_linear.py" in path["message"]
+
+
+def test_knobs_of_reads_the_code():
+    cat = messages.load("0.6.2")
+    entry = next(e for e in cat.entries if (e.template or "").startswith("param.grad being None is not safe"))
+    assert "ddp.overlap_grad_reduce" in causes.knobs_of(entry, "0.6.2")
+
+
+def test_nothing_overlap_related_exits_zero(capsys, tmp_path):
+    log = tmp_path / "ok.log"
+    log.write_text(iteration_line(1, 10, 1000.0) + "\n> initializing torch distributed ...\n")
+    assert cli.main(["diagnose", str(log)]) == 0
+    assert "causes: none" in capsys.readouterr().out
+
+
+def test_text_output_escapes_what_the_log_holds(capsys, tmp_path):
+    log = tmp_path / "evil.log"
+    log.write_bytes(b"AssertionError: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset. \x1b]0;pwned\x07\x1b[2J\n")
+    assert cli.main(["diagnose", str(log)]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "FSDP_WITH_ONE_CONNECTION" in out
+
+
+def test_bad_input_is_one_line_and_exit_two(capsys, tmp_path):
+    assert cli.main(["diagnose", str(tmp_path / "missing.log")]) == 2
+    assert cli.main(["diagnose"]) == 2
+    assert cli.main(["diagnose", "--compare", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 3 and "Traceback" not in err
+
+
+# -- the config --------------------------------------------------------------------------------------------------------
+
+
+def test_a_given_config_predicts_the_logged_cause_with_a_proven_fix():
+    text = "AssertionError: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.\n"
+    overrides = {"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1}
+    d = _diagnose_text(text, overrides=overrides, gpus=8)
+    (cause,) = [c for c in d["causes"] if c["id"] == "FSDP_WITH_ONE_CONNECTION"]
+    assert cause["predicted"] is True and cause["fix_overrides"]
+    proof = api.resolve({**overrides, **cause["fix_overrides"]}, gpus=8)
+    assert "FSDP_WITH_ONE_CONNECTION" not in {f.id for f in proof.findings}
+
+
+def test_a_config_that_does_not_predict_the_logged_cause_says_so():
+    text = "AssertionError: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.\n"
+    d = _diagnose_text(text, overrides={"model.tensor_model_parallel_size": 2}, gpus=8)
+    cause = next(c for c in d["causes"] if c["id"] == "FSDP_WITH_ONE_CONNECTION")
+    assert cause["predicted"] is False and "did not predict" in cause["analysis"]
+
+
+def test_machine_facts_the_log_shows_make_the_analysis_predict_it():
+    text = ("AssertionError: CUDA device, driver and/or toolkit version does not support comm+GEMM overlap with CUDA "
+            "Multicast. Launch app with UB_SKIPMC=1 to try CUDA IPC instead.\n")
+    overrides = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}
+    d = _diagnose_text(text, overrides=overrides, gpus=8)
+    cause = next(c for c in d["causes"] if c["id"] == "UB_NEEDS_MULTICAST")
+    assert cause["predicted"] is True and "multicast=False" in cause["analysis"]
+
+
+def test_the_analysis_reports_what_the_log_did_not_reach():
+    """The run died before the step the config fails at (on this CPU machine: at the first CUDA call)."""
+    overrides = {"model.pipeline_model_parallel_size": 2, "comm_overlap.overlap_p2p_comm": True}
+    d = _diagnose_text("AssertionError: Megatron requires CUDA.\n", overrides=overrides, gpus=8)
+    cause = next(c for c in d["causes"] if c["id"] == "P2P_OVERLAP_WITHOUT_INTERLEAVING")
+    assert cause["evidence"] == [] and cause["predicted"] is True
+
+
+# -- compare -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("finding_id", ["THROUGHPUT_DROP"])
+def test_compare_finds_the_drop_and_not_noise(finding_id, tmp_path):
+    from mbridge_overlap import examples
+
+    example, counter = examples.of(finding_id)
+    d = examples.diagnosed(example, str(tmp_path)).to_dict()
+    drop = next(c for c in d["causes"] if c["id"] == finding_id)
+    assert d["compare"]["change"] == pytest.approx(0.2) and "1000.0 ms to 1200.0 ms" in drop["message"]
+    assert finding_id not in {c["id"] for c in examples.diagnosed(counter, str(tmp_path)).causes}
+
+
+def test_json_is_the_to_dict(capsys, tmp_path):
+    log = tmp_path / "a.log"
+    log.write_text("AssertionError: Cannot specify both num_buckets and bucket_size\n")
+    assert cli.main(["diagnose", str(log), "--format", "json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["causes"][0]["id"] == "NUM_BUCKETS_WITH_BUCKET_SIZE" and d["found"] is True
+    assert findings.record("NUM_BUCKETS_WITH_BUCKET_SIZE")["fix_overrides"] == d["causes"][0]["fix_overrides"]
+
+
+def test_scan_memory_is_bounded_by_the_catalog():
+    scan = Scan(messages.load("0.6.2"))
+    for i in range(20000):
+        for line in reader.lines(["-"], stdin=io.BytesIO(f"[rank{i}]: AssertionError: Cannot specify both num_buckets and bucket_size\n".encode())):
+            scan.feed(line)
+    (group,) = scan.groups.values()
+    assert group.count == 20000 and len(group.ranks) <= 4096 and group.more_ranks == 20000 - len(group.ranks)
