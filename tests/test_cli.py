@@ -1,5 +1,6 @@
 """The command line: the JSON contract, exit statuses, one-line errors, --output/--force, no torch at start."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -106,7 +107,29 @@ def test_explain_every_finding(finding_id):
     proc = run_cli("explain", finding_id.lower())
     rec = catalog()[finding_id]
     assert proc.returncode == 0 and proc.stdout.startswith(finding_id)
-    assert ("decided by: anchor " + rec["anchor"]) in proc.stdout if rec.get("anchor") else "source: " in proc.stdout
+    decided = [line for line in proc.stdout.splitlines() if line.startswith("decided by: ")]
+    if rec.get("anchor"):
+        assert len(decided) == 1 and f"anchor {rec['anchor']}" in decided[0]
+    else:
+        assert decided == [] and "source: " in proc.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("megatron") is not None, reason="megatron is importable here")
+def test_explain_without_bridge_says_where_the_code_is_in_one_quiet_line():
+    from mbridge_overlap import anchors
+
+    anchored = {fid: rec["anchor"] for fid, rec in catalog().items() if rec.get("anchor")}
+    fid = "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"
+    spec = anchors.specs()[anchored[fid]]
+    proc = run_cli("explain", fid)
+    assert proc.returncode == 0 and proc.stderr == ""
+    head = proc.stdout.split("\n\n")[0].splitlines()  # the record's lines, before the explanation
+    code = [line for line in head if spec["file"] in line]
+    assert len(code) == 1 and spec["scope"] in code[0] and f"anchor {anchored[fid]}" in code[0]
+    assert not any(word in proc.stdout for word in ("not installed", "--mbridge-src", "bridge_env.sh", "venv"))
+    loc = cli_json("explain", fid)["location"]  # the JSON keeps how to get the line numbers
+    assert loc["status"] == "needs_bridge" and loc["file"].endswith(spec["file"]) and loc["scope"] == spec["scope"]
+    assert "--mbridge-src" in loc["note"]
 
 
 def test_presets_and_releases():
