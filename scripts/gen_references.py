@@ -270,8 +270,14 @@ What it checks, one line each (PASS, FAIL, NOT RUN, SKIPPED), then the verdict:
 
 Exit status: 0 when every check that ran passed and nothing required was left unrun; 1 when a check failed; 3 when
 nothing failed but a required check could not run (no checkout for the suites); 2 for bad input.
+
+Warm (the venv built) a run takes about 14 s on a 2-core machine when the cores are free (`python3
+scripts/bench_verify.py`): Bridge is imported once (9-11 s of it); the suites' pytest is a fork of verify taken after
+that import; snippets, anchors and suites run beside each other.
+
 In the training log of a run, TP overlap that Bridge turned off shows as a "Disabling tensor parallel communication
-overlap" line; `mbridge-overlap trace` on a profile shows whether the communication was hidden.
+overlap" line (`mbridge-overlap diagnose LOG` names it and every other overlap cause a log shows); `mbridge-overlap
+trace` on a profile shows whether the communication was hidden.
 """
 
 

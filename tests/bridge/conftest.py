@@ -14,6 +14,11 @@ sys.path.insert(0, str(ROOT))
 
 from mbridge_overlap.bridge import adapter  # noqa: E402
 
+# mbridge_overlap/__init__.py sends bytecode to a cache folder (sys.pycache_prefix); under a prefix Python ignores
+# the bytecode pip compiled beside torch, Transformer Engine and Bridge, so each tier-2 process would compile them
+# again (about 16 s). This tier reads the installed bytecode and writes none.
+sys.pycache_prefix, sys.dont_write_bytecode = None, True
+
 try:
     adapter.import_bridge()
     adapter.quiet()
