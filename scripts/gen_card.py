@@ -185,7 +185,7 @@ def failure_modes() -> list[dict]:
     """The error findings this skill owns (the neighbouring skills' own are left to them)."""
     out = []
     for finding_id, rec in findings.registry().items():
-        if rec["severity"] == "error" and not rec.get("skill"):
+        if rec["severity"] == "error" and not rec.get("skill") and rec.get("when"):  # OVERLAP_PATH_ERROR: any message, no phase
             out.append({"name": finding_id.lower(), "symptom": rec["title"], "likely_cause": WHEN[rec["when"]],
                         "fix": f"mbridge-overlap explain {finding_id}; the finding's fix override"})
     return out
