@@ -1,5 +1,5 @@
-"""Each finding's example and counter-example, from its registry record: run through the API, or shown as the command
-line that runs it (explain, references/findings.md).
+"""Each finding's example and counter-example, from its registry record, run through the API (example_command.command
+is the command line that runs one, as explain and references/findings.md show it).
 
 An example is a mapping with `verb` and that verb's inputs:
     resolve     overrides, gpus, gpu, recipe, te, bridge_version, launcher_env
@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import findings
-from .safeio import sh_quote
-from .text import fmt
+from .example_command import command  # noqa: F401 (the command line that runs an example, as explain shows it)
 
 SAVED = Path(__file__).resolve().parent.parent / "tests" / "data" / "run_configs" / "baseline.yaml"
 
@@ -63,36 +62,6 @@ def run(example: dict) -> list[Shown]:
     raise ValueError(f"unknown example verb {verb!r}")
 
 
-def command(example: dict) -> str:
-    """The example as one command line (a file it needs is described, not written)."""
-    verb, kw = example["verb"], {k: v for k, v in example.items() if k != "verb"}
-    words = ["mbridge-overlap"]
-    if verb == "resolve":
-        words += ["resolve", *_flags(kw, ("recipe", "gpus", "gpu", "bridge_version")), *_overrides(kw.get("overrides") or {})]
-        if kw.get("te") is False:
-            words.append("--no-te")
-        if kw.get("launcher_env"):
-            words = [f"{k}={sh_quote(str(v))}" for k, v in kw["launcher_env"].items()] + words + ["--launcher-env"]
-    elif verb == "plan":
-        words += ["plan", *_flags(kw, tuple(k for k in kw if not isinstance(kw[k], bool))),
-                  *(f"--{k.replace('_', '-')}" for k, v in kw.items() if v is True)]
-    elif verb == "lint":
-        words += ["lint", *_flags(kw, ("gpus", "gpu")), *_overrides(kw["overrides"])]
-        if kw.get("with_launch_env"):
-            words.append("# and env_vars.NAME=VALUE for every launch variable of Bridge's rules")
-    elif verb == "lint_saved":
-        words += ["lint", "run_config.yaml", "--gpu", "h100", f"# a saved run config with {json.dumps(kw['edits'])}"]
-    elif verb == "diagnose":
-        words = ["printf", "'%s\\n'", *(sh_quote(line) for line in kw["log"]), "|", "mbridge-overlap", "diagnose", "-"]
-    elif verb == "diagnose_compare":
-        words += ["diagnose", "--compare", "before.log", "after.log",
-                  f"# Bridge's iteration lines, ms per iteration: before {kw['before']}, after {kw['after']}"]
-    elif verb == "diff":
-        words += ["diff", "before.yaml", "after.yaml", "--gpus-before", str(kw["gpus"][0]), "--gpus-after", str(kw["gpus"][1]),
-                  f"# before: {json.dumps(kw['before'])}; after: {json.dumps(kw['after'])}"]
-    return " ".join(words)
-
-
 def diagnosed(example: dict, tmp: str):
     """The Diagnosis of a diagnose or diagnose_compare example (its logs written under tmp)."""
     from . import api
@@ -119,14 +88,6 @@ def _log(tmp: str, name: str, lines: list) -> str:
 def of(finding_id: str) -> tuple[dict, dict]:
     rec = findings.record(finding_id)
     return rec["example"], rec["counter_example"]
-
-
-def _flags(kw: dict, names) -> list[str]:
-    return [w for n in names if kw.get(n) is not None for w in (f"--{n.replace('_', '-')}", sh_quote(str(kw[n])))]
-
-
-def _overrides(overrides: dict) -> list[str]:
-    return [sh_quote(f"{k}={fmt(v)}" if not isinstance(v, list) else f"{k}=[{','.join(map(str, v))}]") for k, v in overrides.items()]
 
 
 def _shown(items) -> list[Shown]:

@@ -137,7 +137,7 @@ def explain(finding_id: str) -> dict:
         hint = closest(key, entries)
         raise UsageError(f"explain: unknown finding id {shown(finding_id)}" + (f"; did you mean '{hint}'?" if hint else ""))
     rec = entries[key]
-    from .examples import command
+    from .example_command import command
 
     out = {"id": key, "severity": rec["severity"], "title": rec["title"], "when": rec.get("when"),
            "anchor": rec.get("anchor"), "source": rec.get("source"), "skill": rec.get("skill"),
