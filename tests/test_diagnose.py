@@ -265,3 +265,17 @@ def test_scan_memory_is_bounded_by_the_catalog():
             scan.feed(line)
     (group,) = scan.groups.values()
     assert group.count == 20000 and len(group.ranks) <= 4096 and group.more_ranks == 20000 - len(group.ranks)
+
+
+def test_userbuffers_domain_lines_show_a_tp_group_across_nvlink_domains():
+    text = ("> initialized tensor model parallel with size 8\n!!! [UB] Number of NVLink domains: 2\n"
+            "!!! [UB] Global ranks on domain 0: [0, 1, 2, 3]\n!!! [UB] Global ranks on domain 1: [4, 5, 6, 7]\n")
+    d = _diagnose_text(text)
+    assert d["facts"]["tp_groups_across_domains"] == [[0, 1, 2, 3, 4, 5, 6, 7]]
+    assert d["causes"][0]["id"] == "UB_TP_ACROSS_NVLINK_DOMAINS" and d["found"]
+    overrides = {"model.tensor_model_parallel_size": 8, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}
+    linked = _diagnose_text(text, overrides=overrides, gpus=8)
+    cause = next(c for c in linked["causes"] if c["id"] == "UB_TP_ACROSS_NVLINK_DOMAINS")
+    assert cause["predicted"] is True and "nvlink_domain=4" in cause["analysis"]
+    fine = _diagnose_text(text.replace("size 8", "size 4"))
+    assert fine["facts"]["tp_groups_across_domains"] == [] and not fine["found"]

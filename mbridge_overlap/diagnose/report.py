@@ -131,7 +131,7 @@ def classify(diag: Diagnosis) -> None:
             diag.causes.append(_path_error(groups, diag.catalog))
         else:
             rec = findings.record(key)
-            diag.causes.append(Cause(_generic(key), groups, rec.get("overlap_related", True)))
+            diag.causes.append(Cause(generic(key), groups, rec.get("overlap_related", True)))
 
 
 def _worth_listing(entry) -> bool:
@@ -139,7 +139,7 @@ def _worth_listing(entry) -> bool:
     return entry.severity in ("error", "warning", "symptom") or entry.package == "megatron-bridge"
 
 
-def _generic(finding_id: str) -> Finding:
+def generic(finding_id: str) -> Finding:
     """The finding from its record alone (no config): the record's constant fix_overrides, else its fix text when it
     needs no value a check computes, else its log_fix (what to do when only the log is known), else the knobs."""
     rec = findings.record(finding_id)
@@ -216,9 +216,14 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
 
 
 def _shown_facts(diag: Diagnosis, rec: dict) -> dict:
+    """The machine facts the log shows, for a finding that its record says such lines prove (`shows`), plus what the
+    start-up lines show: multicast off ("MC NOT initialized"), the NVLink domain size (TE's domain lines)."""
     facts = dict(rec.get("shows") or {})
     if diag.facts.get("ub_multicast") is False:
         facts.setdefault("multicast", False)
+    domains = diag.facts.get("nvlink_domains")
+    if domains:
+        facts.setdefault("nvlink_domain", min(len(r) for r in domains.values()) or 1)
     return facts
 
 

@@ -41,6 +41,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     for _label, scan in scans:
         diag.facts.update(_facts(scan))
     report.classify(diag)
+    _tp_across_domains(diag, scans)
     if compare:
         diag.compare, drop = report.compare(scans[0][1], scans[1][1])
         if drop is not None:
@@ -78,6 +79,17 @@ def _across(domains: dict, tp: int) -> list:
         if len({where[r] for r in group}) > 1:
             out.append(group)
     return out[:64]
+
+
+def _tp_across_domains(diag, scans) -> None:
+    """Transformer Engine's `!!! [UB] Global ranks on domain N: [...]` lines with TP groups across them: the
+    userbuffers of such a group cannot reach each other (UB_TP_ACROSS_NVLINK_DOMAINS)."""
+    if not diag.facts.get("tp_groups_across_domains"):
+        return
+    groups = [g for _l, scan in scans for g in scan.groups.values() if g.entry.id == "native.ub_domain_ranks_legacy"]
+    finding = report.generic("UB_TP_ACROSS_NVLINK_DOMAINS")
+    diag.causes.insert(0, report.Cause(finding, groups, True, how=f"TP groups across the domains the log lists: "
+                                       f"{diag.facts['tp_groups_across_domains'][:4]}"))
 
 
 def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inputs) -> None:
