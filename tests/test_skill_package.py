@@ -303,3 +303,22 @@ def test_upstreams_own_files_fit_the_field_lists():
     for path in cards:
         assert errors("skill-card.schema.json", yaml.safe_load(path.read_text(encoding="utf-8"))) == [], path
     assert NEIGHBOURS <= {p.name for p in UPSTREAM.iterdir()}
+
+
+def test_skill_md_first_screen_routes_moe_expert_parallel_overlap_to_its_skill():
+    # The first screen after the front matter names the skill the registry's MoE expert-parallel findings route to, as
+    # the folder name upstream ships it under skills/ (where the mirror is here).
+    from mbridge_overlap import findings
+
+    body = (ROOT / "SKILL.md").read_text().split("\n---\n", 1)[1]
+    first_screen = " ".join(body.splitlines()[:20])
+    routed = {rec["skill"] for rec in findings.registry().values() if rec.get("skill") and "expert" in rec["skill"]}
+    assert len(routed) == 1
+    skill = routed.pop()
+    assert f"`{skill}`" in first_screen and "MoE expert-parallel overlap" in first_screen
+    mirror = Path(os.environ.get("MBRIDGE_SKILL_MIRROR", ROOT.parent / ".mirror" / "NVIDIA-NeMo+Megatron-Bridge" / "repo"))
+    if not mirror.is_dir():
+        pytest.skip(f"no Megatron-Bridge mirror at {mirror} (set MBRIDGE_SKILL_MIRROR)")
+    listed = subprocess.run(["git", "-C", str(mirror), "ls-tree", "-d", "--name-only", "HEAD", "skills/"], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert f"skills/{skill}" in listed
