@@ -8,6 +8,7 @@ needed, and what real Bridge's runtime_config_update() made of it at the GPU cou
 from __future__ import annotations
 
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -75,19 +76,116 @@ def entries(version: str) -> list[dict]:
     return catalog(version)["recipes"]
 
 
+# --- the index: what a question about one recipe or one layout reads instead of the whole catalog ----------------------
+#
+# data/releases/VERSION/recipes.index.json, written with the catalog by scripts/gen_recipe_catalog.py (--index rewrites
+# it from the committed catalog; tier 1 holds it to what index_text() makes of the catalog): for each recipe, in catalog
+# order, what its name says (the fields `recipes` filters on), its layout where same_layout() can match it, and where
+# its line is in recipes.json. A recipe is read from its line alone. An index that does not fit the catalog (missing,
+# another size) is never used: the catalog itself is indexed in memory instead.
+
+INDEX_FIELDS = ("name", "package", "model", "task", "gpus", "gpu", "precision", "variant", "layout", "offset", "length")
+INDEX_BY = "scripts/gen_recipe_catalog.py"
+
+
+def index_path(version: str) -> Path:
+    return DATA_DIR / "releases" / version / "recipes.index.json"
+
+
+def _layout_of(e: dict) -> list | None:
+    """The layout same_layout() compares: only for a perf recipe that built and resolved, and set up."""
+    if e["package"] != "perf_recipes" or not e["builds"] or e["bridge"]["error"] is not None or e["bridge"].get("setup_error"):
+        return None
+    m = e["request"]["model"]
+    return [m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"],
+            m["context_parallel_size"], e["gpus"], e["gpu"], e["precision"], m.get("expert_model_parallel_size", 1) > 1]
+
+
+def _index_rows(text: bytes) -> list[list]:
+    """The index rows of a catalog file as gen_recipe_catalog.dumps writes it: a header, then one recipe a line
+    between the lines `"recipes": [` and `]}` (ValueError for a file of another shape)."""
+    lines = text.split(b"\n")
+    try:
+        start, end = lines.index(b'"recipes": ['), lines.index(b"]}")
+    except ValueError:
+        raise ValueError("not a recipe catalog as scripts/gen_recipe_catalog.py writes it") from None
+    rows, offset = [], sum(len(line) + 1 for line in lines[:start + 1])
+    for line in lines[start + 1:end]:
+        body = line[:-1] if line.endswith(b",") else line
+        e = json.loads(body)
+        rows.append([e["name"], e["package"], e.get("model"), e.get("task"), e.get("gpus"), e.get("gpu"), e.get("precision"),
+                     e.get("variant"), _layout_of(e), offset, len(body)])
+        offset += len(line) + 1
+    return rows
+
+
+def index_text(text: bytes) -> str:
+    """recipes.index.json for a catalog file's bytes: one recipe a line."""
+    head = json.dumps({"catalog_bytes": len(text), "fields": list(INDEX_FIELDS), "generated_by": INDEX_BY})
+    rows = ",\n".join(json.dumps(r, separators=(",", ":")) for r in _index_rows(text))
+    return head[:-1] + ', "recipes": [\n' + rows + "\n]}\n"
+
+
+class Row(tuple):
+    """One recipe's index row (INDEX_FIELDS), its fields by name."""
+
+    __slots__ = ()
+    name, package, model, task, gpus, gpu, precision, variant, layout = (property(lambda r, i=i: r[i]) for i in range(9))
+
+
+@lru_cache(maxsize=None)
+def index(version: str) -> tuple:
+    """The index rows of a release's catalog, in catalog order: the committed index where it fits the catalog, else
+    the catalog's own (UsageError for a release without a catalog)."""
+    path = catalog_path(version)
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        catalog(version)  # the UsageError that names the catalogs there are
+        raise
+    try:
+        with open(index_path(version), "rb") as fh:
+            table = json.loads(fh.read())
+        rows = table["recipes"] if table.get("catalog_bytes") == size and table.get("fields") == list(INDEX_FIELDS) else None
+    except (OSError, ValueError, KeyError, AttributeError):
+        rows = None
+    if rows is None:
+        with open(path, "rb") as fh:
+            rows = _index_rows(fh.read())
+    return tuple(Row(r) for r in rows)
+
+
+_READ: dict = {}  # (version, offset) -> entry: each recipe read once per process
+
+
+def entries_where(version: str, keep) -> list[dict]:
+    """The catalog entries whose index rows `keep` accepts, in catalog order, each read from its own line."""
+    rows = [r for r in index(version) if keep(r)]
+    missing = [r for r in rows if (version, r[9]) not in _READ]
+    if missing:
+        with open(catalog_path(version), "rb") as fh:
+            for r in missing:
+                fh.seek(r[9])
+                e = json.loads(fh.read(r[10]))
+                if not isinstance(e, dict) or e.get("name") != r.name:
+                    raise RuntimeError(f"{index_path(version)} does not fit its recipes.json: run scripts/gen_recipe_catalog.py --index")
+                _READ[version, r[9]] = e
+    return [_READ[version, r[9]] for r in rows]
+
+
 def lookup(reference: str, version: str) -> dict:
     """The catalog entry a user's recipe reference names; UsageError with the closest names otherwise."""
     m = _REFERENCE.match(reference.strip()) if isinstance(reference, str) else None
     if not m:
         raise UsageError("--recipe: expected a recipe function name such as llama3_70b_pretrain_64gpu_gb200_bf16_config")
     name, package = m.group("name"), m.group("package")
-    found = [e for e in entries(version) if e["name"] == name and (package is None or e["package"] == package)]
+    found = [r for r in index(version) if r.name == name and (package is None or r.package == package)]
     if len(found) == 1:
-        return found[0]
+        return entries_where(version, lambda r: r is found[0])[0]
     if found:
-        where = " or ".join(f"{e['package']}.{e['name']}" for e in found)
+        where = " or ".join(f"{r.package}.{r.name}" for r in found)
         raise UsageError(f"--recipe: {name} is defined in both recipe packages; say which: {where}")
-    names = sorted({e["name"] for e in entries(version)})
+    names = sorted({r.name for r in index(version)})
     near = _closest(name, names)
     hint = f"; closest: {', '.join(near)}" if near else ""
     raise UsageError(f"--recipe: no recipe named {name} in Megatron-Bridge {version}{hint} (list them with: recipes)")
@@ -124,18 +222,10 @@ def smallest_world(model, expert_tp_one_with_ep: bool = True) -> int:
 
 def families(version: str) -> list[str]:
     """The model families the recipe names carry (llama3_70b, qwen3_235b_a22b, ...)."""
-    return sorted({e["model"] for e in entries(version) if e.get("model")})
+    return sorted({r.model for r in index(version) if r.model})
 
 
 def same_layout(version: str, shape, gpu: str, precision: str, moe: bool) -> list[dict]:
     """The perf recipes that resolve at this TP, PP, VPP, CP and GPU count on this GPU type and precision."""
-    out = []
-    for e in entries(version):
-        if e["package"] != "perf_recipes" or not e["builds"] or e["bridge"]["error"] is not None or e["bridge"].get("setup_error"):
-            continue
-        m = e["request"]["model"]
-        layout_of = (m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"],
-                     m["context_parallel_size"], e["gpus"], e["gpu"], e["precision"], m.get("expert_model_parallel_size", 1) > 1)
-        if layout_of == (shape.tp, shape.pp, shape.vpp, shape.cp, shape.gpus, gpu, precision, moe):
-            out.append(e)
-    return out
+    wanted = (shape.tp, shape.pp, shape.vpp, shape.cp, shape.gpus, gpu, precision, moe)
+    return entries_where(version, lambda r: r.layout is not None and tuple(r.layout) == wanted)

@@ -45,10 +45,9 @@ def list_recipes(*, model: str | None = None, gpu: str | None = None, gpus: int 
                  bridge_version: str | None = None) -> RecipeListing:
     release = releases.get(bridge_version)
     filters = _filters(model=model, gpu=gpu, gpus=gpus, task=task, precision=precision, name=name, package=package)
-    every = catalog.entries(release.version)
-    twice = {n for n, c in Counter(e["name"] for e in every).items() if c > 1}
+    twice = {n for n, c in Counter(r.name for r in catalog.index(release.version)).items() if c > 1}
     rows = [{**row(e), "reference": f"{e['package']}.{e['name']}" if e["name"] in twice else e["name"]}
-            for e in every if _match(e, filters)]
+            for e in catalog.entries_where(release.version, lambda r: _match(r, filters))]
     return RecipeListing(release.version, filters, rows)
 
 
@@ -67,11 +66,12 @@ def _filters(**given) -> dict:
     return out
 
 
-def _match(entry: dict, f: dict) -> bool:
+def _match(r: catalog.Row, f: dict) -> bool:
+    """A recipe's index row against the filters."""
     return (
-        ("model" not in f or f["model"] in (entry.get("model") or ""))
-        and all(entry.get(k) == f[k] for k in ("gpu", "gpus", "task", "precision", "package") if k in f)
-        and ("name" not in f or f["name"] in entry["name"])
+        ("model" not in f or f["model"] in (r.model or ""))
+        and all(getattr(r, k) == f[k] for k in ("gpu", "gpus", "task", "precision", "package") if k in f)
+        and ("name" not in f or f["name"] in r.name)
     )
 
 

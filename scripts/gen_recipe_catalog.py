@@ -5,8 +5,12 @@ a recipe is built offline). Run with the Bridge venv's python:
 
     $(scripts/bridge_env.sh --print-python) scripts/gen_recipe_catalog.py [--check] [--only SUBSTRING]
 
-Writes mbridge_overlap/data/releases/<version>/recipes.json. --check regenerates it in memory and compares it with the
-shipped file (exit 1 on a difference); the Bridge test tier runs that. The file holds names and values only.
+Writes mbridge_overlap/data/releases/<version>/recipes.json and its index, recipes.index.json (what each recipe's
+name says, its layout, and where its line is: what resolve --recipe, plan and recipes read instead of the whole
+catalog; mbridge_overlap/catalog.py). --check regenerates both in memory and compares them with the shipped files
+(exit 1 on a difference); the Bridge test tier runs that. --index rewrites (with --check: compares) only the indexes
+of the committed catalogs, with any Python and no Bridge; tier 1 runs --index --check. The files hold names and
+values only.
 """
 
 from __future__ import annotations
@@ -49,9 +53,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with the shipped catalog instead of writing it")
     ap.add_argument("--only", help="only recipes whose name contains this; prints them (for debugging)")
+    ap.add_argument("--index", action="store_true", help="only the indexes of the committed catalogs (no Bridge needed)")
     args = ap.parse_args(argv)
 
     from mbridge_overlap import catalog
+
+    if args.index:
+        return _indexes(catalog, args.check)
     from mbridge_overlap.bridge import recipes as bridge_recipes
 
     with contextlib.redirect_stdout(sys.stderr):  # Bridge's import-time log lines: stdout carries only our verdict
@@ -61,13 +69,40 @@ def main(argv=None) -> int:
         return 0
     path = catalog.catalog_path(data["bridge_version"])
     rel = path.relative_to(ROOT)
+    text = dumps(data)
+    index = catalog.index_text(text.encode("utf-8"))
+    index_path = catalog.index_path(data["bridge_version"])
     if args.check:
-        same = path.is_file() and path.read_text(encoding="utf-8") == dumps(data)
+        same = path.is_file() and path.read_text(encoding="utf-8") == text
         print(f"{'catalog matches' if same else 'catalog DIFFERS from'} {rel}: {summary(data)}")
-        return 0 if same else 1
+        same_index = index_path.is_file() and index_path.read_text(encoding="utf-8") == index
+        print(f"{'index matches' if same_index else 'index DIFFERS from'} {index_path.relative_to(ROOT)}")
+        return 0 if same and same_index else 1
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps(data), encoding="utf-8")
-    print(f"wrote {rel}: {summary(data)}")
+    path.write_text(text, encoding="utf-8")
+    index_path.write_text(index, encoding="utf-8")
+    print(f"wrote {rel} and {index_path.name}: {summary(data)}")
+    return 0
+
+
+def _indexes(catalog, check: bool) -> int:
+    """Each committed catalog's index, written or compared."""
+    stale = []
+    for version in catalog.versions():
+        path = catalog.index_path(version)
+        index = catalog.index_text(catalog.catalog_path(version).read_bytes())
+        if path.is_file() and path.read_text(encoding="utf-8") == index:
+            continue
+        if check:
+            stale.append(str(path.relative_to(ROOT)))
+        else:
+            path.write_text(index, encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+    if stale:
+        print(f"index DIFFERS from its catalog: {', '.join(stale)} (run scripts/gen_recipe_catalog.py --index)")
+        return 1
+    if check:
+        print(f"indexes match their catalogs: {', '.join(catalog.versions())}")
     return 0
 
 
