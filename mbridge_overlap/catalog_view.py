@@ -29,10 +29,11 @@ class RecipeListing:
 
 
 ABOUT = {
-    "env_vars": f"the launch variables on the overlap path the recipe sets ({', '.join(_ENV_SHOWN)}); "
-                "resolve --recipe NAME shows all of them",
-    "fixups": "stand-in values the offline catalog build needed where a recipe reads its model's Hugging Face config "
-              "(layer counts, expert counts); never part of an answer about the shipped recipe",
+    "env_vars": f"a subset: of the variables the recipe sets in cfg.env_vars, only the launch variables on the overlap path "
+                f"({', '.join(_ENV_SHOWN)}); env_vars_not_shown counts the others, resolve --recipe NAME shows all of them",
+    "fixups": "stand-in values the offline catalog build set where the recipe needs what only a download gives (its model's "
+              "Hugging Face config: layer and expert counts, attention type; a pretrained checkpoint or dataset cache); never part "
+              "of an answer about the shipped recipe",
     "status": "resolves: real Bridge's runtime_config_update() accepted it at the GPU count in its name and Megatron-Core's "
               "process-grid setup (initialize_model_parallel, run on the CPU) accepts its layout there; rejected: Bridge raised "
               "(bridge_error); fails_at_setup: Bridge accepted it but Megatron-Core's setup raises (setup_error), so it cannot "
@@ -94,6 +95,7 @@ def row(entry: dict) -> dict:
         mixed_precision=(mp or {}).get("recipe"),
         megatron_fsdp=bool(request["ddp"].get("use_megatron_fsdp") or request["dist"].get("use_megatron_fsdp")),
         env_vars={k: str(v) for k, v in request["env_vars"].items() if k in _ENV_SHOWN},
+        env_vars_not_shown=sum(1 for k in request["env_vars"] if k not in _ENV_SHOWN),
         fixups=entry["fixups"],
     )
     if bridge["error"] is not None:

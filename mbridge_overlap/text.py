@@ -155,8 +155,12 @@ def recipes(d: dict) -> str:
             state = f"FAILS AT SETUP (Megatron-Core): {r['setup_error']}"
         else:
             state = " ".join(f"{k.upper()}:{'on' if m['enabled'] else 'off'}" for k, m in r["modes"].items())
-        env = " ".join(f"{k}={v}" for k, v in r["env_vars"].items())
-        lines.append(f"  {r['reference']}  [{r['precision'] or '-'}] {shape}  {state}" + (f"  {env}" if env else ""))
+        env = " ".join([f"{k}={v}" for k, v in r["env_vars"].items()] + ([f"(+{r['env_vars_not_shown']} more env_vars)"]
+                                                                           if r["env_vars_not_shown"] else []))
+        stand_ins = f"  [offline stand-ins: {', '.join(r['fixups'])}]" if r["fixups"] else ""
+        lines.append(f"  {r['reference']}  [{r['precision'] or '-'}] {shape}  {state}" + (f"  {env}" if env else "") + stand_ins)
+    if any(r["status"] != "not_built" for r in d["recipes"]):
+        lines += ["", f"env_vars: {d['about']['env_vars']}", f"offline stand-ins (fixups): {d['about']['fixups']}"]
     return _lines(lines)
 
 

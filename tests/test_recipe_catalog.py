@@ -137,6 +137,27 @@ def test_recipes_command_filters_and_reports_real_bridges_state():
     assert "REJECTED by Bridge: AssertionError: Megatron-FSDP requires the fsdp_dtensor checkpointing format!" in text
 
 
+def test_recipes_says_its_env_vars_are_a_subset_and_what_the_fixups_are():
+    d = mbridge_overlap.recipes().to_dict()
+    entries = {(e["package"], e["name"]): e for e in catalog.entries(d["bridge_version"])}
+    built = [r for r in d["recipes"] if r["status"] != "not_built"]
+    assert len(built) == sum(1 for e in entries.values() if e["builds"])
+    for r in built:
+        sets = {k: str(v) for k, v in entries[(r["package"], r["name"])]["request"]["env_vars"].items()}
+        assert r["env_vars"].items() <= sets.items() and r["env_vars_not_shown"] == len(sets) - len(r["env_vars"])
+        assert r["fixups"] == entries[(r["package"], r["name"])]["fixups"]
+    assert sum(r["env_vars_not_shown"] > 0 for r in built) > len(built) / 2  # a subset for most recipes, so it is said
+    assert "subset" in d["about"]["env_vars"] and "resolve --recipe NAME" in d["about"]["env_vars"]
+    assert "never part of an answer about the shipped recipe" in d["about"]["fixups"]
+    # the text says it too: the count beside each row's variables, the stand-ins beside the row that needed them
+    name = next(r["name"] for r in built if r["fixups"] and r["env_vars_not_shown"] and r["reference"] == r["name"])
+    row = next(r for r in built if r["name"] == name)
+    text = run_cli("recipes", "--name", name).stdout
+    line = next(x for x in text.splitlines() if x.startswith(f"  {name} "))
+    assert f"(+{row['env_vars_not_shown']} more env_vars)" in line and all(f in line for f in row["fixups"])
+    assert "offline stand-ins" in line and "never part of an answer about the shipped recipe" in text and "subset" in text
+
+
 def test_no_shipped_recipe_runs_tp_overlap_with_nvfp4_or_blockwise_fp8():
     """What TP_OVERLAP_UNSUPPORTED_PRECISION's explanation says of Bridge's own recipes (11 and 4 functions)."""
     from mbridge_overlap.findings import registry
