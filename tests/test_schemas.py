@@ -9,6 +9,7 @@ that asks for the marker to go."""
 from __future__ import annotations
 
 import copy
+import re
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -347,3 +348,28 @@ def test_run_configs_are_yaml_bridge_wrote():
     # the lint/diff cases above read these; a broken file would make those tests vacuous
     for stem in CONFIGS:
         assert yaml.safe_load((RUN_CONFIGS / f"{stem}.yaml").read_text())["_target_"].endswith("ConfigContainer")
+
+
+def test_the_schema_index_lists_every_schema_with_the_command_it_describes():
+    # references/schemas/README.md: each row links a schema file of the folder, once, and names the command whose
+    # output it is, as the schema's own title does (a command's first word is one of the CLI's verbs); the recipes row
+    # names every status the schema has a record for.
+    from mbridge_overlap.cli import VERBS
+
+    index = (SCHEMAS / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| \[([^\]]+)\]\(([^)]+)\) \| (.+) \|$", index, re.M)
+    assert [name for name, _, _ in rows] == [target for _, target, _ in rows]
+    listed = [name for name, _, _ in rows]
+    assert sorted(listed) == sorted(p.name for p in SCHEMAS.glob("*.schema.json")) and len(set(listed)) == len(listed)
+    for name, _, described in rows:
+        title = json.loads((SCHEMAS / name).read_text(encoding="utf-8"))["title"]
+        if title.endswith("--format json"):  # a command's output: the row names that command
+            command = title.removesuffix("--format json").split()[0]
+            assert command in VERBS and described.startswith(f"`{command}"), (name, described)
+        elif name == "verify.schema.json":
+            assert title.startswith("scripts/verify.sh") and "`scripts/verify.sh --json`" in described
+        else:  # the shared definitions, or one of the skill package's own files (card.yaml, evals/evals.json)
+            assert name == "common.schema.json" or title.split()[0] in described, (name, described)
+    recipes = next(d for n, _, d in rows if n == "recipes.schema.json")
+    statuses = json.loads((SCHEMAS / "recipes.schema.json").read_text(encoding="utf-8"))["$defs"]
+    assert sorted(re.findall(r"`([a-z_]+)`", recipes.partition("status:")[2])) == sorted(statuses)
