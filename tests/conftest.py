@@ -1,3 +1,4 @@
+import functools
 import json
 import os
 import subprocess
@@ -25,3 +26,18 @@ def cli_json(*args):
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@functools.lru_cache(maxsize=None)
+def generated() -> dict:
+    """scripts/gen_all.py --check, run once for the whole tier: {generator script: (up to date, what it printed)}.
+    The tests of each generated file read their generator's line here instead of running its check again."""
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_all.py"), "--check"], capture_output=True, text=True)
+    out = {}
+    for line in proc.stdout.splitlines():
+        script, _, rest = line.partition(": ")
+        if script.endswith(".py"):
+            status, _, said = rest.partition(": ")
+            out[script] = (status == "ok", said)
+    assert out and proc.returncode == (0 if all(ok for ok, _ in out.values()) else 1), proc.stdout + proc.stderr
+    return out
