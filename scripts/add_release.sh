@@ -44,6 +44,6 @@ if [ -n "$src" ]; then
   say "verify against $src"
   MBRIDGE_VERIFY_PYTHON="$py" scripts/verify.sh --mbridge-src "$src" --conformance || say "verify did not pass: read its lines above"
 fi
-say "what changed (review it; then scripts/gen_references.py and the tests):"
+say "what changed (review it; then python3 scripts/gen_all.py: the reference pages, card.yaml and the generated blocks; and the tests):"
 git diff --stat -- mbridge_overlap/data
 "$py" -W ignore -m mbridge_overlap anchors || true
