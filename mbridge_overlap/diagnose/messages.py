@@ -527,9 +527,12 @@ class Catalog:
         amount of literal text matched)."""
         if not line:
             return []
+        found = None
         if len(line) <= MAX_LINE_CHARS and "\x1b" not in line:
-            # the common case, kept short: a line that shows no anchor costs a split and a set lookup per piece
-            if self._anchor_words.isdisjoint(line.split()):
+            # the common case, kept short: a line that shows no anchor costs a split and a set lookup per piece; the
+            # pieces are those of the cleaned line too (cleaning it only strips or turns line ends into whitespace)
+            found = self._anchor_words.intersection(line.split())
+            if not found:
                 for sub in self._contains_keys:
                     if sub in line:
                         break
@@ -537,7 +540,7 @@ class Catalog:
                     return []
         text = clean(line)
         if len(text) <= MAX_LINE_CHARS:
-            return self._match(text, 0)
+            return self._match(text, 0, found)
         head = self._match(text[:MAX_LINE_CHARS], 0)
         cut = len(text) - MAX_LINE_CHARS
         tail = self._match(text[cut:], cut)

@@ -15,9 +15,8 @@ import re
 import stat
 import sys
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 from ..errors import UsageError
 from ..safeio import esc, open_input, reason
@@ -41,8 +40,9 @@ _INNER_RANK = re.compile(r"\[rank(\d{1,7})\]:")
 _PATH_RANK = re.compile(r"rank[_-]?(\d{1,7})(?!\d)", re.I)
 
 
-@dataclass(frozen=True)
-class Line:
+class Line(NamedTuple):
+    """One line of a log (a named tuple: millions are made, each in a fraction of a frozen dataclass's time)."""
+
     source: str  # the file as given ("-" for standard input)
     number: int  # 1-based line number in that source
     rank: str | None  # "3" (a global rank), "local 3" (torchrun's local rank), None: not known
@@ -107,12 +107,12 @@ def _lines(source: str, stdin) -> Iterator[Line]:
         stream = os.fdopen(open_input(source, MAX_LOG_BYTES), "rb")
         path_rank = rank_of_path(source)
     try:
-        for number, (head, tail, cut) in enumerate(_raw_lines(_chunks(stream, source)), 1):
-            text = head.decode("utf-8", "replace")
-            if tail:
-                text += (CUT.format(n=cut) if cut else "") + tail.decode("utf-8", "replace")
-            rank, text = split_prefix(text)
-            yield Line(source, number, rank if rank is not None else path_rank, text, cut)
+        number = 0
+        for texts, cuts in _texts(_chunks(stream, source)):
+            for i, text in enumerate(texts):
+                number += 1
+                rank, text = split_prefix(text)
+                yield Line(source, number, rank if rank is not None else path_rank, text, cuts[i] if cuts else 0)
     finally:
         if stream is not stdin and source != "-":
             stream.close()
@@ -157,28 +157,57 @@ def _inflate(stream, data: bytes) -> Iterator[bytes]:
             return
 
 
-def _raw_lines(chunks: Iterator[bytes]) -> Iterator[tuple[bytes, bytes, int]]:
-    """(head, tail, bytes dropped between them) for each line: a line of up to MAX_LINE bytes is all head; at most
-    2 x MAX_LINE bytes of any line are held."""
-    head, tail, dropped = b"", b"", 0
+def _texts(chunks: Iterator[bytes]) -> Iterator[tuple[list, list | None]]:
+    """The decoded lines of the chunks, a list of them at a time, with the bytes left out of each (None: none cut).
+    A line of up to MAX_LINE bytes is decoded whole; a longer one keeps its first and its last MAX_LINE bytes
+    (_grow), decoded apart, CUT between them when bytes were left out; at most 2 x MAX_LINE bytes of a line are held.
+    The complete lines of a chunk are decoded in one call: a newline byte never belongs to a UTF-8 sequence, so
+    that decodes each line as decoding it alone would."""
+    head, tail, dropped = b"", b"", 0  # the line under way
     for chunk in chunks:
-        parts = chunk.split(b"\n")
-        for i, part in enumerate(parts):
-            if i:
-                yield head, tail, dropped
-                head, tail, dropped = b"", b"", 0
-            if not tail and len(head) + len(part) <= MAX_LINE:
-                head = head + part if head else part
-                continue
-            if not tail:
-                room = MAX_LINE - len(head)
-                head, part = head + part[:room], part[room:]
-            tail += part
-            if len(tail) > MAX_LINE:
-                dropped += len(tail) - MAX_LINE
-                tail = tail[-MAX_LINE:]
+        first = chunk.find(b"\n")
+        if first == -1:
+            head, tail, dropped = _grow(head, tail, dropped, chunk)
+            continue
+        last = chunk.rfind(b"\n")
+        head, tail, dropped = _grow(head, tail, dropped, chunk[:first])
+        out, cuts = [_text(head, tail, dropped)], [dropped]
+        if first < last:
+            middle = chunk[first + 1:last]
+            if len(middle) <= MAX_LINE or max(map(len, middle.split(b"\n"))) <= MAX_LINE:
+                out += middle.decode("utf-8", "replace").split("\n")
+                cuts += [0] * (len(out) - 1) if dropped else ()
+            else:
+                for part in middle.split(b"\n"):
+                    h, t, d = _grow(b"", b"", 0, part)
+                    out.append(_text(h, t, d))
+                    cuts.append(d)
+        yield out, (cuts if any(cuts) else None)
+        head, tail, dropped = _grow(b"", b"", 0, chunk[last + 1:])
     if head or tail:
-        yield head, tail, dropped
+        yield [_text(head, tail, dropped)], [dropped] if dropped else None
+
+
+def _grow(head: bytes, tail: bytes, dropped: int, part: bytes) -> tuple[bytes, bytes, int]:
+    """The line under way with `part` added: its first MAX_LINE bytes (head), its last MAX_LINE bytes after those
+    (tail), and how many bytes between them were dropped."""
+    if not tail and len(head) + len(part) <= MAX_LINE:
+        return (head + part if head else part), tail, dropped
+    if not tail:
+        room = MAX_LINE - len(head)
+        head, part = head + part[:room], part[room:]
+    tail += part
+    if len(tail) > MAX_LINE:
+        dropped += len(tail) - MAX_LINE
+        tail = tail[-MAX_LINE:]
+    return head, tail, dropped
+
+
+def _text(head: bytes, tail: bytes, dropped: int) -> str:
+    text = head.decode("utf-8", "replace")
+    if tail:
+        text += (CUT.format(n=dropped) if dropped else "") + tail.decode("utf-8", "replace")
+    return text
 
 
 def split_prefix(text: str) -> tuple[str | None, str]:

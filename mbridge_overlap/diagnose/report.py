@@ -260,7 +260,7 @@ def compare(before: Scan, after: Scan) -> tuple[dict, Finding | None]:
 def _times(scan: Scan) -> list:
     out = []
     for times in scan.iterations.values():
-        out += [ms for _it, ms in times[1:]]
+        out += times[1:]
     return out
 
 

@@ -2,12 +2,14 @@
 needs (Bridge's configuration summary, the TP size, userbuffers' start-up, iteration times).
 
 Memory is bounded by the catalog, not by the log: a group per message (its first line kept, its ranks as a set capped
-at MAX_RANKS), a capped list of iteration times, one summary block.
+at MAX_RANKS), iteration times in arrays of doubles (capped per log and in all), at most MAX_FRAMES open tracebacks,
+one summary block.
 """
 
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass, field
 
 from . import causes
@@ -16,6 +18,8 @@ from .reader import Line
 
 MAX_RANKS = 4096  # rank labels kept per message (the count goes on)
 MAX_ITERATIONS = 100_000  # iteration times kept per log
+MAX_ITERATION_TIMES = 1_000_000  # and in all (8 MB)
+MAX_FRAMES = 4096  # tracebacks under way at once (one per source and rank); the oldest is forgotten past it
 MAX_SHOWN = 2000  # characters of a logged line kept for the report
 _ITERATION = re.compile(r"\biteration\s+(\d{1,12})/\s*(\d{1,12})\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9]{1,12}(?:\.[0-9]*)?)")
 _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
@@ -52,9 +56,10 @@ class Scan:
     catalog: Catalog
     summary: object | None = None  # a diagnose.summary.Summary, fed until its block is complete
     groups: dict = field(default_factory=dict)  # entry id -> Group, in order of first appearance
-    iterations: dict = field(default_factory=dict)  # source -> [(iteration, ms)]
+    iterations: dict = field(default_factory=dict)  # source -> array('d') of the ms per iteration, in log order
     facts: dict = field(default_factory=dict)  # tp_size, ub_started, ub_multicast, ub_domains
     lines: int = 0
+    times: int = 0  # iteration times kept, all sources
     sources: dict = field(default_factory=dict)  # source -> {"lines": n, "ranks": set}
     _frames: dict = field(default_factory=dict)  # (source, rank) -> [path, line, function, source line or None]
 
@@ -74,6 +79,8 @@ class Scan:
         if 'File "' in text:
             parsed = parse_frame(text)
             if parsed is not None:
+                if key not in self._frames and len(self._frames) >= MAX_FRAMES:
+                    del self._frames[next(iter(self._frames))]
                 self._frames[key] = [*parsed, None, _indent(text)]
                 return
         if frame is not None and frame[3] is None and _indent(text) > frame[4]:
@@ -135,12 +142,16 @@ class Scan:
                 domains[int(hit.groups[0])] = ranks
 
     def _iteration(self, line: Line) -> None:
+        times = self.iterations.get(line.source)
+        if self.times >= MAX_ITERATION_TIMES or (times is not None and len(times) >= MAX_ITERATIONS):
+            return
         m = _ITERATION.search(clean(line.text))
         if m is None:
             return
-        times = self.iterations.setdefault(line.source, [])
-        if len(times) < MAX_ITERATIONS:
-            times.append((int(m.group(1)), float(m.group(3))))
+        if times is None:
+            times = self.iterations[line.source] = array("d")
+        times.append(float(m.group(3)))
+        self.times += 1
 
 
 def _indent(text: str) -> int:
