@@ -27,9 +27,26 @@ def _keep_skill_folder_clean() -> None:
 _keep_skill_folder_clean()
 
 # Every verb is in mbridge_overlap.api; those whose names no submodule uses are re-exported here (lint, diff, trace
-# and anchors are also module names, so they are reached as mbridge_overlap.api.lint and so on).
-from .api import explain, plan, presets, recipes, release_table, resolve, suites  # noqa: E402 (after the clean-up above)
-from .errors import UsageError  # noqa: E402
+# and anchors are also module names, so they are reached as mbridge_overlap.api.lint and so on). They and the
+# submodules are imported on first use, so that the command line imports only what the verb asked for needs.
+from .errors import UsageError  # noqa: E402 (after the clean-up above)
 
 __all__ = ["resolve", "plan", "recipes", "presets", "explain", "release_table", "suites", "UsageError"]
+
+
+def __getattr__(name: str):
+    if name in __all__:
+        from . import api
+
+        return getattr(api, name)
+    import importlib
+
+    try:
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __version__ = "0.2.0"

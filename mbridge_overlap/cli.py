@@ -8,11 +8,41 @@ import os
 import re
 import sys
 
-from . import api, releases, safeio, text
+from . import releases, safeio
 from .errors import UsageError
-from .request import parse_override
 
 PROG = "mbridge-overlap"
+
+
+class _OnFirstUse:
+    """A module imported when a command first uses it: a cold start imports only what the verb asked for needs."""
+
+    def __init__(self, load):
+        self._load = load
+
+    def __getattr__(self, name):
+        return getattr(self._load(), name)
+
+
+def _api():
+    from . import api
+
+    return api
+
+
+def _text():
+    from . import text
+
+    return text
+
+
+api, text = _OnFirstUse(_api), _OnFirstUse(_text)
+
+
+def parse_override(token: str):
+    from .request import parse_override as parse
+
+    return parse(token)
 
 
 def _positive_int(value: str) -> int:
@@ -25,9 +55,32 @@ def _positive_int(value: str) -> int:
     return number
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, learning the terminal's width only when it formats: argparse makes one for every
+    add_argument (to check the metavar), and the width costs a cold start shutil's import (with zlib, bz2 and lzma)."""
+
+    def __init__(self, prog, *args, **kwargs):
+        self._size_later = None
+        if len(args) < 3 and "width" not in kwargs:  # (indent_increment, max_help_position, width)
+            self._size_later = (prog, args, dict(kwargs))
+            kwargs["width"] = 80
+        super().__init__(prog, *args, **kwargs)
+
+    def format_help(self):
+        if self._size_later:
+            prog, args, kwargs = self._size_later
+            sized = argparse.HelpFormatter(prog, *args, **kwargs)  # the width and help position argparse itself picks
+            self._width, self._max_help_position = sized._width, sized._max_help_position
+            self._size_later = None
+        return super().format_help()
+
+
 class _Parser(argparse.ArgumentParser):
     """Bad arguments get one line naming the problem (and --help for more), exit status 2; help goes through the
     same stdout writer as every answer (a closed or full stdout is an error, not a silent exit 0)."""
+
+    def __init__(self, *args, formatter_class=_Formatter, **kwargs):
+        super().__init__(*args, formatter_class=formatter_class, **kwargs)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {safeio.message(message)} (see --help)\n")
@@ -203,11 +256,14 @@ def _trace_args(p):
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The command line. With `argv`, only the verb it names gets its arguments (the others are listed for --help)."""
+    """The command line. With `argv`, only the verb it names gets a parser (without one, or naming no verb, every verb
+    is listed for --help and the usage error)."""
     parser = _Parser(prog=PROG, description="Megatron-Bridge TP/DP/PP communication overlap: what Bridge will do, and what to set.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog=PROG)  # the prog argparse would format usage for
     asked = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     for name, (help_text, add, _run) in VERBS.items():
+        if asked in VERBS and name != asked:
+            continue  # a verb was asked for: the others' parsers are never built
         p = sub.add_parser(name, help=help_text)
         if argv is None or name == asked:
             add(p)

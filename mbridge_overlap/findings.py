@@ -7,7 +7,6 @@ and the effective values its message states (`asserts`, checked against `effecti
 
 from __future__ import annotations
 
-import string
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -56,6 +55,8 @@ def record(finding_id: str) -> dict:
 
 
 def template_fields(text: str) -> set:
+    import string
+
     return {name for _, name, _, _ in string.Formatter().parse(text) if name}
 
 

@@ -9,9 +9,9 @@ the same effective values (runtime_config_update() is a fixed point of its own o
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from . import request, safeio, schema
 from .errors import UsageError

@@ -15,13 +15,17 @@ takes the default below, an empty text is an error, and `assumed` says where eac
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
 
 from . import catalog, machine, releases, request, resolver, runconfig
 from .errors import UsageError
 from .request import Request
 from .safeio import shown
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about 2 ms
+    from typing import Any
 
 
 @dataclass

@@ -9,7 +9,10 @@ OptimizerConfig) and CommOverlapConfig. tests/bridge checks every value here aga
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about 2 ms
+    from typing import Any
 
 BOOL, INT, OPT_INT, OPT_BOOL, CHOICE, PRESET = "bool", "int", "opt_int", "opt_bool", "choice", "preset"
 OPT_CHOICE, OPT_PATH, STR_LIST = "opt_choice", "opt_path", "str_list"
