@@ -239,7 +239,10 @@ def verdict(checks: list, plan, version: str, started: float) -> dict:
         result, code = "INCOMPLETE", 3
     else:
         result, code = "PASS", 0
+    from ..contract import SCHEMA_VERSION
+
     return {
+        "schema_version": SCHEMA_VERSION,
         "verdict": result,
         "exit_code": code,
         "bridge_version": version,
