@@ -62,8 +62,9 @@ HELD_OUT_FLOOR = 10  # measured 2026-12-01: 10 of 15 (the closing note of issue 
 
 @pytest.mark.parametrize("name", sorted(BRIDGE), ids=sorted(BRIDGE))
 def test_real_bridge_logs_name_the_finding_the_manifest_expects(name):
+    """With the run's GPU count (the configuration summary does not print it), as `diagnose LOG --gpus N`."""
     sc = BRIDGE[name]
-    d = api.diagnose([LOGS / "bridge-0.6.2" / f"{name}.log"]).to_dict()
+    d = api.diagnose([LOGS / "bridge-0.6.2" / f"{name}.log"], gpus=sc["world_size"]).to_dict()
     ids = {c["id"] for c in d["causes"]} | set(d["config"].get("findings") or ())
     if sc["expected_finding"]:
         assert sc["expected_finding"] in ids, (sorted(ids), d["notes"])
@@ -279,3 +280,15 @@ def test_userbuffers_domain_lines_show_a_tp_group_across_nvlink_domains():
     assert cause["predicted"] is True and "nvlink_domain=4" in cause["analysis"]
     fine = _diagnose_text(text.replace("size 8", "size 4"))
     assert fine["facts"]["tp_groups_across_domains"] == [] and not fine["found"]
+
+
+def test_the_summary_alone_does_not_give_the_world_size():
+    d = api.diagnose([LOGS / "bridge-0.6.2" / "tp_overlap_no_sequence_parallel.log"]).to_dict()
+    assert d["config"] == {} or d["config"].get("from") is None or "gpus" not in d["config"]
+    assert any("--gpus" in n for n in d["notes"])
+
+
+def test_findings_that_rest_on_what_the_summary_does_not_print_are_left_out():
+    d = api.diagnose([LOGS / "bridge-0.6.2" / "tp_overlap_no_sequence_parallel.log"], gpus=2).to_dict()
+    assert d["config"]["from"] and "comm_overlap" in d["config"]["not_printed"]
+    assert not {"COMM_OVERLAP_ABSENT", "TP_OVERLAP_UNGATED", "LAUNCH_ENV_NOT_SET"} & set(d["config"]["findings"])

@@ -179,9 +179,10 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
     from ..checks import RAISERS
 
     analysis = analyze(scenario)
-    found = {f.id: f for f in analysis.findings}
+    known = [f for f in analysis.findings if not rests_on(f.when, f.knobs, unknown)]
+    found = {f.id: f for f in known}
     diag.config.update({"from": origin, "not_printed": list(unknown), "gpus": scenario.gpus,
-                        "findings": [f.id for f in analysis.findings]})
+                        "findings": list(dict.fromkeys(f.id for f in known))})
     for cause in diag.causes:
         fid = cause.finding.id
         rec = findings.record(fid)
@@ -200,19 +201,41 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
                 cause.how = ("the config analysis predicts it once the machine facts the log shows are given: "
                              + ", ".join(f"{k}={v}" for k, v in facts.items()))
                 continue
-        blind = [k for k in rec.get("knobs") or () if k.partition(".")[0] in unknown]
-        if blind:
-            cause.how = f"the printed config does not say {', '.join(blind)}, which decides it"
+        if "comm_overlap" in unknown and rec.get("when") not in RUN_PHASES:
+            cause.how = ("decided at the config step, and Bridge's summary is printed after it: it shows what the step "
+                         "left, not what was requested")
+            continue
+        if rests_on(rec.get("when"), rec.get("knobs") or (), unknown):
+            cause.how = "the printed config does not hold what decides it (the launch environment, or a field not printed)"
             continue
         cause.predicted = False
         cause.how = ("the config analysis did not predict it: a gap in the rules (please report it with this log)")
     shown = {c.finding.id for c in diag.causes}
-    for f in analysis.errors:
+    for f in (f for f in known if f.severity == "error"):
         if f.id not in shown:
             rec = findings.record(f.id)
             diag.causes.append(Cause(f, [], rec.get("overlap_related", True), True,
                                      f"predicted by the config analysis (fails at {f.when or 'config'}); the log does not show "
                                      "it: the run stopped before, or the log is cut"))
+
+
+RUN_PHASES = ("setup", "step", "steady")
+
+
+def rests_on(when: str | None, knobs, unknown) -> bool:
+    """An analysis finding that rests on an input the config source does not give. Bridge's summary is printed after
+    the config step: it holds what runs (model, ddp, optimizer) but neither the request (comm_overlap) nor the
+    environment. So a finding about the request (a comm_overlap knob) says something only about what happens in the
+    run (setup, step, steady); one about env_vars reads the environment; a dotted key the source names as not printed
+    reads nothing known."""
+    gone = set(unknown)
+    for k in knobs:
+        section = k.partition(".")[0]
+        if section == "comm_overlap" and "comm_overlap" in gone and when not in RUN_PHASES:
+            return True
+        if section == "env_vars" and {"env_vars", "launcher_env"} & gone or "." in k and k in gone:
+            return True
+    return False
 
 
 def _shown_facts(diag: Diagnosis, rec: dict) -> dict:

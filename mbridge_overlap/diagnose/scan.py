@@ -24,6 +24,8 @@ MAX_SHOWN = 2000  # characters of a logged line kept for the report
 _ITERATION = re.compile(r"\biteration\s+(\d{1,12})/\s*(\d{1,12})\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9]{1,12}(?:\.[0-9]*)?)")
 _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
 _TP_SIZE = "> initialized tensor model parallel with size "
+_WORLD = "using world size: "  # Megatron-LM's validate_args / validate_yaml
+_GRID = re.compile(r"> initialized HyperCommGrid (?:for language model )?with tp=(\d+), pp=(\d+), cp=(\d+), dp=(\d+)")
 
 
 @dataclass
@@ -129,6 +131,12 @@ class Scan:
     def _fact(self, entry: Entry, hit) -> None:
         if entry.template and entry.template.startswith(_TP_SIZE) and hit.groups and hit.groups[0].isdigit():
             self.facts.setdefault("tp_size", int(hit.groups[0]))
+        elif entry.template and entry.template.startswith(_WORLD) and hit.groups and hit.groups[0].isdigit():
+            self.facts.setdefault("world_size", int(hit.groups[0]))
+        elif entry.template and "HyperCommGrid" in entry.template:
+            m = _GRID.search(hit.text)
+            if m:
+                self.facts.setdefault("world_size", int(m[1]) * int(m[2]) * int(m[3]) * int(m[4]))
         elif entry.id == "native.ub_create_communicator":
             self.facts["ub_started"] = True
         elif entry.id == "native.ub_mc_initialized":

@@ -46,7 +46,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
         diag.compare, drop = report.compare(scans[0][1], scans[1][1])
         if drop is not None:
             diag.causes.insert(0, report.Cause(drop, [], True))
-        _config_changes(diag, scans, release)
+        _config_changes(diag, scans, release, gpus)
     _link_config(diag, scans[-1][1], release, config, recipe, overrides, gpus, inputs)
     return diag
 
@@ -102,9 +102,10 @@ def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inp
         origin, unknown = "the given config" + (" and recipe" if recipe else ""), ()
     elif summary is not None and summary.done:
         mapping = summary.config(release)
-        world = gpus or _world(summary.sections)
+        world = gpus or _world(scan)
         if world is None:
-            diag.notes.append("the log holds Bridge's configuration summary, but not the GPU count: pass --gpus to analyse it")
+            diag.notes.append("the log holds Bridge's configuration summary but not the world size: pass --gpus N to analyse "
+                              "the config it prints")
             return
         sc = scenario.build(config=mapping, gpus=world, bridge_version=release.version, **inputs)
         origin, unknown = "Bridge's configuration summary in the log", tuple(summary.unknown)
@@ -116,22 +117,13 @@ def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inp
     report.link(diag, sc, origin, unknown)
 
 
-def _world(sections: dict) -> int | None:
-    """The world size the summary implies: its [dataset] data_parallel_size (Bridge sets it from the process groups)
-    times TP x PP x CP of [model] (a size not printed is Megatron-Core's default, 1)."""
-    model = sections.get("model") or {}
-    size = (sections.get("dataset") or {}).get("data_parallel_size")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        return None
-    for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-        v = model.get(k, 1)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            return None
-        size *= v
-    return size
+def _world(scan: Scan) -> int | None:
+    """The world size the log states (Megatron-LM's "using world size: N", Bridge's HyperCommGrid line); the
+    configuration summary does not print it (its dataset.data_parallel_size is the dataset config's own field)."""
+    return scan.facts.get("world_size")
 
 
-def _config_changes(diag, scans, release) -> None:
+def _config_changes(diag, scans, release, gpus) -> None:
     """With both runs' configuration summaries: diff's overlap-relevant changes between them."""
     from .. import scenario
     from ..diff import diff
@@ -139,12 +131,9 @@ def _config_changes(diag, scans, release) -> None:
     sides = []
     for _label, scan in scans:
         s = scan.summary
-        if s is None or not s.done:
+        world = gpus or _world(scan)
+        if s is None or not s.done or world is None:
             return
-        mapping = s.config(release)
-        world = _world(s.sections)
-        if world is None:
-            return
-        sides.append(scenario.build(config=mapping, gpus=world, bridge_version=release.version))
+        sides.append(scenario.build(config=s.config(release), gpus=world, bridge_version=release.version))
     result = diff(*sides, labels=("before", "after"))
     diag.compare["config_changes"] = [c.to_dict() for c in result.changes]
