@@ -104,6 +104,7 @@ def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inp
         mapping = summary.config(release)
         world = gpus or _world(scan)
         if world is None:
+            diag.config = {"from": None}
             diag.notes.append("the log holds Bridge's configuration summary but not the world size: pass --gpus N to analyse "
                               "the config it prints")
             return
