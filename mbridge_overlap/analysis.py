@@ -7,12 +7,12 @@ for fix proofs goes through `state_of` too, so a fix is proven on the same path 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 from . import checks  # noqa: F401 (importing it registers the checks that proof.collect runs)
 from . import findings, launch_env, layout, resolver
 from .contract import SCHEMA_VERSION
 from .proof import collect
+from .records import dataclass, field
 from .scenario import Scenario
 
 

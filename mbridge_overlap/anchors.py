@@ -17,12 +17,12 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
 from . import releases, safeio
 from .errors import UsageError
+from .records import dataclass, field
 from .fingerprint import Measure, measure, missing
 from .releases import DATA_DIR, load_yaml, version_key
 

@@ -7,11 +7,11 @@ in the catalog); for a recipe real Bridge rejected, the row says so with Bridge'
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 
 from . import catalog, layout, releases
 from .errors import UsageError
 from .contract import SCHEMA_VERSION
+from .records import dataclass
 from .safeio import shown
 
 _ENV_SHOWN = ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FWD_LAYERNORM_SM_MARGIN", "NCCL_P2P_NET_CHUNKSIZE", "NCCL_NVLS_ENABLE")

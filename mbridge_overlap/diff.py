@@ -8,13 +8,13 @@ changes that are not overlap settings. Ranked by expected impact on step time (I
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 
 from . import findings, runconfig, safeio, schema
 from .checks.common import on_overlap_path
 from .analysis import Analysis, analyze, state_of
 from .contract import SCHEMA_VERSION
 from .checks import declare
+from .records import dataclass, field, replace
 from .scenario import Scenario
 from .errors import UsageError
 from .values import fmt

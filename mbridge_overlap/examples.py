@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import findings
 from .example_command import command  # noqa: F401 (the command line that runs an example, as explain shows it)
+from .records import dataclass
 
 SAVED = Path(__file__).resolve().parent.parent / "tests" / "data" / "run_configs" / "baseline.yaml"
 

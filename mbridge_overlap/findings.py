@@ -7,10 +7,10 @@ and the effective values its message states (`asserts`, checked against `effecti
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 from .errors import UsageError
+from .records import dataclass, field
 from .releases import DATA_DIR, load_yaml
 from .suggest import closest
 

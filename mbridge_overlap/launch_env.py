@@ -8,9 +8,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import releases
+from .records import dataclass
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ needs a saved run_config.yaml: the effective values it saved against the ones th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from . import findings, layout, scenario
 from .analysis import Analysis, analyze
 from .checks import declare
 from .errors import UsageError
+from .records import dataclass
 from .values import fmt
 
 declare("lint.saved_differs", ["SAVED_EFFECTIVE_DIFFERS"])

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import releases
 from .errors import UsageError
+from .records import dataclass, field
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,12 @@ that recipe, keeps its choices, and changes only what the layout flags change or
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
 from . import catalog, findings, launch_env, layout, releases, scenario, ub_presets
 from .analysis import Analysis, analyze
 from .checks import declare
 from .errors import UsageError
+from .records import dataclass, field
 from .safeio import shown
 from .values import fmt
 

@@ -10,11 +10,11 @@ a more severe (or earlier) finding's fix sets otherwise: no two fixes of one con
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import replace
 
 from . import findings, registry
 from .errors import UsageError
 from .findings import Finding, Shell, overrides_text, shell
+from .records import replace
 from .resolver import State
 
 BLOCKING = ("warning", "error")

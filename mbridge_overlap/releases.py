@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from .errors import UsageError
+from .records import dataclass
 from .safeio import shown
 
 DATA_DIR = Path(__file__).parent / "data"

@@ -9,11 +9,11 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import catalog, safeio, schema
 from .errors import UsageError
+from .records import dataclass, field
 from .releases import Release, bridge_fields, preset_content
 from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
 from .suggest import closest

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 
 from . import catalog, machine, releases, request, resolver, runconfig
 from .errors import UsageError
+from .records import dataclass, field, replace
 from .request import Request
 from .safeio import shown
 
