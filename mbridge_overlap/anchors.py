@@ -11,11 +11,9 @@ so this runs in a second without torch.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
-import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -23,10 +21,20 @@ from pathlib import Path
 from . import releases, safeio
 from .errors import UsageError
 from .records import dataclass, field
-from .fingerprint import Measure, measure, missing
 from .releases import DATA_DIR, load_yaml, version_key
 
 __all__ = ["measure", "report"]
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only
+    from .fingerprint import Measure
+
+
+def measure(spec: dict, text: str):
+    """fingerprint.measure (ast, hashlib: imported when some code is read)."""
+    from .fingerprint import measure as measure_code
+
+    return measure_code(spec, text)
 
 DEFAULT_WINDOW = 20
 MAX_SOURCE_BYTES = 4 * 1024 * 1024  # the largest file cited (Megatron-Core's distrib_optimizer.py) is about 160 kB
@@ -198,6 +206,8 @@ _FIND = (
 def _dirs_in(python: str) -> dict:
     """{package name: directory} as another interpreter finds them (find_spec, isolated mode: no PYTHON* variables, no
     user site, not the working directory); {} when it cannot tell."""
+    import subprocess
+
     names = [n for n in PACKAGES if n != BRIDGE]
     try:
         run = subprocess.run([python, "-I", "-c", _FIND, *names], capture_output=True, text=True, timeout=FIND_TIMEOUT_S,
@@ -352,6 +362,8 @@ def compare(anchor: Anchor, got: Measure, recorded: list[dict], version: str) ->
 def hash_diff(old_hashes: list, new_hashes: list, new_lines: list, ref: str, context: int = 2) -> list[str]:
     """A unified diff of normalised source where only the new side has text (no upstream code is stored here):
     removed lines show as their line number in the `ref` release's normalised code."""
+    import difflib
+
     out = []
     for group in difflib.SequenceMatcher(None, old_hashes, new_hashes, autojunk=False).get_grouped_opcodes(context):
         a0, b0 = group[0][1], group[0][3]
@@ -370,6 +382,8 @@ def hash_diff(old_hashes: list, new_hashes: list, new_lines: list, ref: str, con
 
 def step_changes(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
     """Calls added (each with the call it follows) and removed, in order."""
+    import difflib
+
     added, removed = [], []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
         if tag in ("insert", "replace"):
@@ -416,6 +430,8 @@ def check(anchor_id: str, spec: dict, location: Location, recorded: list) -> Anc
         a.note = f"cannot read {spec['file']}: {type(exc).__name__}: {exc}"
         return a
     if got is None:
+        from .fingerprint import missing
+
         a.note = f"{missing(spec, text)} is not there any more: find the code, then update SKILL.md and anchors.yaml"
         return a
     span = find_lines(text, spec["lines"], spec.get("window", DEFAULT_WINDOW))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import findings, releases, scenario
+from . import findings, releases
 from .contract import SCHEMA_VERSION
 from .errors import UsageError
 
@@ -26,6 +26,7 @@ def resolve(overrides: Mapping[str, Any] | None = None, **inputs):
     ({"model.tensor_model_parallel_size": 4}), typed or as command-line strings. config: a ConfigContainer-shaped
     mapping or YAML path (a saved run_config.yaml or an override file), applied before the overrides. launcher_env:
     the environment the job is launched with (its values win over cfg.env_vars)."""
+    from . import scenario
     from .analysis import analyze
 
     return analyze(scenario.build(overrides=overrides, **inputs))
@@ -57,6 +58,7 @@ def diff(before=None, after=None, *, overrides: Mapping[str, Any] | None = None,
     A side is a run config (before/after), or a recipe (recipe for both, or recipe_before/recipe_after), at a GPU
     count (gpus for both, or gpus_before/gpus_after), with overrides (before_overrides; overrides go on AFTER): two
     saved runs, two recipes, one recipe at two GPU counts, or one config before and after overrides."""
+    from . import scenario
     from .diff import diff as run_diff
 
     if before is None and recipe is None and recipe_before is None:
