@@ -307,8 +307,6 @@ def cmd_resolve(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from . import render
-
     result = api.plan(
         tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, precision=args.precision, hidden_size=args.hidden_size,
         seq_length=args.seq_length, micro_batch_size=args.micro_batch_size, lora=args.lora, moe=args.moe,
@@ -332,6 +330,8 @@ def cmd_plan(args) -> int:
         env = {name: rule["value"] for name, rule in d["launch_env"].items()}
         why = {name: rule["why"] for name, rule in d["launch_env"].items()}
         release = result.analysis.scenario.release
+        from . import render
+
         out = render.snippet(args.format, overrides=d["overrides"], env=env, env_why=why, purpose=purpose, release=release.version,
                              env_vars_field=release.env_vars, plugin_args=result.perf_env_plugin_args(),
                              tp_comm_overlap=bool(d["effective"]["model"]["tp_comm_overlap"]))
@@ -480,7 +480,10 @@ def main(argv: list[str] | None = None) -> int:
 def _terminate_on_signals() -> None:
     """SIGTERM and SIGHUP (a harness's time-out, a closed terminal) end the command as SystemExit(128 + signal) in
     the main thread, so every `finally` runs: no temporary --output file is left, worker processes are stopped."""
-    import signal
+    try:
+        import _signal as signal  # what signal.signal calls; the signal module's enums cost a cold start 0.6 ms
+    except ImportError:
+        import signal
 
     def handler(signum, frame):
         signal.signal(signum, signal.SIG_DFL)  # a second signal ends the process at once

@@ -205,7 +205,7 @@ class Release:
         return dict(data()["mixed_precision"][key])
 
     def presets(self) -> list[Preset]:
-        return [Preset.parse(n) for n in data()["tp_overlap_presets"]]
+        return list(_presets())
 
     def preset(self, name: str) -> Preset:
         names = data()["tp_overlap_presets"]
@@ -218,6 +218,12 @@ class Release:
                 + (f"; did you mean '{hint}'?" if hint else "; run 'mbridge-overlap presets' for the list")
             )
         return Preset.parse(name)
+
+
+@lru_cache(maxsize=None)
+def _presets() -> tuple:
+    """Every preset, parsed once (plan asks about a dozen times)."""
+    return tuple(Preset.parse(n) for n in data()["tp_overlap_presets"])
 
 
 def versions() -> list[str]:
