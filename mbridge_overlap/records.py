@@ -5,9 +5,10 @@ per class, asking inspect for each one's signature: for the twenty classes a col
 quarter of its run. `dataclass` here makes the same classes for what this package uses: the fields are the class's
 annotations in order, each with its default or field(default=, default_factory=, repr=, compare=); eq always, frozen
 on request (then hashable, from the compared fields); __init__, __repr__, __eq__, __hash__, __setattr__ and
-__delattr__ behave as dataclasses writes them; replace() makes a changed copy. No base class may have fields, and
-there is no fields()/asdict() (nothing here uses them). tests/test_records.py holds these classes to dataclasses'.
-The trace package and the Bridge adapter, off that path, keep the standard library's.
+__delattr__ behave as dataclasses writes them; replace() makes a changed copy. No base class may have fields. The
+dataclasses module's own functions (replace, fields, asdict, is_dataclass) work on a record too: its
+__dataclass_fields__ are made, with dataclasses, the first time something asks for them. tests/test_records.py holds
+these classes to dataclasses'. The trace package and the Bridge adapter, off that path, keep the standard library's.
 """
 
 from __future__ import annotations
@@ -54,8 +55,24 @@ def replace(obj, /, **changes):
     return obj.__class__(**changes)
 
 
+class _DataclassFields:
+    """A record's __dataclass_fields__, for the dataclasses module's functions: those of the dataclass that the same
+    declaration makes, built (importing dataclasses) on first use and then kept on the class."""
+
+    def __get__(self, obj, owner):
+        import dataclasses
+
+        namespace = {"__annotations__": {f.name: "object" for f in owner.__record_fields__}, "__module__": owner.__module__}
+        for f in owner.__record_fields__:
+            namespace[f.name] = dataclasses.field(**{k: v for k, v in (("default", f.default), ("default_factory", f.default_factory))
+                                                     if v is not _MISSING}, repr=f.repr, compare=f.compare)
+        made = dataclasses.dataclass(type(owner.__name__, (), namespace)).__dataclass_fields__
+        owner.__dataclass_fields__ = made
+        return made
+
+
 def _fields(cls) -> tuple:
-    if any("__record_fields__" in vars(base) or "__dataclass_fields__" in vars(base) for base in cls.__mro__[1:]):
+    if any("__dataclass_fields__" in vars(base) for base in cls.__mro__[1:]):
         raise TypeError(f"{cls.__name__}: a record's base classes have no fields")
     out, defaulted = [], None
     for name, kind in cls.__dict__.get("__annotations__", {}).items():
@@ -103,6 +120,7 @@ def _init(cls, fields: tuple, frozen: bool):
 def _make(cls, frozen: bool):
     fields = _fields(cls)
     cls.__record_fields__ = fields
+    cls.__dataclass_fields__ = _DataclassFields()
     names = tuple(f.name for f in fields)
     shown = tuple(f.name for f in fields if f.repr)
     compared = tuple(f.name for f in fields if f.compare)

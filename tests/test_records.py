@@ -155,3 +155,16 @@ def test_each_package_record_is_what_dataclasses_would_make(where, node):
     s, o = std(**dict.fromkeys(required, 0)), ours(**dict.fromkeys(required, 0))
     assert repr(s) == repr(o) and vars(s) == vars(o)
     assert (std.__hash__ is None) == (ours.__hash__ is None)
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_the_dataclasses_functions_work_on_a_record(frozen):
+    std, ours = _declare(dataclasses, frozen), _declare(records, frozen)
+    s, o = std(1, c=[2]), ours(1, c=[2])
+    assert dataclasses.is_dataclass(o) and dataclasses.is_dataclass(ours)
+    assert [(f.name, f.repr, f.compare) for f in dataclasses.fields(o)] == [(f.name, f.repr, f.compare) for f in dataclasses.fields(s)]
+    assert dataclasses.asdict(o) == dataclasses.asdict(s) and dataclasses.astuple(o) == dataclasses.astuple(s)
+    changed = dataclasses.replace(o, a=3, b="z")
+    assert type(changed) is ours and (changed.a, changed.b, changed.c) == (3, "z", [2])
+    assert repr(changed) == repr(dataclasses.replace(s, a=3, b="z"))
+    assert not dataclasses.is_dataclass(records.Field())
