@@ -30,14 +30,16 @@ LOG_NAMES = re.compile(r"(?:\.(?:log|txt|out|err|stdout|stderr)|^(?:stdout|stder
 CUT = " [... {n:,} bytes left out ...] "
 _GZIP = 16 + zlib.MAX_WBITS
 
+# ASCII digits only (re.A): a launcher writes no other, and a rank is one label however it is written ([rank03] is 3)
 _PREFIX = re.compile(
     r"^(?:\[rank(?P<rank>\d{1,7})\]:"  # torch's own (c10 logging, tracebacks with TORCH_SHOW... / torchrun -r)
     r"|\[(?P<role>[A-Za-z_][A-Za-z_]*?)(?P<local>\d{1,7})\]:"  # torchrun --tee / --log-dir: [role local_rank]:
     r"|\[\d{1,7},(?P<mpi>\d{1,7})\]<(?:stdout|stderr)>:"  # mpirun --tag-output
-    r"|(?P<task>\d{1,7}): )"  # srun -l / --label
+    r"|(?P<task>\d{1,7}): )",  # srun -l / --label
+    re.A,
 )
-_INNER_RANK = re.compile(r"\[rank(\d{1,7})\]:")
-_PATH_RANK = re.compile(r"rank[_-]?(\d{1,7})(?!\d)", re.I)
+_INNER_RANK = re.compile(r"\[rank(\d{1,7})\]:", re.A)
+_PATH_RANK = re.compile(r"rank[_-]?(\d{1,7})(?!\d)", re.I | re.A)
 
 
 class Line(NamedTuple):
@@ -101,6 +103,8 @@ def lines(sources: Iterable[str], stdin=None) -> Iterator[Line]:
 
 def _lines(source: str, stdin) -> Iterator[Line]:
     if source == "-":
+        if stdin is None and sys.stdin is None:  # started with standard input closed
+            raise UsageError("-: standard input is closed; give the log's path")
         stream = stdin if stdin is not None else sys.stdin.buffer
         path_rank = None
     else:
@@ -218,18 +222,18 @@ def split_prefix(text: str) -> tuple[str | None, str]:
         if "[rank" in text[:160]:
             inner = _INNER_RANK.search(text, 0, 160)
             if inner:
-                return inner.group(1), text
+                return str(int(inner.group(1))), text
         return None, text
     rest = text[m.end():]
     if m["rank"] is not None:
-        return m["rank"], rest
+        return str(int(m["rank"])), rest
     if m["mpi"] is not None:
-        return m["mpi"], rest
+        return str(int(m["mpi"])), rest
     if m["task"] is not None:
-        return m["task"], rest
+        return str(int(m["task"])), rest
     inner = _PREFIX.match(rest)
     if inner is not None and inner["rank"] is not None:
-        return inner["rank"], rest[inner.end():]
+        return str(int(inner["rank"])), rest[inner.end():]
     return f"local {int(m['local'])}", rest
 
 
@@ -239,6 +243,7 @@ def rank_of_path(path: str) -> str | None:
     m = _PATH_RANK.search(p.name)
     if m:
         return str(int(m.group(1)))
-    if p.parent.name.isdigit() and len(p.parent.name) <= 7 and p.name.lower().startswith(("stdout", "stderr")):
+    if p.parent.name.isascii() and p.parent.name.isdigit() and len(p.parent.name) <= 7 \
+            and p.name.lower().startswith(("stdout", "stderr")):
         return f"local {int(p.parent.name)}"
     return None
