@@ -234,7 +234,7 @@ class _Matcher:
     """One line of a message: its compiled pattern (lazily) and what the cut-off rule needs."""
 
     __slots__ = ("entry", "part", "tokens", "source", "literal", "anchor", "anchor_end", "order", "_rx", "_heads",
-                 "ngroups", "_tail")
+                 "ngroups", "_tail", "_plan")
 
     def __init__(self, entry: Entry, part: int, tokens: list | None, source: str, order: int):
         self.entry, self.part, self.tokens, self.source, self.order = entry, part, tokens, source, order
@@ -245,12 +245,45 @@ class _Matcher:
         self._rx = None
         self._heads: dict = {}
         self._tail = None
+        self._plan = None
 
     @property
     def rx(self):
         if self._rx is None:
             self._rx = re.compile(self.source)
         return self._rx
+
+    def search(self, text: str):
+        """rx.search(text), in time linear in the text: sre backtracks through every split of a line among several
+        lazy fields when the rest fails (a line that repeats a message's delimiters without the message took hours at
+        2 KB). Here the regex runs once, anchored where _place finds the leftmost match."""
+        if self.tokens is None:
+            return self.rx.search(text)
+        if self._plan is None:
+            self._plan = _plan(self.tokens)
+        pieces, head = self._plan
+        if not pieces:
+            return self.rx.search(text)
+        at = _place(text, pieces, head, 0, len(text))
+        return None if at is None else self.rx.match(text, *at)
+
+    def head_search(self, i: int, text: str, end: int | None = None, open_field: bool = False):
+        """head(i, open_field).search(text, 0, end), in time linear in the text (as search; the head's fields take
+        newlines too, re.S)."""
+        rx = self.head(i, open_field)
+        hi = len(text) if end is None else end
+        key = ("plan", i, open_field)
+        plan = self._heads.get(key)
+        if plan is None:
+            toks = _edge(self.tokens[:i], tail=False)
+            # ending at the end: a last field of its own kind (int, float, hex) must end there
+            at_end = not open_field and bool(toks) and isinstance(toks[-1], Group) and toks[-1] not in (G_ANY, G_TAIL, G_HEAD)
+            plan = self._heads[key] = _plan(toks, at_end)
+        pieces, head = plan
+        if not pieces:  # a leading field alone: the token that ends at `end`
+            return rx.match(text, _run_start(text, hi, 0), hi) if head else rx.search(text, 0, hi)
+        at = _place(text, pieces, head, 0, hi, lines=False)
+        return None if at is None else rx.match(text, at[0], hi)
 
     def head(self, i: int, open_field: bool = False):
         """The pattern of tokens[:i] ending at the end of the text (with `open_field`, then the start of a field's
@@ -283,10 +316,10 @@ class _Matcher:
         # quick rejection: from some occurrence of the head anchor on, the text must follow the message's literal
         # part (and may end inside it)
         tail = self.anchor_tail()
+        n = len(text)
         p = text.rfind(self.anchor)
-        while p != -1:
-            rest = text[p:]
-            if tail.startswith(rest) if len(rest) <= len(tail) else rest.startswith(tail):
+        while p != -1:  # (no slice of the rest: a line may hold the anchor thousands of times)
+            if tail.startswith(text[p:]) if n - p <= len(tail) else text.startswith(tail, p):
                 break
             p = text.rfind(self.anchor, 0, p)
         else:
@@ -303,7 +336,7 @@ class _Matcher:
             if isinstance(tok, Group):  # cut inside this field's value
                 if seen[i] < need:
                     return None
-                m = self.head(i, open_field=True).search(text) if i else None
+                m = self.head_search(i, text, open_field=True) if i else None
                 if m:
                     return m.start(), _pad(m.groups(), self.ngroups)
                 continue
@@ -315,11 +348,76 @@ class _Matcher:
                 if seen[i] + k >= need and tok.startswith(text[p:]):
                     if i == 0:
                         return p, _pad((), self.ngroups)
-                    m = self.head(i).search(text, 0, p) if p else None
+                    m = self.head_search(i, text, p) if p else None
                     if m:
                         return m.start(), _pad(m.groups(), self.ngroups)
                 p = text.find(tok[0], p + 1)
         return None
+
+
+def _plan(tokens: list, at_end: bool = False) -> tuple[list, bool]:
+    """(pieces, head): how _place finds a line of tokens. The pieces are the runs of tokens between the fields that
+    take any text (a lazy or open field, and a leading token field: head True), each its literal text, or where it
+    holds an int, float or hex field, its compiled pattern (the last one ending at the end of the text if `at_end`)."""
+    head = bool(tokens) and isinstance(tokens[0], Group) and tokens[0] == G_HEAD
+    runs, run = [], []
+    for i, t in enumerate(tokens):
+        if isinstance(t, Group) and (t in (G_ANY, G_TAIL) or (i == 0 and t == G_HEAD)):
+            if run:
+                runs.append(run)
+            run = []
+        else:
+            run.append(t)
+    if run:
+        runs.append(run)
+    pieces = []
+    for k, run in enumerate(runs):
+        if any(isinstance(t, Group) for t in run):
+            end = at_end and k == len(runs) - 1
+            pieces.append(re.compile(pattern_of(run) + (r"\Z" if end else "")))
+        else:
+            pieces.append("".join(run))
+    return pieces, head
+
+
+def _place(text: str, pieces: list, head: bool, lo: int, hi: int, lines: bool = True) -> tuple[int, int] | None:
+    """(start, end of its line) of the leftmost match in text[lo:hi] of a line of pieces (_plan) between fields that
+    take any text but a newline (any text at all: lines False); None where there is none. No field nor literal takes
+    a newline, so a match lies in one line, and shows the pieces in order. Each line is tried once: each piece at its
+    first occurrence after the one before (the first where a later one only leaves a field less room: where that
+    fails on a line, no start on it succeeds), the match starting at the first piece (at the start of the token that
+    ends there with a leading field)."""
+    pos = lo
+    while True:
+        nl = text.find("\n", pos, hi) if lines else -1
+        end = hi if nl == -1 else nl
+        e, start = pos, None
+        for piece in pieces:
+            if isinstance(piece, str):
+                q = text.find(piece, e, end)
+                if q == -1:
+                    break
+                e = q + len(piece)
+            else:
+                mt = piece.search(text, e, end)
+                if mt is None:
+                    break
+                q, e = mt.span()
+            if start is None:
+                start = q
+        else:
+            return (_run_start(text, start, pos) if head else start), end
+        if nl == -1:
+            return None
+        pos = nl + 1
+
+
+def _run_start(text: str, q: int, lo: int) -> int:
+    """Where the whitespace-delimited token that ends at q starts (a leading field's leftmost start)."""
+    i = q
+    while i > lo and not text[i - 1].isspace():
+        i -= 1
+    return i
 
 
 def _pad(groups, n):
@@ -564,7 +662,7 @@ class Catalog:
             candidates = sorted({m for w in found for m in index[w]}.union(extra), key=lambda m: m.order)
         hits = []
         for m in candidates:
-            mt = m.rx.search(text)
+            mt = m.search(text)
             if mt is not None:
                 hits.append((False, m, Hit(m.entry, _pad(mt.groups(), m.ngroups or 0) if m.tokens is not None
                                            else tuple("" if g is None else g for g in mt.groups()),
