@@ -36,7 +36,7 @@ def _name_patterns() -> tuple:
 
 
 # A recipe reference as a user types it: a function name, optionally with its package or full import path.
-_REFERENCE = re.compile(r"^(?:megatron\.bridge\.)?(?:(?P<package>recipes|perf_recipes)\.(?:[a-z0-9_]+\.)*)?(?P<name>[A-Za-z0-9_]+)\Z")
+_REFERENCE = r"^(?:megatron\.bridge\.)?(?:(?P<package>recipes|perf_recipes)\.(?:[a-z0-9_]+\.)*)?(?P<name>[A-Za-z0-9_]+)\Z"  # re caches it
 
 
 def parse_name(name: str) -> dict:
@@ -175,7 +175,7 @@ def entries_where(version: str, keep) -> list[dict]:
 
 def lookup(reference: str, version: str) -> dict:
     """The catalog entry a user's recipe reference names; UsageError with the closest names otherwise."""
-    m = _REFERENCE.match(reference.strip()) if isinstance(reference, str) else None
+    m = re.match(_REFERENCE, reference.strip()) if isinstance(reference, str) else None
     if not m:
         raise UsageError("--recipe: expected a recipe function name such as llama3_70b_pretrain_64gpu_gb200_bf16_config")
     name, package = m.group("name"), m.group("package")

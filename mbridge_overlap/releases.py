@@ -12,7 +12,8 @@ from .safeio import shown
 
 DATA_DIR = Path(__file__).parent / "data"
 
-_PRESET_NAME = re.compile(
+# Patterns compiled on first use (re caches them): a cold start that needs neither does not pay for them.
+_PRESET_NAME = (
     r"^userbuffers_(?P<precision>bf16|fp8)_(?P<gpu>[a-z0-9]+)_h(?P<hidden_size>\d+)_tp(?P<tp>\d+)"
     r"(?:_cp(?P<cp>\d+))?_mbs(?P<micro_batch_size>\d+)_seqlen(?P<seq_length>\d+)(?P<lora>_lora)?\Z"
 )
@@ -136,7 +137,7 @@ class Preset:
 
     @classmethod
     def parse(cls, name: str) -> "Preset":
-        m = _PRESET_NAME.match(name)
+        m = re.match(_PRESET_NAME, name)
         if not m:
             raise ValueError(f"not a userbuffers preset name: {name}")
         g = m.groupdict()
@@ -234,7 +235,7 @@ def default_version() -> str:
     return data()["default_release"]
 
 
-_VERSION = re.compile(r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})")
+_VERSION = r"(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})"
 
 
 def version_key(version: str) -> tuple:
@@ -256,7 +257,7 @@ def _get(version: str) -> Release:
     if version in releases:
         return _release(version, releases[version], rules_of=version)
     known = sorted(releases, key=version_key)
-    if not _VERSION.fullmatch(version) or version_key(version) < version_key(known[-1]):
+    if not re.fullmatch(_VERSION, version) or version_key(version) < version_key(known[-1]):
         raise UsageError(f"--bridge-version: unknown Megatron-Bridge release {shown(version)}; supported: "
                          f"{', '.join(known)}, or a newer one (answered with {known[-1]}'s rules, unverified)")
     newer = data()["newer_releases"].get(version) or {}
