@@ -21,7 +21,10 @@ MAX_ITERATIONS = 100_000  # iteration times kept per log
 MAX_ITERATION_TIMES = 1_000_000  # and in all (8 MB)
 MAX_FRAMES = 4096  # tracebacks under way at once (one per source and rank); the oldest is forgotten past it
 MAX_SHOWN = 2000  # characters of a logged line kept for the report
-_ITERATION = re.compile(r"\biteration\s+(\d{1,12})/\s*(\d{1,12})\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9]{1,12}(?:\.[0-9]*)?)")
+# Bridge's training_log line: `iteration N/ M | ... | elapsed time per iteration (ms): X | ...`, found as the regex
+# _ITER_HEAD, then anything but a newline, then _ITER_MS would find it (_iteration_ms), in linear time
+_ITER_HEAD = re.compile(r"\biteration\s+(\d{1,12})/\s*(\d{1,12})\s*\|")
+_ITER_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9]{1,12}(?:\.[0-9]*)?)")
 _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
 _TP_SIZE = "> initialized tensor model parallel with size "
 _WORLD = "using world size: "  # Megatron-LM's validate_args / validate_yaml
@@ -153,13 +156,28 @@ class Scan:
         times = self.iterations.get(line.source)
         if self.times >= MAX_ITERATION_TIMES or (times is not None and len(times) >= MAX_ITERATIONS):
             return
-        m = _ITERATION.search(clean(line.text))
-        if m is None:
+        ms = _iteration_ms(clean(line.text))
+        if ms is None:
             return
         if times is None:
             times = self.iterations[line.source] = array("d")
-        times.append(float(m.group(3)))
+        times.append(float(ms))
         self.times += 1
+
+
+def _iteration_ms(text: str) -> str | None:
+    """The ms of the first iteration record in text: the first _ITER_MS after the leftmost _ITER_HEAD that one
+    follows on its line (the regex HEAD.*?MS, which backtracks quadratically over a line that repeats the head)."""
+    pos = 0
+    for m in _ITER_MS.finditer(text):
+        nl = text.rfind("\n", pos, m.start())
+        h = _ITER_HEAD.search(text, pos, m.start())
+        while h is not None and h.end() <= nl:  # on an earlier line than the ms
+            h = _ITER_HEAD.search(text, h.start() + 1, m.start())
+        if h is not None:
+            return m.group(1)
+        pos = m.start()  # (no head can hold the ms text: every head before it has been seen)
+    return None
 
 
 def _indent(text: str) -> int:
