@@ -121,6 +121,16 @@ def test_gzip_and_folders_of_rank_logs(tmp_path):
     assert len(d["sources"]) == 3
 
 
+def test_gzip_members_that_each_inflate_past_a_chunk(tmp_path):
+    # each member inflates to several of the reader's chunks: the end of one is found while output is still limited
+    member = gzip.compress(b"x" * (3 * reader.CHUNK) + b"\n", 9)
+    log = tmp_path / "rank1.log.gz"
+    log.write_bytes(member * 3 + gzip.compress(b"AssertionError: param.grad being None is not safe when "
+                                               b"overlap_grad_reduce is True\n"))
+    d = api.diagnose([log]).to_dict()
+    assert d["lines"] == 4 and [c["id"] for c in d["causes"]] == ["GRAD_NONE_WITH_OVERLAP_GRAD_REDUCE"]
+
+
 def test_a_folder_without_logs_is_a_usage_error(tmp_path):
     (tmp_path / "x.bin").write_bytes(b"1")
     with pytest.raises(Exception, match="no log files"):

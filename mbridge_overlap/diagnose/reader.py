@@ -143,11 +143,12 @@ def _inflate(stream, data: bytes) -> Iterator[bytes]:
     while True:
         while data:
             out = z.decompress(data, CHUNK)
-            data = z.unconsumed_tail
+            # at a member's end the rest of the input is unused_data; unconsumed_tail may still hold the same bytes
+            data = z.unused_data if z.eof else z.unconsumed_tail
             if out:
                 yield out
             if z.eof:
-                data = (z.unused_data + data).lstrip(b"\0")
+                data = data.lstrip(b"\0")
                 if not data:
                     data = stream.read(CHUNK).lstrip(b"\0")
                 if not data:
