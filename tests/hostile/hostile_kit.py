@@ -42,6 +42,20 @@ def fifo(folder: Path, name: str) -> Path:
     return path
 
 
+class Named:
+    """A case's pytest id: its class and its name."""
+
+    @property
+    def id(self) -> str:
+        return f"{self.cls}-{self.name}"
+
+
+def registry(case_type) -> tuple[list, callable]:
+    """A list of cases and the add(cls, name, make, **fields) that appends to it."""
+    cases: list = []
+    return cases, lambda cls, name, make, **kw: cases.append(case_type(cls, name, make, **kw))
+
+
 _PYCACHE: list = []
 
 

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from mbridge_overlap import cli, render, safeio  # noqa: E402
 from mbridge_overlap.errors import UsageError  # noqa: E402
 from hostile_kit import (  # noqa: E402
-    _PYCACHE, CONTROL, LINE_BREAKS, MARKER, assert_one_line, cli_env, fifo, payloads, run_cli, write,
+    _PYCACHE, CONTROL, LINE_BREAKS, MARKER, Named, assert_one_line, cli_env, fifo, payloads, registry, run_cli, write,
 )
 
 # --- generators ------------------------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def mbridge_src(folder: Path, package_info=b"MAJOR = 0\nMINOR = 6\nPATCH = 2\n",
 
 
 @dataclass(frozen=True)
-class Case:
+class Case(Named):
     cls: str
     name: str
     make: Callable[[Path], list]  # builds the inputs in a fresh folder, returns the CLI arguments
@@ -93,16 +93,7 @@ class Case:
     check: Callable | None = None  # (proc, folder): further assertions
     env: tuple = ()  # extra environment, (name, value) pairs
 
-    @property
-    def id(self) -> str:
-        return f"{self.cls}-{self.name}"
-
-
-CLI_CASES: list[Case] = []
-
-
-def add(cls: str, name: str, make, **kw) -> None:
-    CLI_CASES.append(Case(cls, name, make, **kw))
+CLI_CASES, add = registry(Case)
 
 
 def _plain_text(proc, folder) -> None:
