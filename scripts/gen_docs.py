@@ -147,9 +147,28 @@ def schema_version() -> str:
     return str(SCHEMA_VERSION)
 
 
+HOSTILE = {  # the hostile suites (tests/hostile) and what README calls their inputs
+    "test_config_hostile": "config inputs", "test_round_two": "round-two cases",
+    "test_trace_hostile": "trace inputs", "test_diagnose_hostile": "logs for diagnose",
+}
+
+
+def hostile_counts() -> str:
+    """The hostile suites' cases by class (each suite's CASES), imported from tests/hostile."""
+    import importlib
+
+    sys.path.insert(0, str(ROOT / "tests" / "hostile"))
+    out = []
+    for module, what in HOSTILE.items():
+        cases = importlib.import_module(module).CASES
+        classes = ", ".join(f"{name.replace('_', ' ')} {n:,}" for name, n in cases.items())
+        out.append(f"{sum(cases.values()):,} {what} ({classes})")
+    return "; ".join(out)
+
+
 BLOCKS = {f.__name__: f for f in (recipe_functions, catalog_counts, message_counts, verified_packages, other_releases,
                                    other_megatron_core, nemo_run, suite_counts, suite_counts_by_release, conformance_cases,
-                                   newer_releases, default_release, schema_version)}
+                                   newer_releases, default_release, schema_version, hostile_counts)}
 
 
 def _verified_against() -> str:
