@@ -30,6 +30,7 @@ from mbridge_overlap import api, catalog  # noqa: E402
 from mbridge_overlap.bridge import conformance  # noqa: E402  (generate() needs no Bridge)
 from mbridge_overlap.errors import UsageError  # noqa: E402
 from mbridge_overlap.analysis import analyze  # noqa: E402
+from mbridge_overlap.examples import nested  # noqa: E402
 
 BLOCKING = ("warning", "error")
 
@@ -161,7 +162,7 @@ def check_generated_lint(count: int, seed: int, tmp: Path, tally: Tally | None =
 
         def run(overrides, case=case):
             path = tmp / "config.yaml"
-            path.write_text(json.dumps(_nested(overrides)))
+            path.write_text(json.dumps(nested(overrides)))
             return api.lint(str(path), gpus=case.gpus, gpu="h100", te=case.te)
 
         def rerun(fix, remove=(), case=case):
@@ -199,18 +200,6 @@ def check_recipe_lint(entry: dict, tally: Tally, tmp: Path) -> None:
         return api.lint(None, overrides, recipe=name, gpus=res.gpus, gpu=entry["gpu"]).findings
 
     check_config(f"lint {name}", result.findings, res, rerun, tally, lambda overrides, remove=(): not remove)
-
-
-def _nested(overrides: dict) -> dict:
-    """Dotted overrides as a config file: sections of fields; a whole section (mixed_precision=RECIPE) as a value."""
-    out: dict = {}
-    for key, value in overrides.items():
-        section, _, name = key.partition(".")
-        if name:
-            out.setdefault(section, {})[name] = value
-        else:
-            out[section] = value
-    return out
 
 
 def _file_can_carry(overrides: dict, remove=()) -> bool:
