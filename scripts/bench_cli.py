@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import bench_common  # scripts/, beside this file
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = str(ROOT / "scripts" / "mbridge-overlap")
@@ -54,25 +55,6 @@ def timed(python: str, args: list[str]) -> float:
     return time.perf_counter() - start
 
 
-def _wait_for_load(below: float, deadline: float) -> None:
-    while os.getloadavg()[0] >= below and time.monotonic() < deadline:
-        time.sleep(5)
-
-
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def bench(python: str, names: list[str], runs: int, wait_load: float | None) -> dict[str, list[float]]:
     cmds = {FLOOR: ["-c", "pass"], **{n: [LAUNCHER, *COMMANDS[n]] for n in names}}
     for cmd in cmds.values():  # warm the OS file cache and the bytecode cache, not Python: each run is a new process
@@ -81,7 +63,7 @@ def bench(python: str, names: list[str], runs: int, wait_load: float | None) -> 
     deadline = time.monotonic() + 600
     for _ in range(runs):
         if wait_load:
-            _wait_for_load(wait_load, deadline)
+            bench_common.wait_for_load(wait_load, deadline)
         for name, cmd in cmds.items():
             times[name].append(timed(python, cmd))
     return times
@@ -96,7 +78,7 @@ def main() -> int:
     p.add_argument("--only", action="append", choices=sorted(COMMANDS), metavar="NAME", help="measure only this command (repeatable)")
     args = p.parse_args()
     names = args.only or list(COMMANDS)
-    print(f"machine: {os.cpu_count()} cores, {_cpu_model()}; load average before: {_load()}")
+    print(f"machine: {os.cpu_count()} cores, {bench_common.cpu_model()}; load average before: {bench_common.load()}")
     over = []
     for python in args.python or [sys.executable]:
         version = subprocess.run([python, "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True).stdout.strip()
@@ -113,7 +95,7 @@ def main() -> int:
                 missed.append(name)
         print(f"within {args.goal}x the floor: {len(names) - len(missed)} of {len(names)}" + (f"; over: {', '.join(missed)}" if missed else ""))
         over += missed
-    print(f"\nload average after: {_load()}")
+    print(f"\nload average after: {bench_common.load()}")
     print(f"goal (every median within {args.goal}x the floor): " + ("met" if not over else "NOT met"))
     return 1 if over else 0
 

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_common  # scripts/, beside this file
+
 ROOT = Path(__file__).resolve().parent.parent
 VERIFY = ROOT / "scripts" / "verify.sh"
 TAG = "v0.6.0"
@@ -104,7 +106,7 @@ def main() -> int:
     args = p.parse_args()
     keep: list = []
     cmd = [args.verify, "--mbridge-src", checkout(args.mbridge_src, keep), *args.verify_args]
-    print(f"machine: {os.cpu_count()} cores, {_cpu_model()}; load average before: {_load()}")
+    print(f"machine: {os.cpu_count()} cores, {bench_common.cpu_model()}; load average before: {bench_common.load()}")
     print(f"command: {' '.join(cmd)}")
     env = dict(os.environ)
     if args.as_user:
@@ -116,8 +118,8 @@ def main() -> int:
     runs = []
     for i in range(args.runs):
         if args.wait_load:
-            _wait_for_load(args.wait_load)
-        load = _load()
+            bench_common.wait_for_load(args.wait_load, time.monotonic() + 600)
+        load = bench_common.load()
         r = one_run(cmd, env)
         runs.append(r)
         split = "  ".join(f"{k} {v:.1f}" for k, v in phase_times(r["marks"]).items())
@@ -132,35 +134,12 @@ def main() -> int:
     per_phase = {name: statistics.median(t[name] for t in (phase_times(r["marks"]) for r in runs) if name in t)
                  for name, _, _ in PHASES if any(name in phase_times(r["marks"]) for r in runs)}
     print(f"median of {len(runs)}: {median:.1f} s wall (min {min(walls):.1f}, max {max(walls):.1f}), "
-          f"{statistics.median(r['cpu'] for r in runs):.1f} s CPU; load average after: {_load()}")
+          f"{statistics.median(r['cpu'] for r in runs):.1f} s CPU; load average after: {bench_common.load()}")
     print("median per phase: " + "  ".join(f"{k} {v:.1f} s" for k, v in per_phase.items()))
     print("median CPU: " + "  ".join(f"{k} {statistics.median(cpu_split(r)[k] for r in runs):.1f} s" for k in cpu_split(runs[0])))
     met = median <= args.goal
     print(f"goal: median within {args.goal:g} s: " + ("met" if met else "NOT met"))
     return 0 if met else 1
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "CPU model unknown"
-
-
-def _wait_for_load(below: float, limit_s: float = 600) -> None:
-    deadline = time.monotonic() + limit_s
-    while os.getloadavg()[0] >= below and time.monotonic() < deadline:
-        time.sleep(5)
-
-
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "unknown"
 
 
 if __name__ == "__main__":

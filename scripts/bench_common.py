@@ -1,0 +1,31 @@
+"""What the benchmarks say about the machine they ran on: its CPU, its load average, and waiting for a quieter one."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU model unknown"
+
+
+def load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def wait_for_load(below: float, deadline: float) -> None:
+    """Sleep until the 1-minute load average is below `below`, or time.monotonic() reaches `deadline`."""
+    while os.getloadavg()[0] >= below and time.monotonic() < deadline:
+        time.sleep(5)
