@@ -454,12 +454,9 @@ class Summary:
         spec = schema.SECTIONS[section].get(name) or _precision_spec(name)
         printed = self._printed(section, name)
         if printed is not None:
-            ok, value = printed
-            if not ok:
-                unknown[key] = value
-                return None
-            self._check_default(section, name, data, notes)
-            return _typed(key, spec, value, rel, unknown)
+            if printed[0]:
+                self._check_default(section, name, data, notes)
+            return _read_printed(key, spec, printed, rel, unknown)
         if cls is None:
             unknown[key] = f"the block does not list it, and which Megatron-Core class [{section}] compares with is not known"
             return None
@@ -502,11 +499,7 @@ class Summary:
         spec = schema.SECTIONS[section][name]
         printed = self._printed(section, name)
         if printed is not None:
-            ok, value = printed
-            if not ok:
-                unknown[key] = value
-                return None
-            return _typed(key, spec, value, rel, unknown)
+            return _read_printed(key, spec, printed, rel, unknown)
         if not self._settled(section, name, releases.bridge_fields(rel.version).get(section, frozenset())):
             unknown[key] = self._unsettled_why(section)
             return None
@@ -595,6 +588,15 @@ def _precision_spec(name: str) -> schema.Field:
     """Types of the model's precision fields (not in schema.MODEL: the resolver sets them from mixed precision)."""
     spec = {"fp8_param": "fp8_param_gather", "fp4_param": "fp4_param_gather"}.get(name, name)
     return schema.MIXED_PRECISION[spec]
+
+
+def _read_printed(key: str, spec: schema.Field, printed: tuple, release, unknown: dict):
+    """A field the block lists (Summary._printed's pair): its typed value, or None with why in unknown."""
+    ok, value = printed
+    if not ok:
+        unknown[key] = value
+        return None
+    return _typed(key, spec, value, release, unknown)
 
 
 def _typed(key: str, spec: schema.Field, value, release, unknown: dict):
