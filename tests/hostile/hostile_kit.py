@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +66,18 @@ def cli_env(**extra) -> dict:
     if not _PYCACHE:
         _PYCACHE.append(tempfile.mkdtemp(prefix="mbridge-overlap-pycache-"))
     return {**env, "PYTHONPYCACHEPREFIX": _PYCACHE[0], **extra}
+
+
+def run_all(base: Path, cases, run, workers: int = 4) -> dict:
+    """Every case run as run(case, folder) in a fresh folder of its own under base, `workers` at a time, after one
+    run that compiles the modules: {case id: (what run returned, the folder)}."""
+    folders = {c.id: base / f"case{i}" for i, c in enumerate(cases)}
+    for folder in folders.values():
+        folder.mkdir()
+    run_cli("explain", "x", env=cli_env())
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {c.id: pool.submit(run, c, folders[c.id]) for c in cases}
+        return {k: (f.result(), folders[k]) for k, f in futures.items()}
 
 
 def run_cli(*args, timeout: float = 30, **kw):

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -36,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from mbridge_overlap import cli, render, safeio  # noqa: E402
 from mbridge_overlap.errors import UsageError  # noqa: E402
 from hostile_kit import (  # noqa: E402
-    _PYCACHE, CONTROL, LINE_BREAKS, MARKER, Named, assert_one_line, cli_env, fifo, payloads, registry, run_cli, write,
+    _PYCACHE, CONTROL, LINE_BREAKS, MARKER, Named, assert_one_line, cli_env, fifo, payloads, registry, run_all, run_cli, write,
 )
 
 # --- generators ------------------------------------------------------------------------------------------------
@@ -429,15 +428,7 @@ def _run(case: Case, folder: Path):
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory):
-    base = tmp_path_factory.mktemp("hostile")
-    folders = {c.id: base / f"case{i}" for i, c in enumerate(CLI_CASES)}
-    for folder in folders.values():
-        folder.mkdir()
-    run_cli("explain", "x", env=cli_env())  # compiles the modules once, before the runs in parallel
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {c.id: pool.submit(_run, c, folders[c.id]) for c in CLI_CASES}
-        results = {k: (f.result(), folders[k]) for k, f in futures.items()}
-    yield results
+    yield run_all(tmp_path_factory.mktemp("hostile"), CLI_CASES, _run)
     shutil.rmtree(_PYCACHE.pop(), ignore_errors=True)
 
 

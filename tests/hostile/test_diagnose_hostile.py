@@ -29,14 +29,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from hostile_kit import CONTROL, Named, ROOT, cli_env, fifo, registry, write
+from hostile_kit import CONTROL, Named, ROOT, cli_env, fifo, registry, run_all, write
 
 # what a text report may not hold beside CONTROL: bidirectional and invisible format characters
 INVISIBLE = ("\u200b", "\u200c", "\u200d", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e",
@@ -497,20 +496,13 @@ _ARGS: dict = {}
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory):
     base = tmp_path_factory.mktemp("diagnose-hostile")
-    folders = {c.id: base / f"case{i}" for i, c in enumerate(CASES_LIST)}
-    for folder in folders.values():
-        folder.mkdir()
-    subprocess.run([sys.executable, "-m", "mbridge_overlap", "explain", "x"], cwd=ROOT, capture_output=True, env=cli_env())
 
-    def both(case: Case) -> dict:
-        return {fmt: _run(case, folders[case.id], fmt) for fmt in case.formats}
+    def both(case: Case, folder: Path) -> dict:
+        return {fmt: _run(case, folder, fmt) for fmt in case.formats}
 
-    workers = 2 if (os.cpu_count() or 1) <= 2 else 4
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {c.id: pool.submit(both, c) for c in CASES_LIST}
-        results = {k: (f.result(), folders[k]) for k, f in futures.items()}
+    results = run_all(base, CASES_LIST, both, workers=2 if (os.cpu_count() or 1) <= 2 else 4)
     yield results
-    for folder in folders.values():  # unreadable folders and files back to removable
+    for _, folder in results.values():  # unreadable folders and files back to removable
         for root, dirs, _files in os.walk(folder):
             for name in dirs:
                 os.chmod(os.path.join(root, name), 0o755)
