@@ -160,7 +160,10 @@ _READ: dict = {}  # (version, offset) -> entry: each recipe read once per proces
 
 def entries_where(version: str, keep) -> list[dict]:
     """The catalog entries whose index rows `keep` accepts, in catalog order, each read from its own line."""
-    rows = [r for r in index(version) if keep(r)]
+    return _entries(version, [r for r in index(version) if keep(r)])
+
+
+def _entries(version: str, rows: list) -> list[dict]:
     missing = [r for r in rows if (version, r[9]) not in _READ]
     if missing:
         with open(catalog_path(version), "rb") as fh:
@@ -227,5 +230,14 @@ def families(version: str) -> list[str]:
 
 def same_layout(version: str, shape, gpu: str, precision: str, moe: bool) -> list[dict]:
     """The perf recipes that resolve at this TP, PP, VPP, CP and GPU count on this GPU type and precision."""
-    wanted = (shape.tp, shape.pp, shape.vpp, shape.cp, shape.gpus, gpu, precision, moe)
-    return entries_where(version, lambda r: r.layout is not None and tuple(r.layout) == wanted)
+    return _entries(version, _by_layout(version).get((shape.tp, shape.pp, shape.vpp, shape.cp, shape.gpus, gpu, precision, moe), []))
+
+
+@lru_cache(maxsize=None)
+def _by_layout(version: str) -> dict:
+    """{layout: index rows in catalog order}: a plan asks for the recipes of one layout."""
+    out: dict = {}
+    for r in index(version):
+        if r.layout is not None:
+            out.setdefault(tuple(r.layout), []).append(r)
+    return out

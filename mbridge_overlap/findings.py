@@ -12,7 +12,9 @@ from functools import lru_cache
 from .errors import UsageError
 from .records import dataclass, field
 from .releases import DATA_DIR, load_yaml
+from .safeio import bare_word, override_arg, sh_quote
 from .suggest import closest
+from .values import fmt
 
 SEVERITIES = ("error", "warning", "info")
 WHEN = ("config", "setup", "step", "steady")
@@ -72,9 +74,6 @@ def shell(template: str, **params) -> Shell:
 
 
 def _shell_word(value) -> str:
-    from .safeio import sh_quote
-    from .values import fmt
-
     if isinstance(value, Shell):
         return value
     if value is None or isinstance(value, (bool, int, float)):
@@ -85,17 +84,12 @@ def _shell_word(value) -> str:
 def overrides_text(overrides: dict) -> Shell:
     """Overrides as the command line takes them, KEY=VALUE each one shell word: true/false/null, and a string in
     Hydra's quoting where it needs it (the one quoting of every fix; diff's restores use it too)."""
-    from .safeio import override_arg
-    from .values import fmt
-
     return Shell(" ".join(override_arg(k, fmt(v), isinstance(v, str)) for k, v in overrides.items()))
 
 
 def paste_safe(overrides: dict) -> bool:
     """Every value of a fix_overrides mapping is safe to paste into a shell as written (a number, true/false/null, or
     text that shlex.quote leaves bare)."""
-    from .safeio import bare_word
-
     return all(v is None or isinstance(v, (bool, int)) or isinstance(v, float) and v == v and abs(v) != float("inf")
                or isinstance(v, str) and bare_word(v) for v in overrides.values())
 

@@ -63,12 +63,15 @@ def _rerun(state: State, overrides: dict, remove=()) -> State | None:
 
 
 def probe(state: State) -> list[Finding]:
-    """The findings of a state, every check unproven (its first candidate taken as it is)."""
-    token = _probing.set(True)
-    try:
-        return collect(state)
-    finally:
-        _probing.reset(token)
+    """The findings of a state, every check unproven (its first candidate taken as it is): computed once a state,
+    which no longer changes once resolved (each finding that proves its fix asks for those of the same state)."""
+    if state._probed is None:
+        token = _probing.set(True)
+        try:
+            state._probed = collect(state)
+        finally:
+            _probing.reset(token)
+    return list(state._probed)
 
 
 def probing() -> bool:

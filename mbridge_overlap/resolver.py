@@ -55,6 +55,7 @@ class State:
     overwritten: list = field(default_factory=list)  # (key, requested, effective, by)
     rejections: list = field(default_factory=list)
     _effective: dict | None = field(default=None, repr=False, compare=False)
+    _probed: list | None = field(default=None, repr=False, compare=False)  # proof.probe's findings, computed once
 
     def effective(self) -> dict:
         """The effective fields (a fresh copy each call); read after run(), when the state no longer changes."""
