@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -233,6 +234,11 @@ def _release_args(p):
     _common(p)
 
 
+def _server_args(p):
+    p.add_argument("action", nargs="?", choices=("status", "stop"), default="status", help="status (default) or stop")
+    _common(p)
+
+
 def _explain_args(p):
     p.add_argument("id", help="finding id, e.g. TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL")
     _common(p)
@@ -257,15 +263,20 @@ def _trace_args(p):
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The command line. With `argv`, only the verb it names gets a parser (without one, or naming no verb, every verb
-    is listed for --help and the usage error)."""
+    is listed for --help and the usage error); a verb's parser is built once a process (the answer server's too)."""
+    asked = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    return _parser_of(asked if asked in VERBS else None, argv is None)
+
+
+@functools.lru_cache(maxsize=None)
+def _parser_of(asked: str | None, every: bool) -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Megatron-Bridge TP/DP/PP communication overlap: what Bridge will do, and what to set.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", prog=PROG)  # the prog argparse would format usage for
-    asked = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
     for name, (help_text, add, _run) in VERBS.items():
-        if asked in VERBS and name != asked:
+        if asked is not None and name != asked:
             continue  # a verb was asked for: the others' parsers are never built
         p = sub.add_parser(name, help=help_text)
-        if argv is None or name == asked:
+        if every or name == asked:
             add(p)
     return parser
 
@@ -408,6 +419,12 @@ def cmd_recipes(args) -> int:
     return 0
 
 
+def cmd_server(args) -> int:
+    d = api.server(args.action)
+    _emit(args, _json(d) if args.format == "json" else text.server(d))
+    return 0
+
+
 def cmd_suites(args) -> int:
     d = api.suites()
     _emit(args, _json(d) if args.format == "json" else text.suites(d))
@@ -451,6 +468,7 @@ VERBS = {
     "recipes": ("Bridge's shipped recipes with their effective overlap state", _recipes_args, cmd_recipes),
     "suites": ("the upstream overlap test suites verify runs, with the pass counts it requires", _common, cmd_suites),
     "check-manifest": ("validate SKILL.md against the Agent Skills rules", _manifest_args, cmd_check_manifest),
+    "server": ("the answer server that keeps the quick verbs warm: its status, or stop it", _server_args, cmd_server),
     "trace": ("hidden and exposed communication per parallel dimension from profiler traces", _trace_args, cmd_trace),
 }
 COMMANDS = {name: run for name, (_help, _add, run) in VERBS.items()}
@@ -459,7 +477,8 @@ COMMANDS = {name: run for name, (_help, _add, run) in VERBS.items()}
 def _missing_packages() -> list[str]:
     import importlib.util
 
-    return [pip for module, pip in (("yaml", "pyyaml"), ("jinja2", "jinja2")) if importlib.util.find_spec(module) is None]
+    return [pip for module, pip in (("yaml", "pyyaml"), ("jinja2", "jinja2"))
+            if module not in sys.modules and importlib.util.find_spec(module) is None]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,71 @@
+"""The command line's entry point: a server's answer where one runs, else cli.main in this process, and then a
+server started for the next quick command (mbridge_overlap.server; mbridge_overlap.serving is its loop)."""
+
+import os
+import sys
+
+from . import server
+
+
+def main() -> int:
+    argv = sys.argv[1:]
+    status = server.answer(argv)
+    if status is None:
+        from .cli import main as run_here
+
+        status = run_here(argv)
+        start(argv, run_here)
+    return status
+
+
+def start(argv: list, run) -> None:
+    """Fork the server that keeps this process's imports and data for the next quick commands, each run by
+    run(argv) -> exit status (cli.main); nothing where the command was not one the server would take, or a server
+    may not be started here."""
+    if not server.servable(argv) or not hasattr(os, "fork"):
+        return
+    path = server.socket_path(create=True)
+    if path is None:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    try:
+        pid = os.fork()
+    except OSError:
+        return
+    if pid:
+        try:
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+        return
+    try:  # the first child: a new session, and a grandchild that nobody waits for
+        os.setsid()
+        if os.fork() == 0:
+            _detach()
+            from . import serving
+
+            serving.serve(path, server.identity(), _idle_s(), run)
+    except BaseException:
+        pass
+    finally:
+        os._exit(0)
+
+
+def _idle_s() -> float:
+    try:
+        return max(1.0, float(os.environ.get(f"{server.SWITCH}_IDLE_S", server.IDLE_S)))
+    except ValueError:
+        return server.IDLE_S
+
+
+def _detach() -> None:
+    """Nothing of the caller's stays open (a pipe its reader waits on would never reach its end)."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 4096)
+    os.chdir("/")

@@ -1,0 +1,259 @@
+"""The answer server's loop (mbridge_overlap.server forks it): one command at a time, run as the caller's own process
+would run it, until it has been idle for its idle time, a file it has loaded changes, or its socket is another's."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import sys
+import time
+import traceback
+
+from . import server as wire  # its messages (MAGIC, encode, decode, recv_all)
+
+CHECK_S = 30.0  # how often an idle server looks at its socket and its clock
+WARM = (  # run once at the start, output discarded: the first real answer then finds each verb's modules loaded
+    ["resolve", "--gpus", "8", "model.tensor_model_parallel_size=2", "comm_overlap.tp_comm_overlap=true"],
+    ["plan", "--tp", "2", "--gpus", "8", "--format", "python"],
+    ["lint", "--recipe", "llama3_70b_pretrain_64gpu_h100_bf16_config"],
+    ["recipes", "--model", "llama3_70b"],
+    ["explain", "MODE_LEFT_OFF"],
+    ["diff", "--recipe", "llama3_70b_pretrain_64gpu_h100_bf16_config", "--gpus-after", "128"],
+)
+
+
+def serve(path: str, identity: bytes, idle_s: float, run) -> None:
+    """Answer on `path` with run(argv) -> exit status (cli.main, which this module does not import)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    own = f"{path}.{os.getpid()}"
+    try:
+        listener.bind(own)
+        listener.listen(64)
+        os.rename(own, path)  # replaces a dead server's socket; a live one finds it is no longer its own and stops
+        inode = os.stat(path).st_ino
+    except OSError:
+        return
+    state = {"pid": os.getpid(), "started": time.time(), "answered": 0, "idle_s": idle_s, "socket": path}
+    try:
+        loaded = Loaded()
+        for argv in WARM:
+            _run_quietly(run, argv)
+        loaded.add_modules()
+        _loop(listener, path, inode, identity, loaded, state, run)
+    finally:
+        if _ours(path, inode):
+            os.unlink(path)
+        listener.close()
+
+
+def _loop(listener, path: str, inode: int, identity: bytes, loaded: Loaded, state: dict, run) -> None:
+    last = [time.monotonic()]  # when it last answered a command (a status request is not one)
+    listener.settimeout(min(CHECK_S, state["idle_s"]))
+    while True:
+        if time.monotonic() - last[0] >= state["idle_s"]:
+            return
+        try:
+            conn, _ = listener.accept()
+        except socket.timeout:
+            if not _ours(path, inode):
+                return
+            continue
+        with conn:
+            conn.settimeout(30)
+            try:
+                go_on = _handle(conn, identity, loaded, state, run, last)
+            except (OSError, ValueError, IndexError):
+                go_on = True  # a caller that went away or sent nonsense: the next one is served
+        if not go_on or not _ours(path, inode):
+            return
+
+
+def _ours(path: str, inode: int) -> bool:
+    try:
+        return os.stat(path).st_ino == inode
+    except OSError:
+        return False
+
+
+def _handle(conn, identity: bytes, loaded: Loaded, state: dict, run, last: list) -> bool:
+    """One caller; False when the server should stop."""
+    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    msg, ancillary, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(2 * 4))
+    fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+           for fd in struct.unpack(f"{len(data) // 4}i", data[:len(data) - len(data) % 4])]
+    try:
+        if uid != os.getuid():
+            return True
+        fields = wire.decode(msg + (wire.recv_all(conn, wire.MAX_REQUEST) if msg else b""))
+        op = fields[0] if fields else b""
+        if op == wire.MAGIC + b" status":
+            conn.sendall(wire.encode([f"{k}={v}".encode() for k, v in state.items()]))
+            return True
+        if op == wire.MAGIC + b" stop":
+            conn.sendall(b"stopping")
+            return False
+        if op != wire.MAGIC + b" run" or len(fds) != 2 or fields[1] != identity:
+            conn.sendall(b"S")
+            return True
+        if loaded.changed():
+            conn.sendall(b"S")  # the caller runs it in its own process, and starts a server of the new files
+            return False
+        request = Request(fields[2:])
+        try:
+            os.chdir(request.cwd)
+        except OSError:
+            conn.sendall(b"S")
+            return True
+        conn.sendall(b"A")
+        stdout, stderr = fds
+        fds = []
+        status, go_on = _run(run, request, stdout, stderr)
+        state["answered"] += 1
+        last[0] = time.monotonic()
+        loaded.add_modules()
+        conn.sendall(b"R%d" % status)
+        return go_on
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+class Request:
+    def __init__(self, fields: list):
+        fs = os.fsdecode
+        self.cwd = fs(fields[0])
+        self.umask = int(fields[1])
+        self.out_encoding, self.out_errors, self.err_encoding, self.err_errors = (f.decode() for f in fields[2:6])
+        self.argv0 = fs(fields[6])
+        n = int(fields[7])
+        self.argv = [fs(a) for a in fields[8:8 + n]]
+        self.env = dict(fs(e).partition("=")[::2] for e in fields[8 + n:])
+
+
+def _run(run, request: Request, stdout: int, stderr: int) -> tuple[int, bool]:
+    """(the command's exit status, whether the server goes on) with the caller's context in place of its own."""
+    for name in [n for n in os.environ if n not in request.env]:
+        del os.environ[name]
+    for name, value in request.env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+    os.umask(request.umask)
+    out = open(stdout, "w", encoding=request.out_encoding, errors=request.out_errors, closefd=True)
+    err = open(stderr, "w", encoding=request.err_encoding, errors=request.err_errors, closefd=True, buffering=1)
+    saved = sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, sys.argv
+    sys.stdout = sys.__stdout__ = out
+    sys.stderr = sys.__stderr__ = err
+    sys.argv = [request.argv0, *request.argv]
+    go_on = True
+    try:
+        status = run(request.argv)
+    except SystemExit as exc:  # SIGTERM or SIGHUP to the server while it answered: answer, then stop
+        status, go_on = exc.code if isinstance(exc.code, int) else 1, False
+    except BaseException:  # what would have been the command's traceback, exit status 1
+        traceback.print_exc()
+        status = 1
+    finally:
+        for stream in (out, err):
+            try:
+                stream.close()
+            except (OSError, ValueError):
+                pass
+        sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__, sys.argv = saved
+        os.chdir("/")
+    return status, go_on
+
+
+def _run_quietly(run, argv: list) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    request = Request([b"/", b"18", b"utf-8", b"strict", b"utf-8", b"backslashreplace", b"mbridge-overlap",
+                       str(len(argv)).encode(), *map(os.fsencode, argv),
+                       *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in os.environ.items())])
+    _run(run, request, devnull, os.dup(devnull))
+
+
+class Loaded:
+    """The files this process has loaded (the skill's package and templates, every imported module, the
+    interpreter) with their state when loaded: changed() says whether any is no longer so. Their folders are
+    watched with inotify where it works, so that a check with nothing changed is one read() (else a stat a file)."""
+
+    def __init__(self):
+        self.stats = {sys.executable: _stat(sys.executable)}
+        skill = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        for top in (os.path.join(skill, "mbridge_overlap"), os.path.join(skill, "templates")):
+            for folder, dirs, files in os.walk(top):
+                dirs[:] = [d for d in dirs if d != "__pycache__"]
+                self.stats[folder] = _stat(folder)
+                for name in files:
+                    path = os.path.join(folder, name)
+                    self.stats[path] = _stat(path)
+        self.modules = 0
+        self.watch = _Watch()
+        self.add_modules()
+
+    def add_modules(self) -> None:
+        if len(sys.modules) == self.modules:
+            return
+        self.modules = len(sys.modules)
+        for module in list(sys.modules.values()):
+            path = getattr(module, "__file__", None)
+            if isinstance(path, str) and path not in self.stats and not _standard_library(path):
+                self.stats[path] = _stat(path)
+        self.watch.folders({os.path.dirname(p) for p in self.stats} | {p for p in self.stats if os.path.isdir(p)})
+
+    def changed(self) -> bool:
+        if self.watch.quiet():
+            return False
+        return any(_stat(path) != was for path, was in self.stats.items())
+
+
+class _Watch:
+    """inotify on folders: quiet() is True only when no event came since the last call, and the folders were
+    all watched before the last full check (the first call after new folders is never quiet)."""
+
+    MASK = 0x2 | 0x4 | 0x8 | 0x40 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800  # modify, attrib, close_write, moves, create, delete, self
+
+    def __init__(self):
+        self.fd, self.watched, self.fresh = -1, set(), False
+        try:
+            import ctypes
+
+            self.libc = ctypes.CDLL(None, use_errno=True)
+            self.fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, AttributeError, ImportError):
+            self.fd = -1
+
+    def folders(self, folders: set) -> None:
+        for folder in folders - self.watched:
+            if self.fd >= 0 and self.libc.inotify_add_watch(self.fd, os.fsencode(folder), self.MASK) < 0:
+                os.close(self.fd)
+                self.fd = -1
+            self.watched.add(folder)
+        self.fresh = False
+
+    def quiet(self) -> bool:
+        if self.fd < 0:
+            return False
+        try:
+            while os.read(self.fd, 65536):
+                self.fresh = False
+        except BlockingIOError:
+            pass
+        quiet, self.fresh = self.fresh, True
+        return quiet
+
+
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+
+
+def _standard_library(path: str) -> bool:
+    """A module of the interpreter's own library: it changes with the interpreter, whose file is watched."""
+    return path.startswith(_STDLIB) and "site-packages" not in path and "dist-packages" not in path
+
+
+def _stat(path: str):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns

@@ -1,0 +1,165 @@
+"""The answer server (mbridge_overlap.server): what it answers is byte for byte what the caller's own process answers
+(stdout, stderr, exit status), it never holds the caller's pipes, it stops when a file it loaded changes or after
+its idle time, and it is never started where its socket's folder is not private."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from test_schemas import check
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPE = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+CASES = {
+    "resolve": ["resolve", "--gpus", "64", "model.tensor_model_parallel_size=4", "comm_overlap.tp_comm_overlap=true"],
+    "resolve json": ["resolve", "--gpus", "64", "model.tensor_model_parallel_size=4", "--format", "json"],
+    "resolve recipe": ["resolve", "--recipe", RECIPE, "model.context_parallel_size=1"],
+    "resolve launcher env": ["resolve", "--gpus", "8", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", "--launcher-env"],
+    "resolve help": ["resolve", "--help"],
+    "resolve bad gpus": ["resolve", "--gpus", "0"],
+    "resolve unknown key": ["resolve", "--gpus", "8", "model.no_such_field=1"],
+    "plan": ["plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--gpu", "h100"],
+    "plan python": ["plan", "--tp", "4", "--gpus", "8", "--hidden-size", "12288", "--seq-length", "2048", "--micro-batch-size", "1",
+                    "--format", "python"],
+    "plan recipe": ["plan", "--recipe", "llama3_70b", "--gpus", "64"],
+    "lint recipe": ["lint", "--recipe", RECIPE, "--format", "json"],
+    "lint file": ["lint", "run.yaml"],
+    "lint missing file": ["lint", "no-such.yaml"],
+    "diff": ["diff", "--recipe", RECIPE, "--gpus-after", "128"],
+    "recipes": ["recipes", "--model", "llama3_70b", "--gpu", "h100"],
+    "explain": ["explain", "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"],
+    "explain unknown": ["explain", "TP_OVERLAP_OFF_NO_SEQUENCE_PARALEL"],
+    "explain non-ascii": ["explain", "\u00dcBER_\u202eX"],
+    "presets": ["presets", "--format", "json"],
+    "releases": ["releases"],
+}
+
+
+def launch(*args, env: dict, cwd=ROOT, launcher=ROOT / "scripts" / "mbridge-overlap") -> subprocess.CompletedProcess:
+    """A command as SKILL.md runs it; the time-out fails a test whose server kept the caller's pipes open."""
+    return subprocess.run([sys.executable, str(launcher), *args], cwd=cwd, env=env, capture_output=True, timeout=120)
+
+
+def status(env: dict, launcher=ROOT / "scripts" / "mbridge-overlap") -> dict:
+    proc = launch("server", "--format", "json", env=env, launcher=launcher)
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    check("server", d)
+    return d
+
+
+def wait_for(env: dict, running: bool, launcher=ROOT / "scripts" / "mbridge-overlap", seconds: float = 30) -> dict:
+    deadline = time.monotonic() + seconds
+    while True:
+        d = status(env, launcher)
+        if d["running"] == running or time.monotonic() > deadline:
+            return d
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def env(tmp_path):
+    runtime = Path(tempfile.mkdtemp(prefix="mbo-", dir="/tmp"))  # short: a Unix socket's path has at most 107 bytes
+    env = {**os.environ, "MBRIDGE_OVERLAP_SERVER": "1", "XDG_RUNTIME_DIR": str(runtime), "COLUMNS": "100",
+           "CUDA_DEVICE_MAX_CONNECTIONS": "32"}
+    yield env
+    for launcher in (ROOT / "scripts" / "mbridge-overlap", tmp_path / "skill" / "scripts" / "mbridge-overlap"):
+        if launcher.exists():
+            d = status(env, launcher)
+            launch("server", "stop", env=env, launcher=launcher)
+            if d["running"]:
+                try:
+                    os.kill(d["pid"], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    shutil.rmtree(runtime, ignore_errors=True)
+
+
+def test_a_served_answer_is_the_answer_of_the_callers_own_process(env, tmp_path):
+    shutil.copy(ROOT / "tests" / "data" / "run_configs" / "baseline.yaml", tmp_path / "run.yaml")
+    alone = {**env, "MBRIDGE_OVERLAP_SERVER": "0"}
+    expected = {name: launch(*argv, env=alone, cwd=tmp_path) for name, argv in CASES.items()}
+    assert not status(env)["running"]
+    first = launch(*CASES["explain"], env=env, cwd=tmp_path)  # answered here, and a server started
+    assert (first.returncode, first.stdout) == (expected["explain"].returncode, expected["explain"].stdout)
+    assert wait_for(env, running=True)["running"]
+    for name, argv in CASES.items():
+        got = launch(*argv, env=env, cwd=tmp_path)
+        want = expected[name]
+        assert (got.returncode, got.stdout.decode(), got.stderr.decode()) == (want.returncode, want.stdout.decode(), want.stderr.decode()), name
+    assert status(env)["answered"] >= len(CASES)
+
+
+def test_stdin_and_output_are_never_served(env, tmp_path):
+    launch(*CASES["explain"], env=env)
+    before = wait_for(env, running=True)["answered"]
+    out = tmp_path / "plan.yaml"
+    proc = launch("plan", "--tp", "2", "--gpus", "8", "--outp", str(out), env=env)
+    assert proc.returncode == 0 and out.exists(), proc.stderr
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "mbridge-overlap"), "lint", "-"], input=b"", env=env,
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 2
+    assert status(env)["answered"] == before
+
+
+def test_a_changed_file_stops_the_server_before_it_answers(env, tmp_path):
+    skill = tmp_path / "skill"
+    for part in ("mbridge_overlap", "templates", "scripts"):
+        shutil.copytree(ROOT / part, skill / part, ignore=shutil.ignore_patterns("__pycache__"))
+    launcher = skill / "scripts" / "mbridge-overlap"
+    launch(*CASES["explain"], env=env, launcher=launcher)
+    old = wait_for(env, running=True, launcher=launcher)
+    text = skill / "mbridge_overlap" / "text.py"
+    text.write_text(text.read_text(encoding="utf-8").replace('"answer server: ', '"the answer server: '), encoding="utf-8")
+    proc = launch("explain", "MODE_LEFT_OFF", env=env, launcher=launcher)
+    assert proc.returncode == 0
+    new = wait_for(env, running=True, launcher=launcher)
+    assert new["pid"] != old["pid"] and new["answered"] == 0
+    shown = launch("server", env=env, launcher=launcher)
+    assert shown.stdout.decode().startswith("the answer server: running")  # the new code, as the server's answer
+
+
+def test_an_idle_server_stops(env):
+    env = {**env, "MBRIDGE_OVERLAP_SERVER_IDLE_S": "1"}
+    launch(*CASES["explain"], env=env)
+    assert not wait_for(env, running=False, seconds=60)["running"]
+
+
+def test_stop(env):
+    launch(*CASES["explain"], env=env)
+    d = wait_for(env, running=True)
+    stopped = launch("server", "stop", "--format", "json", env=env)
+    assert json.loads(stopped.stdout)["stopped"] is True
+    assert not wait_for(env, running=False)["running"]
+    with pytest.raises(ProcessLookupError):
+        for _ in range(100):
+            os.kill(d["pid"], 0)
+            time.sleep(0.1)
+
+
+def test_no_server_where_its_folder_is_not_private(env, tmp_path):
+    folder = Path(env["XDG_RUNTIME_DIR"]) / "mbridge-overlap"
+    folder.mkdir()
+    folder.chmod(0o777)
+    proc = launch(*CASES["explain"], env=env)
+    assert proc.returncode == 0
+    d = status(env)
+    assert d["socket"] is None and not d["running"]
+    assert list(folder.iterdir()) == []
+
+
+def test_switched_off_nothing_is_started(env):
+    off = {**env, "MBRIDGE_OVERLAP_SERVER": "0"}
+    launch(*CASES["explain"], env=off)
+    d = status(off)
+    assert d["enabled"] is False and not d["running"]
+    assert not (Path(env["XDG_RUNTIME_DIR"]) / "mbridge-overlap").exists()
