@@ -11,6 +11,7 @@ from . import catalog, findings, launch_env, layout, releases, scenario, ub_pres
 from .analysis import Analysis, analyze
 from .checks import declare
 from .errors import UsageError
+from .proof import probe
 from .records import dataclass, field
 from .safeio import shown
 from .values import fmt
@@ -160,7 +161,8 @@ def make_plan(
         asked["comm_overlap.overlap_moe_expert_parallel_comm"] = True
     overrides.update(asked)
 
-    overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(chosen)), overrides, asked, entry)
+    known = {f.id for f in probe(start.derive(dict(asked)).resolve()) if f.severity == "error"}  # which, not their fixes
+    overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(chosen)), overrides, asked, known, entry)
     notes += kept
     notes += _shipped_recipes_differ(release, an, shape, gpu_info["name"], precision, moe, entry)
     eff = an.effective
@@ -171,11 +173,10 @@ def make_plan(
     return PlanResult(analysis=an, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
 
 
-def _no_new_errors(resolve, overrides: dict, asked: dict, entry) -> tuple[dict, Analysis, list]:
+def _no_new_errors(resolve, overrides: dict, asked: dict, known: set, entry) -> tuple[dict, Analysis, list]:
     """The plan's overrides without those of its own choices that make Bridge raise where the layout the user asked
-    for does not (a plan never breaks a recipe, or the baseline, that works as shipped): each such override is left
-    out, with a note naming the error it would bring."""
-    known = {f.id for f in resolve(dict(asked)).errors}
+    for does not (`known`: its error ids; a plan never breaks a recipe, or the baseline, that works as shipped): each
+    such override is left out, with a note naming the error it would bring."""
     resolution, notes = resolve(overrides), []
     while new := [f for f in resolution.errors if f.id not in known]:
         for key in reversed([k for k in overrides if k not in asked]):

@@ -13,7 +13,7 @@ import traceback
 from . import server as wire  # its messages (MAGIC, encode, decode, recv_all)
 
 CHECK_S = 30.0  # how often an idle server looks at its socket and its clock
-WARM = (  # run once at the start, output discarded: the first real answer then finds each verb's modules loaded
+WARM = (  # run once each while no caller waits, output discarded: later answers find each verb's modules loaded
     ["resolve", "--gpus", "8", "model.tensor_model_parallel_size=2", "comm_overlap.tp_comm_overlap=true"],
     ["plan", "--tp", "2", "--gpus", "8", "--format", "python"],
     ["lint", "--recipe", "llama3_70b_pretrain_64gpu_h100_bf16_config"],
@@ -36,11 +36,7 @@ def serve(path: str, identity: bytes, idle_s: float, run) -> None:
         return
     state = {"pid": os.getpid(), "started": time.time(), "answered": 0, "idle_s": idle_s, "socket": path}
     try:
-        loaded = Loaded()
-        for argv in WARM:
-            _run_quietly(run, argv)
-        loaded.add_modules()
-        _loop(listener, path, inode, identity, loaded, state, run)
+        _loop(listener, path, inode, identity, Loaded(), state, run)
     finally:
         if _ours(path, inode):
             os.unlink(path)
@@ -49,14 +45,18 @@ def serve(path: str, identity: bytes, idle_s: float, run) -> None:
 
 def _loop(listener, path: str, inode: int, identity: bytes, loaded: Loaded, state: dict, run) -> None:
     last = [time.monotonic()]  # when it last answered a command (a status request is not one)
-    listener.settimeout(min(CHECK_S, state["idle_s"]))
+    warm = list(WARM)  # run one at a time while nobody asks, so that a caller never waits for them
     while True:
         if time.monotonic() - last[0] >= state["idle_s"]:
             return
+        listener.settimeout(0.02 if warm else min(CHECK_S, state["idle_s"]))
         try:
             conn, _ = listener.accept()
         except socket.timeout:
-            if not _ours(path, inode):
+            if warm:
+                _run_quietly(run, warm.pop(0))
+                loaded.add_modules()
+            elif not _ours(path, inode):
                 return
             continue
         with conn:
