@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import re
 import sys
 
-from . import releases, safeio
+from . import json_text, releases, safeio
 from .errors import UsageError
 
 PROG = "mbridge-overlap"
@@ -306,7 +305,7 @@ def _emit(args, payload: str) -> None:
 
 
 def _json(data) -> str:
-    return json.dumps(data, indent=2, default=str) + "\n"
+    return json_text.dumps(data) + "\n"  # json.dumps(data, indent=2, default=str), faster
 
 
 def cmd_resolve(args) -> int:

@@ -10,12 +10,26 @@ from . import server
 def main() -> int:
     argv = sys.argv[1:]
     status = server.answer(argv)
-    if status is None:
-        from .cli import main as run_here
+    if status is not None:
+        _exit_now(status)
+    from .cli import main as run_here
 
-        status = run_here(argv)
-        start(argv, run_here)
+    status = run_here(argv)
+    start(argv, run_here)
+    if argv[:1] and argv[0] in server.QUICK:
+        _exit_now(status)
     return status
+
+
+def _exit_now(status: int) -> None:
+    """The end of a quick command: its output is written (by the server, or flushed by safeio.write_stdout), it
+    starts no thread, worker or atexit handler, so the interpreter's finalization is skipped (2.5 ms and more)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(status)
 
 
 def start(argv: list, run) -> None:
