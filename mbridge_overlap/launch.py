@@ -9,13 +9,14 @@ from . import server
 
 def main() -> int:
     argv = sys.argv[1:]
-    status = server.answer(argv)
+    status, running = server.answer(argv)
     if status is not None:
         _exit_now(status)
     from .cli import main as run_here
 
     status = run_here(argv)
-    start(argv, run_here)
+    if not running:
+        start(argv, run_here)
     if argv[:1] and argv[0] in server.QUICK:
         _exit_now(status)
     return status

@@ -31,17 +31,18 @@ _LOCALE_VARS = ("LANG", "LC_ALL", "LC_CTYPE")
 # --- the client: before any import ------------------------------------------------------------------------------
 
 
-def answer(argv: list) -> "int | None":
-    """The exit status of the command as a server ran it; None where no server took it (run it here)."""
+def answer(argv: list) -> "tuple[int | None, bool]":
+    """(the exit status of the command as a server ran it, or None where none did: run it here; whether a server runs
+    that stays, so that none is to be started: one that declined this caller, its limits or interpreter not its own)."""
     if not servable(argv):
-        return None
+        return None, False
     path = socket_path(create=False)
     if path is None:
-        return None
+        return None, False
     try:
         import _socket
     except ImportError:
-        return None
+        return None, False
     _end_on_signals()
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
@@ -51,24 +52,25 @@ def answer(argv: list) -> "int | None":
             fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (sys.stdout.fileno(), sys.stderr.fileno()))
             sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
             sock.shutdown(_socket.SHUT_WR)
-            if sock.recv(1) != b"A":  # refused (the files it loaded changed) or gone: nothing was written
-                return None
+            accepted = sock.recv(1)
         except (OSError, ValueError):
-            return None
+            return None, False
+        if accepted != b"A":  # N: declined (it stays), S: its files changed (it stops), b"": gone. Nothing written
+            return None, accepted == b"N"
         try:
             reply = recv_all(sock, 64)
         except KeyboardInterrupt:
             print("mbridge-overlap: interrupted", file=sys.stderr)
-            return 130
+            return 130, True
         except OSError:
             reply = b""
     finally:
         sock.close()
     if reply[:1] == b"R" and reply[1:].isdigit():
-        return int(reply[1:])
+        return int(reply[1:]), True
     print(f"mbridge-overlap: error: the answer server stopped before it finished; run the command again with {SWITCH}=0",
           file=sys.stderr)
-    return 2
+    return 2, False
 
 
 def _end_on_signals() -> None:

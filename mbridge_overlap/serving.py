@@ -69,6 +69,15 @@ def _loop(listener, path: str, inode: int, identity: bytes, loaded: Loaded, stat
             return
 
 
+def _limits(pid) -> bytes | None:
+    """A process's resource limits (a caller under `ulimit -v` gets the answer that limit gives: its own process's)."""
+    try:
+        with open(f"/proc/{pid}/limits", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
 def _ours(path: str, inode: int) -> bool:
     try:
         return os.stat(path).st_ino == inode
@@ -78,7 +87,7 @@ def _ours(path: str, inode: int) -> bool:
 
 def _handle(conn, identity: bytes, loaded: Loaded, state: dict, run, last: list) -> bool:
     """One caller; False when the server should stop."""
-    _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
     msg, ancillary, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(2 * 4))
     fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
            for fd in struct.unpack(f"{len(data) // 4}i", data[:len(data) - len(data) % 4])]
@@ -93,8 +102,8 @@ def _handle(conn, identity: bytes, loaded: Loaded, state: dict, run, last: list)
         if op == wire.MAGIC + b" stop":
             conn.sendall(b"stopping")
             return False
-        if op != wire.MAGIC + b" run" or len(fds) != 2 or fields[1] != identity:
-            conn.sendall(b"S")
+        if op != wire.MAGIC + b" run" or len(fds) != 2 or fields[1] != identity or _limits(pid) != _limits("self"):
+            conn.sendall(b"N")  # another interpreter, or resource limits other than this process's: run it there
             return True
         if loaded.changed():
             conn.sendall(b"S")  # the caller runs it in its own process, and starts a server of the new files
@@ -103,7 +112,7 @@ def _handle(conn, identity: bytes, loaded: Loaded, state: dict, run, last: list)
         try:
             os.chdir(request.cwd)
         except OSError:
-            conn.sendall(b"S")
+            conn.sendall(b"N")
             return True
         conn.sendall(b"A")
         stdout, stderr = fds

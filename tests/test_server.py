@@ -163,3 +163,18 @@ def test_switched_off_nothing_is_started(env):
     d = status(off)
     assert d["enabled"] is False and not d["running"]
     assert not (Path(env["XDG_RUNTIME_DIR"]) / "mbridge-overlap").exists()
+
+
+def test_a_caller_under_other_resource_limits_is_not_served(env):
+    import resource
+
+    launch(*CASES["explain"], env=env)
+    before = wait_for(env, running=True)["answered"]
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "mbridge-overlap"), *CASES["explain"]], env=env,
+                          capture_output=True, timeout=120, preexec_fn=limit)
+    assert proc.returncode == 0 and proc.stdout.startswith(b"TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL")
+    assert status(env)["answered"] == before
