@@ -7,6 +7,7 @@ and the effective values its message states (`asserts`, checked against `effecti
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from functools import lru_cache
 
 from .errors import UsageError
@@ -45,6 +46,11 @@ class Finding:
         if self.remove_keys:
             out["remove_keys"] = self.remove_keys
         return out
+
+
+# Inside a re-resolution that proves a fix (proof.probe): every check takes its first candidate unproven (no
+# re-resolution in turn), and a finding made there is only compared (id, knobs, severity, fix_overrides): no text.
+PROBING: ContextVar[bool] = ContextVar("probing", default=False)
 
 
 @lru_cache(maxsize=None)
@@ -110,11 +116,12 @@ def make(finding_id: str, *, fix_overrides: dict | None = None, knobs=None, remo
         params["fix"] = overrides_text(fix_overrides)
     if "fix" in params and not isinstance(params["fix"], Shell):
         raise TypeError(f"{finding_id}: fix text must be built with findings.shell() or overrides_text()")
+    wordless = PROBING.get()
     return Finding(
         id=finding_id,
         severity=rec["severity"],
-        message=rec["message"].format(**params),
-        fix=shell(rec["fix"], **params),
+        message="" if wordless else rec["message"].format(**params),
+        fix=Shell("") if wordless else shell(rec["fix"], **params),
         fix_overrides=fix_overrides,
         knobs=list(knobs if knobs is not None else rec.get("knobs") or []),
         when=rec.get("when"),

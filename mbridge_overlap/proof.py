@@ -9,17 +9,14 @@ a more severe (or earlier) finding's fix sets otherwise: no two fixes of one con
 
 from __future__ import annotations
 
-from contextvars import ContextVar
-
 from . import findings, registry
 from .errors import UsageError
+from .findings import PROBING as _probing
 from .findings import Finding, Shell, overrides_text, shell
 from .records import replace
 from .resolver import State
 
 BLOCKING = ("warning", "error")
-# Inside a re-resolution that proves a fix: every check takes its first candidate unproven (no re-resolution in turn).
-_probing: ContextVar[bool] = ContextVar("probing", default=False)
 
 
 def one_value_per_key(found: list[Finding]) -> list[Finding]:
