@@ -6,7 +6,6 @@ the field they set; anything else is a UsageError that names the field.
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -97,7 +96,8 @@ class Request:
 
     def derive(self, overrides: Mapping[str, Any], remove=()) -> "Request":
         """A copy with some keys dropped (ones that name no real field) and `overrides` applied on top."""
-        new = copy.copy(self)
+        new = object.__new__(type(self))  # copy.copy's shallow copy, without importing copy (1.3 ms a cold start)
+        new.__dict__.update(self.__dict__)
         for name in [*schema.SECTIONS, "explicit", "env_vars", "context", "origin"]:
             setattr(new, name, dict(getattr(self, name)))
         new.comm_overlap = dict(self.comm_overlap) if self.comm_overlap is not None else None
