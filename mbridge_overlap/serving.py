@@ -3,6 +3,7 @@ would run it, until it has been idle for its idle time, a file it has loaded cha
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import struct
@@ -34,39 +35,91 @@ def serve(path: str, identity: bytes, idle_s: float, run) -> None:
         inode = os.stat(path).st_ino
     except OSError:
         return
-    state = {"pid": os.getpid(), "started": time.time(), "answered": 0, "idle_s": idle_s, "socket": path}
     try:
-        _loop(listener, path, inode, identity, Loaded(), state, run)
+        Server(listener, path, inode, identity, idle_s, run).loop()
     finally:
         if _ours(path, inode):
             os.unlink(path)
         listener.close()
 
 
-def _loop(listener, path: str, inode: int, identity: bytes, loaded: Loaded, state: dict, run) -> None:
-    last = [time.monotonic()]  # when it last answered a command (a status request is not one)
-    warm = list(WARM)  # run one at a time while nobody asks, so that a caller never waits for them
-    while True:
-        if time.monotonic() - last[0] >= state["idle_s"]:
-            return
-        listener.settimeout(0.02 if warm else min(CHECK_S, state["idle_s"]))
-        try:
-            conn, _ = listener.accept()
-        except socket.timeout:
-            if warm:
-                _run_quietly(run, warm.pop(0))
-                loaded.add_modules()
-            elif not _ours(path, inode):
-                return
-            continue
-        with conn:
-            conn.settimeout(30)
+class Server:
+    def __init__(self, listener, path: str, inode: int, identity: bytes, idle_s: float, run):
+        self.listener, self.path, self.inode, self.identity, self.idle_s, self.run = listener, path, inode, identity, idle_s, run
+        self.loaded = Loaded()
+        self.limits = _limits("self")  # this process never changes its own
+        self.status = {"pid": os.getpid(), "started": time.time(), "answered": 0, "idle_s": idle_s, "socket": path}
+        self.last = time.monotonic()  # when it last answered a command (a status request is not one)
+        self.warm = list(WARM)  # run one at a time while nobody asks, so that a caller never waits for them
+
+    def loop(self) -> None:
+        while time.monotonic() - self.last < self.idle_s:
+            self.listener.settimeout(0.02 if self.warm else min(CHECK_S, self.idle_s))
             try:
-                go_on = _handle(conn, identity, loaded, state, run, last)
-            except (OSError, ValueError, IndexError):
-                go_on = True  # a caller that went away or sent nonsense: the next one is served
-        if not go_on or not _ours(path, inode):
-            return
+                conn, _ = self.listener.accept()
+            except socket.timeout:
+                if self.warm:
+                    self.warm_one()
+                elif not _ours(self.path, self.inode):
+                    return
+                continue
+            with conn:
+                conn.settimeout(30)
+                try:
+                    go_on = self.handle(conn)
+                except (OSError, ValueError, IndexError):
+                    go_on = True  # a caller that went away or sent nonsense: the next one is served
+            if not go_on or not _ours(self.path, self.inode):
+                return
+
+    def warm_one(self) -> None:
+        _run_quietly(self.run, self.warm.pop(0))
+        self.loaded.add_modules()
+        if not self.warm:
+            gc.collect()
+            gc.freeze()  # what the verbs loaded is never garbage: a collection during an answer skips it
+
+    def handle(self, conn) -> bool:
+        """One caller; False when the server should stop."""
+        pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        msg, ancillary, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(2 * 4))
+        fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+               for fd in struct.unpack(f"{len(data) // 4}i", data[:len(data) - len(data) % 4])]
+        try:
+            if uid != os.getuid():
+                return True
+            fields = wire.decode(msg + (wire.recv_all(conn, wire.MAX_REQUEST) if msg else b""))
+            op = fields[0] if fields else b""
+            if op == wire.MAGIC + b" status":
+                conn.sendall(wire.encode([f"{k}={v}".encode() for k, v in self.status.items()]))
+                return True
+            if op == wire.MAGIC + b" stop":
+                conn.sendall(b"stopping")
+                return False
+            if op != wire.MAGIC + b" run" or len(fds) != 2 or fields[1] != self.identity or _limits(pid) != self.limits:
+                conn.sendall(b"N")  # another interpreter, or resource limits other than this process's: run it there
+                return True
+            if self.loaded.changed():
+                conn.sendall(b"S")  # the caller runs it in its own process, and starts a server of the new files
+                return False
+            request = Request(fields[2:])
+            try:
+                os.chdir(request.cwd)
+            except OSError:
+                conn.sendall(b"N")
+                return True
+            conn.sendall(b"A")
+            stdout, stderr = fds
+            fds = []
+            status, go_on = _run(self.run, request, stdout, stderr)
+            self.status["answered"] += 1
+            self.last = time.monotonic()
+            self.loaded.add_modules()
+            conn.sendall(b"R%d" % status)
+            return go_on
+        finally:
+            for fd in fds:
+                os.close(fd)
 
 
 def _limits(pid) -> bytes | None:
@@ -83,49 +136,6 @@ def _ours(path: str, inode: int) -> bool:
         return os.stat(path).st_ino == inode
     except OSError:
         return False
-
-
-def _handle(conn, identity: bytes, loaded: Loaded, state: dict, run, last: list) -> bool:
-    """One caller; False when the server should stop."""
-    pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-    msg, ancillary, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(2 * 4))
-    fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
-           for fd in struct.unpack(f"{len(data) // 4}i", data[:len(data) - len(data) % 4])]
-    try:
-        if uid != os.getuid():
-            return True
-        fields = wire.decode(msg + (wire.recv_all(conn, wire.MAX_REQUEST) if msg else b""))
-        op = fields[0] if fields else b""
-        if op == wire.MAGIC + b" status":
-            conn.sendall(wire.encode([f"{k}={v}".encode() for k, v in state.items()]))
-            return True
-        if op == wire.MAGIC + b" stop":
-            conn.sendall(b"stopping")
-            return False
-        if op != wire.MAGIC + b" run" or len(fds) != 2 or fields[1] != identity or _limits(pid) != _limits("self"):
-            conn.sendall(b"N")  # another interpreter, or resource limits other than this process's: run it there
-            return True
-        if loaded.changed():
-            conn.sendall(b"S")  # the caller runs it in its own process, and starts a server of the new files
-            return False
-        request = Request(fields[2:])
-        try:
-            os.chdir(request.cwd)
-        except OSError:
-            conn.sendall(b"N")
-            return True
-        conn.sendall(b"A")
-        stdout, stderr = fds
-        fds = []
-        status, go_on = _run(run, request, stdout, stderr)
-        state["answered"] += 1
-        last[0] = time.monotonic()
-        loaded.add_modules()
-        conn.sendall(b"R%d" % status)
-        return go_on
-    finally:
-        for fd in fds:
-            os.close(fd)
 
 
 class Request:
