@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import findings, releases
+from . import releases
 from .contract import SCHEMA_VERSION
 from .errors import UsageError
 
@@ -123,6 +123,8 @@ def anchors(mbridge_src: str | None = None) -> dict:
 
 def explain(finding_id: str) -> dict:
     """A finding's record: severity, title, the Bridge code that decides it (and where it is now), example, explanation."""
+    from . import findings
+
     return {"schema_version": SCHEMA_VERSION, **findings.explain(finding_id)}
 
 

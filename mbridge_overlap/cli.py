@@ -474,19 +474,9 @@ COMMANDS = {name: run for name, (_help, _add, run) in VERBS.items()}
 
 
 def _missing_packages() -> list[str]:
-    return [pip for module, pip in (("yaml", "pyyaml"), ("jinja2", "jinja2")) if not _importable(module)]
+    from .imports import importable
 
-
-def _importable(module: str) -> bool:
-    """importlib.util.find_spec(module) is not None, without importing importlib.util (1.6 ms a cold start): the
-    finders it asks are sys.meta_path's."""
-    if module in sys.modules:
-        return True
-    for finder in sys.meta_path:
-        find = getattr(finder, "find_spec", None)
-        if find is not None and find(module, None) is not None:
-            return True
-    return False
+    return [pip for module, pip in (("yaml", "pyyaml"), ("jinja2", "jinja2")) if not importable(module)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,8 @@ on request (then hashable, from the compared fields); __init__, __repr__, __eq__
 __delattr__ behave as dataclasses writes them; replace() makes a changed copy. No base class may have fields. The
 dataclasses module's own functions (replace, fields, asdict, is_dataclass) work on a record too: its
 __dataclass_fields__ are made, with dataclasses, the first time something asks for them. tests/test_records.py holds
-these classes to dataclasses'. The trace package and the Bridge adapter, off that path, keep the standard library's.
+these classes to dataclasses'. The trace package's are records too; the Bridge adapter, which imports Bridge anyway,
+keeps the standard library's.
 """
 
 from __future__ import annotations

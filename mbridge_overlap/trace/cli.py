@@ -27,7 +27,9 @@ EXAMPLES = """examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXAMPLES
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    base = parser.formatter_class  # the command line's own (it learns the terminal's width only when it formats)
+    if not issubclass(base, argparse.RawDescriptionHelpFormatter):
+        parser.formatter_class = type(f"RawDescription{base.__name__}", (argparse.RawDescriptionHelpFormatter, base), {})
     parser.add_argument(
         "traces", nargs="*", metavar="TRACE",
         help="PyTorch profiler traces (.json or .json.gz), one file per rank, or directories of them",

@@ -7,7 +7,7 @@ the last step, or without a launch record, as HolisticTraceAnalysis leaves them 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable
+from collections.abc import Callable
 
 from . import kernels
 from .attribution import P2P, UNATTRIBUTED

@@ -14,13 +14,13 @@ counted (Stats.non_finite): the analysis refuses them only where it needs the va
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import UsageError
+from ..imports import importable
 from ..safeio import esc, shown
 from .source import Source
 from .window import Stats, Truncated, Window, char
@@ -33,8 +33,7 @@ RUN_CHARS = 1 << 14  # the text of the events one scanner call decodes together
 # so the stdlib decodes the first FAST_AFTER characters of runs and msgspec the rest. msgspec reads numbers as
 # the stdlib does (integers of any size up to Python's 4,300 digits, floats correctly rounded) and refuses what
 # the stdlib may read otherwise (NaN, lone surrogates, deep nesting), which the stdlib then decides.
-BACKEND = "stdlib" if os.environ.get("MBRIDGE_TRACE_JSON", "").lower() == "stdlib" or importlib.util.find_spec(
-    "msgspec") is None else "msgspec"
+BACKEND = "stdlib" if os.environ.get("MBRIDGE_TRACE_JSON", "").lower() == "stdlib" or not importable("msgspec") else "msgspec"
 FAST_AFTER = 16 << 20
 _decode = None  # msgspec's, once imported
 _stdlib_chars = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from ..records import dataclass
 from json.scanner import make_scanner
 from pathlib import Path
 
