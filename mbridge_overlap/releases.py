@@ -208,6 +208,10 @@ class Release:
     def presets(self) -> list[Preset]:
         return list(_presets())
 
+    def presets_for(self, gpu: str | None, precision: str | None, tp: int, cp: int, lora: bool) -> tuple:
+        """The presets tuned for this GPU, precision, TP, CP and LoRA (every check of every fix proof asks)."""
+        return _presets_for(gpu, precision, tp, cp, lora)
+
     def preset(self, name: str) -> Preset:
         names = data()["tp_overlap_presets"]
         if name not in names:
@@ -225,6 +229,11 @@ class Release:
 def _presets() -> tuple:
     """Every preset, parsed once (plan asks about a dozen times)."""
     return tuple(Preset.parse(n) for n in data()["tp_overlap_presets"])
+
+
+@lru_cache(maxsize=256)
+def _presets_for(gpu, precision, tp, cp, lora) -> tuple:
+    return tuple(p for p in _presets() if (p.gpu, p.precision, p.tp, p.cp, p.lora) == (gpu, precision, tp, cp, lora))
 
 
 def versions() -> list[str]:

@@ -39,7 +39,7 @@ def lora(state) -> bool:
 def match(release, gpu_info: dict, precision: str | None, sizes: dict, lora: bool):
     """(the preset whose name matches the shape exactly or None, why none does: a clause, '' when one does)."""
     want = dict(gpu=gpu_info["preset_gpu"], precision=precision, tp=sizes["tp"], cp=sizes["cp"], lora=lora)
-    close = [p for p in release.presets() if all(getattr(p, k) == v for k, v in want.items())]
+    close = release.presets_for(**want)
     exact = [p for p in close
              if (p.hidden_size, p.micro_batch_size, p.seq_length) == (sizes["hidden_size"], sizes["micro_batch_size"], sizes["seq_length"])]
     if exact:
