@@ -39,6 +39,7 @@ CASES = {
     "explain": ["explain", "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"],
     "explain unknown": ["explain", "TP_OVERLAP_OFF_NO_SEQUENCE_PARALEL"],
     "explain non-ascii": ["explain", "\u00dcBER_\u202eX"],
+    "explain undecodable": ["explain", b"\xff\xfeX"],
     "presets": ["presets", "--format", "json"],
     "releases": ["releases"],
 }
@@ -70,7 +71,7 @@ def wait_for(env: dict, running: bool, launcher=ROOT / "scripts" / "mbridge-over
 def env(tmp_path):
     runtime = Path(tempfile.mkdtemp(prefix="mbo-", dir="/tmp"))  # short: a Unix socket's path has at most 107 bytes
     env = {**os.environ, "MBRIDGE_OVERLAP_SERVER": "1", "XDG_RUNTIME_DIR": str(runtime), "COLUMNS": "100",
-           "CUDA_DEVICE_MAX_CONNECTIONS": "32"}
+           "CUDA_DEVICE_MAX_CONNECTIONS": "32", "MBRIDGE_TEST_UNDECODABLE": os.fsdecode(b"\xfe\xff")}
     yield env
     for launcher in (ROOT / "scripts" / "mbridge-overlap", tmp_path / "skill" / "scripts" / "mbridge-overlap"):
         if launcher.exists():
@@ -178,3 +179,19 @@ def test_a_caller_under_other_resource_limits_is_not_served(env):
                           capture_output=True, timeout=120, preexec_fn=limit)
     assert proc.returncode == 0 and proc.stdout.startswith(b"TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL")
     assert status(env)["answered"] == before
+
+
+def test_a_served_answer_goes_into_the_callers_own_open_file(env, tmp_path):
+    """The server writes through the caller's file descriptors: into a file opened for appending, after what the
+    file held, as the caller's own process writes."""
+    launch(*CASES["explain"], env=env)
+    wait_for(env, running=True)
+    want = launch(*CASES["presets"], env={**env, "MBRIDGE_OVERLAP_SERVER": "0"}).stdout
+    out = tmp_path / "answers.txt"
+    out.write_bytes(b"before\n")
+    with open(out, "ab") as fh:
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "mbridge-overlap"), *CASES["presets"]], env=env,
+                              stdout=fh, stderr=subprocess.PIPE, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() == b"before\n" + want
+    assert status(env)["answered"] >= 1
