@@ -22,6 +22,7 @@ import sys
 QUICK = frozenset({"resolve", "plan", "lint", "diff", "recipes", "explain", "presets", "releases"})
 SWITCH = "MBRIDGE_OVERLAP_SERVER"  # =0: never ask or start a server
 IDLE_S = 600.0  # MBRIDGE_OVERLAP_SERVER_IDLE_S overrides it (at least 1)
+ACCEPT_S = 2.0  # a caller waits this long for a busy server to take its command, then runs it itself
 MAGIC = b"mbridge-overlap-server/1"
 MAX_REQUEST = 1 << 22
 _SKILL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,11 +49,16 @@ def answer(argv: list) -> "tuple[int | None, bool]":
     try:
         try:
             sock.connect(path)
-            request = encode([MAGIC + b" run", *_context(argv)])
+            request = encode([encode([MAGIC + b" run", *_context(argv)])])  # one netstring: its length comes first
             fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (sys.stdout.fileno(), sys.stderr.fileno()))
             sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
-            sock.shutdown(_socket.SHUT_WR)
+            sock.settimeout(ACCEPT_S)
             accepted = sock.recv(1)
+            sock.settimeout(None)
+            if accepted == b"A":
+                sock.sendall(b"G")  # only now does the server run it: a caller that gave up is never answered twice
+        except TimeoutError:  # a server busy with another caller: this one runs here
+            return None, True
         except (OSError, ValueError):
             return None, False
         if accepted != b"A":  # N: declined (it stays), S: its files changed (it stops), b"": gone. Nothing written
@@ -149,8 +155,7 @@ def control(action: str) -> dict:
     try:
         sock.settimeout(5)
         sock.connect(path)
-        sock.sendall(encode([MAGIC + (b" stop" if action == "stop" else b" status")]))
-        sock.shutdown(_socket.SHUT_WR)
+        sock.sendall(encode([encode([MAGIC + (b" stop" if action == "stop" else b" status")])]))
         reply = recv_all(sock, 1 << 16)
     except OSError:
         return out
@@ -184,6 +189,28 @@ def decode(data: bytes) -> list:
         fields.append(data[colon + 1:end])
         i = end + 1
     return fields
+
+
+def read_frame(sock, data: bytes, limit: int) -> bytes:
+    """The payload of the one netstring a peer sends (`data`: what was read of it already); ValueError where it is
+    not one, or longer than `limit`."""
+    while b":" not in data[:12]:
+        chunk = sock.recv(64)
+        if not chunk or len(data) >= 12:
+            raise ValueError("malformed message")
+        data += chunk
+    digits, _, data = data.partition(b":")
+    if not digits.isdigit() or int(digits) > limit:
+        raise ValueError("malformed message")
+    need = int(digits) + 1
+    while len(data) < need:
+        chunk = sock.recv(min(65536, need - len(data)))
+        if not chunk:
+            raise ValueError("cut message")
+        data += chunk
+    if data[need - 1:need] != b"," or len(data) > need:
+        raise ValueError("malformed message")
+    return data[:-1]
 
 
 def recv_all(sock, limit: int) -> bytes:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import gc
 import os
+import select
+import signal
 import socket
 import struct
 import sys
 import time
 import traceback
 
-from . import server as wire  # its messages (MAGIC, encode, decode, recv_all)
+from . import server as wire  # its messages (MAGIC, encode, decode, read_frame)
 
 CHECK_S = 30.0  # how often an idle server looks at its socket and its clock
 WARM = (  # run once each while no caller waits, output discarded: later answers find each verb's modules loaded
@@ -88,7 +90,7 @@ class Server:
         try:
             if uid != os.getuid():
                 return True
-            fields = wire.decode(msg + (wire.recv_all(conn, wire.MAX_REQUEST) if msg else b""))
+            fields = wire.decode(wire.read_frame(conn, msg, wire.MAX_REQUEST))
             op = fields[0] if fields else b""
             if op == wire.MAGIC + b" status":
                 conn.sendall(wire.encode([f"{k}={v}".encode() for k, v in self.status.items()]))
@@ -109,9 +111,12 @@ class Server:
                 conn.sendall(b"N")
                 return True
             conn.sendall(b"A")
+            if conn.recv(1) != b"G":
+                return True  # the caller stopped waiting (and runs it itself): nothing is run here
             stdout, stderr = fds
             fds = []
-            status, go_on = _run(self.run, request, stdout, stderr)
+            with _CallerWatch(conn):
+                status, go_on = _run(self.run, request, stdout, stderr)
             self.status["answered"] += 1
             self.last = time.monotonic()
             self.loaded.add_modules()
@@ -136,6 +141,34 @@ def _ours(path: str, inode: int) -> bool:
         return os.stat(path).st_ino == inode
     except OSError:
         return False
+
+
+class _CallerWatch:
+    """While a command runs: every WATCH_S, whether its caller is still there (a killed caller's socket hangs up);
+    where it is not, BrokenPipeError in the command, as a closed pipe gives it, so that a write blocked on the gone
+    caller's full pipe ends and its files are let go."""
+
+    WATCH_S = 0.05
+
+    def __init__(self, conn):
+        self.poller = select.poll()
+        self.poller.register(conn, select.POLLHUP | select.POLLERR)
+        self.active = False
+
+    def __enter__(self):
+        self.active = True
+        self.before = signal.signal(signal.SIGALRM, self._check)
+        signal.setitimer(signal.ITIMER_REAL, self.WATCH_S, self.WATCH_S)
+        return self
+
+    def __exit__(self, *exc):
+        self.active = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.before)
+
+    def _check(self, signum, frame):
+        if self.active and any(events & (select.POLLHUP | select.POLLERR) for _fd, events in self.poller.poll(0)):
+            raise BrokenPipeError("the caller went away")  # at every tick: a clean-up blocked on the pipe ends too
 
 
 class Request:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -195,3 +196,33 @@ def test_a_served_answer_goes_into_the_callers_own_open_file(env, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes() == b"before\n" + want
     assert status(env)["answered"] >= 1
+
+
+def test_a_caller_killed_while_its_pipe_is_full_leaves_no_pipe_held(env):
+    """The server blocked writing into a caller's full pipe: the caller is killed (SIGTERM: 128 + 15), and its pipes
+    reach their end (the server lets go of them) instead of hanging whoever reads them; the server answers on."""
+    launch(*CASES["explain"], env=env)
+    before = wait_for(env, running=True)["answered"]
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    try:
+        while True:
+            os.write(write_end, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(write_end, True)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "mbridge-overlap"), "recipes", "--format", "json"],
+                            stdout=write_end, stderr=subprocess.PIPE, env=env)
+    os.close(write_end)
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None  # still waiting for its answer, which waits for the pipe
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 128 + signal.SIGTERM
+        ready, _, _ = select.select([proc.stderr], [], [], 10)
+        assert ready and proc.stderr.read() == b""  # the end of the pipe within 10 s: nobody holds it
+    finally:
+        proc.kill() if proc.poll() is None else None
+        os.close(read_end)
+    again = launch(*CASES["explain"], env=env)
+    assert again.returncode == 0 and status(env)["answered"] >= before + 1
