@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 # Every command a test runs is answered in its own process (its resource limits and signals are the test's);
 # tests/test_server.py turns the answer server on for itself.
-os.environ["MBRIDGE_OVERLAP_SERVER"] = "0"
+os.environ.setdefault("MBRIDGE_OVERLAP_SERVER", "0")
 
 
 def run_cli(*args, env=None, cwd=ROOT):
