@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from blocked_pipe import full_pipe  # tests/, beside conftest.py
 from test_schemas import check
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,14 +204,7 @@ def test_a_caller_killed_while_its_pipe_is_full_leaves_no_pipe_held(env):
     reach their end (the server lets go of them) instead of hanging whoever reads them; the server answers on."""
     launch(*CASES["explain"], env=env)
     before = wait_for(env, running=True)["answered"]
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    try:
-        while True:
-            os.write(write_end, b"x" * 4096)
-    except BlockingIOError:
-        pass
-    os.set_blocking(write_end, True)
+    read_end, write_end = full_pipe()
     proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "mbridge-overlap"), "recipes", "--format", "json"],
                             stdout=write_end, stderr=subprocess.PIPE, env=env)
     os.close(write_end)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from blocked_pipe import full_pipe  # tests/, beside conftest.py
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -628,14 +629,7 @@ def _blocked_writing(pid: int, timeout: float = 20.0) -> bool:
 
 def test_ctrl_c_is_one_line_and_status_130():
     """SIGINT to a CLI blocked writing its output into a pipe nobody reads (filled beforehand)."""
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    try:
-        while True:
-            os.write(write_end, b"x" * 4096)
-    except BlockingIOError:
-        pass
-    os.set_blocking(write_end, True)
+    read_end, write_end = full_pipe()
     proc = subprocess.Popen([sys.executable, "-m", "mbridge_overlap", "presets"], cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE)
     os.close(write_end)
     try:

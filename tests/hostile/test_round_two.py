@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from blocked_pipe import full_pipe  # tests/, beside conftest.py
 
 from hostile_kit import MARKER, ROOT, assert_clean_stderr, assert_one_line, cli_env, payloads, run_cli, write
 
@@ -410,14 +411,7 @@ CASES["signals"] = 4
 
 def test_sigterm_to_a_blocked_cli_is_quiet():
     """SIGTERM while blocked writing into a full pipe: exit 128 + 15, no traceback."""
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    try:
-        while True:
-            os.write(write_end, b"x" * 4096)
-    except BlockingIOError:
-        pass
-    os.set_blocking(write_end, True)
+    read_end, write_end = full_pipe()
     proc = subprocess.Popen([sys.executable, "-m", "mbridge_overlap", "presets"], cwd=ROOT, stdout=write_end, stderr=subprocess.PIPE,
                             env=cli_env())
     os.close(write_end)
