@@ -37,6 +37,7 @@ def serve(path: str, identity: bytes, idle_s: float, run) -> None:
         inode = os.stat(path).st_ino
     except OSError:
         return
+    _name_process()
     try:
         Server(listener, path, inode, identity, idle_s, run).loop()
     finally:
@@ -45,11 +46,21 @@ def serve(path: str, identity: bytes, idle_s: float, run) -> None:
         listener.close()
 
 
+def _name_process() -> None:
+    """`mbridge-overlap` in ps -o comm and top (its command line stays that of the command that started it)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, b"mbridge-overlap", 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 class Server:
     def __init__(self, listener, path: str, inode: int, identity: bytes, idle_s: float, run):
         self.listener, self.path, self.inode, self.identity, self.idle_s, self.run = listener, path, inode, identity, idle_s, run
         self.loaded = Loaded()
-        self.limits = _limits("self")  # this process never changes its own
+        self.context = _context_of("self")  # this process never changes its own
         self.status = {"pid": os.getpid(), "started": time.time(), "answered": 0, "idle_s": idle_s, "socket": path}
         self.last = time.monotonic()  # when it last answered a command (a status request is not one)
         self.warm = list(WARM)  # run one at a time while nobody asks, so that a caller never waits for them
@@ -98,8 +109,9 @@ class Server:
             if op == wire.MAGIC + b" stop":
                 conn.sendall(b"stopping")
                 return False
-            if op != wire.MAGIC + b" run" or len(fds) != 2 or fields[1] != self.identity or _limits(pid) != self.limits:
-                conn.sendall(b"N")  # another interpreter, or resource limits other than this process's: run it there
+            if op != wire.MAGIC + b" run" or len(fds) != 2 or fields[1] != self.identity or _context_of(pid) != self.context \
+                    or self.context is None:
+                conn.sendall(b"N")  # another interpreter, other limits, another file system: the caller runs it itself
                 return True
             if self.loaded.changed():
                 conn.sendall(b"S")  # the caller runs it in its own process, and starts a server of the new files
@@ -127,13 +139,17 @@ class Server:
                 os.close(fd)
 
 
-def _limits(pid) -> bytes | None:
-    """A process's resource limits (a caller under `ulimit -v` gets the answer that limit gives: its own process's)."""
+def _context_of(pid) -> tuple | None:
+    """What a process's answer depends on beyond its request: its resource limits (a caller under `ulimit -v` gets
+    the answer that limit gives) and the file system it sees (its mount namespace and root directory: a caller in
+    another container sharing /tmp names other files). None where it cannot be read (another PID namespace)."""
     try:
         with open(f"/proc/{pid}/limits", "rb") as fh:
-            return fh.read()
+            limits = fh.read()
+        mounts, root = os.stat(f"/proc/{pid}/ns/mnt"), os.stat(f"/proc/{pid}/root")
     except OSError:
         return None
+    return limits, mounts.st_ino, root.st_dev, root.st_ino
 
 
 def _ours(path: str, inode: int) -> bool:

@@ -220,3 +220,18 @@ def test_a_caller_killed_while_its_pipe_is_full_leaves_no_pipe_held(env):
         os.close(read_end)
     again = launch(*CASES["explain"], env=env)
     assert again.returncode == 0 and status(env)["answered"] >= before + 1
+
+
+def test_a_caller_in_another_mount_namespace_is_not_served(env):
+    """A caller that sees another file system (another mount namespace: a container sharing /tmp) runs the command
+    itself, and starts no rival server."""
+    unshare = shutil.which("unshare")
+    if unshare is None or subprocess.run([unshare, "--mount", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --mount is not available to this user")
+    launch(*CASES["explain"], env=env)
+    before = wait_for(env, running=True)["answered"]
+    proc = subprocess.run([unshare, "--mount", sys.executable, str(ROOT / "scripts" / "mbridge-overlap"), *CASES["explain"]],
+                          env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith(b"TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"), proc.stderr
+    d = status(env)
+    assert d["answered"] == before and d["running"]
