@@ -10,7 +10,9 @@ folder only that user can enter, and a caller of another uid is refused. It stop
 (the skill, the data, a module) changes, so an edit or an upgrade is never answered by the old code.
 
 Not served (run in their own process, as always): a command reading stdin (`-`), writing --output, or with
-MBRIDGE_OVERLAP_SERVER=0 in the environment; any other verb; a platform without fork and Unix sockets (not Linux).
+MBRIDGE_OVERLAP_SERVER=0 in the environment; a caller under other resource limits or in another mount namespace or
+root than the server's; one that waited ACCEPT_S for a busy server; any other verb; a platform without fork and Unix
+sockets (not Linux).
 
 This module runs before anything else is imported: it uses only os, sys and _socket (mbridge_overlap.launch
 starts a server, mbridge_overlap.serving is its loop).
@@ -34,7 +36,7 @@ _LOCALE_VARS = ("LANG", "LC_ALL", "LC_CTYPE")
 
 def answer(argv: list) -> "tuple[int | None, bool]":
     """(the exit status of the command as a server ran it, or None where none did: run it here; whether a server runs
-    that stays, so that none is to be started: one that declined this caller, its limits or interpreter not its own)."""
+    that stays, so that none is to be started: one busy with another caller, or one that declined this one)."""
     if not servable(argv):
         return None, False
     path = socket_path(create=False)
@@ -48,11 +50,11 @@ def answer(argv: list) -> "tuple[int | None, bool]":
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         try:
+            sock.settimeout(ACCEPT_S)  # connect too: a stuck server's full backlog never blocks a caller
             sock.connect(path)
             request = encode([encode([MAGIC + b" run", *_context(argv)])])  # one netstring: its length comes first
             fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (sys.stdout.fileno(), sys.stderr.fileno()))
             sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
-            sock.settimeout(ACCEPT_S)
             accepted = sock.recv(1)
             sock.settimeout(None)
             if accepted == b"A":
@@ -163,8 +165,13 @@ def control(action: str) -> dict:
         sock.close()
     if action == "stop":
         return {**out, "stopped": reply == b"stopping"}
-    fields = dict(f.decode().partition("=")[::2] for f in decode(reply))
-    numbers = {k: float(v) if "." in v else int(v) for k, v in fields.items() if k in ("pid", "started", "answered", "idle_s")}
+    try:
+        fields = dict(f.decode().partition("=")[::2] for f in decode(reply))
+        numbers = {k: float(v) if "." in v else int(v) for k, v in fields.items() if k in ("pid", "started", "answered", "idle_s")}
+    except ValueError:
+        numbers = {}
+    if len(numbers) != 4:  # no answer a server gives (it was stopping, or is not ours)
+        return out
     return {**out, "running": True, **numbers}
 
 
