@@ -52,7 +52,7 @@ def answer(argv: list) -> "tuple[int | None, bool]":
         try:
             sock.settimeout(ACCEPT_S)  # connect too: a stuck server's full backlog never blocks a caller
             sock.connect(path)
-            request = encode([encode([MAGIC + b" run", *_context(argv)])])  # one netstring: its length comes first
+            request = encode([encode([MAGIC + b" run", *context(argv)])])  # one netstring: its length comes first
             fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (sys.stdout.fileno(), sys.stderr.fileno()))
             sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
             accepted = sock.recv(1)
@@ -135,7 +135,8 @@ def socket_path(create: bool) -> "str | None":
     return path if len(path.encode()) < 100 else None
 
 
-def _context(argv: list) -> list:
+def context(argv: list) -> list:
+    """What a command's answer depends on besides the files it reads, in the order serving.Request reads it."""
     cwd = os.getcwd()
     umask = os.umask(0o022)
     os.umask(umask)

@@ -233,11 +233,9 @@ def _run(run, request: Request, stdout: int, stderr: int) -> tuple[int, bool]:
 
 
 def _run_quietly(run, argv: list) -> None:
+    """A command in this process's own context (its folder, environment, streams' encodings), output discarded."""
     devnull = os.open(os.devnull, os.O_WRONLY)
-    request = Request([b"/", b"18", b"utf-8", b"strict", b"utf-8", b"backslashreplace", b"mbridge-overlap",
-                       str(len(argv)).encode(), *map(os.fsencode, argv),
-                       *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in os.environ.items())])
-    _run(run, request, devnull, os.dup(devnull))
+    _run(run, Request(wire.context(argv)[1:]), devnull, os.dup(devnull))  # [1:]: without the identity
 
 
 class Loaded:
@@ -247,10 +245,12 @@ class Loaded:
 
     def __init__(self):
         self.stats = {sys.executable: _stat(sys.executable)}
+        self.folders = set()  # the skill's own, empty ones too
         skill = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         for top in (os.path.join(skill, "mbridge_overlap"), os.path.join(skill, "templates")):
             for folder, dirs, files in os.walk(top):
                 dirs[:] = [d for d in dirs if d != "__pycache__"]
+                self.folders.add(folder)
                 self.stats[folder] = _stat(folder)
                 for name in files:
                     path = os.path.join(folder, name)
@@ -267,7 +267,7 @@ class Loaded:
             path = getattr(module, "__file__", None)
             if isinstance(path, str) and path not in self.stats and not _standard_library(path):
                 self.stats[path] = _stat(path)
-        self.watch.folders({os.path.dirname(p) for p in self.stats} | {p for p in self.stats if os.path.isdir(p)})
+        self.watch.folders(self.folders | {os.path.dirname(p) for p in self.stats})
 
     def changed(self) -> bool:
         if self.watch.quiet():
