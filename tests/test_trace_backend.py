@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mbridge_overlap.errors import UsageError
-from mbridge_overlap.trace import analyze, reader
+from mbridge_overlap.trace import analyze, kineto, reader
 from trace_fixtures import REPO, real_traces
 
 sys.path.insert(0, str(Path(__file__).parent / "hostile"))
@@ -26,7 +28,7 @@ def outcome(paths, allow_partial: bool, fast: bool, monkeypatch) -> dict | str:
     """The report (file names aside) or the error message, with the fast backend from the first run, or without."""
     monkeypatch.setattr(reader, "BACKEND", "msgspec" if fast else "stdlib")
     monkeypatch.setattr(reader, "FAST_AFTER", 0)
-    monkeypatch.setattr(reader, "_decode", None)
+    monkeypatch.setattr(reader, "_decoders", {})
     try:
         d = analyze(paths, allow_partial=allow_partial, jobs=1).to_dict()
     except UsageError as exc:
@@ -39,12 +41,12 @@ def outcome(paths, allow_partial: bool, fast: bool, monkeypatch) -> dict | str:
 def test_the_stdlib_path_runs_without_the_backend():
     env = {**os.environ, "MBRIDGE_TRACE_JSON": "stdlib"}
     code = ("import sys; from mbridge_overlap.trace import analyze, reader; analyze(sys.argv[1]); "
-            "print(reader.BACKEND, reader._decode, 'msgspec' in sys.modules)")
+            "print(reader.BACKEND, len(reader._decoders), 'msgspec' in sys.modules)")
     big = real_traces()[0] if real_traces() else None
     if big is None:
         pytest.skip("no real traces")
     out = subprocess.run([sys.executable, "-c", code, str(big)], cwd=REPO, env=env, capture_output=True, text=True)
-    assert out.stdout.split() == ["stdlib", "None", "False"], out.stderr
+    assert out.stdout.split() == ["stdlib", "0", "False"], out.stderr
     default = subprocess.run([sys.executable, "-c", code, str(big)], cwd=REPO, capture_output=True, text=True)
     assert default.stdout.split()[0] == "msgspec" and default.stdout.split()[-1] == "True"  # over FAST_AFTER
 
@@ -81,3 +83,80 @@ def test_numbers_read_the_same(number, field, tmp_path, monkeypatch):
     path = tmp_path / "rank-0.json"
     path.write_text(json.dumps(doc).replace('"@N@"', number))
     assert outcome(path, False, True, monkeypatch) == outcome(path, False, False, monkeypatch)
+
+
+def test_the_fast_backend_decodes_only_the_keys_the_analysis_reads(monkeypatch):
+    """The real traces above are read by the typed decoder (not each run left to the stdlib): it is what the
+    analysis asked for, and an event reaches the adder with those keys alone."""
+    paths = real_traces()
+    if not paths:
+        pytest.skip("no real traces")
+    seen = []
+    monkeypatch.setattr(reader, "BACKEND", "msgspec")
+    monkeypatch.setattr(reader, "FAST_AFTER", 0)
+    monkeypatch.setattr(reader, "_decoders", {})
+    stats = reader.read(paths[0], seen.append, keys=kineto.EVENT_KEYS)
+    assert list(reader._decoders) == [kineto.EVENT_KEYS]
+    allowed = dict(kineto.EVENT_KEYS)
+    assert len(seen) > stats.events * 0.9  # a few events at the window's ends go through the stdlib, whole
+    typed = [e for e in seen if set(e) <= set(allowed) and set(e.get("args", {})) <= set(allowed["args"])]
+    assert len(typed) > stats.events * 0.9 and any("args" in e for e in typed)
+
+
+def _long_stretch(text: str, limit: int) -> bool:
+    return any(len(m) > limit for m in re.findall("[0-9]+", text))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_long_integers_are_found_exactly(seed, monkeypatch):
+    """The check that sends a run with an integer the stdlib refuses to the stdlib finds every stretch of more
+    digits than the limit, and no shorter one, wherever it lies in the run."""
+    rng = random.Random(seed)
+    limit = rng.choice([4300, 4301, 640, 641])
+    monkeypatch.setattr(reader, "_int_digits", lambda: limit)
+    for _ in range(50):
+        parts = []
+        while sum(map(len, parts)) < 3 * limit:
+            parts += ["7" * rng.choice([rng.randint(0, 30), rng.randint(limit // 2 - 3, limit // 2 + 3),
+                                        rng.randint(limit - 3, limit + 3), rng.randint(2 * limit - 3, 2 * limit + 3)]),
+                      rng.choice(',x"] ')]
+        text = "".join(parts)[rng.randint(0, limit):]
+        text = text[:rng.randint(0, len(text))]
+        assert reader._long_integer(text) == _long_stretch(text, limit), (limit, len(text))
+
+
+def _event_text(inner: str) -> str:
+    """A hostile trace whose NCCL kernel's JSON text gets `inner` spliced in before its first key."""
+    doc = hostile.trace(steps=6)
+    kernel = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel" and "nccl" in e["name"])
+    kernel["@K@"] = 0
+    return json.dumps(doc).replace('"@K@": 0', inner)
+
+
+SPLICES = {
+    "duplicate_name": '"name": "aten::mm", "name": "aten::mm"',
+    "duplicate_args_object": '"args": {"stream": 99}',  # the kernel's own args come later and win
+    "args_not_an_object": '"args": 7, "x": 1',
+    "escaped_keys": '"n\\u0061me": "x", "\\u0061rgs": {"str\\u0065am": 7}',
+    "nested_unused": '"unused": {"a": [1, {"b": [2.5e-3, null, true]}], "c": "\\ud83d\\ude00"}',
+    "long_integer_unused": '"unused": ' + "9" * 4301,
+    "long_float_unused": '"unused": ' + "9" * 5000 + ".5",
+    "long_digit_string": '"unused": "' + "9" * 5000 + '"',
+}
+
+
+@pytest.mark.parametrize("inner", SPLICES.values(), ids=SPLICES.keys())
+def test_odd_events_read_the_same(inner, tmp_path, monkeypatch):
+    path = tmp_path / "rank-0.json"
+    path.write_text(_event_text(inner))
+    assert outcome(path, False, True, monkeypatch) == outcome(path, False, False, monkeypatch)
+
+
+def test_nesting_near_the_recursion_limit_reads_the_same(tmp_path, monkeypatch):
+    """Both decoders stop at the interpreter's recursion limit, which the call's own depth moves: around it, in
+    every depth, the fast backend refuses at least what the stdlib refuses (and the stdlib decides)."""
+    top = sys.getrecursionlimit()
+    for depth in range(top - 120, top + 2):
+        path = tmp_path / f"rank-{depth}.json"
+        path.write_text(_event_text('"unused": ' + "[" * depth + "]" * depth))
+        assert outcome(path, False, True, monkeypatch) == outcome(path, False, False, monkeypatch), depth

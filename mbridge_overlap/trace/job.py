@@ -72,7 +72,7 @@ def _analyze_all(files: list[Path], allow_partial: bool, jobs: int | None) -> li
     jobs = default_jobs(len(files)) if jobs is None else jobs
     sizes = [_size(f) for f in files]
     if jobs > 1 and len(files) > 1 and sum(sizes) > reader.FAST_AFTER // 8:  # else each worker imports it again
-        reader.use_fast_now()
+        reader.use_fast_now(kineto.EVENT_KEYS)
     run = partial(_analyze_file, allow_partial=allow_partial)
     if jobs <= 1 or len(files) <= 1:
         return [run(f) for f in files]  # pool.map_ordered's serial case, without importing it (5 ms a start)

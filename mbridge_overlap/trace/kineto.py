@@ -22,6 +22,8 @@ from . import kernels, reader
 from ..safeio import esc
 
 PG_KEYS = ("Process Group Name", "Process Group Description", "Process Group Ranks", "Collective name", "Group size")
+# What of an event the analysis reads (the adder and _unusable): the fast JSON backend builds nothing else.
+EVENT_KEYS = (("name", None), ("cat", None), ("ts", None), ("dur", None), ("args", ("correlation", "stream", "External id", *PG_KEYS)))
 _SYNC = frozenset(("Event Sync", "Context Sync"))
 NO_LAUNCH = -(1 << 62)  # a GPU row whose launching CPU record is not in the trace
 LIMIT = 1 << 62  # times and ids must lie in (-LIMIT, LIMIT): the rows are 64-bit arrays, NO_LAUNCH is below
@@ -106,8 +108,8 @@ class RankTrace:
         """The per-event callback, with everything it touches bound to locals (it runs once per event)."""
         steps, collectives, comm, kinds, groups = self.steps, self.collectives, self.comm, {}, {}
         starts, ends, corrs, kind_rows = self.start.append, self.end.append, self.correlation.append, self.kind
-        cpu_corrs, cpu_starts = self.cpu_correlation.append, self.cpu_start.append
-        ceil, floor, COMM = math.ceil, math.floor, kernels.COMMUNICATION
+        cpu_corrs, cpu_starts, kind_add = self.cpu_correlation.append, self.cpu_start.append, kind_rows.append
+        ceil, floor, COMM, limit = math.ceil, math.floor, kernels.COMMUNICATION, LIMIT
 
         def add(event: dict) -> None:
             args = event.get("args")
@@ -132,14 +134,14 @@ class RankTrace:
                     raise reader.BadEvent(f"ts {ts!r} and dur {dur!r}: a time must be a finite number") from None
             else:
                 return
-            if not (-LIMIT < start < LIMIT and -LIMIT < end < LIMIT):
+            if not (-limit < start < limit and -limit < end < limit):
                 raise reader.BadEvent(f"ts {_short(ts)} / dur {_short(dur)} out of range (64-bit microseconds)")
             stream, corr = args.get("stream", -1), args.get("correlation", -1)
             if stream.__class__ is not int:
                 stream = _int(stream)
             if corr.__class__ is not int:
                 corr = _int(corr)
-            if corr >= LIMIT:
+            if corr >= limit:
                 raise reader.BadEvent(f"correlation {_short(corr)} out of range (64-bit)")
             gpu = stream >= 0 and corr >= 0
             if "ProfilerStep" in name:
@@ -163,7 +165,7 @@ class RankTrace:
             starts(start)
             ends(end)
             corrs(corr if gpu else -1)
-            kind_rows.append(kind)
+            kind_add(kind)
 
         return add
 
@@ -216,7 +218,7 @@ def load(path: Path, allow_partial: bool = False) -> RankTrace:
             trace.meta[key] = value
 
     try:
-        stats = reader.read(path, trace.adder(), on_meta)
+        stats = reader.read(path, trace.adder(), on_meta, EVENT_KEYS)
         trace.events, trace.non_finite = stats.events, stats.non_finite
     except reader.Truncated as exc:
         trace.events = exc.events
@@ -271,7 +273,7 @@ def _unusable(path: Path) -> Counter:
             why["without a usable name"] += 1
 
     try:
-        reader.read(path, count)
+        reader.read(path, count, keys=EVENT_KEYS)
     except reader.Truncated:
         pass
     return why
