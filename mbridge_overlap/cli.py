@@ -473,10 +473,13 @@ VERBS = {
 COMMANDS = {name: run for name, (_help, _add, run) in VERBS.items()}
 
 
+REQUIRED_PACKAGES = (("yaml", "pyyaml"), ("jinja2", "jinja2"))  # module, what pip installs it as
+
+
 def _missing_packages() -> list[str]:
     from .imports import importable
 
-    return [pip for module, pip in (("yaml", "pyyaml"), ("jinja2", "jinja2")) if not importable(module)]
+    return [pip for module, pip in REQUIRED_PACKAGES if not importable(module)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -108,15 +108,15 @@ def make(finding_id: str, *, fix_overrides: dict | None = None, knobs=None, remo
     set those keys by hand)."""
     rec = record(finding_id)
     fix_overrides = dict(fix_overrides or {})
+    wordless = PROBING.get()  # inside a fix proof only ids, knobs and fix_overrides count: no text is made
     if fix_overrides and not paste_safe(fix_overrides):
         keys = Shell(", ".join(_shell_word(k) for k in fix_overrides))
         params["fix"] = shell("set {keys} by hand: a value for it would hold characters a shell interprets", keys=keys)
         fix_overrides = {}
-    if "fix" not in params and fix_overrides:
+    if "fix" not in params and fix_overrides and not wordless:
         params["fix"] = overrides_text(fix_overrides)
     if "fix" in params and not isinstance(params["fix"], Shell):
         raise TypeError(f"{finding_id}: fix text must be built with findings.shell() or overrides_text()")
-    wordless = PROBING.get()
     return Finding(
         id=finding_id,
         severity=rec["severity"],

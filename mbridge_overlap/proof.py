@@ -118,6 +118,8 @@ def fixed(state: State, finding_id: str, candidates: list[dict], otherwise: Shel
     """The proven fix and its text; `otherwise` says what to do when no candidate holds (default: the first
     candidate, said to need more)."""
     o = proven(state, finding_id, candidates, knobs)
+    if _probing.get():
+        return o, Shell("")  # a proof's findings carry no text (findings.make)
     return o, overrides_text(o) if o else unproven(candidates, shell("")) if otherwise is None else otherwise
 
 
