@@ -160,3 +160,19 @@ def test_nesting_near_the_recursion_limit_reads_the_same(tmp_path, monkeypatch):
         path = tmp_path / f"rank-{depth}.json"
         path.write_text(_event_text('"unused": ' + "[" * depth + "]" * depth))
         assert outcome(path, False, True, monkeypatch) == outcome(path, False, False, monkeypatch), depth
+
+
+def test_a_msgspec_that_cannot_decode_typed_leaves_every_run_to_the_stdlib(monkeypatch):
+    """An old or broken msgspec (its typed Decoder refused) costs the speed, never the answer or the command."""
+    paths = real_traces()
+    if not paths:
+        pytest.skip("no real traces")
+
+    def refuse(*args, **kwargs):
+        raise TypeError("Type 'Event' is not supported")
+
+    monkeypatch.setattr(msgspec.json, "Decoder", refuse)
+    monkeypatch.setattr(reader, "FAST_AFTER", 0)
+    broken = outcome(paths[-1], False, True, monkeypatch)
+    assert reader._decoders[kineto.EVENT_KEYS] is reader._to_the_stdlib
+    assert broken == outcome(paths[-1], False, False, monkeypatch)

@@ -273,18 +273,27 @@ def _fast(run: str, keys: tuple | None) -> list | None:
 
 
 def _decoder(keys: tuple | None):
-    """msgspec's decode of a run: into whole events, or into dicts of `keys` alone (TypedDicts, every key optional)."""
-    import msgspec
+    """msgspec's decode of a run: into whole events, or into dicts of `keys` alone (TypedDicts, every key optional);
+    where this msgspec cannot make it (it will not import, or it is too old for TypedDicts), one that leaves every
+    run to the stdlib."""
+    try:
+        import msgspec
 
-    if keys is None:
-        return msgspec.json.Decoder().decode
-    from typing import Any, TypedDict  # msgspec has imported typing already
+        if keys is None:
+            return msgspec.json.Decoder().decode
+        from typing import Any, TypedDict  # msgspec has imported typing already
 
-    def typed(name: str, members: tuple):
-        return TypedDict(name, {k: Any if sub is None else typed(k, tuple((s, None) for s in sub)) for k, sub in members},
-                         total=False)
+        def typed(name: str, members: tuple):
+            return TypedDict(name, {k: Any if sub is None else typed(k, tuple((s, None) for s in sub)) for k, sub in members},
+                             total=False)
 
-    return msgspec.json.Decoder(list[typed("Event", keys)]).decode
+        return msgspec.json.Decoder(list[typed("Event", keys)]).decode
+    except Exception:  # ImportError, or a TypeError of a msgspec without TypedDict support
+        return _to_the_stdlib
+
+
+def _to_the_stdlib(run: str) -> None:
+    return None
 
 
 def _long_integer(run: str) -> bool:
