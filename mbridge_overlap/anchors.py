@@ -160,10 +160,10 @@ def package_version(name: str, path: Path) -> str:
 def _spec_dir(name: str) -> Path | None:
     """The package directory `name` imports from in this Python, without importing it (find_spec runs no code of
     the package; for megatron.core it imports the `megatron` namespace, which has none)."""
-    import importlib.util
+    from .imports import find_spec
 
     try:
-        spec = importlib.util.find_spec(name)
+        spec = find_spec(name)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:

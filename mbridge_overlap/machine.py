@@ -96,10 +96,10 @@ def torch_has_mpi(release: releases.Release) -> tuple[bool, str]:
 
 
 def _torch_libraries(release: releases.Release):
-    import importlib.util
+    from .imports import find_spec
 
     try:
-        spec = importlib.util.find_spec("torch")
+        spec = find_spec("torch")
     except (ImportError, ValueError):
         spec = None
     if spec is not None and spec.origin:
