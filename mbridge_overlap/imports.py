@@ -5,13 +5,8 @@ import sys
 
 
 def importable(module: str) -> bool:
-    if module in sys.modules:
-        return True
-    for finder in sys.meta_path:
-        find = getattr(finder, "find_spec", None)
-        if find is not None and find(module, None) is not None:
-            return True
-    return False
+    """For a top-level name."""
+    return module in sys.modules or _search(module, None) is not None
 
 
 def find_spec(name: str):
@@ -35,6 +30,10 @@ def find_spec(name: str):
         except AttributeError as exc:
             raise ModuleNotFoundError(f"__path__ attribute not found on {parent!r} while trying to find {name!r}",
                                       name=name) from exc
+    return _search(name, path)
+
+
+def _search(name: str, path):
     for finder in sys.meta_path:
         find = getattr(finder, "find_spec", None)
         spec = find(name, path) if find is not None else None
