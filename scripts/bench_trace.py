@@ -15,8 +15,9 @@ HolisticTraceAnalysis's get_comm_comp_overlap on real traces.
    Each size and layout runs with each JSON backend: the stdlib scanner, and msgspec where it is installed
    (MBRIDGE_TRACE_JSON=stdlib forces the first).
 2. Real traces ($MBRIDGE_SKILL_TRACES, else <repo>/../shared/data/traces): ours against HTA, time and peak memory,
-   in-process (the analysis call) and whole-process (the wall time of `python -m mbridge_overlap trace FILE` against
-   a process that imports HTA and runs get_comm_comp_overlap), per backend (exit 1 when the stdlib backend is not
+   in-process (the analysis call) and whole-process (the wall time of a process that runs the analysis and writes
+   its JSON report, against one that imports HTA and runs get_comm_comp_overlap: scripts/bench_trace_child.py,
+   which imports nothing of the benchmark's), per backend (exit 1 when the stdlib backend is not
    at least 5x faster in-process in total and 3x lighter on each trace; 2 when HTA cannot run), and each trace
    re-saved in every layout must give the report its Kineto layout gives.
 3. The worker pool: copies of the real traces as the ranks of one job (distributedInfo rewritten, in a temporary
@@ -40,7 +41,6 @@ import argparse
 import gzip
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -48,48 +48,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+CHILD = Path(__file__).resolve().parent / "bench_trace_child.py"  # one measured analysis, with only its own imports
 SPEED_GOAL, MEMORY_GOAL = 5.0, 3.0
 LAYOUTS = ("kineto", "compact", "indent4")
-
-
-def _child(tool: str, path: str) -> None:
-    """Run one analysis in this process and print {"seconds", "cpu_seconds", "peak_mb", "hidden_pct", "report"}."""
-    report, cpu = None, None
-    if tool == "ours":
-        sys.path.insert(0, str(REPO))
-        from mbridge_overlap.trace import analyze
-
-        start, cpu = time.perf_counter(), time.process_time()
-        result = analyze(path)
-        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-        pct = result.ranks[0].figures.hidden_pct
-        report = result.to_dict()
-        for rank in report["ranks"]:
-            rank["file"] = None
-    else:
-        import logging
-
-        logging.disable(logging.CRITICAL)
-        from hta.trace_analysis import TraceAnalysis
-
-        start = time.perf_counter()
-        analysis = TraceAnalysis(trace_files={0: path}, trace_dir=str(Path(path).parent))
-        pct = float(analysis.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0])
-        seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_mb": peak_rss_mb(), "hidden_pct": pct,
-                      "report": report}))
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set. VmHWM belongs to the address space made at exec; ru_maxrss would also
-    carry the parent's size at fork over (Linux keeps it across execve)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 BACKENDS = ("stdlib", "msgspec")
@@ -114,7 +75,7 @@ def measure(python: str, tool: str, path: Path, repeat: int, backend: str | None
     for _ in range(repeat):
         start = time.perf_counter()
         proc = subprocess.run(
-            [python, __file__, "--child", tool, str(path)], capture_output=True, text=True, cwd=str(REPO),
+            [python, str(CHILD), tool, str(path)], capture_output=True, text=True, cwd=str(REPO),
             env=_env(backend),
         )
         wall = time.perf_counter() - start
@@ -408,11 +369,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest counts (default 1)")
     parser.add_argument("--ranks", default="4,8", help="rank counts of the pool's job (default 4,8)")
     parser.add_argument("--no-pool", action="store_true", help="skip the worker pool's scaling")
-    parser.add_argument("--child", nargs=2, metavar=("TOOL", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        _child(*args.child)
-        return 0
     status = 0
     sizes = [float(s) for s in args.sizes.split(",") if s.strip()]
     layouts = [name for name in args.layouts.split(",") if name]

@@ -118,9 +118,12 @@ class RankTrace:
             name = event.get("name")
             if name.__class__ is not str or name in _SYNC:
                 return
-            if "correlation" not in args and "stream" not in args and "ProfilerStep" not in name and (
+            if not args:  # a flow or instant event (no args): only a step's name makes it one to read
+                if "ProfilerStep" not in name:
+                    return
+            elif "correlation" not in args and "stream" not in args and "ProfilerStep" not in name and (
                     "Process Group Name" not in args and "Collective name" not in args):
-                return  # a CPU op, flow or counter: most events, nothing the analysis reads
+                return  # a CPU op or counter: most events, nothing the analysis reads
             dur, cat = event.get("dur"), event.get("cat")
             if dur is None or cat is None or cat == "Trace":
                 return

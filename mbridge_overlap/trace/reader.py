@@ -306,9 +306,10 @@ def _long_integer(run: str) -> bool:
     half = (limit + 1) // 2
     match = _DIGITS.match
     for at in range(0, len(run) - half, half):
-        end = match(run, at).end()
-        if end - at > half and end - at + match(run[max(0, at - half):at][::-1]).end() > limit:
-            return True
+        if "0" <= run[at] <= "9":  # most positions are not: no regex call there
+            end = match(run, at).end()
+            if end - at > half and end - at + match(run[max(0, at - half):at][::-1]).end() > limit:
+                return True
     return False
 
 
