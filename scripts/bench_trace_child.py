@@ -8,7 +8,6 @@ trace.analyze, its report with the file names blanked; "hta": HolisticTraceAnaly
 """
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,10 +19,7 @@ def main(tool: str, path: str) -> None:
     """Run one analysis in this process and print {"seconds", "cpu_seconds", "peak_mb", "hidden_pct", "report"}."""
     report, cpu = None, None
     if tool == "ours":
-        if sys.pycache_prefix is None:  # where scripts/mbridge-overlap keeps the skill's bytecode: the user's cache
-            cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-            sys.pycache_prefix = os.path.join(cache, "mbridge-overlap", "pycache")
-        sys.path.insert(0, str(REPO))
+        sys.path.insert(0, str(REPO))  # the package sends its bytecode to the user's cache itself
         from mbridge_overlap.trace import analyze
 
         start, cpu = time.perf_counter(), time.process_time()

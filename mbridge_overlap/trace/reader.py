@@ -68,8 +68,8 @@ def read(path: Path, on_event: Callable[[dict], None] | None, on_meta: Callable[
     source = Source(path)
     text = Window(source, path, stats)
     text.keys = keys
-    if BACKEND == "msgspec" and on_event is not None and keys not in _decoders and source.expected_chars() > EAGER_CHARS:
-        _decoders[keys] = _decoder(keys)
+    if on_event is not None and BACKEND == "msgspec" and keys not in _decoders and source.expected_chars() > EAGER_CHARS:
+        use_fast_now(keys)
     try:
         _document(text, on_event, on_meta)
     except Truncated as exc:
@@ -250,8 +250,8 @@ def _runs(text: Window, on_event) -> int | None:
 def use_fast_now(keys: tuple | None = None) -> None:
     """Use the fast backend from the first run on, for reads of `keys` (read's): before worker processes fork, so
     that each does not decode its first FAST_AFTER characters with the stdlib and import msgspec again."""
-    if BACKEND == "msgspec" and keys not in _decoders:
-        _decoders[keys] = _decoder(keys)
+    if BACKEND == "msgspec":
+        _decoder_of(keys)
 
 
 def _fast(run: str, keys: tuple | None) -> list | None:
@@ -263,13 +263,21 @@ def _fast(run: str, keys: tuple | None) -> list | None:
         if BACKEND == "stdlib" or not _decoders and _stdlib_chars < FAST_AFTER:
             _stdlib_chars += len(run)
             return None
-        decode = _decoders[keys] = _decoder(keys)
+        decode = _decoder_of(keys)
     if keys is not None and _long_integer(run):
         return None
     try:
         return decode(run)
     except (ValueError, RecursionError):
         return None
+
+
+def _decoder_of(keys: tuple | None):
+    """The decode for reads of `keys`, made once."""
+    decode = _decoders.get(keys)
+    if decode is None:
+        decode = _decoders[keys] = _decoder(keys)
+    return decode
 
 
 def _decoder(keys: tuple | None):
