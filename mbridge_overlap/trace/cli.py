@@ -93,8 +93,10 @@ def run(args) -> int:
     if args.steps:
         raise UsageError("--steps goes with --snippet")
     from .. import api
+    from .malloc import keep_freed_memory
 
     ranks = snippet.parse_ranks(args.rank, allow_all=False)
+    keep_freed_memory()  # this process's allocator only: an API call leaves its caller's as it is
     if args.compare:
         if len(args.traces) != 2:
             raise UsageError(f"--compare takes exactly two traces, BEFORE and AFTER (got {len(args.traces)})")
