@@ -67,9 +67,15 @@ def catalog(version: str) -> dict:
 
 
 def versions() -> list[str]:
+    return list(_versions())
+
+
+@lru_cache(maxsize=None)
+def _versions() -> tuple[str, ...]:
+    """The releases with a catalog, found once (as each catalog is read once)."""
     root = DATA_DIR / "releases"
     found = [p.parent.name for p in root.glob("*/recipes.json")] if root.is_dir() else []
-    return sorted(found, key=version_key)
+    return tuple(sorted(found, key=version_key))
 
 
 def entries(version: str) -> list[dict]:
@@ -225,7 +231,12 @@ def smallest_world(model, expert_tp_one_with_ep: bool = True) -> int:
 
 def families(version: str) -> list[str]:
     """The model families the recipe names carry (llama3_70b, qwen3_235b_a22b, ...)."""
-    return sorted({r.model for r in index(version) if r.model})
+    return list(_families(version))
+
+
+@lru_cache(maxsize=None)
+def _families(version: str) -> tuple[str, ...]:
+    return tuple(sorted({r.model for r in index(version) if r.model}))
 
 
 def same_layout(version: str, shape, gpu: str, precision: str, moe: bool) -> list[dict]:
