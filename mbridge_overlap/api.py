@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import releases
 from .contract import SCHEMA_VERSION
 from .errors import UsageError
 
@@ -116,6 +115,7 @@ def trace_snippet(form: str, steps: str | None = None, ranks: str | None = None)
 
 def anchors(mbridge_src: str | None = None) -> dict:
     """Where the Bridge code each rule mirrors is now, and whether it is still a verified release's code."""
+    from . import releases
     from .anchors import report
 
     return {"schema_version": SCHEMA_VERSION, **report(releases.given("--mbridge-src", mbridge_src))}
@@ -130,6 +130,8 @@ def explain(finding_id: str) -> dict:
 
 def presets(bridge_version: str | None = None) -> dict:
     """The tuned TP userbuffers presets of a release, with what each name says it was tuned for."""
+    from . import releases
+
     release = releases.get(bridge_version)
     return {"schema_version": SCHEMA_VERSION, "bridge_version": release.version, "presets": [p.to_dict() for p in release.presets()]}
 
@@ -144,6 +146,8 @@ def check_manifest(path=None, check_directory: bool = False) -> dict:
 
 def release_table() -> dict:
     """Per-release facts side by side."""
+    from . import releases
+
     listed = releases.versions() + sorted(releases.data()["newer_releases"], key=releases.version_key)
     return {"schema_version": SCHEMA_VERSION, "releases": {v: releases.get(v).facts() for v in listed}}
 

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 
-from . import json_text, releases, safeio
+from . import json_text, safeio
 from .errors import UsageError
 
 PROG = "mbridge-overlap"
@@ -36,7 +36,13 @@ def _text():
     return text
 
 
-api, text = _OnFirstUse(_api), _OnFirstUse(_text)
+def _releases():
+    from . import releases
+
+    return releases
+
+
+api, text, releases = _OnFirstUse(_api), _OnFirstUse(_text), _OnFirstUse(_releases)  # trace needs none of them
 
 
 def parse_override(token: str):

@@ -153,3 +153,19 @@ def test_main_cli_runs_trace(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["ranks"][0]["hidden_pct"] == 66.67
+
+
+def test_an_analysis_imports_no_release_data_or_templates(tmp_path):
+    """A trace's command imports what reading and reporting a trace need: not the release data, the templates (Jinja2)
+    or YAML, which the other verbs load (each a few milliseconds of every `trace` process)."""
+    path = overlap_case().write(tmp_path / "rank-0.json")
+    code = ("import sys, os; sys.path.insert(0, sys.argv[1]); from mbridge_overlap.cli import main\n"
+            "fd = os.dup(1); os.dup2(os.open(os.devnull, os.O_WRONLY), 1); status = main(['trace', sys.argv[2], '--format', 'json'])\n"
+            "os.dup2(fd, 1); print(status, sorted(m for m in sys.modules if m.split('.')[0] in ('mbridge_overlap', 'jinja2', 'yaml')))")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO), str(path)], capture_output=True, text=True, check=True).stdout
+    status, modules = out.split(" ", 1)
+    assert status == "0"
+    loaded = ast.literal_eval(modules)
+    assert "mbridge_overlap.trace.analysis" in loaded
+    for name in ("mbridge_overlap.releases", "mbridge_overlap.render", "mbridge_overlap.launch_env", "jinja2", "yaml"):
+        assert name not in loaded, name

@@ -10,7 +10,7 @@ profiler counts iterations of this run from 1, also after a resume) and export_c
 from __future__ import annotations
 
 import re
-from .. import render as templates
+
 from ..errors import UsageError
 from ..contract import SCHEMA_VERSION
 from ..safeio import shown
@@ -67,6 +67,8 @@ def render(form: str, start: int, end: int, ranks: tuple[int, ...]) -> str:
         raise UsageError(f"--snippet {shown(form)}: expected one of {', '.join(FORMS)}")
     if not all(isinstance(r, int) and r >= 0 for r in ranks) or not (1 <= start < end):
         raise UsageError("profiler snippet: steps or ranks out of range")
+    from .. import render as templates  # Jinja's templates: not for a trace's analysis, which parses --rank here
+
     purpose, totals = describe(start, end, ranks)
     return templates.render(
         FORMS[form], purpose=purpose, totals=totals, release=RELEASE, start=int(start), end=int(end),
