@@ -23,6 +23,9 @@ HolisticTraceAnalysis's get_comm_comp_overlap on real traces.
    --repeat times, and the fastest run of each counts: a machine shared with other work slows both alike.
 3. The worker pool: copies of the real traces as the ranks of one job (distributedInfo rewritten, in a temporary
    directory), analysed with --jobs 1 and with the default, in-process and whole-process; the reports must match.
+   Two jobs of each rank count: "mixed" (the traces in turn, as unequal as they are) and "equal" (every rank a copy
+   of the median-sized trace, as one job's ranks mostly are); "at best" is the speed-up the ranks' sizes allow the
+   workers at all (the 4-rank mixed job cannot be split evenly between two).
 
 What grows with the GPU kernels, and why it must: the overlap needs every kernel's interval, and it can only be
 computed at the end (the cut-off, where the last ProfilerStep starts, and the launch records may come anywhere in
@@ -324,28 +327,46 @@ def against_hta(files: list[Path], hta_python: str, repeat: int) -> int:
     return 0 if ok_speed and ok_memory and same else 1
 
 
-def job_of(files: list[Path], ranks: int, folder: Path) -> None:
-    """`ranks` copies of the real traces (round robin) as ranks 0..ranks-1 of one job: distributedInfo rewritten."""
+def job_of(files: list[Path], ranks: int, folder: Path) -> list[int]:
+    """`ranks` copies of `files` (round robin) as ranks 0..ranks-1 of one job: distributedInfo rewritten. Returns
+    each rank's characters of JSON."""
+    sizes = []
     for rank in range(ranks):
         source = files[rank % len(files)]
         document = json.loads(gzip.decompress(source.read_bytes()) if source.name.endswith(".gz")
                               else source.read_bytes())
         info = document.get("distributedInfo") if isinstance(document.get("distributedInfo"), dict) else {}
         document["distributedInfo"] = {**info, "rank": rank, "world_size": ranks}
-        (folder / f"rank-{rank}.json.gz").write_bytes(gzip.compress(json.dumps(document).encode(), 1))
+        text = json.dumps(document).encode()
+        sizes.append(len(text))
+        (folder / f"rank-{rank}.json.gz").write_bytes(gzip.compress(text, 1))
+    return sizes
+
+
+def best_speedup(sizes: list[int], workers: int) -> float:
+    """The speed-up `workers` could reach on ranks whose work goes with their size, each rank on one worker (the
+    largest first, each to the least loaded: what the pool does): a job of unequal ranks is capped below `workers`."""
+    loads = [0] * max(1, workers)
+    for size in sorted(sizes, reverse=True):
+        loads[loads.index(min(loads))] += size
+    return sum(sizes) / max(loads)
 
 
 def pool_scaling(files: list[Path], rank_counts: list[int], repeat: int) -> bool:
-    """Serial (--jobs 1) against the pool (the default) on one job of N ranks, in-process and whole-process."""
+    """Serial (--jobs 1) against the pool (the default) on one job of N ranks, in-process and whole-process: ranks
+    that are copies of the real traces in turn ("mixed": sizes as unequal as the traces'), and ranks that are all
+    copies of the median-sized trace ("equal", as one job's ranks mostly are)."""
     sys.path.insert(0, str(REPO))
     from mbridge_overlap.trace import job
 
-    rows = [["ranks", "backend", "jobs", "serial s", "pool s", "speed-up", "serial wall s", "pool wall s",
-             "speed-up (wall)", "same report"]]
+    rows = [["ranks", "job", "backend", "jobs", "at best", "serial s", "pool s", "speed-up", "serial wall s",
+             "pool wall s", "speed-up (wall)", "same report"]]
     same_all = True
-    for ranks in rank_counts:
+    median = sorted(files, key=lambda f: f.stat().st_size)[len(files) // 2]
+    for ranks, kind in ((n, kind) for kind in ("mixed", "equal") for n in rank_counts):
         with tempfile.TemporaryDirectory() as tmp:
-            job_of(files, ranks, Path(tmp))
+            sizes = job_of(files if kind == "mixed" else [median], ranks, Path(tmp))
+            ideal = best_speedup(sizes, job.default_jobs(ranks))
             for backend in backends():
                 code = ("import json, sys, time; from mbridge_overlap.trace import analyze\n"
                         "t = time.perf_counter(); r = analyze(sys.argv[1], jobs=int(sys.argv[2])) if sys.argv[2] != '0' "
@@ -359,11 +380,12 @@ def pool_scaling(files: list[Path], rank_counts: list[int], repeat: int) -> bool
                 pool_wall, pool_out = cli_wall(Path(tmp), repeat, backend)
                 same = serial_out == pool_out
                 same_all &= same
-                rows.append([str(ranks), backend, str(job.default_jobs(ranks)), f"{inproc['1']:.2f}",
+                rows.append([str(ranks), kind, backend, str(job.default_jobs(ranks)), f"{ideal:.2f}x", f"{inproc['1']:.2f}",
                              f"{inproc['0']:.2f}", f"{inproc['1'] / inproc['0']:.2f}x", f"{serial_wall:.2f}",
                              f"{pool_wall:.2f}", f"{serial_wall / pool_wall:.2f}x", "yes" if same else "NO"])
     print(table(rows))
-    print(f"\n{os.cpu_count()} cores here; the pool gives the serial report: {'yes' if same_all else 'NO'}")
+    print(f"\n{os.cpu_count()} cores here; 'at best': the speed-up the ranks' sizes allow its workers; the pool gives "
+          f"the serial report: {'yes' if same_all else 'NO'}")
     return same_all
 
 
