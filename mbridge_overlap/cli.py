@@ -488,7 +488,9 @@ def _missing_packages() -> list[str]:
     return [pip for module, pip in REQUIRED_PACKAGES if not importable(module)]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, own_process: bool = False) -> int:
+    """Run one command; `own_process`: this process is the command line's own (the launcher's), not a caller's or
+    the answer server's, so that a command may set what belongs to its process (trace: the allocator)."""
     missing = _missing_packages()
     if missing:
         print(f"{PROG}: this Python ({sys.executable}) lacks {' and '.join(missing)}: "
@@ -496,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _terminate_on_signals()
     try:
-        return _main(argv)
+        return _main(argv, own_process)
     except KeyboardInterrupt:
         safeio.drop_stdout()
         _say(f"{PROG}: interrupted")
@@ -528,7 +530,7 @@ def _say(line: str) -> None:
         pass
 
 
-def _main(argv: list[str] | None) -> int:
+def _main(argv: list[str] | None, own_process: bool = False) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     try:
@@ -545,6 +547,7 @@ def _main(argv: list[str] | None) -> int:
     if empty:
         _say(f"{PROG} {args.command}: error: {safeio.message(empty)}: empty; leave it out for the default")
         return 2
+    args.own_process = own_process
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:

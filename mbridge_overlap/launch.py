@@ -14,7 +14,7 @@ def main() -> int:
         _exit_now(status)
     from .cli import main as run_here
 
-    status = run_here(argv)
+    status = run_here(argv, own_process=True)
     if not running:
         start(argv, run_here)
     if argv[:1] and argv[0] in server.QUICK:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mbridge_overlap import api
-from mbridge_overlap.trace import cli, malloc
+from mbridge_overlap.trace import cli, malloc, reader
 from trace_fixtures import TraceBuilder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,23 +57,41 @@ def test_fewer_page_faults_and_the_same_report(big_trace):
     assert kept["faults"] * 2 < plain["faults"], (kept["faults"], plain["faults"])
 
 
-def _cli(argv: list[str]) -> int:
+def _cli(argv: list[str], own_process: bool) -> int:
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)
-    return cli.run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    args.own_process = own_process  # as mbridge_overlap.cli.main sets it: True only from the launcher
+    return cli.run(args)
 
 
-def test_the_command_line_sets_it_and_the_api_does_not(tmp_path, monkeypatch, capsys):
+def test_the_launchers_process_sets_it_and_no_other_does(tmp_path, monkeypatch, capsys):
     calls = []
     monkeypatch.setattr(malloc, "keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(reader, "_OWN_PROCESS", False)
     path = TraceBuilder().step(1, 0, 100).kernel("sm90_gemm", 10, 20).write(tmp_path / "rank-0.json")
     api.trace([str(path)])
-    assert calls == []
-    assert _cli([str(path), "--format", "json"]) == 0
-    assert calls == [1]
+    assert _cli([str(path), "--format", "json"], own_process=False) == 0  # a caller's (a test's) or the server's
+    assert calls == [] and reader._OWN_PROCESS is False
+    capsys.readouterr()
+    assert _cli([str(path), "--format", "json"], own_process=True) == 0
+    assert calls == [1] and reader._OWN_PROCESS is True
     assert json.loads(capsys.readouterr().out) == api.trace([str(path)]).to_dict()
-    _cli(["--snippet", "python"])  # profiling snippets read no trace
+    _cli(["--snippet", "python"], own_process=True)  # profiling snippets read no trace
     assert calls == [1]
+
+
+def test_the_launcher_says_its_process_is_its_own(tmp_path):
+    path = TraceBuilder().step(1, 0, 100).kernel("sm90_gemm", 10, 20).write(tmp_path / "rank-0.json")
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); sys.argv = ['mbridge-overlap', 'trace', sys.argv[2]]\n"
+            "from mbridge_overlap.trace import malloc, reader\n"
+            "calls = []; malloc.keep_freed_memory = lambda: calls.append(1)\n"
+            "from mbridge_overlap.launch import main\n"
+            "fd = os.dup(1); os.dup2(os.open(os.devnull, os.O_WRONLY), 1); status = main(); os.dup2(fd, 1)\n"
+            "print(status, calls, reader._OWN_PROCESS)")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO), str(path)], capture_output=True, text=True,
+                         check=True, env={**os.environ, "MBRIDGE_OVERLAP_SERVER": "0"}).stdout
+    assert out.split() == ["0", "[1]", "True"]
 
 
 @pytest.mark.parametrize("where", ["platform", "confstr", "confstr_error", "ctypes", "mallopt"])

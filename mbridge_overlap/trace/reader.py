@@ -44,6 +44,7 @@ BACKEND = "stdlib" if os.environ.get("MBRIDGE_TRACE_JSON", "").lower() == "stdli
 FAST_AFTER = 4 << 20
 EAGER_CHARS = 6 << 20
 _decoders: dict = {}  # keys -> msgspec's decode for them, once msgspec is in use
+_OWN_PROCESS = False  # own_process(): the command line's process, not a caller's
 _stdlib_chars = 0
 _COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
 _CUT = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{")
@@ -285,8 +286,7 @@ def _decoder(keys: tuple | None):
     where this msgspec cannot make it (it will not import, or it is too old for TypedDicts), one that leaves every
     run to the stdlib."""
     try:
-        import msgspec
-
+        msgspec = _import_msgspec()
         if keys is None:
             return msgspec.json.Decoder().decode
         from typing import Any, TypedDict  # msgspec has imported typing already
@@ -298,6 +298,34 @@ def _decoder(keys: tuple | None):
         return msgspec.json.Decoder(list[typed("Event", keys)]).decode
     except Exception:  # ImportError, or a TypeError of a msgspec without TypedDict support
         return _to_the_stdlib
+
+
+def own_process() -> None:
+    """Say that this process is the command line's own (trace's), in which nothing but this package uses msgspec."""
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
+
+
+def _import_msgspec():
+    """msgspec; in the command line's own process, without typing_extensions where nothing imported it yet: msgspec
+    reads type annotations with it where it is installed, else with typing (its own fallback), and the TypedDicts of
+    Any here read the same either way; it would import inspect, ast, dis and tokenize with it, 12-16 ms of every
+    trace process. Not in a caller's process (the API), whose own types msgspec may need it for; a msgspec that
+    will not import without it is imported with it."""
+    if _OWN_PROCESS and "typing_extensions" not in sys.modules and "msgspec" not in sys.modules:
+        sys.modules["typing_extensions"] = None  # import raises ImportError: msgspec's fallback
+        try:
+            import msgspec
+
+            return msgspec
+        except ImportError:
+            pass
+        finally:
+            if "typing_extensions" in sys.modules and sys.modules["typing_extensions"] is None:
+                del sys.modules["typing_extensions"]
+    import msgspec
+
+    return msgspec
 
 
 def _to_the_stdlib(run: str) -> None:
