@@ -14,7 +14,8 @@ Every case runs the CLI as a subprocess from the skill folder (a few at a time) 
 and a time limit, and asserts: the exit status (0 nothing overlap-related, 1 a cause, 2 bad input), for bad input
 exactly one line on stderr and nothing on stdout, never a traceback, the text output free of raw control,
 bidirectional or invisible characters (its bytes checked), the JSON output valid, the peak resident set of the
-process under a bound (os.wait4), and what the case knows about the answer (the cause, its ranks, the line count).
+process under a bound (its own: os.wait4, or its VmHWM read while it ran), and what the case knows about the answer
+(the cause, its ranks, the line count).
 """
 
 from __future__ import annotations
@@ -461,7 +462,7 @@ def _run(case: Case, folder: Path, fmt: str) -> dict:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         closed = case.stdin == b"CLOSED"
         stdin = subprocess.PIPE if case.stdin is not None and not closed else subprocess.DEVNULL
-        t0 = time.monotonic()
+        t0, parent_kb = time.monotonic(), _status_kb(os.getpid(), b"VmRSS:")
         proc = subprocess.Popen(argv, cwd=folder, stdin=stdin, stdout=out, stderr=err, env=env,
                                 preexec_fn=(lambda: (_limit(), os.close(0))) if closed else _limit)
         if stdin == subprocess.PIPE:
@@ -470,8 +471,9 @@ def _run(case: Case, folder: Path, fmt: str) -> dict:
             except BrokenPipeError:
                 pass
             proc.stdin.close()
-        usage, status, timed_out = None, None, False
+        usage, status, timed_out, peak = None, None, False, 0
         while True:
+            peak = max(peak, _status_kb(proc.pid, b"VmHWM:"))
             pid, wstatus, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 status = os.waitstatus_to_exitcode(wstatus)
@@ -487,7 +489,29 @@ def _run(case: Case, folder: Path, fmt: str) -> dict:
         out.seek(0)
         err.seek(0)
         return {"status": status, "stdout": out.read(), "stderr": err.read(), "seconds": seconds,
-                "rss_mb": usage.ru_maxrss / 1024, "timed_out": timed_out}
+                "rss_mb": _peak_mb(peak, usage.ru_maxrss, parent_kb), "timed_out": timed_out}
+
+
+def _status_kb(pid: int, field: bytes) -> int:
+    """A field of /proc/PID/status in kB (VmHWM: the peak resident set of the image it exec'd, Popen having
+    returned only after the exec; VmRSS: now); 0 once the process has ended."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(field):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _peak_mb(sampled_kb: int, maxrss_kb: int, parent_kb: int) -> float:
+    """The child's own peak. wait4's ru_maxrss is exact where it is over this process's resident set at the fork
+    (Linux carries the forked copy's over execve): a test process grown past the bound by earlier tests (in-process
+    trace analyses) would fail every case. Else the child's own high-water mark, read at every poll while it ran."""
+    if maxrss_kb > parent_kb:
+        return maxrss_kb / 1024
+    return sampled_kb / 1024
 
 
 _ARGS: dict = {}
