@@ -25,7 +25,7 @@ HolisticTraceAnalysis's get_comm_comp_overlap on real traces.
    directory), analysed with --jobs 1 and with the default, in-process and whole-process; the reports must match.
    Two jobs of each rank count: "mixed" (the traces in turn, as unequal as they are) and "equal" (every rank a copy
    of the median-sized trace, as one job's ranks mostly are); "at best" is the speed-up the ranks' sizes allow the
-   workers at all (the 4-rank mixed job cannot be split evenly between two).
+   workers at all (a mixed job's ranks cannot be split quite evenly between two).
 
 What grows with the GPU kernels, and why it must: the overlap needs every kernel's interval, and it can only be
 computed at the end (the cut-off, where the last ProfilerStep starts, and the launch records may come anywhere in
