@@ -42,7 +42,7 @@ def _releases():
     return releases
 
 
-api, text, releases = _OnFirstUse(_api), _OnFirstUse(_text), _OnFirstUse(_releases)  # trace needs none of them
+api, text, releases = _OnFirstUse(_api), _OnFirstUse(_text), _OnFirstUse(_releases)  # a trace loads neither text nor releases
 
 
 def parse_override(token: str):
