@@ -166,10 +166,11 @@ _READ: dict = {}  # (version, offset) -> entry: each recipe read once per proces
 
 def entries_where(version: str, keep) -> list[dict]:
     """The catalog entries whose index rows `keep` accepts, in catalog order, each read from its own line."""
-    return _entries(version, [r for r in index(version) if keep(r)])
+    return entries_of(version, [r for r in index(version) if keep(r)])
 
 
-def _entries(version: str, rows: list) -> list[dict]:
+def entries_of(version: str, rows: list) -> list[dict]:
+    """The catalog entries of these index rows, each read from its own line."""
     missing = [r for r in rows if (version, r[9]) not in _READ]
     if missing:
         with open(catalog_path(version), "rb") as fh:
@@ -241,7 +242,7 @@ def _families(version: str) -> tuple[str, ...]:
 
 def same_layout(version: str, shape, gpu: str, precision: str, moe: bool) -> list[dict]:
     """The perf recipes that resolve at this TP, PP, VPP, CP and GPU count on this GPU type and precision."""
-    return _entries(version, _by_layout(version).get((shape.tp, shape.pp, shape.vpp, shape.cp, shape.gpus, gpu, precision, moe), []))
+    return entries_of(version, _by_layout(version).get((shape.tp, shape.pp, shape.vpp, shape.cp, shape.gpus, gpu, precision, moe), []))
 
 
 @lru_cache(maxsize=None)

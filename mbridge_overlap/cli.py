@@ -418,9 +418,9 @@ def cmd_releases(args) -> int:
 
 
 def cmd_recipes(args) -> int:
-    d = api.recipes(model=args.model, gpu=args.gpu, gpus=args.gpus, task=args.task, precision=args.precision, name=args.name,
-                    package=args.package, bridge_version=args.bridge_version).to_dict()
-    _emit(args, _json(d) if args.format == "json" else text.recipes(d))
+    listing = api.recipes(model=args.model, gpu=args.gpu, gpus=args.gpus, task=args.task, precision=args.precision, name=args.name,
+                          package=args.package, bridge_version=args.bridge_version)
+    _emit(args, listing.to_json() + "\n" if args.format == "json" else text.recipes(listing.to_dict()))
     return 0
 
 

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import generated
-from mbridge_overlap import UsageError, catalog, catalog_view
+from mbridge_overlap import UsageError, api, catalog, catalog_view, cli
+from mbridge_overlap.records import replace
 
 VERSIONS = catalog.versions()
 
@@ -75,8 +76,11 @@ def test_families_are_the_catalogs(version):
     assert catalog.families(version) == sorted({e["model"] for e in catalog.entries(version) if e.get("model")})
 
 
-@pytest.mark.parametrize("filters", [{}, {"model": "llama3"}, {"gpu": "h100", "gpus": 64}, {"precision": "fp8cs", "package": "perf_recipes"},
-                                     {"task": "sft", "name": "8b"}, {"name": "no_such_recipe"}])
+FILTERS = [{}, {"model": "llama3"}, {"gpu": "h100", "gpus": 64}, {"precision": "fp8cs", "package": "perf_recipes"},
+           {"task": "sft", "name": "8b"}, {"name": "no_such_recipe"}]
+
+
+@pytest.mark.parametrize("filters", FILTERS)
 def test_a_listing_is_the_whole_catalogs(filters):
     listing = catalog_view.list_recipes(**filters).to_dict()
     every = catalog.entries(listing["bridge_version"])
@@ -88,6 +92,25 @@ def test_a_listing_is_the_whole_catalogs(filters):
     assert [(r["name"], r["package"], r["reference"]) for r in listing["recipes"]] == [
         (e["name"], e["package"], f"{e['package']}.{e['name']}" if e["name"] in twice else e["name"]) for e in want]
     assert listing["recipes"] == [{**catalog_view.row(e), "reference": r["reference"]} for e, r in zip(want, listing["recipes"])]
+
+
+@pytest.mark.parametrize("filters", FILTERS)
+def test_a_listings_json_is_json_dumps_of_it(filters):
+    for _ in range(2):  # the rows' texts written, then the same texts again
+        listing = catalog_view.list_recipes(**filters)
+        assert listing.to_json() == json.dumps(listing.to_dict(), indent=2, default=str)
+
+
+def test_a_listing_of_rows_of_its_own_is_written_as_they_are():
+    listing = catalog_view.list_recipes(model="llama3")
+    listing.to_json()
+    own = replace(listing, rows=[{**r, "name": "x\ny", "layout": {"tp": [1, {}]}} for r in listing.rows[:3]])
+    assert own.to_json() == json.dumps(own.to_dict(), indent=2)
+
+
+def test_the_cli_writes_a_listing_as_the_api_gives_it(capsys):
+    assert cli.main(["recipes", "--format", "json", "--gpu", "b200"]) == 0
+    assert capsys.readouterr().out == json.dumps(api.recipes(gpu="b200").to_dict(), indent=2) + "\n"
 
 
 @pytest.fixture
