@@ -20,6 +20,7 @@ from blocked_pipe import full_pipe  # tests/, beside conftest.py
 from test_schemas import check
 
 ROOT = Path(__file__).resolve().parent.parent
+GLIBC = sys.platform.startswith("linux") and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
 RECIPE = "llama3_70b_pretrain_64gpu_h100_bf16_config"
 CASES = {
     "resolve": ["resolve", "--gpus", "64", "model.tensor_model_parallel_size=4", "comm_overlap.tp_comm_overlap=true"],
@@ -38,6 +39,7 @@ CASES = {
     "lint missing file": ["lint", "no-such.yaml"],
     "diff": ["diff", "--recipe", RECIPE, "--gpus-after", "128"],
     "recipes": ["recipes", "--model", "llama3_70b", "--gpu", "h100"],
+    "recipes json": ["recipes", "--format", "json"],
     "explain": ["explain", "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"],
     "explain unknown": ["explain", "TP_OVERLAP_OFF_NO_SEQUENCE_PARALEL"],
     "explain non-ascii": ["explain", "\u00dcBER_\u202eX"],
@@ -129,6 +131,26 @@ def test_a_changed_file_stops_the_server_before_it_answers(env, tmp_path):
     assert new["pid"] != old["pid"] and new["answered"] == 0
     shown = launch("server", env=env, launcher=launcher)
     assert shown.stdout.decode().startswith("the answer server: running")  # the new code, as the server's answer
+
+
+@pytest.mark.skipif(not GLIBC, reason="glibc's mallopt")
+def test_the_server_answers_in_the_memory_of_the_answers_before(env):
+    """glibc keeps what an answer frees (mbridge_overlap/malloc.py): the whole listing, served again, maps its 1.6 MB
+    of text into memory freed before, not into new pages (with glibc's own thresholds: about 1,500 faults each)."""
+    launch(*CASES["explain"], env=env)
+    pid = wait_for(env, running=True)["pid"]
+    time.sleep(2)  # the server's warm-up
+    for _ in range(2):
+        launch(*CASES["recipes json"], env=env)
+
+    def faults() -> int:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return int(fh.read().rsplit(b")", 1)[1].split()[7])  # minflt, the 10th field
+
+    before = faults()
+    for _ in range(5):
+        assert launch(*CASES["recipes json"], env=env).returncode == 0
+    assert (faults() - before) / 5 < 300
 
 
 def test_an_idle_server_stops(env):

@@ -1,4 +1,4 @@
-"""trace's command line keeps glibc from mapping freed memory again (trace/malloc.py): fewer page faults, the same
+"""trace's command line keeps glibc from mapping freed memory again (mbridge_overlap/malloc.py): fewer page faults, the same
 report; a library call leaves its caller's allocator alone; other C libraries and systems are left as they are."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mbridge_overlap import api
-from mbridge_overlap.trace import cli, malloc, reader
+from mbridge_overlap import api, malloc
+from mbridge_overlap.trace import cli, reader
 from trace_fixtures import TraceBuilder
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,7 +22,8 @@ GLIBC = sys.platform.startswith("linux") and (os.confstr("CS_GNU_LIBC_VERSION") 
 MEASURE = """
 import json, resource, sys
 sys.path.insert(0, sys.argv[1])
-from mbridge_overlap.trace import analyze, malloc
+from mbridge_overlap import malloc
+from mbridge_overlap.trace import analyze
 kept = malloc.keep_freed_memory() if sys.argv[3] == "keep" else None
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 report = analyze(sys.argv[2]).to_dict()
@@ -84,7 +85,7 @@ def test_the_launchers_process_sets_it_and_no_other_does(tmp_path, monkeypatch, 
 def test_the_launcher_says_its_process_is_its_own(tmp_path):
     path = TraceBuilder().step(1, 0, 100).kernel("sm90_gemm", 10, 20).write(tmp_path / "rank-0.json")
     code = ("import os, sys; sys.path.insert(0, sys.argv[1]); sys.argv = ['mbridge-overlap', 'trace', sys.argv[2]]\n"
-            "from mbridge_overlap.trace import malloc, reader\n"
+            "from mbridge_overlap import malloc\nfrom mbridge_overlap.trace import reader\n"
             "calls = []; malloc.keep_freed_memory = lambda: calls.append(1)\n"
             "from mbridge_overlap.launch import main\n"
             "fd = os.dup(1); os.dup2(os.open(os.devnull, os.O_WRONLY), 1); status = main(); os.dup2(fd, 1)\n"
