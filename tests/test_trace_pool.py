@@ -80,6 +80,24 @@ def test_map_ordered_keeps_order_and_the_first_error():
     assert not multiprocessing.active_children()
 
 
+_KEPT = []
+
+
+def _kept(item):
+    return item, list(_KEPT)
+
+
+def test_workers_keep_their_freed_memory_and_the_caller_is_left_alone(monkeypatch):
+    """mbridge_overlap/malloc.py's setting is made in each worker (its own process), never in the caller's."""
+    from mbridge_overlap import malloc
+
+    monkeypatch.setattr(malloc, "keep_freed_memory", lambda: _KEPT.append(os.getpid()) or True)
+    got = pool.map_ordered(_kept, [1, 2, 3], 2)
+    assert [item for item, _ in got] == [1, 2, 3]
+    assert all(len(kept) == 1 and kept[0] != os.getpid() for _, kept in got)
+    assert _KEPT == []
+
+
 def test_a_killed_worker_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(pool.WorkerDied) as exc:
         pool.map_ordered(_square, [1, "die", 2], 2)

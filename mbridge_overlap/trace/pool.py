@@ -5,7 +5,8 @@ worker behind, nor a traceback: each worker dies with its parent (PR_SET_PDEATHS
 watches the parent), holds neither the parent's stdout nor its stderr (a `$(...)` or `| tee` would wait for it),
 and ignores SIGINT (the parent answers it, once). The parent kills its workers whenever it leaves, however it
 leaves (an error, Ctrl-C, SystemExit from a signal handler); workers that cannot start (a process limit) leave
-the work to the parent, one item after another.
+the work to the parent, one item after another. A worker, the package's own process whoever called the pool, keeps
+the memory it frees for what it allocates next (mbridge_overlap/malloc.py), as the command line's process does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import sys
 from collections import deque
 
+from .. import malloc
 from ..errors import UsageError
 
 _SIGNALS = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)}
@@ -149,6 +151,7 @@ def _stop(workers: list[_Worker]) -> None:
 
 def _work(conn, parent_end, parent_pid: int, func) -> None:
     _detach(conn, parent_end, parent_pid)
+    malloc.keep_freed_memory()
     while True:
         try:
             item = conn.recv()
