@@ -271,9 +271,10 @@ What it checks, one line each (PASS, FAIL, NOT RUN, SKIPPED), then the verdict:
 Exit status: 0 when every check that ran passed and nothing required was left unrun; 1 when a check failed; 3 when
 nothing failed but a required check could not run (no checkout for the suites); 2 for bad input.
 
-Warm (the venv built) a run takes about 14 s on a 2-core machine when the cores are free (`python3
-scripts/bench_verify.py`): Bridge is imported once (9-11 s of it); the suites' pytest is a fork of verify taken after
-that import; snippets, anchors and suites run beside each other.
+Warm (the venv built) a run takes 14-17 s on a 2-core machine (`python3 scripts/bench_verify.py`; 14.2 s and
+17.3 s on two days, the same code): Bridge is imported once (11-15 s of it, as fast as the machine is that day);
+the suites' pytest is a fork of verify taken after that import; snippets, anchors and suites run beside each other,
+about 3 s in all.
 
 In the training log of a run, TP overlap that Bridge turned off shows as a "Disabling tensor parallel communication
 overlap" line (`mbridge-overlap diagnose LOG` names it and every other overlap cause a log shows); `mbridge-overlap
