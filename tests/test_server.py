@@ -136,7 +136,7 @@ def test_a_changed_file_stops_the_server_before_it_answers(env, tmp_path):
 @pytest.mark.skipif(not GLIBC, reason="glibc's mallopt")
 def test_the_server_answers_in_the_memory_of_the_answers_before(env):
     """glibc keeps what an answer frees (mbridge_overlap/malloc.py): the whole listing, served again, maps its 1.6 MB
-    of text into memory freed before, not into new pages (with glibc's own thresholds: about 1,500 faults each)."""
+    of text into memory freed before, not into new pages (with glibc's own thresholds: about 860 faults each)."""
     launch(*CASES["explain"], env=env)
     pid = wait_for(env, running=True)["pid"]
     time.sleep(2)  # the server's warm-up
