@@ -84,7 +84,8 @@ def diagnose(logs, *, compare: bool = False, **inputs):
 
 def recipes(**filters):
     """Bridge's shipped recipes with their effective overlap state; filters: model, gpu, gpus, task, precision, name,
-    package, bridge_version."""
+    package, bridge_version. The rows are this process's one copy of each recipe's row, shared by every listing (as
+    the catalog's entries are): read them, or copy.deepcopy them to change them."""
     from .catalog_view import list_recipes
 
     return list_recipes(**filters)

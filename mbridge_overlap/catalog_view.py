@@ -20,6 +20,9 @@ _ENV_SHOWN = ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FWD_LAYERNORM_SM_MARGIN", "NC
 
 @dataclass
 class RecipeListing:
+    """The recipes a listing found; its rows are shared by every listing of this process (read them, do not change
+    them: to_json() writes each listed row as it was built)."""
+
     bridge_version: str
     filters: dict
     rows: list
