@@ -12,6 +12,8 @@ sys.path.insert(0, str(ROOT))
 # Every command a test runs is answered in its own process (its resource limits and signals are the test's);
 # tests/test_server.py turns the answer server on for itself.
 os.environ.setdefault("MBRIDGE_OVERLAP_SERVER", "0")
+# Where mbridge_overlap/malloc.py can set glibc's thresholds (tests of its effect skip elsewhere).
+GLIBC = sys.platform.startswith("linux") and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
 
 
 def run_cli(*args, env=None, cwd=ROOT):

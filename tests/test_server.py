@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 from blocked_pipe import full_pipe  # tests/, beside conftest.py
+from conftest import GLIBC
 from test_schemas import check
 
 ROOT = Path(__file__).resolve().parent.parent
-GLIBC = sys.platform.startswith("linux") and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
 RECIPE = "llama3_70b_pretrain_64gpu_h100_bf16_config"
 CASES = {
     "resolve": ["resolve", "--gpus", "64", "model.tensor_model_parallel_size=4", "comm_overlap.tp_comm_overlap=true"],

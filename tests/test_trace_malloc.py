@@ -14,10 +14,10 @@ import pytest
 
 from mbridge_overlap import api, malloc
 from mbridge_overlap.trace import cli, reader
+from conftest import GLIBC
 from trace_fixtures import TraceBuilder
 
 REPO = Path(__file__).resolve().parent.parent
-GLIBC = sys.platform.startswith("linux") and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
 
 MEASURE = """
 import json, resource, sys
