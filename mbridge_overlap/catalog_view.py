@@ -86,10 +86,10 @@ def _twice(version: str) -> frozenset:
 def _row_json(r: dict) -> str:
     """The row's JSON as an item of a listing's "recipes" (json escapes a newline in a string: each one in the text
     is an indent's, four spaces deeper there)."""
-    text = _TEXT.get(id(r), False)
-    if not text:
+    text = _TEXT.get(id(r))
+    if text is None:
         text = json_text.dumps(r).replace("\n", "\n    ")
-        if id(r) in _TEXT:
+        if id(r) in _TEXT:  # a listed row: kept; one of the caller's own is written each time
             _TEXT[id(r)] = text
     return text
 
