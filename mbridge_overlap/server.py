@@ -117,6 +117,16 @@ def identity() -> bytes:
 def socket_path(create: bool) -> "str | None":
     """The socket of this interpreter's server, in a folder of this user's that nobody else can enter; None where
     that folder is not so (or the path would be too long for a Unix socket)."""
+    return private_socket(f"{_key(identity()):016x}.sock", create)
+
+
+def _key(data: bytes) -> int:
+    return int.from_bytes(data, "little") % 0xFFFFFFFFFFFFFFC5  # the largest prime below 2**64
+
+
+def private_socket(name: str, create: bool) -> "str | None":
+    """`name` in this user's folder of sockets (verify's Bridge holder keeps its own there too); None where that
+    folder is not one only this user can enter, or the path would be too long for a Unix socket."""
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
     folder = os.path.join(runtime, "mbridge-overlap") if os.path.isabs(runtime) else f"/tmp/mbridge-overlap-{os.getuid()}"
     if create:
@@ -130,8 +140,7 @@ def socket_path(create: bool) -> "str | None":
         return None
     if (st.st_mode & 0o170000) != 0o040000 or st.st_uid != os.getuid() or st.st_mode & 0o077:
         return None
-    key = int.from_bytes(identity(), "little") % 0xFFFFFFFFFFFFFFC5  # the largest prime below 2**64
-    path = os.path.join(folder, f"{key:016x}.sock")
+    path = os.path.join(folder, name)
     return path if len(path.encode()) < 100 else None
 
 

@@ -40,7 +40,7 @@ def serve(path: str, identity: bytes, idle_s: float, run) -> None:
         inode = os.stat(path).st_ino
     except OSError:
         return
-    _name_process()
+    name_process()
     keep_freed_memory()  # each answer's text is allocated where the one before it was, not mapped again
     try:
         Server(listener, path, inode, identity, idle_s, run).loop()
@@ -50,12 +50,12 @@ def serve(path: str, identity: bytes, idle_s: float, run) -> None:
         listener.close()
 
 
-def _name_process() -> None:
-    """`mbridge-overlap` in ps -o comm and top (its command line stays that of the command that started it)."""
+def name_process(name: bytes = b"mbridge-overlap") -> None:
+    """`name` in ps -o comm and top (its command line stays that of the command that started it)."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(15, b"mbridge-overlap", 0, 0, 0)  # PR_SET_NAME
+        ctypes.CDLL(None).prctl(15, name, 0, 0, 0)  # PR_SET_NAME
     except (OSError, AttributeError):
         pass
 
@@ -64,7 +64,7 @@ class Server:
     def __init__(self, listener, path: str, inode: int, identity: bytes, idle_s: float, run):
         self.listener, self.path, self.inode, self.identity, self.idle_s, self.run = listener, path, inode, identity, idle_s, run
         self.loaded = Loaded()
-        self.context = _context_of("self")  # this process never changes its own
+        self.context = context_of("self")  # this process never changes its own
         self.status = {"pid": os.getpid(), "started": time.time(), "answered": 0, "idle_s": idle_s, "socket": path}
         self.last = time.monotonic()  # when it last answered a command (a status request is not one)
         self.warm = list(WARM)  # run one at a time while nobody asks, so that a caller never waits for them
@@ -115,7 +115,7 @@ class Server:
             if op == wire.MAGIC + b" stop":
                 conn.sendall(b"stopping")
                 return False
-            if op != wire.MAGIC + b" run" or len(fds) != 2 or fields[1] != self.identity or _context_of(pid) != self.context \
+            if op != wire.MAGIC + b" run" or len(fds) != 2 or fields[1] != self.identity or context_of(pid) != self.context \
                     or self.context is None:
                 conn.sendall(b"N")  # another interpreter, other limits, another file system: the caller runs it itself
                 return True
@@ -145,7 +145,7 @@ class Server:
                 os.close(fd)
 
 
-def _context_of(pid) -> tuple | None:
+def context_of(pid) -> tuple | None:
     """What a process's answer depends on beyond its request: its resource limits (a caller under `ulimit -v` gets
     the answer that limit gives) and the file system it sees (its mount namespace and root directory: a caller in
     another container sharing /tmp names other files). None where it cannot be read (another PID namespace)."""
@@ -270,7 +270,7 @@ class Loaded:
             for folder, dirs, files in os.walk(top):
                 dirs[:] = [d for d in dirs if d != "__pycache__"]
                 self.folders.add(folder)
-                self.stats[folder] = _stat(folder)
+                self.stats[folder] = _listing(folder)
                 for name in files:
                     path = os.path.join(folder, name)
                     self.stats[path] = _stat(path)
@@ -291,7 +291,7 @@ class Loaded:
     def changed(self) -> bool:
         if self.watch.quiet():
             return False
-        return any(_stat(path) != was for path, was in self.stats.items())
+        return any((_listing(path) if path in self.folders else _stat(path)) != was for path, was in self.stats.items())
 
 
 class _Watch:
@@ -336,6 +336,15 @@ _STDLIB = os.path.dirname(os.__file__) + os.sep
 def _standard_library(path: str) -> bool:
     """A module of the interpreter's own library: it changes with the interpreter, whose file is watched."""
     return path.startswith(_STDLIB) and "site-packages" not in path and "dist-packages" not in path
+
+
+def _listing(folder: str):
+    """A folder's entries but __pycache__, which comes and goes (`python -m mbridge_overlap...` writes one before the
+    package sends bytecode to the cache, and removes it): a file added, removed or renamed changes it."""
+    try:
+        return frozenset(os.listdir(folder)) - {"__pycache__"}
+    except OSError:
+        return None
 
 
 def _stat(path: str):
