@@ -298,7 +298,7 @@ def _fork_pytest(args: list, checkout: Path, env: dict, log: Path) -> tuple[int,
     code = 70
     try:
         os.close(done_r)
-        _die_with_parent(parent)
+        die_with_parent(parent)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
@@ -315,7 +315,7 @@ def _fork_pytest(args: list, checkout: Path, env: dict, log: Path) -> tuple[int,
         os._exit(code)
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """Linux: the child gets SIGKILL when verify ends first (killed, interrupted): no pytest is left behind."""
     with contextlib.suppress(Exception):
         import ctypes
