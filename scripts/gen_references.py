@@ -271,10 +271,16 @@ What it checks, one line each (PASS, FAIL, NOT RUN, SKIPPED), then the verdict:
 Exit status: 0 when every check that ran passed and nothing required was left unrun; 1 when a check failed; 3 when
 nothing failed but a required check could not run (no checkout for the suites); 2 for bad input.
 
-Warm (the venv built) a run takes 14-17 s on a 2-core machine (`python3 scripts/bench_verify.py`; 14.2 s and
-17.3 s on two days, the same code): Bridge is imported once (11-15 s of it, as fast as the machine is that day);
-the suites' pytest is a fork of verify taken after that import; snippets, anchors and suites run beside each other,
-about 3 s in all.
+Warm (the venv built), a verify in its own process takes 14-17 s on a 2-core machine (`python3 scripts/bench_verify.py
+--mode own`; the first verify of a session): Bridge is imported once (11-15 s of it, as fast as the machine is that
+day); the suites' pytest is a fork of verify taken after that import; snippets, anchors and suites run beside each
+other, about 3 s in all. After its import a verify leaves verify's Bridge holder behind (a copy of itself taken then):
+the next verify of the same Python, folder and environment runs in a fresh copy of it, with every check and the same
+report but no import of its own, in about 3 s (`--mode held`). Where the result could differ (another interpreter,
+folder, user, resource limits, environment but `MBRIDGE_SRC`, `MBRIDGE_VERIFY_PHASES` and the shell's `PWD`,
+`OLDPWD`, `SHLVL`, `_`), verify runs in its own process and starts a holder of its own; a holder whose loaded files
+(the skill, torch, Bridge) changed stops. It holds about 0.7 GB while it waits and stops after 10 idle minutes;
+`MBRIDGE_OVERLAP_SERVER=0` turns it off, `scripts/verify.sh --holder status|stop` shows or stops it.
 
 In the training log of a run, TP overlap that Bridge turned off shows as a "Disabling tensor parallel communication
 overlap" line (`mbridge-overlap diagnose LOG` names it and every other overlap cause a log shows); `mbridge-overlap
