@@ -1,5 +1,6 @@
 """A stand-in for verify in tests/test_holder.py: the Bridge holder's mechanics without Bridge. It asks the holder
-as verify does, and where none answers runs here, starting one at its "import" (here: nothing to import).
+as verify does, and where none answers runs here, starting one at its "import" (here: nothing to import), as
+verify does in every run (a held one must start none).
 
     HOLDER_DEMO_SKILL=<skill folder> python holder_demo.py [exit=N] [sleep=S] [...]
 """
@@ -13,6 +14,7 @@ from mbridge_overlap.bridge import holder  # noqa: E402
 
 
 def run(argv: list) -> int:
+    holder.start(run, end, keep=set())  # where verify starts it: right after its import, in every run
     umask = os.umask(0)
     os.umask(umask)
     print(f"argv={argv} cwd={os.getcwd()} umask={umask:o} MBRIDGE_SRC={os.environ.get('MBRIDGE_SRC')} "
@@ -37,7 +39,4 @@ def end(code: int) -> None:
 
 if __name__ == "__main__":
     served = holder.answer(sys.argv[1:])
-    if served is None:
-        holder.start(run, end, keep=set())
-        served = run(sys.argv[1:])
-    end(served)
+    end(run(sys.argv[1:]) if served is None else served)

@@ -39,6 +39,7 @@ from .. import server, serving
 from . import suites
 
 MAGIC = b"mbridge-overlap-verify/1"
+SWITCH = server.SWITCH  # =0: the holder is neither asked nor started, as the answer server is not
 IDLE_S = 600.0
 ACCEPT_S = 2.0  # a caller waits this long for the holder to take it, then runs in its own process
 CHECK_S = 30.0  # how often an idle holder looks at its socket and its clock
@@ -60,7 +61,7 @@ class _Start:
 
 
 def enabled() -> bool:
-    return os.environ.get(server.SWITCH, "1").strip() != "0" and sys.platform.startswith("linux") and hasattr(os, "fork")
+    return os.environ.get(SWITCH, "1").strip() != "0" and sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
 def identity() -> bytes:
@@ -146,7 +147,7 @@ def _wait(sock) -> int:
         signal.signal(int(reply[1:]), signal.SIG_DFL)
         os.kill(os.getpid(), int(reply[1:]))
         return 128 + int(reply[1:])
-    print(f"verify: error: verify's Bridge holder stopped before this verify finished; run it again with {server.SWITCH}=0",
+    print(f"verify: error: verify's Bridge holder stopped before this verify finished; run it again with {SWITCH}=0",
           file=sys.stderr)
     return 2
 
@@ -178,7 +179,7 @@ def control(action: str) -> dict:
 
 def describe(state: dict) -> str:
     if not state["enabled"]:
-        return f"verify's Bridge holder: off ({server.SWITCH}=0)\n"
+        return f"verify's Bridge holder: off ({SWITCH}=0)\n"
     if "stopped" in state:
         return "verify's Bridge holder: " + ("stopped\n" if state["stopped"] else "none was running\n")
     if not state["running"]:
@@ -246,7 +247,7 @@ def _detach(keep: set) -> None:
 
 def idle_s() -> float:
     try:
-        return max(1.0, float(os.environ.get(f"{server.SWITCH}_IDLE_S", IDLE_S)))
+        return max(1.0, float(os.environ.get(f"{SWITCH}_IDLE_S", IDLE_S)))
     except ValueError:
         return IDLE_S
 

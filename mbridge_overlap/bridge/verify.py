@@ -143,7 +143,7 @@ def _run_with_bridge(args, layout, given, plan, checkout, started) -> dict:
     if holder.served_by:
         log(f"megatron.bridge imported already: this verify runs in a copy of verify's Bridge holder (pid "
             f"{holder.served_by[0]}, started {time.strftime('%H:%M:%S', time.localtime(holder.served_by[1]))}); "
-            f"{holder.server.SWITCH}=0 runs it in its own process")
+            f"{holder.SWITCH}=0 runs it in its own process")
     else:
         log("importing megatron.bridge (about 15 s)")
     adapter.quiet()
