@@ -8,6 +8,7 @@ tests/bridge/test_holder.py runs real verify through it."""
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import signal
 import socket
@@ -53,11 +54,20 @@ def started(*args, env: dict) -> subprocess.Popen:
     """A demo run, once it has reached its sleep."""
     proc = subprocess.Popen([sys.executable, str(DEMO), *args], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    lines = []
-    while not lines or lines[-1] != b"sleeping\n":
-        lines.append(proc.stderr.readline())
-        assert lines[-1], lines
+    wait_for_output(proc.stderr, b"sleeping\n", 60)
     return proc
+
+
+def wait_for_output(pipe, text: bytes, seconds: float) -> bytes:
+    """What a child writes into `pipe` until `text` appears; a test that waits longer fails rather than hangs."""
+    seen, deadline = b"", time.monotonic() + seconds
+    while text not in seen:
+        ready, _, _ = select.select([pipe], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, f"{text!r} not written within {seconds} s: {seen!r}"
+        chunk = os.read(pipe.fileno(), 65536)
+        assert chunk, f"the pipe closed before {text!r}: {seen!r}"
+        seen += chunk
+    return seen
 
 
 def served_or_own(proc) -> str:

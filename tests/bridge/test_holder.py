@@ -4,6 +4,7 @@ tests/test_holder.py tests the holder's mechanics without Bridge."""
 
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -75,11 +76,14 @@ def test_ctrl_c_stops_the_held_verify_and_its_suites(env, tmp_path):
     pid = holder_state(env)["pid"]
     slow = fx.make(tmp_path / "slow", comm_overlap="import time\n\n\ndef test_a():\n    time.sleep(120)\n")
     proc = subprocess.Popen([VERIFY, "--mbridge-src", str(slow)], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    lines = []
-    while not lines or "suites: running" not in lines[-1]:
-        lines.append(proc.stderr.readline())
-        assert lines[-1], lines
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen, deadline = b"", time.monotonic() + 120
+    while b"suites: running" not in seen:  # a verify that hangs fails the test rather than hanging it
+        ready, _, _ = select.select([proc.stderr], [], [], max(0.0, deadline - time.monotonic()))
+        assert ready, seen
+        chunk = os.read(proc.stderr.fileno(), 65536)
+        assert chunk, seen
+        seen += chunk
     running = children(pid)
     assert len(running) == 1, "the held verify"
     deadline = time.monotonic() + 30
@@ -89,7 +93,7 @@ def test_ctrl_c_stops_the_held_verify_and_its_suites(env, tmp_path):
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
-    assert proc.returncode == -signal.SIGINT and "KeyboardInterrupt" in err, err
+    assert proc.returncode == -signal.SIGINT and b"KeyboardInterrupt" in err, seen + err
     with pytest.raises(ProcessLookupError):
         os.killpg(running[0], 0)  # the verify's process group, its pytest with it, is gone
     assert holder_state(env)["pid"] == pid and children(pid) == []
