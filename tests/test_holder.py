@@ -164,9 +164,14 @@ def test_a_killed_callers_run_is_stopped(env, how):
 def test_a_busy_holder_leaves_the_next_caller_to_its_own_process_and_stays(env):
     demo(env=env)
     pid = holder.control("status")["pid"]
-    proc = started("sleep=6", env=env)
+    proc = started("sleep=15", env=env)
     try:
+        began = time.monotonic()
         assert served_or_own(demo(env=env)) == "own"
+        # ACCEPT_S, then its own run: its pipes were not left in the busy holder's queue until the sleep ended
+        assert time.monotonic() - began < holder.ACCEPT_S + 5
+        state = holder.control("status")
+        assert state.get("busy") and "busy" in holder.describe(state), state
     finally:
         proc.communicate(timeout=30)
     assert proc.returncode == 0

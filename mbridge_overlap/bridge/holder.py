@@ -87,11 +87,10 @@ def answer(argv: list) -> int | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         try:
+            fds = [sys.stdin.fileno(), sys.stdout.fileno(), sys.stderr.fileno()]
             sock.settimeout(ACCEPT_S)
             sock.connect(path)
-            fds = [sys.stdin.fileno(), sys.stdout.fileno(), sys.stderr.fileno()]
-            sock.sendmsg([server.encode([server.encode([MAGIC + b" run", *_request(argv)])])],
-                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", *fds))])
+            sock.sendall(server.encode([server.encode([MAGIC + b" run", *_request(argv)])]))
             accepted = sock.recv(1)
         except TimeoutError:
             _Start.allowed = False  # busy with another verify: it stays
@@ -101,7 +100,9 @@ def answer(argv: list) -> int | None:
         if accepted != b"A":  # N: not this caller's (this run starts its own), S: its files changed (it stops)
             return None
         sock.settimeout(None)
-        sock.sendall(b"G")
+        # the streams go with the go-ahead, not the request: a caller that gave up on a busy holder leaves none of
+        # them in its queue (its reader would wait on them until the holder took the request)
+        sock.sendmsg([b"G"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("3i", *fds))])
         return _wait(sock)
     finally:
         sock.close()
@@ -164,6 +165,8 @@ def control(action: str) -> dict:
         sock.connect(path)
         sock.sendall(server.encode([server.encode([MAGIC + (b" stop" if action == "stop" else b" status")])]))
         reply = server.recv_all(sock, 1 << 16)
+    except TimeoutError:  # it runs a verify and answers when that ends
+        return {**out, "running": True, "busy": True}
     except OSError:
         return out
     finally:
@@ -180,6 +183,8 @@ def control(action: str) -> dict:
 def describe(state: dict) -> str:
     if not state["enabled"]:
         return f"verify's Bridge holder: off ({SWITCH}=0)\n"
+    if state.get("busy"):
+        return "verify's Bridge holder: busy with a verify; ask again when it has ended\n"
     if "stopped" in state:
         return "verify's Bridge holder: " + ("stopped\n" if state["stopped"] else "none was running\n")
     if not state["running"]:
@@ -305,13 +310,11 @@ class Holder:
     def handle(self, conn) -> bool:
         """One caller; False when the holder should stop."""
         pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-        msg, ancillary, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(3 * 4))
-        fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
-               for fd in struct.unpack(f"{len(data) // 4}i", data[:len(data) - len(data) % 4])]
+        fds: list = []
         try:
             if uid != os.getuid():
                 return True
-            fields = server.decode(server.read_frame(conn, msg, server.MAX_REQUEST))
+            fields = server.decode(server.read_frame(conn, b"", server.MAX_REQUEST))
             op = fields[0] if fields else b""
             if op == MAGIC + b" status":
                 conn.sendall(server.encode([f"{k}={v}".encode() for k, v in self.status.items()]))
@@ -319,7 +322,7 @@ class Holder:
             if op == MAGIC + b" stop":
                 conn.sendall(b"stopping")
                 return False
-            if op != MAGIC + b" run" or len(fds) != 3 or fields[1:2] != [self.identity] or self.context is None \
+            if op != MAGIC + b" run" or fields[1:2] != [self.identity] or self.context is None \
                     or serving.context_of(pid) != self.context:
                 conn.sendall(b"N")
                 return True
@@ -331,7 +334,8 @@ class Holder:
                 conn.sendall(b"S")
                 return False
             conn.sendall(b"A")
-            if conn.recv(1) != b"G":
+            go, fds = _go_ahead(conn)
+            if go != b"G" or len(fds) != 3:
                 return True  # the caller stopped waiting (and runs it itself): nothing is run here
             child = self.fork(request, fds, conn)
             for fd in fds:
@@ -394,6 +398,14 @@ class Holder:
 
 
 served_by: list = []  # in a holder's copy: [the holder's pid, when it started]
+
+
+def _go_ahead(conn) -> tuple[bytes, list]:
+    """The caller's go-ahead and the file descriptors that come with it (its stdin, stdout and stderr)."""
+    msg, ancillary, _flags, _addr = conn.recvmsg(1, socket.CMSG_SPACE(3 * 4))
+    fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+           for fd in struct.unpack(f"{len(data) // 4}i", data[:len(data) - len(data) % 4])]
+    return msg, fds
 
 
 def _checked(env: dict) -> dict:
