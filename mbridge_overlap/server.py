@@ -25,7 +25,7 @@ QUICK = frozenset({"resolve", "plan", "lint", "diff", "recipes", "explain", "pre
 SWITCH = "MBRIDGE_OVERLAP_SERVER"  # =0: never ask or start a server
 IDLE_S = 600.0  # MBRIDGE_OVERLAP_SERVER_IDLE_S overrides it (at least 1)
 ACCEPT_S = 2.0  # a caller waits this long for a busy server to take its command, then runs it itself
-MAGIC = b"mbridge-overlap-server/1"
+MAGIC = b"mbridge-overlap-server/2"  # in identity(), so a server of another protocol is never asked
 MAX_REQUEST = 1 << 22
 _SKILL_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LOCALE_VARS = ("LANG", "LC_ALL", "LC_CTYPE")
@@ -54,11 +54,13 @@ def answer(argv: list) -> "tuple[int | None, bool]":
             sock.connect(path)
             request = encode([encode([MAGIC + b" run", *context(argv)])])  # one netstring: its length comes first
             fds = b"".join(fd.to_bytes(4, sys.byteorder) for fd in (sys.stdout.fileno(), sys.stderr.fileno()))
-            sock.sendmsg([request], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
+            sock.sendall(request)
             accepted = sock.recv(1)
             sock.settimeout(None)
             if accepted == b"A":
-                sock.sendall(b"G")  # only now does the server run it: a caller that gave up is never answered twice
+                # only now does the server run it: a caller that gave up is never answered twice; and only now do its
+                # streams go, so that one that gave up on a busy server leaves them in no queue (its reader would wait)
+                sock.sendmsg([b"G"], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, fds)])
         except TimeoutError:  # a server busy with another caller: this one runs here
             return None, True
         except (OSError, ValueError):
@@ -109,7 +111,7 @@ def servable(argv: list) -> bool:
 
 def identity() -> bytes:
     """What makes one interpreter's answers: a server answers only callers with the same."""
-    parts = [sys.executable, sys.version, repr(sys.flags), sys.getfilesystemencoding(), _SKILL_DIR, *sys.path,
+    parts = [MAGIC.decode(), sys.executable, sys.version, repr(sys.flags), sys.getfilesystemencoding(), _SKILL_DIR, *sys.path,
              *(f"{k}={os.environ.get(k, '')}" for k in _LOCALE_VARS)]
     return "\0".join(parts).encode("utf-8", "surrogateescape")
 

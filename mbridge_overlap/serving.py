@@ -101,13 +101,11 @@ class Server:
     def handle(self, conn) -> bool:
         """One caller; False when the server should stop."""
         pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-        msg, ancillary, _flags, _addr = conn.recvmsg(65536, socket.CMSG_SPACE(2 * 4))
-        fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
-               for fd in struct.unpack(f"{len(data) // 4}i", data[:len(data) - len(data) % 4])]
+        fds: list = []
         try:
             if uid != os.getuid():
                 return True
-            fields = wire.decode(wire.read_frame(conn, msg, wire.MAX_REQUEST))
+            fields = wire.decode(wire.read_frame(conn, b"", wire.MAX_REQUEST))
             op = fields[0] if fields else b""
             if op == wire.MAGIC + b" status":
                 conn.sendall(wire.encode([f"{k}={v}".encode() for k, v in self.status.items()]))
@@ -115,7 +113,7 @@ class Server:
             if op == wire.MAGIC + b" stop":
                 conn.sendall(b"stopping")
                 return False
-            if op != wire.MAGIC + b" run" or len(fds) != 2 or fields[1] != self.identity or context_of(pid) != self.context \
+            if op != wire.MAGIC + b" run" or fields[1] != self.identity or context_of(pid) != self.context \
                     or self.context is None:
                 conn.sendall(b"N")  # another interpreter, other limits, another file system: the caller runs it itself
                 return True
@@ -129,7 +127,8 @@ class Server:
                 conn.sendall(b"N")
                 return True
             conn.sendall(b"A")
-            if conn.recv(1) != b"G":
+            go, fds = received_fds(conn, 2)
+            if go != b"G" or len(fds) != 2:
                 return True  # the caller stopped waiting (and runs it itself): nothing is run here
             stdout, stderr = fds
             fds = []
@@ -143,6 +142,14 @@ class Server:
         finally:
             for fd in fds:
                 os.close(fd)
+
+
+def received_fds(conn, most: int) -> tuple[bytes, list]:
+    """A one-byte message and the file descriptors (up to `most`) that come with it."""
+    msg, ancillary, _flags, _addr = conn.recvmsg(1, socket.CMSG_SPACE(most * 4))
+    fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+           for fd in struct.unpack(f"{len(data) // 4}i", data[:len(data) - len(data) % 4])]
+    return msg, fds
 
 
 def context_of(pid) -> tuple | None:

@@ -248,6 +248,30 @@ def test_a_caller_killed_while_its_pipe_is_full_leaves_no_pipe_held(env):
     assert again.returncode == 0 and status(env)["answered"] >= before + 1
 
 
+def test_a_caller_that_gives_up_on_a_busy_server_leaves_it_none_of_its_pipes(env):
+    """A server blocked writing into one caller's full pipe: the next caller runs its command itself after ACCEPT_S
+    (from server.py), and its output reaches its end then, not when the server gets to its request."""
+    from mbridge_overlap import server
+
+    launch(*CASES["explain"], env=env)
+    wait_for(env, running=True)
+    read_end, write_end = full_pipe()
+    blocked = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "mbridge-overlap"), "recipes", "--format", "json"],
+                               stdout=write_end, stderr=subprocess.DEVNULL, env=env)
+    os.close(write_end)
+    try:
+        time.sleep(1.0)
+        assert blocked.poll() is None  # the server is writing its answer into the full pipe
+        began = time.monotonic()
+        second = launch(*CASES["explain"], env=env)
+        assert second.returncode == 0 and b"TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL" in second.stdout
+        assert time.monotonic() - began < server.ACCEPT_S + 5
+    finally:
+        blocked.kill()
+        blocked.wait(10)
+        os.close(read_end)
+
+
 def test_a_caller_in_another_mount_namespace_is_not_served(env):
     """A caller that sees another file system (another mount namespace: a container sharing /tmp) runs the command
     itself, and starts no rival server."""

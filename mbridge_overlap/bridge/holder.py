@@ -38,7 +38,7 @@ import traceback
 from .. import server, serving
 from . import suites
 
-MAGIC = b"mbridge-overlap-verify/1"
+MAGIC = b"mbridge-overlap-verify/1"  # in the socket's name, so a holder of another protocol is never asked
 SWITCH = server.SWITCH  # =0: the holder is neither asked nor started, as the answer server is not
 IDLE_S = 600.0
 ACCEPT_S = 2.0  # a caller waits this long for the holder to take it, then runs in its own process
@@ -70,7 +70,7 @@ def identity() -> bytes:
 
 
 def socket_path(create: bool) -> str | None:
-    key = server._key(f"{sys.executable}\0{_SKILL_DIR}".encode("utf-8", "surrogateescape"))
+    key = server._key(MAGIC + f"\0{sys.executable}\0{_SKILL_DIR}".encode("utf-8", "surrogateescape"))
     return server.private_socket(f"verify-{key:016x}.sock", create)
 
 
@@ -334,7 +334,7 @@ class Holder:
                 conn.sendall(b"S")
                 return False
             conn.sendall(b"A")
-            go, fds = _go_ahead(conn)
+            go, fds = serving.received_fds(conn, 3)
             if go != b"G" or len(fds) != 3:
                 return True  # the caller stopped waiting (and runs it itself): nothing is run here
             child = self.fork(request, fds, conn)
@@ -398,14 +398,6 @@ class Holder:
 
 
 served_by: list = []  # in a holder's copy: [the holder's pid, when it started]
-
-
-def _go_ahead(conn) -> tuple[bytes, list]:
-    """The caller's go-ahead and the file descriptors that come with it (its stdin, stdout and stderr)."""
-    msg, ancillary, _flags, _addr = conn.recvmsg(1, socket.CMSG_SPACE(3 * 4))
-    fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
-           for fd in struct.unpack(f"{len(data) // 4}i", data[:len(data) - len(data) % 4])]
-    return msg, fds
 
 
 def _checked(env: dict) -> dict:
