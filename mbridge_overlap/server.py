@@ -119,10 +119,11 @@ def identity() -> bytes:
 def socket_path(create: bool) -> "str | None":
     """The socket of this interpreter's server, in a folder of this user's that nobody else can enter; None where
     that folder is not so (or the path would be too long for a Unix socket)."""
-    return private_socket(f"{_key(identity()):016x}.sock", create)
+    return private_socket(f"{socket_key(identity()):016x}.sock", create)
 
 
-def _key(data: bytes) -> int:
+def socket_key(data: bytes) -> int:
+    """A socket's name for `data` (64 bits of it)."""
     return int.from_bytes(data, "little") % 0xFFFFFFFFFFFFFFC5  # the largest prime below 2**64
 
 

@@ -70,7 +70,7 @@ def identity() -> bytes:
 
 
 def socket_path(create: bool) -> str | None:
-    key = server._key(MAGIC + f"\0{sys.executable}\0{_SKILL_DIR}".encode("utf-8", "surrogateescape"))
+    key = server.socket_key(MAGIC + f"\0{sys.executable}\0{_SKILL_DIR}".encode("utf-8", "surrogateescape"))
     return server.private_socket(f"verify-{key:016x}.sock", create)
 
 
