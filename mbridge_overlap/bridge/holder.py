@@ -4,13 +4,14 @@ Importing Bridge is most of a verify (12-15 s of about 17 on 2 cores). Right aft
 process forks a copy of itself as it stands then (Bridge imported, no check run yet), which waits on a Unix socket
 until it has been idle for IDLE_S seconds. The next verify of the same interpreter and skill asks it first: the holder
 forks a fresh copy of itself for it, which runs that verify with the caller's arguments, working folder, umask, the
-variables in OWN_VARIABLES, and its very stdin, stdout and stderr (passed as file descriptors); the holder replies
-with its exit status (or the signal that ended it), which the caller ends with. Every check runs in that copy as in
-the caller's own process, after an import that is the same import: tests/bridge/test_holder.py compares the reports.
+variables in OWN_VARIABLES, and its very stdin, stdout and stderr (passed as file descriptors with its go-ahead);
+the holder replies with its exit status (or the signal that ended it), which the caller ends with, and passes the
+caller's Ctrl-C on to it. Every check runs in that copy as in the caller's own process, after an import that is the
+same import: tests/bridge/test_holder.py compares the reports.
 
 A caller is served only where its own process would have imported the same: the same interpreter, flags, -W
-options and sys.path (which holds the folder verify runs from), the same environment but OWN_VARIABLES (which only
-verify reads, after the import), the same user, resource limits, mount namespace and root, and no file the holder has
+options and sys.path (which holds the folder verify runs from), the same environment but OWN_VARIABLES (verify's
+own, read after the import, and the shell's bookkeeping), the same user, resource limits, mount namespace and root, and no file the holder has
 loaded (the skill, any module: torch, Bridge) changed since; a holder whose files changed stops. Else, and where a
 holder is busy with another verify (ACCEPT_S), the caller runs in its own process, as always, and (but for the busy
 one) starts a holder of its own, which replaces the one that declined it: one holder per interpreter and skill.
