@@ -46,6 +46,19 @@ def start(argv: list, run) -> None:
     path = server.socket_path(create=True)
     if path is None:
         return
+
+    def serve(_ready) -> None:
+        detach()
+        from . import serving
+
+        serving.serve(path, server.identity(), idle_s(server.IDLE_S), run)
+
+    spawn(serve)
+
+
+def spawn(body, prepare=None) -> None:
+    """Run body(prepare()) in a grandchild of a new session that nobody waits for; this process waits only for the
+    first child, which runs prepare (what must be there when spawn returns: verify's holder binds its socket so)."""
     _flush()  # nothing buffered is written twice, by the child too
     try:
         pid = os.fork()
@@ -57,30 +70,33 @@ def start(argv: list, run) -> None:
         except OSError:
             pass
         return
-    try:  # the first child: a new session, and a grandchild that nobody waits for
+    try:
         os.setsid()
+        ready = prepare() if prepare is not None else None
         if os.fork() == 0:
-            _detach()
-            from . import serving
-
-            serving.serve(path, server.identity(), _idle_s(), run)
+            body(ready)
     except BaseException:
         pass
     finally:
         os._exit(0)
 
 
-def _idle_s() -> float:
+def idle_s(default: float) -> float:
     try:
-        return max(1.0, float(os.environ.get(f"{server.SWITCH}_IDLE_S", server.IDLE_S)))
+        return max(1.0, float(os.environ.get(f"{server.SWITCH}_IDLE_S", default)))
     except ValueError:
-        return server.IDLE_S
+        return default
 
 
-def _detach() -> None:
-    """Nothing of the caller's stays open (a pipe its reader waits on would never reach its end)."""
+def detach(keep=()) -> None:
+    """Nothing of the caller's stays open (a pipe its reader waits on would never reach its end): every file
+    descriptor above 2 is closed but those in `keep`."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 4096)
+    low = 3
+    for fd in sorted(fd for fd in keep if fd >= 3):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 4096)
     os.chdir("/")

@@ -164,28 +164,40 @@ def control(action: str) -> dict:
     out = {"enabled": os.environ.get(SWITCH, "1").strip() != "0", "socket": path, "running": False}
     if path is None:
         return out
+    try:
+        reply = ask(path, MAGIC, action)
+    except OSError:
+        return out
+    if action == "stop":
+        return {**out, "stopped": reply == b"stopping"}
+    numbers = status_of(reply, ("pid", "started", "answered", "idle_s"))
+    return out if numbers is None else {**out, "running": True, **numbers}
+
+
+def ask(path: str, magic: bytes, action: str) -> bytes:
+    """The reply of the server on `path` to a "status" or "stop" request (verify's holder takes them too); OSError
+    where none answers within 5 s (TimeoutError: one took the request and is busy)."""
     import _socket
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.settimeout(5)
         sock.connect(path)
-        sock.sendall(encode([encode([MAGIC + (b" stop" if action == "stop" else b" status")])]))
-        reply = recv_all(sock, 1 << 16)
-    except OSError:
-        return out
+        sock.sendall(encode([encode([magic + (b" stop" if action == "stop" else b" status")])]))
+        return recv_all(sock, 1 << 16)
     finally:
         sock.close()
-    if action == "stop":
-        return {**out, "stopped": reply == b"stopping"}
+
+
+def status_of(reply: bytes, keys: tuple) -> "dict | None":
+    """The numbers of a status reply, every one of `keys`; None where it is no reply a server gives (it was stopping,
+    or is not ours)."""
     try:
         fields = dict(f.decode().partition("=")[::2] for f in decode(reply))
-        numbers = {k: float(v) if "." in v else int(v) for k, v in fields.items() if k in ("pid", "started", "answered", "idle_s")}
+        numbers = {k: float(v) if "." in v else int(v) for k, v in fields.items() if k in keys}
     except ValueError:
-        numbers = {}
-    if len(numbers) != 4:  # no answer a server gives (it was stopping, or is not ours)
-        return out
-    return {**out, "running": True, **numbers}
+        return None
+    return numbers if len(numbers) == len(keys) else None
 
 
 # --- the messages: netstrings (`<length>:<bytes>,`), which need no import to read or write -------------------------

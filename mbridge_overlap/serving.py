@@ -31,12 +31,8 @@ WARM = (  # run once each while no caller waits, output discarded: later answers
 def serve(path: str, identity: bytes, idle_s: float, run) -> None:
     """Answer on `path` with run(argv) -> exit status (cli.main; of cli this module reads only
     REQUIRED_PACKAGES, once it is loaded)."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    own = f"{path}.{os.getpid()}"
     try:
-        listener.bind(own)
-        listener.listen(64)
-        os.rename(own, path)  # replaces a dead server's socket; a live one finds it is no longer its own and stops
+        listener = listen(path, 64)
         inode = os.stat(path).st_ino
     except OSError:
         return
@@ -45,9 +41,20 @@ def serve(path: str, identity: bytes, idle_s: float, run) -> None:
     try:
         Server(listener, path, inode, identity, idle_s, run).loop()
     finally:
-        if _ours(path, inode):
+        if ours(path, inode):
             os.unlink(path)
         listener.close()
+
+
+def listen(path: str, backlog: int) -> socket.socket:
+    """A Unix socket listening on `path`, bound beside it and renamed onto it: it replaces a dead server's socket,
+    and a live one finds it is no longer its own and stops."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    own = f"{path}.{os.getpid()}"
+    listener.bind(own)
+    listener.listen(backlog)
+    os.rename(own, path)
+    return listener
 
 
 def name_process(name: bytes = b"mbridge-overlap") -> None:
@@ -77,7 +84,7 @@ class Server:
             except socket.timeout:
                 if self.warm:
                     self.warm_one()
-                elif not _ours(self.path, self.inode):
+                elif not ours(self.path, self.inode):
                     return
                 continue
             with conn:
@@ -86,7 +93,7 @@ class Server:
                     go_on = self.handle(conn)
                 except (OSError, ValueError, IndexError):
                     go_on = True  # a caller that went away or sent nonsense: the next one is served
-            if not go_on or not _ours(self.path, self.inode):
+            if not go_on or not ours(self.path, self.inode):
                 return
 
     def warm_one(self) -> None:
@@ -100,56 +107,70 @@ class Server:
 
     def handle(self, conn) -> bool:
         """One caller; False when the server should stop."""
-        pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-        fds: list = []
+        request = caller_request(conn)
+        if request is None:
+            return True
+        pid, fields = request
+        op = fields[0] if fields else b""
+        control = control_reply(conn, op, wire.MAGIC, self.status)
+        if control is not None:
+            return control
+        if op != wire.MAGIC + b" run" or fields[1] != self.identity or context_of(pid) != self.context \
+                or self.context is None:
+            conn.sendall(b"N")  # another interpreter, other limits, another file system: the caller runs it itself
+            return True
+        if self.loaded.changed():
+            conn.sendall(b"S")  # the caller runs it in its own process, and starts a server of the new files
+            return False
+        request = Request(fields[2:])
         try:
-            if uid != os.getuid():
-                return True
-            fields = wire.decode(wire.read_frame(conn, b"", wire.MAX_REQUEST))
-            op = fields[0] if fields else b""
-            if op == wire.MAGIC + b" status":
-                conn.sendall(wire.encode([f"{k}={v}".encode() for k, v in self.status.items()]))
-                return True
-            if op == wire.MAGIC + b" stop":
-                conn.sendall(b"stopping")
-                return False
-            if op != wire.MAGIC + b" run" or fields[1] != self.identity or context_of(pid) != self.context \
-                    or self.context is None:
-                conn.sendall(b"N")  # another interpreter, other limits, another file system: the caller runs it itself
-                return True
-            if self.loaded.changed():
-                conn.sendall(b"S")  # the caller runs it in its own process, and starts a server of the new files
-                return False
-            request = Request(fields[2:])
-            try:
-                os.chdir(request.cwd)
-            except OSError:
-                conn.sendall(b"N")
-                return True
-            conn.sendall(b"A")
-            go, fds = received_fds(conn, 2)
-            if go != b"G" or len(fds) != 2:
-                return True  # the caller stopped waiting (and runs it itself): nothing is run here
-            stdout, stderr = fds
-            fds = []
-            with _CallerWatch(conn):
-                status, go_on = _run(self.run, request, stdout, stderr)
-            self.status["answered"] += 1
-            self.last = time.monotonic()
-            self.loaded.add_modules()
-            conn.sendall(b"R%d" % status)
-            return go_on
-        finally:
-            for fd in fds:
-                os.close(fd)
+            os.chdir(request.cwd)
+        except OSError:
+            conn.sendall(b"N")
+            return True
+        conn.sendall(b"A")
+        fds = go_ahead(conn, 2)
+        if fds is None:
+            return True  # the caller stopped waiting (and runs it itself): nothing is run here
+        with _CallerWatch(conn):
+            status, go_on = _run(self.run, request, *fds)
+        self.status["answered"] += 1
+        self.last = time.monotonic()
+        self.loaded.add_modules()
+        conn.sendall(b"R%d" % status)
+        return go_on
 
 
-def received_fds(conn, most: int) -> tuple[bytes, list]:
-    """A one-byte message and the file descriptors (up to `most`) that come with it."""
-    msg, ancillary, _flags, _addr = conn.recvmsg(1, socket.CMSG_SPACE(most * 4))
+def caller_request(conn) -> tuple[int, list] | None:
+    """(the caller's pid, the fields of its request); None for a caller of another user, who gets no answer."""
+    pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    if uid != os.getuid():
+        return None
+    return pid, wire.decode(wire.read_frame(conn, b"", wire.MAX_REQUEST))
+
+
+def control_reply(conn, op: bytes, magic: bytes, status: dict) -> bool | None:
+    """The answer to a status or a stop request (whether to go on); None for any other request."""
+    if op == magic + b" status":
+        conn.sendall(wire.encode([f"{k}={v}".encode() for k, v in status.items()]))
+        return True
+    if op == magic + b" stop":
+        conn.sendall(b"stopping")
+        return False
+    return None
+
+
+def go_ahead(conn, count: int) -> list | None:
+    """The `count` file descriptors (the caller's streams) that come with its go-ahead; None, and whatever came
+    closed, where the caller sent no go-ahead with them (it stopped waiting)."""
+    msg, ancillary, _flags, _addr = conn.recvmsg(1, socket.CMSG_SPACE(count * 4))
     fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
            for fd in struct.unpack(f"{len(data) // 4}i", data[:len(data) - len(data) % 4])]
-    return msg, fds
+    if msg == b"G" and len(fds) == count:
+        return fds
+    for fd in fds:
+        os.close(fd)
+    return None
 
 
 def context_of(pid) -> tuple | None:
@@ -165,7 +186,7 @@ def context_of(pid) -> tuple | None:
     return limits, mounts.st_ino, root.st_dev, root.st_ino
 
 
-def _ours(path: str, inode: int) -> bool:
+def ours(path: str, inode: int) -> bool:
     try:
         return os.stat(path).st_ino == inode
     except OSError:

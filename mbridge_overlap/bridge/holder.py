@@ -36,7 +36,7 @@ import threading
 import time
 import traceback
 
-from .. import server, serving
+from .. import launch, server, serving
 from . import suites
 
 MAGIC = b"mbridge-overlap-verify/1"  # in the socket's name, so a holder of another protocol is never asked
@@ -160,25 +160,16 @@ def control(action: str) -> dict:
     out = {"enabled": enabled(), "socket": path, "running": False}
     if path is None:
         return out
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.settimeout(5)
-        sock.connect(path)
-        sock.sendall(server.encode([server.encode([MAGIC + (b" stop" if action == "stop" else b" status")])]))
-        reply = server.recv_all(sock, 1 << 16)
+        reply = server.ask(path, MAGIC, action)
     except TimeoutError:  # it runs a verify and answers when that ends
         return {**out, "running": True, "busy": True}
     except OSError:
         return out
-    finally:
-        sock.close()
     if action == "stop":
         return {**out, "stopped": reply == b"stopping"}
-    try:
-        fields = dict(f.decode().partition("=")[::2] for f in server.decode(reply))
-        return {**out, "running": True, **{k: float(v) if "." in v else int(v) for k, v in fields.items()}}
-    except ValueError:
-        return out
+    numbers = server.status_of(reply, ("pid", "started", "served", "idle_s"))
+    return out if numbers is None else {**out, "running": True, **numbers}
 
 
 def describe(state: dict) -> str:
@@ -214,57 +205,14 @@ def start(run, end, keep: set) -> None:
     path = socket_path(create=True)
     if path is None:
         return
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()  # nothing buffered is written twice
-    try:
-        pid = os.fork()
-    except OSError:
-        return
-    if pid:
-        try:
-            os.waitpid(pid, 0)
-        except OSError:
-            pass
-        return
-    try:  # the first child: a new session, the socket (there when start() returns), a grandchild nobody waits for
-        os.setsid()
-        listener = _listen(path)
-        if os.fork() == 0:
-            _detach(keep | {listener.fileno()})
-            Holder(listener, path, run, end).serve()
-    except BaseException:  # noqa: B036  (the fork must end here)
-        pass
-    finally:
-        os._exit(0)
 
+    def serve(listener) -> None:
+        launch.detach(keep | {listener.fileno()})
+        Holder(listener, path, run, end).serve()
 
-def _detach(keep: set) -> None:
-    """Nothing of the caller's stays open (a pipe its reader waits on would never reach its end)."""
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    for fd in open_fds() - keep - {0, 1, 2}:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    os.chdir("/")
-
-
-def idle_s() -> float:
-    try:
-        return max(1.0, float(os.environ.get(f"{SWITCH}_IDLE_S", IDLE_S)))
-    except ValueError:
-        return IDLE_S
-
-
-def _listen(path: str) -> socket.socket:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    own = f"{path}.{os.getpid()}"
-    listener.bind(own)
-    listener.listen(16)
-    os.rename(own, path)  # replaces a holder that declined this process's caller; it sees so and stops
-    return listener
+    # the socket is bound in the first child, so that it is there when start() returns; it replaces a holder that
+    # declined this process's caller, which sees so and stops
+    launch.spawn(serve, prepare=lambda: serving.listen(path, 16))
 
 
 class Holder:
@@ -272,7 +220,7 @@ class Holder:
         self.listener, self.path, self.run, self.end = listener, path, run, end
         self.identity, self.environment = _Start.identity, _Start.environment
         self.inode = os.stat(path).st_ino
-        self.idle_s = idle_s()
+        self.idle_s = launch.idle_s(IDLE_S)
         self.loaded = serving.Loaded()
         self.context = serving.context_of("self")
         self.status = {"pid": os.getpid(), "started": time.time(), "served": 0, "idle_s": self.idle_s}
@@ -286,7 +234,7 @@ class Holder:
                 try:
                     conn, _ = self.listener.accept()
                 except socket.timeout:
-                    if not self.ours():
+                    if not serving.ours(self.path, self.inode):
                         return
                     continue
                 with conn:
@@ -295,61 +243,48 @@ class Holder:
                         go_on = self.handle(conn)
                     except (OSError, ValueError, IndexError):
                         go_on = True  # a caller that went away or sent nonsense: the next one is served
-                if not go_on or not self.ours():
+                if not go_on or not serving.ours(self.path, self.inode):
                     return
         finally:
-            if self.ours():
+            if serving.ours(self.path, self.inode):
                 os.unlink(self.path)
             self.listener.close()
 
-    def ours(self) -> bool:
-        try:
-            return os.stat(self.path).st_ino == self.inode
-        except OSError:
-            return False
-
     def handle(self, conn) -> bool:
         """One caller; False when the holder should stop."""
-        pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-        fds: list = []
-        try:
-            if uid != os.getuid():
-                return True
-            fields = server.decode(server.read_frame(conn, b"", server.MAX_REQUEST))
-            op = fields[0] if fields else b""
-            if op == MAGIC + b" status":
-                conn.sendall(server.encode([f"{k}={v}".encode() for k, v in self.status.items()]))
-                return True
-            if op == MAGIC + b" stop":
-                conn.sendall(b"stopping")
-                return False
-            if op != MAGIC + b" run" or fields[1:2] != [self.identity] or self.context is None \
-                    or serving.context_of(pid) != self.context:
-                conn.sendall(b"N")
-                return True
-            request = Request(fields[2:])
-            if _checked(request.env) != _checked(self.environment):
-                conn.sendall(b"N")
-                return True
-            if self.loaded.changed():
-                conn.sendall(b"S")
-                return False
-            conn.sendall(b"A")
-            go, fds = serving.received_fds(conn, 3)
-            if go != b"G" or len(fds) != 3:
-                return True  # the caller stopped waiting (and runs it itself): nothing is run here
-            child = self.fork(request, fds, conn)
-            for fd in fds:
-                os.close(fd)
-            fds = []
-            reply = _watch(conn, child)
-            self.status["served"] += 1
-            self.last = time.monotonic()
-            conn.sendall(reply)
+        request = serving.caller_request(conn)
+        if request is None:
             return True
+        pid, fields = request
+        op = fields[0] if fields else b""
+        control = serving.control_reply(conn, op, MAGIC, self.status)
+        if control is not None:
+            return control
+        if op != MAGIC + b" run" or fields[1:2] != [self.identity] or self.context is None \
+                or serving.context_of(pid) != self.context:
+            conn.sendall(b"N")
+            return True
+        request = Request(fields[2:])
+        if _checked(request.env) != _checked(self.environment):
+            conn.sendall(b"N")
+            return True
+        if self.loaded.changed():
+            conn.sendall(b"S")
+            return False
+        conn.sendall(b"A")
+        fds = serving.go_ahead(conn, 3)
+        if fds is None:
+            return True  # the caller stopped waiting (and runs it itself): nothing is run here
+        try:
+            child = self.fork(request, fds, conn)
         finally:
             for fd in fds:
                 os.close(fd)
+        reply = _watch(conn, child)
+        self.status["served"] += 1
+        self.last = time.monotonic()
+        conn.sendall(reply)
+        return True
 
     def fork(self, request: "Request", fds: list, conn) -> int:
         holder = os.getpid()
