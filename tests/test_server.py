@@ -225,15 +225,21 @@ def test_a_served_answer_goes_into_the_callers_own_open_file(env, tmp_path):
     assert status(env)["answered"] >= 1
 
 
+def blocked_caller(env: dict, stderr) -> tuple[subprocess.Popen, int]:
+    """(a caller whose answer the server is writing into a full pipe, the read end of that pipe)."""
+    read_end, write_end = full_pipe()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "mbridge-overlap"), "recipes", "--format", "json"],
+                            stdout=write_end, stderr=stderr, env=env)
+    os.close(write_end)
+    return proc, read_end
+
+
 def test_a_caller_killed_while_its_pipe_is_full_leaves_no_pipe_held(env):
     """The server blocked writing into a caller's full pipe: the caller is killed (SIGTERM: 128 + 15), and its pipes
     reach their end (the server lets go of them) instead of hanging whoever reads them; the server answers on."""
     launch(*CASES["explain"], env=env)
     before = wait_for(env, running=True)["answered"]
-    read_end, write_end = full_pipe()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "mbridge-overlap"), "recipes", "--format", "json"],
-                            stdout=write_end, stderr=subprocess.PIPE, env=env)
-    os.close(write_end)
+    proc, read_end = blocked_caller(env, subprocess.PIPE)
     try:
         time.sleep(1.5)
         assert proc.poll() is None  # still waiting for its answer, which waits for the pipe
@@ -255,10 +261,7 @@ def test_a_caller_that_gives_up_on_a_busy_server_leaves_it_none_of_its_pipes(env
 
     launch(*CASES["explain"], env=env)
     wait_for(env, running=True)
-    read_end, write_end = full_pipe()
-    blocked = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "mbridge-overlap"), "recipes", "--format", "json"],
-                               stdout=write_end, stderr=subprocess.DEVNULL, env=env)
-    os.close(write_end)
+    blocked, read_end = blocked_caller(env, subprocess.DEVNULL)
     try:
         time.sleep(1.0)
         assert blocked.poll() is None  # the server is writing its answer into the full pipe
