@@ -25,7 +25,10 @@ HolisticTraceAnalysis's get_comm_comp_overlap on real traces.
    directory), analysed with --jobs 1 and with the default, in-process and whole-process; the reports must match.
    Two jobs of each rank count: "mixed" (the traces in turn, as unequal as they are) and "equal" (every rank a copy
    of the median-sized trace, as one job's ranks mostly are); "at best" is the speed-up the ranks' sizes allow the
-   workers at all (a mixed job's ranks cannot be split quite evenly between two).
+   workers at all (a mixed job's ranks cannot be split quite evenly between two). --repeat rounds, each running the
+   serial and the pooled analysis back to back and, between them, two processes of pure-Python arithmetic against
+   one ("machine": what this machine's cores give any pool in that round); a speed-up is the median of the rounds'
+   own ratios, so that a drift of the machine's speed between rounds falls on both sides of each.
 
 What grows with the GPU kernels, and why it must: the overlap needs every kernel's interval, and it can only be
 computed at the end (the cut-off, where the last ProfilerStep starts, and the launch records may come anywhere in
@@ -45,6 +48,7 @@ import argparse
 import gzip
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -67,7 +71,10 @@ def backends() -> list[str]:
 
 
 def _env(backend: str | None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "MBRIDGE_TRACE_JSON"}
+    """The environment of a measured process: this one's, as a user's Python runs (it caches bytecode: without
+    PYTHONDONTWRITEBYTECODE, under which our process, whose bytecode goes to a prefix folder, would compile every
+    module it imports after the package, msgspec's and the standard library's, at every run), with `backend`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MBRIDGE_TRACE_JSON", "PYTHONDONTWRITEBYTECODE")}
     if backend == "stdlib":
         env["MBRIDGE_TRACE_JSON"] = "stdlib"
     return env
@@ -352,15 +359,40 @@ def best_speedup(sizes: list[int], workers: int) -> float:
     return sum(sizes) / max(loads)
 
 
+# Two processes of pure-Python arithmetic against one doing both halves: what this machine's two cores give at all.
+_MACHINE = ("import os, sys, time\n"
+            "def work():\n    s = 0\n    for i in range(3_000_000): s += i * i\n"
+            "t = time.perf_counter(); work(); work(); serial = time.perf_counter() - t\n"
+            "t = time.perf_counter(); pid = os.fork()\n"
+            "if pid == 0:\n    work(); os._exit(0)\n"
+            "work(); os.waitpid(pid, 0); print(serial / (time.perf_counter() - t))")
+_IN_PROCESS = ("import sys, time; from mbridge_overlap.trace import analyze\n"
+               "t = time.perf_counter(); analyze(sys.argv[1], jobs=int(sys.argv[2])) if sys.argv[2] != '0' "
+               "else analyze(sys.argv[1]); print(time.perf_counter() - t)")
+
+
+def _in_process(folder: str, jobs: str, backend: str) -> float:
+    return float(subprocess.run([sys.executable, "-c", _IN_PROCESS, folder, jobs], capture_output=True, text=True,
+                                cwd=str(REPO), env=_env(backend), check=True).stdout)
+
+
+def _machine() -> float:
+    return float(subprocess.run([sys.executable, "-c", _MACHINE], capture_output=True, text=True, check=True).stdout)
+
+
 def pool_scaling(files: list[Path], rank_counts: list[int], repeat: int) -> bool:
     """Serial (--jobs 1) against the pool (the default) on one job of N ranks, in-process and whole-process: ranks
     that are copies of the real traces in turn ("mixed": sizes as unequal as the traces'), and ranks that are all
-    copies of the median-sized trace ("equal", as one job's ranks mostly are)."""
+    copies of the median-sized trace ("equal", as one job's ranks mostly are). Each round runs the serial and the
+    pooled analysis back to back, in-process and whole-process, and the machine's own two-process speed-up
+    (_MACHINE) between them; a speed-up is the median of the rounds' own ratios (a round's pair meets the same
+    machine, whose speed drifts by tens of per cent from second to second on a shared host), the times the fastest
+    of the rounds."""
     sys.path.insert(0, str(REPO))
     from mbridge_overlap.trace import job
 
-    rows = [["ranks", "job", "backend", "jobs", "at best", "serial s", "pool s", "speed-up", "serial wall s",
-             "pool wall s", "speed-up (wall)", "same report"]]
+    rows = [["ranks", "job", "backend", "jobs", "at best", "machine", "serial s", "pool s", "speed-up",
+             "serial wall s", "pool wall s", "speed-up (wall)", "same report"]]
     same_all = True
     median = sorted(files, key=lambda f: f.stat().st_size)[len(files) // 2]
     for ranks, kind in ((n, kind) for kind in ("mixed", "equal") for n in rank_counts):
@@ -368,24 +400,26 @@ def pool_scaling(files: list[Path], rank_counts: list[int], repeat: int) -> bool
             sizes = job_of(files if kind == "mixed" else [median], ranks, Path(tmp))
             ideal = best_speedup(sizes, job.default_jobs(ranks))
             for backend in backends():
-                code = ("import json, sys, time; from mbridge_overlap.trace import analyze\n"
-                        "t = time.perf_counter(); r = analyze(sys.argv[1], jobs=int(sys.argv[2])) if sys.argv[2] != '0' "
-                        "else analyze(sys.argv[1]); print(time.perf_counter() - t)")
-                inproc = {}
-                for jobs in ("1", "0"):
-                    inproc[jobs] = min(float(subprocess.run(
-                        [sys.executable, "-c", code, tmp, jobs], capture_output=True, text=True, cwd=str(REPO),
-                        env=_env(backend), check=True).stdout) for _ in range(repeat))
-                serial_wall, serial_out = cli_wall(Path(tmp), repeat, backend, "--jobs", "1")
-                pool_wall, pool_out = cli_wall(Path(tmp), repeat, backend)
-                same = serial_out == pool_out
-                same_all &= same
-                rows.append([str(ranks), kind, backend, str(job.default_jobs(ranks)), f"{ideal:.2f}x", f"{inproc['1']:.2f}",
-                             f"{inproc['0']:.2f}", f"{inproc['1'] / inproc['0']:.2f}x", f"{serial_wall:.2f}",
-                             f"{pool_wall:.2f}", f"{serial_wall / pool_wall:.2f}x", "yes" if same else "NO"])
+                rounds = []
+                for _ in range(max(1, repeat)):
+                    serial = _in_process(tmp, "1", backend)
+                    serial_wall, serial_out = cli_wall(Path(tmp), 1, backend, "--jobs", "1")
+                    machine = _machine()
+                    pool_wall, pool_out = cli_wall(Path(tmp), 1, backend)
+                    pooled = _in_process(tmp, "0", backend)
+                    same = serial_out == pool_out
+                    same_all &= same
+                    rounds.append((serial, pooled, serial_wall, pool_wall, machine, same))
+                s, p, sw, pw, m, same = zip(*rounds)
+                ratio = lambda a, b: statistics.median(x / y for x, y in zip(a, b))  # noqa: E731
+                rows.append([str(ranks), kind, backend, str(job.default_jobs(ranks)), f"{ideal:.2f}x",
+                             f"{statistics.median(m):.2f}x", f"{min(s):.2f}", f"{min(p):.2f}", f"{ratio(s, p):.2f}x",
+                             f"{min(sw):.2f}", f"{min(pw):.2f}", f"{ratio(sw, pw):.2f}x", "yes" if all(same) else "NO"])
     print(table(rows))
-    print(f"\n{os.cpu_count()} cores here; 'at best': the speed-up the ranks' sizes allow its workers; the pool gives "
-          f"the serial report: {'yes' if same_all else 'NO'}")
+    print(f"\n{os.cpu_count()} cores here; 'at best': the speed-up the ranks' sizes allow its workers; 'machine': two "
+          "processes of pure-Python arithmetic against one, in the same rounds (the most any pool gets here then); "
+          "speed-ups: the median of each round's pair; the pool gives the serial report: "
+          f"{'yes' if same_all else 'NO'}")
     return same_all
 
 
