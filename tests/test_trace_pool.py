@@ -123,6 +123,23 @@ def test_a_killed_worker_is_one_line(tmp_path, monkeypatch):
         analyze(tmp_path, jobs=2)
 
 
+def test_a_caller_that_ignores_sigchld_still_gets_its_results_and_errors(monkeypatch, tmp_path):
+    """With SIGCHLD ignored the kernel reaps the workers itself: a dead worker's exit status is then unknown."""
+    before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        assert pool.map_ordered(_square, [1, 2, 3], 2) == [1, 4, 9]
+        with pytest.raises(pool.WorkerDied) as exc:
+            pool.map_ordered(_square, [1, "die", 2], 2)
+        assert exc.value.item == "die" and exc.value.exitcode is None
+        monkeypatch.setattr(job, "_analyze_file", lambda path, allow_partial: _square("die"))
+        for rank in range(2):
+            rank_trace(rank).write(tmp_path / f"rank-{rank}.json")
+        with pytest.raises(UsageError, match=r"rank-0.json: the process analysing it died \(exit status unknown"):
+            analyze(tmp_path, jobs=2)
+    finally:
+        signal.signal(signal.SIGCHLD, before)
+
+
 @pytest.mark.parametrize("forks", [0, 1, 2])
 def test_no_process_to_spare_falls_back_to_serial(ranks, monkeypatch, forks):
     real, left = os.fork, [forks]

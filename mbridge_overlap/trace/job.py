@@ -81,7 +81,8 @@ def _analyze_all(files: list[Path], allow_partial: bool, jobs: int | None) -> li
     try:
         return pool.map_ordered(run, files, jobs, sizes)
     except pool.WorkerDied as exc:
-        how = f"killed by signal {-exc.exitcode}" if exc.exitcode and exc.exitcode < 0 else f"exit status {exc.exitcode}"
+        code = exc.exitcode
+        how = "exit status unknown" if code is None else f"killed by signal {-code}" if code < 0 else f"exit status {code}"
         raise UsageError(
             f"{esc(exc.item)}: the process analysing it died ({how}; out of memory?); analyse fewer ranks at once "
             "(--rank) or pass --jobs 1"

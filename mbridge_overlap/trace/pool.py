@@ -66,10 +66,10 @@ def map_ordered(func, items: list, jobs: int, costs: list | None = None) -> list
 
 
 class _Worker:
-    __slots__ = ("pid", "tasks", "results", "exitcode")
+    __slots__ = ("pid", "tasks", "results", "reaped", "exitcode")
 
     def __init__(self, pid: int, tasks: int, results: int):
-        self.pid, self.tasks, self.results, self.exitcode = pid, tasks, results, None
+        self.pid, self.tasks, self.results, self.reaped, self.exitcode = pid, tasks, results, False, None
 
     def fds(self) -> tuple:
         return self.tasks, self.results
@@ -172,7 +172,7 @@ def _died(worker: _Worker, item) -> WorkerDied:
 def _stop(workers: list[_Worker]) -> None:
     """Kill every worker (they hold nothing worth waiting for) and reap it, never waiting long."""
     for worker in workers:
-        if worker.exitcode is None:
+        if not worker.reaped:  # a reaped pid may be another process's by now
             try:
                 os.kill(worker.pid, signal.SIGKILL)
             except OSError:
@@ -186,14 +186,14 @@ def _stop(workers: list[_Worker]) -> None:
 
 def _reap(worker: _Worker, deadline: float) -> None:
     """Its exit code (as multiprocessing gives it: -N for signal N) once it has ended, waiting until `deadline`."""
-    while worker.exitcode is None:
+    while not worker.reaped:
         try:
             pid, status = os.waitpid(worker.pid, os.WNOHANG)
-        except ChildProcessError:  # reaped by someone else (a SIGCHLD handler of the caller's)
-            worker.exitcode = -signal.SIGKILL
+        except ChildProcessError:  # reaped already, by a caller's SIGCHLD handler or SIG_IGN: its code is not known
+            worker.reaped = True
             return
         if pid:
-            worker.exitcode = os.waitstatus_to_exitcode(status)
+            worker.reaped, worker.exitcode = True, os.waitstatus_to_exitcode(status)
         elif time.monotonic() >= deadline:
             return
         else:
