@@ -432,7 +432,8 @@ def main() -> int:
         "MBRIDGE_SKILL_TRACES", REPO.parent / "shared" / "data" / "traces")))
     parser.add_argument("--hta-python", default=sys.executable, help="a Python with holistictraceanalysis")
     parser.add_argument("--no-hta", action="store_true", help="skip the comparison with HTA on real traces")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest counts (default 1)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per measurement, the fastest counting; for the "
+                        "pool, rounds, the median of their ratios counting (default 1)")
     parser.add_argument("--ranks", default="4,8", help="rank counts of the pool's job (default 4,8)")
     parser.add_argument("--no-pool", action="store_true", help="skip the worker pool's scaling")
     args = parser.parse_args()
