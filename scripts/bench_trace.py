@@ -380,6 +380,11 @@ def _machine() -> float:
     return float(subprocess.run([sys.executable, "-c", _MACHINE], capture_output=True, text=True, check=True).stdout)
 
 
+def ratio(before: tuple, after: tuple) -> float:
+    """The median of the rounds' own ratios."""
+    return statistics.median(b / a for b, a in zip(before, after))
+
+
 def pool_scaling(files: list[Path], rank_counts: list[int], repeat: int) -> bool:
     """Serial (--jobs 1) against the pool (the default) on one job of N ranks, in-process and whole-process: ranks
     that are copies of the real traces in turn ("mixed": sizes as unequal as the traces'), and ranks that are all
@@ -411,7 +416,6 @@ def pool_scaling(files: list[Path], rank_counts: list[int], repeat: int) -> bool
                     same_all &= same
                     rounds.append((serial, pooled, serial_wall, pool_wall, machine, same))
                 s, p, sw, pw, m, same = zip(*rounds)
-                ratio = lambda a, b: statistics.median(x / y for x, y in zip(a, b))  # noqa: E731
                 rows.append([str(ranks), kind, backend, str(job.default_jobs(ranks)), f"{ideal:.2f}x",
                              f"{statistics.median(m):.2f}x", f"{min(s):.2f}", f"{min(p):.2f}", f"{ratio(s, p):.2f}x",
                              f"{min(sw):.2f}", f"{min(pw):.2f}", f"{ratio(sw, pw):.2f}x", "yes" if all(same) else "NO"])
