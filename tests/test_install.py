@@ -61,6 +61,21 @@ def test_skill_md_commands_answer_from_another_folder_and_write_nothing(installe
     assert all(c.startswith(LAUNCHER) for c in commands)
 
 
+def test_the_launcher_caches_its_bytecode_in_the_users_cache_alone_even_under_pythondontwritebytecode(installed, tmp_path):
+    """An agent's shell may set PYTHONDONTWRITEBYTECODE: the launcher's bytecode still goes to the user's cache (and
+    nowhere else), so a command does not compile the package from source every time."""
+    before = snapshot(installed)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "XDG_CACHE_HOME": str(cache), "MBRIDGE_OVERLAP_SERVER": "0"}
+    proc = subprocess.run([sys.executable, str(installed / "scripts" / "mbridge-overlap"), "plan", "--tp", "2", "--gpus", "8"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    cached = {p.name for p in (cache / "mbridge-overlap" / "pycache").rglob("*.pyc")}
+    assert {f"{m}.{sys.implementation.cache_tag}.pyc" for m in ("cli", "planner", "launch")} <= cached
+    assert snapshot(installed) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["cache"]
+
+
 def test_an_existing_install_is_replaced_only_with_force(tmp_path):
     assert install(tmp_path).returncode == 0
     again = install(tmp_path)
