@@ -594,10 +594,15 @@ def _write_all(fd: int, data: bytes) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.fchmod(fd, 0o666 & ~umask)
+    write_all(fd, data)
+    os.fsync(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of data into fd (a file or a pipe), however many writes it takes."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-    os.fsync(fd)
 
 
 def _publish(tmp: str, target: Path, force: bool) -> None:

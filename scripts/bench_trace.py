@@ -360,7 +360,7 @@ def best_speedup(sizes: list[int], workers: int) -> float:
 
 
 # Two processes of pure-Python arithmetic against one doing both halves: what this machine's two cores give at all.
-_MACHINE = ("import os, sys, time\n"
+_MACHINE = ("import os, time\n"
             "def work():\n    s = 0\n    for i in range(3_000_000): s += i * i\n"
             "t = time.perf_counter(); work(); work(); serial = time.perf_counter() - t\n"
             "t = time.perf_counter(); pid = os.fork()\n"

@@ -6,12 +6,13 @@ its result comes back (pickled). multiprocessing did the same at a cost: its imp
 first rank 25-45 ms after the pool began (measured), where a fork puts it there in about 1.5 ms.
 
 A harness that kills only the parent (on a time-out) or a Ctrl-C to the whole process group must not leave a
-worker behind, nor a traceback: each worker dies with its parent (PR_SET_PDEATHSIG), holds neither the parent's
-stdout nor its stderr (a `$(...)` or `| tee` would wait for it), and ignores SIGINT (the parent answers it, once).
-The parent kills and reaps its workers whenever it leaves, however it leaves (an error, Ctrl-C, SystemExit from a
-signal handler); workers that cannot start (a process limit) leave the work to the parent, one item after another.
-A worker, the package's own process whoever called the pool, keeps the memory it frees for what it allocates next
-(mbridge_overlap/malloc.py), as the command line's process does; it never returns into its parent's code (os._exit).
+worker behind, nor a traceback: each worker dies with its parent (PR_SET_PDEATHSIG, else a thread that watches
+the parent), holds neither the parent's stdout nor its stderr (a `$(...)` or `| tee` would wait for it), and
+ignores SIGINT (the parent answers it, once). The parent kills and reaps its workers whenever it leaves, however it
+leaves (an error, Ctrl-C, SystemExit from a signal handler); workers that cannot start (a process limit) leave the
+work to the parent, one item after another. A worker, the package's own process whoever called the pool, keeps the
+memory it frees for what it allocates next (mbridge_overlap/malloc.py), as the command line's process does; it
+never returns into its parent's code (os._exit).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections import deque
 
 from .. import malloc
 from ..errors import UsageError
+from ..safeio import write_all
 
 _SIGNALS = {getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)}
 _FORKS = sys.platform.startswith("linux") and hasattr(os, "fork")
@@ -123,7 +125,7 @@ def _schedule(workers: list[_Worker], items: list, order) -> list:
                 continue  # a serial loop would have stopped before it
             worker = idle.pop()
             try:
-                _write_all(worker.tasks, i.to_bytes(4, "little"))
+                write_all(worker.tasks, i.to_bytes(4, "little"))
             except OSError:  # it died while idle
                 failed[i] = _died(worker, items[i])
                 continue
@@ -220,12 +222,6 @@ def _read_exact(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
 # --- in the worker ---------------------------------------------------------------------------------------------
 
 
@@ -244,7 +240,7 @@ def _work(func, items: list, tasks: int, results: int, parent_pid: int) -> None:
             payload = pickle.dumps(reply, pickle.HIGHEST_PROTOCOL)
         except Exception:  # a result or exception that does not pickle
             payload = pickle.dumps((False, RuntimeError(f"worker: {_format_exc()}"), None), pickle.HIGHEST_PROTOCOL)
-        _write_all(results, len(payload).to_bytes(_LENGTH, "little") + payload)
+        write_all(results, len(payload).to_bytes(_LENGTH, "little") + payload)
 
 
 def _format_exc() -> str:
