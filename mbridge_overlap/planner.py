@@ -161,7 +161,9 @@ def make_plan(
         asked["comm_overlap.overlap_moe_expert_parallel_comm"] = True
     overrides.update(asked)
 
-    known = {f.id for f in probe(start.derive(dict(asked)).resolve()) if f.severity == "error"}  # which, not their fixes
+    def known() -> set:  # the errors of the layout as asked (which, not their fixes): needed only where the plan has any
+        return {f.id for f in probe(start.derive(dict(asked)).resolve()) if f.severity == "error"}
+
     overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(chosen)), overrides, asked, known, entry)
     notes += kept
     notes += _shipped_recipes_differ(release, an, shape, gpu_info["name"], precision, moe, entry)
@@ -173,11 +175,12 @@ def make_plan(
     return PlanResult(analysis=an, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
 
 
-def _no_new_errors(resolve, overrides: dict, asked: dict, known: set, entry) -> tuple[dict, Analysis, list]:
+def _no_new_errors(resolve, overrides: dict, asked: dict, known_errors, entry) -> tuple[dict, Analysis, list]:
     """The plan's overrides without those of its own choices that make Bridge raise where the layout the user asked
-    for does not (`known`: its error ids; a plan never breaks a recipe, or the baseline, that works as shipped): each
-    such override is left out, with a note naming the error it would bring."""
+    for does not (`known_errors()`: its error ids; a plan never breaks a recipe, or the baseline, that works as
+    shipped): each such override is left out, with a note naming the error it would bring."""
     resolution, notes = resolve(overrides), []
+    known = set()
     while new := [f for f in resolution.errors if f.id not in known]:
         for key in reversed([k for k in overrides if k not in asked]):
             trial = {k: v for k, v in overrides.items() if k != key}

@@ -178,3 +178,25 @@ def test_plan_from_a_recipe_keeps_its_choices():
     assert d["overrides"] == {"ddp.use_distributed_optimizer": True} or not d["overrides"]
     moved = plan(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", tp=8)
     assert moved["overrides"]["model.tensor_model_parallel_size"] == 8 and moved["effective"]["model"]["tensor_model_parallel_size"] == 8
+
+
+def test_a_choice_that_would_bring_an_error_is_left_as_the_recipe_ships_it():
+    """A VLM recipe: its variable token count is what userbuffers cannot carry, so the plan leaves TP overlap as the
+    recipe has it and says which error turning it on would bring; resolving with it on raises that error."""
+    recipe = "qwen25_vl_32b_sft_config"
+    d = plan(recipe=recipe)
+    left = [n for n in d["plan_notes"] if n["id"] == "PLAN_LEAVES_KEY_AS_SHIPPED"]
+    assert [n["knobs"] for n in left] == [["comm_overlap.tp_comm_overlap"]]
+    assert "UB_VARIABLE_TOKEN_COUNT" in left[0]["message"]
+    assert "comm_overlap.tp_comm_overlap" not in d["overrides"]
+    assert not [f for f in d["findings"] if f["severity"] == "error"]
+    forced = mbridge_overlap.resolve({**d["overrides"], "comm_overlap.tp_comm_overlap": True}, recipe=recipe, gpus=d["gpus"])
+    assert "UB_VARIABLE_TOKEN_COUNT" in {f.id for f in forced.errors}
+
+
+def test_an_error_of_the_layout_as_asked_leaves_every_choice_in():
+    """TP=3 on 8 GPUs fails whatever the plan chooses: no choice is dropped for it."""
+    d = plan(tp=3, gpus=8)
+    assert "GPUS_NOT_DIVISIBLE" in {f["id"] for f in d["findings"] if f["severity"] == "error"}
+    assert not [n for n in d["plan_notes"] if n["id"] == "PLAN_LEAVES_KEY_AS_SHIPPED"]
+    assert d["overrides"]["model.sequence_parallel"] is True and d["overrides"]["comm_overlap.tp_comm_overlap"] is True
