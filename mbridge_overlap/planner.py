@@ -180,7 +180,7 @@ def _no_new_errors(resolve, overrides: dict, asked: dict, known_errors, entry) -
     for does not (`known_errors()`: its error ids; a plan never breaks a recipe, or the baseline, that works as
     shipped): each such override is left out, with a note naming the error it would bring."""
     resolution, notes = resolve(overrides), []
-    known = set()
+    known = known_errors() if resolution.errors else set()
     while new := [f for f in resolution.errors if f.id not in known]:
         for key in reversed([k for k in overrides if k not in asked]):
             trial = {k: v for k, v in overrides.items() if k != key}

@@ -200,3 +200,34 @@ def test_an_error_of_the_layout_as_asked_leaves_every_choice_in():
     assert "GPUS_NOT_DIVISIBLE" in {f["id"] for f in d["findings"] if f["severity"] == "error"}
     assert not [n for n in d["plan_notes"] if n["id"] == "PLAN_LEAVES_KEY_AS_SHIPPED"]
     assert d["overrides"]["model.sequence_parallel"] is True and d["overrides"]["comm_overlap.tp_comm_overlap"] is True
+
+
+class _Resolution:
+    def __init__(self, overrides: dict, raises_with: dict):
+        self.errors = [type("F", (), {"id": fid})() for key, fid in raises_with.items() if key in overrides]
+
+
+def _plan_choices(known_errors, raises_with: dict, overrides: dict, asked: dict):
+    from mbridge_overlap.planner import _no_new_errors
+
+    return _no_new_errors(lambda chosen: _Resolution(chosen, raises_with), dict(overrides), asked, known_errors, None)
+
+
+def test_an_error_the_asked_layout_has_never_drops_a_choice_that_would_also_remove_it():
+    """The plan's choice `model.sequence_parallel` would take an error away, but the layout as asked raises it too:
+    the choice stays. Only an error the asked layout does not raise makes the plan leave a choice out."""
+    overrides = {"model.tensor_model_parallel_size": 4, "model.sequence_parallel": True}
+    asked = {"model.tensor_model_parallel_size": 4}
+    raises_with = {"model.sequence_parallel": "SOME_ERROR"}
+    kept, _resolution, notes = _plan_choices(lambda: {"SOME_ERROR"}, raises_with, overrides, asked)
+    assert kept == overrides and notes == []
+    left, _resolution, notes = _plan_choices(lambda: set(), raises_with, overrides, asked)
+    assert left == asked and [n.id for n in notes] == ["PLAN_LEAVES_KEY_AS_SHIPPED"] and notes[0].knobs == ["model.sequence_parallel"]
+
+
+def test_the_asked_layout_is_not_resolved_where_the_plan_has_no_error():
+    def never():
+        raise AssertionError("the asked layout was resolved for a plan without errors")
+
+    overrides = {"model.sequence_parallel": True}
+    assert _plan_choices(never, {}, overrides, {})[0] == overrides
