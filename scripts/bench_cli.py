@@ -93,11 +93,6 @@ def bench(python: str, names: list[str], runs: int, wait_load: float | None, mod
     return times
 
 
-def paired(times: list[float], floors: list[float]) -> float:
-    """The median of each round's run over that round's floor."""
-    return statistics.median(t / f for t, f in zip(times, floors))
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=31, help="cold runs of each command (default 31)")
@@ -121,7 +116,7 @@ def main() -> int:
         missed = []
         for name, ts in times.items():
             median = statistics.median(ts)
-            ratio = paired(ts, times[FLOOR])
+            ratio = bench_common.paired_ratio(ts, times[FLOOR])
             print(f"{name:<40} {median * 1e3:9.1f} {min(ts) * 1e3:7.1f} {max(ts) * 1e3:7.1f} {ratio:8.2f} {median / floor:8.2f}")
             if name != FLOOR and not name.endswith(OWN) and ratio > args.goal:
                 missed.append(name)

@@ -1,9 +1,11 @@
-"""What the benchmarks say about the machine they ran on: its CPU, its load average, and waiting for a quieter one."""
+"""What the benchmarks say about the machine they ran on: its CPU, its load average, and waiting for a quieter one;
+and how they compare two measurements taken round by round on it."""
 
 from __future__ import annotations
 
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
 
@@ -29,3 +31,9 @@ def wait_for_load(below: float, deadline: float) -> None:
     """Sleep until the 1-minute load average is below `below`, or time.monotonic() reaches `deadline`."""
     while os.getloadavg()[0] >= below and time.monotonic() < deadline:
         time.sleep(5)
+
+
+def paired_ratio(numerators, denominators) -> float:
+    """The median of the rounds' own ratios (numerators[i] / denominators[i]): each round's pair met the same machine,
+    whose speed drifts by tens of per cent from one second to the next on a shared host."""
+    return statistics.median(n / d for n, d in zip(numerators, denominators))

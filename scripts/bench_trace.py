@@ -55,6 +55,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_common  # scripts/, beside this file
+
 REPO = Path(__file__).resolve().parent.parent
 CHILD = Path(__file__).resolve().parent / "bench_trace_child.py"  # one measured analysis, with only its own imports
 SPEED_GOAL, MEMORY_GOAL = 5.0, 3.0
@@ -380,11 +382,6 @@ def _machine() -> float:
     return float(subprocess.run([sys.executable, "-c", _MACHINE], capture_output=True, text=True, check=True).stdout)
 
 
-def ratio(before: tuple, after: tuple) -> float:
-    """The median of the rounds' own ratios."""
-    return statistics.median(b / a for b, a in zip(before, after))
-
-
 def pool_scaling(files: list[Path], rank_counts: list[int], repeat: int) -> bool:
     """Serial (--jobs 1) against the pool (the default) on one job of N ranks, in-process and whole-process: ranks
     that are copies of the real traces in turn ("mixed": sizes as unequal as the traces'), and ranks that are all
@@ -416,9 +413,10 @@ def pool_scaling(files: list[Path], rank_counts: list[int], repeat: int) -> bool
                     same_all &= same
                     rounds.append((serial, pooled, serial_wall, pool_wall, machine, same))
                 s, p, sw, pw, m, same = zip(*rounds)
+                speedup, speedup_wall = bench_common.paired_ratio(s, p), bench_common.paired_ratio(sw, pw)
                 rows.append([str(ranks), kind, backend, str(job.default_jobs(ranks)), f"{ideal:.2f}x",
-                             f"{statistics.median(m):.2f}x", f"{min(s):.2f}", f"{min(p):.2f}", f"{ratio(s, p):.2f}x",
-                             f"{min(sw):.2f}", f"{min(pw):.2f}", f"{ratio(sw, pw):.2f}x", "yes" if all(same) else "NO"])
+                             f"{statistics.median(m):.2f}x", f"{min(s):.2f}", f"{min(p):.2f}", f"{speedup:.2f}x",
+                             f"{min(sw):.2f}", f"{min(pw):.2f}", f"{speedup_wall:.2f}x", "yes" if all(same) else "NO"])
     print(table(rows))
     print(f"\n{os.cpu_count()} cores here; 'at best': the speed-up the ranks' sizes allow its workers; 'machine': two "
           "processes of pure-Python arithmetic against one, in the same rounds (the most any pool gets here then); "
