@@ -12,7 +12,7 @@ from . import checks  # noqa: F401 (importing it registers the checks that proof
 from . import findings, launch_env, layout, resolver
 from .contract import SCHEMA_VERSION
 from .proof import collect
-from .records import dataclass, field
+from dataclasses import dataclass, field
 from .scenario import Scenario
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from . import releases, safeio
 from .errors import UsageError
-from .records import dataclass, field
+from dataclasses import dataclass, field
 from .releases import DATA_DIR, load_yaml, version_key
 
 __all__ = ["measure", "report"]

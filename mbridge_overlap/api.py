@@ -153,15 +153,6 @@ def release_table() -> dict:
     return {"schema_version": SCHEMA_VERSION, "releases": {v: releases.get(v).facts() for v in listed}}
 
 
-def server(action: str = "status") -> dict:
-    """The answer server of this interpreter (mbridge_overlap.server): its state, or stopped with action="stop"."""
-    from . import server as answer_server
-
-    if action not in ("status", "stop"):
-        raise UsageError(f"server: unknown action {action!r} (status or stop)")
-    return {"schema_version": SCHEMA_VERSION, "action": action, **answer_server.control(action)}
-
-
 def suites() -> dict:
     """The upstream overlap suites verify runs, with the pass count expected per test-file hash and release."""
     from .bridge.suites import expected_counts

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections import Counter
 from functools import lru_cache
 
-from . import catalog, json_text, layout, releases
+from . import catalog, layout, releases
 from .errors import UsageError
 from .contract import SCHEMA_VERSION
-from .records import dataclass
+from dataclasses import dataclass
 from .safeio import shown
 
 _ENV_SHOWN = ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FWD_LAYERNORM_SM_MARGIN", "NCCL_P2P_NET_CHUNKSIZE", "NCCL_NVLS_ENABLE")
@@ -21,7 +21,7 @@ _ENV_SHOWN = ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FWD_LAYERNORM_SM_MARGIN", "NC
 @dataclass
 class RecipeListing:
     """The recipes a listing found; its rows are shared by every listing of this process (read them, do not change
-    them: to_json() writes each listed row as it was built)."""
+    them)."""
 
     bridge_version: str
     filters: dict
@@ -30,13 +30,6 @@ class RecipeListing:
     def to_dict(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "bridge_version": self.bridge_version, "filters": self.filters,
                 "count": len(self.rows), "about": ABOUT, "recipes": self.rows}
-
-    def to_json(self) -> str:
-        """json.dumps(self.to_dict(), indent=2, default=str), each listed row's text written once per process."""
-        head = json_text.dumps({k: v for k, v in self.to_dict().items() if k != "recipes"})  # "recipes" is last
-        if not self.rows:
-            return head[:-2] + ',\n  "recipes": []\n}'
-        return head[:-2] + ',\n  "recipes": [\n    ' + ",\n    ".join(map(_row_json, self.rows)) + "\n  ]\n}"
 
 
 ABOUT = {
@@ -60,11 +53,7 @@ def list_recipes(*, model: str | None = None, gpu: str | None = None, gpus: int 
     return RecipeListing(release.version, filters, _listed(release.version, [r for r in catalog.index(release.version) if _match(r, filters)]))
 
 
-# Each recipe's listing row is built once per process, as its entry is read once (catalog._READ), and its JSON text
-# once, where a listing is printed as JSON: a served `recipes --format json` joins the texts (1.6 MB for the whole
-# catalog) instead of building and writing 1,013 rows again. A listed row is never changed after.
-_LISTED: dict = {}  # (version, the recipe's offset in recipes.json) -> its row
-_TEXT: dict = {}  # id(row) -> its text in a listing's "recipes" (None until written), for each row in _LISTED only
+_LISTED: dict = {}  # (version, the recipe's offset in recipes.json) -> its row, built once per process
 
 
 def _listed(version: str, index_rows: list) -> list[dict]:
@@ -72,8 +61,7 @@ def _listed(version: str, index_rows: list) -> list[dict]:
     if missing:
         twice = _twice(version)
         for r, e in zip(missing, catalog.entries_of(version, missing)):
-            listed = _LISTED[version, r[9]] = {**row(e), "reference": f"{e['package']}.{e['name']}" if e["name"] in twice else e["name"]}
-            _TEXT[id(listed)] = None  # _LISTED keeps the row, so no other object has its id
+            _LISTED[version, r[9]] = {**row(e), "reference": f"{e['package']}.{e['name']}" if e["name"] in twice else e["name"]}
     return [_LISTED[version, r[9]] for r in index_rows]
 
 
@@ -81,17 +69,6 @@ def _listed(version: str, index_rows: list) -> list[dict]:
 def _twice(version: str) -> frozenset:
     """The recipe names that both packages ship: a listing names those by package."""
     return frozenset(n for n, c in Counter(r.name for r in catalog.index(version)).items() if c > 1)
-
-
-def _row_json(r: dict) -> str:
-    """The row's JSON as an item of a listing's "recipes" (json escapes a newline in a string: each one in the text
-    is an indent's, four spaces deeper there)."""
-    text = _TEXT.get(id(r))
-    if text is None:
-        text = json_text.dumps(r).replace("\n", "\n    ")
-        if id(r) in _TEXT:  # a listed row: kept; one of the caller's own is written each time
-            _TEXT[id(r)] = text
-    return text
 
 
 def _filters(**given) -> dict:

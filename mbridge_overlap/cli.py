@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import re
 import sys
 
-from . import json_text, safeio
+from . import safeio
 from .errors import UsageError
 
 PROG = "mbridge-overlap"
@@ -239,11 +240,6 @@ def _release_args(p):
     _common(p)
 
 
-def _server_args(p):
-    p.add_argument("action", nargs="?", choices=("status", "stop"), default="status", help="status (default) or stop")
-    _common(p)
-
-
 def _explain_args(p):
     p.add_argument("id", help="finding id, e.g. TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL")
     _common(p)
@@ -311,7 +307,7 @@ def _emit(args, payload: str) -> None:
 
 
 def _json(data) -> str:
-    return json_text.dumps(data) + "\n"  # json.dumps(data, indent=2, default=str), faster
+    return json.dumps(data, indent=2, default=str) + "\n"
 
 
 def cmd_resolve(args) -> int:
@@ -420,13 +416,7 @@ def cmd_releases(args) -> int:
 def cmd_recipes(args) -> int:
     listing = api.recipes(model=args.model, gpu=args.gpu, gpus=args.gpus, task=args.task, precision=args.precision, name=args.name,
                           package=args.package, bridge_version=args.bridge_version)
-    _emit(args, listing.to_json() + "\n" if args.format == "json" else text.recipes(listing.to_dict()))
-    return 0
-
-
-def cmd_server(args) -> int:
-    d = api.server(args.action)
-    _emit(args, _json(d) if args.format == "json" else text.server(d))
+    _emit(args, _json(listing.to_dict()) if args.format == "json" else text.recipes(listing.to_dict()))
     return 0
 
 
@@ -473,7 +463,6 @@ VERBS = {
     "recipes": ("Bridge's shipped recipes with their effective overlap state", _recipes_args, cmd_recipes),
     "suites": ("the upstream overlap test suites verify runs, with the pass counts it requires", _common, cmd_suites),
     "check-manifest": ("validate SKILL.md against the Agent Skills rules", _manifest_args, cmd_check_manifest),
-    "server": ("the answer server that keeps the quick verbs warm: its status, or stop it", _server_args, cmd_server),
     "trace": ("hidden and exposed communication per parallel dimension from profiler traces", _trace_args, cmd_trace),
 }
 COMMANDS = {name: run for name, (_help, _add, run) in VERBS.items()}
@@ -483,14 +472,13 @@ REQUIRED_PACKAGES = (("yaml", "pyyaml"), ("jinja2", "jinja2"))  # module, what p
 
 
 def _missing_packages() -> list[str]:
-    from .imports import importable
+    from importlib.util import find_spec
 
-    return [pip for module, pip in REQUIRED_PACKAGES if not importable(module)]
+    return [pip for module, pip in REQUIRED_PACKAGES if find_spec(module) is None]
 
 
-def main(argv: list[str] | None = None, own_process: bool = False) -> int:
-    """Run one command; `own_process`: this process is the command line's own (the launcher's), not a caller's or
-    the answer server's, so that a command may set what belongs to its process (trace: the allocator)."""
+def main(argv: list[str] | None = None) -> int:
+    """Run one command (sys.argv[1:] by default); its exit status."""
     missing = _missing_packages()
     if missing:
         print(f"{PROG}: this Python ({sys.executable}) lacks {' and '.join(missing)}: "
@@ -498,7 +486,7 @@ def main(argv: list[str] | None = None, own_process: bool = False) -> int:
         return 2
     _terminate_on_signals()
     try:
-        return _main(argv, own_process)
+        return _main(argv)
     except KeyboardInterrupt:
         safeio.drop_stdout()
         _say(f"{PROG}: interrupted")
@@ -530,7 +518,7 @@ def _say(line: str) -> None:
         pass
 
 
-def _main(argv: list[str] | None, own_process: bool = False) -> int:
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(argv)
     try:
@@ -547,7 +535,6 @@ def _main(argv: list[str] | None, own_process: bool = False) -> int:
     if empty:
         _say(f"{PROG} {args.command}: error: {safeio.message(empty)}: empty; leave it out for the default")
         return 2
-    args.own_process = own_process
     try:
         return COMMANDS[args.command](args)
     except UsageError as exc:

@@ -14,7 +14,7 @@ from .checks.common import on_overlap_path
 from .analysis import Analysis, analyze, state_of
 from .contract import SCHEMA_VERSION
 from .checks import declare
-from .records import dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from .scenario import Scenario
 from .errors import UsageError
 from .values import fmt

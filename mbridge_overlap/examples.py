@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import findings
 from .example_command import command  # noqa: F401 (the command line that runs an example, as explain shows it)
-from .records import dataclass
+from dataclasses import dataclass
 
 SAVED = Path(__file__).resolve().parent.parent / "tests" / "data" / "run_configs" / "baseline.yaml"
 

@@ -11,7 +11,7 @@ from contextvars import ContextVar
 from functools import lru_cache
 
 from .errors import UsageError
-from .records import dataclass, field
+from dataclasses import dataclass, field
 from .releases import DATA_DIR, load_yaml
 from .safeio import bare_word, override_arg, sh_quote
 from .suggest import closest

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 from . import releases
-from .records import dataclass
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)

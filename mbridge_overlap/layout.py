@@ -6,7 +6,7 @@ plan, lint, recipes and the findings all ask here.
 
 from __future__ import annotations
 
-from .records import dataclass
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from . import findings, layout, scenario
 from .analysis import Analysis, analyze
 from .checks import declare
 from .errors import UsageError
-from .records import dataclass
+from dataclasses import dataclass
 from .values import fmt
 
 declare("lint.saved_differs", ["SAVED_EFFECTIVE_DIFFERS"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import releases
 from .errors import UsageError
-from .records import dataclass, field
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from .analysis import Analysis, analyze
 from .checks import declare
 from .errors import UsageError
 from .proof import probe
-from .records import dataclass, field
+from dataclasses import dataclass, field
 from .safeio import shown
 from .values import fmt
 

@@ -13,7 +13,7 @@ from . import findings, registry
 from .errors import UsageError
 from .findings import PROBING as _probing
 from .findings import Finding, Shell, overrides_text, shell
-from .records import replace
+from dataclasses import replace
 from .resolver import State
 
 BLOCKING = ("warning", "error")

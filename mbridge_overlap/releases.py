@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .errors import UsageError
-from .records import dataclass
+from dataclasses import dataclass
 from .safeio import shown
 
 DATA_DIR = Path(__file__).parent / "data"

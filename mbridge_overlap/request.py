@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import catalog, safeio, schema
 from .errors import UsageError
-from .records import dataclass, field
+from dataclasses import dataclass, field
 from .releases import Release, bridge_fields, preset_content
 from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
 from .suggest import closest

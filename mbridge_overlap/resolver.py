@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 from . import layout, releases, schema
-from .records import dataclass, field
+from dataclasses import dataclass, field
 from .request import Request
 
 DP_BUCKET_SIZE = 128 * 1024 * 1024  # comm_overlap.py _get_optimizer_overlap_cfgs: a number of parameters

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import request, safeio, schema
 from .errors import UsageError
-from .records import dataclass, field
+from dataclasses import dataclass, field
 
 RUN_CONFIG = "run_config.yaml"  # training/utils/checkpoint_utils.py CONFIG_FILE
 _ITER_DIR = re.compile(r"^iter_([0-9]{1,18})\Z")

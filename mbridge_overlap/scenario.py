@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from . import catalog, machine, releases, request, resolver, runconfig
 from .errors import UsageError
-from .records import dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from .request import Request
 from .safeio import shown
 

@@ -8,7 +8,7 @@ OptimizerConfig) and CommOverlapConfig. tests/bridge checks every value here aga
 
 from __future__ import annotations
 
-from .records import dataclass
+from dataclasses import dataclass
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about 2 ms

@@ -164,17 +164,6 @@ def recipes(d: dict) -> str:
     return _lines(lines)
 
 
-def server(d: dict) -> str:
-    where = esc(d["socket"]) if d["socket"] else "none: no private folder for its socket"
-    if d["action"] == "stop":
-        state = "stopped" if d.get("stopped") else "not running"
-    elif d["running"]:
-        state = f"running (pid {d['pid']}, {d['answered']} answer{'' if d['answered'] == 1 else 's'}, stops after {d['idle_s']:g} s idle)"
-    else:
-        state = "not running" + ("" if d["enabled"] else " (MBRIDGE_OVERLAP_SERVER=0: never started)")
-    return _lines([f"answer server: {state}", f"socket: {where}"])
-
-
 def suites(d: dict) -> str:
     lines = ["upstream suites verify runs (pass counts required per test-file sha256 and installed release):"]
     for name, s in d["suites"].items():

@@ -4,16 +4,11 @@ suites with a pass-count check, optionally the conformance set; one line per che
 Exit status: 0 when every check that ran passed and nothing required was left unrun; 1 when a check failed;
 3 when nothing failed but a required check could not run (e.g. no checkout for the suites); 2 for bad input.
 
-After its Bridge import, a verify leaves verify's Bridge holder behind (holder.py): the next verify of the same
-Python, folder and environment runs in a copy of it, with the same checks and report, without an import of its own
-(seconds, not 15). It stops after 10 idle minutes or when a file it loaded changes; MBRIDGE_OVERLAP_SERVER=0 turns it
-off, --holder status|stop shows or stops it.
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import gc
 import importlib
@@ -25,7 +20,7 @@ from pathlib import Path
 
 from .. import anchors, api
 from ..errors import UsageError
-from . import adapter, apply, conformance, holder, suites
+from . import adapter, apply, conformance, suites
 
 DEFAULT_LAYOUT = dict(tp=4, pp=4, vpp=2, cp=1, gpus=64, gpu="h100", precision="bf16")
 SNIPPET_FILES = {"python": "python.py", "yaml": "overrides.yaml", "hydra": "hydra.txt", "env": "env.sh", "env_vars": "env_vars.py"}
@@ -70,8 +65,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--conformance", action="store_true", help="also check the resolver on the generated conformance set")
     p.add_argument("--cases", type=int, default=2000, help="conformance cases (default 2000)")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
-    p.add_argument("--holder", choices=("status", "stop"),
-                   help="show or stop verify's Bridge holder (the process that keeps Bridge imported for the next verify)")
     return p
 
 
@@ -135,22 +128,14 @@ def run(args) -> dict:
         raise UsageError(f"this layout cannot run, so there is nothing to verify: {plan.errors[0].message}")
     checkout = None if args.skip_suites else suites.find_checkout(args.mbridge_src)
     mark("plan")
-    with installed_bytecode():
-        return _run_with_bridge(args, layout, given, plan, checkout, started)
+    return _run_with_bridge(args, layout, given, plan, checkout, started)
 
 
 def _run_with_bridge(args, layout, given, plan, checkout, started) -> dict:
-    if holder.served_by:
-        log(f"megatron.bridge imported already: this verify runs in a copy of verify's Bridge holder (pid "
-            f"{holder.served_by[0]}, started {time.strftime('%H:%M:%S', time.localtime(holder.served_by[1]))}); "
-            f"{holder.SWITCH}=0 runs it in its own process")
-    else:
-        log("importing megatron.bridge (about 15 s)")
+    log("importing megatron.bridge (about 15 s)")
     adapter.quiet()
-    opened = holder.open_fds()
     import_bridge_once()
     mark("import")
-    holder.start(main, exit_now, keep=holder.open_fds() - opened)
     version = adapter.bridge_version()
     checks = [check("megatron-bridge imports", "PASS", f"megatron-bridge {version} in {sys.executable}")]
     if plan.resolution.bridge_version != version:
@@ -195,21 +180,6 @@ def _run_with_bridge(args, layout, given, plan, checkout, started) -> dict:
         if pending is not None:
             pending.cancel()  # verify stopped early (bad --save-snippets folder, interrupted): no pytest left running
     return verdict(checks, plan, version, started)
-
-
-@contextlib.contextmanager
-def installed_bytecode():
-    """Bridge, torch and Transformer Engine read the bytecode pip compiled beside them. The skill sends its own
-    bytecode to a cache folder (sys.pycache_prefix, set by mbridge_overlap/__init__.py), and under a prefix Python
-    looks for every module's bytecode there only: with PYTHONDONTWRITEBYTECODE it then recompiles all of torch and
-    Bridge on each run (26.7 s against 10.4 s for the import, 2 cores). So the prefix is off while Bridge is in use,
-    and nothing is written meanwhile, so the skill folder stays clean."""
-    saved = sys.pycache_prefix, sys.dont_write_bytecode
-    sys.pycache_prefix, sys.dont_write_bytecode = None, True
-    try:
-        yield
-    finally:
-        sys.pycache_prefix, sys.dont_write_bytecode = saved
 
 
 # The Bridge modules the snippet step imports on first use (the yaml and hydra forms, the recipe baseline); the
@@ -295,10 +265,6 @@ def stdout_to_stderr():
 def main(argv=None) -> int:
     mark("main")
     args = parser().parse_args(argv)
-    if args.holder:
-        state = holder.control(args.holder)
-        sys.stdout.write(json.dumps(state, indent=2) + "\n" if args.json else holder.describe(state))
-        return 0
     try:
         with stdout_to_stderr():
             report = run(args)
@@ -316,21 +282,5 @@ def main(argv=None) -> int:
     return report["exit_code"]
 
 
-def exit_now(code: int) -> None:
-    """End the process as sys.exit(code) would, less the teardown of every module (torch, Bridge: 0.23 s here):
-    the output flushed, the atexit functions run, then os._exit."""
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except Exception:  # noqa: BLE001  (a closed stdout: let Python report it as it always has)
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    with contextlib.suppress(Exception):
-        sys.stdout.flush()
-        sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    served = holder.answer(sys.argv[1:])
-    exit_now(main() if served is None else served)
+    sys.exit(main())

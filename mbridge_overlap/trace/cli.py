@@ -94,12 +94,8 @@ def run(args) -> int:
         raise UsageError("--steps goes with --snippet")
     from .. import api
     from . import reader
-    from ..malloc import keep_freed_memory
 
     ranks = snippet.parse_ranks(args.rank, allow_all=False)
-    if getattr(args, "own_process", False):  # the launcher's process, not a caller's: an API call leaves it all alone
-        keep_freed_memory()
-        reader.own_process()
     if args.compare:
         if len(args.traces) != 2:
             raise UsageError(f"--compare takes exactly two traces, BEFORE and AFTER (got {len(args.traces)})")

@@ -7,7 +7,7 @@ since two runs rarely profile the same step numbers.
 
 from __future__ import annotations
 
-from ..records import dataclass, field
+from dataclasses import dataclass, field
 
 from .attribution import ORDER
 from ..contract import SCHEMA_VERSION

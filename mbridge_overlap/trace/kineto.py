@@ -14,7 +14,7 @@ import math
 import re
 from collections import Counter
 from array import array
-from ..records import dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError

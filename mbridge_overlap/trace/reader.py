@@ -21,7 +21,7 @@ from pathlib import Path
 from collections.abc import Callable
 
 from ..errors import UsageError
-from ..imports import importable
+from importlib.util import find_spec
 from ..safeio import esc, shown
 from .source import Source
 from .window import Stats, Truncated, Window, char
@@ -40,11 +40,10 @@ RUN_CHARS = 1 << 14  # the text of the events one scanner call decodes together
 # another type than an object where one is read), which the stdlib then decides. A value it skips is checked as JSON
 # but never converted, so a run with an integer longer than the stdlib takes (the only JSON the stdlib refuses that
 # a skip lets pass) is left to the stdlib too (_long_integer).
-BACKEND = "stdlib" if os.environ.get("MBRIDGE_TRACE_JSON", "").lower() == "stdlib" or not importable("msgspec") else "msgspec"
+BACKEND = "stdlib" if os.environ.get("MBRIDGE_TRACE_JSON", "").lower() == "stdlib" or find_spec("msgspec") is None else "msgspec"
 FAST_AFTER = 4 << 20
 EAGER_CHARS = 6 << 20
 _decoders: dict = {}  # keys -> msgspec's decode for them, once msgspec is in use
-_OWN_PROCESS = False  # own_process(): the command line's process, not a caller's
 _stdlib_chars = 0
 _COMMA = re.compile(r"[ \t\n\r]*,[ \t\n\r]*")
 _CUT = re.compile(r"\}[ \t\n\r]*,[ \t\n\r]*\{")
@@ -300,29 +299,7 @@ def _decoder(keys: tuple | None):
         return _to_the_stdlib
 
 
-def own_process() -> None:
-    """Say that this process is the command line's own (trace's), in which nothing but this package uses msgspec."""
-    global _OWN_PROCESS
-    _OWN_PROCESS = True
-
-
 def _import_msgspec():
-    """msgspec; in the command line's own process, without typing_extensions where nothing imported it yet: msgspec
-    reads type annotations with it where it is installed, else with typing (its own fallback), and the TypedDicts of
-    Any here read the same either way; it would import inspect, ast, dis and tokenize with it, 12-16 ms of every
-    trace process. Not in a caller's process (the API), whose own types msgspec may need it for; a msgspec that
-    will not import without it is imported with it."""
-    if _OWN_PROCESS and "typing_extensions" not in sys.modules and "msgspec" not in sys.modules:
-        sys.modules["typing_extensions"] = None  # import raises ImportError: msgspec's fallback
-        try:
-            import msgspec
-
-            return msgspec
-        except ImportError:
-            pass
-        finally:
-            if "typing_extensions" in sys.modules and sys.modules["typing_extensions"] is None:
-                del sys.modules["typing_extensions"]
     import msgspec
 
     return msgspec

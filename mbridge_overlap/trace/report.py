@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..records import dataclass, field
+from dataclasses import dataclass, field
 
 from . import kernels
 from ..contract import SCHEMA_VERSION

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from ..records import dataclass
+from dataclasses import dataclass
 from json.scanner import make_scanner
 from pathlib import Path
 
