@@ -25,8 +25,8 @@ def resolve(overrides: Mapping[str, Any] | None = None, **inputs):
     ({"model.tensor_model_parallel_size": 4}), typed or as command-line strings. config: a ConfigContainer-shaped
     mapping or YAML path (a saved run_config.yaml or an override file), applied before the overrides. launcher_env:
     the environment the job is launched with (its values win over cfg.env_vars)."""
-    from . import scenario
-    from .analysis import analyze
+    from .run import scenario
+    from .findings.analysis import analyze
 
     return analyze(scenario.build(overrides=overrides, **inputs))
 
@@ -37,14 +37,14 @@ def plan(**layout):
     Keywords: the layout (tp, pp, vpp, cp, precision, hidden_size, seq_length, micro_batch_size, lora, moe,
     moe_a2a_overlap, moe_flex_dispatcher_backend, megatron_fsdp, recipe: a recipe function or model family) and the
     scenario's inputs (gpus, gpu, te, bridge_version, task, machine_facts, launcher_env)."""
-    from .planner import make_plan
+    from .verbs.plan import make_plan
 
     return make_plan(**layout)
 
 
 def lint(config=None, overrides: Mapping[str, Any] | None = None, **inputs):
     """Every finding for a saved run config (or a shipped recipe, recipe=), and the overlap it left on the table."""
-    from .lint import lint as run_lint
+    from .verbs.lint import lint as run_lint
 
     return run_lint(config, overrides, **inputs)
 
@@ -57,8 +57,8 @@ def diff(before=None, after=None, *, overrides: Mapping[str, Any] | None = None,
     A side is a run config (before/after), or a recipe (recipe for both, or recipe_before/recipe_after), at a GPU
     count (gpus for both, or gpus_before/gpus_after), with overrides (before_overrides; overrides go on AFTER): two
     saved runs, two recipes, one recipe at two GPU counts, or one config before and after overrides."""
-    from . import scenario
-    from .diff import diff as run_diff
+    from .run import scenario
+    from .verbs.diff import diff as run_diff
 
     if before is None and recipe is None and recipe_before is None:
         raise UsageError("diff: give BEFORE and AFTER run configs, or --recipe (or --recipe-before/--recipe-after)")
@@ -77,7 +77,7 @@ def diagnose(logs, *, compare: bool = False, **inputs):
 
     logs: files, directories of per-rank logs, or "-" (standard input; stdin= a binary stream to read instead).
     compare: logs are BEFORE and AFTER; the iteration-time change between them, and the config changes."""
-    from .diagnose.verb import diagnose as run_diagnose
+    from .verbs.diagnose import diagnose as run_diagnose
 
     return run_diagnose(logs, compare=compare, **inputs)
 
@@ -86,7 +86,7 @@ def recipes(**filters):
     """Bridge's shipped recipes with their effective overlap state; filters: model, gpu, gpus, task, precision, name,
     package, bridge_version. The rows are this process's one copy of each recipe's row, shared by every listing (as
     the catalog's entries are): read them, or copy.deepcopy them to change them."""
-    from .catalog_view import list_recipes
+    from .verbs.recipes import list_recipes
 
     return list_recipes(**filters)
 
@@ -116,8 +116,8 @@ def trace_snippet(form: str, steps: str | None = None, ranks: str | None = None)
 
 def anchors(mbridge_src: str | None = None) -> dict:
     """Where the Bridge code each rule mirrors is now, and whether it is still a verified release's code."""
-    from . import releases
-    from .anchors import report
+    from .upstream import releases
+    from .upstream.anchors import report
 
     return {"schema_version": SCHEMA_VERSION, **report(releases.given("--mbridge-src", mbridge_src))}
 
@@ -131,7 +131,7 @@ def explain(finding_id: str) -> dict:
 
 def presets(bridge_version: str | None = None) -> dict:
     """The tuned TP userbuffers presets of a release, with what each name says it was tuned for."""
-    from . import releases
+    from .upstream import releases
 
     release = releases.get(bridge_version)
     return {"schema_version": SCHEMA_VERSION, "bridge_version": release.version, "presets": [p.to_dict() for p in release.presets()]}
@@ -139,7 +139,7 @@ def presets(bridge_version: str | None = None) -> dict:
 
 def check_manifest(path=None, check_directory: bool = False) -> dict:
     """SKILL.md against the Agent Skills rules: {"ok", "problems"}."""
-    from .manifest import check_file
+    from .verbs.check_manifest import check_file
 
     problems = check_file(path, check_directory=check_directory)
     return {"schema_version": SCHEMA_VERSION, "ok": not problems, "problems": problems}
@@ -147,7 +147,7 @@ def check_manifest(path=None, check_directory: bool = False) -> dict:
 
 def release_table() -> dict:
     """Per-release facts side by side."""
-    from . import releases
+    from .upstream import releases
 
     listed = releases.versions() + sorted(releases.data()["newer_releases"], key=releases.version_key)
     return {"schema_version": SCHEMA_VERSION, "releases": {v: releases.get(v).facts() for v in listed}}
@@ -155,6 +155,6 @@ def release_table() -> dict:
 
 def suites() -> dict:
     """The upstream overlap suites verify runs, with the pass count expected per test-file hash and release."""
-    from .bridge.suites import expected_counts
+    from .upstream.suites import expected_counts
 
     return {"schema_version": SCHEMA_VERSION, **expected_counts()}

@@ -35,7 +35,7 @@ def cli():
 
 @functools.lru_cache(maxsize=None)
 def generated() -> dict:
-    """scripts/gen_all.py --check, run once for the whole tier: {generator script: (up to date, what it printed)}.
+    """tools/gen_all.py --check, run once for the whole tier: {generator script: (up to date, what it printed)}.
     The tests of each generated file read their generator's line here instead of running its check again."""
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_all.py"), "--check"], capture_output=True, text=True)
     out = {}

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from mbridge_overlap import anchors, api, releases
+from mbridge_overlap.upstream import anchors, releases
+from mbridge_overlap import api
 from mbridge_overlap.errors import UsageError
 
 COMM_OVERLAP = """
@@ -374,7 +375,7 @@ def test_a_statement_that_is_gone_is_named(tmp_path):
 
 
 def test_a_statement_is_named_by_its_code_not_its_layout():
-    from mbridge_overlap import fingerprint
+    from mbridge_overlap.upstream import fingerprint
 
     spec = {"scope": "f", "statements": ["x = a and b and not c", "if y >", "assert z % n == 0"]}
     code = "def f():\n    x = (a\n         and b and not c)  # one\n    if (y\n        > 1): pass\n    assert (z) % n == 0, 'm'\n"

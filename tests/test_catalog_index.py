@@ -1,5 +1,5 @@
 """The recipe catalog's index (data/releases/VERSION/recipes.index.json, written with the catalog by
-scripts/gen_recipe_catalog.py) is what the generator makes of the committed catalog, and every answer read through
+tools/gen_recipe_catalog.py) is what the generator makes of the committed catalog, and every answer read through
 it (a recipe by name, the recipes of a layout, the families, a filtered listing) is the one the whole catalog gives;
 an index that does not fit its catalog is never used."""
 
@@ -10,14 +10,16 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import generated
-from mbridge_overlap import UsageError, api, catalog, catalog_view, cli
+from mbridge_overlap import UsageError, api, cli
+from mbridge_overlap.upstream import catalog
+from mbridge_overlap.verbs import recipes as catalog_view
 from mbridge_overlap.records import replace
 
 VERSIONS = catalog.versions()
 
 
 def test_the_indexes_are_what_the_generator_writes():
-    ok, said = generated()["gen_recipe_catalog.py"]  # scripts/gen_all.py --check, run once for the tier
+    ok, said = generated()["gen_recipe_catalog.py"]  # tools/gen_all.py --check, run once for the tier
     assert ok and "indexes match their catalogs" in said, said
 
 

@@ -9,8 +9,8 @@ import pytest
 
 import mbridge_overlap
 from conftest import ROOT, cli_json, run_cli
-from mbridge_overlap import schema
-from mbridge_overlap.findings import registry as catalog
+from mbridge_overlap.run import schema
+from mbridge_overlap.findings import records as catalog
 
 RESOLVE_KEYS = {"schema_version", "bridge_version", "verified", "recipe", "gpus", "gpu", "data_parallel_size", "effective", "modes",
                 "requested", "env_vars", "launch_env", "inputs", "notes", "findings"}
@@ -116,7 +116,7 @@ def test_explain_every_finding(finding_id):
 
 @pytest.mark.skipif(importlib.util.find_spec("megatron") is not None, reason="megatron is importable here")
 def test_explain_without_bridge_says_where_the_code_is_in_one_quiet_line():
-    from mbridge_overlap import anchors
+    from mbridge_overlap.upstream import anchors
 
     anchored = {fid: rec["anchor"] for fid, rec in catalog().items() if rec.get("anchor")}
     fid = "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"

@@ -1,5 +1,5 @@
 """The fast forms of the package's data are the data: the JSON twins of the YAML files (data/compiled/, by
-scripts/gen_compiled_data.py) give back the YAML's values, regenerating them gives the same bytes, and a twin that
+tools/gen_compiled_data.py) give back the YAML's values, regenerating them gives the same bytes, and a twin that
 does not match its YAML's bytes is never read."""
 
 import json
@@ -8,13 +8,13 @@ import shutil
 import pytest
 
 from conftest import generated
-from mbridge_overlap import releases
+from mbridge_overlap.upstream import releases
 
 SOURCES = sorted(p for p in releases.DATA_DIR.rglob("*.yaml") if releases.COMPILED_DIR not in p.parents)
 
 
 def test_the_twins_are_what_the_generator_writes():
-    ok, said = generated()["gen_compiled_data.py"]  # scripts/gen_all.py --check, run once for the tier
+    ok, said = generated()["gen_compiled_data.py"]  # tools/gen_all.py --check, run once for the tier
     assert ok and "compiled data matches" in said, said
 
 

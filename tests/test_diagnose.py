@@ -14,7 +14,7 @@ import yaml
 from mbridge_overlap import api, cli, findings
 from mbridge_overlap.diagnose import causes, messages, reader
 from mbridge_overlap.diagnose.scan import Scan
-from mbridge_overlap.examples import iteration_line
+from tools.examples import iteration_line
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "data" / "logs"
@@ -251,7 +251,7 @@ def test_the_analysis_reports_what_the_log_did_not_reach():
 
 @pytest.mark.parametrize("finding_id", ["THROUGHPUT_DROP"])
 def test_compare_finds_the_drop_and_not_noise(finding_id, tmp_path):
-    from mbridge_overlap import examples
+    from tools import examples
 
     example, counter = examples.of(finding_id)
     d = examples.diagnosed(example, str(tmp_path)).to_dict()

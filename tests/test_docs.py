@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from mbridge_overlap.findings import registry as catalog
+from mbridge_overlap.findings import records as catalog
 
 NEEDS_BRIDGE = ("anchors",)  # run by tests/bridge in the Python that has megatron-bridge
 LAUNCHER = "python3 ${CLAUDE_SKILL_DIR}/scripts/mbridge-overlap"

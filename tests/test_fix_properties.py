@@ -5,7 +5,7 @@ perf recipe): applying a finding's `fix_overrides` removes it (same id, same kno
 (id and knobs) that was not there; no two findings of one config set a key to different values; every finding's
 `asserts` hold in `effective`; the fix text names every key its overrides set. No exception is allowed: every fix
 that cannot be proven is left out of `fix_overrides` by the check itself (its text says what to do).
-scripts/check_fixes.py runs the same properties over any number of configs (--count 20000) and prints the counts.
+tools/check_fixes.py runs the same properties over any number of configs (--count 20000) and prints the counts.
 
 Then the registry's hygiene: every id is raised by an example and not by a counter-example (the table below), every
 anchor exists, no id is dead, every template field is supplied (rendering each id through its example).
@@ -13,19 +13,18 @@ anchor exists, no id is dead, every template field is supplied (rendering each i
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 
 import pytest
 
 from conftest import ROOT
-from mbridge_overlap import anchors, api, examples, findings, schema
-from mbridge_overlap.analysis import analyze
+from mbridge_overlap.upstream import anchors
+from mbridge_overlap import api, findings
+from tools import examples
+from mbridge_overlap.run import schema
+from mbridge_overlap.findings.analysis import analyze
 
-_spec = importlib.util.spec_from_file_location("check_fixes", ROOT / "scripts" / "check_fixes.py")
-check_fixes = sys.modules.setdefault("check_fixes", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(check_fixes)
+from tools import check_fixes  # noqa: E402
 
 GENERATED = 2000  # the issue's count for CI; the conformance run takes --count 20000
 # The findings the issue names: the properties must have exercised a fix of each.
@@ -150,7 +149,7 @@ def test_requests_that_contradict_each_other_get_one_fix_and_the_other_waits():
     """The safety net: where two findings' fixes would set one key differently, the more severe one's stands and the
     other waits for it. No generated config reaches it since DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER is raised only
     for requests the run does not get, so it is exercised on two findings made for it."""
-    from mbridge_overlap.checks import one_value_per_key
+    from mbridge_overlap.findings.rules import one_value_per_key
     from mbridge_overlap.findings import Finding
 
     warn = Finding("PARAM_GATHER_FORCED_ON", "warning", "m", "f", fix_overrides={"optimizer.overlap_param_gather": True})
@@ -165,14 +164,14 @@ def test_requests_that_contradict_each_other_get_one_fix_and_the_other_waits():
 
 
 def test_every_id_has_an_example_and_a_counter_example():
-    missing = [fid for fid, rec in findings.registry().items() if not (rec.get("example") and rec.get("counter_example"))]
+    missing = [fid for fid, rec in findings.records().items() if not (rec.get("example") and rec.get("counter_example"))]
     assert not missing
 
 
 _UNFILLED = re.compile(r"\{[A-Za-z_]\w*\}")
 
 
-@pytest.mark.parametrize("finding_id", sorted(findings.registry()))
+@pytest.mark.parametrize("finding_id", sorted(findings.records()))
 def test_example_raises_it_rendered_and_counter_example_does_not(finding_id):
     example, counter = examples.of(finding_id)
     found = [f for f in examples.run(example) if f.id == finding_id]
@@ -184,7 +183,7 @@ def test_example_raises_it_rendered_and_counter_example_does_not(finding_id):
 
 def test_every_anchor_exists():
     ids = set(anchors.specs())
-    missing = {fid: rec["anchor"] for fid, rec in findings.registry().items() if rec.get("anchor") and rec["anchor"] not in ids}
+    missing = {fid: rec["anchor"] for fid, rec in findings.records().items() if rec.get("anchor") and rec["anchor"] not in ids}
     assert not missing
 
 
@@ -193,14 +192,14 @@ def test_no_id_is_dead():
     diff, resolution), or is one diagnose raises from the messages its record's `logged` names (which
     tests/test_diagnose.py holds to the catalogs)."""
     code = "\n".join(p.read_text() for p in (ROOT / "mbridge_overlap").rglob("*.py"))
-    dead = [fid for fid, rec in findings.registry().items() if f'"{fid}"' not in code and not rec.get("logged")]
+    dead = [fid for fid, rec in findings.records().items() if f'"{fid}"' not in code and not rec.get("logged")]
     assert not dead
 
 
 def test_every_assert_names_an_effective_field():
     fields = {f"{s}.{n}" for s, names in schema.EFFECTIVE_FIELDS.items() for n in names}
     fields |= {f"{s}.{n}" for s, section in schema.SECTIONS.items() for n in section}
-    bad = {fid: k for fid, rec in findings.registry().items() for k in (rec.get("asserts") or {})
+    bad = {fid: k for fid, rec in findings.records().items() for k in (rec.get("asserts") or {})
            if k not in fields and not k.startswith("env_vars.")}
     assert not bad
 

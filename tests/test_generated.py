@@ -1,8 +1,7 @@
-"""One generation harness: scripts/gen_all.py --check runs every generator that needs no Bridge once for the tier (the
+"""One generation harness: tools/gen_all.py --check runs every generator that needs no Bridge once for the tier (the
 tests of each generated file read its line through conftest.generated()), and the counts and facts the hand-written
-pages take from the data are generated blocks (scripts/gen_docs.py) that say what the data says."""
+pages take from the data are generated blocks (tools/gen_docs.py) that say what the data says."""
 
-import importlib.util
 import json
 import re
 
@@ -10,11 +9,9 @@ import pytest
 import yaml
 
 from conftest import ROOT, generated
-from mbridge_overlap import catalog, releases
+from mbridge_overlap.upstream import catalog, releases
 
-spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "scripts" / "gen_docs.py")
-gen_docs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(gen_docs)
+from tools import gen_docs  # noqa: E402
 
 HARNESS = ("gen_compiled_data.py", "gen_recipe_catalog.py", "gen_references.py", "gen_card.py", "gen_docs.py")
 

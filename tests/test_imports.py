@@ -4,7 +4,7 @@ reach the human-text module.
 An edge is every import statement a module holds, at module level or inside a function (a lazy import that would
 break a cycle at run time is still an edge: the modules still depend on each other). `from PKG import NAME` is an edge
 to PKG.NAME where that is a module, else to PKG. What is not an edge: the import of a parent package that Python
-makes before any submodule (every `mbridge_overlap.checks.X` would otherwise be in a cycle with a package __init__
+makes before any submodule (every `mbridge_overlap.findings.rules.X` would otherwise be in a cycle with a package __init__
 that imports its submodules to register them); a submodule that needs its package's names imports them explicitly,
 and that is an edge.
 """
@@ -16,9 +16,9 @@ from conftest import ROOT
 
 PACKAGE = ROOT / "mbridge_overlap"
 # The engine: what answers a question about a config. text.py is the human-readable output of its results.
-ENGINE = ("mbridge_overlap.resolver", "mbridge_overlap.analysis", "mbridge_overlap.scenario", "mbridge_overlap.proof",
-          "mbridge_overlap.registry", "mbridge_overlap.checks")
-TEXT = "mbridge_overlap.text"
+ENGINE = ("mbridge_overlap.run.resolver", "mbridge_overlap.findings.analysis", "mbridge_overlap.run.scenario", "mbridge_overlap.findings.proof",
+          "mbridge_overlap.findings.registry", "mbridge_overlap.findings.rules")
+TEXT = "mbridge_overlap.output.text"
 
 
 def module_name(path: Path) -> str:
@@ -80,11 +80,11 @@ def reachable(edges: dict, start) -> set:
 
 def test_the_reader_sees_module_level_lazy_and_relative_imports():
     edges = graph()
-    assert "mbridge_overlap.text" in edges["mbridge_overlap.cli"]  # from . import api, releases, safeio, text
-    assert "mbridge_overlap.planner" in edges["mbridge_overlap.api"]  # inside api.plan()
-    assert "mbridge_overlap.registry" in edges["mbridge_overlap.checks.selection"]  # from ..registry import check
-    assert "mbridge_overlap.checks.run" in edges["mbridge_overlap.checks"]  # from . import rejections, ..., run
-    assert "mbridge_overlap.anchors" in edges["mbridge_overlap.findings"]  # inside findings._location()
+    assert "mbridge_overlap.output.text" in edges["mbridge_overlap.cli.resolve"]  # from ..output import text
+    assert "mbridge_overlap.verbs.plan" in edges["mbridge_overlap.api"]  # inside api.plan()
+    assert "mbridge_overlap.findings.registry" in edges["mbridge_overlap.findings.rules.selection"]  # from ..registry import check
+    assert "mbridge_overlap.findings.rules.run" in edges["mbridge_overlap.findings.rules"]  # from . import rejections, ..., run
+    assert "mbridge_overlap.upstream.anchors" in edges["mbridge_overlap.findings"]  # inside findings._location()
 
 
 def test_the_cycle_finder_finds_one():
@@ -99,5 +99,43 @@ def test_no_import_cycle_among_the_package_modules():
 def test_the_engine_does_not_reach_the_text_module():
     edges = graph()
     engine = reachable(edges, ENGINE)
-    assert "mbridge_overlap.checks.selection" in engine and "mbridge_overlap.findings" in engine
+    assert "mbridge_overlap.findings.rules.selection" in engine and "mbridge_overlap.findings" in engine
     assert TEXT not in engine, [m for m in engine if TEXT in edges[m]]
+
+
+# The layers of the package, lowest first: a module imports its own layer and lower ones only, so that a newcomer
+# can read it bottom up (README.md and CONTRIBUTING.md name the folders).
+LAYERS = (
+    ("errors", "contract", "values", "suggest", "safeio"),  # the base: errors, the JSON contract, quoting, safe reads
+    ("upstream",),  # the upstream facts: releases, recipe catalog, presets, anchors
+    ("run",),  # the model of a run: request, scenario, resolver, layout, machine, launch environment
+    ("findings", "output"),  # the findings (records, rules, proof, analysis); text and snippets
+    ("diagnose", "trace", "verbs"),  # the verbs' own logic
+    ("api",),  # the Python API: one function per verb
+    ("cli", "bridge", "__main__", ""),  # the command line, verify's Bridge side, the package itself
+)
+
+
+def layer_of(module: str) -> int:
+    top = module.split(".")[1] if "." in module else ""
+    return next(i for i, names in enumerate(LAYERS) if top in names)
+
+
+def test_every_module_is_in_a_layer():
+    for module in graph():
+        layer_of(module)
+
+
+def test_no_module_imports_a_higher_layer():
+    edges = graph()
+    upward = {(m, n) for m, targets in edges.items() for n in targets if layer_of(n) > layer_of(m)}
+    assert not upward, sorted(upward)
+
+
+def test_one_cli_module_and_one_api_function_per_verb():
+    from mbridge_overlap import api, cli
+
+    for verb, module in cli.VERBS.items():
+        assert (PACKAGE / "cli" / f"{module}.py").is_file(), verb
+    named = {"releases": "release_table", "check-manifest": "check_manifest"}
+    assert all(callable(getattr(api, named.get(verb, verb), None)) for verb in cli.VERBS)

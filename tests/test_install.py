@@ -34,7 +34,8 @@ def installed(tmp_path_factory):
 
 def test_what_gets_installed(installed):
     names = set(snapshot(installed))
-    assert {"SKILL.md", "scripts/mbridge-overlap", "scripts/verify.sh", "mbridge_overlap/cli.py", "templates/python.py.j2"} <= names
+    assert {"SKILL.md", "scripts/mbridge-overlap", "scripts/verify.sh", "mbridge_overlap/cli/__init__.py",
+            "mbridge_overlap/templates/python.py.j2"} <= names
     assert not any(n.startswith(("tests", ".ci")) or "__pycache__" in n or n.endswith(".pyc") for n in names)
     listed = install(installed.parent, "--dry-run").stdout.split()
     assert sorted(listed) == sorted(n for n, h in snapshot(installed).items() if h != "dir")

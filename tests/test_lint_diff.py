@@ -1,5 +1,5 @@
 """lint and diff on real run configs saved by Megatron-Bridge 0.6.2 (tests/data/run_configs, made by
-scripts/gen_run_configs.py; tests/bridge checks they are what Bridge writes). Expected causes follow Bridge's
+tools/gen_run_configs.py; tests/bridge checks they are what Bridge writes). Expected causes follow Bridge's
 rules: TP overlap needs sequence parallel and TP >= 2, PP overlap needs VPP > 1, DP overlap needs DP > 1 and the
 distributed optimizer, fp8_param_gather comes from the mixed-precision recipe."""
 
@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 import mbridge_overlap.api
-import mbridge_overlap.lint
+import mbridge_overlap.verbs.lint
 from conftest import ROOT, run_cli
 from mbridge_overlap import UsageError
 
@@ -108,8 +108,8 @@ def test_every_changed_key_is_accounted_for(after):
     """No changed key is lost: each is an overlap change or one of its causes, another listed change, written
     differently with the same effect, on the overlap path but unmodelled (listed), or ignored (counted)."""
     r = d(after, gpus_after=64) if after == "no_comm_overlap" else d(after)
-    from mbridge_overlap.diff import changed_keys
-    from mbridge_overlap.runconfig import load
+    from mbridge_overlap.verbs.diff import changed_keys
+    from mbridge_overlap.run.runconfig import load
 
     keys = set(changed_keys(load(RUNS / "baseline.yaml").raw, load(RUNS / f"{after}.yaml").raw))
     buckets = [r["explained_changes"], [u["key"] for u in r["unmodeled_changes"]], r["same_effect_changes"]]
@@ -131,12 +131,12 @@ def test_lint_flags_the_contradiction_in_each_after_config():
         "tp1": "TP_OVERLAP_OFF_TP_SIZE",
     }
     for name, finding in expected.items():
-        ids = {f["id"] for f in mbridge_overlap.lint.lint(RUNS / f"{name}.yaml", gpu="h100").to_dict()["findings"]}
+        ids = {f["id"] for f in mbridge_overlap.verbs.lint.lint(RUNS / f"{name}.yaml", gpu="h100").to_dict()["findings"]}
         assert finding in ids, (name, ids)
 
 
 def test_lint_baseline_is_clean_and_saved_values_agree():
-    r = mbridge_overlap.lint.lint(RUNS / "baseline.yaml", gpu="h100").to_dict()
+    r = mbridge_overlap.verbs.lint.lint(RUNS / "baseline.yaml", gpu="h100").to_dict()
     assert {f["severity"] for f in r["findings"]} <= {"info"}
     assert "SAVED_EFFECTIVE_DIFFERS" not in {f["id"] for f in r["findings"]}
     assert r["layout"]["gpus"] == 64 and r["data_parallel_size"] == 4
@@ -146,19 +146,19 @@ def test_lint_catches_an_edited_run_config(tmp_path):
     text = (RUNS / "baseline.yaml").read_text().replace("  overlap_grad_reduce: true\n", "  overlap_grad_reduce: false\n", 1)
     path = tmp_path / "edited.yaml"
     path.write_text(text)
-    ids = {f["id"] for f in mbridge_overlap.lint.lint(path).to_dict()["findings"]}
+    ids = {f["id"] for f in mbridge_overlap.verbs.lint.lint(path).to_dict()["findings"]}
     assert "SAVED_EFFECTIVE_DIFFERS" in ids
 
 
 def test_lint_left_on_the_table(tmp_path):
-    r = mbridge_overlap.lint.lint(RUNS / "no_comm_overlap.yaml", gpus=64, gpu="h100").to_dict()
+    r = mbridge_overlap.verbs.lint.lint(RUNS / "no_comm_overlap.yaml", gpus=64, gpu="h100").to_dict()
     ids = {f["id"]: f for f in r["findings"]}
     assert "MODE_LEFT_OFF" in ids and "comm_overlap.tp_comm_overlap=true" in ids["MODE_LEFT_OFF"]["fix"]
     assert "PP_OVERLAP_NOT_SELECTED" in ids
     wrong_env = (RUNS / "baseline.yaml").read_text().replace("CUDA_DEVICE_MAX_CONNECTIONS: 1", "CUDA_DEVICE_MAX_CONNECTIONS: 32")
     path = tmp_path / "env.yaml"
     path.write_text(wrong_env)
-    env = next(f for f in mbridge_overlap.lint.lint(path, gpu="h100").to_dict()["findings"] if f["id"] == "LAUNCH_ENV_DIFFERS_FROM_BRIDGE")
+    env = next(f for f in mbridge_overlap.verbs.lint.lint(path, gpu="h100").to_dict()["findings"] if f["id"] == "LAUNCH_ENV_DIFFERS_FROM_BRIDGE")
     assert env["fix"] == "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1"
 
 
@@ -167,10 +167,10 @@ def test_checkpoint_and_iteration_directories(tmp_path):
     for it, name in ((100, "baseline"), (200, "sequence_parallel_off")):
         (ckpt / f"iter_{it:07d}").mkdir(parents=True)
         shutil.copy(RUNS / f"{name}.yaml", ckpt / f"iter_{it:07d}" / "run_config.yaml")
-    newest = mbridge_overlap.lint.lint(ckpt).to_dict()
+    newest = mbridge_overlap.verbs.lint.lint(ckpt).to_dict()
     assert newest["config"].endswith("iter_0000200/run_config.yaml")
     (ckpt / "latest_checkpointed_iteration.txt").write_text("100\n")
-    assert mbridge_overlap.lint.lint(ckpt).to_dict()["config"].endswith("iter_0000100/run_config.yaml")
+    assert mbridge_overlap.verbs.lint.lint(ckpt).to_dict()["config"].endswith("iter_0000100/run_config.yaml")
     r = mbridge_overlap.api.diff(ckpt / "iter_0000100", ckpt / "iter_0000200").to_dict()
     assert [c["key"] for c in r["overlap_changes"]] == ["model.tp_comm_overlap"]
 
@@ -179,7 +179,7 @@ def test_plan_override_file_as_input(tmp_path):
     path = tmp_path / "plan.yaml"
     proc = run_cli("plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--format", "yaml", "--output", path)
     assert proc.returncode == 0
-    r = mbridge_overlap.lint.lint(path, gpus=64).to_dict()
+    r = mbridge_overlap.verbs.lint.lint(path, gpus=64).to_dict()
     assert r["saved_run_config"] is False and r["effective"]["model"]["tp_comm_overlap"] is True
 
 
@@ -194,7 +194,7 @@ def test_plan_override_file_as_input(tmp_path):
 )
 def test_bad_input(tmp_path, make, message):
     with pytest.raises(UsageError, match=message):
-        mbridge_overlap.lint.lint(make(tmp_path), gpus=8)
+        mbridge_overlap.verbs.lint.lint(make(tmp_path), gpus=8)
 
 
 def test_config_of_another_release_is_a_marked_warning(tmp_path):
@@ -202,7 +202,7 @@ def test_config_of_another_release_is_a_marked_warning(tmp_path):
     text = text.replace("  tp_comm_overlap: true\n", "  tp_comm_overlap: true\n  future_knob: 3\n", 1)
     path = tmp_path / "future.yaml"
     path.write_text(text)
-    r = mbridge_overlap.lint.lint(path).to_dict()
+    r = mbridge_overlap.verbs.lint.lint(path).to_dict()
     assert any("future_section" in n and "another release" in n for n in r["notes"])
     r = mbridge_overlap.api.diff(RUNS / "baseline.yaml", path).to_dict()
     assert any("future_section" in w for w in r["warnings"])

@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from mbridge_overlap.manifest import check_file, check_text, split
+from mbridge_overlap.verbs.check_manifest import check_file, check_text, split
 
 
 def test_skill_md_is_valid():

@@ -1,4 +1,4 @@
-"""The catalog of messages (data/releases/VERSION/messages.json, scripts/gen_messages.py) and its line matcher
+"""The catalog of messages (data/releases/VERSION/messages.json, tools/gen_messages.py) and its line matcher
 (mbridge_overlap/diagnose/messages.py): real upstream texts are found with the right location and topic, with log
 prefixes, ANSI colour codes and cut-off ends; plausible unrelated log lines are not; every generated pattern matches
 an instance of its own template and captures its fields; every native entry matches its own example and cites its

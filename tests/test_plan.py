@@ -4,7 +4,7 @@ import pytest
 
 import mbridge_overlap
 from mbridge_overlap import UsageError
-from mbridge_overlap.releases import Preset, data
+from mbridge_overlap.upstream.releases import Preset, data
 
 
 def plan(**kw):
@@ -208,7 +208,7 @@ class _Resolution:
 
 
 def _plan_choices(known_errors, raises_with: dict, overrides: dict, asked: dict):
-    from mbridge_overlap.planner import _no_new_errors
+    from mbridge_overlap.verbs.plan import _no_new_errors
 
     return _no_new_errors(lambda chosen: _Resolution(chosen, raises_with), dict(overrides), asked, known_errors, None)
 

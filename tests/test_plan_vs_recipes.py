@@ -5,7 +5,7 @@ TP overlap and CUDA_DEVICE_MAX_CONNECTIONS follow rules the recipes all obey; a 
 import pytest
 
 import mbridge_overlap
-from mbridge_overlap import catalog
+from mbridge_overlap.upstream import catalog
 
 COMPARED = ("model.tp_comm_overlap", "model.overlap_p2p_comm", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather")
 PERF = [e for e in catalog.entries("0.6.2") if e["package"] == "perf_recipes" and e["builds"] and not e.get("alias_of")

@@ -1,5 +1,5 @@
 """The recipe catalog against the resolver: every shipped recipe that real Bridge resolved (recorded by
-scripts/gen_recipe_catalog.py; the Bridge tier regenerates it and compares) must come out the same from the resolver,
+tools/gen_recipe_catalog.py; the Bridge tier regenerates it and compares) must come out the same from the resolver,
 field by field, and every rejection on the overlap path must be predicted."""
 
 import json
@@ -9,7 +9,8 @@ import pytest
 
 import mbridge_overlap
 from conftest import run_cli
-from mbridge_overlap import UsageError, catalog
+from mbridge_overlap import UsageError
+from mbridge_overlap.upstream import catalog
 
 VERSION = "0.6.2"
 ENTRIES = catalog.entries(VERSION)
@@ -55,7 +56,7 @@ def test_the_catalog_covers_both_packages():
 
 
 def test_every_release_with_a_catalog_is_listed():
-    assert set(VERSIONS) >= {"0.5.0", "0.5.1", "0.6.2"} and set(VERSIONS) <= set(mbridge_overlap.releases.versions())
+    assert set(VERSIONS) >= {"0.5.0", "0.5.1", "0.6.2"} and set(VERSIONS) <= set(mbridge_overlap.upstream.releases.versions())
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -160,7 +161,7 @@ def test_recipes_says_its_env_vars_are_a_subset_and_what_the_fixups_are():
 
 def test_no_shipped_recipe_runs_tp_overlap_with_nvfp4_or_blockwise_fp8():
     """What TP_OVERLAP_UNSUPPORTED_PRECISION's explanation says of Bridge's own recipes (11 and 4 functions)."""
-    from mbridge_overlap.findings import registry
+    from mbridge_overlap.findings import records as registry
 
     resolved = [e for e in catalog.entries("0.6.2") if e["builds"] and e["bridge"]["error"] is None and not e.get("alias_of")]
     model = [e["bridge"]["effective"]["model"] for e in resolved]

@@ -1,22 +1,18 @@
 """The generated reference pages are up to date with the registry, the release data and the recipe catalog, and the
 lint calibration they publish holds: no warning or error on a shipped perf recipe without real Bridge's evidence."""
 
-import sys
-
 from conftest import ROOT, generated
-
-sys.path.insert(0, str(ROOT / "scripts"))
-import gen_references  # noqa: E402
+from tools import gen_references
 
 
 def test_reference_pages_are_generated_from_the_data():
-    ok, said = generated()["gen_references.py"]  # scripts/gen_all.py --check, run once for the tier
+    ok, said = generated()["gen_references.py"]  # tools/gen_all.py --check, run once for the tier
     assert ok, said
 
 
 def test_every_finding_id_has_its_section():
     text = (ROOT / "references" / "findings.md").read_text()
-    from mbridge_overlap.findings import registry
+    from mbridge_overlap.findings import records as registry
 
     assert all(f"### {fid}\n" in text for fid in registry())
 
@@ -43,8 +39,8 @@ def test_the_index_lists_every_reference_and_skill_md_links_resolve():
 
 
 def test_every_anchor_is_on_the_rules_page_with_the_findings_it_decides():
-    from mbridge_overlap import anchors
-    from mbridge_overlap.findings import registry
+    from mbridge_overlap.upstream import anchors
+    from mbridge_overlap.findings import records as registry
 
     rows = {line.split("|")[1].strip(" `"): line for line in (ROOT / "references" / "rules.md").read_text().splitlines()
             if line.startswith("| `")}

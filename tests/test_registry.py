@@ -3,13 +3,15 @@ one raiser (a registered check, or a verb's own declared raiser), and each recor
 
 import pytest
 
-from mbridge_overlap import checks, examples, findings
-from mbridge_overlap import diff, lint, planner  # noqa: F401  (their raisers declare themselves)
+from mbridge_overlap.findings import rules as checks
+from mbridge_overlap import findings
+from tools import examples
+from mbridge_overlap.verbs import diff, lint, plan as planner  # noqa: F401  (their raisers declare themselves)
 from mbridge_overlap.diagnose import report  # noqa: F401
 
 
 def test_every_record_is_complete_and_of_known_fields():
-    for fid, rec in findings.registry().items():
+    for fid, rec in findings.records().items():
         assert set(rec) <= set(findings.FIELDS), (fid, set(rec) - set(findings.FIELDS))
         assert all(rec.get(k) for k in findings.REQUIRED), (fid, [k for k in findings.REQUIRED if not rec.get(k)])
         assert rec["severity"] in findings.SEVERITIES and rec["fixable"] in findings.FIXABLE, fid
@@ -20,12 +22,13 @@ def test_every_record_is_complete_and_of_known_fields():
 def test_every_id_has_exactly_one_raiser():
     raisers = checks.RAISERS
     assert {fid: r for fid, r in raisers.items() if len(r) != 1} == {}
-    assert set(raisers) - set(findings.registry()) == set(), "a raiser declares an id the registry lacks"
-    assert set(findings.registry()) - set(raisers) == set(), "an id nobody raises"
+    assert set(raisers) - set(findings.records()) == set(), "a raiser declares an id the registry lacks"
+    assert set(findings.records()) - set(raisers) == set(), "an id nobody raises"
 
 
 def test_a_check_that_raises_an_undeclared_id_is_caught():
-    from mbridge_overlap import analysis, scenario
+    from mbridge_overlap.findings import analysis
+    from mbridge_overlap.run import scenario
 
     state = analysis.state_of(scenario.build(gpus=8))
     rogue = checks.check("DP_SIZE_ONE")(lambda s: iter([findings.make("VPP_WITHOUT_PP", vpp=2, fix=findings.shell("x"))]))
@@ -37,7 +40,7 @@ def test_a_check_that_raises_an_undeclared_id_is_caught():
         checks.RAISERS["DP_SIZE_ONE"].pop()
 
 
-@pytest.mark.parametrize("finding_id", sorted(fid for fid, rec in findings.registry().items() if rec["fixable"] != "sometimes"))
+@pytest.mark.parametrize("finding_id", sorted(fid for fid, rec in findings.records().items() if rec["fixable"] != "sometimes"))
 def test_fixable_holds_for_the_example(finding_id):
     rec = findings.record(finding_id)
     raised = [f for f in _findings(rec["example"]) if f.id == finding_id]

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from conftest import cli_json, run_cli
-from mbridge_overlap import releases, schema
+from mbridge_overlap.upstream import releases
+from mbridge_overlap.run import schema
 from mbridge_overlap.errors import UsageError
 
 LAYOUT = ["--gpus", "16", "model.tensor_model_parallel_size=4", "model.sequence_parallel=true", "comm_overlap.tp_comm_overlap=true"]

@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 import mbridge_overlap
-from mbridge_overlap import UsageError, render
-from mbridge_overlap.releases import DATA_DIR, load_yaml
+from mbridge_overlap import UsageError
+from mbridge_overlap.output import snippets as render
+from mbridge_overlap.upstream.releases import DATA_DIR, load_yaml
 
 LAYOUT = dict(tp=4, pp=4, vpp=2, gpus=64, hidden_size=12288, seq_length=2048, micro_batch_size=1)
 

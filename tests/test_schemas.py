@@ -189,7 +189,7 @@ def test_the_recipe_listing_covers_every_status(capsys):
     assert {r["status"] for r in d["recipes"]} == {"resolves", "rejected", "fails_at_setup", "not_built"}
 
 
-@pytest.mark.parametrize("finding_id", sorted(findings.registry()))
+@pytest.mark.parametrize("finding_id", sorted(findings.records()))
 def test_explain(capsys, finding_id):
     check("explain", run(capsys, "explain", finding_id))
 
@@ -341,7 +341,7 @@ def test_every_finding_id_and_diff_rule_is_explainable(capsys):
         if stem != "baseline":
             d = run(capsys, "diff", RUN_CONFIGS / "baseline.yaml", RUN_CONFIGS / f"{stem}.yaml", *gpus(stem))
             seen |= {c["finding_id"] for c in d["overlap_changes"]}
-    assert seen and seen <= set(findings.registry()), seen - set(findings.registry())
+    assert seen and seen <= set(findings.records()), seen - set(findings.records())
 
 
 def test_run_configs_are_yaml_bridge_wrote():

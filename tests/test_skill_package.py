@@ -1,10 +1,9 @@
 """The skill package in Megatron-Bridge's skills format: evals/evals.json and card.yaml against upstream's field lists
 (references/schemas/skill-*.schema.json), every eval's ground truth checked by running its command
-(evals/checks.yaml), and card.yaml equal to what scripts/gen_card.py generates."""
+(evals/checks.yaml), and card.yaml equal to what tools/gen_card.py generates."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -248,10 +247,9 @@ def test_the_check_language_fails_on_a_wrong_value():
 
 # ------------------------------------------------------------------------------------------------ card.yaml
 def load_generator():
-    spec = importlib.util.spec_from_file_location("gen_card", ROOT / "scripts" / "gen_card.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from tools import gen_card
+
+    return gen_card
 
 
 CARD_TEXT = (ROOT / "card.yaml").read_text(encoding="utf-8")
@@ -272,7 +270,7 @@ def test_card_statuses_say_what_proves_each_claim():
 def test_card_is_what_the_generator_writes():
     from conftest import generated
 
-    ok, said = generated()["gen_card.py"]  # scripts/gen_all.py --check, run once for the tier
+    ok, said = generated()["gen_card.py"]  # tools/gen_all.py --check, run once for the tier
     assert ok and "card.yaml is up to date" in said, said
 
 
@@ -315,7 +313,7 @@ def test_skill_md_first_screen_routes_moe_expert_parallel_overlap_to_its_skill()
 
     body = (ROOT / "SKILL.md").read_text().split("\n---\n", 1)[1]
     first_screen = " ".join(body.splitlines()[:20])
-    routed = {rec["skill"] for rec in findings.registry().values() if rec.get("skill") and "expert" in rec["skill"]}
+    routed = {rec["skill"] for rec in findings.records().values() if rec.get("skill") and "expert" in rec["skill"]}
     assert len(routed) == 1
     skill = routed.pop()
     assert f"`{skill}`" in first_screen and "MoE expert-parallel overlap" in first_screen

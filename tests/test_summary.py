@@ -1,6 +1,6 @@
 """Bridge's start-up configuration block read back from a log (mbridge_overlap/diagnose/summary.py).
 
-The real blocks are those of tests/data/logs/bridge-0.6.2 (real Megatron-Bridge 0.6.2 runs, scripts/gen_bridge_logs.py):
+The real blocks are those of tests/data/logs/bridge-0.6.2 (real Megatron-Bridge 0.6.2 runs, tools/gen_bridge_logs.py):
 each is read whole and exactly (rendered back from what was read it is the same text), the analysis of the config it
 gives has every value the block printed and, for what it leaves out, Megatron-Core's default, and it agrees with the
 analysis of the scenario the log's manifest describes (its overrides on Bridge's baseline, the same GPUs). Cut, mixed
@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from mbridge_overlap import analysis, releases, scenario, schema
+from mbridge_overlap.findings import analysis
+from mbridge_overlap.upstream import releases
+from mbridge_overlap.run import scenario, schema
 from mbridge_overlap.diagnose import summary as S
 from mbridge_overlap.diagnose.summary import Summary, Text
 

@@ -167,5 +167,5 @@ def test_an_analysis_imports_no_release_data_or_templates(tmp_path):
     assert status == "0"
     loaded = ast.literal_eval(modules)
     assert "mbridge_overlap.trace.analysis" in loaded
-    for name in ("mbridge_overlap.releases", "mbridge_overlap.render", "mbridge_overlap.launch_env", "jinja2", "yaml"):
+    for name in ("mbridge_overlap.upstream.releases", "mbridge_overlap.output.snippets", "mbridge_overlap.run.launch_env", "jinja2", "yaml"):
         assert name not in loaded, name

@@ -182,7 +182,7 @@ REAL_EVENTS = 15000
 @pytest.mark.parametrize("source", REAL_TRACES, ids=[p.name.split(".")[0] for p in REAL_TRACES])
 def test_real_traces_in_every_layout(tmp_path, source):
     """A real trace (REAL_EVENTS events in time around its first NCCL kernel, to keep this fast;
-    scripts/bench_trace.py checks whole ones)
+    benchmarks/bench_trace.py checks whole ones)
     saved again by other tools gives the report its Kineto layout gives."""
     import gzip
 
@@ -224,7 +224,7 @@ def _peak_bytes(path) -> int:
 def test_memory_does_not_grow_with_the_text(tmp_path, monkeypatch, layout):
     """Streaming: the same kernels among 4x the events cost hardly more memory, and far less than the file
     (the text is never held whole, only a window of a few chunks; the chunk is made small here so that the
-    window is small beside these files). What grows with the kernels is measured by scripts/bench_trace.py."""
+    window is small beside these files). What grows with the kernels is measured by benchmarks/bench_trace.py."""
     monkeypatch.setattr(window, "CHUNK_CHARS", 1 << 16)
     sizes, peaks = [], []
     for noise in (1, 12):

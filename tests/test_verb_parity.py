@@ -8,8 +8,8 @@ from functools import lru_cache
 import pytest
 
 import mbridge_overlap.api as api
-import mbridge_overlap.diff
-from mbridge_overlap import catalog, releases
+import mbridge_overlap.verbs.diff
+from mbridge_overlap.upstream import catalog, releases
 
 VERSION = releases.get(None).version
 
@@ -63,13 +63,13 @@ def test_plan_analyses_what_resolve_gives_for_its_overrides():
 def diff_sides(monkeypatch):
     """The two sides diff analyses, as it built them from its inputs."""
     seen = []
-    side = mbridge_overlap.diff.side
+    side = mbridge_overlap.verbs.diff.side
 
     def recording(label, sc):
         seen.append(side(label, sc))
         return seen[-1]
 
-    monkeypatch.setattr(mbridge_overlap.diff, "side", recording)
+    monkeypatch.setattr(mbridge_overlap.verbs.diff, "side", recording)
     return seen
 
 

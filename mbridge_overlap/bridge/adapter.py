@@ -9,7 +9,7 @@ import logging
 import os
 import warnings
 
-from .. import schema
+from ..run import schema
 
 # A small GPT that satisfies Megatron-Core's checks for every layout the conformance set generates:
 # heads divisible by TP <= 8, layers divisible by PP x VPP <= 32, sequence divisible by 2 x CP.

@@ -9,7 +9,10 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 
-from .. import api, releases, render, request
+from .. import api
+from ..upstream import releases
+from ..output import snippets as render
+from ..run import request
 from . import adapter
 
 FORMS = ("python", "yaml", "hydra", "env_vars", "env")

@@ -13,7 +13,8 @@ import re
 import time
 from dataclasses import dataclass
 
-from .. import api, releases
+from .. import api
+from ..upstream import releases
 from ..errors import UsageError
 from . import adapter
 

@@ -23,8 +23,8 @@ import re
 import warnings
 from pathlib import Path
 
-from .. import catalog
-from .. import schema
+from ..upstream import catalog
+from ..run import schema
 from . import adapter
 
 PACKAGES = ("megatron.bridge.recipes", "megatron.bridge.perf_recipes")
@@ -364,7 +364,7 @@ def entry(package: str, name: str, fn, scratch: Path) -> dict:
         return {**out, "builds": False, "build_error": describe(exc)}
     if not hasattr(probe, "comm_overlap") or not hasattr(probe, "model"):
         return None  # a *_config helper that returns a dataset or model config, not a recipe
-    from .. import releases
+    from ..upstream import releases
 
     gpus = out.get("gpus") or catalog.smallest_world(probe.model, releases.get(adapter.bridge_version()).expert_tp_one_with_ep)
     cfg, fixups, error, env, after = build(fn, gpu, gpus, scratch)
@@ -393,6 +393,6 @@ def generate(only: str | None = None, progress=None) -> dict:
             if progress and (i % 100 == 0 or i == len(functions)):
                 progress(f"{i}/{len(functions)} recipes ({time.time() - start:.0f} s)")
     return {"bridge_version": version("megatron-bridge"), "megatron_core_version": version("megatron-core"),
-            "generated_by": "scripts/gen_recipe_catalog.py",
+            "generated_by": "tools/gen_recipe_catalog.py",
             "devices": {gpu: {"capability": list(cap), "name": name, "assumed": gpu in ASSUMED_DEVICES} for gpu, (cap, name) in DEVICES.items()},
             "recipes": entries}

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UsageError
-from ..releases import DATA_DIR, load_yaml
+from ..upstream.suites import table
 
 SKILL_ROOT = Path(__file__).resolve().parents[2]
 PASS, FAIL, NOT_RUN, SKIPPED = "PASS", "FAIL", "NOT RUN", "SKIPPED"
@@ -45,20 +45,6 @@ class SuiteResult:
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
-
-
-def table() -> dict:
-    return load_yaml(DATA_DIR / "suites.yaml")
-
-
-def expected_counts() -> dict:
-    """The pass counts verify requires, by suite, test-file sha256 and installed release (data/suites.yaml)."""
-    data = table()
-    return {
-        "suites": {name: {"path": s["path"], "needs_module": s.get("needs_module")} for name, s in data["suites"].items()},
-        "expected": [dict(row) for row in data["measured"]],
-        "otherwise": "a file and release not listed: verify requires passed == collected",
-    }
 
 
 def find_checkout(explicit: str | None = None) -> Path | None:

@@ -18,7 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from .. import anchors, api
+from ..upstream import anchors
+from .. import api
 from ..errors import UsageError
 from . import adapter, apply, conformance, suites
 
@@ -27,7 +28,7 @@ SNIPPET_FILES = {"python": "python.py", "yaml": "overrides.yaml", "hydra": "hydr
 
 
 # Where the time goes: with MBRIDGE_VERIFY_PHASES=FILE, verify writes there, as JSON, [time.time(), this process's
-# CPU seconds] at the end of each phase (scripts/bench_verify.py reads it). Nothing else changes.
+# CPU seconds] at the end of each phase (benchmarks/bench_verify.py reads it). Nothing else changes.
 PHASES_ENV = "MBRIDGE_VERIFY_PHASES"
 marks: dict = {}
 

@@ -32,7 +32,7 @@ class Link:
 def selectors() -> dict:
     """finding id -> its `logged` selectors, as (text, line pattern or None)."""
     out = {}
-    for fid, rec in findings.registry().items():
+    for fid, rec in findings.records().items():
         for sel in rec.get("logged") or ():
             text, line = (sel, None) if isinstance(sel, str) else (sel["message"], sel.get("line"))
             out.setdefault(fid, []).append((text, line))
@@ -104,7 +104,7 @@ def _keys(name: str, owner: str | None, version: str | None) -> list[str]:
 @lru_cache(maxsize=None)
 def _sections_of(version: str | None) -> dict:
     """field name -> the ConfigContainer sections of the release that have it (KNOB_SECTIONS order)."""
-    from ..releases import bridge_fields
+    from ..upstream.releases import bridge_fields
 
     fields = bridge_fields(version)
     out: dict = {}

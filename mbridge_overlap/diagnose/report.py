@@ -23,9 +23,9 @@ SLOWER = 1.03  # a median iteration time more than 3% longer is a drop
 
 def _declare() -> None:
     """diagnose raises the findings whose examples are logs: they are known from a log only."""
-    from ..checks import declare
+    from ..findings.rules import declare
 
-    declare(__name__, [fid for fid, rec in findings.registry().items() if rec["example"]["verb"].startswith("diagnose")])
+    declare(__name__, [fid for fid, rec in findings.records().items() if rec["example"]["verb"].startswith("diagnose")])
 
 
 _declare()
@@ -175,8 +175,8 @@ def _path_error(groups: list, cat: messages.Catalog) -> Cause:
 def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
     """The analysis of the run's config beside each cause: predicted, predicted once the log's machine facts are
     given, or missed."""
-    from ..analysis import analyze
-    from ..checks import RAISERS
+    from ..findings.analysis import analyze
+    from ..findings.rules import RAISERS
 
     analysis = analyze(scenario)
     known = [f for f in analysis.findings if not rests_on(f.when, f.knobs, unknown)]
@@ -252,7 +252,7 @@ def _shown_facts(diag: Diagnosis, rec: dict) -> dict:
 
 def scenario_with(sc, machine_facts: dict):
     """The scenario on a machine with these facts as well as those given."""
-    from .. import machine
+    from ..run import machine
 
     m = sc.machine
     given = {k: getattr(m, k) for k in ("nvlink_domain", "gpus_per_node", "multicast", "te_version") if m.sources.get(k) == "given"}

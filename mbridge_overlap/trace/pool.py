@@ -24,7 +24,6 @@ import sys
 import time
 from collections import deque
 
-from .. import malloc
 from ..errors import UsageError
 from ..safeio import write_all
 
@@ -227,7 +226,6 @@ def _read_exact(fd: int, size: int) -> bytes:
 
 def _work(func, items: list, tasks: int, results: int, parent_pid: int) -> None:
     _detach((tasks, results), parent_pid)
-    malloc.keep_freed_memory()
     while True:
         number = _read_exact(tasks, 4)
         if len(number) < 4:  # the parent closed its end

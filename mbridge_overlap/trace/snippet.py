@@ -67,10 +67,10 @@ def render(form: str, start: int, end: int, ranks: tuple[int, ...]) -> str:
         raise UsageError(f"--snippet {shown(form)}: expected one of {', '.join(FORMS)}")
     if not all(isinstance(r, int) and r >= 0 for r in ranks) or not (1 <= start < end):
         raise UsageError("profiler snippet: steps or ranks out of range")
-    from .. import render as templates  # Jinja's templates: not for a trace's analysis, which parses --rank here
+    from ..output import snippets  # Jinja: not for a trace's analysis, which parses --rank here
 
     purpose, totals = describe(start, end, ranks)
-    return templates.render(
+    return snippets.render(
         FORMS[form], purpose=purpose, totals=totals, release=RELEASE, start=int(start), end=int(end),
         ranks=[int(r) for r in ranks],
     )

@@ -1,6 +1,6 @@
 """The diagnose test data: logs produced by real Megatron-Bridge on this machine (tests/data/logs/bridge-0.6.2) are
 what Bridge prints today, and the upstream-quote logs (tests/data/logs/upstream) are what their manifest generates,
-with each quoted text verbatim inside. scripts/gen_bridge_logs.py --check regenerates both (about 4 minutes: one
+with each quoted text verbatim inside. tools/gen_bridge_logs.py --check regenerates both (about 4 minutes: one
 process imports Bridge once and forks a child per scenario, one scenario runs in a fresh interpreter beside it, three
 run under torchrun with two ranks)."""
 

@@ -1,6 +1,6 @@
 """The resolver agrees with real Megatron-Bridge on every field of 2,000 generated requests, in one process."""
 
-from mbridge_overlap import resolver
+from mbridge_overlap.run import resolver
 from mbridge_overlap.bridge import conformance
 
 

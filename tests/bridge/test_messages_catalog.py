@@ -1,4 +1,4 @@
-"""The messages catalog against the installed packages: scripts/gen_messages.py --check regenerates it byte for byte,
+"""The messages catalog against the installed packages: tools/gen_messages.py --check regenerates it byte for byte,
 its recorded lines are the statements in the installed files, and what real Bridge logs, warns and raises on the
 overlap path is found in it at the function that wrote it."""
 

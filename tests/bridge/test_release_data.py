@@ -5,7 +5,8 @@ import dataclasses
 import pytest
 import yaml
 
-from mbridge_overlap import releases, schema
+from mbridge_overlap.upstream import releases
+from mbridge_overlap.run import schema
 from mbridge_overlap.bridge import adapter
 
 RELEASE = releases.get(adapter.bridge_version())
@@ -65,7 +66,7 @@ def test_presets_are_bridges():
 
 
 def test_field_lists_and_presets_are_bridges():
-    """scripts/gen_bridge_data.py --check: the installed release's field names and the shared presets."""
+    """tools/gen_bridge_data.py --check: the installed release's field names and the shared presets."""
     import subprocess
     import sys
 
@@ -82,7 +83,7 @@ def test_effective_fields_exist_on_bridges_objects(baseline):
 
 
 def test_anchors_are_found_in_the_installed_package():
-    from mbridge_overlap.anchors import report
+    from mbridge_overlap.upstream.anchors import report
 
     d = report(None)
     assert d["ok"], [a for a in d["anchors"] if a["status"] in ("missing", "changed")]
@@ -92,7 +93,7 @@ def test_anchors_are_found_in_the_installed_package():
 def test_the_installed_megatron_core_and_transformer_engine_are_the_recorded_code():
     """Every Megatron-Core and Transformer Engine anchor is found in this Python's packages, of the versions the
     release is paired with (fingerprints.yaml), and its code is that version's."""
-    from mbridge_overlap import anchors
+    from mbridge_overlap.upstream import anchors
 
     d = anchors.report(None)
     pairs = anchors.fingerprints()["releases"][RELEASE.data_version]

@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from mbridge_overlap import anchors, launch_env, releases
+from mbridge_overlap.upstream import anchors, releases
+from mbridge_overlap.run import launch_env
 from mbridge_overlap.bridge import adapter, apply, conformance
 from test_apply import LAYOUTS
 
@@ -116,7 +117,7 @@ def test_nemo_run_snippet_is_what_perf_env_plugin_sets(flags):
 
 
 def test_field_names_are_this_releases():
-    """scripts/gen_bridge_data.py --check against this release: data/releases/VERSION/bridge_fields.yaml and presets."""
+    """tools/gen_bridge_data.py --check against this release: data/releases/VERSION/bridge_fields.yaml and presets."""
     import subprocess
     import sys
 
@@ -126,7 +127,7 @@ def test_field_names_are_this_releases():
 
 
 def test_recipe_catalog_is_this_releases():
-    """scripts/gen_recipe_catalog.py --check: data/releases/VERSION/recipes.json regenerated from the installed package."""
+    """tools/gen_recipe_catalog.py --check: data/releases/VERSION/recipes.json regenerated from the installed package."""
     import subprocess
     import sys
 

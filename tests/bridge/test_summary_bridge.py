@@ -12,7 +12,9 @@ import io
 
 import pytest
 
-from mbridge_overlap import analysis, releases, scenario, schema
+from mbridge_overlap.findings import analysis
+from mbridge_overlap.upstream import releases
+from mbridge_overlap.run import scenario, schema
 from mbridge_overlap.bridge import adapter
 from mbridge_overlap.diagnose import summary as S
 

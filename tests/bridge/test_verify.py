@@ -82,7 +82,7 @@ def test_verify_sh_json_and_exit_status(tmp_path):
     assert proc.returncode == 1 and report["verdict"] == "FAIL"
     assert statuses(report)["suite test_comm_overlap.py"] == "FAIL"
     assert statuses(report)["suite test_run_plugins.py"] == "PASS"
-    marks = json.loads(phases.read_text())  # what scripts/bench_verify.py splits a run by
+    marks = json.loads(phases.read_text())  # what benchmarks/bench_verify.py splits a run by
     order = ["main", "plan", "import", "apply", "anchors", "suites", "report"]
     assert [marks[m][0] for m in order] == sorted(marks[m][0] for m in order)
     assert marks["suites_launched"][0] <= marks["suites_pytest_done"][0] <= marks["suites_exited"][0]

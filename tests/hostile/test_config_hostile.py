@@ -33,7 +33,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from mbridge_overlap import cli, render, safeio  # noqa: E402
+from mbridge_overlap import cli, safeio  # noqa: E402
+from mbridge_overlap.output import snippets as render  # noqa: E402
 from mbridge_overlap.errors import UsageError  # noqa: E402
 from hostile_kit import (  # noqa: E402
     _PYCACHE, CONTROL, LINE_BREAKS, MARKER, Named, assert_one_line, cli_env, fifo, payloads, registry, run_all, run_cli, write,

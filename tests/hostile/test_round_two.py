@@ -27,7 +27,8 @@ from blocked_pipe import full_pipe  # tests/, beside conftest.py
 from hostile_kit import MARKER, ROOT, assert_clean_stderr, assert_one_line, cli_env, payloads, run_cli, write
 
 sys.path.insert(0, str(ROOT))
-from mbridge_overlap import api, catalog, cli, findings, safeio  # noqa: E402
+from mbridge_overlap import api, cli, findings, safeio
+from mbridge_overlap.upstream import catalog  # noqa: E402
 from mbridge_overlap.errors import UsageError  # noqa: E402
 
 CASES: dict[str, int] = {}

@@ -1,0 +1,38 @@
+"""`diff`: the overlap-relevant changes between two scenarios (run configs, recipes, GPU counts), with causes, ranked."""
+
+from __future__ import annotations
+
+from .. import api
+from ..errors import UsageError
+from ..output import text
+from . import options
+
+HELP = "the overlap-relevant changes between two scenarios (run configs, recipes, GPU counts), with causes, ranked"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("inputs", nargs="*", metavar="[BEFORE AFTER] [KEY=VALUE]",
+                   help="the faster and the slower run's configs (files, checkpoint or iteration directories); overrides go on AFTER")
+    p.add_argument("--recipe-before", type=options.RECIPE, help="BEFORE starts from this recipe")
+    p.add_argument("--recipe-after", type=options.RECIPE, help="AFTER starts from this recipe")
+    p.add_argument("--gpus", type=options.positive_int, help="GPU count of both sides, where nothing else gives it")
+    p.add_argument("--gpus-before", type=options.positive_int, help="GPU count of BEFORE")
+    p.add_argument("--gpus-after", type=options.positive_int, help="GPU count of AFTER (diff --recipe R --gpus-after 32: what changes on 32 GPUs)")
+    p.add_argument("--before", action="append", default=[], metavar="KEY=VALUE", help="an override on BEFORE (and AFTER, which starts from it)")
+    options.scenario_flags(p, gpus=False)
+    options.output_flags(p)
+
+
+def run(args) -> int:
+    paths, overrides = options.split_inputs(args.inputs, files=2)
+    before_overrides = options.overrides_of(args.before)
+    if len(paths) == 1 and not (overrides or before_overrides or args.gpus_after or args.recipe_after):
+        raise UsageError("diff: give BEFORE and AFTER, or one config (or --recipe) with what changes: KEY=VALUE, --gpus-after, --recipe-after")
+    result = api.diff(
+        paths[0] if paths else None, paths[1] if len(paths) > 1 else None, overrides=overrides, before_overrides=before_overrides,
+        recipe_before=args.recipe_before, recipe_after=args.recipe_after, gpus=args.gpus, gpus_before=args.gpus_before,
+        gpus_after=args.gpus_after, **options.inputs(args),
+    )
+    d = result.to_dict()
+    options.emit(args, options.to_json(d) if args.format == "json" else text.diff(d))
+    return 0

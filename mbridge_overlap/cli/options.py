@@ -1,0 +1,126 @@
+"""What the verbs' command lines share: the parser (one line per usage error), the flags every verb about a config
+takes, how an answer is written (stdout or --output), and the positional KEY=VALUE overrides."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+
+from .. import safeio
+from ..errors import UsageError
+from ..run.request import parse_override
+from ..upstream import releases
+
+PROG = "mbridge-overlap"  # the name every message starts with
+
+
+def positive_int(value: str) -> int:
+    """An argparse type (argparse names the flag in its message)."""
+    if not re.fullmatch(r"[+-]?[0-9]{1,%d}" % safeio.MAX_INT_CHARS, value.strip()):  # int() also takes "８" and "1_0"
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {safeio.shown(value)}")
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {number}")
+    return number
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad arguments get one line naming the problem (and --help for more), exit status 2; help goes through the
+    same stdout writer as every answer (a closed or full stdout is an error, not a silent exit 0)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {safeio.message(message)} (see --help)\n")
+
+    def print_help(self, file=None):
+        if file is None:
+            safeio.write_stdout(self.format_help())
+        else:
+            super().print_help(file)
+
+
+def output_flags(p: argparse.ArgumentParser, formats=("text", "json")) -> None:
+    p.add_argument("--format", choices=formats, default="text", help="output format (default: text; json for agents)")
+    p.add_argument("--output", metavar="PATH", help="write the output to PATH instead of stdout")
+    p.add_argument("--force", action="store_true", help="overwrite --output PATH if it exists")
+
+
+def release_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bridge-version", metavar="V", help=f"target Megatron-Bridge release (default {releases.default_version()}; "
+                   f"one of {', '.join(releases.versions())}, or a newer one, answered unverified)")
+
+
+RECIPE = safeio.name_arg(r"^[a-z0-9][a-z0-9_.]*\Z")
+GPUS_HELP = ("total GPU count (world size); default: the saved run config's, else the count in the recipe's name, else the "
+             "recipe's smallest layout")
+
+
+def scenario_flags(p: argparse.ArgumentParser, gpus: bool = True) -> None:
+    """The inputs every verb about a config takes (scenario.build's keywords), with the same defaults everywhere."""
+    p.add_argument("--recipe", type=RECIPE, help="start from this shipped recipe function (see the recipes command) instead of the "
+                   "baseline; plan also takes a model family such as llama3_70b (for NCCL_P2P_NET_CHUNKSIZE)")
+    if gpus:
+        p.add_argument("--gpus", type=positive_int, help=GPUS_HELP)
+    p.add_argument("--gpu", help="GPU type: " + ", ".join(releases.gpu_types()) + " (default: the recipe's, else h100)")
+    p.add_argument("--task", help="training task: " + ", ".join(releases.data()["tasks"]) + " (default: the recipe's, else pretrain)")
+    p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
+    p.add_argument("--launcher-env", action="store_true", help="take this shell's environment as the launcher's (its values win over env_vars)")
+    m = p.add_argument_group("the machine (defaults from the GPU type and the installed packages; shown under inputs.machine)")
+    m.add_argument("--nvlink-domain", type=positive_int, metavar="N", help="GPUs per NVLink domain (8 on H100/B200/B300 nodes, 72 in an NVL72 rack)")
+    m.add_argument("--gpus-per-node", type=positive_int, metavar="N", help="GPUs per node")
+    m.add_argument("--multicast", choices=("yes", "no"), help="CUDA multicast available (driver >= 12.1 on an NVSwitch system; default yes)")
+    m.add_argument("--torch-mpi", choices=("yes", "no"), help="torch.distributed has MPI (default: read from the Bridge venv's torch)")
+    m.add_argument("--te-version", metavar="V", help="Transformer Engine version (default: the release's pinned one)")
+    release_flag(p)
+
+
+def inputs(args, **extra) -> dict:
+    yes = {"yes": True, "no": False, None: None}
+    machine = {"nvlink_domain": args.nvlink_domain, "gpus_per_node": args.gpus_per_node, "multicast": yes[args.multicast],
+               "torch_mpi": yes[args.torch_mpi], "te_version": args.te_version}
+    return dict(recipe=args.recipe, gpu=args.gpu, task=args.task, te=args.te, bridge_version=args.bridge_version,
+                launcher_env=dict(os.environ) if args.launcher_env else None,
+                machine_facts={k: v for k, v in machine.items() if v is not None}, **extra)
+
+
+def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
+    """Positional inputs: up to `files` file paths first, then KEY=VALUE overrides (a token with '=' after a dotted
+    key, or naming no file, is an override)."""
+    paths, overrides = [], {}
+    for token in tokens:
+        key = token.partition("=")[0]
+        if "=" in token and ("." in key or key in ("comm_overlap", "mixed_precision")) and not os.path.exists(token):
+            k, v = parse_override(token)
+            overrides[k] = v
+        elif overrides or len(paths) >= files:
+            raise UsageError(f"{safeio.shown(token)}: expected KEY=VALUE here (files come first, at most {files})")
+        else:
+            paths.append(token)
+    return paths, overrides
+
+
+def overrides_of(tokens: list[str]) -> dict:
+    return dict(parse_override(o) for o in tokens)
+
+
+def emit(args, payload: str) -> None:
+    """The answer on stdout, or in --output PATH (atomically; an existing file only with --force)."""
+    if args.output is None:
+        safeio.write_stdout(payload)
+        return
+    safeio.write_output(args.output, payload, args.force)
+    print(f"wrote {safeio.esc(args.output)}", file=sys.stderr)
+
+
+def to_json(data) -> str:
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def say(line: str) -> None:
+    """One line on stderr; nothing where stderr itself is closed."""
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, AttributeError, ValueError):
+        pass

@@ -1,0 +1,112 @@
+"""`trace`: hidden and exposed communication per parallel dimension from profiler traces.
+
+    trace TRACE... [--jobs N]          analyse one job's traces (files, or directories of rank files)
+    trace --compare BEFORE AFTER       which dimension's exposed communication grew or shrank, per step
+    trace --snippet python|yaml|hydra  turn on Bridge's PyTorch profiler (--steps START-END, --rank R,R|all)
+
+Exit status: 0, or 1 when a truncated trace was analysed with --allow-partial (the output says PARTIAL);
+bad input raises UsageError (one line, status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .. import safeio
+from ..errors import UsageError
+from ..trace import render, snippet
+
+HELP = "hidden and exposed communication per parallel dimension from profiler traces"
+
+
+EXAMPLES = """examples:
+  python -m mbridge_overlap trace torch_profile/                  hidden and exposed time per rank, dimension and step
+  python -m mbridge_overlap trace --compare before/ after/        which dimension's exposed time grew or shrank
+  python -m mbridge_overlap trace --snippet python --steps 10-13 --rank 0,8   turn on Bridge's PyTorch profiler
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXAMPLES
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument(
+        "traces", nargs="*", metavar="TRACE",
+        help="PyTorch profiler traces (.json or .json.gz), one file per rank, or directories of them",
+    )
+    parser.add_argument(
+        "--compare", action="store_true",
+        help="compare two captures: the two TRACE arguments are BEFORE and AFTER (each a file or a directory)",
+    )
+    parser.add_argument(
+        "--rank", "--ranks", dest="rank", metavar="R[,R...]",
+        help="global ranks to analyse (default: all in the traces); with --snippet, the ranks to profile or 'all' "
+        "(default 0)",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    parser.add_argument(
+        "--allow-partial", action="store_true",
+        help="analyse what a truncated trace holds instead of refusing it; the output is marked PARTIAL",
+    )
+    parser.add_argument(
+        "--jobs", type=_jobs, metavar="N",
+        help="worker processes analysing rank files at once (default: one per rank, at most one per core and 8; "
+        "1: one after another in this process); the report is the same",
+    )
+    parser.add_argument(
+        "--snippet", choices=tuple(snippet.FORMS), metavar="FORM",
+        help="print a snippet that turns on Bridge's PyTorch profiler: python, yaml or hydra",
+    )
+    parser.add_argument(
+        "--steps", metavar="START-END",
+        help=f"with --snippet: Bridge's profile_step_start-profile_step_end, END not recorded (default {snippet.DEFAULT_STEPS})",
+    )
+
+
+def _jobs(value: str) -> int:
+    if not (value.isascii() and value.strip().isdigit()) or not 1 <= int(value) <= 1024:
+        raise argparse.ArgumentTypeError(f"expected a number of processes from 1 to 1024, got {safeio.shown(value)}")
+    return int(value)
+
+
+def _print(text: str) -> None:
+    try:
+        safeio.write_stdout(text)
+    except UsageError:  # closed or full: drop what stdout still buffers, so that exiting does not fail again
+        safeio.drop_stdout()
+        raise
+
+
+def _snippet(args) -> int:
+    if args.traces or args.compare or args.jobs:
+        raise UsageError("--snippet takes no traces, --compare or --jobs")
+    from .. import api
+
+    made = api.trace_snippet(args.snippet, steps=args.steps, ranks=args.rank)
+    _print(json.dumps(made, indent=2) + "\n" if args.format == "json" else made["snippet"])
+    return 0
+
+
+def run(args) -> int:
+    if args.snippet:
+        return _snippet(args)
+    if args.steps:
+        raise UsageError("--steps goes with --snippet")
+    from .. import api
+
+    ranks = snippet.parse_ranks(args.rank, allow_all=False)
+    if args.compare:
+        if len(args.traces) != 2:
+            raise UsageError(f"--compare takes exactly two traces, BEFORE and AFTER (got {len(args.traces)})")
+        result = api.compare_traces(args.traces[0], args.traces[1], ranks=ranks, allow_partial=args.allow_partial,
+                                    jobs=args.jobs)
+        data = result.to_dict()
+        partial = result.before.partial or result.after.partial
+        text = render.comparison
+    else:
+        if not args.traces:
+            raise UsageError("give at least one trace file or directory (or --snippet FORM)")
+        result = api.trace(args.traces, ranks=ranks, allow_partial=args.allow_partial, jobs=args.jobs)
+        data, partial, text = result.to_dict(), result.partial, render.report
+    _print(json.dumps(data, indent=2) + "\n" if args.format == "json" else text(data))
+    return 1 if partial else 0

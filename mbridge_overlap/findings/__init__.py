@@ -1,0 +1,170 @@
+"""Findings: every silent or surprising outcome of a request, from the one registry in data/findings.yaml.
+
+A check raises a finding by id with the values its message and fix templates name, the typed overrides that fix it
+(`fix_overrides`, Bridge's dotted keys; empty when only hardware, the launcher or a rewrite can), the knobs involved,
+and the effective values its message states (`asserts`, checked against `effective` in tests).
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from functools import lru_cache
+
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+from ..safeio import bare_word, override_arg, sh_quote
+from ..suggest import closest
+from ..upstream.releases import DATA_DIR, load_yaml
+from ..values import fmt
+
+SEVERITIES = ("error", "warning", "info")
+WHEN = ("config", "setup", "step", "steady")
+FIXABLE = ("always", "sometimes", "never")
+# The fields of a registry record (data/findings.yaml says what each means); the first ones every record has.
+REQUIRED = ("severity", "title", "message", "fix", "fixable", "example", "counter_example", "explain")
+FIELDS = REQUIRED + ("knobs", "anchor", "source", "asserts", "when", "skill", "fix_overrides", "blocks", "logged", "shows", "log_fix",
+                     "overlap_related")
+
+
+@dataclass
+class Finding:
+    id: str
+    severity: str
+    message: str
+    fix: str
+    fix_overrides: dict = field(default_factory=dict)
+    knobs: list = field(default_factory=list)
+    when: str | None = None  # errors: where the run fails (config, setup, step)
+    remove_keys: list = field(default_factory=list)  # keys of the request the fix drops (not settable to anything)
+    asserts: dict = field(default_factory=dict)  # effective dotted key -> value the message states
+
+    def to_dict(self) -> dict:
+        out = {"id": self.id, "severity": self.severity, "message": self.message, "fix": self.fix,
+               "fix_overrides": self.fix_overrides, "knobs": self.knobs}
+        if self.when:
+            out["when"] = self.when
+        if self.remove_keys:
+            out["remove_keys"] = self.remove_keys
+        return out
+
+
+# Inside a re-resolution that proves a fix (proof.probe): every check takes its first candidate unproven (no
+# re-resolution in turn), and a finding made there is only compared (id, knobs, severity, fix_overrides): no text.
+PROBING: ContextVar[bool] = ContextVar("probing", default=False)
+
+
+@lru_cache(maxsize=None)
+def records() -> dict:
+    return load_yaml(DATA_DIR / "findings.yaml")
+
+
+def record(finding_id: str) -> dict:
+    return records()[finding_id]
+
+
+def template_fields(text: str) -> set:
+    import string
+
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+class Shell(str):
+    """Fix text that is safe to paste into a shell as it stands: every value in it is one shell word that the shell
+    neither splits nor expands. Made only by shell() and overrides_text(); a plain str is never taken for one."""
+
+
+def shell(template: str, **params) -> Shell:
+    """`template` (our own prose) with each value as one quoted shell word: Shell text as it is, true/false/null
+    for booleans and None, numbers as written, any other text through safeio.sh_quote."""
+    return Shell(template.format(**{k: _shell_word(v) for k, v in params.items()}))
+
+
+def _shell_word(value) -> str:
+    if isinstance(value, Shell):
+        return value
+    if value is None or isinstance(value, (bool, int, float)):
+        return sh_quote(fmt(value))
+    return sh_quote(str(value))
+
+
+def overrides_text(overrides: dict) -> Shell:
+    """Overrides as the command line takes them, KEY=VALUE each one shell word: true/false/null, and a string in
+    Hydra's quoting where it needs it (the one quoting of every fix; diff's restores use it too)."""
+    return Shell(" ".join(override_arg(k, fmt(v), isinstance(v, str)) for k, v in overrides.items()))
+
+
+def paste_safe(overrides: dict) -> bool:
+    """Every value of a fix_overrides mapping is safe to paste into a shell as written (a number, true/false/null, or
+    text that shlex.quote leaves bare)."""
+    return all(v is None or isinstance(v, (bool, int)) or isinstance(v, float) and v == v and abs(v) != float("inf")
+               or isinstance(v, str) and bare_word(v) for v in overrides.values())
+
+
+def make(finding_id: str, *, fix_overrides: dict | None = None, knobs=None, remove_keys=(), asserts=None, **params) -> Finding:
+    """A finding from its record: message and fix rendered with `params`; knobs default to the record's.
+
+    The fix is paste-safe by construction: `fix` must be Shell text, every other value is quoted as one shell word
+    in the fix template, and fix_overrides whose values are not all paste_safe are not offered (the fix then says to
+    set those keys by hand)."""
+    rec = record(finding_id)
+    fix_overrides = dict(fix_overrides or {})
+    wordless = PROBING.get()  # inside a fix proof only ids, knobs and fix_overrides count: no text is made
+    if fix_overrides and not paste_safe(fix_overrides):
+        keys = Shell(", ".join(_shell_word(k) for k in fix_overrides))
+        params["fix"] = shell("set {keys} by hand: a value for it would hold characters a shell interprets", keys=keys)
+        fix_overrides = {}
+    if "fix" not in params and fix_overrides and not wordless:
+        params["fix"] = overrides_text(fix_overrides)
+    if "fix" in params and not isinstance(params["fix"], Shell):
+        raise TypeError(f"{finding_id}: fix text must be built with findings.shell() or overrides_text()")
+    return Finding(
+        id=finding_id,
+        severity=rec["severity"],
+        message="" if wordless else rec["message"].format(**params),
+        fix=Shell("") if wordless else shell(rec["fix"], **params),
+        fix_overrides=fix_overrides,
+        knobs=list(knobs if knobs is not None else rec.get("knobs") or []),
+        when=rec.get("when"),
+        remove_keys=list(remove_keys),
+        asserts={**(rec.get("asserts") or {}), **(asserts or {})},
+    )
+
+
+def explain(finding_id: str) -> dict:
+    entries = records()
+    key = finding_id.strip().upper().replace("-", "_") if isinstance(finding_id, str) else ""
+    if key not in entries:
+        from ..safeio import shown
+
+        hint = closest(key, entries)
+        raise UsageError(f"explain: unknown finding id {shown(finding_id)}" + (f"; did you mean '{hint}'?" if hint else ""))
+    rec = entries[key]
+    from .example_command import command
+
+    out = {"id": key, "severity": rec["severity"], "title": rec["title"], "when": rec.get("when"),
+           "anchor": rec.get("anchor"), "source": rec.get("source"), "skill": rec.get("skill"),
+           "knobs": rec.get("knobs") or [], "fixable": rec.get("fixable"), "example": command(rec["example"]),
+           "counter_example": command(rec["counter_example"]), "explain": rec["explain"].strip()}
+    out["location"] = _location(rec.get("anchor"))
+    return out
+
+
+def _location(anchor_id: str | None) -> dict | None:
+    """Where the anchored Bridge code is in the installed package, when one is importable here (None otherwise)."""
+    if not anchor_id:
+        return None
+    from ..upstream import anchors
+
+    spec = anchors.specs()[anchor_id]
+    try:
+        location = anchors.locate(None)
+    except UsageError as exc:  # no Bridge here: where the code is from the anchor itself, its lines from `anchors`
+        package = spec.get("package", anchors.BRIDGE).replace(".", "/")
+        return {"status": "needs_bridge", "file": f"{package}/{spec['file']}", "scope": spec["scope"], "note": str(exc)}
+    found = anchors.check(anchor_id, spec, location, anchors.fingerprints()["anchors"].get(anchor_id) or [])
+    return {k: v for k, v in found.to_dict().items() if k in ("status", "path", "start", "end", "same_as", "nearest", "note")}
+
+
+def sort(items: list[Finding]) -> list[Finding]:
+    return sorted(items, key=lambda f: SEVERITIES.index(f.severity))

@@ -1,0 +1,137 @@
+"""One analysis of a scenario: the resolver's state after runtime_config_update() and every check's findings.
+
+Every verb is a view of this: resolve prints it, lint adds only what needs a saved run config (saved versus computed),
+plan analyses the scenario its overrides make, diff compares two, recipes and diagnose read theirs. Re-resolution
+for fix proofs goes through `state_of` too, so a fix is proven on the same path as the answer it belongs to.
+"""
+
+from __future__ import annotations
+
+
+from . import rules as checks  # noqa: F401 (importing it registers the checks that proof.collect runs)
+from .. import findings
+from ..run import launch_env, layout, resolver
+from ..contract import SCHEMA_VERSION
+from .proof import collect
+from dataclasses import dataclass, field
+from ..run.scenario import Scenario
+
+
+def state_of(scenario: Scenario) -> resolver.State:
+    """The resolver's state of a scenario (Scenario.resolve: the one path, fix proofs included)."""
+    return scenario.resolve()
+
+
+def analyze(scenario: Scenario) -> "Analysis":
+    state = state_of(scenario)
+    return Analysis(scenario, state, findings.sort(collect(state)))
+
+
+@dataclass
+class Analysis:
+    scenario: Scenario
+    state: resolver.State
+    findings: list = field(default_factory=list)
+
+    @property
+    def errors(self) -> list:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def effective(self) -> dict:
+        return self.state.effective()
+
+    @property
+    def data_parallel_size(self) -> int | None:
+        return self.state.data_parallel_size or None  # None: GPUs not a multiple of TP x PP x CP
+
+    @property
+    def launch_layout(self) -> launch_env.Layout:
+        return launch_env.layout_of(self.state)
+
+    @property
+    def bridge_version(self) -> str:
+        return self.scenario.release.version
+
+    @property
+    def gpus(self) -> int:
+        return self.scenario.gpus
+
+    @property
+    def gpu(self) -> str:
+        return self.scenario.gpu
+
+    @property
+    def recipe(self) -> str | None:
+        return self.scenario.recipe["name"] if self.scenario.recipe else None
+
+    @property
+    def env_vars(self) -> dict:
+        """What the config's env_vars set (installed with setdefault: the launcher's values win), as strings."""
+        return {k: str(v) for k, v in self.state.request.env_vars.items()}
+
+    @property
+    def launch_env(self) -> dict:
+        """What Bridge's own launchers set for this layout: {name: {value, why}}."""
+        return {name: {"value": value, "why": why} for name, value, why in launch_env.rules(self.scenario.release, self.launch_layout)}
+
+    def modes(self) -> dict:
+        return modes(self.effective, layout.Layout.of(self.state.model, self.scenario.gpus), self.scenario.te, self.findings)
+
+    def requested(self) -> dict:
+        """The request's comm_overlap section (None: there is none; a field's None: Bridge picks), and who set each
+        field: the recipe, the run config or an override."""
+        req = self.state.request
+        comm = req.comm_overlap
+        set_by = {k: req.origin[k] for k in req.origin if k.startswith("comm_overlap.") and comm is not None
+                  and comm.get(k.partition(".")[2]) is not None}
+        if "comm_overlap" in req.origin:
+            set_by["comm_overlap"] = req.origin["comm_overlap"]
+        return {"comm_overlap": None if comm is None else dict(comm), "set_by": set_by}
+
+    def to_dict(self) -> dict:
+        sc = self.scenario
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "bridge_version": sc.release.version,
+            "verified": sc.release.verified,
+            "recipe": sc.recipe["name"] if sc.recipe else None,
+            "gpus": sc.gpus,
+            "gpu": sc.gpu,
+            "data_parallel_size": self.data_parallel_size,
+            "effective": self.effective,
+            "modes": self.modes(),
+            "requested": self.requested(),
+            "env_vars": self.env_vars,
+            "launch_env": self.launch_env,
+            "inputs": sc.to_dict(),
+            "notes": list(sc.notes),
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def modes(effective: dict, shape: layout.Layout, te: bool, found) -> dict:
+    """layout.modes, and whether the run gets each mode: an error (Bridge rejects the config, or the run fails at
+    setup or the first step) takes every mode away; a warning whose record says it `blocks` a mode (a steady-state
+    serialisation) takes that one."""
+    out = layout.modes(effective, shape, te)
+    blocked: dict = {}
+    for f in found:
+        blocks = findings.record(f.id).get("blocks")
+        for mode in ("tp", "pp", "dp") if f.severity == "error" else [blocks] if blocks else []:
+            blocked.setdefault(mode, []).append(f)
+    for name, mode in out.items():
+        against = blocked.get(name, [])
+        for part in ("grad_reduce", "param_gather") if name == "dp" else ():
+            stopped = against + blocked.get(f"dp.{part}", [])
+            mode[part]["enabled"] = mode[part]["configured"] and not stopped
+            if mode[part]["configured"] and stopped:
+                mode[part]["why"] = f"configured, but {stopped[0].id}"
+        if name == "dp":
+            against = against or [f for part in ("grad_reduce", "param_gather") for f in blocked.get(f"dp.{part}", [])]
+        mode["enabled"] = mode["configured"] and not against
+        if mode["configured"] and against:
+            f = against[0]
+            mode["why"] = (f"configured on, but the run fails at {f.when or 'config'}: {f.id}" if f.severity == "error"
+                           else f"configured on, but {f.id}: {f.message}")
+    return out

@@ -1,0 +1,130 @@
+"""Fixes proven by re-resolution: the one proof engine every finding's `fix_overrides` goes through.
+
+A fix is proven before it is offered: the scenario is analysed again with it, through the same path every verb takes,
+and it must remove its finding and raise no warning or error that was not there. A candidate that brings in findings
+of its own (a request it leaves overwritten, a dormant setting it turns on) is tried again together with their fixes.
+A finding whose candidates all fail gets no `fix_overrides`, only the text; so does one whose fix would set a key that
+a more severe (or earlier) finding's fix sets otherwise: no two fixes of one config disagree.
+"""
+
+from __future__ import annotations
+
+from .. import findings
+from . import registry
+from ..errors import UsageError
+from . import PROBING as _probing
+from . import Finding, Shell, overrides_text, shell
+from dataclasses import replace
+from ..run.resolver import State
+
+BLOCKING = ("warning", "error")
+
+
+def one_value_per_key(found: list[Finding]) -> list[Finding]:
+    """Where two findings' fixes set one key to different values (requests that contradict each other, each fix
+    reading them its own way), the error's fix, else the first one's, stands; the other waits for it."""
+    out, claimed = list(found), {}
+    for i in sorted(range(len(out)), key=lambda i: findings.SEVERITIES.index(out[i].severity)):
+        f = out[i]
+        clash = next((claimed[k][0] for k, v in f.fix_overrides.items() if k in claimed and claimed[k][1] != v), None)
+        if clash is not None:
+            out[i] = replace(f, fix_overrides={}, fix=shell("after the fix of {clash}, resolve again ({fix})", clash=clash, fix=Shell(f.fix)))
+        else:
+            claimed.update({k: (f.id, v) for k, v in f.fix_overrides.items() if k not in claimed})
+    return out
+
+
+def collect(state: State) -> list[Finding]:
+    """Every registered check's findings for a state (mbridge_overlap.findings.rules registers them); outside a proof, no two
+    fixes of one config disagree (one_value_per_key)."""
+    out = []
+    for fn, ids in registry.CHECKS:
+        for finding in fn(state):
+            if finding.id not in ids:
+                raise RuntimeError(f"{fn.__name__} raised {finding.id}, which it does not declare")
+            out.append(finding)
+    return out if probing() else one_value_per_key(out)
+
+
+def signature(f: Finding) -> tuple:
+    """What identifies a finding across re-resolutions: its id and the knobs it is about."""
+    return f.id, tuple(sorted(f.knobs))
+
+
+def _rerun(state: State, overrides: dict, remove=()) -> State | None:
+    """The state of the same scenario with `overrides`: through the one path every verb takes (Scenario.resolve,
+    which analysis.state_of is)."""
+    try:
+        return state.scenario.derive(overrides, remove).resolve()
+    except UsageError:
+        return None
+
+
+def probe(state: State) -> list[Finding]:
+    """The findings of a state, every check unproven (its first candidate taken as it is): computed once a state,
+    which no longer changes once resolved (each finding that proves its fix asks for those of the same state)."""
+    if state._probed is None:
+        token = _probing.set(True)
+        try:
+            state._probed = collect(state)
+        finally:
+            _probing.reset(token)
+    return list(state._probed)
+
+
+def probing() -> bool:
+    return _probing.get()
+
+
+def proven(state: State, finding_id: str, candidates: list[dict], knobs=None, remove=()) -> dict:
+    """The first candidate that removes the finding (id and knobs) without a warning or error that was not there,
+    settled with the fixes of the findings it brings in; {} when none does."""
+    candidates = [c for c in candidates if c]
+    if _probing.get():
+        return candidates[0] if candidates else {}
+    target = (finding_id, tuple(sorted(knobs if knobs is not None else findings.record(finding_id).get("knobs") or [])))
+    before = {signature(f) for f in probe(state) if f.severity in BLOCKING}
+    return next((p for p in (_settle(state, dict(c), remove, target, before) for c in candidates) if p is not None), {})
+
+
+def _settle(state: State, overrides: dict, remove, target: tuple, before: set) -> dict | None:
+    """The overrides, with the fixes of the warnings and errors they bring in and of the errors left whose fix would
+    undo a value they set (an error's fix wins: no fix sets what Bridge rejects; a warning's must agree). None when
+    that does not settle in three rounds."""
+    for _ in range(3):
+        after = _rerun(state, overrides, remove)
+        if after is None:
+            return None
+        found = probe(after)
+        blocking = [f for f in found if f.severity in BLOCKING]
+        undoing = [f for f in blocking if any(k in overrides and overrides[k] != v for k, v in f.fix_overrides.items())]
+        if any(f.severity != "error" for f in undoing):
+            return None  # a warning left or brought in wants another value of a key this sets
+        brought = [f for f in blocking if signature(f) not in before or f in undoing]
+        if not brought and target not in {signature(f) for f in found}:
+            return overrides
+        merged = dict(overrides)
+        for f in sorted(brought, key=lambda f: f.severity == "error"):
+            for key, value in f.fix_overrides.items():
+                if f.severity != "error" and merged.get(key, value) != value:
+                    return None  # two warnings it brings in want different values of one key
+                merged[key] = value
+        if merged == overrides:
+            return None
+        overrides = merged
+    return None
+
+
+def fixed(state: State, finding_id: str, candidates: list[dict], otherwise: Shell | None = None, knobs=None) -> tuple[dict, Shell]:
+    """The proven fix and its text; `otherwise` says what to do when no candidate holds (default: the first
+    candidate, said to need more)."""
+    o = proven(state, finding_id, candidates, knobs)
+    if _probing.get():
+        return o, Shell("")  # a proof's findings carry no text (findings.make)
+    return o, overrides_text(o) if o else unproven(candidates, shell("")) if otherwise is None else otherwise
+
+
+def unproven(candidates: list[dict], otherwise: Shell) -> Shell:
+    """The text of a fix that re-resolution did not prove: the first candidate, said to need more."""
+    shown = [overrides_text(c) for c in candidates if c]
+    return shell("{fix} (it does not settle this alone: resolve again after it)", fix=shown[0]) if shown else otherwise

@@ -1,0 +1,138 @@
+"""What several checks share: where a request was made, where a value must move to win, the DP knobs, bucket sizes."""
+
+from __future__ import annotations
+
+from ...run.resolver import DP_BUCKET_SIZE, State
+
+MIB = 2**20
+# Model fields CommOverlapConfig writes; a value set on the model is overwritten, one set on comm_overlap wins.
+COMM_OVERLAP_MODEL_FIELDS = ("tp_comm_overlap", "tp_comm_bootstrap_backend", "overlap_p2p_comm", "batch_p2p_comm",
+                             "defer_embedding_wgrad_compute", "wgrad_deferral_limit", "overlap_moe_expert_parallel_comm",
+                             "delay_wgrad_compute")
+DP_KNOBS = ("overlap_grad_reduce", "overlap_param_gather", "overlap_param_gather_with_optimizer_step", "align_param_gather", "bucket_size")
+
+
+def asked(state: State, key: str):
+    """What the user asked for at a dotted key (None: nothing, or null)."""
+    return state.request.explicit.get(key)
+
+
+def moved(state: State, owner: str, key: str, value, effective) -> list[dict]:
+    """Fixes for a request overwritten by `owner` (comm_overlap.X, mixed_precision.X): carry `value` there (and onto
+    `key` too when it is carried converted), or set `key` to what runs; the latter first when the user already asked
+    for something at `owner` (that request won). value None: nothing to carry (null on comm_overlap means "Bridge
+    picks")."""
+    align = {key: effective}
+    if value is None:
+        return [align]
+    move = {owner: value, **({key: value} if value != asked(state, key) else {})}
+    return [align, move] if asked(state, owner) is not None else [move, align]
+
+
+def every_request(state: State, name: str, value) -> dict:
+    """`name` set to `value` wherever it is requested (comm_overlap, optimizer, ddp), and where it takes effect."""
+    out = {f"{s}.{name}": value for s in ("comm_overlap", "ddp", "optimizer") if asked(state, f"{s}.{name}") is not None}
+    owner = "comm_overlap" if state.dp_overlap_applied else "optimizer"
+    out.setdefault(f"{owner}.{name}", value)
+    return out
+
+
+def intended(state: State, name: str):
+    """The value the user asked for a DP overlap knob: comm_overlap's when it has one (it wins once CommOverlapConfig
+    applies), else ddp's or optimizer's; for overlap_param_gather asked both ways, on (as validate() does)."""
+    values = [asked(state, f"{s}.{name}") for s in ("comm_overlap", "ddp", "optimizer")]
+    if values[0] is not None:
+        return values[0]
+    values = [v for v in values[1:] if v is not None]
+    if name == "overlap_param_gather" and len(values) == 2:
+        return any(values)
+    return values[0] if values else None
+
+
+def owner_key(state: State, name: str, section: str = "model") -> str:
+    """Where a comm_overlap-written field is requested: comm_overlap when the request has one, else the section."""
+    return f"comm_overlap.{name}" if state.request.comm_overlap is not None else f"{section}.{name}"
+
+
+def adopt_dp_knobs(state: State) -> dict:
+    """The ddp/optimizer DP overlap values the user set, moved onto comm_overlap (where they win once
+    CommOverlapConfig applies its DP settings); not where comm_overlap already requests that knob, nor a bucket size
+    whose reading is ambiguous."""
+    out = {}
+    for name in DP_KNOBS:
+        if (state.request.comm_overlap or {}).get(name) is not None:
+            continue
+        value = intended(state, name)
+        if name == "bucket_size":
+            value = bucket_to_move(state, value)
+        if value is not None:
+            out[f"comm_overlap.{name}"] = value
+    return out
+
+
+def tp_overlap_precision_problem(model: dict) -> tuple[str, str] | None:
+    """(precision, what fails) when Transformer Engine's userbuffers cannot carry this precision's tensors."""
+    if model.get("fp4") and not model.get("fp8"):
+        return "NVFP4", ("Bridge registers userbuffers for BF16 only (model.fp8 is unset) and the first TP-overlapped forward fails in "
+                         "Transformer Engine (get_ub: 'UB for ... with use_fp8=True is not registered.'; TE 2.20 has no NVFP4 userbuffers path)")
+    if model.get("fp8") and model.get("fp8_recipe") == "blockwise":
+        return "blockwise FP8", ("Transformer Engine 2.20's userbuffers all-gather has no path for the blockwise FP8 quantizer "
+                                 "('Unsupported quantizer for Userbuffers') at the first TP-overlapped forward")
+    return None
+
+
+def _bucket_fix(state: State, key: str) -> dict:
+    """The bytes reading of a requested bucket size, where it takes effect; {} when that reading is ambiguous too.
+    Beside the user's own comm_overlap.bucket_size (which wins once DP overlap applies) ddp's says the same."""
+    winner = asked(state, "comm_overlap.bucket_size")
+    if key == "ddp.bucket_size" and winner is not None:
+        return {key: winner}
+    params = bucket_to_move(state, state.request.explicit[key])
+    if params is None:
+        return {}
+    if key == "ddp.bucket_size" and state.dp_overlap_applied:
+        return {"comm_overlap.bucket_size": params, key: params}
+    return {key: params}
+
+
+def gradient_bytes(state: State) -> int:
+    return 4 if state.ddp["grad_reduce_in_fp32"] else 2
+
+
+def looks_like_bytes(value: int) -> bool:
+    """A megabyte count (below 1 Mi), or a whole number of MiB up to 1 GiB other than Bridge's own 128 Mi default:
+    figures people write when they think in bytes (26214400 = 25 MiB, PyTorch DDP's bucket_cap_mb)."""
+    return value < MIB or (value % MIB == 0 and value <= 2**30 and value != DP_BUCKET_SIZE)
+
+
+def bucket_parameters(state: State, value: int) -> int:
+    """The parameter count of a bucket size that looks like bytes (or megabytes); the value itself otherwise."""
+    if value is None or not looks_like_bytes(value):
+        return value
+    return (value * MIB if value < MIB else value) // gradient_bytes(state)
+
+
+def bucket_to_move(state: State, value: int | None) -> int | None:
+    """The bucket size to carry to where it wins: its parameter count; None when there is none, or when the bytes
+    reading of it looks like bytes again (32 MiB read as bytes is 8 Mi parameters, itself a whole number of MiB), so
+    that no fix guesses twice."""
+    params = bucket_parameters(state, value)
+    return None if params is None or (params != value and looks_like_bytes(params)) else params
+
+
+_OVERLAP_WORDS = ("overlap", "p2p", "tp_comm", "cuda_graph", "dispatcher", "expert", "bucket", "fsdp", "sharding",
+                  "distributed_optimizer", "param_gather", "grad_reduce", "nccl", "sharp", "ub_", "userbuffer",
+                  "pipeline", "context_parallel", "cp_comm", "microbatch_group", "a2a", "deferral", "wgrad",
+                  "communication", "high_priority", "decentralized")
+
+
+_OFF_PATH_DDP = ("check_for_nan_in_grad", "check_for_large_grads")
+
+
+def on_overlap_path(key: str) -> bool:
+    """A field that takes part in communication or its overlap: everything on ddp (but its NaN checks) and
+    comm_overlap, and fields elsewhere whose name says so."""
+    section, _, name = key.partition(".")
+    if section == "ddp":
+        return name not in _OFF_PATH_DDP
+    return section == "comm_overlap" or any(w in name for w in _OVERLAP_WORDS)

@@ -1,0 +1,60 @@
+"""Failures after the config step that the config already decides: at setup or at the first step."""
+
+from __future__ import annotations
+
+from .. import make, shell
+from ..proof import fixed
+from ...run.resolver import State
+from ...values import fmt
+from ..registry import check
+from .common import every_request, owner_key, tp_overlap_precision_problem
+
+@check("VPP_WITHOUT_PP")
+def vpp_without_pp(state: State):
+    model = state.model
+    if model["virtual_pipeline_model_parallel_size"] is not None and model["pipeline_model_parallel_size"] <= 1:
+        c = {"model.virtual_pipeline_model_parallel_size": None}
+        o, fix = fixed(state, "VPP_WITHOUT_PP", [c])
+        yield make("VPP_WITHOUT_PP", fix_overrides=o, fix=fix, vpp=model["virtual_pipeline_model_parallel_size"])
+
+
+@check("P2P_OVERLAP_WITHOUT_INTERLEAVING", "P2P_OVERLAP_AND_BATCHED")
+def p2p_overlap(state: State):
+    model = state.model
+    pp, vpp = model["pipeline_model_parallel_size"], model["virtual_pipeline_model_parallel_size"]
+    if pp <= 1 or not model["overlap_p2p_comm"]:
+        return
+    params = dict(pp=pp, vpp=fmt(vpp), batch=fmt(model["batch_p2p_comm"]))
+    if vpp is None:
+        c = {owner_key(state, "overlap_p2p_comm"): False}
+        o, fix = fixed(state, "P2P_OVERLAP_WITHOUT_INTERLEAVING", [c])
+        yield make("P2P_OVERLAP_WITHOUT_INTERLEAVING", fix_overrides=o,
+                   fix=shell("{fix}, or model.virtual_pipeline_model_parallel_size >= 2 for P2P overlap", fix=fix), **params)
+    elif model["batch_p2p_comm"]:
+        c = {owner_key(state, "batch_p2p_comm"): False}
+        o, fix = fixed(state, "P2P_OVERLAP_AND_BATCHED", [c])
+        yield make("P2P_OVERLAP_AND_BATCHED", fix_overrides=o, fix=fix, **params)
+
+
+@check("PARAM_GATHER_WITH_OPTIMIZER_STEP_SINGLE_CHUNK")
+def param_gather_with_step(state: State):
+    model, opt = state.model, state.optimizer
+    if not opt["overlap_param_gather_with_optimizer_step"]:
+        return
+    if opt["use_distributed_optimizer"] and (model["virtual_pipeline_model_parallel_size"] or 1) <= 1:
+        c = every_request(state, "overlap_param_gather_with_optimizer_step", False)
+        o, fix = fixed(state, "PARAM_GATHER_WITH_OPTIMIZER_STEP_SINGLE_CHUNK", [c])
+        yield make("PARAM_GATHER_WITH_OPTIMIZER_STEP_SINGLE_CHUNK", fix_overrides=o,
+                   fix=shell("{fix} (it needs the interleaved schedule, VPP >= 2)", fix=fix), vpp=fmt(model["virtual_pipeline_model_parallel_size"]))
+
+
+@check("TP_OVERLAP_UNSUPPORTED_PRECISION")
+def unsupported_tp_overlap_precision(state: State):
+    model = state.model
+    why = tp_overlap_precision_problem(model)
+    if model["tp_comm_overlap"] and why:
+        c = {owner_key(state, "tp_comm_overlap"): False}
+        o, fix = fixed(state, "TP_OVERLAP_UNSUPPORTED_PRECISION", [c])
+        recipe = state.request.mixed_precision.recipe if state.request.mixed_precision else "the model's precision"
+        yield make("TP_OVERLAP_UNSUPPORTED_PRECISION", fix_overrides=o, what=f"{why[0]} ({recipe})", why=why[1],
+                   fix=shell("{fix}, as Bridge's recipes with this precision and TP > 1 have it", fix=fix))

@@ -1,0 +1,118 @@
+"""What a run leaves on the table against what Bridge would choose for its own layout: overlap modes that apply but
+were off, the tuned preset, the launch environment of Bridge's own launchers; and the release the answer is for."""
+
+from __future__ import annotations
+
+from ...run import launch_env, layout
+from ...upstream import releases, presets as ub_presets
+from .. import make, shell
+from ..proof import fixed, proven
+from ...run.resolver import State
+from ..registry import check
+from .common import adopt_dp_knobs, tp_overlap_precision_problem
+
+
+@check("MODE_LEFT_OFF")
+def modes_left_off(state: State):
+    """Overlap modes that apply to the run's layout but were off, each with a fix proven by re-resolution (the
+    re-resolved run is checked for this too, so a fix that leaves the mode off or brings a warning is not offered)."""
+    eff = state.effective()
+    model, ddp = eff["model"], eff["ddp"]
+    requested_tp = (state.request.comm_overlap or {}).get("tp_comm_overlap")
+    moe = model.get("expert_model_parallel_size", 1) > 1 or (state.request.model.get("expert_model_parallel_size") or 1) > 1
+    blocked = tp_overlap_precision_problem(state.model)
+    if layout.tp_overlap_applies(model["tensor_model_parallel_size"], state.te) and not model["tp_comm_overlap"] and not requested_tp \
+            and not blocked and not moe:
+        o = {"comm_overlap.tp_comm_overlap": True}
+        if not model["sequence_parallel"]:
+            o["model.sequence_parallel"] = True
+        if state.request.comm_overlap is None:
+            o.update(adopt_dp_knobs(state))
+        yield _left_off(state, "TP", f"TP={model['tensor_model_parallel_size']}", "it was not requested", [o], list(o))
+    # PP left off is PP_OVERLAP_NOT_SELECTED, with the fix for its cause
+    dp = state.data_parallel_size
+    if dp > 1 and not (ddp["overlap_grad_reduce"] and ddp["overlap_param_gather"]) and not ddp["use_megatron_fsdp"]:
+        off = [n for n in ("overlap_grad_reduce", "overlap_param_gather") if not ddp[n]]
+        knobs = [f"ddp.{n}" for n in off]
+        both_on = {"ddp.use_distributed_optimizer": True, "optimizer.use_distributed_optimizer": True}
+        on = {f"comm_overlap.{n}": True for n in off}
+        if not state.dp_overlap_applied:  # CommOverlapConfig skipped DP overlap: the distributed optimizer was off
+            candidates = [both_on, {**both_on, **on}, {**both_on, **on, **adopt_dp_knobs(state)}]
+        elif state.request.comm_overlap is not None:
+            candidates = [on]
+        else:
+            plain = {f"ddp.{n}": True for n in off}
+            candidates = [{**plain, **({"optimizer.overlap_param_gather": True} if "overlap_param_gather" in off else {})}]
+        what = f"{' and '.join(off)} {'was' if len(off) == 1 else 'were'} off"
+        yield _left_off(state, "DP", f"DP={dp}", what, candidates, knobs)
+
+
+def _left_off(state, mode: str, why: str, what: str, candidates: list[dict], knobs: list):
+    o, fix = fixed(state, "MODE_LEFT_OFF", candidates, knobs=knobs)
+    return make("MODE_LEFT_OFF", fix_overrides=o, fix=fix, knobs=knobs, mode=mode, why=why, what=what)
+
+
+@check("TP_OVERLAP_DEFAULT_UB_CFG", "PRESET_NOT_USED", "PRESET_NOT_FOR_LAYOUT")
+def preset(state: State):
+    """With TP overlap on: the tuned preset that matches the run's known shape, the one it uses, and how they differ."""
+    model = state.model
+    if not model["tp_comm_overlap"]:
+        return
+    release, gpu_info = state.request.release, releases.gpu(state.gpu)
+    precision, sizes, lora = ub_presets.precision_class(state.precision or {"bf16": True}), ub_presets.shape(state), ub_presets.lora(state)
+    best, why = ub_presets.match(release, gpu_info, precision, sizes, lora)
+    used = model["tp_comm_overlap_cfg"]
+    if best is not None and used != best.name:
+        c = {"comm_overlap.tp_comm_overlap_cfg": best.name}
+        yield make("PRESET_NOT_USED", fix_overrides=proven(state, "PRESET_NOT_USED", [c]), preset=best.name, used=used or "the TE default")
+    elif used is None:
+        yield make("TP_OVERLAP_DEFAULT_UB_CFG", why=f"; no tuned preset matches exactly: {why}",
+                   fix=shell("nothing to do, or tune your own TransformerLayerTPOverlapCfg"))
+    elif best is None:
+        differ = ub_presets.mismatches(used, gpu_info, precision, sizes, lora)
+        if differ:
+            c = {"comm_overlap.tp_comm_overlap_cfg": None}
+            yield make("PRESET_NOT_FOR_LAYOUT", fix_overrides=proven(state, "PRESET_NOT_FOR_LAYOUT", [c]), used=used, differ="; ".join(differ))
+
+
+# Launch variables whose value decides whether overlap happens; the others are tuning (a differing value is info).
+_DECISIVE_ENV = ("CUDA_DEVICE_MAX_CONNECTIONS",)
+
+
+@check("LAUNCH_ENV_DIFFERS_FROM_BRIDGE", "LAUNCH_ENV_TUNED_DIFFERENTLY", "LAUNCH_ENV_NOT_SET")
+def launch_environment(state: State):
+    """The config's env_vars against what Bridge's own launchers set for this layout."""
+    have, release = state.request.env_vars, state.request.release
+    for name, value, why in launch_env.rules(release, launch_env.layout_of(state)):
+        set_to = {f"env_vars.{name}": launch_env.env_value(value)} if release.env_vars else {}
+        if name in have and str(have[name]) != value:
+            fid = "LAUNCH_ENV_DIFFERS_FROM_BRIDGE" if name in _DECISIVE_ENV else "LAUNCH_ENV_TUNED_DIFFERENTLY"
+            yield make(fid, fix_overrides=proven(state, fid, [set_to], knobs=[f"env_vars.{name}"]), knobs=[f"env_vars.{name}"],
+                       name=name, have=have[name], value=value, why=why)
+        elif name not in have and release.env_vars:
+            yield make("LAUNCH_ENV_NOT_SET", fix_overrides=proven(state, "LAUNCH_ENV_NOT_SET", [set_to], knobs=[f"env_vars.{name}"]),
+                       knobs=[f"env_vars.{name}"], name=name, value=value, why=why)
+
+
+@check("LAUNCHER_ENV_WINS")
+def launcher_env_wins(state: State):
+    for name, value in state.request.env_vars.items():
+        launcher = state.launcher_env.get(name)
+        if launcher is not None and launcher != str(value):
+            yield make("LAUNCHER_ENV_WINS", knobs=[f"env_vars.{name}"], name=name, value=str(value), launcher=launcher)
+
+
+@check("RELEASE_NOT_VERIFIED", "RELEASE_READ_FROM_SOURCE")
+def release(state: State):
+    rel = state.request.release
+    if rel.rules_of != rel.version:
+        changed = rel.changed_rules
+        if changed is None:
+            what = "Nobody has compared its code with ours yet."
+        elif changed:
+            what = "Rules whose code changed: " + "; ".join(f"{k}: {v}" for k, v in changed.items())
+        else:
+            what = "Its code was compared with ours: no anchored rule changed."
+        yield make("RELEASE_NOT_VERIFIED", version=rel.version, rules_of=rel.rules_of, changed=what)
+    elif not rel.verified:
+        yield make("RELEASE_READ_FROM_SOURCE", version=rel.version, data_of=rel.data_version)

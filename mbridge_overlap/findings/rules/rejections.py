@@ -1,0 +1,162 @@
+"""Bridge's own rejections (what runtime_config_update() raises), each with the fix that makes the request resolve."""
+
+from __future__ import annotations
+
+from ... import findings
+from ...run import layout, resolver
+from .. import make, shell
+from ..proof import fixed, unproven
+from ...run.request import Request
+from ...run.resolver import State
+from ..registry import check
+from .common import every_request, owner_key
+
+# What makes each of Bridge's MoE-overlap preconditions hold, by Bridge's message (resolver._MOE_OVERLAP_CHECKS); None:
+# only the layout, the model or the precision can (then the fix turns the overlap off).
+_MOE_PRECONDITION_FIXES = {
+    "overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type == 'alltoall' or 'flex'":
+        lambda m: {"model.moe_token_dispatcher_type": "alltoall"},
+    "disable full recomputation when enabling overlap_moe_expert_parallel_comm":
+        lambda m: {"model.recompute_granularity": None, "model.recompute_method": None, "model.recompute_num_layers": None},
+    "disable recomputation method when enabling overlap_moe_expert_parallel_comm":
+        lambda m: {"model.recompute_method": None, "model.recompute_num_layers": None},
+    "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm": lambda m: {"model.recompute_num_layers": None},
+    "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm":
+        lambda m: {"model.recompute_modules": [x for x in m["recompute_modules"] or [] if x != "moe"]},
+    "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm": lambda m: {"model.moe_shared_expert_overlap": False},
+}
+
+
+def _moe_fix(state: State, r) -> tuple[list, dict]:
+    """First what makes the request resolve with the overlap on (every failing precondition that a config value
+    fixes, e.g. model.moe_shared_expert_overlap=false for DeepSeek-V3), then the overlap off."""
+    req, off = state.request, {}
+    for name in ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute"):
+        if req.comm_overlap is not None and req.comm_overlap.get(name):
+            off[f"comm_overlap.{name}"] = False
+        elif req.comm_overlap is None and req.model.get(name):
+            off[f"model.{name}"] = False
+    failing = [message for ok, message in resolver._MOE_OVERLAP_CHECKS if not ok(state.model)]
+    fixes = [_MOE_PRECONDITION_FIXES.get(message) for message in failing]
+    keep = {k: v for f in fixes for k, v in f(state.model).items()} if failing and all(fixes) else {}
+    return [keep, off], {}
+
+
+def _defer_off(state: State, r) -> tuple[list, dict]:
+    return [{owner_key(state, "defer_embedding_wgrad_compute"): False}], {}
+
+
+def _reuse_off(state: State, r) -> tuple[list, dict]:
+    key = "mixed_precision" if state.request.mixed_precision is not None else "ddp"
+    return [{f"{key}.reuse_grad_buf_for_mxfp8_param_ag": False}], {}
+
+
+def _with_step_off(state: State, r) -> tuple[list, dict]:
+    return [every_request(state, "overlap_param_gather_with_optimizer_step", False)], {}
+
+
+def _batch(state: State, r) -> tuple[list, dict]:
+    mbs = state.validation["eval_micro_batch_size"] or state.train["micro_batch_size"]
+    key = "validation.eval_global_batch_size" if state.validation["eval_global_batch_size"] else "train.global_batch_size"
+    gbs = state.validation["eval_global_batch_size"] or state.train["global_batch_size"]
+    step = mbs * state.data_parallel_size
+    return [{key: -(-gbs // step) * step}], {}
+
+
+def _fsdp_connections(state: State, r) -> tuple[list, dict]:
+    launcher = state.launcher_env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
+    if launcher or not state.request.release.env_vars:
+        return [], {"origin": "the launcher's environment", "otherwise": shell("export CUDA_DEVICE_MAX_CONNECTIONS=32 in the launcher (not 1)")}
+    return [{"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 32}], {"origin": "env_vars"}
+
+
+def _fsdp_format(state: State, r) -> tuple[list, dict]:
+    which = "save" if state.checkpoint["save"] is not None else "load"
+    return [{"checkpoint.ckpt_format": "fsdp_dtensor"}], {"format": state.checkpoint["ckpt_format"], "which": which}
+
+
+def _gpus(state: State, r) -> tuple[list, dict]:
+    shape = layout.Layout.of(state.model, state.gpus)
+    return [], {"gpus": state.gpus, "tp": shape.tp, "pp": shape.pp, "cp": shape.cp, "size": shape.model_parallel_size}
+
+
+def _cp_finetune(state: State, r) -> tuple[list, dict]:
+    return [{"model.calculate_per_token_loss": True, "ddp.average_in_collective": False}], {}
+
+
+def _mxfp8_reuse_on(state: State, r) -> tuple[list, dict]:
+    out = {"mixed_precision.reuse_grad_buf_for_mxfp8_param_ag": True}
+    if state.optimizer["overlap_param_gather_with_optimizer_step"]:
+        out.update(every_request(state, "overlap_param_gather_with_optimizer_step", False))
+    return [out], {}
+
+
+def _constant(state: State, r) -> tuple[list, dict]:
+    """The fix that is data: the record's own fix_overrides (none where only the layout can change)."""
+    return [dict(findings.record(r.id).get("fix_overrides") or {})], {}
+
+
+REJECTION_FIXES = {
+    "GPUS_NOT_DIVISIBLE": _gpus,
+    "FP4_WITH_FP8": _constant,
+    "MOE_OVERLAP_REJECTED": _moe_fix,
+    "DEFER_EMBEDDING_WGRAD_REJECTED": _defer_off,
+    "FP8_PARAM_GATHER_WITHOUT_FP8": _constant,
+    "FP4_PARAM_GATHER_WITHOUT_FP4": _constant,
+    "MXFP8_REUSE_WITHOUT_FP8_PARAM_GATHER": _reuse_off,
+    "NUM_BUCKETS_WITH_BUCKET_SIZE": _constant,
+    "MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP": _with_step_off,
+    "MXFP8_PARAM_GATHER_WITHOUT_REUSE": _mxfp8_reuse_on,
+    "BATCH_NOT_DIVISIBLE_BY_DP": _batch,
+    "FSDP_BOTH_KINDS": _constant,
+    "FSDP_NEEDS_FSDP_DTENSOR": _fsdp_format,
+    "FSDP_WITH_ONE_CONNECTION": _fsdp_connections,
+    "FSDP_MANUAL_REGISTRATION_WITHOUT_NCCL_UB": _constant,
+    "FSDP_WITH_TP_PP_DP_MAPPING": _constant,
+    "FULL_ITERATION_GRAPH_NAN_CHECK": _constant,
+    "FSDP_DTENSOR_WITHOUT_FSDP": _constant,
+    "CP_FINETUNE_AVERAGE_IN_COLLECTIVE": _cp_finetune,
+    "FLEX_DISPATCHER_NOT_ON_THIS_GPU": _constant,
+    "CUDA_GRAPH_LOCAL_SCOPED": _constant,
+    "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
+    "CP_SEQUENCE_NOT_DIVISIBLE": _constant,
+}
+
+
+@check(*REJECTION_FIXES)
+def rejections(state: State):
+    for r in state.rejections:
+        candidates, extra = REJECTION_FIXES[r.id](state, r)
+        otherwise = extra.pop("otherwise", shell("change the layout (no config override fixes it)"))
+        params = {**_rejection_params(state), **extra}
+        o, fix = fixed(state, r.id, candidates, unproven(candidates, otherwise))
+        yield make(r.id, fix_overrides=o, where=r.where, bridge=r.message, **params, fix=fix)
+
+
+def _rejection_params(state: State):
+    """Extra template values some rejection records name."""
+    model = state.model
+    return {"gpu": state.gpu, "seq": model["seq_length"], "cp": model["context_parallel_size"]}
+
+
+@check("RECIPE_REJECTED_OUTSIDE_OVERLAP")
+def recipe_outside_overlap(state: State):
+    entry = state.request.recipe
+    error = (entry or {}).get("bridge", {}).get("error")
+    if not error or any(r.message in error for r in state.rejections) or _modeled_error(state.request.release, entry):
+        return
+    yield make("RECIPE_REJECTED_OUTSIDE_OVERLAP", version=state.request.release.version, recipe=entry["name"],
+               gpus=entry["bridge"]["gpus"], bridge=error)
+
+
+_MODELED: dict = {}
+
+
+def _modeled_error(release, entry: dict) -> bool:
+    """Whether the error real Bridge raised for the recipe as shipped is one the resolver raises for it too (then a
+    request that no longer earns it has fixed it, and it is not outside the overlap path)."""
+    key = (release.version, entry["package"], entry["name"])
+    if key not in _MODELED:
+        shipped = resolver.run(Request.from_recipe(release, entry), entry["bridge"]["gpus"], True, entry.get("gpu"), {})
+        _MODELED[key] = any(r.message in entry["bridge"]["error"] for r in shipped.rejections)
+    return _MODELED[key]

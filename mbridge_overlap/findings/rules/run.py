@@ -1,0 +1,262 @@
+"""What happens once the job launches, decided by the config and the machine: at setup (process groups, userbuffers,
+model build), at the first step, and in steady state. Each rule mirrors code of Megatron-Core or Transformer Engine
+(the anchors of its record), or, where only an upstream report documents it, cites that report.
+"""
+
+from __future__ import annotations
+
+from ...run import launch_env
+from ...upstream import releases, presets as ub_presets
+from .. import make, shell
+from ..proof import fixed
+from ...run.resolver import State
+from ...values import fmt
+from ..registry import check
+from .common import owner_key
+
+
+def _tp_overlap_on(state: State) -> bool:
+    return bool(state.model["tp_comm_overlap"]) and state.model["tensor_model_parallel_size"] >= 2
+
+
+def _tp_off(state: State) -> dict:
+    return {owner_key(state, "tp_comm_overlap"): False}
+
+
+# --- setup: the parallel grid --------------------------------------------------------------------------------------
+
+
+@check("EXPERT_GRID_NOT_DIVIDING_WORLD")
+def expert_grid(state: State):
+    """parallel_state.initialize_model_parallel: the expert grid ETP x EP x PP must divide the world (CP is not in it)."""
+    m = state.model
+    if not state.data_parallel_size or m["expert_model_parallel_size"] <= 1:
+        return
+    etp, ep, pp = m["expert_tensor_parallel_size"], m["expert_model_parallel_size"], m["pipeline_model_parallel_size"]
+    size = etp * ep * pp
+    if state.gpus % size:
+        yield make("EXPERT_GRID_NOT_DIVIDING_WORLD", gpus=state.gpus, size=size, etp=etp, ep=ep, pp=pp)
+
+
+@check("DISTOPT_INSTANCES_NOT_DIVIDING")
+def distopt_instances(state: State):
+    """initialize_model_parallel and DistributedDataParallel: partial distributed-optimizer sharding over N instances."""
+    m, ddp = state.model, state.ddp
+    n = ddp["num_distributed_optimizer_instances"]
+    if n <= 1 or not state.data_parallel_size:
+        return
+    expert = m["expert_tensor_parallel_size"] * m["expert_model_parallel_size"] * m["pipeline_model_parallel_size"]
+    if (state.data_parallel_size * m["context_parallel_size"]) % n:
+        message = "Data parallel size should be divisible by partial DistOpt shard factor"
+    elif state.gpus % expert == 0 and (state.gpus // expert) % n:
+        message = "Expert data parallel size should be divisible by partial DistOpt shard factor"
+    elif not ddp["use_distributed_optimizer"]:
+        message = "Partial DistOpt cannot be used without DistOpt"
+    else:
+        return
+    o, fix = fixed(state, "DISTOPT_INSTANCES_NOT_DIVIDING", [{"ddp.num_distributed_optimizer_instances": 1}])
+    yield make("DISTOPT_INSTANCES_NOT_DIVIDING", fix_overrides=o, fix=fix, n=n, bridge=message,
+               dp=state.data_parallel_size, cp=m["context_parallel_size"])
+
+
+# --- setup: Transformer Engine's userbuffers (TP overlap) ------------------------------------------------------------
+
+
+@check("UB_TP_ACROSS_NVLINK_DOMAINS")
+def ub_nvlink_domain(state: State):
+    """initialize_ub forms each userbuffers domain from tp_size consecutive ranks and exchanges buffers inside it by
+    CUDA IPC or multicast; nothing checks that the ranks share an NVLink domain."""
+    if not _tp_overlap_on(state):
+        return
+    mach, tp = state.scenario.machine, state.model["tensor_model_parallel_size"]
+    if tp > mach.nvlink_domain or mach.nvlink_domain % tp:
+        why = (f"an NVLink domain here joins {mach.nvlink_domain} GPUs, so a TP group of {tp} consecutive ranks spans two or more "
+               "domains")
+    elif tp > mach.gpus_per_node and releases.version_key(mach.te_version) < releases.version_key("2.2"):
+        why = (f"a TP group of {tp} spans nodes of {mach.gpus_per_node} GPUs, and Transformer Engine {mach.te_version} has no "
+               "multi-node NVLink (MNNVL) userbuffers (since 2.2)")
+    else:
+        return
+    o, fix = fixed(state, "UB_TP_ACROSS_NVLINK_DOMAINS", [_tp_off(state)])
+    yield make("UB_TP_ACROSS_NVLINK_DOMAINS", fix_overrides=o, fix=shell("{fix}, or TP <= {domain} that divides it", fix=fix,
+               domain=mach.nvlink_domain), tp=tp, why=why, gpu=mach.gpu)
+
+
+@check("UB_BOOTSTRAP_NEEDS_MPI", "UB_BOOTSTRAP_MPI_LAUNCHER")
+def ub_bootstrap(state: State):
+    """initialize_ub bootstraps userbuffers with torch.distributed collectives of model.tp_comm_bootstrap_backend."""
+    if not _tp_overlap_on(state) or state.model["tp_comm_bootstrap_backend"] != "mpi":
+        return
+    mach = state.scenario.machine
+    if mach.torch_mpi:
+        yield make("UB_BOOTSTRAP_MPI_LAUNCHER")
+        return
+    o, fix = fixed(state, "UB_BOOTSTRAP_NEEDS_MPI", [{owner_key(state, "tp_comm_bootstrap_backend"): "nccl"}])
+    yield make("UB_BOOTSTRAP_NEEDS_MPI", fix_overrides=o, fix=fix, source=mach.sources.get("torch_mpi", "given"))
+
+
+def _skip_multicast(state: State) -> bool:
+    return str(state.environ.get("UB_SKIPMC", "0")).strip() not in ("", "0")
+
+
+@check("UB_NEEDS_MULTICAST", "UB_IPC_TP_OVER_8")
+def ub_multicast(state: State):
+    """initialize_ub refuses a device without CUDA multicast unless UB_SKIPMC=1; the CUDA IPC path then takes at most
+    8 GPUs per domain (userbuffers-host.cpp register_user_buffer_collective)."""
+    if not _tp_overlap_on(state):
+        return
+    mach, tp = state.scenario.machine, state.model["tensor_model_parallel_size"]
+    ipc = _skip_multicast(state) or not mach.multicast
+    if ipc and tp > 8:
+        o, fix = fixed(state, "UB_IPC_TP_OVER_8", [_tp_off(state)])
+        yield make("UB_IPC_TP_OVER_8", fix_overrides=o, fix=fix, tp=tp)
+    elif not mach.multicast and not _skip_multicast(state):
+        c = [{"env_vars.UB_SKIPMC": 1}] if state.request.release.env_vars else []
+        o, fix = fixed(state, "UB_NEEDS_MULTICAST", c, shell("export UB_SKIPMC=1 in the launcher (CUDA IPC instead of multicast)"))
+        yield make("UB_NEEDS_MULTICAST", fix_overrides=o, fix=fix)
+
+
+@check("UB_LAZY_MPU_INIT")
+def ub_lazy_init(state: State):
+    """torch_dist_init calls _initialize_tp_communicators only without dist.lazy_mpu_init; Transformer Engine's layers
+    then assert at construction."""
+    if _tp_overlap_on(state) and state.dist["lazy_mpu_init"]:
+        o, fix = fixed(state, "UB_LAZY_MPU_INIT", [{"dist.lazy_mpu_init": False}])
+        yield make("UB_LAZY_MPU_INIT", fix_overrides=o, fix=fix)
+
+
+# --- the first step: the fixed userbuffers shape ----------------------------------------------------------------------
+
+
+@check("UB_VARIABLE_TOKEN_COUNT")
+def ub_token_count(state: State):
+    """Userbuffers are registered for seq_length x micro_batch_size / CP tokens; every all-gather overlap copies its
+    input in and checks the size (comm_gemm_overlap.cpp copy_into_buffer)."""
+    ds = state.dataset
+    if not _tp_overlap_on(state):
+        return
+    if ds["enable_in_batch_packing"]:
+        why, candidates = "dataset.enable_in_batch_packing=true: packed micro-batches have the width of what they pack", [_tp_off(state)]
+    elif ds["pad_to_max_length"] is False:
+        why = ("dataset.pad_to_max_length=false with PP = 1 and EP = 1 (Bridge forces it on only with PP > 1 or EP > 1): "
+               "each micro-batch is padded to its own longest sample")
+        candidates = [{"dataset.pad_to_max_length": True}, _tp_off(state)]
+    else:
+        return
+    o, fix = fixed(state, "UB_VARIABLE_TOKEN_COUNT", candidates)
+    yield make("UB_VARIABLE_TOKEN_COUNT", fix_overrides=o, fix=fix, why=why)
+
+
+@check("UB_MXFP8_ROWS_NOT_128")
+def ub_mxfp8_rows(state: State):
+    """fill_userbuffers_buffer_for_all_gather: MXFP8 through userbuffers needs the local rows and the width to be
+    multiples of 128."""
+    m = state.model
+    if not _tp_overlap_on(state) or not (m["fp8"] and m["fp8_recipe"] == "mxfp8"):
+        return
+    shape = state.scenario.shape
+    seq, mbs, hidden = shape["seq_length"], shape["micro_batch_size"], shape["hidden_size"]
+    if seq is None or mbs is None:
+        return  # not known: nothing to say
+    rows = seq * mbs // m["context_parallel_size"] // m["tensor_model_parallel_size"]
+    if rows % 128 == 0 and (hidden is None or hidden % 128 == 0):
+        return
+    o, fix = fixed(state, "UB_MXFP8_ROWS_NOT_128", [_tp_off(state)])
+    yield make("UB_MXFP8_ROWS_NOT_128", fix_overrides=o, fix=fix, rows=rows, hidden=fmt(hidden), seq=seq, mbs=mbs,
+               cp=m["context_parallel_size"], tp=m["tensor_model_parallel_size"])
+
+
+# --- steady state -------------------------------------------------------------------------------------------------
+
+
+@check("UB_LORA_AG_OVERLAP_DROPPED")
+def ub_lora(state: State):
+    """Bridge's LoRA sets return_layernorm_output on linear_qkv and linear_fc1; Transformer Engine's LayerNormLinear
+    then drops its all-gather overlap there (the reduce-scatter overlaps of proj and fc2 stay)."""
+    if _tp_overlap_on(state) and ub_presets.lora(state):
+        yield make("UB_LORA_AG_OVERLAP_DROPPED")
+
+
+@check("CUDA_DEVICE_MAX_CONNECTIONS_ONE_SERIALIZES_DP")
+def one_connection_dp(state: State):
+    """With one hardware queue, the bucketed reduce-scatter/all-gather wait behind the compute kernels queued before
+    them: DP overlap is configured and does not happen (Megatron-LM issue 1468). With TP or CP > 1 that is the price
+    of their overlap, which Bridge's Hopper launch rule pays; with TP = CP = 1 nothing needs it."""
+    m, ddp = state.model, state.ddp
+    if str(state.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "")).strip() != "1" or state.fsdp:
+        return
+    if m["tensor_model_parallel_size"] > 1 or m["context_parallel_size"] > 1:
+        return
+    if state.data_parallel_size <= 1 or not (ddp["overlap_grad_reduce"] or ddp["overlap_param_gather"]):
+        return
+    rule = {name: value for name, value, _ in launch_env.rules(state.request.release, launch_env.layout_of(state))}
+    value = rule["CUDA_DEVICE_MAX_CONNECTIONS"]
+    from_launcher = "CUDA_DEVICE_MAX_CONNECTIONS" in state.launcher_env
+    c = [] if from_launcher or not state.request.release.env_vars else [{"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": int(value)}]
+    o, fix = fixed(state, "CUDA_DEVICE_MAX_CONNECTIONS_ONE_SERIALIZES_DP", c,
+                   shell("export CUDA_DEVICE_MAX_CONNECTIONS={value} in the launcher (or unset it)", value=value))
+    yield make("CUDA_DEVICE_MAX_CONNECTIONS_ONE_SERIALIZES_DP", fix_overrides=o, fix=fix, dp=state.data_parallel_size,
+               origin="the launcher's environment" if from_launcher else "env_vars")
+
+
+# --- the first step: pipeline schedules -----------------------------------------------------------------------------
+
+
+@check("INTERLEAVED_MICROBATCH_GROUPS")
+def interleaved_microbatches(state: State):
+    """forward_backward_pipelining_with_interleaving: micro-batches run in groups of microbatch_group_size_per_vp_stage
+    (default PP) per virtual stage; the group must fit the micro-batch count, and the remainder be 0 or >= PP."""
+    m, train = state.model, state.train
+    pp, vpp = m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"]
+    gbs, mbs, dp = train["global_batch_size"], train["micro_batch_size"], state.data_parallel_size
+    if pp <= 1 or (vpp or 1) <= 1 or gbs is None or mbs is None or not dp or gbs % (mbs * dp):
+        return
+    micro = gbs // (mbs * dp)
+    group = m["microbatch_group_size_per_vp_stage"] or pp
+    if group > micro or group < pp:
+        bridge = f"The number of contiguous micro-batches in a virtual pipeline stageshould range in [PP={pp} , M={micro}]"
+    elif 0 < micro % group < pp:
+        bridge = (f"The remainder of M (the total micro-batches) divided by N (number of contiguous micro-batches in a virtual "
+                  f"pipeline stage) should be 0, or larger than or equal to the pipeline-parallel size, but it is {micro % group}.")
+    else:
+        return
+    step = mbs * dp * max(group, pp)
+    c = {"train.global_batch_size": -(-gbs // step) * step}
+    o, fix = fixed(state, "INTERLEAVED_MICROBATCH_GROUPS", [c])
+    yield make("INTERLEAVED_MICROBATCH_GROUPS", fix_overrides=o, fix=fix, bridge=bridge, micro=micro, group=group, pp=pp,
+               gbs=gbs, mbs=mbs, dp=dp)
+
+
+@check("PP_VARIABLE_SEQ_LENGTHS_SHAPE_EXCHANGE")
+def variable_seq_lengths(state: State):
+    """With in-batch packing and PP > 1 Bridge sets variable_seq_lengths; Megatron-Core then exchanges each
+    micro-batch's shape with batch_isend_irecv whatever batch_p2p_comm says (P2PCommunicator._communicate_shapes)."""
+    pp = state.model["pipeline_model_parallel_size"]
+    if state.dataset["enable_in_batch_packing"] and pp > 1:
+        yield make("PP_VARIABLE_SEQ_LENGTHS_SHAPE_EXCHANGE", pp=pp)
+
+
+# --- FP8 parameter gather -------------------------------------------------------------------------------------------
+
+
+@check("MXFP8_PARAM_SYNC_NOT_OVERLAPPED")
+def mxfp8_sync(state: State):
+    """DistributedOptimizer.step_with_ready_grads: without overlap_param_gather the reused MXFP8 parameter buffer is
+    all-gathered synchronously after every step."""
+    ddp = state.ddp
+    if not ddp["reuse_grad_buf_for_mxfp8_param_ag"] or ddp["overlap_param_gather"] or state.data_parallel_size <= 1 or state.fsdp:
+        return
+    c = {"comm_overlap.overlap_param_gather": True} if state.dp_overlap_applied else \
+        {"ddp.overlap_param_gather": True, "optimizer.overlap_param_gather": True}
+    o, fix = fixed(state, "MXFP8_PARAM_SYNC_NOT_OVERLAPPED", [c])
+    yield make("MXFP8_PARAM_SYNC_NOT_OVERLAPPED", fix_overrides=o, fix=fix, dp=state.data_parallel_size)
+
+
+@check("FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER")
+def fp8_param_gather_plain_optimizer(state: State):
+    """No check in Bridge 0.6.2 or Megatron-Core 0.19.2 (Megatron-LM's own arguments.py refuses it): what the
+    non-distributed optimizer does with FP8 parameters is not settled by the code."""
+    if state.ddp["fp8_param_gather"] and not state.ddp["use_distributed_optimizer"] and not state.fsdp:
+        c = {"ddp.use_distributed_optimizer": True, "optimizer.use_distributed_optimizer": True}
+        o, fix = fixed(state, "FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", [c])
+        yield make("FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", fix_overrides=o, fix=fix)

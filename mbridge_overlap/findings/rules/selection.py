@@ -1,0 +1,286 @@
+"""What Bridge turned off, selected or overwrote on the way through runtime_config_update()."""
+
+from __future__ import annotations
+
+from ...run import launch_env, layout, schema
+from .. import Shell, make, overrides_text, shell
+from ..proof import fixed, proven, unproven
+from ...run.resolver import State, TpOverlapOff
+from ...values import fmt
+from ..registry import check
+from .common import (COMM_OVERLAP_MODEL_FIELDS, DP_KNOBS, MIB, _bucket_fix, adopt_dp_knobs, asked, bucket_parameters, bucket_to_move,
+                     gradient_bytes, intended, looks_like_bytes, moved, on_overlap_path)
+
+@check(*(off.value for off in TpOverlapOff), "TP_OVERLAP_UNGATED")
+def tp_overlap(state: State):
+    model, req = state.model, state.request
+    tp = model["tensor_model_parallel_size"]
+    off = state.tp_overlap_disabled_by
+    if off is TpOverlapOff.TP_SIZE:
+        o, fix = fixed(state, off.value, [{"comm_overlap.tp_comm_overlap": False}])
+        yield make(off.value, fix_overrides=o, fix=fix, tp=tp)
+    elif off is TpOverlapOff.NO_SEQUENCE_PARALLEL:
+        o, fix = fixed(state, off.value, [{"model.sequence_parallel": True}, {"comm_overlap.tp_comm_overlap": False}])
+        yield make(off.value, fix_overrides=o, fix=fix, tp=tp)
+    elif off is TpOverlapOff.NO_TE:
+        yield make(off.value)
+    if req.comm_overlap is None and model["tp_comm_overlap"]:
+        candidates = [{"model.tp_comm_overlap": False}]
+        if tp >= 2:  # request it where Bridge gates it; the model's own value then agrees with what comm_overlap writes
+            gated = {"comm_overlap.tp_comm_overlap": True, **adopt_dp_knobs(state), **_adopt_model_knobs(state)}
+            if not model["sequence_parallel"]:
+                gated["model.sequence_parallel"] = True
+            candidates.insert(0, gated)
+        o, fix = fixed(state, "TP_OVERLAP_UNGATED", candidates)
+        yield make("TP_OVERLAP_UNGATED", fix_overrides=o, fix=fix)
+
+
+def _adopt_model_knobs(state: State) -> dict:
+    """Model fields CommOverlapConfig would overwrite, moved onto the new comm_overlap section."""
+    return {f"comm_overlap.{n}": state.request.explicit[f"model.{n}"] for n in COMM_OVERLAP_MODEL_FIELDS
+            if f"model.{n}" in state.request.explicit and n != "tp_comm_overlap"}
+
+
+@check("SEQUENCE_PARALLEL_DROPPED")
+def sequence_parallel(state: State):
+    if state.request.model["sequence_parallel"] and not state.model["sequence_parallel"]:
+        c = {"model.sequence_parallel": False}
+        o, fix = fixed(state, "SEQUENCE_PARALLEL_DROPPED", [c])
+        yield make("SEQUENCE_PARALLEL_DROPPED", fix_overrides=o, fix=fix)
+
+
+@check("PP_OVERLAP_NOT_SELECTED")
+def pp_overlap(state: State):
+    model, req = state.model, state.request
+    pp, vpp = model["pipeline_model_parallel_size"], model["virtual_pipeline_model_parallel_size"]
+    if pp <= 1 or model["overlap_p2p_comm"]:
+        return
+    if req.comm_overlap is None:
+        why = "no comm_overlap section"
+        fix = shell("model.virtual_pipeline_model_parallel_size=2 (or more) and a comm_overlap section" if (vpp or 1) <= 1
+                    else "a comm_overlap section (comm_overlap.tp_comm_overlap=false is enough) lets Bridge select it")
+    elif (vpp or 1) > 1:
+        why, fix = "comm_overlap.overlap_p2p_comm=false was requested", shell("comm_overlap.overlap_p2p_comm=null to let Bridge select it")
+    else:
+        why = f"virtual_pipeline_model_parallel_size={fmt(vpp)}: the non-interleaved schedule cannot overlap P2P"
+        fix = shell("model.virtual_pipeline_model_parallel_size=2 (or more; the layers must split evenly over PP x VPP)")
+    yield make("PP_OVERLAP_NOT_SELECTED", pp=pp, why=why, batch=fmt(model["batch_p2p_comm"]), fix=fix)
+
+
+@check("COMM_OVERLAP_ABSENT")
+def comm_overlap_absent(state: State):
+    if state.request.comm_overlap is None:
+        origin = f"recipe {state.request.recipe['name']}" if state.request.recipe else "recipe baseline"
+        yield make("COMM_OVERLAP_ABSENT", origin=origin,
+                   fix=shell("comm_overlap.tp_comm_overlap=true (TP>=2 with sequence parallel) or =false to get PP/DP selection only"))
+
+
+@check("MODEL_KNOB_OVERWRITTEN", "DP_OVERLAP_KNOB_OVERWRITTEN", "PRECISION_KNOB_OVERWRITTEN", "PARAM_GATHER_FORCED_ON", "MEGATRON_FSDP_OVERWRITES")
+def overwritten(state: State):
+    for key, requested, effective, by in state.overwritten:
+        section, _, name = key.partition(".")
+        finding = _OVERWRITE_FINDINGS.get((by, section)) or _OVERWRITE_FINDINGS.get((by, "*"))
+        if finding is None or key in _OVERWRITE_SKIP:
+            continue  # sequence_parallel and the distributed-optimizer flags have findings of their own
+        fid, candidates = finding(state, key, name, requested, effective)
+        o, fix = fixed(state, fid, candidates, knobs=[key])
+        yield make(fid, fix_overrides=o, fix=fix, knobs=[key], key=key, requested=fmt(requested),
+                   effective=fmt(effective), asserts={key: effective})
+
+
+_OVERWRITE_SKIP = ("model.sequence_parallel", "ddp.use_distributed_optimizer", "optimizer.use_distributed_optimizer")
+
+
+def _by_comm_overlap_model(state, key, name, requested, effective):
+    return "MODEL_KNOB_OVERWRITTEN", moved(state, f"comm_overlap.{name}", key, requested, effective)
+
+
+def _by_comm_overlap_dp(state, key, name, requested, effective):
+    owner = f"comm_overlap.{name}"
+    if name == "bucket_size":
+        value = bucket_to_move(state, requested)
+    else:
+        value = requested if asked(state, owner) is not None else intended(state, name)
+    return "DP_OVERLAP_KNOB_OVERWRITTEN", moved(state, owner, key, value, effective)
+
+
+def _by_mixed_precision(state, key, name, requested, effective):
+    return "PRECISION_KNOB_OVERWRITTEN", moved(state, f"mixed_precision.{name}", key, requested, effective)
+
+
+def _by_validate(state, key, name, requested, effective):
+    return "PARAM_GATHER_FORCED_ON", [{f"{s}.{name}": v for s in ("ddp", "optimizer")} for v in (intended(state, name), requested)]
+
+
+def _by_fsdp(state, key, name, requested, effective):
+    return "MEGATRON_FSDP_OVERWRITES", [{key: effective}]
+
+
+_OVERWRITE_FINDINGS = {
+    ("comm_overlap", "model"): _by_comm_overlap_model,
+    ("comm_overlap", "ddp"): _by_comm_overlap_dp,
+    ("comm_overlap", "optimizer"): _by_comm_overlap_dp,
+    ("mixed_precision", "*"): _by_mixed_precision,
+    ("validate", "ddp"): _by_validate,
+    ("validate", "optimizer"): _by_validate,
+    ("megatron_fsdp", "*"): _by_fsdp,
+}
+
+
+@check("DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER", "MEGATRON_FSDP_SKIPPED_DP_OVERLAP",
+       "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER")
+def distributed_optimizer(state: State):
+    req = state.request
+    fsdp = state.fsdp
+    both_on = {"ddp.use_distributed_optimizer": True, "optimizer.use_distributed_optimizer": True}
+    if req.comm_overlap is not None and not state.dp_overlap_applied:  # the DP settings it skipped apply now: adopt
+        both_on.update(adopt_dp_knobs(state))
+    both_off = {"ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False}
+    if req.ddp["use_distributed_optimizer"] != req.optimizer["use_distributed_optimizer"] and not fsdp:
+        skipped = not req.ddp["use_distributed_optimizer"] and req.comm_overlap is not None
+        o, fix = fixed(state, "DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", [both_on, both_off])
+        yield make("DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", fix_overrides=o,
+                   fix=shell("{fix} (or both false to run without it)" if o != both_off else "{fix}", fix=fix),
+                   ddp=fmt(req.ddp["use_distributed_optimizer"]),
+                   optimizer=fmt(req.optimizer["use_distributed_optimizer"]),
+                   skipped="; CommOverlapConfig had already skipped DP overlap" if skipped else "")
+    # only the requests the run does not get anyway (the recipe's own ddp value may already be the requested one)
+    dp_keys = [f"comm_overlap.{k}" for k in DP_KNOBS if (req.comm_overlap or {}).get(k) is not None
+               and req.comm_overlap[k] != _dp_effective(state, k)]
+    if dp_keys and not state.dp_overlap_applied:
+        knobs = dp_keys + ["ddp.use_distributed_optimizer"]
+        o, fix = fixed(state, "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER", [both_on], knobs=knobs)
+        yield make("DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER", fix_overrides=o, fix=fix, knobs=knobs, keys=", ".join(dp_keys))
+    elif fsdp and req.comm_overlap is not None and not state.dp_overlap_applied:
+        o, fix = fixed(state, "MEGATRON_FSDP_SKIPPED_DP_OVERLAP", [both_on])
+        yield make("MEGATRON_FSDP_SKIPPED_DP_OVERLAP", fix_overrides=o, fix=fix,
+                   grad=fmt(state.ddp["overlap_grad_reduce"]), param=fmt(state.ddp["overlap_param_gather"]),
+                   asserts={"ddp.use_distributed_optimizer": True, "ddp.overlap_grad_reduce": state.ddp["overlap_grad_reduce"],
+                            "ddp.overlap_param_gather": state.ddp["overlap_param_gather"]})
+    if state.ddp["overlap_param_gather"] and not state.ddp["use_distributed_optimizer"]:
+        c = {"ddp.overlap_param_gather": False, "optimizer.overlap_param_gather": False}
+        o, fix = fixed(state, "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", [c])
+        yield make("PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", fix_overrides=o, fix=fix)
+
+
+def _dp_effective(state: State, name: str):
+    return state.ddp[name] if name in state.ddp else state.optimizer.get(name)
+
+
+@check("MEGATRON_FSDP_DP_OVERLAP")
+def megatron_fsdp(state: State):
+    if not state.fsdp:
+        return
+    strategy = state.ddp["data_parallel_sharding_strategy"]
+    meaning = {
+        "optim_grads_params": "at model wrap Megatron-FSDP forces overlap_grad_reduce and overlap_param_gather on (reduce-scatter in every "
+                              "backward, parameter all-gather prefetched)",
+        "optim_grads": "at model wrap Megatron-FSDP forces overlap_grad_reduce on (reduce-scatter in every backward); parameters are not sharded",
+        "optim": "gradients are reduced on the last micro-batch only; overlap_grad_reduce decides whether that reduction is asynchronous",
+        "no_shard": "gradients are reduced on the last micro-batch only and there is no parameter all-gather (start_param_sync is a no-op)",
+    }[strategy]
+    yield make("MEGATRON_FSDP_DP_OVERLAP", strategy=strategy, meaning=meaning, asserts={"ddp.data_parallel_sharding_strategy": strategy})
+
+
+@check("NCCL_UB_LAUNCH_ENV")
+def nccl_ub(state: State):
+    if not state.ddp["nccl_ub"]:
+        return
+    env, rel = state.request.env_vars, state.request.release
+    wanted = {"NCCL_NVLS_ENABLE": 1, "NCCL_CTA_POLICY": 1}
+    missing = {f"env_vars.{k}": v for k, v in wanted.items() if str(env.get(k)) != str(v)} if rel.env_vars else {}
+    alloc = "expandable_segments:True" in str(state.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")).split(",")
+    if not missing and not alloc:
+        return
+    o, fix = fixed(state, "NCCL_UB_LAUNCH_ENV", [missing], unproven([missing], shell("nothing to change in the config")))
+    yield make("NCCL_UB_LAUNCH_ENV", fix_overrides=o, fix=fix, fsdp=" with Megatron-FSDP" if state.fsdp else "",
+               alloc="; with torch < 2.11 Megatron-Core rejects nccl_ub with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which this "
+                     "config sets" if alloc else "")
+
+
+@check("DP_SIZE_ONE", "BRIDGE_SELECTS_ALIGN_PARAM_GATHER")
+def dp_size(state: State):
+    ddp = state.ddp
+    if state.data_parallel_size == 1:
+        yield make("DP_SIZE_ONE", gpus=state.gpus, **_dp_one_detail(state))
+    model = state.model
+    requested = (state.request.comm_overlap or {}).get("align_param_gather")
+    if state.dp_overlap_applied and state.data_parallel_size > 1 and layout.Layout.of(model, state.gpus).interleaved \
+            and ddp["align_param_gather"] and requested is None:
+        yield make("BRIDGE_SELECTS_ALIGN_PARAM_GATHER", with_step=fmt(state.optimizer["overlap_param_gather_with_optimizer_step"]),
+                   asserts={"optimizer.overlap_param_gather_with_optimizer_step": state.optimizer["overlap_param_gather_with_optimizer_step"]})
+
+
+def _dp_one_detail(state: State) -> dict:
+    """What DP = 1 leaves of DP overlap: CommOverlapConfig turns it off, but what comm_overlap requests stays on."""
+    if not state.dp_overlap_applied:
+        return {"detail": ""}
+    names = ("overlap_grad_reduce", "overlap_param_gather")
+    on = [n for n in names if state.ddp[n]]
+    asserts = {f"ddp.{n}": bool(state.ddp[n]) for n in names}
+    if not on:
+        return {"detail": ", and CommOverlapConfig turns DP overlap off", "asserts": asserts}
+    return {"detail": f"; {' and '.join(on)} {'stays' if len(on) == 1 else 'stay'} on because comm_overlap requests it "
+                      "(there is nothing to overlap)", "asserts": asserts}
+
+
+@check("PARAM_GATHER_WITH_OPTIMIZER_STEP_UNCHECKED")
+def param_gather_with_step_unchecked(state: State):
+    model = state.model
+    if not state.optimizer["overlap_param_gather_with_optimizer_step"]:
+        return
+    what = [w for w, on in (("CUDA graphs", model["cuda_graph_impl"] != "none"), ("NVFP4", bool(model["fp4"]))) if on]
+    if what:
+        yield make("PARAM_GATHER_WITH_OPTIMIZER_STEP_UNCHECKED", what=" and ".join(what),
+                   note="; Bridge's perf launcher does not turn it on with nvfp4" if model["fp4"] else "")
+
+
+@check("BUCKET_SIZE_LOOKS_LIKE_BYTES")
+def bucket_size(state: State):
+    for key in ("ddp.bucket_size", "comm_overlap.bucket_size"):
+        value = state.request.explicit.get(key)
+        if value is None or not looks_like_bytes(value):
+            continue
+        per = gradient_bytes(state)
+        params = bucket_parameters(state, value)
+        mib = value // MIB if value >= MIB else value
+        readings = (f"{value} parameters = {value * per / MIB:.0f} MiB of gradients at {per} bytes each "
+                    f"({'fp32' if per == 4 else 'bf16/fp16'} gradient reduction); read as {mib} MiB of gradients, it is {params} parameters")
+        target = "comm_overlap.bucket_size" if key == "ddp.bucket_size" and state.dp_overlap_applied else key
+        meant = shell("{override} if you meant {mib} MiB of gradients", override=overrides_text({target: params}), mib=mib)
+        o = proven(state, "BUCKET_SIZE_LOOKS_LIKE_BYTES", [_bucket_fix(state, key)], knobs=[key])
+        yield make("BUCKET_SIZE_LOOKS_LIKE_BYTES", fix_overrides=o, knobs=[key], key=key, value=value, readings=readings,
+                   fix=shell("{fix}; keep {value} if you meant parameters", fix=overrides_text(o) if o else meant, value=value),
+                   asserts={"ddp.grad_reduce_in_fp32": per == 4})
+
+
+@check("LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD")
+def launch_env_fields(state: State):
+    for key, value in state.request.launch_env_fields:
+        name = key.partition(".")[2]
+        env = schema.LAUNCH_ENV_NAMES.get(name.lower(), name.upper())
+        number = launch_env.env_value(value)
+        if not state.request.release.env_vars:
+            o, fix = {}, shell("drop {key}; export {env} in the launcher ({where})", key=key, env=env,
+                               where=Shell(state.request.release.launch_env_where))
+        elif isinstance(number, int) and not isinstance(number, bool):  # every one of these variables is read as an integer
+            # the value asked for, in env_vars; else the value Bridge's launcher uses for this layout
+            rule = {name: value for name, value, _ in launch_env.rules(state.request.release, launch_env.layout_of(state))}.get(env)
+            candidates = [{f"env_vars.{env}": number}] + ([{f"env_vars.{env}": launch_env.env_value(rule)}] if rule else [])
+            o = proven(state, "LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD", candidates, knobs=[key], remove=[key])
+            fix = shell("drop {key}; {fix} (or export {env} in the launcher)", key=key, fix=overrides_text(o or candidates[0]), env=env)
+        else:
+            o, fix = {}, shell("drop {key}; set env_vars.{env} to an integer ({value} is not one), or export {env} in the launcher",
+                               key=key, env=env, value=str(value))
+        yield make("LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD", fix_overrides=o, remove_keys=[key], knobs=[key], key=key, env=env, fix=fix)
+
+
+@check("UNMODELED_OVERLAP_KEY", "UNMODELED_KEY")
+def unmodeled(state: State):
+    keys = state.request.unmodeled
+    on_path = [k for k in keys if on_overlap_path(k)]
+    off_path = [k for k in keys if k not in on_path]
+    for fid, items in (("UNMODELED_OVERLAP_KEY", on_path), ("UNMODELED_KEY", off_path)):
+        if items:
+            shown = ", ".join(items[:8]) + (f" and {len(items) - 8} more" if len(items) > 8 else "")
+            yield make(fid, knobs=items[:8], keys=shown)

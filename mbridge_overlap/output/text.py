@@ -1,0 +1,292 @@
+"""Human-readable output of the API results (the JSON is the agent contract; this is for people).
+
+Each line is escaped as a whole on the way out (_lines): a value from a config file or the command line
+cannot start a line of its own or send a control sequence to the terminal."""
+
+from __future__ import annotations
+
+from ..safeio import esc
+from ..values import fmt
+
+
+def _lines(lines: list[str]) -> str:
+    return "".join(esc(line) + "\n" for line in lines)
+
+
+def _findings(items: list[dict]) -> list[str]:
+    if not items:
+        return ["findings: none"]
+    lines = ["findings:"]
+    for f in items:
+        when = f" (fails at {f['when']})" if f.get("when") and f["when"] != "config" else ""
+        lines.append(f"  {f['severity'].upper():7} {f['id']}{when}: {f['message']}")
+        lines.append(f"          fix: {f['fix']}")
+    return lines
+
+
+def _effective(effective: dict) -> list[str]:
+    lines = []
+    for section, values in effective.items():
+        lines.append(f"{section}:")
+        width = max(len(k) for k in values)
+        lines.extend(f"  {k:<{width}}  {fmt(v)}" for k, v in values.items())
+    return lines
+
+
+def _modes(modes: dict) -> list[str]:
+    return ["overlap modes:"] + [f"  {name.upper()}: {'on ' if m['enabled'] else 'off'}  {m['why']}" for name, m in modes.items()]
+
+
+def _env(d: dict) -> list[str]:
+    lines = []
+    if d["env_vars"]:
+        lines += ["", "env_vars the config sets (os.environ.setdefault: the launcher's values win):"]
+        lines += [f"  {k}={v}" for k, v in d["env_vars"].items()]
+    lines += ["", f"launch environment Bridge's launchers use for this layout on {d['gpu']} (--format env or env_vars with plan):"]
+    lines += [f"  {k}={r['value']}  # {r['why']}" for k, r in d["launch_env"].items()]
+    return lines
+
+
+def _head(d: dict, what: str) -> str:
+    start = f" from recipe {d['recipe']}" if d.get("recipe") else ""
+    verified = "" if d.get("verified", True) else " (not the verified release)"
+    return (f"{what}{start}: {d['gpus']} {d['gpu']} GPUs, data_parallel_size={d['data_parallel_size']}, "
+            f"Megatron-Bridge {d['bridge_version']}{verified}")
+
+
+def _requested(d: dict) -> list[str]:
+    req = d["requested"]
+    if req["comm_overlap"] is None:
+        return ["requested: no comm_overlap section" + (f" (set by the {req['set_by']['comm_overlap']})" if "comm_overlap" in req["set_by"] else "")]
+    asked = {k: v for k, v in req["comm_overlap"].items() if v is not None}
+    lines = ["requested in comm_overlap (unset fields: Bridge picks):"]
+    lines += [f"  {k}={fmt(v)}  (set by the {req['set_by'].get('comm_overlap.' + k, 'default')})" for k, v in asked.items()]
+    return lines
+
+
+def _inputs(d: dict) -> list[str]:
+    inputs = d["inputs"]
+    assumed = inputs["assumed"]
+    guessed = [f"{k} from {v}" for k, v in assumed.items() if v != "given"]
+    lines = ["assumed: " + "; ".join(guessed) if guessed else ""]
+    m = inputs["machine"]
+    lines.append(f"machine: {m['gpu']}, {m['gpus_per_node']} GPUs per node, NVLink domain of {m['nvlink_domain']} GPUs"
+                 + (" (multi-node NVLink)" if m["mnnvl"] else "") + f", multicast {'yes' if m['multicast'] else 'no'}, "
+                 f"Transformer Engine {m['te_version']}")
+    return [line for line in lines if line] + [f"note: {n}" for n in d.get("notes", [])]
+
+
+def resolution(d: dict) -> str:
+    lines = [_head(d, "resolve")] + _inputs(d) + [""] + _modes(d["modes"]) + [""] + _requested(d) + [""] + _effective(d["effective"]) + _env(d)
+    return _lines(lines + [""] + _findings(d["findings"]))
+
+
+def plan(d: dict) -> str:
+    lay = d["layout"]
+    head = (
+        f"Plan for TP={lay['tp']} PP={lay['pp']} VPP={fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs "
+        f"({lay['precision']}), DP={fmt(lay['dp'])}, Megatron-Bridge {d['bridge_version']}"
+        + (f", starting from {lay['recipe']}" if lay.get("recipe") else "")
+    )
+    lines = [head, ""] + _modes(d["modes"])
+    lines += ["", f"tuned TP preset: {d['preset'] or 'none (Transformer Engine default)' if d['modes']['tp']['enabled'] else 'n/a'}"]
+    lines += ["", "overrides (plan ... --format python|yaml|hydra for a snippet):"]
+    lines += [f"  {k}={fmt(v)}" for k, v in d["overrides"].items()] or ["  none: the recipe already has them"]
+    lines += _env(d)
+    lines += ["", "effective after runtime_config_update():"] + ["  " + x for x in _effective(d["effective"])]
+    notes = d.get("plan_notes") or []
+    if notes:
+        lines += ["", "why the plan chose so:"] + [f"  {n['id']}: {n['message']}" for n in notes]
+    return _lines(lines + [""] + _findings(d["findings"]))
+
+
+def presets(items: list[dict]) -> str:
+    cols = ("name", "gpu", "precision", "hidden_size", "tp", "cp", "micro_batch_size", "seq_length", "lora")
+    widths = {c: max(len(c), *(len(fmt(p[c])) for p in items)) for c in cols}
+    rows = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    rows += ["  ".join(fmt(p[c]).ljust(widths[c]) for c in cols) for p in items]
+    return _lines(rows)
+
+
+def explain(d: dict) -> str:
+    lines = [f"{d['id']} ({d['severity']}{', fails at ' + d['when'] if d.get('when') else ''}): {d['title']}"]
+    loc = d.get("location") or {}
+    if d.get("anchor") and loc.get("status") == "needs_bridge":  # one quiet line: where, not why the lines are unknown
+        lines.append(f"decided by: {loc['scope']} in {loc['file']} (anchor {d['anchor']}; line numbers: mbridge-overlap anchors, "
+                     "with megatron-bridge installed)")
+    elif d.get("anchor"):
+        where = f"{loc['path']}:{loc['start']}-{loc['end']}" if loc.get("start") else loc.get("note", "")
+        lines.append(f"decided by: anchor {d['anchor']} (mbridge-overlap anchors){': ' + where if where else ''}")
+    if d.get("source"):
+        lines.append(f"source: {d['source']}")
+    if d.get("skill"):
+        lines.append(f"tuning it belongs to the {d['skill']} skill")
+    return _lines(lines + [""] + d["explain"].splitlines())
+
+
+def releases(table: dict) -> str:
+    keys = ["verified", "checked", "rules_of", "megatron_core", "env_vars_field", "launch_env_set_by", "mixed_precision_recipes",
+            "launch_env_where", "yanked", "same_as", "changed_rules"]
+    lines = []
+    for version, facts in table["releases"].items():
+        lines.append(f"{version}:")
+        for k in keys:
+            v = facts[k]
+            if v is None and k in ("yanked", "same_as"):
+                continue
+            v = f"{len(v)} recipes" if k == "mixed_precision_recipes" else fmt(v)
+            lines.append(f"  {k}: {v}")
+    return _lines(lines)
+
+
+def recipes(d: dict) -> str:
+    lines = [f"{d['count']} recipe(s) of Megatron-Bridge {d['bridge_version']} (overlap state as real Bridge resolved each at the GPU count "
+             "in its name; pass the name to --recipe)"]
+    for r in d["recipes"]:
+        if r["status"] == "not_built":
+            lines.append(f"  {r['reference']}: not built offline ({r['build_error']})")
+            continue
+        lay = r["layout"]
+        shape = (f"TP{lay['tp']} PP{lay['pp']} VPP{fmt(lay['vpp'])} CP{lay['cp']} EP{lay['ep']} DP{fmt(lay['dp'])} "
+                 f"on {lay['gpus_resolved']} {r['gpu'] or 'GPUs'}")
+        if r["status"] == "rejected":
+            state = f"REJECTED by Bridge: {r['bridge_error']}"
+        elif r["status"] == "fails_at_setup":
+            state = f"FAILS AT SETUP (Megatron-Core): {r['setup_error']}"
+        else:
+            state = " ".join(f"{k.upper()}:{'on' if m['enabled'] else 'off'}" for k, m in r["modes"].items())
+        env = " ".join([f"{k}={v}" for k, v in r["env_vars"].items()] + ([f"(+{r['env_vars_not_shown']} more env_vars)"]
+                                                                           if r["env_vars_not_shown"] else []))
+        stand_ins = f"  [offline stand-ins: {', '.join(r['fixups'])}]" if r["fixups"] else ""
+        lines.append(f"  {r['reference']}  [{r['precision'] or '-'}] {shape}  {state}" + (f"  {env}" if env else "") + stand_ins)
+    if any(r["status"] != "not_built" for r in d["recipes"]):
+        lines += ["", f"env_vars: {d['about']['env_vars']}", f"offline stand-ins (fixups): {d['about']['fixups']}"]
+    return _lines(lines)
+
+
+def suites(d: dict) -> str:
+    lines = ["upstream suites verify runs (pass counts required per test-file sha256 and installed release):"]
+    for name, s in d["suites"].items():
+        lines.append(f"  {name}: {s['path']}" + (f" (skipped without {s['needs_module']})" if s.get("needs_module") else ""))
+    for row in d["expected"]:
+        lines.append(f"  {row['suite']} sha256 {row['sha256'][:16]}... against {row['bridge']}: {row['passed']} passed "
+                     f"({', '.join(row['upstream'])})")
+    lines.append(f"  otherwise: {d['otherwise']}")
+    return _lines(lines)
+
+
+def anchors(d: dict) -> str:
+    where = d["checkout"] or d["package"]
+    lines = [f"Megatron-Bridge {d['bridge_version']} at {where} (verified: {', '.join(d['verified_releases'])})"]
+    if d["release_note"]:
+        lines.append(f"  note: {d['release_note']}")
+    for a in d["anchors"]:
+        if a["status"] in ("same", "changed"):
+            since = f"same as {a['same_as']}" if a["status"] == "same" else f"CHANGED since {a['nearest']}"
+            lines.append(f"  {a['status']:<8} {a['id']}: {a['path']}:{a['start']}-{a['end']}  ({since})")
+        else:
+            lines.append(f"  {a['status']:<8} {a['id']}: {a['file']}")
+        if a["note"]:
+            lines.append(f"           {a['note']}")
+        lines += [f"           step added: {s}" for s in a["steps_added"]]
+        lines += [f"           step removed: {s}" for s in a["steps_removed"]]
+        lines += [f"           | {line}" for line in a["diff"]]
+    counts = ", ".join(f"{n} {status}" for status, n in d["counts"].items())
+    lines.append(f"anchors: {'ok' if d['ok'] else 'CHANGED OR MISSING (see above)'}: {counts}")
+    return _lines(lines)
+
+
+def lint(d: dict) -> str:
+    lay = d["layout"]
+    kind = "saved run config" if d["saved_run_config"] else "override file"
+    what = f"{d['config']} ({kind})" if d["config"] else f"recipe {d['recipe']}"
+    lines = [
+        f"lint {what}, Megatron-Bridge {d['bridge_version']}",
+        f"layout: TP={lay['tp']} PP={lay['pp']} VPP={fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs, DP={fmt(lay['dp'])}",
+        *_inputs(d),
+        "",
+    ]
+    return _lines(lines + _findings(d["findings"]))
+
+
+def diff(d: dict) -> str:
+    lines = [f"diff {d['before']} -> {d['after']} (Megatron-Bridge {d['bridge_version']})"]
+    lines += [f"WARNING: {w}" for w in d["warnings"]]
+    changes = d["overlap_changes"]
+    lines += ["", "overlap settings that changed, most step-time impact first:" if changes else "overlap settings: no change"]
+    for i, c in enumerate(changes, 1):
+        lines.append(f"  {i}. {c['key']}: {fmt(c['before'])} -> {fmt(c['after'])}")
+        lines.append(f"     why: {c['message']} [{c['finding_id']}]")
+        lines.append(f"     restore: {c['fix'] or 'no config override restores it'}")
+    other = d["other_changes"]
+    lines += ["", "other communication-relevant changes:" if other else "other communication-relevant changes: none"]
+    lines += [f"  {o['label']} ({o['key']}): {fmt(o['before'])} -> {fmt(o['after'])}" for o in other]
+    if d["unmodeled_changes"]:
+        lines += ["", "changed on the overlap path but not modelled (their effect is not explained here):"]
+        lines += [f"  {u['key']}: {fmt(u['before'])} -> {fmt(u['after'])}" for u in d["unmodeled_changes"]]
+    if d["same_effect_changes"]:
+        lines += ["", f"written differently, resolved the same: {', '.join(d['same_effect_changes'])}"]
+    sections = ", ".join(f"{s} {n}" for s, n in d["ignored_by_section"].items())
+    lines += ["", f"{d['ignored_changes']} of {d['changed_keys']} changed keys have no bearing on communication and are ignored"
+              + (f" ({sections})" if sections else "")]
+    return _lines(lines)
+
+
+def _ranks(ranks: list, count: int) -> str:
+    """'ranks 0-7', 'ranks 0, 3 and 2 more', 'local ranks 0-1'."""
+    if not count:
+        return "rank unknown"
+    nums = [int(r) for r in ranks if r.isdigit()]
+    if nums and len(nums) == len(ranks) and nums == list(range(nums[0], nums[0] + len(nums))) and len(nums) > 2:
+        shown = f"{nums[0]}-{nums[-1]}"
+    else:
+        shown = ", ".join(ranks[:6]) + (f" and {count - 6} more" if count > 6 else "")
+    return f"{'rank' if count == 1 else f'{count} ranks'}: {shown}"
+
+
+def _evidence(e: dict) -> list[str]:
+    logged = e["logged"] if len(e["logged"]) <= 160 else e["logged"][:157] + "..."
+    where = f"{e['file']} {e['function']}" if e.get("file") else "native code"
+    version = f" ({e['package']} {e['package_version']})" if e.get("package_version") else f" ({e['package']})"
+    return [f"    logged  {logged}",
+            f"            {e['count']} line{'s' if e['count'] != 1 else ''}, {_ranks(e['ranks'], e['rank_count'])}; first at "
+            f"{e['first_seen']['source']}:{e['first_seen']['line']}",
+            f"    raised  {where}{version}" + (f": assert {e['condition']}" if e.get("condition") else "")]
+
+
+def diagnosis(d: dict) -> str:
+    sources = d["sources"]
+    ranks = sorted({r for s in sources for r in s["ranks"]}, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))
+    lines = [f"diagnose: {len(sources)} log{'s' if len(sources) != 1 else ''}, {d['lines']:,} lines"
+             + (f", {_ranks(ranks, len(ranks))}" if ranks else "")
+             + f" (messages of Megatron-Bridge {d['catalog']['release']}'s packages: {d['catalog']['messages']:,})"]
+    cfg = d["config"]
+    if cfg.get("from"):
+        lacks = f"; it does not print {', '.join(cfg['not_printed'])}" if cfg.get("not_printed") else ""
+        lines.append(f"config: {cfg['from']} ({cfg['gpus']} GPUs){lacks}")
+    if d.get("compare"):
+        c = d["compare"]
+        change = "unknown (a log without iteration lines)" if c["change"] is None else f"{c['change'] * 100:+.1f}%"
+        lines.append(f"compare: median ms per iteration {c['before']['median_ms']} -> {c['after']['median_ms']} ({change})")
+        for ch in c.get("config_changes") or []:
+            lines.append(f"  changed {ch['key']}: {fmt(ch['before'])} -> {fmt(ch['after'])}: {ch['message']}")
+    lines += ["", "causes:" if d["causes"] else "causes: none on the overlap path"]
+    for c in d["causes"]:
+        scope = "" if c["overlap_related"] else " [not an overlap setting]"
+        lines += ["", f"  {c['severity'].upper():7} {c['id']}{scope}: {c['title']}", f"    {c['message']}"]
+        for e in c["evidence"]:
+            lines += _evidence(e)
+        if c["knobs"]:
+            lines.append(f"    knobs   {', '.join(c['knobs'])}")
+        if c.get("analysis"):
+            lines.append(f"    config  {c['analysis']}")
+        lines.append(f"    fix     {c['fix']}")
+    for title, items in (("overlap-path messages without a cause of their own", d["messages"]),
+                         ("other failures (not overlap settings)", d["other"])):
+        if items:
+            lines += ["", f"{title}:"]
+            for m in items:
+                lines += [f"  {m['severity'].upper():7} {m['topic']}"] + _evidence(m)
+    if d["notes"]:
+        lines += [""] + [f"note: {n}" for n in d["notes"]]
+    return _lines(lines)

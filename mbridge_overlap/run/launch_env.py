@@ -1,0 +1,126 @@
+"""The launch environment Bridge's own launchers use for a layout, by release.
+
+0.6: the flat perf recipes' env_vars, which all follow the perf launcher's rules (scripts/performance/utils/
+     overrides.py): CUDA_DEVICE_MAX_CONNECTIONS, NCCL_P2P_NET_CHUNKSIZE, the LayerNorm SM margins,
+     TORCH_NCCL_HIGH_PRIORITY, and NCCL_NVLS_ENABLE / NCCL_CTA_POLICY by nccl_ub.
+0.5: megatron/bridge/recipes/run_plugins.py `PerfEnvPlugin` (CUDA_DEVICE_MAX_CONNECTIONS, the margins, the chunk size).
+"""
+
+from __future__ import annotations
+
+
+from ..upstream import releases
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    dp: int = 1
+    gpu: str = "h100"
+    moe_a2a_overlap: bool = False
+    moe_flex_dispatcher_backend: str | None = "deepep"  # Megatron-Core's default, also for dense models
+    flex_in_use: bool = False  # the model runs the flex dispatcher (0.5's PerfEnvPlugin is told the backend only then)
+    megatron_fsdp: bool = False
+    nccl_ub: bool = False
+    recipe: str | None = None  # Bridge model family, e.g. llama3_70b
+    task: str = "pretrain"
+
+    @classmethod
+    def of(cls, effective: dict, dp: int, gpu: str, recipe: str | None = None, task: str = "pretrain", moe_a2a_overlap: bool = False) -> "Layout":
+        model, ddp = effective["model"], effective["ddp"]
+        return cls(
+            tp=model["tensor_model_parallel_size"], pp=model["pipeline_model_parallel_size"],
+            cp=model["context_parallel_size"], dp=dp, gpu=gpu,
+            moe_a2a_overlap=moe_a2a_overlap or bool(model.get("overlap_moe_expert_parallel_comm")),
+            moe_flex_dispatcher_backend=model.get("moe_flex_dispatcher_backend", "deepep"),
+            flex_in_use=model.get("moe_token_dispatcher_type") == "flex",
+            megatron_fsdp=bool(ddp.get("use_megatron_fsdp")), nccl_ub=bool(ddp.get("nccl_ub")), recipe=recipe, task=task,
+        )
+
+
+def layout_of(state) -> Layout:
+    """The launch layout of a resolved state: its effective config, DP size, GPU type, and the scenario's model family
+    and task."""
+    scenario = state.scenario
+    return Layout.of(state.effective(), max(state.data_parallel_size, 1), state.gpu, scenario.family, scenario.task)
+
+
+def env_value(value):
+    """A launch variable's value as Bridge's recipes write it in env_vars: digits as an int, anything else as is."""
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
+
+
+def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str]]:
+    """(name, value, why) for each variable Bridge's launcher would set for this layout."""
+    cfg = releases.data()["launch_env"]
+    style = cfg[release.launch_env]
+    out = [("CUDA_DEVICE_MAX_CONNECTIONS", *_max_connections(release, style, layout))]
+    margin = str(style["layernorm_sm_margin"])
+    why = f"SM margin for TE LayerNorm so overlapped communication kernels get SMs ({_where(release)})"
+    out += [("NVTE_FWD_LAYERNORM_SM_MARGIN", margin, why), ("NVTE_BWD_LAYERNORM_SM_MARGIN", margin, why)]
+    chunk = _p2p_chunksize(cfg, layout)
+    if chunk:
+        out.append(("NCCL_P2P_NET_CHUNKSIZE", chunk, f"PP>1 for {layout.recipe} {layout.task}: larger P2P chunks ({_where(release)})"))
+    for name, value in (style.get("common") or {}).items():
+        out.append((name, str(value), f"every Bridge perf recipe sets it: NCCL runs on its high-priority stream ({_where(release)})"))
+    nccl = style.get("nccl_ub" if layout.nccl_ub else "no_nccl_ub") or {}
+    for name, value in nccl.items():
+        why = "with ddp.nccl_ub, as every nccl_ub perf recipe" if layout.nccl_ub else "without ddp.nccl_ub, as every other perf recipe"
+        out.append((name, str(value), f"{why} ({_where(release)})"))
+    return out
+
+
+def perf_env_plugin_args(release: releases.Release, layout: Layout) -> dict:
+    """The PerfEnvPlugin keyword arguments (0.5.x) under which the plugin sets exactly what rules() gives."""
+    style = releases.data()["launch_env"]["perf_env_plugin"]
+    args = {"tp_size": layout.tp, "pp_size": layout.pp, "cp_size": layout.cp,
+            "num_gpus": layout.tp * layout.pp * layout.cp * layout.dp, "gpu_sm100_or_newer": layout.gpu in style["sm100_gpus"],
+            "layernorm_sm_margin": style["layernorm_sm_margin"],
+            "moe_flex_dispatcher_backend": layout.moe_flex_dispatcher_backend if layout.flex_in_use else None,
+            "a2a_overlap": layout.moe_a2a_overlap}
+    chunk = _p2p_chunksize(releases.data()["launch_env"], layout)
+    if chunk:
+        args["nccl_pp_comm_chunksize"] = int(chunk)
+    return args
+
+
+def _where(release: releases.Release) -> str:
+    return "PerfEnvPlugin" if release.launch_env == "perf_env_plugin" else "Bridge 0.6 perf recipes"
+
+
+def _max_connections(release: releases.Release, style: dict, layout: Layout) -> tuple[str, str]:
+    tp_or_cp = layout.tp > 1 or layout.cp > 1
+    if release.launch_env == "perf_env_plugin":
+        flex = layout.moe_flex_dispatcher_backend if layout.flex_in_use else None
+        value = 32 if flex in ("deepep", "hybridep") else 8
+        why = "default queue depth" if value == 8 else "DeepEP/HybridEP dispatcher"
+        if layout.gpu in style["sm100_gpus"]:
+            if tp_or_cp and (layout.dp > 1 or layout.pp > 1):
+                value, why = 32, "Blackwell with TP/CP and DP/PP: extra connections avoid serializing streams"
+        elif tp_or_cp and not layout.moe_a2a_overlap:
+            value, why = 1, "Hopper with TP/CP: queue the communication kernel before the overlapping GEMM"
+        return str(value), why
+    backend = layout.moe_flex_dispatcher_backend
+    use = ("the flex dispatcher runs it" if layout.flex_in_use
+           else "Megatron-Core's default, set even where the model does not run the flex dispatcher")
+    value, why = (32, f"moe_flex_dispatcher_backend={backend} ({use})") if backend in ("deepep", "hybridep") \
+        else (8, f"CUDA's default queue depth (moe_flex_dispatcher_backend={backend}: no DeepEP/HybridEP)")
+    if layout.gpu in style["blackwell_gpus"]:
+        value, why = 32, "Blackwell: extra connections avoid serializing streams"
+    elif tp_or_cp and not layout.moe_a2a_overlap:
+        if layout.megatron_fsdp:
+            why += "; not 1 (the Hopper TP/CP rule): Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1"
+        else:
+            value, why = 1, "TP/CP > 1 (not Blackwell): queue the communication kernel before the overlapping GEMM"
+    return str(value), why
+
+
+def _p2p_chunksize(cfg: dict, layout: Layout) -> str | None:
+    if layout.pp <= 1 or not layout.recipe:
+        return None
+    family_sft = layout.task == "sft" and layout.recipe.startswith(cfg["nccl_p2p_chunksize_sft_family"])
+    pretrain = layout.task == "pretrain" and layout.recipe in cfg["nccl_p2p_chunksize_pretrain_recipes"]
+    return str(cfg["nccl_p2p_net_chunksize"]) if family_sft or pretrain else None

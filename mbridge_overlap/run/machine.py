@@ -1,0 +1,146 @@
+"""The machine a run depends on beyond its config: NVLink domain, torch's MPI support, multicast, Transformer Engine.
+
+Each fact has a default that says where it came from (the GPU type's data, the Bridge venv's torch, the release's
+pinned Transformer Engine) and a flag that overrides it; `Machine.to_dict()` shows both, so an agent sees what was
+assumed. Nothing here imports torch: the torch build is read from its library's ELF header.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+from ..upstream import releases
+from ..errors import UsageError
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Machine:
+    gpu: str
+    gpus_per_node: int
+    nvlink_domain: int  # GPUs one NVLink domain joins (8 on an H100/B200/B300 node, 72 in a GB200/GB300 NVL72 rack)
+    mnnvl: bool  # the domain spans nodes (multi-node NVLink)
+    multicast: bool  # CUDA multicast (driver >= 12.1 on an NVSwitch system): userbuffers need it unless UB_SKIPMC=1
+    te_version: str
+    given_torch_mpi: bool | None = None  # torch.distributed has the MPI backend: as given, else read on first use
+    release: releases.Release | None = field(default=None, compare=False, repr=False)
+    sources: dict = field(default_factory=dict, compare=False)  # fact -> where its value came from
+
+    @property
+    def torch_mpi(self) -> bool:
+        """Read (a few ms) only when a rule asks: the bootstrap backend check."""
+        if self.given_torch_mpi is not None:
+            return self.given_torch_mpi
+        found, source = torch_has_mpi(self.release)
+        self.sources["torch_mpi"] = source
+        return found
+
+    def to_dict(self) -> dict:
+        facts = {k: getattr(self, k) for k in ("gpu", "gpus_per_node", "nvlink_domain", "mnnvl", "multicast", "te_version")}
+        read = "torch_mpi" in self.sources
+        return {**facts, "torch_mpi": self.torch_mpi if read else None, "assumed": {
+            **self.sources, **({} if read else {"torch_mpi": "not read: no rule needed it (only the mpi bootstrap backend does)"})}}
+
+
+def describe(gpu: str, release: releases.Release, *, nvlink_domain: int | None = None, gpus_per_node: int | None = None,
+             multicast: bool | None = None, torch_mpi: bool | None = None, te_version: str | None = None) -> Machine:
+    """The machine for a GPU type, each fact from its flag where given, else its default (and the default's source)."""
+    info = releases.gpu(gpu)
+    sources = {}
+
+    def pick(name, value, default, source):
+        if value is not None:
+            sources[name] = "given"
+            return value
+        sources[name] = source
+        return default
+
+    topology = f"{info['name']} (Bridge's perf scripts: NUM_GPUS_PER_NODE_MAP, NVLINK_DOMAIN_SIZE, USE_MNNVL)"
+    per_node = _positive("--gpus-per-node", pick("gpus_per_node", gpus_per_node, info["gpus_per_node"], topology))
+    domain = _positive("--nvlink-domain", pick("nvlink_domain", nvlink_domain, info["nvlink_domain"], topology))
+    mnnvl = domain > per_node
+    sources["mnnvl"] = "nvlink_domain > gpus_per_node"
+    if torch_mpi is not None:
+        sources["torch_mpi"] = "given"
+    return Machine(
+        gpu=info["name"], gpus_per_node=per_node, nvlink_domain=domain, mnnvl=mnnvl,
+        multicast=pick("multicast", multicast, True, "the pinned CUDA 13 stack needs a driver >= 580, which has CUDA multicast "
+                                                     "on NVSwitch systems"),
+        te_version=pick("te_version", te_version, release.transformer_engine, f"pinned for Megatron-Bridge {release.version}"),
+        given_torch_mpi=torch_mpi, release=release, sources=sources,
+    )
+
+
+def _positive(flag: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{flag}: must be a positive integer, got {value!r}")
+    return value
+
+
+# --- torch's MPI backend, read without importing torch -------------------------------------------------------------
+
+_DEFAULT_MPI = (False, "PyPI's torch wheels are built without MPI (no torch found to read)")
+
+
+def torch_has_mpi(release: releases.Release) -> tuple[bool, str]:
+    """(whether torch links an MPI library, where that was read): the torch this Python imports, else the Bridge venv's
+    (scripts/bridge_env.sh), else PyPI's default (built without MPI)."""
+    for lib in _torch_libraries(release):
+        needed = elf_needed(lib)
+        if needed is not None:
+            mpi = any(n.startswith("libmpi") for n in needed)
+            return mpi, f"{lib} {'links' if mpi else 'does not link'} an MPI library"
+    return _DEFAULT_MPI
+
+
+def _torch_libraries(release: releases.Release):
+    from importlib.util import find_spec
+
+    try:
+        spec = find_spec("torch")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        yield Path(spec.origin).parent / "lib" / "libtorch_cpu.so"
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    venv = os.environ.get("MBRIDGE_VENV") or os.path.join(cache, "nemo-mbridge-perf-tp-dp-comm-overlap", f"venv-mbridge-{release.data_version}")
+    for site in sorted(Path(venv).glob("lib/python3*/site-packages")):
+        yield site / "torch" / "lib" / "libtorch_cpu.so"
+
+
+def elf_needed(path: Path) -> list[str] | None:
+    """The DT_NEEDED entries of a 64-bit little-endian ELF shared library; None where it is not one (or unreadable)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            if head[:6] != b"\x7fELF\x02\x01":
+                return None
+            phoff, = struct.unpack_from("<Q", head, 32)
+            phentsize, phnum = struct.unpack_from("<HH", head, 54)
+            fh.seek(phoff)
+            table = fh.read(phentsize * phnum)
+            segments = [struct.unpack_from("<IIQQQQ", table, i * phentsize) for i in range(phnum)]
+            dynamic = next(((off, size) for kind, _f, off, _va, _pa, size in segments if kind == 2), None)
+            if dynamic is None:
+                return []
+            fh.seek(dynamic[0])
+            entries = [struct.unpack_from("<qQ", chunk) for chunk in _chunks(fh.read(dynamic[1]), 16)]
+            strtab = next((v for tag, v in entries if tag == 5), None)
+            offset = next((strtab - va + off for kind, _f, off, va, _pa, size in segments
+                           if kind == 1 and va <= (strtab or -1) < va + size), None)
+            if offset is None:
+                return None
+            names = []
+            for tag, value in entries:
+                if tag == 1:
+                    fh.seek(offset + value)
+                    names.append(fh.read(256).split(b"\0", 1)[0].decode("ascii", "replace"))
+            return names
+    except (OSError, struct.error):
+        return None
+
+
+def _chunks(data: bytes, size: int):
+    return (data[i:i + size] for i in range(0, len(data) - size + 1, size))

@@ -1,0 +1,403 @@
+"""A requested config: Bridge's baseline, a ConfigContainer-shaped YAML file, then dotted overrides.
+
+Overrides use the syntax of Bridge's own scripts (`section.field=value`, Hydra style). Values are typed by
+the field they set; anything else is a UsageError that names the field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..upstream import catalog
+from .. import safeio
+from . import schema
+from ..errors import UsageError
+from dataclasses import dataclass, field
+from ..upstream.releases import Release, bridge_fields, preset_content
+from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
+from ..suggest import closest
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about 2 ms
+    from typing import Any
+
+_NULLS = {"null", "none", "~"}
+_INT = re.compile(r"^[+-]?[0-9]{1,%d}\Z" % safeio.MAX_INT_CHARS)  # ASCII digits: int() also takes "８" and "1_0"
+_FLOAT = re.compile(r"^[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+@dataclass
+class MixedPrecision:
+    """A mixed-precision recipe by name, with fields set on top of it."""
+
+    recipe: str | None
+    fields: dict = field(default_factory=dict)
+
+    def values(self, release: Release) -> dict:
+        base = release.mixed_precision(self.recipe) if self.recipe else {}
+        return {**base, **self.fields}
+
+
+# What a catalog entry records of the offline build's stand-in model, not of the recipe's real one.
+STAND_IN = ("model.hidden_size",)
+
+
+@dataclass
+class Request:
+    release: Release
+    model: dict
+    ddp: dict
+    optimizer: dict
+    dist: dict = field(default_factory=dict)
+    checkpoint: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+    validation: dict = field(default_factory=dict)
+    rerun_state_machine: dict = field(default_factory=dict)
+    dataset: dict = field(default_factory=dict)
+    comm_overlap: dict | None = None
+    mixed_precision: MixedPrecision | None = None
+    env_vars: dict = field(default_factory=dict)
+    explicit: dict = field(default_factory=dict)  # dotted key -> value the user set
+    unmodeled: list = field(default_factory=list)  # real Bridge keys the resolver does not model
+    skipped: list = field(default_factory=list)  # config keys this release does not have (strict=False)
+    launch_env_fields: list = field(default_factory=list)  # (comm_overlap.<env knob>, value) the user tried
+    context: dict = field(default_factory=dict)  # dotted key -> value a recipe records but the resolver does not set
+    origin: dict = field(default_factory=dict)  # dotted key -> who set it: "recipe", "config" or "override"
+    recipe: dict | None = None  # the catalog entry the request starts from (None: Bridge's _pretrain_common baseline)
+
+    @classmethod
+    def baseline(cls, release: Release) -> "Request":
+        sections = {s: {k: f.default for k, f in fields.items()} for s, fields in schema.SECTIONS.items()}
+        return cls(release=release, mixed_precision=MixedPrecision(schema.BASELINE_MIXED_PRECISION), **sections)
+
+    @classmethod
+    def from_recipe(cls, release: Release, entry: dict) -> "Request":
+        """A shipped recipe's request as the catalog records it (values as the recipe function set them)."""
+        req = cls.baseline(release)
+        recorded = entry["request"]
+        for section, fields in schema.SECTIONS.items():
+            for name, value in (recorded.get(section) or {}).items():
+                if name in fields and f"{section}.{name}" not in STAND_IN:
+                    getattr(req, section)[name] = value
+        for section, names in schema.CONTEXT.items():
+            req.context.update({f"{section}.{n}": v for n, v in (recorded.get(section) or {}).items() if n in names})
+        comm = recorded.get("comm_overlap")
+        req.comm_overlap = None if comm is None else {k: comm.get(k, f.default) for k, f in schema.COMM_OVERLAP.items()}
+        req.origin = {f"comm_overlap.{k}": "recipe" for k, v in (req.comm_overlap or {}).items() if v is not None}
+        mp = recorded.get("mixed_precision")
+        req.mixed_precision = None if mp is None else MixedPrecision(mp["recipe"], dict(mp.get("fields") or {}))
+        req.env_vars = dict(recorded.get("env_vars") or {})
+        req.recipe = entry
+        return req
+
+    def section(self, name: str) -> dict:
+        return getattr(self, name)
+
+    def derive(self, overrides: Mapping[str, Any], remove=()) -> "Request":
+        """A copy with some keys dropped (ones that name no real field) and `overrides` applied on top."""
+        new = object.__new__(type(self))  # copy.copy's shallow copy, without importing copy (1.3 ms a cold start)
+        new.__dict__.update(self.__dict__)
+        for name in [*schema.SECTIONS, "explicit", "env_vars", "context", "origin"]:
+            setattr(new, name, dict(getattr(self, name)))
+        new.comm_overlap = dict(self.comm_overlap) if self.comm_overlap is not None else None
+        if self.mixed_precision is not None:
+            new.mixed_precision = MixedPrecision(self.mixed_precision.recipe, dict(self.mixed_precision.fields))
+        new.unmodeled = [k for k in self.unmodeled if k not in remove]
+        new.launch_env_fields = [(k, v) for k, v in self.launch_env_fields if k not in remove]
+        for key, value in overrides.items():
+            if key.startswith("env_vars.") and value is None:
+                new.env_vars.pop(key.partition(".")[2], None)  # an unset variable
+                continue
+            new.set(key, value)
+        return new
+
+    def set(self, key: str, value: Any, origin: str = "override") -> None:
+        """Apply one dotted override; value may be typed or the string form of the command line."""
+        self.origin[key] = origin
+        section, _, name = key.partition(".")
+        setter = _SETTERS.get(section)
+        if setter is None:
+            if section in bridge_fields(self.release.version):
+                self.unmodeled.append(key)
+                return
+            hint = closest(section, list(_SETTERS) + list(bridge_fields(self.release.version)))
+            raise UsageError(f"{key}: unknown config section '{section}'" + (f"; did you mean '{hint}'?" if hint else ""))
+        setter(self, key, name, value)
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    """Split `section.field=value` (a leading '+' as Hydra allows) into key and raw value."""
+    body = text[1:] if text.startswith("+") else text
+    key, sep, value = body.partition("=")
+    if not sep or not key or " " in key.strip():
+        raise UsageError(f"override {safeio.shown(text)}: expected KEY=VALUE, e.g. model.tensor_model_parallel_size=4")
+    return key.strip(), value.strip()
+
+
+def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
+    """Type a value for a field, from Python or from its command-line string."""
+    raw = value
+    if isinstance(value, str):
+        text = value.strip().strip("'\"")
+        if spec.kind == STR_LIST and text.startswith("[") and text.endswith("]"):
+            value = [item.strip().strip("'\"") for item in text[1:-1].split(",") if item.strip()]
+        elif spec.kind in (CHOICE, OPT_CHOICE) and text in spec.choices:
+            value = text  # a choice spelled like a null ("none" for cuda_graph_impl)
+        elif text.lower() in _NULLS:
+            value = None
+        elif spec.kind in (BOOL, OPT_BOOL):
+            if text.lower() not in ("true", "false"):
+                raise UsageError(f"{key}: expected true or false, got {safeio.shown(raw)}")
+            value = text.lower() == "true"
+        elif spec.kind in (INT, OPT_INT):
+            if not _INT.match(text):
+                raise UsageError(f"{key}: expected an integer, got {safeio.shown(raw)}")
+            value = int(text)
+        else:
+            value = text
+    if value is None:
+        if spec.kind in (OPT_INT, OPT_BOOL, OPT_CHOICE, PRESET, OPT_PATH, STR_LIST):
+            return None
+        raise UsageError(f"{key}: cannot be null")
+    if spec.kind in (BOOL, OPT_BOOL) and not isinstance(value, bool):
+        raise UsageError(f"{key}: expected true or false, got {safeio.shown(raw)}")
+    if spec.kind in (INT, OPT_INT):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UsageError(f"{key}: expected an integer, got {safeio.shown(raw)}")
+        if spec.minimum is not None and value < spec.minimum:
+            kind = "a positive integer" if spec.minimum == 1 else f"an integer >= {spec.minimum}"
+            raise UsageError(f"{key}: must be {kind}, got {value}")
+    if spec.kind in (CHOICE, OPT_CHOICE) and value not in spec.choices:
+        raise UsageError(f"{key}: expected one of {', '.join(spec.choices)}, got {safeio.shown(raw)}")
+    if spec.kind == STR_LIST:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"{key}: expected a list of names, e.g. [attn,mlp]")
+    if spec.kind == OPT_PATH and not isinstance(value, str):
+        raise UsageError(f"{key}: expected a path or null, got {safeio.shown(raw)}")
+    if spec.kind == PRESET:
+        if not isinstance(value, str):
+            raise UsageError(f"{key}: expected a preset name, got {safeio.shown(raw)}")
+        release.preset(value)
+    return value
+
+
+def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
+    section = key.partition(".")[0]
+    fields = schema.SECTIONS[section]
+    if name not in fields or fields[name].since and name not in bridge_fields(req.release.version).get(section, ()):
+        _unmodeled_or_unknown(req, key, section, name, {k: f for k, f in fields.items() if k != name})
+        return
+    typed = convert(key, fields[name], value, req.release)
+    getattr(req, section)[name] = typed
+    req.explicit[key] = typed
+
+
+def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
+    if not name:
+        if _is_null(value):
+            req.comm_overlap = None
+            req.explicit["comm_overlap"] = None
+            return
+        raise UsageError("comm_overlap: only comm_overlap=null can be set as a whole; set its fields instead")
+    if name.lower() in schema.LAUNCH_ENV_NAMES or name.upper() in _env_names():
+        req.launch_env_fields.append((key, value))
+        return
+    if name in schema.COMM_OVERLAP_COMPUTED:
+        return  # set by Bridge from the world size; a dumped run config carries it
+    if name not in schema.COMM_OVERLAP:
+        _unmodeled_or_unknown(req, key, "comm_overlap", name, schema.COMM_OVERLAP)
+        return
+    typed = convert(key, schema.COMM_OVERLAP[name], value, req.release)
+    if req.comm_overlap is None:
+        req.comm_overlap = {k: f.default for k, f in schema.COMM_OVERLAP.items()}
+    req.comm_overlap[name] = typed
+    req.explicit[key] = typed
+
+
+def _set_mixed_precision(req: Request, key: str, name: str, value: Any) -> None:
+    if not name:
+        if _is_null(value):
+            req.mixed_precision = None
+        elif isinstance(value, str):
+            req.release.mixed_precision(value.strip())  # validates the name
+            req.mixed_precision = MixedPrecision(value.strip().replace("-", "_"))
+        else:
+            raise UsageError(f"mixed_precision: expected a recipe name or null, got {safeio.shown(value)}")
+        req.explicit["mixed_precision"] = req.mixed_precision.recipe if req.mixed_precision else None
+        return
+    if name not in schema.MIXED_PRECISION:
+        _unmodeled_or_unknown(req, key, "mixed_precision", name, schema.MIXED_PRECISION)
+        return
+    typed = convert(key, schema.MIXED_PRECISION[name], value, req.release)
+    if req.mixed_precision is None:
+        raise UsageError(f"{key}: mixed_precision is null; set mixed_precision=RECIPE first")
+    req.mixed_precision.fields[name] = typed
+    req.explicit[key] = typed
+
+
+def _set_env_var(req: Request, key: str, name: str, value: Any) -> None:
+    if not req.release.env_vars:
+        raise UsageError(
+            f"{key}: ConfigContainer has no env_vars in Megatron-Bridge {req.release.version} "
+            f"(added in 0.6.0); launch environment there is set by {req.release.launch_env_where}"
+        )
+    if not _ENV_NAME.match(name):
+        raise UsageError(f"{key}: '{name}' is not an environment variable name")
+    req.env_vars[name] = env_value(key, value)
+    req.explicit[key] = req.env_vars[name]
+
+
+def env_value(key: str, value: Any) -> Any:
+    """Type an env_vars value as Hydra/YAML would; Bridge stores str(value) in os.environ."""
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in _NULLS:
+            value = None
+        elif text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        elif _INT.match(text):
+            return int(text)
+        elif _FLOAT.match(text):
+            return float(text)
+        else:
+            return text.strip("'\"")
+    if value is None or not isinstance(value, (str, int, float, bool)):
+        raise UsageError(f"{key}: environment values must be scalars (Bridge raises TypeError otherwise)")
+    return value
+
+
+_SETTERS = {
+    "model": _set_plain,
+    "ddp": _set_plain,
+    "optimizer": _set_plain,
+    "dist": _set_plain,
+    "checkpoint": _set_plain,
+    "train": _set_plain,
+    "validation": _set_plain,
+    "rerun_state_machine": _set_plain,
+    "dataset": _set_plain,
+    "comm_overlap": _set_comm_overlap,
+    "mixed_precision": _set_mixed_precision,
+    "env_vars": _set_env_var,
+}
+
+
+def _is_null(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in _NULLS)
+
+
+def _env_names() -> set:
+    return set(schema.LAUNCH_ENV_NAMES.values())
+
+
+def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping) -> None:
+    known = bridge_fields(req.release.version).get(section, ())
+    if name in known:
+        req.unmodeled.append(key)
+        return
+    hint = closest(name, list(modeled) + list(known))
+    raise UsageError(
+        f"{key}: '{name}' is not a field of {section} in Megatron-Bridge {req.release.version}"
+        + (f"; did you mean '{section}.{hint}'?" if hint else "")
+    )
+
+
+def build(release: Release, overrides: Mapping[str, Any] | None = None, config: Mapping | None = None, strict: bool = True,
+          base: dict | None = None, written=frozenset()) -> Request:
+    """The request: Bridge's baseline (or the recipe catalog entry `base`), then the config file's values, then the
+    overrides, in that order.
+
+    strict=False (a saved run config, maybe of another release) skips config sections and fields this release does
+    not have instead of failing; they are listed in `request.skipped`. `written`: keys of the config that hold what
+    Bridge wrote (a saved run config's outputs), taken as values but not as requests."""
+    req = Request.from_recipe(release, catalog.require_built(base)) if base is not None else Request.baseline(release)
+    items, req.skipped = flatten_config(config or {}, release, strict)
+    for key, value in items:
+        req.set(key, value, "config")
+    for key in written:
+        req.explicit.pop(key, None)
+        req.origin.pop(key, None)
+    for key, value in (overrides or {}).items():
+        req.set(key, value)
+    return req
+
+
+def flatten_config(config: Mapping, release: Release, strict: bool = True) -> tuple[list, list]:
+    """Dotted (key, value) pairs from a ConfigContainer-shaped mapping, `_target_` keys dropped, and the keys
+    skipped because this release has no such section or field (strict: a UsageError instead).
+
+    Only the sections the resolver models are read; a dumped run config carries every field of every section."""
+    if not isinstance(config, Mapping):
+        raise UsageError("config: expected a mapping of sections (model:, ddp:, ...) at the top level")
+    items, skipped = [], []
+    known = bridge_fields(release.version)
+    for section, body in config.items():
+        if section == "_target_":
+            continue
+        if section not in _SETTERS:
+            if section not in known:
+                _unknown(f"{section}", strict, skipped, list(_SETTERS) + list(known))
+            continue  # a real section that takes no part in overlap selection
+        if section == "mixed_precision" and isinstance(body, Mapping):
+            items += _flatten_mixed_precision(body)
+        elif section == "env_vars" and isinstance(body, Mapping):
+            items += [(f"env_vars.{k}", v) for k, v in body.items()]
+        elif isinstance(body, Mapping):
+            items += _flatten_section(section, body, release, strict, skipped)
+        elif section in ("comm_overlap", "mixed_precision") or body is not None:
+            items.append((section, body))
+    return items, skipped
+
+
+def _unknown(key: str, strict: bool, skipped: list, choices) -> None:
+    if strict:
+        section, _, name = key.partition(".")
+        hint = closest(name or section, choices)
+        raise UsageError(f"config: '{key}' is not in Megatron-Bridge's config" + (f"; did you mean '{hint}'?" if hint else ""))
+    skipped.append(key)
+
+
+def _flatten_section(section: str, body: Mapping, release: Release, strict: bool, skipped: list) -> list:
+    modeled = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP}[section]
+    extra = set(schema.COMM_OVERLAP_COMPUTED) if section == "comm_overlap" else set()
+    known = bridge_fields(release.version).get(section, frozenset())
+    out = []
+    for name, value in body.items():
+        if name == "_target_":
+            continue
+        if name not in modeled and name not in extra:
+            if name not in known and name.lower() not in schema.LAUNCH_ENV_NAMES:
+                _unknown(f"{section}.{name}", strict, skipped, list(modeled) + list(known))
+                continue
+            if name.lower() not in schema.LAUNCH_ENV_NAMES:
+                continue  # a real field that takes no part in overlap selection
+        if section == "comm_overlap" and name == "tp_comm_overlap_cfg" and isinstance(value, Mapping):
+            value = preset_name_of(value, release)
+        out.append((f"{section}.{name}", value))
+    return out
+
+
+def _flatten_mixed_precision(body: Mapping) -> list:
+    """A dumped MixedPrecisionConfig: the bf16 or fp16 base recipe with every modeled field as saved."""
+    out = [("mixed_precision", "bf16_mixed" if body.get("bf16", True) else "fp16_mixed")]
+    return out + [(f"mixed_precision.{name}", body[name]) for name in schema.MIXED_PRECISION if name in body]
+
+
+def preset_name_of(value: Mapping, release: Release) -> str | None:
+    """The preset whose fields a dumped tp_comm_overlap_cfg mapping holds."""
+    strip = lambda d: {k: strip(v) if isinstance(v, Mapping) else v for k, v in d.items() if k != "_target_"}  # noqa: E731
+    wanted = strip(value)
+    for name, fields in preset_content().items():
+        if strip(fields) == wanted:
+            return name
+    raise UsageError("comm_overlap.tp_comm_overlap_cfg: a custom userbuffers config that matches none of the presets")
+
+
+def read_config_file(path: str | Path, label: str = "--config") -> dict:
+    """A YAML file in the shape of Bridge's dumped ConfigContainer (run_config.yaml) or an override file."""
+    return safeio.load_config(path, label)

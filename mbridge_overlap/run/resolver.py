@@ -1,0 +1,498 @@
+"""What Megatron-Bridge will do with a requested config: `runtime_config_update()` step by step.
+
+Each step mirrors one Bridge or Megatron-Core function (named in its docstring), in Bridge's order, on plain dicts, so
+the answer costs no torch import. A check that raises in Bridge becomes a Rejection with Bridge's own message; the
+steps after it still run, so every rejection of a config is reported at once (the first is where Bridge stops).
+Rules are the same in every release of releases.yaml; what differs per release is data.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+from . import layout, schema
+from ..upstream import releases
+from dataclasses import dataclass, field
+from .request import Request
+
+DP_BUCKET_SIZE = 128 * 1024 * 1024  # comm_overlap.py _get_optimizer_overlap_cfgs: a number of parameters
+# What the model carries before mixed precision touches it (Megatron-Core TransformerConfig defaults).
+_MODEL_PRECISION = {"bf16": False, "fp16": False, "fp8": None, "fp8_recipe": "delayed", "fp8_param": False, "fp4": None, "fp4_param": False}
+
+
+@dataclass
+class Rejection:
+    """Bridge raises inside runtime_config_update(): finding id, Bridge's own message, the check that raises."""
+
+    id: str
+    message: str
+    where: str
+
+
+class TpOverlapOff(enum.Enum):
+    """Why _get_model_comm_overlap_cfgs turned a requested TP overlap off; the value is the finding that says so
+    (findings.rules.selection raises it, verbs.diff names it as a change's rule)."""
+
+    TP_SIZE = "TP_OVERLAP_OFF_TP_SIZE"
+    NO_SEQUENCE_PARALLEL = "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"
+    NO_TE = "TP_OVERLAP_OFF_NO_TE"
+
+
+@dataclass
+class State:
+    """The config as runtime_config_update() leaves it, plus what happened on the way."""
+
+    request: Request
+    gpus: int
+    te: bool
+    gpu: str | None
+    model: dict
+    ddp: dict
+    optimizer: dict
+    dist: dict
+    checkpoint: dict
+    train: dict
+    validation: dict
+    rerun_state_machine: dict
+    dataset: dict
+    environ: dict  # the process environment after apply_environment_variables()
+    te_version: str  # the Transformer Engine version Bridge's is_te_min_version() reads
+    launcher_env: dict  # what the launcher exported before runtime_config_update() ({}: nothing known)
+    precision: dict = field(default_factory=dict)  # the finalized MixedPrecisionConfig fields ({} without one)
+    data_parallel_size: int = 0
+    tp_overlap_disabled_by: TpOverlapOff | None = None
+    dp_overlap_applied: bool = False
+    fsdp: bool = False
+    overwritten: list = field(default_factory=list)  # (key, requested, effective, by)
+    rejections: list = field(default_factory=list)
+    _effective: dict | None = field(default=None, repr=False, compare=False)
+    _probed: list | None = field(default=None, repr=False, compare=False)  # proof.probe's findings, computed once
+
+    def effective(self) -> dict:
+        """The effective fields (a fresh copy each call); read after run(), when the state no longer changes."""
+        if self._effective is None:
+            self._effective = {s: {k: getattr(self, s).get(k) for k in keys} for s, keys in schema.EFFECTIVE_FIELDS.items()}
+        return {s: dict(v) for s, v in self._effective.items()}
+
+    def value(self, key: str):
+        """An effective value by dotted key (model.tp_comm_overlap, env.CUDA_DEVICE_MAX_CONNECTIONS)."""
+        section, _, name = key.partition(".")
+        return self.environ.get(name) if section == "env" else getattr(self, section).get(name)
+
+
+def run(request: Request, gpus: int, te: bool = True, gpu: str | None = None, launcher_env: dict | None = None,
+        te_version: str | None = None) -> State:
+    """runtime_config_update(): environment, mixed precision, DP size, comm overlap, then validate()."""
+    state = State(
+        te_version=te_version or request.release.transformer_engine,
+        request=request, gpus=gpus, te=te, gpu=gpu,
+        model={**request.model, "tp_comm_overlap_cfg": None, **_MODEL_PRECISION},
+        ddp=dict(request.ddp), optimizer=dict(request.optimizer), dist=dict(request.dist),
+        checkpoint=dict(request.checkpoint), train=dict(request.train), validation=dict(request.validation),
+        rerun_state_machine=dict(request.rerun_state_machine), dataset=dict(request.dataset), environ=dict(launcher_env or {}),
+        launcher_env=dict(launcher_env or {}),
+    )
+    apply_environment_variables(state)
+    apply_mixed_precision(state)
+    if not set_data_parallel_size(state):
+        return state  # Bridge stops here; nothing after it can be computed without a DP size
+    if request.comm_overlap is not None:
+        comm_overlap_setup(state, request.comm_overlap)
+    validate(state)
+    return state
+
+
+def apply_environment_variables(state: State) -> None:
+    """config.py apply_environment_variables(): os.environ.setdefault, so the launcher's values win."""
+    for name, value in state.request.env_vars.items():
+        state.environ.setdefault(name, str(value))
+
+
+def apply_mixed_precision(state: State) -> None:
+    """MixedPrecisionConfig.finalize() and setup(): every field overwrites the same-named model/optimizer/ddp field."""
+    mp = state.request.mixed_precision
+    if mp is None:
+        return
+    values = mp.values(state.request.release)
+    values["fp8_param"] = values.get("fp8_param_gather", False)
+    values["fp4_param"] = values.get("fp4_param_gather", False)
+    state.precision = values
+    if values.get("fp4") and values.get("fp8"):
+        _reject(state, "FP4_WITH_FP8", "fp4 and fp8 cannot be used simultaneously. Please choose one.", "MixedPrecisionConfig.finalize")
+    for name in _MODEL_PRECISION:
+        state.model[name] = values.get(name, _MODEL_PRECISION[name])
+    for name in ("grad_reduce_in_fp32", "fp8_param_gather", "reuse_grad_buf_for_mxfp8_param_ag"):
+        _overwrite(state, "ddp", name, bool(values.get(name, False)), "mixed_precision")
+    _overwrite(state, "optimizer", "reuse_grad_buf_for_mxfp8_param_ag", bool(values.get("reuse_grad_buf_for_mxfp8_param_ag", False)),
+               "mixed_precision")
+
+
+def set_data_parallel_size(state: State) -> bool:
+    """ConfigContainer.set_data_parallel_size() -> get_data_parallel_size(): the world size over TP x PP x CP."""
+    shape = layout.Layout.of(state.model, state.gpus)
+    if not shape.divisible:
+        _reject(state, "GPUS_NOT_DIVISIBLE", f"world size ({state.gpus}) is not divisible by total_model_size",
+                "ConfigContainer.get_data_parallel_size")
+        return False
+    state.data_parallel_size = shape.dp
+    return True
+
+
+def comm_overlap_setup(state: State, user: dict) -> None:
+    """CommOverlapConfig.finalize() and setup(): model overlap always, DP overlap only with ddp distopt."""
+    chosen = model_overlap_cfgs(state, user)
+    for name, value in chosen.items():
+        _overwrite(state, "model", name, value, "comm_overlap")
+    # setup(): the DP settings reach ddp and optimizer only when ddp.use_distributed_optimizer is already True;
+    # validate() syncs the two use_distributed_optimizer flags (and Megatron-FSDP forces them) later.
+    if state.ddp["use_distributed_optimizer"]:
+        state.dp_overlap_applied = True
+        for name, value in optimizer_overlap_cfgs(state, user).items():
+            if name in state.ddp:
+                _overwrite(state, "ddp", name, value, "comm_overlap")
+            if name in state.optimizer:
+                _overwrite(state, "optimizer", name, value, "comm_overlap")
+
+
+def model_overlap_cfgs(state: State, user: dict) -> dict:
+    """_get_model_comm_overlap_cfgs(): TP overlap gating, PP overlap selection, MoE overlap checks, user's values."""
+    model = state.model
+    tp_requested = user["tp_comm_overlap"]
+    if tp_requested is True:
+        if model["tensor_model_parallel_size"] < 2:
+            state.tp_overlap_disabled_by = TpOverlapOff.TP_SIZE
+        elif not model["sequence_parallel"]:
+            state.tp_overlap_disabled_by = TpOverlapOff.NO_SEQUENCE_PARALLEL
+        elif not state.te:
+            state.tp_overlap_disabled_by = TpOverlapOff.NO_TE
+    pp, vp_size = model["pipeline_model_parallel_size"], model["virtual_pipeline_model_parallel_size"] or 1
+    overlap_p2p, batch_p2p = ((True, False) if vp_size > 1 else (False, True)) if pp > 1 else (False, False)
+    chosen = {
+        "tp_comm_overlap": False if state.tp_overlap_disabled_by else tp_requested,
+        "tp_comm_overlap_cfg": user["tp_comm_overlap_cfg"],
+        "tp_comm_bootstrap_backend": user["tp_comm_bootstrap_backend"],
+        "overlap_p2p_comm": overlap_p2p,
+        "batch_p2p_comm": batch_p2p,
+        "defer_embedding_wgrad_compute": False,
+        "wgrad_deferral_limit": -1,
+        "overlap_moe_expert_parallel_comm": False,
+        "delay_wgrad_compute": False,
+    }
+    if user["overlap_moe_expert_parallel_comm"] is True:
+        _moe_overlap_checks(state, "CommOverlapConfig._get_model_comm_overlap_cfgs")
+    if user["delay_wgrad_compute"] is True:
+        _delay_wgrad_checks(state, user)
+    # _override_user_cfgs(): any requested (non-None) value wins over Bridge's choice.
+    for name in chosen:
+        if name not in ("tp_comm_overlap", "tp_comm_overlap_cfg") and user.get(name) is not None:
+            chosen[name] = user[name]
+    return chosen
+
+
+# (condition on the model, Bridge's message) for overlap_moe_expert_parallel_comm, in _get_model_comm_overlap_cfgs's order.
+_MOE_OVERLAP_CHECKS = [
+    (lambda m: m["expert_model_parallel_size"] > 1, "overlap_moe_expert_parallel_comm is only supported when expert_model_parallel_size > 1"),
+    (lambda m: m["num_moe_experts"] is not None and m["num_moe_experts"] > 1,
+     "overlap_moe_expert_parallel_comm is only supported when num_moe_experts > 1"),
+    (lambda m: m["moe_token_dispatcher_type"] in ("alltoall", "flex"),
+     "overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type == 'alltoall' or 'flex'"),
+    (lambda m: m["bf16"] or m["fp16"], "overlap_moe_expert_parallel_comm is only supported when using bf16 or fp16 models"),
+    (lambda m: m["pipeline_model_parallel_size"] <= 1 or m["virtual_pipeline_model_parallel_size"] is not None,
+     "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1"),
+    (lambda m: m["recompute_granularity"] != "full", "disable full recomputation when enabling overlap_moe_expert_parallel_comm"),
+    (lambda m: m["recompute_method"] is None, "disable recomputation method when enabling overlap_moe_expert_parallel_comm"),
+    (lambda m: m["recompute_num_layers"] is None, "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm"),
+    (lambda m: "moe" not in (m["recompute_modules"] or []), "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm"),
+    (lambda m: not m["moe_shared_expert_overlap"], "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm"),
+    (lambda m: m["mtp_num_layers"] in (None, 0, 1), "MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm."),
+]
+
+
+def _moe_overlap_checks(state: State, where: str) -> None:
+    for ok, message in _MOE_OVERLAP_CHECKS:
+        if not ok(state.model):
+            if "num_moe_experts" in message and state.model["num_moe_experts"] is None:
+                message = "'>' not supported between instances of 'NoneType' and 'int'"  # Bridge compares None > 1
+            _reject(state, "MOE_OVERLAP_REJECTED", message, where)
+            return  # an assert: the first failing one raises
+
+
+def _te_at_least(state: State, version: str) -> bool:
+    return releases.version_key(state.te_version) >= releases.version_key(version)
+
+
+def _delay_wgrad_checks(state: State, user: dict) -> None:
+    """delay_wgrad_compute in _get_model_comm_overlap_cfgs, with its Transformer Engine version checks."""
+    model, where = state.model, "CommOverlapConfig._get_model_comm_overlap_cfgs"
+    for needed, why in (((state.ddp["overlap_grad_reduce"] or user["overlap_grad_reduce"]), "overlap_grad_reduce"),
+                        (model["gradient_accumulation_fusion"] is True, "gradient_accumulation_fusion")):
+        if needed and not _te_at_least(state, "2.7.0"):
+            _reject(state, "MOE_OVERLAP_REJECTED", f"TE version >= 2.7.0 is required for {why} when usingdelay_wgrad_compute. "
+                    f"Current TE version: {state.te_version}", where)
+            return
+    if not (model["overlap_moe_expert_parallel_comm"] or user["overlap_moe_expert_parallel_comm"]):
+        _reject(state, "MOE_OVERLAP_REJECTED", "overlap_moe_expert_parallel_comm is required for delay_wgrad_compute", where)
+        return
+    attn = has_cuda_graph_module(model, "attn")
+    router = has_cuda_graph_module(model, "moe_router") and state.request.context.get("model.moe_shared_expert_intermediate_size") is not None \
+        and not model["moe_shared_expert_overlap"]
+    if attn or router:
+        if not _te_at_least(state, "2.12.0"):
+            _reject(state, "MOE_OVERLAP_REJECTED", "CUDA graph with delay_wgrad_compute requires TE version >= 2.12.0.", where)
+        elif not model["gradient_accumulation_fusion"]:
+            _reject(state, "MOE_OVERLAP_REJECTED", "CUDA graph with delay_wgrad_compute requires gradient_accumulation_fusion to be enabled.", where)
+        elif attn and (model["add_bias_linear"] or model["add_qkv_bias"]):
+            _reject(state, "MOE_OVERLAP_REJECTED", "CUDA graph with delay_wgrad_compute does not support attention bias for now.", where)
+
+
+def _graph_names(model: dict) -> list[str]:
+    """utils/cuda_graph.py _member_names of cuda_graph_modules and the legacy cuda_graph_scope ("full": none)."""
+    names: list[str] = []
+    for value in (model.get("cuda_graph_modules"), model.get("cuda_graph_scope")):
+        if isinstance(value, str):
+            value = [] if value in ("", "full") else value.split(",")
+        names += [str(v).rsplit(".", 1)[-1] for v in value or []]
+    return list(dict.fromkeys(names))
+
+
+def has_cuda_graph_module(model: dict, name: str) -> bool:
+    return name in _graph_names(model)
+
+
+def is_full_iteration_cuda_graph(model: dict) -> bool:
+    impl = model.get("cuda_graph_impl", "none")
+    return impl == "full_iteration" or (impl == "local" and "full_iteration" in _graph_names(model))
+
+
+def optimizer_overlap_cfgs(state: State, user: dict) -> dict:
+    """_get_optimizer_overlap_cfgs(): DP overlap on when DP > 1, align_param_gather with VPP, then the user's."""
+    model = state.model
+    vp_size = model["virtual_pipeline_model_parallel_size"] or 1
+    chosen = {
+        "bucket_size": None,
+        "overlap_grad_reduce": False,
+        "overlap_param_gather": False,
+        "overlap_param_gather_with_optimizer_step": False,
+        "align_param_gather": False,
+    }
+    if state.data_parallel_size > 1:
+        chosen.update(bucket_size=DP_BUCKET_SIZE, overlap_grad_reduce=True, overlap_param_gather=True)
+        if model["pipeline_model_parallel_size"] > 1 and vp_size > 1:
+            chosen["align_param_gather"] = True
+    for name in chosen:
+        if user[name] is not None:
+            chosen[name] = user[name]
+    return chosen
+
+
+def validate(state: State) -> None:
+    """ConfigContainer.validate(), the parts on the overlap path, in Bridge's order."""
+    finalize_optimizer(state)
+    validate_cuda_graph_configuration(state)
+    finalize_model(state)
+    post_init_ddp(state)
+    validate_batch_sizes(state)
+    if state.dist["use_megatron_fsdp"] and state.dist["use_torch_fsdp2"]:
+        _reject(state, "FSDP_BOTH_KINDS", "use_megatron_fsdp and use_torch_fsdp2 are mutually exclusive.", "ConfigContainer.validate")
+    if state.dist["use_megatron_fsdp"] or state.ddp["use_megatron_fsdp"]:
+        apply_megatron_fsdp(state)
+    validate_mxfp8(state)
+    sync_distributed_optimizer(state)
+    if is_full_iteration_cuda_graph(state.model) and state.rerun_state_machine["check_for_nan_in_loss"]:
+        _reject(state, "FULL_ITERATION_GRAPH_NAN_CHECK", "check_for_nan_in_loss must be disabled when using full_iteration CUDA graph.",
+                "ConfigContainer.validate")
+    validate_checkpoint_format(state)
+    fixed_sequence_length(state)
+    validate_context_parallel(state)
+    validate_flex_dispatcher_backend(state)
+
+
+def fixed_sequence_length(state: State) -> None:
+    """validate(): a dataset config with pad_to_max_length gets it forced on with PP > 1 or EP > 1 (requires_fixed_seq_len)."""
+    model = state.model
+    if state.dataset["pad_to_max_length"] is not None:
+        fixed = model["pipeline_model_parallel_size"] > 1 or model["expert_model_parallel_size"] > 1
+        state.dataset["pad_to_max_length"] = bool(state.dataset["pad_to_max_length"]) or fixed
+
+
+def finalize_optimizer(state: State) -> None:
+    """optimizer.finalize(): Megatron-Core OptimizerConfig.__post_init__."""
+    opt = state.optimizer
+    if not _core_has(state, "MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP"):
+        return
+    if opt["reuse_grad_buf_for_mxfp8_param_ag"] and opt["overlap_param_gather_with_optimizer_step"]:
+        _reject(state, "MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP",
+                "overlap_param_gather_with_optimizer_step is not supported with reuse_grad_buf_for_mxfp8_param_ag.", "OptimizerConfig.__post_init__")
+
+
+# Checks that live in Megatron-Core, with the first Megatron-Core release that has them (read from its source; the
+# 0.18 releases that Bridge 0.5.x was run with accept what they refuse).
+MEGATRON_CORE_CHECKS = {"MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP": "0.19.0"}
+
+
+def _core_has(state: State, check: str) -> bool:
+    return releases.version_key(state.request.release.megatron_core) >= releases.version_key(MEGATRON_CORE_CHECKS[check])
+
+
+def validate_cuda_graph_configuration(state: State) -> None:
+    """utils/cuda_graph.py validate_cuda_graph_configuration(): impl 'none' clears the modules; 'local' is full-iteration only."""
+    model = state.model
+    if model["cuda_graph_impl"] == "none":
+        model["cuda_graph_modules"], model["cuda_graph_scope"] = [], None
+    elif model["cuda_graph_impl"] == "local" and not is_full_iteration_cuda_graph(model):
+        _reject(state, "CUDA_GRAPH_LOCAL_SCOPED", 'Megatron Bridge supports model.cuda_graph_impl="local" only for full-iteration CUDA graphs',
+                "validate_cuda_graph_configuration")
+
+
+def finalize_model(state: State) -> None:
+    """model.finalize(): Bridge resets sequence_parallel when TP <= 1, then Megatron-Core's __post_init__ checks."""
+    model, where = state.model, "TransformerConfig.__post_init__"
+    if model["sequence_parallel"] and model["tensor_model_parallel_size"] <= 1:
+        _overwrite(state, "model", "sequence_parallel", False, "validate")
+    if model["expert_tensor_parallel_size"] is None:  # Bridge 0.6's _set_moe_expert_tensor_parallel_default, then Megatron-Core's
+        one = state.request.release.expert_tp_one_with_ep and model["expert_model_parallel_size"] > 1
+        model["expert_tensor_parallel_size"] = 1 if one else model["tensor_model_parallel_size"]
+    if model["defer_embedding_wgrad_compute"]:
+        if model["pipeline_model_parallel_size"] == 1:
+            _reject(state, "DEFER_EMBEDDING_WGRAD_REJECTED", "Cannot defer embedding wgrad compute when pipeline model parallel is not used", where)
+        elif not model["gradient_accumulation_fusion"]:
+            _reject(state, "DEFER_EMBEDDING_WGRAD_REJECTED", "Cannot defer embedding wgrad compute when gradient accumulation fusion is not used",
+                    where)
+        elif model["wgrad_deferral_limit"] < 0:
+            _reject(state, "DEFER_EMBEDDING_WGRAD_REJECTED", "Wgrad deferral limit should be greater than or equal to 0 when it is enabled!", where)
+    if model["fp8_param"] and not model["fp8"]:
+        _reject(state, "FP8_PARAM_GATHER_WITHOUT_FP8", "fp8_param must be used together with fp8 mode.", where)
+    if model["fp4_param"] and not model["fp4"]:
+        _reject(state, "FP4_PARAM_GATHER_WITHOUT_FP4", "fp4_param must be used together with fp4 mode.", where)
+    if model["expert_model_parallel_size"] > 1 and model["num_moe_experts"] is None:
+        _reject(state, "EXPERT_PARALLEL_WITHOUT_EXPERTS", "num_moe_experts must be non None to use expert-parallel.", where)
+    if model["overlap_moe_expert_parallel_comm"]:
+        _moe_overlap_checks(state, where)
+    if model["delay_wgrad_compute"] and not model["overlap_moe_expert_parallel_comm"]:
+        _reject(state, "MOE_OVERLAP_REJECTED", "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute", where)
+
+
+def post_init_ddp(state: State) -> None:
+    """The recipe's ddp is Megatron-Core's DistributedDataParallelConfig: validate() re-runs its __post_init__."""
+    ddp, where = state.ddp, "DistributedDataParallelConfig.__post_init__"
+    if ddp["reuse_grad_buf_for_mxfp8_param_ag"] and not ddp["fp8_param_gather"]:
+        _reject(state, "MXFP8_REUSE_WITHOUT_FP8_PARAM_GATHER", "Reuse grad buffer only when keeping params in MXFP8.", where)
+    if ddp["num_buckets"] is not None and ddp["bucket_size"] is not None:
+        _reject(state, "NUM_BUCKETS_WITH_BUCKET_SIZE", "Cannot specify both num_buckets and bucket_size", where)
+
+
+def validate_batch_sizes(state: State) -> None:
+    """validate(): eval batch sizes default to the training ones and must divide by micro batch x DP."""
+    gbs = state.validation["eval_global_batch_size"] or state.train["global_batch_size"]
+    mbs = state.validation["eval_micro_batch_size"] or state.train["micro_batch_size"]
+    if gbs is None or mbs is None:
+        return  # not known: the request gives no batch sizes
+    if gbs % (mbs * state.data_parallel_size):
+        _reject(state, "BATCH_NOT_DIVISIBLE_BY_DP",
+                f"eval_global_batch_size ({gbs}) must be divisible by eval_micro_batch_size * {state.request.release.eval_dp_name} "
+                f"({mbs} * {state.data_parallel_size} = {mbs * state.data_parallel_size})", "ConfigContainer.validate")
+
+
+def apply_megatron_fsdp(state: State) -> None:
+    """_validate_and_apply_megatron_fsdp_configs(): the flags Megatron-FSDP forces, then its assertions."""
+    ddp, where = state.ddp, "ConfigContainer._validate_and_apply_megatron_fsdp_configs"
+    state.fsdp = True
+    _overwrite(state, "dist", "use_megatron_fsdp", True, "megatron_fsdp")
+    _overwrite(state, "ddp", "use_megatron_fsdp", True, "megatron_fsdp")
+    for section in ("ddp", "optimizer"):
+        _overwrite(state, section, "use_distributed_optimizer", True, "megatron_fsdp")
+    if ddp["average_in_collective"] and not ddp["disable_symmetric_registration"]:
+        _overwrite(state, "ddp", "average_in_collective", False, "megatron_fsdp")
+    if ddp["reuse_grad_buf_for_mxfp8_param_ag"] or state.optimizer["reuse_grad_buf_for_mxfp8_param_ag"]:
+        for section in ("ddp", "optimizer"):
+            _overwrite(state, section, "reuse_grad_buf_for_mxfp8_param_ag", False, "megatron_fsdp")
+    ckpt = state.checkpoint
+    if (ckpt["save"] is not None or ckpt["load"] is not None) and ckpt["ckpt_format"] != "fsdp_dtensor":
+        _reject(state, "FSDP_NEEDS_FSDP_DTENSOR", "Megatron-FSDP requires the fsdp_dtensor checkpointing format!", where)
+    if state.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+        _reject(state, "FSDP_WITH_ONE_CONNECTION", "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.", where)
+    if ddp["nccl_ub"]:
+        _overwrite(state, "ddp", "fsdp_manual_registration", True, "megatron_fsdp")
+    elif ddp["fsdp_manual_registration"]:
+        _reject(state, "FSDP_MANUAL_REGISTRATION_WITHOUT_NCCL_UB", "DDP.fsdp_manual_registration requires DDP.nccl_ub!", where)
+    if state.dist["use_tp_pp_dp_mapping"]:
+        _reject(state, "FSDP_WITH_TP_PP_DP_MAPPING", "use_tp_pp_dp_mapping is not supported with Megatron FSDP", where)
+
+
+def validate_mxfp8(state: State) -> None:
+    """validate(): without Megatron-FSDP, MXFP8 param gather needs the grad-buffer reuse."""
+    p = state.precision
+    if not state.fsdp and p.get("fp8_param_gather") and p.get("fp8_recipe") == "mxfp8" and not p.get("reuse_grad_buf_for_mxfp8_param_ag"):
+        _reject(state, "MXFP8_PARAM_GATHER_WITHOUT_REUSE",
+                "When fp8_param_gather=True and fp8_recipe='mxfp8', reuse_grad_buf_for_mxfp8_param_ag must be set to True",
+                "ConfigContainer.validate")
+
+
+def sync_distributed_optimizer(state: State) -> None:
+    """_validate_and_sync_distributed_optimizer_settings(): either flag True turns both True."""
+    ddp, opt = state.ddp, state.optimizer
+    for name in ("use_distributed_optimizer", "overlap_param_gather"):
+        if ddp[name] or opt[name]:
+            for section in ("ddp", "optimizer"):
+                _overwrite(state, section, name, True, "validate")
+
+
+def validate_checkpoint_format(state: State) -> None:
+    ckpt = state.checkpoint
+    if (ckpt["save"] is not None or ckpt["load"] is not None) and ckpt["ckpt_format"] == "fsdp_dtensor" \
+            and not (state.ddp["use_megatron_fsdp"] and not state.dist["use_torch_fsdp2"]):
+        _reject(state, "FSDP_DTENSOR_WITHOUT_FSDP", "fsdp_dtensor checkpoint format only supports Megatron FSDP", "ConfigContainer.validate")
+
+
+def validate_context_parallel(state: State) -> None:
+    """validate(): CP needs the sequence to split in 2 x CP chunks; fine-tuning with CP needs per-token loss, no averaging."""
+    model, cp = state.model, state.model["context_parallel_size"]
+    if cp <= 1:
+        return
+    if model["seq_length"] is not None and model["seq_length"] % (cp * 2):
+        _reject(state, "CP_SEQUENCE_NOT_DIVISIBLE", "Sequence length must be divisible by 2 * context parallel size if context parallel is used.",
+                "ConfigContainer.validate")
+    if state.request.context.get("dataset.sft"):
+        if not model["calculate_per_token_loss"]:
+            _reject(state, "CP_FINETUNE_AVERAGE_IN_COLLECTIVE", "When finetuning with CP>1, calculate_per_token_loss must be True",
+                    "ConfigContainer.validate")
+        elif state.ddp["average_in_collective"]:
+            _reject(state, "CP_FINETUNE_AVERAGE_IN_COLLECTIVE", "When finetuning with CP>1, average_in_collective must be False",
+                    "ConfigContainer.validate")
+
+
+def validate_flex_dispatcher_backend(state: State) -> None:
+    """flex_dispatcher_backend.py validate_flex_dispatcher_backend(): the flex backend must suit the GPU it runs on."""
+    from ..upstream.releases import gpu as gpu_info
+
+    model = state.model
+    if model["moe_token_dispatcher_type"] != "flex" or state.gpu is None:
+        return
+    device = gpu_info(state.gpu)
+    if device.get("capability") is None:
+        return  # this GPU's compute capability is not in our data: the check cannot be made
+    major, name = device["capability"][0], device["device_name"]
+    backend = model["moe_flex_dispatcher_backend"]
+    if backend == "deepep" and not (major in (8, 9) or name.startswith(("NVIDIA B200", "NVIDIA B300"))):
+        message = "DeepEP is supported for Ampere, Hopper, and Blackwell (B200/B300) GPUs."
+    elif backend == "hybridep" and major not in (8, 9, 10):
+        message = "HybridEP is supported for GB200, GB300 with NVL72 and for Ampere, Hopper, B200 and B300 GPUs"
+    elif backend == "ncclep" and major not in (9, 10):
+        message = "NCCL EP is supported for Hopper and Blackwell GPUs."
+    else:
+        return
+    _reject(state, "FLEX_DISPATCHER_NOT_ON_THIS_GPU", message, "validate_flex_dispatcher_backend")
+
+
+def _overwrite(state: State, section: str, name: str, value, by: str) -> None:
+    target = getattr(state, section)
+    key = f"{section}.{name}"
+    if target.get(name) != value and key in state.request.explicit:
+        state.overwritten.append((key, state.request.explicit[key], value, by))
+    target[name] = value
+
+
+def _reject(state: State, finding_id: str, message: str, where: str) -> None:
+    if not any(r.id == finding_id and r.message == message for r in state.rejections):
+        state.rejections.append(Rejection(finding_id, message, where))

@@ -1,0 +1,183 @@
+"""One scenario: every input of an answer in one object, with one defaulting rule.
+
+A scenario is what a verb is asked about: a release, a starting point (Bridge's recipe baseline or a shipped recipe),
+a saved run config or override file, dotted overrides, the GPU count and type, Transformer Engine, the machine facts
+and the launcher's environment. `build()` is the only place where a default is chosen: None means "not given" and
+takes the default below, an empty text is an error, and `assumed` says where each value came from.
+
+    gpus   given, else the saved run config's (comm_overlap.data_parallel_size x TP x PP x CP), else the count in the
+           recipe's name, else the recipe's smallest layout (the least common multiple of TP x PP x CP and of the expert
+           grid ETP x EP x PP, as the catalog resolved it)
+    gpu    given, else the recipe's, else h100
+    task   given, else the recipe's, else pretrain
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from ..upstream import catalog, releases
+from . import machine, request, resolver, runconfig
+from ..errors import UsageError
+from dataclasses import dataclass, field, replace
+from .request import Request
+from ..safeio import shown
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about 2 ms
+    from typing import Any
+
+
+@dataclass
+class Scenario:
+    release: releases.Release
+    recipe: dict | None  # the catalog entry it starts from; None: Bridge's _pretrain_common baseline
+    config: runconfig.RunConfig | None  # a saved run config or an override file, applied before the overrides
+    overrides: dict  # dotted key -> value, as given
+    gpus: int
+    gpu: str
+    te: bool
+    machine: machine.Machine
+    launcher_env: dict  # what the launcher exports before runtime_config_update(); {}: nothing known
+    task: str
+    family: str | None  # the model family (llama3_70b): chooses NCCL_P2P_NET_CHUNKSIZE
+    request: Request
+    shape: dict = field(default_factory=dict)  # hidden_size, seq_length, micro_batch_size: what presets are tuned for (None: unknown)
+    assumed: dict = field(default_factory=dict)  # input -> where its value came from
+    notes: list = field(default_factory=list)  # what the inputs left out (fields another release has)
+
+    def derive(self, overrides: Mapping[str, Any], remove=()) -> "Scenario":
+        """The same scenario with `overrides` on top (and `remove`d keys of the request dropped): what a fix proves."""
+        return replace(self, request=self.request.derive(overrides, remove), overrides={**self.overrides, **overrides})
+
+    def resolve(self) -> resolver.State:
+        """The resolver's state after runtime_config_update() for this scenario: the one path every verb and every
+        fix proof takes (analysis.state_of)."""
+        state = resolver.run(self.request, self.gpus, self.te, self.gpu, self.launcher_env, self.machine.te_version)
+        state.scenario = self
+        return state
+
+    def to_dict(self) -> dict:
+        typed = self.request.explicit
+        return {
+            "recipe": self.recipe["name"] if self.recipe else None,
+            "config": str(self.config.path) if self.config else None,
+            "overrides": {k: _plain(typed.get(k, v)) for k, v in self.overrides.items()},
+            "gpus": self.gpus, "gpu": self.gpu, "te": self.te, "task": self.task, "family": self.family,
+            "launcher_env": sorted(self.launcher_env), "assumed": dict(self.assumed), "machine": self.machine.to_dict(),
+        }
+
+
+def _plain(value):
+    return value if isinstance(value, (bool, int, float, str)) or value is None else shown(value)
+
+
+def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[str, Any] | None = None, gpus: int | None = None,
+          gpu: str | None = None, te: bool = True, bridge_version: str | None = None, launcher_env: Mapping[str, str] | None = None,
+          task: str | None = None, family: str | None = None, machine_facts: Mapping | None = None,
+          shape: Mapping | None = None, side: str | None = None) -> Scenario:
+    """The scenario of a question. recipe: a recipe reference (or its catalog entry); config: a run config path, a
+    RunConfig or a ConfigContainer-shaped mapping; machine_facts: machine.describe's keywords (nvlink_domain, ...);
+    shape: the model's hidden_size, seq_length and micro_batch_size where the config does not give them; side: which
+    of diff's two scenarios this is ("before", "after"), for messages that name its flags."""
+    release = releases.get(bridge_version)
+    entry = _recipe(recipe, release)
+    rc = _config(config)
+    assumed: dict = {}
+    written = runconfig.written_by_bridge(rc) if rc else frozenset()
+    try:
+        req = request.build(release, dict(overrides or {}), rc.raw if rc else None, strict=not (rc and rc.saved), base=entry,
+                            written=written)
+    except UsageError as exc:
+        raise UsageError(f"{rc.path}: {exc}" if rc and str(rc.path) not in str(exc) else str(exc)) from None
+    notes = [_skipped_note(rc, release, req.skipped)] if req.skipped else []
+    gpu_name = _pick(assumed, "gpu", gpu, (entry or {}).get("gpu"), "the recipe's", "h100", "default (pass --gpu)")
+    gpu_name = releases.gpu(gpu_name)["name"]
+    task = releases.task(_pick(assumed, "task", task, (entry or {}).get("task"), "the recipe's", "pretrain", "default"))
+    family = family if family is not None else (entry or {}).get("model")
+    return Scenario(
+        release=release, recipe=entry, config=rc, overrides=dict(overrides or {}),
+        gpus=_gpus(gpus, rc, entry, assumed, f"--gpus-{side}" if side else "--gpus", release),
+        gpu=gpu_name, te=bool(te), machine=machine.describe(gpu_name, release, **dict(machine_facts or {})),
+        launcher_env=dict(launcher_env or {}), task=task, family=family, request=req, shape=_shape(shape, req, entry),
+        assumed=assumed, notes=notes,
+    )
+
+
+SHAPE = {"hidden_size": "model.hidden_size", "seq_length": "model.seq_length", "micro_batch_size": "train.micro_batch_size"}
+
+
+def _shape(given: Mapping | None, req: Request, entry: dict | None) -> dict:
+    """Each dimension: given, else what the config or an override set, else what the recipe itself makes known
+    (the catalog's shape: a dimension its offline stand-in model set is unknown), else None."""
+    out = {}
+    for name, key in SHAPE.items():
+        value = (given or {}).get(name)
+        if value is None and key in req.origin and req.origin[key] != "recipe":
+            section, _, field_name = key.partition(".")
+            value = req.section(section).get(field_name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UsageError(f"--{name.replace('_', '-')}: must be a positive integer, got {shown(value)}")
+        if value is None and entry is not None:
+            recorded = (entry.get("shape") or {}).get(name)
+            value = recorded if isinstance(recorded, int) and recorded > 0 else None  # vanilla_gpt's 0: not a shape
+        out[name] = value
+    return out
+
+
+def _pick(assumed: dict, name: str, given, from_recipe, recipe_says: str, default, default_says: str):
+    if releases.given(f"--{name}", given) is not None:
+        assumed[name] = "given"
+        return given
+    if from_recipe is not None:
+        assumed[name] = recipe_says
+        return from_recipe
+    assumed[name] = default_says
+    return default
+
+
+def _recipe(recipe, release) -> dict | None:
+    if recipe is None or isinstance(recipe, dict):
+        return catalog.require_built(recipe) if recipe else None
+    if not isinstance(releases.given("--recipe", recipe), str):
+        raise UsageError(f"--recipe: expected a recipe function name, got {shown(recipe)}")
+    return catalog.require_built(catalog.lookup(recipe, release.version))
+
+
+def _config(config) -> runconfig.RunConfig | None:
+    if config is None or isinstance(config, runconfig.RunConfig):
+        return config
+    if isinstance(config, Mapping):
+        return runconfig.from_mapping(config)
+    if isinstance(config, (str, os.PathLike)):
+        return runconfig.load(releases.given("--config", config) if isinstance(config, str) else config)
+    raise UsageError(f"config: expected a file path or a mapping of sections, got {type(config).__name__}")
+
+
+def _gpus(gpus, rc, entry, assumed: dict, flag: str, release) -> int:
+    if gpus is not None:
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+            raise UsageError(f"{flag}: must be a positive integer, got {shown(gpus)}")
+        assumed["gpus"] = "given"
+        return gpus
+    recorded = rc.recorded_gpus if rc else None
+    if recorded is not None:
+        assumed["gpus"] = f"the run config: comm_overlap.data_parallel_size x TP x PP x CP = {recorded}"
+        return recorded
+    if entry is not None and entry.get("gpus") is not None:
+        assumed["gpus"] = "the recipe's name"
+        return entry["gpus"]
+    if entry is not None:
+        smallest = catalog.smallest_world(entry["request"]["model"], release.expert_tp_one_with_ep)
+        assumed["gpus"] = (f"the recipe's smallest layout, {smallest} GPUs (a multiple of TP x PP x CP and of the expert grid "
+                           "ETP x EP x PP): its name gives no GPU count")
+        return smallest
+    if rc is not None:
+        raise UsageError(f"{flag}: {rc.path} does not record the GPU count (it has no comm_overlap section); pass {flag} N")
+    raise UsageError(f"{flag}: required (the world size) unless --recipe names a recipe or the run config records it")
+
+
+def _skipped_note(rc, release, skipped: list) -> str:
+    shown_keys = ", ".join(skipped[:6]) + (f" and {len(skipped) - 6} more" if len(skipped) > 6 else "")
+    return f"{rc.path}: not in Megatron-Bridge {release.version}'s config, ignored: {shown_keys} (saved by another release?)"

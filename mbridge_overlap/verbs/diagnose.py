@@ -1,0 +1,140 @@
+"""The `diagnose` verb: logs in, causes out.
+
+    diagnose(["run.log"])                                  causes, from the log alone (and the config Bridge printed)
+    diagnose(["logs/"], config="run_config.yaml")          the analysis of the run's own config linked to each cause
+    diagnose(["fast.log", "slow.log"], compare=True)       and the iteration-time change between two runs
+
+The config comes from, first: what the caller gives (config, recipe, overrides: a scenario as every verb takes it),
+else Bridge's configuration summary in the log (printed by rank 0 after runtime_config_update), else none.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..upstream import releases
+from ..errors import UsageError
+from ..diagnose import messages, reader, report
+from ..diagnose.scan import Scan
+
+
+def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = None, overrides: Mapping[str, Any] | None = None,
+             gpus: int | None = None, bridge_version: str | None = None, stdin=None, **inputs) -> report.Diagnosis:
+    """logs: file paths, directories of per-rank logs, "-" for standard input (stdin: a binary stream to read for
+    it). compare: the first log (or directory) is BEFORE, the second AFTER. The other keywords are scenario.build's
+    (gpu, te, task, machine_facts, launcher_env)."""
+    logs = [releases.given("log", p) for p in (logs or ())]
+    if not logs:
+        raise UsageError("diagnose: name a log file, a folder of per-rank logs, or - for standard input")
+    if compare and len(logs) != 2:
+        raise UsageError(f"diagnose --compare: give exactly two logs (BEFORE AFTER), got {len(logs)}")
+    release = releases.get(bridge_version)
+    catalog = messages.load(release.version)
+    sides = [[p] for p in logs] if compare else [logs]
+    scans = []
+    for label, paths in zip(("before", "after") if compare else ("log",), sides):
+        scan = Scan(catalog, summary=_summary())
+        for line in reader.lines(reader.files(paths), stdin=stdin):
+            scan.feed(line)
+        scans.append((label, scan))
+    diag = report.Diagnosis(catalog, scans)
+    for _label, scan in scans:
+        diag.facts.update(_facts(scan))
+    report.classify(diag)
+    _tp_across_domains(diag, scans)
+    if compare:
+        diag.compare, drop = report.compare(scans[0][1], scans[1][1])
+        if drop is not None:
+            diag.causes.insert(0, report.Cause(drop, [], True))
+        _config_changes(diag, scans, release, gpus)
+    _link_config(diag, scans[-1][1], release, config, recipe, overrides, gpus, inputs)
+    return diag
+
+
+def _summary():
+    from ..diagnose.summary import Summary
+
+    return Summary()
+
+
+def _facts(scan: Scan) -> dict:
+    out = {k: v for k, v in scan.facts.items() if k != "ub_domains"}
+    domains = scan.facts.get("ub_domains")
+    tp = scan.facts.get("tp_size")
+    if domains:
+        out["nvlink_domains"] = {str(k): v for k, v in sorted(domains.items())}
+        if tp:
+            out["tp_groups_across_domains"] = _across(domains, tp)
+    return out
+
+
+def _across(domains: dict, tp: int) -> list:
+    """The TP groups (consecutive blocks of tp ranks, Megatron-Core's default order) whose ranks sit in more than one
+    of the NVLink domains Transformer Engine listed."""
+    where = {r: d for d, ranks in domains.items() for r in ranks}
+    world = max(where) + 1 if where else 0
+    out = []
+    for start in range(0, world, tp):
+        group = [r for r in range(start, start + tp) if r in where]
+        if len({where[r] for r in group}) > 1:
+            out.append(group)
+    return out[:64]
+
+
+def _tp_across_domains(diag, scans) -> None:
+    """Transformer Engine's `!!! [UB] Global ranks on domain N: [...]` lines with TP groups across them: the
+    userbuffers of such a group cannot reach each other (UB_TP_ACROSS_NVLINK_DOMAINS)."""
+    if not diag.facts.get("tp_groups_across_domains"):
+        return
+    groups = [g for _l, scan in scans for g in scan.groups.values() if g.entry.id == "native.ub_domain_ranks_legacy"]
+    finding = report.generic("UB_TP_ACROSS_NVLINK_DOMAINS")
+    diag.causes.insert(0, report.Cause(finding, groups, True, how=f"TP groups across the domains the log lists: "
+                                       f"{diag.facts['tp_groups_across_domains'][:4]}"))
+
+
+def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inputs) -> None:
+    from ..run import scenario
+
+    given = config is not None or recipe is not None or bool(overrides)
+    summary = scan.summary
+    if given:
+        sc = scenario.build(config=config, recipe=recipe, overrides=overrides, gpus=gpus, bridge_version=release.version, **inputs)
+        origin, unknown = "the given config" + (" and recipe" if recipe else ""), ()
+    elif summary is not None and summary.done:
+        mapping = summary.config(release)
+        world = gpus or _world(scan)
+        if world is None:
+            diag.config = {"from": None}
+            diag.notes.append("the log holds Bridge's configuration summary but not the world size: pass --gpus N to analyse "
+                              "the config it prints")
+            return
+        sc = scenario.build(config=mapping, gpus=world, bridge_version=release.version, **inputs)
+        origin, unknown = "Bridge's configuration summary in the log", tuple(summary.unknown)
+    else:
+        diag.config = {"from": None}
+        diag.notes.append("no config: the log holds no Bridge configuration summary; pass --config run_config.yaml or --recipe "
+                          "to link each cause to the config analysis")
+        return
+    report.link(diag, sc, origin, unknown)
+
+
+def _world(scan: Scan) -> int | None:
+    """The world size the log states (Megatron-LM's "using world size: N", Bridge's HyperCommGrid line); the
+    configuration summary does not print it (its dataset.data_parallel_size is the dataset config's own field)."""
+    return scan.facts.get("world_size")
+
+
+def _config_changes(diag, scans, release, gpus) -> None:
+    """With both runs' configuration summaries: diff's overlap-relevant changes between them."""
+    from ..run import scenario
+    from .diff import diff
+
+    sides = []
+    for _label, scan in scans:
+        s = scan.summary
+        world = gpus or _world(scan)
+        if s is None or not s.done or world is None:
+            return
+        sides.append(scenario.build(config=s.config(release), gpus=world, bridge_version=release.version))
+    result = diff(*sides, labels=("before", "after"))
+    diag.compare["config_changes"] = [c.to_dict() for c in result.changes]

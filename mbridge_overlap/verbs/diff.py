@@ -1,0 +1,429 @@
+"""diff: the overlap-relevant changes between two runs, each with its cause and the rule that links them.
+
+(a) effective overlap settings that changed, (b) for each, the input knobs that changed it: found by
+counterfactual, re-resolving BEFORE with one changed knob set to its AFTER value at a time (the resolver's rules
+decide, not a lookup table), and the rule (a finding id `explain` knows), (c) other communication-relevant
+changes that are not overlap settings. Ranked by expected impact on step time (IMPACT below).
+"""
+
+from __future__ import annotations
+
+
+from .. import findings, safeio
+from ..run import runconfig, schema
+from ..findings.rules.common import on_overlap_path
+from ..findings.analysis import Analysis, analyze, state_of
+from ..contract import SCHEMA_VERSION
+from ..findings.rules import declare
+from dataclasses import dataclass, field, replace
+from ..run.scenario import Scenario
+from ..errors import UsageError
+from ..values import fmt
+
+# diff's own rules (each change also names the checks' findings that explain it: TP_OVERLAP_OFF_*, DP_SIZE_ONE, ...).
+declare("diff", ["REQUESTED_CHANGE", "PP_OVERLAP_SELECTION", "DP_OVERLAP_DEFAULTS", "PRECISION_FROM_MIXED_PRECISION", "LAUNCH_ENV_CHANGED"])
+
+# Expected impact on step time of each effective setting, highest first: a heuristic for ranking, not a
+# measurement. TP communication sits on the critical path of every layer; DP reduce/gather and PP p2p once per
+# step or micro-batch; precision changes the bytes moved; the rest tune the above.
+IMPACT = {
+    "model.tp_comm_overlap": 10,
+    "ddp.overlap_grad_reduce": 9,
+    "ddp.overlap_param_gather": 8,
+    "model.overlap_p2p_comm": 7,
+    "model.batch_p2p_comm": 6,
+    "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 6,
+    "ddp.grad_reduce_in_fp32": 5,
+    "ddp.fp8_param_gather": 5,
+    "ddp.use_distributed_optimizer": 5,
+    "model.tp_comm_overlap_cfg": 4,
+    "ddp.bucket_size": 3,
+    "ddp.align_param_gather": 3,
+    "optimizer.overlap_param_gather_with_optimizer_step": 3,
+    "env_vars.NVTE_FWD_LAYERNORM_SM_MARGIN": 2,
+    "env_vars.NVTE_BWD_LAYERNORM_SM_MARGIN": 2,
+    "env_vars.NCCL_P2P_NET_CHUNKSIZE": 2,
+    "model.tp_comm_bootstrap_backend": 1,
+}
+# Effective fields compared; optimizer.* mirrors of ddp.* are folded into the ddp entry.
+SETTINGS = [k for k in IMPACT if not k.startswith("env_vars.")]
+OTHER_COMM = [
+    ("gpus", "GPU count"),
+    ("data_parallel_size", "data-parallel size"),
+    ("model.tensor_model_parallel_size", "TP"),
+    ("model.pipeline_model_parallel_size", "PP"),
+    ("model.virtual_pipeline_model_parallel_size", "VPP"),
+    ("model.context_parallel_size", "CP"),
+    ("model.expert_model_parallel_size", "EP"),
+    ("model.sequence_parallel", "sequence parallel"),
+    ("train.micro_batch_size", "micro batch size"),
+    ("train.global_batch_size", "global batch size"),
+    ("model.seq_length", "sequence length"),
+]
+EFFECTS = {
+    ("model.tp_comm_overlap", True, False): "TP overlap turned off",
+    ("model.tp_comm_overlap", False, True): "TP overlap turned on",
+    ("model.overlap_p2p_comm", True, False): "PP overlap turned off",
+    ("model.overlap_p2p_comm", False, True): "PP overlap turned on",
+    ("model.batch_p2p_comm", False, True): "PP point-to-point became batched",
+    ("ddp.overlap_grad_reduce", True, False): "DP gradient-reduce overlap turned off",
+    ("ddp.overlap_grad_reduce", False, True): "DP gradient-reduce overlap turned on",
+    ("ddp.overlap_param_gather", True, False): "DP param-gather overlap turned off",
+    ("ddp.overlap_param_gather", False, True): "DP param-gather overlap turned on",
+    ("ddp.grad_reduce_in_fp32", True, False): "gradients are reduced in BF16 (half the bytes)",
+    ("ddp.grad_reduce_in_fp32", False, True): "gradients are reduced in FP32 (twice the bytes)",
+    ("ddp.fp8_param_gather", False, True): "parameters are all-gathered in FP8",
+    ("ddp.fp8_param_gather", True, False): "parameters are all-gathered in BF16 (twice the bytes of FP8)",
+    ("ddp.use_distributed_optimizer", True, False): "the distributed optimizer turned off (all-reduce instead of reduce-scatter + all-gather)",
+}
+
+
+@dataclass
+class Change:
+    key: str
+    before: object
+    after: object
+    rule: str
+    message: str
+    fix: str | None
+    causes: list = field(default_factory=list)  # {"key", "before", "after"}
+    impact: int = 0
+
+    def to_dict(self) -> dict:
+        return {
+            "key": self.key, "before": self.before, "after": self.after, "cause_keys": [c["key"] for c in self.causes],
+            "causes": self.causes, "finding_id": self.rule, "message": self.message, "fix": self.fix, "impact": self.impact,
+        }
+
+
+@dataclass
+class DiffResult:
+    before: str
+    after: str
+    bridge_version: str
+    changes: list
+    other: list
+    warnings: list
+    accounting: dict  # every changed key of the two files, in exactly one bucket
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION, "bridge_version": self.bridge_version, "before": self.before, "after": self.after,
+            "overlap_changes": [c.to_dict() for c in self.changes], "other_changes": self.other,
+            "unmodeled_changes": self.accounting["unmodeled"], "warnings": self.warnings,
+            "explained_changes": self.accounting["explained"], "same_effect_changes": self.accounting["same_effect"],
+            "ignored_changes": len(self.accounting["ignored"]), "ignored_by_section": _by_section(self.accounting["ignored"]),
+            "changed_keys": self.accounting["total"],
+        }
+
+
+@dataclass
+class Side:
+    """One scenario of the two, analysed, with the inputs it was asked with."""
+
+    label: str
+    scenario: Scenario
+    analysis: Analysis
+    items: dict  # the request's inputs: dotted keys -> value, "comm_overlap" (present or None) and "gpus"
+    written: frozenset = frozenset()  # keys a saved config holds as Bridge wrote them, not as requested
+
+    @property
+    def saved(self) -> bool:
+        return bool(self.scenario.config and self.scenario.config.saved)
+
+    def effective(self, key: str):
+        return _effective(self.analysis.state, key)
+
+
+def _effective(state, key: str):
+    if key.startswith("env_vars."):
+        value = state.request.env_vars.get(key.partition(".")[2])
+        return None if value is None else str(value)
+    section, _, name = key.partition(".")
+    return state.effective()[section][name]
+
+
+MIRRORS = runconfig.MIRRORS
+
+
+def side(label: str, sc: Scenario) -> Side:
+    written = runconfig.written_by_bridge(sc.config) if sc.config else frozenset()
+    items = {k: v for k, v in inputs_of(sc).items() if k not in written}
+    return Side(label, sc, analyze(sc), items, written)
+
+
+def inputs_of(sc: Scenario) -> dict:
+    """A scenario's inputs as dotted keys: every modelled field of the request (a path as set or not), the
+    comm_overlap section's presence and its requested fields, the mixed-precision recipe and fields, env_vars, gpus."""
+    req = sc.request
+    out = {}
+    for section, fields in schema.SECTIONS.items():
+        for name, value in getattr(req, section).items():
+            out[f"{section}.{name}"] = ("set" if value is not None else None) if fields[name].kind == schema.OPT_PATH else value
+    out["comm_overlap"] = "present" if req.comm_overlap is not None else None
+    out.update({f"comm_overlap.{k}": v for k, v in (req.comm_overlap or {}).items() if v is not None})
+    mp = req.mixed_precision
+    out["mixed_precision"] = mp.recipe if mp else None
+    out.update({f"mixed_precision.{k}": v for k, v in (mp.fields if mp else {}).items()})
+    out.update({f"env_vars.{k}": v for k, v in req.env_vars.items()})
+    out["gpus"] = sc.gpus
+    return out
+
+
+def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = None) -> DiffResult:
+    """The overlap-relevant changes from one scenario to another (two run configs, two recipes, one recipe at two GPU
+    counts, before and after overrides), each with its cause, ranked by expected impact."""
+    if before.release.version != after.release.version:
+        raise UsageError("diff: both sides are answered for one release (--bridge-version)")
+    labels = labels or (label_of(before), label_of(after))
+    a, b = side(labels[0], before), side(labels[1], after)
+    warnings = list(before.notes) + list(after.notes) + _model_warning(a, b)
+    changed_inputs = _changed_inputs(a, b)
+    changes = []
+    keys = SETTINGS + sorted({f"env_vars.{k}" for k in set(a.scenario.request.env_vars) | set(b.scenario.request.env_vars)})
+    for key in keys:
+        old, new = a.effective(key), b.effective(key)
+        if old != new:
+            changes.append(_explain(key, old, new, a, b, changed_inputs))
+    changes.sort(key=lambda c: (-c.impact, c.key))
+    other = _other(a, b)
+    accounting = account(a, b, changes, other)
+    return DiffResult(a.label, b.label, before.release.version, changes, other, warnings, accounting)
+
+
+def label_of(sc: Scenario) -> str:
+    if sc.config is not None:
+        return str(sc.config.path)
+    start = f"recipe {sc.recipe['name']}" if sc.recipe else "the recipe baseline"
+    return start + f" at {sc.gpus} GPUs" + (f" with {len(sc.overrides)} override(s)" if sc.overrides else "")
+
+
+def _changed_inputs(a: Side, b: Side) -> dict:
+    """Inputs whose values differ. A key either side holds only as Bridge wrote it says nothing about the request,
+    and is left out."""
+    out = {}
+    section_moved = (a.items["comm_overlap"] is None) != (b.items["comm_overlap"] is None)
+    for key in sorted(set(a.items) | set(b.items)):
+        if key.startswith("comm_overlap.") and section_moved:
+            continue  # the section as a whole came or went: one input, "comm_overlap"
+        if key in a.written or key in b.written:
+            continue
+        old, new = a.items.get(key), b.items.get(key)
+        if old != new:
+            out[key] = (old, new)
+    return out
+
+
+def _flips(key: str, input_key: str, value, a: Side, b: Side) -> bool:
+    """Does setting this one input to its AFTER value change `key` in BEFORE? (through the one analysis path)"""
+    sc = a.scenario
+    try:
+        if input_key == "gpus":
+            probe = replace(sc, gpus=value)
+        elif input_key == "comm_overlap":
+            section = {k: v for k, v in b.items.items() if k.startswith("comm_overlap.")}
+            probe = sc.derive({"comm_overlap": None} if value is None else section or {"comm_overlap.tp_comm_overlap": False})
+        else:
+            over = {input_key: value}
+            if input_key in MIRRORS and a.saved:
+                over[MIRRORS[input_key]] = value  # in a saved config the pair moved together
+            probe = sc.derive(over)
+        state = state_of(probe)
+    except UsageError:
+        return False  # not a valid request on its own (e.g. GPUs not divisible by the old TP x PP x CP)
+    return _effective(state, key) != a.effective(key)
+
+
+def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
+    causes = [k for k, (_, after_value) in changed.items() if _flips(key, k, after_value, a, b)]
+    if not causes:  # only a combination changes it: report every changed input that takes part
+        causes = [k for k in changed if k in ("gpus", "comm_overlap")
+                  or k.startswith(("model.", "ddp.", "optimizer.", "comm_overlap.", "mixed_precision", "env_vars."))]
+    rule = _rule(key, old, new, a, b, causes)
+    effect = EFFECTS.get((key, old, new), f"{key} went {fmt(old)} -> {fmt(new)}")
+    because = "; ".join(_cause_phrase(c, changed[c], a, b) for c in causes) or "no input change found"
+    return Change(
+        key=key, before=old, after=new, rule=rule, message=f"{because}: {effect}",
+        fix=_fix(causes, changed, a), causes=[{"key": c, "before": changed[c][0], "after": changed[c][1]} for c in causes],
+        impact=IMPACT.get(key, 1),
+    )
+
+
+def _rule(key, old, new, a: Side, b: Side, causes) -> str:
+    if key.startswith("env_vars."):
+        return "LAUNCH_ENV_CHANGED"
+    if "comm_overlap" in causes:
+        return "COMM_OVERLAP_ABSENT"
+    if key == "model.tp_comm_overlap":
+        state = b.analysis.state if not new else a.analysis.state
+        return state.tp_overlap_disabled_by.value if state.tp_overlap_disabled_by else "REQUESTED_CHANGE"
+    if key in ("model.overlap_p2p_comm", "model.batch_p2p_comm"):
+        return "REQUESTED_CHANGE" if all(c.startswith("comm_overlap.") for c in causes) else "PP_OVERLAP_SELECTION"
+    if key in ("ddp.grad_reduce_in_fp32", "ddp.fp8_param_gather"):
+        return "PRECISION_FROM_MIXED_PRECISION"
+    if key == "ddp.use_distributed_optimizer":
+        req = b.analysis.state.request
+        disagree = req.ddp["use_distributed_optimizer"] != req.optimizer["use_distributed_optimizer"]
+        return "DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE" if disagree else "REQUESTED_CHANGE"
+    if a.analysis.state.dp_overlap_applied != b.analysis.state.dp_overlap_applied:
+        return "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER"
+    dp_a, dp_b = a.analysis.state.data_parallel_size, b.analysis.state.data_parallel_size
+    if 1 in (dp_a, dp_b) and dp_a != dp_b:
+        return "DP_SIZE_ONE"
+    if all(c.startswith("comm_overlap.") for c in causes) and causes:
+        return "REQUESTED_CHANGE"
+    return "BRIDGE_SELECTS_ALIGN_PARAM_GATHER" if key == "ddp.align_param_gather" else "DP_OVERLAP_DEFAULTS"
+
+
+def _cause_phrase(key, values, a: Side, b: Side) -> str:
+    old, new = values
+    if key == "gpus":
+        return f"the GPU count went {old} -> {new} (DP {a.analysis.state.data_parallel_size} -> {b.analysis.state.data_parallel_size})"
+    if key == "comm_overlap":
+        return "the comm_overlap section was " + ("removed" if new is None else "added")
+    return f"{key} went {fmt(old, unset=True)} -> {fmt(new, unset=True)}"
+
+
+def _fix(causes, changed, a: Side) -> str | None:
+    parts = []
+    for key in causes:
+        old = changed[key][0]
+        if key == "gpus":
+            return None  # no override brings the GPUs back: run on the old count or change TP/PP/CP
+        if key == "comm_overlap":
+            parts += [
+                _restore(k, v) for k, v in a.items.items()
+                if k.startswith("comm_overlap.") and v is not None and k != "comm_overlap.data_parallel_size"
+                and not (k == "comm_overlap.tp_comm_bootstrap_backend" and v == "nccl")
+            ]
+            continue
+        parts.append(_restore(key, old))
+        if key in MIRRORS and a.saved:
+            parts.append(_restore(MIRRORS[key], old))
+    return " ".join(parts) or None
+
+
+def _restore(key: str, value) -> str:
+    """One override of a fix, one shell word: a saved value is never pasted into a command line raw."""
+    return findings.overrides_text({key: value})
+
+
+def _other(a: Side, b: Side) -> list:
+    def value(side: Side, key: str):
+        if key == "gpus":
+            return side.scenario.gpus
+        if key == "data_parallel_size":
+            return side.analysis.data_parallel_size
+        section, _, name = key.partition(".")
+        return side.scenario.request.section(section).get(name)
+
+    out = []
+    for key, label in OTHER_COMM:
+        old, new = value(a, key), value(b, key)
+        if old != new:
+            out.append({"key": key, "label": label, "before": old, "after": new})
+    return out
+
+
+def _model_warning(a: Side, b: Side) -> list:
+    ia, ib = _identity(a), _identity(b)
+    different = {k for k in set(ia) & set(ib) if ia[k] != ib[k]}
+    if not different:
+        return []
+    shown = ", ".join(f"{k} {safeio.shown(ia[k])} vs {safeio.shown(ib[k])}" for k in sorted(different))
+    return [f"the two configs are of different models ({shown}): step times are not comparable"]
+
+
+def _identity(side: Side) -> dict:
+    """The model a side trains: the saved config's dimensions, else the recipe's family."""
+    if side.scenario.config is not None:
+        return side.scenario.config.identity()
+    return {"model family": side.scenario.family} if side.scenario.family else {}
+
+
+def raw_of(side: Side) -> dict:
+    """What a side's changed keys are counted over: its file, else its inputs as sections, shaped as a file holds
+    them: a section with fields is a mapping of them (comm_overlap's presence and a mixed-precision recipe's name
+    then go with them, as in a saved run config), one without is its value (None: absent)."""
+    if side.scenario.config is not None:
+        return side.scenario.config.raw
+    out: dict = {}
+    for key, value in side.items.items():
+        section, _, name = key.partition(".")
+        if name:
+            fields = out.get(section)
+            out[section] = fields = fields if isinstance(fields, dict) else {}
+            fields[name] = value
+        elif not isinstance(out.get(section), dict):
+            out[section] = {} if value == "present" and section == "comm_overlap" else value
+    return out
+
+
+def _changed(a: Side, b: Side) -> dict:
+    """Every changed key of the two sides: over their inputs where neither is a file (one key each, as
+    _changed_inputs compares them), else over the files' shape."""
+    if a.scenario.config is None and b.scenario.config is None:
+        moved = (a.items["comm_overlap"] is None) != (b.items["comm_overlap"] is None)  # one key: the section came or went
+        return {k: (a.items.get(k), b.items.get(k)) for k in sorted(set(a.items) | set(b.items))
+                if a.items.get(k) != b.items.get(k) and not (moved and k.startswith("comm_overlap."))}
+    return changed_keys(raw_of(a), raw_of(b))
+
+
+def changed_keys(raw_a: dict, raw_b: dict) -> dict:
+    """Every dotted key whose value differs between two configs (a section-level value counts as one key)."""
+    out = {}
+    for section in sorted(set(raw_a) | set(raw_b), key=str):
+        sa, sb = raw_a.get(section), raw_b.get(section)
+        if isinstance(sa, dict) and isinstance(sb, dict):
+            out.update({f"{section}.{k}": (sa.get(k), sb.get(k)) for k in sorted(set(sa) | set(sb), key=str) if sa.get(k) != sb.get(k)})
+        elif sa != sb:
+            out[str(section)] = (sa, sb)
+    return out
+
+
+def account(a: Side, b: Side, changes: list, other: list) -> dict:
+    """Each changed key in one bucket: explained (an overlap change lists it as a cause, or it is that setting or its
+    optimizer mirror), other (communication-relevant, listed), same effect (written differently, resolved the same:
+    a preset saved as its fields, another checkpoint path), unmodeled (on the overlap path, not modelled: listed with
+    its values), ignored (logging, seeds and the rest: counted by section)."""
+    explained = {c.key for c in changes} | {x["key"] for c in changes for x in c.causes} | set(MIRRORS.values())
+    listed = {o["key"] for o in other}
+    if "data_parallel_size" in listed:
+        listed.add("comm_overlap.data_parallel_size")  # what Bridge saved of the DP size
+    out = {"total": 0, "explained": [], "unmodeled": [], "same_effect": [], "ignored": []}
+    for key, (old, new) in _changed(a, b).items():
+        out["total"] += 1
+        section, _, name = key.partition(".")
+        if key in explained or key in listed or section == "comm_overlap" and "comm_overlap" in explained:
+            out["explained"].append(key)
+            continue
+        if name in schema.SECTIONS.get(section, {}) or name in schema.EFFECTIVE_FIELDS.get(section, ()):
+            same = _resolved(a, section, name) == _resolved(b, section, name)
+            out["same_effect" if same else "unmodeled"].append(key if same else {"key": key, "before": _plain(old), "after": _plain(new)})
+        elif on_overlap_path(key):
+            out["unmodeled"].append({"key": key, "before": _plain(old), "after": _plain(new)})
+        else:
+            out["ignored"].append(key)
+    return out
+
+
+def _resolved(side: Side, section: str, name: str):
+    """How the resolver reads a modelled key of one side: its effective value, else the request's."""
+    state = side.analysis.state
+    if name in schema.EFFECTIVE_FIELDS.get(section, ()):
+        return side.analysis.effective[section][name]
+    value = state.request.section(section).get(name) if section in schema.SECTIONS else None
+    spec = schema.SECTIONS.get(section, {}).get(name)
+    return (value is not None) if spec is not None and spec.kind == schema.OPT_PATH else value  # a path: set or not
+
+
+def _plain(value):
+    return value if isinstance(value, (bool, int, float, str)) or value is None else safeio.shown(value)
+
+
+def _by_section(keys: list) -> dict:
+    out: dict = {}
+    for key in keys:
+        section = key.partition(".")[0]
+        out[section] = out.get(section, 0) + 1
+    return out

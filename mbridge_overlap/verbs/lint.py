@@ -1,0 +1,70 @@
+"""lint: the analysis of a run config or a shipped recipe, and what only a saved run config can add.
+
+Every finding the same config earns from resolve, lint earns too: both are views of one analysis. What lint adds
+needs a saved run_config.yaml: the effective values it saved against the ones this release computes for its request.
+"""
+
+from __future__ import annotations
+
+
+from .. import findings
+from ..run import layout, scenario
+from ..findings.analysis import Analysis, analyze
+from ..findings.rules import declare
+from ..errors import UsageError
+from dataclasses import dataclass
+from ..values import fmt
+
+declare("lint.saved_differs", ["SAVED_EFFECTIVE_DIFFERS"])
+
+
+@dataclass
+class LintResult:
+    analysis: Analysis
+    findings: list
+
+    def to_dict(self) -> dict:
+        sc = self.analysis.scenario
+        out = self.analysis.to_dict()
+        out["findings"] = [f.to_dict() for f in self.findings]
+        shape = layout.Layout.of(self.analysis.effective["model"], sc.gpus)
+        out.update(config=str(sc.config.path) if sc.config else None, saved_run_config=bool(sc.config and sc.config.saved),
+                   layout={"tp": shape.tp, "pp": shape.pp, "vpp": shape.vpp, "cp": shape.cp, "gpus": sc.gpus,
+                           "dp": self.analysis.data_parallel_size, "gpu": sc.gpu, "recipe": sc.recipe["name"] if sc.recipe else None})
+        return out
+
+    @property
+    def errors(self) -> list:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def resolution(self) -> Analysis:
+        return self.analysis
+
+
+def lint(config=None, overrides=None, **inputs) -> LintResult:
+    """Every finding for a saved run config (a file, checkpoint or iteration directory), an override file or a shipped
+    recipe (recipe=), with overrides on top (or overrides alone, on Bridge's recipe baseline). inputs: scenario.build's
+    keywords."""
+    if config is None and inputs.get("recipe") is None and not overrides:
+        raise UsageError("lint: give a run config (file, checkpoint or iteration directory), --recipe NAME or KEY=VALUE overrides")
+    an = analyze(scenario.build(config=config, overrides=overrides, **inputs))
+    return LintResult(an, findings.sort(an.findings + _saved_differs(an)))
+
+
+def _saved_differs(an: Analysis) -> list:
+    rc = an.scenario.config
+    saved = rc.saved_effective() if rc else None
+    if not saved:
+        return []
+    eff = an.effective
+    diffs = [
+        f"{section}.{name}: saved {fmt(value)}, computed {fmt(eff[section][name])}"
+        for section, values in saved.items()
+        for name, value in values.items()
+        if name in eff.get(section, {}) and eff[section][name] != value
+    ]
+    if not diffs:
+        return []
+    return [findings.make("SAVED_EFFECTIVE_DIFFERS", knobs=[d.split(":")[0] for d in diffs], count=len(diffs),
+                          version=an.scenario.release.version, diffs="; ".join(diffs[:4]))]

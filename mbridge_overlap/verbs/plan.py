@@ -1,0 +1,284 @@
+"""Plan: the overrides that turn on every overlap mode a layout can use, checked by the resolver.
+
+Without a recipe the plan starts from Bridge's baseline and sets the layout; with a full recipe name it starts from
+that recipe, keeps its choices, and changes only what the layout flags change or what Bridge's rules require.
+"""
+
+from __future__ import annotations
+
+
+from ..upstream import catalog, releases, presets as ub_presets
+from .. import findings
+from ..run import launch_env, layout, scenario
+from ..findings.analysis import Analysis, analyze
+from ..findings.rules import declare
+from ..errors import UsageError
+from ..findings.proof import probe
+from dataclasses import dataclass, field
+from ..safeio import shown
+from ..values import fmt
+
+declare("planner", ["TP_OVERLAP_NOT_RECOMMENDED", "TP_PRESET_MATCHED", "SHIPPED_RECIPES_DIFFER", "PLAN_LEAVES_KEY_AS_SHIPPED"])
+
+_OPTIONAL_SIZES = ("vpp",)
+
+
+@dataclass
+class PlanResult:
+    """The JSON of `plan`: the analysis of the scenario its overrides make, plus the layout, the overrides and the
+    plan's own notes (why it chose what it chose; the config's findings are the analysis's, as resolve gives them)."""
+
+    analysis: Analysis
+    layout: dict
+    overrides: dict
+    preset: str | None
+    notes: list = field(default_factory=list)
+
+    @property
+    def resolution(self) -> Analysis:
+        return self.analysis
+
+    def to_dict(self) -> dict:
+        out = self.analysis.to_dict()
+        out.update(layout=self.layout, overrides=self.overrides, preset=self.preset,
+                   plan_notes=[f.to_dict() for f in findings.sort(self.notes)])
+        return out
+
+    @property
+    def errors(self) -> list:
+        return self.analysis.errors
+
+    def perf_env_plugin_args(self) -> dict | None:
+        """The PerfEnvPlugin arguments that set this plan's launch environment; None where the release has no plugin."""
+        release = self.analysis.scenario.release
+        if release.launch_env != "perf_env_plugin":
+            return None
+        return launch_env.perf_env_plugin_args(release, self.analysis.launch_layout)
+
+
+def _check_sizes(sizes: dict) -> None:
+    for name, value in sizes.items():
+        if value is None and name in _OPTIONAL_SIZES:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"--{name.replace('_', '-')}: must be a positive integer, got {shown(value)}")
+
+
+def _recipe(reference: str | None, release) -> tuple[dict | None, str | None]:
+    """(catalog entry, model family): a full recipe function name, or a family name such as llama3_70b."""
+    if reference is None:
+        return None, None
+    if not isinstance(reference, str) or not reference:
+        raise UsageError("--recipe: expected a recipe function or model family name")
+    if reference.endswith("_config") or "." in reference:
+        entry = catalog.require_built(catalog.lookup(reference, release.version))
+        return entry, entry["model"]
+    # A release without a catalog of its own (0.6.0, a newer one) takes its data_of release's family names: the family
+    # only selects NCCL_P2P_NET_CHUNKSIZE, whose recipe list is release data.
+    families = catalog.families(release.version if release.version in catalog.versions() else release.data_version)
+    if reference not in families:
+        from ..suggest import closest
+
+        hint = closest(reference, families)
+        raise UsageError(f"--recipe: {shown(reference)} is neither a recipe function nor a model family of Megatron-Bridge "
+                         f"{release.version}" + (f"; did you mean '{hint}'?" if hint else ""))
+    return None, reference
+
+
+def make_plan(
+    *,
+    tp: int | None = None,
+    pp: int | None = None,
+    vpp: int | None = None,
+    cp: int | None = None,
+    precision: str | None = None,
+    hidden_size: int | None = None,
+    seq_length: int | None = None,
+    micro_batch_size: int | None = None,
+    lora: bool = False,
+    moe: bool | None = None,
+    moe_a2a_overlap: bool = False,
+    moe_flex_dispatcher_backend: str | None = None,
+    megatron_fsdp: bool = False,
+    recipe: str | None = None,
+    **inputs,
+) -> PlanResult:
+    """inputs: scenario.build's keywords (gpus, gpu, te, bridge_version, task, machine_facts, launcher_env)."""
+    release = releases.get(inputs.get("bridge_version"))
+    entry, family = _recipe(recipe, release)
+    shape_given = dict(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
+    start = scenario.build(recipe=entry, family=family, shape=shape_given, **inputs)
+    base = _recipe_layout(entry)
+    tp, pp, cp = (x if x is not None else base.get(k, 1) for x, k in ((tp, "tp"), (pp, "pp"), (cp, "cp")))
+    vpp = vpp if vpp is not None else base.get("vpp")
+    _check_sizes(dict(tp=tp, pp=pp, cp=cp, vpp=vpp))
+    gpu_info = releases.gpu(start.gpu)
+    precision = releases.precision(precision if precision is not None else (entry or {}).get("precision") or "bf16")
+    prec = releases.precision_facts(precision)
+    moe = bool(moe) if moe is not None else base.get("ep", 1) > 1
+    if moe_flex_dispatcher_backend is not None:
+        releases.flex_backend(moe_flex_dispatcher_backend)
+
+    shape = layout.Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, gpus=start.gpus)
+    recipe_co = entry["request"]["comm_overlap"] if entry else None
+    blocked = _blocked_precision(release, entry, prec)
+    notes: list = []
+    if recipe_co is not None:  # the recipe's own choice stands, unless it cannot run
+        tp_on = bool(recipe_co["tp_comm_overlap"]) and not blocked
+    else:
+        tp_on, notes = _tp_rule(tp, start.te, blocked, moe)
+    sizes = {"tp": tp, "cp": cp, **start.shape}
+    preset = None
+    if tp_on:
+        matched, _ = ub_presets.match(release, gpu_info, prec["preset"], sizes, lora)
+        preset = matched.name if matched else None
+        if entry is not None and _same_shape(entry, tp, cp, gpu_info["name"], precision):
+            preset = (recipe_co or {}).get("tp_comm_overlap_cfg")  # the recipe's own, tuned by Bridge for this layout
+        elif matched:
+            via = "" if matched.gpu == gpu_info["name"] else f" (tuned on {matched.gpu}; Bridge's own {gpu_info['name']} perf recipes use it)"
+            notes.append(findings.make("TP_PRESET_MATCHED", fix_overrides={"comm_overlap.tp_comm_overlap_cfg": matched.name},
+                                       preset=matched.name, via=via))
+
+    overrides = _layout_overrides(base, tp, pp, vpp, cp)
+    if tp >= 2 and not (entry and entry["request"]["model"]["sequence_parallel"]):
+        overrides["model.sequence_parallel"] = True
+    if recipe_co is None or recipe_co.get("tp_comm_overlap") != tp_on:
+        overrides["comm_overlap.tp_comm_overlap"] = tp_on
+    if entry is None or tp_on and (recipe_co or {}).get("tp_comm_overlap_cfg") != preset:
+        # Always explicit without a recipe: null selects Transformer Engine's default even where a recipe carries a preset.
+        overrides["comm_overlap.tp_comm_overlap_cfg"] = preset if tp_on else None
+    if shape.divisible and shape.dp > 1:
+        # ddp's flag always: CommOverlapConfig reads it, and only it, before validate() syncs the two
+        overrides["ddp.use_distributed_optimizer"] = True
+        if not start.request.optimizer["use_distributed_optimizer"]:
+            overrides["optimizer.use_distributed_optimizer"] = True
+    if prec["recipe"] and entry is None:
+        overrides["mixed_precision"] = prec["recipe"]
+    asked = dict(_layout_overrides(base, tp, pp, vpp, cp))  # what the user's flags ask for, as opposed to the plan's choices
+    if megatron_fsdp:
+        asked.update({"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"})
+    if moe_flex_dispatcher_backend:  # as Bridge's apply_flex_dispatcher_backend sets it
+        asked.update({"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": moe_flex_dispatcher_backend})
+    if moe_a2a_overlap:
+        asked["comm_overlap.overlap_moe_expert_parallel_comm"] = True
+    overrides.update(asked)
+
+    def known() -> set:  # the errors of the layout as asked (which, not their fixes): needed only where the plan has any
+        return {f.id for f in probe(start.derive(dict(asked)).resolve()) if f.severity == "error"}
+
+    overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(chosen)), overrides, asked, known, entry)
+    notes += kept
+    notes += _shipped_recipes_differ(release, an, shape, gpu_info["name"], precision, moe, entry)
+    eff = an.effective
+    plan_layout = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "gpus": start.gpus, **start.shape, "dp": shape.dp if shape.divisible else None,
+                   "gpu": gpu_info["name"], "precision": precision, "lora": lora, "te": start.te, "moe": moe,
+                   "megatron_fsdp": bool(eff["ddp"]["use_megatron_fsdp"]), "recipe": entry["name"] if entry else None,
+                   "family": start.family, "task": start.task}
+    return PlanResult(analysis=an, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
+
+
+def _no_new_errors(resolve, overrides: dict, asked: dict, known_errors, entry) -> tuple[dict, Analysis, list]:
+    """The plan's overrides without those of its own choices that make Bridge raise where the layout the user asked
+    for does not (`known_errors()`: its error ids; a plan never breaks a recipe, or the baseline, that works as
+    shipped): each such override is left out, with a note naming the error it would bring."""
+    resolution, notes = resolve(overrides), []
+    known = known_errors() if resolution.errors else set()
+    while new := [f for f in resolution.errors if f.id not in known]:
+        for key in reversed([k for k in overrides if k not in asked]):
+            trial = {k: v for k, v in overrides.items() if k != key}
+            tried = resolve(trial)
+            left = [f for f in tried.errors if f.id not in known]
+            if len(left) < len(new) and {f.id for f in left} <= {f.id for f in new}:
+                origin = f"recipe {entry['name']}" if entry else "the recipe baseline"
+                notes.append(findings.make("PLAN_LEAVES_KEY_AS_SHIPPED", knobs=[key], key=key, value=fmt(overrides[key]),
+                                           origin=origin, errors=", ".join(sorted({f.id for f in new} - {f.id for f in left}))))
+                overrides, resolution = trial, tried
+                break
+        else:
+            break  # no choice of the plan's brings it: the layout the user asked for does
+    return overrides, resolution, notes
+
+
+def _blocked_precision(release, entry, prec: dict) -> str | None:
+    """NVFP4 or blockwise FP8 where the run's mixed precision (the recipe's own, whatever its name says, or the one
+    --precision selects) is one Transformer Engine's userbuffers cannot carry."""
+    from ..findings.rules.common import tp_overlap_precision_problem
+
+    mp = entry["request"]["mixed_precision"] if entry else {"recipe": prec["recipe"] or "bf16_mixed"}
+    if mp is None:
+        return None  # the recipe runs without a mixed-precision config: BF16/FP32 tensors only
+    fields = {**release.mixed_precision(mp["recipe"]), **(mp.get("fields") or {})}
+    problem = tp_overlap_precision_problem(fields)
+    return problem[0] if problem else None
+
+
+def _tp_rule(tp: int, te: bool, blocked: str | None, moe: bool) -> tuple[bool, list]:
+    """TP overlap by Bridge's rules and its recipes' practice, with the note that says why when it stays off."""
+    if not layout.tp_overlap_applies(tp, te):
+        return False, []
+    if blocked:
+        why = f"{blocked} cannot go through Transformer Engine's userbuffers (see explain TP_OVERLAP_UNSUPPORTED_PRECISION)"
+    elif moe:
+        why = "an MoE model with expert parallelism: none of Bridge's MoE perf recipes with TP > 1 uses it (no code forbids it)"
+    else:
+        return True, []
+    return False, [findings.make("TP_OVERLAP_NOT_RECOMMENDED", tp=tp, why=why)]
+
+
+def _recipe_layout(entry: dict | None) -> dict:
+    if entry is None:
+        return {}
+    m = entry["request"]["model"]
+    return {"tp": m["tensor_model_parallel_size"], "pp": m["pipeline_model_parallel_size"], "vpp": m["virtual_pipeline_model_parallel_size"],
+            "cp": m["context_parallel_size"], "ep": m.get("expert_model_parallel_size", 1)}
+
+
+def _layout_overrides(base: dict, tp: int, pp: int, vpp, cp: int) -> dict:
+    """The parallel sizes, all of them without a recipe; with one, those that differ from it."""
+    wanted = {"model.tensor_model_parallel_size": (tp, "tp"), "model.pipeline_model_parallel_size": (pp, "pp"),
+              "model.virtual_pipeline_model_parallel_size": (vpp, "vpp"), "model.context_parallel_size": (cp, "cp")}
+    out = {}
+    for key, (value, name) in wanted.items():
+        if not base:
+            if name == "vpp" and value is None or name == "cp" and value == 1:
+                continue
+            out[key] = value
+        elif base.get(name) != value:
+            out[key] = value
+    return out
+
+
+def _same_shape(entry: dict, tp: int, cp: int, gpu: str, precision: str) -> bool:
+    m = entry["request"]["model"]
+    return (m["tensor_model_parallel_size"], m["context_parallel_size"], entry.get("gpu"), entry.get("precision")) == (tp, cp, gpu, precision)
+
+
+# What plan compares with the shipped recipes of the same layout: effective settings and the launch environment.
+_COMPARED = ("model.tp_comm_overlap", "model.overlap_p2p_comm", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather")
+
+
+def _shipped_recipes_differ(release, resolution, shape, gpu: str, precision: str, moe: bool, entry) -> list:
+    if release.version not in catalog.versions() or entry is not None:
+        return []
+    differences, names = {}, []
+    for other in catalog.same_layout(release.version, shape, gpu, precision, moe):
+        theirs = other["bridge"]
+        diffs = [f"{key}={_get(theirs['effective'], key)}" for key in _COMPARED
+                 if _get(theirs["effective"], key) != _get(resolution.effective, key)]
+        cdmc = (theirs.get("env") or {}).get("CUDA_DEVICE_MAX_CONNECTIONS")
+        if cdmc is not None and cdmc != resolution.launch_env["CUDA_DEVICE_MAX_CONNECTIONS"]["value"]:
+            diffs.append(f"CUDA_DEVICE_MAX_CONNECTIONS={cdmc}")
+        if diffs:
+            names.append(other["name"])
+            for d in diffs:
+                differences.setdefault(d, []).append(other["name"])
+    if not names:
+        return []
+    text = "; ".join(f"{d} in {len(n)}" for d, n in sorted(differences.items()))
+    shown_names = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return [findings.make("SHIPPED_RECIPES_DIFFER", count=len(names), names=shown_names, differences=text)]
+
+
+def _get(effective: dict, key: str):
+    section, _, name = key.partition(".")
+    return effective[section][name]

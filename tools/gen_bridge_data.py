@@ -1,0 +1,175 @@
+"""Regenerate mbridge_overlap/data/releases/VERSION/bridge_fields.yaml, .../mcore_defaults.yaml and
+mbridge_overlap/data/tp_overlap_presets.yaml from the installed megatron-bridge and megatron-core (names, preset values
+and dataclass defaults only; no Bridge code is copied). Run with the Python of the release's venv:
+
+    $(scripts/bridge_env.sh [--release VERSION] --print-python) tools/gen_bridge_data.py [--check]
+
+tests/bridge/test_release_data.py fails when the shipped files and the installed package disagree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def field_names(obj) -> list[str]:
+    return sorted(f.name for f in dataclasses.fields(obj) if not f.name.startswith("_"))
+
+
+def dataset_fields(baseline: list[str]) -> list[str]:
+    """cfg.dataset is one of several dataset config classes (pretraining, fine-tuning, ...): the fields of any of them."""
+    import megatron.bridge.training.config as config_mod
+
+    names = set(baseline)
+    for cls in vars(config_mod).values():
+        if isinstance(cls, type) and cls.__name__.endswith("DatasetConfig") and dataclasses.is_dataclass(cls):
+            names.update(field_names(cls))
+    return sorted(names)
+
+
+def collect() -> tuple[dict, dict]:
+    from mbridge_overlap.bridge import adapter
+
+    comm_overlap, _, mixed_precision = adapter.import_bridge()
+    cfg = adapter.baseline_config()
+    sections = {
+        "model": field_names(cfg.model),
+        "ddp": field_names(cfg.ddp),
+        "optimizer": field_names(cfg.optimizer),
+        "comm_overlap": field_names(comm_overlap.CommOverlapConfig),
+        "mixed_precision": field_names(mixed_precision.MixedPrecisionConfig),
+    }
+    for name in field_names(cfg):
+        if name in sections:
+            continue
+        value = getattr(cfg, name)
+        sections[name] = field_names(value) if dataclasses.is_dataclass(value) else []
+    sections["dataset"] = dataset_fields(sections.get("dataset", []))
+    presets = {
+        n: dataclasses.asdict(getattr(comm_overlap, n)) for n in sorted(dir(comm_overlap)) if n.startswith("userbuffers_")
+    }
+    return {"bridge_version": adapter.bridge_version(), "sections": sections}, presets
+
+
+def mcore_defaults() -> dict:
+    """The Megatron-Core classes Bridge's start-up configuration summary (ConfigContainer.log_non_default_values)
+    compares model, ddp and optimizer against, taken from Bridge's config module by the names it imports them under,
+    with the dataclass default of every field mbridge_overlap.diagnose.summary reads: a field the summary does not
+    list has that value. A field the class lacks, or that has no default, is never listed (its own list). printable:
+    every field name the summary can list under that class's header (the fields with a default)."""
+    from importlib.metadata import version
+
+    from mbridge_overlap.bridge import adapter
+    from mbridge_overlap.diagnose.summary import FIELDS
+
+    _, config_mod, _ = adapter.import_bridge()
+    sections = {"optimizer": ["MCoreOptimizerConfig"], "ddp": ["MCoreDistributedDataParallelConfig"],
+                "model": ["MCoreTransformerConfig", "MCoreMLATransformerConfig"]}
+    classes = {}
+    for section, names in sections.items():
+        for alias in names:
+            cls = getattr(config_mod, alias)
+            own = {f.name: f for f in dataclasses.fields(cls) if not f.name.startswith("_")}
+            defaults, not_fields, no_default = {}, [], []
+            for name in FIELDS[section]:
+                f = own.get(name)
+                if f is None:
+                    not_fields.append(name)
+                elif f.default is not dataclasses.MISSING:
+                    defaults[name] = f.default
+                elif f.default_factory is not dataclasses.MISSING:
+                    defaults[name] = f.default_factory()
+                else:
+                    no_default.append(name)
+            for name, value in defaults.items():
+                if not _plain_value(value):
+                    raise SystemExit(f"{cls.__name__}.{name}: default {value!r} is not a YAML scalar or list; the summary "
+                                     "reader cannot compare it")
+            printable = sorted(n for n, f in own.items()
+                               if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING)
+            classes[cls.__name__] = {"section": section, "module": cls.__module__, "defaults": defaults,
+                                     "not_fields": not_fields, "no_default": no_default, "printable": printable}
+    return {"bridge_version": adapter.bridge_version(), "megatron_core": version("megatron-core"), "classes": classes}
+
+
+def _plain_value(value) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    return isinstance(value, list) and all(_plain_value(v) for v in value)
+
+
+def dump(data, header: str) -> str:
+    import yaml
+
+    return header + yaml.safe_dump(data, sort_keys=True, width=120)
+
+
+def outputs() -> dict:
+    """{path: text} for the installed release: its field names under data/releases/VERSION/, and the presets, which
+    every verified release shares (one file; a release whose presets differ stops the script)."""
+    fields, presets = collect()
+    version = fields["bridge_version"]
+    shared = ROOT / "mbridge_overlap/data/tp_overlap_presets.yaml"
+    out = {ROOT / f"mbridge_overlap/data/releases/{version}/bridge_fields.yaml":
+           dump(fields, f"# Field names of each ConfigContainer section in megatron-bridge {version}, generated by tools/gen_bridge_data.py.\n")}
+    defaults = mcore_defaults()
+    out[ROOT / f"mbridge_overlap/data/releases/{version}/mcore_defaults.yaml"] = dump(defaults, (
+        f"# The Megatron-Core {defaults['megatron_core']} classes that megatron-bridge {version}'s start-up configuration summary\n"
+        "# (ConfigContainer.log_non_default_values) compares model, ddp and optimizer against, with the dataclass default of\n"
+        "# each field mbridge_overlap/diagnose/summary.py reads (FIELDS): a field the summary does not list has that value.\n"
+        "# not_fields / no_default: fields the class lacks or that have no default, which the summary never lists.\n"
+        "# printable: every field name the summary can list under the class's header (a name outside it is a damaged line).\n"
+        "# Generated by tools/gen_bridge_data.py from the installed packages.\n"))
+    text = dump(presets, "# The userbuffers presets of megatron-bridge (dataclasses.asdict), the same in every verified release, to\n"
+                "# recognise them in a dumped run config. Generated by tools/gen_bridge_data.py.\n")
+    if shared.is_file() and shared.read_text(encoding="utf-8") != text:
+        import yaml
+
+        if yaml.safe_load(shared.read_text(encoding="utf-8")) != yaml.safe_load(text):
+            raise SystemExit(f"megatron-bridge {version} has other userbuffers presets than {shared.name}: presets must become "
+                             "per-release data before this release can be added")
+    out[shared] = text
+    return out
+
+
+def _write_compiled(path) -> None:
+    """The JSON twin the skill loads (tools/gen_compiled_data.py writes them all; --check there covers this one)."""
+    from mbridge_overlap.upstream import releases
+
+    twin = releases.write_compiled(path)
+    if twin is not None:
+        print(f"wrote {twin.relative_to(ROOT)}")
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="compare with the committed files instead of writing them")
+    args = ap.parse_args(argv)
+    stale = []
+    for path, text in outputs().items():
+        rel = path.relative_to(ROOT)
+        if args.check:
+            if not path.is_file() or path.read_text(encoding="utf-8") != text:
+                stale.append(str(rel))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {rel}")
+            _write_compiled(path)
+    if stale:
+        print(f"out of date: {', '.join(stale)} (run tools/gen_bridge_data.py with that release's Python)")
+        return 1
+    if args.check:
+        print("bridge data matches the installed megatron-bridge")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
