@@ -109,9 +109,17 @@ install_te() {
 }
 
 py=$(find_python) || die "needs a Python 3.12 interpreter (megatron-bridge 0.6 requires >=3.12,<3.13); set MBRIDGE_PYTHON"
+
+# One build of a venv at a time (two verifies, or a verify and the tests): the others wait for it, then find it ready.
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$VENV.lock"
+if command -v flock >/dev/null 2>&1 && ! flock -n 9; then
+  say "another process is building or checking $VENV; waiting for it (the lock is $VENV.lock)"
+  flock 9
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating venv $VENV with $py"
-  mkdir -p "$(dirname "$VENV")"
   "$py" -m venv "$VENV"
   "$VENV/bin/python" -m pip install --progress-bar off -q --upgrade pip >&2
 fi

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command (README.md; .ci/run calls it). Two tiers, and a third on request:
+#   --fast: ruff and tier 1 without the hostile suites (tests/hostile): the everyday command, no Bridge venv
 #   1. pure Python: tests/ without tests/bridge, on the oldest supported Python (3.10) when present
 #   2. Bridge: tests/bridge with the real megatron-bridge venv (scripts/bridge_env.sh builds or reuses it)
 #   3. with MBRIDGE_SKILL_SECOND_RELEASE=VERSION (e.g. 0.5.1): tests/bridge/test_second_release.py against that
@@ -7,6 +8,8 @@
 # Before tier 1, `ruff check` lints every Python file the project owns; a finding fails the run.
 # Extra arguments go to both pytest runs. pytest's exit 5 (nothing collected) fails the run.
 set -euo pipefail
+fast=0
+if [ "${1:-}" = "--fast" ]; then fast=1; shift; fi
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/nemo-mbridge-perf-tp-dp-comm-overlap"
@@ -44,8 +47,12 @@ beside MBRIDGE_SKILL_MIRROR .mirror/NVIDIA-NeMo+Megatron-Bridge/repo "Megatron-B
 echo "[test] lint: ruff check (pyproject.toml [tool.ruff])" >&2
 "$test_venv/bin/ruff" check --no-cache .
 
+if [ "$fast" = 1 ]; then
+  echo "[test] fast: tier 1 without tests/hostile ($("$test_venv/bin/python" -V))" >&2
+  exec "$test_venv/bin/python" -m pytest tests --ignore=tests/bridge --ignore=tests/hostile -q -p no:cacheprovider "$@"
+fi
 echo "[test] tier 1: pure Python ($("$test_venv/bin/python" -V))" >&2
-"$test_venv/bin/python" -m pytest tests --ignore=tests/bridge -q "$@"
+"$test_venv/bin/python" -m pytest tests --ignore=tests/bridge -q -p no:cacheprovider "$@"
 
 echo "[test] tier 2: real Megatron-Bridge" >&2
 bridge_py=$(scripts/bridge_env.sh --print-python)

@@ -42,6 +42,14 @@ venv_python() {
   echo "$py"
 }
 
+# --help needs no Bridge: it is answered by any Python, before anything is built
+for arg in "$@"; do
+  case "$arg" in
+    -h|--help) PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m mbridge_overlap.bridge.verify --help ;;
+    --) break ;;
+  esac
+done
+
 if [ -n "${MBRIDGE_VERIFY_PYTHON:-}" ]; then
   py=$MBRIDGE_VERIFY_PYTHON
 elif python3 -c 'import megatron.bridge' >/dev/null 2>&1; then

@@ -9,11 +9,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-# Every command a test runs is answered in its own process (its resource limits and signals are the test's);
-# tests/test_server.py turns the answer server on for itself.
-os.environ.setdefault("MBRIDGE_OVERLAP_SERVER", "0")
-# Where mbridge_overlap/malloc.py can set glibc's thresholds (tests of its effect skip elsewhere).
-GLIBC = sys.platform.startswith("linux") and (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
 
 
 def run_cli(*args, env=None, cwd=ROOT):
@@ -37,7 +32,7 @@ def cli():
 def generated() -> dict:
     """tools/gen_all.py --check, run once for the whole tier: {generator script: (up to date, what it printed)}.
     The tests of each generated file read their generator's line here instead of running its check again."""
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_all.py"), "--check"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_all.py"), "--check"], capture_output=True, text=True)
     out = {}
     for line in proc.stdout.splitlines():
         script, _, rest = line.partition(": ")
@@ -46,3 +41,41 @@ def generated() -> dict:
             out[script] = (status == "ok", said)
     assert out and proc.returncode == (0 if all(ok for ok, _ in out.values()) else 1), proc.stdout + proc.stderr
     return out
+
+
+def ours_running() -> list[str]:
+    """Processes of this skill still alive besides this one: children of this process (however deep) or orphans
+    (adopted by init), whose command line runs the package, its launcher or its verify. None may outlive its command."""
+    procs = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if stat[0] not in "ZX":
+            procs[int(name)] = (int(stat[1]), cmdline)
+    me = os.getpid()
+
+    def descends(pid: int) -> bool:
+        seen = set()
+        while pid in procs and pid not in seen:
+            seen.add(pid)
+            pid = procs[pid][0]
+            if pid == me:
+                return True
+        return False
+
+    return [f"{pid}: {cmd.strip()}" for pid, (ppid, cmd) in procs.items()
+            if pid != me and (ppid == 1 or descends(pid)) and any(w in cmd for w in ("mbridge_overlap", "mbridge-overlap"))]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """After the whole tier: nothing of ours is still running (no server, no worker, no verify left behind)."""
+    left = ours_running()
+    if left:
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            "processes of the skill outlived their commands:\n  " + "\n  ".join(left), red=True)
+        session.exitstatus = 1

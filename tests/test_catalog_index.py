@@ -13,7 +13,6 @@ from conftest import generated
 from mbridge_overlap import UsageError, api, cli
 from mbridge_overlap.upstream import catalog
 from mbridge_overlap.verbs import recipes as catalog_view
-from mbridge_overlap.records import replace
 
 VERSIONS = catalog.versions()
 
@@ -94,20 +93,6 @@ def test_a_listing_is_the_whole_catalogs(filters):
     assert [(r["name"], r["package"], r["reference"]) for r in listing["recipes"]] == [
         (e["name"], e["package"], f"{e['package']}.{e['name']}" if e["name"] in twice else e["name"]) for e in want]
     assert listing["recipes"] == [{**catalog_view.row(e), "reference": r["reference"]} for e, r in zip(want, listing["recipes"])]
-
-
-@pytest.mark.parametrize("filters", FILTERS)
-def test_a_listings_json_is_json_dumps_of_it(filters):
-    for _ in range(2):  # the rows' texts written, then the same texts again
-        listing = catalog_view.list_recipes(**filters)
-        assert listing.to_json() == json.dumps(listing.to_dict(), indent=2, default=str)
-
-
-def test_a_listing_of_rows_of_its_own_is_written_as_they_are():
-    listing = catalog_view.list_recipes(model="llama3")
-    listing.to_json()
-    own = replace(listing, rows=[{**r, "name": "x\ny", "layout": {"tp": [1, {}]}} for r in listing.rows[:3]])
-    assert own.to_json() == json.dumps(own.to_dict(), indent=2)
 
 
 def test_the_cli_writes_a_listing_as_the_api_gives_it(capsys):

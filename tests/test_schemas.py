@@ -78,7 +78,7 @@ def test_every_schema_is_valid_draft_2020_12_and_indexed():
 
 
 def test_every_command_has_a_schema():
-    assert {c for c in cli.COMMANDS if f"{c}.schema.json" not in documents()} == set()
+    assert {c for c in cli.VERBS if f"{c}.schema.json" not in documents()} == set()
 
 
 # ------------------------------------------------------------------------------------------------ resolve

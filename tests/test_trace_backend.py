@@ -189,34 +189,3 @@ def _imports_of_msgspec(own_process: bool) -> dict:
             "print(json.dumps({'typed': decode is not reader._to_the_stdlib, 'events': events, 'loaded': loaded}))")
     out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
-
-
-def test_the_command_lines_msgspec_imports_without_typing_extensions():
-    pytest.importorskip("typing_extensions")
-    own, caller = _imports_of_msgspec(True), _imports_of_msgspec(False)
-    assert own["typed"] and caller["typed"]
-    assert own["events"] == caller["events"] == [{"name": "k", "cat": "kernel", "ts": 1, "dur": 2,
-                                                  "args": {"stream": 7, "correlation": 3}}]
-    assert caller["loaded"] == ["inspect", "typing_extensions"]  # a caller's process: msgspec as it imports itself
-    assert own["loaded"] == []  # msgspec read the TypedDicts with typing's own get_type_hints
-
-
-def test_a_msgspec_that_needs_typing_extensions_is_imported_with_it(tmp_path, monkeypatch):
-    pytest.importorskip("typing_extensions")
-    fake = tmp_path / "msgspec"
-    fake.mkdir()
-    (fake / "__init__.py").write_text("import typing_extensions\nNEEDS = typing_extensions.__name__\n")
-    for name in [m for m in sys.modules if m == "msgspec" or m.startswith("msgspec.")]:
-        monkeypatch.delitem(sys.modules, name)
-    te = sys.modules.pop("typing_extensions", None)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(reader, "_OWN_PROCESS", True)
-    try:
-        module = reader._import_msgspec()
-        assert module.NEEDS == "typing_extensions"
-        assert sys.modules["typing_extensions"] is not None
-    finally:
-        for name in [m for m in sys.modules if m == "msgspec"]:
-            del sys.modules[name]
-        if te is not None:
-            sys.modules["typing_extensions"] = te

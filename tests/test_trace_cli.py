@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from mbridge_overlap.errors import UsageError
-from mbridge_overlap.trace import analyze, cli, compare
+from mbridge_overlap.cli import trace as cli
+from mbridge_overlap.trace import analyze, compare
 from trace_fixtures import DP_DESC, TP_DESC, TraceBuilder, nccl, overlap_case
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,7 +142,7 @@ def test_snippet_uses_only_fields_of_bridge_0_6_2(capsys):
 
 
 def test_no_heavy_imports_at_start_up():
-    code = ("import sys, mbridge_overlap.trace, mbridge_overlap.trace.cli; "
+    code = ("import sys, mbridge_overlap.trace, mbridge_overlap.cli.trace; "
             "print([m for m in ('torch', 'megatron', 'pandas', 'numpy', 'hta') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -94,24 +94,6 @@ def test_map_ordered_keeps_order_and_the_first_error():
     assert "a bug in the worker" in str(exc.value.__cause__)  # the worker's traceback
 
 
-_KEPT = []
-
-
-def _kept(item):
-    return item, list(_KEPT)
-
-
-def test_workers_keep_their_freed_memory_and_the_caller_is_left_alone(monkeypatch):
-    """mbridge_overlap/malloc.py's setting is made in each worker (its own process), never in the caller's."""
-    from mbridge_overlap import malloc
-
-    monkeypatch.setattr(malloc, "keep_freed_memory", lambda: _KEPT.append(os.getpid()) or True)
-    got = pool.map_ordered(_kept, [1, 2, 3], 2)
-    assert [item for item, _ in got] == [1, 2, 3]
-    assert all(len(kept) == 1 and kept[0] != os.getpid() for _, kept in got)
-    assert _KEPT == []
-
-
 def test_a_killed_worker_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(pool.WorkerDied) as exc:
         pool.map_ordered(_square, [1, "die", 2], 2)
@@ -123,21 +105,19 @@ def test_a_killed_worker_is_one_line(tmp_path, monkeypatch):
         analyze(tmp_path, jobs=2)
 
 
-def test_a_caller_that_ignores_sigchld_still_gets_its_results_and_errors(monkeypatch, tmp_path):
-    """With SIGCHLD ignored the kernel reaps the workers itself: a dead worker's exit status is then unknown."""
+def test_a_caller_that_ignores_sigchld_gets_its_results_from_this_process(monkeypatch):
+    """With SIGCHLD ignored the kernel reaps the workers itself and multiprocessing cannot wait on them: the items
+    run here, one after another, and no worker is forked."""
+    forked = []
+    monkeypatch.setattr(os, "fork", lambda: forked.append(1) or pytest.fail("forked"))
     before = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     try:
         assert pool.map_ordered(_square, [1, 2, 3], 2) == [1, 4, 9]
-        with pytest.raises(pool.WorkerDied) as exc:
-            pool.map_ordered(_square, [1, "die", 2], 2)
-        assert exc.value.item == "die" and exc.value.exitcode is None
-        monkeypatch.setattr(job, "_analyze_file", lambda path, allow_partial: _square("die"))
-        for rank in range(2):
-            rank_trace(rank).write(tmp_path / f"rank-{rank}.json")
-        with pytest.raises(UsageError, match=r"rank-0.json: the process analysing it died \(exit status unknown"):
-            analyze(tmp_path, jobs=2)
+        with pytest.raises(UsageError, match="item -1"):
+            pool.map_ordered(_square, [1, -1, 2], 2)
     finally:
         signal.signal(signal.SIGCHLD, before)
+    assert forked == []
 
 
 @pytest.mark.parametrize("forks", [0, 1, 2])
@@ -180,7 +160,7 @@ def _awkward(x):
 
 
 def test_what_a_worker_cannot_send_back_is_an_error_not_a_hang():
-    with pytest.raises(RuntimeError, match="(?s)worker: .*pickle"):
+    with pytest.raises(Exception, match="pickle"):
         pool.map_ordered(_awkward, [1, "unpicklable", 2], 2)
     with pytest.raises(RuntimeError, match="could not be read back"):
         pool.map_ordered(_awkward, [1, "unreadable", 2], 2)

@@ -17,8 +17,8 @@ import json
 import tempfile
 from pathlib import Path
 
-from . import findings
-from .findings.example_command import command  # noqa: F401 (the command line that runs an example, as explain shows it)
+from mbridge_overlap import findings
+from mbridge_overlap.findings.example_command import command  # noqa: F401 (the command line that runs an example, as explain shows it)
 from dataclasses import dataclass
 
 SAVED = Path(__file__).resolve().parent.parent / "tests" / "data" / "run_configs" / "baseline.yaml"
@@ -35,7 +35,7 @@ class Shown:
 
 def run(example: dict) -> list[Shown]:
     """The findings (plan: and its notes; diff: its changes) the example earns."""
-    from . import api
+    from mbridge_overlap import api
 
     kw = {k: v for k, v in example.items() if k != "verb"}
     verb = example["verb"]
@@ -64,7 +64,7 @@ def run(example: dict) -> list[Shown]:
 
 def diagnosed(example: dict, tmp: str):
     """The Diagnosis of a diagnose or diagnose_compare example (its logs written under tmp)."""
-    from . import api
+    from mbridge_overlap import api
 
     if example["verb"] == "diagnose":
         return api.diagnose([_log(tmp, "run", example["log"])])

@@ -101,7 +101,7 @@ def nemo_run() -> str:
 
 
 def _suite_rows() -> list:
-    from mbridge_overlap.bridge.suites import expected_counts
+    from mbridge_overlap.upstream.suites import expected_counts
 
     return expected_counts()["expected"]
 

@@ -11,8 +11,6 @@ import sys
 
 from .. import safeio
 from ..errors import UsageError
-from ..run.request import parse_override
-from ..upstream import releases
 
 PROG = "mbridge-overlap"  # the name every message starts with
 
@@ -48,6 +46,8 @@ def output_flags(p: argparse.ArgumentParser, formats=("text", "json")) -> None:
 
 
 def release_flag(p: argparse.ArgumentParser) -> None:
+    from ..upstream import releases
+
     p.add_argument("--bridge-version", metavar="V", help=f"target Megatron-Bridge release (default {releases.default_version()}; "
                    f"one of {', '.join(releases.versions())}, or a newer one, answered unverified)")
 
@@ -59,6 +59,8 @@ GPUS_HELP = ("total GPU count (world size); default: the saved run config's, els
 
 def scenario_flags(p: argparse.ArgumentParser, gpus: bool = True) -> None:
     """The inputs every verb about a config takes (scenario.build's keywords), with the same defaults everywhere."""
+    from ..upstream import releases
+
     p.add_argument("--recipe", type=RECIPE, help="start from this shipped recipe function (see the recipes command) instead of the "
                    "baseline; plan also takes a model family such as llama3_70b (for NCCL_P2P_NET_CHUNKSIZE)")
     if gpus:
@@ -88,6 +90,8 @@ def inputs(args, **extra) -> dict:
 def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
     """Positional inputs: up to `files` file paths first, then KEY=VALUE overrides (a token with '=' after a dotted
     key, or naming no file, is an override)."""
+    from ..run.request import parse_override
+
     paths, overrides = [], {}
     for token in tokens:
         key = token.partition("=")[0]
@@ -102,6 +106,8 @@ def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
 
 
 def overrides_of(tokens: list[str]) -> dict:
+    from ..run.request import parse_override
+
     return dict(parse_override(o) for o in tokens)
 
 

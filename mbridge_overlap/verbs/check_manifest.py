@@ -94,6 +94,8 @@ def _metadata(value) -> list[str]:
 
 def check_file(path: str | Path | None = None, check_directory: bool = False) -> list[str]:
     p = Path(path) if path else default_path()
+    if not path and not p.is_file():
+        raise UsageError("no SKILL.md beside the package (an installed wheel carries none): give the path of the SKILL.md to check")
     try:
         if safeio.kind(p) == "missing":
             return [f"{p}: no such file"]

@@ -13,7 +13,7 @@ from fixture_checkout import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "data" / "logs"
-GEN = ROOT / "scripts" / "gen_bridge_logs.py"
+GEN = ROOT / "tools" / "gen_bridge_logs.py"
 KNOB = re.compile(r"^(?:(?:model|ddp|optimizer|comm_overlap|mixed_precision|env_vars|train|validation|checkpoint|dist|"
                   r"dataset|logger|rerun_state_machine)(?:\.\w+)?|peft|(?:launcher|hardware|software|code):\w+)$")
 

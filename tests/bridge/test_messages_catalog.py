@@ -30,7 +30,7 @@ def cat():
 
 
 def test_regenerated_catalog_matches_the_shipped_one():
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_messages.py"), "--check"],
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_messages.py"), "--check"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     assert proc.stdout.startswith("messages catalog matches")

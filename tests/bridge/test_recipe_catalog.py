@@ -7,7 +7,7 @@ from conftest import ROOT
 
 
 def test_regenerated_catalog_matches_the_shipped_one():
-    proc = subprocess.run([sys.executable, "-W", "ignore", str(ROOT / "scripts" / "gen_recipe_catalog.py"), "--check"],
+    proc = subprocess.run([sys.executable, "-W", "ignore", str(ROOT / "tools" / "gen_recipe_catalog.py"), "--check"],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     assert proc.stdout.startswith("catalog matches")

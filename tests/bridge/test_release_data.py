@@ -70,7 +70,7 @@ def test_field_lists_and_presets_are_bridges():
     import subprocess
     import sys
 
-    script = releases.DATA_DIR.parents[1] / "scripts" / "gen_bridge_data.py"
+    script = releases.DATA_DIR.parents[1] / "tools" / "gen_bridge_data.py"
     proc = subprocess.run([sys.executable, "-W", "ignore", str(script), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
     assert proc.stdout.strip().endswith("bridge data matches the installed megatron-bridge")

@@ -121,7 +121,7 @@ def test_field_names_are_this_releases():
     import subprocess
     import sys
 
-    script = releases.DATA_DIR.parents[1] / "scripts" / "gen_bridge_data.py"
+    script = releases.DATA_DIR.parents[1] / "tools" / "gen_bridge_data.py"
     proc = subprocess.run([sys.executable, "-W", "ignore", str(script), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
 
@@ -131,6 +131,6 @@ def test_recipe_catalog_is_this_releases():
     import subprocess
     import sys
 
-    script = releases.DATA_DIR.parents[1] / "scripts" / "gen_recipe_catalog.py"
+    script = releases.DATA_DIR.parents[1] / "tools" / "gen_recipe_catalog.py"
     proc = subprocess.run([sys.executable, "-W", "ignore", str(script), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("catalog matches"), proc.stdout + proc.stderr[-2000:]
