@@ -24,6 +24,7 @@ MAX_NODES = 100_000  # YAML nodes (about 60 MiB while loading); a run_config.yam
 MAX_DEPTH = 64  # nesting of YAML collections; Bridge's dumped ConfigContainer nests about 5 deep
 MAX_ALIAS_NODES = 100_000  # nodes that aliases may add when expanded (a "billion laughs" adds 10^9)
 MAX_INT_CHARS = 1000  # Python prints at most 4,300 digits; no config value needs 1,000
+MAX_GPUS = 1 << 20  # a world size (and a rank below it): 1,048,576 GPUs, beyond any machine built (README's contract)
 SHOWN_CHARS = 80  # a value echoed in a message
 MAX_MESSAGE_CHARS = 4000
 
@@ -549,14 +550,15 @@ def _write_named(target: Path, data: bytes, force: bool) -> None:
 
 
 def _remove_temporary(tmp: str, target: Path, published: bool) -> None:
-    """The temporary file goes; where the folder forbids that (append-only), say so once and keep the outcome."""
+    """The temporary file goes; where the folder forbids that (a case _check_target could not see), the one line
+    of the command says so: an error naming the file."""
     if not os.path.lexists(tmp):
         return
     try:
         os.unlink(tmp)
     except OSError as exc:
-        done = f"wrote {esc(target)}, but" if published else "the write failed, and"
-        print(f"mbridge-overlap: {done} its temporary file {esc(tmp)} could not be removed ({reason(exc)})", file=sys.stderr)
+        done = "the output was written, but" if published else "the write failed, and"
+        raise UsageError(f"--output {target}: {done} its temporary file {tmp} could not be removed ({reason(exc)})") from None
 
 
 def _check_target(target: Path, force: bool) -> None:
@@ -587,6 +589,30 @@ def _check_target(target: Path, force: bool) -> None:
         raise UsageError(f"--output {target}: exists and belongs to another user (uid {st.st_uid}); never replaced")
     if not force:
         raise UsageError(f"--output {target}: exists; pass --force to overwrite")
+    if _append_only(target.parent) or _append_only(target):
+        raise UsageError(f"--output {target}: the file or its folder is append-only or immutable (chattr), so it cannot be "
+                         "replaced; write to a new file")
+
+
+def _append_only(path: Path) -> bool:
+    """The file's or folder's append-only or immutable attribute (chattr +a, +i), where Linux tells: no entry of
+    such a folder can be renamed over or removed, so a replace would leave its temporary file behind."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import fcntl
+        import struct
+
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except (ImportError, OSError):
+        return False
+    try:
+        flags = struct.unpack("l", fcntl.ioctl(fd, 0x80086601, b"\0" * 8))[0]  # FS_IOC_GETFLAGS
+    except OSError:  # a file system without attributes
+        return False
+    finally:
+        os.close(fd)
+    return bool(flags & (0x10 | 0x20))  # FS_IMMUTABLE_FL, FS_APPEND_FL
 
 
 def _write_all(fd: int, data: bytes) -> None:

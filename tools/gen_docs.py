@@ -149,7 +149,7 @@ def schema_version() -> str:
 
 HOSTILE = {  # the hostile suites (tests/hostile) and what README calls their inputs
     "test_config_hostile": "config inputs", "test_round_two": "round-two cases",
-    "test_trace_hostile": "trace inputs", "test_diagnose_hostile": "logs for diagnose",
+    "test_trace_hostile": "trace inputs", "test_diagnose_hostile": "logs for diagnose", "test_round_three": "round-three cases",
 }
 
 

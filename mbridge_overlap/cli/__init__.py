@@ -89,6 +89,9 @@ def _main(argv: list[str]) -> int:
     except UsageError as exc:  # --help into a closed or full stdout
         say(f"{PROG}: error: {safeio.message(exc)}")
         return exc.exit_code
+    except BrokenPipeError:  # --help into a pipe whose reader went away: nothing to report, as for an answer
+        safeio.drop_stdout()
+        return 0
     if not args.command:
         say(f"{PROG}: error: a command is required: {', '.join(VERBS)} (see --help)")
         return 2

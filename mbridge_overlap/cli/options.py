@@ -25,6 +25,14 @@ def positive_int(value: str) -> int:
     return number
 
 
+def gpu_count(value: str) -> int:
+    """A GPU count (a world size, GPUs per node or NVLink domain): a positive integer up to safeio.MAX_GPUS."""
+    number = positive_int(value)
+    if number > safeio.MAX_GPUS:
+        raise argparse.ArgumentTypeError(f"{number:,} GPUs is more than any machine has (at most {safeio.MAX_GPUS:,})")
+    return number
+
+
 class Parser(argparse.ArgumentParser):
     """Bad arguments get one line naming the problem (and --help for more), exit status 2; help goes through the
     same stdout writer as every answer (a closed or full stdout is an error, not a silent exit 0)."""
@@ -64,14 +72,14 @@ def scenario_flags(p: argparse.ArgumentParser, gpus: bool = True) -> None:
     p.add_argument("--recipe", type=RECIPE, help="start from this shipped recipe function (see the recipes command) instead of the "
                    "baseline; plan also takes a model family such as llama3_70b (for NCCL_P2P_NET_CHUNKSIZE)")
     if gpus:
-        p.add_argument("--gpus", type=positive_int, help=GPUS_HELP)
+        p.add_argument("--gpus", type=gpu_count, help=GPUS_HELP)
     p.add_argument("--gpu", help="GPU type: " + ", ".join(releases.gpu_types()) + " (default: the recipe's, else h100)")
     p.add_argument("--task", help="training task: " + ", ".join(releases.data()["tasks"]) + " (default: the recipe's, else pretrain)")
     p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
     p.add_argument("--launcher-env", action="store_true", help="take this shell's environment as the launcher's (its values win over env_vars)")
     m = p.add_argument_group("the machine (defaults from the GPU type and the installed packages; shown under inputs.machine)")
-    m.add_argument("--nvlink-domain", type=positive_int, metavar="N", help="GPUs per NVLink domain (8 on H100/B200/B300 nodes, 72 in an NVL72 rack)")
-    m.add_argument("--gpus-per-node", type=positive_int, metavar="N", help="GPUs per node")
+    m.add_argument("--nvlink-domain", type=gpu_count, metavar="N", help="GPUs per NVLink domain (8 on H100/B200/B300 nodes, 72 in an NVL72 rack)")
+    m.add_argument("--gpus-per-node", type=gpu_count, metavar="N", help="GPUs per node")
     m.add_argument("--multicast", choices=("yes", "no"), help="CUDA multicast available (driver >= 12.1 on an NVSwitch system; default yes)")
     m.add_argument("--torch-mpi", choices=("yes", "no"), help="torch.distributed has MPI (default: read from the Bridge venv's torch)")
     m.add_argument("--te-version", metavar="V", help="Transformer Engine version (default: the release's pinned one)")

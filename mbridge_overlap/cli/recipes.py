@@ -13,7 +13,7 @@ HELP = "Bridge's shipped recipes with their effective overlap state"
 def add_arguments(p) -> None:
     p.add_argument("--model", help="model family, or part of it (llama3_70b, qwen3)")
     p.add_argument("--gpu", help="GPU type: " + ", ".join(releases.gpu_types()))
-    p.add_argument("--gpus", type=options.positive_int, help="GPU count in the name")
+    p.add_argument("--gpus", type=options.gpu_count, help="GPU count in the name")
     p.add_argument("--task", help=", ".join(releases.data()["tasks"]))
     p.add_argument("--precision", help=", ".join(releases.data()["precisions"]) + " (or as the name writes it: fp8cs, ...)")
     p.add_argument("--name", help="part of the function name")

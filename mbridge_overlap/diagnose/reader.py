@@ -25,7 +25,7 @@ MAX_LINE = 1 << 17  # bytes of a line kept at each end (the matcher looks at 64 
 CHUNK = 1 << 20
 MAX_LOG_BYTES = 1 << 40  # a log may be huge; it streams, so the limit only stops what cannot be a log
 MAX_FILES = 20_000  # files of one directory tree
-MAX_DEPTH = 8  # torchrun's log_dir/<run>/attempt_N/<local rank>/stderr.log is 4 deep
+MAX_DEPTH = 32  # folders below the one given (torchrun's log_dir/<run>/attempt_N/<local rank>/stderr.log is 4 deep)
 LOG_NAMES = re.compile(r"(?:\.(?:log|txt|out|err|stdout|stderr)|^(?:stdout|stderr|output|log))(?:\.\d+)?(?:\.gz)?\Z", re.I)
 CUT = " [... {n:,} bytes left out ...] "
 _GZIP = 16 + zlib.MAX_WBITS
@@ -71,37 +71,45 @@ def files(paths: Iterable[str]) -> list[str]:
 
 
 def _walk(top: str) -> list[str]:
+    """The log files under `top`, depth-first in name order; refused as soon as there are more than MAX_FILES
+    (counted as the folders are listed, before anything is sorted)."""
     found: list[str] = []
-    stack = [(top, 0)]
+    stack, too_deep = [(top, 0)], False
     while stack:
         folder, depth = stack.pop()
+        logs, folders = [], []
         try:
             with os.scandir(folder) as it:
-                entries = sorted(it, key=lambda e: e.name, reverse=True)
+                for e in it:
+                    if e.is_symlink():
+                        continue
+                    if e.is_dir(follow_symlinks=False):
+                        folders.append(e.name)
+                    elif LOG_NAMES.search(e.name) and e.is_file(follow_symlinks=False):
+                        logs.append(e.name)
+                        if len(found) + len(logs) > MAX_FILES:
+                            raise UsageError(f"{esc(top)}: over {MAX_FILES:,} log files; name the ranks' folders or files you want read")
         except OSError as exc:
             raise UsageError(f"{esc(folder)}: {reason(exc)}") from None
-        for e in entries:
-            if e.is_symlink():
-                continue
-            if e.is_dir(follow_symlinks=False):
-                if depth + 1 < MAX_DEPTH:
-                    stack.append((e.path, depth + 1))
-            elif e.is_file(follow_symlinks=False) and LOG_NAMES.search(e.name):
-                found.append(e.path)
-                if len(found) > MAX_FILES:
-                    raise UsageError(f"{esc(top)}: over {MAX_FILES:,} log files; name the ranks' folders or files you want read")
+        found += [os.path.join(folder, name) for name in sorted(logs)]
+        if folders and depth + 1 > MAX_DEPTH:
+            too_deep = True
+            continue
+        stack += [(os.path.join(folder, name), depth + 1) for name in sorted(folders, reverse=True)]
     if not found:
-        raise UsageError(f"{esc(top)}: no log files in it (names ending .log, .txt, .out or .err, or stdout/stderr)")
+        deeper = f"; folders more than {MAX_DEPTH} levels down were not read" if too_deep else ""
+        raise UsageError(f"{esc(top)}: no log files in it (names ending .log, .txt, .out or .err, or stdout/stderr){deeper}")
     return found
 
 
-def lines(sources: Iterable[str], stdin=None) -> Iterator[Line]:
-    """Every line of every source, in order."""
+def lines(sources: Iterable[str], stdin=None, notes: list | None = None) -> Iterator[Line]:
+    """Every line of every source, in order; `notes` gets a line for a source read otherwise than as UTF-8 lines
+    (UTF-16 or UTF-32 by its byte-order mark, carriage returns as line ends)."""
     for source in sources:
-        yield from _lines(source, stdin)
+        yield from _lines(source, stdin, notes if notes is not None else [])
 
 
-def _lines(source: str, stdin) -> Iterator[Line]:
+def _lines(source: str, stdin, notes: list) -> Iterator[Line]:
     if source == "-":
         if stdin is None and sys.stdin is None:  # started with standard input closed
             raise UsageError("-: standard input is closed; give the log's path")
@@ -112,7 +120,7 @@ def _lines(source: str, stdin) -> Iterator[Line]:
         path_rank = rank_of_path(source)
     try:
         number = 0
-        for texts, cuts in _texts(_chunks(stream, source)):
+        for texts, cuts in _texts(_normalised(_chunks(stream, source), source, notes)):
             for i, text in enumerate(texts):
                 number += 1
                 rank, text = split_prefix(text)
@@ -136,6 +144,49 @@ def _chunks(stream, source: str) -> Iterator[bytes]:
         raise UsageError(f"{esc(source)}: cannot read ({esc(exc.strerror or exc)})") from None
     except zlib.error as exc:
         raise UsageError(f"{esc(source)}: not a readable gzip file ({esc(exc)})") from None
+
+
+# Byte-order marks, longest first (UTF-32 LE starts as UTF-16 LE does): what PowerShell's `>` and Windows tools write
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe", "utf-16-le"),
+         (b"\xfe\xff", "utf-16-be"), (b"\xef\xbb\xbf", "utf-8"))
+
+
+def _normalised(chunks: Iterator[bytes], source: str, notes: list) -> Iterator[bytes]:
+    """The chunks as UTF-8 with newline line ends: a log that starts with a UTF-16 or UTF-32 byte-order mark is
+    transcoded (decoded by its mark), and one whose first chunk ends lines with carriage returns alone (old Mac
+    line ends, a tool's progress output saved as is) has them read as line ends. Each says so in `notes`."""
+    first = next(chunks, b"")
+    encoding = next((name for bom, name in _BOMS if first.startswith(bom) and _wide(first, name)), None)
+    if encoding == "utf-8":
+        first, encoding = first[3:], None
+    if encoding is not None:
+        import codecs
+
+        notes.append(f"{esc(source)}: read as {encoding.upper()} (it starts with that byte-order mark)")
+        decoder = codecs.getincrementaldecoder(encoding)("replace")
+        chunks = (decoder.decode(c).encode("utf-8") for c in _chain(first, chunks))
+        first = next(chunks, b"").removeprefix("\ufeff".encode())
+    cr_only = b"\n" not in first and b"\r" in first
+    if cr_only:
+        notes.append(f"{esc(source)}: its lines end with carriage returns alone; read as line ends")
+    for chunk in _chain(first, chunks):
+        yield chunk.replace(b"\r", b"\n") if cr_only else chunk
+
+
+def _wide(first: bytes, encoding: str) -> bool:
+    """Whether text after a UTF-16 or UTF-32 mark is in that encoding: a log's text is mostly ASCII, whose every
+    character holds a zero byte in UTF-16 (three in UTF-32); bytes FF FE before UTF-8 text (junk, a cut binary) hold
+    none, and stay UTF-8."""
+    if encoding == "utf-8":
+        return True
+    sample = first[:4096]
+    return sample.count(0) >= len(sample) * (0.4 if encoding.startswith("utf-32") else 0.1)
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+    yield from rest
 
 
 def _inflate(stream, data: bytes) -> Iterator[bytes]:

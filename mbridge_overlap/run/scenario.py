@@ -22,7 +22,7 @@ from . import machine, request, resolver, runconfig
 from ..errors import UsageError
 from dataclasses import dataclass, field, replace
 from .request import Request
-from ..safeio import shown
+from ..safeio import MAX_GPUS, shown
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about 2 ms
@@ -159,6 +159,8 @@ def _gpus(gpus, rc, entry, assumed: dict, flag: str, release) -> int:
     if gpus is not None:
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
             raise UsageError(f"{flag}: must be a positive integer, got {shown(gpus)}")
+        if gpus > MAX_GPUS:
+            raise UsageError(f"{flag}: {gpus:,} GPUs is more than any machine has (at most {MAX_GPUS:,})")
         assumed["gpus"] = "given"
         return gpus
     recorded = rc.recorded_gpus if rc else None

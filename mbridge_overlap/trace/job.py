@@ -137,4 +137,28 @@ def analyze(paths: PathLike | Iterable[PathLike], ranks: Iterable[int] | None = 
     reports = _analyze_all([Path(f) for f, _r, _s in identities], allow_partial, jobs)
     check_one_job([(r.file, r.rank, r.world_size) for r in reports])  # distributedInfo may follow the events
     reports.sort(key=lambda r: (r.rank is None, r.rank or 0, r.file))
-    return TraceReport(reports)
+    return TraceReport(reports, notes=job_notes(reports))
+
+
+def job_notes(reports: list[RankReport]) -> list[str]:
+    """What makes several files doubtful as one capture of one job, though each reads well: a file without the
+    distributedInfo its neighbours have (whose rank and job are unknown), and ranks that recorded different
+    ProfilerSteps (two captures, or a profiler started at different steps)."""
+    if len(reports) < 2:
+        return []
+    notes = []
+    known = [r for r in reports if r.rank is not None]
+    unknown = [r for r in reports if r.rank is None]
+    if known and unknown:
+        notes.append(f"{', '.join(r.file for r in unknown)}: no distributedInfo, so neither its rank nor its job is known, "
+                     f"beside {len(known)} trace(s) that record theirs; it may not belong to this job (--rank picks ranks)")
+    steps = {r.file: tuple(s.step for s in r.steps) for r in reports if r.steps}
+    if len(set(steps.values())) > 1:
+        shown = "; ".join(f"{f}: {_step_range(s)}" for f, s in list(steps.items())[:4])
+        notes.append(f"the ranks recorded different ProfilerSteps ({shown}{'; ...' if len(steps) > 4 else ''}): not one capture; "
+                     "their figures are not of the same iterations")
+    return notes
+
+
+def _step_range(steps: tuple) -> str:
+    return f"ProfilerStep#{steps[0]}" if len(steps) == 1 else f"ProfilerStep#{steps[0]}..#{steps[-1]}"

@@ -13,12 +13,12 @@ import re
 
 from ..errors import UsageError
 from ..contract import SCHEMA_VERSION
-from ..safeio import shown
+from ..safeio import MAX_GPUS, shown
 
 RELEASE = "0.6.2"
 FORMS = {"python": "profiler.py.j2", "yaml": "profiler.yaml.j2", "hydra": "profiler.hydra.j2"}
 DEFAULT_STEPS = "10-13"
-_STEPS = re.compile(r"^\s*(\d{1,9})\s*-\s*(\d{1,9})\s*$")
+_STEPS = re.compile(r"^\s*([0-9]{1,9})\s*-\s*([0-9]{1,9})\s*\Z")  # ASCII digits: \d also takes "١"
 
 
 def parse_steps(text: str) -> tuple[int, int]:
@@ -42,12 +42,12 @@ def parse_ranks(text: str | None, allow_all: bool) -> tuple[int, ...] | None:
         if not allow_all:
             raise UsageError("--rank all: only with --snippet; to analyse every rank, leave --rank out")
         return ()
-    try:
-        ranks = sorted({int(part) for part in text.split(",") if part.strip()})
-    except ValueError:
-        raise UsageError(f"--rank {shown(text)}: expected comma-separated global ranks, e.g. 0,8") from None
-    if not ranks or ranks[0] < 0:
-        raise UsageError(f"--rank {shown(text)}: ranks are global ranks, 0 or more")
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or not all(re.fullmatch(r"[0-9]{1,8}", part) for part in parts):  # ASCII digits: int() takes "١" too
+        raise UsageError(f"--rank {shown(text)}: expected comma-separated global ranks (ASCII digits), e.g. 0,8")
+    ranks = sorted({int(part) for part in parts})
+    if ranks[-1] >= MAX_GPUS:
+        raise UsageError(f"--rank {shown(text)}: a rank below {MAX_GPUS:,}, the most GPUs any machine has")
     return tuple(ranks)
 
 

@@ -31,13 +31,14 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     release = releases.get(bridge_version)
     catalog = messages.load(release.version)
     sides = [[p] for p in logs] if compare else [logs]
-    scans = []
+    scans, read_notes = [], []
     for label, paths in zip(("before", "after") if compare else ("log",), sides):
         scan = Scan(catalog, summary=_summary())
-        for line in reader.lines(reader.files(paths), stdin=stdin):
+        for line in reader.lines(reader.files(paths), stdin=stdin, notes=read_notes):
             scan.feed(line)
         scans.append((label, scan))
     diag = report.Diagnosis(catalog, scans)
+    diag.notes.extend(read_notes)
     for _label, scan in scans:
         diag.facts.update(_facts(scan))
     report.classify(diag)

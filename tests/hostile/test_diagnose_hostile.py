@@ -101,7 +101,7 @@ add("bytes", "invalid_utf8_around_a_message", log("rank1.log", b"\xff\xfe\xc3\x2
     status=(1,), cause=GRAD_ID, ranks=("1",))
 add("bytes", "invalid_utf8_inside_a_message", log("rank1.log", GRAD.replace("None", "No\xffne").encode("latin-1") + b"\n"), status=(0, 1))
 add("bytes", "latin1_lines_around", log("rank2.log", "café naïve\n".encode("latin-1") + GRAD.encode() + b"\n"), status=(1,), cause=GRAD_ID)
-add("bytes", "utf16_with_bom", log("rank0.log", ("\ufeff" + NOISE + GRAD + "\n").encode("utf-16-le")))
+add("bytes", "utf16_with_bom", log("rank0.log", ("\ufeff" + NOISE + GRAD + "\n").encode("utf-16-le")), status=(1,), cause=GRAD_ID)
 add("bytes", "utf8_bom", log("x.log", ("\ufeff[rank5]: " + GRAD + "\n").encode()), status=(1,), cause=GRAD_ID)
 add("bytes", "empty_file", log("empty.log", b""))
 add("bytes", "only_newlines", log("nl.log", b"\n" * 100_000))
@@ -324,7 +324,7 @@ def _many_files(n: int, log_names: bool) -> Callable[[Path], list]:
 
 def _deep(d: Path) -> list:
     folder = d / "logs"
-    for i in range(12):
+    for i in range(34):  # beyond reader.MAX_DEPTH (32); a log 12 folders down is read (round three)
         folder = folder / f"l{i}"
     write(folder, "rank0.log", GRAD + "\n")
     return [d / "logs"]
@@ -375,7 +375,7 @@ add("paths", "30000_files_not_logs", _many_files(30_000, False), status=(1,), ca
 add("paths", "30000_log_files", _many_files(30_000, True), status=(2,), says="log files", seconds=120, formats=("text",))
 add("paths", "folder_without_logs", lambda d: [write(d / "logs", "model.bin", b"\0" * 10).parent], status=(2,), says="no log files")
 add("paths", "empty_folder", lambda d: [(d / "logs").mkdir() or d / "logs"], status=(2,), says="no log files")
-add("paths", "logs_deeper_than_read", _deep, status=(2,), says="no log files")
+add("paths", "logs_deeper_than_read", _deep, status=(2,), says="levels down were not read")
 add("paths", "missing", lambda d: [d / "nope.log"], status=(2,), says="no such file")
 add("paths", "empty_argument", lambda d: [""], status=(2,), says="empty")
 add("paths", "no_argument", lambda d: [], status=(2,), says="name a log file")
