@@ -130,11 +130,14 @@ def explain(finding_id: str) -> dict:
 
 
 def presets(bridge_version: str | None = None) -> dict:
-    """The tuned TP userbuffers presets of a release, with what each name says it was tuned for."""
+    """The tuned TP userbuffers presets of a release, with what each name says it was tuned for and its fields: per
+    GEMM (qkv_fprop, fc1_dgrad, ...) the method (ring_exchange, pipeline, bulk), num_sm, cga_size, fp8_buf, ..."""
     from .upstream import releases
 
     release = releases.get(bridge_version)
-    return {"schema_version": SCHEMA_VERSION, "bridge_version": release.version, "presets": [p.to_dict() for p in release.presets()]}
+    content = releases.preset_content()
+    return {"schema_version": SCHEMA_VERSION, "bridge_version": release.version,
+            "presets": [{**p.to_dict(), "gemms": content.get(p.name, {})} for p in release.presets()]}
 
 
 def check_manifest(path=None, check_directory: bool = False) -> dict:

@@ -4,6 +4,7 @@
 # overlap suites with a pass-count check.
 #
 #   scripts/verify.sh [--mbridge-src CHECKOUT] [plan layout flags] [--conformance] [--json] [--help]
+#   scripts/verify.sh --which-python      the Python verify runs with (the venv built or checked first), and nothing else
 #
 # Python: $MBRIDGE_VERIFY_PYTHON if set; else python3 when megatron.bridge already imports there (a NeMo
 # container); else the venv scripts/bridge_env.sh builds (or reuses) from the package registries.
@@ -57,6 +58,10 @@ elif python3 -c 'import megatron.bridge' >/dev/null 2>&1; then
   echo "[verify] megatron.bridge already imports in $py: using it, building nothing" >&2
 else
   py=$(venv_python)
+fi
+if [ "${1:-}" = "--which-python" ]; then
+  echo "$py"
+  exit 0
 fi
 # Run from the caller's folder (relative --snippets/--mbridge-src paths are theirs), the package found by PYTHONPATH.
 PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -W ignore -m mbridge_overlap.bridge.verify "$@"

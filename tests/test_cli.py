@@ -12,7 +12,7 @@ from conftest import ROOT, cli_json, run_cli
 from mbridge_overlap.run import schema
 from mbridge_overlap.findings import records as catalog
 
-RESOLVE_KEYS = {"schema_version", "bridge_version", "verified", "recipe", "gpus", "gpu", "data_parallel_size", "effective", "modes",
+RESOLVE_KEYS = {"schema_version", "bridge_version", "verified", "recipe", "gpus", "gpu", "data_parallel_size", "batch", "effective", "modes",
                 "requested", "env_vars", "launch_env", "inputs", "notes", "findings"}
 
 
@@ -153,10 +153,16 @@ def test_no_command_and_help():
     assert run_cli("plan", "--help").returncode == 0
 
 
-def test_launcher_env_flag_reads_this_shell():
-    proc = run_cli("resolve", "--gpus", "8", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", "--launcher-env", "--format", "json",
-                   env={"CUDA_DEVICE_MAX_CONNECTIONS": "32"})
-    assert "LAUNCHER_ENV_WINS" in {f["id"] for f in json.loads(proc.stdout)["findings"]}
+def test_launcher_env_is_given_as_name_value_or_read_from_the_shell_for_launch_variables_only():
+    given = run_cli("resolve", "--gpus", "8", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", "--launcher-env", "CUDA_DEVICE_MAX_CONNECTIONS=32",
+                    "--format", "json")
+    assert "LAUNCHER_ENV_WINS" in {f["id"] for f in json.loads(given.stdout)["findings"]}
+    shell = run_cli("resolve", "--gpus", "8", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", "--shell-env", "--format", "json",
+                    env={"CUDA_DEVICE_MAX_CONNECTIONS": "32", "MY_SECRET_TOKEN": "x"})
+    d = json.loads(shell.stdout)
+    assert "LAUNCHER_ENV_WINS" in {f["id"] for f in d["findings"]}
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" in d["inputs"]["launcher_env"] and "MY_SECRET_TOKEN" not in d["inputs"]["launcher_env"]
+    assert "PATH" not in d["inputs"]["launcher_env"]
 
 
 def test_start_imports_neither_torch_nor_megatron():

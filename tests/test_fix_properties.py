@@ -61,6 +61,38 @@ def test_fixes_on_every_built_recipe(recipes):
     assert tally.tried and tally.asserts_checked
 
 
+@pytest.fixture(scope="module")
+def grid():
+    return check_fixes.check_grid()
+
+
+def test_advice_holds_on_the_whole_answer_over_layouts_gpus_machines_and_launchers(grid):
+    """Issue 30: every fix a plan or a resolve prints (fix_overrides, the settings its text recommends, a plan's
+    launch environment rows), applied to the same scenario with the same machine facts and launcher environment,
+    removes what it fixes and brings no error or warning of the whole analysis: zero fail."""
+    resolved, plans = grid
+    cases = len(check_fixes.grid())
+    _proven_and_clean(plans, cases)
+    _proven_and_clean(resolved, cases)
+    assert plans.tried > cases and resolved.tried > cases
+
+
+def test_the_three_harmful_answers_of_issue_30_now_hold():
+    tp16 = api.plan(tp=16, gpus=128, gpu="h100")
+    assert "MODE_LEFT_OFF" not in {f.id for f in tp16.analysis.findings}  # TP overlap cannot run across NVLink domains here
+    assert any(n.id == "PLAN_LEAVES_KEY_AS_SHIPPED" and "UB_TP_ACROSS_NVLINK_DOMAINS" in n.message for n in tp16.notes)
+    wins = api.resolve({"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1, "comm_overlap.tp_comm_overlap": False}, gpus=8,
+                       launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": "32"})
+    f = _one(wins, "LAUNCHER_ENV_WINS")
+    assert f.fix_overrides == {"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 32} and "=1" not in f.fix
+    batched = api.resolve({"model.pipeline_model_parallel_size": 2, "comm_overlap.tp_comm_overlap": False,
+                           "comm_overlap.batch_p2p_comm": True}, gpus=8)
+    f = _one(batched, "PP_OVERLAP_NOT_SELECTED")
+    assert f.fix_overrides.get("model.virtual_pipeline_model_parallel_size") == 2 and "comm_overlap.batch_p2p_comm" in f.fix_overrides
+    after = _applied(batched, f)
+    assert not after.errors and after.effective["model"]["overlap_p2p_comm"]
+
+
 def test_fixes_of_lint_on_every_perf_recipe(recipes):
     _, lint = recipes
     _proven_and_clean(lint, sum(e["package"] == "perf_recipes" for e in check_fixes.built_recipes()))

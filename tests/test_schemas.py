@@ -113,8 +113,7 @@ def test_resolve(capsys, case):
 
 
 def test_resolve_with_the_launcher_environment(capsys, monkeypatch):
-    monkeypatch.setenv("CUDA_DEVICE_MAX_CONNECTIONS", "8")
-    d = run(capsys, "resolve", "--gpus", 8, "--launcher-env", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1")
+    d = run(capsys, "resolve", "--gpus", 8, "--launcher-env", "CUDA_DEVICE_MAX_CONNECTIONS=8", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1")
     check("resolve", d)
     assert "LAUNCHER_ENV_WINS" in {f["id"] for f in d["findings"]}
 

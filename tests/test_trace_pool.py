@@ -29,8 +29,11 @@ def children() -> set:
     """This process's children, running or ended but not reaped (each thread's, as /proc lists them)."""
     found = set()
     for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/children") as fh:
-            found.update(map(int, fh.read().split()))
+        try:
+            with open(f"/proc/self/task/{tid}/children") as fh:
+                found.update(map(int, fh.read().split()))
+        except FileNotFoundError:  # a thread (the pool's manager) that ended since the listing
+            continue
     return found
 
 

@@ -77,6 +77,33 @@ def effective_value(res, key: str):
     return res.state.value(key)
 
 
+# A setting written in a fix's text (KEY=VALUE, a dotted config key): what the text tells the user to set.
+_TEXT_SETTING = None
+
+
+def text_settings(fix: str) -> dict:
+    """The KEY=VALUE settings a fix's text recommends, beside its fix_overrides: none of those a "no single change"
+    text lists as what each candidate brings."""
+    global _TEXT_SETTING
+    import re
+
+    from mbridge_overlap.run.request import parse_override
+
+    if _TEXT_SETTING is None:
+        _TEXT_SETTING = re.compile(r"(?<![\w.])((?:model|ddp|optimizer|comm_overlap|mixed_precision|dist|train|env_vars|checkpoint|dataset)"
+                                   r"\.[A-Za-z0-9_.]+=[^\s;,()]+)")
+    if "no single change settles it" in fix:
+        fix = fix.split("no single change settles it", 1)[0]
+    out = {}
+    for token in _TEXT_SETTING.findall(fix):
+        try:
+            key, value = parse_override(token)
+        except UsageError:
+            continue
+        out[key] = value
+    return out
+
+
 def check_config(where: str, findings: list, res, rerun, tally: Tally, can_carry=None) -> None:
     """The properties on one resolved config. rerun(overrides, remove_keys) -> the findings after the fix, or raises
     UsageError when the fix is not a valid override; can_carry(overrides, remove_keys): whether rerun can express it."""
@@ -93,6 +120,12 @@ def check_config(where: str, findings: list, res, rerun, tally: Tally, can_carry
     for f in findings:
         if not f.fix_overrides:
             tally.text_only[f.id] += 1
+            told = text_settings(f.fix)
+            if told and (can_carry is None or can_carry(told, ())):
+                tally.tried += 1
+                reason = _text_fails(f, told, before, rerun)
+                if reason is not None:
+                    tally.failing.append((where, f.id, f"its text: {reason}"))
             continue
         tally.untold += [(where, f.id, key) for key in f.fix_overrides if key not in f.fix]
         if can_carry is not None and not can_carry(f.fix_overrides, f.remove_keys):
@@ -118,6 +151,17 @@ def _fix_fails(f, before: set, rerun) -> str | None:
     if gained:
         return f"{f.fix_overrides} adds {gained}"
     return None
+
+
+def _text_fails(f, told: dict, before: set, rerun) -> str | None:
+    """A setting a fix's text recommends must bring no error that was not there (it need not settle the finding
+    alone: the text may say what more it needs)."""
+    try:
+        after = rerun(told, ())
+    except UsageError as exc:
+        return f"{told} is not a valid override: {exc}"
+    gained = sorted({signature(g) for g in after if g.severity == "error"} - {s for s in before})
+    return f"{told} adds {gained}" if gained else None
 
 
 def _conflicts(where: str, findings: list, tally: Tally) -> None:
@@ -176,6 +220,59 @@ def check_generated_lint(count: int, seed: int, tmp: Path, tally: Tally | None =
         check_config(f"lint of generated #{i} {case.overrides} gpus={case.gpus} te={case.te}", result.findings, result.analysis, rerun, tally,
                      _file_can_carry)
     return tally
+
+
+# The grid of issue 30: layouts x GPU types x machines x launcher environments, each planned and its plan resolved.
+GRID_LAYOUTS = [dict(tp=1), dict(tp=2), dict(tp=4, pp=2), dict(tp=4, pp=4, vpp=2), dict(tp=8, cp=2), dict(tp=16), dict(pp=4),
+                dict(tp=2, pp=2, vpp=2, cp=2), dict(tp=8, pp=2, megatron_fsdp=True), dict(tp=2, precision="nvfp4")]
+GRID_GPUS = [("h100", 64), ("h100", 128), ("gb200", 144), ("b200", 64)]
+GRID_MACHINES = [{}, {"multicast": False}, {"nvlink_domain": 4}, {"torch_mpi": False}]
+GRID_LAUNCHERS = [None, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}, {"UB_SKIPMC": "1"}]
+
+
+def grid(limit: int | None = None):
+    """(layout, gpu, gpus, machine facts, launcher env), in a fixed order; every one of them when limit is None."""
+    import itertools
+
+    cases = list(itertools.product(GRID_LAYOUTS, GRID_GPUS, GRID_MACHINES, GRID_LAUNCHERS))
+    return cases if limit is None else cases[::max(1, len(cases) // limit)]
+
+
+def check_grid(tally: Tally | None = None, plans: Tally | None = None, limit: int | None = None) -> tuple[Tally, Tally]:
+    """Every case of the grid: the plan's own findings and fixes, and resolve of the plan's overrides with the same
+    machine facts and launcher environment (its findings, their fixes and fix texts). A plan's launch environment
+    rows are checked as fixes too: set in env_vars, they bring no warning or error."""
+    tally, plans = tally or Tally(), plans or Tally()
+    for layout, (gpu, gpus), machine, launcher in grid(limit):
+        where = f"plan {layout} on {gpus} {gpu}, machine {machine}, launcher {launcher}"
+        inputs = dict(gpu=gpu, gpus=gpus, machine_facts=machine, launcher_env=launcher)
+        try:
+            plan = api.plan(**layout, **inputs)
+        except UsageError:
+            continue
+        an = plan.analysis
+        check_config(where, an.findings + plan.notes, an, resolution_rerun(an), plans)
+        if an.scenario.release.env_vars and an.launch_env:
+            exported = an.scenario.launcher_env  # where the launcher exports a row's variable, the row goes there
+            rows = {(f"launcher:{k}" if k in exported else f"env_vars.{k}"): v["value"] for k, v in an.launch_env.items()}
+            reason = _launch_rows_fail(an, rows)
+            if reason:
+                plans.failing.append((where, "launch_env", reason))
+        res = api.resolve(plan.overrides, **{k: v for k, v in inputs.items() if k != "gpu"}, gpu=gpu)
+        check_config(f"resolve of the {where}", res.findings, res, resolution_rerun(res), tally)
+    return tally, plans
+
+
+def _launch_rows_fail(an, rows: dict) -> str | None:
+    """A plan's launch environment, set in env_vars: no warning or error that the plan did not have."""
+    from mbridge_overlap.run.request import parse_override
+
+    typed = {k: v for k, v in rows.items() if k.startswith("launcher:")}
+    typed.update(parse_override(f"{k}={v}") for k, v in rows.items() if not k.startswith("launcher:"))
+    before = {signature(f) for f in an.findings if f.severity in BLOCKING}
+    after = analyze(an.scenario.derive(typed)).findings
+    gained = sorted({signature(f) for f in after if f.severity in BLOCKING} - before)
+    return f"its launch environment {rows} brings {gained}" if gained else None
 
 
 def built_recipes(version: str = "0.6.2") -> list[dict]:
@@ -239,6 +336,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lint", action="store_true", help="also lint (--gpu h100) of the --count generated configs")
     ap.add_argument("--show", type=int, default=5, help="examples to print per kind of failure")
     ap.add_argument("--by-id", action="store_true", help="also the fixes proven, and the findings without one, per id")
+    ap.add_argument("--grid", action="store_true", help="the grid of layouts x GPU types x machines x launcher environments")
     args = ap.parse_args(argv)
     bad = 0
     if args.count:
@@ -253,6 +351,12 @@ def main(argv=None) -> int:
             tally = check_generated_lint(args.count, args.seed, Path(tmp))
         report("lint of the generated configs", tally, args.show, args.by_id)
         bad += tally.bad()
+    if args.grid:
+        start = time.time()
+        tally, plans = check_grid()
+        report(f"grid: plans ({time.time() - start:.0f} s)", plans, args.show, args.by_id)
+        report("grid: resolve of each plan", tally, args.show, args.by_id)
+        bad += tally.bad() + plans.bad()
     if args.catalog:
         import tempfile
 

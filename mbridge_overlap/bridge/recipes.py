@@ -308,7 +308,19 @@ def describe(exc: BaseException) -> str:
     text = " ".join(f"{type(exc).__name__}: {exc}".split())
     text = text.replace(str(Path(megatron.bridge.__file__).parent), "<site-packages>/megatron/bridge")
     text = text.replace(str(Path.home()), "~")
-    return text[:500]
+    return _sorted_sets(text)[:500]
+
+
+def _sorted_sets(text: str) -> str:
+    """A Python set of strings printed in a message ({'b', 'a'}) with its items sorted: a set's order follows the
+    interpreter's string hashes, which a hash seed fixes for one build of Python, not across builds."""
+    import re
+
+    def sort(m):
+        items = re.findall(r"'[^']*'", m.group(0))
+        return "{" + ", ".join(sorted(items)) + "}"
+
+    return re.sub(r"\{'[^'{}]*'(?:, '[^'{}]*')+\}", sort, text)
 
 
 def outcome(cfg, error: str | None, env: dict, gpus: int) -> dict:

@@ -76,7 +76,10 @@ def scenario_flags(p: argparse.ArgumentParser, gpus: bool = True) -> None:
     p.add_argument("--gpu", help="GPU type: " + ", ".join(releases.gpu_types()) + " (default: the recipe's, else h100)")
     p.add_argument("--task", help="training task: " + ", ".join(releases.data()["tasks"]) + " (default: the recipe's, else pretrain)")
     p.add_argument("--no-te", dest="te", action="store_false", help="Transformer Engine not importable")
-    p.add_argument("--launcher-env", action="store_true", help="take this shell's environment as the launcher's (its values win over env_vars)")
+    p.add_argument("--launcher-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="a variable the job's launcher exports (repeatable; it wins over cfg.env_vars), e.g. CUDA_DEVICE_MAX_CONNECTIONS=32")
+    p.add_argument("--shell-env", action="store_true",
+                   help="take this shell's launch variables (CUDA_*, NCCL_*, NVTE_*, UB_*, TORCH_*, ...) as the launcher's; nothing else of it")
     m = p.add_argument_group("the machine (defaults from the GPU type and the installed packages; shown under inputs.machine)")
     m.add_argument("--nvlink-domain", type=gpu_count, metavar="N", help="GPUs per NVLink domain (8 on H100/B200/B300 nodes, 72 in an NVL72 rack)")
     m.add_argument("--gpus-per-node", type=gpu_count, metavar="N", help="GPUs per node")
@@ -91,8 +94,25 @@ def inputs(args, **extra) -> dict:
     machine = {"nvlink_domain": args.nvlink_domain, "gpus_per_node": args.gpus_per_node, "multicast": yes[args.multicast],
                "torch_mpi": yes[args.torch_mpi], "te_version": args.te_version}
     return dict(recipe=args.recipe, gpu=args.gpu, task=args.task, te=args.te, bridge_version=args.bridge_version,
-                launcher_env=dict(os.environ) if args.launcher_env else None,
+                launcher_env=launcher_env(args.launcher_env, args.shell_env),
                 machine_facts={k: v for k, v in machine.items() if v is not None}, **extra)
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+
+
+def launcher_env(given: list[str], shell: bool) -> dict | None:
+    """The launcher's environment: this shell's launch variables where asked (launch_env.from_shell), then each
+    NAME=VALUE given; None where nothing is known."""
+    from ..run.launch_env import from_shell
+
+    out = from_shell(os.environ) if shell else {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not ENV_NAME.match(name):
+            raise UsageError(f"--launcher-env {safeio.shown(item)}: expected NAME=VALUE, an environment variable's name and its value")
+        out[name] = value
+    return out if (given or shell) else None
 
 
 def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:

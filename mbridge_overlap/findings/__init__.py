@@ -88,10 +88,23 @@ def _shell_word(value) -> str:
     return sh_quote(str(value))
 
 
+LAUNCHER = "launcher:"  # a fix's change to the launcher's environment (run.scenario.LAUNCHER): never in fix_overrides
+
+
 def overrides_text(overrides: dict) -> Shell:
     """Overrides as the command line takes them, KEY=VALUE each one shell word: true/false/null, and a string in
-    Hydra's quoting where it needs it (the one quoting of every fix; diff's restores use it too)."""
-    return Shell(" ".join(override_arg(k, fmt(v), isinstance(v, str)) for k, v in overrides.items()))
+    Hydra's quoting where it needs it (the one quoting of every fix; diff's restores use it too). A launcher change
+    (`launcher:NAME`) is said as what to do in the launcher."""
+    config = " ".join(override_arg(k, fmt(v), isinstance(v, str)) for k, v in overrides.items() if not k.startswith(LAUNCHER))
+    launcher = [(k[len(LAUNCHER):], v) for k, v in overrides.items() if k.startswith(LAUNCHER)]
+    said = [f"unset {sh_quote(name)} in the launcher" if value is None else f"export {override_arg(name, fmt(value), False)} in the launcher"
+            for name, value in launcher]
+    return Shell("; ".join(([config] if config else []) + said))
+
+
+def config_part(overrides: dict) -> dict:
+    """The part of a fix that is config (fix_overrides): its launcher changes are said in its text only."""
+    return {k: v for k, v in overrides.items() if not k.startswith(LAUNCHER)}
 
 
 def paste_safe(overrides: dict) -> bool:
@@ -118,6 +131,8 @@ def make(finding_id: str, *, fix_overrides: dict | None = None, knobs=None, remo
         params["fix"] = overrides_text(fix_overrides)
     if "fix" in params and not isinstance(params["fix"], Shell):
         raise TypeError(f"{finding_id}: fix text must be built with findings.shell() or overrides_text()")
+    if not wordless:  # a proof keeps the launcher changes it settles with; an answer's fix_overrides are config only
+        fix_overrides = config_part(fix_overrides)
     return Finding(
         id=finding_id,
         severity=rec["severity"],

@@ -78,6 +78,14 @@ class Analysis:
     def modes(self) -> dict:
         return modes(self.effective, layout.Layout.of(self.state.model, self.scenario.gpus), self.scenario.te, self.findings)
 
+    def batch(self) -> dict:
+        """The global batch, the micro-batch, and the micro-batches each data-parallel rank runs per iteration (what
+        changes when DP does); a count is null where the sizes are not known or do not divide."""
+        train, dp = self.state.train, self.data_parallel_size
+        gbs, mbs = train.get("global_batch_size"), train.get("micro_batch_size")
+        micro = gbs // (mbs * dp) if gbs and mbs and dp and gbs % (mbs * dp) == 0 else None
+        return {"global_batch_size": gbs, "micro_batch_size": mbs, "micro_batches_per_iteration": micro}
+
     def requested(self) -> dict:
         """The request's comm_overlap section (None: there is none; a field's None: Bridge picks), and who set each
         field: the recipe, the run config or an override."""
@@ -99,6 +107,7 @@ class Analysis:
             "gpus": sc.gpus,
             "gpu": sc.gpu,
             "data_parallel_size": self.data_parallel_size,
+            "batch": self.batch(),
             "effective": self.effective,
             "modes": self.modes(),
             "requested": self.requested(),
@@ -132,6 +141,6 @@ def modes(effective: dict, shape: layout.Layout, te: bool, found) -> dict:
         mode["enabled"] = mode["configured"] and not against
         if mode["configured"] and against:
             f = against[0]
-            mode["why"] = (f"configured on, but the run fails at {f.when or 'config'}: {f.id}" if f.severity == "error"
-                           else f"configured on, but {f.id}: {f.message}")
+            mode["why"] = (f"configured on, but the run as a whole fails at {f.when or 'config'} ({f.id}) before it gets this overlap"
+                           if f.severity == "error" else f"configured on, but {f.id}: {f.message}")
     return out

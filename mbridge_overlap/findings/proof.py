@@ -116,15 +116,43 @@ def _settle(state: State, overrides: dict, remove, target: tuple, before: set) -
 
 
 def fixed(state: State, finding_id: str, candidates: list[dict], otherwise: Shell | None = None, knobs=None) -> tuple[dict, Shell]:
-    """The proven fix and its text; `otherwise` says what to do when no candidate holds (default: the first
-    candidate, said to need more)."""
+    """The proven fix and its text. Where no candidate holds: `otherwise` (a change outside the config: hardware, a
+    rewrite, the user's choice), after what each candidate would cost (unproven); never a candidate as if it held."""
     o = proven(state, finding_id, candidates, knobs)
     if _probing.get():
         return o, Shell("")  # a proof's findings carry no text (findings.make)
-    return o, overrides_text(o) if o else unproven(candidates, shell("")) if otherwise is None else otherwise
+    return o, overrides_text(o) if o else unproven(state, candidates, otherwise or Shell(""), finding_id, knobs)
 
 
-def unproven(candidates: list[dict], otherwise: Shell) -> Shell:
-    """The text of a fix that re-resolution did not prove: the first candidate, said to need more."""
-    shown = [overrides_text(c) for c in candidates if c]
-    return shell("{fix} (it does not settle this alone: resolve again after it)", fix=shown[0]) if shown else otherwise
+def fails(state: State, overrides: dict) -> bool:
+    """Whether the scenario with `overrides` is refused or brings an error that was not there."""
+    after = _rerun(state, overrides)
+    if after is None:
+        return True
+    before = {signature(f) for f in probe(state) if f.severity == "error"}
+    return any(f.severity == "error" and signature(f) not in before for f in probe(after))
+
+
+def unproven(state: State, candidates: list[dict], otherwise: Shell, finding_id: str | None = None, knobs=None) -> Shell:
+    """The text of a fix that re-resolution did not prove: no single change settles it, and each candidate with
+    what it brings (the warnings and errors of the whole analysis that were not there), then `otherwise`."""
+    candidates = [c for c in candidates if c]
+    if not candidates:
+        return otherwise
+    target = None
+    if finding_id is not None:
+        target = (finding_id, tuple(sorted(knobs if knobs is not None else findings.record(finding_id).get("knobs") or [])))
+    before = {signature(f) for f in probe(state) if f.severity in BLOCKING}
+    choices = []
+    for c in candidates:
+        after = _rerun(state, c)
+        if after is None:
+            cost = "is an input this release refuses"
+        else:
+            found = probe(after)
+            brought = sorted({f"{f.id} ({f.severity})" for f in found if f.severity in BLOCKING and signature(f) not in before})
+            cost = ("brings " + ", ".join(brought) if brought else
+                    "leaves it as it is" if target in {signature(f) for f in found} else "needs a further change")
+        choices.append(shell("{fix} {cost}", fix=overrides_text(c), cost=Shell(cost)))
+    said = shell("no single change settles it: {choices}", choices=Shell("; ".join(choices)))
+    return shell("{said}; {otherwise}", said=said, otherwise=otherwise) if otherwise else said

@@ -167,7 +167,8 @@ def yaml_sections(overrides: dict) -> list:
 
 
 def yaml_snippet(overrides: dict, purpose: str, release: str) -> str:
-    return render(FORMATS["yaml"], purpose=purpose, release=release, sections=yaml_sections(overrides))
+    spelled = isinstance(overrides.get("comm_overlap.tp_comm_overlap_cfg"), str)
+    return render(FORMATS["yaml"], purpose=purpose, release=release, sections=yaml_sections(overrides), spelled_preset=spelled)
 
 
 def hydra_overrides(overrides: dict) -> list[str]:

@@ -50,7 +50,10 @@ def _env(d: dict) -> list[str]:
 def _head(d: dict, what: str) -> str:
     start = f" from recipe {d['recipe']}" if d.get("recipe") else ""
     verified = "" if d.get("verified", True) else " (not the verified release)"
-    return (f"{what}{start}: {d['gpus']} {d['gpu']} GPUs, data_parallel_size={d['data_parallel_size']}, "
+    batch = d.get("batch") or {}
+    micro = (f", {batch['micro_batches_per_iteration']} micro-batches per iteration (GBS {batch['global_batch_size']}, "
+             f"MBS {batch['micro_batch_size']})" if batch.get("micro_batches_per_iteration") else "")
+    return (f"{what}{start}: {d['gpus']} {d['gpu']} GPUs, data_parallel_size={d['data_parallel_size']}{micro}, "
             f"Megatron-Bridge {d['bridge_version']}{verified}")
 
 
@@ -105,6 +108,12 @@ def presets(items: list[dict]) -> str:
     widths = {c: max(len(c), *(len(fmt(p[c])) for p in items)) for c in cols}
     rows = ["  ".join(c.ljust(widths[c]) for c in cols)]
     rows += ["  ".join(fmt(p[c]).ljust(widths[c]) for c in cols) for p in items]
+    rows += ["", "fields per GEMM (method/num_sm, +fp8_buf where set): --format json has every field"]
+    for p in items:
+        gemms = p.get("gemms") or {}
+        rows.append(f"  {p['name']}: " + ", ".join(
+            f"{g} not overlapped" if f is None else f"{g} {f.get('method')}/{f.get('num_sm')}{'+fp8_buf' if f.get('fp8_buf') else ''}"
+            for g, f in sorted(gemms.items())))
     return _lines(rows)
 
 
@@ -142,6 +151,8 @@ def releases(table: dict) -> str:
 def recipes(d: dict) -> str:
     lines = [f"{d['count']} recipe(s) of Megatron-Bridge {d['bridge_version']} (overlap state as real Bridge resolved each at the GPU count "
              "in its name; pass the name to --recipe)"]
+    if d.get("closest"):
+        lines.append(f"  no model family has {d['filters']['model']!r} in its name; closest: {', '.join(d['closest'])}")
     for r in d["recipes"]:
         if r["status"] == "not_built":
             lines.append(f"  {r['reference']}: not built offline ({r['build_error']})")

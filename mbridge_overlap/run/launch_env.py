@@ -41,6 +41,16 @@ class Layout:
         )
 
 
+# The variables a launcher's environment can change the answer with (what runtime_config_update() installs, what the
+# checks and Transformer Engine read); --shell-env takes only these from the shell.
+LAUNCH_PREFIXES = ("CUDA_", "NCCL_", "NVTE_", "NVSHMEM_", "UB_", "TORCH_", "PYTORCH_", "NUM_OF_HYBRID_EP")
+
+
+def from_shell(environ) -> dict:
+    """The launch variables of an environment (LAUNCH_PREFIXES), nothing else of it."""
+    return {k: v for k, v in environ.items() if k.startswith(LAUNCH_PREFIXES)}
+
+
 def layout_of(state) -> Layout:
     """The launch layout of a resolved state: its effective config, DP size, GPU type, and the scenario's model family
     and task."""
@@ -59,7 +69,8 @@ def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str
     style = cfg[release.launch_env]
     out = [("CUDA_DEVICE_MAX_CONNECTIONS", *_max_connections(release, style, layout))]
     margin = str(style["layernorm_sm_margin"])
-    why = f"SM margin for TE LayerNorm so overlapped communication kernels get SMs ({_where(release)})"
+    why = (f"every Bridge perf recipe sets it, TP overlap on or off: TE's LayerNorm leaves that many SMs to the communication "
+           f"kernels running beside it (userbuffers with TP overlap, NCCL's DP and PP collectives) ({_where(release)})")
     out += [("NVTE_FWD_LAYERNORM_SM_MARGIN", margin, why), ("NVTE_BWD_LAYERNORM_SM_MARGIN", margin, why)]
     chunk = _p2p_chunksize(cfg, layout)
     if chunk:
@@ -101,20 +112,26 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
             if tp_or_cp and (layout.dp > 1 or layout.pp > 1):
                 value, why = 32, "Blackwell with TP/CP and DP/PP: extra connections avoid serializing streams"
         elif tp_or_cp and not layout.moe_a2a_overlap:
-            value, why = 1, "Hopper with TP/CP: queue the communication kernel before the overlapping GEMM"
+            value, why = 1, ("Hopper with TP/CP: one queue starts each TP/SP or CP collective before the GEMM it overlaps, as "
+                             "Transformer Engine and Megatron-Core ask (userbuffers TP overlap or not)")
         return str(value), why
     backend = layout.moe_flex_dispatcher_backend
-    use = ("the flex dispatcher runs it" if layout.flex_in_use
-           else "Megatron-Core's default, set even where the model does not run the flex dispatcher")
-    value, why = (32, f"moe_flex_dispatcher_backend={backend} ({use})") if backend in ("deepep", "hybridep") \
-        else (8, f"CUDA's default queue depth (moe_flex_dispatcher_backend={backend}: no DeepEP/HybridEP)")
+    if backend in ("deepep", "hybridep") and layout.flex_in_use:
+        value, why = 32, f"the flex dispatcher runs {backend}, which needs the extra queues (Bridge's launcher rule)"
+    elif backend in ("deepep", "hybridep"):
+        value, why = 32, (f"Bridge's launcher rule keys on moe_flex_dispatcher_backend={backend}, Megatron-Core's default even for a "
+                          "model that does not run the flex dispatcher; this model needs only a value above 1 (CUDA's default 8 "
+                          "serves as well): one queue would serialise the DP collectives behind the backward pass")
+    else:
+        value, why = 8, f"CUDA's default queue depth (moe_flex_dispatcher_backend={backend}: no DeepEP/HybridEP)"
     if layout.gpu in style["blackwell_gpus"]:
         value, why = 32, "Blackwell: extra connections avoid serializing streams"
     elif tp_or_cp and not layout.moe_a2a_overlap:
         if layout.megatron_fsdp:
             why += "; not 1 (the Hopper TP/CP rule): Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1"
         else:
-            value, why = 1, "TP/CP > 1 (not Blackwell): queue the communication kernel before the overlapping GEMM"
+            value, why = 1, ("TP/CP > 1 (not Blackwell): one queue starts each TP/SP or CP collective before the GEMM it "
+                             "overlaps, as Transformer Engine and Megatron-Core ask (userbuffers TP overlap or not)")
     return str(value), why
 
 

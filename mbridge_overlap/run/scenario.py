@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about
     from typing import Any
 
 
+LAUNCHER = "launcher:"  # a fix's key that changes the launcher's environment, not the config
+
+
 @dataclass
 class Scenario:
     release: releases.Release
@@ -48,8 +51,17 @@ class Scenario:
     notes: list = field(default_factory=list)  # what the inputs left out (fields another release has)
 
     def derive(self, overrides: Mapping[str, Any], remove=()) -> "Scenario":
-        """The same scenario with `overrides` on top (and `remove`d keys of the request dropped): what a fix proves."""
-        return replace(self, request=self.request.derive(overrides, remove), overrides={**self.overrides, **overrides})
+        """The same scenario with `overrides` on top (and `remove`d keys of the request dropped): what a fix proves.
+        A key `launcher:NAME` changes the launcher's environment instead: NAME exported with the value, or unset (None)."""
+        config = {k: v for k, v in overrides.items() if not k.startswith(LAUNCHER)}
+        launcher = dict(self.launcher_env)
+        for key, value in overrides.items():
+            if key.startswith(LAUNCHER):
+                if value is None:
+                    launcher.pop(key[len(LAUNCHER):], None)
+                else:
+                    launcher[key[len(LAUNCHER):]] = str(value)
+        return replace(self, request=self.request.derive(config, remove), overrides={**self.overrides, **config}, launcher_env=launcher)
 
     def resolve(self) -> resolver.State:
         """The resolver's state after runtime_config_update() for this scenario: the one path every verb and every

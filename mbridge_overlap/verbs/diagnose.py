@@ -99,8 +99,14 @@ def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inp
     given = config is not None or recipe is not None or bool(overrides)
     summary = scan.summary
     if given:
-        sc = scenario.build(config=config, recipe=recipe, overrides=overrides, gpus=gpus, bridge_version=release.version, **inputs)
-        origin, unknown = "the given config" + (" and recipe" if recipe else ""), ()
+        world = gpus or (None if config is not None or recipe is not None else _world(scan))
+        if world is None and config is None and recipe is None:
+            raise UsageError("diagnose KEY=VALUE: overrides on Bridge's recipe baseline need the world size, which the log does not "
+                             "state: pass --gpus N (or --config run_config.yaml, or --recipe NAME)")
+        sc = scenario.build(config=config, recipe=recipe, overrides=overrides, gpus=world, bridge_version=release.version, **inputs)
+        origin = ("the given config" + (" and recipe" if recipe else "") if config is not None or recipe is not None
+                  else "Bridge's recipe baseline with the given overrides")
+        unknown = ()
     elif summary is not None and summary.done:
         mapping = summary.config(release)
         world = gpus or _world(scan)

@@ -58,6 +58,7 @@ OTHER_COMM = [
     ("model.sequence_parallel", "sequence parallel"),
     ("train.micro_batch_size", "micro batch size"),
     ("train.global_batch_size", "global batch size"),
+    ("micro_batches_per_iteration", "micro-batches per iteration (GBS / (MBS x DP): each DP rank's pipeline depth and grad-sync count)"),
     ("model.seq_length", "sequence length"),
 ]
 EFFECTS = {
@@ -314,6 +315,8 @@ def _other(a: Side, b: Side) -> list:
             return side.scenario.gpus
         if key == "data_parallel_size":
             return side.analysis.data_parallel_size
+        if key == "micro_batches_per_iteration":
+            return side.analysis.batch()["micro_batches_per_iteration"]
         section, _, name = key.partition(".")
         return side.scenario.request.section(section).get(name)
 

@@ -13,7 +13,7 @@ from ..upstream import catalog, releases
 from ..run import layout
 from ..errors import UsageError
 from ..contract import SCHEMA_VERSION
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ..safeio import shown
 
 _ENV_SHOWN = ("CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FWD_LAYERNORM_SM_MARGIN", "NCCL_P2P_NET_CHUNKSIZE", "NCCL_NVLS_ENABLE")
@@ -27,10 +27,11 @@ class RecipeListing:
     bridge_version: str
     filters: dict
     rows: list
+    closest: list = field(default_factory=list)  # model families near a --model that matched nothing
 
     def to_dict(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "bridge_version": self.bridge_version, "filters": self.filters,
-                "count": len(self.rows), "about": ABOUT, "recipes": self.rows}
+                "count": len(self.rows), "closest": self.closest, "about": ABOUT, "recipes": self.rows}
 
 
 ABOUT = {
@@ -51,7 +52,15 @@ def list_recipes(*, model: str | None = None, gpu: str | None = None, gpus: int 
                  bridge_version: str | None = None) -> RecipeListing:
     release = releases.get(bridge_version)
     filters = _filters(model=model, gpu=gpu, gpus=gpus, task=task, precision=precision, name=name, package=package)
-    return RecipeListing(release.version, filters, _listed(release.version, [r for r in catalog.index(release.version) if _match(r, filters)]))
+    rows = _listed(release.version, [r for r in catalog.index(release.version) if _match(r, filters)])
+    closest = []
+    if not rows and "model" in filters:
+        import difflib
+
+        families = catalog.families(release.version)
+        if not any(filters["model"] in f for f in families):
+            closest = difflib.get_close_matches(filters["model"], families, n=5, cutoff=0.6)
+    return RecipeListing(release.version, filters, rows, closest)
 
 
 _LISTED: dict = {}  # (version, the recipe's offset in recipes.json) -> its row, built once per process
@@ -113,6 +122,8 @@ def row(entry: dict) -> dict:
         comm_overlap=co is not None,
         preset=(co or {}).get("tp_comm_overlap_cfg"),
         mixed_precision=(mp or {}).get("recipe"),
+        moe_dispatcher=({"token_dispatcher_type": m.get("moe_token_dispatcher_type"), "flex_dispatcher_backend": m.get("moe_flex_dispatcher_backend")}
+                        if m.get("num_moe_experts") else None),
         megatron_fsdp=bool(request["ddp"].get("use_megatron_fsdp") or request["dist"].get("use_megatron_fsdp")),
         env_vars={k: str(v) for k, v in request["env_vars"].items() if k in _ENV_SHOWN},
         env_vars_not_shown=sum(1 for k in request["env_vars"] if k not in _ENV_SHOWN),

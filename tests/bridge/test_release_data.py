@@ -114,7 +114,7 @@ def test_anchors_import_no_megatron_and_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys; from mbridge_overlap import anchors; d = anchors.report(None); "
+    code = ("import sys; from mbridge_overlap.upstream import anchors; d = anchors.report(None); "
             "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformer_engine') or m.startswith('megatron.')); "
             "print(d['counts'], bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=releases.DATA_DIR.parents[1])

@@ -153,10 +153,16 @@ for kind in ("break_lf", "break_cr", "break_ls", "shell_quotes", "python_quotes"
 
 
 def _export_fix(proc, folder) -> None:
-    """LAUNCHER_ENV_WINS tells to export the config's value: bash runs that export and gets the value, nothing else."""
+    """LAUNCHER_ENV_WINS's fix, pasted: the config agreeing with the launcher (one shell word), or the config's value
+    exported in the launcher (bash runs that export and gets the value, nothing else)."""
+    import shlex
+
     data = json.loads(proc.stdout)
     fix = next(f["fix"] for f in data["findings"] if f["id"] == "LAUNCHER_ENV_WINS")
-    command = fix[fix.index("export "):fix.rindex(" there")]
+    if "export " not in fix:
+        assert shlex.split(fix) == ["env_vars.X=launcher"], fix
+        return
+    command = fix[fix.index("export "):fix.rindex(" in the launcher")]
     got = subprocess.run(["bash", "-c", f"{command}; printf '%s' \"$X\""], cwd=folder, capture_output=True, env={"PATH": os.environ["PATH"]})
     assert not (folder / MARKER).exists()
     assert got.stdout.decode() == data["env_vars"]["X"]
@@ -164,7 +170,7 @@ def _export_fix(proc, folder) -> None:
 
 for kind in ("break_lf", "shell_quotes"):
     add("injection", f"resolve-launcher-env-{kind}", lambda d, kind=kind: [
-        "resolve", "--gpus", "8", "--launcher-env", "--format", "json",
+        "resolve", "--gpus", "8", "--launcher-env", "X=launcher", "--format", "json",
         "--config", write(d, "c.yaml", config(env_vars={"X": payloads(d / MARKER)[kind]}))],
         status=0, check=_export_fix, env=(("X", "launcher"),))
 add("injection", "resolve-text-env-values", lambda d: [

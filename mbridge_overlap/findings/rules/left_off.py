@@ -6,7 +6,7 @@ from __future__ import annotations
 from ...run import launch_env, layout
 from ...upstream import releases, presets as ub_presets
 from .. import make, shell
-from ..proof import fixed, proven
+from ..proof import fails, fixed, probing, proven
 from ...run.resolver import State
 from ..registry import check
 from .common import adopt_dp_knobs, tp_overlap_precision_problem
@@ -28,7 +28,7 @@ def modes_left_off(state: State):
             o["model.sequence_parallel"] = True
         if state.request.comm_overlap is None:
             o.update(adopt_dp_knobs(state))
-        yield _left_off(state, "TP", f"TP={model['tensor_model_parallel_size']}", "it was not requested", [o], list(o))
+        yield from _left_off(state, "TP", f"TP={model['tensor_model_parallel_size']}", "it was not requested", [o], list(o))
     # PP left off is PP_OVERLAP_NOT_SELECTED, with the fix for its cause
     dp = state.data_parallel_size
     if dp > 1 and not (ddp["overlap_grad_reduce"] and ddp["overlap_param_gather"]) and not ddp["use_megatron_fsdp"]:
@@ -44,12 +44,16 @@ def modes_left_off(state: State):
             plain = {f"ddp.{n}": True for n in off}
             candidates = [{**plain, **({"optimizer.overlap_param_gather": True} if "overlap_param_gather" in off else {})}]
         what = f"{' and '.join(off)} {'was' if len(off) == 1 else 'were'} off"
-        yield _left_off(state, "DP", f"DP={dp}", what, candidates, knobs)
+        yield from _left_off(state, "DP", f"DP={dp}", what, candidates, knobs)
 
 
 def _left_off(state, mode: str, why: str, what: str, candidates: list[dict], knobs: list):
+    """The mode left off, with its proven fix; nothing where every way to turn it on makes Bridge, Megatron-Core or
+    the machine fail (TP overlap across NVLink domains, say): a mode that cannot run here is not left on the table."""
     o, fix = fixed(state, "MODE_LEFT_OFF", candidates, knobs=knobs)
-    return make("MODE_LEFT_OFF", fix_overrides=o, fix=fix, knobs=knobs, mode=mode, why=why, what=what)
+    if not o and not probing() and all(fails(state, c) for c in candidates):
+        return
+    yield make("MODE_LEFT_OFF", fix_overrides=o, fix=fix, knobs=knobs, mode=mode, why=why, what=what)
 
 
 @check("TP_OVERLAP_DEFAULT_UB_CFG", "PRESET_NOT_USED", "PRESET_NOT_FOR_LAYOUT")
@@ -71,8 +75,7 @@ def preset(state: State):
     elif best is None:
         differ = ub_presets.mismatches(used, gpu_info, precision, sizes, lora)
         if differ:
-            c = {"comm_overlap.tp_comm_overlap_cfg": None}
-            yield make("PRESET_NOT_FOR_LAYOUT", fix_overrides=proven(state, "PRESET_NOT_FOR_LAYOUT", [c]), used=used, differ="; ".join(differ))
+            yield make("PRESET_NOT_FOR_LAYOUT", used=used, differ="; ".join(differ))
 
 
 # Launch variables whose value decides whether overlap happens; the others are tuning (a differing value is info).
@@ -96,10 +99,17 @@ def launch_environment(state: State):
 
 @check("LAUNCHER_ENV_WINS")
 def launcher_env_wins(state: State):
+    """cfg.env_vars is installed with os.environ.setdefault: the launcher's value runs. The fix that holds for the
+    whole analysis: the config saying what runs, where the launcher's value is sound for this layout; else the
+    config's value in the launcher (unset there, or exported)."""
     for name, value in state.request.env_vars.items():
         launcher = state.launcher_env.get(name)
         if launcher is not None and launcher != str(value):
-            yield make("LAUNCHER_ENV_WINS", knobs=[f"env_vars.{name}"], name=name, value=str(value), launcher=launcher)
+            knobs = [f"env_vars.{name}"]
+            candidates = [{f"env_vars.{name}": launch_env.env_value(launcher)}, {f"launcher:{name}": None},
+                          {f"launcher:{name}": str(value)}]
+            o, fix = fixed(state, "LAUNCHER_ENV_WINS", candidates, knobs=knobs)
+            yield make("LAUNCHER_ENV_WINS", fix_overrides=o, fix=fix, knobs=knobs, name=name, value=str(value), launcher=launcher)
 
 
 @check("RELEASE_NOT_VERIFIED", "RELEASE_READ_FROM_SOURCE")

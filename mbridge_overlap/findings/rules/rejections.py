@@ -5,7 +5,7 @@ from __future__ import annotations
 from ... import findings
 from ...run import layout, resolver
 from .. import make, shell
-from ..proof import fixed, unproven
+from ..proof import fixed
 from ...run.request import Request
 from ...run.resolver import State
 from ..registry import check
@@ -129,7 +129,7 @@ def rejections(state: State):
         candidates, extra = REJECTION_FIXES[r.id](state, r)
         otherwise = extra.pop("otherwise", shell("change the layout (no config override fixes it)"))
         params = {**_rejection_params(state), **extra}
-        o, fix = fixed(state, r.id, candidates, unproven(candidates, otherwise))
+        o, fix = fixed(state, r.id, candidates, otherwise)
         yield make(r.id, fix_overrides=o, where=r.where, bridge=r.message, **params, fix=fix)
 
 

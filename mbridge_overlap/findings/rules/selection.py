@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...run import launch_env, layout, schema
 from .. import Shell, make, overrides_text, shell
-from ..proof import fixed, proven, unproven
+from ..proof import fails, fixed, probing, proven, unproven
 from ...run.resolver import State, TpOverlapOff
 from ...values import fmt
 from ..registry import check
@@ -55,24 +55,35 @@ def pp_overlap(state: State):
     pp, vpp = model["pipeline_model_parallel_size"], model["virtual_pipeline_model_parallel_size"]
     if pp <= 1 or model["overlap_p2p_comm"]:
         return
+    change = {} if (vpp or 1) > 1 else {"model.virtual_pipeline_model_parallel_size": 2}
     if req.comm_overlap is None:
         why = "no comm_overlap section"
-        fix = shell("model.virtual_pipeline_model_parallel_size=2 (or more) and a comm_overlap section" if (vpp or 1) <= 1
-                    else "a comm_overlap section (comm_overlap.tp_comm_overlap=false is enough) lets Bridge select it")
+        change.update({"comm_overlap.tp_comm_overlap": bool(model["tp_comm_overlap"]), **adopt_dp_knobs(state)})
     elif (vpp or 1) > 1:
-        why, fix = "comm_overlap.overlap_p2p_comm=false was requested", shell("comm_overlap.overlap_p2p_comm=null to let Bridge select it")
+        why = "comm_overlap.overlap_p2p_comm=false was requested"
+        change["comm_overlap.overlap_p2p_comm"] = None
     else:
         why = f"virtual_pipeline_model_parallel_size={fmt(vpp)}: the non-interleaved schedule cannot overlap P2P"
-        fix = shell("model.virtual_pipeline_model_parallel_size=2 (or more; the layers must split evenly over PP x VPP)")
-    yield make("PP_OVERLAP_NOT_SELECTED", pp=pp, why=why, batch=fmt(model["batch_p2p_comm"]), fix=fix)
+    # a batch_p2p_comm=true the user asked for makes the interleaved schedule's P2P overlap an error: let Bridge pick it
+    candidates = [change, {**change, "comm_overlap.batch_p2p_comm": None}] if (req.comm_overlap or {}).get("batch_p2p_comm") else [change]
+    o, fix = fixed(state, "PP_OVERLAP_NOT_SELECTED", candidates,
+                   shell("or keep the non-interleaved schedule (VPP must split the layers evenly over PP x VPP chunks)"))
+    yield make("PP_OVERLAP_NOT_SELECTED", fix_overrides=o, fix=fix, pp=pp, why=why, batch=fmt(model["batch_p2p_comm"]))
 
 
 @check("COMM_OVERLAP_ABSENT")
 def comm_overlap_absent(state: State):
+    """Without a comm_overlap section CommOverlapConfig never runs: a section is the fix, with TP overlap where the
+    layout takes it, else without (PP/DP selection only); each candidate proven on the whole analysis."""
     if state.request.comm_overlap is None:
         origin = f"recipe {state.request.recipe['name']}" if state.request.recipe else "recipe baseline"
-        yield make("COMM_OVERLAP_ABSENT", origin=origin,
-                   fix=shell("comm_overlap.tp_comm_overlap=true (TP>=2 with sequence parallel) or =false to get PP/DP selection only"))
+        model = state.model
+        adopt = {**adopt_dp_knobs(state), **_adopt_model_knobs(state)}
+        candidates = [{"comm_overlap.tp_comm_overlap": False, **adopt}]
+        if model["tensor_model_parallel_size"] >= 2 and model["sequence_parallel"] and state.te:
+            candidates.insert(0, {"comm_overlap.tp_comm_overlap": True, **adopt})
+        o, fix = fixed(state, "COMM_OVERLAP_ABSENT", candidates)
+        yield make("COMM_OVERLAP_ABSENT", fix_overrides=o, fix=fix, origin=origin)
 
 
 @check("MODEL_KNOB_OVERWRITTEN", "DP_OVERLAP_KNOB_OVERWRITTEN", "PRECISION_KNOB_OVERWRITTEN", "PARAM_GATHER_FORCED_ON", "MEGATRON_FSDP_OVERWRITES")
@@ -192,7 +203,7 @@ def nccl_ub(state: State):
     alloc = "expandable_segments:True" in str(state.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")).split(",")
     if not missing and not alloc:
         return
-    o, fix = fixed(state, "NCCL_UB_LAUNCH_ENV", [missing], unproven([missing], shell("nothing to change in the config")))
+    o, fix = fixed(state, "NCCL_UB_LAUNCH_ENV", [missing], shell("nothing to change in the config"))
     yield make("NCCL_UB_LAUNCH_ENV", fix_overrides=o, fix=fix, fsdp=" with Megatron-FSDP" if state.fsdp else "",
                alloc="; with torch < 2.11 Megatron-Core rejects nccl_ub with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which this "
                      "config sets" if alloc else "")
@@ -247,11 +258,18 @@ def bucket_size(state: State):
         readings = (f"{value} parameters = {value * per / MIB:.0f} MiB of gradients at {per} bytes each "
                     f"({'fp32' if per == 4 else 'bf16/fp16'} gradient reduction); read as {mib} MiB of gradients, it is {params} parameters")
         target = "comm_overlap.bucket_size" if key == "ddp.bucket_size" and state.dp_overlap_applied else key
-        meant = shell("{override} if you meant {mib} MiB of gradients", override=overrides_text({target: params}), mib=mib)
         o = proven(state, "BUCKET_SIZE_LOOKS_LIKE_BYTES", [_bucket_fix(state, key)], knobs=[key])
+        meant = o or {target: params}
+        if probing():  # a proof compares ids, knobs and fix_overrides: no text, and no proof inside it
+            fix = Shell("")
+        elif o or not fails(state, meant):
+            fix = shell("{fix} if you meant {mib} MiB of gradients{again}; keep {value} if you meant parameters", fix=overrides_text(meant),
+                        mib=mib, value=value, again=Shell("") if o else Shell(" (a whole number of MiB again: resolve says so once more)"))
+        else:
+            fix = shell("{fix} (for {mib} MiB of gradients); keep {value} if you meant parameters",
+                        fix=unproven(state, [meant], Shell(""), "BUCKET_SIZE_LOOKS_LIKE_BYTES", [key]), mib=mib, value=value)
         yield make("BUCKET_SIZE_LOOKS_LIKE_BYTES", fix_overrides=o, knobs=[key], key=key, value=value, readings=readings,
-                   fix=shell("{fix}; keep {value} if you meant parameters", fix=overrides_text(o) if o else meant, value=value),
-                   asserts={"ddp.grad_reduce_in_fp32": per == 4})
+                   fix=fix, asserts={"ddp.grad_reduce_in_fp32": per == 4})
 
 
 @check("LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD")
