@@ -42,3 +42,31 @@ def test_the_corpus_is_as_large_and_as_varied_as_promised():
     assert len(es) >= 100 and len({e["repo"] for e in es}) >= 10
     counts = Counter((e["split"], e["overlap_related"]) for e in es)
     assert all(counts[split, related] >= 10 for split in ("dev", "held_out") for related in (True, False)), counts
+
+
+def _judged(split: str) -> list:
+    from tools.corpus_rates import run
+
+    return run([e for e in entries() if e["split"] == split])
+
+
+def test_no_negative_control_gets_an_overlap_cause():
+    """Both parts: an overlap cause for a text that is not an overlap problem is invented, whichever part it is in."""
+    for split in ("dev", "held_out"):
+        wrong = [(e["id"], shown) for e, right, shown in _judged(split) if not e["overlap_related"] and not right]
+        assert not wrong, wrong
+
+
+def test_every_cause_of_a_corpus_text_names_knobs_of_its_bridge_release():
+    """What diagnose names for a user's text is a config key that Megatron-Bridge 0.6.2 has (or a launch variable)."""
+    import io
+
+    from mbridge_overlap import api
+    from mbridge_overlap.upstream.releases import bridge_fields
+
+    fields = bridge_fields("0.6.2")
+    for e in entries():
+        for c in api.diagnose(["-"], stdin=io.BytesIO(e["quote"].encode())).to_dict()["causes"]:
+            for knob in c["knobs"]:
+                section, _, name = knob.partition(".")
+                assert section == "env_vars" or name in (fields.get(section) or ()), (e["id"], knob)

@@ -92,11 +92,13 @@ SCAN = {
         ("megatron/core/transformer/transformer_config.py", "topic"),
         ("megatron/core/transformer/transformer_block.py", "overlap"),
         ("megatron/core/transformer/transformer_layer.py", "overlap"),
+        ("megatron/core/transformer/moe/token_dispatcher.py", "all"),  # the EP exchange itself: every message is EP's
+        ("megatron/core/transformer/moe/fused_a2a.py", "all"),
         ("megatron/core/transformer/moe/*.py", "overlap"),
         ("megatron/core/models/common/model_chunk_schedule_plan.py", "overlap"),
         ("megatron/core/extensions/transformer_engine.py", "overlap"),
         ("megatron/core/tensor_parallel/layers.py", "overlap"),
-        ("megatron/core/tensor_parallel/mappings.py", "overlap"),
+        ("megatron/core/tensor_parallel/mappings.py", "all"),  # sequence parallel's collectives: every message is TP's
         ("megatron/core/nccl_allocator.py", "all"),
         ("megatron/core/fp8_utils.py", "overlap"),
         ("megatron/core/utils.py", "overlap"),
@@ -186,6 +188,9 @@ DEFAULTS = {
     "megatron/core/process_groups_config.py": "parallel_state",
     "megatron/core/model_parallel_config.py": "parallel_state",
     "megatron/core/models/common/model_chunk_schedule_plan.py": "moe_overlap",
+    "megatron/core/tensor_parallel/mappings.py": "tp_overlap",  # the TP / sequence-parallel collectives themselves
+    "megatron/core/transformer/moe/token_dispatcher.py": "moe_overlap",  # the expert-parallel token exchange
+    "megatron/core/transformer/moe/fused_a2a.py": "moe_overlap",
 }
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "fatal"}
@@ -455,6 +460,11 @@ class Scanner(ast.NodeVisitor):
                 level = {"warn": "warning", "fatal": "critical"}.get(name, name)
                 msg, rest = args[0], args[1:]
             self._emit(node, "log", self._logged(text, msg, rest), call=f"{base}.{name}", level=level, msg=msg)
+            return
+        if name == "validate_result":  # Megatron-Core's rerun state machine: its message= is raised as "Unexpected result ..."
+            msg = next((k.value for k in node.keywords if k.arg == "message"), None)
+            if msg is not None:
+                self._emit(node, "raise", text.of(msg), call=name, msg=msg, exception="RuntimeError")
             return
         if base is None and name in PRINT_CALLS and args:
             if name == "print":

@@ -48,7 +48,21 @@ def index(cat: Catalog) -> dict:
             rx = re.compile(line) if line else None
             for entry in entries_of(cat, text):
                 out.setdefault(entry.id, []).append(Link(fid, rx))
+    for entry in cat.entries:
+        if entry.releases and entry.id not in out and _same_place(entry, cat.by_id(entry.current or "")):
+            out[entry.id] = out.get(entry.current, [])
     return out
+
+
+def _same_place(variant: Entry, current: Entry | None) -> bool:
+    """Whether another release's wording is the catalog's message in a later form: the nearest text (the variants'
+    `current`) raised in the same file by the same function (its class may be renamed)."""
+    return (current is not None and current.file == variant.file
+            and _function_name(current) == _function_name(variant))
+
+
+def _function_name(entry: Entry) -> str:
+    return (entry.function or "").rsplit(".", 1)[-1]
 
 
 def entries_of(cat: Catalog, text: str) -> list[Entry]:

@@ -206,6 +206,8 @@ class Entry:
     anchors: tuple = ()  # native: whitespace-delimited pieces, one of which every match shows (for the prefilter)
     contains: tuple = ()  # native: substrings, for what is not a word of its own (inside a mangled C++ symbol)
     matchable: bool = True  # False: match() never returns it (too little literal text); frame()/by_id() do
+    releases: tuple = ()  # another release's wording (data/message_variants.json): every release that prints it
+    current: str | None = None  # with releases: the id of the catalog's nearest message (a hint: causes.index checks it)
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -213,6 +215,7 @@ class Entry:
         d["anchors"] = list(self.anchors)
         d["contains"] = list(self.contains)
         d["more_examples"] = list(self.more_examples)
+        d["releases"] = list(self.releases)
         return d
 
 
@@ -496,7 +499,7 @@ def _words(tokens: list, glued_start: bool) -> list[tuple[str, int, int]]:
 class Catalog:
     """A release's messages. `version` is the catalog's release, `requested` the version asked for."""
 
-    def __init__(self, data: dict, requested: str | None = None):
+    def __init__(self, data: dict, requested: str | None = None, variants: dict | None = None):
         header = data["header"]
         if header.get("schema_version") != SCHEMA_VERSION:
             raise ValueError(f"messages catalog schema {header.get('schema_version')}, this code reads {SCHEMA_VERSION}")
@@ -509,6 +512,8 @@ class Catalog:
             entries.append(_entry(row, origin="python"))
         for row in data.get("native") or ():
             entries.append(_entry(row, origin="native"))
+        self.own_count = len(entries)
+        entries += _variants_beside(entries, variants)
         self._index_entries(entries)
 
     # -- building ------------------------------------------------------------------------------------------------
@@ -745,9 +750,20 @@ def _replace(e: Entry, **kw) -> Entry:
 _ENTRY_FIELDS = frozenset(Entry.__dataclass_fields__)
 
 
+def _variants_beside(entries: list, variants: dict | None) -> list:
+    """Other releases' wordings of messages (data/message_variants.json) that this catalog does not print itself: a
+    user's log of an older Megatron-Core or Transformer Engine is still read message by message."""
+    if not variants:
+        return []
+    own = {e.pattern for e in entries if e.pattern} | {(e.package, e.fingerprint) for e in entries if e.fingerprint}
+    return [_entry(row, origin="python") for row in variants["entries"]
+            if row.get("pattern") not in own and (row["package"], row.get("fingerprint")) not in own]
+
+
 def _entry(row: dict, origin: str) -> Entry:
     d = {k: v for k, v in row.items() if k in _ENTRY_FIELDS}
     d["origin"] = origin
+    d["releases"] = tuple(d.get("releases") or ())
     d["fields"] = tuple(d.get("fields") or ())
     d["anchors"] = tuple(d.get("anchors") or ())
     d["contains"] = tuple(d.get("contains") or ())
@@ -822,7 +838,9 @@ def _load(release: str, requested: str | None) -> Catalog:
 @lru_cache(maxsize=None)
 def _catalog(release: str) -> Catalog:
     with open(DATA_DIR / "releases" / release / "messages.json", encoding="utf-8") as fh:
-        return Catalog(json.load(fh))
+        data = json.load(fh)
+    with open(DATA_DIR / "message_variants.json", encoding="utf-8") as fh:
+        return Catalog(data, variants=json.load(fh))
 
 
 def _with_request(cat: Catalog, requested: str) -> Catalog:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from .. import findings
 from ..contract import SCHEMA_VERSION
 from ..findings import Finding, shell
-from . import causes, messages
+from . import causes, frames, messages
 from .scan import Group, Scan
 
 SLOWER = 1.03  # a median iteration time more than 3% longer is a drop
@@ -70,7 +70,8 @@ class Diagnosis:
         return {
             "schema_version": SCHEMA_VERSION,
             "bridge_version": self.catalog.requested or self.catalog.version,
-            "catalog": {"release": self.catalog.version, "messages": len(self.catalog.entries)},
+            "catalog": {"release": self.catalog.version, "messages": self.catalog.own_count,
+                        "other_wordings": len(self.catalog.entries) - self.catalog.own_count},
             "sources": [{"path": k, **v} for k, v in sources.items()],
             "lines": sum(scan.lines for _l, scan in self.scans),
             "found": self.found,
@@ -94,6 +95,11 @@ def evidence(g: Group) -> dict:
         out["frame"] = {"path": g.frame[0], "line": g.frame[1], "function": g.frame[2]}
     if e.condition:
         out["condition"] = e.condition
+    if e.releases:
+        out["wording_of"] = list(e.releases)
+    if g.approximate is not None:
+        out["approximate"] = g.approximate
+        out["catalog_text"] = e.template
     return out
 
 
@@ -129,6 +135,8 @@ def classify(diag: Diagnosis) -> None:
     for key, groups in by_id.items():
         if isinstance(key, tuple):
             diag.causes.append(_path_error(groups, diag.catalog))
+        elif key in ("OVERLAP_PATH_TRACEBACK", "OVERLAP_PATH_TRACEBACK_CUT"):
+            diag.causes += [_traceback(g, key) for g in groups]
         else:
             rec = findings.record(key)
             diag.causes.append(Cause(generic(key), groups, rec.get("overlap_related", True)))
@@ -160,13 +168,37 @@ def _message_params(rec: dict) -> dict:
             if name != "fix"}
 
 
+def _traceback(g: Group, finding_id: str) -> Cause:
+    """A traceback through overlap-path code: the innermost such frame, its dimension and the fields it reads."""
+    e = g.entry
+    fields = e.condition.split() if e.condition else []
+    where = e.function or "code that reads an overlap attribute"
+    names = {"tp": "TP", "pp": "PP", "dp": "DP", "ep": "EP (MoE)", "cp": "CP", "grid": "process-grid"}
+    f = findings.make(finding_id, knobs=fields, exception=e.exception, function=where, file=e.file or "a config object",
+                      dimension=names.get(e.package, e.package), fields=", ".join(fields) or "none known",
+                      fix=shell("check {fields} against what {function} expects (explain OVERLAP_PATH_TRACEBACK); with --config the "
+                                "analysis of the run's config is linked", fields=findings.Shell(", ".join(fields) or "the settings named"),
+                                function=where))
+    return Cause(f, [g], True)
+
+
 def _path_error(groups: list, cat: messages.Catalog) -> Cause:
     e = groups[0].entry
     condition = f" (it checks {e.condition})" if e.condition else ""
     where = f"{e.file} {e.function}" if e.file else "its native code"
-    f = findings.make("OVERLAP_PATH_ERROR", knobs=causes.knobs_of(e, cat.requested or cat.version), package=e.package,
-                      topic=e.topic.replace("_", " "), where=where, condition=condition)
-    return Cause(f, groups, True)
+    knobs = causes.knobs_of(e, cat.requested or cat.version)
+    if not knobs and e.file:  # a message that names no field: the fields its code reads (frames.py)
+        knobs = (frames.overlap_frame(e.file, e.function or "") or ((), []))[1]
+    f = findings.make("OVERLAP_PATH_ERROR", knobs=knobs, package=e.package, topic=e.topic.replace("_", " "), where=where,
+                      condition=condition)
+    return Cause(f, groups, not knobs or not all(_layout_size(k) for k in knobs))
+
+
+def _layout_size(knob: str) -> bool:
+    """A knob that only sizes the layout (a parallel size, the layer count): an error about it alone is arithmetic of
+    the process grid, not an overlap setting."""
+    name = knob.partition(".")[2]
+    return name.endswith("_parallel_size") or name in ("num_layers", "num_moe_experts", "seq_length")
 
 
 # -- the config ------------------------------------------------------------------------------------------------------
@@ -188,7 +220,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
         rec = findings.record(fid)
         checked = any(not r.startswith("mbridge_overlap.diagnose") for r in RAISERS.get(fid, ()))
         if not checked:
-            cause.how = "no config rule decides this: it is known from the log only"
+            _from_log_only(cause, rec, found, analysis.effective)
             continue
         if fid in found:
             cause.finding, cause.predicted, cause.how = found[fid], True, "the config analysis predicts it"
@@ -220,6 +252,30 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
 
 
 RUN_PHASES = ("setup", "step", "steady")
+
+
+def _from_log_only(cause: Cause, rec: dict, found: dict, effective: dict) -> None:
+    """A cause known from the log only, beside the config's analysis: the config finding that explains it takes its
+    place (with that finding's proven fix); else its fix is the one the resolved config leaves standing."""
+    fid = cause.finding.id
+    explainer = next((found[x] for x in rec.get("explained_by") or () if x in found), None)
+    if explainer is not None:
+        cause.finding, cause.predicted = explainer, True
+        cause.overlap_related = findings.record(explainer.id).get("overlap_related", True)
+        cause.how = (f"the config analysis explains it: the log shows {fid}, and the config has {explainer.id}, "
+                     "which is known to end so")
+        return
+    cause.how = "no config rule decides this: it is known from the log only"
+    for alt in rec.get("log_fix_if") or ():
+        if all(_effective(effective, key) == value for key, value in alt["if"].items()):
+            cause.finding = replace(cause.finding, fix=findings.Shell(alt["fix"]))
+            cause.how += "; the fix is the one the resolved config leaves"
+            return
+
+
+def _effective(effective: dict, dotted: str):
+    section, _, name = dotted.partition(".")
+    return (effective.get(section) or {}).get(name)
 
 
 def rests_on(when: str | None, knobs, unknown) -> bool:

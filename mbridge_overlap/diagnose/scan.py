@@ -12,8 +12,8 @@ import re
 from array import array
 from dataclasses import dataclass, field
 
-from . import causes
-from .messages import Catalog, Entry, clean, parse_frame
+from . import causes, frames, fuzzy
+from .messages import Catalog, Entry, Hit, clean, parse_frame
 from .reader import Line
 
 MAX_RANKS = 4096  # rank labels kept per message (the count goes on)
@@ -26,6 +26,9 @@ MAX_SHOWN = 2000  # characters of a logged line kept for the report
 _ITER_HEAD = re.compile(r"\biteration\s+(\d{1,12})/\s*(\d{1,12})\s*\|")
 _ITER_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9]{1,12}(?:\.[0-9]*)?)")
 _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
+# the line that ends a traceback: an exception's name at the start (after a rank prefix), then its message or nothing
+_EXCEPTION = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt)\w*)(?::|\s*$)")
+TRACEBACK = "traceback"  # the pseudo-topic of a traceback group: OVERLAP_PATH_TRACEBACK
 _TP_SIZE = "> initialized tensor model parallel with size "
 _WORLD = "using world size: "  # Megatron-LM's validate_args / validate_yaml
 _GRID = re.compile(r"> initialized HyperCommGrid (?:for language model )?with tp=(\d+), pp=(\d+), cp=(\d+), dp=(\d+)")
@@ -46,6 +49,7 @@ class Group:
     more_ranks: int = 0  # ranks past MAX_RANKS
     frame: tuple | None = None  # (path, line, function) of the traceback frame just before it, when there was one
     groups: tuple = ()
+    approximate: float | None = None  # matched by words, not by its pattern (fuzzy.py): how close; None: matched exactly
 
     def add(self, rank: str | None) -> None:
         self.count += 1
@@ -67,6 +71,7 @@ class Scan:
     times: int = 0  # iteration times kept, all sources
     sources: dict = field(default_factory=dict)  # source -> {"lines": n, "ranks": set}
     _frames: dict = field(default_factory=dict)  # (source, rank) -> [path, line, function, source line or None]
+    _on_path: dict = field(default_factory=dict)  # (source, rank) -> the innermost overlap-path frame of its traceback
 
     def feed(self, line: Line) -> None:
         self.lines += 1
@@ -85,26 +90,74 @@ class Scan:
             parsed = parse_frame(text)
             if parsed is not None:
                 if key not in self._frames and len(self._frames) >= MAX_FRAMES:
-                    del self._frames[next(iter(self._frames))]
+                    oldest = next(iter(self._frames))
+                    del self._frames[oldest]
+                    self._on_path.pop(oldest, None)
                 self._frames[key] = [*parsed, None, _indent(text)]
+                where = frames.overlap_frame(parsed[0], parsed[2])
+                if where is not None:
+                    self._on_path[key] = (*parsed, *where, line)
                 return
+        elif "Traceback (most recent call last)" in text:
+            self._on_path.pop(key, None)
         if frame is not None and frame[3] is None and _indent(text) > frame[4]:
             frame[3] = text.strip()  # the frame's code line: kept for frame(), not matched (it holds the literal)
             return
         if "elapsed time per iteration" in text:
             self._iteration(line)
         hits = self.catalog.match(text)
-        if hits:
-            self._record(line, hits, frame)
-        elif frame is not None and _BARE.match(clean(text)):
-            self._bare(line, frame)
-        else:
+        near = None
+        if not hits:
+            near = fuzzy.for_catalog(self.catalog).match(clean(text))
+            if near is not None:
+                cleaned = clean(text)
+                hits = [Hit(near[0], (), (0, len(cleaned)), cleaned)]
+        if hits:  # the catalog knows the line (on the overlap path or not): it, not the frames, says what it is
+            self._record(line, hits, frame, near[1] if near else None)
+        elif not (frame is not None and _BARE.match(clean(text)) and self._bare(line, frame)) and not self._traceback(line, key):
             return
         self._frames.pop(key, None)  # an exception line ends its traceback
+        self._on_path.pop(key, None)
 
-    def _record(self, line: Line, hits, frame) -> None:
+    def finish(self) -> None:
+        """The log's end: a traceback through overlap-path code that the log cuts before its exception line (a paste,
+        a killed process) is still its innermost such frame's group."""
+        for key, on_path in list(self._on_path.items()):
+            self._traceback(on_path[-1], key, cut=True)  # the frame's own line is the evidence
+        self._on_path.clear()
+
+    def _traceback(self, line: Line, key, cut: bool = False) -> bool:
+        """An exception line whose message no finding names, ending a traceback through overlap-path code (or an
+        AttributeError on an overlap attribute): a group of its own, the innermost such frame's."""
+        text = clean(line.text)
+        m = _EXCEPTION.match(text) if not cut else None
+        if m is None and not cut:
+            return False
+        exception = m[1] if m else "an exception the log does not show"
+        on_path = self._on_path.get(key)
+        if on_path is not None:
+            path, number, function, dim, fields, _line = on_path
+        else:
+            attr = frames.missing_attribute(text)
+            if attr is None:
+                return False
+            path, number, function, (dim, fields) = None, None, None, attr[1:]
+        gid = f"{TRACEBACK}:{path}:{function}:{exception}"
+        group = self.groups.get(gid)
+        if group is None:
+            entry = Entry(id=gid, origin="traceback", kind="raise", severity="error", topic=TRACEBACK, file=path, function=function,
+                          line=number, exception=exception, condition=" ".join(fields), package=dim)
+            fid = "OVERLAP_PATH_TRACEBACK_CUT" if cut else "OVERLAP_PATH_TRACEBACK"
+            group = self.groups[gid] = Group(entry, [fid], text[:MAX_SHOWN], line.source, line.number,
+                                             frame=(path, number, function) if path else None)
+        group.add(line.rank)
+        return True
+
+    def _record(self, line: Line, hits, frame, approximate: float | None = None) -> None:
         best = hits[0]
-        same = [h for h in hits if h.span == best.span and h.truncated == best.truncated]
+        # the same text raised in several places (Bridge's copy of a Megatron-Core check): one group, every place's
+        # findings; a message whose field merely swallows a longer one's words is not the same
+        same = [h for h in hits if h.span == best.span and h.truncated == best.truncated and _shape(h.entry) == _shape(best.entry)]
         entry = _by_frame(same, frame) or best.entry
         group = self.groups.get(entry.id)
         if group is None:
@@ -113,16 +166,17 @@ class Scan:
                 linked += [f for f in causes.links(self.catalog, h.entry, h.text) if f not in linked]
             group = self.groups[entry.id] = Group(entry, linked, best.text[:MAX_SHOWN], line.source, line.number,
                                                   best.truncated, frame=tuple(frame[:3]) if frame else None,
-                                                  groups=best.groups)
+                                                  groups=best.groups, approximate=approximate)
         group.add(line.rank)
         self._fact(entry, best)
 
-    def _bare(self, line: Line, frame) -> None:
-        """An exception line without a message (a bare assert): the entry raised in the traceback's last frame."""
+    def _bare(self, line: Line, frame) -> bool:
+        """An exception line without a message (a bare assert): the entry raised in the traceback's last frame;
+        whether the catalog has one."""
         path, number, function, code, _ = frame
         entries = self.catalog.frame(path, function, code, number)
         if not entries:
-            return
+            return False
         entry = entries[0]
         group = self.groups.get(entry.id)
         if group is None:
@@ -130,6 +184,7 @@ class Scan:
                                                   clean(line.text)[:MAX_SHOWN], line.source, line.number,
                                                   frame=(path, number, function))
         group.add(line.rank)
+        return True
 
     def _fact(self, entry: Entry, hit) -> None:
         if entry.template and entry.template.startswith(_TP_SIZE) and hit.groups and hit.groups[0].isdigit():
@@ -182,6 +237,14 @@ def _iteration_ms(text: str) -> str | None:
 
 def _indent(text: str) -> int:
     return len(text) - len(text.lstrip(" "))
+
+
+def _shape(entry: Entry) -> str | None:
+    """A message's literal text with its fields blanked."""
+    return _FIELDS.sub("{}", entry.template) if entry.template else entry.pattern
+
+
+_FIELDS = re.compile(r"\{[^{}]*\}")
 
 
 def _by_frame(hits, frame) -> Entry | None:

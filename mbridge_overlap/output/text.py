@@ -257,12 +257,26 @@ def _ranks(ranks: list, count: int) -> str:
 
 def _evidence(e: dict) -> list[str]:
     logged = e["logged"] if len(e["logged"]) <= 160 else e["logged"][:157] + "..."
-    where = f"{e['file']} {e['function']}" if e.get("file") else "native code"
+    where = " ".join(filter(None, (e.get("file"), e.get("function")))) or "native code"
     version = f" ({e['package']} {e['package_version']})" if e.get("package_version") else f" ({e['package']})"
     return [f"    logged  {logged}",
             f"            {e['count']} line{'s' if e['count'] != 1 else ''}, {_ranks(e['ranks'], e['rank_count'])}; first at "
             f"{e['first_seen']['source']}:{e['first_seen']['line']}",
-            f"    raised  {where}{version}" + (f": assert {e['condition']}" if e.get("condition") else "")]
+            f"    raised  {where}{version}" + (f": assert {e['condition']}" if e.get("condition") else "")
+            ] + _wording(e)
+
+
+def _wording(e: dict) -> list[str]:
+    """Where the line is another release's text of the message, or the catalog's message matched by its words."""
+    out = []
+    if e.get("wording_of"):
+        first, last = e["wording_of"][0], e["wording_of"][-1]
+        out.append(f"    wording of {first}" + (f" to {last.rsplit(' ', 1)[-1]}" if last != first else ""))
+    if e.get("approximate") is not None:
+        text = e.get("catalog_text") or ""
+        text = text if len(text) <= 120 else text[:117] + "..."
+        out.append(f"    matched by its words ({e['approximate']:.2f}), not verbatim; the release's text: {text}")
+    return out
 
 
 def diagnosis(d: dict) -> str:
@@ -270,7 +284,8 @@ def diagnosis(d: dict) -> str:
     ranks = sorted({r for s in sources for r in s["ranks"]}, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))
     lines = [f"diagnose: {len(sources)} log{'s' if len(sources) != 1 else ''}, {d['lines']:,} lines"
              + (f", {_ranks(ranks, len(ranks))}" if ranks else "")
-             + f" (messages of Megatron-Bridge {d['catalog']['release']}'s packages: {d['catalog']['messages']:,})"]
+             + f" (messages of Megatron-Bridge {d['catalog']['release']}'s packages: {d['catalog']['messages']:,}"
+             + f", other releases' wordings: {d['catalog'].get('other_wordings', 0):,})"]
     cfg = d["config"]
     if cfg.get("from"):
         lacks = f"; it does not print {', '.join(cfg['not_printed'])}" if cfg.get("not_printed") else ""

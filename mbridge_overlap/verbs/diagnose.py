@@ -36,6 +36,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
         scan = Scan(catalog, summary=_summary())
         for line in reader.lines(reader.files(paths), stdin=stdin, notes=read_notes):
             scan.feed(line)
+        scan.finish()
         scans.append((label, scan))
     diag = report.Diagnosis(catalog, scans)
     diag.notes.extend(read_notes)

@@ -50,14 +50,15 @@ def test_each_recorded_line_is_the_statement_in_the_installed_file(cat):
              "transformer-engine": _site("transformer_engine")}
     files: dict = {}
     for e in cat.entries:
-        if e.origin != "python":
+        if e.origin != "python" or e.releases:  # (other releases' wordings are not in the installed files)
             continue
         lines = files.get(e.file)
         if lines is None:
             lines = files[e.file] = (roots[e.package] / e.file).read_text(encoding="utf-8").splitlines()
         text = lines[e.line - 1]
         if e.kind == "raise":
-            assert text.lstrip().startswith("raise"), (e.id, text)
+            # validate_result(message=...) raises that message in Megatron-Core's rerun state machine
+            assert text.lstrip().startswith(("raise", "rerun_state_machine.validate_result(")), (e.id, text)
         elif e.kind == "assert":
             assert text.lstrip().startswith("assert"), (e.id, text)
         else:

@@ -1,0 +1,84 @@
+"""Where a traceback runs through code on the overlap path: the files (and functions) of Megatron-Bridge,
+Megatron-Core, Transformer Engine, DeepEP and the distributed optimizers of the frameworks built on them, each with the
+parallel dimension it serves and the config fields (Bridge's dotted keys) its code reads. diagnose names the innermost
+such frame of a traceback whose exception no catalog message explains (a TypeError, an AttributeError, a bare assert).
+
+Each row was read from the file at the release the catalog is of (Megatron-Bridge 0.6.2, Megatron-Core 0.19.2,
+Transformer Engine 2.20.2; DeepEP main): the fields are the ones the code reads there.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DP = ["ddp.overlap_grad_reduce", "ddp.overlap_param_gather", "ddp.bucket_size", "ddp.use_distributed_optimizer"]
+_PP = ["comm_overlap.overlap_p2p_comm", "comm_overlap.batch_p2p_comm", "model.virtual_pipeline_model_parallel_size",
+       "model.pipeline_model_parallel_size"]
+_TP = ["model.sequence_parallel", "model.tensor_model_parallel_size"]
+_UB = ["comm_overlap.tp_comm_overlap", "comm_overlap.tp_comm_overlap_cfg", "comm_overlap.tp_comm_bootstrap_backend"]
+_EP = ["model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend", "model.expert_model_parallel_size"]
+_EP_OVERLAP = ["comm_overlap.overlap_moe_expert_parallel_comm", "comm_overlap.delay_wgrad_compute", *_EP]
+_CP = ["model.context_parallel_size", "model.cp_comm_type"]
+_FSDP = ["ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy", "ddp.average_in_collective"]
+
+# (path regex, function regex or None, dimension, fields): the first row that a frame matches decides
+ROWS = [
+    (r"megatron/bridge/training/comm_overlap\.py$", None, "tp", _UB + ["comm_overlap.overlap_p2p_comm", "comm_overlap.overlap_grad_reduce"]),
+    (r"megatron/bridge/training/initialize\.py$", r"_initialize_tp_communicators", "tp", _UB),
+    (r"megatron/core/distributed/fsdp/", None, "dp", _FSDP),
+    (r"megatron/core/distributed/(?:param_and_grad_buffer|distributed_data_parallel|finalize_model_grads|data_parallel_base)\.py$",
+     None, "dp", _DP),
+    (r"megatron/core/optimizer/distrib_optimizer\.py$", None, "dp", ["ddp.use_distributed_optimizer", "ddp.overlap_param_gather"]),
+    (r"(?:apex/contrib/optimizers|nemo/core/optim)/distributed_fused_adam\.py$", None, "dp",
+     ["optimizer.use_distributed_optimizer", "ddp.overlap_grad_reduce", "ddp.overlap_param_gather"]),
+    (r"megatron/core/pipeline_parallel/(?:combined_1f1b|utils)\.py$", None, "ep", _EP_OVERLAP),
+    (r"megatron/core/models/common/model_chunk_schedule_plan\.py$", None, "ep", _EP_OVERLAP),
+    (r"megatron/core/pipeline_parallel/(?:schedules|p2p_communication)\.py$", None, "pp", _PP + ["model.variable_seq_lengths"]),
+    (r"megatron/core/tensor_parallel/(?:mappings|layers)\.py$", None, "tp", _TP),
+    (r"megatron/core/transformer/moe/(?:token_dispatcher|fused_a2a|moe_layer|moe_utils)\.py$", None, "ep", _EP),
+    (r"(?:^|/)(?:deep_ep|hybrid_ep|DeepEP)/", None, "ep", _EP),
+    (r"transformer_engine/pytorch/module/base\.py$", r"(?:initialize_ub|get_ub|destroy_ub|fill_userbuffers)", "tp", _UB),
+    (r"transformer_engine/pytorch/(?:cpp_extensions/gemm|module/(?:linear|layernorm_linear|layernorm_mlp))\.py$", None, "tp",
+     _UB + _TP),
+    (r"transformer_engine/pytorch/(?:attention/dot_product_attention/context_parallel|dot_product_attention/context_parallel)\.py$",
+     None, "cp", _CP),
+    (r"megatron/core/parallel_state\.py$", None, "grid", ["model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+                                                          "model.context_parallel_size", "model.expert_model_parallel_size"]),
+]
+_COMPILED = [(re.compile(p), re.compile(f) if f else None, dim, fields) for p, f, dim, fields in ROWS]
+
+# Attributes whose absence (AttributeError: ... has no attribute 'X') is an overlap setting or structure another
+# release or framework lacks: the field it names, and its dimension.
+ATTRIBUTES = {
+    "overlap_p2p_comm": ("pp", ["comm_overlap.overlap_p2p_comm"]),
+    "batch_p2p_comm": ("pp", ["comm_overlap.batch_p2p_comm"]),
+    "overlap_grad_reduce": ("dp", ["ddp.overlap_grad_reduce"]),
+    "overlap_param_gather": ("dp", ["ddp.overlap_param_gather"]),
+    "tp_comm_overlap": ("tp", ["comm_overlap.tp_comm_overlap"]),
+    "overlap_moe_expert_parallel_comm": ("ep", ["comm_overlap.overlap_moe_expert_parallel_comm"]),
+    "grad_data_size": ("dp", _DP),
+    "grad_data": ("dp", _DP),
+    "main_grad": ("dp", ["ddp.overlap_grad_reduce", "model.gradient_accumulation_fusion"]),
+    "no_sync_func": ("dp", ["ddp.overlap_grad_reduce"]),
+    "param_and_grad_buffer": ("dp", _DP),
+    "use_distributed_optimizer": ("dp", ["ddp.use_distributed_optimizer"]),
+}
+_ATTRIBUTE = re.compile(r"AttributeError: .*has no attribute '(\w+)'")
+
+
+def overlap_frame(path: str, function: str) -> tuple[str, list] | None:
+    """(dimension, fields) of a traceback frame on the overlap path; None for a frame elsewhere."""
+    path = path.replace("\\", "/")
+    for rx, fn, dim, fields in _COMPILED:
+        if rx.search(path) and (fn is None or fn.search(function or "")):
+            return dim, list(fields)
+    return None
+
+
+def missing_attribute(line: str) -> tuple[str, str, list] | None:
+    """(attribute, dimension, fields) of an AttributeError that names an overlap attribute."""
+    m = _ATTRIBUTE.search(line)
+    if m and m[1] in ATTRIBUTES:
+        dim, fields = ATTRIBUTES[m[1]]
+        return m[1], dim, list(fields)
+    return None

@@ -1,0 +1,85 @@
+"""Messages worded otherwise than the catalog's release words them: another release (a word added or dropped, clauses
+moved, values written another way), a framework's copy of Megatron-LM's checks. An error line that no catalog pattern
+matches is compared with the catalog's error messages word by word.
+
+Each message's words (its literal text, lower-cased, field values left out) are weighted by how rare they are in the
+catalog (inverse document frequency), so that "sequence", "expert" and "parallelism" count and "the", "must" hardly
+do. A line matches a message when the words they share carry at least THRESHOLD of the message's weight, at least
+MIN_SHARED distinctive words are shared, and the line holds no more than LONGER times the message's words (a log line
+that merely mentions several of them is not the message). Only lines that read as an error are compared
+(ERRORISH), and only messages of the overlap topics with enough words of their own (MIN_WORDS).
+
+The threshold was set on the development part of tests/data/diagnose_corpus/corpus.yaml and the project's own
+logs: no negative control matches at it (tests/test_diagnose_corpus.py holds the dev part to that).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from functools import lru_cache
+
+from . import causes
+from .messages import Catalog, Entry
+
+WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+")
+ERRORISH = re.compile(r"Error\b|Exception\b|[Aa]ssert|\bmust\b|\bshould\b|\brequires?\b|not supported|\bcannot\b|\binvalid\b|"
+                      r"\bexpected\b|\bonly\b.*\bwith\b|\bincompatible\b|(?-i:\bNaN\b|\bInf\b)|result (?:nan|inf)\b", re.I)
+# every ERRORISH alternative holds one of these (lower-cased)
+_KEYS = ("error", "exception", "assert", "must", "should", "require", "not supported", "cannot", "invalid", "expected",
+         "only", "incompatible")
+_CASED = ("NaN", "Inf", "result nan", "result inf")  # not INFO, nor an iteration line's "number of nan iterations"
+STOP = frozenset("the a an and or of to in is be are for with when using it this that by on as at if not no do does".split())
+THRESHOLD = 0.8
+MIN_SHARED = 4
+MIN_WORDS = 5
+LONGER = 3.0
+
+
+def words_of(text: str) -> set[str]:
+    return {w.lower() for w in WORD.findall(text)} - STOP
+
+
+class Fuzzy:
+    def __init__(self, catalog: Catalog):
+        self.catalog = catalog
+        entries = [e for e in catalog.entries if e.template and e.severity == "error" and causes.overlap_related(e)]
+        self.words = {e.id: words_of(_literal(e.template)) for e in entries}
+        self.words = {k: v for k, v in self.words.items() if len(v) >= MIN_WORDS}
+        df = Counter(w for ws in self.words.values() for w in ws)
+        n = max(len(self.words), 1)
+        self.idf = {w: math.log(1 + n / c) for w, c in df.items()}
+        self.index: dict = {}
+        for eid, ws in self.words.items():
+            for w in ws:
+                self.index.setdefault(w, []).append(eid)
+
+    def match(self, text: str) -> tuple[Entry, float] | None:
+        """The catalog message this error line is, worded otherwise, and how close (0..1); None when none is close."""
+        lower = text.lower()
+        if not (any(k in lower for k in _KEYS) or any(k in text for k in _CASED)) or not ERRORISH.search(text):
+            return None  # substrings first: most lines have none
+        line = words_of(text)
+        shared = Counter(eid for w in line for eid in self.index.get(w, ()))
+        best = None
+        for eid, count in shared.items():
+            if count < MIN_SHARED:
+                continue
+            ws = self.words[eid]
+            if len(line) > LONGER * len(ws) + 8:
+                continue
+            score = sum(self.idf[w] for w in ws & line) / sum(self.idf[w] for w in ws)
+            if score >= THRESHOLD and (best is None or score > best[1]):
+                best = (eid, score)
+        return (self.catalog.by_id(best[0]), round(best[1], 3)) if best else None
+
+
+def _literal(template: str) -> str:
+    """The message's own words: its {field} placeholders left out."""
+    return re.sub(r"\{[^{}]*\}", " ", template)
+
+
+@lru_cache(maxsize=8)
+def for_catalog(catalog: Catalog) -> Fuzzy:
+    return Fuzzy(catalog)

@@ -1,0 +1,72 @@
+"""One analysis, one answer: with the run's config known, a log cause that a config finding explains is that finding
+with resolve's proven fix; one line is one cause unless both hold; a log cause never offers a fix the config rules out."""
+
+from __future__ import annotations
+
+import io
+
+from mbridge_overlap import api
+
+RECIPE = "llama3_8b_pretrain_config"
+RECV_TIMEOUT = ("[rank3]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation "
+                "timeout: WorkNCCL(SeqNum=12, OpType=RECV, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=600000) ran "
+                "for 600008 milliseconds before timing out.\n")
+
+
+def _diagnose(text: str, **kw) -> dict:
+    return api.diagnose(["-"], stdin=io.BytesIO(text.encode()), **kw).to_dict()
+
+
+def _resolve(overrides: dict, gpus: int):
+    return api.resolve(recipe=RECIPE, overrides=overrides, gpus=gpus)
+
+
+def test_a_pipeline_hang_that_the_config_explains_is_the_config_s_finding():
+    overrides = {"model.pipeline_model_parallel_size": 4, "dataset.enable_in_batch_packing": True,
+                 "comm_overlap.tp_comm_overlap": False}
+    resolved = {f.id: f for f in _resolve(overrides, 32).findings}
+    assert "PP_VARIABLE_SEQ_LENGTHS_SHAPE_EXCHANGE" in resolved
+    d = _diagnose(RECV_TIMEOUT, recipe=RECIPE, overrides=overrides, gpus=32)
+    (cause,) = [c for c in d["causes"] if c["evidence"]]
+    assert cause["id"] == "PP_VARIABLE_SEQ_LENGTHS_SHAPE_EXCHANGE" and cause["predicted"] is True
+    assert cause["fix"] == resolved[cause["id"]].fix
+    assert cause["fix_overrides"] == resolved[cause["id"]].fix_overrides
+    assert "PIPELINE_P2P_TIMEOUT" in cause["analysis"]
+
+
+def test_a_pipeline_hang_is_not_told_to_turn_off_what_the_config_has_off():
+    overrides = {"model.pipeline_model_parallel_size": 4, "comm_overlap.tp_comm_overlap": False}
+    effective = _resolve(overrides, 32).to_dict()["effective"]
+    assert effective["model"]["overlap_p2p_comm"] is False  # a non-interleaved schedule: Bridge leaves it off
+    d = _diagnose(RECV_TIMEOUT, recipe=RECIPE, overrides=overrides, gpus=32)
+    (cause,) = [c for c in d["causes"] if c["evidence"]]
+    assert cause["id"] == "PIPELINE_P2P_TIMEOUT"
+    assert "overlap_p2p_comm=false with" not in cause["fix"] and "model.overlap_p2p_comm=false" in cause["fix"]
+    # without the config, the fix still says what to try when overlap_p2p_comm is on
+    (alone,) = _diagnose(RECV_TIMEOUT)["causes"]
+    assert "try overlap_p2p_comm=false" in alone["fix"]
+
+
+def test_an_expert_grid_error_is_one_cause_not_also_a_world_size_one():
+    # TP x PP x CP = 1 x 8 x 1 divides 64; ETP x EP x PP = 1 x 64 x 8 does not
+    line = "RuntimeError: world_size (64) is not divisible by expert_tensor_model_pipeline_parallel size (512)\n"
+    d = _diagnose(line)
+    assert [c["id"] for c in d["causes"]] == ["EXPERT_GRID_NOT_DIVIDING_WORLD"]
+    # the same message shape with a plain model size is the other cause
+    d = _diagnose("RuntimeError: world_size (6) is not divisible by 4\n")
+    assert [c["id"] for c in d["causes"]] == ["GPUS_NOT_DIVISIBLE"]
+
+
+def test_a_cause_the_config_predicts_carries_resolve_s_fix():
+    overrides = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True,
+                 "comm_overlap.tp_comm_overlap": True, "comm_overlap.tp_comm_bootstrap_backend": "mpi"}
+    line = ("RuntimeError: PyTorch must be compiled with 'mpi' support in order to bootstrap Userbuffers with 'mpi' "
+            "collectives.\n")
+    d = _diagnose(line, recipe=RECIPE, overrides=overrides, gpus=8)
+    (cause,) = [c for c in d["causes"] if c["id"] == "UB_BOOTSTRAP_NEEDS_MPI"]
+    wanted = api.resolve(recipe=RECIPE, overrides=overrides, gpus=8, machine_facts={"torch_mpi": False})
+    (same,) = [f for f in wanted.findings if f.id == "UB_BOOTSTRAP_NEEDS_MPI"]
+    assert cause["fix_overrides"] == same.fix_overrides and cause["fix_overrides"]
+    # without a config nothing is proven: no machine-applicable fix, only the text
+    (alone,) = _diagnose(line)["causes"]
+    assert alone["fix_overrides"] == {} and "tp_comm_bootstrap_backend=nccl" in alone["fix"]
