@@ -31,6 +31,16 @@ def resolve(overrides: Mapping[str, Any] | None = None, **inputs):
     return analyze(scenario.build(overrides=overrides, **inputs))
 
 
+def budget(overrides: Mapping[str, Any] | None = None, *, model: str | None = None, shape: Mapping[str, Any] | None = None,
+           **inputs):
+    """The communication budget of one iteration on one GPU for a requested config (resolve's inputs): per parallel
+    dimension the collectives, their sizes and times, what each overlap setting as Bridge leaves it hides, and what
+    flipping it would change. model: a known model's name (budget_models.yaml); shape: its keys (hidden_size, ...)."""
+    from .verbs.budget import budget as run_budget
+
+    return run_budget(overrides, model=model, shape=shape, **inputs)
+
+
 def plan(**layout):
     """The overrides that turn on every overlap mode a layout can use, checked by the resolver.
 

@@ -109,7 +109,7 @@ LAYERS = (
     ("errors", "contract", "values", "suggest", "safeio"),  # the base: errors, the JSON contract, quoting, safe reads
     ("upstream",),  # the upstream facts: releases, recipe catalog, presets, anchors
     ("run",),  # the model of a run: request, scenario, resolver, layout, machine, launch environment
-    ("findings", "output"),  # the findings (records, rules, proof, analysis); text and snippets
+    ("findings", "output", "budget"),  # the findings (records, rules, proof, analysis); text and snippets; the budget
     ("diagnose", "trace", "verbs"),  # the verbs' own logic
     ("api",),  # the Python API: one function per verb
     ("cli", "bridge", "__main__", ""),  # the command line, verify's Bridge side, the package itself

@@ -70,6 +70,8 @@ VERBS = [
     (("resolve", "--gpus", "8", "model.tensor_model_parallel_size=2", "--format", "json"), 0, '"effective"'),
     (("plan", "--tp", "4", "--pp", "4", "--vpp", "2", "--gpus", "64", "--gpu", "h100"), 0, "overlap modes"),
     (("plan", "--tp", "2", "--gpus", "8", "--format", "python"), 0, "CommOverlapConfig"),
+    (("budget", "--recipe", "llama3_70b_pretrain_64gpu_h100_bf16_config", "--model", "llama3_70b", "--format", "json"), 0,
+     '"exposed_ms"'),
     (("lint", "--recipe", "llama3_70b_pretrain_64gpu_h100_bf16_config", "--format", "json"), (0, 1), '"findings"'),
     (("diff", "--recipe-before", "llama3_8b_pretrain_8gpu_h100_bf16_config", "--recipe-after", "llama3_8b_pretrain_8gpu_h100_fp8cs_config"),
      0, "overlap"),

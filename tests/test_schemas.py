@@ -198,6 +198,16 @@ def test_presets(capsys, argv):
     check("presets", run(capsys, "presets", *argv))
 
 
+@pytest.mark.parametrize("argv", [["--recipe", "llama3_70b_pretrain_64gpu_h100_bf16_config", "--model", "llama3_70b"],
+                                  ["--recipe", "llama3_8b_pretrain_config", "--model", "llama3_8b", "--gpus", "16",
+                                   "train.global_batch_size=128"],
+                                  ["--model", "qwen3_30b_a3b", "--gpus", "16", "model.expert_model_parallel_size=8",
+                                   "model.num_moe_experts=128", "model.seq_length=4096", "train.global_batch_size=64",
+                                   "train.micro_batch_size=1"]], ids=["70b", "8b", "moe"])
+def test_budget(capsys, argv):
+    check("budget", run(capsys, "budget", *argv))
+
+
 def test_releases(capsys):
     check("releases", run(capsys, "releases"))
 

@@ -14,7 +14,7 @@ import sys
 from .options import PROG
 # verb -> its module in this package, in the order --help lists them
 VERBS = {
-    "resolve": "resolve", "plan": "plan", "lint": "lint", "diff": "diff", "diagnose": "diagnose", "presets": "presets",
+    "resolve": "resolve", "plan": "plan", "budget": "budget", "lint": "lint", "diff": "diff", "diagnose": "diagnose", "presets": "presets",
     "explain": "explain", "releases": "releases", "anchors": "anchors", "recipes": "recipes", "suites": "suites",
     "check-manifest": "check_manifest", "trace": "trace",
 }

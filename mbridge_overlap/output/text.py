@@ -316,3 +316,46 @@ def diagnosis(d: dict) -> str:
     if d["notes"]:
         lines += [""] + [f"note: {n}" for n in d["notes"]]
     return _lines(lines)
+
+
+def budget(d: dict) -> str:
+    b = d["budget"]
+    lay = b["layout"]
+    lines = [f"budget: one iteration on one {d['gpu']} GPU of {d['gpus']} (Megatron-Bridge {d['bridge_version']}"
+             + (f", {d['recipe']}" if d.get("recipe") else "") + ")",
+             f"layout: TP {lay['tp']}, PP {lay['pp']} (VP {lay['vp']}), CP {lay['cp']}, EP {lay['ep']}, DP {lay['dp']}; "
+             f"sequence parallel {'on' if lay['sequence_parallel'] else 'off'}; seq {lay['seq_length']}, micro-batch "
+             f"{lay['micro_batch_size']}, global batch {lay['global_batch_size']} ({lay['micro_batches']} micro-batches); "
+             f"{lay['precision']}",
+             f"shape: {b['shape_from']}",
+             "",
+             f"iteration  about {b['iteration_ms']:,.1f} ms (range {b['range_ms'][0]:,.1f} to {b['range_ms'][1]:,.1f}): "
+             f"compute {b['compute_ms']:,.1f}, pipeline bubble {b['bubble_ms']:,.1f}, exposed communication {b['exposed_ms']:,.1f}; "
+             f"about {b['tokens_per_sec_per_gpu']:,.0f} tokens/s/GPU",
+             "", "  dimension        total ms    hidden ms   exposed ms"]
+    for dim, v in b["dimensions"].items():
+        lines.append(f"  {dim.upper():<12} {v['ms']:>12,.1f} {v['hidden_ms']:>12,.1f} {v['exposed_ms']:>12,.1f}")
+    if not b["dimensions"]:
+        lines.append("  (no collectives: every parallel size is 1)")
+    lines += ["", "collectives:"]
+    for c in b["collectives"]:
+        lines.append(f"  {c['dimension'].upper():<3} {c['collective']:<15} {c['count']:>6,} x {_bytes(c['bytes']):>9} over "
+                     f"{c['group']} ranks ({c['link']}): {c['ms']:,.1f} ms, exposed {c['exposed_ms']:,.1f} ({c['what']})")
+    if b["settings"]:
+        lines += ["", "what each overlap setting is worth here (exposed ms per iteration if flipped):"]
+        for name, s in b["settings"].items():
+            change = s["exposed_change_ms_if_flipped"]
+            state = "on" if s["effective"] else "off"
+            lines.append(f"  {name}={'true' if s['effective'] else 'false'} (as Bridge leaves it): turning it "
+                         f"{'off' if state == 'on' else 'on'} changes exposed time by {change:+,.1f} ms "
+                         f"({change / b['iteration_ms'] * 100 if b['iteration_ms'] else 0:+.1f}% of the iteration)")
+    lines += ["", "assumptions:"] + [f"  - {a}" for a in b["assumptions"]]
+    lines += ["", f"note: {d['note']}"]
+    return _lines(lines)
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"

@@ -1,0 +1,26 @@
+"""The communication budget of one iteration on one GPU: per parallel dimension (TP, CP, PP, DP, EP) the collectives
+the effective config makes, their message sizes, the time they take on the system's links, what each overlap setting
+hides, and what flipping it would change (estimate.py); the model's shape and FLOPs (shape.py); Megatron-Core's
+gradient buckets (buckets.py); the systems' measured rates with their sources (system.py, data/budget_systems.yaml)."""
+
+from __future__ import annotations
+
+
+def of(analysis, model: str | None = None, shape: dict | None = None, efficiency: float | None = None):
+    """The budget of an analysed scenario (findings.analysis.Analysis) for a model's shape: a known model's name
+    and/or shape keys; the config's own values (hidden size, seq length) where it gives them. efficiency: instead of
+    the system's fitted one."""
+    from . import estimate, shape as shapes, system
+
+    state = analysis.state
+    given = dict(shape or {})
+    for key in ("hidden_size", "num_layers", "ffn_hidden_size", "num_attention_heads"):
+        value = state.model.get(key)
+        if key not in given and value is not None and analysis.scenario.request.origin.get(f"model.{key}") not in (None, "recipe"):
+            given[key] = value
+    sh, origin = shapes.of(model, given)
+    lay = estimate.layout_of(state, analysis.scenario.machine)
+    sysinfo = system.get(analysis.scenario.gpu, domain=lay.domain)
+    if efficiency is not None:  # tools/check_budget.py fits it
+        sysinfo = system.System(sysinfo.name, {**sysinfo.record, "efficiency": {"value": efficiency}}, lay.domain)
+    return estimate.estimate(lay, sh, sysinfo, origin)

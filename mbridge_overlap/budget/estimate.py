@@ -1,0 +1,277 @@
+"""One iteration on one GPU: the collectives of each parallel dimension (message sizes exact, from the effective
+config and the model's shape), their time at the system's bus bandwidth, the compute each can hide behind, and what
+stays exposed with each overlap setting as Bridge leaves it and with it flipped. Times are estimates: RANGE gives the
+spread the sources allow; the assumptions are listed with the result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import buckets, shape as shapes
+from .system import System
+
+ACT_BYTES = 2  # activations, P2P tensors and TP collectives move BF16 (TE's FP8 all-gather of inputs is not modelled)
+RANGE = (0.8, 1.25)  # communication time: the spread of the bus bandwidths the sources give for one system
+ASSUMPTIONS = (
+    "activations and TP/PP/CP/EP messages in BF16 (2 bytes), whatever the GEMM precision",
+    "ranks placed as Megatron-Core orders them (TP innermost, then CP, DP, PP): a group crosses the network when it "
+    "spans more GPUs than one NVLink domain",
+    "TP overlap hides each collective behind the GEMM it is paired with (userbuffers' split GEMMs), no more",
+    "DP grad reduce-scatter runs in the last micro-batch's backward on the first pipeline stage (Megatron-Core buckets "
+    "only there); param all-gather in the first micro-batch's forward; the bucket that holds the embedding stays exposed",
+    "the optimizer step, data loading and kernel launch gaps are not counted",
+)
+
+
+@dataclass
+class Layout:
+    tp: int
+    pp: int
+    vp: int
+    cp: int
+    ep: int
+    dp: int
+    sp: bool
+    seq: int
+    mbs: int
+    gbs: int
+    precision: str
+    domain: int  # GPUs per NVLink domain
+    settings: dict  # the overlap settings as Bridge leaves them (effective)
+    ddp: dict
+
+    @property
+    def micro_batches(self) -> int:
+        return max(1, self.gbs // (self.mbs * self.dp))
+
+
+def layout_of(state, machine) -> Layout:
+    m, d = state.model, state.ddp
+    tp, pp, cp = m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"], m["context_parallel_size"]
+    fp8 = m.get("fp8") or state.precision.get("fp8")
+    fp4 = m.get("fp4") or state.precision.get("fp4")
+    return Layout(
+        tp=tp, pp=pp, vp=m.get("virtual_pipeline_model_parallel_size") or 1, cp=cp, ep=m.get("expert_model_parallel_size") or 1,
+        dp=state.data_parallel_size or 1, sp=bool(m.get("sequence_parallel")), seq=m.get("seq_length") or 0,
+        mbs=state.train.get("micro_batch_size") or 1, gbs=state.train.get("global_batch_size") or 0,
+        precision="fp4" if fp4 else "fp8" if fp8 else "bf16", domain=machine.nvlink_domain,
+        settings={"tp_comm_overlap": bool(m.get("tp_comm_overlap")), "overlap_p2p_comm": bool(m.get("overlap_p2p_comm")),
+                  "overlap_grad_reduce": bool(d.get("overlap_grad_reduce")),
+                  "overlap_param_gather": bool(d.get("overlap_param_gather")),
+                  "overlap_moe_expert_parallel_comm": bool(m.get("overlap_moe_expert_parallel_comm"))},
+        ddp=dict(d),
+    )
+
+
+@dataclass
+class Item:
+    """A kind of collective of one dimension: one message's size, how many per iteration, the link, its time."""
+
+    dimension: str
+    collective: str
+    what: str
+    bytes: int
+    count: int
+    group: int
+    link: str
+    seconds: float  # all of them, per iteration
+    hidden: float  # of that, hidden behind compute with the settings as given
+    setting: str | None  # the overlap setting that hides it (None: always overlapped by design, or never)
+
+    def to_dict(self) -> dict:
+        return {"dimension": self.dimension, "collective": self.collective, "what": self.what, "bytes": self.bytes,
+                "count": self.count, "group": self.group, "link": self.link, "ms": _ms(self.seconds),
+                "hidden_ms": _ms(self.hidden), "exposed_ms": _ms(self.seconds - self.hidden), "setting": self.setting}
+
+
+@dataclass
+class Budget:
+    layout: Layout
+    shape_from: str
+    system: System
+    compute_s: float
+    bubble_s: float
+    items: list = field(default_factory=list)
+    flipped: dict = field(default_factory=dict)  # setting -> exposed seconds change with it flipped
+
+    @property
+    def exposed_s(self) -> float:
+        return sum(i.seconds - i.hidden for i in self.items)
+
+    @property
+    def iteration_s(self) -> float:
+        return self.compute_s + self.bubble_s + self.exposed_s
+
+    def tokens_per_gpu(self, gpus: int) -> float:
+        return self.layout.gbs * self.layout.seq / self.iteration_s / gpus if self.iteration_s else 0.0
+
+    def dimensions(self) -> dict:
+        out: dict = {}
+        for i in self.items:
+            d = out.setdefault(i.dimension, {"ms": 0.0, "hidden_ms": 0.0, "exposed_ms": 0.0})
+            d["ms"] += i.seconds * 1e3
+            d["hidden_ms"] += i.hidden * 1e3
+            d["exposed_ms"] += (i.seconds - i.hidden) * 1e3
+        return {k: {n: round(v, 3) for n, v in d.items()} for k, d in out.items()}
+
+    def to_dict(self, gpus: int) -> dict:
+        lay = self.layout
+        return {
+            "iteration_ms": _ms(self.iteration_s), "range_ms": [_ms(self.iteration_s - self.exposed_s * (1 - RANGE[0])),
+                                                                _ms(self.iteration_s + self.exposed_s * (RANGE[1] - 1))],
+            "compute_ms": _ms(self.compute_s), "bubble_ms": _ms(self.bubble_s), "exposed_ms": _ms(self.exposed_s),
+            "tokens_per_sec_per_gpu": round(self.tokens_per_gpu(gpus), 1),
+            "dimensions": self.dimensions(),
+            "settings": {k: {"effective": v, "exposed_change_ms_if_flipped": _ms(self.flipped[k])}
+                         for k, v in lay.settings.items() if k in self.flipped},
+            "collectives": [i.to_dict() for i in self.items],
+            "layout": {"tp": lay.tp, "pp": lay.pp, "vp": lay.vp, "cp": lay.cp, "ep": lay.ep, "dp": lay.dp,
+                       "sequence_parallel": lay.sp, "seq_length": lay.seq, "micro_batch_size": lay.mbs,
+                       "global_batch_size": lay.gbs, "micro_batches": lay.micro_batches, "precision": lay.precision,
+                       "nvlink_domain": lay.domain},
+            "shape_from": self.shape_from, "system": self.system.name, "sources": self.system.sources(),
+            "assumptions": list(ASSUMPTIONS), "range": list(RANGE),
+        }
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1e3, 3)
+
+
+# -- the estimate ------------------------------------------------------------------------------------------------------
+
+
+def estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str = "") -> Budget:
+    budget = _estimate(lay, shape, system, shape_from)
+    for setting, on in lay.settings.items():
+        other = Layout(**{**lay.__dict__, "settings": {**lay.settings, setting: not on}})
+        delta = _estimate(other, shape, system, shape_from).exposed_s - budget.exposed_s
+        if abs(delta) > 0 or on:
+            budget.flipped[setting] = delta
+    return budget
+
+
+def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str) -> Budget:
+    tokens = lay.seq * lay.mbs  # one micro-batch of one DP rank
+    layers = max(1, shape.num_layers // lay.pp)
+    rate = system.gemm_tflops(lay.precision) * 1e12 * system.efficiency
+    attn_rate = system.gemm_tflops("bf16") * 1e12 * system.efficiency
+    per_layer = shapes.layer_flops(shape, tokens, lay.seq, lay.tp, lay.cp)
+    gemm_s = {k: v / rate for k, v in per_layer.items() if k != "attention"}
+    attn_s = per_layer["attention"] / attn_rate
+    layer_fwd = sum(gemm_s.values()) + attn_s
+    logits_s = shapes.logits_flops(shape, tokens, lay.tp, lay.cp) / rate
+    stage_fwd = layers * layer_fwd + logits_s / max(1, lay.pp)  # the logits' stage, spread: no stage is modelled apart
+    mb_s = 3 * stage_fwd  # forward and backward (twice the forward)
+    m = lay.micro_batches
+    b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0)
+    b.items += _tp(lay, shape, system, layers, m, tokens, gemm_s)
+    b.items += _cp(lay, shape, system, layers, m, tokens, attn_s)
+    b.items += _pp(lay, shape, system, m, tokens, stage_fwd)
+    b.items += _dp(lay, shape, system, layers, stage_fwd)
+    b.items += _ep(lay, shape, system, layers, m, tokens, layer_fwd)
+    return b
+
+
+def _link(span: int, lay: Layout) -> str:
+    """nvlink when a group's ranks (spread over `span` consecutive global ranks) fit in one NVLink domain."""
+    return "nvlink" if span <= lay.domain else "network"
+
+
+def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
+    if lay.tp < 2:
+        return []
+    size = tokens // lay.cp * shape.hidden_size * ACT_BYTES
+    link = _link(lay.tp, lay)
+    on = lay.settings["tp_comm_overlap"]
+    # (collective, paired GEMM) per layer: forward, then backward (dgrad and wgrad: twice the forward GEMM)
+    if lay.sp:
+        pairs = [("all_gather", "qkv", 1), ("reduce_scatter", "proj", 1), ("all_gather", "fc1", 1), ("reduce_scatter", "fc2", 1),
+                 ("all_gather", "qkv", 2), ("reduce_scatter", "qkv", 2), ("all_gather", "fc1", 2), ("reduce_scatter", "fc1", 2)]
+    else:
+        pairs = [("all_reduce", "proj", 1), ("all_reduce", "fc2", 1), ("all_reduce", "qkv", 2), ("all_reduce", "fc1", 2)]
+    out = []
+    for collective in dict.fromkeys(c for c, _, _ in pairs):
+        mine = [(g, k) for c, g, k in pairs if c == collective]
+        one = system.seconds(collective, size, lay.tp, link)
+        total = one * len(mine) * layers * m
+        hidden = sum(min(one, gemm_s[g] * k) for g, k in mine) * layers * m if on else 0.0
+        what = "sequence-parallel activations" if lay.sp else "tensor-parallel partial sums"
+        out.append(Item("tp", collective, what, size, len(mine) * layers * m, lay.tp, link, total, hidden, "tp_comm_overlap"))
+    return out
+
+
+def _cp(lay, shape, system, layers, m, tokens, attn_s) -> list:
+    if lay.cp < 2:
+        return []
+    # p2p ring (TE's default cp_comm_type): cp-1 exchanges of the local K and V chunk forward, of K, V, dK and dV backward
+    kv = 2 * tokens // lay.cp * shape.groups * shape.head_dim // lay.tp * ACT_BYTES
+    link = _link(lay.tp * lay.cp, lay)
+    step_fwd = system.seconds("send_recv", kv, 2, link)
+    step_bwd = system.seconds("send_recv", 2 * kv, 2, link)
+    steps = (lay.cp - 1) * layers * m
+    compute_step = attn_s / lay.cp  # one block of the causal attention per exchange
+    total = steps * (step_fwd + step_bwd)
+    hidden = steps * (min(step_fwd, compute_step) + min(step_bwd, 2 * compute_step))
+    return [Item("cp", "send_recv", "K/V chunks of the attention ring", kv, 2 * steps, 2, link, total, hidden, None)]
+
+
+def _pp(lay, shape, system, m, tokens, stage_fwd) -> list:
+    if lay.pp < 2:
+        return []
+    size = tokens // lay.cp // (lay.tp if lay.sp else 1) * shape.hidden_size * ACT_BYTES
+    link = _link(lay.tp * lay.cp * lay.dp * 2, lay)
+    one = system.seconds("send_recv", size, 2, link)
+    count = 2 * m * lay.vp  # activations forward, their gradients backward, at each of the stage's chunk boundaries
+    total = one * count
+    chunk_fwd = stage_fwd / lay.vp
+    on = lay.settings["overlap_p2p_comm"] and lay.vp > 1
+    hidden = count * min(one, chunk_fwd) if on else 0.0
+    return [Item("pp", "send_recv", "activations and their gradients between stages", size, count, 2, link, total, hidden,
+                 "overlap_p2p_comm")]
+
+
+def _dp(lay, shape, system, layers, stage_fwd) -> list:
+    group = lay.dp * lay.cp
+    if group < 2:
+        return []
+    d = lay.ddp
+    distopt = bool(d.get("use_distributed_optimizer"))
+    params = [p for p in shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1) if not p[2]]
+    size = buckets.default_bucket_size(d.get("bucket_size"), lay.settings["overlap_grad_reduce"], group)
+    spans = buckets.layout([n for _, n, _ in params], size, distributed_optimizer=distopt, dp_size=group,
+                           pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")))
+    link = _link(lay.tp * lay.cp * lay.dp, lay)
+    grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
+    param_bytes = 1 if d.get("fp8_param_gather") else 2
+    bwd = 2 * stage_fwd  # the last micro-batch's backward on the first stage
+    out = []
+    reduce = "reduce_scatter" if distopt else "all_reduce"
+    times = [system.seconds(reduce, (e - s) * grad_bytes, group, link) for s, e, _ in spans]
+    hidden = max(0.0, min(sum(times[:-1]), bwd)) if lay.settings["overlap_grad_reduce"] else 0.0
+    out.append(Item("dp", reduce, f"gradients ({len(spans)} bucket{'s' if len(spans) != 1 else ''}, "
+                    f"{'FP32' if grad_bytes == 4 else 'BF16'})", max(e - s for s, e, _ in spans) * grad_bytes, len(spans),
+                    group, link, sum(times), hidden, "overlap_grad_reduce"))
+    if distopt:
+        times = [system.seconds("all_gather", (e - s) * param_bytes, group, link) for s, e, _ in spans]
+        # forward needs the embedding's bucket (the last backward fills) first: the others load behind compute
+        hidden = max(0.0, min(sum(times[:-1]), stage_fwd)) if lay.settings["overlap_param_gather"] else 0.0
+        out.append(Item("dp", "all_gather", f"parameters ({'FP8' if param_bytes == 1 else 'BF16'})",
+                        max(e - s for s, e, _ in spans) * param_bytes, len(spans), group, link, sum(times), hidden,
+                        "overlap_param_gather"))
+    return out
+
+
+def _ep(lay, shape, system, layers, m, tokens, layer_fwd) -> list:
+    if lay.ep < 2 or not shape.moe:
+        return []
+    local = tokens // lay.cp // (lay.tp if lay.sp else 1)
+    size = local * shape.moe_router_topk * shape.hidden_size * ACT_BYTES
+    link = _link(lay.ep, lay)
+    one = system.seconds("all_to_all", size, lay.ep, link)
+    count = 4 * layers * m  # dispatch and combine, forward and backward
+    total = one * count
+    on = lay.settings["overlap_moe_expert_parallel_comm"]
+    hidden = count * min(one, layer_fwd / 2) if on else 0.0  # hidden behind the other micro-batch's attention or MLP
+    return [Item("ep", "all_to_all", "routed tokens (dispatch and combine)", size, count, lay.ep, link, total, hidden,
+                 "overlap_moe_expert_parallel_comm")]

@@ -1,0 +1,141 @@
+"""The model's shape and what one micro-batch costs: FLOPs per layer and the parameters each rank holds, in the order
+Megatron-Core's GPT model registers them (the order its gradient buckets follow, reversed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from ..errors import UsageError
+from ..upstream.releases import DATA_DIR, load_yaml
+
+REQUIRED = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size")
+
+
+@dataclass(frozen=True)
+class Shape:
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    vocab_size: int
+    num_query_groups: int | None = None  # None: as many as heads (multi-head attention)
+    kv_channels: int | None = None  # None: hidden_size / heads
+    gated_linear_unit: bool = True  # SwiGLU: fc1 is two matrices
+    share_embeddings_and_output_weights: bool = False
+    num_moe_experts: int | None = None
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: int | None = None
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def qkv_out(self) -> int:
+        """Output features of the fused QKV projection (all heads)."""
+        return (self.num_attention_heads + 2 * self.groups) * self.head_dim
+
+    @property
+    def moe(self) -> bool:
+        return bool(self.num_moe_experts)
+
+
+def models() -> dict:
+    return load_yaml(DATA_DIR / "budget_models.yaml")["models"]
+
+
+def of(model: str | None, given: dict) -> tuple[Shape, str]:
+    """The shape from a known model name and/or the keys given (which win); (shape, where it came from)."""
+    values: dict = {}
+    origin = []
+    if model:
+        known = models()
+        if model not in known:
+            raise UsageError(f"--model: unknown model {model!r}; known: {', '.join(sorted(known))} (or give the shape keys)")
+        values.update(known[model]["shape"])
+        origin.append(f"{model} ({known[model]['source']})")
+    names = {f.name for f in fields(Shape)}
+    for key, value in given.items():
+        if key not in names:
+            raise UsageError(f"unknown shape key {key!r}; known: {', '.join(sorted(names))}")
+        values[key] = value
+    if given:
+        origin.append("given: " + ", ".join(sorted(given)))
+    missing = [k for k in REQUIRED if values.get(k) is None]
+    if missing:
+        raise UsageError("the model's shape is needed and not known: " + ", ".join(missing)
+                         + " (pass --model NAME or the keys, e.g. --shape hidden_size=8192)")
+    for key in REQUIRED:
+        if not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 1:
+            raise UsageError(f"{key}: must be a positive integer, got {values[key]!r}")
+    return Shape(**values), "; ".join(origin)
+
+
+# -- FLOPs of one micro-batch on one GPU (forward; backward is twice) -------------------------------------------------
+
+
+def layer_flops(shape: Shape, tokens: int, seq: int, tp: int, cp: int) -> dict:
+    """Forward FLOPs of one transformer layer on one GPU for `tokens` tokens of sequences `seq` long, by GEMM
+    (what TP's collectives overlap with) and the attention core (causal: half the score matrix)."""
+    h, split = shape.hidden_size, tp * cp
+    out = {
+        "qkv": 2 * tokens * h * shape.qkv_out / split,
+        "attention": 2 * 2 * tokens * seq * shape.num_attention_heads * shape.head_dim * 0.5 / split,
+        "proj": 2 * tokens * shape.num_attention_heads * shape.head_dim * h / split,
+    }
+    if shape.moe:
+        ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
+        routed = tokens * shape.moe_router_topk
+        out["fc1"] = 2 * routed * h * ffn * (2 if shape.gated_linear_unit else 1) / split
+        out["fc2"] = 2 * routed * ffn * h / split
+        out["router"] = 2 * tokens * h * shape.num_moe_experts / split
+    else:
+        out["fc1"] = 2 * tokens * h * shape.ffn_hidden_size * (2 if shape.gated_linear_unit else 1) / split
+        out["fc2"] = 2 * tokens * shape.ffn_hidden_size * h / split
+    return out
+
+
+def logits_flops(shape: Shape, tokens: int, tp: int, cp: int) -> float:
+    return 2 * tokens * shape.hidden_size * shape.vocab_size / (tp * cp)
+
+
+# -- parameters each rank holds ----------------------------------------------------------------------------------------
+
+
+def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last: bool) -> list[tuple[str, int, bool]]:
+    """(name, elements, expert) of each parameter of a pipeline stage on one rank, in registration order (Megatron-Core's
+    GPT model with Transformer Engine's layer spec): embedding, then per layer the projection, QKV (with its fused
+    norm), MLP (fc1 with its fused norm, fc2), then the final norm and output layer. The vocabulary is split across
+    TP (unpadded: Megatron pads it to a multiple of 128 x TP); rotary embeddings have no parameters."""
+    h = shape.hidden_size
+    vocab = -(-shape.vocab_size // tp)
+    out = []
+    if first:
+        out.append(("embedding.word_embeddings.weight", vocab * h, False))
+    for i in range(layers):
+        p = f"decoder.layers.{i}."
+        # Attention.__init__ builds linear_proj before SelfAttention builds linear_qkv (TE fuses the input norm into it)
+        out += [(p + "self_attention.linear_proj.weight", h * (shape.num_attention_heads * shape.head_dim // tp), False),
+                (p + "self_attention.linear_qkv.layer_norm_weight", h, False),
+                (p + "self_attention.linear_qkv.weight", shape.qkv_out // tp * h, False)]
+        if shape.moe:  # the router, then grouped experts (TEGroupedMLP: every fc1, then every fc2)
+            ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
+            local = shape.num_moe_experts // ep
+            out += [(p + "pre_mlp_layernorm.weight", h, False), (p + "mlp.router.weight", shape.num_moe_experts * h, False)]
+            out += [(f"{p}mlp.experts.linear_fc1.weight{e}", ffn * (2 if shape.gated_linear_unit else 1) * h, True)
+                    for e in range(local)]
+            out += [(f"{p}mlp.experts.linear_fc2.weight{e}", h * ffn, True) for e in range(local)]
+        else:
+            ffn = shape.ffn_hidden_size // tp
+            out += [(p + "mlp.linear_fc1.layer_norm_weight", h, False),
+                    (p + "mlp.linear_fc1.weight", ffn * (2 if shape.gated_linear_unit else 1) * h, False),
+                    (p + "mlp.linear_fc2.weight", h * ffn, False)]
+    if last:
+        out.append(("decoder.final_layernorm.weight", h, False))
+        if not (first and shape.share_embeddings_and_output_weights):
+            out.append(("output_layer.weight", vocab * h, False))
+    return out

@@ -1,0 +1,37 @@
+"""`budget`: what communication costs per iteration and what overlap hides, for a resolved config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class BudgetResult:
+    analysis: object  # findings.analysis.Analysis
+    budget: object  # budget.estimate.Budget
+
+    def to_dict(self) -> dict:
+        sc = self.analysis.scenario
+        from ..contract import SCHEMA_VERSION
+
+        return {"schema_version": SCHEMA_VERSION, "bridge_version": sc.release.version,
+                "recipe": (sc.recipe or {}).get("name"), "gpus": sc.gpus, "gpu": sc.gpu,
+                "budget": self.budget.to_dict(sc.gpus),
+                "findings": [f.id for f in self.analysis.findings if f.severity == "error"],
+                "note": "times are estimates from measured bus bandwidths and GEMM rates (sources and assumptions "
+                        "listed); the truth needs a GPU: compare with `trace` of a profiled run"}
+
+
+def budget(overrides=None, *, model=None, shape=None, **inputs) -> BudgetResult:
+    from .. import budget as budgets
+    from ..errors import UsageError
+    from ..findings.analysis import analyze
+    from ..run import scenario
+
+    analysis = analyze(scenario.build(overrides=overrides, **inputs))
+    if analysis.errors:
+        raise UsageError("the config does not run (" + ", ".join(f.id for f in analysis.errors)
+                         + "): `resolve` with the same inputs says why; a budget needs a config that runs")
+    if not analysis.state.model.get("seq_length") or not analysis.state.train.get("global_batch_size"):
+        raise UsageError("the budget needs model.seq_length and train.global_batch_size (give them as KEY=VALUE)")
+    return BudgetResult(analysis, budgets.of(analysis, model=model, shape=shape))

@@ -1,0 +1,100 @@
+"""The budget's gradient buckets and P2P tensor shape against Megatron-Core's own code, on the CPU: its bucket layout
+functions (without and with the distributed optimizer) given the parameters of a real Llama stage (meta tensors, so
+no memory), and its pipeline schedule's tensor shape for the layouts tested."""
+
+import pytest
+import torch
+
+from mbridge_overlap.budget import buckets, shape as shapes
+
+LAYOUTS = [  # model, TP, EP, layers on the stage, DP, bucket size (None: unset), distributed optimizer, high-busbw padding
+    ("llama3_8b", 1, 1, 32, 8, None, True, False),
+    ("llama3_70b", 4, 1, 20, 2, None, True, False),
+    ("llama3_70b", 8, 1, 10, 16, 40_000_000, False, False),
+    ("llama31_405b", 8, 1, 16, 64, 134_217_728, True, True),
+    ("qwen3_30b_a3b", 1, 8, 12, 8, None, True, False),
+]
+
+
+def _params(model, tp, ep, layers):
+    sh, _ = shapes.of(model, {})
+    return [p for p in shapes.stage_params(sh, tp, ep, layers, first=True, last=False) if not p[2]]
+
+
+@pytest.mark.parametrize("model, tp, ep, layers, dp, size, distopt, pad", LAYOUTS)
+def test_buckets_are_megatron_cores(model, tp, ep, layers, dp, size, distopt, pad):
+    from megatron.core.distributed.distributed_data_parallel_config import DistributedDataParallelConfig
+    from megatron.core.distributed.param_and_grad_buffer import _compute_default_per_buffer_param_layout
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    params = _params(model, tp, ep, layers)
+    tensors = [torch.nn.Parameter(torch.empty(n, device="meta")) for _, n, _ in params]
+    bucket_size = buckets.default_bucket_size(size, True, dp)
+    if distopt:
+        cfg = DistributedDataParallelConfig(use_distributed_optimizer=True, pad_buckets_for_high_nccl_busbw=pad)
+        theirs = DistributedOptimizer._compute_per_buffer_param_layout(tensors, bucket_size, dp, cfg)
+    else:
+        theirs = _compute_default_per_buffer_param_layout(tensors, bucket_size)
+    mine = buckets.layout([n for _, n, _ in params], bucket_size, distributed_optimizer=distopt, dp_size=dp,
+                          pad_for_high_nccl_busbw=pad)
+    assert [(s, e) for s, e, _ in mine] == list(theirs.bucket_indices)
+    assert [u for _, _, u in mine] == list(theirs.per_bucket_numel_unpadded)
+    assert len(mine) > 1
+
+
+def test_the_unset_bucket_size_is_megatron_cores_default():
+    import inspect
+
+    from megatron.core.distributed import distributed_data_parallel
+
+    source = inspect.getsource(distributed_data_parallel.DistributedDataParallel.__init__)
+    assert "max(40000000, 1000000 * dp_group.size())" in source
+    assert buckets.default_bucket_size(None, True, 128) == max(40000000, 1000000 * 128)
+    assert buckets.default_bucket_size(None, False, 8) is None  # one bucket without overlap_grad_reduce
+
+
+_BUILD = """
+import json, os, sys
+import torch
+import torch.nn.functional as F
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1")
+torch.distributed.init_process_group("gloo")
+from megatron.core import parallel_state
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.transformer import TransformerConfig
+parallel_state.initialize_model_parallel(1, 1)
+s = json.loads(sys.argv[2])
+cfg = TransformerConfig(num_layers=2, hidden_size=s["hidden_size"], ffn_hidden_size=s["ffn_hidden_size"],
+                        num_attention_heads=s["num_attention_heads"], num_query_groups=s["num_query_groups"],
+                        gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, normalization="RMSNorm",
+                        use_cpu_initialization=True, init_model_with_meta_device=True)
+with torch.device("meta"):
+    model = GPTModel(cfg, get_gpt_layer_local_spec(), vocab_size=s["vocab_size"], max_sequence_length=8192,
+                     position_embedding_type="rope", share_embeddings_and_output_weights=False)
+print(json.dumps([p.numel() for _, p in model.named_parameters()]))
+"""
+
+
+def test_a_stage_s_parameters_are_megatron_cores_in_order():
+    """Megatron-Core's GPT model built on the meta device (no memory; in a process of its own, which a process group
+    needs) with the local layer spec, Transformer Engine's needing CUDA: the weights in registration order and the
+    total element count (TE fuses the input norms into linear_qkv and linear_fc1, where the local spec keeps them
+    apart: the same tensors, the norms elsewhere)."""
+    import dataclasses
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    sh, _ = shapes.of("llama3_8b", {})
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", _BUILD, port, json.dumps(dataclasses.asdict(sh))],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    theirs = json.loads(out.stdout.strip().splitlines()[-1])
+    mine = [n for _, n, _ in shapes.stage_params(sh, 1, 1, 2, first=True, last=True)]
+    assert sum(mine) == sum(theirs)
+    assert [n for n in mine if n > sh.hidden_size] == [n for n in theirs if n > sh.hidden_size]

@@ -1,0 +1,190 @@
+"""The communication budget against what others measured: predicted tokens/s/GPU of every dense-model pre-training
+row Megatron-Bridge publishes (docs/performance-summary*.md, read from a git mirror), each row's shipped perf recipe
+with the row's layout as overrides, resolved by the skill and costed by mbridge_overlap.budget.
+
+One constant per GPU system is fitted (`efficiency`, the fraction of the measured matmul rate a step's compute
+reaches): on the rows of one container release (CALIBRATION), so that their median ratio of predicted to published
+is 1; every other row is then a prediction, and the error per system is reported on those alone. Rows left out, each
+with why: Megatron-FSDP rows (the budget models the distributed optimizer), MoE and hybrid models (their shapes are
+not in data/budget_models.yaml yet), rows without a precision (the 25.09 tables), NVFP4 rows are reported apart
+(no FP4 matmul rate is in the data: they are costed at the FP8 rate).
+
+    MBRIDGE_SKILL_MIRROR=/path/to/Megatron-Bridge.git python3 tools/check_budget.py [--fit] [--check] [--write-docs]
+
+--fit prints the fitted constants; --check exits 1 when data/budget_systems.yaml's differ from the fit (by more
+than 0.002); --write-docs writes docs/budget.md (tables and an SVG plot of predicted against published).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tools import perf_tables  # noqa: E402
+
+MODELS = {"LLAMA3_8B": "llama3_8b", "LLAMA3_70B": "llama3_70b", "LLAMA3.1_405B": "llama31_405b"}
+PRECISIONS = {"FP8": "fp8cs", "FP8-CS": "fp8cs", "MXFP8": "fp8mx", "FP8-MX": "fp8mx", "NVFP4": "nvfp4", "BF16": "bf16"}
+CALIBRATION = "25.11"  # the first release whose tables give the precision
+DOC = ROOT / "docs" / "budget.md"
+
+
+def selected(rows: list[dict]) -> tuple[list[dict], list[tuple[dict, str]]]:
+    keep, left = [], []
+    for r in rows:
+        why = None
+        if r["model"] not in MODELS:
+            why = "model shape not in data/budget_models.yaml (MoE or hybrid)"
+        elif not r["precision"]:
+            why = "no precision published"
+        elif (perf_tables.number(r.get("fsdp")) or 0) > 0:
+            why = "Megatron-FSDP (the budget models the distributed optimizer)"
+        elif r["precision"] not in PRECISIONS:
+            why = f"precision {r['precision']} not mapped"
+        (left.append((r, why)) if why else keep.append(r))
+    return keep, left
+
+
+def predict(r: dict, efficiency: float | None = None) -> dict:
+    from mbridge_overlap import api
+    from mbridge_overlap.budget import system
+
+    gpus, tp, pp, cp = (perf_tables.number(r[k]) for k in ("gpus", "tp", "pp", "cp"))
+    vp = perf_tables.number(r.get("vp"))
+    recipe = f"{MODELS[r['model']]}_pretrain_{gpus}gpu_{r['system'].lower()}_{PRECISIONS[r['precision']]}_config"
+    overrides = {"model.tensor_model_parallel_size": tp, "model.pipeline_model_parallel_size": pp,
+                 "model.context_parallel_size": cp, "model.virtual_pipeline_model_parallel_size": vp if vp and vp > 1 and pp > 1 else None,
+                 "model.sequence_parallel": tp > 1, "model.seq_length": perf_tables.number(r["seq_length"]),
+                 "train.micro_batch_size": perf_tables.number(r["mbs"]), "train.global_batch_size": perf_tables.number(r["gbs"])}
+    known = {x["name"] for x in api.recipes(gpu=r["system"].lower()).to_dict()["recipes"]}
+    inputs = {"recipe": recipe} if recipe in known else {}
+    result = api.budget(overrides, model=MODELS[r["model"]], gpus=gpus, gpu=r["system"].lower(), **inputs)
+    b = result.budget
+    if efficiency is not None:
+        from mbridge_overlap import budget
+
+        b = budget.of(result.analysis, model=MODELS[r["model"]], efficiency=efficiency)
+    d = b.to_dict(gpus)
+    published = float(r["tokens_per_sec_per_gpu"])
+    return {"row": r, "recipe": recipe if inputs else "(baseline)", "predicted": d["tokens_per_sec_per_gpu"],
+            "published": published, "ratio": d["tokens_per_sec_per_gpu"] / published, "exposed_ms": d["exposed_ms"],
+            "iteration_ms": d["iteration_ms"], "efficiency": efficiency or system.get(r["system"].lower()).efficiency}
+
+
+def fit(rows: list[dict]) -> dict:
+    """Per system: the efficiency whose median predicted/published ratio on the calibration rows is 1."""
+    out = {}
+    for sysname in sorted({r["system"] for r in rows}):
+        calib = [r for r in rows if r["system"] == sysname and r["section"] == CALIBRATION and r["precision"] != "NVFP4"]
+        if not calib:
+            continue
+        lo, hi = 0.05, 1.0
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            ratio = statistics.median(predict(r, mid)["ratio"] for r in calib)
+            lo, hi = (mid, hi) if ratio < 1 else (lo, mid)
+        out[sysname.lower()] = round((lo + hi) / 2, 3)
+    return out
+
+
+def report(rows: list[dict]) -> tuple[list[str], dict]:
+    preds = [predict(r) for r in rows]
+    lines, errors = [], {}
+    for sysname in sorted({p["row"]["system"] for p in preds}):
+        mine = [p for p in preds if p["row"]["system"] == sysname and p["row"]["section"] != CALIBRATION
+                and p["row"]["precision"] != "NVFP4"]
+        if mine:
+            errs = [abs(p["ratio"] - 1) for p in mine]
+            errors[sysname] = (statistics.median(errs), max(errs), len(mine))
+    lines.append("| system | rows predicted | median abs error | worst |")
+    lines.append("| --- | ---: | ---: | ---: |")
+    for s, (med, worst, n) in errors.items():
+        lines.append(f"| {s} | {n} | {med * 100:.1f} % | {worst * 100:.1f} % |")
+    lines += ["", "| release | system | model | precision | GPUs | TP | PP | VP | CP | GBS | MBS | published tok/s/GPU | predicted "
+              "| error | exposed comm ms/iter |",
+              "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for p in sorted(preds, key=lambda p: (p["row"]["system"], p["row"]["model"], p["row"]["section"], p["row"]["precision"])):
+        r = p["row"]
+        tag = " (calibration)" if r["section"] == CALIBRATION else " (FP8 rate)" if r["precision"] == "NVFP4" else ""
+        lines.append(f"| {r['section']}{tag} | {r['system']} | {r['model']} | {r['precision']} | {r['gpus']} | {r['tp']} | {r['pp']} | "
+                     f"{r['vp']} | {r['cp']} | {r['gbs']} | {r['mbs']} | {float(r['tokens_per_sec_per_gpu']):,.0f} | {p['predicted']:,.0f} | "
+                     f"{(p['ratio'] - 1) * 100:+.1f} % | {p['exposed_ms']:,.1f} |")
+    return lines, {"preds": preds, "errors": errors}
+
+
+def svg(preds: list[dict]) -> str:
+    """Predicted against published tokens/s/GPU, log-log, one dot per row (calibration rows hollow)."""
+    import math
+
+    pts = [(p["published"], p["predicted"], p["row"]["section"] == CALIBRATION) for p in preds if p["predicted"] > 0]
+    lo = math.log10(min(min(a, b) for a, b, _ in pts) / 1.5)
+    hi = math.log10(max(max(a, b) for a, b, _ in pts) * 1.5)
+    size, pad = 420, 50
+
+    def xy(v):
+        return pad + (math.log10(v) - lo) / (hi - lo) * (size - 2 * pad)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{size}" height="{size}" font-family="sans-serif" font-size="11">',
+           f'<rect width="{size}" height="{size}" fill="white"/>',
+           f'<line x1="{pad}" y1="{size - pad}" x2="{size - pad}" y2="{pad}" stroke="#999" stroke-dasharray="4"/>']
+    for a, b, calib in pts:
+        x, y = xy(a), size - xy(b)
+        out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{"none" if calib else "#1f77b4"}" stroke="#1f77b4"/>')
+    out += [f'<text x="{size / 2}" y="{size - 12}" text-anchor="middle">published tokens/s/GPU (log)</text>',
+            f'<text x="14" y="{size / 2}" transform="rotate(-90 14 {size / 2})" text-anchor="middle">predicted (log)</text>',
+            "</svg>"]
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mirror", default=os.environ.get("MBRIDGE_SKILL_MIRROR"))
+    p.add_argument("--fit", action="store_true")
+    p.add_argument("--check", action="store_true")
+    p.add_argument("--write-docs", action="store_true")
+    args = p.parse_args(argv)
+    if not args.mirror:
+        print("check_budget: a Megatron-Bridge git mirror is needed (--mirror or MBRIDGE_SKILL_MIRROR)", file=sys.stderr)
+        return 2
+    rows, left = selected(perf_tables.rows(args.mirror))
+    if args.fit or args.check:
+        from mbridge_overlap.budget import system
+
+        fitted = fit(rows)
+        print("fitted efficiency per system (calibration rows: release " + CALIBRATION + "): " + ", ".join(f"{k} {v}" for k, v in fitted.items()))
+        off = {k: (v, system.get(k).efficiency) for k, v in fitted.items() if abs(v - system.get(k).efficiency) > 0.002}
+        if args.check and off:
+            print("data/budget_systems.yaml differs from the fit: " + ", ".join(f"{k} {b} (fit {a})" for k, (a, b) in off.items()))
+            return 1
+    lines, result = report(rows)
+    print("\n".join(lines[: 2 + len(result["errors"])]))
+    print(f"{len(rows)} rows used, {len(left)} left out")
+    if args.write_docs:
+        why: dict = {}
+        for _r, reason in left:
+            why[reason] = why.get(reason, 0) + 1
+        text = [
+            "# The communication budget against published runs", "",
+            "Written by `tools/check_budget.py --write-docs` (do not edit): Megatron-Bridge's published pre-training rows "
+            "(docs/performance-summary.md and its archive, read from the git mirror), each costed by `mbridge-overlap budget` "
+            "with the row's shipped perf recipe and layout. One constant per GPU system (`efficiency` in "
+            f"data/budget_systems.yaml) is fitted on the rows of release {CALIBRATION}; the errors below are on every other "
+            "row (NVFP4 rows apart: they are costed at the FP8 matmul rate).", "",
+            *lines[: 2 + len(result["errors"])], "",
+            f"Rows used: {len(rows)}; left out: " + "; ".join(f"{n} ({w})" for w, n in sorted(why.items())) + ".", "",
+            "![predicted against published tokens/s/GPU](budget-published.svg)", "",
+            *lines[2 + len(result["errors"]) + 1:], "",
+        ]
+        DOC.write_text("\n".join(text), encoding="utf-8")
+        (DOC.parent / "budget-published.svg").write_text(svg(result["preds"]), encoding="utf-8")
+        print(f"wrote {DOC.relative_to(ROOT)} and docs/budget-published.svg")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
