@@ -20,7 +20,23 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
             given[key] = value
     sh, origin = shapes.of(model, given)
     lay = estimate.layout_of(state, analysis.scenario.machine)
+    _fits(sh, lay)
     sysinfo = system.get(analysis.scenario.gpu, domain=lay.domain)
     if efficiency is not None:  # tools/check_budget.py fits it
         sysinfo = system.System(sysinfo.name, {**sysinfo.record, "efficiency": {"value": efficiency}}, lay.domain)
     return estimate.estimate(lay, sh, sysinfo, origin)
+
+
+def _fits(sh, lay) -> None:
+    """The splits Megatron-Core requires of a shape on a layout (TransformerConfig.__post_init__ and the layers'
+    constructors refuse the rest): one line naming the first that fails."""
+    from ..errors import UsageError
+
+    checks = [("num_layers", sh.num_layers, lay.pp * lay.vp, "PP x VP"),
+              ("num_attention_heads", sh.num_attention_heads, lay.tp, "TP"), ("num_query_groups", sh.groups, lay.tp, "TP"),
+              ("ffn_hidden_size", sh.ffn_hidden_size, lay.tp, "TP")]
+    if sh.moe:
+        checks.append(("num_moe_experts", sh.num_moe_experts, lay.ep, "EP"))
+    for name, value, by, what in checks:
+        if value % by:
+            raise UsageError(f"{name} ({value}) is not a multiple of {what} ({by}): Megatron-Core refuses this layout")

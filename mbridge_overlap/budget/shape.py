@@ -69,10 +69,35 @@ def of(model: str | None, given: dict) -> tuple[Shape, str]:
     if missing:
         raise UsageError("the model's shape is needed and not known: " + ", ".join(missing)
                          + " (pass --model NAME or the keys, e.g. --shape hidden_size=8192)")
-    for key in REQUIRED:
-        if not isinstance(values[key], int) or isinstance(values[key], bool) or values[key] < 1:
-            raise UsageError(f"{key}: must be a positive integer, got {values[key]!r}")
+    _check(values)
     return Shape(**values), "; ".join(origin)
+
+
+# Plausibility bounds of a transformer's shape (well above any published model): a budget of a shape beyond them
+# is a typo, and a shape's layers and experts are listed one by one.
+BOUNDS = {"num_layers": 4096, "hidden_size": 1 << 18, "ffn_hidden_size": 1 << 21, "num_attention_heads": 4096,
+          "num_query_groups": 4096, "kv_channels": 1 << 12, "vocab_size": 1 << 24, "num_moe_experts": 4096,
+          "moe_router_topk": 4096, "moe_ffn_hidden_size": 1 << 21}
+
+
+def _check(values: dict) -> None:
+    for key, bound in BOUNDS.items():
+        value = values.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= bound:
+            raise UsageError(f"{key}: must be a whole number from 1 to {bound:,}, got {value!r}")
+    for key in ("gated_linear_unit", "share_embeddings_and_output_weights"):
+        if key in values and not isinstance(values[key], bool):
+            raise UsageError(f"{key}: must be true or false, got {values[key]!r}")
+    heads, groups = values["num_attention_heads"], values.get("num_query_groups")
+    if groups is not None and heads % groups:
+        raise UsageError(f"num_attention_heads ({heads}) must be a multiple of num_query_groups ({groups})")
+    if values.get("kv_channels") is None and values["hidden_size"] % heads:
+        raise UsageError(f"hidden_size ({values['hidden_size']}) must be a multiple of num_attention_heads ({heads}), "
+                         "or give kv_channels")
+    if values.get("num_moe_experts") is not None and values.get("moe_router_topk", 2) > values["num_moe_experts"]:
+        raise UsageError(f"moe_router_topk ({values.get('moe_router_topk', 2)}) exceeds num_moe_experts ({values['num_moe_experts']})")
 
 
 # -- FLOPs of one micro-batch on one GPU (forward; backward is twice) -------------------------------------------------

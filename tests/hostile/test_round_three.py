@@ -281,3 +281,32 @@ def test_a_second_build_of_the_bridge_venv_waits_for_the_first(tmp_path):
         lock.close()
     err = proc.stderr.read().decode()
     assert "another process is building or checking" in err, err
+
+
+# --- the communication budget's model shapes ---------------------------------------------------------------------------
+
+BUDGET = ("budget", "--recipe", "llama3_70b_pretrain_64gpu_h100_bf16_config", "--model", "llama3_70b")
+SHAPES = count("budget_shapes", [
+    ("num_layers=0", "num_layers"), ("num_layers=-8", "whole number"), ("num_layers=1.5", "whole number"),
+    ("num_layers=999999999", "num_layers"), ("hidden_size=0", "hidden_size"), ("hidden_size=99999999", "hidden_size"),
+    ("num_attention_heads=0", "num_attention_heads"), ("num_attention_heads=7", "num_attention_heads"),
+    ("num_query_groups=3", "num_query_groups"), ("vocab_size=100000000", "vocab_size"), ("ffn_hidden_size=nan", "whole number"),
+    ("num_layers=81", "num_layers"), ("gated_linear_unit=2", "gated_linear_unit"), ("num_moe_experts=0", "num_moe_experts"),
+    ("moe_router_topk=9999", "moe_router_topk"), ("num_layers=\x1b[31m", "whole number"), ("=4", "KEY=VALUE"),
+    ("hidden_size", "KEY=VALUE"),
+])
+
+
+@pytest.mark.parametrize("token, word", SHAPES, ids=[t.encode("unicode_escape").decode() for t, _ in SHAPES])
+def test_an_impossible_model_shape_is_one_line(token, word):
+    proc = run_cli(*BUDGET, "--shape", token)
+    assert proc.returncode == 2, proc.stderr
+    assert_one_line(proc)
+    assert word in proc.stderr.decode()
+
+
+def test_a_huge_batch_is_arithmetic_not_memory():
+    proc = run_cli(*BUDGET, "train.global_batch_size=1000000000", "--format", "json", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert_clean_stderr(proc)
+    assert json.loads(proc.stdout)["budget"]["layout"]["micro_batches"] == 1000000000 // 2
