@@ -213,3 +213,15 @@ def test_a_python_without_the_packages_gets_one_line(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "pip install pyyaml jinja2" in proc.stderr
+
+
+def test_a_large_json_payload_is_one_line_and_the_same_data():
+    import json as _json
+
+    from mbridge_overlap.cli import options
+
+    small = {"a": [1, 2]}
+    assert options.to_json(small).count("\n") > 1 and _json.loads(options.to_json(small)) == small
+    big = {"rows": ["x" * 100] * 5000}
+    text = options.to_json(big)
+    assert text.count("\n") == 1 and _json.loads(text) == big
