@@ -32,8 +32,9 @@ def _fits(sh, lay) -> None:
     constructors refuse the rest): one line naming the first that fails."""
     from ..errors import UsageError
 
-    checks = [("num_layers", sh.num_layers, lay.pp * lay.vp, "PP x VP"),
-              ("num_attention_heads", sh.num_attention_heads, lay.tp, "TP"), ("num_query_groups", sh.groups, lay.tp, "TP"),
+    # (layers need not divide by PP x VP: Bridge's recipes split 126 layers over PP 8 x VP 8 by counting the embedding
+    # and the loss as layers, account_for_embedding/loss_in_pipeline_split; the budget costs the largest stage)
+    checks = [("num_attention_heads", sh.num_attention_heads, lay.tp, "TP"), ("num_query_groups", sh.groups, lay.tp, "TP"),
               ("ffn_hidden_size", sh.ffn_hidden_size, lay.tp, "TP")]
     if sh.moe:
         checks.append(("num_moe_experts", sh.num_moe_experts, lay.ep, "EP"))

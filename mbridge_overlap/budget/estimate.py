@@ -153,7 +153,7 @@ def estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str =
 
 def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str) -> Budget:
     tokens = lay.seq * lay.mbs  # one micro-batch of one DP rank
-    layers = max(1, shape.num_layers // lay.pp)
+    layers = -(-shape.num_layers // lay.pp)  # the largest stage
     rate = system.gemm_tflops(lay.precision) * 1e12 * system.efficiency
     attn_rate = system.gemm_tflops("bf16") * 1e12 * system.efficiency
     per_layer = shapes.layer_flops(shape, tokens, lay.seq, lay.tp, lay.cp)

@@ -291,7 +291,7 @@ SHAPES = count("budget_shapes", [
     ("num_layers=999999999", "num_layers"), ("hidden_size=0", "hidden_size"), ("hidden_size=99999999", "hidden_size"),
     ("num_attention_heads=0", "num_attention_heads"), ("num_attention_heads=7", "num_attention_heads"),
     ("num_query_groups=3", "num_query_groups"), ("vocab_size=100000000", "vocab_size"), ("ffn_hidden_size=nan", "whole number"),
-    ("num_layers=81", "num_layers"), ("gated_linear_unit=2", "gated_linear_unit"), ("num_moe_experts=0", "num_moe_experts"),
+    ("num_attention_heads=66", "num_attention_heads"), ("gated_linear_unit=2", "gated_linear_unit"), ("num_moe_experts=0", "num_moe_experts"),
     ("moe_router_topk=9999", "moe_router_topk"), ("num_layers=\x1b[31m", "whole number"), ("=4", "KEY=VALUE"),
     ("hidden_size", "KEY=VALUE"),
 ])
