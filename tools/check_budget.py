@@ -21,6 +21,7 @@ import argparse
 import os
 import statistics
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,29 +52,46 @@ def selected(rows: list[dict]) -> tuple[list[dict], list[tuple[dict, str]]]:
 
 
 def predict(r: dict, efficiency: float | None = None) -> dict:
-    from mbridge_overlap import api
+    from mbridge_overlap import budget
     from mbridge_overlap.budget import system
 
-    gpus, tp, pp, cp = (perf_tables.number(r[k]) for k in ("gpus", "tp", "pp", "cp"))
-    vp = perf_tables.number(r.get("vp"))
-    recipe = f"{MODELS[r['model']]}_pretrain_{gpus}gpu_{r['system'].lower()}_{PRECISIONS[r['precision']]}_config"
-    overrides = {"model.tensor_model_parallel_size": tp, "model.pipeline_model_parallel_size": pp,
-                 "model.context_parallel_size": cp, "model.virtual_pipeline_model_parallel_size": vp if vp and vp > 1 and pp > 1 else None,
-                 "model.sequence_parallel": tp > 1, "model.seq_length": perf_tables.number(r["seq_length"]),
-                 "train.micro_batch_size": perf_tables.number(r["mbs"]), "train.global_batch_size": perf_tables.number(r["gbs"])}
-    known = {x["name"] for x in api.recipes(gpu=r["system"].lower()).to_dict()["recipes"]}
-    inputs = {"recipe": recipe} if recipe in known else {}
-    result = api.budget(overrides, model=MODELS[r["model"]], gpus=gpus, gpu=r["system"].lower(), **inputs)
-    b = result.budget
-    if efficiency is not None:
-        from mbridge_overlap import budget
-
-        b = budget.of(result.analysis, model=MODELS[r["model"]], efficiency=efficiency)
-    d = b.to_dict(gpus)
+    result, recipe = _resolved(r["source"], r)
+    b = result.budget if efficiency is None else budget.of(result.analysis, model=MODELS[r["model"]], efficiency=efficiency)
+    d = b.to_dict(result.analysis.scenario.gpus)
     published = float(r["tokens_per_sec_per_gpu"])
-    return {"row": r, "recipe": recipe if inputs else "(baseline)", "predicted": d["tokens_per_sec_per_gpu"],
+    return {"row": r, "recipe": recipe, "predicted": d["tokens_per_sec_per_gpu"],
             "published": published, "ratio": d["tokens_per_sec_per_gpu"] / published, "exposed_ms": d["exposed_ms"],
             "iteration_ms": d["iteration_ms"], "efficiency": efficiency or system.get(r["system"].lower()).efficiency}
+
+
+_RESOLVED: dict = {}
+
+
+def _resolved(source: str, r: dict):
+    """(the row's budget result, the recipe it starts from), resolved once per row (fit() costs it many times)."""
+    if source not in _RESOLVED:
+        from mbridge_overlap import api
+
+        gpus, tp, pp, cp = (perf_tables.number(r[k]) for k in ("gpus", "tp", "pp", "cp"))
+        vp = perf_tables.number(r.get("vp"))
+        recipe = f"{MODELS[r['model']]}_pretrain_{gpus}gpu_{r['system'].lower()}_{PRECISIONS[r['precision']]}_config"
+        overrides = {"model.tensor_model_parallel_size": tp, "model.pipeline_model_parallel_size": pp,
+                     "model.context_parallel_size": cp,
+                     "model.virtual_pipeline_model_parallel_size": vp if vp and vp > 1 and pp > 1 else None,
+                     "model.sequence_parallel": tp > 1, "model.seq_length": perf_tables.number(r["seq_length"]),
+                     "train.micro_batch_size": perf_tables.number(r["mbs"]),
+                     "train.global_batch_size": perf_tables.number(r["gbs"])}
+        inputs = {"recipe": recipe} if recipe in _recipe_names(r["system"].lower()) else {}
+        result = api.budget(overrides, model=MODELS[r["model"]], gpus=gpus, gpu=r["system"].lower(), **inputs)
+        _RESOLVED[source] = (result, recipe if inputs else "(baseline)")
+    return _RESOLVED[source]
+
+
+@lru_cache(maxsize=None)
+def _recipe_names(gpu: str) -> frozenset:
+    from mbridge_overlap import api
+
+    return frozenset(x["name"] for x in api.recipes(gpu=gpu).to_dict()["recipes"])
 
 
 def fit(rows: list[dict]) -> dict:

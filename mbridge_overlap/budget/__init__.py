@@ -8,16 +8,16 @@ from __future__ import annotations
 
 def of(analysis, model: str | None = None, shape: dict | None = None, efficiency: float | None = None):
     """The budget of an analysed scenario (findings.analysis.Analysis) for a model's shape: a known model's name
-    and/or shape keys; the config's own values (hidden size, seq length) where it gives them. efficiency: instead of
+    and/or shape keys; the config's own hidden size where it gives one. efficiency: instead of
     the system's fitted one."""
     from . import estimate, shape as shapes, system
 
     state = analysis.state
     given = dict(shape or {})
-    for key in ("hidden_size", "num_layers", "ffn_hidden_size", "num_attention_heads"):
-        value = state.model.get(key)
-        if key not in given and value is not None and analysis.scenario.request.origin.get(f"model.{key}") not in (None, "recipe"):
-            given[key] = value
+    # the only shape key a config carries (the request models no other); a recipe's is its offline stand-in's
+    hidden = state.model.get("hidden_size")
+    if "hidden_size" not in given and hidden is not None and analysis.scenario.request.origin.get("model.hidden_size") not in (None, "recipe"):
+        given["hidden_size"] = hidden
     sh, origin = shapes.of(model, given)
     lay = estimate.layout_of(state, analysis.scenario.machine)
     _fits(sh, lay)

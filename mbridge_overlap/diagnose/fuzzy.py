@@ -21,7 +21,7 @@ from collections import Counter
 from functools import lru_cache
 
 from . import causes
-from .messages import Catalog, Entry
+from .messages import FIELD, Catalog, Entry
 
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+")
 ERRORISH = re.compile(r"Error\b|Exception\b|[Aa]ssert|\bmust\b|\bshould\b|\brequires?\b|not supported|\bcannot\b|\binvalid\b|"
@@ -77,7 +77,7 @@ class Fuzzy:
 
 def _literal(template: str) -> str:
     """The message's own words: its {field} placeholders left out."""
-    return re.sub(r"\{[^{}]*\}", " ", template)
+    return FIELD.sub(" ", template)
 
 
 @lru_cache(maxsize=8)

@@ -724,6 +724,10 @@ class Catalog:
         return f"<messages.Catalog {self.version} ({len(self.entries)} entries)>"
 
 
+# a {field} placeholder of a message template (no nested braces)
+FIELD = re.compile(r"\{[^{}]*\}")
+
+
 def _squash(code: str) -> str:
     """Source text compared loosely: no whitespace, one kind of quote (ast.unparse writes ' where code has ")."""
     return "".join(code.split()).replace('"', "'")

@@ -13,7 +13,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from . import causes, frames, fuzzy
-from .messages import Catalog, Entry, Hit, clean, parse_frame
+from .messages import FIELD, Catalog, Entry, Hit, clean, parse_frame
 from .reader import Line
 
 MAX_RANKS = 4096  # rank labels kept per message (the count goes on)
@@ -241,10 +241,7 @@ def _indent(text: str) -> int:
 
 def _shape(entry: Entry) -> str | None:
     """A message's literal text with its fields blanked."""
-    return _FIELDS.sub("{}", entry.template) if entry.template else entry.pattern
-
-
-_FIELDS = re.compile(r"\{[^{}]*\}")
+    return FIELD.sub("{}", entry.template) if entry.template else entry.pattern
 
 
 def _by_frame(hits, frame) -> Entry | None:

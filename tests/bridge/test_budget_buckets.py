@@ -1,6 +1,7 @@
-"""The budget's gradient buckets and P2P tensor shape against Megatron-Core's own code, on the CPU: its bucket layout
-functions (without and with the distributed optimizer) given the parameters of a real Llama stage (meta tensors, so
-no memory), and its pipeline schedule's tensor shape for the layouts tested."""
+"""The budget's gradient buckets and a stage's parameters against Megatron-Core's own code, on the CPU: its bucket
+layout functions (without and with the distributed optimizer) given the parameters of real Llama and Qwen3-MoE stages
+(meta tensors, so no memory), and the parameters of a GPT model it builds on the meta device. (The pipeline tensor's
+shape is not held to Megatron-Core here.)"""
 
 import pytest
 import torch
