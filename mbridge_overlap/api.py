@@ -17,18 +17,23 @@ if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about
     from typing import Any
 
 
-def resolve(overrides: Mapping[str, Any] | None = None, **inputs):
+def resolve(overrides: Mapping[str, Any] | None = None, *, model: str | None = None, shape: Mapping[str, Any] | None = None,
+            **inputs):
     """Effective values after Bridge's runtime_config_update() for overrides on a starting config, and every finding.
 
     The start is Bridge's recipe baseline (_pretrain_common), or the shipped recipe `recipe` (a function name of
     megatron.bridge.recipes or perf_recipes). overrides: dotted keys as Bridge's scripts take them
     ({"model.tensor_model_parallel_size": 4}), typed or as command-line strings. config: a ConfigContainer-shaped
     mapping or YAML path (a saved run_config.yaml or an override file), applied before the overrides. launcher_env:
-    the environment the job is launched with (its values win over cfg.env_vars)."""
+    the environment the job is launched with (its values win over cfg.env_vars). model, shape: as for budget(); the
+    result's budget is the config's (or why there is none: the shape is not known, the config does not run)."""
+    from . import budget as budgets
     from .run import scenario
     from .findings.analysis import analyze
 
-    return analyze(scenario.build(overrides=overrides, **inputs))
+    analysis = analyze(scenario.build(overrides=overrides, **inputs))
+    analysis.budget = budgets.shown(analysis, model, shape)
+    return analysis
 
 
 def budget(overrides: Mapping[str, Any] | None = None, *, model: str | None = None, shape: Mapping[str, Any] | None = None,
@@ -45,28 +50,34 @@ def plan(**layout):
     """The overrides that turn on every overlap mode a layout can use, checked by the resolver.
 
     Keywords: the layout (tp, pp, vpp, cp, precision, hidden_size, seq_length, micro_batch_size, lora, moe,
-    moe_a2a_overlap, moe_flex_dispatcher_backend, megatron_fsdp, recipe: a recipe function or model family) and the
-    scenario's inputs (gpus, gpu, te, bridge_version, task, machine_facts, launcher_env)."""
+    moe_a2a_overlap, moe_flex_dispatcher_backend, megatron_fsdp, recipe: a recipe function or model family), the
+    budget's (model, shape as for budget(); global_batch_size) and the scenario's inputs (gpus, gpu, te,
+    bridge_version, task, machine_facts, launcher_env)."""
     from .verbs.plan import make_plan
 
     return make_plan(**layout)
 
 
-def lint(config=None, overrides: Mapping[str, Any] | None = None, **inputs):
-    """Every finding for a saved run config (or a shipped recipe, recipe=), and the overlap it left on the table."""
+def lint(config=None, overrides: Mapping[str, Any] | None = None, *, model: str | None = None,
+         shape: Mapping[str, Any] | None = None, **inputs):
+    """Every finding for a saved run config (or a shipped recipe, recipe=), the overlap it left on the table, and its
+    communication budget (model, shape: as for budget(); a saved run config holds the shape itself)."""
     from .verbs.lint import lint as run_lint
 
-    return run_lint(config, overrides, **inputs)
+    return run_lint(config, overrides, model=model, shape=shape, **inputs)
 
 
 def diff(before=None, after=None, *, overrides: Mapping[str, Any] | None = None, before_overrides: Mapping[str, Any] | None = None,
          recipe: str | None = None, recipe_before: str | None = None, recipe_after: str | None = None, gpus: int | None = None,
-         gpus_before: int | None = None, gpus_after: int | None = None, **inputs):
+         gpus_before: int | None = None, gpus_after: int | None = None, model: str | None = None,
+         shape: Mapping[str, Any] | None = None, **inputs):
     """The overlap-relevant changes from one scenario to another, each with its cause, ranked by expected impact.
 
     A side is a run config (before/after), or a recipe (recipe for both, or recipe_before/recipe_after), at a GPU
     count (gpus for both, or gpus_before/gpus_after), with overrides (before_overrides; overrides go on AFTER): two
-    saved runs, two recipes, one recipe at two GPU counts, or one config before and after overrides."""
+    saved runs, two recipes, one recipe at two GPU counts, or one config before and after overrides. model, shape:
+    the model's shape for what the change does to the communication budget (as for budget(); each side's own
+    recipe model or saved config where not given)."""
     from .run import scenario
     from .verbs.diff import diff as run_diff
 
@@ -77,7 +88,7 @@ def diff(before=None, after=None, *, overrides: Mapping[str, Any] | None = None,
     after_config = after if after is not None else (before if recipe_after is None and recipe is None else None)
     after_sc = scenario.build(config=after_config, recipe=recipe_after or recipe, gpus=gpus_after or gpus,
                               overrides={**dict(before_overrides or {}), **dict(overrides or {})}, side="after", **inputs)
-    return run_diff(before_sc, after_sc)
+    return run_diff(before_sc, after_sc, model=model, shape=shape)
 
 
 def diagnose(logs, *, compare: bool = False, **inputs):

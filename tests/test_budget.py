@@ -91,10 +91,11 @@ def test_buckets_close_at_the_size_and_pad_for_the_distributed_optimizer():
     (["--model", "no_such_model"], "unknown model"),
     (["--shape", "hidden_size=abc"], "whole number"),
     (["--shape", "not_a_key=3", "--model", "llama3_8b"], "unknown shape key"),
-    ([], "shape is needed"),
+    (["--recipe", "qwen25_7b_pretrain_config"], "shape is needed"),  # a model the budget does not know by name
 ])
 def test_bad_budget_input_is_one_line_and_status_2(argv, word):
-    out = subprocess.run([sys.executable, "-m", "mbridge_overlap", "budget", "--recipe", RECIPE, *argv],
+    recipe = [] if "--recipe" in argv else ["--recipe", RECIPE]
+    out = subprocess.run([sys.executable, "-m", "mbridge_overlap", "budget", *recipe, *argv],
                          capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 2 and word in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1

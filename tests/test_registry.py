@@ -8,6 +8,7 @@ from mbridge_overlap import findings
 from tools import examples
 from mbridge_overlap.verbs import diff, lint, plan as planner  # noqa: F401  (their raisers declare themselves)
 from mbridge_overlap.diagnose import report  # noqa: F401
+from mbridge_overlap.budget import worth  # noqa: F401
 
 
 def test_every_record_is_complete_and_of_known_fields():
@@ -58,6 +59,8 @@ def _findings(example):
     if example["verb"] == "plan":
         p = api.plan(**kw)
         return p.analysis.findings + p.notes
+    if example["verb"] == "budget":
+        return api.budget(**kw).budget.findings
     if example["verb"] == "lint":
         return api.lint(None, kw["overrides"], gpus=kw["gpus"], gpu=kw["gpu"]).findings
     if example["verb"].startswith("diagnose"):

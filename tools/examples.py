@@ -9,6 +9,7 @@ An example is a mapping with `verb` and that verb's inputs:
     diff        before, after (overrides of two override files), gpus: [before, after]
     diagnose    log: the lines of a log (written to a file and diagnosed)
     diagnose_compare  before, after: two logs' times per iteration in ms (Bridge's iteration lines)
+    budget      overrides, recipe, gpus, model, machine_facts: the budget's own findings (about worth)
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def run(example: dict) -> list[Shown]:
     if verb == "plan":
         d = api.plan(**kw).to_dict()
         return [Shown(f["id"], f["message"], f["fix"]) for f in d["findings"] + d["plan_notes"]]
+    if verb == "budget":
+        return _shown(api.budget(**kw).budget.findings)
     with tempfile.TemporaryDirectory(prefix="mbridge-overlap-example-") as tmp:
         if verb == "lint":
             overrides = dict(kw["overrides"])

@@ -5,33 +5,63 @@ gradient buckets (buckets.py); the systems' measured rates with their sources (s
 
 from __future__ import annotations
 
+from ..errors import NotKnown, UsageError
+
 
 def of(analysis, model: str | None = None, shape: dict | None = None, efficiency: float | None = None):
     """The budget of an analysed scenario (findings.analysis.Analysis) for a model's shape: a known model's name
-    and/or shape keys; the config's own hidden size where it gives one. efficiency: instead of
+    (else the recipe's model, where the budget knows it), then the shape keys of the run config's model section (a
+    saved run config holds them all), then `shape`'s keys, each winning over the one before. efficiency: instead of
     the system's fitted one."""
-    from . import estimate, shape as shapes, system
+    from . import estimate, shape as shapes, system, worth
 
-    state = analysis.state
-    given = dict(shape or {})
-    # the only shape key a config carries (the request models no other); a recipe's is its offline stand-in's
-    hidden = state.model.get("hidden_size")
-    if "hidden_size" not in given and hidden is not None and analysis.scenario.request.origin.get("model.hidden_size") not in (None, "recipe"):
-        given["hidden_size"] = hidden
-    sh, origin = shapes.of(model, given)
-    lay = estimate.layout_of(state, analysis.scenario.machine)
+    state, sc = analysis.state, analysis.scenario
+    saved = shapes.in_config((sc.config.raw if sc.config else {}).get("model"))
+    given = dict(saved)
+    # the only shape key the request models; a recipe's is its offline stand-in's, not the model's
+    if state.model.get("hidden_size") is not None and sc.request.origin.get("model.hidden_size") not in (None, "recipe"):
+        given["hidden_size"] = state.model["hidden_size"]
+    given.update(shape or {})
+    if model is None and sc.family in shapes.models():
+        model = sc.family
+    said = [f"{sc.config.path}'s model section" if saved else "", "given: " + ", ".join(sorted(shape)) if shape else ""]
+    sh, origin = shapes.of(model, given, "; ".join(s for s in said if s) or None)
+    lay = estimate.layout_of(state, sc.machine)
     _fits(sh, lay)
-    sysinfo = system.get(analysis.scenario.gpu, domain=lay.domain)
+    sysinfo = system.get(sc.gpu, domain=lay.domain)
     if efficiency is not None:  # tools/check_budget.py fits it
         sysinfo = system.System(sysinfo.name, {**sysinfo.record, "efficiency": {"value": efficiency}}, lay.domain)
-    return estimate.estimate(lay, sh, sysinfo, origin)
+    budget = estimate.estimate(lay, sh, sysinfo, origin)
+    budget.findings = worth.check(budget)
+    return budget
+
+
+def needs(analysis) -> str | None:
+    """Why a config has no budget (it does not run, or lacks the batch), else None."""
+    if analysis.errors:
+        return ("the config does not run (" + ", ".join(f.id for f in analysis.errors)
+                + "): `resolve` with the same inputs says why; a budget needs a config that runs")
+    if not analysis.state.model.get("seq_length") or not analysis.state.train.get("global_batch_size"):
+        return ("the budget needs model.seq_length and train.global_batch_size (resolve and budget: as KEY=VALUE; plan: "
+                "--seq-length and --global-batch-size)")
+    return None
+
+
+def shown(analysis, model: str | None = None, shape: dict | None = None) -> dict:
+    """The budget as resolve, plan and diff show it (budget.schema.json's budget), or {"unavailable": why} where the
+    config does not run, the model's shape or the GPU's rates are not known (a wrong --model or shape key is still an error)."""
+    why = needs(analysis)
+    if why is None:
+        try:
+            return of(analysis, model=model, shape=shape).to_dict(analysis.scenario.gpus)
+        except NotKnown as exc:
+            why = str(exc)
+    return {"unavailable": why}
 
 
 def _fits(sh, lay) -> None:
     """The splits Megatron-Core requires of a shape on a layout (TransformerConfig.__post_init__ and the layers'
     constructors refuse the rest): one line naming the first that fails."""
-    from ..errors import UsageError
-
     # (layers need not divide by PP x VP: Bridge's recipes split 126 layers over PP 8 x VP 8 by counting the embedding
     # and the loss as layers, account_for_embedding/loss_in_pipeline_split; the budget costs the largest stage)
     checks = [("num_attention_heads", sh.num_attention_heads, lay.tp, "TP"), ("num_query_groups", sh.groups, lay.tp, "TP"),

@@ -77,6 +77,8 @@ class Item:
     seconds: float  # all of them, per iteration
     hidden: float  # of that, hidden behind compute with the settings as given
     setting: str | None  # the overlap setting that hides it (None: always overlapped by design, or never)
+    last: float = 0.0  # of `seconds`, the part no overlap can hide (the last gradient bucket: the backward has ended)
+    last_bytes: int = 0  # that last bucket's message
 
     def to_dict(self) -> dict:
         return {"dimension": self.dimension, "collective": self.collective, "what": self.what, "bytes": self.bytes,
@@ -93,6 +95,7 @@ class Budget:
     bubble_s: float
     items: list = field(default_factory=list)
     flipped: dict = field(default_factory=dict)  # setting -> exposed seconds change with it flipped
+    findings: list = field(default_factory=list)  # worth.check(): what the budget says about worth (Finding)
 
     @property
     def exposed_s(self) -> float:
@@ -131,6 +134,7 @@ class Budget:
                        "nvlink_domain": lay.domain},
             "shape_from": self.shape_from, "system": self.system.name, "sources": self.system.sources(),
             "assumptions": list(ASSUMPTIONS), "range": list(RANGE),
+            "findings": [f.to_dict() for f in self.findings],
         }
 
 
@@ -251,7 +255,8 @@ def _dp(lay, shape, system, layers, stage_fwd) -> list:
     hidden = max(0.0, min(sum(times[:-1]), bwd)) if lay.settings["overlap_grad_reduce"] else 0.0
     out.append(Item("dp", reduce, f"gradients ({len(spans)} bucket{'s' if len(spans) != 1 else ''}, "
                     f"{'FP32' if grad_bytes == 4 else 'BF16'})", max(e - s for s, e, _ in spans) * grad_bytes, len(spans),
-                    group, link, sum(times), hidden, "overlap_grad_reduce"))
+                    group, link, sum(times), hidden, "overlap_grad_reduce", last=times[-1],
+                    last_bytes=(spans[-1][1] - spans[-1][0]) * grad_bytes))
     if distopt:
         times = [system.seconds("all_gather", (e - s) * param_bytes, group, link) for s, e, _ in spans]
         # forward needs the embedding's bucket (the last backward fills) first: the others load behind compute

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ..errors import UsageError
+from ..errors import NotKnown, UsageError
 from ..upstream.releases import DATA_DIR, load_yaml
 
 REQUIRED = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size")
@@ -48,8 +48,16 @@ def models() -> dict:
     return load_yaml(DATA_DIR / "budget_models.yaml")["models"]
 
 
-def of(model: str | None, given: dict) -> tuple[Shape, str]:
-    """The shape from a known model name and/or the keys given (which win); (shape, where it came from)."""
+def in_config(model: dict | None) -> dict:
+    """The shape keys a config's model section holds (a saved run config, or the summary Bridge printed): the
+    Shape fields set to a whole number or a boolean."""
+    names = {f.name for f in fields(Shape)}
+    return {k: v for k, v in (model or {}).items() if k in names and isinstance(v, (int, bool)) and v is not None}
+
+
+def of(model: str | None, given: dict, said: str | None = None) -> tuple[Shape, str]:
+    """The shape from a known model name and/or the keys given (which win); (shape, where it came from). said: where
+    the given keys came from (default: "given: KEYS")."""
     values: dict = {}
     origin = []
     if model:
@@ -64,10 +72,10 @@ def of(model: str | None, given: dict) -> tuple[Shape, str]:
             raise UsageError(f"unknown shape key {key!r}; known: {', '.join(sorted(names))}")
         values[key] = value
     if given:
-        origin.append("given: " + ", ".join(sorted(given)))
+        origin.append(said or "given: " + ", ".join(sorted(given)))
     missing = [k for k in REQUIRED if values.get(k) is None]
     if missing:
-        raise UsageError("the model's shape is needed and not known: " + ", ".join(missing)
+        raise NotKnown("the model's shape is needed and not known: " + ", ".join(missing)
                          + " (pass --model NAME or the keys, e.g. --shape hidden_size=8192)")
     _check(values)
     return Shape(**values), "; ".join(origin)

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..errors import UsageError
+from ..errors import NotKnown
 from ..upstream.releases import DATA_DIR, load_yaml
 
 # bytes a collective moves through each rank's link, per byte of its buffer, for a group of n (nccl-tests' busbw)
@@ -69,7 +69,7 @@ def get(gpu: str, domain: int = 8) -> System:
     systems = data()["systems"]
     key = gpu.lower()
     if key not in systems:
-        raise UsageError(f"no budget data for GPU type {gpu!r}; known: {', '.join(sorted(systems))}")
+        raise NotKnown(f"no budget data for GPU type {gpu!r}; known: {', '.join(sorted(systems))}")
     return System(key, systems[key], domain)
 
 

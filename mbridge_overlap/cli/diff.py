@@ -24,6 +24,7 @@ def add_arguments(p) -> None:
     p.add_argument("--gpus-after", type=options.gpu_count, help="GPU count of AFTER (diff --recipe R --gpus-after 32: what changes on 32 GPUs)")
     p.add_argument("--before", action="append", default=[], metavar="KEY=VALUE", help="an override on BEFORE (and AFTER, which starts from it)")
     options.scenario_flags(p, gpus=False)
+    options.budget_flags(p)
     options.output_flags(p)
 
 
@@ -44,7 +45,7 @@ def run(args) -> int:
     result = api.diff(
         paths[0] if paths else None, paths[1] if len(paths) > 1 else None, overrides=overrides, before_overrides=before_overrides,
         recipe_before=args.recipe_before, recipe_after=args.recipe_after, gpus=args.gpus, gpus_before=args.gpus_before,
-        gpus_after=args.gpus_after, **options.inputs(args),
+        gpus_after=args.gpus_after, **options.budget_inputs(args), **options.inputs(args),
     )
     d = result.to_dict()
     options.emit(args, options.to_json(d) if args.format == "json" else text.diff(d))

@@ -89,6 +89,32 @@ def scenario_flags(p: argparse.ArgumentParser, gpus: bool = True) -> None:
     release_flag(p)
 
 
+def budget_flags(p: argparse.ArgumentParser, models: list | None = None) -> None:
+    """--model and --shape: the model's shape, for the communication budget (budget, and resolve/plan/diff beside
+    their answer). models: the names to list in the help (the budget verb's; the others point to it)."""
+    known = ": " + ", ".join(models) if models else " (`budget --help` lists them)"
+    p.add_argument("--model", help="the model's shape for the communication budget, by a known model's name" + known
+                   + "; default: the recipe's model where known")
+    p.add_argument("--shape", action="append", default=[], type=_shape_key, metavar="KEY=VALUE",
+                   help="a shape key (num_layers, hidden_size, ffn_hidden_size, num_attention_heads, num_query_groups, "
+                        "vocab_size, ...): repeatable; wins over --model and the config's")
+
+
+def _shape_key(token: str) -> tuple:
+    key, eq, value = token.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {safeio.shown(token)}")
+    if value.lower() in ("true", "false"):
+        return key, value.lower() == "true"
+    if value.isascii() and value.isdigit() and len(value) <= 9:
+        return key, int(value)
+    raise argparse.ArgumentTypeError(f"{safeio.shown(key)}: expected a whole number or true/false, got {safeio.shown(value)}")
+
+
+def budget_inputs(args) -> dict:
+    return {"model": args.model, "shape": dict(args.shape)}
+
+
 def inputs(args, **extra) -> dict:
     yes = {"yes": True, "no": False, None: None}
     machine = {"nvlink_domain": args.nvlink_domain, "gpus_per_node": args.gpus_per_node, "multicast": yes[args.multicast],

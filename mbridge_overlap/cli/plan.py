@@ -21,6 +21,8 @@ def add_arguments(p) -> None:
                    help="model hidden size (to match a tuned TP preset; default: the recipe's, where known)")
     p.add_argument("--seq-length", type=options.positive_int, help="sequence length (to match a tuned TP preset; default: the recipe's)")
     p.add_argument("--micro-batch-size", type=options.positive_int, help="micro batch size (to match a tuned TP preset; default: the recipe's)")
+    p.add_argument("--global-batch-size", type=options.positive_int,
+                   help="global batch size, for the communication budget (micro-batches per iteration; default: the recipe's)")
     p.add_argument("--lora", action="store_true", help="LoRA fine-tuning (LoRA presets)")
     p.add_argument("--moe", action="store_true", default=None, help="an MoE model with expert parallelism (default: from the recipe)")
     p.add_argument("--moe-a2a-overlap", action="store_true",
@@ -28,15 +30,16 @@ def add_arguments(p) -> None:
     p.add_argument("--moe-flex-backend", help="MoE flex dispatcher backend: " + ", ".join(releases.data()["flex_dispatcher_backends"]))
     p.add_argument("--megatron-fsdp", action="store_true", help="Megatron-FSDP (ddp.use_megatron_fsdp) instead of DDP")
     options.scenario_flags(p)
+    options.budget_flags(p)
     options.output_flags(p, formats=("text", "json") + SNIPPETS)
 
 
 def run(args) -> int:
     result = api.plan(
         tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, precision=args.precision, hidden_size=args.hidden_size,
-        seq_length=args.seq_length, micro_batch_size=args.micro_batch_size, lora=args.lora, moe=args.moe,
+        seq_length=args.seq_length, micro_batch_size=args.micro_batch_size, global_batch_size=args.global_batch_size, lora=args.lora, moe=args.moe,
         moe_a2a_overlap=args.moe_a2a_overlap, moe_flex_dispatcher_backend=args.moe_flex_backend, megatron_fsdp=args.megatron_fsdp,
-        **options.inputs(args, gpus=args.gpus),
+        **options.budget_inputs(args), **options.inputs(args, gpus=args.gpus),
     )
     if args.format in SNIPPETS and result.errors:  # no paste-ready snippet of a config that Bridge or Megatron-Core rejects
         for f in result.errors:

@@ -32,6 +32,7 @@ class Analysis:
     scenario: Scenario
     state: resolver.State
     findings: list = field(default_factory=list)
+    budget: dict | None = None  # budget.shown(): set where a verb was asked for it (resolve, plan)
 
     @property
     def errors(self) -> list:
@@ -116,6 +117,7 @@ class Analysis:
             "inputs": sc.to_dict(),
             "notes": list(sc.notes),
             "findings": [f.to_dict() for f in self.findings],
+            **({"budget": self.budget} if self.budget is not None else {}),
         }
 
 

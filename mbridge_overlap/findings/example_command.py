@@ -35,6 +35,9 @@ def command(example: dict) -> str:
     elif verb == "diagnose_compare":
         words += ["diagnose", "--compare", "before.log", "after.log",
                   f"# Bridge's iteration lines, ms per iteration: before {kw['before']}, after {kw['after']}"]
+    elif verb == "budget":
+        words += ["budget", *_flags(kw, ("recipe", "gpus", "model")),
+                  *_flags(kw.get("machine_facts") or {}, ("nvlink_domain",)), *_overrides(kw.get("overrides") or {})]
     elif verb == "diff":
         words += ["diff", "before.yaml", "after.yaml", "--gpus-before", str(kw["gpus"][0]), "--gpus-after", str(kw["gpus"][1]),
                   f"# before: {json.dumps(kw['before'])}; after: {json.dumps(kw['after'])}"]

@@ -81,7 +81,7 @@ def _inputs(d: dict) -> list[str]:
 
 def resolution(d: dict) -> str:
     lines = [_head(d, "resolve")] + _inputs(d) + [""] + _modes(d["modes"]) + [""] + _requested(d) + [""] + _effective(d["effective"]) + _env(d)
-    return _lines(lines + [""] + _findings(d["findings"]))
+    return _lines(lines + [""] + _findings(d["findings"]) + _budget_brief(d.get("budget")))
 
 
 def plan(d: dict) -> str:
@@ -100,7 +100,7 @@ def plan(d: dict) -> str:
     notes = d.get("plan_notes") or []
     if notes:
         lines += ["", "why the plan chose so:"] + [f"  {n['id']}: {n['message']}" for n in notes]
-    return _lines(lines + [""] + _findings(d["findings"]))
+    return _lines(lines + [""] + _findings(d["findings"]) + _budget_brief(d.get("budget")))
 
 
 def presets(items: list[dict]) -> str:
@@ -217,7 +217,7 @@ def lint(d: dict) -> str:
         *_inputs(d),
         "",
     ]
-    return _lines(lines + _findings(d["findings"]))
+    return _lines(lines + _findings(d["findings"]) + _budget_brief(d.get("budget")))
 
 
 def diff(d: dict) -> str:
@@ -240,7 +240,35 @@ def diff(d: dict) -> str:
     sections = ", ".join(f"{s} {n}" for s, n in d["ignored_by_section"].items())
     lines += ["", f"{d['ignored_changes']} of {d['changed_keys']} changed keys have no bearing on communication and are ignored"
               + (f" ({sections})" if sections else "")]
-    return _lines(lines)
+    return _lines(lines + _budget_change(d.get("budget")))
+
+
+def _share(predicted: dict, observed: float | None) -> str:
+    if not observed or not predicted["iteration_ms_before"]:
+        return ""
+    share = predicted["iteration_change_ms"] / predicted["iteration_ms_before"] / observed
+    return f": it explains about {share * 100:.0f}% of it" if share > 0 else ": it does not explain it"
+
+
+def _budget_change(c: dict | None) -> list[str]:
+    if c is None:
+        return []
+    if "unavailable" in c:
+        return ["", f"communication budget: not shown: {c['unavailable']}"]
+    shapes = " / ".join(dict.fromkeys(c["shape_from"]))
+    lines = ["", f"what the change does to the communication budget (an estimate on {' / '.join(dict.fromkeys(c['system']))}; "
+             f"shape: {shapes}):",
+             f"  iteration about {c['iteration_ms_before']:,.1f} -> {c['iteration_ms_after']:,.1f} ms "
+             f"({c['iteration_change_ms']:+,.1f} ms, {_pct(c['iteration_change_ms'], c['iteration_ms_before'])}); "
+             f"exposed communication {c['exposed_ms_before']:,.1f} -> {c['exposed_ms_after']:,.1f} ms"]
+    lines += [f"  {dim.upper()} exposed {v['exposed_ms_before']:,.1f} -> {v['exposed_ms_after']:,.1f} ms ({v['change_ms']:+,.1f})"
+              for dim, v in c["dimensions"].items() if v["change_ms"]]
+    for s in c["settings_flipped"]:
+        verb = "exposes" if s["exposed_change_ms"] >= 0 else "hides"
+        lines.append(f"  {s['setting']} {'on' if s['before'] else 'off'} -> {'on' if s['after'] else 'off'}: alone, {verb} about "
+                     f"{abs(s['exposed_change_ms']):,.1f} ms per iteration (about {_pct(s['exposed_change_ms'], c['iteration_ms_before'])} "
+                     "of BEFORE's iteration)")
+    return lines + [f"  note: {c['note']}"]
 
 
 def _ranks(ranks: list, count: int) -> str:
@@ -296,6 +324,14 @@ def diagnosis(d: dict) -> str:
         lines.append(f"compare: median ms per iteration {c['before']['median_ms']} -> {c['after']['median_ms']} ({change})")
         for ch in c.get("config_changes") or []:
             lines.append(f"  changed {ch['key']}: {fmt(ch['before'])} -> {fmt(ch['after'])}: {ch['message']}")
+        predicted = c.get("budget")
+        if predicted and "unavailable" not in predicted:
+            lines.append(f"  the config change predicts {predicted['iteration_change_ms']:+,.1f} ms per iteration "
+                         f"({_pct(predicted['iteration_change_ms'], predicted['iteration_ms_before'])}, an estimate: "
+                         f"communication budget {predicted['iteration_ms_before']:,.1f} -> {predicted['iteration_ms_after']:,.1f} ms) "
+                         f"beside the observed {change}" + _share(predicted, c["change"]))
+        elif predicted:
+            lines.append(f"  predicted change: not known: {predicted['unavailable']}")
     lines += ["", "causes:" if d["causes"] else "causes: none on the overlap path"]
     for c in d["causes"]:
         scope = "" if c["overlap_related"] else " [not an overlap setting]"
@@ -329,29 +365,60 @@ def budget(d: dict) -> str:
              f"{lay['precision']}",
              f"shape: {b['shape_from']}",
              "",
-             f"iteration  about {b['iteration_ms']:,.1f} ms (range {b['range_ms'][0]:,.1f} to {b['range_ms'][1]:,.1f}): "
-             f"compute {b['compute_ms']:,.1f}, pipeline bubble {b['bubble_ms']:,.1f}, exposed communication {b['exposed_ms']:,.1f}; "
-             f"about {b['tokens_per_sec_per_gpu']:,.0f} tokens/s/GPU",
-             "", "  dimension        total ms    hidden ms   exposed ms"]
-    for dim, v in b["dimensions"].items():
-        lines.append(f"  {dim.upper():<12} {v['ms']:>12,.1f} {v['hidden_ms']:>12,.1f} {v['exposed_ms']:>12,.1f}")
-    if not b["dimensions"]:
-        lines.append("  (no collectives: every parallel size is 1)")
+             _iteration(b),
+             ""] + _dimensions(b)
     lines += ["", "collectives:"]
     for c in b["collectives"]:
         lines.append(f"  {c['dimension'].upper():<3} {c['collective']:<15} {c['count']:>6,} x {_bytes(c['bytes']):>9} over "
                      f"{c['group']} ranks ({c['link']}): {c['ms']:,.1f} ms, exposed {c['exposed_ms']:,.1f} ({c['what']})")
-    if b["settings"]:
-        lines += ["", "what each overlap setting is worth here (exposed ms per iteration if flipped):"]
-        for name, s in b["settings"].items():
-            change = s["exposed_change_ms_if_flipped"]
-            state = "on" if s["effective"] else "off"
-            lines.append(f"  {name}={'true' if s['effective'] else 'false'} (as Bridge leaves it): turning it "
-                         f"{'off' if state == 'on' else 'on'} changes exposed time by {change:+,.1f} ms "
-                         f"({change / b['iteration_ms'] * 100 if b['iteration_ms'] else 0:+.1f}% of the iteration)")
+    lines += _worth(b)
     lines += ["", "assumptions:"] + [f"  - {a}" for a in b["assumptions"]]
     lines += ["", f"note: {d['note']}"]
     return _lines(lines)
+
+
+def _iteration(b: dict) -> str:
+    return (f"iteration  about {b['iteration_ms']:,.1f} ms (range {b['range_ms'][0]:,.1f} to {b['range_ms'][1]:,.1f}): "
+            f"compute {b['compute_ms']:,.1f}, pipeline bubble {b['bubble_ms']:,.1f}, exposed communication {b['exposed_ms']:,.1f}; "
+            f"about {b['tokens_per_sec_per_gpu']:,.0f} tokens/s/GPU")
+
+
+def _dimensions(b: dict) -> list[str]:
+    lines = ["  dimension        total ms    hidden ms   exposed ms"]
+    for dim, v in b["dimensions"].items():
+        lines.append(f"  {dim.upper():<12} {v['ms']:>12,.1f} {v['hidden_ms']:>12,.1f} {v['exposed_ms']:>12,.1f}")
+    return lines if b["dimensions"] else lines + ["  (no collectives: every parallel size is 1)"]
+
+
+def _worth(b: dict) -> list[str]:
+    lines = []
+    for f in b.get("findings") or []:
+        lines += ["", f"{f['severity'].upper()} {f['id']}: {f['message']}", f"  fix: {f['fix']}"]
+    if not b["settings"]:
+        return lines
+    lines += ["", "what each overlap setting is worth here (exposed ms per iteration if flipped):"]
+    for name, s in b["settings"].items():
+        change = s["exposed_change_ms_if_flipped"]
+        lines.append(f"  {name}={'true' if s['effective'] else 'false'} (as Bridge leaves it): turning it "
+                     f"{'off' if s['effective'] else 'on'} changes exposed time by {change:+,.1f} ms "
+                     f"({_pct(change, b['iteration_ms'])} of the iteration)")
+    return lines
+
+
+def _pct(ms: float, of_ms: float) -> str:
+    return f"{ms / of_ms * 100:+.1f}%" if of_ms else "n/a"
+
+
+def _budget_brief(b: dict | None) -> list[str]:
+    """The budget under resolve's and plan's answer: the iteration, the dimensions, what each setting is worth."""
+    if b is None:
+        return []
+    if "unavailable" in b:
+        return ["", f"communication budget: not shown: {b['unavailable']}"]
+    lines = ["", f"communication budget (an estimate on {b['system']}; shape: {b['shape_from']}):", "  " + _iteration(b)]
+    lines += ["  " + x for x in _dimensions(b)] + ["  " + x if x else x for x in _worth(b)]
+    return lines + ["", "  `budget` with the same inputs lists the collectives, sources and assumptions; the truth needs a GPU: "
+                    "compare with `trace` of a profiled run"]
 
 
 def _bytes(n: int) -> str:

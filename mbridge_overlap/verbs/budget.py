@@ -29,9 +29,7 @@ def budget(overrides=None, *, model=None, shape=None, **inputs) -> BudgetResult:
     from ..run import scenario
 
     analysis = analyze(scenario.build(overrides=overrides, **inputs))
-    if analysis.errors:
-        raise UsageError("the config does not run (" + ", ".join(f.id for f in analysis.errors)
-                         + "): `resolve` with the same inputs says why; a budget needs a config that runs")
-    if not analysis.state.model.get("seq_length") or not analysis.state.train.get("global_batch_size"):
-        raise UsageError("the budget needs model.seq_length and train.global_batch_size (give them as KEY=VALUE)")
+    why = budgets.needs(analysis)
+    if why is not None:
+        raise UsageError(why)
     return BudgetResult(analysis, budgets.of(analysis, model=model, shape=shape))

@@ -133,16 +133,36 @@ def _world(scan: Scan) -> int | None:
 
 
 def _config_changes(diag, scans, release, gpus) -> None:
-    """With both runs' configuration summaries: diff's overlap-relevant changes between them."""
+    """With both runs' configuration summaries: diff's overlap-relevant changes between them, and the iteration-time
+    change the budget predicts for them beside the one the logs show."""
+    from ..findings.analysis import analyze
     from ..run import scenario
-    from .diff import diff
+    from .diff import budget_change, diff
 
-    sides = []
+    sides, shapes = [], []
     for _label, scan in scans:
         s = scan.summary
         world = gpus or _world(scan)
         if s is None or not s.done or world is None:
             return
         sides.append(scenario.build(config=s.config(release), gpus=world, bridge_version=release.version))
+        shapes.append(_shape(s))
     result = diff(*sides, labels=("before", "after"))
     diag.compare["config_changes"] = [c.to_dict() for c in result.changes]
+    if shapes[0] == shapes[1]:
+        diag.compare["budget"] = budget_change(*(analyze(sc) for sc in sides), shape=shapes[0])
+    else:
+        diag.compare["budget"] = {"unavailable": "the two runs' configuration summaries print different model shapes"}
+
+
+def _shape(summary) -> dict:
+    """The model's shape as Bridge's configuration summary prints it: [model]'s shape fields (a field it does not
+    list equals Megatron-Core's default: gated_linear_unit False), the vocabulary from [tokenizer]."""
+    from ..budget import shape
+
+    keys = shape.in_config(summary.sections.get("model"))
+    vocab = summary.sections.get("tokenizer", {}).get("vocab_size")
+    if isinstance(vocab, int) and not isinstance(vocab, bool):
+        keys.setdefault("vocab_size", vocab)
+    keys.setdefault("gated_linear_unit", False)
+    return keys

@@ -9,7 +9,7 @@ changes that are not overlap settings. Ranked by expected impact on step time (I
 from __future__ import annotations
 
 
-from .. import findings, safeio
+from .. import budget as budgets, findings, safeio
 from ..run import runconfig, schema
 from ..findings.rules.common import on_overlap_path
 from ..findings.analysis import Analysis, analyze, state_of
@@ -106,6 +106,7 @@ class DiffResult:
     other: list
     warnings: list
     accounting: dict  # every changed key of the two files, in exactly one bucket
+    budget: dict | None = None  # budget_change(): what the change does to the communication budget
 
     def to_dict(self) -> dict:
         return {
@@ -115,6 +116,7 @@ class DiffResult:
             "explained_changes": self.accounting["explained"], "same_effect_changes": self.accounting["same_effect"],
             "ignored_changes": len(self.accounting["ignored"]), "ignored_by_section": _by_section(self.accounting["ignored"]),
             "changed_keys": self.accounting["total"],
+            **({"budget": self.budget} if self.budget is not None else {}),
         }
 
 
@@ -171,9 +173,11 @@ def inputs_of(sc: Scenario) -> dict:
     return out
 
 
-def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = None) -> DiffResult:
+def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = None, model: str | None = None,
+         shape: dict | None = None) -> DiffResult:
     """The overlap-relevant changes from one scenario to another (two run configs, two recipes, one recipe at two GPU
-    counts, before and after overrides), each with its cause, ranked by expected impact."""
+    counts, before and after overrides), each with its cause, ranked by expected impact; and what the change does to
+    the communication budget (model, shape: as for api.budget; each side's own where not given)."""
     if before.release.version != after.release.version:
         raise UsageError("diff: both sides are answered for one release (--bridge-version)")
     labels = labels or (label_of(before), label_of(after))
@@ -189,7 +193,38 @@ def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = Non
     changes.sort(key=lambda c: (-c.impact, c.key))
     other = _other(a, b)
     accounting = account(a, b, changes, other)
-    return DiffResult(a.label, b.label, before.release.version, changes, other, warnings, accounting)
+    return DiffResult(a.label, b.label, before.release.version, changes, other, warnings, accounting,
+                      budget_change(a.analysis, b.analysis, model, shape))
+
+
+DIMENSIONS = ("tp", "cp", "pp", "dp", "ep")
+
+
+def budget_change(before: Analysis, after: Analysis, model=None, shape=None) -> dict:
+    """Both sides' budgets, the iteration's change, each dimension's exposed time before and after, and for each
+    overlap setting the change flipped: what flipping it alone on BEFORE exposes or hides (the budget's own
+    flipped estimate, so that diff, resolve and budget say one number)."""
+    sides = {"before": budgets.shown(before, model, shape), "after": budgets.shown(after, model, shape)}
+    missing = [f"{label}: {b['unavailable']}" for label, b in sides.items() if "unavailable" in b]
+    if missing:
+        return {"unavailable": "; ".join(missing)}
+    b0, b1 = sides["before"], sides["after"]
+    change = b1["iteration_ms"] - b0["iteration_ms"]
+    dims = {d: {"exposed_ms_before": b0["dimensions"].get(d, {}).get("exposed_ms", 0.0),
+                "exposed_ms_after": b1["dimensions"].get(d, {}).get("exposed_ms", 0.0)} for d in {**b0["dimensions"], **b1["dimensions"]}}
+    flipped = [{"setting": k, "before": v["effective"], "after": b1["settings"].get(k, {}).get("effective", not v["effective"]),
+                "exposed_change_ms": v["exposed_change_ms_if_flipped"],
+                "iteration_pct": round(v["exposed_change_ms_if_flipped"] / b0["iteration_ms"] * 100, 2) if b0["iteration_ms"] else None}
+               for k, v in b0["settings"].items() if b1["settings"].get(k, {}).get("effective") != v["effective"]]
+    return {"iteration_ms_before": b0["iteration_ms"], "iteration_ms_after": b1["iteration_ms"],
+            "iteration_change_ms": round(change, 3),
+            "iteration_change_pct": round(change / b0["iteration_ms"] * 100, 2) if b0["iteration_ms"] else None,
+            "exposed_ms_before": b0["exposed_ms"], "exposed_ms_after": b1["exposed_ms"],
+            "dimensions": {d: {**dims[d], "change_ms": round(dims[d]["exposed_ms_after"] - dims[d]["exposed_ms_before"], 3)}
+                           for d in DIMENSIONS if d in dims},
+            "settings_flipped": flipped, "shape_from": [b0["shape_from"], b1["shape_from"]], "system": [b0["system"], b1["system"]],
+            "note": "estimates (`budget` lists the collectives, sources and assumptions); the truth needs a GPU: compare "
+                    "with `trace` of profiled runs of both"}
 
 
 def label_of(sc: Scenario) -> str:

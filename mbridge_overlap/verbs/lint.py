@@ -7,7 +7,7 @@ needs a saved run_config.yaml: the effective values it saved against the ones th
 from __future__ import annotations
 
 
-from .. import findings
+from .. import budget as budgets, findings
 from ..run import layout, scenario
 from ..findings.analysis import Analysis, analyze
 from ..findings.rules import declare
@@ -42,13 +42,14 @@ class LintResult:
         return self.analysis
 
 
-def lint(config=None, overrides=None, **inputs) -> LintResult:
+def lint(config=None, overrides=None, *, model=None, shape=None, **inputs) -> LintResult:
     """Every finding for a saved run config (a file, checkpoint or iteration directory), an override file or a shipped
-    recipe (recipe=), with overrides on top (or overrides alone, on Bridge's recipe baseline). inputs: scenario.build's
-    keywords."""
+    recipe (recipe=), with overrides on top (or overrides alone, on Bridge's recipe baseline); and its communication
+    budget (model, shape: as for api.budget; a saved run config holds the shape). inputs: scenario.build's keywords."""
     if config is None and inputs.get("recipe") is None and not overrides:
         raise UsageError("lint: give a run config (file, checkpoint or iteration directory), --recipe NAME or KEY=VALUE overrides")
     an = analyze(scenario.build(config=config, overrides=overrides, **inputs))
+    an.budget = budgets.shown(an, model, shape)
     return LintResult(an, findings.sort(an.findings + _saved_differs(an)))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..upstream import catalog, releases, presets as ub_presets
 from .. import findings
 from ..run import launch_env, layout, scenario
+from .. import budget as budgets
 from ..findings.analysis import Analysis, analyze
 from ..findings.rules import declare
 from ..errors import UsageError
@@ -101,9 +102,14 @@ def make_plan(
     moe_flex_dispatcher_backend: str | None = None,
     megatron_fsdp: bool = False,
     recipe: str | None = None,
+    model: str | None = None,
+    shape: dict | None = None,
+    global_batch_size: int | None = None,
     **inputs,
 ) -> PlanResult:
-    """inputs: scenario.build's keywords (gpus, gpu, te, bridge_version, task, machine_facts, launcher_env)."""
+    """inputs: scenario.build's keywords (gpus, gpu, te, bridge_version, task, machine_facts, launcher_env); model,
+    shape: the model's shape for the budget of the planned config (api.budget's), at global_batch_size and the
+    sequence length and micro-batch size given where the config does not set them."""
     release = releases.get(inputs.get("bridge_version"))
     entry, family = _recipe(recipe, release)
     shape_given = dict(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
@@ -119,7 +125,7 @@ def make_plan(
     if moe_flex_dispatcher_backend is not None:
         releases.flex_backend(moe_flex_dispatcher_backend)
 
-    shape = layout.Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, gpus=start.gpus)
+    grid = layout.Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, gpus=start.gpus)
     recipe_co = entry["request"]["comm_overlap"] if entry else None
     blocked = _blocked_precision(release, entry, prec)
     notes: list = []
@@ -147,7 +153,7 @@ def make_plan(
     if entry is None or tp_on and (recipe_co or {}).get("tp_comm_overlap_cfg") != preset:
         # Always explicit without a recipe: null selects Transformer Engine's default even where a recipe carries a preset.
         overrides["comm_overlap.tp_comm_overlap_cfg"] = preset if tp_on else None
-    if shape.divisible and shape.dp > 1:
+    if grid.divisible and grid.dp > 1:
         # ddp's flag always: CommOverlapConfig reads it, and only it, before validate() syncs the two
         overrides["ddp.use_distributed_optimizer"] = True
         if not start.request.optimizer["use_distributed_optimizer"]:
@@ -168,13 +174,24 @@ def make_plan(
 
     overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(chosen)), overrides, asked, known, entry)
     notes += kept
-    notes += _shipped_recipes_differ(release, an, shape, gpu_info["name"], precision, moe, entry)
+    notes += _shipped_recipes_differ(release, an, grid, gpu_info["name"], precision, moe, entry)
     eff = an.effective
-    plan_layout = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "gpus": start.gpus, **start.shape, "dp": shape.dp if shape.divisible else None,
+    plan_layout = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "gpus": start.gpus, **start.shape, "dp": grid.dp if grid.divisible else None,
                    "gpu": gpu_info["name"], "precision": precision, "lora": lora, "te": start.te, "moe": moe,
                    "megatron_fsdp": bool(eff["ddp"]["use_megatron_fsdp"]), "recipe": entry["name"] if entry else None,
                    "family": start.family, "task": start.task}
+    an.budget = _budget(an, start.shape, global_batch_size, model, shape)
     return PlanResult(analysis=an, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
+
+
+def _budget(an: Analysis, given: dict, global_batch_size: int | None, model, shape) -> dict:
+    """The planned config's budget; the batch plan's flags give where the config leaves it unset (not in the plan's
+    overrides: they are the batch of the question, not a choice of the plan)."""
+    batch = {"model.seq_length": given.get("seq_length"), "train.micro_batch_size": given.get("micro_batch_size"),
+             "train.global_batch_size": global_batch_size}
+    section = {"model": an.state.model, "train": an.state.train}
+    unset = {k: v for k, v in batch.items() if v is not None and section[k.split(".")[0]].get(k.split(".")[1]) is None}
+    return budgets.shown(analyze(an.scenario.derive(unset)) if unset else an, model, shape)
 
 
 def _no_new_errors(resolve, overrides: dict, asked: dict, known_errors, entry) -> tuple[dict, Analysis, list]:

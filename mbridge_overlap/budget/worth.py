@@ -1,0 +1,48 @@
+"""Findings about worth: what the budget says an overlap setting buys, or cannot, on this layout (data/findings.yaml
+holds their records; the budget lists them under `findings`)."""
+
+from __future__ import annotations
+
+from .. import findings
+from ..findings.registry import declare
+
+declare("budget.worth", ["WORTH_TP_ACROSS_NETWORK", "WORTH_LAST_BUCKET_EXPOSED", "WORTH_OVERLAP_CANNOT_PAY"])
+
+SHARE = 0.005  # of the iteration: exposed time below half a percent is not worth a finding
+HALF = 0.5  # an overlap setting that hides less than this share of its collectives cannot pay for itself
+
+
+def check(budget) -> list:
+    it = budget.iteration_s
+    if it <= 0:
+        return []
+    out = []
+    tp = [i for i in budget.items if i.dimension == "tp"]
+    if tp and tp[0].link == "network":
+        total = sum(i.seconds for i in tp)
+        out.append(findings.make("WORTH_TP_ACROSS_NETWORK", tp=budget.layout.tp, domain=budget.layout.domain,
+                                 ms=_ms(total), pct=_pct(total, it), exposed=_ms(sum(i.seconds - i.hidden for i in tp))))
+    settings = budget.layout.settings
+    for item in budget.items:
+        exposed = item.seconds - item.hidden
+        if item.setting is None or not settings.get(item.setting) or exposed < SHARE * it:
+            continue
+        if item.last and abs(exposed - item.last) <= 1e-9 * max(1.0, exposed):
+            out.append(findings.make("WORTH_LAST_BUCKET_EXPOSED", ms=_ms(exposed), pct=_pct(exposed, it), buckets=item.count,
+                                     bucket=_mib(item.last_bytes)))
+        elif item.hidden < HALF * item.seconds:
+            out.append(findings.make("WORTH_OVERLAP_CANNOT_PAY", setting=item.setting, what=f"{item.dimension.upper()} {item.collective}",
+                                     hidden=_ms(item.hidden), ms=_ms(item.seconds), pct=_pct(exposed, it)))
+    return out
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:,.1f} ms"
+
+
+def _pct(seconds: float, of: float) -> str:
+    return f"{seconds / of * 100:.1f}%"
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.0f} MiB"

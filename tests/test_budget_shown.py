@@ -1,0 +1,110 @@
+"""The budget where users decide: resolve, plan, lint, diff and diagnose --compare show the same numbers the budget
+verb computes for the same config, say why when there is none, and never turn a missing shape into an error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from mbridge_overlap import api, cli
+from tools.examples import iteration_line
+
+RECIPE = "llama3_70b_pretrain_64gpu_h100_bf16_config"  # a recipe whose model the budget knows (llama3_70b)
+RUN_CONFIGS = ROOT / "tests" / "data" / "run_configs"
+LOG = ROOT / "tests" / "data" / "logs" / "bridge-0.6.2" / "baseline_no_gpu.log"
+
+
+def _budget(overrides=None, **kw) -> dict:
+    return api.budget(overrides or {}, **kw).to_dict()["budget"]
+
+
+def test_resolve_gives_the_budget_verbs_numbers_for_a_recipe_whose_model_it_knows():
+    d = api.resolve(recipe=RECIPE).to_dict()
+    assert d["budget"] == _budget(recipe=RECIPE)
+    assert d["budget"]["shape_from"].startswith("llama3_70b ")
+
+
+def test_resolve_without_a_shape_says_why_and_still_answers():
+    d = api.resolve({"model.tensor_model_parallel_size": 2}, gpus=8).to_dict()
+    assert set(d["budget"]) == {"unavailable"} and "train.global_batch_size" in d["budget"]["unavailable"]
+    batch = {"model.tensor_model_parallel_size": 2, "model.seq_length": 4096, "train.global_batch_size": 64}
+    assert "--model NAME" in api.resolve(batch, gpus=8).to_dict()["budget"]["unavailable"]
+    known = api.resolve(batch, gpus=8, model="llama3_8b").to_dict()["budget"]
+    assert known == _budget(batch, gpus=8, model="llama3_8b")
+
+
+def test_a_gpu_without_budget_data_leaves_the_budget_out_but_a_wrong_model_is_an_error():
+    from mbridge_overlap.budget import system
+
+    other = next(g for g in ("vr200", "r100") if g not in system.data()["systems"])
+    d = api.resolve(recipe=RECIPE, gpu=other).to_dict()
+    assert "no budget data for GPU type" in d["budget"]["unavailable"]
+    out = subprocess.run([sys.executable, "-m", "mbridge_overlap", "resolve", "--recipe", RECIPE, "--model", "no_such_model"],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and "unknown model" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_saved_run_config_gives_its_own_shape_and_a_given_key_wins():
+    config = RUN_CONFIGS / "baseline.yaml"
+    b = api.lint(config).to_dict()["budget"]
+    assert "baseline.yaml's model section" in b["shape_from"]
+    hidden = __import__("yaml").safe_load(config.read_text())["model"]["hidden_size"]
+    (ag,) = [c for c in b["collectives"] if c["dimension"] == "tp" and c["collective"] == "all_gather"]
+    wider = api.lint(config, shape={"hidden_size": 2 * hidden}).to_dict()["budget"]
+    (ag2,) = [c for c in wider["collectives"] if c["dimension"] == "tp" and c["collective"] == "all_gather"]
+    assert ag2["bytes"] == 2 * ag["bytes"] and "given: hidden_size" in wider["shape_from"]
+
+
+def test_diff_quantifies_a_change_with_the_budgets_of_both_sides():
+    change = {"comm_overlap.tp_comm_overlap": False}
+    d = api.diff(recipe=RECIPE, overrides=change).to_dict()["budget"]
+    before, after = _budget(recipe=RECIPE), _budget(change, recipe=RECIPE)
+    assert d["iteration_ms_before"] == before["iteration_ms"] and d["iteration_ms_after"] == after["iteration_ms"]
+    assert d["iteration_change_ms"] == pytest.approx(after["iteration_ms"] - before["iteration_ms"], abs=0.01)
+    (flip,) = d["settings_flipped"]
+    assert flip["setting"] == "tp_comm_overlap" and (flip["before"], flip["after"]) == (True, False)
+    assert flip["exposed_change_ms"] == before["settings"]["tp_comm_overlap"]["exposed_change_ms_if_flipped"] > 0
+    assert d["dimensions"]["tp"]["change_ms"] == pytest.approx(after["dimensions"]["tp"]["exposed_ms"], abs=0.01)
+
+
+def test_diff_text_says_what_the_change_exposes(capsys):
+    assert cli.main(["diff", "--recipe", RECIPE, "ddp.overlap_grad_reduce=false", "comm_overlap.overlap_grad_reduce=false"]) == 0
+    out = capsys.readouterr().out
+    assert "what the change does to the communication budget" in out
+    assert "overlap_grad_reduce on -> off: alone, exposes about" in out
+
+
+def test_plan_budget_is_the_budget_of_its_overrides_at_the_given_batch():
+    p = api.plan(tp=4, pp=2, vpp=2, gpus=16, model="llama3_8b", seq_length=8192, global_batch_size=128)
+    batch = {"model.seq_length": 8192, "train.global_batch_size": 128}
+    assert p.to_dict()["budget"] == _budget({**p.overrides, **batch}, gpus=16, model="llama3_8b")
+    assert "overrides" in p.to_dict() and "train.global_batch_size" not in p.overrides  # the batch is the question's, not a choice
+
+
+def _logs(tmp_path, after_edit, before_ms=1000.0, after_ms=1200.0):
+    text = LOG.read_text()
+    before, after = tmp_path / "before.log", tmp_path / "after.log"
+    before.write_text(text + "".join(iteration_line(i, 100, before_ms) + "\n" for i in range(1, 12)))
+    after.write_text(after_edit(text) + "".join(iteration_line(i, 100, after_ms) + "\n" for i in range(1, 12)))
+    return [str(before), str(after)]
+
+
+def test_diagnose_compare_puts_the_predicted_change_beside_the_observed_one(tmp_path, capsys):
+    grad = "  overlap_grad_reduce: True  (Mcore default: False)\n"
+    assert grad in LOG.read_text()
+    logs = _logs(tmp_path, lambda t: t.replace(grad, ""))
+    d = api.diagnose(logs, compare=True, gpus=8).to_dict()["compare"]
+    assert [c["key"] for c in d["config_changes"]] == ["ddp.overlap_grad_reduce"]
+    assert [s["setting"] for s in d["budget"]["settings_flipped"]] == ["overlap_grad_reduce"]
+    assert d["budget"]["iteration_change_ms"] >= 0 and d["change"] == pytest.approx(0.2)
+    assert cli.main(["diagnose", "--compare", *logs, "--gpus", "8"]) == 1
+    assert "the config change predicts" in capsys.readouterr().out
+
+
+def test_diagnose_compare_does_not_predict_across_two_models(tmp_path):
+    logs = _logs(tmp_path, lambda t: t.replace("  num_layers: 4  (Mcore default: 0)", "  num_layers: 8  (Mcore default: 0)"))
+    d = api.diagnose(logs, compare=True, gpus=8).to_dict()["compare"]
+    assert "different model shapes" in d["budget"]["unavailable"]
