@@ -108,3 +108,16 @@ def test_diagnose_compare_does_not_predict_across_two_models(tmp_path):
     logs = _logs(tmp_path, lambda t: t.replace("  num_layers: 4  (Mcore default: 0)", "  num_layers: 8  (Mcore default: 0)"))
     d = api.diagnose(logs, compare=True, gpus=8).to_dict()["compare"]
     assert "different model shapes" in d["budget"]["unavailable"]
+
+
+def test_a_saved_shape_megatron_core_refuses_leaves_the_budget_out_and_the_lint_standing(tmp_path):
+    import yaml
+
+    raw = yaml.safe_load((RUN_CONFIGS / "baseline.yaml").read_text())
+    raw["model"]["num_attention_heads"] = raw["model"]["num_query_groups"] + 1  # not a multiple of the groups
+    config = tmp_path / "run_config.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    d = api.lint(config).to_dict()
+    assert "cannot be costed" in d["budget"]["unavailable"] and "num_query_groups" in d["budget"]["unavailable"]
+    with pytest.raises(Exception, match="num_query_groups"):  # the same shape given on the budget's flags is the user's error
+        api.lint(config, shape={"num_attention_heads": raw["model"]["num_query_groups"] + 1})

@@ -49,13 +49,18 @@ def needs(analysis) -> str | None:
 
 def shown(analysis, model: str | None = None, shape: dict | None = None) -> dict:
     """The budget as resolve, plan and diff show it (budget.schema.json's budget), or {"unavailable": why} where the
-    config does not run, the model's shape or the GPU's rates are not known (a wrong --model or shape key is still an error)."""
+    config does not run, the model's shape or the GPU's rates are not known, or the shape a config gives is not one
+    Megatron-Core takes (a wrong --model or --shape is still an error)."""
     why = needs(analysis)
     if why is None:
         try:
             return of(analysis, model=model, shape=shape).to_dict(analysis.scenario.gpus)
         except NotKnown as exc:
             why = str(exc)
+        except UsageError as exc:
+            if model is not None or shape:
+                raise  # the budget's own flags are wrong: the user's to fix
+            why = f"the model's shape the config gives cannot be costed: {exc}"
     return {"unavailable": why}
 
 
