@@ -135,9 +135,8 @@ def _world(scan: Scan) -> int | None:
 def _config_changes(diag, scans, release, gpus) -> None:
     """With both runs' configuration summaries: diff's overlap-relevant changes between them, and the iteration-time
     change the budget predicts for them beside the one the logs show."""
-    from ..findings.analysis import analyze
     from ..run import scenario
-    from .diff import budget_change, diff
+    from .diff import diff
 
     sides, shapes = [], []
     for _label, scan in scans:
@@ -147,12 +146,11 @@ def _config_changes(diag, scans, release, gpus) -> None:
             return
         sides.append(scenario.build(config=s.config(release), gpus=world, bridge_version=release.version))
         shapes.append(_shape(s))
-    result = diff(*sides, labels=("before", "after"))
+    same = shapes[0] == shapes[1]
+    result = diff(*sides, labels=("before", "after"), shape=shapes[0] if same else None)
     diag.compare["config_changes"] = [c.to_dict() for c in result.changes]
-    if shapes[0] == shapes[1]:
-        diag.compare["budget"] = budget_change(*(analyze(sc) for sc in sides), shape=shapes[0])
-    else:
-        diag.compare["budget"] = {"unavailable": "the two runs' configuration summaries print different model shapes"}
+    diag.compare["budget"] = (result.budget if same else
+                              {"unavailable": "the two runs' configuration summaries print different model shapes"})
 
 
 def _shape(summary) -> dict:
