@@ -57,9 +57,8 @@ class Fuzzy:
 
     def match(self, text: str) -> tuple[Entry, float] | None:
         """The catalog message this error line is, worded otherwise, and how close (0..1); None when none is close."""
-        lower = text.lower()
-        if not (any(k in lower for k in _KEYS) or any(k in text for k in _CASED)) or not ERRORISH.search(text):
-            return None  # substrings first: most lines have none
+        if not errorish(text):
+            return None
         line = words_of(text)
         shared = Counter(eid for w in line for eid in self.index.get(w, ()))
         best = None
@@ -73,6 +72,13 @@ class Fuzzy:
             if score >= THRESHOLD and (best is None or score > best[1]):
                 best = (eid, score)
         return (self.catalog.by_id(best[0]), round(best[1], 3)) if best else None
+
+
+def errorish(text: str) -> bool:
+    """Whether a line reads as an error (ERRORISH): only such lines are compared. Substrings first: most lines have
+    none."""
+    lower = text.lower()
+    return (any(k in lower for k in _KEYS) or any(k in text for k in _CASED)) and ERRORISH.search(text) is not None
 
 
 def _literal(template: str) -> str:

@@ -611,6 +611,21 @@ class Catalog:
     def __len__(self) -> int:
         return len(self.entries)
 
+    @property
+    def anchor_words(self) -> frozenset:
+        """The pieces match() looks a line's whitespace-separated pieces up in (a line without one, and without a
+        contains_keys substring, matches nothing)."""
+        return self._anchor_words
+
+    @property
+    def contains_keys(self) -> tuple:
+        return self._contains_keys
+
+    def finders(self) -> tuple[dict, dict]:
+        """match()'s index: (anchor word -> the matchers a line with that piece is tried against, contains key -> the
+        matchers a line holding that substring is tried against)."""
+        return {k: list(v) for k, v in self._index.items()}, {k: list(v) for k, v in self._contains}
+
     def anchors(self, entry_id: str) -> list[tuple[int, str, int]]:
         """How the prefilter finds an entry: (line of the message, anchor, literal characters up to the anchor's end)
         for each line matched from text; a cut-off line must show the anchor (and MIN_CUT_CHARS). Empty: not matched

@@ -110,24 +110,62 @@ def lines(sources: Iterable[str], stdin=None, notes: list | None = None) -> Iter
 
 
 def _lines(source: str, stdin, notes: list) -> Iterator[Line]:
-    if source == "-":
-        if stdin is None and sys.stdin is None:  # started with standard input closed
-            raise UsageError("-: standard input is closed; give the log's path")
-        stream = stdin if stdin is not None else sys.stdin.buffer
-        path_rank = None
-    else:
-        stream = os.fdopen(open_input(source, MAX_LOG_BYTES), "rb")
-        path_rank = rank_of_path(source)
+    stream, path_rank = _open(source, stdin)
     try:
-        number = 0
-        for texts, cuts in _texts(_normalised(_chunks(stream, source), source, notes)):
-            for i, text in enumerate(texts):
-                number += 1
-                rank, text = split_prefix(text)
-                yield Line(source, number, rank if rank is not None else path_rank, text, cuts[i] if cuts else 0)
+        yield from _numbered(source, 0, _texts(_normalised(_chunks(stream, source), source, notes)), path_rank)
     finally:
         if stream is not stdin and source != "-":
             stream.close()
+
+
+def _open(source: str, stdin):
+    """(a binary stream, the rank the path names)."""
+    if source == "-":
+        if stdin is None and sys.stdin is None:  # started with standard input closed
+            raise UsageError("-: standard input is closed; give the log's path")
+        return (stdin if stdin is not None else sys.stdin.buffer), None
+    return os.fdopen(open_input(source, MAX_LOG_BYTES), "rb"), rank_of_path(source)
+
+
+def _numbered(source: str, number: int, texts, path_rank: str | None) -> Iterator[Line]:
+    for lines_, cuts in texts:
+        for i, text in enumerate(lines_):
+            number += 1
+            rank, text = split_prefix(text)
+            yield Line(source, number, rank if rank is not None else path_rank, text, cuts[i] if cuts else 0)
+
+
+def blocks(source: str, stdin=None, notes: list | None = None) -> Iterator[tuple[int, bytes] | Line]:
+    """The source as blocks of complete lines, (number of the first line, bytes) for Scan.read_block, normalised as
+    lines() normalises them. A line that runs on past 2 x MAX_LINE bytes ends the blocks: it and the rest of the
+    source come as Lines (lines() cuts such a line with bounded memory)."""
+    stream, path_rank = _open(source, stdin)
+    try:
+        chunks = _normalised(_chunks(stream, source), source, notes if notes is not None else [])
+        number, carry = 1, b""
+        for chunk in chunks:
+            data = carry + chunk if carry else chunk
+            last = data.rfind(b"\n")
+            if last == -1 and len(data) > 2 * MAX_LINE:
+                yield from _numbered(source, number - 1, _texts(_chain(data, chunks)), path_rank)
+                return
+            carry = data[last + 1:]
+            if last != -1:
+                yield number, data[:last + 1]
+                number += data.count(b"\n", 0, last + 1)
+        if carry:
+            yield number, carry
+    finally:
+        if stream is not stdin and source != "-":
+            stream.close()
+
+
+def line_text(raw: bytes) -> tuple[str, int]:
+    """One line's bytes (no newline) as lines() decodes it: (text, bytes left out of its middle)."""
+    if len(raw) <= MAX_LINE:
+        return raw.decode("utf-8", "replace"), 0
+    head, tail, dropped = _grow(b"", b"", 0, raw)
+    return _text(head, tail, dropped), dropped
 
 
 def _chunks(stream, source: str) -> Iterator[bytes]:

@@ -10,24 +10,29 @@ from __future__ import annotations
 
 import re
 from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
-from . import causes, frames, fuzzy
+from . import causes, frames, fuzzy, reader
+from . import shapes as shapes_
 from .messages import FIELD, Catalog, Entry, Hit, clean, parse_frame
-from .reader import Line
+from .reader import Line, line_text, split_prefix
 
 MAX_RANKS = 4096  # rank labels kept per message (the count goes on)
 MAX_ITERATIONS = 100_000  # iteration times kept per log
 MAX_ITERATION_TIMES = 1_000_000  # and in all (8 MB)
 MAX_FRAMES = 4096  # tracebacks under way at once (one per source and rank); the oldest is forgotten past it
 MAX_SHOWN = 2000  # characters of a logged line kept for the report
+MEMO = 4096  # line texts whose matches are remembered
+CODE_WITHIN = 256  # lines of its log within which a traceback frame's code line follows it (other ranks' lines between)
 # Bridge's training_log line: `iteration N/ M | ... | elapsed time per iteration (ms): X | ...`, found as the regex
 # _ITER_HEAD, then anything but a newline, then _ITER_MS would find it (_iteration_ms), in linear time
 _ITER_HEAD = re.compile(r"\biteration\s+(\d{1,12})/\s*(\d{1,12})\s*\|")
 _ITER_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9]{1,12}(?:\.[0-9]*)?)")
 _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
 # the line that ends a traceback: an exception's name at the start (after a rank prefix), then its message or nothing
-_EXCEPTION = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt)\w*)(?::|\s*$)")
+EXCEPTION = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt)\w*)(?::|\s*$)")
+ITERATION_PHRASE = "elapsed time per iteration"
 TRACEBACK = "traceback"  # the pseudo-topic of a traceback group: OVERLAP_PATH_TRACEBACK
 _TP_SIZE = "> initialized tensor model parallel with size "
 _WORLD = "using world size: "  # Megatron-LM's validate_args / validate_yaml
@@ -72,15 +77,26 @@ class Scan:
     sources: dict = field(default_factory=dict)  # source -> {"lines": n, "ranks": set}
     _frames: dict = field(default_factory=dict)  # (source, rank) -> [path, line, function, source line or None]
     _on_path: dict = field(default_factory=dict)  # (source, rank) -> the innermost overlap-path frame of its traceback
+    _awaiting: dict = field(default_factory=dict)  # (source, rank) -> line number of a frame whose code line may follow
+    _shapes: object = None  # shapes.Shapes, made on the first block
+    _memo: dict = field(default_factory=dict)  # text -> _matches(text)
 
     def feed(self, line: Line) -> None:
-        self.lines += 1
-        src = self.sources.get(line.source)
+        """One line, read in full."""
+        self._count(line.source, 1, line.rank)
+        self._read(line)
+
+    def _count(self, source: str, n: int, rank: str | None) -> dict:
+        self.lines += n
+        src = self.sources.get(source)
         if src is None:
-            src = self.sources[line.source] = {"lines": 0, "ranks": set()}
-        src["lines"] += 1
-        if line.rank is not None and len(src["ranks"]) < MAX_RANKS:
-            src["ranks"].add(line.rank)
+            src = self.sources[source] = {"lines": 0, "ranks": set()}
+        src["lines"] += n
+        if rank is not None and len(src["ranks"]) < MAX_RANKS:
+            src["ranks"].add(rank)
+        return src
+
+    def _read(self, line: Line) -> None:
         text = line.text
         if self.summary is not None and not self.summary.done and self.summary.feed(clean(text)):
             return
@@ -93,44 +109,101 @@ class Scan:
                     oldest = next(iter(self._frames))
                     del self._frames[oldest]
                     self._on_path.pop(oldest, None)
-                self._frames[key] = [*parsed, None, _indent(text)]
+                    self._awaiting.pop(oldest, None)
+                self._frames[key] = [*parsed, None, _indent(text), line.number]
+                self._awaiting[key] = line.number
                 where = frames.overlap_frame(parsed[0], parsed[2])
                 if where is not None:
                     self._on_path[key] = (*parsed, *where, line)
                 return
         elif "Traceback (most recent call last)" in text:
             self._on_path.pop(key, None)
-        if frame is not None and frame[3] is None and _indent(text) > frame[4]:
+        if frame is not None and frame[3] is None and _indent(text) > frame[4] and line.number - frame[5] <= CODE_WITHIN:
             frame[3] = text.strip()  # the frame's code line: kept for frame(), not matched (it holds the literal)
+            self._awaiting.pop(key, None)
             return
-        if "elapsed time per iteration" in text:
+        if ITERATION_PHRASE in text:
             self._iteration(line)
-        hits = self.catalog.match(text)
-        near = None
-        if not hits:
-            near = fuzzy.for_catalog(self.catalog).match(clean(text))
-            if near is not None:
-                cleaned = clean(text)
-                hits = [Hit(near[0], (), (0, len(cleaned)), cleaned)]
+        hits, near = self._matches(text)
         if hits:  # the catalog knows the line (on the overlap path or not): it, not the frames, says what it is
             self._record(line, hits, frame, near[1] if near else None)
         elif not (frame is not None and _BARE.match(clean(text)) and self._bare(line, frame)) and not self._traceback(line, key):
             return
         self._frames.pop(key, None)  # an exception line ends its traceback
         self._on_path.pop(key, None)
+        self._awaiting.pop(key, None)
 
-    def finish(self) -> None:
-        """The log's end: a traceback through overlap-path code that the log cuts before its exception line (a paste,
-        a killed process) is still its innermost such frame's group."""
+    def _matches(self, text: str) -> tuple[list, tuple | None]:
+        """(the catalog's hits, or the fuzzy matcher's as one hit; its (entry, closeness) or None) for a line's text,
+        remembered for the last MEMO texts (a warning repeated every iteration is matched once)."""
+        got = self._memo.get(text)
+        if got is None:
+            hits, near = self.catalog.match(text), None
+            if not hits:
+                cleaned = clean(text)
+                near = fuzzy.for_catalog(self.catalog).match(cleaned)
+                if near is not None:
+                    hits = [Hit(near[0], (), (0, len(cleaned)), cleaned)]
+            if len(self._memo) >= MEMO:
+                self._memo.clear()
+            got = self._memo[text] = (hits, near)
+        return got
+
+    def finish(self, source: str | None = None) -> None:
+        """A log's end (of `source`, or of all): a traceback through overlap-path code that the log cuts before its
+        exception line (a paste, a killed process) is still its innermost such frame's group."""
         for key, on_path in list(self._on_path.items()):
-            self._traceback(on_path[-1], key, cut=True)  # the frame's own line is the evidence
-        self._on_path.clear()
+            if source is None or key[0] == source:
+                self._traceback(on_path[-1], key, cut=True)  # the frame's own line is the evidence
+                del self._on_path[key]
+
+    def merge(self, part: Scan) -> None:
+        """Add the scan of logs that come after this one's (a worker's, diagnose --jobs): as if its lines had been fed
+        here after these."""
+        for source, src in part.sources.items():  # (the lines counted with them)
+            mine = self._count(source, src["lines"], None)
+            for rank in src["ranks"]:
+                if len(mine["ranks"]) >= MAX_RANKS:
+                    break
+                mine["ranks"].add(rank)
+        for source, times in part.iterations.items():
+            self._times(source, times)
+        for gid, group in part.groups.items():
+            have = self.groups.get(gid)
+            if have is None:
+                self.groups[gid] = group
+                continue
+            have.count += group.count
+            have.more_ranks += group.more_ranks
+            for rank in group.ranks:
+                if rank not in have.ranks and len(have.ranks) >= MAX_RANKS:
+                    have.more_ranks += 1
+                else:
+                    have.ranks.add(rank)
+        self._merge_facts(part.facts)
+        if part.summary is not None and part.summary.done and not (self.summary is not None and self.summary.done):
+            self.summary = part.summary
+
+    def _merge_facts(self, facts: dict) -> None:
+        for key in ("tp_size", "world_size"):
+            if key in facts:
+                self.facts.setdefault(key, facts[key])
+        if facts.get("ub_started"):
+            self.facts["ub_started"] = True
+        if facts.get("ub_multicast"):
+            self.facts["ub_multicast"] = True
+        elif "ub_multicast" in facts:
+            self.facts.setdefault("ub_multicast", False)
+        for number, ranks in (facts.get("ub_domains") or {}).items():
+            domains = self.facts.setdefault("ub_domains", {})
+            if len(domains) < 4096:
+                domains[number] = ranks
 
     def _traceback(self, line: Line, key, cut: bool = False) -> bool:
         """An exception line whose message no finding names, ending a traceback through overlap-path code (or an
         AttributeError on an overlap attribute): a group of its own, the innermost such frame's."""
         text = clean(line.text)
-        m = _EXCEPTION.match(text) if not cut else None
+        m = EXCEPTION.match(text) if not cut else None
         if m is None and not cut:
             return False
         exception = m[1] if m else "an exception the log does not show"
@@ -173,7 +246,7 @@ class Scan:
     def _bare(self, line: Line, frame) -> bool:
         """An exception line without a message (a bare assert): the entry raised in the traceback's last frame;
         whether the catalog has one."""
-        path, number, function, code, _ = frame
+        path, number, function, code = frame[:4]
         entries = self.catalog.frame(path, function, code, number)
         if not entries:
             return False
@@ -208,21 +281,117 @@ class Scan:
                 domains[int(hit.groups[0])] = ranks
 
     def _iteration(self, line: Line) -> None:
-        times = self.iterations.get(line.source)
-        if self.times >= MAX_ITERATION_TIMES or (times is not None and len(times) >= MAX_ITERATIONS):
+        if self._capped(line.source):
             return
-        ms = _iteration_ms(clean(line.text))
-        if ms is None:
+        text = clean(line.text)
+        span = iteration_ms_span(text)
+        if span is not None:
+            self._time(line.source, float(text[span[0]:span[1]]))
+
+    def _capped(self, source: str) -> bool:
+        times = self.iterations.get(source)
+        return self.times >= MAX_ITERATION_TIMES or (times is not None and len(times) >= MAX_ITERATIONS)
+
+    def _time(self, source: str, ms: float) -> None:
+        self._times(source, (ms,))
+
+    def _times(self, source: str, values) -> None:
+        times = self.iterations.get(source)
+        room = min(MAX_ITERATION_TIMES - self.times, MAX_ITERATIONS - (len(times) if times is not None else 0))
+        if room <= 0 or not values:
             return
         if times is None:
-            times = self.iterations[line.source] = array("d")
-        times.append(float(ms))
-        self.times += 1
+            times = self.iterations[source] = array("d")
+        kept = values[:room]
+        times.extend(kept)
+        self.times += len(kept)
+
+    # -- blocks of lines: the prefilter (shapes.py) -------------------------------------------------------------
+    def read_block(self, source: str, number: int, data: bytes, path_rank: str | None) -> None:
+        """Complete lines of one source as bytes (the last may lack its newline at the end of the input), the first
+        of them line `number`: the same scan as feeding each line, reading in full only the lines whose shape can
+        hold something (and every line while a configuration summary block or a traceback frame's code line is under
+        way); of the others only the iteration times and ranks are taken, by their shape's slices."""
+        if self._shapes is None:
+            self._shapes = shapes_.for_catalog(self.catalog, shapes_.title_of(self.summary))
+        shapes = data.translate(shapes_.MASK).split(b"\n")
+        if data.endswith(b"\n"):
+            shapes.pop()
+        distinct = set(shapes)
+        info = self._shapes.of(distinct)
+        src = self._count(source, len(shapes), None)
+        if path_rank is not None and any(info[s].rank is None for s in distinct):
+            self._count(source, 0, path_rank)
+        special = {s: info[s] for s in distinct if info[s] is not shapes_.COLD}
+        if not special and not self._every_line(source, number):
+            return
+        raw = data.split(b"\n")
+        hot_shapes = {s for s, shape in special.items() if shape.hot}
+        quiet_shapes = special.keys() - hot_shapes
+        hot = [i for i, s in enumerate(shapes) if s in hot_shapes] if hot_shapes else []
+        quiet = [i for i, s in enumerate(shapes) if s in quiet_shapes] if quiet_shapes else []
+        i, h, q, n = 0, 0, 0, len(shapes)
+        while i < n:
+            if self._every_line(source, number + i):
+                self._read_raw(source, number + i, raw[i], path_rank, src)
+                i += 1
+                continue
+            h = bisect_left(hot, i, h)
+            end = hot[h] if h < len(hot) else n
+            q0 = bisect_left(quiet, i, q)
+            q = bisect_left(quiet, end, q0)
+            self._quiet(source, src, quiet[q0:q], shapes, raw, special, path_rank)
+            if end < n:
+                self._read_raw(source, number + end, raw[end], path_rank, src)
+            i = end + 1
+
+    def _read_raw(self, source: str, number: int, raw: bytes, path_rank: str | None, src: dict) -> None:
+        text, cut = line_text(raw)
+        rank, text = split_prefix(text)
+        rank = rank if rank is not None else path_rank
+        if rank is not None and len(src["ranks"]) < MAX_RANKS:
+            src["ranks"].add(rank)
+        self._read(Line(source, number, rank, text, cut))
+
+    def _quiet(self, source: str, src: dict, lines: list, shapes: list, raw: list, special: dict, path_rank) -> None:
+        """Lines read by their shape's slices alone: their ranks and iteration times."""
+        ranks = src["ranks"]
+        for i in lines:
+            rule = special[shapes[i]].rank
+            if rule is not None and len(ranks) < MAX_RANKS:
+                ranks.add(shapes_.rank_of(raw[i], rule, path_rank))
+        if not self._capped(source):
+            self._times(source, [float(raw[i][sp[0]:sp[1]]) for i in lines if (sp := special[shapes[i]].iteration)])
+
+    def _every_line(self, source: str, number: int) -> bool:
+        """Whether the line `number` of `source` must be read in full whatever its shape: a configuration summary
+        block is under way, or a traceback frame of this source may still get its code line."""
+        if self._awaiting:
+            for key, at in list(self._awaiting.items()):
+                if key[0] == source and number - at <= CODE_WITHIN:
+                    return True
+                del self._awaiting[key]
+        return self.summary is not None and not self.summary.done and self.summary.collecting
 
 
-def _iteration_ms(text: str) -> str | None:
-    """The ms of the first iteration record in text: the first _ITER_MS after the leftmost _ITER_HEAD that one
-    follows on its line (the regex HEAD.*?MS, which backtracks quadratically over a line that repeats the head)."""
+def read(scan: Scan, sources, stdin=None, notes: list | None = None) -> None:
+    """Scan every line of the sources (reader.files' list), by blocks. Each source is a log of its own: a
+    configuration summary block or a traceback it leaves unfinished does not go on in the next."""
+    for source in sources:
+        if scan.summary is not None and not scan.summary.done:
+            scan.summary = type(scan.summary)()
+        path_rank = reader.rank_of_path(source) if source != "-" else None
+        for part in reader.blocks(source, stdin=stdin, notes=notes):
+            if isinstance(part, Line):
+                scan.feed(part)
+            else:
+                scan.read_block(source, part[0], part[1], path_rank)
+        scan.finish(source)
+
+
+def iteration_ms_span(text: str) -> tuple[int, int] | None:
+    """Where the ms of the first iteration record in text lie: the first _ITER_MS after the leftmost _ITER_HEAD that
+    one follows on its line (the regex HEAD.*?MS, which backtracks quadratically over a line that repeats the head)."""
     pos = 0
     for m in _ITER_MS.finditer(text):
         nl = text.rfind("\n", pos, m.start())
@@ -230,7 +399,7 @@ def _iteration_ms(text: str) -> str | None:
         while h is not None and h.end() <= nl:  # on an earlier line than the ms
             h = _ITER_HEAD.search(text, h.start() + 1, m.start())
         if h is not None:
-            return m.group(1)
+            return m.span(1)
         pos = m.start()  # (no head can hold the ms text: every head before it has been seen)
     return None
 

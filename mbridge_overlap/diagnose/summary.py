@@ -200,6 +200,11 @@ class Summary:
         self._release = None
 
     # -- reading ------------------------------------------------------------------------------------------------
+    @property
+    def collecting(self) -> bool:
+        """Inside a block: every line is the block's business until it ends."""
+        return self._active
+
     def feed(self, line: str) -> bool:
         """One log line (rank prefix and ANSI codes removed). True when it belongs to the block."""
         if not self._active:

@@ -14,15 +14,17 @@ from typing import Any, Mapping
 
 from ..upstream import releases
 from ..errors import UsageError
-from ..diagnose import messages, reader, report
+from ..diagnose import messages, parallel, reader, report
 from ..diagnose.scan import Scan
 
 
 def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = None, overrides: Mapping[str, Any] | None = None,
-             gpus: int | None = None, bridge_version: str | None = None, stdin=None, **inputs) -> report.Diagnosis:
+             gpus: int | None = None, bridge_version: str | None = None, stdin=None, jobs: int | None = None,
+             **inputs) -> report.Diagnosis:
     """logs: file paths, directories of per-rank logs, "-" for standard input (stdin: a binary stream to read for
-    it). compare: the first log (or directory) is BEFORE, the second AFTER. The other keywords are scenario.build's
-    (gpu, te, task, machine_facts, launcher_env)."""
+    it). compare: the first log (or directory) is BEFORE, the second AFTER. jobs: worker processes reading the files
+    (None: every core; parallel.py). The other keywords are scenario.build's (gpu, te, task, machine_facts,
+    launcher_env)."""
     logs = [releases.given("log", p) for p in (logs or ())]
     if not logs:
         raise UsageError("diagnose: name a log file, a folder of per-rank logs, or - for standard input")
@@ -33,10 +35,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     sides = [[p] for p in logs] if compare else [logs]
     scans, read_notes = [], []
     for label, paths in zip(("before", "after") if compare else ("log",), sides):
-        scan = Scan(catalog, summary=_summary())
-        for line in reader.lines(reader.files(paths), stdin=stdin, notes=read_notes):
-            scan.feed(line)
-        scan.finish()
+        scan = parallel.scan_all(catalog, reader.files(paths), _summary(), jobs=jobs, stdin=stdin, notes=read_notes)
         scans.append((label, scan))
     diag = report.Diagnosis(catalog, scans)
     diag.notes.extend(read_notes)
