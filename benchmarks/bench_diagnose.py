@@ -4,7 +4,7 @@ bounded memory (issue 18), and the planted causes found with the right rank coun
 
     python benchmarks/bench_diagnose.py [--size 2G] [--layout ranks|interleaved] [--ranks 64] [--fractions 0.25,0.5,1]
                                      [--keep DIR] [--band 0.75] [--rss-slack 32] [--max-rss 0] [--min-mbps 0]
-                                     [--profile MB]
+                                     [--jobs N] [--grep-ratio 3] [--speedup 1.8] [--write-docs] [--profile MB]
 
 For each fraction of --size (default 1/4, 1/2 and all of 2 GB) it writes a log set into a temporary folder (or
 --keep DIR, left there) and runs `diagnose DIR --format json` on it in a fresh process: wall time, throughput (MB of
@@ -22,11 +22,18 @@ tests/data/logs/upstream/ (each read from its log by a first `diagnose` run on i
 Generation is fast: each file is one block of about 1 MiB (its lines built once per rank) written again and again,
 with the planted lines and long lines written between blocks at their positions.
 
+Each size runs diagnose twice, on one core (--jobs 1) and with --jobs N (default every core; the two answers must be
+equal), and GNU grep -a -c -F with the catalog's literal prefixes (each message's text up to its first field, and the
+words native messages are found by) over the same files: grep reads every byte and decides nothing, the floor a
+reader of these logs can reach. --write-docs puts the table into docs/benchmarks.md.
+
 Goals (exit 1 when one fails; flags change them):
   --band B        the slowest size's MB/s (per CPU second) is at least B times the fastest's (linear time)
   --rss-slack MB  the peak RSS at the full size is at most MB above the smallest size's (bounded memory)
   --max-rss MB    and at most MB in all (0: no goal)
   --min-mbps X    every size at least X MB/s (0: no goal)
+  --grep-ratio R  diagnose on one core within R x grep's wall time (3; 0: no goal)
+  --speedup S     --jobs N at least S x one core's wall time, where N > 1 (1.8; 0: no goal)
   every planted cause found, its message on exactly the planted ranks, as many times as planted; no other cause.
 
 --profile MB: instead, profile `diagnose` in this process (cProfile) on an MB-sized log set and print the top functions.
@@ -196,13 +203,14 @@ def generate(folder: Path, size: int, layout: str, ranks: int, planted: list[dic
 
 # -- running diagnose ------------------------------------------------------------------------------------------------
 
-def run_diagnose(folder: Path, timeout: float) -> tuple[float, float, int, dict, int]:
-    """(wall seconds, CPU seconds, peak RSS bytes, the JSON report, exit status) of one diagnose process."""
+def run_diagnose(folder: Path, timeout: float, jobs: int = 1) -> tuple[float, float, int, dict, int]:
+    """(wall seconds, CPU seconds, peak RSS bytes, the JSON report, exit status) of one diagnose process (and its
+    workers: wait4 counts the CPU of the children it waited for; the peak RSS is the largest process's)."""
     env = {**os.environ, "PYTHONPYCACHEPREFIX": os.path.join(tempfile.gettempdir(), "mbridge-overlap-bench-pycache")}
     out = tempfile.TemporaryFile()
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "mbridge_overlap", "diagnose", str(folder), "--format", "json"],
-                            cwd=REPO, stdout=out, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "mbridge_overlap", "diagnose", str(folder), "--format", "json",
+                             "--jobs", str(jobs)], cwd=REPO, stdout=out, stderr=subprocess.PIPE, env=env)
     deadline = t0 + timeout
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -221,6 +229,40 @@ def run_diagnose(folder: Path, timeout: float) -> tuple[float, float, int, dict,
     if proc.returncode not in (0, 1) or not data:
         raise SystemExit(f"diagnose failed (exit {proc.returncode}): {err.strip()[-2000:]}")
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024, json.loads(data), proc.returncode
+
+
+def catalog_prefixes() -> list[str]:
+    """The literal text each catalog message starts with (up to its first field, first line, 8 characters or more),
+    and the words a native message is found by: what a grep for the catalog's messages looks for."""
+    sys.path.insert(0, str(REPO))
+    from mbridge_overlap.diagnose import messages
+
+    out = set()
+    for e in messages.load().entries:
+        if not e.matchable:
+            continue
+        if e.template:
+            head = messages.FIELD.split(e.template)[0].split("\n")[0].strip()
+            if len(head) >= 8:
+                out.add(head)
+        out.update(w for w in (*e.anchors, *e.contains) if w)
+    return sorted(out)
+
+
+def run_grep(folder: Path, prefixes: Path) -> tuple[float, int] | None:
+    """(wall seconds, candidate lines) of GNU grep -F over the log set with the catalog's literal prefixes; None
+    where there is no GNU grep."""
+    grep = shutil.which("grep")
+    if grep is None:
+        return None
+    files = sorted(str(p) for p in folder.rglob("*") if p.is_file())
+    t0 = time.perf_counter()
+    proc = subprocess.run([grep, "-a", "-c", "-F", "-f", str(prefixes), "--", *files], capture_output=True,
+                          env={**os.environ, "LC_ALL": "C"})
+    wall = time.perf_counter() - t0
+    if proc.returncode not in (0, 1):
+        return None
+    return wall, sum(int(line.rsplit(b":", 1)[-1]) for line in proc.stdout.splitlines() if line.strip())
 
 
 def check_plants(report: dict, planted: list[dict]) -> list[str]:
@@ -271,6 +313,19 @@ def profile(mb: int, layout: str, ranks: int) -> int:
     return 0
 
 
+def _table(args, rows: list, jobs: int) -> str:
+    out = [f"diagnose on {args.layout} logs of {args.ranks} ranks (Python {sys.version.split()[0]}); grep: GNU grep -a -c -F "
+           f"with the catalog's {len(catalog_prefixes()):,} literal prefixes, LC_ALL=C", "",
+           f"| size | lines | 1 core: wall s | CPU s | MB/s (CPU) | peak RSS | --jobs {jobs}: wall s | speed-up | grep s "
+           f"| 1 core / grep | planted |", "|" + "---|" * 11]
+    for _frac, size, wall, cpu, mbps, rss, lines, ok, wall_n, grep in rows:
+        par = f"{wall_n:.2f} | {wall / wall_n:.2f}x" if wall_n else "- | -"
+        gr = f"{grep[0]:.2f} | {wall / grep[0]:.1f}x" if grep else "- | -"
+        out.append(f"| {size / 2**20:,.0f} MiB | {lines:,} | {wall:.2f} | {cpu:.2f} | {mbps:.1f} | {rss / 2**20:.0f} MiB "
+                   f"| {par} | {gr} | {'all found' if ok else 'WRONG'} |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=parse_size, default=parse_size("2G"), help="the full size, all files together (2G)")
@@ -284,17 +339,28 @@ def main(argv=None) -> int:
     ap.add_argument("--min-mbps", type=float, default=0, help="goal: every size >= MB/s (0: none)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds one diagnose run may take")
     ap.add_argument("--profile", type=int, metavar="MB", help="profile diagnose in-process on an MB-sized log set instead")
+    ap.add_argument("--jobs", type=int, default=0, help="worker processes of the second run (0: every core)")
+    ap.add_argument("--grep-ratio", type=float, default=3.0, help="goal: diagnose on one core within RATIO x grep's time (0: none)")
+    ap.add_argument("--speedup", type=float, default=1.8, help="goal: --jobs on 2+ cores at least SPEEDUP x one core (0: none)")
+    ap.add_argument("--write-docs", action="store_true", help="write the table into docs/benchmarks.md")
     args = ap.parse_args(argv)
     if args.ranks < 1:
         ap.error("--ranks must be at least 1")
     if args.profile:
         return profile(args.profile, args.layout, args.ranks)
     fractions = sorted(float(f) for f in args.fractions.split(","))
+    sys.path.insert(0, str(REPO))
+    from mbridge_overlap.diagnose.parallel import cores
+
+    jobs = args.jobs or cores()
     _say(f"planting {len(PLANTS)} real error lines (reading them from tests/data/logs/upstream/)")
     planted = plants(args.ranks)
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench-diagnose-"))
     rows, problems = [], []
+    prefixes = base / "catalog-prefixes.txt"
     try:
+        base.mkdir(parents=True, exist_ok=True)
+        prefixes.write_text("\n".join(catalog_prefixes()) + "\n")
         for frac in fractions:
             folder = base / f"{args.layout}-{frac:g}"
             if folder.exists():
@@ -308,18 +374,34 @@ def main(argv=None) -> int:
             _say(f"  diagnose: {wall:.1f} s wall, {cpu:.1f} s CPU, {mbps:.1f} MB/s, peak RSS {rss / 2**20:.0f} MiB, "
                  f"exit {rc}, {report['lines']:,} lines")
             bad = check_plants(report, planted)
+            wall_n = None
+            if jobs > 1:
+                wall_n, _cpu, _rss, report_n, _rc = run_diagnose(folder, args.timeout, jobs)
+                _say(f"  diagnose --jobs {jobs}: {wall_n:.1f} s wall ({wall / wall_n:.2f}x)")
+                if report_n != report:
+                    bad.append(f"--jobs {jobs} answered otherwise than one process")
+            grep = run_grep(folder, prefixes)
+            if grep:
+                _say(f"  grep -F with the catalog's prefixes: {grep[0]:.2f} s, {grep[1]:,} candidate lines")
             problems += [f"size {frac:g}: {b}" for b in bad]
-            rows.append((frac, size, wall, cpu, mbps, rss, report["lines"], not bad))
+            rows.append((frac, size, wall, cpu, mbps, rss, report["lines"], not bad, wall_n, grep))
             if not args.keep:
                 shutil.rmtree(folder)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
-    print(f"diagnose on {args.layout} logs of {args.ranks} ranks ({os.cpu_count()} CPUs, Python {sys.version.split()[0]})")
-    print(f"{'size':>10} {'lines':>12} {'wall s':>7} {'CPU s':>7} {'MB/s':>6} {'wall MB/s':>9} {'peak RSS':>9}  planted")
-    for _frac, size, wall, cpu, mbps, rss, lines, ok in rows:
-        print(f"{size / 2**20:>6,.0f} MiB {lines:>12,} {wall:>7.1f} {cpu:>7.1f} {mbps:>6.1f} {size / 1e6 / wall:>9.1f} "
-              f"{rss / 2**20:>5.0f} MiB  {'all found' if ok else 'WRONG'}")
+    table = _table(args, rows, jobs)
+    print(table)
+    if args.write_docs:
+        from bench_common import cpu_model, load, write_section
+
+        write_section("bench_diagnose", f"{cpu_model()}, {cores()} cores, load {load()} at the end.\n\n{table}")
+    for _frac, size, wall, *_rest, wall_n, grep in rows:
+        if args.grep_ratio and grep and wall > args.grep_ratio * grep[0]:
+            problems.append(f"{size / 2**20:,.0f} MiB: one core {wall:.2f} s, {wall / grep[0]:.1f}x grep's {grep[0]:.2f} s "
+                            f"(goal {args.grep_ratio:g}x)")
+        if args.speedup and wall_n and wall / wall_n < args.speedup:
+            problems.append(f"{size / 2**20:,.0f} MiB: --jobs {jobs} {wall / wall_n:.2f}x one core (goal {args.speedup:g}x)")
     speeds = [r[4] for r in rows]
     if len(rows) > 1 and min(speeds) < args.band * max(speeds):
         problems.append(f"not linear: {min(speeds):.1f} MB/s against {max(speeds):.1f} (band {args.band})")

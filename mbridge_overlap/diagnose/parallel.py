@@ -61,7 +61,7 @@ def _scan_one(args) -> tuple[Scan, list]:
     read(scan, [source], notes=notes)
     scan.finish()
     scan.catalog = None  # the parent has it
-    scan._shapes, scan._memo, scan._frames, scan._on_path, scan._awaiting = None, {}, {}, {}, {}
+    scan._shapes, scan._memo, scan._repeats, scan._frames, scan._on_path, scan._awaiting = None, {}, {}, {}, {}, {}
     return scan, notes
 
 

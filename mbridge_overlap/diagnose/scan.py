@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_left
+from itertools import accumulate
 from dataclasses import dataclass, field
 
 from . import causes, frames, fuzzy, reader
@@ -80,6 +81,7 @@ class Scan:
     _awaiting: dict = field(default_factory=dict)  # (source, rank) -> line number of a frame whose code line may follow
     _shapes: object = None  # shapes.Shapes, made on the first block
     _memo: dict = field(default_factory=dict)  # text -> _matches(text)
+    _repeats: dict = field(default_factory=dict)  # a hot line's bytes -> the group reading it again only adds to
 
     def feed(self, line: Line) -> None:
         """One line, read in full."""
@@ -96,10 +98,13 @@ class Scan:
             src["ranks"].add(rank)
         return src
 
-    def _read(self, line: Line) -> None:
+    def _read(self, line: Line) -> str | None:
+        """Read one line in full. Returns the group it was recorded in when reading the same text again, with no
+        traceback open anywhere, can only add its rank to that group (read_block's repeats)."""
         text = line.text
         if self.summary is not None and not self.summary.done and self.summary.feed(clean(text)):
-            return
+            return None
+        quiet = not self._frames
         key = (line.source, line.rank)
         frame = self._frames.get(key)
         if 'File "' in text:
@@ -115,23 +120,26 @@ class Scan:
                 where = frames.overlap_frame(parsed[0], parsed[2])
                 if where is not None:
                     self._on_path[key] = (*parsed, *where, line)
-                return
+                return None
         elif "Traceback (most recent call last)" in text:
             self._on_path.pop(key, None)
         if frame is not None and frame[3] is None and _indent(text) > frame[4] and line.number - frame[5] <= CODE_WITHIN:
             frame[3] = text.strip()  # the frame's code line: kept for frame(), not matched (it holds the literal)
             self._awaiting.pop(key, None)
-            return
-        if ITERATION_PHRASE in text:
+            return None
+        iteration = ITERATION_PHRASE in text
+        if iteration:
             self._iteration(line)
         hits, near = self._matches(text)
+        gid = None
         if hits:  # the catalog knows the line (on the overlap path or not): it, not the frames, says what it is
-            self._record(line, hits, frame, near[1] if near else None)
+            gid = self._record(line, hits, frame, near[1] if near else None)
         elif not (frame is not None and _BARE.match(clean(text)) and self._bare(line, frame)) and not self._traceback(line, key):
-            return
+            return None
         self._frames.pop(key, None)  # an exception line ends its traceback
         self._on_path.pop(key, None)
         self._awaiting.pop(key, None)
+        return gid if quiet and not iteration else None
 
     def _matches(self, text: str) -> tuple[list, tuple | None]:
         """(the catalog's hits, or the fuzzy matcher's as one hit; its (entry, closeness) or None) for a line's text,
@@ -226,7 +234,7 @@ class Scan:
         group.add(line.rank)
         return True
 
-    def _record(self, line: Line, hits, frame, approximate: float | None = None) -> None:
+    def _record(self, line: Line, hits, frame, approximate: float | None = None) -> str:
         best = hits[0]
         # the same text raised in several places (Bridge's copy of a Megatron-Core check): one group, every place's
         # findings; a message whose field merely swallows a longer one's words is not the same
@@ -242,6 +250,7 @@ class Scan:
                                                   groups=best.groups, approximate=approximate)
         group.add(line.rank)
         self._fact(entry, best)
+        return entry.id
 
     def _bare(self, line: Line, frame) -> bool:
         """An exception line without a message (a bare assert): the entry raised in the traceback's last frame;
@@ -325,7 +334,7 @@ class Scan:
         special = {s: info[s] for s in distinct if info[s] is not shapes_.COLD}
         if not special and not self._every_line(source, number):
             return
-        raw = data.split(b"\n")
+        raw = _Lines(data, shapes)
         hot_shapes = {s for s, shape in special.items() if shape.hot}
         quiet_shapes = special.keys() - hot_shapes
         hot = [i for i, s in enumerate(shapes) if s in hot_shapes] if hot_shapes else []
@@ -342,16 +351,32 @@ class Scan:
             q = bisect_left(quiet, end, q0)
             self._quiet(source, src, quiet[q0:q], shapes, raw, special, path_rank)
             if end < n:
-                self._read_raw(source, number + end, raw[end], path_rank, src)
+                self._hot(source, number + end, raw[end], special[shapes[end]], path_rank, src)
             i = end + 1
 
-    def _read_raw(self, source: str, number: int, raw: bytes, path_rank: str | None, src: dict) -> None:
+    def _hot(self, source: str, number: int, raw: bytes, shape, path_rank: str | None, src: dict) -> None:
+        """A hot line: read in full, unless the same bytes were read before to the same end (a warning that every
+        iteration repeats): then its rank joins that group."""
+        gid = self._repeats.get(raw) if not self._frames else None
+        if gid is None:
+            gid = self._read_raw(source, number, raw, path_rank, src)
+            if gid is not None:
+                if len(self._repeats) >= MEMO:
+                    self._repeats.clear()
+                self._repeats[raw] = gid
+            return
+        rank = shapes_.rank_of(raw, shape.rank, path_rank) if shape.rank is not None else path_rank
+        if rank is not None and len(src["ranks"]) < MAX_RANKS:
+            src["ranks"].add(rank)
+        self.groups[gid].add(rank)
+
+    def _read_raw(self, source: str, number: int, raw: bytes, path_rank: str | None, src: dict) -> str | None:
         text, cut = line_text(raw)
         rank, text = split_prefix(text)
         rank = rank if rank is not None else path_rank
         if rank is not None and len(src["ranks"]) < MAX_RANKS:
             src["ranks"].add(rank)
-        self._read(Line(source, number, rank, text, cut))
+        return self._read(Line(source, number, rank, text, cut))
 
     def _quiet(self, source: str, src: dict, lines: list, shapes: list, raw: list, special: dict, path_rank) -> None:
         """Lines read by their shape's slices alone: their ranks and iteration times."""
@@ -361,7 +386,7 @@ class Scan:
             if rule is not None and len(ranks) < MAX_RANKS:
                 ranks.add(shapes_.rank_of(raw[i], rule, path_rank))
         if not self._capped(source):
-            self._times(source, [float(raw[i][sp[0]:sp[1]]) for i in lines if (sp := special[shapes[i]].iteration)])
+            self._times(source, [float(raw.part(i, sp)) for i in lines if (sp := special[shapes[i]].iteration)])
 
     def _every_line(self, source: str, number: int) -> bool:
         """Whether the line `number` of `source` must be read in full whatever its shape: a configuration summary
@@ -372,6 +397,23 @@ class Scan:
                     return True
                 del self._awaiting[key]
         return self.summary is not None and not self.summary.done and self.summary.collecting
+
+
+class _Lines:
+    """The lines of a block by number, found by the lengths of their shapes (a shape is as long as its line): only
+    the lines asked for are cut out of the block."""
+
+    def __init__(self, data: bytes, shapes: list):
+        self.data, self.shapes = data, shapes
+        self.ends = list(accumulate(map(len, shapes), initial=0))  # line i starts at ends[i] + i
+
+    def __getitem__(self, i: int) -> bytes:
+        start = self.ends[i] + i
+        return self.data[start:start + len(self.shapes[i])]
+
+    def part(self, i: int, span: tuple) -> bytes:
+        start = self.ends[i] + i
+        return self.data[start + span[0]:start + span[1]]
 
 
 def read(scan: Scan, sources, stdin=None, notes: list | None = None) -> None:
