@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mbridge_overlap import api
+from mbridge_overlap import api, pool
 from mbridge_overlap.diagnose import messages, parallel, reader, shapes
 from mbridge_overlap.diagnose.scan import Scan, read
 from mbridge_overlap.diagnose.summary import Summary
@@ -137,21 +137,25 @@ def test_a_native_regex_is_run_on_shapes_only_when_it_cannot_tell_digits_apart(p
 
 
 def test_workers_answer_as_one_process(tmp_path, monkeypatch):
-    """diagnose --jobs 2 over a folder of logs (forced past MIN_BYTES) gives the one-process answer."""
+    """diagnose --jobs 2 over a folder of logs gives the one-process answer; logs of less than MIN_BYTES in all are
+    read in this process."""
     folder = tmp_path / "logs"
     folder.mkdir()
     for i, p in enumerate(LOGS[:40]):
         (folder / f"rank{i}.log").write_bytes(p.read_bytes())
     one = api.diagnose([str(folder)], jobs=1).to_dict()
-    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    total = sum(p.stat().st_size for p in folder.iterdir())
+    monkeypatch.setattr(parallel, "MIN_BYTES", total + 1)  # too little to share: one process
     pools = []
+    map_ordered = pool.map_ordered
 
-    class Pool(parallel.ProcessPoolExecutor):
-        def __init__(self, **kw):
-            pools.append(kw["max_workers"])
-            super().__init__(**kw)
+    def recorded(func, items, jobs, costs=None):
+        pools.append(jobs)
+        return map_ordered(func, items, jobs, costs)
 
-    monkeypatch.setattr(parallel, "ProcessPoolExecutor", Pool)
+    monkeypatch.setattr(pool, "map_ordered", recorded)
+    assert api.diagnose([str(folder)], jobs=2).to_dict() == one and pools == []
+    monkeypatch.setattr(parallel, "MIN_BYTES", total)
     two = api.diagnose([str(folder)], jobs=2).to_dict()
     assert pools == [2]
     assert two == one

@@ -8,7 +8,8 @@ import signal
 import pytest
 
 from mbridge_overlap.errors import UsageError
-from mbridge_overlap.trace import analyze, compare, job, pool
+from mbridge_overlap import pool
+from mbridge_overlap.trace import analyze, compare, job
 from trace_fixtures import DP_DESC, TP_DESC, TraceBuilder, nccl
 
 

@@ -1,18 +1,20 @@
-"""diagnose --jobs N: the log files go to N worker processes (the standard library's pool), each scanning whole files;
-their scans are merged in the order of the files, so that the answer is the one a single process gives.
+"""diagnose --jobs N: the log files go to N worker processes (mbridge_overlap.pool, the one trace uses: forked, the
+largest file first, none left behind by a time-out or Ctrl-C), each scanning whole files; their scans are merged in
+the order of the files, so that the answer is the one a single process gives.
 
-A pool costs a process start per worker (a fork on Linux: the catalog already loaded is shared, not read again), so
-it is used only where there is work to share: two files or more and MIN_BYTES of logs in all. Standard input is
-always read here.
+A pool costs a process start per worker (a fork: the catalog already loaded is shared, not read again), so it is used
+only where there is work to share: two files or more and MIN_BYTES of logs in all. Standard input is always read
+here.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 
-from . import messages
+from ..errors import UsageError
+from ..safeio import esc
+from . import messages, shapes
 from .scan import Scan, read
 
 MIN_BYTES = 16 << 20  # logs smaller than this in all are read in this process
@@ -30,46 +32,49 @@ def scan_all(catalog: messages.Catalog, sources: list, summary, jobs: int | None
              notes: list | None = None) -> Scan:
     """One Scan of every source, in order; `summary`: a fresh diagnose.summary.Summary, or None."""
     jobs = cores() if jobs is None else jobs
-    workers = min(jobs, len(sources))
-    if workers < 2 or "-" in sources or _size(sources) < MIN_BYTES:
+    sizes = [_size(s) for s in sources]
+    if jobs < 2 or len(sources) < 2 or "-" in sources or sum(sizes) < MIN_BYTES:
         scan = Scan(catalog, summary=summary)
         read(scan, sources, stdin=stdin, notes=notes)
         scan.finish()
         return scan
+    from .. import pool
+
+    shapes.for_catalog(catalog, shapes.title_of(summary))  # made once, before the workers are forked
+    try:
+        parts = pool.map_ordered(partial(_scan_one, catalog, summary is not None), sources, jobs, sizes)
+    except pool.WorkerDied as exc:
+        code = exc.exitcode
+        how = "exit status unknown" if code is None else f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        raise UsageError(f"{esc(exc.item)}: the process reading it died ({how}; out of memory?); pass --jobs 1") from None
     scan = Scan(catalog, summary=summary)
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-    args = [(catalog.requested, source, summary is not None) for source in sources]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-        for part, part_notes in pool.map(_scan_one, args):
-            part.catalog = catalog
-            scan.merge(part)
-            if notes is not None:
-                notes.extend(part_notes)
+    for part, part_notes in parts:
+        part.catalog = catalog
+        scan.merge(part)
+        if notes is not None:
+            notes.extend(part_notes)
     return scan
 
 
-def _scan_one(args) -> tuple[Scan, list]:
-    version, source, with_summary = args
+def _scan_one(catalog: messages.Catalog, with_summary: bool, source: str) -> tuple[Scan, list]:
+    """A worker's scan of one file, without what the parent has (the catalog) or what only reading needed."""
     if with_summary:
         from .summary import Summary
 
         summary = Summary()
     else:
         summary = None
-    scan = Scan(messages.load(version), summary=summary)
+    scan = Scan(catalog, summary=summary)
     notes: list = []
     read(scan, [source], notes=notes)
     scan.finish()
-    scan.catalog = None  # the parent has it
+    scan.catalog = None
     scan._shapes, scan._memo, scan._repeats, scan._frames, scan._on_path, scan._awaiting = None, {}, {}, {}, {}, {}
     return scan, notes
 
 
-def _size(sources: list) -> int:
-    total = 0
-    for source in sources:
-        try:
-            total += os.stat(source).st_size
-        except OSError:
-            pass  # the reader says what is wrong with it
-    return total
+def _size(source: str) -> int:
+    try:
+        return os.stat(source).st_size
+    except OSError:  # standard input, or a file the reader will say is wrong
+        return 0

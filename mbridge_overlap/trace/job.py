@@ -76,7 +76,7 @@ def _analyze_all(files: list[Path], allow_partial: bool, jobs: int | None) -> li
     run = partial(_analyze_file, allow_partial=allow_partial)
     if jobs <= 1 or len(files) <= 1:
         return [run(f) for f in files]  # pool.map_ordered's serial case, without importing it (5 ms a start)
-    from . import pool
+    from .. import pool
 
     try:
         return pool.map_ordered(run, files, jobs, sizes)
