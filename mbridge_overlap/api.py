@@ -112,11 +112,21 @@ def recipes(**filters):
     return list_recipes(**filters)
 
 
-def trace(paths, **options):
-    """Hidden and exposed communication per rank, dimension and step from profiler traces (see trace.analyze)."""
+def trace(paths, *, ranks=None, allow_partial: bool = False, jobs: int | None = None, config=None,
+          overrides: Mapping[str, Any] | None = None, model: str | None = None, shape: Mapping[str, Any] | None = None,
+          **inputs):
+    """Hidden and exposed communication per rank, dimension and step from profiler traces (see trace.analyze). With
+    the run's config (config, recipe, overrides and the other inputs of resolve; model, shape as for budget()), the
+    result's `predicted` sets the communication budget's figures per dimension beside the measured ones."""
     from .trace import analyze
 
-    return analyze(paths, **options)
+    report = analyze(paths, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
+    if config is not None or inputs.get("recipe") is not None or overrides:
+        from .trace import predicted
+
+        analysis = resolve(overrides, config=config, model=model, shape=shape, **inputs)
+        report.predicted = predicted.beside(report.to_dict(), analysis.budget, analysis.gpus)
+    return report
 
 
 def compare_traces(before, after, **options):

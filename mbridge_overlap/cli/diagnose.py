@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import os
-
 from .. import api
 from ..output import text
-from ..run.request import parse_override
 from . import options
 
 HELP = "the overlap cause and fix behind a crashed, hung or slower run's logs"
@@ -24,22 +21,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    logs, overrides = _split_logs(args.inputs)
+    logs, overrides = options.split_overrides(args.inputs)
     result = api.diagnose(logs, compare=args.compare, config=args.config, overrides=overrides, jobs=args.jobs,
                           **options.inputs(args, gpus=args.gpus))
     d = result.to_dict()
     options.emit(args, options.to_json(d) if args.format == "json" else text.diagnosis(d))
     return 1 if result.found else 0
-
-
-def _split_logs(tokens: list[str]) -> tuple[list[str], dict]:
-    """Logs and KEY=VALUE overrides, in any order: a token is an override when it reads as one and names no file."""
-    logs, overrides = [], {}
-    for token in tokens:
-        key = token.partition("=")[0]
-        if "=" in token and "." in key and "/" not in key and not os.path.exists(token):
-            k, v = parse_override(token)
-            overrides[k] = v
-        else:
-            logs.append(token)
-    return logs, overrides

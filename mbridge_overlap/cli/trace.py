@@ -16,6 +16,7 @@ import json
 from .. import safeio
 from ..errors import UsageError
 from ..trace import render, snippet
+from . import options
 
 HELP = "hidden and exposed communication per parallel dimension from profiler traces"
 
@@ -31,8 +32,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EXAMPLES
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
-        "traces", nargs="*", metavar="TRACE",
-        help="PyTorch profiler traces (.json or .json.gz), one file per rank, or directories of them",
+        "traces", nargs="*", metavar="TRACE | KEY=VALUE",
+        help="PyTorch profiler traces (.json or .json.gz), one file per rank, or directories of them; KEY=VALUE "
+        "overrides on --config/--recipe",
+    )
+    parser.add_argument(
+        "--config", metavar="FILE",
+        help="the run's run_config.yaml: the communication budget's prediction per dimension beside the measured one "
+        "(or --recipe with --gpus and KEY=VALUE overrides)",
     )
     parser.add_argument(
         "--compare", action="store_true",
@@ -57,6 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--snippet", choices=tuple(snippet.FORMS), metavar="FORM",
         help="print a snippet that turns on Bridge's PyTorch profiler: python, yaml or hydra",
     )
+    options.scenario_flags(parser)
+    options.budget_flags(parser)
     parser.add_argument(
         "--steps", metavar="START-END",
         help=f"with --snippet: Bridge's profile_step_start-profile_step_end, END not recorded (default {snippet.DEFAULT_STEPS})",
@@ -78,8 +87,8 @@ def _print(text: str) -> None:
 
 
 def _snippet(args) -> int:
-    if args.traces or args.compare or args.jobs:
-        raise UsageError("--snippet takes no traces, --compare or --jobs")
+    if args.traces or args.compare or args.jobs or args.config or args.recipe:
+        raise UsageError("--snippet takes no traces, --compare, --jobs, --config or --recipe")
     from .. import api
 
     made = api.trace_snippet(args.snippet, steps=args.steps, ranks=args.rank)
@@ -95,6 +104,8 @@ def run(args) -> int:
     from .. import api
 
     ranks = snippet.parse_ranks(args.rank, allow_all=False)
+    if args.compare and (args.config or args.recipe):
+        raise UsageError("--config and --recipe go with the traces of one run, not --compare")
     if args.compare:
         if len(args.traces) != 2:
             raise UsageError(f"--compare takes exactly two traces, BEFORE and AFTER (got {len(args.traces)})")
@@ -104,9 +115,11 @@ def run(args) -> int:
         partial = result.before.partial or result.after.partial
         text = render.comparison
     else:
-        if not args.traces:
+        traces, overrides = options.split_overrides(args.traces)
+        if not traces:
             raise UsageError("give at least one trace file or directory (or --snippet FORM)")
-        result = api.trace(args.traces, ranks=ranks, allow_partial=args.allow_partial, jobs=args.jobs)
+        result = api.trace(traces, ranks=ranks, allow_partial=args.allow_partial, jobs=args.jobs, config=args.config,
+                           overrides=overrides, **options.budget_inputs(args), **options.inputs(args, gpus=args.gpus))
         data, partial, text = result.to_dict(), result.partial, render.report
     _print(json.dumps(data, indent=2) + "\n" if args.format == "json" else text(data))
     return 1 if partial else 0

@@ -90,7 +90,27 @@ def report(d: dict) -> str:
     for r in ranks:
         out += ["", *_rank_block(r)]
     out += [f"note: {esc(n)}" for n in d["notes"]]
+    if d.get("predicted") is not None:
+        out += ["", *_predicted(d["predicted"])]
     return _lines(out)
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:,.3f}"
+
+
+def _predicted(p: dict) -> list[str]:
+    """The budget's prediction beside the measured figures (trace with the run's config)."""
+    if "unavailable" in p:
+        return [f"predicted: no budget for this config: {esc(p['unavailable'])}"]
+    out = [f"predicted beside measured, {p['per']} ({p['steps']} step(s), {p['ranks']} rank(s)):",
+           *table(["dimension", "predicted", "hidden", "exposed", "measured", "hidden", "exposed", "exposed x"],
+                  [[r["dimension"], _ms(r["predicted_ms"]), _ms(r["predicted_hidden_ms"]), _ms(r["predicted_exposed_ms"]),
+                    _ms(r["measured_ms"]), _ms(r["measured_hidden_ms"]), _ms(r["measured_exposed_ms"]),
+                    "-" if r["exposed_ratio"] is None else f"{r['exposed_ratio']:g}"] for r in p["dimensions"]]),
+           f"  compute: predicted {_ms(p['compute_ms']['predicted'])}, measured {_ms(p['compute_ms']['measured'])}; "
+           f"predicted iteration {_ms(p['iteration_ms']['predicted'])}"]
+    return out + [f"note: {esc(n)}" for n in p["notes"]]
 
 
 def _side(s: dict) -> str:

@@ -120,6 +120,7 @@ class RankReport:
 class TraceReport:
     ranks: list[RankReport]
     notes: list[str] = field(default_factory=list)
+    predicted: dict | None = None  # trace with the run's config: predicted.beside()
 
     @property
     def partial(self) -> bool:
@@ -140,4 +141,5 @@ class TraceReport:
             "partial": self.partial,
             "ranks": [r.to_dict() for r in self.ranks],
             "notes": self.notes,
+            **({"predicted": self.predicted} if self.predicted is not None else {}),
         }

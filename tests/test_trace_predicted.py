@@ -1,0 +1,98 @@
+"""trace with the run's config: the communication budget's prediction per dimension beside what the traces measured,
+per iteration, on traces built with known exposed times per rank and step."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mbridge_overlap import api
+from trace_fixtures import DP_DESC, REPO, TP_DESC, TraceBuilder, nccl
+
+RECIPE = "llama3_8b_pretrain_config"
+TP2 = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True}  # so that TP has a budget
+
+
+def _rank(rank: int, tp_exposed: list, dp_hidden: int = 30, world: int = 8) -> TraceBuilder:
+    """Steps of 1,000 us: a GEMM [0, 400) of each, a TP all-gather right after it (exposed tp_exposed[i] us) and a DP
+    reduce-scatter under the GEMM's end (hidden dp_hidden us, exposed 20)."""
+    b = TraceBuilder(rank=rank, world_size=world)
+    for i, exposed in enumerate(tp_exposed):
+        t = 1000 * i
+        b.step(i + 1, t, t + 1000)
+        b.kernel("sm90_gemm", t, t + 400)
+        b.kernel(nccl("AllGather"), t + 400, t + 400 + exposed, stream=20, **{"Process Group Description": TP_DESC})
+        b.kernel(nccl("ReduceScatter"), t + 400 - dp_hidden, t + 420, stream=21, **{"Process Group Description": DP_DESC})
+    return b.noise()
+
+
+@pytest.fixture
+def traces(tmp_path):
+    # three steps each (the last is left out of the totals): rank 0's TP exposes 40 and 60 us, rank 1's 100 and 100,
+    # rank 2's 10 and 30: per-rank means 50, 100, 20 us; their median 50 us = 0.05 ms
+    for rank, tp in enumerate(([40, 60, 999], [100, 100, 999], [10, 30, 999])):
+        _rank(rank, tp).write(tmp_path / f"rank-{rank}.json.gz")
+    return tmp_path
+
+
+def _row(d: dict, dim: str) -> dict:
+    return next(r for r in d["predicted"]["dimensions"] if r["dimension"] == dim)
+
+
+def test_measured_is_the_median_rank_mean_per_step_and_predicted_is_the_budget(traces):
+    d = api.trace([traces], recipe=RECIPE, gpus=8, overrides=TP2).to_dict()
+    b = api.budget(TP2, recipe=RECIPE, gpus=8).to_dict()["budget"]
+    tp, dp = _row(d, "tp"), _row(d, "dp")
+    assert {"tp", "dp"} <= set(b["dimensions"])
+    assert tp["measured_exposed_ms"] == 0.05 and tp["measured_hidden_ms"] == 0.0
+    assert dp["measured_exposed_ms"] == 0.02 and dp["measured_hidden_ms"] == 0.03 and dp["measured_ms"] == 0.05
+    for row in (tp, dp):
+        want = b["dimensions"][row["dimension"]]
+        assert (row["predicted_ms"], row["predicted_hidden_ms"], row["predicted_exposed_ms"]) == \
+            (want["ms"], want["hidden_ms"], want["exposed_ms"])
+        assert want["exposed_ms"] > 0 and row["exposed_ratio"] == round(row["measured_exposed_ms"] / want["exposed_ms"], 2)
+    p = d["predicted"]
+    assert p["steps"] == 2 and p["ranks"] == 3
+    assert p["iteration_ms"]["predicted"] == b["iteration_ms"] and p["compute_ms"]["measured"] == 0.4
+    assert not p["notes"]  # the traces' world size is the config's: nothing to say
+
+
+def test_a_config_of_another_size_is_said(traces):
+    p = api.trace([traces], recipe=RECIPE, gpus=16).to_dict()["predicted"]
+    assert any("8 GPUs" in n and "16" in n for n in p["notes"])
+
+
+def test_no_budget_says_why_and_no_steps_says_so(traces, tmp_path):
+    p = api.trace([traces], recipe=RECIPE, gpus=7).to_dict()["predicted"]
+    assert "does not run" in p["unavailable"]
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    b = TraceBuilder(rank=0, world_size=8)
+    b.kernel("sm90_gemm", 0, 400).kernel(nccl("AllGather"), 400, 450, stream=20, **{"Process Group Description": TP_DESC})
+    b.noise().write(flat / "rank-0.json.gz")
+    assert "profiler steps" in api.trace([flat], recipe=RECIPE, gpus=8).to_dict()["predicted"]["unavailable"]
+
+
+def test_without_a_config_the_report_is_as_before(traces):
+    assert "predicted" not in api.trace([traces]).to_dict()
+
+
+def test_cli_text_json_and_misuse(traces):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "mbridge_overlap", "trace", *args], capture_output=True,
+                              text=True, cwd=REPO)
+
+    js = run(str(traces), "model.tensor_model_parallel_size=2", "model.sequence_parallel=true", "--recipe", RECIPE,
+             "--gpus", "8", "--format", "json")
+    assert js.returncode == 0, js.stderr
+    tp = _row(json.loads(js.stdout), "tp")
+    assert tp["measured_exposed_ms"] == 0.05 and tp["predicted_exposed_ms"] > 0
+    text = run(str(traces), "--recipe", RECIPE, "--gpus", "8")
+    assert "predicted beside measured" in text.stdout and "\n  tp " in text.stdout
+    for bad in (["--compare", str(traces), str(traces), "--recipe", RECIPE],
+                ["--snippet", "python", "--recipe", RECIPE]):
+        proc = run(*bad)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
