@@ -106,7 +106,7 @@ def test_the_engine_does_not_reach_the_text_module():
 # The layers of the package, lowest first: a module imports its own layer and lower ones only, so that a newcomer
 # can read it bottom up (README.md and CONTRIBUTING.md name the folders).
 LAYERS = (
-    ("errors", "contract", "values", "suggest", "safeio"),  # the base: errors, the JSON contract, quoting, safe reads
+    ("errors", "contract", "values", "suggest", "safeio", "pool"),  # the base: errors, the JSON contract, quoting, safe reads, workers
     ("upstream",),  # the upstream facts: releases, recipe catalog, presets, anchors
     ("run",),  # the model of a run: request, scenario, resolver, layout, machine, launch environment
     ("findings", "output", "budget"),  # the findings (records, rules, proof, analysis); text and snippets; the budget

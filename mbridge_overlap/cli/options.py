@@ -194,12 +194,12 @@ def say(line: str) -> None:
 
 def split_overrides(tokens: list[str]) -> tuple[list[str], dict]:
     """Paths and KEY=VALUE overrides, in any order: a token is an override when it reads as one and names no file."""
-    from ..run.request import parse_override
-
     paths, overrides = [], {}
     for token in tokens:
         key = token.partition("=")[0]
         if "=" in token and "." in key and "/" not in key and not os.path.exists(token):
+            from ..run.request import parse_override  # (only here: it loads the release data)
+
             k, v = parse_override(token)
             overrides[k] = v
         else:

@@ -64,7 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--snippet", choices=tuple(snippet.FORMS), metavar="FORM",
         help="print a snippet that turns on Bridge's PyTorch profiler: python, yaml or hydra",
     )
-    options.scenario_flags(parser)
+    # the config's inputs (a few of scenario_flags': building them all would load the release data into every trace)
+    parser.add_argument("--recipe", type=options.RECIPE, help="with --gpus: the shipped recipe the run used (instead of --config)")
+    parser.add_argument("--gpus", type=options.gpu_count, help="with --recipe: " + options.GPUS_HELP)
+    parser.add_argument("--gpu", help="with --config/--recipe: the GPU type (default: the recipe's, else h100)")
     options.budget_flags(parser)
     parser.add_argument(
         "--steps", metavar="START-END",
@@ -119,7 +122,8 @@ def run(args) -> int:
         if not traces:
             raise UsageError("give at least one trace file or directory (or --snippet FORM)")
         result = api.trace(traces, ranks=ranks, allow_partial=args.allow_partial, jobs=args.jobs, config=args.config,
-                           overrides=overrides, **options.budget_inputs(args), **options.inputs(args, gpus=args.gpus))
+                           overrides=overrides, recipe=args.recipe, gpus=args.gpus, gpu=args.gpu,
+                           **options.budget_inputs(args))
         data, partial, text = result.to_dict(), result.partial, render.report
     _print(json.dumps(data, indent=2) + "\n" if args.format == "json" else text(data))
     return 1 if partial else 0

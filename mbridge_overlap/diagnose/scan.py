@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from . import causes, frames, fuzzy, reader
 from . import shapes as shapes_
+from .patterns import EXCEPTION, ITERATION_PHRASE, iteration_ms_span
 from .messages import FIELD, Catalog, Entry, Hit, clean, parse_frame
 from .reader import Line, line_text, split_prefix
 
@@ -26,14 +27,7 @@ MAX_FRAMES = 4096  # tracebacks under way at once (one per source and rank); the
 MAX_SHOWN = 2000  # characters of a logged line kept for the report
 MEMO = 4096  # line texts whose matches are remembered
 CODE_WITHIN = 256  # lines of its log within which a traceback frame's code line follows it (other ranks' lines between)
-# Bridge's training_log line: `iteration N/ M | ... | elapsed time per iteration (ms): X | ...`, found as the regex
-# _ITER_HEAD, then anything but a newline, then _ITER_MS would find it (_iteration_ms), in linear time
-_ITER_HEAD = re.compile(r"\biteration\s+(\d{1,12})/\s*(\d{1,12})\s*\|")
-_ITER_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9]{1,12}(?:\.[0-9]*)?)")
 _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
-# the line that ends a traceback: an exception's name at the start (after a rank prefix), then its message or nothing
-EXCEPTION = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt)\w*)(?::|\s*$)")
-ITERATION_PHRASE = "elapsed time per iteration"
 TRACEBACK = "traceback"  # the pseudo-topic of a traceback group: OVERLAP_PATH_TRACEBACK
 _TP_SIZE = "> initialized tensor model parallel with size "
 _WORLD = "using world size: "  # Megatron-LM's validate_args / validate_yaml
@@ -431,19 +425,6 @@ def read(scan: Scan, sources, stdin=None, notes: list | None = None) -> None:
         scan.finish(source)
 
 
-def iteration_ms_span(text: str) -> tuple[int, int] | None:
-    """Where the ms of the first iteration record in text lie: the first _ITER_MS after the leftmost _ITER_HEAD that
-    one follows on its line (the regex HEAD.*?MS, which backtracks quadratically over a line that repeats the head)."""
-    pos = 0
-    for m in _ITER_MS.finditer(text):
-        nl = text.rfind("\n", pos, m.start())
-        h = _ITER_HEAD.search(text, pos, m.start())
-        while h is not None and h.end() <= nl:  # on an earlier line than the ms
-            h = _ITER_HEAD.search(text, h.start() + 1, m.start())
-        if h is not None:
-            return m.span(1)
-        pos = m.start()  # (no head can hold the ms text: every head before it has been seen)
-    return None
 
 
 def _indent(text: str) -> int:

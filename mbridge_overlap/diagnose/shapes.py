@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import fuzzy, scan
+from . import fuzzy, patterns
 from .messages import MAX_LINE_CHARS, MIN_CUT_CHARS, Catalog, Group, _words, clean
 
 try:
@@ -109,7 +109,7 @@ class Shapes:
         if self._hot(text):
             return Shape(True, rank=rank)
         iteration = None
-        if scan.ITERATION_PHRASE in text:
+        if patterns.ITERATION_PHRASE in text:
             iteration = _iteration_span(shape, line, text)
             if iteration is None:  # a record the slice cannot read (ANSI codes, other scripts): read in full
                 return Shape(True, rank=rank)
@@ -133,7 +133,7 @@ class Shapes:
         found += [ms for k, ms in self.contains.items() if k in text or k in cleaned]
         if any(self._test(m)(t) for ms in found for m in ms for t in {text, cleaned}):
             return True
-        return scan.EXCEPTION.match(cleaned) is not None or fuzzy.errorish(cleaned)
+        return patterns.EXCEPTION.match(cleaned) is not None or fuzzy.errorish(cleaned)
 
 
 def _masked(finders: dict) -> dict:
@@ -249,7 +249,7 @@ def _iteration_span(shape: bytes, line: str, text: str) -> tuple | None:
     bytes is not its place in the text (ANSI codes, a line end inside, characters outside ASCII)."""
     if "\x1b" in text or "\r" in text or not shape.isascii():
         return None
-    span = scan.iteration_ms_span(text)
+    span = patterns.iteration_ms_span(text)
     if span is None:
         return None
     offset = len(line) - len(text)
