@@ -136,3 +136,29 @@ def test_an_index_whose_lines_are_not_the_catalogs_is_refused(fresh_index):
 def test_a_release_without_a_catalog_is_named():
     with pytest.raises(UsageError, match="has no recipe catalog here"):
         catalog.index("0.0.1")
+
+
+@pytest.mark.parametrize("broken", ["missing", "other size", "fewer rows", "not json"])
+def test_a_listing_that_does_not_fit_its_catalog_is_not_used(monkeypatch, tmp_path, broken):
+    """recipes.listing.json (the rows of a whole listing, so that it decodes one small file instead of every entry) is
+    used only where it fits its catalog; else the rows are built from the entries, alike."""
+    real = catalog_view.listing_path("0.6.2")
+    table = json.loads(real.read_text(encoding="utf-8"))
+    assert catalog_view._committed("0.6.2") is not None  # the committed one fits
+    if broken == "other size":
+        table["catalog_bytes"] += 1
+    if broken == "fewer rows":
+        table["rows"].pop()
+    path = tmp_path / "recipes.listing.json"
+    if broken != "missing":
+        path.write_text("{" if broken == "not json" else json.dumps(table), encoding="utf-8")
+    monkeypatch.setattr(catalog_view, "listing_path", lambda v: path)
+    monkeypatch.setattr(catalog_view, "_LISTED", {})
+    catalog_view._committed.cache_clear()
+    try:
+        assert catalog_view._committed("0.6.2") is None
+        rows = catalog_view.list_recipes(gpu="h100").to_dict()["recipes"]
+        assert rows == [{**catalog_view.row(e), "reference": r["reference"]}
+                        for e, r in zip(catalog.entries_where("0.6.2", lambda x: x.gpu == "h100"), rows)]
+    finally:
+        catalog_view._committed.cache_clear()

@@ -7,10 +7,11 @@ a recipe is built offline). Run with the Bridge venv's python:
 
 Writes mbridge_overlap/data/releases/<version>/recipes.json and its index, recipes.index.json (what each recipe's
 name says, its layout, and where its line is: what resolve --recipe, plan and recipes read instead of the whole
-catalog; mbridge_overlap/upstream/catalog.py). --check regenerates both in memory and compares them with the shipped files
-(exit 1 on a difference); the Bridge test tier runs that. --index rewrites (with --check: compares) only the indexes
-of the committed catalogs, with any Python and no Bridge; tier 1 runs --index --check. The files hold names and
-values only.
+catalog; mbridge_overlap/upstream/catalog.py), and recipes.listing.json (each recipe's row as `recipes` lists it:
+what a listing of all of them decodes instead of every entry; verbs/recipes.py). --check regenerates the catalog and
+its index in memory and compares them with the shipped files (exit 1 on a difference); the Bridge test tier runs that.
+--index rewrites (with --check: compares) only the indexes and listings of the committed catalogs, with any Python and
+no Bridge; tier 1 runs --index --check. The files hold names and values only.
 """
 
 from __future__ import annotations
@@ -82,27 +83,31 @@ def main(argv=None) -> int:
     path.write_text(text, encoding="utf-8")
     index_path.write_text(index, encoding="utf-8")
     print(f"wrote {rel} and {index_path.name}: {summary(data)}")
-    return 0
+    return _indexes(catalog, check=False)  # and the listing, read from what was written
 
 
 def _indexes(catalog, check: bool) -> int:
-    """Each committed catalog's index, written or compared."""
+    """Each committed catalog's index and listing (verbs/recipes.listing_text), written or compared."""
+    from mbridge_overlap.verbs import recipes
+
     stale = []
     for version in catalog.versions():
-        path = catalog.index_path(version)
-        index = catalog.index_text(catalog.catalog_path(version).read_bytes())
-        if path.is_file() and path.read_text(encoding="utf-8") == index:
-            continue
-        if check:
-            stale.append(str(path.relative_to(ROOT)))
-        else:
-            path.write_text(index, encoding="utf-8")
-            print(f"wrote {path.relative_to(ROOT)}")
+        catalog.index.cache_clear()  # (an index written here is read back for the listing)
+        for path, make in ((catalog.index_path(version), lambda v: catalog.index_text(catalog.catalog_path(v).read_bytes())),
+                           (recipes.listing_path(version), recipes.listing_text)):
+            text = make(version)
+            if path.is_file() and path.read_text(encoding="utf-8") == text:
+                continue
+            if check:
+                stale.append(str(path.relative_to(ROOT)))
+            else:
+                path.write_text(text, encoding="utf-8")
+                print(f"wrote {path.relative_to(ROOT)}")
     if stale:
         print(f"index DIFFERS from its catalog: {', '.join(stale)} (run tools/gen_recipe_catalog.py --index)")
         return 1
     if check:
-        print(f"indexes match their catalogs: {', '.join(catalog.versions())}")
+        print(f"indexes match their catalogs: {', '.join(catalog.versions())} (and the listings)")
     return 0
 
 

@@ -6,6 +6,8 @@ in the catalog); for a recipe real Bridge rejected, the row says so with Bridge'
 
 from __future__ import annotations
 
+import json
+import os
 from collections import Counter
 from functools import lru_cache
 
@@ -64,15 +66,49 @@ def list_recipes(*, model: str | None = None, gpu: str | None = None, gpus: int 
 
 
 _LISTED: dict = {}  # (version, the recipe's offset in recipes.json) -> its row, built once per process
+LISTING_BY = "tools/gen_recipe_catalog.py --index"
 
 
 def _listed(version: str, index_rows: list) -> list[dict]:
     missing = [r for r in index_rows if (version, r[9]) not in _LISTED]
     if missing:
         twice = _twice(version)
-        for r, e in zip(missing, catalog.entries_of(version, missing)):
-            _LISTED[version, r[9]] = {**row(e), "reference": f"{e['package']}.{e['name']}" if e["name"] in twice else e["name"]}
+        committed = _committed(version)
+        if committed is not None:
+            rows = [committed[r[9]] for r in missing]
+        else:
+            rows = [row(e) for e in catalog.entries_of(version, missing)]
+        for r, listed in zip(missing, rows):
+            _LISTED[version, r[9]] = {**listed, "reference": f"{r.package}.{r.name}" if r.name in twice else r.name}
     return [_LISTED[version, r[9]] for r in index_rows]
+
+
+def listing_path(version: str):
+    return catalog.catalog_path(version).with_name("recipes.listing.json")
+
+
+def listing_text(version: str) -> str:
+    """recipes.listing.json: every recipe's row as row() lists it, one a line in catalog order, for the catalog file
+    of this size (a listing of all 1,000 recipes then decodes this instead of every recipe's whole entry)."""
+    index = catalog.index(version)
+    head = json.dumps({"catalog_bytes": os.stat(catalog.catalog_path(version)).st_size, "generated_by": LISTING_BY})
+    rows = ",\n".join(json.dumps(row(e), separators=(",", ":")) for e in catalog.entries_of(version, list(index)))
+    return head[:-1] + ', "rows": [\n' + rows + "\n]}\n"
+
+
+@lru_cache(maxsize=None)
+def _committed(version: str) -> dict | None:
+    """The committed listing's rows by the recipe's offset in recipes.json, where it fits the catalog; else None
+    (the rows are then built from the entries)."""
+    index = catalog.index(version)
+    try:
+        with open(listing_path(version), "rb") as fh:
+            data = json.loads(fh.read())
+        if data["catalog_bytes"] != os.stat(catalog.catalog_path(version)).st_size or len(data["rows"]) != len(index):
+            return None
+        return {r[9]: listed for r, listed in zip(index, data["rows"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 @lru_cache(maxsize=None)
