@@ -67,10 +67,13 @@ def test_blocks_read_the_test_logs_as_every_line(tmp_path):
         assert state(_by_blocks([source])) == state(_every_line([source])), source
 
 
-def test_blocks_across_block_ends(tmp_path, monkeypatch):
-    """Blocks of a few bytes: lines, summary blocks and tracebacks cut across them; a line longer than 2 x MAX_LINE
-    leaves the blocks for the line reader."""
-    monkeypatch.setattr(reader, "CHUNK", 97)
+@pytest.mark.parametrize("chunk, block", [(97, 1 << 18), (4096, 61)])
+def test_blocks_across_block_ends(tmp_path, monkeypatch, chunk, block):
+    """Blocks of a few bytes (reads of 97 bytes; or reads of 4 KiB cut into blocks of about 61 bytes, lines longer
+    than that whole): lines, summary blocks and tracebacks cut across them; a line longer than 2 x MAX_LINE leaves the
+    blocks for the line reader."""
+    monkeypatch.setattr(reader, "CHUNK", chunk)
+    monkeypatch.setattr(reader, "BLOCK", block)
     monkeypatch.setattr(reader, "MAX_LINE", 300)
     long = tmp_path / "long.log"
     long.write_bytes(b"x" * 5000 + b" AssertionError: Cannot specify both num_buckets and bucket_size\n"

@@ -23,6 +23,7 @@ from ..safeio import esc, open_input, reason
 
 MAX_LINE = 1 << 17  # bytes of a line kept at each end (the matcher looks at 64 Ki characters of each)
 CHUNK = 1 << 20
+BLOCK = 1 << 18  # bytes of complete lines a block holds, about (blocks(): 128-256 KiB read fastest, 1 MiB 20 % slower)
 MAX_LOG_BYTES = 1 << 40  # a log may be huge; it streams, so the limit only stops what cannot be a log
 MAX_FILES = 20_000  # files of one directory tree
 MAX_DEPTH = 32  # folders below the one given (torchrun's log_dir/<run>/attempt_N/<local rank>/stderr.log is 4 deep)
@@ -150,9 +151,13 @@ def blocks(source: str, stdin=None, notes: list | None = None) -> Iterator[tuple
                 yield from _numbered(source, number - 1, _texts(_chain(data, chunks)), path_rank)
                 return
             carry = data[last + 1:]
-            if last != -1:
-                yield number, data[:last + 1]
-                number += data.count(b"\n", 0, last + 1)
+            start = 0
+            while start <= last:  # blocks of about BLOCK bytes: a block's work stays in the CPU's cache
+                end = data.rfind(b"\n", start, start + BLOCK) if last - start >= BLOCK else last
+                end = data.find(b"\n", start + BLOCK) if end == -1 else end  # (a line longer than BLOCK)
+                yield number, data[start:end + 1]
+                number += data.count(b"\n", start, end + 1)
+                start = end + 1
         if carry:
             yield number, carry
     finally:
