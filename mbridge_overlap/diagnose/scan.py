@@ -4,6 +4,10 @@ needs (Bridge's configuration summary, the TP size, userbuffers' start-up, itera
 Memory is bounded by the catalog, not by the log: a group per message (its first line kept, its ranks as a set capped
 at MAX_RANKS), iteration times in arrays of doubles (capped per log and in all), at most MAX_FRAMES open tracebacks,
 one summary block.
+
+Files are read by blocks of complete lines (read(), read_block()): only the lines whose shape can hold something
+(shapes.py) are decoded and fed; the others are counted, and their iteration times and ranks sliced out. feed() reads
+one line in full, as read_block() does with a hot one.
 """
 
 from __future__ import annotations

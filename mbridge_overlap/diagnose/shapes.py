@@ -1,10 +1,12 @@
 """The prefilter of `diagnose`: what a log line can hold, decided once per shape instead of once per line.
 
 A line's shape is the line with every ASCII digit written as 0 (one bytes.translate of a whole block of lines). A
-training log repeats a few dozen shapes millions of times: iteration records, NCCL INFO lines, timers. Everything the
-scan looks for is decided the same way for every line of one shape, because no test it makes tells one digit from
-another (the catalog's anchors are looked up with their digits masked too, a superset of the real lookup). So a
-shape is read once (`Shapes.of`) and told:
+training log repeats a few dozen shapes millions of times: iteration records, NCCL INFO lines, timers. What the scan
+looks for is decided the same way for every line of one shape wherever its test does not tell one digit from
+another: the anchors are looked up with their digits masked (a superset of the real lookup), a message without digits
+in its literal text is matched on the shape itself, a native regex only where no part of it tells digits apart
+(_digit_blind). Where a test does (a message about fp8 or bf16, a regex with [1-9]), every shape that shows its
+pieces is hot. So a shape is read once (`Shapes.of`) and told:
 
 * hot: some line of this shape may be a catalog message, a traceback line, an exception, an error the fuzzy matcher
   compares, the configuration summary's title, or a line too long to judge: every such line is read in full;
