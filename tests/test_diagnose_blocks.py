@@ -160,6 +160,9 @@ def test_workers_answer_as_one_process(tmp_path, monkeypatch):
     assert api.diagnose([str(folder)], jobs=2).to_dict() == one and pools == []
     monkeypatch.setattr(parallel, "MIN_BYTES", total)
     two = api.diagnose([str(folder)], jobs=2).to_dict()
-    assert pools == [2]
+    assert pools == [2] * -(-40 // (parallel.BATCH * 2))  # a pool for each BATCH x 2 files
     assert two == one
+    monkeypatch.setattr(parallel, "BATCH", 4)  # scans merged batch by batch: the same answer
+    pools.clear()
+    assert api.diagnose([str(folder)], jobs=2).to_dict() == one and pools == [2] * 5
     assert one["causes"]

@@ -18,6 +18,7 @@ from . import messages, shapes
 from .scan import Scan, read
 
 MIN_BYTES = 16 << 20  # logs smaller than this in all are read in this process
+BATCH = 32  # files a worker takes per pool: the scans of BATCH x jobs files (each up to 0.8 MB) are held, then merged
 
 
 def cores() -> int:
@@ -41,18 +42,21 @@ def scan_all(catalog: messages.Catalog, sources: list, summary, jobs: int | None
     from .. import pool
 
     shapes.for_catalog(catalog, shapes.title_of(summary))  # made once, before the workers are forked
-    try:
-        parts = pool.map_ordered(partial(_scan_one, catalog, summary is not None), sources, jobs, sizes)
-    except pool.WorkerDied as exc:
-        code = exc.exitcode
-        how = "exit status unknown" if code is None else f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-        raise UsageError(f"{esc(exc.item)}: the process reading it died ({how}; out of memory?); pass --jobs 1") from None
     scan = Scan(catalog, summary=summary)
-    for part, part_notes in parts:
-        part.catalog = catalog
-        scan.merge(part)
-        if notes is not None:
-            notes.extend(part_notes)
+    step = BATCH * jobs  # files whose scans are held at once (each up to MAX_ITERATIONS times): memory stays bounded
+    for start in range(0, len(sources), step):
+        batch = sources[start:start + step]
+        try:
+            parts = pool.map_ordered(partial(_scan_one, catalog, summary is not None), batch, jobs, sizes[start:start + step])
+        except pool.WorkerDied as exc:
+            code = exc.exitcode
+            how = "exit status unknown" if code is None else f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+            raise UsageError(f"{esc(exc.item)}: the process reading it died ({how}; out of memory?); pass --jobs 1") from None
+        for part, part_notes in parts:
+            part.catalog = catalog
+            scan.merge(part)
+            if notes is not None:
+                notes.extend(part_notes)
     return scan
 
 
