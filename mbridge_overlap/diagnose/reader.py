@@ -312,24 +312,28 @@ def _text(head: bytes, tail: bytes, dropped: int) -> str:
 def split_prefix(text: str) -> tuple[str | None, str]:
     """(rank, the line without the launcher's prefix); torchrun's local-rank prefix gives way to torch's own
     `[rankN]:` right after it."""
+    span, label, start = prefix_of(text)
+    return (None if span is None else f"{label}{int(text[span[0]:span[1]])}"), text[start:]
+
+
+def prefix_of(text: str) -> tuple[tuple[int, int] | None, str, int]:
+    """Where a line's launcher prefix puts its rank: (the span of the rank's digits or None, "local " for torchrun's
+    local rank else "", where the text after the prefix starts)."""
     m = _PREFIX.match(text)
     if m is None:
         if "[rank" in text[:160]:
             inner = _INNER_RANK.search(text, 0, 160)
             if inner:
-                return str(int(inner.group(1))), text
-        return None, text
-    rest = text[m.end():]
-    if m["rank"] is not None:
-        return str(int(m["rank"])), rest
-    if m["mpi"] is not None:
-        return str(int(m["mpi"])), rest
-    if m["task"] is not None:
-        return str(int(m["task"])), rest
-    inner = _PREFIX.match(rest)
+                return inner.span(1), "", 0
+        return None, "", 0
+    for group in ("rank", "mpi", "task"):
+        if m[group] is not None:
+            return m.span(group), "", m.end()
+    inner = _PREFIX.match(text[m.end():])  # (not match(text, pos): the pattern's ^ holds at the string's start only)
     if inner is not None and inner["rank"] is not None:
-        return str(int(inner["rank"])), rest[inner.end():]
-    return f"local {int(m['local'])}", rest
+        a, b = inner.span("rank")
+        return (a + m.end(), b + m.end()), "", m.end() + inner.end()
+    return m.span("local"), "local ", m.end()
 
 
 def rank_of_path(path: str) -> str | None:

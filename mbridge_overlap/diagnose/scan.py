@@ -27,6 +27,7 @@ from .reader import Line, line_text, split_prefix
 MAX_RANKS = 4096  # rank labels kept per message (the count goes on)
 MAX_ITERATIONS = 100_000  # iteration times kept per log
 MAX_ITERATION_TIMES = 1_000_000  # and in all (8 MB)
+MAX_DOMAINS = 4096  # NVLink domains kept from userbuffers' start-up lines
 MAX_FRAMES = 4096  # tracebacks under way at once (one per source and rank); the oldest is forgotten past it
 MAX_SHOWN = 2000  # characters of a logged line kept for the report
 MEMO = 4096  # line texts whose matches are remembered
@@ -202,7 +203,7 @@ class Scan:
             self.facts.setdefault("ub_multicast", False)
         for number, ranks in (facts.get("ub_domains") or {}).items():
             domains = self.facts.setdefault("ub_domains", {})
-            if len(domains) < 4096:
+            if len(domains) < MAX_DOMAINS:
                 domains[number] = ranks
 
     def _traceback(self, line: Line, key, cut: bool = False) -> bool:
@@ -284,7 +285,7 @@ class Scan:
         elif entry.id == "native.ub_domain_ranks_legacy" and len(hit.groups) >= 2:
             ranks = [int(r) for r in re.findall(r"\d+", hit.groups[1])[:4096]]
             domains = self.facts.setdefault("ub_domains", {})
-            if len(domains) < 4096:
+            if len(domains) < MAX_DOMAINS:
                 domains[int(hit.groups[0])] = ranks
 
     def _iteration(self, line: Line) -> None:
@@ -340,7 +341,7 @@ class Scan:
         i, h, q, n = 0, 0, 0, len(shapes)
         while i < n:
             if self._every_line(source, number + i):
-                self._read_raw(source, number + i, raw[i], path_rank, src)
+                self._read_raw(source, number + i, raw[i], path_rank)
                 i += 1
                 continue
             h = bisect_left(hot, i, h)
@@ -349,31 +350,29 @@ class Scan:
             q = bisect_left(quiet, end, q0)
             self._quiet(source, src, quiet[q0:q], shapes, raw, special, path_rank)
             if end < n:
-                self._hot(source, number + end, raw[end], special[shapes[end]], path_rank, src)
+                self._hot(source, number + end, raw[end], special[shapes[end]], path_rank)
             i = end + 1
 
-    def _hot(self, source: str, number: int, raw: bytes, shape, path_rank: str | None, src: dict) -> None:
+    def _hot(self, source: str, number: int, raw: bytes, shape, path_rank: str | None) -> None:
         """A hot line: read in full, unless the same bytes were read before to the same end (a warning that every
         iteration repeats): then its rank joins that group."""
         gid = self._repeats.get(raw) if not self._frames else None
         if gid is None:
-            gid = self._read_raw(source, number, raw, path_rank, src)
+            gid = self._read_raw(source, number, raw, path_rank)
             if gid is not None:
                 if len(self._repeats) >= MEMO:
                     self._repeats.clear()
                 self._repeats[raw] = gid
             return
         rank = shapes_.rank_of(raw, shape.rank, path_rank) if shape.rank is not None else path_rank
-        if rank is not None and len(src["ranks"]) < MAX_RANKS:
-            src["ranks"].add(rank)
+        self._count(source, 0, rank)
         self.groups[gid].add(rank)
 
-    def _read_raw(self, source: str, number: int, raw: bytes, path_rank: str | None, src: dict) -> str | None:
+    def _read_raw(self, source: str, number: int, raw: bytes, path_rank: str | None) -> str | None:
         text, cut = line_text(raw)
         rank, text = split_prefix(text)
         rank = rank if rank is not None else path_rank
-        if rank is not None and len(src["ranks"]) < MAX_RANKS:
-            src["ranks"].add(rank)
+        self._count(source, 0, rank)
         return self._read(Line(source, number, rank, text, cut))
 
     def _quiet(self, source: str, src: dict, lines: list, shapes: list, raw: list, special: dict, path_rank) -> None:

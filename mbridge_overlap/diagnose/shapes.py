@@ -31,7 +31,7 @@ try:
     from re import _parser as _sre_parse
 except ImportError:  # Python 3.10
     import sre_parse as _sre_parse
-from .reader import _INNER_RANK, _PREFIX, split_prefix
+from .reader import prefix_of, split_prefix
 
 MASK = bytes.maketrans(b"0123456789", b"0000000000")
 _STR_MASK = str.maketrans("0123456789", "0000000000")
@@ -222,28 +222,12 @@ def _in_class(items, ch: str) -> bool:
 
 
 def _split(line: str) -> tuple[object, str]:
-    """(the rank rule, the text after the launcher's prefix) of a shape: reader.split_prefix's reading, as places."""
-    m = _PREFIX.match(line)
-    if m is None:
-        if "[rank" in line[:160]:
-            inner = _INNER_RANK.search(line, 0, 160)
-            if inner:
-                return _place(line, inner.span(1), ""), line
-        return None, line
-    rest = line[m.end():]
-    for group in ("rank", "mpi", "task"):
-        if m[group] is not None:
-            return _place(line, m.span(group), ""), rest
-    inner = _PREFIX.match(rest)
-    if inner is not None and inner["rank"] is not None:
-        a, b = inner.span("rank")
-        return _place(line, (a + m.end(), b + m.end()), ""), rest[inner.end():]
-    return _place(line, m.span("local"), "local "), rest
-
-
-def _place(line: str, span: tuple, label: str):
-    a, b = span
-    return (a, b, label) if line[:b].isascii() else PARSE
+    """(the rank rule, the text after the launcher's prefix) of a shape: reader.prefix_of's places; PARSE where the
+    characters before the rank are not all ASCII (a character's place in the text is not its place in the bytes)."""
+    span, label, start = prefix_of(line)
+    if span is None:
+        return None, line[start:]
+    return ((*span, label) if line[:span[1]].isascii() else PARSE), line[start:]
 
 
 def _iteration_span(shape: bytes, line: str, text: str) -> tuple | None:
