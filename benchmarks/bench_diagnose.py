@@ -313,9 +313,9 @@ def profile(mb: int, layout: str, ranks: int) -> int:
     return 0
 
 
-def _table(args, rows: list, jobs: int) -> str:
+def _table(args, rows: list, jobs: int, prefixes: int) -> str:
     out = [f"diagnose on {args.layout} logs of {args.ranks} ranks (Python {sys.version.split()[0]}); grep: GNU grep -a -c -F "
-           f"with the catalog's {len(catalog_prefixes()):,} literal prefixes, LC_ALL=C", "",
+           f"with the catalog's {prefixes:,} literal prefixes, LC_ALL=C", "",
            f"| size | lines | 1 core: wall s | CPU s | MB/s (CPU) | peak RSS | --jobs {jobs}: wall s | speed-up | grep s "
            f"| 1 core / grep | planted |", "|" + "---|" * 11]
     for _frac, size, wall, cpu, mbps, rss, lines, ok, wall_n, grep in rows:
@@ -360,7 +360,8 @@ def main(argv=None) -> int:
     prefixes = base / "catalog-prefixes.txt"
     try:
         base.mkdir(parents=True, exist_ok=True)
-        prefixes.write_text("\n".join(catalog_prefixes()) + "\n")
+        words = catalog_prefixes()
+        prefixes.write_text("\n".join(words) + "\n")
         for frac in fractions:
             folder = base / f"{args.layout}-{frac:g}"
             if folder.exists():
@@ -390,7 +391,7 @@ def main(argv=None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
-    table = _table(args, rows, jobs)
+    table = _table(args, rows, jobs, len(words))
     print(table)
     if args.write_docs:
         from bench_common import cpu_model, load, write_section
