@@ -29,7 +29,7 @@ def _items(b, dim, collective):
 def test_message_sizes_follow_the_layout():
     b = _budget()
     lay = b["layout"]
-    (ag,) = _items(b, "tp", "all_gather")
+    ag = _items(b, "tp", "all_gather")[0]
     # sequence parallel gathers [seq / CP, micro-batch, hidden] in BF16 before QKV and fc1 (Llama 3 70B: hidden 8192)
     assert ag["bytes"] == lay["seq_length"] // lay["cp"] * lay["micro_batch_size"] * 8192 * 2
     (p2p,) = _items(b, "pp", "send_recv")
@@ -134,3 +134,80 @@ def test_the_expert_parallel_overlap_ablation_of_bridge_pr_3862_is_reproduced():
     off, on = step(False), step(True)
     assert on / off == pytest.approx(31.31 / 41.25, rel=0.25)
     assert off == pytest.approx(41.25, rel=0.25) and on == pytest.approx(31.31, rel=0.25)
+
+
+def _tp_items(b):
+    return {(c["collective"], c["setting"]): c for c in b["collectives"] if c["dimension"] == "tp"}
+
+
+def test_tp_collectives_per_layer_with_sequence_parallel():
+    """Per layer and micro-batch with sequence parallel: forward, an all-gather before QKV and fc1 and a reduce-scatter
+    after proj and fc2; backward, the conjugates (all-gathers of proj's and fc2's output gradients, reduce-scatters of
+    QKV's and fc1's input gradients) and QKV's and fc1's inputs all-gathered again for their wgrad: 6 + 4."""
+    b = _budget()
+    lay = b["layout"]
+    per = -(-80 // lay["pp"]) * lay["micro_batches"]  # Llama 3 70B: 80 layers; the largest stage
+    tp = [c for c in b["collectives"] if c["dimension"] == "tp"]
+    assert sum(c["count"] for c in tp if c["collective"] == "all_gather") == 6 * per
+    assert sum(c["count"] for c in tp if c["collective"] == "reduce_scatter") == 4 * per
+    no_sp = _budget({"model.sequence_parallel": False, "comm_overlap.tp_comm_overlap": False})
+    assert {c["collective"] for c in no_sp["collectives"] if c["dimension"] == "tp"} == {"all_reduce"}
+    assert sum(c["count"] for c in no_sp["collectives"] if c["dimension"] == "tp") == 4 * per
+
+
+def test_tp_overlap_off_leaves_the_async_backward_collectives_hidden():
+    """The column-parallel layers' backward all-gather and reduce-scatter run async beside dgrad and wgrad in
+    Transformer Engine whatever tp_comm_overlap says: turning it off exposes the other six, not those."""
+    on, off = _budget(), _budget({"comm_overlap.tp_comm_overlap": False})
+    for b in (on, off):
+        for collective in ("all_gather", "reduce_scatter"):
+            async_ = _tp_items(b)[(collective, None)]
+            assert async_["hidden_ms"] == async_["ms"] > 0  # Llama 3 70B's GEMMs are longer than these
+    for key, item in _tp_items(off).items():
+        assert item["exposed_ms"] == (item["ms"] if key[1] == "tp_comm_overlap" else 0)
+    exposed = sum(i["exposed_ms"] for i in _tp_items(off).values()) - sum(i["exposed_ms"] for i in _tp_items(on).values())
+    assert on["settings"]["tp_comm_overlap"]["exposed_change_ms_if_flipped"] == pytest.approx(exposed, abs=0.01)
+
+
+def test_userbuffers_methods_leave_what_their_schedule_cannot_hide():
+    from mbridge_overlap.budget.estimate import ub_exposed
+
+    long, short = 10.0, 0.5  # GEMM times against a collective of 1
+    assert ub_exposed(1, long, "bulk", 4) == 0 and ub_exposed(1, short, "bulk", 4) == pytest.approx(0.5)
+    # pipeline: the last chunk's reduce-scatter follows the last GEMM chunk, whatever the GEMM
+    assert ub_exposed(1, long, "pipeline", 4) == pytest.approx(0.25)
+    assert ub_exposed(1, short, "pipeline", 4) == pytest.approx(0.25 + 3 * (1 - short) / 4)
+    # ring_exchange: the first GEMM chunk is on the local shard; each exchange step runs beside a chunk
+    assert ub_exposed(1, long, "ring_exchange", 4) == 0
+    assert ub_exposed(1, 0.0, "ring_exchange", 4) == pytest.approx(1)
+    for method in ("bulk", "pipeline", "ring_exchange"):
+        assert ub_exposed(1, 0.0, method, 8) == pytest.approx(1)  # no GEMM: nothing hidden
+        assert 0 <= ub_exposed(1, short, method, 8) <= 1
+
+
+def test_the_preset_in_effect_decides_the_userbuffers_method():
+    from mbridge_overlap.upstream.releases import preset_content
+
+    presets = preset_content()
+    ring = next(n for n, p in presets.items() if "_tp4_" in n and "h8192" in n
+                and (p.get("proj_fprop") or {}).get("method") == "ring_exchange")
+    pipe = next(n for n, p in presets.items() if (p.get("proj_fprop") or {}).get("method") == "pipeline")
+    assert presets[pipe]["proj_fprop"]["num_splits"] > 1
+
+    def rs(preset):
+        return _tp_items(_budget({"comm_overlap.tp_comm_overlap_cfg": preset}))[("reduce_scatter", "tp_comm_overlap")]
+
+    by_ring, by_default = rs(ring), rs(None)
+    assert by_ring["exposed_ms"] == 0  # beside Llama 3 70B's long GEMMs
+    # no preset: Transformer Engine's default for proj_fprop and fc2_fprop is pipeline in 4 splits
+    assert by_default["exposed_ms"] == pytest.approx(by_default["ms"] / 4, abs=0.01)
+
+
+def test_tp_overlap_across_the_network_would_hide_nothing():
+    """Userbuffers cannot be set up across NVLink domains (UB_TP_ACROSS_NVLINK_DOMAINS: such a config gets no budget):
+    with TP overlap off there, what turning it on would hide is nothing."""
+    b = _budget({"comm_overlap.tp_comm_overlap": False}, machine_facts={"nvlink_domain": 2})
+    assert {i["link"] for i in _tp_items(b).values()} == {"network"}
+    assert "tp_comm_overlap" not in b["settings"]  # (listed only where flipping it changes the exposed time)
+    inside = _budget({"comm_overlap.tp_comm_overlap": False})
+    assert inside["settings"]["tp_comm_overlap"]["exposed_change_ms_if_flipped"] < 0

@@ -52,9 +52,9 @@ def test_a_saved_run_config_gives_its_own_shape_and_a_given_key_wins():
     b = api.lint(config).to_dict()["budget"]
     assert "baseline.yaml's model section" in b["shape_from"]
     hidden = __import__("yaml").safe_load(config.read_text())["model"]["hidden_size"]
-    (ag,) = [c for c in b["collectives"] if c["dimension"] == "tp" and c["collective"] == "all_gather"]
+    ag = next(c for c in b["collectives"] if c["dimension"] == "tp" and c["collective"] == "all_gather")
     wider = api.lint(config, shape={"hidden_size": 2 * hidden}).to_dict()["budget"]
-    (ag2,) = [c for c in wider["collectives"] if c["dimension"] == "tp" and c["collective"] == "all_gather"]
+    ag2 = next(c for c in wider["collectives"] if c["dimension"] == "tp" and c["collective"] == "all_gather")
     assert ag2["bytes"] == 2 * ag["bytes"] and "given: hidden_size" in wider["shape_from"]
 
 
@@ -67,7 +67,8 @@ def test_diff_quantifies_a_change_with_the_budgets_of_both_sides():
     (flip,) = d["settings_flipped"]
     assert flip["setting"] == "tp_comm_overlap" and (flip["before"], flip["after"]) == (True, False)
     assert flip["exposed_change_ms"] == before["settings"]["tp_comm_overlap"]["exposed_change_ms_if_flipped"] > 0
-    assert d["dimensions"]["tp"]["change_ms"] == pytest.approx(after["dimensions"]["tp"]["exposed_ms"], abs=0.01)
+    tp_before, tp_after = before["dimensions"]["tp"]["exposed_ms"], after["dimensions"]["tp"]["exposed_ms"]
+    assert d["dimensions"]["tp"]["change_ms"] == pytest.approx(tp_after - tp_before, abs=0.01) == flip["exposed_change_ms"]
 
 
 def test_diff_text_says_what_the_change_exposes(capsys):

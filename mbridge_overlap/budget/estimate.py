@@ -16,7 +16,10 @@ ASSUMPTIONS = (
     "activations and TP/PP/CP/EP messages in BF16 (2 bytes), whatever the GEMM precision",
     "ranks placed as Megatron-Core orders them (TP innermost, then CP, DP, PP): a group crosses the network when it "
     "spans more GPUs than one NVLink domain",
-    "TP overlap hides each collective behind the GEMM it is paired with (userbuffers' split GEMMs), no more",
+    "TP: per layer with sequence parallel, 6 all-gathers and 4 reduce-scatters (Transformer Engine's 10 userbuffers GEMMs); "
+    "the column-parallel layers' backward ones run async beside their dgrad/wgrad GEMMs with or without TP overlap; "
+    "TP overlap hides the others by the userbuffers method of the preset in effect (bulk, pipeline, ring_exchange), "
+    "behind their own GEMM only, never across the network; GEMMs are not slowed by the SMs communication takes",
     "DP grad reduce-scatter runs in the last micro-batch's backward on the first pipeline stage (Megatron-Core buckets "
     "only there); param all-gather in the first micro-batch's forward; the bucket that holds the embedding stays exposed",
     "the optimizer step, data loading and kernel launch gaps are not counted",
@@ -39,6 +42,7 @@ class Layout:
     domain: int  # GPUs per NVLink domain
     settings: dict  # the overlap settings as Bridge leaves them (effective)
     ddp: dict
+    userbuffers: dict = field(default_factory=dict)  # TE userbuffers GEMM -> (method, splits) of the preset in effect
 
     @property
     def micro_batches(self) -> int:
@@ -60,7 +64,52 @@ def layout_of(state, machine) -> Layout:
                   "overlap_param_gather": bool(d.get("overlap_param_gather")),
                   "overlap_moe_expert_parallel_comm": bool(m.get("overlap_moe_expert_parallel_comm"))},
         ddp=dict(d),
+        userbuffers=userbuffers(m.get("tp_comm_overlap_cfg"), tp),
     )
+
+
+# Transformer Engine's userbuffers GEMMs of a layer whose collective runs in the GEMM's stream of work
+# (transformer_engine/pytorch/module/base.py initialize_ub): GEMM -> (collective, the layer it computes, TE's default
+# method). Backward GEMMs take the forward's FLOPs.
+UB_GEMMS = {
+    "qkv_fprop": ("all_gather", "qkv", "ring_exchange"), "proj_fprop": ("reduce_scatter", "proj", "pipeline"),
+    "fc1_fprop": ("all_gather", "fc1", "ring_exchange"), "fc2_fprop": ("reduce_scatter", "fc2", "pipeline"),
+    "proj_dgrad": ("all_gather", "proj", "ring_exchange"), "fc2_dgrad": ("all_gather", "fc2", "ring_exchange"),
+}
+# The column-parallel layers' backward collectives: the input all-gathered again for wgrad, beside the dgrad GEMM,
+# and the input gradient's reduce-scatter (all-reduce without sequence parallel), beside the wgrad GEMM. TE issues
+# them async (module/linear.py and layernorm_linear.py, async_op=True) with TP overlap off, and userbuffers' bulk
+# overlap (qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad) runs them beside the same GEMMs: no setting decides them.
+ASYNC_GEMMS = {"qkv_dgrad": ("all_gather", "qkv"), "qkv_wgrad": ("reduce_scatter", "qkv"),
+               "fc1_dgrad": ("all_gather", "fc1"), "fc1_wgrad": ("reduce_scatter", "fc1")}
+PIPELINE_SPLITS = 4  # TE's default num_splits for the pipeline method (ring_exchange: the TP size)
+
+
+def userbuffers(preset: str | None, tp: int) -> dict:
+    """Each UB_GEMMS GEMM's (method, splits): the preset's where it names one (Bridge's presets, which TE lays over its
+    defaults), else TE's default."""
+    from ..upstream.releases import preset_content
+
+    cfg = (preset_content().get(preset) or {}) if preset else {}
+    out = {}
+    for gemm, (_, _, default) in UB_GEMMS.items():
+        mine = cfg.get(gemm) or {}
+        method = mine.get("method") or default
+        out[gemm] = (method, mine.get("num_splits") or (tp if method == "ring_exchange" else PIPELINE_SPLITS))
+    return out
+
+
+def ub_exposed(comm: float, gemm: float, method: str, splits: int) -> float:
+    """What one collective leaves exposed beside its GEMM under a userbuffers method (TE's comm_gemm_overlap): bulk
+    runs it beside the whole GEMM; pipeline cuts the GEMM in `splits` chunks, each chunk's reduce-scatter beside the
+    next chunk's GEMM, the last one's alone; ring_exchange cuts it in `splits` (TP) chunks, the first computed on
+    the local shard, each of the other exchange steps beside a chunk."""
+    if method == "bulk" or splits < 2:
+        return max(0.0, comm - gemm)
+    if method == "pipeline":
+        return comm / splits + (splits - 1) * max(0.0, (comm - gemm) / splits)
+    steps = splits - 1
+    return steps * max(0.0, comm / steps - gemm / splits)
 
 
 @dataclass
@@ -187,21 +236,34 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
         return []
     size = tokens // lay.cp * shape.hidden_size * ACT_BYTES
     link = _link(lay.tp, lay)
-    on = lay.settings["tp_comm_overlap"]
-    # (collective, paired GEMM) per layer: forward, then backward (dgrad and wgrad: twice the forward GEMM)
+    times = layers * m
     if lay.sp:
-        pairs = [("all_gather", "qkv", 1), ("reduce_scatter", "proj", 1), ("all_gather", "fc1", 1), ("reduce_scatter", "fc2", 1),
-                 ("all_gather", "qkv", 2), ("reduce_scatter", "qkv", 2), ("all_gather", "fc1", 2), ("reduce_scatter", "fc1", 2)]
-    else:
-        pairs = [("all_reduce", "proj", 1), ("all_reduce", "fc2", 1), ("all_reduce", "qkv", 2), ("all_reduce", "fc1", 2)]
+        ub = {g: c for g, (c, _, _) in UB_GEMMS.items()}
+        gemms = {g: gemm_s[layer] for g, (_, layer, _) in UB_GEMMS.items()}
+        backward = {g: (c, gemm_s[layer]) for g, (c, layer) in ASYNC_GEMMS.items()}
+        what = {"all_gather": "sequence-parallel inputs (forward) and output gradients (backward)",
+                "reduce_scatter": "row-parallel outputs (forward)"}
+    else:  # the row-parallel outputs' all-reduce forward; the input gradients' beside wgrad, async
+        ub = {"proj_fprop": "all_reduce", "fc2_fprop": "all_reduce"}
+        gemms = {g: gemm_s[UB_GEMMS[g][1]] for g in ub}
+        backward = {"qkv_wgrad": ("all_reduce", gemm_s["qkv"]), "fc1_wgrad": ("all_reduce", gemm_s["fc1"])}
+        what = {"all_reduce": "row-parallel partial sums (forward)"}
+    on = lay.settings["tp_comm_overlap"] and lay.sp and link == "nvlink"  # userbuffers need both
     out = []
-    for collective in dict.fromkeys(c for c, _, _ in pairs):
-        mine = [(g, k) for c, g, k in pairs if c == collective]
+    for collective in dict.fromkeys(ub.values()):
+        mine = [g for g, c in ub.items() if c == collective]
         one = system.seconds(collective, size, lay.tp, link)
-        total = one * len(mine) * layers * m
-        hidden = sum(min(one, gemm_s[g] * k) for g, k in mine) * layers * m if on else 0.0
-        what = "sequence-parallel activations" if lay.sp else "tensor-parallel partial sums"
-        out.append(Item("tp", collective, what, size, len(mine) * layers * m, lay.tp, link, total, hidden, "tp_comm_overlap"))
+        hidden = sum(one - ub_exposed(one, gemms[g], *lay.userbuffers[g]) for g in mine) if on else 0.0
+        out.append(Item("tp", collective, what[collective], size, len(mine) * times, lay.tp, link, one * len(mine) * times,
+                        hidden * times, "tp_comm_overlap"))
+    for collective in dict.fromkeys(c for c, _ in backward.values()):
+        mine = [g for g, (c, _) in backward.items() if c == collective]
+        one = system.seconds(collective, size, lay.tp, link)
+        hidden = sum(min(one, backward[g][1]) for g in mine)
+        what_async = ("inputs gathered again for wgrad, beside dgrad (async)" if collective == "all_gather"
+                      else "input gradients, beside wgrad (async)")
+        out.append(Item("tp", collective, what_async, size, len(mine) * times, lay.tp, link, one * len(mine) * times,
+                        hidden * times, None))
     return out
 
 

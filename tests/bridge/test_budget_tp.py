@@ -1,0 +1,60 @@
+"""The budget's TP collectives against Transformer Engine's own source in the Bridge venv: the userbuffers GEMMs of a
+layer, which collective each runs, TE's default method for each and the pipeline's default splits (initialize_ub in
+pytorch/module/base.py, read with ast, not run: it needs GPUs), and the backward collectives TE issues async."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+from mbridge_overlap.budget.estimate import ASYNC_GEMMS, PIPELINE_SPLITS, UB_GEMMS
+
+
+def _te_module(name: str) -> Path:
+    return Path(importlib.util.find_spec("transformer_engine.pytorch").submodule_search_locations[0]) / "module" / name
+
+
+def _initialize_ub() -> ast.FunctionDef:
+    tree = ast.parse(_te_module("base.py").read_text(encoding="utf-8"))
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "initialize_ub")
+
+
+def _assigned(func: ast.FunctionDef, name: str):
+    node = next(n for n in ast.walk(func) if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == name for t in n.targets))
+    return node.value
+
+
+def test_the_userbuffers_gemms_and_their_default_methods_are_transformer_engines():
+    func = _initialize_ub()
+    methods = ast.literal_eval(_assigned(func, "methods"))
+    all_gather = set(ast.literal_eval(_assigned(func, "layers_all_gather_overlap")))
+    reduce_scatter = set(ast.literal_eval(_assigned(func, "layers_reduce_scatter_overlap")))
+    for gemm, (collective, _layer, default) in UB_GEMMS.items():
+        assert gemm in methods[default], gemm
+        assert gemm in (all_gather if collective == "all_gather" else reduce_scatter), gemm
+    assert set(ASYNC_GEMMS) == set(methods["bulk"])
+    for gemm, (collective, _layer) in ASYNC_GEMMS.items():
+        # the bulk GEMM's buffer: qkv_dgrad all-gathers the input beside dgrad, qkv_wgrad reduce-scatters dgrad's output
+        assert gemm in (all_gather if collective == "all_gather" else reduce_scatter), gemm
+    # every userbuffers GEMM of a layer is costed, but the wgrad GEMMs TE overlaps with their dgrad's exchange
+    every = {g for names in methods.values() for g in names}
+    assert every - set(UB_GEMMS) - set(ASYNC_GEMMS) == set(methods["external"])
+
+
+def test_the_pipeline_default_splits_are_transformer_engines():
+    config = next(n for n in ast.walk(_initialize_ub()) if isinstance(n, ast.FunctionDef) and n.name == "get_default_config")
+    default = _assigned(config, "default_cfg")
+    value = next(v for k, v in zip(default.keys, default.values) if ast.literal_eval(k) == "num_splits")
+    assert isinstance(value, ast.IfExp) and ast.literal_eval(value.orelse) == PIPELINE_SPLITS
+    assert ast.unparse(value.test) == "method == 'ring_exchange'" and ast.unparse(value.body) == "tp_size"
+
+
+def test_the_column_layers_backward_collectives_are_async_in_transformer_engine():
+    """Without userbuffers' bulk overlap the input's second all-gather and the input gradient's reduce-scatter (its
+    all-reduce without sequence parallel) are issued with async_op=True, waited on after the GEMM they run beside."""
+    for module in ("linear.py", "layernorm_linear.py"):
+        tree = ast.parse(_te_module(module).read_text(encoding="utf-8"))
+        issued = {getattr(n.func, "id", None) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                  and any(k.arg == "async_op" and getattr(k.value, "value", None) is True for k in n.keywords)}
+        assert {"gather_along_first_dim", "reduce_scatter_along_first_dim", "allreduce"} <= issued, (module, issued)
