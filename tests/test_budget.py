@@ -211,3 +211,14 @@ def test_tp_overlap_across_the_network_would_hide_nothing():
     assert "tp_comm_overlap" not in b["settings"]  # (listed only where flipping it changes the exposed time)
     inside = _budget({"comm_overlap.tp_comm_overlap": False})
     assert inside["settings"]["tp_comm_overlap"]["exposed_change_ms_if_flipped"] < 0
+
+
+@pytest.mark.parametrize("recipe, ratio", [("bf16_with_fp8_current_scaling_mixed", 1 / 2), ("bf16_with_mxfp8_mixed", 1 / 2),
+                                           ("bf16_with_nvfp4_mixed", (4 / 8 + 1 / 16) / 2)])
+def test_tp_all_gathers_move_the_gemms_precision_and_reduce_scatters_bf16(recipe, ratio):
+    """Transformer Engine quantizes a GEMM's input (and output gradient) before gathering it: FP8 gathers 1 byte a
+    value, NVFP4 half a byte and an FP8 scale per 16 values; reduce-scatters carry the BF16 output."""
+    off = {"comm_overlap.tp_comm_overlap": False}  # (userbuffers do not run NVFP4: TP_OVERLAP_UNSUPPORTED_PRECISION)
+    bf16, low = _budget(off), _budget({**off, "mixed_precision": recipe})
+    for key, item in _tp_items(low).items():
+        assert item["bytes"] == int(_tp_items(bf16)[key]["bytes"] * (ratio if key[0] == "all_gather" else 1)), key

@@ -10,10 +10,15 @@ from dataclasses import dataclass, field
 from . import buckets, shape as shapes
 from .system import System
 
-ACT_BYTES = 2  # activations, P2P tensors and TP collectives move BF16 (TE's FP8 all-gather of inputs is not modelled)
+ACT_BYTES = 2  # BF16: P2P tensors, CP's keys and values, EP's tokens, TP's reduce-scatters and all-reduces
+# TP all-gathers move what the GEMM reads: Transformer Engine quantizes the input (and the output gradient) first and
+# gathers the quantized data (pytorch/distributed.py gather_along_first_dim; userbuffers' all-gather buffers likewise).
+# FP8's scales are under 3 % of it (one per tensor, or per 32 values in MXFP8); NVFP4: 4 bits and an FP8 scale per 16.
+GATHER_BYTES = {"bf16": 2, "fp8": 1, "fp4": 0.5625}
 RANGE = (0.8, 1.25)  # communication time: the spread of the bus bandwidths the sources give for one system
 ASSUMPTIONS = (
-    "activations and TP/PP/CP/EP messages in BF16 (2 bytes), whatever the GEMM precision",
+    "activations and PP/CP/EP messages in BF16 (2 bytes), TP reduce-scatters too; TP all-gathers in the GEMM's "
+    "precision (FP8: 1 byte, NVFP4: 0.5625, scales included where they are more than 3 %)",
     "ranks placed as Megatron-Core orders them (TP innermost, then CP, DP, PP): a group crosses the network when it "
     "spans more GPUs than one NVLink domain",
     "TP: per layer with sequence parallel, 6 all-gathers and 4 reduce-scatters (Transformer Engine's 10 userbuffers GEMMs); "
@@ -234,7 +239,8 @@ def _link(span: int, lay: Layout) -> str:
 def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
     if lay.tp < 2:
         return []
-    size = tokens // lay.cp * shape.hidden_size * ACT_BYTES
+    elements = tokens // lay.cp * shape.hidden_size
+    size = {"all_gather": int(elements * GATHER_BYTES[lay.precision])}
     link = _link(lay.tp, lay)
     times = layers * m
     if lay.sp:
@@ -252,17 +258,19 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
     out = []
     for collective in dict.fromkeys(ub.values()):
         mine = [g for g, c in ub.items() if c == collective]
-        one = system.seconds(collective, size, lay.tp, link)
+        nbytes = size.get(collective, elements * ACT_BYTES)
+        one = system.seconds(collective, nbytes, lay.tp, link)
         hidden = sum(one - ub_exposed(one, gemms[g], *lay.userbuffers[g]) for g in mine) if on else 0.0
-        out.append(Item("tp", collective, what[collective], size, len(mine) * times, lay.tp, link, one * len(mine) * times,
+        out.append(Item("tp", collective, what[collective], nbytes, len(mine) * times, lay.tp, link, one * len(mine) * times,
                         hidden * times, "tp_comm_overlap"))
     for collective in dict.fromkeys(c for c, _ in backward.values()):
         mine = [g for g, (c, _) in backward.items() if c == collective]
-        one = system.seconds(collective, size, lay.tp, link)
+        nbytes = size.get(collective, elements * ACT_BYTES)
+        one = system.seconds(collective, nbytes, lay.tp, link)
         hidden = sum(min(one, backward[g][1]) for g in mine)
         what_async = ("inputs gathered again for wgrad, beside dgrad (async)" if collective == "all_gather"
                       else "input gradients, beside wgrad (async)")
-        out.append(Item("tp", collective, what_async, size, len(mine) * times, lay.tp, link, one * len(mine) * times,
+        out.append(Item("tp", collective, what_async, nbytes, len(mine) * times, lay.tp, link, one * len(mine) * times,
                         hidden * times, None))
     return out
 

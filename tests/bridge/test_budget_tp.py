@@ -58,3 +58,22 @@ def test_the_column_layers_backward_collectives_are_async_in_transformer_engine(
         issued = {getattr(n.func, "id", None) for n in ast.walk(tree) if isinstance(n, ast.Call)
                   and any(k.arg == "async_op" and getattr(k.value, "value", None) is True for k in n.keywords)}
         assert {"gather_along_first_dim", "reduce_scatter_along_first_dim", "allreduce"} <= issued, (module, issued)
+
+
+def test_tp_all_gathers_move_quantized_data():
+    """gather_along_first_dim (pytorch/distributed.py) gathers FP8, MXFP8 and NVFP4 tensors in their quantized form,
+    and the linear modules hand it their quantizer (the budget's GATHER_BYTES)."""
+    path = Path(importlib.util.find_spec("transformer_engine.pytorch").submodule_search_locations[0]) / "distributed.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "gather_along_first_dim")
+    called = {getattr(n.func, "id", None) for n in ast.walk(func) if isinstance(n, ast.Call)}
+    assert {"_all_gather_fp8", "_all_gather_mxfp8", "_all_gather_nvfp4"} <= called
+    for module in ("linear.py", "layernorm_linear.py"):
+        tree = ast.parse(_te_module(module).read_text(encoding="utf-8"))
+        # every gather hands over a quantizer but the one under `if return_layernorm_output_gathered` (the norm's
+        # output returned gathered in high precision: LoRA adapters ask for it)
+        high = {id(n) for i in ast.walk(tree) if isinstance(i, ast.If) and "return_layernorm_output_gathered" in ast.unparse(i.test)
+                for stmt in i.body for n in ast.walk(stmt)}
+        gathers = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "gather_along_first_dim"]
+        plain = [ast.unparse(g) for g in gathers if id(g) not in high and not any(k.arg == "quantizer" for k in g.keywords)]
+        assert len(gathers) >= 3 and not plain, (module, plain)
