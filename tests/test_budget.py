@@ -222,3 +222,12 @@ def test_tp_all_gathers_move_the_gemms_precision_and_reduce_scatters_bf16(recipe
     bf16, low = _budget(off), _budget({**off, "mixed_precision": recipe})
     for key, item in _tp_items(low).items():
         assert item["bytes"] == int(_tp_items(bf16)[key]["bytes"] * (ratio if key[0] == "all_gather" else 1)), key
+
+
+def test_a_moe_budget_says_its_iteration_time_is_a_lower_bound():
+    moe = api.budget({"model.expert_model_parallel_size": 8, "model.num_moe_experts": 128, "train.global_batch_size": 64,
+                      "model.seq_length": 4096},
+                     model="qwen3_30b_a3b", gpus=8, gpu="h100").to_dict()["budget"]
+    dense = _budget()
+    assert any(a.startswith("MoE:") and "lower bound" in a for a in moe["assumptions"])
+    assert not any(a.startswith("MoE:") for a in dense["assumptions"])
