@@ -5,9 +5,10 @@ with the row's layout as overrides, resolved by the skill and costed by mbridge_
 One constant per GPU system is fitted (`efficiency`, the fraction of the measured matmul rate a step's compute
 reaches): on the rows of one container release (CALIBRATION), so that their median ratio of predicted to published
 is 1; every other row is then a prediction, and the error per system is reported on those alone. Rows left out, each
-with why: Megatron-FSDP rows (the budget models the distributed optimizer), MoE and hybrid models (their shapes are
-not in data/budget_models.yaml yet), rows without a precision (the 25.09 tables), NVFP4 rows are reported apart
-(no FP4 matmul rate is in the data: they are costed at the FP8 rate).
+with why: Megatron-FSDP rows (the budget models the distributed optimizer), MoE and hybrid models whose shapes are
+not in data/budget_models.yaml, rows without a precision (the 25.09 tables), NVFP4 rows are reported apart
+(no FP4 matmul rate is in the data: they are costed at the FP8 rate). The MoE models whose shape is there
+(MOE_MODELS) are costed at the dense fit and reported in a section of their own, never calibrated on.
 
     MBRIDGE_SKILL_MIRROR=/path/to/Megatron-Bridge.git python3 tools/check_budget.py [--fit] [--check] [--write-docs]
 
