@@ -261,23 +261,24 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
         backward = {"qkv_wgrad": ("all_reduce", gemm_s["qkv"]), "fc1_wgrad": ("all_reduce", gemm_s["fc1"])}
         what = {"all_reduce": "row-parallel partial sums (forward)"}
     on = lay.settings["tp_comm_overlap"] and lay.sp and link == "nvlink"  # userbuffers need both
+
+    def item(collective, mine, hide, what_it_is, setting):
+        nbytes = size.get(collective, elements * ACT_BYTES)
+        one = system.seconds(collective, nbytes, lay.tp, link)
+        return Item("tp", collective, what_it_is, nbytes, len(mine) * times, lay.tp, link, one * len(mine) * times,
+                    sum(hide(one, g) for g in mine) * times, setting)
+
+    def by_userbuffers(one, g):
+        return one - ub_exposed(one, gemms[g], *lay.userbuffers[g]) if on else 0.0
+
     out = []
-    for collective in dict.fromkeys(ub.values()):
-        mine = [g for g, c in ub.items() if c == collective]
-        nbytes = size.get(collective, elements * ACT_BYTES)
-        one = system.seconds(collective, nbytes, lay.tp, link)
-        hidden = sum(one - ub_exposed(one, gemms[g], *lay.userbuffers[g]) for g in mine) if on else 0.0
-        out.append(Item("tp", collective, what[collective], nbytes, len(mine) * times, lay.tp, link, one * len(mine) * times,
-                        hidden * times, "tp_comm_overlap"))
-    for collective in dict.fromkeys(c for c, _ in backward.values()):
-        mine = [g for g, (c, _) in backward.items() if c == collective]
-        nbytes = size.get(collective, elements * ACT_BYTES)
-        one = system.seconds(collective, nbytes, lay.tp, link)
-        hidden = sum(min(one, backward[g][1]) for g in mine)
-        what_async = ("inputs gathered again for wgrad, beside dgrad (async)" if collective == "all_gather"
+    for c in dict.fromkeys(ub.values()):
+        out.append(item(c, [g for g, x in ub.items() if x == c], by_userbuffers, what[c], "tp_comm_overlap"))
+    for c in dict.fromkeys(x for x, _ in backward.values()):
+        what_it_is = ("inputs gathered again for wgrad, beside dgrad (async)" if c == "all_gather"
                       else "input gradients, beside wgrad (async)")
-        out.append(Item("tp", collective, what_async, nbytes, len(mine) * times, lay.tp, link, one * len(mine) * times,
-                        hidden * times, None))
+        out.append(item(c, [g for g, (x, _) in backward.items() if x == c], lambda one, g: min(one, backward[g][1]),
+                        what_it_is, None))
     return out
 
 
