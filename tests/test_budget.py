@@ -231,3 +231,19 @@ def test_a_moe_budget_says_its_iteration_time_is_a_lower_bound():
     dense = _budget()
     assert any(a.startswith("MoE:") and "lower bound" in a for a in moe["assumptions"])
     assert not any(a.startswith("MoE:") for a in dense["assumptions"])
+
+
+def test_tp_overlap_costs_the_sms_its_communication_kernels_take():
+    """A userbuffers GEMM with an SM margin runs on the SMs its communication kernels leave (Transformer Engine:
+    _math_sms = sm_count - num_comm_sm): TP overlap's own cost, which the flip estimate and the iteration count."""
+    on, off = _budget(), _budget({"comm_overlap.tp_comm_overlap": False})
+    assert on["overlap_cost_ms"] > 0 and off["overlap_cost_ms"] == 0
+    s = on["settings"]["tp_comm_overlap"]
+    assert s["overlap_cost_ms"] == on["overlap_cost_ms"]
+    assert s["iteration_change_ms_if_flipped"] == pytest.approx(off["iteration_ms"] - on["iteration_ms"], abs=0.01)
+    assert s["iteration_change_ms_if_flipped"] == pytest.approx(s["exposed_change_ms_if_flipped"] - s["overlap_cost_ms"], abs=0.01)
+    # Transformer Engine's defaults (no preset) take 16 SMs for every bulk and pipeline GEMM; Bridge's tuned presets
+    # leave the bulk GEMMs theirs: without the preset TP overlap costs more, and buys less
+    default = _budget({"comm_overlap.tp_comm_overlap_cfg": None})
+    assert default["overlap_cost_ms"] > on["overlap_cost_ms"]
+    assert default["settings"]["tp_comm_overlap"]["iteration_change_ms_if_flipped"] < s["iteration_change_ms_if_flipped"]

@@ -24,7 +24,8 @@ ASSUMPTIONS = (
     "TP: per layer with sequence parallel, 6 all-gathers and 4 reduce-scatters (Transformer Engine's 10 userbuffers GEMMs); "
     "the column-parallel layers' backward ones run async beside their dgrad/wgrad GEMMs with or without TP overlap; "
     "TP overlap hides the others by the userbuffers method of the preset in effect (bulk, pipeline, ring_exchange), "
-    "behind their own GEMM only, never across the network; GEMMs are not slowed by the SMs communication takes",
+    "behind their own GEMM only, never across the network; a GEMM whose userbuffers config sets an SM margin runs on "
+    "the SMs the communication kernels leave it (its time scaled by SMs / (SMs - num_sm)): TP overlap's own cost",
     "DP grad reduce-scatter runs in the last micro-batch's backward on the first pipeline stage (Megatron-Core buckets "
     "only there); param all-gather in the first micro-batch's forward; the bucket that holds the embedding stays exposed",
     "the optimizer step, data loading and kernel launch gaps are not counted",
@@ -51,7 +52,7 @@ class Layout:
     domain: int  # GPUs per NVLink domain
     settings: dict  # the overlap settings as Bridge leaves them (effective)
     ddp: dict
-    userbuffers: dict = field(default_factory=dict)  # TE userbuffers GEMM -> (method, splits) of the preset in effect
+    userbuffers: dict = field(default_factory=dict)  # TE userbuffers GEMM -> (method, splits, SM margin) in effect
 
     @property
     def micro_batches(self) -> int:
@@ -92,19 +93,23 @@ UB_GEMMS = {
 ASYNC_GEMMS = {"qkv_dgrad": ("all_gather", "qkv"), "qkv_wgrad": ("reduce_scatter", "qkv"),
                "fc1_dgrad": ("all_gather", "fc1"), "fc1_wgrad": ("reduce_scatter", "fc1")}
 PIPELINE_SPLITS = 4  # TE's default num_splits for the pipeline method (ring_exchange: the TP size)
+COMM_SMS = 16  # TE's default num_sm for the pipeline and bulk methods (ring_exchange: 1), with set_sm_margin on for them
 
 
 def userbuffers(preset: str | None, tp: int) -> dict:
-    """Each UB_GEMMS GEMM's (method, splits): the preset's where it names one (Bridge's presets, which TE lays over its
-    defaults), else TE's default."""
+    """Each userbuffers GEMM's (method, splits, SM margin): the preset's where it names them (Bridge's presets, which TE
+    lays over its defaults: base.py get_default_config), else TE's default. The margin is the SMs the GEMM gives up to
+    the communication kernels (num_sm where set_sm_margin, else 0)."""
     from ..upstream.releases import preset_content
 
     cfg = (preset_content().get(preset) or {}) if preset else {}
     out = {}
-    for gemm, (_, _, default) in UB_GEMMS.items():
+    for gemm, default in {**{g: d for g, (_, _, d) in UB_GEMMS.items()}, **dict.fromkeys(ASYNC_GEMMS, "bulk")}.items():
         mine = cfg.get(gemm) or {}
         method = mine.get("method") or default
-        out[gemm] = (method, mine.get("num_splits") or (tp if method == "ring_exchange" else PIPELINE_SPLITS))
+        ring = method == "ring_exchange"
+        margin = mine.get("set_sm_margin", not ring) and mine.get("num_sm", 1 if ring else COMM_SMS)
+        out[gemm] = (method, mine.get("num_splits") or (tp if ring else PIPELINE_SPLITS), int(margin or 0))
     return out
 
 
@@ -152,9 +157,10 @@ class Budget:
     compute_s: float
     bubble_s: float
     items: list = field(default_factory=list)
-    flipped: dict = field(default_factory=dict)  # setting -> exposed seconds change with it flipped
+    flipped: dict = field(default_factory=dict)  # setting -> (exposed seconds, overlap cost seconds) change flipped
     findings: list = field(default_factory=list)  # worth.check(): what the budget says about worth (Finding)
     assumptions: tuple = ASSUMPTIONS
+    overlap_cost: dict = field(default_factory=dict)  # setting -> seconds it adds to compute (GEMMs on fewer SMs)
 
     @property
     def exposed_s(self) -> float:
@@ -162,7 +168,7 @@ class Budget:
 
     @property
     def iteration_s(self) -> float:
-        return self.compute_s + self.bubble_s + self.exposed_s
+        return self.compute_s + self.bubble_s + self.exposed_s + sum(self.overlap_cost.values())
 
     def tokens_per_gpu(self, gpus: int) -> float:
         return self.layout.gbs * self.layout.seq / self.iteration_s / gpus if self.iteration_s else 0.0
@@ -182,9 +188,12 @@ class Budget:
             "iteration_ms": _ms(self.iteration_s), "range_ms": [_ms(self.iteration_s - self.exposed_s * (1 - RANGE[0])),
                                                                 _ms(self.iteration_s + self.exposed_s * (RANGE[1] - 1))],
             "compute_ms": _ms(self.compute_s), "bubble_ms": _ms(self.bubble_s), "exposed_ms": _ms(self.exposed_s),
+            "overlap_cost_ms": _ms(sum(self.overlap_cost.values())),
             "tokens_per_sec_per_gpu": round(self.tokens_per_gpu(gpus), 1),
             "dimensions": self.dimensions(),
-            "settings": {k: {"effective": v, "exposed_change_ms_if_flipped": _ms(self.flipped[k])}
+            "settings": {k: {"effective": v, "overlap_cost_ms": _ms(self.overlap_cost.get(k, 0.0)),
+                             "exposed_change_ms_if_flipped": _ms(self.flipped[k][0]),
+                             "iteration_change_ms_if_flipped": _ms(sum(self.flipped[k]))}
                          for k, v in lay.settings.items() if k in self.flipped},
             "collectives": [i.to_dict() for i in self.items],
             "layout": {"tp": lay.tp, "pp": lay.pp, "vp": lay.vp, "cp": lay.cp, "ep": lay.ep, "dp": lay.dp,
@@ -208,8 +217,10 @@ def estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str =
     budget = _estimate(lay, shape, system, shape_from)
     for setting, on in lay.settings.items():
         other = Layout(**{**lay.__dict__, "settings": {**lay.settings, setting: not on}})
-        delta = _estimate(other, shape, system, shape_from).exposed_s - budget.exposed_s
-        if abs(delta) > 0 or on:
+        flip = _estimate(other, shape, system, shape_from)
+        delta = (flip.exposed_s - budget.exposed_s,
+                 sum(flip.overlap_cost.values()) - sum(budget.overlap_cost.values()))
+        if any(delta) or on:
             budget.flipped[setting] = delta
     return budget
 
@@ -230,6 +241,8 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
                assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()))
     b.items += _tp(lay, shape, system, layers, m, tokens, gemm_s)
+    if _userbuffers_run(lay):
+        b.overlap_cost["tp_comm_overlap"] = layers * m * _sm_margin_s(lay, system, gemm_s)
     b.items += _cp(lay, shape, system, layers, m, tokens, attn_s)
     b.items += _pp(lay, shape, system, m, tokens, stage_fwd)
     b.items += _dp(lay, shape, system, layers, stage_fwd)
@@ -260,7 +273,7 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
         gemms = {g: gemm_s[UB_GEMMS[g][1]] for g in ub}
         backward = {"qkv_wgrad": ("all_reduce", gemm_s["qkv"]), "fc1_wgrad": ("all_reduce", gemm_s["fc1"])}
         what = {"all_reduce": "row-parallel partial sums (forward)"}
-    on = lay.settings["tp_comm_overlap"] and lay.sp and link == "nvlink"  # userbuffers need both
+    on = _userbuffers_run(lay)
 
     def item(collective, mine, hide, what_it_is, setting):
         nbytes = size.get(collective, elements * ACT_BYTES)
@@ -269,7 +282,7 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
                     sum(hide(one, g) for g in mine) * times, setting)
 
     def by_userbuffers(one, g):
-        return one - ub_exposed(one, gemms[g], *lay.userbuffers[g]) if on else 0.0
+        return one - ub_exposed(one, gemms[g], *lay.userbuffers[g][:2]) if on else 0.0
 
     out = []
     for c in dict.fromkeys(ub.values()):
@@ -280,6 +293,19 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
         out.append(item(c, [g for g, (x, _) in backward.items() if x == c], lambda one, g: min(one, backward[g][1]),
                         what_it_is, None))
     return out
+
+
+def _userbuffers_run(lay) -> bool:
+    """TP overlap on, with sequence parallel and the TP group inside one NVLink domain: what userbuffers need."""
+    return lay.tp > 1 and lay.settings["tp_comm_overlap"] and lay.sp and _link(lay.tp, lay) == "nvlink"
+
+
+def _sm_margin_s(lay, system, gemm_s) -> float:
+    """What TP overlap adds to one layer's compute: a userbuffers GEMM with an SM margin runs on the SMs the
+    communication kernels leave it (Transformer Engine comm_gemm_overlap.cpp: _math_sms = sm_count - num_comm_sm)."""
+    layer_of = {**{g: layer for g, (_, layer, _) in UB_GEMMS.items()}, **{g: layer for g, (_, layer) in ASYNC_GEMMS.items()}}
+    return sum(gemm_s[layer_of[g]] * margin / max(1, system.sms - margin)
+               for g, (_, _, margin) in lay.userbuffers.items() if margin)
 
 
 def _cp(lay, shape, system, layers, m, tokens, attn_s) -> list:

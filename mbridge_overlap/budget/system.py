@@ -35,6 +35,10 @@ class System:
     def efficiency(self) -> float:
         return self.record["efficiency"]["value"]
 
+    @property
+    def sms(self) -> int:
+        return self.record["sms"]["value"]
+
     def busbw(self, collective: str, size: int, link: str) -> float:
         """GB/s for one message of `size` bytes (the buffer) on `link` (nvlink or network)."""
         if link == "network":
@@ -61,6 +65,7 @@ class System:
         out = {f"gemm_tflops.{k}": v for k, v in r["gemm_tflops"].items()}
         out.update({f"nvlink.{k}": v for k, v in r["nvlink"].items()})
         out["network"] = r["network"]
+        out["sms"] = r["sms"]
         out["efficiency"] = r["efficiency"]
         return out
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from .. import findings
 from ..findings.registry import declare
 
-declare("budget.worth", ["WORTH_TP_ACROSS_NETWORK", "WORTH_LAST_BUCKET_EXPOSED", "WORTH_OVERLAP_CANNOT_PAY"])
+declare("budget.worth", ["WORTH_TP_ACROSS_NETWORK", "WORTH_LAST_BUCKET_EXPOSED", "WORTH_OVERLAP_CANNOT_PAY",
+                         "WORTH_OVERLAP_COSTS_MORE"])
 
 SHARE = 0.005  # of the iteration: exposed time below half a percent is not worth a finding
 HALF = 0.5  # an overlap setting that hides less than this share of its collectives cannot pay for itself
@@ -33,6 +34,11 @@ def check(budget) -> list:
         elif item.hidden < HALF * item.seconds:
             out.append(findings.make("WORTH_OVERLAP_CANNOT_PAY", setting=item.setting, what=f"{item.dimension.upper()} {item.collective}",
                                      hidden=_ms(item.hidden), ms=_ms(item.seconds), pct=_pct(exposed, it)))
+    for setting, (exposed, cost) in budget.flipped.items():
+        net = -(exposed + cost)  # what turning it off saves
+        if settings.get(setting) and net >= SHARE * it:
+            out.append(findings.make("WORTH_OVERLAP_COSTS_MORE", setting=setting, hidden=_ms(exposed), cost=_ms(-cost),
+                                     net=_ms(net), pct=_pct(net, it)))
     return out
 
 

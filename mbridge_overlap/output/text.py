@@ -265,9 +265,13 @@ def _budget_change(c: dict | None) -> list[str]:
               for dim, v in c["dimensions"].items() if v["change_ms"]]
     for s in c["settings_flipped"]:
         verb = "exposes" if s["exposed_change_ms"] >= 0 else "hides"
+        cost = s["iteration_change_ms"] - s["exposed_change_ms"]
+        net = (f"; with its own cost ({cost:+,.1f} ms: GEMMs on fewer SMs) the iteration changes by about "
+               f"{s['iteration_change_ms']:+,.1f} ms ({_pct(s['iteration_change_ms'], c['iteration_ms_before'])})"
+               if abs(cost) >= 0.05 else "")
         lines.append(f"  {s['setting']} {'on' if s['before'] else 'off'} -> {'on' if s['after'] else 'off'}: alone, {verb} about "
                      f"{abs(s['exposed_change_ms']):,.1f} ms per iteration (about {_pct(s['exposed_change_ms'], c['iteration_ms_before'])} "
-                     "of BEFORE's iteration)")
+                     f"of BEFORE's iteration){net}")
     return lines + [f"  note: {c['note']}"]
 
 
@@ -379,8 +383,10 @@ def budget(d: dict) -> str:
 
 def _iteration(b: dict) -> str:
     return (f"iteration  about {b['iteration_ms']:,.1f} ms (range {b['range_ms'][0]:,.1f} to {b['range_ms'][1]:,.1f}): "
-            f"compute {b['compute_ms']:,.1f}, pipeline bubble {b['bubble_ms']:,.1f}, exposed communication {b['exposed_ms']:,.1f}; "
-            f"about {b['tokens_per_sec_per_gpu']:,.0f} tokens/s/GPU")
+            f"compute {b['compute_ms']:,.1f}, pipeline bubble {b['bubble_ms']:,.1f}, exposed communication {b['exposed_ms']:,.1f}"
+            + (f", overlap's own cost {b['overlap_cost_ms']:,.1f} (GEMMs on the SMs communication leaves them)"
+               if b.get("overlap_cost_ms") else "")
+            + f"; about {b['tokens_per_sec_per_gpu']:,.0f} tokens/s/GPU")
 
 
 def _dimensions(b: dict) -> list[str]:
@@ -396,12 +402,13 @@ def _worth(b: dict) -> list[str]:
         lines += ["", f"{f['severity'].upper()} {f['id']}: {f['message']}", f"  fix: {f['fix']}"]
     if not b["settings"]:
         return lines
-    lines += ["", "what each overlap setting is worth here (exposed ms per iteration if flipped):"]
+    lines += ["", "what each overlap setting is worth here (ms per iteration if flipped):"]
     for name, s in b["settings"].items():
-        change = s["exposed_change_ms_if_flipped"]
+        change, exposed = s["iteration_change_ms_if_flipped"], s["exposed_change_ms_if_flipped"]
+        cost = f"; its own cost {change - exposed:+,.1f} ms (GEMMs on fewer SMs)" if abs(change - exposed) >= 0.05 else ""
         lines.append(f"  {name}={'true' if s['effective'] else 'false'} (as Bridge leaves it): turning it "
-                     f"{'off' if s['effective'] else 'on'} changes exposed time by {change:+,.1f} ms "
-                     f"({_pct(change, b['iteration_ms'])} of the iteration)")
+                     f"{'off' if s['effective'] else 'on'} changes the iteration by {change:+,.1f} ms "
+                     f"({_pct(change, b['iteration_ms'])}): exposed communication {exposed:+,.1f} ms{cost}")
     return lines
 
 

@@ -213,7 +213,7 @@ def budget_change(before: Analysis, after: Analysis, model=None, shape=None) -> 
     dims = {d: {"exposed_ms_before": b0["dimensions"].get(d, {}).get("exposed_ms", 0.0),
                 "exposed_ms_after": b1["dimensions"].get(d, {}).get("exposed_ms", 0.0)} for d in {**b0["dimensions"], **b1["dimensions"]}}
     flipped = [{"setting": k, "before": v["effective"], "after": b1["settings"].get(k, {}).get("effective", not v["effective"]),
-                "exposed_change_ms": v["exposed_change_ms_if_flipped"],
+                "exposed_change_ms": v["exposed_change_ms_if_flipped"], "iteration_change_ms": v["iteration_change_ms_if_flipped"],
                 "iteration_pct": round(v["exposed_change_ms_if_flipped"] / b0["iteration_ms"] * 100, 2) if b0["iteration_ms"] else None}
                for k, v in b0["settings"].items() if b1["settings"].get(k, {}).get("effective") != v["effective"]]
     return {"iteration_ms_before": b0["iteration_ms"], "iteration_ms_after": b1["iteration_ms"],

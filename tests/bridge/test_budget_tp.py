@@ -77,3 +77,14 @@ def test_tp_all_gathers_move_quantized_data():
         gathers = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "gather_along_first_dim"]
         plain = [ast.unparse(g) for g in gathers if id(g) not in high and not any(k.arg == "quantizer" for k in g.keywords)]
         assert len(gathers) >= 3 and not plain, (module, plain)
+
+
+def test_the_default_sm_margin_is_transformer_engines():
+    """get_default_config: num_sm 1 for ring_exchange and COMM_SMS otherwise; set_sm_margin for all but ring_exchange."""
+    from mbridge_overlap.budget.estimate import COMM_SMS
+
+    config = next(n for n in ast.walk(_initialize_ub()) if isinstance(n, ast.FunctionDef) and n.name == "get_default_config")
+    default = _assigned(config, "default_cfg")
+    entry = {ast.literal_eval(k): v for k, v in zip(default.keys, default.values)}
+    assert ast.unparse(entry["num_sm"]) == f"1 if method == 'ring_exchange' else {COMM_SMS}"
+    assert ast.unparse(entry["set_sm_margin"]) == "not method == 'ring_exchange'"
