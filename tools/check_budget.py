@@ -205,7 +205,8 @@ def main(argv=None) -> int:
     if not args.mirror:
         print("check_budget: a Megatron-Bridge git mirror is needed (--mirror or MBRIDGE_SKILL_MIRROR)", file=sys.stderr)
         return 2
-    rows, left = selected(perf_tables.rows(args.mirror))
+    published = perf_tables.rows(args.mirror)
+    rows, left = selected(published)
     if args.fit or args.check:
         from mbridge_overlap.budget import system
 
@@ -234,7 +235,7 @@ def main(argv=None) -> int:
             "![predicted against published tokens/s/GPU](budget-published.svg)", "",
             *lines[2 + len(result["errors"]) + 1:], "",
         ]
-        moe, _ = selected(perf_tables.rows(args.mirror), MOE_MODELS)
+        moe, _ = selected(published, MOE_MODELS)
         moe_lines, failed = report_moe(moe)
         text += [
             "## MoE rows, at the dense fit (not calibrated)", "",

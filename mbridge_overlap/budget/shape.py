@@ -52,7 +52,7 @@ def in_config(model: dict | None) -> dict:
     """The shape keys a config's model section holds (a saved run config, or the summary Bridge printed): the
     Shape fields set to a whole number or a boolean."""
     names = {f.name for f in fields(Shape)}
-    return {k: v for k, v in (model or {}).items() if k in names and isinstance(v, (int, bool)) and v is not None}
+    return {k: v for k, v in (model or {}).items() if k in names and isinstance(v, (int, bool))}
 
 
 def of(model: str | None, given: dict, said: str | None = None) -> tuple[Shape, str]:
