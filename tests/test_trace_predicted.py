@@ -60,6 +60,16 @@ def test_measured_is_the_median_rank_mean_per_step_and_predicted_is_the_budget(t
     assert not p["notes"]  # the traces' world size is the config's: nothing to say
 
 
+def test_predicted_compute_holds_the_sms_tp_overlap_takes_from_gemms(traces):
+    """The trace's compute is every compute kernel's time, so GEMMs slowed by userbuffers' SM margin are in it: the
+    prediction set beside it is the budget's compute plus that cost."""
+    on = {**TP2, "comm_overlap.tp_comm_overlap": True}
+    p = api.trace([traces], recipe=RECIPE, gpus=8, overrides=on).to_dict()["predicted"]
+    b = api.budget(on, recipe=RECIPE, gpus=8).to_dict()["budget"]
+    assert b["overlap_cost_ms"] > 0
+    assert p["compute_ms"]["predicted"] == pytest.approx(b["compute_ms"] + b["overlap_cost_ms"], abs=0.001)
+
+
 def test_a_config_of_another_size_is_said(traces):
     p = api.trace([traces], recipe=RECIPE, gpus=16).to_dict()["predicted"]
     assert any("8 GPUs" in n and "16" in n for n in p["notes"])
