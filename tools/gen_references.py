@@ -221,7 +221,7 @@ backend, Transformer Engine's version; each overridable):
 - First step: the userbuffers hold seq_length x micro batch / CP tokens, so variable-length micro-batches fail
   (`UB_VARIABLE_TOKEN_COUNT`) and MXFP8 needs local rows in multiples of 128 (`UB_MXFP8_ROWS_NOT_128`); the
   interleaved schedule's micro-batch groups must fit (`INTERLEAVED_MICROBATCH_GROUPS`); LoRA works with TP overlap but
-  drops the all-gather overlap of linear_qkv and linear_fc1 (`UB_LORA_AG_OVERLAP_DROPPED`).
+  drops the all-gather overlap of the linear_qkv or linear_fc1 it adapts (`UB_LORA_AG_OVERLAP_DROPPED`).
 - Steady state: `CUDA_DEVICE_MAX_CONNECTIONS=1` with TP = CP = 1 serialises the DP collectives
   (`CUDA_DEVICE_MAX_CONNECTIONS_ONE_SERIALIZES_DP`, Megatron-LM issue 1468); in-batch packing with PP > 1 exchanges
   shapes with batched P2P, reported to hang at PP >= 4 (`PP_VARIABLE_SEQ_LENGTHS_SHAPE_EXCHANGE`, Megatron-LM issue

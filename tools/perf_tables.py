@@ -1,7 +1,8 @@
-"""The pre-training rows of Megatron-Bridge's published performance tables (docs/performance-summary.md and
+"""The rows of Megatron-Bridge's published performance tables (docs/performance-summary.md and
 docs/performance-summary-archive.md), read from a git mirror of NVIDIA-NeMo/Megatron-Bridge with `git show`.
 
-Each row: section (the container release), system (H100, B200, GB200, ...), model, GPUs, precision, GBS, MBS,
+Each row: section (the container release), task (pretrain, sft or peft: the table's subsection, "Pre-Training",
+"SFT" or "LoRA" Performance, named as Bridge's recipes name it), system (H100, B200, GB200, ...), model, GPUs, precision, GBS, MBS,
 sequence length, FSDP, TP, PP, CP, VP, EP, tokens/s/GPU and model TFLOP/s/GPU, with the file and line it came from.
 A cell written "a (b)" holds two measurements; only the first (a) is kept. Tables without a precision column (the
 25.09 section) give precision "".
@@ -20,12 +21,20 @@ _FOOTNOTE = re.compile(r"\[\^[^\]]+\]")
 _PAREN = re.compile(r"^\s*(.*?)\s*\((.*?)\)\s*$")
 
 
-def rows(mirror: str, rev: str = "HEAD") -> list[dict]:
+TASKS = {"pre-training": "pretrain", "sft": "sft", "lora": "peft"}  # a subsection's first words -> the recipes' word
+
+
+def rows(mirror: str, rev: str = "HEAD", tasks: tuple = ("pretrain",)) -> list[dict]:
     out = []
     for path in FILES:
         text = subprocess.run(["git", "-C", mirror, "show", f"{rev}:{path}"], capture_output=True, text=True, check=True).stdout
-        out += parse(text, path)
+        out += [r for r in parse(text, path) if r["task"] in tasks]
     return out
+
+
+def task_of(subsection: str) -> str | None:
+    words = subsection.lower()
+    return next((task for lead, task in TASKS.items() if words.startswith(lead + " ")), None)
 
 
 def parse(text: str, path: str) -> list[dict]:
@@ -46,7 +55,8 @@ def parse(text: str, path: str) -> list[dict]:
             if header is None:
                 header = [COLUMNS.get(c.lower(), "other") for c in cells]
                 continue
-            if "pre-training" not in subsection.lower():
+            task = task_of(subsection)
+            if task is None:
                 continue
             row = {k: _first(_FOOTNOTE.sub("", v)) for k, v in zip(header, cells) if k != "other"}
             if heading.startswith("Model:"):
@@ -55,7 +65,7 @@ def parse(text: str, path: str) -> list[dict]:
                 row.setdefault("system", heading.split(":", 1)[1].strip())
             row["model"] = re.sub(r"\s*\(.*\)\s*$", "", row.get("model", "")).strip()
             row["system"] = re.sub(r"^DGX-", "", row.get("system", "")).strip()
-            row.update(section=section, source=f"{path}:{number}", precision=row.get("precision", ""))
+            row.update(section=section, task=task, source=f"{path}:{number}", precision=row.get("precision", ""))
             out.append(row)
     return out
 

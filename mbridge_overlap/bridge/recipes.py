@@ -252,9 +252,19 @@ def record(cfg) -> dict:
     out["comm_overlap"] = _comm_overlap(cfg.comm_overlap)
     out["mixed_precision"] = mixed_precision(cfg.mixed_precision)
     out["env_vars"] = {k: _json(v) for k, v in (getattr(cfg, "env_vars", None) or {}).items()}
-    out["peft"] = getattr(cfg, "peft", None) is not None
+    out["peft"] = peft(getattr(cfg, "peft", None))
     out["dataset"]["sft"] = type(cfg.dataset).__name__ in SFT_DATASETS
     return out
+
+
+def peft(p) -> dict | None:
+    """A recipe's PEFT: None without, else its scheme (the class: LoRA, DoRA, ...), the modules it adapts and its rank
+    (what the budget needs: frozen base weights, the adapters' parameters)."""
+    if p is None:
+        return None
+    dim = getattr(p, "dim", None)
+    return {"scheme": type(p).__name__, "target_modules": [str(m) for m in getattr(p, "target_modules", None) or []],
+            "dim": dim if isinstance(dim, int) and not isinstance(dim, bool) else None}
 
 
 def shape(cfg) -> dict:

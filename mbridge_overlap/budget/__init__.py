@@ -8,11 +8,11 @@ from __future__ import annotations
 from ..errors import NotKnown, UsageError
 
 
-def of(analysis, model: str | None = None, shape: dict | None = None, efficiency: float | None = None):
+def of(analysis, model: str | None = None, shape: dict | None = None, efficiency: float | None = None, peft=None):
     """The budget of an analysed scenario (findings.analysis.Analysis) for a model's shape: a known model's name
     (else the recipe's model, where the budget knows it), then the shape keys of the run config's model section (a
     saved run config holds them all), then `shape`'s keys, each winning over the one before. efficiency: instead of
-    the system's fitted one."""
+    the system's fitted one. peft (run.peft.Peft): fine-tuning the run's config does not say (plan --lora)."""
     from . import estimate, shape as shapes, system, worth
 
     state, sc = analysis.state, analysis.scenario
@@ -26,7 +26,7 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
         model = sc.family
     said = [f"{sc.config.path}'s model section" if saved else "", "given: " + ", ".join(sorted(shape)) if shape else ""]
     sh, origin = shapes.of(model, given, "; ".join(s for s in said if s) or None)
-    lay = estimate.layout_of(state, sc.machine)
+    lay = estimate.layout_of(state, sc.machine, peft)
     _fits(sh, lay)
     sysinfo = system.get(sc.gpu, domain=lay.domain)
     if efficiency is not None:  # tools/check_budget.py fits it
@@ -47,14 +47,14 @@ def needs(analysis) -> str | None:
     return None
 
 
-def shown(analysis, model: str | None = None, shape: dict | None = None) -> dict:
+def shown(analysis, model: str | None = None, shape: dict | None = None, peft=None) -> dict:
     """The budget as resolve, plan and diff show it (budget.schema.json's budget), or {"unavailable": why} where the
     config does not run, the model's shape or the GPU's rates are not known, or the shape a config gives is not one
     Megatron-Core takes (a wrong --model or --shape is still an error)."""
     why = needs(analysis)
     if why is None:
         try:
-            return of(analysis, model=model, shape=shape).to_dict(analysis.scenario.gpus)
+            return of(analysis, model=model, shape=shape, peft=peft).to_dict(analysis.scenario.gpus)
         except NotKnown as exc:
             why = str(exc)
         except UsageError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import buckets, shape as shapes
+from ..run.peft import Peft, of as peft_of
 from .system import System
 
 ACT_BYTES = 2  # BF16: P2P tensors, CP's keys and values, EP's tokens, TP's reduce-scatters and all-reduces
@@ -30,6 +31,14 @@ ASSUMPTIONS = (
     "only there); param all-gather in the first micro-batch's forward; the bucket that holds the embedding stays exposed",
     "the optimizer step, data loading and kernel launch gaps are not counted",
 )
+PEFT_ASSUMPTION = (
+    "PEFT: the base weights are frozen (Bridge's freeze_model), so Transformer Engine runs no wgrad GEMM for them "
+    "(dgrad only: the backward is about the forward's size), skips the input's re-gather for wgrad with TP overlap "
+    "off, and the input gradient's reduce-scatter of linear_qkv and linear_fc1 has no wgrad GEMM beside it: counted "
+    "exposed (with userbuffers' bulk overlap TE issues it from the wgrad GEMM call, which frozen weights skip: what "
+    "runs then needs a GPU to see); with TP overlap the adapted linear_qkv/linear_fc1 all-gather with NCCL "
+    "(return_layernorm_output); DP reduces and gathers the adapters only; the adapters' GEMMs are counted, their own "
+    "TP collectives (rank-sized, and the input gather Bridge's adapter makes with TP overlap on) are not")
 MOE_ASSUMPTION = ("MoE: each token's top-k experts' GEMMs at the dense rate; the router, token permutation and small "
                   "grouped GEMMs are not counted, so the iteration time is a lower bound: on Bridge's published Qwen3 MoE "
                   "rows the predicted throughput is 2x the published or more where the all-to-all stays inside the NVLink "
@@ -53,13 +62,15 @@ class Layout:
     settings: dict  # the overlap settings as Bridge leaves them (effective)
     ddp: dict
     userbuffers: dict = field(default_factory=dict)  # TE userbuffers GEMM -> (method, splits, SM margin) in effect
+    peft: Peft | None = None  # frozen base weights and the adapters trained (run.peft), None: every weight trains
 
     @property
     def micro_batches(self) -> int:
         return max(1, self.gbs // (self.mbs * self.dp))
 
 
-def layout_of(state, machine) -> Layout:
+def layout_of(state, machine, peft: Peft | None = None) -> Layout:
+    """The budget's view of a resolved run; peft: where the run's config says nothing of it (plan --lora)."""
     m, d = state.model, state.ddp
     tp, pp, cp = m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"], m["context_parallel_size"]
     fp8 = m.get("fp8") or state.precision.get("fp8")
@@ -75,6 +86,7 @@ def layout_of(state, machine) -> Layout:
                   "overlap_moe_expert_parallel_comm": bool(m.get("overlap_moe_expert_parallel_comm"))},
         ddp=dict(d),
         userbuffers=userbuffers(m.get("tp_comm_overlap_cfg"), tp),
+        peft=peft_of(state) or peft,
     )
 
 
@@ -233,19 +245,25 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     per_layer = shapes.layer_flops(shape, tokens, lay.seq, lay.tp, lay.cp)
     gemm_s = {k: v / rate for k, v in per_layer.items() if k != "attention"}
     attn_s = per_layer["attention"] / attn_rate
-    layer_fwd = sum(gemm_s.values()) + attn_s
-    logits_s = shapes.logits_flops(shape, tokens, lay.tp, lay.cp) / rate
-    stage_fwd = layers * layer_fwd + logits_s / max(1, lay.pp)  # the logits' stage, spread: no stage is modelled apart
-    mb_s = 3 * stage_fwd  # forward and backward (twice the forward)
+    # LoRA's adapters run in BF16 (Megatron-Core's own parallel linears, not Transformer Engine's)
+    adapter_s = shapes.adapter_flops(shape, lay.peft.gemms, lay.peft.dim, tokens, lay.tp, lay.cp) / attn_rate if lay.peft else 0.0
+    layer_fwd = sum(gemm_s.values()) + attn_s + adapter_s
+    logits_s = shapes.logits_flops(shape, tokens, lay.tp, lay.cp) / rate / max(1, lay.pp)  # spread: no stage is apart
+    stage_fwd = layers * layer_fwd + logits_s
+    if lay.peft:  # frozen weights: dgrad only (the attention's backward and the trained adapters' stay twice)
+        stage_bwd = layers * (sum(gemm_s.values()) + 2 * attn_s + 2 * adapter_s) + logits_s
+    else:
+        stage_bwd = 2 * stage_fwd  # dgrad and wgrad
+    mb_s = stage_fwd + stage_bwd
     m = lay.micro_batches
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
-               assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()))
+               assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ()))
     b.items += _tp(lay, shape, system, layers, m, tokens, gemm_s)
     if _userbuffers_run(lay):
         b.overlap_cost["tp_comm_overlap"] = layers * m * _sm_margin_s(lay, system, gemm_s)
     b.items += _cp(lay, shape, system, layers, m, tokens, attn_s)
     b.items += _pp(lay, shape, system, m, tokens, stage_fwd)
-    b.items += _dp(lay, shape, system, layers, stage_fwd)
+    b.items += _dp(lay, shape, system, layers, stage_fwd, stage_bwd)
     b.items += _ep(lay, shape, system, layers, m, tokens, layer_fwd)
     return b
 
@@ -274,6 +292,11 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
         backward = {"qkv_wgrad": ("all_reduce", gemm_s["qkv"]), "fc1_wgrad": ("all_reduce", gemm_s["fc1"])}
         what = {"all_reduce": "row-parallel partial sums (forward)"}
     on = _userbuffers_run(lay)
+    frozen = lay.peft is not None
+    if frozen:  # no wgrad GEMM: the input gradient's collective has nothing beside it; the re-gather for wgrad is
+        # skipped (TE: ln_out_needs_gather needs weight.requires_grad) unless userbuffers' bulk dgrad runs it anyway
+        backward = {g: (c, t if c == "all_gather" else 0.0) for g, (c, t) in backward.items() if c != "all_gather" or on}
+    plain = _plain_gemms(lay)
 
     def item(collective, mine, hide, what_it_is, setting):
         nbytes = size.get(collective, elements * ACT_BYTES)
@@ -282,17 +305,28 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
                     sum(hide(one, g) for g in mine) * times, setting)
 
     def by_userbuffers(one, g):
-        return one - ub_exposed(one, gemms[g], *lay.userbuffers[g][:2]) if on else 0.0
+        return one - ub_exposed(one, gemms[g], *lay.userbuffers[g][:2]) if on and g not in plain else 0.0
 
     out = []
     for c in dict.fromkeys(ub.values()):
         out.append(item(c, [g for g, x in ub.items() if x == c], by_userbuffers, what[c], "tp_comm_overlap"))
     for c in dict.fromkeys(x for x, _ in backward.values()):
-        what_it_is = ("inputs gathered again for wgrad, beside dgrad (async)" if c == "all_gather"
-                      else "input gradients, beside wgrad (async)")
+        if c == "all_gather":
+            what_it_is = ("userbuffers' bulk all-gather beside dgrad (frozen weights: no wgrad reads it)" if frozen
+                          else "inputs gathered again for wgrad, beside dgrad (async)")
+        else:
+            what_it_is = ("input gradients (frozen weights: no wgrad GEMM beside them)" if frozen
+                          else "input gradients, beside wgrad (async)")
         out.append(item(c, [g for g, (x, _) in backward.items() if x == c], lambda one, g: min(one, backward[g][1]),
                         what_it_is, None))
     return out
+
+
+def _plain_gemms(lay) -> frozenset:
+    """The userbuffers GEMMs that run without them: LoRA on a LayerNorm-fused linear (linear_qkv, linear_fc1) sets
+    return_layernorm_output, and TE's LayerNormLinear then all-gathers its input with NCCL (anchor
+    te_lora_ag_overlap_dropped)."""
+    return frozenset(f"{g}_fprop" for g in ("qkv", "fc1") if lay.peft and g in lay.peft.gemms)
 
 
 def _userbuffers_run(lay) -> bool:
@@ -304,8 +338,9 @@ def _sm_margin_s(lay, system, gemm_s) -> float:
     """What TP overlap adds to one layer's compute: a userbuffers GEMM with an SM margin runs on the SMs the
     communication kernels leave it (Transformer Engine comm_gemm_overlap.cpp: _math_sms = sm_count - num_comm_sm)."""
     layer_of = {**{g: layer for g, (_, layer, _) in UB_GEMMS.items()}, **{g: layer for g, (_, layer) in ASYNC_GEMMS.items()}}
+    idle = _plain_gemms(lay) | ({"qkv_wgrad", "fc1_wgrad"} if lay.peft else set())  # not run with userbuffers, or not run
     return sum(gemm_s[layer_of[g]] * margin / max(1, system.sms - margin)
-               for g, (_, _, margin) in lay.userbuffers.items() if margin)
+               for g, (_, _, margin) in lay.userbuffers.items() if margin and g not in idle)
 
 
 def _cp(lay, shape, system, layers, m, tokens, attn_s) -> list:
@@ -338,20 +373,26 @@ def _pp(lay, shape, system, m, tokens, stage_fwd) -> list:
                  "overlap_p2p_comm")]
 
 
-def _dp(lay, shape, system, layers, stage_fwd) -> list:
+def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     group = lay.dp * lay.cp
     if group < 2:
         return []
     d = lay.ddp
     distopt = bool(d.get("use_distributed_optimizer"))
-    params = [p for p in shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1) if not p[2]]
+    if lay.peft:  # only what trains has a gradient buffer (DistributedDataParallel skips frozen parameters)
+        params = [(f"decoder.layers.{i}.{g}.adapter", n, False) for i in range(layers)
+                  for g, n in shapes.adapter_params(shape, lay.peft.gemms, lay.peft.dim, lay.tp).items()]
+    else:
+        params = [p for p in shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1) if not p[2]]
+    if not params:
+        return []
     size = buckets.default_bucket_size(d.get("bucket_size"), lay.settings["overlap_grad_reduce"], group)
     spans = buckets.layout([n for _, n, _ in params], size, distributed_optimizer=distopt, dp_size=group,
                            pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")))
     link = _link(lay.tp * lay.cp * lay.dp, lay)
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
     param_bytes = 1 if d.get("fp8_param_gather") else 2
-    bwd = 2 * stage_fwd  # the last micro-batch's backward on the first stage
+    bwd = stage_bwd  # the last micro-batch's backward on the first stage
     out = []
     reduce = "reduce_scatter" if distopt else "all_reduce"
     times = [system.seconds(reduce, (e - s) * grad_bytes, group, link) for s, e, _ in spans]

@@ -132,6 +132,28 @@ def layer_flops(shape: Shape, tokens: int, seq: int, tp: int, cp: int) -> dict:
     return out
 
 
+def linear_features(shape: Shape) -> dict:
+    """(input, output) features of each linear layer of a transformer layer, unsplit (an MoE layer's: one expert's)."""
+    h, attn = shape.hidden_size, shape.num_attention_heads * shape.head_dim
+    ffn = (shape.moe_ffn_hidden_size or shape.ffn_hidden_size) if shape.moe else shape.ffn_hidden_size
+    return {"qkv": (h, shape.qkv_out), "proj": (attn, h), "fc1": (h, ffn * (2 if shape.gated_linear_unit else 1)),
+            "fc2": (ffn, h)}
+
+
+def adapter_params(shape: Shape, gemms, dim: int, tp: int) -> dict:
+    """Elements one rank holds of the LoRA adapter on each linear: linear_in (input features x dim) and linear_out
+    (dim x output features), each split across TP (Bridge's ParallelLinearAdapter: a row- or column-parallel
+    linear_in, a column-parallel linear_out)."""
+    features = linear_features(shape)
+    return {g: dim * (features[g][0] + features[g][1]) // tp for g in sorted(gemms)}
+
+
+def adapter_flops(shape: Shape, gemms, dim: int, tokens: int, tp: int, cp: int) -> float:
+    """Forward FLOPs of one layer's adapters on one GPU (two GEMMs each, through the rank dim)."""
+    features = linear_features(shape)
+    return sum(2 * tokens * dim * (features[g][0] + features[g][1]) for g in gemms) / (tp * cp)
+
+
 def logits_flops(shape: Shape, tokens: int, tp: int, cp: int) -> float:
     return 2 * tokens * shape.hidden_size * shape.vocab_size / (tp * cp)
 

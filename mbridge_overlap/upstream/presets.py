@@ -30,12 +30,6 @@ def precision_class(precision: dict) -> str | None:
     return "fp8" if precision.get("fp8") else "bf16"
 
 
-def lora(state) -> bool:
-    raw = state.scenario.config.raw if state.scenario.config else {}
-    recorded = (state.request.recipe or {}).get("request") or {}
-    return raw.get("peft") is not None or bool(recorded.get("peft"))
-
-
 def match(release, gpu_info: dict, precision: str | None, sizes: dict, lora: bool):
     """(the preset whose name matches the shape exactly or None, why none does: a clause, '' when one does)."""
     want = dict(gpu=gpu_info["preset_gpu"], precision=precision, tp=sizes["tp"], cp=sizes["cp"], lora=lora)

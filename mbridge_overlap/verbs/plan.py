@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..upstream import catalog, releases, presets as ub_presets
 from .. import findings
 from ..run import launch_env, layout, scenario
+from ..run.peft import LORA
 from .. import budget as budgets
 from ..findings.analysis import Analysis, analyze
 from ..findings.rules import declare
@@ -180,18 +181,18 @@ def make_plan(
                    "gpu": gpu_info["name"], "precision": precision, "lora": lora, "te": start.te, "moe": moe,
                    "megatron_fsdp": bool(eff["ddp"]["use_megatron_fsdp"]), "recipe": entry["name"] if entry else None,
                    "family": start.family, "task": start.task}
-    an.budget = _budget(an, start.shape, global_batch_size, model, shape)
+    an.budget = _budget(an, start.shape, global_batch_size, model, shape, lora)
     return PlanResult(analysis=an, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
 
 
-def _budget(an: Analysis, given: dict, global_batch_size: int | None, model, shape) -> dict:
+def _budget(an: Analysis, given: dict, global_batch_size: int | None, model, shape, lora: bool = False) -> dict:
     """The planned config's budget; the batch plan's flags give where the config leaves it unset (not in the plan's
     overrides: they are the batch of the question, not a choice of the plan)."""
     batch = {"model.seq_length": given.get("seq_length"), "train.micro_batch_size": given.get("micro_batch_size"),
              "train.global_batch_size": global_batch_size}
     section = {"model": an.state.model, "train": an.state.train}
     unset = {k: v for k, v in batch.items() if v is not None and section[k.split(".")[0]].get(k.split(".")[1]) is None}
-    return budgets.shown(analyze(an.scenario.derive(unset)) if unset else an, model, shape)
+    return budgets.shown(analyze(an.scenario.derive(unset)) if unset else an, model, shape, LORA if lora else None)
 
 
 def _no_new_errors(resolve, overrides: dict, asked: dict, known_errors, entry) -> tuple[dict, Analysis, list]:

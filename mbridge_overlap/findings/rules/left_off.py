@@ -3,7 +3,7 @@ were off, the tuned preset, the launch environment of Bridge's own launchers; an
 
 from __future__ import annotations
 
-from ...run import launch_env, layout
+from ...run import launch_env, layout, peft
 from ...upstream import releases, presets as ub_presets
 from .. import make, shell
 from ..proof import fails, fixed, probing, proven
@@ -63,7 +63,7 @@ def preset(state: State):
     if not model["tp_comm_overlap"]:
         return
     release, gpu_info = state.request.release, releases.gpu(state.gpu)
-    precision, sizes, lora = ub_presets.precision_class(state.precision or {"bf16": True}), ub_presets.shape(state), ub_presets.lora(state)
+    precision, sizes, lora = ub_presets.precision_class(state.precision or {"bf16": True}), ub_presets.shape(state), peft.of(state) is not None
     best, why = ub_presets.match(release, gpu_info, precision, sizes, lora)
     used = model["tp_comm_overlap_cfg"]
     if best is not None and used != best.name:

@@ -5,8 +5,8 @@ model build), at the first step, and in steady state. Each rule mirrors code of 
 
 from __future__ import annotations
 
-from ...run import launch_env
-from ...upstream import releases, presets as ub_presets
+from ...run import launch_env, peft
+from ...upstream import releases
 from .. import make, shell
 from ..proof import fixed
 from ...run.resolver import State
@@ -171,10 +171,12 @@ def ub_mxfp8_rows(state: State):
 
 @check("UB_LORA_AG_OVERLAP_DROPPED")
 def ub_lora(state: State):
-    """Bridge's LoRA sets return_layernorm_output on linear_qkv and linear_fc1; Transformer Engine's LayerNormLinear
-    then drops its all-gather overlap there (the reduce-scatter overlaps of proj and fc2 stay)."""
-    if _tp_overlap_on(state) and ub_presets.lora(state):
-        yield make("UB_LORA_AG_OVERLAP_DROPPED")
+    """Bridge's LoRA sets return_layernorm_output on the LayerNorm-fused linears it adapts (linear_qkv, linear_fc1);
+    Transformer Engine's LayerNormLinear then drops its all-gather overlap there (the other overlaps stay)."""
+    adapted = peft.of(state)
+    modules = [f"linear_{g}" for g in ("qkv", "fc1") if adapted is not None and g in adapted.gemms]
+    if _tp_overlap_on(state) and modules:
+        yield make("UB_LORA_AG_OVERLAP_DROPPED", modules=" and ".join(modules))
 
 
 @check("CUDA_DEVICE_MAX_CONNECTIONS_ONE_SERIALIZES_DP")

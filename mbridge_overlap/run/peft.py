@@ -1,0 +1,46 @@
+"""What a run fine-tunes with PEFT: Bridge's PEFT freezes every base weight (peft/base.py PEFT.freeze_model) and
+trains adapters on the modules it targets. Read from a saved run config's `peft` section or the recipe's record
+(bridge/recipes.py peft); a run without either trains every weight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Megatron-Bridge's LoRA dataclass defaults (peft/lora.py; tests/bridge/test_peft_facts.py holds them to the release)
+DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+DEFAULT_DIM = 32
+# A target module's name -> the layer GEMM it adapts (canonical LoRA's split names adapt a part of the fused one)
+GEMMS = {"linear_qkv": "qkv", "linear_q": "qkv", "linear_k": "qkv", "linear_v": "qkv", "linear_proj": "proj",
+         "linear_fc1": "fc1", "linear_fc1_up": "fc1", "linear_fc1_gate": "fc1", "linear_fc2": "fc2"}
+
+
+@dataclass(frozen=True)
+class Peft:
+    scheme: str
+    target_modules: tuple
+    dim: int
+
+    @property
+    def gemms(self) -> frozenset:
+        """The layer GEMMs (qkv, proj, fc1, fc2) an adapter sits on: a target's last dotted part names the module
+        (a pattern such as '*.layers.0.*.linear_qkv' is taken for every layer)."""
+        return frozenset(GEMMS[t.rsplit(".", 1)[-1]] for t in self.target_modules if t.rsplit(".", 1)[-1] in GEMMS)
+
+
+LORA = Peft("LoRA", DEFAULT_TARGETS, DEFAULT_DIM)
+
+
+def of(state) -> Peft | None:
+    """The run's PEFT, None when it trains every weight."""
+    raw = state.scenario.config.raw if state.scenario.config else {}
+    recorded = (state.request.recipe or {}).get("request") or {}
+    section = raw.get("peft") if raw.get("peft") is not None else recorded.get("peft")
+    if not section:
+        return None
+    if not isinstance(section, dict):  # a record that says only that there is one
+        return LORA
+    scheme = str(section.get("scheme") or str(section.get("_target_") or "LoRA").rsplit(".", 1)[-1])
+    targets = section.get("target_modules")
+    dim = section.get("dim")
+    return Peft(scheme, tuple(str(t) for t in targets) if isinstance(targets, list) else DEFAULT_TARGETS,
+                dim if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else DEFAULT_DIM)

@@ -1,0 +1,56 @@
+"""The budget's PEFT model against the installed packages' own code (read with ast, or built on the CPU): Bridge's
+LoRA defaults and freeze_model, Megatron-Core's DDP buffers holding only trainable parameters, and Transformer
+Engine's layers running no wgrad GEMM and no re-gather for frozen weights."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+from mbridge_overlap.run import peft
+
+
+def _source(package: str, relative: str) -> ast.Module:
+    root = Path(importlib.util.find_spec(package).submodule_search_locations[0])
+    return ast.parse((root / relative).read_text(encoding="utf-8"))
+
+
+def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def test_the_lora_defaults_are_bridges():
+    from megatron.bridge.peft.lora import LoRA
+
+    defaults = {f.name: f for f in dataclasses.fields(LoRA)}
+    assert tuple(defaults["target_modules"].default_factory()) == peft.DEFAULT_TARGETS
+    assert defaults["dim"].default == peft.DEFAULT_DIM
+
+
+def test_bridges_peft_freezes_every_base_weight():
+    freeze = _function(_source("megatron.bridge", "peft/base.py"), "freeze_model")
+    assigns = [n for n in ast.walk(freeze) if isinstance(n, ast.Assign)]
+    assert any(ast.unparse(t) == "param.requires_grad" and ast.unparse(n.value) == "False" for n in assigns for t in n.targets)
+
+
+def test_megatron_cores_ddp_buffers_skip_frozen_parameters():
+    tree = _source("megatron.core", "distributed/distributed_data_parallel.py")
+    init = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "DistributedDataParallel")
+    tests = {ast.unparse(n.test) for n in ast.walk(init) if isinstance(n, ast.If)}
+    assert "not param.requires_grad" in tests
+
+
+# (module, what the backward reads for "the weight trains", what says the input is gathered again for wgrad)
+TE_MODULES = (("layernorm_linear.py", "ctx.requires_wgrad", "ctx.ln_out_needs_gather"),
+              ("linear.py", "bwd_args.requires_wgrad", "backward_input_needs_gather"))
+
+
+def test_transformer_engine_runs_no_wgrad_and_no_regather_for_frozen_weights():
+    for module, trains, regather in TE_MODULES:
+        tree = _source("transformer_engine.pytorch", f"module/{module}")
+        guarded = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == trains]
+        assert any("wgrad_gemm(" in ast.unparse(n) for n in guarded), module  # the wgrad GEMM only where it trains
+        sets = [n for n in ast.walk(tree) if isinstance(n, ast.Assign) and any(ast.unparse(t) == regather for t in n.targets)]
+        assert sets and all("requires_grad" in ast.unparse(n.value) for n in sets), module
