@@ -75,7 +75,7 @@ def test_real_bridge_logs_name_the_finding_the_manifest_expects(name):
 def test_every_logged_selector_names_messages_of_a_catalog():
     cats = [messages.load(v) for v in messages.available()]
     for fid, sels in causes.selectors().items():
-        for text, _line in sels:
+        for text, _line, _factor in sels:
             assert any(causes.entries_of(cat, text) for cat in cats), (fid, text)
 
 
@@ -302,3 +302,42 @@ def test_findings_that_rest_on_what_the_summary_does_not_print_are_left_out():
     d = api.diagnose([LOGS / "bridge-0.6.2" / "tp_overlap_no_sequence_parallel.log"], gpus=2).to_dict()
     assert d["config"]["from"] and "comm_overlap" in d["config"]["not_printed"]
     assert not {"COMM_OVERLAP_ABSENT", "TP_OVERLAP_UNGATED", "LAUNCH_ENV_NOT_SET"} & set(d["config"]["findings"])
+
+
+# -- symptoms decided by the sizes they show -------------------------------------------------------------------------
+
+
+def test_split_factor_is_a_tp_or_cp_split_of_a_plausible_shard():
+    assert causes.split_factor(4096, 8192) == 2 and causes.split_factor(65024, 16256) == 4
+    assert causes.split_factor(128, 8192) == 64 and causes.split_factor(64, 8192) is None  # 128 is beyond TP x CP
+    assert causes.split_factor(4096, 12288) is None  # 3 is no power of two
+    assert causes.split_factor(4095, 4096) is None and causes.split_factor(32, 64) is None  # not a shard
+
+
+@pytest.mark.parametrize("line, named", [
+    ("RuntimeError: The size of tensor a (4096) must match the size of tensor b (8192) at non-singleton dimension 0", True),
+    ("RuntimeError: The size of tensor a (8192) must match the size of tensor b (1024) at non-singleton dimension 0", True),
+    ("RuntimeError: The size of tensor a (4096) must match the size of tensor b (8192) at non-singleton dimension 1", False),
+    ("RuntimeError: The size of tensor a (4096) must match the size of tensor b (8192) at non-singleton dimension 10", False),
+    ("RuntimeError: The size of tensor a (4096) must match the size of tensor b (6144) at non-singleton dimension 0", False),
+    ("RuntimeError: Sizes of tensors must match except in dimension 2. Expected size 3904 but got size 1952 for tensor "
+     "number 1 in the list.", True),
+    ("RuntimeError: Sizes of tensors must match except in dimension 0. Expected size 3904 but got size 1952 for tensor "
+     "number 1 in the list.", False),  # concatenated along the sequence: the mismatch is elsewhere
+])
+def test_a_sequence_split_on_one_side_is_named_by_its_sizes(line, named):
+    d = _diagnose_text(line + "\n")
+    ids = [c["id"] for c in d["causes"]]
+    assert ("SEQUENCE_SHARD_SIZE_MISMATCH" in ids) is named, ids
+    if not named:
+        assert not d["causes"] and d["other"]  # still listed, as a failure that is not an overlap setting
+
+
+def test_a_config_that_splits_no_sequence_rules_the_shard_mismatch_out():
+    line = "RuntimeError: The size of tensor a (4096) must match the size of tensor b (8192) at non-singleton dimension 0\n"
+    split = _diagnose_text(line, overrides={"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True}, gpus=8)
+    assert [c["id"] for c in split["causes"]] == ["SEQUENCE_SHARD_SIZE_MISMATCH"]
+    whole = _diagnose_text(line, overrides={"model.tensor_model_parallel_size": 2, "model.sequence_parallel": False}, gpus=8)
+    assert "SEQUENCE_SHARD_SIZE_MISMATCH" not in [c["id"] for c in whole["causes"]]
+    assert any(n.startswith("SEQUENCE_SHARD_SIZE_MISMATCH left out") and "model.sequence_parallel=false" in n
+               for n in whole["notes"])

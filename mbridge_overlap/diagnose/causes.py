@@ -4,7 +4,8 @@ against a release's catalog of messages.
 A selector is a message's text as the catalog holds it, from its start (`FSDP requires CUDA_DEVICE_MAX_CONNECTIONS`:
 every catalog entry whose template starts so, in any of the three packages), or a catalog id (`native.ub_mc_...`,
 `te.raise.ead3af5275`); the mapping form adds `line:`, a regular expression the logged line must show as well (one
-native message, `CUDA Error: (.+)` from userbuffers-host.cpp, is several causes told apart by their text).
+native message, `CUDA Error: (.+)` from userbuffers-host.cpp, is several causes told apart by their text), and
+`split_factor: true` that the sizes the line's groups `a` and `b` capture differ by a factor a parallel split makes.
 
 A message no selector names but that Megatron-Bridge, Megatron-Core or Transformer Engine raises on the overlap path
 is still reported (as OVERLAP_PATH_ERROR), with the config fields its code reads: `knobs_of`.
@@ -27,15 +28,37 @@ OVERLAP_TOPICS = frozenset({"tp_overlap", "userbuffers", "dp_overlap", "distribu
 class Link:
     finding: str
     line: re.Pattern | None  # the logged line must show this too (None: any line of the message)
+    split_factor: bool = False  # and its groups a and b differ by a factor a TP or CP split makes (split_factor())
+
+    def holds(self, text: str) -> bool:
+        if self.line is None:
+            return True
+        m = self.line.search(text)
+        return m is not None and (not self.split_factor or split_factor(int(m["a"]), int(m["b"])) is not None)
+
+
+SPLIT_FACTORS = (2, 4, 8, 16, 32, 64)  # TP, CP and TP x CP sizes
+SPLIT_MIN = 64  # a sequence shard shorter than this is not what a mismatch of two small sizes is
+
+
+def split_factor(a: int, b: int) -> int | None:
+    """The factor between two sizes where it is one a TP or CP split of the sequence makes (a power of two up to 64,
+    the smaller size a plausible shard), else None."""
+    small, large = sorted((a, b))
+    if small < SPLIT_MIN or large % small:
+        return None
+    return large // small if large // small in SPLIT_FACTORS else None
 
 
 def selectors() -> dict:
-    """finding id -> its `logged` selectors, as (text, line pattern or None)."""
+    """finding id -> its `logged` selectors, as (text, line pattern or None, split_factor)."""
     out = {}
     for fid, rec in findings.records().items():
         for sel in rec.get("logged") or ():
-            text, line = (sel, None) if isinstance(sel, str) else (sel["message"], sel.get("line"))
-            out.setdefault(fid, []).append((text, line))
+            if isinstance(sel, str):
+                out.setdefault(fid, []).append((sel, None, False))
+            else:
+                out.setdefault(fid, []).append((sel["message"], sel.get("line"), bool(sel.get("split_factor"))))
     return out
 
 
@@ -44,10 +67,10 @@ def index(cat: Catalog) -> dict:
     """catalog entry id -> [Link] for one catalog."""
     out: dict = {}
     for fid, sels in selectors().items():
-        for text, line in sels:
+        for text, line, factor in sels:
             rx = re.compile(line) if line else None
             for entry in entries_of(cat, text):
-                out.setdefault(entry.id, []).append(Link(fid, rx))
+                out.setdefault(entry.id, []).append(Link(fid, rx, factor))
     for entry in cat.entries:
         if entry.releases and entry.id not in out and _same_place(entry, cat.by_id(entry.current or "")):
             out[entry.id] = out.get(entry.current, [])
@@ -75,7 +98,7 @@ def entries_of(cat: Catalog, text: str) -> list[Entry]:
 
 def links(cat: Catalog, entry: Entry, line: str) -> list[str]:
     """The finding ids a logged line of `entry` is."""
-    return [link.finding for link in index(cat).get(entry.id, ()) if link.line is None or link.line.search(line)]
+    return [link.finding for link in index(cat).get(entry.id, ()) if link.holds(line)]
 
 
 def overlap_related(entry: Entry) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from .. import findings
 from ..contract import SCHEMA_VERSION
 from ..findings import Finding, shell
+from ..values import fmt
 from . import causes, frames, messages
 from .scan import Group, Scan
 
@@ -215,10 +216,14 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
     found = {f.id: f for f in known}
     diag.config.update({"from": origin, "not_printed": list(unknown), "gpus": scenario.gpus,
                         "findings": list(dict.fromkeys(f.id for f in known))})
+    ruled_out = []
     for cause in diag.causes:
         fid = cause.finding.id
         rec = findings.record(fid)
         checked = any(not r.startswith("mbridge_overlap.diagnose") for r in RAISERS.get(fid, ()))
+        if not checked and _implausible(rec, analysis.effective):
+            ruled_out.append(cause)
+            continue
         if not checked:
             _from_log_only(cause, rec, found, analysis.effective)
             continue
@@ -242,6 +247,10 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
             continue
         cause.predicted = False
         cause.how = ("the config analysis did not predict it: a gap in the rules (please report it with this log)")
+    for cause in ruled_out:
+        diag.causes.remove(cause)
+        diag.notes.append(f"{cause.finding.id} left out: the log shows what it matches, and the config rules it out "
+                          f"({_ruled_out_by(findings.record(cause.finding.id), analysis.effective)})")
     shown = {c.finding.id for c in diag.causes}
     for f in (f for f in known if f.severity == "error"):
         if f.id not in shown:
@@ -271,6 +280,18 @@ def _from_log_only(cause: Cause, rec: dict, found: dict, effective: dict) -> Non
             cause.finding = replace(cause.finding, fix=findings.Shell(alt["fix"]))
             cause.how += "; the fix is the one the resolved config leaves"
             return
+
+
+def _implausible(rec: dict, effective: dict) -> bool:
+    return bool(_ruled_out_by(rec, effective))
+
+
+def _ruled_out_by(rec: dict, effective: dict) -> str:
+    """The values of the resolved config that rule a log-only cause out (its record's implausible_if), '' if none."""
+    for alt in rec.get("implausible_if") or ():
+        if all(_effective(effective, key) == value for key, value in alt.items()):
+            return ", ".join(f"{key}={fmt(value)}" for key, value in alt.items())
+    return ""
 
 
 def _effective(effective: dict, dotted: str):
