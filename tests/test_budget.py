@@ -247,3 +247,39 @@ def test_tp_overlap_costs_the_sms_its_communication_kernels_take():
     default = _budget({"comm_overlap.tp_comm_overlap_cfg": None})
     assert default["overlap_cost_ms"] > on["overlap_cost_ms"]
     assert default["settings"]["tp_comm_overlap"]["iteration_change_ms_if_flipped"] < s["iteration_change_ms_if_flipped"]
+
+
+# -- recompute -------------------------------------------------------------------------------------------------------
+
+FULL = {"model.recompute_granularity": "full", "model.recompute_method": "uniform", "model.recompute_num_layers": 1}
+
+
+def _fwd_tp_count(b):
+    return sum(c["count"] for c in b["collectives"] if c["dimension"] == "tp" and c["setting"] == "tp_comm_overlap")
+
+
+def test_full_recompute_runs_every_layers_forward_again():
+    """The recipe's layout (TP 4, PP 4, VP 5: 20 layers a stage, 4 a virtual stage): uniform recomputes all of them,
+    block with 2 layers half of each virtual stage's; the forward's TP collectives run again with them."""
+    none, full = _budget(), _budget(FULL)
+    block = _budget({**FULL, "model.recompute_method": "block", "model.recompute_num_layers": 2})
+    # a training step is a forward and a backward twice its size, so one forward more is a third more, less the
+    # logits (outside the transformer block: never recomputed)
+    assert full["compute_ms"] / none["compute_ms"] == pytest.approx(4 / 3, rel=0.01)
+    assert (block["compute_ms"] - none["compute_ms"]) == pytest.approx((full["compute_ms"] - none["compute_ms"]) / 2, rel=1e-6)
+    fwd = {c["collective"]: c["count"] for c in none["collectives"] if c["dimension"] == "tp" and c["setting"]}
+    # with sequence parallel: of the forward-path collectives, 2 all-gathers and 2 reduce-scatters a layer are forward
+    assert _fwd_tp_count(full) - _fwd_tp_count(none) == (fwd["all_gather"] // 2 + fwd["reduce_scatter"])
+    assert _fwd_tp_count(block) - _fwd_tp_count(none) == (fwd["all_gather"] // 2 + fwd["reduce_scatter"]) // 2
+
+
+def test_selective_recompute_reruns_only_the_modules_named():
+    none = _budget()
+    attn = _budget({"model.recompute_granularity": "selective"})  # Megatron-Core's default modules: core_attn
+    mlp = _budget({"model.recompute_granularity": "selective", "model.recompute_modules": ["mlp"]})
+    full = _budget(FULL)
+    assert none["compute_ms"] < attn["compute_ms"] < mlp["compute_ms"] < full["compute_ms"]
+    assert _fwd_tp_count(attn) == _fwd_tp_count(none)  # the attention core has no TP collective
+    assert _fwd_tp_count(none) < _fwd_tp_count(mlp) < _fwd_tp_count(full)
+    assert any(a.startswith("recompute") for a in mlp["assumptions"])
+    assert not any(a.startswith("recompute") for a in none["assumptions"])

@@ -39,6 +39,11 @@ PEFT_ASSUMPTION = (
     "runs then needs a GPU to see); with TP overlap the adapted linear_qkv/linear_fc1 all-gather with NCCL "
     "(return_layernorm_output); DP reduces and gathers the adapters only; the adapters' GEMMs are counted, their own "
     "TP collectives (rank-sized, and the input gather Bridge's adapter makes with TP overlap on) are not")
+RECOMPUTE_ASSUMPTION = (
+    "recompute (Megatron-Core's activation checkpointing): a recomputed layer's forward runs again in its backward, "
+    "its forward collectives (TP, CP, EP) again too; full with method uniform recomputes every layer, block the first "
+    "recompute_num_layers of each virtual stage's layers; selective recomputes the modules named (core_attn, the default: "
+    "the attention core; mlp: a dense layer's MLP); layernorm and activation recompute are not counted")
 MOE_ASSUMPTION = ("MoE: each token's top-k experts' GEMMs at the dense rate; the router, token permutation and small "
                   "grouped GEMMs are not counted, so the iteration time is a lower bound: on Bridge's published Qwen3 MoE "
                   "rows the predicted throughput is 2x the published or more where the all-to-all stays inside the NVLink "
@@ -63,6 +68,7 @@ class Layout:
     ddp: dict
     userbuffers: dict = field(default_factory=dict)  # TE userbuffers GEMM -> (method, splits, SM margin) in effect
     peft: Peft | None = None  # frozen base weights and the adapters trained (run.peft), None: every weight trains
+    recompute: tuple = ()  # (granularity, method, num_layers, modules) as Megatron-Core reads them; () none
 
     @property
     def micro_batches(self) -> int:
@@ -87,7 +93,33 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         ddp=dict(d),
         userbuffers=userbuffers(m.get("tp_comm_overlap_cfg"), tp),
         peft=peft_of(state) or peft,
+        recompute=_recompute_of(m),
     )
+
+
+def _recompute_of(m: dict) -> tuple:
+    """(granularity, method, num_layers, modules): TransformerConfig's, with its default modules (["core_attn"])."""
+    granularity = m.get("recompute_granularity")
+    if granularity not in ("full", "selective"):
+        return ()
+    modules = m.get("recompute_modules")
+    return (granularity, m.get("recompute_method"), m.get("recompute_num_layers"),
+            tuple(modules) if modules is not None else ("core_attn",))
+
+
+def recomputed(lay: Layout, layers: int, moe: bool) -> dict:
+    """What of a layer's forward runs again in its backward, averaged over a stage's layers: the share of whole layers
+    (full), and of the attention core and the MLP (selective: mlp for a dense layer, moe for an MoE layer):
+    Megatron-Core's checkpointed_forward (recompute.py), the layer's recompute_mlp and MoE checkpoint, the
+    attention's checkpoint_core_attention."""
+    if not lay.recompute:
+        return {"layer": 0.0, "core_attn": 0.0, "mlp": 0.0}
+    granularity, method, num_layers, modules = lay.recompute
+    if granularity == "full":
+        chunk = max(1, -(-layers // lay.vp))  # a virtual stage's layers: each is a TransformerBlock of its own
+        share = 1.0 if method == "uniform" else min(num_layers or 0, chunk) / chunk
+        return {"layer": share, "core_attn": 0.0, "mlp": 0.0}
+    return {"layer": 0.0, "core_attn": float("core_attn" in modules), "mlp": float(("moe" if moe else "mlp") in modules)}
 
 
 # Transformer Engine's userbuffers GEMMs of a layer whose collective runs in the GEMM's stream of work
@@ -254,17 +286,21 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
         stage_bwd = layers * (sum(gemm_s.values()) + 2 * attn_s + 2 * adapter_s) + logits_s
     else:
         stage_bwd = 2 * stage_fwd  # dgrad and wgrad
+    again = recomputed(lay, layers, shape.moe)
+    stage_bwd += layers * (again["layer"] * layer_fwd + again["core_attn"] * attn_s
+                           + again["mlp"] * (gemm_s["fc1"] + gemm_s["fc2"] + gemm_s.get("router", 0.0)))
     mb_s = stage_fwd + stage_bwd
     m = lay.micro_batches
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
-               assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ()))
-    b.items += _tp(lay, shape, system, layers, m, tokens, gemm_s)
+               assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ())
+               + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()))
+    b.items += _tp(lay, shape, system, layers, m, tokens, gemm_s, again)
     if _userbuffers_run(lay):
         b.overlap_cost["tp_comm_overlap"] = layers * m * _sm_margin_s(lay, system, gemm_s)
-    b.items += _cp(lay, shape, system, layers, m, tokens, attn_s)
+    b.items += _cp(lay, shape, system, layers, m, tokens, attn_s, again)
     b.items += _pp(lay, shape, system, m, tokens, stage_fwd)
     b.items += _dp(lay, shape, system, layers, stage_fwd, stage_bwd)
-    b.items += _ep(lay, shape, system, layers, m, tokens, layer_fwd)
+    b.items += _ep(lay, shape, system, layers, m, tokens, layer_fwd, again)
     return b
 
 
@@ -273,7 +309,7 @@ def _link(span: int, lay: Layout) -> str:
     return "nvlink" if span <= lay.domain else "network"
 
 
-def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
+def _tp(lay, shape, system, layers, m, tokens, gemm_s, again) -> list:
     if lay.tp < 2:
         return []
     elements = tokens // lay.cp * shape.hidden_size
@@ -297,12 +333,16 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s) -> list:
         # skipped (TE: ln_out_needs_gather needs weight.requires_grad) unless userbuffers' bulk dgrad runs it anyway
         backward = {g: (c, t if c == "all_gather" else 0.0) for g, (c, t) in backward.items() if c != "all_gather" or on}
     plain = _plain_gemms(lay)
+    # a recomputed forward makes its collectives again: the whole layer's (full), or the MLP's (selective mlp)
+    runs = {g: 1 + again["layer"] + (again["mlp"] if g in ("fc1_fprop", "fc2_fprop") else 0.0) if g.endswith("_fprop") else 1
+            for g in (*UB_GEMMS, *ASYNC_GEMMS)}
 
     def item(collective, mine, hide, what_it_is, setting):
         nbytes = size.get(collective, elements * ACT_BYTES)
         one = system.seconds(collective, nbytes, lay.tp, link)
-        return Item("tp", collective, what_it_is, nbytes, len(mine) * times, lay.tp, link, one * len(mine) * times,
-                    sum(hide(one, g) for g in mine) * times, setting)
+        n = sum(runs[g] for g in mine)
+        return Item("tp", collective, what_it_is, nbytes, round(n * times), lay.tp, link, one * n * times,
+                    sum(hide(one, g) * runs[g] for g in mine) * times, setting)
 
     def by_userbuffers(one, g):
         return one - ub_exposed(one, gemms[g], *lay.userbuffers[g][:2]) if on and g not in plain else 0.0
@@ -343,7 +383,7 @@ def _sm_margin_s(lay, system, gemm_s) -> float:
                for g, (_, _, margin) in lay.userbuffers.items() if margin and g not in idle)
 
 
-def _cp(lay, shape, system, layers, m, tokens, attn_s) -> list:
+def _cp(lay, shape, system, layers, m, tokens, attn_s, again) -> list:
     if lay.cp < 2:
         return []
     # p2p ring (TE's default cp_comm_type): cp-1 exchanges of the local K and V chunk forward, of K, V, dK and dV backward
@@ -352,10 +392,12 @@ def _cp(lay, shape, system, layers, m, tokens, attn_s) -> list:
     step_fwd = system.seconds("send_recv", kv, 2, link)
     step_bwd = system.seconds("send_recv", 2 * kv, 2, link)
     steps = (lay.cp - 1) * layers * m
+    fwd_runs = 1 + again["layer"] + again["core_attn"]  # a recomputed attention exchanges its chunks again
     compute_step = attn_s / lay.cp  # one block of the causal attention per exchange
-    total = steps * (step_fwd + step_bwd)
-    hidden = steps * (min(step_fwd, compute_step) + min(step_bwd, 2 * compute_step))
-    return [Item("cp", "send_recv", "K/V chunks of the attention ring", kv, 2 * steps, 2, link, total, hidden, None)]
+    total = steps * (fwd_runs * step_fwd + step_bwd)
+    hidden = steps * (fwd_runs * min(step_fwd, compute_step) + min(step_bwd, 2 * compute_step))
+    return [Item("cp", "send_recv", "K/V chunks of the attention ring", kv, round((1 + fwd_runs) * steps), 2, link, total,
+                 hidden, None)]
 
 
 def _pp(lay, shape, system, m, tokens, stage_fwd) -> list:
@@ -411,14 +453,14 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     return out
 
 
-def _ep(lay, shape, system, layers, m, tokens, layer_fwd) -> list:
+def _ep(lay, shape, system, layers, m, tokens, layer_fwd, again) -> list:
     if lay.ep < 2 or not shape.moe:
         return []
     local = tokens // lay.cp // (lay.tp if lay.sp else 1)
     size = local * shape.moe_router_topk * shape.hidden_size * ACT_BYTES
     link = _link(lay.ep, lay)
     one = system.seconds("all_to_all", size, lay.ep, link)
-    count = 4 * layers * m  # dispatch and combine, forward and backward
+    count = round((4 + 2 * (again["layer"] + again["mlp"])) * layers * m)  # dispatch and combine, forward (again where recomputed) and backward
     total = one * count
     on = lay.settings["overlap_moe_expert_parallel_comm"]
     hidden = count * min(one, layer_fwd / 2) if on else 0.0  # hidden behind the other micro-batch's attention or MLP

@@ -1,0 +1,55 @@
+"""The budget's recompute model against Megatron-Core's own code (read with ast): which layers each method
+recomputes, over what a virtual stage holds, the default selective module, and which modules selective recompute
+reruns (budget/estimate.py recomputed)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+from pathlib import Path
+
+from mbridge_overlap.budget.estimate import Layout, recomputed
+
+
+def _tree(relative: str) -> ast.Module:
+    root = Path(importlib.util.find_spec("megatron.core").submodule_search_locations[0])
+    return ast.parse((root / relative).read_text(encoding="utf-8"))
+
+
+def _function(tree, name):
+    return next(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name)
+
+
+def test_uniform_recomputes_every_layer_and_block_the_first_layers_of_a_virtual_stage():
+    body = ast.unparse(_function(_tree("recompute.py"), "checkpointed_forward"))
+    # uniform: chunks of recompute_num_layers over all of the block's layers, each checkpointed
+    assert "while layer_idx < self.num_layers_per_pipeline_rank:" in body and "chunk_runner(layer_idx, chunk_end, True)" in body
+    # block: the first recompute_num_layers layers of the block only
+    assert "layer_idx < self.config.recompute_num_layers + recompute_skip_num_layers" in body
+    # a block is one virtual stage's layers (each virtual stage builds a TransformerBlock of its own)
+    init = ast.unparse(_function(_tree("transformer/transformer_block.py"), "__init__"))
+    assert "self.num_layers_per_pipeline_rank = len(self.layers)" in init
+
+
+def test_selective_recompute_defaults_and_modules_are_megatron_cores():
+    def shows(relative, *lines):  # consecutive statements, whatever their indentation
+        return re.search(r"\n\s*".join(map(re.escape, lines)), ast.unparse(_tree(relative))) is not None
+
+    assert shows("transformer/transformer_config.py", "if self.recompute_modules is None:",
+                 "self.recompute_modules = ['core_attn']")
+    assert shows("transformer/attention.py", "self.checkpoint_core_attention = self.config.recompute_granularity == "
+                 "'selective' and 'core_attn' in self.config.recompute_modules")
+    assert shows("transformer/transformer_layer.py", "if 'mlp' in self.config.recompute_modules:", "if not self.is_moe_layer:",
+                 "self.recompute_mlp = True")
+
+
+def test_the_budget_reads_them_so():
+    def lay(recompute, vp=1):
+        return Layout(tp=1, pp=1, vp=vp, cp=1, ep=1, dp=1, sp=False, seq=4096, mbs=1, gbs=8, precision="bf16", domain=8,
+                      settings={}, ddp={}, recompute=recompute)
+
+    assert recomputed(lay(("full", "uniform", 1, ("core_attn",))), 20, False)["layer"] == 1.0
+    assert recomputed(lay(("full", "block", 2, ("core_attn",)), vp=5), 20, False)["layer"] == 0.5  # 2 of 4 a virtual stage
+    assert recomputed(lay(("selective", None, None, ("core_attn",))), 20, False) == {"layer": 0.0, "core_attn": 1.0, "mlp": 0.0}
+    assert recomputed(lay(("selective", None, None, ("mlp",))), 20, True)["mlp"] == 0.0  # mlp is the dense layers'
