@@ -341,3 +341,13 @@ def test_a_config_that_splits_no_sequence_rules_the_shard_mismatch_out():
     assert "SEQUENCE_SHARD_SIZE_MISMATCH" not in [c["id"] for c in whole["causes"]]
     assert any(n.startswith("SEQUENCE_SHARD_SIZE_MISMATCH left out") and "model.sequence_parallel=false" in n
                for n in whole["notes"])
+
+
+def test_a_userbuffers_constructor_named_on_the_next_line_is_the_te_mismatch():
+    """pybind11 names a constructor's class only in the overloads it lists under "__init__(): incompatible
+    constructor arguments"; the first line alone is any extension's."""
+    head = "TypeError: __init__(): incompatible constructor arguments. The following argument types are supported:\n"
+    ours = head + "    1. transformer_engine_torch.CommOverlapP2P(buffer_shape: list[int], tp_size: int)\n\nInvoked with: 1\n"
+    other = head + "    1. open3d.cpu.pybind.geometry.PointCloud(points: list)\n\nInvoked with: 1\n"
+    assert [c["id"] for c in _diagnose_text(ours)["causes"]] == ["TE_INITIALIZE_UB_SIGNATURE"]
+    assert _diagnose_text(other)["causes"] == []
