@@ -351,3 +351,30 @@ def test_a_userbuffers_constructor_named_on_the_next_line_is_the_te_mismatch():
     other = head + "    1. open3d.cpu.pybind.geometry.PointCloud(points: list)\n\nInvoked with: 1\n"
     assert [c["id"] for c in _diagnose_text(ours)["causes"]] == ["TE_INITIALIZE_UB_SIGNATURE"]
     assert _diagnose_text(other)["causes"] == []
+
+
+@pytest.mark.parametrize("grad, out, named", [
+    ("[4096, 1, 8192]", "[3712, 1, 8192]", True),  # Megatron-Core's [s, b, h]: the sequence differs
+    ("[1, 128, 768]", "[1, 129, 768]", True),  # [b, s, h] of a framework's own pipeline (ColossalAI issue 5940)
+    ("[1, 1, 8192]", "[10, 1, 8192]", True),
+    ("[4096, 1, 8192]", "[4096, 1, 4096]", False),  # the hidden size: not a sequence
+    ("[4096, 2, 8192]", "[2048, 1, 8192]", False),  # two dimensions
+    ("[4]", "[1]", False),  # a loss's backward given the wrong gradient
+])
+def test_a_gradient_of_another_sequence_length_is_the_pipelines_fixed_shape(grad, out, named):
+    line = (f"RuntimeError: Mismatch in shape: grad_output[0] has a shape of torch.Size({grad}) and output[0] has a "
+            f"shape of torch.Size({out}).\n")
+    assert ("PP_GRAD_SHAPE_MISMATCH" in [c["id"] for c in _diagnose_text(line)["causes"]]) is named
+
+
+def test_the_pipeline_shape_mismatch_beside_the_config():
+    line = ("RuntimeError: Mismatch in shape: grad_output[0] has a shape of torch.Size([4096, 1, 8192]) and output[0] "
+            "has a shape of torch.Size([3712, 1, 8192]).\n")
+    no_pp = _diagnose_text(line, overrides={"model.tensor_model_parallel_size": 2}, gpus=8)
+    assert no_pp["causes"] == [] and any(n.startswith("PP_GRAD_SHAPE_MISMATCH left out") for n in no_pp["notes"])
+    pp = {"model.pipeline_model_parallel_size": 2, "model.num_layers": 32}
+    (fixed,) = _diagnose_text(line, overrides=pp, gpus=8)["causes"]
+    assert "model.variable_seq_lengths=true" in fixed["fix"]
+    packed = _diagnose_text(line, overrides={**pp, "dataset.enable_in_batch_packing": True}, gpus=8)["causes"]
+    (exchanged,) = [c for c in packed if c["id"] == "PP_GRAD_SHAPE_MISMATCH"]
+    assert "already exchange" in exchanged["fix"]  # Bridge sets variable_seq_lengths there: never offered again

@@ -276,7 +276,8 @@ def _from_log_only(cause: Cause, rec: dict, found: dict, effective: dict) -> Non
         return
     cause.how = "no config rule decides this: it is known from the log only"
     for alt in rec.get("log_fix_if") or ():
-        if all(_effective(effective, key) == value for key, value in alt["if"].items()):
+        if all(_effective(effective, key) == value for key, value in (alt.get("if") or {}).items()) \
+                and alt.get("if_finding", fid) in (*found, fid):
             cause.finding = replace(cause.finding, fix=findings.Shell(alt["fix"]))
             cause.how += "; the fix is the one the resolved config leaves"
             return
