@@ -378,3 +378,23 @@ def test_the_pipeline_shape_mismatch_beside_the_config():
     packed = _diagnose_text(line, overrides={**pp, "dataset.enable_in_batch_packing": True}, gpus=8)["causes"]
     (exchanged,) = [c for c in packed if c["id"] == "PP_GRAD_SHAPE_MISMATCH"]
     assert "already exchange" in exchanged["fix"]  # Bridge sets variable_seq_lengths there: never offered again
+
+
+def test_lines_of_one_message_that_link_to_different_causes_are_not_one_group():
+    """A message whose findings depend on the line's own text (a selector's line or split factor): each rank's line
+    is grouped by what it links to, not by the first one's (two shape errors, two process groups' timeouts)."""
+    text = "".join([
+        "[rank3]: RuntimeError: The size of tensor a (4096) must match the size of tensor b (4095) at non-singleton dimension 0\n",
+        "[rank5]: RuntimeError: The size of tensor a (4096) must match the size of tensor b (8192) at non-singleton dimension 0\n",
+        "[rank1]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [PG ID 5 PG GUID 9(CONTEXT_PARALLEL_GROUP) Rank 1] Watchdog "
+        "caught collective operation timeout: WorkNCCL(SeqNum=8, OpType=_ALLGATHER_BASE, NumelIn=1048576, NumelOut=2097152, "
+        "Timeout(ms)=600000) ran for 600013 milliseconds before timing out.\n",
+        "[rank0]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=7753, OpType=_REDUCE_SCATTER_BASE, NumelIn=544997376, NumelOut=68124672, Timeout(ms)=600000) ran "
+        "for 600061 milliseconds before timing out.\n",
+    ])
+    d = _diagnose_text(text)
+    ranks = {c["id"]: [r for e in c["evidence"] for r in e["ranks"]] for c in d["causes"]}
+    assert ranks["SEQUENCE_SHARD_SIZE_MISMATCH"] == ["5"]
+    assert ranks["CP_COLLECTIVE_TIMEOUT"] == ["1"] and ranks["DP_COLLECTIVE_TIMEOUT"] == ["0"]
+    assert [e["ranks"] for e in d["other"]] == [["3"]]

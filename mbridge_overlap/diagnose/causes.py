@@ -101,6 +101,11 @@ def links(cat: Catalog, entry: Entry, line: str) -> list[str]:
     return [link.finding for link in index(cat).get(entry.id, ()) if link.holds(line)]
 
 
+def conditional(cat: Catalog, entry: Entry) -> bool:
+    """Whether a message's findings depend on the logged line's own text (a selector with `line`)."""
+    return any(link.line is not None for link in index(cat).get(entry.id, ()))
+
+
 def overlap_related(entry: Entry) -> bool:
     return entry.topic in OVERLAP_TOPICS
 

@@ -239,17 +239,26 @@ class Scan:
         # findings; a message whose field merely swallows a longer one's words is not the same
         same = [h for h in hits if h.span == best.span and h.truncated == best.truncated and _shape(h.entry) == _shape(best.entry)]
         entry = _by_frame(same, frame) or best.entry
-        group = self.groups.get(entry.id)
+        # a message whose findings depend on the line's own text (a selector's `line`) is grouped by what it links to:
+        # two ranks' timeouts of one message on different process groups, or two shape errors, are two causes
+        by_text = any(causes.conditional(self.catalog, h.entry) for h in same)
+        linked = self._linked(same) if by_text else None
+        gid = f"{entry.id}#{'+'.join(linked) or '-'}" if by_text else entry.id
+        group = self.groups.get(gid)
         if group is None:
-            linked = []
-            for h in same:
-                linked += [f for f in causes.links(self.catalog, h.entry, h.text) if f not in linked]
-            group = self.groups[entry.id] = Group(entry, linked, best.text[:MAX_SHOWN], line.source, line.number,
-                                                  best.truncated, frame=tuple(frame[:3]) if frame else None,
-                                                  groups=best.groups, approximate=approximate)
+            group = self.groups[gid] = Group(entry, linked if linked is not None else self._linked(same), best.text[:MAX_SHOWN],
+                                             line.source, line.number, best.truncated,
+                                             frame=tuple(frame[:3]) if frame else None, groups=best.groups,
+                                             approximate=approximate)
         group.add(line.rank)
         self._fact(entry, best)
-        return entry.id
+        return gid
+
+    def _linked(self, same) -> list:
+        linked: list = []
+        for h in same:
+            linked += [f for f in causes.links(self.catalog, h.entry, h.text) if f not in linked]
+        return linked
 
     def _bare(self, line: Line, frame) -> bool:
         """An exception line without a message (a bare assert): the entry raised in the traceback's last frame;
