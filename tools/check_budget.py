@@ -134,16 +134,38 @@ def report(rows: list[dict]) -> tuple[list[str], dict]:
     lines.append("| --- | ---: | ---: | ---: |")
     for s, (med, worst, n) in errors.items():
         lines.append(f"| {s} | {n} | {med * 100:.1f} % | {worst * 100:.1f} % |")
-    lines += ["", "| release | system | model | precision | GPUs | TP | PP | VP | CP | GBS | MBS | published tok/s/GPU | predicted "
-              "| error | exposed comm ms/iter |",
-              "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for p in sorted(preds, key=lambda p: (p["row"]["system"], p["row"]["model"], p["row"]["section"], p["row"]["precision"])):
+    def release(p):
         r = p["row"]
-        tag = " (calibration)" if r["section"] == CALIBRATION else " (FP8 rate)" if r["precision"] == "NVFP4" else ""
-        lines.append(f"| {r['section']}{tag} | {r['system']} | {r['model']} | {r['precision']} | {r['gpus']} | {r['tp']} | {r['pp']} | "
-                     f"{r['vp']} | {r['cp']} | {r['gbs']} | {r['mbs']} | {float(r['tokens_per_sec_per_gpu']):,.0f} | {p['predicted']:,.0f} | "
-                     f"{(p['ratio'] - 1) * 100:+.1f} % | {p['exposed_ms']:,.1f} |")
+        return r["section"] + (" (calibration)" if r["section"] == CALIBRATION else " (FP8 rate)" if r["precision"] == "NVFP4" else "")
+
+    order = sorted(preds, key=lambda p: (p["row"]["system"], p["row"]["model"], p["row"]["section"], p["row"]["precision"]))
+    lines += ["", *_table(order, [("release", False, release), *_layout("cp"), PUBLISHED, PREDICTED, ERROR, EXPOSED])]
     return lines, {"preds": preds, "errors": errors}
+
+
+# The columns of a table of predicted rows: (header, right-aligned, the cell of a prediction).
+def _cell(header: str, key: str, right: bool = True) -> tuple:
+    return (header, right, lambda p: p["row"].get(key))
+
+
+def _layout(third: str) -> list:
+    """system, model, precision, GPUs, TP, PP, VP, then `third` (CP or EP), GBS and MBS."""
+    return [_cell("system", "system", False), _cell("model", "model", False), _cell("precision", "precision", False),
+            _cell("GPUs", "gpus"), _cell("TP", "tp"), _cell("PP", "pp"), _cell("VP", "vp"), _cell(third.upper(), third),
+            _cell("GBS", "gbs"), _cell("MBS", "mbs")]
+
+
+PUBLISHED = ("published tok/s/GPU", True, lambda p: f"{float(p['row']['tokens_per_sec_per_gpu']):,.0f}")
+PREDICTED = ("predicted", True, lambda p: f"{p['predicted']:,.0f}")
+ERROR = ("error", True, lambda p: f"{(p['ratio'] - 1) * 100:+.1f} %")
+EXPOSED = ("exposed comm ms/iter", True, lambda p: f"{p['exposed_ms']:,.1f}")
+
+
+def _table(preds: list[dict], columns: list) -> list[str]:
+    """A markdown table, a line per prediction."""
+    return ["| " + " | ".join(h for h, _, _ in columns) + " |",
+            "| " + " | ".join("---:" if right else "---" for _, right, _ in columns) + " |",
+            *("| " + " | ".join(str(cell(p)) for _, _, cell in columns) + " |" for p in preds)]
 
 
 def report_moe(rows: list[dict]) -> tuple[list[str], list[tuple[dict, str]]]:
@@ -162,14 +184,9 @@ def report_moe(rows: list[dict]) -> tuple[list[str], list[tuple[dict, str]]]:
         groups.setdefault((p["row"]["model"], p["row"]["system"]), []).append(p["ratio"])
     lines = ["| model | system | rows | median predicted / published | lowest | highest |", "| --- | --- | ---: | ---: | ---: | ---: |"]
     lines += [f"| {m} | {s} | {len(v)} | {statistics.median(v):.2f} | {min(v):.2f} | {max(v):.2f} |" for (m, s), v in sorted(groups.items())]
-    lines += ["", "| release | system | model | precision | GPUs | TP | PP | VP | EP | GBS | MBS | published tok/s/GPU | predicted "
-              "| predicted / published | exposed comm ms/iter |",
-              "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for p in sorted(preds, key=lambda p: (p["row"]["model"], p["row"]["system"], p["row"]["section"])):
-        r = p["row"]
-        lines.append(f"| {r['section']} | {r['system']} | {r['model']} | {r['precision']} | {r['gpus']} | {r['tp']} | {r['pp']} | "
-                     f"{r['vp']} | {r.get('ep')} | {r['gbs']} | {r['mbs']} | {float(r['tokens_per_sec_per_gpu']):,.0f} | "
-                     f"{p['predicted']:,.0f} | {p['ratio']:.2f} | {p['exposed_ms']:,.1f} |")
+    order = sorted(preds, key=lambda p: (p["row"]["model"], p["row"]["system"], p["row"]["section"]))
+    ratio = ("predicted / published", True, lambda p: f"{p['ratio']:.2f}")
+    lines += ["", *_table(order, [_cell("release", "section", False), *_layout("ep"), PUBLISHED, PREDICTED, ratio, EXPOSED])]
     return lines, failed
 
 
@@ -183,14 +200,11 @@ def report_finetune(rows: list[dict]) -> tuple[list[str], dict]:
         errors[task] = (statistics.median(errs), max(errs), len(errs))
     lines = ["| task | rows | median abs error | worst |", "| --- | ---: | ---: | ---: |"]
     lines += [f"| {t} | {n} | {med * 100:.1f} % | {worst * 100:.1f} % |" for t, (med, worst, n) in errors.items()]
-    lines += ["", "| release | task | system | model | precision | GPUs | TP | PP | VP | GBS | MBS | recipe | published tok/s/GPU "
-              "| predicted | error | exposed comm ms/iter |",
-              "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"]
-    for p in sorted(preds, key=lambda p: (p["row"]["task"], p["row"]["system"], p["row"]["precision"])):
-        r = p["row"]
-        lines.append(f"| {r['section']} | {r['task']} | {r['system']} | {r['model']} | {r['precision']} | {r['gpus']} | {r['tp']} | "
-                     f"{r['pp']} | {r['vp']} | {r['gbs']} | {r['mbs']} | `{p['recipe']}` | {float(r['tokens_per_sec_per_gpu']):,.0f} | "
-                     f"{p['predicted']:,.0f} | {(p['ratio'] - 1) * 100:+.1f} % | {p['exposed_ms']:,.1f} |")
+    order = sorted(preds, key=lambda p: (p["row"]["task"], p["row"]["system"], p["row"]["precision"]))
+    layout = [c for c in _layout("cp") if c[0] != "CP"]
+    recipe = ("recipe", False, lambda p: f"`{p['recipe']}`")
+    lines += ["", *_table(order, [_cell("release", "section", False), _cell("task", "task", False), *layout, recipe,
+                                  PUBLISHED, PREDICTED, ERROR, EXPOSED])]
     return lines, errors
 
 
