@@ -120,3 +120,20 @@ def test_published_lora_rows_are_predicted_within_15_percent_and_were_not_withou
     _lines, errors = check_budget.report_finetune(rows)
     check_budget._RESOLVED.clear()
     assert errors["peft"][0] > 0.15
+
+
+def test_the_layout_line_says_what_trains_with_the_configs_words_escaped(tmp_path):
+    import subprocess
+
+    text = BASELINE.read_text(encoding="utf-8").replace(
+        "\npeft: null\n", '\npeft:\n  _target_: "evil\\x1b]0;title\\x07"\n  target_modules: ["\\x1b[31mred\\u202e'
+        + "x" * 300 + '", ' + ", ".join(f"m{i}" for i in range(50)) + "]\n  dim: 8\n")
+    path = tmp_path / "run_config.yaml"
+    path.write_text(text, encoding="utf-8")
+    out = subprocess.run([sys.executable, "-m", "mbridge_overlap", "budget", "--config", str(path), "--gpus", "32",
+                          "--gpu", "h100"], capture_output=True, text=True, cwd=ROOT)
+    (line,) = [x for x in out.stdout.splitlines() if x.startswith("layout:")]
+    assert out.returncode == 0 and "\x1b" not in out.stdout and "\u202e" not in out.stdout
+    assert "\\x1b[31mred" in line and "(+45 more) (rank 8), base weights frozen" in line and len(line) < 400
+    lay = api.budget(config=str(path), gpus=32, gpu="h100").to_dict()["budget"]["layout"]
+    assert lay["peft"]["dim"] == 8 and len(lay["peft"]["target_modules"]) == 51 and lay["recompute"] is None

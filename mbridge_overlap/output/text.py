@@ -358,6 +358,22 @@ def diagnosis(d: dict) -> str:
     return _lines(lines)
 
 
+def _trains(lay: dict) -> str:
+    """What the layout line adds for a PEFT run and for activation recompute (the config's own words, escaped)."""
+    out = ""
+    peft, rec = lay.get("peft"), lay.get("recompute")
+    if peft:
+        names = [esc(t[:80]) for t in peft["target_modules"][:6]]
+        more = len(peft["target_modules"]) - len(names)
+        out += (f"; {esc(peft['scheme'][:80])} on {', '.join(names) or 'no module'}{f' (+{more} more)' if more > 0 else ''} "
+                f"(rank {peft['dim']}), base weights frozen")
+    if rec:
+        how = rec["method"] and f"{esc(rec['method'])}, {rec['num_layers']} layers" if rec["granularity"] == "full" \
+            else ", ".join(esc(m) for m in rec["modules"])
+        out += f"; recompute {rec['granularity']} ({how})"
+    return out
+
+
 def budget(d: dict) -> str:
     b = d["budget"]
     lay = b["layout"]
@@ -366,7 +382,7 @@ def budget(d: dict) -> str:
              f"layout: TP {lay['tp']}, PP {lay['pp']} (VP {lay['vp']}), CP {lay['cp']}, EP {lay['ep']}, DP {lay['dp']}; "
              f"sequence parallel {'on' if lay['sequence_parallel'] else 'off'}; seq {lay['seq_length']}, micro-batch "
              f"{lay['micro_batch_size']}, global batch {lay['global_batch_size']} ({lay['micro_batches']} micro-batches); "
-             f"{lay['precision']}",
+             f"{lay['precision']}" + _trains(lay),
              f"shape: {b['shape_from']}",
              "",
              _iteration(b),
