@@ -283,3 +283,10 @@ def test_selective_recompute_reruns_only_the_modules_named():
     assert _fwd_tp_count(none) < _fwd_tp_count(mlp) < _fwd_tp_count(full)
     assert any(a.startswith("recompute") for a in mlp["assumptions"])
     assert not any(a.startswith("recompute") for a in none["assumptions"])
+
+
+def test_diff_counts_a_recompute_change_and_its_cost():
+    d = api.diff(recipe=RECIPE, gpus=64, model="llama3_70b", overrides=FULL).to_dict()
+    assert {o["key"] for o in d["other_changes"]} >= set(FULL) and not d["unmodeled_changes"]
+    assert d["budget"]["iteration_change_ms"] == pytest.approx(d["budget"]["iteration_ms_after"] - d["budget"]["iteration_ms_before"], abs=0.01)
+    assert d["budget"]["iteration_change_ms"] > 0.25 * d["budget"]["iteration_ms_before"]  # a forward more: about a third

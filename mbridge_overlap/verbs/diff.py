@@ -60,6 +60,11 @@ OTHER_COMM = [
     ("train.global_batch_size", "global batch size"),
     ("micro_batches_per_iteration", "micro-batches per iteration (GBS / (MBS x DP): each DP rank's pipeline depth and grad-sync count)"),
     ("model.seq_length", "sequence length"),
+    # activation recompute: the budget runs a recomputed forward, and its TP, CP and EP collectives, again
+    ("model.recompute_granularity", "activation recompute (the recomputed forward and its collectives run again)"),
+    ("model.recompute_method", "which layers full recompute reruns"),
+    ("model.recompute_num_layers", "how many layers full recompute reruns"),
+    ("model.recompute_modules", "what selective recompute reruns"),
 ]
 EFFECTS = {
     ("model.tp_comm_overlap", True, False): "TP overlap turned off",
