@@ -137,3 +137,16 @@ def test_the_layout_line_says_what_trains_with_the_configs_words_escaped(tmp_pat
     assert "\\x1b[31mred" in line and "(+45 more) (rank 8), base weights frozen" in line and len(line) < 400
     lay = api.budget(config=str(path), gpus=32, gpu="h100").to_dict()["budget"]["layout"]
     assert lay["peft"]["dim"] == 8 and len(lay["peft"]["target_modules"]) == 51 and lay["recompute"] is None
+
+
+@pytest.mark.parametrize("dim, word", [("1000000000", "peft.dim"), ('"abc"', "peft.dim"), ("0", "peft.dim")])
+def test_a_peft_section_no_lora_can_have_is_one_line_and_status_2(tmp_path, dim, word):
+    import subprocess
+
+    path = tmp_path / "run_config.yaml"
+    path.write_text(BASELINE.read_text(encoding="utf-8").replace(
+        "\npeft: null\n", f"\npeft:\n  target_modules: [linear_qkv]\n  dim: {dim}\n"), encoding="utf-8")
+    for verb in ("budget", "resolve"):
+        out = subprocess.run([sys.executable, "-m", "mbridge_overlap", verb, "--config", str(path), "--gpus", "32",
+                              "--gpu", "h100"], capture_output=True, text=True, cwd=ROOT)
+        assert out.returncode == 2 and word in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

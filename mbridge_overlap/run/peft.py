@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import UsageError
+from ..safeio import shown
+
 # Megatron-Bridge's LoRA dataclass defaults (peft/lora.py; tests/bridge/test_peft_facts.py holds them to the release)
 DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 DEFAULT_DIM = 32
+MAX_DIM = 1 << 16  # a LoRA rank beyond any layer's width
+MAX_TARGETS = 1024
 # A target module's name -> the layer GEMM it adapts (canonical LoRA's split names adapt a part of the fused one)
 GEMMS = {"linear_qkv": "qkv", "linear_q": "qkv", "linear_k": "qkv", "linear_v": "qkv", "linear_proj": "proj",
          "linear_fc1": "fc1", "linear_fc1_up": "fc1", "linear_fc1_gate": "fc1", "linear_fc2": "fc2"}
@@ -40,7 +45,10 @@ def of(state) -> Peft | None:
     if not isinstance(section, dict):  # a record that says only that there is one
         return LORA
     scheme = str(section.get("scheme") or str(section.get("_target_") or "LoRA").rsplit(".", 1)[-1])
-    targets = section.get("target_modules")
-    dim = section.get("dim")
-    return Peft(scheme, tuple(str(t) for t in targets) if isinstance(targets, list) else DEFAULT_TARGETS,
-                dim if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0 else DEFAULT_DIM)
+    targets, dim = section.get("target_modules"), section.get("dim")
+    if targets is not None and not (isinstance(targets, list) and len(targets) <= MAX_TARGETS
+                                    and all(isinstance(t, str) for t in targets)):
+        raise UsageError(f"peft.target_modules: must be a list of up to {MAX_TARGETS} module names, got {shown(targets)}")
+    if dim is not None and not (isinstance(dim, int) and not isinstance(dim, bool) and 1 <= dim <= MAX_DIM):
+        raise UsageError(f"peft.dim: must be a whole number from 1 to {MAX_DIM:,}, got {shown(dim)}")
+    return Peft(scheme, DEFAULT_TARGETS if targets is None else tuple(targets), DEFAULT_DIM if dim is None else dim)
