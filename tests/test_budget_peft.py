@@ -35,7 +35,9 @@ def _budget(config, **kw):
 
 
 def _tp(b):
-    return {(c["collective"], c["setting"]): c for c in b["collectives"] if c["dimension"] == "tp"}
+    """The layers' own TP collectives (the LoRA adapters' are apart: see the last test)."""
+    return {(c["collective"], c["setting"]): c for c in b["collectives"]
+            if c["dimension"] == "tp" and not c["what"].startswith("LoRA adapters' own")}
 
 
 def test_frozen_weights_drop_the_wgrad_gemms(tmp_path):
@@ -150,3 +152,22 @@ def test_a_peft_section_no_lora_can_have_is_one_line_and_status_2(tmp_path, dim,
         out = subprocess.run([sys.executable, "-m", "mbridge_overlap", verb, "--config", str(path), "--gpus", "32",
                               "--gpu", "h100"], capture_output=True, text=True, cwd=ROOT)
         assert out.returncode == 2 and word in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_the_adapters_own_sequence_parallel_collectives_are_counted(tmp_path):
+    """Bridge's ParallelLinearAdapter with sequence parallel: an adapted linear_qkv gathers its input and
+    reduce-scatters that gradient where TP overlap is on, nothing where it is off; an adapted linear_proj gathers its
+    output and its gradient either way. Each moves the full [s/CP, b, h] activation in BF16, once a layer and
+    micro-batch, in the autograd graph: exposed."""
+    def own(targets, **kw):
+        b = _budget(_with_peft(tmp_path, targets), **kw)
+        return {c["collective"]: c for c in b["collectives"] if c["what"].startswith("LoRA adapters' own")}, b["layout"]
+
+    qkv, lay = own(["linear_qkv"])
+    per = lay["micro_batches"] * -(-96 // lay["pp"])  # layers of a stage x micro-batches
+    full = lay["seq_length"] * lay["micro_batch_size"] * 12288 * 2
+    assert {k: (c["count"], c["bytes"]) for k, c in qkv.items()} == {"all_gather": (per, full), "reduce_scatter": (per, full)}
+    assert all(c["exposed_ms"] == c["ms"] > 0 for c in qkv.values())
+    assert own(["linear_qkv"], overrides={"comm_overlap.tp_comm_overlap": False})[0] == {}
+    proj, _ = own(["linear_proj"], overrides={"comm_overlap.tp_comm_overlap": False})
+    assert {k: c["count"] for k, c in proj.items()} == {"all_gather": 2 * per}

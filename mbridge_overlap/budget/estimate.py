@@ -37,8 +37,10 @@ PEFT_ASSUMPTION = (
     "off, and the input gradient's reduce-scatter of linear_qkv and linear_fc1 has no wgrad GEMM beside it: counted "
     "exposed (with userbuffers' bulk overlap TE issues it from the wgrad GEMM call, which frozen weights skip: what "
     "runs then needs a GPU to see); with TP overlap the adapted linear_qkv/linear_fc1 all-gather with NCCL "
-    "(return_layernorm_output); DP reduces and gathers the adapters only; the adapters' GEMMs are counted, their own "
-    "TP collectives (rank-sized, and the input gather Bridge's adapter makes with TP overlap on) are not")
+    "(return_layernorm_output); DP reduces and gathers the adapters only; the adapters' GEMMs are counted, and with "
+    "sequence parallel their own full-size collectives (an adapted column-parallel linear's input all-gather and "
+    "gradient reduce-scatter where TP overlap is on, a row-parallel one's output and gradient all-gathers), exposed; "
+    "their rank-sized ones are not")
 RECOMPUTE_ASSUMPTION = (
     "recompute (Megatron-Core's activation checkpointing): a recomputed layer's forward runs again in its backward, "
     "its forward collectives (TP, CP, EP) again too; full with method uniform recomputes every layer, block the first "
@@ -363,6 +365,26 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s, again) -> list:
                           else "input gradients, beside wgrad (async)")
         out.append(item(c, [g for g, (x, _) in backward.items() if x == c], lambda one, g: min(one, backward[g][1]),
                         what_it_is, None))
+    return out + _adapter_collectives(lay, system, link, elements * ACT_BYTES, times)
+
+
+def _adapter_collectives(lay, system, link, nbytes: int, times: int) -> list:
+    """Bridge's LoRA adapters' own sequence-parallel collectives (peft/utils.py ParallelLinearAdapter, BF16, in the
+    autograd graph: exposed): on a column-parallel linear (linear_qkv, linear_fc1) it all-gathers its input and
+    reduce-scatters that gradient where TP overlap is on (with it off TE returns the gathered input and the adapter
+    gathers nothing: get_adapter_attributes_from_linear); on a row-parallel one (linear_proj, linear_fc2) it
+    all-gathers its output's hidden dimension (gather_output) and, in the backward, the scattered sequence. The
+    rank-sized ones (the rank-dim activations) are left out."""
+    if not (lay.peft and lay.sp and lay.tp > 1):
+        return []
+    column = [g for g in ("qkv", "fc1") if g in lay.peft.gemms] if lay.settings["tp_comm_overlap"] else []
+    row = [g for g in ("proj", "fc2") if g in lay.peft.gemms]
+    out = []
+    for collective, n in (("all_gather", len(column) + 2 * len(row)), ("reduce_scatter", len(column))):
+        if n:
+            one = system.seconds(collective, nbytes, lay.tp, link)
+            out.append(Item("tp", collective, "LoRA adapters' own sequence-parallel collectives (BF16)", nbytes, n * times,
+                            lay.tp, link, one * n * times, 0.0, None))
     return out
 
 

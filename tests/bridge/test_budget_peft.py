@@ -54,3 +54,23 @@ def test_transformer_engine_runs_no_wgrad_and_no_regather_for_frozen_weights():
         assert any("wgrad_gemm(" in ast.unparse(n) for n in guarded), module  # the wgrad GEMM only where it trains
         sets = [n for n in ast.walk(tree) if isinstance(n, ast.Assign) and any(ast.unparse(t) == regather for t in n.targets)]
         assert sets and all("requires_grad" in ast.unparse(n.value) for n in sets), module
+
+
+def test_the_lora_adapters_sequence_parallel_collectives_are_bridges():
+    """estimate._adapter_collectives: a column-parallel adapter gathers its input unless sequence-parallel
+    communication is off (Bridge turns it off where TP overlap is off and TE returns the gathered input); a
+    row-parallel one gathers its output (gather_output) and scatters it to the sequence shard."""
+    tree = _source("megatron.bridge", "peft/utils.py")
+    adapter = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "ParallelLinearAdapter")
+    forward = next(n for n in adapter.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    calls = {ast.unparse(n.test): ast.unparse(n) for n in ast.walk(forward) if isinstance(n, ast.If)}
+    column = calls["not self.disable_sequence_parallel_comm and (not self.input_is_parallel) and (not self.is_expert)"]
+    row = calls["not self.disable_sequence_parallel_comm and self.input_is_parallel and (not self.is_expert)"]
+    assert "gather_from_sequence_parallel_region(x, group=self.tp_group)" in column
+    assert "scatter_to_sequence_parallel_region(x, group=self.tp_group)" in row
+    init = ast.unparse(next(n for n in adapter.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"))
+    assert "lin_out_gather_output = True if input_is_parallel else False" in init
+    assert "sequence_parallel_input_regather: bool = False" in ast.unparse(_source("megatron.bridge", "peft/lora.py"))
+    attributes = ast.unparse(_function(tree, "get_adapter_attributes_from_linear"))
+    assert "if hasattr(m, 'config') and m.config.sequence_parallel and (not ub_overlap_ag):" in attributes
+    assert "disable_sequence_parallel_comm = True" in attributes and "not getattr(m.config, 'tp_comm_overlap', False)" in attributes
