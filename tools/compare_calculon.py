@@ -8,8 +8,10 @@ Calculon (`calculon llm`) on each layout with overlap off, TP only, DP only and 
 
 Only the H100 layouts are compared (the budget's data has no A100). Differences that are the models', not the
 numbers': Calculon has no grouped-query attention, FlashAttention, CP or EP; it keeps a vocabulary out of its time
-model (the budget is given 51,200, GPT-3's); its TP overlap is its own "ring" scheme; it models activation
-recompute (the budget does not: layouts with recompute show the difference in compute, not in communication).
+model (the budget is given 51,200, GPT-3's); its TP overlap is its own "ring" scheme. Each layout's activation
+recompute is given to the budget as Megatron-Core's: Calculon's attn_only as selective recompute of core_attn, its
+full as full recompute of every layer (method uniform, one layer a chunk); Calculon's TP time of a recomputed forward
+(its recomm_link_time and recomm_exposed_time) is added to its TP time, where the budget counts it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ sys.path.insert(0, str(ROOT))
 VARIANTS = {"off": (False, False), "tp_only": (True, False), "dp_only": (False, True), "on": (True, True)}
 
 
+# Calculon's activation_recompute as Megatron-Core's recompute settings
+RECOMPUTE = {"none": {}, "attn_only": {"model.recompute_granularity": "selective", "model.recompute_modules": ["core_attn"]},
+             "full": {"model.recompute_granularity": "full", "model.recompute_method": "uniform",
+                      "model.recompute_num_layers": 1}}
 # Calculon's network ops for the budget's collectives (it has no all-to-all: these layouts have no EP)
 CALCULON_OPS = {"all_gather": "all_gather", "reduce_scatter": "reduce_scatter", "all_reduce": "all_reduce", "send_recv": "p2p"}
 
@@ -61,9 +67,9 @@ def calculon_system(cfg: dict):
     return get
 
 
-def ours(layout: dict, model: dict, tp_on: bool, dp_on: bool, calculon_inputs: bool = False) -> dict:
+def ours(layout: dict, model: dict, tp_on: bool, dp_on: bool, calculon_inputs: bool = False, recompute: str = "none") -> dict:
     """The budget of a Calculon layout; calculon_inputs: as Calculon models it (gradients reduced in BF16, not the
-    FP32 Bridge's bf16_mixed reduces them in)."""
+    FP32 Bridge's bf16_mixed reduces them in); recompute: Calculon's activation_recompute of the layout."""
     from mbridge_overlap import api
 
     tp, pp, dp = layout["tp"], layout["pp"], layout["dp"]
@@ -76,6 +82,7 @@ def ours(layout: dict, model: dict, tp_on: bool, dp_on: bool, calculon_inputs: b
                  "comm_overlap.overlap_p2p_comm": vp > 1, "mixed_precision": "bf16_mixed"}
     if calculon_inputs:
         overrides["mixed_precision.grad_reduce_in_fp32"] = False
+    overrides.update(RECOMPUTE[recompute])
     shape = {"num_layers": model["num_blocks"], "hidden_size": model["hidden"], "ffn_hidden_size": model["feedforward"],
              "num_attention_heads": model["attn_heads"], "kv_channels": model["attn_size"], "vocab_size": 51200,
              "gated_linear_unit": False}
@@ -111,7 +118,7 @@ def _compare(reference: dict, calculon_inputs: bool) -> list[dict]:
             if not theirs:
                 continue
             try:
-                mine = ours(lay, item["calculon_model"], tp_on, dp_on, calculon_inputs)
+                mine = ours(lay, item["calculon_model"], tp_on, dp_on, calculon_inputs, item.get("recompute", "none"))
             except Exception as exc:  # a layout the resolver refuses: reported, not compared
                 out.append({"name": lay["name"], "variant": variant, "error": str(exc)})
                 continue
@@ -119,8 +126,11 @@ def _compare(reference: dict, calculon_inputs: bool) -> list[dict]:
             row = {"name": lay["name"], "variant": variant, "recompute": item["recompute"],
                    "step_s": (mine["iteration_ms"] / 1e3, theirs["total_time"])}
             for dim in ("tp", "pp", "dp"):
-                row[dim] = ((dims.get(dim) or {}).get("ms", 0.0) / 1e3, theirs[f"{dim}_comm_link_time"])
-                row[dim + "_exposed"] = ((dims.get(dim) or {}).get("exposed_ms", 0.0) / 1e3, theirs[f"{dim}_comm_exposed_time"])
+                # Calculon counts a recomputed forward's TP collectives apart (recomm_*); the budget's TP has them
+                again = (theirs.get("recomm_link_time") or 0.0, theirs.get("recomm_exposed_time") or 0.0) if dim == "tp" else (0.0, 0.0)
+                row[dim] = ((dims.get(dim) or {}).get("ms", 0.0) / 1e3, theirs[f"{dim}_comm_link_time"] + again[0])
+                row[dim + "_exposed"] = ((dims.get(dim) or {}).get("exposed_ms", 0.0) / 1e3,
+                                         theirs[f"{dim}_comm_exposed_time"] + again[1])
             out.append(row)
     return out
 
@@ -188,6 +198,11 @@ def exposed_by_variant(rows: list[dict]) -> list[str]:
     return out
 
 
+def _median(rows: list[dict], key: str) -> float:
+    """The median of our value over Calculon's for one quantity, where Calculon's is not zero."""
+    return statistics.median(r[key][0] / r[key][1] for r in rows if "error" not in r and r[key][1])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reference", default=os.environ.get("MBRIDGE_SKILL_CALCULON_REF"))
@@ -231,11 +246,12 @@ def main(argv=None) -> int:
             "hides them.", "", *same, "", *exposed_by_variant(theirs), "",
             "- Communication on the links agrees (TP, PP, DP) but for DP on layouts with PP > 1 and TP = 1: Megatron-Core "
             "orders ranks tp-cp-ep-dp-pp, so such a DP group lies inside a node (NVLink) in the budget, while Calculon "
-            "places data parallelism outermost, across the network. The budget's TP time is about 1.14 of Calculon's: "
-            "with sequence parallel it counts 10 collectives per layer, Transformer Engine's 10 userbuffers GEMMs "
-            "(QKV's and fc1's inputs are all-gathered again in the backward for wgrad: module/linear.py and "
+            f"places data parallelism outermost, across the network. The budget's TP time is about {_median(theirs, 'tp'):.2f} "
+            "of Calculon's: with sequence parallel it counts 10 collectives per layer, Transformer Engine's 10 userbuffers "
+            "GEMMs (QKV's and fc1's inputs are all-gathered again in the backward for wgrad: module/linear.py and "
             "layernorm_linear.py, backward_input_needs_gather), where these Calculon runs count 8 (seq_par_ag_redo "
-            "false: the gathered input kept).",
+            "false: the gathered input kept), and 9 where they recompute the attention (attn_only re-gathers its input, "
+            "counted with the recompute's communication, which is added here).",
             "- TP exposed time differs by design, in both directions. With TP overlap off, Transformer Engine issues the "
             "column-parallel layers' backward all-gather and reduce-scatter (4 of the 10) async beside their dgrad and "
             "wgrad GEMMs (async_op=True), hidden whatever tp_comm_overlap says; Calculon exposes every TP collective. "
