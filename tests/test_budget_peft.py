@@ -171,3 +171,23 @@ def test_the_adapters_own_sequence_parallel_collectives_are_counted(tmp_path):
     assert own(["linear_qkv"], overrides={"comm_overlap.tp_comm_overlap": False})[0] == {}
     proj, _ = own(["linear_proj"], overrides={"comm_overlap.tp_comm_overlap": False})
     assert {k: c["count"] for k, c in proj.items()} == {"all_gather": 2 * per}
+
+
+def test_lora_on_the_gathered_layernorm_output_is_flagged_where_bridge_takes_it(tmp_path):
+    """LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED: sequence parallel, no userbuffers all-gather (TP overlap off), an adapted
+    LayerNorm-fused linear, sequence_parallel_input_regather off, Transformer Engine 2.4 or later."""
+    def ids(targets, overrides=None, extra="", **kw):
+        path = _with_peft(tmp_path, targets)
+        if extra:
+            path.write_text(path.read_text(encoding="utf-8").replace("  dim: 16\n", "  dim: 16\n" + extra), encoding="utf-8")
+        r = api.resolve(overrides or {}, config=str(path), gpus=32, gpu="h100", **kw).to_dict()
+        return {f["id"]: f for f in r["findings"]}
+
+    off = {"comm_overlap.tp_comm_overlap": False}
+    flagged = ids(["linear_qkv"], off)["LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED"]
+    assert flagged["severity"] == "warning" and "linear_qkv" in flagged["message"]
+    assert flagged["fix_overrides"] and all(v is True for v in flagged["fix_overrides"].values())
+    assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"])  # the baseline keeps TP overlap on
+    assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_proj"], off)  # no LayerNorm output returned
+    assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"], off, "  sequence_parallel_input_regather: true\n")
+    assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"], off, machine_facts={"te_version": "2.3.0"})

@@ -24,6 +24,7 @@ class Peft:
     scheme: str
     target_modules: tuple
     dim: int
+    regather: bool = False  # sequence_parallel_input_regather: LoRA-A gathers its sequence-parallel input itself
 
     @property
     def gemms(self) -> frozenset:
@@ -51,4 +52,5 @@ def of(state) -> Peft | None:
         raise UsageError(f"peft.target_modules: must be a list of up to {MAX_TARGETS} module names, got {shown(targets)}")
     if dim is not None and not (isinstance(dim, int) and not isinstance(dim, bool) and 1 <= dim <= MAX_DIM):
         raise UsageError(f"peft.dim: must be a whole number from 1 to {MAX_DIM:,}, got {shown(dim)}")
-    return Peft(scheme, DEFAULT_TARGETS if targets is None else tuple(targets), DEFAULT_DIM if dim is None else dim)
+    return Peft(scheme, DEFAULT_TARGETS if targets is None else tuple(targets), DEFAULT_DIM if dim is None else dim,
+                section.get("sequence_parallel_input_regather") is True)

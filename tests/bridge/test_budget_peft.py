@@ -74,3 +74,24 @@ def test_the_lora_adapters_sequence_parallel_collectives_are_bridges():
     attributes = ast.unparse(_function(tree, "get_adapter_attributes_from_linear"))
     assert "if hasattr(m, 'config') and m.config.sequence_parallel and (not ub_overlap_ag):" in attributes
     assert "disable_sequence_parallel_comm = True" in attributes and "not getattr(m.config, 'tp_comm_overlap', False)" in attributes
+
+
+def test_te_drops_the_gathered_layernorm_outputs_gradient_and_bridges_lora_asks_for_it():
+    """LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED: in _LayerNormLinear.backward the returned LayerNorm output's gradient
+    (grad_outputs[1]) is used once, under `not ctx.return_layernorm_output_gathered`; Bridge's LoRA sets the
+    gathered form where sequence parallel is on and the linear has no userbuffers all-gather; TE is 2.4 or later."""
+    import transformer_engine
+
+    from mbridge_overlap.findings.rules.run import TE_GATHERED_GRAD_DROPPED
+    from mbridge_overlap.upstream import releases
+
+    tree = _source("transformer_engine.pytorch", "module/layernorm_linear.py")
+    backward = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "backward")
+    uses = [n for n in ast.walk(backward) if isinstance(n, ast.Subscript) and ast.unparse(n) == "grad_outputs[1]"]
+    guards = [n for n in ast.walk(backward) if isinstance(n, ast.If) and any(u in ast.walk(n) for u in uses)]
+    assert len(uses) == 1 and [ast.unparse(g.test) for g in guards] == [
+        "ctx.return_layernorm_output and (not ctx.return_layernorm_output_gathered)"]
+    attributes = ast.unparse(_function(_source("megatron.bridge", "peft/utils.py"), "get_adapter_attributes_from_linear"))
+    assert "if hasattr(m, 'config') and m.config.sequence_parallel and (not ub_overlap_ag):" in attributes
+    assert "m.return_layernorm_output_gathered = not sequence_parallel_input_regather" in attributes
+    assert releases.version_key(transformer_engine.__version__) >= releases.version_key(TE_GATHERED_GRAD_DROPPED)

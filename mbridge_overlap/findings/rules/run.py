@@ -179,6 +179,23 @@ def ub_lora(state: State):
         yield make("UB_LORA_AG_OVERLAP_DROPPED", modules=" and ".join(modules))
 
 
+@check("LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED")
+def lora_gathered_ln_output(state: State):
+    """Bridge's LoRA asks TE for the gathered LayerNorm output where sequence parallel is on and the linear has no
+    userbuffers all-gather; TE >= 2.4 drops that output's gradient (_LayerNormLinear.backward)."""
+    m, adapted = state.model, peft.of(state)
+    modules = [f"linear_{g}" for g in ("qkv", "fc1") if adapted is not None and g in adapted.gemms]
+    if (not modules or not m["sequence_parallel"] or m["tensor_model_parallel_size"] < 2 or m["tp_comm_overlap"]
+            or adapted.regather or releases.version_key(state.te_version) < releases.version_key(TE_GATHERED_GRAD_DROPPED)):
+        return
+    o, fix = fixed(state, "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED", [{owner_key(state, "tp_comm_overlap"): True}])
+    yield make("LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED", fix_overrides=o, fix=fix, modules=" and ".join(modules),
+               te=state.te_version)
+
+
+TE_GATHERED_GRAD_DROPPED = "2.4.0"  # TE PR 1711 removed the gathered LayerNorm output's gradient
+
+
 @check("CUDA_DEVICE_MAX_CONNECTIONS_ONE_SERIALIZES_DP")
 def one_connection_dp(state: State):
     """With one hardware queue, the bucketed reduce-scatter/all-gather wait behind the compute kernels queued before
