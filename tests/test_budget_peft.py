@@ -186,7 +186,7 @@ def test_lora_on_the_gathered_layernorm_output_is_flagged_where_bridge_takes_it(
     off = {"comm_overlap.tp_comm_overlap": False}
     flagged = ids(["linear_qkv"], off)["LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED"]
     assert flagged["severity"] == "warning" and "linear_qkv" in flagged["message"]
-    assert flagged["fix_overrides"] and all(v is True for v in flagged["fix_overrides"].values())
+    assert flagged["fix_overrides"] == {} and "sequence_parallel_input_regather=true" in flagged["fix"]
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"])  # the baseline keeps TP overlap on
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_proj"], off)  # no LayerNorm output returned
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"], off, "  sequence_parallel_input_regather: true\n")

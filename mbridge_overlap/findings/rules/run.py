@@ -188,9 +188,7 @@ def lora_gathered_ln_output(state: State):
     if (not modules or not m["sequence_parallel"] or m["tensor_model_parallel_size"] < 2 or m["tp_comm_overlap"]
             or adapted.regather or releases.version_key(state.te_version) < releases.version_key(TE_GATHERED_GRAD_DROPPED)):
         return
-    o, fix = fixed(state, "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED", [{owner_key(state, "tp_comm_overlap"): True}])
-    yield make("LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED", fix_overrides=o, fix=fix, modules=" and ".join(modules),
-               te=state.te_version)
+    yield make("LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED", modules=" and ".join(modules), te=state.te_version)
 
 
 TE_GATHERED_GRAD_DROPPED = "2.4.0"  # TE PR 1711 removed the gathered LayerNorm output's gradient
