@@ -191,3 +191,22 @@ def test_lora_on_the_gathered_layernorm_output_is_flagged_where_bridge_takes_it(
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_proj"], off)  # no LayerNorm output returned
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"], off, "  sequence_parallel_input_regather: true\n")
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"], off, machine_facts={"te_version": "2.3.0"})
+
+
+def test_peft_with_tp_overlap_on_bulk_wgrad_is_flagged_for_the_frozen_linears(tmp_path):
+    """PEFT_BULK_WGRAD_ON_FROZEN_WEIGHTS (info): every frozen linear_qkv/linear_fc1 whose dgrad method is bulk (TE's
+    default, or the preset's) under TP overlap with sequence parallel."""
+    def found(**kw):
+        r = api.resolve(**kw).to_dict()
+        return {f["id"]: f for f in r["findings"]}.get("PEFT_BULK_WGRAD_ON_FROZEN_WEIGHTS")
+
+    shipped = found(recipe="llama3_70b_peft_8gpu_h100_fp8cs_config", gpus=8)  # TP 2, TP overlap on, no preset
+    assert shipped["severity"] == "info" and "linear_qkv and linear_fc1" in shipped["message"]
+    assert "default userbuffers config" in shipped["message"] and shipped["fix_overrides"] == {}
+    # Bridge's H100 LoRA preset keeps qkv_dgrad bulk and makes fc1_dgrad a pipelined reduce-scatter
+    lora_preset = found(overrides={"comm_overlap.tp_comm_overlap_cfg": "userbuffers_fp8_h100_h8192_tp2_mbs1_seqlen4096_lora"},
+                        recipe="llama3_70b_peft_8gpu_h100_fp8cs_config", gpus=8)
+    assert "the frozen linear_qkv run" in lora_preset["message"] and "linear_fc1" not in lora_preset["message"]
+    assert found(overrides={"comm_overlap.tp_comm_overlap": False}, recipe="llama3_70b_peft_8gpu_h100_fp8cs_config", gpus=8) is None
+    assert found(config=str(BASELINE), gpus=32, gpu="h100") is None  # no PEFT: every weight trains
+    assert found(config=str(_with_peft(tmp_path, ["linear_proj"])), gpus=32, gpu="h100") is not None  # adapted or not

@@ -36,7 +36,7 @@ PEFT_ASSUMPTION = (
     "(dgrad only: the backward is about the forward's size), skips the input's re-gather for wgrad with TP overlap "
     "off, and the input gradient's reduce-scatter of linear_qkv and linear_fc1 has no wgrad GEMM beside it: counted "
     "exposed (with userbuffers' bulk overlap TE issues it from the wgrad GEMM call, which frozen weights skip: what "
-    "runs then needs a GPU to see); with TP overlap the adapted linear_qkv/linear_fc1 all-gather with NCCL "
+    "runs then needs a GPU to see, PEFT_BULK_WGRAD_ON_FROZEN_WEIGHTS); with TP overlap the adapted linear_qkv/linear_fc1 all-gather with NCCL "
     "(return_layernorm_output); DP reduces and gathers the adapters only; the adapters' GEMMs are counted, and with "
     "sequence parallel their own full-size collectives (an adapted column-parallel linear's input all-gather and "
     "gradient reduce-scatter where TP overlap is on, a row-parallel one's output and gradient all-gathers), exposed; "

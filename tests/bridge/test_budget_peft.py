@@ -95,3 +95,32 @@ def test_te_drops_the_gathered_layernorm_outputs_gradient_and_bridges_lora_asks_
     assert "if hasattr(m, 'config') and m.config.sequence_parallel and (not ub_overlap_ag):" in attributes
     assert "m.return_layernorm_output_gathered = not sequence_parallel_input_regather" in attributes
     assert releases.version_key(transformer_engine.__version__) >= releases.version_key(TE_GATHERED_GRAD_DROPPED)
+
+
+def test_te_reduce_scatters_a_bulk_wgrad_input_gradient_only_beside_the_wgrad_gemm():
+    """PEFT_BULK_WGRAD_ON_FROZEN_WEIGHTS: with ub_bulk_wgrad the input gradient is the wgrad userbuffer's local chunk,
+    the wgrad GEMM that reduce-scatters it (bulk_overlap) runs only `if ctx.requires_wgrad`, and nothing turns
+    ub_bulk_wgrad off for a frozen weight any more (TE PR 702's guard); Megatron-Core passes tp_comm_bulk_wgrad,
+    default True."""
+    tree = _source("transformer_engine.pytorch", "module/layernorm_linear.py")
+    backward = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "backward")
+    text = ast.unparse(backward)
+    assert "elif ctx.ub_bulk_wgrad:\n" in text and "dgrad = ub_obj_wgrad.get_buffer(local_chunk=True)" in text
+    wgrad = [n for n in ast.walk(backward) if isinstance(n, ast.If) and ast.unparse(n.test) == "ctx.requires_wgrad"]
+    assert any("'bulk_overlap': ctx.ub_bulk_wgrad" in ast.unparse(n) for n in wgrad)
+    cleared = [n for n in ast.walk(tree) if isinstance(n, ast.Assign) and "ub_bulk_wgrad" in ast.unparse(n.targets[0])
+               and ast.unparse(n.value) == "False"]
+    assert not any("requires_grad" in ast.unparse(p) for n in cleared for p in _parents(tree, n))
+    extension = ast.unparse(_source("megatron.core", "extensions/transformer_engine.py"))
+    assert "extra_kwargs['ub_bulk_wgrad'] = self.config.tp_comm_bulk_wgrad" in extension
+    config = ast.unparse(_source("megatron.core", "model_parallel_config.py"))
+    assert "tp_comm_bulk_wgrad: bool = True" in config
+
+
+def _parents(tree, node):
+    """The if-statements that enclose `node` (their tests)."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.If) and any(c is node for c in ast.walk(n)):
+            out.append(n.test)
+    return out

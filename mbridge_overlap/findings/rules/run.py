@@ -192,6 +192,23 @@ def lora_gathered_ln_output(state: State):
 
 
 TE_GATHERED_GRAD_DROPPED = "2.4.0"  # TE PR 1711 removed the gathered LayerNorm output's gradient
+TE_FROZEN_BULK_WGRAD = "2.1.0"  # the TE 2.0 code (first released in 2.1) dropped PR 702's guard for frozen weights
+
+
+@check("PEFT_BULK_WGRAD_ON_FROZEN_WEIGHTS")
+def peft_frozen_bulk_wgrad(state: State):
+    """TE's bulk wgrad overlap reduce-scatters a column-parallel linear's input gradient from the wgrad GEMM call,
+    which a frozen weight (every base weight of a PEFT run) skips; TE 2.x no longer turns bulk wgrad off for it."""
+    m = state.model
+    if (peft.of(state) is None or not _tp_overlap_on(state) or not m["sequence_parallel"]
+            or releases.version_key(state.te_version) < releases.version_key(TE_FROZEN_BULK_WGRAD)):
+        return
+    preset = releases.preset_content().get(m["tp_comm_overlap_cfg"] or "") or {}
+    bulk = [g for g in ("qkv", "fc1") if ((preset.get(f"{g}_dgrad") or {}).get("method") or "bulk") == "bulk"]
+    if bulk:
+        how = f"preset {m['tp_comm_overlap_cfg']}" if preset else "Transformer Engine's default userbuffers config"
+        yield make("PEFT_BULK_WGRAD_ON_FROZEN_WEIGHTS", modules=" and ".join(f"linear_{g}" for g in bulk), how=how,
+                   te=state.te_version)
 
 
 @check("CUDA_DEVICE_MAX_CONNECTIONS_ONE_SERIALIZES_DP")
