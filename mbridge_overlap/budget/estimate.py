@@ -340,8 +340,9 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s, again) -> list:
         backward = {g: (c, t if c == "all_gather" else 0.0) for g, (c, t) in backward.items() if c != "all_gather" or on}
     plain = _plain_gemms(lay)
     # a recomputed forward makes its collectives again: the whole layer's (full), or the MLP's (selective mlp)
-    runs = {g: 1 + again["layer"] + (again["mlp"] if g in ("fc1_fprop", "fc2_fprop") else 0.0) if g.endswith("_fprop") else 1
-            for g in (*UB_GEMMS, *ASYNC_GEMMS)}
+    runs = dict.fromkeys((*UB_GEMMS, *ASYNC_GEMMS), 1.0)
+    for g in [g for g in runs if g.endswith("_fprop")]:
+        runs[g] += again["layer"] + (again["mlp"] if g in ("fc1_fprop", "fc2_fprop") else 0.0)
 
     def item(collective, mine, hide, what_it_is, setting):
         nbytes = size.get(collective, elements * ACT_BYTES)
@@ -377,7 +378,7 @@ def _adapter_collectives(lay, system, link, nbytes: int, times: int) -> list:
     rank-sized ones (the rank-dim activations) are left out."""
     if not (lay.peft and lay.sp and lay.tp > 1):
         return []
-    column = [g for g in ("qkv", "fc1") if g in lay.peft.gemms] if lay.settings["tp_comm_overlap"] else []
+    column = lay.peft.layernorm_fused if lay.settings["tp_comm_overlap"] else ()
     row = [g for g in ("proj", "fc2") if g in lay.peft.gemms]
     out = []
     for collective, n in (("all_gather", len(column) + 2 * len(row)), ("reduce_scatter", len(column))):
@@ -392,7 +393,7 @@ def _plain_gemms(lay) -> frozenset:
     """The userbuffers GEMMs that run without them: LoRA on a LayerNorm-fused linear (linear_qkv, linear_fc1) sets
     return_layernorm_output, and TE's LayerNormLinear then all-gathers its input with NCCL (anchor
     te_lora_ag_overlap_dropped)."""
-    return frozenset(f"{g}_fprop" for g in ("qkv", "fc1") if lay.peft and g in lay.peft.gemms)
+    return frozenset(f"{g}_fprop" for g in lay.peft.layernorm_fused) if lay.peft else frozenset()
 
 
 def _userbuffers_run(lay) -> bool:

@@ -221,8 +221,9 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
         fid = cause.finding.id
         rec = findings.record(fid)
         checked = any(not r.startswith("mbridge_overlap.diagnose") for r in RAISERS.get(fid, ()))
-        if not checked and _implausible(rec, analysis.effective):
-            ruled_out.append(cause)
+        why = "" if checked else _ruled_out_by(rec, analysis.effective)
+        if why:
+            ruled_out.append((cause, why))
             continue
         if not checked:
             _from_log_only(cause, rec, found, analysis.effective)
@@ -247,10 +248,9 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
             continue
         cause.predicted = False
         cause.how = ("the config analysis did not predict it: a gap in the rules (please report it with this log)")
-    for cause in ruled_out:
+    for cause, why in ruled_out:
         diag.causes.remove(cause)
-        diag.notes.append(f"{cause.finding.id} left out: the log shows what it matches, and the config rules it out "
-                          f"({_ruled_out_by(findings.record(cause.finding.id), analysis.effective)})")
+        diag.notes.append(f"{cause.finding.id} left out: the log shows what it matches, and the config rules it out ({why})")
     shown = {c.finding.id for c in diag.causes}
     for f in (f for f in known if f.severity == "error"):
         if f.id not in shown:
@@ -281,10 +281,6 @@ def _from_log_only(cause: Cause, rec: dict, found: dict, effective: dict) -> Non
             cause.finding = replace(cause.finding, fix=findings.Shell(alt["fix"]))
             cause.how += "; the fix is the one the resolved config leaves"
             return
-
-
-def _implausible(rec: dict, effective: dict) -> bool:
-    return bool(_ruled_out_by(rec, effective))
 
 
 def _ruled_out_by(rec: dict, effective: dict) -> str:

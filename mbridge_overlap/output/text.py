@@ -367,10 +367,10 @@ def _trains(lay: dict) -> str:
         more = len(peft["target_modules"]) - len(names)
         out += (f"; {esc(peft['scheme'][:80])} on {', '.join(names) or 'no module'}{f' (+{more} more)' if more > 0 else ''} "
                 f"(rank {peft['dim']}), base weights frozen")
-    if rec:
-        how = rec["method"] and f"{esc(rec['method'])}, {rec['num_layers']} layers" if rec["granularity"] == "full" \
-            else ", ".join(esc(m) for m in rec["modules"])
-        out += f"; recompute {rec['granularity']} ({how})"
+    if rec and rec["granularity"] == "full":
+        out += f"; recompute full ({esc(rec['method'] or 'no method')}, {rec['num_layers']} layers)"
+    elif rec:
+        out += f"; recompute selective ({', '.join(esc(m) for m in rec['modules'])})"
     return out
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from ..safeio import shown
 
-# Megatron-Bridge's LoRA dataclass defaults (peft/lora.py; tests/bridge/test_peft_facts.py holds them to the release)
+# Megatron-Bridge's LoRA dataclass defaults (peft/lora.py; tests/bridge/test_budget_peft.py holds them to the release)
 DEFAULT_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
 DEFAULT_DIM = 32
 MAX_DIM = 1 << 16  # a LoRA rank beyond any layer's width
@@ -31,6 +31,12 @@ class Peft:
         """The layer GEMMs (qkv, proj, fc1, fc2) an adapter sits on: a target's last dotted part names the module
         (a pattern such as '*.layers.0.*.linear_qkv' is taken for every layer)."""
         return frozenset(GEMMS[t.rsplit(".", 1)[-1]] for t in self.target_modules if t.rsplit(".", 1)[-1] in GEMMS)
+
+    @property
+    def layernorm_fused(self) -> tuple:
+        """The adapted GEMMs of Transformer Engine's LayerNorm-fused column-parallel linears (qkv, fc1): the ones
+        Bridge's LoRA asks for the LayerNorm output (return_layernorm_output)."""
+        return tuple(g for g in ("qkv", "fc1") if g in self.gemms)
 
 
 LORA = Peft("LoRA", DEFAULT_TARGETS, DEFAULT_DIM)

@@ -173,10 +173,9 @@ def ub_mxfp8_rows(state: State):
 def ub_lora(state: State):
     """Bridge's LoRA sets return_layernorm_output on the LayerNorm-fused linears it adapts (linear_qkv, linear_fc1);
     Transformer Engine's LayerNormLinear then drops its all-gather overlap there (the other overlaps stay)."""
-    adapted = peft.of(state)
-    modules = [f"linear_{g}" for g in ("qkv", "fc1") if adapted is not None and g in adapted.gemms]
+    modules = _layernorm_fused(peft.of(state))
     if _tp_overlap_on(state) and modules:
-        yield make("UB_LORA_AG_OVERLAP_DROPPED", modules=" and ".join(modules))
+        yield make("UB_LORA_AG_OVERLAP_DROPPED", modules=modules)
 
 
 @check("LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED")
@@ -184,11 +183,16 @@ def lora_gathered_ln_output(state: State):
     """Bridge's LoRA asks TE for the gathered LayerNorm output where sequence parallel is on and the linear has no
     userbuffers all-gather; TE >= 2.4 drops that output's gradient (_LayerNormLinear.backward)."""
     m, adapted = state.model, peft.of(state)
-    modules = [f"linear_{g}" for g in ("qkv", "fc1") if adapted is not None and g in adapted.gemms]
+    modules = _layernorm_fused(adapted)
     if (not modules or not m["sequence_parallel"] or m["tensor_model_parallel_size"] < 2 or m["tp_comm_overlap"]
             or adapted.regather or releases.version_key(state.te_version) < releases.version_key(TE_GATHERED_GRAD_DROPPED)):
         return
-    yield make("LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED", modules=" and ".join(modules), te=state.te_version)
+    yield make("LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED", modules=modules, te=state.te_version)
+
+
+def _layernorm_fused(adapted) -> str:
+    """The adapted LayerNorm-fused linears by name ("linear_qkv and linear_fc1"), '' for none (or no PEFT)."""
+    return " and ".join(f"linear_{g}" for g in adapted.layernorm_fused) if adapted else ""
 
 
 TE_GATHERED_GRAD_DROPPED = "2.4.0"  # TE PR 1711 removed the gathered LayerNorm output's gradient
