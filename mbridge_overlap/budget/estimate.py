@@ -125,12 +125,12 @@ def recomputed(lay: Layout, layers: int, moe: bool) -> dict:
 
 
 # Transformer Engine's userbuffers GEMMs of a layer whose collective runs in the GEMM's stream of work
-# (transformer_engine/pytorch/module/base.py initialize_ub): GEMM -> (collective, the layer it computes, TE's default
-# method). Backward GEMMs take the forward's FLOPs.
+# (transformer_engine/pytorch/module/base.py initialize_ub): GEMM -> (collective, the layer it computes). Backward
+# GEMMs take the forward's FLOPs.
 UB_GEMMS = {
-    "qkv_fprop": ("all_gather", "qkv", "ring_exchange"), "proj_fprop": ("reduce_scatter", "proj", "pipeline"),
-    "fc1_fprop": ("all_gather", "fc1", "ring_exchange"), "fc2_fprop": ("reduce_scatter", "fc2", "pipeline"),
-    "proj_dgrad": ("all_gather", "proj", "ring_exchange"), "fc2_dgrad": ("all_gather", "fc2", "ring_exchange"),
+    "qkv_fprop": ("all_gather", "qkv"), "proj_fprop": ("reduce_scatter", "proj"),
+    "fc1_fprop": ("all_gather", "fc1"), "fc2_fprop": ("reduce_scatter", "fc2"),
+    "proj_dgrad": ("all_gather", "proj"), "fc2_dgrad": ("all_gather", "fc2"),
 }
 # The column-parallel layers' backward collectives: the input all-gathered again for wgrad, beside the dgrad GEMM,
 # and the input gradient's reduce-scatter (all-reduce without sequence parallel), beside the wgrad GEMM. TE issues
@@ -146,13 +146,12 @@ def userbuffers(preset: str | None, tp: int) -> dict:
     """Each userbuffers GEMM's (method, splits, SM margin): the preset's where it names them (Bridge's presets, which TE
     lays over its defaults: base.py get_default_config), else TE's default. The margin is the SMs the GEMM gives up to
     the communication kernels (num_sm where set_sm_margin, else 0)."""
-    from ..upstream.releases import preset_content
+    from ..upstream.presets import ub_config
 
-    cfg = (preset_content().get(preset) or {}) if preset else {}
     out = {}
-    for gemm, default in {**{g: d for g, (_, _, d) in UB_GEMMS.items()}, **dict.fromkeys(ASYNC_GEMMS, "bulk")}.items():
-        mine = cfg.get(gemm) or {}
-        method = mine.get("method") or default
+    for gemm in (*UB_GEMMS, *ASYNC_GEMMS):
+        mine = ub_config(preset, gemm)
+        method = mine["method"]
         ring = method == "ring_exchange"
         margin = mine.get("set_sm_margin", not ring) and mine.get("num_sm", 1 if ring else COMM_SMS)
         out[gemm] = (method, mine.get("num_splits") or (tp if ring else PIPELINE_SPLITS), int(margin or 0))
@@ -323,8 +322,8 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s, again) -> list:
     link = _link(lay.tp, lay)
     times = layers * m
     if lay.sp:
-        ub = {g: c for g, (c, _, _) in UB_GEMMS.items()}
-        gemms = {g: gemm_s[layer] for g, (_, layer, _) in UB_GEMMS.items()}
+        ub = {g: c for g, (c, _) in UB_GEMMS.items()}
+        gemms = {g: gemm_s[layer] for g, (_, layer) in UB_GEMMS.items()}
         backward = {g: (c, gemm_s[layer]) for g, (c, layer) in ASYNC_GEMMS.items()}
         what = {"all_gather": "sequence-parallel inputs (forward) and output gradients (backward)",
                 "reduce_scatter": "row-parallel outputs (forward)"}
@@ -404,7 +403,7 @@ def _userbuffers_run(lay) -> bool:
 def _sm_margin_s(lay, system, gemm_s) -> float:
     """What TP overlap adds to one layer's compute: a userbuffers GEMM with an SM margin runs on the SMs the
     communication kernels leave it (Transformer Engine comm_gemm_overlap.cpp: _math_sms = sm_count - num_comm_sm)."""
-    layer_of = {**{g: layer for g, (_, layer, _) in UB_GEMMS.items()}, **{g: layer for g, (_, layer) in ASYNC_GEMMS.items()}}
+    layer_of = {g: layer for g, (_, layer) in {**UB_GEMMS, **ASYNC_GEMMS}.items()}
     idle = _plain_gemms(lay) | ({"qkv_wgrad", "fc1_wgrad"} if lay.peft else set())  # not run with userbuffers, or not run
     return sum(gemm_s[layer_of[g]] * margin / max(1, system.sms - margin)
                for g, (_, _, margin) in lay.userbuffers.items() if margin and g not in idle)

@@ -11,6 +11,13 @@ from . import releases
 
 DIMENSIONS = (("hidden_size", "hidden"), ("tp", "TP"), ("cp", "CP"), ("micro_batch_size", "micro batch"), ("seq_length", "sequence"))
 # The model dimensions a run may leave unknown: how to say them, and how to give them.
+# Transformer Engine's userbuffers method per GEMM where a preset names none (pytorch/module/base.py initialize_ub,
+# `methods`); Bridge's presets lay their own over it per GEMM (get_default_config).
+TE_DEFAULT_METHODS = {
+    "qkv_fprop": "ring_exchange", "fc1_fprop": "ring_exchange", "proj_dgrad": "ring_exchange",
+    "fc2_dgrad": "ring_exchange", "proj_fprop": "pipeline", "fc2_fprop": "pipeline",
+    "qkv_dgrad": "bulk", "qkv_wgrad": "bulk", "fc1_dgrad": "bulk", "fc1_wgrad": "bulk",
+}
 SIZES = {"hidden_size": ("hidden size", "model.hidden_size=N, plan --hidden-size N"),
          "seq_length": ("sequence length", "model.seq_length=N, plan --seq-length N"),
          "micro_batch_size": ("micro batch size", "train.micro_batch_size=N, plan --micro-batch-size N")}
@@ -21,6 +28,13 @@ def shape(state) -> dict:
     model's size and batch shape from the scenario."""
     model = state.model
     return {"tp": model["tensor_model_parallel_size"], "cp": model["context_parallel_size"], **state.scenario.shape}
+
+
+def ub_config(preset: str | None, gemm: str) -> dict:
+    """A GEMM's userbuffers settings under a preset (its fields where it names the GEMM, else none) with the method
+    it runs: the preset's, else Transformer Engine's default."""
+    mine = dict(((releases.preset_content().get(preset) or {}) if preset else {}).get(gemm) or {})
+    return {**mine, "method": mine.get("method") or TE_DEFAULT_METHODS[gemm]}
 
 
 def precision_class(precision: dict) -> str | None:

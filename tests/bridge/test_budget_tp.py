@@ -9,6 +9,7 @@ import importlib.util
 from pathlib import Path
 
 from mbridge_overlap.budget.estimate import ASYNC_GEMMS, PIPELINE_SPLITS, UB_GEMMS
+from mbridge_overlap.upstream.presets import TE_DEFAULT_METHODS
 
 
 def _te_module(name: str) -> Path:
@@ -30,8 +31,8 @@ def test_the_userbuffers_gemms_and_their_default_methods_are_transformer_engines
     methods = ast.literal_eval(_assigned(func, "methods"))
     all_gather = set(ast.literal_eval(_assigned(func, "layers_all_gather_overlap")))
     reduce_scatter = set(ast.literal_eval(_assigned(func, "layers_reduce_scatter_overlap")))
-    for gemm, (collective, _layer, default) in UB_GEMMS.items():
-        assert gemm in methods[default], gemm
+    assert TE_DEFAULT_METHODS == {g: m for m, names in methods.items() if m != "external" for g in names}
+    for gemm, (collective, _layer) in UB_GEMMS.items():
         assert gemm in (all_gather if collective == "all_gather" else reduce_scatter), gemm
     assert set(ASYNC_GEMMS) == set(methods["bulk"])
     for gemm, (collective, _layer) in ASYNC_GEMMS.items():

@@ -6,7 +6,7 @@ model build), at the first step, and in steady state. Each rule mirrors code of 
 from __future__ import annotations
 
 from ...run import launch_env, peft
-from ...upstream import releases
+from ...upstream import presets, releases
 from .. import make, shell
 from ..proof import fixed
 from ...run.resolver import State
@@ -207,10 +207,10 @@ def peft_frozen_bulk_wgrad(state: State):
     if (peft.of(state) is None or not _tp_overlap_on(state) or not m["sequence_parallel"]
             or releases.version_key(state.te_version) < releases.version_key(TE_FROZEN_BULK_WGRAD)):
         return
-    preset = releases.preset_content().get(m["tp_comm_overlap_cfg"] or "") or {}
-    bulk = [g for g in ("qkv", "fc1") if ((preset.get(f"{g}_dgrad") or {}).get("method") or "bulk") == "bulk"]
+    preset = m["tp_comm_overlap_cfg"] if m["tp_comm_overlap_cfg"] in releases.preset_content() else None
+    bulk = [g for g in ("qkv", "fc1") if presets.ub_config(preset, f"{g}_dgrad")["method"] == "bulk"]
     if bulk:
-        how = f"preset {m['tp_comm_overlap_cfg']}" if preset else "Transformer Engine's default userbuffers config"
+        how = f"preset {preset}" if preset else "Transformer Engine's default userbuffers config"
         yield make("PEFT_BULK_WGRAD_ON_FROZEN_WEIGHTS", modules=" and ".join(f"linear_{g}" for g in bulk), how=how,
                    te=state.te_version)
 
