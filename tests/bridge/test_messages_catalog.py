@@ -198,3 +198,31 @@ def test_the_scenarios_provoke_what_they_are_named_for(cat):
     if "env_vars" in adapter.baseline_config().__dict__:
         exc = run(SCENARIOS["fsdp_with_cuda_device_max_connections_1"])["exc"]
         assert str(exc) == "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset."
+
+
+def test_every_attention_backend_transformer_engine_turns_off_for_context_parallelism_is_matched():
+    """CP_ATTENTION_BACKEND_OFF's two native messages against the installed Transformer Engine: every logger.debug of
+    get_attention_backend that turns a backend off because of context parallelism (its %s filled in) matches one of
+    them, and every other "Disabling ..." line matches none."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("transformer_engine.pytorch")
+    path = Path(spec.submodule_search_locations[0]) / "attention" / "dot_product_attention" / "utils.py"
+    texts = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "debug" and node.args
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            texts.append(node.args[0].value.replace("%s", "p2p"))
+    # a backend turned off because of CP says so ("does not support", "for", "with" context parallelism; an a2a
+    # cp_comm_type's head counts); "softcap (requires ... and no context parallelism)" lists CP among other reasons
+    because = re.compile(r"(?:support|for|with) context parallelism|cp_comm_type = \S+ requires")
+    cp = [t for t in texts if t.startswith("Disabling") and because.search(t)]
+    other = [t for t in texts if t.startswith("Disabling") and t not in cp]
+    assert len(cp) >= 15 and other
+    catalog = messages.load()
+    ids = {"native.te_attention_backend_off_for_cp", "native.te_attention_fused_off_for_cp_heads"}
+    for text in cp:
+        assert ids & {h.entry.id for h in catalog.match("DEBUG:DotProductAttention:" + text)}, text
+    for text in other:
+        assert not ids & {h.entry.id for h in catalog.match("DEBUG:DotProductAttention:" + text)}, text
