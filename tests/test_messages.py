@@ -20,7 +20,7 @@ from mbridge_overlap.diagnose import messages as M
 RELEASES = M.available()
 CAT = M.load("0.6.2")
 TOPICS = {"tp_overlap", "userbuffers", "dp_overlap", "distributed_optimizer", "pipeline", "fsdp", "mixed_precision",
-          "launch_env", "parallel_state", "moe_overlap", "other"}
+          "launch_env", "parallel_state", "moe_overlap", "context_parallel", "other"}
 NATIVE = yaml.safe_load((ROOT / "mbridge_overlap/data/native_messages.yaml").read_text())["messages"]
 
 

@@ -47,10 +47,15 @@ PACKAGES = {
 }
 # What is read, relative to site-packages (globs). "all": every message of the file is kept, with topic "other" where
 # no overlap topic fits (the file is on the overlap path as a whole); "all:REGEX": the same for the functions whose
-# qualified name REGEX matches, "topic" elsewhere in the file; "topic": only messages whose text names a topic
+# qualified name REGEX matches, "topic" elsewhere in the file; "only:REGEX": those functions' messages and no other;
+# "topic": only messages whose text names a topic
 # (keywords; the file's default topic does not count); "overlap": only those whose text names a communication-overlap
 # topic (not mixed_precision or parallel_state alone). The first pattern that names a file decides. A pattern a
 # release lacks is listed in the header's `scanned.PACKAGE.missing`.
+_fspec = importlib.util.spec_from_file_location("_mbo_frames", ROOT / "mbridge_overlap" / "diagnose" / "frames.py")
+_frames = importlib.util.module_from_spec(_fspec)
+_fspec.loader.exec_module(_frames)
+TE_CP_FUNCTIONS = _frames.TE_CP_FUNCTIONS  # Transformer Engine's context-parallel attention functions
 SCAN = {
     "megatron-bridge": [
         ("megatron/bridge/training/comm_overlap.py", "all"),
@@ -124,10 +129,14 @@ SCAN = {
         ("transformer_engine/pytorch/cpp_extensions/gemm.py", "overlap"),
         ("transformer_engine/pytorch/transformer.py", "overlap"),
         ("transformer_engine/pytorch/utils.py", "overlap"),
+        # context parallelism's exchange in attention (ring P2P, all-gather, a2a, a2a+p2p): every message is CP's; TE
+        # 2.2 and older kept it in attention.py beside everything else attention does, so there only its CP functions
+        ("transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py", "all"),
+        ("transformer_engine/pytorch/attention.py", "only:" + TE_CP_FUNCTIONS),
     ],
 }
 TOPICS = ("tp_overlap", "userbuffers", "dp_overlap", "distributed_optimizer", "pipeline", "fsdp", "mixed_precision",
-          "launch_env", "parallel_state", "moe_overlap", "other")
+          "launch_env", "parallel_state", "moe_overlap", "context_parallel", "other")
 
 # Keyword rules over a message's text (template, fields, condition) and its function's name; the first that fires.
 RULES = [
@@ -191,6 +200,8 @@ DEFAULTS = {
     "megatron/core/tensor_parallel/mappings.py": "tp_overlap",  # the TP / sequence-parallel collectives themselves
     "megatron/core/transformer/moe/token_dispatcher.py": "moe_overlap",  # the expert-parallel token exchange
     "megatron/core/transformer/moe/fused_a2a.py": "moe_overlap",
+    "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py": "context_parallel",
+    "transformer_engine/pytorch/attention.py": "context_parallel",  # its CP functions only (SCAN)
 }
 
 LOG_METHODS = {"debug", "info", "warning", "warn", "error", "critical", "exception", "fatal"}
@@ -559,6 +570,8 @@ def topic_of(rel: str, function: str, tokens, condition) -> tuple[str, str | Non
 
 def keep(mode: str, function: str, keyword: str | None) -> bool:
     """Whether a message stays in the catalog under its file's SCAN mode."""
+    if mode.startswith("only:"):
+        return re.search(mode[5:], function) is not None
     if mode.startswith("all:"):
         mode = "all" if re.search(mode[4:], function) else "topic"
     if mode == "all":

@@ -21,7 +21,7 @@ from .. import findings
 from .messages import Catalog, Entry
 
 OVERLAP_TOPICS = frozenset({"tp_overlap", "userbuffers", "dp_overlap", "distributed_optimizer", "pipeline", "fsdp",
-                            "mixed_precision", "launch_env", "parallel_state", "moe_overlap"})
+                            "mixed_precision", "launch_env", "parallel_state", "moe_overlap", "context_parallel"})
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,9 @@ _EP_OVERLAP = ["comm_overlap.overlap_moe_expert_parallel_comm", "comm_overlap.de
 _CP = ["model.context_parallel_size", "model.cp_comm_type"]
 _FSDP = ["ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy", "ddp.average_in_collective"]
 
+# Transformer Engine's context-parallel attention functions (AttnFuncWithCPAndKVP2P, attn_forward_func_with_cp,
+# flash_attn_p2p_communicate, get_cu_seqlens_on_cp_rank, ...); tools/gen_messages.py catalogs their messages
+TE_CP_FUNCTIONS = r"WithCP|with_cp|(?:^|[._])cp_|_cp(?:$|[._])|flash_attn_(?:p2p|a2a)_communicate"
 # (path regex, function regex or None, dimension, fields): the first row that a frame matches decides
 ROWS = [
     (r"megatron/bridge/training/comm_overlap\.py$", None, "tp", _UB + ["comm_overlap.overlap_p2p_comm", "comm_overlap.overlap_grad_reduce"]),
@@ -42,6 +45,7 @@ ROWS = [
      _UB + _TP),
     (r"transformer_engine/pytorch/(?:attention/dot_product_attention/context_parallel|dot_product_attention/context_parallel)\.py$",
      None, "cp", _CP),
+    (r"transformer_engine/pytorch/attention\.py$", TE_CP_FUNCTIONS, "cp", _CP),  # TE 2.2 and older: CP inside attention.py
     (r"megatron/core/parallel_state\.py$", None, "grid", ["model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
                                                           "model.context_parallel_size", "model.expert_model_parallel_size"]),
 ]
