@@ -205,8 +205,8 @@ def pseudo_root(path) -> str | None:
         real = os.path.realpath(path)
     except (OSError, ValueError):
         return None
-    if real.startswith("/dev/shm/"):
-        return None  # a tmpfs: its files are plain files
+    if real == "/dev/shm" or real.startswith("/dev/shm/"):
+        return None  # a tmpfs: its files are plain files (and it is a folder to write them in)
     return next((root for root in _PSEUDO_ROOTS if real == root or real.startswith(root + "/")), None)
 
 

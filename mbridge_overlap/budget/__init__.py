@@ -51,6 +51,9 @@ def shown(analysis, model: str | None = None, shape: dict | None = None, peft=No
     """The budget as resolve, plan and diff show it (budget.schema.json's budget), or {"unavailable": why} where the
     config does not run, the model's shape or the GPU's rates are not known, or the shape a config gives is not one
     Megatron-Core takes (a wrong --model or --shape is still an error)."""
+    from .shape import check_given
+
+    check_given(model, shape)  # the budget's own flags: the user's to fix, budget or not
     why = needs(analysis)
     if why is None:
         try:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from . import buckets, shape as shapes
 from ..run.peft import Peft, of as peft_of
 from .system import System
+from ..errors import UsageError
 
 ACT_BYTES = 2  # BF16: P2P tensors, CP's keys and values, EP's tokens, TP's reduce-scatters and all-reduces
 # TP all-gathers move what the GEMM reads: Transformer Engine quantizes the input (and the output gradient) first and
@@ -77,8 +78,23 @@ class Layout:
         return max(1, self.gbs // (self.mbs * self.dp))
 
 
+# Plausibility bounds of the run sizes the budget multiplies (well above any run): past them a float overflows.
+RUN_BOUNDS = {"model.seq_length": 1 << 24, "train.micro_batch_size": 1 << 20, "train.global_batch_size": 1 << 40,
+              "model.virtual_pipeline_model_parallel_size": 1 << 12}
+
+
+def _check_run_sizes(state) -> None:
+    for key, bound in RUN_BOUNDS.items():
+        section, _, name = key.partition(".")
+        value = (state.model if section == "model" else state.train).get(name)
+        if value is not None and not (isinstance(value, int) and 0 <= value <= bound):
+            got = f"{value!r}" if len(repr(value)) <= 24 else f"a number of {len(str(value))} digits"
+            raise UsageError(f"{key}: the budget takes up to {bound:,}, got {got}")
+
+
 def layout_of(state, machine, peft: Peft | None = None) -> Layout:
     """The budget's view of a resolved run; peft: where the run's config says nothing of it (plan --lora)."""
+    _check_run_sizes(state)
     m, d = state.model, state.ddp
     tp, pp, cp = m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"], m["context_parallel_size"]
     fp8 = m.get("fp8") or state.precision.get("fp8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from .. import safeio
 from ..errors import NotKnown, UsageError
 from ..upstream.releases import DATA_DIR, load_yaml
 
@@ -60,17 +61,12 @@ def of(model: str | None, given: dict, said: str | None = None) -> tuple[Shape, 
     the given keys came from (default: "given: KEYS")."""
     values: dict = {}
     origin = []
+    check_given(model, given)
     if model:
         known = models()
-        if model not in known:
-            raise UsageError(f"--model: unknown model {model!r}; known: {', '.join(sorted(known))} (or give the shape keys)")
         values.update(known[model]["shape"])
         origin.append(f"{model} ({known[model]['source']})")
-    names = {f.name for f in fields(Shape)}
-    for key, value in given.items():
-        if key not in names:
-            raise UsageError(f"unknown shape key {key!r}; known: {', '.join(sorted(names))}")
-        values[key] = value
+    values.update(given)
     if given:
         origin.append(said or "given: " + ", ".join(sorted(given)))
     missing = [k for k in REQUIRED if values.get(k) is None]
@@ -88,16 +84,35 @@ BOUNDS = {"num_layers": 4096, "hidden_size": 1 << 18, "ffn_hidden_size": 1 << 21
           "moe_router_topk": 4096, "moe_ffn_hidden_size": 1 << 21}
 
 
-def _check(values: dict) -> None:
+def check_given(model: str | None, given: dict | None) -> None:
+    """A model's name and shape keys as given (--model, --shape): a known model, known keys, each value within its
+    bounds; checked whether or not a budget is computed."""
+    if model:
+        known = models()
+        if model not in known:
+            raise UsageError(f"--model: unknown model {safeio.shown(model)}; known: {', '.join(sorted(known))} "
+                             "(or give the shape keys)")
+    names = {f.name for f in fields(Shape)}
+    for key in given or {}:
+        if key not in names:
+            raise UsageError(f"unknown shape key {safeio.shown(key)}; known: {', '.join(sorted(names))}")
+    _bounds(given or {})
+
+
+def _bounds(values: dict) -> None:
     for key, bound in BOUNDS.items():
         value = values.get(key)
         if value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= bound:
-            raise UsageError(f"{key}: must be a whole number from 1 to {bound:,}, got {value!r}")
+            raise UsageError(f"{key}: must be a whole number from 1 to {bound:,}, got {safeio.shown(value)}")
     for key in ("gated_linear_unit", "share_embeddings_and_output_weights"):
         if key in values and not isinstance(values[key], bool):
             raise UsageError(f"{key}: must be true or false, got {values[key]!r}")
+
+
+def _check(values: dict) -> None:
+    _bounds(values)
     heads, groups = values["num_attention_heads"], values.get("num_query_groups")
     if groups is not None and heads % groups:
         raise UsageError(f"num_attention_heads ({heads}) must be a multiple of num_query_groups ({groups})")

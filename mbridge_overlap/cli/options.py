@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
@@ -23,6 +24,23 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {number}")
     return number
+
+
+def at_most(key: str):
+    """An argparse type: a positive integer within the budget's bound for a size (budget/shape.py BOUNDS, the run
+    sizes of budget/estimate.py RUN_BOUNDS), read when the flag is given."""
+    def parse(value: str) -> int:
+        from ..budget.estimate import RUN_BOUNDS
+        from ..budget.shape import BOUNDS
+
+        number = positive_int(value)
+        bound = {**BOUNDS, **{k.partition(".")[2]: v for k, v in RUN_BOUNDS.items()}}[key]
+        if number > bound:
+            raise argparse.ArgumentTypeError(f"at most {bound:,}, got {safeio.shown(number)}")
+        return number
+
+    parse.__name__ = key  # argparse's own messages name the type
+    return parse
 
 
 def gpu_count(value: str) -> int:
@@ -177,11 +195,39 @@ def emit(args, payload: str) -> None:
 COMPACT_OVER = 256 * 1024  # bytes: a larger payload is written on one line
 
 
-def to_json(data) -> str:
-    """Indented JSON; one line when it is over COMPACT_OVER (the standard library indents in Python, ten times slower
-    than its C encoder: a 1.4 MB recipe listing took 200 ms to indent)."""
-    compact = json.dumps(data, separators=(",", ":"), default=str)
-    return (compact if len(compact) > COMPACT_OVER else json.dumps(data, indent=2, default=str)) + "\n"
+# A lone surrogate as json.dumps escapes it (a file name's undecodable bytes, os.fsdecode): not Unicode, and strict
+# JSON readers refuse it
+_LONE_SURROGATE = re.compile(r"\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})|(?<!\\ud[89ab][0-9a-f]{2})\\ud[c-f][0-9a-f]{2}")
+
+
+def to_json(data, compact_over: int | None = COMPACT_OVER) -> str:
+    """Indented JSON; one line when it is over compact_over bytes (the standard library indents in Python, ten times
+    slower than its C encoder: a 1.4 MB recipe listing took 200 ms to indent; None: always indented). Always valid
+    JSON: a number that is not finite is null, a lone surrogate the bytes it stands for, escaped as text (\\xff)."""
+    try:
+        compact = json.dumps(data, separators=(",", ":"), default=str, allow_nan=False)
+    except ValueError:
+        compact = None
+    if compact is None or _LONE_SURROGATE.search(compact):
+        data = _valid(data)
+        compact = json.dumps(data, separators=(",", ":"), default=str, allow_nan=False)
+    indented = compact_over is None or len(compact) <= compact_over
+    return (json.dumps(data, indent=2, default=str) if indented else compact) + "\n"
+
+
+def _valid(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_valid(k) if isinstance(k, str) else k: _valid(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_valid(v) for v in value]
+    return value
 
 
 def say(line: str) -> None:

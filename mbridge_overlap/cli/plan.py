@@ -14,14 +14,16 @@ SNIPPETS = ("python", "yaml", "hydra", "env", "env_vars", "nemo_run")
 def add_arguments(p) -> None:
     for flag in ("--tp", "--pp", "--cp"):
         p.add_argument(flag, type=options.positive_int, help=f"{flag[2:].upper()} size (default: the recipe's, else 1)")
-    p.add_argument("--vpp", type=options.positive_int, help="virtual pipeline size (interleaved schedule; needs --pp > 1)")
+    p.add_argument("--vpp", type=options.at_most("virtual_pipeline_model_parallel_size"),
+                   help="virtual pipeline size (interleaved schedule; needs --pp > 1)")
     p.add_argument("--precision", help="compute precision: " + ", ".join(releases.data()["precisions"])
                    + " (or as recipe names write them: fp8cs, ...; default: the recipe's, else bf16)")
-    p.add_argument("--hidden-size", type=options.positive_int,
+    p.add_argument("--hidden-size", type=options.at_most("hidden_size"),
                    help="model hidden size (to match a tuned TP preset; default: the recipe's, where known)")
-    p.add_argument("--seq-length", type=options.positive_int, help="sequence length (to match a tuned TP preset; default: the recipe's)")
-    p.add_argument("--micro-batch-size", type=options.positive_int, help="micro batch size (to match a tuned TP preset; default: the recipe's)")
-    p.add_argument("--global-batch-size", type=options.positive_int,
+    p.add_argument("--seq-length", type=options.at_most("seq_length"), help="sequence length (to match a tuned TP preset; default: the recipe's)")
+    p.add_argument("--micro-batch-size", type=options.at_most("micro_batch_size"),
+                   help="micro batch size (to match a tuned TP preset; default: the recipe's)")
+    p.add_argument("--global-batch-size", type=options.at_most("global_batch_size"),
                    help="global batch size, for the communication budget (micro-batches per iteration; default: the recipe's)")
     p.add_argument("--lora", action="store_true", help="LoRA fine-tuning (LoRA presets)")
     p.add_argument("--moe", action="store_true", default=None, help="an MoE model with expert parallelism (default: from the recipe)")

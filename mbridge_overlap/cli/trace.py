@@ -11,7 +11,6 @@ bad input raises UsageError (one line, status 2).
 from __future__ import annotations
 
 import argparse
-import json
 
 from .. import safeio
 from ..errors import UsageError
@@ -76,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _jobs(value: str) -> int:
-    if not (value.isascii() and value.strip().isdigit()) or not 1 <= int(value) <= 1024:
+    if not (value.isascii() and value.strip().isdigit() and len(value.strip()) <= 4) or not 1 <= int(value) <= 1024:
         raise argparse.ArgumentTypeError(f"expected a number of processes from 1 to 1024, got {safeio.shown(value)}")
     return int(value)
 
@@ -95,7 +94,7 @@ def _snippet(args) -> int:
     from .. import api
 
     made = api.trace_snippet(args.snippet, steps=args.steps, ranks=args.rank)
-    _print(json.dumps(made, indent=2) + "\n" if args.format == "json" else made["snippet"])
+    _print(options.to_json(made, compact_over=None) if args.format == "json" else made["snippet"])
     return 0
 
 
@@ -125,5 +124,5 @@ def run(args) -> int:
                            overrides=overrides, recipe=args.recipe, gpus=args.gpus, gpu=args.gpu,
                            **options.budget_inputs(args))
         data, partial, text = result.to_dict(), result.partial, render.report
-    _print(json.dumps(data, indent=2) + "\n" if args.format == "json" else text(data))
+    _print(options.to_json(data, compact_over=None) if args.format == "json" else text(data))
     return 1 if partial else 0

@@ -124,8 +124,19 @@ def _open(source: str, stdin):
     if source == "-":
         if stdin is None and sys.stdin is None:  # started with standard input closed
             raise UsageError("-: standard input is closed; give the log's path")
-        return (stdin if stdin is not None else sys.stdin.buffer), None
+        stream = stdin if stdin is not None else sys.stdin.buffer
+        if _a_device(stream):
+            raise UsageError("-: standard input is a device (such as /dev/zero), not a log; give the log's path or pipe it in")
+        return stream, None
     return os.fdopen(open_input(source, MAX_LOG_BYTES), "rb"), rank_of_path(source)
+
+
+def _a_device(stream) -> bool:
+    """A character device that is not a terminal (a terminal is a user pasting a log)."""
+    try:
+        return stat.S_ISCHR(os.fstat(stream.fileno()).st_mode) and not stream.isatty()
+    except (AttributeError, OSError, ValueError):  # an in-memory stream (the API's stdin=BytesIO)
+        return False
 
 
 def _numbered(source: str, number: int, texts, path_rank: str | None) -> Iterator[Line]:

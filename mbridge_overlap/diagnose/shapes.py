@@ -96,8 +96,10 @@ class Shapes:
         new = [s for s in shapes if s not in known]
         if new:
             if len(known) + len(new) > MAX_SHAPES or self._bytes > MAX_SHAPE_BYTES:
+                kept = {s: known[s] for s in shapes if s in known}  # the caller reads every shape it gave
                 known.clear()
-                self._bytes = 0
+                known.update(kept)
+                self._bytes = sum(map(len, kept))
             for s in new:
                 known[s] = self._judge(s)
                 self._bytes += len(s)

@@ -60,7 +60,8 @@ def layout_of(state) -> Layout:
 
 def env_value(value):
     """A launch variable's value as Bridge's recipes write it in env_vars: digits as an int, anything else as is."""
-    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
+    # past 18 digits no launch variable is a count: kept as text (and int() of 4,300+ digits raises)
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18 else value
 
 
 def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str]]:

@@ -8,10 +8,12 @@ assumed. Nothing here imports torch: the torch build is read from its library's 
 from __future__ import annotations
 
 import os
+import re
 import struct
 from pathlib import Path
 
 from ..upstream import releases
+from .. import safeio
 from ..errors import UsageError
 from dataclasses import dataclass, field
 
@@ -68,7 +70,8 @@ def describe(gpu: str, release: releases.Release, *, nvlink_domain: int | None =
         gpu=info["name"], gpus_per_node=per_node, nvlink_domain=domain, mnnvl=mnnvl,
         multicast=pick("multicast", multicast, True, "the pinned CUDA 13 stack needs a driver >= 580, which has CUDA multicast "
                                                      "on NVSwitch systems"),
-        te_version=pick("te_version", te_version, release.transformer_engine, f"pinned for Megatron-Bridge {release.version}"),
+        te_version=pick("te_version", _te_version(te_version), release.transformer_engine,
+                        f"pinned for Megatron-Bridge {release.version}"),
         given_torch_mpi=torch_mpi, release=release, sources=sources,
     )
 
@@ -144,3 +147,14 @@ def elf_needed(path: Path) -> list[str] | None:
 
 def _chunks(data: bytes, size: int):
     return (data[i:i + size] for i in range(0, len(data) - size + 1, size))
+
+
+# A Transformer Engine version as its packages spell it: 2.20.2, 2.9.0.dev0, 1.9.0.post1, 2.4.0+c1bbe6a
+_TE_VERSION = re.compile(r"(?:0|[1-9][0-9]{0,3})(?:\.(?:0|[1-9][0-9]{0,3})){1,2}(?:[.+-]?[A-Za-z0-9][A-Za-z0-9.+-]{0,39})?")
+
+
+def _te_version(value: str | None) -> str | None:
+    if value is not None and not (isinstance(value, str) and _TE_VERSION.fullmatch(value)):
+        raise UsageError(f"--te-version: expected a Transformer Engine version such as 2.20.2, got {safeio.shown(str(value))}")
+    return value
+

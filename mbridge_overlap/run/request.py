@@ -6,6 +6,7 @@ the field they set; anything else is a UsageError that names the field.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about
 
 _NULLS = {"null", "none", "~"}
 _INT = re.compile(r"^[+-]?[0-9]{1,%d}\Z" % safeio.MAX_INT_CHARS)  # ASCII digits: int() also takes "８" and "1_0"
+_DIGITS = re.compile(r"^[+-]?[0-9]+\Z")
 _FLOAT = re.compile(r"^[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -120,7 +122,14 @@ class Request:
         section, _, name = key.partition(".")
         setter = _SETTERS.get(section)
         if setter is None:
-            if section in bridge_fields(self.release.version):
+            known = bridge_fields(self.release.version)
+            if section in known:
+                # a section the resolver does not model: its field must still be one Bridge has (a section whose
+                # class varies, such as peft, lists none: any field goes)
+                if known[section] and name.partition(".")[0] not in known[section]:
+                    hint = closest(name, list(known[section]))
+                    raise UsageError(f"{key}: '{safeio.esc(name)}' is not a field of {section} in Megatron-Bridge "
+                                     f"{self.release.version}" + (f"; did you mean '{section}.{hint}'?" if hint else ""))
                 self.unmodeled.append(key)
                 return
             hint = closest(section, list(_SETTERS) + list(bridge_fields(self.release.version)))
@@ -254,20 +263,24 @@ def _set_env_var(req: Request, key: str, name: str, value: Any) -> None:
 
 def env_value(key: str, value: Any) -> Any:
     """Type an env_vars value as Hydra/YAML would; Bridge stores str(value) in os.environ."""
+    text = None
     if isinstance(value, str):
         text = value.strip()
         if text.lower() in _NULLS:
             value = None
         elif text.lower() in ("true", "false"):
             return text.lower() == "true"
-        elif _INT.match(text):
-            return int(text)
+        elif _DIGITS.match(text):
+            return int(text) if len(text) <= 18 else text  # no launch variable is a count of 19+ digits
         elif _FLOAT.match(text):
-            return float(text)
+            value = float(text)
         else:
             return text.strip("'\"")
     if value is None or not isinstance(value, (str, int, float, bool)):
         raise UsageError(f"{key}: environment values must be scalars (Bridge raises TypeError otherwise)")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(f"{key}: {safeio.shown(str(text if isinstance(text, str) else value))} is no finite number "
+                         "(a launch variable takes a number or text)")
     return value
 
 
@@ -342,6 +355,10 @@ def flatten_config(config: Mapping, release: Release, strict: bool = True) -> tu
         if section not in _SETTERS:
             if section not in known:
                 _unknown(f"{section}", strict, skipped, list(_SETTERS) + list(known))
+            elif isinstance(body, Mapping) and known[section]:
+                for name in body:
+                    if name != "_target_" and name not in known[section]:
+                        _unknown(f"{section}.{name}", strict, skipped, list(known[section]))
             continue  # a real section that takes no part in overlap selection
         if section == "mixed_precision" and isinstance(body, Mapping):
             items += _flatten_mixed_precision(body)
