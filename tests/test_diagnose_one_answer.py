@@ -70,3 +70,20 @@ def test_a_cause_the_config_predicts_carries_resolve_s_fix():
     # without a config nothing is proven: no machine-applicable fix, only the text
     (alone,) = _diagnose(line)["causes"]
     assert alone["fix_overrides"] == {} and "tp_comm_bootstrap_backend=nccl" in alone["fix"]
+
+
+def test_the_expert_parallel_sequence_parallel_warning_is_predicted_by_the_config():
+    """Megatron-Core warns at config time (ModelParallelConfig.__post_init__) when EP > 1 and TP > 1 run without
+    sequence parallel; the analysis had no such rule, so diagnose --config said it was known from the log only and
+    offered no fix_overrides."""
+    overrides = {"model.tensor_model_parallel_size": 2, "model.expert_model_parallel_size": 8, "model.num_moe_experts": 8,
+                 "model.sequence_parallel": False}
+    resolved = {f.id: f for f in api.resolve(overrides, gpus=32).findings}
+    assert resolved["EP_TP_WITHOUT_SEQUENCE_PARALLEL"].fix_overrides == {"model.sequence_parallel": True}
+    line = ("/usr/local/lib/python3.12/dist-packages/megatron/core/model_parallel_config.py:562: UserWarning: When using "
+            "expert parallelism and tensor parallelism for training, sequence parallelism must be used\n")
+    d = _diagnose(line, overrides=overrides, gpus=32)
+    (cause,) = [c for c in d["causes"] if c["id"] == "EP_TP_WITHOUT_SEQUENCE_PARALLEL"]
+    assert cause["predicted"] is True and cause["fix_overrides"] == {"model.sequence_parallel": True}
+    on = {**overrides, "model.sequence_parallel": True}
+    assert "EP_TP_WITHOUT_SEQUENCE_PARALLEL" not in {f.id for f in api.resolve(on, gpus=32).findings}

@@ -57,17 +57,32 @@ def owner_key(state: State, name: str, section: str = "model") -> str:
 def adopt_dp_knobs(state: State) -> dict:
     """The ddp/optimizer DP overlap values the user set, moved onto comm_overlap (where they win once
     CommOverlapConfig applies its DP settings); not where comm_overlap already requests that knob, nor a bucket size
-    whose reading is ambiguous."""
+    whose reading is ambiguous; a value that works against itself on this layout is dropped (set false) instead."""
     out = {}
     for name in DP_KNOBS:
         if (state.request.comm_overlap or {}).get(name) is not None:
             continue
         value = intended(state, name)
+        if value is True and _works_against_itself(state, name):
+            # another finding says it fails or hides nothing here: no fix carries it over, a move drops it
+            out.update({f"{section}.{name}": False for section in ("ddp", "optimizer") if name in getattr(state.request, section)})
+            continue
         if name == "bucket_size":
             value = bucket_to_move(state, value)
         if value is not None:
             out[f"comm_overlap.{name}"] = value
     return out
+
+
+def _works_against_itself(state: State, name: str) -> bool:
+    """overlap_param_gather without the distributed optimizer (PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER),
+    align_param_gather without the interleaved schedule (ALIGN_PARAM_GATHER_WITHOUT_INTERLEAVING)."""
+    m = state.model
+    if name == "overlap_param_gather":
+        return not state.ddp["use_distributed_optimizer"]
+    if name == "align_param_gather":
+        return not (m["pipeline_model_parallel_size"] > 1 and (m["virtual_pipeline_model_parallel_size"] or 1) > 1)
+    return False
 
 
 def tp_overlap_precision_problem(model: dict) -> tuple[str, str] | None:

@@ -290,6 +290,30 @@ def mxfp8_sync(state: State):
     yield make("MXFP8_PARAM_SYNC_NOT_OVERLAPPED", fix_overrides=o, fix=fix, dp=state.data_parallel_size)
 
 
+@check("ALIGN_PARAM_GATHER_WITHOUT_INTERLEAVING")
+def align_without_interleaving(state: State):
+    """align_param_gather leaves the param all-gathers to the schedule's param_sync_func, which only the interleaved
+    schedule calls: elsewhere nothing prefetches them."""
+    d, m = state.ddp, state.model
+    interleaved = m["pipeline_model_parallel_size"] > 1 and (m["virtual_pipeline_model_parallel_size"] or 1) > 1
+    if d["align_param_gather"] and d["overlap_param_gather"] and d["use_distributed_optimizer"] and not interleaved \
+            and state.data_parallel_size > 1:
+        key = "comm_overlap.align_param_gather" if state.request.comm_overlap is not None else "ddp.align_param_gather"
+        o, fix = fixed(state, "ALIGN_PARAM_GATHER_WITHOUT_INTERLEAVING", [{key: False}])
+        schedule = "PP=1" if m["pipeline_model_parallel_size"] == 1 else "the non-interleaved pipeline schedule (no VPP)"
+        yield make("ALIGN_PARAM_GATHER_WITHOUT_INTERLEAVING", fix_overrides=o, fix=fix, schedule=schedule)
+
+
+@check("EP_TP_WITHOUT_SEQUENCE_PARALLEL")
+def ep_tp_without_sequence_parallel(state: State):
+    """Megatron-Core's ModelParallelConfig.__post_init__ checks it when Bridge finalizes the model config (a warning
+    since 0.15, a ValueError before): the log's line is then predicted by the config."""
+    m = state.model
+    if m["expert_model_parallel_size"] > 1 and m["tensor_model_parallel_size"] > 1 and not m["sequence_parallel"]:
+        o, fix = fixed(state, "EP_TP_WITHOUT_SEQUENCE_PARALLEL", [{"model.sequence_parallel": True}])
+        yield make("EP_TP_WITHOUT_SEQUENCE_PARALLEL", fix_overrides=o, fix=fix)
+
+
 @check("FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER")
 def fp8_param_gather_plain_optimizer(state: State):
     """No check in Bridge 0.6.2 or Megatron-Core 0.19.2 (Megatron-LM's own arguments.py refuses it): what the

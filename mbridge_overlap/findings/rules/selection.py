@@ -168,10 +168,10 @@ def distributed_optimizer(state: State):
                    grad=fmt(state.ddp["overlap_grad_reduce"]), param=fmt(state.ddp["overlap_param_gather"]),
                    asserts={"ddp.use_distributed_optimizer": True, "ddp.overlap_grad_reduce": state.ddp["overlap_grad_reduce"],
                             "ddp.overlap_param_gather": state.ddp["overlap_param_gather"]})
-    if state.ddp["overlap_param_gather"] and not state.ddp["use_distributed_optimizer"]:
+    if state.ddp["overlap_param_gather"] and not state.ddp["use_distributed_optimizer"] and state.data_parallel_size > 1:
         c = {"ddp.overlap_param_gather": False, "optimizer.overlap_param_gather": False}
         o, fix = fixed(state, "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", [c])
-        yield make("PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", fix_overrides=o, fix=fix)
+        yield make("PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", fix_overrides=o, fix=fix, dp=state.data_parallel_size)
 
 
 def _dp_effective(state: State, name: str):
