@@ -290,3 +290,32 @@ def test_diff_counts_a_recompute_change_and_its_cost():
     assert {o["key"] for o in d["other_changes"]} >= set(FULL) and not d["unmodeled_changes"]
     assert d["budget"]["iteration_change_ms"] == pytest.approx(d["budget"]["iteration_ms_after"] - d["budget"]["iteration_ms_before"], abs=0.01)
     assert d["budget"]["iteration_change_ms"] > 0.25 * d["budget"]["iteration_ms_before"]  # a forward more: about a third
+
+
+def test_a_split_megatron_core_refuses_is_said_and_one_it_takes_is_not():
+    """80 layers over PP 8 x VPP 4 (10 per stage, not a multiple of 4): Megatron-Core's TransformerBlock asserts at
+    model build; the budget was given without a word. The 405B recipe's 126 layers over PP 8 x VP 8 split evenly once
+    the embedding and the loss count as layers, as the recipe sets: no such assumption."""
+    common = {"train.global_batch_size": 256, "train.micro_batch_size": 1, "model.seq_length": 8192,
+              "comm_overlap.tp_comm_overlap": False}
+
+    def said(**over):
+        b = api.budget({**common, **over}, model="llama3_70b", gpus=128, gpu="h100").to_dict()["budget"]
+        return [a for a in b["assumptions"] if "do not split evenly" in a]
+
+    assert said(**{"model.pipeline_model_parallel_size": 8, "model.virtual_pipeline_model_parallel_size": 4})
+    assert not said(**{"model.pipeline_model_parallel_size": 8, "model.virtual_pipeline_model_parallel_size": 5})
+    b = api.budget(recipe="llama31_405b_pretrain_128gpu_gb200_bf16_config", model="llama31_405b").to_dict()["budget"]
+    assert not [a for a in b["assumptions"] if "do not split evenly" in a]
+
+
+def test_a_cp_exchange_the_budget_does_not_model_is_said():
+    common = {"model.context_parallel_size": 2, "model.seq_length": 8192, "train.global_batch_size": 64,
+              "train.micro_batch_size": 1, "model.tensor_model_parallel_size": 8, "model.sequence_parallel": True}
+
+    def said(kind):
+        over = {**common, **({"model.cp_comm_type": kind} if kind else {})}
+        b = api.budget(over, model="llama3_70b", gpus=64, gpu="h100").to_dict()["budget"]
+        return [a for a in b["assumptions"] if "cp_comm_type" in a]
+
+    assert said("a2a") and said("all_gather") and not said("p2p") and not said(None)

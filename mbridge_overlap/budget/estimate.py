@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from . import buckets, shape as shapes
 from ..run.peft import Peft, of as peft_of
 from .system import System
+from .. import safeio
 from ..errors import UsageError
 
 ACT_BYTES = 2  # BF16: P2P tensors, CP's keys and values, EP's tokens, TP's reduce-scatters and all-reduces
@@ -72,6 +73,7 @@ class Layout:
     userbuffers: dict = field(default_factory=dict)  # TE userbuffers GEMM -> (method, splits, SM margin) in effect
     peft: Peft | None = None  # frozen base weights and the adapters trained (run.peft), None: every weight trains
     recompute: tuple = ()  # (granularity, method, num_layers, modules) as Megatron-Core reads them; () none
+    cp_comm_type: str | None = None  # model.cp_comm_type (Megatron-Core's default: p2p)
 
     @property
     def micro_batches(self) -> int:
@@ -112,6 +114,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         userbuffers=userbuffers(m.get("tp_comm_overlap_cfg"), tp),
         peft=peft_of(state) or peft,
         recompute=_recompute_of(m),
+        cp_comm_type=state.request.context.get("model.cp_comm_type"),
     )
 
 
@@ -271,6 +274,34 @@ class Budget:
         }
 
 
+def _uneven_split(layers: int, lay: Layout) -> tuple:
+    """The assumption where the layers split unevenly over PP x VPP: Megatron-Core's TransformerBlock asserts an even
+    split (transformer_block.py: layers over PP, each stage's over VPP) unless the config counts the embedding and
+    the loss as layers (account_for_*_in_pipeline_split) or sets uneven first and last stages, which the budget does
+    not read; no such count makes this split even, so say so."""
+    if lay.pp < 2:
+        return ()
+    vp = lay.vp if lay.vp > 1 else 1
+    if any((layers + extra) % lay.pp == 0 and (layers + extra) // lay.pp % vp == 0 for extra in (0, 1, 2)):
+        return ()
+    return (f"the {layers} layers do not split evenly over PP {lay.pp}" + (f" x VPP {vp}" if vp > 1 else "")
+            + ": Megatron-Core's TransformerBlock refuses it at model build unless the config sets uneven first and "
+            "last pipeline stages (num_layers_in_first/last_pipeline_stage, pipeline_model_parallel_layout), which the "
+            "budget does not read; it costs the largest stage as if the split were even",)
+
+
+def _cp_exchange(lay: Layout) -> tuple:
+    """CP is costed as Megatron-Core's default exchange, the p2p ring of keys and values; say where the config
+    chose another (a2a's all-to-alls of Q, K, V and the output; all_gather's key/value all-gather; a2a+p2p)."""
+    kind = lay.cp_comm_type if isinstance(lay.cp_comm_type, str) else "p2p" if lay.cp_comm_type is None else "per-layer types"
+    kind = kind.strip().strip("'\"")
+    if lay.cp < 2 or kind == "p2p":
+        return ()
+    kind = safeio.shown(kind) if kind not in ("a2a", "all_gather", "a2a+p2p", "per-layer types") else kind
+    return (f"CP is costed as the p2p ring of keys and values (Megatron-Core's default cp_comm_type); this config's "
+            f"cp_comm_type {kind} exchanges otherwise, which the budget does not model: its CP times are the ring's",)
+
+
 def _ms(seconds: float) -> float:
     return round(seconds * 1e3, 3)
 
@@ -314,7 +345,8 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     m = lay.micro_batches
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
                assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ())
-               + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()))
+               + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + _uneven_split(shape.num_layers, lay)
+               + _cp_exchange(lay))
     b.items += _tp(lay, shape, system, layers, m, tokens, gemm_s, again)
     if _userbuffers_run(lay):
         b.overlap_cost["tp_comm_overlap"] = layers * m * _sm_margin_s(lay, system, gemm_s)
@@ -487,8 +519,11 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
                     last_bytes=(spans[-1][1] - spans[-1][0]) * grad_bytes))
     if distopt:
         times = [system.seconds("all_gather", (e - s) * param_bytes, group, link) for s, e, _ in spans]
-        # forward needs the embedding's bucket (the last backward fills) first: the others load behind compute
-        hidden = max(0.0, min(sum(times[:-1]), stage_fwd)) if lay.settings["overlap_param_gather"] else 0.0
+        # forward needs the embedding's bucket (the last backward fills) first: the others load behind compute;
+        # with align_param_gather only the interleaved schedule dispatches them ahead (param_sync_func), elsewhere the
+        # forward pre-hook skips the next bucket's dispatch and each all-gather waits where its layer runs
+        prefetch = not d.get("align_param_gather") or (lay.pp > 1 and lay.vp > 1)
+        hidden = max(0.0, min(sum(times[:-1]), stage_fwd)) if lay.settings["overlap_param_gather"] and prefetch else 0.0
         out.append(Item("dp", "all_gather", f"parameters ({'FP8' if param_bytes == 1 else 'BF16'})",
                         max(e - s for s, e, _ in spans) * param_bytes, len(spans), group, link, sum(times), hidden,
                         "overlap_param_gather"))

@@ -108,6 +108,8 @@ class Request:
         if self.mixed_precision is not None:
             new.mixed_precision = MixedPrecision(self.mixed_precision.recipe, dict(self.mixed_precision.fields))
         new.unmodeled = [k for k in self.unmodeled if k not in remove]
+        for key in remove:
+            new.context.pop(key, None)
         new.launch_env_fields = [(k, v) for k, v in self.launch_env_fields if k not in remove]
         for key, value in overrides.items():
             if key.startswith("env_vars.") and value is None:
@@ -199,7 +201,7 @@ def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
     section = key.partition(".")[0]
     fields = schema.SECTIONS[section]
     if name not in fields or fields[name].since and name not in bridge_fields(req.release.version).get(section, ()):
-        _unmodeled_or_unknown(req, key, section, name, {k: f for k, f in fields.items() if k != name})
+        _unmodeled_or_unknown(req, key, section, name, {k: f for k, f in fields.items() if k != name}, value)
         return
     typed = convert(key, fields[name], value, req.release)
     getattr(req, section)[name] = typed
@@ -219,7 +221,7 @@ def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
     if name in schema.COMM_OVERLAP_COMPUTED:
         return  # set by Bridge from the world size; a dumped run config carries it
     if name not in schema.COMM_OVERLAP:
-        _unmodeled_or_unknown(req, key, "comm_overlap", name, schema.COMM_OVERLAP)
+        _unmodeled_or_unknown(req, key, "comm_overlap", name, schema.COMM_OVERLAP, value)
         return
     typed = convert(key, schema.COMM_OVERLAP[name], value, req.release)
     if req.comm_overlap is None:
@@ -240,7 +242,7 @@ def _set_mixed_precision(req: Request, key: str, name: str, value: Any) -> None:
         req.explicit["mixed_precision"] = req.mixed_precision.recipe if req.mixed_precision else None
         return
     if name not in schema.MIXED_PRECISION:
-        _unmodeled_or_unknown(req, key, "mixed_precision", name, schema.MIXED_PRECISION)
+        _unmodeled_or_unknown(req, key, "mixed_precision", name, schema.MIXED_PRECISION, value)
         return
     typed = convert(key, schema.MIXED_PRECISION[name], value, req.release)
     if req.mixed_precision is None:
@@ -308,10 +310,11 @@ def _env_names() -> set:
     return set(schema.LAUNCH_ENV_NAMES.values())
 
 
-def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping) -> None:
+def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping, value: Any = None) -> None:
     known = bridge_fields(req.release.version).get(section, ())
     if name in known:
         req.unmodeled.append(key)
+        req.context[key] = value  # as given (not typed): read only where a rule or the budget names it
         return
     hint = closest(name, list(modeled) + list(known))
     raise UsageError(
