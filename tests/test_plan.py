@@ -111,6 +111,30 @@ def test_fp8_precision_sets_the_perf_recipe_and_fp8_preset():
     assert d["effective"]["ddp"]["fp8_param_gather"] is True
 
 
+def test_precision_on_a_recipe_of_another_precision_replaces_its_mixed_precision():
+    """--precision was ignored with --recipe: the header said fp8_cs, the snippet kept the recipe's BF16."""
+    d = plan(recipe="llama3_8b_pretrain_config", precision="fp8_cs", tp=2, gpus=8)
+    assert d["overrides"]["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
+    assert d["effective"]["model"]["fp8"] == "hybrid" and d["layout"]["precision"] == "fp8_cs"
+    same = plan(recipe="llama3_8b_pretrain_config", precision="bf16", tp=2, gpus=8)
+    assert "mixed_precision" not in same["overrides"]  # the recipe's own precision: nothing to replace
+    back = plan(recipe="llama3_70b_pretrain_64gpu_gb200_nvfp4_config", precision="bf16")
+    assert back["overrides"]["mixed_precision"] == "bf16_mixed" and not back["effective"]["model"].get("fp4")
+
+
+@pytest.mark.parametrize("kw", [dict(tp=2, pp=2, gpus=32, gpu="h100", moe=True),
+                                dict(recipe="qwen3_30b_a3b_pretrain_config", tp=2, gpus=16, gpu="h100"),
+                                dict(tp=2, gpus=8, gpu="gb200", precision="nvfp4")])
+def test_a_plan_never_leaves_tp_overlap_off_and_offers_to_turn_it_on(kw):
+    """plan --moe without expert parallelism left TP overlap off for MoE practice while the config's MODE_LEFT_OFF
+    offered comm_overlap.tp_comm_overlap=true in the same answer."""
+    d = plan(**kw)
+    left_off = [f for f in d["findings"] if f["id"] == "MODE_LEFT_OFF" and "comm_overlap.tp_comm_overlap" in f["fix_overrides"]]
+    not_recommended = [n for n in d["plan_notes"] if n["id"] == "TP_OVERLAP_NOT_RECOMMENDED"]
+    assert not (left_off and not_recommended), (left_off, not_recommended)
+    assert bool(not_recommended) == (d["effective"]["model"]["tp_comm_overlap"] is False)
+
+
 # CUDA_DEVICE_MAX_CONNECTIONS by release: 0.6 follows the rule all 444 perf recipes follow (scripts/performance/utils/
 # overrides.py), 0.5 follows recipes/run_plugins.py PerfEnvPlugin. Megatron-Core's default flex backend is deepep.
 @pytest.mark.parametrize(

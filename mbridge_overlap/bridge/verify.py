@@ -43,12 +43,13 @@ def log(message: str) -> None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scripts/verify.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    lay = p.add_argument_group("layout (plan's flags; default: TP4, sequence parallel, PP4, VPP2, 64 H100, bf16)")
+    lay = p.add_argument_group("layout (plan's flags; default: the recipe's with --recipe, else TP4, sequence parallel, "
+                               "PP4, VPP2, 64 H100, bf16)")
     for flag in ("tp", "pp", "cp", "gpus"):
-        lay.add_argument(f"--{flag}", type=int, default=DEFAULT_LAYOUT[flag])
-    lay.add_argument("--vpp", type=int, default=DEFAULT_LAYOUT["vpp"], help="0 for none")
-    lay.add_argument("--gpu", default=DEFAULT_LAYOUT["gpu"])
-    lay.add_argument("--precision", default=DEFAULT_LAYOUT["precision"])
+        lay.add_argument(f"--{flag}", type=int)
+    lay.add_argument("--vpp", type=int, help="0 for none")
+    lay.add_argument("--gpu")
+    lay.add_argument("--precision")
     for flag in ("hidden-size", "seq-length", "micro-batch-size"):
         lay.add_argument(f"--{flag}", type=int)
     lay.add_argument("--lora", action="store_true")
@@ -70,8 +71,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 def layout_of(args) -> dict:
+    """plan's layout from the flags: with --recipe what is not given is the recipe's, else DEFAULT_LAYOUT's."""
+    given = {k: getattr(args, k) for k in DEFAULT_LAYOUT}
+    if not args.recipe:
+        given = {k: DEFAULT_LAYOUT[k] if v is None else v for k, v in given.items()}
+    vpp = given["vpp"]
     return dict(
-        tp=args.tp, pp=args.pp, vpp=args.vpp or None, cp=args.cp, gpus=args.gpus, gpu=args.gpu, precision=args.precision,
+        tp=given["tp"], pp=given["pp"], vpp=None if vpp == 0 else vpp, cp=given["cp"], gpus=given["gpus"], gpu=given["gpu"],
+        precision=given["precision"],
         hidden_size=args.hidden_size, seq_length=args.seq_length, micro_batch_size=args.micro_batch_size, lora=args.lora,
         te=args.te, recipe=args.recipe, task=args.task,
     )

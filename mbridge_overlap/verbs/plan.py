@@ -120,6 +120,9 @@ def make_plan(
     vpp = vpp if vpp is not None else base.get("vpp")
     _check_sizes(dict(tp=tp, pp=pp, cp=cp, vpp=vpp))
     gpu_info = releases.gpu(start.gpu)
+    # --precision on a recipe of another precision: the recipe's mixed_precision is replaced (asked for, like the layout)
+    other_precision = (precision is not None and entry is not None
+                       and releases.precision(precision) != releases.precision(entry.get("precision") or "bf16"))
     precision = releases.precision(precision if precision is not None else (entry or {}).get("precision") or "bf16")
     prec = releases.precision_facts(precision)
     moe = bool(moe) if moe is not None else base.get("ep", 1) > 1
@@ -128,12 +131,14 @@ def make_plan(
 
     grid = layout.Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, gpus=start.gpus)
     recipe_co = entry["request"]["comm_overlap"] if entry else None
-    blocked = _blocked_precision(release, entry, prec)
+    blocked = _blocked_precision(release, None if other_precision else entry, prec)
     notes: list = []
     if recipe_co is not None:  # the recipe's own choice stands, unless it cannot run
         tp_on = bool(recipe_co["tp_comm_overlap"]) and not blocked
     else:
-        tp_on, notes = _tp_rule(tp, start.te, blocked, moe)
+        # the MoE practice is that of recipes with expert parallelism; --moe on a layout without it is a dense one here
+        # (as the config's own MODE_LEFT_OFF reads it)
+        tp_on, notes = _tp_rule(tp, start.te, blocked, moe and base.get("ep", 1) > 1)
     sizes = {"tp": tp, "cp": cp, **start.shape}
     preset = None
     if tp_on:
@@ -151,8 +156,11 @@ def make_plan(
         overrides["model.sequence_parallel"] = True
     if recipe_co is None or recipe_co.get("tp_comm_overlap") != tp_on:
         overrides["comm_overlap.tp_comm_overlap"] = tp_on
-    if entry is None or tp_on and (recipe_co or {}).get("tp_comm_overlap_cfg") != preset:
+    if entry is None or tp_on and ((recipe_co or {}).get("tp_comm_overlap_cfg") != preset
+                                   or "comm_overlap.tp_comm_overlap" in overrides):
         # Always explicit without a recipe: null selects Transformer Engine's default even where a recipe carries a preset.
+        # And wherever the plan turns TP overlap on: a YAML or Hydra merge of comm_overlap over a recipe's preset object
+        # that the snippet does not restate leaves a mapping where Bridge's setup calls asdict() (TypeError)
         overrides["comm_overlap.tp_comm_overlap_cfg"] = preset if tp_on else None
     if grid.divisible and grid.dp > 1:
         # ddp's flag always: CommOverlapConfig reads it, and only it, before validate() syncs the two
@@ -162,6 +170,8 @@ def make_plan(
     if prec["recipe"] and entry is None:
         overrides["mixed_precision"] = prec["recipe"]
     asked = dict(_layout_overrides(base, tp, pp, vpp, cp))  # what the user's flags ask for, as opposed to the plan's choices
+    if other_precision:
+        asked["mixed_precision"] = prec["recipe"] or "bf16_mixed"
     if megatron_fsdp:
         asked.update({"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"})
     if moe_flex_dispatcher_backend:  # as Bridge's apply_flex_dispatcher_backend sets it
