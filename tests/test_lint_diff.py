@@ -221,3 +221,15 @@ def test_cli_json_and_one_line_errors(tmp_path):
     assert proc.returncode == 2 and "no run_config.yaml" in proc.stderr
     for rule in {c["finding_id"] for c in data["overlap_changes"]}:
         assert run_cli("explain", rule).returncode == 0
+
+
+def test_a_setting_changed_as_asked_is_said_once(tmp_path):
+    """`ddp.bucket_size went A -> B: ddp.bucket_size went A -> B`: the cause and the effect were one phrase twice."""
+    body = ("model:\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\n  seq_length: 8192\ntrain:\n"
+            "  global_batch_size: 128\n  micro_batch_size: 1\nddp:\n  use_distributed_optimizer: true\n"
+            "  overlap_grad_reduce: true\n  overlap_param_gather: true\n  bucket_size: {}\n")
+    (tmp_path / "before.yaml").write_text(body.format(40000000))
+    (tmp_path / "after.yaml").write_text(body.format(10000000))
+    r = mbridge_overlap.api.diff(tmp_path / "before.yaml", tmp_path / "after.yaml", gpus=16).to_dict()
+    messages = [c["message"] for c in r["overlap_changes"]]
+    assert messages == ["ddp.bucket_size went 40000000 -> 10000000"]

@@ -283,8 +283,9 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     rule = _rule(key, old, new, a, b, causes)
     effect = EFFECTS.get((key, old, new), f"{key} went {fmt(old)} -> {fmt(new)}")
     because = "; ".join(_cause_phrase(c, changed[c], a, b) for c in causes) or "no input change found"
+    message = effect if because == effect else f"{because}: {effect}"  # a setting changed as asked: said once
     return Change(
-        key=key, before=old, after=new, rule=rule, message=f"{because}: {effect}",
+        key=key, before=old, after=new, rule=rule, message=message,
         fix=_fix(causes, changed, a), causes=[{"key": c, "before": changed[c][0], "after": changed[c][1]} for c in causes],
         impact=IMPACT.get(key, 1),
     )
