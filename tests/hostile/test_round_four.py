@@ -76,6 +76,10 @@ def test_a_saved_config_of_impossible_size_gets_no_budget_and_no_traceback(tmp_p
      "model.seq_length"),
 ])
 def test_a_size_no_run_has_is_one_line(argv, word):
+    _refused(argv, word)
+
+
+def _refused(argv, word):
     proc = run_cli(*argv)
     assert proc.returncode == 2, proc.stderr
     assert_one_line(proc)
@@ -160,10 +164,7 @@ def test_a_file_name_of_undecodable_bytes_is_valid_json(tmp_path):
     (["lint", str(RUNS / "baseline.yaml"), "--shape", "hidden_size=0"], "hidden_size"),
 ])
 def test_an_unknown_key_or_name_is_one_line_even_where_nothing_reads_it(argv, word):
-    proc = run_cli(*argv)
-    assert proc.returncode == 2, proc.stderr
-    assert_one_line(proc)
-    assert word in proc.stderr.decode()
+    _refused(argv, word)
 
 
 def test_a_real_field_of_a_section_the_resolver_does_not_model_is_still_taken(tmp_path):
