@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from mbridge_overlap import api
+from mbridge_overlap import UsageError, api
 from mbridge_overlap.budget import buckets, system
 
 RECIPE = "llama3_70b_pretrain_64gpu_h100_bf16_config"
@@ -319,3 +319,13 @@ def test_a_cp_exchange_the_budget_does_not_model_is_said():
         return [a for a in b["assumptions"] if "cp_comm_type" in a]
 
     assert said("a2a") and said("all_gather") and not said("p2p") and not said(None)
+
+
+def test_an_moe_model_named_gives_the_config_its_experts_where_it_has_none():
+    """budget --model qwen3_30b_a3b with EP 8 on the baseline (no experts) was refused: EXPERT_PARALLEL_WITHOUT_EXPERTS."""
+    over = {"model.expert_model_parallel_size": 8, "model.seq_length": 4096, "train.global_batch_size": 256,
+            "train.micro_batch_size": 1}
+    b = api.budget(over, model="qwen3_30b_a3b", gpus=16).to_dict()["budget"]
+    assert b["layout"]["ep"] == 8 and any(c["dimension"] == "ep" for c in b["collectives"])
+    with pytest.raises(UsageError, match="EXPERT_PARALLEL_WITHOUT_EXPERTS"):
+        api.budget(over, model="llama3_8b", gpus=16)  # a dense model has no experts to give

@@ -112,9 +112,24 @@ def base_config(base: dict):
     return cfg
 
 
-def check_form(form: str, text: str, plan, base: dict | None = None, label: str = "baseline") -> FormResult:
-    """Apply one snippet over a base config, run runtime_config_update(), compare with the resolver's prediction
-    for the same base and the plan's overrides."""
+def recipe_config(recipe: str):
+    """The named shipped recipe, built as the recipe catalog built it (its offline stand-ins applied), before
+    runtime_config_update()."""
+    import importlib
+    from pathlib import Path
+
+    from ..upstream import catalog
+    from . import recipes
+
+    entry = catalog.lookup(recipe, adapter.bridge_version())
+    fn = getattr(importlib.import_module(entry["module"]), entry.get("alias_of") or entry["name"])
+    return recipes._build(fn, entry.get("gpu"), [tuple(f) for f in entry.get("fixups") or []], Path(tempfile.mkdtemp()))
+
+
+def check_form(form: str, text: str, plan, base: dict | None = None, label: str = "baseline",
+               recipe: str | None = None) -> FormResult:
+    """Apply one snippet over a base config (or the shipped recipe `recipe`), run runtime_config_update(), compare
+    with the resolver's prediction for the same start and the plan's overrides."""
     lay = plan.layout
     name = f"{form} over {label}"
     if form == "env":
@@ -126,10 +141,12 @@ def check_form(form: str, text: str, plan, base: dict | None = None, label: str 
         diffs = [(f"env.{k}", v, got.get(k)) for k, v in env.items() if got.get(k) != v]
         diffs += [(f"env.{k}", None, v) for k, v in got.items() if k not in env]
         return FormResult(name, not diffs, diffs)
+    start = {"recipe": recipe} if recipe else {"config": base or {}}
     predicted = api.resolve(plan.overrides, gpus=lay["gpus"], te=lay["te"], gpu=lay["gpu"], bridge_version=plan.resolution.bridge_version,
-                            config=base or {}).to_dict()
-    cfg = base_config(base or {})
-    cfg.train.global_batch_size = cfg.train.micro_batch_size * predicted["data_parallel_size"]
+                            **start).to_dict()
+    cfg = recipe_config(recipe) if recipe else base_config(base or {})
+    if not recipe:
+        cfg.train.global_batch_size = cfg.train.micro_batch_size * predicted["data_parallel_size"]
     try:
         if form == "env_vars":  # the env_vars snippet rides on the config overrides, applied the Python way
             _apply_python(cfg, render.python_snippet(plan.overrides, "verify", predicted["bridge_version"]))
@@ -161,12 +178,16 @@ def compare(predicted: dict, effective: dict, data_parallel_size: int) -> list:
 
 
 def check_forms(plan, texts: dict, progress=None) -> list[FormResult]:
-    """Each snippet text applied over the recipe baseline and, for the config forms, over a recipe that already
-    has comm_overlap."""
+    """Each snippet text applied over the recipe the plan was made for; without one, over the recipe baseline and,
+    for the config forms, over a recipe that already has comm_overlap."""
     results = []
+    recipe = plan.layout.get("recipe")
     for form, text in texts.items():
         if progress:
             progress(f"applying the {form} snippet to Bridge")
+        if recipe:  # the recipe the plan was made for: what the user pastes the snippet into
+            results.append(check_form(form, text, plan, label=f"recipe {recipe}", recipe=recipe))
+            continue
         results.append(check_form(form, text, plan))
         if form in ("python", "yaml", "hydra"):
             results.append(check_form(form, text, plan, RECIPE_WITH_COMM_OVERLAP, "a recipe with comm_overlap"))

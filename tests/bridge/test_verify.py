@@ -49,6 +49,25 @@ def test_tampered_snippet_files_fail_with_the_field(tmp_path):
     assert check["status"] == "FAIL" and "model.virtual_pipeline_model_parallel_size: predicted 2, Bridge 4" in check["detail"]
 
 
+def test_a_recipe_is_verified_in_its_own_layout_and_config(tmp_path):
+    """--recipe verified the default TP4 PP4 VPP2 on 64 GPUs over the baseline, never the recipe: now the recipe's
+    layout where a flag is not given, and every snippet pasted into the recipe itself (built as the catalog built it)."""
+    recipe = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+    report = run("--skip-suites", "--recipe", recipe, "--tp", "8", "--cp", "1")
+    assert report["exit_code"] == 0, report["checks"]
+    assert (report["layout"]["tp"], report["layout"]["pp"], report["layout"]["vpp"], report["layout"]["gpus"]) == (8, 4, 5, 64)
+    s = statuses(report)
+    assert all(s[f"apply {form} over recipe {recipe}"] == "PASS" for form in ("python", "yaml", "hydra", "env_vars"))
+    folder = tmp_path / "snippets"
+    run("--skip-suites", "--recipe", recipe, "--tp", "8", "--cp", "1", "--save-snippets", folder)
+    path = folder / "overrides.yaml"
+    assert "tensor_model_parallel_size: 8" in path.read_text()
+    path.write_text(path.read_text().replace("tensor_model_parallel_size: 8", "tensor_model_parallel_size: 2"))
+    report = run("--skip-suites", "--recipe", recipe, "--tp", "8", "--cp", "1", "--snippets", folder)
+    check = next(c for c in report["checks"] if c["check"] == f"apply yaml over recipe {recipe}")
+    assert report["exit_code"] == 1 and check["status"] == "FAIL" and "tensor_model_parallel_size" in check["detail"]
+
+
 def test_save_snippets_never_overwrites_without_force(tmp_path):
     folder = tmp_path / "s"
     run("--skip-suites", "--save-snippets", folder)
