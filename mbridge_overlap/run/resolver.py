@@ -329,6 +329,18 @@ def finalize_optimizer(state: State) -> None:
 # Checks that live in Megatron-Core, with the first Megatron-Core release that has them (read from its source; the
 # 0.18 releases that Bridge 0.5.x was run with accept what they refuse).
 MEGATRON_CORE_CHECKS = {"MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP": "0.19.0"}
+# TransformerConfig.__post_init__'s allowed recompute_modules with selective recompute, by the Megatron-Core release
+# that introduced each set (0.19 added gdn_norm_out); tests/bridge holds the installed release's to its source
+RECOMPUTE_MODULES = {"0.18.0": ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"),
+                     "0.19.0": ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts", "gdn_norm_out")}
+
+
+def recompute_modules_allowed(state: State) -> tuple:
+    """The recompute_modules names this release's Megatron-Core accepts (the newest set at or before it)."""
+    known = sorted(RECOMPUTE_MODULES, key=releases.version_key)
+    core = releases.version_key(state.request.release.megatron_core or known[-1])
+    since = [k for k in known if releases.version_key(k) <= core] or known[:1]
+    return RECOMPUTE_MODULES[since[-1]]
 
 
 def _core_has(state: State, check: str) -> bool:
@@ -363,6 +375,13 @@ def finalize_model(state: State) -> None:
             _reject(state, "DEFER_EMBEDDING_WGRAD_REJECTED", "Wgrad deferral limit should be greater than or equal to 0 when it is enabled!", where)
     if model["fp8_param"] and not model["fp8"]:
         _reject(state, "FP8_PARAM_GATHER_WITHOUT_FP8", "fp8_param must be used together with fp8 mode.", where)
+    if model["recompute_granularity"] == "selective" and model["recompute_modules"]:
+        allowed = recompute_modules_allowed(state)
+        invalid = sorted(set(model["recompute_modules"]) - set(allowed))
+        if invalid:
+            as_set = lambda names: "{" + ", ".join(map(repr, sorted(names))) + "}"  # noqa: E731 (a set's repr, in a fixed order)
+            _reject(state, "RECOMPUTE_MODULES_REJECTED", f"Invalid choices for recompute_modules: {as_set(invalid)}. "
+                    f"Allowed modules are: {as_set(allowed)}", where)
     if model["fp4_param"] and not model["fp4"]:
         _reject(state, "FP4_PARAM_GATHER_WITHOUT_FP4", "fp4_param must be used together with fp4 mode.", where)
     if model["expert_model_parallel_size"] > 1 and model["num_moe_experts"] is None:

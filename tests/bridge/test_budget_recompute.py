@@ -53,3 +53,26 @@ def test_the_budget_reads_them_so():
     assert recomputed(lay(("full", "block", 2, ("core_attn",)), vp=5), 20, False)["layer"] == 0.5  # 2 of 4 a virtual stage
     assert recomputed(lay(("selective", None, None, ("core_attn",))), 20, False) == {"layer": 0.0, "core_attn": 1.0, "mlp": 0.0}
     assert recomputed(lay(("selective", None, None, ("mlp",))), 20, True)["mlp"] == 0.0  # mlp is the dense layers'
+
+
+def test_the_recompute_modules_megatron_core_accepts_are_the_resolver_s():
+    """RECOMPUTE_MODULES_REJECTED: TransformerConfig.__post_init__'s allowed_modules for selective recompute, read
+    with ast from the installed Megatron-Core, equal the set the resolver keeps for its release."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    from megatron.core import __version__ as core_version
+    from mbridge_overlap.run import resolver
+    from mbridge_overlap.upstream import releases
+
+    path = Path(importlib.util.find_spec("megatron.core.transformer.transformer_config").origin)
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    post_init = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "__post_init__")
+    sets = sorted((n for n in ast.walk(post_init) if isinstance(n, ast.Assign)
+                   and any(getattr(t, "id", None) == "allowed_modules" for t in n.targets)), key=lambda n: n.lineno)
+    first = ast.literal_eval(sets[0].value)  # the recompute one comes first in the source (offload_modules' later)
+    assert "core_attn" in first and "qkv_linear" not in first
+    known = sorted(resolver.RECOMPUTE_MODULES, key=releases.version_key)
+    since = [k for k in known if releases.version_key(k) <= releases.version_key(core_version)]
+    assert set(resolver.RECOMPUTE_MODULES[since[-1]]) == first

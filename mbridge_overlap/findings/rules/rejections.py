@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ... import findings
 from ...run import layout, resolver
-from .. import make, shell
+from .. import Shell, make, shell
 from ..proof import fixed
 from ...run.request import Request
 from ...run.resolver import State
@@ -44,6 +44,16 @@ def _moe_fix(state: State, r) -> tuple[list, dict]:
 
 def _defer_off(state: State, r) -> tuple[list, dict]:
     return [{owner_key(state, "defer_embedding_wgrad_compute"): False}], {}
+
+
+def _valid_modules(state: State, r) -> tuple[list, dict]:
+    """A list is no value a shell takes unquoted: the fix names what to drop, for the user to edit."""
+    from ...run.resolver import recompute_modules_allowed
+
+    allowed = recompute_modules_allowed(state)
+    invalid = [m for m in state.model["recompute_modules"] if m not in allowed]
+    return [], {"otherwise": shell("drop {invalid} from model.recompute_modules (this Megatron-Core takes {allowed})",
+                                   invalid=", ".join(invalid), allowed=Shell(", ".join(allowed)))}
 
 
 def _reuse_off(state: State, r) -> tuple[list, dict]:
@@ -102,6 +112,7 @@ REJECTION_FIXES = {
     "MOE_OVERLAP_REJECTED": _moe_fix,
     "DEFER_EMBEDDING_WGRAD_REJECTED": _defer_off,
     "FP8_PARAM_GATHER_WITHOUT_FP8": _constant,
+    "RECOMPUTE_MODULES_REJECTED": _valid_modules,
     "FP4_PARAM_GATHER_WITHOUT_FP4": _constant,
     "MXFP8_REUSE_WITHOUT_FP8_PARAM_GATHER": _reuse_off,
     "NUM_BUCKETS_WITH_BUCKET_SIZE": _constant,
