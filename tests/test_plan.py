@@ -255,3 +255,15 @@ def test_the_asked_layout_is_not_resolved_where_the_plan_has_no_error():
 
     overrides = {"model.sequence_parallel": True}
     assert _plan_choices(never, {}, overrides, {})[0] == overrides
+
+
+def test_expert_parallelism_is_part_of_the_layout():
+    """plan had no --ep: a plan could not express expert parallelism beyond a recipe's."""
+    d = plan(tp=2, pp=2, ep=8, gpus=32, gpu="h100", model="qwen3_30b_a3b")
+    assert d["overrides"]["model.expert_model_parallel_size"] == 8 and d["overrides"]["model.num_moe_experts"] == 128
+    assert d["effective"]["model"]["expert_model_parallel_size"] == 8
+    assert not [f for f in d["findings"] if f["severity"] == "error"]
+    assert [n["id"] for n in d["plan_notes"] if n["id"] == "TP_OVERLAP_NOT_RECOMMENDED"]  # MoE practice with EP > 1
+    bare = plan(tp=2, ep=8, gpus=32, gpu="h100")  # no experts anywhere: Bridge refuses it, and the plan says so
+    assert "EXPERT_PARALLEL_WITHOUT_EXPERTS" in {f["id"] for f in bare["findings"] if f["severity"] == "error"}
+    assert "model.expert_model_parallel_size" not in plan(tp=2, gpus=8)["overrides"]  # EP 1: nothing to set

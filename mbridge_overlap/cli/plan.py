@@ -14,6 +14,8 @@ SNIPPETS = ("python", "yaml", "hydra", "env", "env_vars", "nemo_run")
 def add_arguments(p) -> None:
     for flag in ("--tp", "--pp", "--cp"):
         p.add_argument(flag, type=options.positive_int, help=f"{flag[2:].upper()} size (default: the recipe's, else 1)")
+    p.add_argument("--ep", type=options.positive_int, help="expert parallel size (default: the recipe's, else 1); an MoE "
+                   "model's: the recipe's experts, or those of the model --model names")
     p.add_argument("--vpp", type=options.at_most("virtual_pipeline_model_parallel_size"),
                    help="virtual pipeline size (interleaved schedule; needs --pp > 1)")
     p.add_argument("--precision", help="compute precision: " + ", ".join(releases.data()["precisions"])
@@ -38,7 +40,7 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     result = api.plan(
-        tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, precision=args.precision, hidden_size=args.hidden_size,
+        tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep, precision=args.precision, hidden_size=args.hidden_size,
         seq_length=args.seq_length, micro_batch_size=args.micro_batch_size, global_batch_size=args.global_batch_size, lora=args.lora, moe=args.moe,
         moe_a2a_overlap=args.moe_a2a_overlap, moe_flex_dispatcher_backend=args.moe_flex_backend, megatron_fsdp=args.megatron_fsdp,
         **options.budget_inputs(args), **options.inputs(args, gpus=args.gpus),

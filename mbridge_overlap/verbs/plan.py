@@ -93,6 +93,7 @@ def make_plan(
     pp: int | None = None,
     vpp: int | None = None,
     cp: int | None = None,
+    ep: int | None = None,
     precision: str | None = None,
     hidden_size: int | None = None,
     seq_length: int | None = None,
@@ -116,16 +117,16 @@ def make_plan(
     shape_given = dict(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
     start = scenario.build(recipe=entry, family=family, shape=shape_given, **inputs)
     base = _recipe_layout(entry)
-    tp, pp, cp = (x if x is not None else base.get(k, 1) for x, k in ((tp, "tp"), (pp, "pp"), (cp, "cp")))
+    tp, pp, cp, ep = (x if x is not None else base.get(k, 1) for x, k in ((tp, "tp"), (pp, "pp"), (cp, "cp"), (ep, "ep")))
     vpp = vpp if vpp is not None else base.get("vpp")
-    _check_sizes(dict(tp=tp, pp=pp, cp=cp, vpp=vpp))
+    _check_sizes(dict(tp=tp, pp=pp, cp=cp, vpp=vpp, ep=ep))
     gpu_info = releases.gpu(start.gpu)
     # --precision on a recipe of another precision: the recipe's mixed_precision is replaced (asked for, like the layout)
     other_precision = (precision is not None and entry is not None
                        and releases.precision(precision) != releases.precision(entry.get("precision") or "bf16"))
     precision = releases.precision(precision if precision is not None else (entry or {}).get("precision") or "bf16")
     prec = releases.precision_facts(precision)
-    moe = bool(moe) if moe is not None else base.get("ep", 1) > 1
+    moe = bool(moe) if moe is not None else ep > 1
     if moe_flex_dispatcher_backend is not None:
         releases.flex_backend(moe_flex_dispatcher_backend)
 
@@ -138,7 +139,7 @@ def make_plan(
     else:
         # the MoE practice is that of recipes with expert parallelism; --moe on a layout without it is a dense one here
         # (as the config's own MODE_LEFT_OFF reads it)
-        tp_on, notes = _tp_rule(tp, start.te, blocked, moe and base.get("ep", 1) > 1)
+        tp_on, notes = _tp_rule(tp, start.te, blocked, moe and ep > 1)
     sizes = {"tp": tp, "cp": cp, **start.shape}
     preset = None
     if tp_on:
@@ -151,7 +152,7 @@ def make_plan(
             notes.append(findings.make("TP_PRESET_MATCHED", fix_overrides={"comm_overlap.tp_comm_overlap_cfg": matched.name},
                                        preset=matched.name, via=via))
 
-    overrides = _layout_overrides(base, tp, pp, vpp, cp)
+    overrides = _layout_overrides(base, tp, pp, vpp, cp, ep)
     if tp >= 2 and not (entry and entry["request"]["model"]["sequence_parallel"]):
         overrides["model.sequence_parallel"] = True
     if recipe_co is None or recipe_co.get("tp_comm_overlap") != tp_on:
@@ -169,7 +170,10 @@ def make_plan(
             overrides["optimizer.use_distributed_optimizer"] = True
     if prec["recipe"] and entry is None:
         overrides["mixed_precision"] = prec["recipe"]
-    asked = dict(_layout_overrides(base, tp, pp, vpp, cp))  # what the user's flags ask for, as opposed to the plan's choices
+    asked = dict(_layout_overrides(base, tp, pp, vpp, cp, ep))  # what the user's flags ask for, as opposed to the plan's choices
+    experts = _experts(start, model, ep)
+    if experts:
+        asked["model.num_moe_experts"] = experts
     if other_precision:
         asked["mixed_precision"] = prec["recipe"] or "bf16_mixed"
     if megatron_fsdp:
@@ -261,14 +265,26 @@ def _recipe_layout(entry: dict | None) -> dict:
             "cp": m["context_parallel_size"], "ep": m.get("expert_model_parallel_size", 1)}
 
 
-def _layout_overrides(base: dict, tp: int, pp: int, vpp, cp: int) -> dict:
-    """The parallel sizes, all of them without a recipe; with one, those that differ from it."""
+def _experts(start, model: str | None, ep: int) -> int | None:
+    """With EP > 1 on a config without experts: the expert count of the MoE model --model names (Bridge refuses EP > 1
+    without num_moe_experts: EXPERT_PARALLEL_WITHOUT_EXPERTS)."""
+    if ep < 2 or start.request.model.get("num_moe_experts") or not model:
+        return None
+    from ..budget import shape as shapes
+
+    shapes.check_given(model, {})
+    return shapes.models()[model]["shape"].get("num_moe_experts")
+
+
+def _layout_overrides(base: dict, tp: int, pp: int, vpp, cp: int, ep: int = 1) -> dict:
+    """The parallel sizes, all of them without a recipe (but CP and EP of 1); with one, those that differ from it."""
     wanted = {"model.tensor_model_parallel_size": (tp, "tp"), "model.pipeline_model_parallel_size": (pp, "pp"),
-              "model.virtual_pipeline_model_parallel_size": (vpp, "vpp"), "model.context_parallel_size": (cp, "cp")}
+              "model.virtual_pipeline_model_parallel_size": (vpp, "vpp"), "model.context_parallel_size": (cp, "cp"),
+              "model.expert_model_parallel_size": (ep, "ep")}
     out = {}
     for key, (value, name) in wanted.items():
         if not base:
-            if name == "vpp" and value is None or name == "cp" and value == 1:
+            if name == "vpp" and value is None or name in ("cp", "ep") and value == 1:
                 continue
             out[key] = value
         elif base.get(name) != value:
