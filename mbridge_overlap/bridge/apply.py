@@ -121,9 +121,12 @@ def recipe_config(recipe: str):
     from ..upstream import catalog
     from . import recipes
 
+    import yaml
+
     entry = catalog.lookup(recipe, adapter.bridge_version())
     fn = getattr(importlib.import_module(entry["module"]), entry.get("alias_of") or entry["name"])
-    return recipes._build(fn, entry.get("gpu"), [tuple(f) for f in entry.get("fixups") or []], Path(tempfile.mkdtemp()))
+    fixups = [(key, yaml.safe_load(value)) for key, _, value in (f.partition("=") for f in entry.get("fixups") or [])]
+    return recipes._build(fn, entry.get("gpu"), fixups, Path(tempfile.mkdtemp()))
 
 
 def check_form(form: str, text: str, plan, base: dict | None = None, label: str = "baseline",
@@ -153,7 +156,12 @@ def check_form(form: str, text: str, plan, base: dict | None = None, label: str 
         _APPLY[form](cfg, text)
     except Exception as exc:
         return FormResult(name, False, error=f"Bridge could not apply the {form} snippet: {type(exc).__name__}: {exc}")
-    error, env = adapter.runtime_config_update(cfg, lay["gpus"], lay["te"])
+    if recipe:  # as the recipe catalog ran it: the GPU type's device stand-in, the recipe's own env_vars winning
+        from . import recipes
+
+        error, env = recipes.runtime(cfg, lay["gpus"], lay["gpu"])
+    else:
+        error, env = adapter.runtime_config_update(cfg, lay["gpus"], lay["te"])
     if error:
         return FormResult(name, False, error=f"runtime_config_update raised: {error}")
     diffs = compare(predicted, adapter.effective(cfg), cfg.data_parallel_size)

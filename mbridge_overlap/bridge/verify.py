@@ -23,7 +23,7 @@ from .. import api
 from ..errors import UsageError
 from . import adapter, apply, conformance, suites
 
-DEFAULT_LAYOUT = dict(tp=4, pp=4, vpp=2, cp=1, gpus=64, gpu="h100", precision="bf16")
+DEFAULT_LAYOUT = dict(tp=4, pp=4, vpp=2, cp=1, ep=1, gpus=64, gpu="h100", precision="bf16")
 SNIPPET_FILES = {"python": "python.py", "yaml": "overrides.yaml", "hydra": "hydra.txt", "env": "env.sh", "env_vars": "env_vars.py"}
 
 
@@ -45,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="scripts/verify.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     lay = p.add_argument_group("layout (plan's flags; default: the recipe's with --recipe, else TP4, sequence parallel, "
                                "PP4, VPP2, 64 H100, bf16)")
-    for flag in ("tp", "pp", "cp", "gpus"):
+    for flag in ("tp", "pp", "cp", "ep", "gpus"):
         lay.add_argument(f"--{flag}", type=int)
     lay.add_argument("--vpp", type=int, help="0 for none")
     lay.add_argument("--gpu")
@@ -77,7 +77,8 @@ def layout_of(args) -> dict:
         given = {k: DEFAULT_LAYOUT[k] if v is None else v for k, v in given.items()}
     vpp = given["vpp"]
     return dict(
-        tp=given["tp"], pp=given["pp"], vpp=None if vpp == 0 else vpp, cp=given["cp"], gpus=given["gpus"], gpu=given["gpu"],
+        tp=given["tp"], pp=given["pp"], vpp=None if vpp == 0 else vpp, cp=given["cp"], ep=given["ep"], gpus=given["gpus"],
+        gpu=given["gpu"],
         precision=given["precision"],
         hidden_size=args.hidden_size, seq_length=args.seq_length, micro_batch_size=args.micro_batch_size, lora=args.lora,
         te=args.te, recipe=args.recipe, task=args.task,
@@ -248,7 +249,7 @@ def human(report: dict) -> str:
     lay = report["layout"]
     lines = [
         f"verify: Megatron-Bridge {report['bridge_version']}, TP={lay['tp']} PP={lay['pp']} VPP={lay['vpp']} CP={lay['cp']} "
-        f"on {lay['gpus']} {lay['gpu']} ({lay['precision']})"
+        + (f"EP={lay['ep']} " if lay.get("ep", 1) > 1 else "") + f"on {lay['gpus']} {lay['gpu']} ({lay['precision']})"
     ]
     for c in report["checks"]:
         lines.append(f"{c['status']:<8} {c['check']}: {c['detail']}")

@@ -87,7 +87,8 @@ def resolution(d: dict) -> str:
 def plan(d: dict) -> str:
     lay = d["layout"]
     head = (
-        f"Plan for TP={lay['tp']} PP={lay['pp']} VPP={fmt(lay['vpp'])} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs "
+        f"Plan for TP={lay['tp']} PP={lay['pp']} VPP={fmt(lay['vpp'])} CP={lay['cp']} "
+        + (f"EP={lay['ep']} " if lay.get("ep", 1) > 1 else "") + f"on {lay['gpus']} {lay['gpu']} GPUs "
         f"({lay['precision']}), DP={fmt(lay['dp'])}, Megatron-Bridge {d['bridge_version']}"
         + (f", starting from {lay['recipe']}" if lay.get("recipe") else "")
     )

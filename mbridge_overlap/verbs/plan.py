@@ -191,7 +191,7 @@ def make_plan(
     notes += kept
     notes += _shipped_recipes_differ(release, an, grid, gpu_info["name"], precision, moe, entry)
     eff = an.effective
-    plan_layout = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "gpus": start.gpus, **start.shape, "dp": grid.dp if grid.divisible else None,
+    plan_layout = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "gpus": start.gpus, **start.shape, "dp": grid.dp if grid.divisible else None,
                    "gpu": gpu_info["name"], "precision": precision, "lora": lora, "te": start.te, "moe": moe,
                    "megatron_fsdp": bool(eff["ddp"]["use_megatron_fsdp"]), "recipe": entry["name"] if entry else None,
                    "family": start.family, "task": start.task}

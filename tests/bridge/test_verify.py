@@ -68,6 +68,15 @@ def test_a_recipe_is_verified_in_its_own_layout_and_config(tmp_path):
     assert report["exit_code"] == 1 and check["status"] == "FAIL" and "tensor_model_parallel_size" in check["detail"]
 
 
+def test_a_moe_recipe_of_another_gpu_type_is_verified_with_its_device_stand_in():
+    """A GB200 MoE recipe runs runtime_config_update under the GPU type's device stand-in, as the catalog built it
+    (without it Bridge's flex-dispatcher check asked torch for a GPU), with a planned EP of its own."""
+    recipe = "qwen3_30b_a3b_pretrain_16gpu_gb200_bf16_dev_config"
+    report = run("--skip-suites", "--recipe", recipe, "--ep", "8")
+    assert report["exit_code"] == 0, report["checks"]
+    assert report["layout"]["ep"] == 8 and "EP=8" in verify.human(report)
+
+
 def test_save_snippets_never_overwrites_without_force(tmp_path):
     folder = tmp_path / "s"
     run("--skip-suites", "--save-snippets", folder)
