@@ -38,6 +38,10 @@ _spec = importlib.util.spec_from_file_location("_mbo_messages", ROOT / "mbridge_
 M = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = M  # dataclasses look their module up while the class is built
 _spec.loader.exec_module(M)
+_fspec = importlib.util.spec_from_file_location("_mbo_frames", ROOT / "mbridge_overlap" / "diagnose" / "frames.py")
+_frames = importlib.util.module_from_spec(_fspec)
+_fspec.loader.exec_module(_frames)
+TE_CP_FUNCTIONS = _frames.TE_CP_FUNCTIONS  # Transformer Engine's context-parallel attention functions
 
 # The installed packages, by the directory that marks each in site-packages, and the short name ids use.
 PACKAGES = {
@@ -52,10 +56,6 @@ PACKAGES = {
 # (keywords; the file's default topic does not count); "overlap": only those whose text names a communication-overlap
 # topic (not mixed_precision or parallel_state alone). The first pattern that names a file decides. A pattern a
 # release lacks is listed in the header's `scanned.PACKAGE.missing`.
-_fspec = importlib.util.spec_from_file_location("_mbo_frames", ROOT / "mbridge_overlap" / "diagnose" / "frames.py")
-_frames = importlib.util.module_from_spec(_fspec)
-_fspec.loader.exec_module(_frames)
-TE_CP_FUNCTIONS = _frames.TE_CP_FUNCTIONS  # Transformer Engine's context-parallel attention functions
 SCAN = {
     "megatron-bridge": [
         ("megatron/bridge/training/comm_overlap.py", "all"),

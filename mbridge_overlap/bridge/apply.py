@@ -8,12 +8,13 @@ import os
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .. import api
-from ..upstream import releases
+from ..upstream import catalog, releases
 from ..output import snippets as render
 from ..run import request
-from . import adapter
+from . import adapter, recipes
 
 FORMS = ("python", "yaml", "hydra", "env_vars", "env")
 
@@ -112,23 +113,6 @@ def base_config(base: dict):
     return cfg
 
 
-def recipe_config(recipe: str):
-    """The named shipped recipe, built as the recipe catalog built it (its offline stand-ins applied), before
-    runtime_config_update()."""
-    import importlib
-    from pathlib import Path
-
-    from ..upstream import catalog
-    from . import recipes
-
-    import yaml
-
-    entry = catalog.lookup(recipe, adapter.bridge_version())
-    fn = getattr(importlib.import_module(entry["module"]), entry.get("alias_of") or entry["name"])
-    fixups = [(key, yaml.safe_load(value)) for key, _, value in (f.partition("=") for f in entry.get("fixups") or [])]
-    return recipes._build(fn, entry.get("gpu"), fixups, Path(tempfile.mkdtemp()))
-
-
 def check_form(form: str, text: str, plan, base: dict | None = None, label: str = "baseline",
                recipe: str | None = None) -> FormResult:
     """Apply one snippet over a base config (or the shipped recipe `recipe`), run runtime_config_update(), compare
@@ -147,21 +131,20 @@ def check_form(form: str, text: str, plan, base: dict | None = None, label: str 
     start = {"recipe": recipe} if recipe else {"config": base or {}}
     predicted = api.resolve(plan.overrides, gpus=lay["gpus"], te=lay["te"], gpu=lay["gpu"], bridge_version=plan.resolution.bridge_version,
                             **start).to_dict()
-    cfg = recipe_config(recipe) if recipe else base_config(base or {})
-    if not recipe:
-        cfg.train.global_batch_size = cfg.train.micro_batch_size * predicted["data_parallel_size"]
-    try:
-        if form == "env_vars":  # the env_vars snippet rides on the config overrides, applied the Python way
-            _apply_python(cfg, render.python_snippet(plan.overrides, "verify", predicted["bridge_version"]))
-        _APPLY[form](cfg, text)
-    except Exception as exc:
-        return FormResult(name, False, error=f"Bridge could not apply the {form} snippet: {type(exc).__name__}: {exc}")
-    if recipe:  # as the recipe catalog ran it: the GPU type's device stand-in, the recipe's own env_vars winning
-        from . import recipes
-
-        error, env = recipes.runtime(cfg, lay["gpus"], lay["gpu"])
-    else:
-        error, env = adapter.runtime_config_update(cfg, lay["gpus"], lay["te"])
+    with tempfile.TemporaryDirectory(prefix="mbridge-overlap-verify-") as scratch:  # a recipe's stand-in checkpoint
+        if recipe:  # built and run as the recipe catalog did: its fixups, the GPU type's device stand-in
+            cfg = recipes.rebuild(catalog.lookup(recipe, adapter.bridge_version()), Path(scratch))
+        else:
+            cfg = base_config(base or {})
+            cfg.train.global_batch_size = cfg.train.micro_batch_size * predicted["data_parallel_size"]
+        try:
+            if form == "env_vars":  # the env_vars snippet rides on the config overrides, applied the Python way
+                _apply_python(cfg, render.python_snippet(plan.overrides, "verify", predicted["bridge_version"]))
+            _APPLY[form](cfg, text)
+        except Exception as exc:
+            return FormResult(name, False, error=f"Bridge could not apply the {form} snippet: {type(exc).__name__}: {exc}")
+        error, env = (recipes.runtime(cfg, lay["gpus"], lay["gpu"]) if recipe
+                      else adapter.runtime_config_update(cfg, lay["gpus"], lay["te"]))
     if error:
         return FormResult(name, False, error=f"runtime_config_update raised: {error}")
     diffs = compare(predicted, adapter.effective(cfg), cfg.data_parallel_size)

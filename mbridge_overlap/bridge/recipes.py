@@ -166,6 +166,16 @@ def _build(fn, gpu, fixups, scratch: Path):
     return cfg
 
 
+def rebuild(entry: dict, scratch: Path):
+    """A catalog entry's recipe built again as entry() built it (its fixups, recorded KEY=VALUE, applied), before
+    runtime_config_update()."""
+    import yaml
+
+    fn = getattr(importlib.import_module(entry["module"]), entry.get("alias_of") or entry["name"])
+    fixups = [(key, yaml.safe_load(value)) for key, _, value in (f.partition("=") for f in entry.get("fixups") or [])]
+    return _build(fn, entry.get("gpu"), fixups, scratch)
+
+
 def _fixup_for(cfg, error: str) -> list | None:
     for pattern, fix in _FIXUPS:
         m = pattern.search(error)

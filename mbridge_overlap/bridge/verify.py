@@ -75,14 +75,10 @@ def layout_of(args) -> dict:
     given = {k: getattr(args, k) for k in DEFAULT_LAYOUT}
     if not args.recipe:
         given = {k: DEFAULT_LAYOUT[k] if v is None else v for k, v in given.items()}
-    vpp = given["vpp"]
-    return dict(
-        tp=given["tp"], pp=given["pp"], vpp=None if vpp == 0 else vpp, cp=given["cp"], ep=given["ep"], gpus=given["gpus"],
-        gpu=given["gpu"],
-        precision=given["precision"],
-        hidden_size=args.hidden_size, seq_length=args.seq_length, micro_batch_size=args.micro_batch_size, lora=args.lora,
-        te=args.te, recipe=args.recipe, task=args.task,
-    )
+    if given["vpp"] == 0:
+        given["vpp"] = None
+    return dict(given, hidden_size=args.hidden_size, seq_length=args.seq_length, micro_batch_size=args.micro_batch_size,
+                lora=args.lora, te=args.te, recipe=args.recipe, task=args.task)
 
 
 def expectations(values: list[str]) -> dict:

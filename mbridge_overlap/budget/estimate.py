@@ -90,8 +90,7 @@ def _check_run_sizes(state) -> None:
         section, _, name = key.partition(".")
         value = (state.model if section == "model" else state.train).get(name)
         if value is not None and not (isinstance(value, int) and 0 <= value <= bound):
-            got = f"{value!r}" if len(repr(value)) <= 24 else f"a number of {len(str(value))} digits"
-            raise UsageError(f"{key}: the budget takes up to {bound:,}, got {got}")
+            raise UsageError(f"{key}: the budget takes up to {bound:,}, got {safeio.shown(value)}")
 
 
 def layout_of(state, machine, peft: Peft | None = None) -> Layout:

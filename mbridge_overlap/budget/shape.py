@@ -99,6 +99,15 @@ def check_given(model: str | None, given: dict | None) -> None:
     _bounds(given or {})
 
 
+def experts_of(model: str | None) -> int | None:
+    """The expert count of the known model --model names (None: dense, or none named): what a config that sets no
+    model.num_moe_experts is given where Bridge would refuse EP > 1 without it (EXPERT_PARALLEL_WITHOUT_EXPERTS)."""
+    if not model:
+        return None
+    check_given(model, {})
+    return models()[model]["shape"].get("num_moe_experts")
+
+
 def _bounds(values: dict) -> None:
     for key, bound in BOUNDS.items():
         value = values.get(key)

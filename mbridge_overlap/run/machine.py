@@ -157,4 +157,3 @@ def _te_version(value: str | None) -> str | None:
     if value is not None and not (isinstance(value, str) and _TE_VERSION.fullmatch(value)):
         raise UsageError(f"--te-version: expected a Transformer Engine version such as 2.20.2, got {safeio.shown(str(value))}")
     return value
-

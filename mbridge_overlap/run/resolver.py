@@ -343,6 +343,11 @@ def recompute_modules_allowed(state: State) -> tuple:
     return RECOMPUTE_MODULES[since[-1]]
 
 
+def _set_repr(names) -> str:
+    """A set of names as Megatron-Core's message prints it, in a fixed order (a set's own is per process)."""
+    return "{" + ", ".join(map(repr, sorted(names))) + "}"
+
+
 def _core_has(state: State, check: str) -> bool:
     return releases.version_key(state.request.release.megatron_core) >= releases.version_key(MEGATRON_CORE_CHECKS[check])
 
@@ -379,9 +384,8 @@ def finalize_model(state: State) -> None:
         allowed = recompute_modules_allowed(state)
         invalid = sorted(set(model["recompute_modules"]) - set(allowed))
         if invalid:
-            as_set = lambda names: "{" + ", ".join(map(repr, sorted(names))) + "}"  # noqa: E731 (a set's repr, in a fixed order)
-            _reject(state, "RECOMPUTE_MODULES_REJECTED", f"Invalid choices for recompute_modules: {as_set(invalid)}. "
-                    f"Allowed modules are: {as_set(allowed)}", where)
+            _reject(state, "RECOMPUTE_MODULES_REJECTED", f"Invalid choices for recompute_modules: {_set_repr(invalid)}. "
+                    f"Allowed modules are: {_set_repr(allowed)}", where)
     if model["fp4_param"] and not model["fp4"]:
         _reject(state, "FP4_PARAM_GATHER_WITHOUT_FP4", "fp4_param must be used together with fp4 mode.", where)
     if model["expert_model_parallel_size"] > 1 and model["num_moe_experts"] is None:

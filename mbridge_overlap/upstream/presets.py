@@ -10,7 +10,6 @@ from __future__ import annotations
 from . import releases
 
 DIMENSIONS = (("hidden_size", "hidden"), ("tp", "TP"), ("cp", "CP"), ("micro_batch_size", "micro batch"), ("seq_length", "sequence"))
-# The model dimensions a run may leave unknown: how to say them, and how to give them.
 # Transformer Engine's userbuffers method per GEMM where a preset names none (pytorch/module/base.py initialize_ub,
 # `methods`); Bridge's presets lay their own over it per GEMM (get_default_config).
 TE_DEFAULT_METHODS = {
@@ -18,6 +17,7 @@ TE_DEFAULT_METHODS = {
     "fc2_dgrad": "ring_exchange", "proj_fprop": "pipeline", "fc2_fprop": "pipeline",
     "qkv_dgrad": "bulk", "qkv_wgrad": "bulk", "fc1_dgrad": "bulk", "fc1_wgrad": "bulk",
 }
+# The model dimensions a run may leave unknown: how to say them, and how to give them.
 SIZES = {"hidden_size": ("hidden size", "model.hidden_size=N, plan --hidden-size N"),
          "seq_length": ("sequence length", "model.seq_length=N, plan --seq-length N"),
          "micro_batch_size": ("micro batch size", "train.micro_batch_size=N, plan --micro-batch-size N")}

@@ -24,27 +24,18 @@ class BudgetResult:
 
 def budget(overrides=None, *, model=None, shape=None, **inputs) -> BudgetResult:
     from .. import budget as budgets
+    from ..budget import shape as shapes
     from ..errors import UsageError
     from ..findings.analysis import analyze
     from ..run import scenario
 
     analysis = analyze(scenario.build(overrides=overrides, **inputs))
-    experts = _experts_of(model, analysis)
+    refused = "EXPERT_PARALLEL_WITHOUT_EXPERTS" in {f.id for f in analysis.errors}
+    experts = shapes.experts_of(model) if refused else None
     if experts:  # --model names an MoE model the config leaves without experts, and EP > 1 asks for them
         analysis = analyze(scenario.build(overrides={**(overrides or {}), "model.num_moe_experts": experts}, **inputs))
     why = budgets.needs(analysis)
     if why is not None:
         raise UsageError(why)
     return BudgetResult(analysis, budgets.of(analysis, model=model, shape=shape))
-
-
-def _experts_of(model, analysis) -> int | None:
-    """The expert count of the --model named, where the config sets none and Bridge refuses EP > 1 without it
-    (EXPERT_PARALLEL_WITHOUT_EXPERTS): the model's shape says how many experts it has."""
-    from ..budget import shape as shapes
-
-    if not model or "EXPERT_PARALLEL_WITHOUT_EXPERTS" not in {f.id for f in analysis.errors}:
-        return None
-    shapes.check_given(model, {})
-    return shapes.models()[model]["shape"].get("num_moe_experts")
 

@@ -171,7 +171,9 @@ def make_plan(
     if prec["recipe"] and entry is None:
         overrides["mixed_precision"] = prec["recipe"]
     asked = dict(_layout_overrides(base, tp, pp, vpp, cp, ep))  # what the user's flags ask for, as opposed to the plan's choices
-    experts = _experts(start, model, ep)
+    from ..budget.shape import experts_of
+
+    experts = experts_of(model) if ep > 1 and not start.request.model.get("num_moe_experts") else None
     if experts:
         asked["model.num_moe_experts"] = experts
     if other_precision:
@@ -263,17 +265,6 @@ def _recipe_layout(entry: dict | None) -> dict:
     m = entry["request"]["model"]
     return {"tp": m["tensor_model_parallel_size"], "pp": m["pipeline_model_parallel_size"], "vpp": m["virtual_pipeline_model_parallel_size"],
             "cp": m["context_parallel_size"], "ep": m.get("expert_model_parallel_size", 1)}
-
-
-def _experts(start, model: str | None, ep: int) -> int | None:
-    """With EP > 1 on a config without experts: the expert count of the MoE model --model names (Bridge refuses EP > 1
-    without num_moe_experts: EXPERT_PARALLEL_WITHOUT_EXPERTS)."""
-    if ep < 2 or start.request.model.get("num_moe_experts") or not model:
-        return None
-    from ..budget import shape as shapes
-
-    shapes.check_given(model, {})
-    return shapes.models()[model]["shape"].get("num_moe_experts")
 
 
 def _layout_overrides(base: dict, tp: int, pp: int, vpp, cp: int, ep: int = 1) -> dict:

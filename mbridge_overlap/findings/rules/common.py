@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...run import layout
 from ...run.resolver import DP_BUCKET_SIZE, State
 
 MIB = 2**20
@@ -77,11 +78,10 @@ def adopt_dp_knobs(state: State) -> dict:
 def _works_against_itself(state: State, name: str) -> bool:
     """overlap_param_gather without the distributed optimizer (PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER),
     align_param_gather without the interleaved schedule (ALIGN_PARAM_GATHER_WITHOUT_INTERLEAVING)."""
-    m = state.model
     if name == "overlap_param_gather":
         return not state.ddp["use_distributed_optimizer"]
     if name == "align_param_gather":
-        return not (m["pipeline_model_parallel_size"] > 1 and (m["virtual_pipeline_model_parallel_size"] or 1) > 1)
+        return not layout.Layout.of(state.model, state.gpus).interleaved
     return False
 
 

@@ -48,9 +48,7 @@ def _defer_off(state: State, r) -> tuple[list, dict]:
 
 def _valid_modules(state: State, r) -> tuple[list, dict]:
     """A list is no value a shell takes unquoted: the fix names what to drop, for the user to edit."""
-    from ...run.resolver import recompute_modules_allowed
-
-    allowed = recompute_modules_allowed(state)
+    allowed = resolver.recompute_modules_allowed(state)
     invalid = [m for m in state.model["recompute_modules"] if m not in allowed]
     return [], {"otherwise": shell("drop {invalid} from model.recompute_modules (this Megatron-Core takes {allowed})",
                                    invalid=", ".join(invalid), allowed=Shell(", ".join(allowed)))}

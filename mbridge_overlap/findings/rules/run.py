@@ -5,7 +5,7 @@ model build), at the first step, and in steady state. Each rule mirrors code of 
 
 from __future__ import annotations
 
-from ...run import launch_env, peft
+from ...run import launch_env, layout, peft
 from ...upstream import presets, releases
 from .. import make, shell
 from ..proof import fixed
@@ -295,9 +295,8 @@ def align_without_interleaving(state: State):
     """align_param_gather leaves the param all-gathers to the schedule's param_sync_func, which only the interleaved
     schedule calls: elsewhere nothing prefetches them."""
     d, m = state.ddp, state.model
-    interleaved = m["pipeline_model_parallel_size"] > 1 and (m["virtual_pipeline_model_parallel_size"] or 1) > 1
-    if d["align_param_gather"] and d["overlap_param_gather"] and d["use_distributed_optimizer"] and not interleaved \
-            and state.data_parallel_size > 1:
+    if d["align_param_gather"] and d["overlap_param_gather"] and d["use_distributed_optimizer"] \
+            and not layout.Layout.of(m, state.gpus).interleaved and state.data_parallel_size > 1:
         key = "comm_overlap.align_param_gather" if state.request.comm_overlap is not None else "ddp.align_param_gather"
         o, fix = fixed(state, "ALIGN_PARAM_GATHER_WITHOUT_INTERLEAVING", [{key: False}])
         schedule = "PP=1" if m["pipeline_model_parallel_size"] == 1 else "the non-interleaved pipeline schedule (no VPP)"
