@@ -166,3 +166,15 @@ def test_workers_answer_as_one_process(tmp_path, monkeypatch):
     pools.clear()
     assert api.diagnose([str(folder)], jobs=2).to_dict() == one and pools == [2] * 5
     assert one["causes"]
+
+
+def test_batches_cover_every_file_in_order_and_evenly():
+    """The files go to the pool in batches of at most `most`, in order, none shorter than another by more than one
+    file: a short last batch would run on fewer workers than there are."""
+    for count in (1, 2, 63, 64, 65, 129, 1000):
+        for most in (1, 2, 8, 64):
+            got = parallel._batches(count, most)
+            assert [s for s, _ in got] == [sum(n for _, n in got[:i]) for i in range(len(got))]
+            assert sum(n for _, n in got) == count and max(n for _, n in got) <= most
+            assert max(n for _, n in got) - min(n for _, n in got) <= 1
+            assert len(got) == -(-count // most)

@@ -43,8 +43,7 @@ def scan_all(catalog: messages.Catalog, sources: list, summary, jobs: int | None
 
     shapes.for_catalog(catalog, shapes.title_of(summary))  # made once, before the workers are forked
     scan = Scan(catalog, summary=summary)
-    step = BATCH * jobs  # files whose scans are held at once (each up to MAX_ITERATIONS times): memory stays bounded
-    for start in range(0, len(sources), step):
+    for start, step in _batches(len(sources), BATCH * jobs):
         batch = sources[start:start + step]
         try:
             parts = pool.map_ordered(partial(_scan_one, catalog, summary is not None), batch, jobs, sizes[start:start + step])
@@ -58,6 +57,15 @@ def scan_all(catalog: messages.Catalog, sources: list, summary, jobs: int | None
             if notes is not None:
                 notes.extend(part_notes)
     return scan
+
+
+def _batches(count: int, most: int) -> list[tuple[int, int]]:
+    """(start, length) of the batches `count` files are read in: at most `most` files each (their scans are held at
+    once: memory stays bounded), as equal as they can be, so that no short last batch runs on fewer workers than
+    there are (65 files on 2 workers: 33 and 32, not 64 and 1)."""
+    n = -(-count // most)
+    sizes = [count // n + (i < count % n) for i in range(n)]
+    return [(sum(sizes[:i]), size) for i, size in enumerate(sizes)]
 
 
 def _scan_one(catalog: messages.Catalog, with_summary: bool, source: str) -> tuple[Scan, list]:
