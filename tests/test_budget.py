@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 from mbridge_overlap import UsageError, api
 from mbridge_overlap.budget import buckets, system
+from mbridge_overlap.output import text as render
 
 RECIPE = "llama3_70b_pretrain_64gpu_h100_bf16_config"
 
@@ -329,3 +330,26 @@ def test_an_moe_model_named_gives_the_config_its_experts_where_it_has_none():
     assert b["layout"]["ep"] == 8 and any(c["dimension"] == "ep" for c in b["collectives"])
     with pytest.raises(UsageError, match="EXPERT_PARALLEL_WITHOUT_EXPERTS"):
         api.budget(over, model="llama3_8b", gpus=16)  # a dense model has no experts to give
+
+
+def test_a_flip_the_config_cannot_make_is_priced_but_marked():
+    """The budget prices flipping each overlap setting; where the override that asks for the flip brings an error
+    (TP overlap with NVFP4 fails at the first step) or that Bridge turns back (TP overlap without Transformer Engine),
+    the setting says so, and the re-resolved config with that override raises the finding it names."""
+    nvfp4 = "llama31_405b_pretrain_256gpu_gb200_nvfp4_config"
+    b = _budget(recipe=nvfp4, model="llama31_405b")
+    tp = b["settings"]["tp_comm_overlap"]
+    assert tp["effective"] is False and tp["iteration_change_ms_if_flipped"] < 0  # it would pay, were it possible
+    assert tp["flip"] == {"overrides": {"comm_overlap.tp_comm_overlap": True}, "holds": False,
+                          "because": ["TP_OVERLAP_UNSUPPORTED_PRECISION"]}
+    with_it = api.resolve(tp["flip"]["overrides"], recipe=nvfp4).to_dict()
+    assert "TP_OVERLAP_UNSUPPORTED_PRECISION" in {f["id"] for f in with_it["findings"] if f["severity"] == "error"}
+    assert all(s["flip"]["holds"] for k, s in b["settings"].items() if k != "tp_comm_overlap")
+    text = render.budget(api.budget({}, recipe=nvfp4, model="llama31_405b").to_dict())
+    assert "but on this config comm_overlap.tp_comm_overlap=true brings TP_OVERLAP_UNSUPPORTED_PRECISION" in text
+
+    # without Transformer Engine Bridge turns a TP overlap request back off: the flip is priced, and marked
+    no_te = _budget({"comm_overlap.tp_comm_overlap": False}, te=False)["settings"]["tp_comm_overlap"]
+    assert no_te["iteration_change_ms_if_flipped"] < 0
+    assert no_te["flip"]["holds"] is False and no_te["flip"]["because"] == ["TP_OVERLAP_OFF_NO_TE"]
+    assert all(s["flip"]["holds"] for s in _budget()["settings"].values())  # the 70B H100 recipe: every flip holds

@@ -270,7 +270,10 @@ def main(argv=None) -> int:
             "(docs/performance-summary.md and its archive, read from the git mirror), each costed by `mbridge-overlap budget` "
             "with the row's shipped perf recipe and layout. One constant per GPU system (`efficiency` in "
             f"data/budget_systems.yaml) is fitted on the rows of release {CALIBRATION}; the errors below are on every other "
-            "row (NVFP4 rows apart: they are costed at the FP8 matmul rate).", "",
+            "row (NVFP4 rows apart: they are costed at the FP8 matmul rate). No FP4 rate is in the data: no measured "
+            "dense FP4 GEMM rate of these GPUs was found, and the datasheets' FP4:FP8 ratio (2 on B200 and GB200, 3 on "
+            "GB300) put on the measured FP8 rate predicts these rows 7 % to 69 % high (tried 2026-12-05), where the FP8 "
+            "rate predicts them 12 % to 40 % low: an NVFP4 step reaches neither rate.", "",
             *lines[: 2 + len(result["errors"])], "",
             f"Rows used: {len(rows)}; left out: " + "; ".join(f"{n} ({w})" for w, n in sorted(why.items())) + ".", "",
             "![predicted against published tokens/s/GPU](budget-published.svg)", "",

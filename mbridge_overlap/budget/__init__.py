@@ -13,7 +13,7 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     (else the recipe's model, where the budget knows it), then the shape keys of the run config's model section (a
     saved run config holds them all), then `shape`'s keys, each winning over the one before. efficiency: instead of
     the system's fitted one. peft (run.peft.Peft): fine-tuning the run's config does not say (plan --lora)."""
-    from . import estimate, shape as shapes, system, worth
+    from . import estimate, flips, shape as shapes, system, worth
 
     state, sc = analysis.state, analysis.scenario
     saved = shapes.in_config((sc.config.raw if sc.config else {}).get("model"))
@@ -32,6 +32,7 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     if efficiency is not None:  # tools/check_budget.py fits it
         sysinfo = system.System(sysinfo.name, {**sysinfo.record, "efficiency": {"value": efficiency}}, lay.domain)
     budget = estimate.estimate(lay, sh, sysinfo, origin)
+    budget.flips = flips.check(state, {k: v for k, v in lay.settings.items() if k in budget.flipped})
     budget.findings = worth.check(budget)
     return budget
 

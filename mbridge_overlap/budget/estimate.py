@@ -221,6 +221,7 @@ class Budget:
     bubble_s: float
     items: list = field(default_factory=list)
     flipped: dict = field(default_factory=dict)  # setting -> (exposed seconds, overlap cost seconds) change flipped
+    flips: dict = field(default_factory=dict)  # setting -> whether the config can make that flip (flips.check)
     findings: list = field(default_factory=list)  # worth.check(): what the budget says about worth (Finding)
     assumptions: tuple = ASSUMPTIONS
     overlap_cost: dict = field(default_factory=dict)  # setting -> seconds it adds to compute (GEMMs on fewer SMs)
@@ -256,7 +257,8 @@ class Budget:
             "dimensions": self.dimensions(),
             "settings": {k: {"effective": v, "overlap_cost_ms": _ms(self.overlap_cost.get(k, 0.0)),
                              "exposed_change_ms_if_flipped": _ms(self.flipped[k][0]),
-                             "iteration_change_ms_if_flipped": _ms(sum(self.flipped[k]))}
+                             "iteration_change_ms_if_flipped": _ms(sum(self.flipped[k])),
+                             **({"flip": self.flips[k]} if k in self.flips else {})}
                          for k, v in lay.settings.items() if k in self.flipped},
             "collectives": [i.to_dict() for i in self.items],
             "layout": {"tp": lay.tp, "pp": lay.pp, "vp": lay.vp, "cp": lay.cp, "ep": lay.ep, "dp": lay.dp,

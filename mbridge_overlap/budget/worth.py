@@ -38,8 +38,19 @@ def check(budget) -> list:
         net = -(exposed + cost)  # what turning it off saves
         if settings.get(setting) and net >= SHARE * it:
             out.append(findings.make("WORTH_OVERLAP_COSTS_MORE", setting=setting, hidden=_ms(exposed), cost=_ms(-cost),
-                                     net=_ms(net), pct=_pct(net, it)))
+                                     net=_ms(net), pct=_pct(net, it), off=_off(budget.flips.get(setting))))
     return out
+
+
+def _off(flip: dict | None) -> findings.Shell:
+    """Turning the setting off, where the config can (budget/flips.py); where it cannot, what says so."""
+    if flip is None:
+        return findings.Shell("")
+    asked = findings.overrides_text(flip["overrides"])
+    if flip["holds"]:
+        return findings.shell(", or {asked}", asked=asked)
+    return findings.shell("; not {asked} here: it brings {because}", asked=asked,
+                          because=findings.Shell(", ".join(flip["because"])))
 
 
 def _ms(seconds: float) -> str:

@@ -51,7 +51,7 @@ def signature(f: Finding) -> tuple:
     return f.id, tuple(sorted(f.knobs))
 
 
-def _rerun(state: State, overrides: dict, remove=()) -> State | None:
+def rerun(state: State, overrides: dict, remove=()) -> State | None:
     """The state of the same scenario with `overrides`: through the one path every verb takes (Scenario.resolve,
     which analysis.state_of is)."""
     try:
@@ -92,7 +92,7 @@ def _settle(state: State, overrides: dict, remove, target: tuple, before: set) -
     undo a value they set (an error's fix wins: no fix sets what Bridge rejects; a warning's must agree). None when
     that does not settle in three rounds."""
     for _ in range(3):
-        after = _rerun(state, overrides, remove)
+        after = rerun(state, overrides, remove)
         if after is None:
             return None
         found = probe(after)
@@ -126,7 +126,7 @@ def fixed(state: State, finding_id: str, candidates: list[dict], otherwise: Shel
 
 def fails(state: State, overrides: dict) -> bool:
     """Whether the scenario with `overrides` is refused or brings an error that was not there."""
-    after = _rerun(state, overrides)
+    after = rerun(state, overrides)
     if after is None:
         return True
     before = {signature(f) for f in probe(state) if f.severity == "error"}
@@ -145,7 +145,7 @@ def unproven(state: State, candidates: list[dict], otherwise: Shell, finding_id:
     before = {signature(f) for f in probe(state) if f.severity in BLOCKING}
     choices = []
     for c in candidates:
-        after = _rerun(state, c)
+        after = rerun(state, c)
         if after is None:
             cost = "is an input this release refuses"
         else:

@@ -423,9 +423,14 @@ def _worth(b: dict) -> list[str]:
     for name, s in b["settings"].items():
         change, exposed = s["iteration_change_ms_if_flipped"], s["exposed_change_ms_if_flipped"]
         cost = f"; its own cost {change - exposed:+,.1f} ms (GEMMs on fewer SMs)" if abs(change - exposed) >= 0.05 else ""
+        flip = s.get("flip") or {"holds": True}
+        would = "changes" if flip["holds"] else "would change"
         lines.append(f"  {name}={'true' if s['effective'] else 'false'} (as Bridge leaves it): turning it "
-                     f"{'off' if s['effective'] else 'on'} changes the iteration by {change:+,.1f} ms "
+                     f"{'off' if s['effective'] else 'on'} {would} the iteration by {change:+,.1f} ms "
                      f"({_pct(change, b['iteration_ms'])}): exposed communication {exposed:+,.1f} ms{cost}")
+        if not flip["holds"]:
+            asked = " ".join(f"{k}={str(v).lower()}" for k, v in flip["overrides"].items())
+            lines.append(f"    but on this config {asked} brings {', '.join(flip['because'])} (resolve with it says why)")
     return lines
 
 
