@@ -163,6 +163,42 @@ def test_a_bare_assert_is_found_by_its_frame():
     assert d["causes"][0]["evidence"][0]["frame"]["function"] == "hook"
 
 
+def _frames(*frames) -> str:
+    return "Traceback (most recent call last):\n" + "".join(
+        f'  File "{path}", line {n}, in {function}\n    {code}\n' for n, (path, function, code) in enumerate(frames, 100))
+
+
+_STEP = ("/opt/megatron-lm/megatron/core/pipeline_parallel/schedules.py", "forward_step", "forward_step_func(data_iterator, model)")
+_DDP_FORWARD = ("/opt/megatron-lm/megatron/core/distributed/distributed_data_parallel.py", "forward", "return self.module(*inputs)")
+_MODULE = ("/usr/local/lib/python3.12/dist-packages/torch/nn/modules/module.py", "_call_impl", "return forward_call(*args)")
+_ATTENTION = ("/opt/megatron-lm/megatron/core/transformer/attention.py", "forward", "query = query.view(*new_shape)")
+_SHAPE_ERROR = "RuntimeError: shape '[4096, 1, 32, 128]' is invalid for input of size 8388608\n"
+
+
+def test_an_exception_of_the_model_below_the_schedule_or_ddp_is_not_an_overlap_cause():
+    """The pipeline schedule's forward_step and DDP's forward run the model: an error the model's own layers raise
+    under them is the model's (it used to be named a DP overlap cause), however the traceback ends."""
+    for frames in ([_STEP, _MODULE, _DDP_FORWARD, _MODULE, _ATTENTION], [_STEP, _DDP_FORWARD], [_STEP]):
+        for end in (_SHAPE_ERROR, ""):
+            d = _diagnose_text(_frames(*frames) + end)
+            assert not [c for c in d["causes"] if c.get("overlap_related", True)], (frames, end, d["causes"])
+
+
+def test_an_exception_below_overlap_code_through_torch_stays_the_overlap_codes():
+    """Below a frame on the path, torch's and the standard library's frames leave the exception that code's: a
+    gradient hook of DDP's buffer raising through torch.distributed is DP's; the model's layer below it is not."""
+    bucket = ("/opt/megatron-lm/megatron/core/distributed/param_and_grad_buffer.py", "start_grad_sync", "torch.distributed.reduce_scatter_tensor(")
+    c10d = ("/usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py", "reduce_scatter_tensor", "work = group._reduce_scatter_base(")
+    asdict = ("/usr/lib/python3.12/dataclasses.py", "asdict", 'raise TypeError("asdict() should be called on dataclass instances")')
+    d = _diagnose_text(_frames(_STEP, _MODULE, bucket, c10d) + "RuntimeError: unexpected tensor layout\n")
+    (cause,) = d["causes"]
+    assert cause["id"] == "OVERLAP_PATH_TRACEBACK" and "ddp.overlap_grad_reduce" in cause["knobs"]
+    setup = ("/opt/Megatron-Bridge/src/megatron/bridge/training/comm_overlap.py", "setup", "asdict(cfg)")
+    d = _diagnose_text(_frames(setup, asdict) + "TypeError: asdict() should be called on dataclass instances\n")
+    assert [c["id"] for c in d["causes"]] == ["OVERLAP_PATH_TRACEBACK"]
+    assert not _diagnose_text(_frames(bucket, _ATTENTION) + _SHAPE_ERROR)["causes"]
+
+
 def test_the_code_line_of_a_frame_is_not_a_second_message():
     text = ('  File "/x/site-packages/megatron/bridge/training/config.py", line 1102, in _validate_and_apply_megatron_fsdp_configs\n'
             '    assert os.getenv("CUDA_DEVICE_MAX_CONNECTIONS") != "1", "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset."\n'

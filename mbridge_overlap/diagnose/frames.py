@@ -51,6 +51,17 @@ ROWS = [
 ]
 _COMPILED = [(re.compile(p), re.compile(f) if f else None, dim, fields) for p, f, dim, fields in ROWS]
 
+# Frames that run the model for the pipeline schedule or for DDP (whose files are on the path for what else they
+# do): what is raised below them is the model's, unless a deeper frame is on the path again
+MODEL_CALLS = [(re.compile(r"megatron/core/pipeline_parallel/schedules\.py$"),
+                re.compile(r"^(?:forward_step|forward_step_calc_loss|backward_step|custom_backward)$")),
+               (re.compile(r"megatron/core/distributed/distributed_data_parallel\.py$"), re.compile(r"^forward$"))]
+# Code that code on the path calls without the exception becoming another's: torch, the Python standard library,
+# Megatron-Core's decorators, Transformer Engine's collective helpers. Any other frame below the innermost one on
+# the path (the model's own layers, a framework's step function) means the exception was raised there.
+NEUTRAL = re.compile(r"(?:^|/)torch/|/lib/python3[\d.]*/(?!(?:site|dist)-packages/)|^<|megatron/core/utils\.py$"
+                     r"|transformer_engine/pytorch/distributed\.py$")
+
 # Attributes whose absence (AttributeError: ... has no attribute 'X') is an overlap setting or structure another
 # release or framework lacks: the field it names, and its dimension.
 ATTRIBUTES = {
@@ -73,10 +84,17 @@ _ATTRIBUTE = re.compile(r"AttributeError: .*has no attribute '(\w+)'")
 def overlap_frame(path: str, function: str) -> tuple[str, list] | None:
     """(dimension, fields) of a traceback frame on the overlap path; None for a frame elsewhere."""
     path = path.replace("\\", "/")
+    if any(rx.search(path) and fn.search(function or "") for rx, fn in MODEL_CALLS):
+        return None
     for rx, fn, dim, fields in _COMPILED:
         if rx.search(path) and (fn is None or fn.search(function or "")):
             return dim, list(fields)
     return None
+
+
+def neutral(path: str) -> bool:
+    """Whether a frame below one on the overlap path leaves the exception that path's (NEUTRAL)."""
+    return bool(NEUTRAL.search(path.replace("\\", "/")))
 
 
 def missing_attribute(line: str) -> tuple[str, str, list] | None:

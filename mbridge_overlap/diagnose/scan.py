@@ -119,6 +119,8 @@ class Scan:
                 where = frames.overlap_frame(parsed[0], parsed[2])
                 if where is not None:
                     self._on_path[key] = (*parsed, *where, line)
+                elif not frames.neutral(parsed[0]):  # raised below the path, in code of its own (the model's)
+                    self._on_path.pop(key, None)
                 return None
         elif "Traceback (most recent call last)" in text:
             self._on_path.pop(key, None)
