@@ -207,6 +207,20 @@ def test_the_code_line_of_a_frame_is_not_a_second_message():
     assert d["causes"][0]["evidence"][0]["count"] == 1
 
 
+def test_a_userbuffers_error_of_native_code_no_finding_names_is_still_a_tp_overlap_cause():
+    """Transformer Engine's userbuffers run only for TP communication overlap: each native userbuffers error of the
+    catalog (its example line) that no finding names is reported as OVERLAP_PATH_ERROR on comm_overlap.tp_comm_overlap,
+    not left without a cause."""
+    natives = yaml.safe_load((ROOT / "mbridge_overlap" / "data" / "native_messages.yaml").read_text())["messages"]
+    named = {s[0] for sels in causes.selectors().values() for s in sels}
+    unnamed = [m for m in natives if m["topic"] == "userbuffers" and m["kind"] == "error" and f"native.{m['id']}" not in named]
+    assert len(unnamed) >= 5
+    for m in unnamed:
+        d = _diagnose_text(m["example"] + "\n")
+        assert [c["id"] for c in d["causes"]] == ["OVERLAP_PATH_ERROR"], m["id"]
+        assert "comm_overlap.tp_comm_overlap" in d["causes"][0]["knobs"], m["id"]
+
+
 def test_an_unrecorded_overlap_error_still_names_its_knobs():
     d = _diagnose_text("RuntimeError: Can not use both overlap_p2p_comm and batch_p2p_comm\n"
                        "ValueError: GroupedLinear doesn't support Userbuffer overlap.\n")

@@ -110,6 +110,15 @@ def overlap_related(entry: Entry) -> bool:
     return entry.topic in OVERLAP_TOPICS
 
 
+# What a native error no finding names is still about, by its topic: Transformer Engine's userbuffers exist only for
+# TP communication overlap (initialize_ub runs where model.tp_comm_overlap is on)
+NATIVE_TOPIC_KNOBS = {"userbuffers": ["comm_overlap.tp_comm_overlap", "comm_overlap.tp_comm_overlap_cfg"]}
+
+
+def native_knobs(entry: Entry) -> list[str]:
+    return list(NATIVE_TOPIC_KNOBS.get(entry.topic, ())) if entry.origin == "native" else []
+
+
 # The config fields a message's code may name, by the attribute it reads them from.
 _FIELD = re.compile(r"\b(?:(?P<owner>[A-Za-z_][A-Za-z_0-9]*)\.)?(?P<name>[a-z][a-z0-9_]{2,})\b")
 _OWNERS = {"ddp_config": "ddp", "ddp": "ddp", "optimizer_config": "optimizer", "optimizer": "optimizer",

@@ -127,7 +127,7 @@ def classify(diag: Diagnosis) -> None:
             if g.findings:
                 for fid in g.findings:
                     by_id.setdefault(fid, []).append(g)
-            elif causes.overlap_related(g.entry) and g.entry.severity == "error" and g.entry.origin == "python":
+            elif causes.overlap_related(g.entry) and g.entry.severity == "error" and (g.entry.origin == "python" or causes.native_knobs(g.entry)):
                 by_id.setdefault(("path", g.entry.id), []).append(g)
             elif causes.overlap_related(g.entry) and _worth_listing(g.entry):
                 diag.messages.append(g)
@@ -186,8 +186,8 @@ def _traceback(g: Group, finding_id: str) -> Cause:
 def _path_error(groups: list, cat: messages.Catalog) -> Cause:
     e = groups[0].entry
     condition = f" (it checks {e.condition})" if e.condition else ""
-    where = f"{e.file} {e.function}" if e.file else "its native code"
-    knobs = causes.knobs_of(e, cat.requested or cat.version)
+    where = " ".join(filter(None, (e.file, e.function))) or "its native code"
+    knobs = causes.knobs_of(e, cat.requested or cat.version) or causes.native_knobs(e)
     if not knobs and e.file:  # a message that names no field: the fields its code reads (frames.py)
         knobs = (frames.overlap_frame(e.file, e.function or "") or ((), []))[1]
     f = findings.make("OVERLAP_PATH_ERROR", knobs=knobs, package=e.package, topic=e.topic.replace("_", " "), where=where,
