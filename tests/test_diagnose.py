@@ -221,6 +221,20 @@ def test_a_userbuffers_error_of_native_code_no_finding_names_is_still_a_tp_overl
         assert "comm_overlap.tp_comm_overlap" in d["causes"][0]["knobs"], m["id"]
 
 
+def test_a_message_wrapped_over_two_lines_is_read_as_one():
+    """An exception line no message matches and the next line of the same rank are read as one line where a message
+    matches across them (a terminal or a paste wrapped it); not across another rank's line, not a line apart, and
+    never by the word-based matcher."""
+    first = "RuntimeError: Sizes of tensors must match except in dimension 2."
+    second = "Expected size 3904 but got size 1952 for tensor number 1 in the list."
+    d = _diagnose_text(f"[rank0]: {first}\n[rank0]: {second}\n")
+    (cause,) = d["causes"]
+    assert cause["id"] == "SEQUENCE_SHARD_SIZE_MISMATCH" and cause["evidence"][0]["count"] == 1
+    assert first in cause["evidence"][0]["logged"] and second in cause["evidence"][0]["logged"]
+    for text in (f"[rank0]: {first}\n[rank1]: {second}\n", f"{first}\nstep 1\n{second}\n", f"{second}\n{first}\n"):
+        assert not _diagnose_text(text)["causes"], text
+
+
 def test_an_unrecorded_overlap_error_still_names_its_knobs():
     d = _diagnose_text("RuntimeError: Can not use both overlap_p2p_comm and batch_p2p_comm\n"
                        "ValueError: GroupedLinear doesn't support Userbuffer overlap.\n")

@@ -84,7 +84,13 @@ def test_blocks_across_block_ends(tmp_path, monkeypatch, chunk, block):
     frame = '[rank1]:   File "/x/megatron/core/distributed/param_and_grad_buffer.py", line 9, in start_grad_sync\n'
     late.write_text(frame + noise[:2000] + "[rank1]:     start(x)\n[rank1]: AssertionError\n"
                     + frame + noise + "[rank1]:     start(x)\n")
-    sources = [str(p) for p in LOGS if p.stat().st_size < 200_000] + [str(long), str(late)]
+    # a message wrapped over two lines (an exception line and its continuation) read as one, across block ends
+    wrapped = tmp_path / "wrapped.log"
+    pair = ("[rank2]: RuntimeError: Sizes of tensors must match except in dimension 2.\n"
+            "[rank2]: Expected size 3904 but got size 1952 for tensor number 1 in the list.\n")
+    wrapped.write_text("".join(noise[:k] + pair for k in (0, 61, 97, 130, 1000)))
+    assert "SEQUENCE_SHARD_SIZE_MISMATCH" in {f for g in _by_blocks([str(wrapped)]).groups.values() for f in g.findings}
+    sources = [str(p) for p in LOGS if p.stat().st_size < 200_000] + [str(long), str(late), str(wrapped)]
     summaries = 0
     for source in sources:
         got = state(_by_blocks([source]))

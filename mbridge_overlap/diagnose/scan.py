@@ -81,6 +81,8 @@ class Scan:
     _shapes: object = None  # shapes.Shapes, made on the first block
     _memo: dict = field(default_factory=dict)  # text -> _matches(text)
     _repeats: dict = field(default_factory=dict)  # a hot line's bytes -> the group reading it again only adds to
+    _wrapped: dict = field(default_factory=dict)  # source -> an exception line no message matched, which its next
+    # line may continue (a message a paste or a terminal wrapped over two lines)
 
     def feed(self, line: Line) -> None:
         """One line, read in full."""
@@ -101,6 +103,9 @@ class Scan:
         """Read one line in full. Returns the group it was recorded in when reading the same text again, with no
         traceback open anywhere, can only add its rank to that group (read_block's repeats)."""
         text = line.text
+        first = self._wrapped.pop(line.source, None) if self._wrapped else None
+        if first is not None and first.rank == line.rank and first.number + 1 == line.number and self._joined(first, line):
+            return None
         if self.summary is not None and not self.summary.done and self.summary.feed(clean(text)):
             return None
         quiet = not self._frames
@@ -136,11 +141,23 @@ class Scan:
         if hits:  # the catalog knows the line (on the overlap path or not): it, not the frames, says what it is
             gid = self._record(line, hits, frame, near[1] if near else None)
         elif not (frame is not None and _BARE.match(clean(text)) and self._bare(line, frame)) and not self._traceback(line, key):
+            if EXCEPTION.match(clean(text)) and len(text) <= MAX_SHOWN:
+                self._wrapped[line.source] = line
             return None
         self._frames.pop(key, None)  # an exception line ends its traceback
         self._on_path.pop(key, None)
         self._awaiting.pop(key, None)
         return gid if quiet and not iteration else None
+
+    def _joined(self, first: Line, line: Line) -> bool:
+        """An exception line no message matched and the next line of its source and rank, read as one line: recorded
+        (at the first line) where a message matches across the two, exactly (no fuzzy match across a join)."""
+        head = clean(first.text).rstrip()
+        hits = [h for h in self.catalog.match(f"{head} {clean(line.text).strip()}") if h.span[0] < len(head) < h.span[1]]
+        if not hits:
+            return False
+        self._record(first, hits, None)
+        return True
 
     def _matches(self, text: str) -> tuple[list, tuple | None]:
         """(the catalog's hits, or the fuzzy matcher's as one hit; its (entry, closeness) or None) for a line's text,
@@ -165,6 +182,8 @@ class Scan:
             if source is None or key[0] == source:
                 self._traceback(on_path[-1], key, cut=True)  # the frame's own line is the evidence
                 del self._on_path[key]
+        for name in [n for n in self._wrapped if source is None or n == source]:
+            del self._wrapped[name]
 
     def merge(self, part: Scan) -> None:
         """Add the scan of logs that come after this one's (a worker's, diagnose --jobs): as if its lines had been fed
@@ -398,7 +417,11 @@ class Scan:
 
     def _every_line(self, source: str, number: int) -> bool:
         """Whether the line `number` of `source` must be read in full whatever its shape: a configuration summary
-        block is under way, or a traceback frame of this source may still get its code line."""
+        block is under way, a traceback frame of this source may still get its code line, or the line may continue
+        the exception line before it."""
+        wrapped = self._wrapped.get(source) if self._wrapped else None
+        if wrapped is not None and number == wrapped.number + 1:
+            return True
         if self._awaiting:
             for key, at in list(self._awaiting.items()):
                 if key[0] == source and number - at <= CODE_WITHIN:
