@@ -320,6 +320,11 @@ def test_a_cp_exchange_the_budget_does_not_model_is_said():
         return [a for a in b["assumptions"] if "cp_comm_type" in a]
 
     assert said("a2a") and said("all_gather") and not said("p2p") and not said(None)
+    # a shipped recipe's own cp_comm_type (the recipe catalog records it): Qwen3 8B SFT at 32k sets a2a with CP 2
+    shape = {"num_layers": 36, "hidden_size": 4096, "ffn_hidden_size": 12288, "num_attention_heads": 32,
+             "num_query_groups": 8, "vocab_size": 151936}
+    b = api.budget({}, recipe="qwen3_8b_sft_8gpu_h100_bf16_32k_config", shape=shape).to_dict()["budget"]
+    assert b["layout"]["cp"] == 2 and [a for a in b["assumptions"] if "cp_comm_type a2a" in a]
 
 
 def test_an_moe_model_named_gives_the_config_its_experts_where_it_has_none():

@@ -233,7 +233,7 @@ EFFECTIVE_FIELDS = {
 # What the recipe catalog records of each recipe (tools/gen_recipe_catalog.py): every modeled field, and these
 # fields the rules or the listing read without resolving them.
 CONTEXT = {
-    "model": ["num_layers", "moe_shared_expert_intermediate_size"],
+    "model": ["num_layers", "moe_shared_expert_intermediate_size", "cp_comm_type"],
     "ddp": ["fsdp_double_buffer", "outer_dp_sharding_strategy",
             "suggested_communication_unit_size"],
     "optimizer": ["optimizer", "use_precision_aware_optimizer"],
