@@ -235,6 +235,27 @@ def test_a_message_wrapped_over_two_lines_is_read_as_one():
         assert not _diagnose_text(text)["causes"], text
 
 
+@pytest.mark.parametrize("line, knob", [
+    ("TypeError: TransformerConfig.__init__() got an unexpected keyword argument 'overlap_moe_expert_parallel_comm'",
+     "comm_overlap.overlap_moe_expert_parallel_comm"),
+    ("TypeError: __init__() got an unexpected keyword argument 'overlap_p2p_comm'", "comm_overlap.overlap_p2p_comm"),
+    ("TypeError: OverlappedDistributedOptimizer.gather_parameters() got an unexpected keyword argument 'skip_if_not_stepped'",
+     "ddp.use_distributed_optimizer"),
+    ("TypeError: DistributedDataParallel.__init__() got an unexpected keyword argument 'pg_collection'", "ddp.overlap_grad_reduce"),
+    ("TypeError: Tokenizer.__init__() got an unexpected keyword argument 'use_fast'", None),
+    ("TypeError: load() got an unexpected keyword argument 'overlap'", None),
+])
+def test_a_call_another_release_does_not_take_names_the_overlap_field_or_class(line, knob):
+    """A TypeError of a call with a keyword the callee does not take is an overlap cause where the keyword is an
+    overlap field or the callee a class of the overlap path (the caller and that code are of different releases or
+    frameworks); any other such TypeError is not."""
+    got = _diagnose_text(line + "\n")["causes"]
+    if knob is None:
+        assert not got
+    else:
+        assert [c["id"] for c in got] == ["OVERLAP_PATH_TRACEBACK"] and knob in got[0]["knobs"]
+
+
 def test_an_unrecorded_overlap_error_still_names_its_knobs():
     d = _diagnose_text("RuntimeError: Can not use both overlap_p2p_comm and batch_p2p_comm\n"
                        "ValueError: GroupedLinear doesn't support Userbuffer overlap.\n")

@@ -79,6 +79,14 @@ ATTRIBUTES = {
     "use_distributed_optimizer": ("dp", ["ddp.use_distributed_optimizer"]),
 }
 _ATTRIBUTE = re.compile(r"AttributeError: .*has no attribute '(\w+)'")
+# A call whose keywords another release or framework of the overlap code does not take (or no longer takes): the
+# keyword, when it is an overlap field; else the callee, when it is a class of the overlap path
+_KEYWORD = re.compile(r"TypeError: ([\w.<>]+)\(\) got an unexpected keyword argument '(\w+)'")
+CLASSES = [
+    (re.compile(r"DistributedOptimizer$"), "dp", ["ddp.use_distributed_optimizer", "ddp.overlap_param_gather"]),
+    (re.compile(r"^(?:DistributedDataParallel|_?ParamAndGradBuffer|_?ParamAndGradBucketGroup)$"), "dp", _DP),
+    (re.compile(r"^(?:CommOverlapConfig|TransformerLayerTPOverlapCfg|_CommOverlapConfig)$"), "tp", _UB),
+]
 
 
 def overlap_frame(path: str, function: str) -> tuple[str, list] | None:
@@ -97,10 +105,22 @@ def neutral(path: str) -> bool:
     return bool(NEUTRAL.search(path.replace("\\", "/")))
 
 
-def missing_attribute(line: str) -> tuple[str, str, list] | None:
-    """(attribute, dimension, fields) of an AttributeError that names an overlap attribute."""
+def missing_attribute(line: str) -> tuple[str, str, list, str | None] | None:
+    """(attribute, dimension, fields, callee) of an AttributeError that names an overlap attribute (callee None), or
+    of a TypeError whose call passes an overlap field as a keyword the callee does not take, or calls a class of the
+    overlap path so (callee: what was called)."""
     m = _ATTRIBUTE.search(line)
     if m and m[1] in ATTRIBUTES:
         dim, fields = ATTRIBUTES[m[1]]
-        return m[1], dim, list(fields)
+        return m[1], dim, list(fields), None
+    m = _KEYWORD.search(line)
+    if m is None:
+        return None
+    if m[2] in ATTRIBUTES:
+        dim, fields = ATTRIBUTES[m[2]]
+        return m[2], dim, list(fields), m[1]
+    for owner in m[1].split(".")[-2:]:  # Class.method() or Class()
+        for rx, dim, fields in CLASSES:
+            if rx.search(owner):
+                return owner, dim, list(fields), m[1]
     return None

@@ -175,7 +175,8 @@ def _traceback(g: Group, finding_id: str) -> Cause:
     fields = e.condition.split() if e.condition else []
     where = e.function or "code that reads an overlap attribute"
     names = {"tp": "TP", "pp": "PP", "dp": "DP", "ep": "EP (MoE)", "cp": "CP", "grid": "process-grid"}
-    f = findings.make(finding_id, knobs=fields, exception=e.exception, function=where, file=e.file or "a config object",
+    site = e.file or ("a call with a keyword the callee does not take" if e.function else "a config object")
+    f = findings.make(finding_id, knobs=fields, exception=e.exception, function=where, file=site,
                       dimension=names.get(e.package, e.package), fields=", ".join(fields) or "none known",
                       fix=shell("check {fields} against what {function} expects (explain OVERLAP_PATH_TRACEBACK); with --config the "
                                 "analysis of the run's config is linked", fields=findings.Shell(", ".join(fields) or "the settings named"),

@@ -242,7 +242,8 @@ class Scan:
             attr = frames.missing_attribute(text)
             if attr is None:
                 return False
-            path, number, function, (dim, fields) = None, None, None, attr[1:]
+            path, number, (dim, fields), callee = None, None, attr[1:3], attr[3]
+            function = f"{callee}()" if callee else None
         gid = f"{TRACEBACK}:{path}:{function}:{exception}"
         group = self.groups.get(gid)
         if group is None:
