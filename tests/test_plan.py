@@ -267,3 +267,14 @@ def test_expert_parallelism_is_part_of_the_layout():
     bare = plan(tp=2, ep=8, gpus=32, gpu="h100")  # no experts anywhere: Bridge refuses it, and the plan says so
     assert "EXPERT_PARALLEL_WITHOUT_EXPERTS" in {f["id"] for f in bare["findings"] if f["severity"] == "error"}
     assert "model.expert_model_parallel_size" not in plan(tp=2, gpus=8)["overrides"]  # EP 1: nothing to set
+
+
+def test_the_plan_names_its_recipe_as_the_catalog_can_find_it_again():
+    """A recipe name both packages define is qualified by the package asked for (verify looks it up again); a name of
+    one package stays bare."""
+    from mbridge_overlap import api
+
+    both = api.plan(recipe="perf_recipes.llama3_70b_peft_8gpu_h100_bf16_config").to_dict()["layout"]["recipe"]
+    assert both == "perf_recipes.llama3_70b_peft_8gpu_h100_bf16_config"
+    one = api.plan(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config").to_dict()["layout"]["recipe"]
+    assert one == "llama3_70b_pretrain_64gpu_h100_bf16_config"

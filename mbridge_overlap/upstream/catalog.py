@@ -201,6 +201,12 @@ def lookup(reference: str, version: str) -> dict:
     raise UsageError(f"--recipe: no recipe named {name} in Megatron-Bridge {version}{hint} (list them with: recipes)")
 
 
+def reference(entry: dict, version: str) -> str:
+    """The reference that names a catalog entry: its name, qualified by its package where both packages have it."""
+    twins = [r for r in index(version) if r.name == entry["name"]]
+    return f"{entry['package']}.{entry['name']}" if len(twins) > 1 else entry["name"]
+
+
 def require_built(entry: dict) -> dict:
     """The entry of a recipe that built offline when the catalog was generated; a UsageError naming why otherwise."""
     if not entry.get("builds"):

@@ -195,7 +195,7 @@ def make_plan(
     eff = an.effective
     plan_layout = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "gpus": start.gpus, **start.shape, "dp": grid.dp if grid.divisible else None,
                    "gpu": gpu_info["name"], "precision": precision, "lora": lora, "te": start.te, "moe": moe,
-                   "megatron_fsdp": bool(eff["ddp"]["use_megatron_fsdp"]), "recipe": entry["name"] if entry else None,
+                   "megatron_fsdp": bool(eff["ddp"]["use_megatron_fsdp"]), "recipe": catalog.reference(entry, release.version) if entry else None,
                    "family": start.family, "task": start.task}
     an.budget = _budget(an, start.shape, global_batch_size, model, shape, lora)
     return PlanResult(analysis=an, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)

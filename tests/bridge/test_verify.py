@@ -77,6 +77,14 @@ def test_a_moe_recipe_of_another_gpu_type_is_verified_with_its_device_stand_in()
     assert report["layout"]["ep"] == 8 and "EP=8" in verify.human(report)
 
 
+def test_a_recipe_name_both_packages_have_is_verified_by_its_qualified_reference():
+    """llama3_70b_peft_8gpu_h100_bf16_config is in recipes and perf_recipes: the reference the user gave (one package)
+    goes through the plan to the snippets' check (it was dropped to the bare name, which the catalog refuses)."""
+    report = run("--skip-suites", "--recipe", "perf_recipes.llama3_70b_peft_8gpu_h100_bf16_config")
+    assert report["exit_code"] == 0, report["checks"]
+    assert report["layout"]["recipe"] == "perf_recipes.llama3_70b_peft_8gpu_h100_bf16_config"
+
+
 def test_save_snippets_never_overwrites_without_force(tmp_path):
     folder = tmp_path / "s"
     run("--skip-suites", "--save-snippets", folder)
