@@ -5,7 +5,7 @@ marked: the budget never offers a change that another finding of the same answer
 
 from __future__ import annotations
 
-from ..findings.proof import BLOCKING, probe, rerun, signature
+from ..findings.proof import BLOCKING, probe, rerun
 from ..findings.rules.common import owner_key
 
 SECTION = {"tp_comm_overlap": "model", "overlap_p2p_comm": "model", "overlap_moe_expert_parallel_comm": "model",
@@ -25,7 +25,7 @@ def override(state, setting: str, value: bool) -> dict:
 def check(state, settings: dict) -> dict:
     """setting -> {"overrides", "holds", "because"} for each setting the budget flips: whether the flip takes effect
     with no warning or error that was not there, and the findings that say why not."""
-    before = {signature(f) for f in probe(state) if f.severity in BLOCKING}
+    before = {f.id for f in probe(state) if f.severity in BLOCKING}  # (a finding that stays, about fewer knobs, is not new)
     out = {}
     for setting, on in settings.items():
         overrides = override(state, setting, not on)
@@ -34,7 +34,7 @@ def check(state, settings: dict) -> dict:
             out[setting] = {"overrides": overrides, "holds": False, "because": ["refused: resolve with it says why"]}
             continue
         found = probe(after)
-        brought = [f.id for f in found if f.severity in BLOCKING and signature(f) not in before]
+        brought = [f.id for f in found if f.severity in BLOCKING and f.id not in before]
         took = bool(after.value(f"{SECTION[setting]}.{setting}")) == (not on)
         if not took:  # Bridge turned it back: the findings of the re-resolved config say why
             brought = brought or [f.id for f in found if setting in " ".join(f.knobs)]

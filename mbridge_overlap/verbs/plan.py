@@ -163,11 +163,14 @@ def make_plan(
         # And wherever the plan turns TP overlap on: a YAML or Hydra merge of comm_overlap over a recipe's preset object
         # that the snippet does not restate leaves a mapping where Bridge's setup calls asdict() (TypeError)
         overrides["comm_overlap.tp_comm_overlap_cfg"] = preset if tp_on else None
-    if grid.divisible and grid.dp > 1:
+    if grid.divisible and (grid.dp > 1 or cp > 1 and not megatron_fsdp):
         # ddp's flag always: CommOverlapConfig reads it, and only it, before validate() syncs the two
         overrides["ddp.use_distributed_optimizer"] = True
         if not start.request.optimizer["use_distributed_optimizer"]:
             overrides["optimizer.use_distributed_optimizer"] = True
+    if grid.divisible and grid.dp == 1 and cp > 1 and not megatron_fsdp:
+        # the gradients reduce over the DP x CP ranks, which Bridge's DP overlap defaults leave out (DP_OVERLAP_OFF_WITH_CP)
+        overrides.update({"comm_overlap.overlap_grad_reduce": True, "comm_overlap.overlap_param_gather": True})
     if prec["recipe"] and entry is None:
         overrides["mixed_precision"] = prec["recipe"]
     asked = dict(_layout_overrides(base, tp, pp, vpp, cp, ep))  # what the user's flags ask for, as opposed to the plan's choices

@@ -9,7 +9,7 @@ from ...run.resolver import State, TpOverlapOff
 from ...values import fmt
 from ..registry import check
 from .common import (COMM_OVERLAP_MODEL_FIELDS, DP_KNOBS, MIB, _bucket_fix, adopt_dp_knobs, asked, bucket_parameters, bucket_to_move,
-                     gradient_bytes, intended, looks_like_bytes, moved, on_overlap_path)
+                     gradient_bytes, intended, looks_like_bytes, moved, on_overlap_path, owner_key)
 
 @check(*(off.value for off in TpOverlapOff), "TP_OVERLAP_UNGATED")
 def tp_overlap(state: State):
@@ -209,10 +209,13 @@ def nccl_ub(state: State):
                      "config sets" if alloc else "")
 
 
-@check("DP_SIZE_ONE", "BRIDGE_SELECTS_ALIGN_PARAM_GATHER")
+@check("DP_SIZE_ONE", "DP_OVERLAP_OFF_WITH_CP", "BRIDGE_SELECTS_ALIGN_PARAM_GATHER")
 def dp_size(state: State):
     ddp = state.ddp
-    if state.data_parallel_size == 1:
+    cp = state.model["context_parallel_size"]
+    if state.data_parallel_size == 1 and cp > 1 and not ddp["use_megatron_fsdp"]:
+        yield from _dp_off_with_cp(state, cp)
+    elif state.data_parallel_size == 1:
         yield make("DP_SIZE_ONE", gpus=state.gpus, **_dp_one_detail(state))
     model = state.model
     requested = (state.request.comm_overlap or {}).get("align_param_gather")
@@ -220,6 +223,23 @@ def dp_size(state: State):
             and ddp["align_param_gather"] and requested is None:
         yield make("BRIDGE_SELECTS_ALIGN_PARAM_GATHER", with_step=fmt(state.optimizer["overlap_param_gather_with_optimizer_step"]),
                    asserts={"optimizer.overlap_param_gather_with_optimizer_step": state.optimizer["overlap_param_gather_with_optimizer_step"]})
+
+
+def _dp_off_with_cp(state: State, cp: int):
+    """DP = 1 with CP > 1: Megatron-Core still reduces the gradients over the DP x CP group (cp ranks), and Bridge's
+    CommOverlapConfig, reading data_parallel_size alone, leaves that reduction (and the param gather) unoverlapped."""
+    off = [n for n in ("overlap_grad_reduce", "overlap_param_gather") if not state.ddp[n]
+           and (n == "overlap_grad_reduce" or state.ddp["use_distributed_optimizer"])]
+    if not off:
+        return
+    knobs = [f"ddp.{n}" for n in off]
+    candidates = [{owner_key(state, n, "ddp"): True for n in off}]
+    if "overlap_param_gather" in off and state.request.comm_overlap is None:
+        candidates[0]["optimizer.overlap_param_gather"] = True
+    o, fix = fixed(state, "DP_OVERLAP_OFF_WITH_CP", candidates, knobs=knobs)
+    yield make("DP_OVERLAP_OFF_WITH_CP", fix_overrides=o, fix=fix, knobs=knobs, cp=cp, off=" and ".join(off),
+               by="CommOverlapConfig turns" if state.dp_overlap_applied else "the config leaves",
+               asserts={f"ddp.{n}": False for n in off})
 
 
 def _dp_one_detail(state: State) -> dict:
