@@ -225,3 +225,21 @@ def test_a_large_json_payload_is_one_line_and_the_same_data():
     big = {"rows": ["x" * 100] * 5000}
     text = options.to_json(big)
     assert text.count("\n") == 1 and _json.loads(text) == big
+
+
+def test_positionals_may_stand_after_options(capsys):
+    """KEY=VALUE overrides (and logs) are taken wherever they stand among a verb's options, as its help shows them;
+    an unknown option is still one line naming the verb, status 2."""
+    from mbridge_overlap import cli
+
+    recipe = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+    together = ["resolve", "--recipe", recipe, "--gpu", "h100", "model.sequence_parallel=true", "model.tensor_model_parallel_size=2",
+                "--format", "json"]
+    apart = ["resolve", "--recipe", recipe, "model.sequence_parallel=true", "--gpu", "h100", "model.tensor_model_parallel_size=2",
+             "--format", "json"]
+    assert cli.main(together) == 0
+    first = capsys.readouterr().out
+    assert cli.main(apart) == 0
+    assert capsys.readouterr().out == first and '"tensor_model_parallel_size": 2' in first
+    assert cli.main(["resolve", "model.sequence_parallel=true", "--bogus"]) == 2
+    assert "mbridge-overlap resolve: error: unrecognized arguments: --bogus" in capsys.readouterr().err

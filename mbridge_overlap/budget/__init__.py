@@ -21,10 +21,14 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     # the only shape key the request models; a recipe's is its offline stand-in's, not the model's
     if state.model.get("hidden_size") is not None and sc.request.origin.get("model.hidden_size") not in (None, "recipe"):
         given["hidden_size"] = state.model["hidden_size"]
+    overridden = _overridden(sc, shapes)
+    given.update(overridden)
     given.update(shape or {})
     if model is None and sc.family in shapes.models():
         model = sc.family
-    said = [f"{sc.config.path}'s model section" if saved else "", "given: " + ", ".join(sorted(shape)) if shape else ""]
+    said = [f"{sc.config.path}'s model section" if saved else "",
+            "overrides: " + ", ".join(f"model.{k}" for k in sorted(overridden)) if overridden else "",
+            "given: " + ", ".join(sorted(shape)) if shape else ""]
     sh, origin = shapes.of(model, given, "; ".join(s for s in said if s) or None)
     lay = estimate.layout_of(state, sc.machine, peft)
     _fits(sh, lay)
@@ -37,14 +41,38 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     return budget
 
 
+def _overridden(sc, shapes) -> dict:
+    """The shape keys the run's own KEY=VALUE overrides set (model.num_layers=8): they win over the recipe's or the
+    config's model, as in the run."""
+    from dataclasses import fields
+
+    names = {f.name for f in fields(shapes.Shape)}
+    out = {}
+    for key, value in (sc.overrides or {}).items():
+        section, _, name = key.partition(".")
+        if section != "model" or name not in names or value is None:
+            continue
+        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
+            value = int(value)
+        if not isinstance(value, (int, bool)):
+            from ..safeio import shown
+
+            raise UsageError(f"{key}: the budget takes a whole number or true/false, got {shown(value)}")
+        out[name] = value
+    return out
+
+
 def needs(analysis) -> str | None:
     """Why a config has no budget (it does not run, or lacks the batch), else None."""
     if analysis.errors:
         return ("the config does not run (" + ", ".join(f.id for f in analysis.errors)
                 + "): `resolve` with the same inputs says why; a budget needs a config that runs")
-    if not analysis.state.model.get("seq_length") or not analysis.state.train.get("global_batch_size"):
-        return ("the budget needs model.seq_length and train.global_batch_size (resolve and budget: as KEY=VALUE; plan: "
-                "--seq-length and --global-batch-size)")
+    missing = [(key, flag) for key, flag, value in (
+        ("model.seq_length", "--seq-length", analysis.state.model.get("seq_length")),
+        ("train.global_batch_size", "--global-batch-size", analysis.state.train.get("global_batch_size"))) if not value]
+    if missing:
+        return (f"the budget needs {' and '.join(k for k, _ in missing)} (resolve and budget: as KEY=VALUE; plan: "
+                f"{' and '.join(f for _, f in missing)})")
     return None
 
 

@@ -41,6 +41,28 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The arguments, a verb's positionals (logs, KEY=VALUE overrides) taken wherever they stand among its options:
+    `diagnose LOG --recipe R KEY=VALUE` as well as `diagnose LOG KEY=VALUE --recipe R` (argparse alone stops at the
+    first option after them)."""
+    args, extra = parser.parse_known_args(argv)
+    if not extra:
+        return args
+    sub = _subparser(parser, args.command)
+    listed = [a for a in (sub._actions if sub else ()) if not a.option_strings and a.nargs == "*"]
+    if not listed or any(x.startswith("-") for x in extra):
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    getattr(args, listed[0].dest).extend(extra)
+    return args
+
+
+def _subparser(parser: argparse.ArgumentParser, command: str | None):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command (sys.argv[1:] by default); its exit status."""
     from importlib.util import find_spec
@@ -83,7 +105,7 @@ def _main(argv: list[str]) -> int:
 
     parser = build_parser(argv)
     try:
-        args = parser.parse_args(argv)
+        args = _parse(parser, argv)
     except SystemExit as exc:  # argparse printed its one usage line (or the help it was asked for)
         return int(exc.code or 0)
     except UsageError as exc:  # --help into a closed or full stdout

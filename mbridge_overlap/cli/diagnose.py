@@ -14,7 +14,7 @@ def add_arguments(p) -> None:
                    help="log files, folders of per-rank logs, or - for standard input; KEY=VALUE overrides on --config/--recipe")
     p.add_argument("--compare", action="store_true", help="two logs, BEFORE and AFTER: the iteration-time change and the config changes")
     p.add_argument("--config", metavar="FILE", help="the run's run_config.yaml (or checkpoint folder): analysed and linked to each cause")
-    p.add_argument("--jobs", type=options.positive_int, metavar="N",
+    p.add_argument("--jobs", type=options.jobs, metavar="N",
                    help="worker processes reading the log files (default: every core; 1: this process alone)")
     options.scenario_flags(p)
     options.output_flags(p)

@@ -65,6 +65,13 @@ class Parser(argparse.ArgumentParser):
             super().print_help(file)
 
 
+def jobs(value: str) -> int:
+    """--jobs: a number of worker processes, 1 to 1024."""
+    if not (value.isascii() and value.strip().isdigit() and len(value.strip()) <= 4) or not 1 <= int(value) <= 1024:
+        raise argparse.ArgumentTypeError(f"expected a number of processes from 1 to 1024, got {safeio.shown(value)}")
+    return int(value)
+
+
 def output_flags(p: argparse.ArgumentParser, formats=("text", "json")) -> None:
     p.add_argument("--format", choices=formats, default="text", help="output format (default: text; json for agents)")
     p.add_argument("--output", metavar="PATH", help="write the output to PATH instead of stdout")

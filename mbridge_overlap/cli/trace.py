@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="analyse what a truncated trace holds instead of refusing it; the output is marked PARTIAL",
     )
     parser.add_argument(
-        "--jobs", type=_jobs, metavar="N",
+        "--jobs", type=options.jobs, metavar="N",
         help="worker processes analysing rank files at once (default: one per rank, at most one per core and 8; "
         "1: one after another in this process); the report is the same",
     )
@@ -72,12 +72,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--steps", metavar="START-END",
         help=f"with --snippet: Bridge's profile_step_start-profile_step_end, END not recorded (default {snippet.DEFAULT_STEPS})",
     )
-
-
-def _jobs(value: str) -> int:
-    if not (value.isascii() and value.strip().isdigit() and len(value.strip()) <= 4) or not 1 <= int(value) <= 1024:
-        raise argparse.ArgumentTypeError(f"expected a number of processes from 1 to 1024, got {safeio.shown(value)}")
-    return int(value)
 
 
 def _print(text: str) -> None:

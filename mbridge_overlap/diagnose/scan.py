@@ -30,6 +30,8 @@ MAX_ITERATION_TIMES = 1_000_000  # and in all (8 MB)
 MAX_DOMAINS = 4096  # NVLink domains kept from userbuffers' start-up lines
 MAX_FRAMES = 4096  # tracebacks under way at once (one per source and rank); the oldest is forgotten past it
 MAX_SHOWN = 2000  # characters of a logged line kept for the report
+MAX_TRACEBACKS = 256  # groups of tracebacks through overlap-path code (one per place and exception); past it, counted
+MAX_PATH = 400  # characters of a traceback frame's path kept
 MEMO = 4096  # line texts whose matches are remembered
 CODE_WITHIN = 256  # lines of its log within which a traceback frame's code line follows it (other ranks' lines between)
 _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
@@ -114,6 +116,7 @@ class Scan:
         if 'File "' in text:
             parsed = parse_frame(text)
             if parsed is not None:
+                parsed = (parsed[0][:MAX_PATH], parsed[1], parsed[2][:MAX_PATH])
                 if key not in self._frames and len(self._frames) >= MAX_FRAMES:
                     oldest = next(iter(self._frames))
                     del self._frames[oldest]
@@ -196,8 +199,14 @@ class Scan:
                 mine["ranks"].add(rank)
         for source, times in part.iterations.items():
             self._times(source, times)
+        room = MAX_TRACEBACKS - self._tracebacks()
         for gid, group in part.groups.items():
             have = self.groups.get(gid)
+            if have is None and group.entry.topic == TRACEBACK:
+                if room <= 0:
+                    self.facts["tracebacks_dropped"] = self.facts.get("tracebacks_dropped", 0) + group.count
+                    continue
+                room -= 1
             if have is None:
                 self.groups[gid] = group
                 continue
@@ -213,6 +222,8 @@ class Scan:
             self.summary = part.summary
 
     def _merge_facts(self, facts: dict) -> None:
+        if facts.get("tracebacks_dropped"):
+            self.facts["tracebacks_dropped"] = self.facts.get("tracebacks_dropped", 0) + facts["tracebacks_dropped"]
         for key in ("tp_size", "world_size"):
             if key in facts:
                 self.facts.setdefault(key, facts[key])
@@ -244,8 +255,11 @@ class Scan:
                 return False
             path, number, (dim, fields), callee = None, None, attr[1:3], attr[3]
             function = f"{callee}()" if callee else None
-        gid = f"{TRACEBACK}:{path}:{function}:{exception}"
+        gid = f"{TRACEBACK}:{path}:{function}:{exception[:MAX_PATH]}"
         group = self.groups.get(gid)
+        if group is None and ("tracebacks_dropped" in self.facts or self._tracebacks() >= MAX_TRACEBACKS):
+            self.facts["tracebacks_dropped"] = self.facts.get("tracebacks_dropped", 0) + 1  # bounded memory and answer
+            return True
         if group is None:
             entry = Entry(id=gid, origin="traceback", kind="raise", severity="error", topic=TRACEBACK, file=path, function=function,
                           line=number, exception=exception, condition=" ".join(fields), package=dim)
@@ -254,6 +268,9 @@ class Scan:
                                              frame=(path, number, function) if path else None)
         group.add(line.rank)
         return True
+
+    def _tracebacks(self) -> int:
+        return sum(1 for g in self.groups.values() if g.entry.topic == TRACEBACK)
 
     def _record(self, line: Line, hits, frame, approximate: float | None = None) -> str:
         best = hits[0]
@@ -299,25 +316,26 @@ class Scan:
         return True
 
     def _fact(self, entry: Entry, hit) -> None:
-        if entry.template and entry.template.startswith(_TP_SIZE) and hit.groups and hit.groups[0].isdigit():
-            self.facts.setdefault("tp_size", int(hit.groups[0]))
-        elif entry.template and entry.template.startswith(_WORLD) and hit.groups and hit.groups[0].isdigit():
-            self.facts.setdefault("world_size", int(hit.groups[0]))
+        if entry.template and entry.template.startswith(_TP_SIZE) and hit.groups and _size(hit.groups[0]):
+            self.facts.setdefault("tp_size", _size(hit.groups[0]))
+        elif entry.template and entry.template.startswith(_WORLD) and hit.groups and _size(hit.groups[0]):
+            self.facts.setdefault("world_size", _size(hit.groups[0]))
         elif entry.template and "HyperCommGrid" in entry.template:
             m = _GRID.search(hit.text)
-            if m:
-                self.facts.setdefault("world_size", int(m[1]) * int(m[2]) * int(m[3]) * int(m[4]))
+            sizes = [_size(g) for g in m.groups()] if m else []
+            if sizes and all(sizes):
+                self.facts.setdefault("world_size", sizes[0] * sizes[1] * sizes[2] * sizes[3])
         elif entry.id == "native.ub_create_communicator":
             self.facts["ub_started"] = True
         elif entry.id == "native.ub_mc_initialized":
             self.facts["ub_multicast"] = True
         elif entry.id == "native.ub_mc_not_initialized":
             self.facts.setdefault("ub_multicast", False)
-        elif entry.id == "native.ub_domain_ranks_legacy" and len(hit.groups) >= 2:
-            ranks = [int(r) for r in re.findall(r"\d+", hit.groups[1])[:4096]]
+        elif entry.id == "native.ub_domain_ranks_legacy" and len(hit.groups) >= 2 and _size(hit.groups[0], 0) is not None:
+            ranks = [r for r in (_size(x, 0) for x in re.findall(r"[0-9]+", hit.groups[1])[:4096]) if r is not None]
             domains = self.facts.setdefault("ub_domains", {})
             if len(domains) < MAX_DOMAINS:
-                domains[int(hit.groups[0])] = ranks
+                domains[_size(hit.groups[0], 0)] = ranks
 
     def _iteration(self, line: Line) -> None:
         if self._capped(line.source):
@@ -463,6 +481,18 @@ def read(scan: Scan, sources, stdin=None, notes: list | None = None) -> None:
         scan.finish(source)
 
 
+
+
+MAX_SIZE = 1 << 20  # a parallel size, world size or rank a log can state (more GPUs than any machine has: not a fact)
+
+
+def _size(text: str, least: int = 1) -> int | None:
+    """A size or rank as a log line states it: ASCII digits (str.isdigit takes '²'), at least `least` and below
+    MAX_SIZE; None otherwise."""
+    if not (0 < len(text) <= 7 and text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if least <= value < MAX_SIZE else None
 
 
 def _indent(text: str) -> int:

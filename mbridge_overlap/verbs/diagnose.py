@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from ..upstream import releases
 from ..errors import UsageError
 from ..diagnose import messages, parallel, reader, report
-from ..diagnose.scan import Scan
+from ..diagnose.scan import MAX_TRACEBACKS, Scan
 
 
 def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = None, overrides: Mapping[str, Any] | None = None,
@@ -28,6 +28,8 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     logs = [releases.given("log", p) for p in (logs or ())]
     if not logs:
         raise UsageError("diagnose: name a log file, a folder of per-rank logs, or - for standard input")
+    if compare and logs.count("-") > 1:  # (without --compare, - named twice is read once, as a file named twice)
+        raise UsageError("--compare: standard input (-) is one log, not BEFORE and AFTER")
     if compare and len(logs) != 2:
         raise UsageError(f"diagnose --compare: give exactly two logs (BEFORE AFTER), got {len(logs)}")
     release = releases.get(bridge_version)
@@ -41,6 +43,9 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     diag.notes.extend(read_notes)
     for _label, scan in scans:
         diag.facts.update(_facts(scan))
+    if diag.facts.get("tracebacks_dropped"):
+        diag.notes.append(f"{diag.facts['tracebacks_dropped']:,} tracebacks through overlap-path code in further places were "
+                          f"counted, not listed: the first {MAX_TRACEBACKS} places are")
     report.classify(diag)
     _tp_across_domains(diag, scans)
     if compare:
@@ -73,13 +78,10 @@ def _across(domains: dict, tp: int) -> list:
     """The TP groups (consecutive blocks of tp ranks, Megatron-Core's default order) whose ranks sit in more than one
     of the NVLink domains Transformer Engine listed."""
     where = {r: d for d, ranks in domains.items() for r in ranks}
-    world = max(where) + 1 if where else 0
-    out = []
-    for start in range(0, world, tp):
-        group = [r for r in range(start, start + tp) if r in where]
-        if len({where[r] for r in group}) > 1:
-            out.append(group)
-    return out[:64]
+    groups: dict = {}
+    for r in sorted(where):  # only the groups that hold a listed rank: the ranks a log states may be far apart
+        groups.setdefault(r // tp, []).append(r)
+    return [g for _, g in sorted(groups.items()) if len({where[r] for r in g}) > 1][:64]
 
 
 def _tp_across_domains(diag, scans) -> None:
@@ -127,8 +129,12 @@ def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inp
 
 def _world(scan: Scan) -> int | None:
     """The world size the log states (Megatron-LM's "using world size: N", Bridge's HyperCommGrid line); the
-    configuration summary does not print it (its dataset.data_parallel_size is the dataset config's own field)."""
-    return scan.facts.get("world_size")
+    configuration summary does not print it (its dataset.data_parallel_size is the dataset config's own field). A size
+    no machine has is not taken (the log's causes stand; only the config link goes)."""
+    from ..safeio import MAX_GPUS
+
+    world = scan.facts.get("world_size")
+    return world if world is None or world <= MAX_GPUS else None
 
 
 def _config_changes(diag, scans, release, gpus) -> None:
