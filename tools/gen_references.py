@@ -56,13 +56,14 @@ def findings_page() -> str:
              "`python3 ${CLAUDE_SKILL_DIR}/scripts/mbridge-overlap explain ID` prints one, with where its Bridge code is "
              "now. Each finding in a JSON answer carries `fix_overrides` (Bridge's dotted keys to typed values) beside "
              "the `fix` text; an error says `when` the run fails: at `config` time (runtime_config_update), at `setup`, "
-             "or at the first training `step`.", ""]
+             "or at the first training `step`; a warning or info with `when` `steady` costs time in steady state "
+             "(it fails nothing).", ""]
     for severity in findings.SEVERITIES:
         lines += [f"## {severity.capitalize()}s", ""]
         for fid, rec in reg.items():
             if rec["severity"] != severity:
                 continue
-            when = f", fails at {rec['when']}" if rec.get("when") else ""
+            when = f", {findings.when_said(rec['when'])}" if rec.get("when") else ""
             decided = f"anchor `{rec['anchor']}`" if rec.get("anchor") else rec.get("source", "")
             lines += [f"### {fid}", "", f"*{rec['title']}* ({severity}{when}). Decided by: {decided}."]
             if rec.get("skill"):

@@ -157,6 +157,15 @@ def tokens_of(pattern: str) -> list | None:
     return out if pos == len(pattern) else None
 
 
+def pieces(text: str) -> list[str]:
+    """A line's whitespace-separated pieces as the anchors are looked up by, with their quotes stripped too: an
+    exception's message shows quoted (KeyError's str() is the repr of its argument: 'UB for ... registered.')."""
+    words = text.split()
+    if "'" in text or '"' in text:
+        words += [w.strip("'\"") for w in words]
+    return words
+
+
 def clean(line: str) -> str:
     """The line as matched: ANSI sequences out, the line end stripped, carriage returns as line breaks."""
     if "\x1b" in line:
@@ -649,7 +658,7 @@ class Catalog:
         if len(line) <= MAX_LINE_CHARS and "\x1b" not in line:
             # the common case, kept short: a line that shows no anchor costs a split and a set lookup per piece; the
             # pieces are those of the cleaned line too (cleaning it only strips or turns line ends into whitespace)
-            found = self._anchor_words.intersection(line.split())
+            found = self._anchor_words.intersection(pieces(line))
             if not found:
                 for sub in self._contains_keys:
                     if sub in line:
@@ -670,7 +679,7 @@ class Catalog:
 
     def _match(self, text: str, offset: int, found: set | None = None) -> list[Hit]:
         if found is None:
-            found = self._anchor_words.intersection(text.split())
+            found = self._anchor_words.intersection(pieces(text))
         extra = [m for sub, ms in self._contains if sub in text for m in ms]
         if not found and not extra:
             return []

@@ -94,7 +94,9 @@ def evidence(g: Group) -> dict:
            "first_seen": {"source": g.source, "line": g.number}}
     if g.frame:
         out["frame"] = {"path": g.frame[0], "line": g.frame[1], "function": g.frame[2]}
-    if e.condition:
+    if e.condition and e.origin == "traceback":  # the fields the overlap-path code of the frame reads
+        out["reads"] = e.condition.split()
+    elif e.condition:
         out["condition"] = e.condition
     if e.releases:
         out["wording_of"] = list(e.releases)

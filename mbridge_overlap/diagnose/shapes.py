@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import fuzzy, patterns
-from .messages import MAX_LINE_CHARS, MIN_CUT_CHARS, Catalog, Group, _words, clean
+from .messages import MAX_LINE_CHARS, MIN_CUT_CHARS, Catalog, Group, _words, clean, pieces
 
 try:
     from re import _parser as _sre_parse
@@ -133,7 +133,7 @@ class Shapes:
             return True
         if 'File "' in text or "Traceback (most recent call last)" in text:
             return True
-        found = [self.anchors[k] for k in set(text.split()).union(cleaned.split()) if k in self.anchors]
+        found = [self.anchors[k] for k in set(pieces(text)).union(pieces(cleaned)) if k in self.anchors]
         found += [ms for k, ms in self.contains.items() if k in text or k in cleaned]
         if any(self._test(m)(t) for ms in found for m in ms for t in {text, cleaned}):
             return True

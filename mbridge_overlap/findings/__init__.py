@@ -114,6 +114,13 @@ def paste_safe(overrides: dict) -> bool:
                or isinstance(v, str) and bare_word(v) for v in overrides.values())
 
 
+def when_said(when: str | None) -> str:
+    """A finding's `when` as the text says it: where an error fails, or for steady, that the run costs time there."""
+    if not when:
+        return ""
+    return "costs time in steady state" if when == "steady" else f"fails at {when}"
+
+
 def make(finding_id: str, *, fix_overrides: dict | None = None, knobs=None, remove_keys=(), asserts=None, **params) -> Finding:
     """A finding from its record: message and fix rendered with `params`; knobs default to the record's.
 

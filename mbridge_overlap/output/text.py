@@ -5,6 +5,7 @@ cannot start a line of its own or send a control sequence to the terminal."""
 
 from __future__ import annotations
 
+from .. import findings
 from ..safeio import esc
 from ..values import fmt
 
@@ -18,7 +19,7 @@ def _findings(items: list[dict]) -> list[str]:
         return ["findings: none"]
     lines = ["findings:"]
     for f in items:
-        when = f" (fails at {f['when']})" if f.get("when") and f["when"] != "config" else ""
+        when = f" ({findings.when_said(f['when'])})" if f.get("when") and f["when"] != "config" else ""
         lines.append(f"  {f['severity'].upper():7} {f['id']}{when}: {f['message']}")
         lines.append(f"          fix: {f['fix']}")
     return lines
@@ -119,7 +120,7 @@ def presets(items: list[dict]) -> str:
 
 
 def explain(d: dict) -> str:
-    lines = [f"{d['id']} ({d['severity']}{', fails at ' + d['when'] if d.get('when') else ''}): {d['title']}"]
+    lines = [f"{d['id']} ({d['severity']}{', ' + findings.when_said(d['when']) if d.get('when') else ''}): {d['title']}"]
     loc = d.get("location") or {}
     if d.get("anchor") and loc.get("status") == "needs_bridge":  # one quiet line: where, not why the lines are unknown
         lines.append(f"decided by: {loc['scope']} in {loc['file']} (anchor {d['anchor']}; line numbers: mbridge-overlap anchors, "
@@ -296,6 +297,7 @@ def _evidence(e: dict) -> list[str]:
             f"            {e['count']} line{'s' if e['count'] != 1 else ''}, {_ranks(e['ranks'], e['rank_count'])}; first at "
             f"{e['first_seen']['source']}:{e['first_seen']['line']}",
             f"    raised  {where}{version}" + (f": assert {e['condition']}" if e.get("condition") else "")
+            + (f": reads {', '.join(e['reads'])}" if e.get("reads") else "")
             ] + _wording(e)
 
 

@@ -219,7 +219,8 @@ def budget_change(before: Analysis, after: Analysis, model=None, shape=None) -> 
                 "exposed_ms_after": b1["dimensions"].get(d, {}).get("exposed_ms", 0.0)} for d in {**b0["dimensions"], **b1["dimensions"]}}
     flipped = [{"setting": k, "before": v["effective"], "after": b1["settings"].get(k, {}).get("effective", not v["effective"]),
                 "exposed_change_ms": v["exposed_change_ms_if_flipped"], "iteration_change_ms": v["iteration_change_ms_if_flipped"],
-                "iteration_pct": round(v["exposed_change_ms_if_flipped"] / b0["iteration_ms"] * 100, 2) if b0["iteration_ms"] else None}
+                "iteration_pct": _pct(v["iteration_change_ms_if_flipped"], b0["iteration_ms"]),
+                "exposed_pct": _pct(v["exposed_change_ms_if_flipped"], b0["iteration_ms"])}
                for k, v in b0["settings"].items() if b1["settings"].get(k, {}).get("effective") != v["effective"]]
     return {"iteration_ms_before": b0["iteration_ms"], "iteration_ms_after": b1["iteration_ms"],
             "iteration_change_ms": round(change, 3),
@@ -230,6 +231,10 @@ def budget_change(before: Analysis, after: Analysis, model=None, shape=None) -> 
             "settings_flipped": flipped, "shape_from": [b0["shape_from"], b1["shape_from"]], "system": [b0["system"], b1["system"]],
             "note": "estimates (`budget` lists the collectives, sources and assumptions); the truth needs a GPU: compare "
                     "with `trace` of profiled runs of both"}
+
+
+def _pct(ms: float, of_ms: float) -> float | None:
+    return round(ms / of_ms * 100, 2) if of_ms else None
 
 
 def label_of(sc: Scenario) -> str:
@@ -339,10 +344,22 @@ def _fix(causes, changed, a: Side) -> str | None:
                 and not (k == "comm_overlap.tp_comm_bootstrap_backend" and v == "nccl")
             ]
             continue
-        parts.append(_restore(key, old))
-        if key in MIRRORS and a.saved:
+        owner = _owner(key, a)
+        parts.append(_restore(owner, old))
+        if owner == key and key in MIRRORS and a.saved:
             parts.append(_restore(MIRRORS[key], old))
     return " ".join(parts) or None
+
+
+def _owner(key: str, a: Side) -> str:
+    """Where a restored value is asked for: a field CommOverlapConfig writes (model.tp_comm_overlap, ddp.bucket_size, ...)
+    through comm_overlap where BEFORE had that section or is a saved config (its summary does not say; every Bridge
+    recipe has one): set on the model or ddp, comm_overlap's setup would overwrite it."""
+    section, _, name = key.partition(".")
+    if section in ("model", "ddp", "optimizer") and name in schema.COMM_OVERLAP and (
+            a.scenario.request.comm_overlap is not None or a.saved):
+        return f"comm_overlap.{name}"
+    return key
 
 
 def _restore(key: str, value) -> str:
