@@ -256,6 +256,18 @@ def test_a_call_another_release_does_not_take_names_the_overlap_field_or_class(l
         assert [c["id"] for c in got] == ["OVERLAP_PATH_TRACEBACK"] and knob in got[0]["knobs"]
 
 
+def test_tes_userbuffers_errors_under_nvfp4_are_the_precision_finding_quoted_or_not():
+    """KeyError's str() quotes its message: the prefilter takes the quoted pieces. 'UB for ... use_fp8=True is not
+    registered' (the FP8 buffer a quantized GEMM asks for, where only BF16 ones were registered) and TE's
+    'Unsupported quantizer for Userbuffers' are TP_OVERLAP_UNSUPPORTED_PRECISION; use_fp8=False is not."""
+    for line in ("KeyError: 'UB for qkv_fprop with use_fp8=True is not registered.'",
+                 "KeyError: UB for fc1_fprop with use_fp8=True is not registered.",
+                 "ValueError: Unsupported quantizer for Userbuffers (NVFP4Quantizer)"):
+        assert [c["id"] for c in _diagnose_text(line + "\n")["causes"]] == ["TP_OVERLAP_UNSUPPORTED_PRECISION"], line
+    other = _diagnose_text("KeyError: 'UB for qkv_fprop with use_fp8=False is not registered.'\n")["causes"]
+    assert [c["id"] for c in other] == ["OVERLAP_PATH_ERROR"]
+
+
 def test_an_unrecorded_overlap_error_still_names_its_knobs():
     d = _diagnose_text("RuntimeError: Can not use both overlap_p2p_comm and batch_p2p_comm\n"
                        "ValueError: GroupedLinear doesn't support Userbuffer overlap.\n")
