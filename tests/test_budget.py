@@ -358,3 +358,17 @@ def test_a_flip_the_config_cannot_make_is_priced_but_marked():
     assert no_te["iteration_change_ms_if_flipped"] < 0
     assert no_te["flip"]["holds"] is False and no_te["flip"]["because"] == ["TP_OVERLAP_OFF_NO_TE"]
     assert all(s["flip"]["holds"] for s in _budget()["settings"].values())  # the 70B H100 recipe: every flip holds
+
+
+def test_with_vpp_only_model_chunk_0_is_bucketed():
+    """Megatron's DDP wrapper gives each virtual-pipeline chunk a DistributedDataParallel of its own and sets
+    disable_bucketing for every chunk but the first (and for all with overlap_param_gather_with_optimizer_step): on
+    Llama 3 70B at TP 4, PP 4, VP 5 the first stage's chunks 1-4 are one bucket each, of 4 layers' gradients."""
+    h, ffn, heads, groups, head_dim, tp = 8192, 28672, 64, 8, 128, 4
+    layer = h * h // tp + (heads + 2 * groups) * head_dim * h // tp + 2 * ffn * h // tp + h * ffn // tp + 2 * h
+    b = _budget()
+    (rs,) = _items(b, "dp", "reduce_scatter")
+    assert (b["layout"]["pp"], b["layout"]["vp"]) == (4, 5)
+    assert rs["bytes"] == 4 * layer * 2 and rs["bytes_vary"] and rs["count"] > 5  # a whole chunk is the largest bucket
+    (step,) = _items(_budget({"comm_overlap.overlap_param_gather_with_optimizer_step": True}), "dp", "reduce_scatter")
+    assert step["count"] == 5 and step["bytes"] > rs["bytes"]  # no chunk bucketed: chunk 0 with the embedding is the largest

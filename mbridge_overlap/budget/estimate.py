@@ -5,6 +5,7 @@ spread the sources allow; the assumptions are listed with the result."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from . import buckets, shape as shapes
@@ -30,7 +31,9 @@ ASSUMPTIONS = (
     "behind their own GEMM only, never across the network; a GEMM whose userbuffers config sets an SM margin runs on "
     "the SMs the communication kernels leave it (its time scaled by SMs / (SMs - num_sm)): TP overlap's own cost",
     "DP grad reduce-scatter runs in the last micro-batch's backward on the first pipeline stage (Megatron-Core buckets "
-    "only there); param all-gather in the first micro-batch's forward; the bucket that holds the embedding stays exposed",
+    "only there, and with VPP only model chunk 0: each other chunk is a DDP of its own with one bucket, as Megatron's "
+    "DDP wrapper sets disable_bucketing); param all-gather in the first micro-batch's forward; the bucket that holds "
+    "the embedding stays exposed",
     "the optimizer step, data loading and kernel launch gaps are not counted",
 )
 PEFT_ASSUMPTION = (
@@ -74,6 +77,7 @@ class Layout:
     peft: Peft | None = None  # frozen base weights and the adapters trained (run.peft), None: every weight trains
     recompute: tuple = ()  # (granularity, method, num_layers, modules) as Megatron-Core reads them; () none
     cp_comm_type: str | None = None  # model.cp_comm_type (Megatron-Core's default: p2p)
+    param_gather_with_step: bool = False  # optimizer.overlap_param_gather_with_optimizer_step: no chunk is bucketed
 
     @property
     def micro_batches(self) -> int:
@@ -114,6 +118,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         peft=peft_of(state) or peft,
         recompute=_recompute_of(m),
         cp_comm_type=state.request.context.get("model.cp_comm_type"),
+        param_gather_with_step=bool(state.optimizer.get("overlap_param_gather_with_optimizer_step")),
     )
 
 
@@ -205,11 +210,13 @@ class Item:
     setting: str | None  # the overlap setting that hides it (None: always overlapped by design, or never)
     last: float = 0.0  # of `seconds`, the part no overlap can hide (the last gradient bucket: the backward has ended)
     last_bytes: int = 0  # that last bucket's message
+    bytes_vary: bool = False  # the messages differ in size (DP's buckets): `bytes` is the largest
 
     def to_dict(self) -> dict:
         return {"dimension": self.dimension, "collective": self.collective, "what": self.what, "bytes": self.bytes,
                 "count": self.count, "group": self.group, "link": self.link, "ms": _ms(self.seconds),
-                "hidden_ms": _ms(self.hidden), "exposed_ms": _ms(self.seconds - self.hidden), "setting": self.setting}
+                "hidden_ms": _ms(self.hidden), "exposed_ms": _ms(self.seconds - self.hidden), "setting": self.setting,
+                **({"bytes_vary": True} if self.bytes_vary else {})}
 
 
 @dataclass
@@ -504,20 +511,25 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     if not params:
         return []
     size = buckets.default_bucket_size(d.get("bucket_size"), lay.settings["overlap_grad_reduce"], group)
-    spans = buckets.layout([n for _, n, _ in params], size, distributed_optimizer=distopt, dp_size=group,
-                           pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")))
+    spans = []
+    # a DDP buffer per model chunk, the last chunk's backward done first (the first stage ends with chunk 0's)
+    for k, chunk in reversed(list(enumerate(_chunks(params, layers, lay.vp)))):
+        bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest
+        spans += buckets.layout([n for _, n, _ in chunk], size if bucketed else None, distributed_optimizer=distopt,
+                                dp_size=group, pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")))
     link = _link(lay.tp * lay.cp * lay.dp, lay)
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
     param_bytes = 1 if d.get("fp8_param_gather") else 2
     bwd = stage_bwd  # the last micro-batch's backward on the first stage
     out = []
     reduce = "reduce_scatter" if distopt else "all_reduce"
+    vary = len({e - s for s, e, _ in spans}) > 1
     times = [system.seconds(reduce, (e - s) * grad_bytes, group, link) for s, e, _ in spans]
     hidden = max(0.0, min(sum(times[:-1]), bwd)) if lay.settings["overlap_grad_reduce"] else 0.0
     out.append(Item("dp", reduce, f"gradients ({len(spans)} bucket{'s' if len(spans) != 1 else ''}, "
                     f"{'FP32' if grad_bytes == 4 else 'BF16'})", max(e - s for s, e, _ in spans) * grad_bytes, len(spans),
                     group, link, sum(times), hidden, "overlap_grad_reduce", last=times[-1],
-                    last_bytes=(spans[-1][1] - spans[-1][0]) * grad_bytes))
+                    last_bytes=(spans[-1][1] - spans[-1][0]) * grad_bytes, bytes_vary=vary))
     if distopt:
         times = [system.seconds("all_gather", (e - s) * param_bytes, group, link) for s, e, _ in spans]
         # forward needs the embedding's bucket (the last backward fills) first: the others load behind compute;
@@ -527,8 +539,25 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
         hidden = max(0.0, min(sum(times[:-1]), stage_fwd)) if lay.settings["overlap_param_gather"] and prefetch else 0.0
         out.append(Item("dp", "all_gather", f"parameters ({'FP8' if param_bytes == 1 else 'BF16'})",
                         max(e - s for s, e, _ in spans) * param_bytes, len(spans), group, link, sum(times), hidden,
-                        "overlap_param_gather"))
+                        "overlap_param_gather", bytes_vary=vary))
     return out
+
+
+def _chunks(params: list, layers: int, vp: int) -> list[list]:
+    """A stage's parameters by virtual-pipeline model chunk, in order (each chunk a model of its own, wrapped in a
+    DistributedDataParallel of its own: megatron/training/models/dist_utils.py): layer i in chunk i // ceil(layers / vp),
+    the embedding in chunk 0, the final norm and output layer in the last."""
+    if vp <= 1:
+        return [params]
+    per = -(-layers // vp)
+    out: list[list] = [[] for _ in range(vp)]
+    for p in params:
+        m = _LAYER.match(p[0])
+        out[min(int(m[1]) // per, vp - 1) if m else 0 if p[0].startswith("embedding") else vp - 1].append(p)
+    return [c for c in out if c]
+
+
+_LAYER = re.compile(r"decoder\.layers\.(\d+)\.")
 
 
 def _ep(lay, shape, system, layers, m, tokens, layer_fwd, again) -> list:

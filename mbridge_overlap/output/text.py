@@ -392,7 +392,8 @@ def budget(d: dict) -> str:
              ""] + _dimensions(b)
     lines += ["", "collectives:"]
     for c in b["collectives"]:
-        lines.append(f"  {c['dimension'].upper():<3} {c['collective']:<15} {c['count']:>6,} x {_bytes(c['bytes']):>9} over "
+        size = ("up to " if c.get("bytes_vary") else "") + _bytes(c["bytes"])
+        lines.append(f"  {c['dimension'].upper():<3} {c['collective']:<15} {c['count']:>6,} x {size:>9} over "
                      f"{c['group']} ranks ({c['link']}): {c['ms']:,.1f} ms, exposed {c['exposed_ms']:,.1f} ({c['what']})")
     lines += _worth(b)
     lines += ["", "assumptions:"] + [f"  - {a}" for a in b["assumptions"]]

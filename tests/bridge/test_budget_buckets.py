@@ -54,6 +54,22 @@ def test_the_unset_bucket_size_is_megatron_cores_default():
     assert buckets.default_bucket_size(None, False, 8) is None  # one bucket without overlap_grad_reduce
 
 
+def test_only_the_first_model_chunk_is_bucketed_as_megatron_wraps_them():
+    """The budget buckets model chunk 0 alone (estimate._dp): Megatron's DDP wrapper, which Bridge calls, gives each
+    virtual-pipeline chunk a DDP of its own with disable_bucketing for every other chunk (and for all with
+    overlap_param_gather_with_optimizer_step), and DDP then leaves that chunk one bucket."""
+    import inspect
+
+    from megatron.core.distributed import distributed_data_parallel
+    from megatron.training.models import dist_utils
+
+    wrapper = inspect.getsource(dist_utils)
+    assert "(model_chunk_idx > 0)" in wrapper and "or overlap_param_gather_with_optimizer_step" in wrapper
+    assert "disable_bucketing=disable_bucketing" in wrapper
+    ddp = inspect.getsource(distributed_data_parallel.DistributedDataParallel.__init__)
+    assert "if disable_bucketing or pp_rank > 0:" in ddp and "self.bucket_size = None" in ddp
+
+
 _BUILD = """
 import json, os, sys
 import torch
