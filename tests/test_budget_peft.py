@@ -190,6 +190,9 @@ def test_lora_on_the_gathered_layernorm_output_is_flagged_where_bridge_takes_it(
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"])  # the baseline keeps TP overlap on
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_proj"], off)  # no LayerNorm output returned
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"], off, "  sequence_parallel_input_regather: true\n")
+    # the fix as an override of the run's clears it too (it was read past, and the finding stayed)
+    assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"], {**off, "peft.sequence_parallel_input_regather": True})
+    assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" in ids(["linear_qkv"], {**off, "peft.sequence_parallel_input_regather": "false"})
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"], off, machine_facts={"te_version": "2.3.0"})
 
 

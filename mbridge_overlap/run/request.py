@@ -133,6 +133,7 @@ class Request:
                     raise UsageError(f"{key}: '{safeio.esc(name)}' is not a field of {section} in Megatron-Bridge "
                                      f"{self.release.version}" + (f"; did you mean '{section}.{hint}'?" if hint else ""))
                 self.unmodeled.append(key)
+                self.context[key] = value  # as given (not typed): read only where a rule names it (peft's regather)
                 return
             hint = closest(section, list(_SETTERS) + list(bridge_fields(self.release.version)))
             raise UsageError(f"{key}: unknown config section '{section}'" + (f"; did you mean '{hint}'?" if hint else ""))
