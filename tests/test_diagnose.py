@@ -268,6 +268,22 @@ def test_tes_userbuffers_errors_under_nvfp4_are_the_precision_finding_quoted_or_
     assert [c["id"] for c in other] == ["OVERLAP_PATH_ERROR"]
 
 
+def test_a_size_mismatch_whose_factor_no_split_of_the_config_makes_is_not_the_split():
+    """SEQUENCE_SHARD_SIZE_MISMATCH needs the factor between the sizes to be a split the run makes: with the config
+    linked, a factor 2 at TP 4 with sequence parallel and CP 1 is left out (with a note); at TP 2, or CP 2, it stands."""
+    line = "RuntimeError: The size of tensor a (8192) must match the size of tensor b (4096) at non-singleton dimension 0\n"
+    recipe = "llama3_8b_pretrain_8gpu_h100_bf16_config"
+
+    def causes_with(tp, cp):
+        over = {"model.tensor_model_parallel_size": tp, "model.context_parallel_size": cp, "model.sequence_parallel": True}
+        d = _diagnose_text(line, recipe=recipe, overrides=over)
+        return [c["id"] for c in d["causes"]], d["notes"]
+
+    ids, notes = causes_with(4, 1)
+    assert ids == [] and any("no split of the sequence in this config makes" in n for n in notes)
+    assert causes_with(2, 1)[0] == ["SEQUENCE_SHARD_SIZE_MISMATCH"] == causes_with(4, 2)[0]
+
+
 def test_an_unrecorded_overlap_error_still_names_its_knobs():
     d = _diagnose_text("RuntimeError: Can not use both overlap_p2p_comm and batch_p2p_comm\n"
                        "ValueError: GroupedLinear doesn't support Userbuffer overlap.\n")

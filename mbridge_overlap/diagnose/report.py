@@ -9,6 +9,7 @@ log shows are given (a finding's `shows`), or that it missed it: a gap in the ru
 
 from __future__ import annotations
 
+import re
 import statistics
 from dataclasses import dataclass, field, replace
 
@@ -224,7 +225,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
         fid = cause.finding.id
         rec = findings.record(fid)
         checked = any(not r.startswith("mbridge_overlap.diagnose") for r in RAISERS.get(fid, ()))
-        why = "" if checked else _ruled_out_by(rec, analysis.effective)
+        why = "" if checked else (_ruled_out_by(rec, analysis.effective) or _no_split_makes(cause, rec, analysis.effective))
         if why:
             ruled_out.append((cause, why))
             continue
@@ -292,6 +293,23 @@ def _ruled_out_by(rec: dict, effective: dict) -> str:
         if all(_effective(effective, key) == value for key, value in alt.items()):
             return ", ".join(f"{key}={fmt(value)}" for key, value in alt.items())
     return ""
+
+
+def _no_split_makes(cause: Cause, rec: dict, effective: dict) -> str:
+    """Where the cause is a size mismatch by a split factor (a `split_factor` selector): the config's splits of the
+    sequence (CP; TP and TP x CP with sequence parallel) none of which is the factor the logged sizes show; '' else."""
+    selectors = [re.compile(s["line"]) for s in rec.get("logged") or () if isinstance(s, dict) and s.get("split_factor")]
+    if not selectors:
+        return ""
+    tp, cp = _effective(effective, "model.tensor_model_parallel_size") or 1, _effective(effective, "model.context_parallel_size") or 1
+    sp = bool(_effective(effective, "model.sequence_parallel"))
+    splits = {cp, *((tp, tp * cp) if sp else ())} - {1}
+    shown = {causes.split_factor(int(m["a"]), int(m["b"])) for g in cause.groups for rx in selectors if (m := rx.search(g.text))}
+    shown.discard(None)
+    if not shown or shown & splits:
+        return ""
+    return (f"the sizes differ by a factor of {', '.join(map(str, sorted(shown)))}, which no split of the sequence in this "
+            f"config makes (TP {tp}{' with' if sp else ' without'} sequence parallel, CP {cp})")
 
 
 def _effective(effective: dict, dotted: str):
