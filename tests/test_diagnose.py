@@ -284,6 +284,20 @@ def test_a_size_mismatch_whose_factor_no_split_of_the_config_makes_is_not_the_sp
     assert causes_with(2, 1)[0] == ["SEQUENCE_SHARD_SIZE_MISMATCH"] == causes_with(4, 2)[0]
 
 
+def test_an_exception_nothing_explains_is_listed_as_another_failure():
+    """A fatal exception that no message of the catalog and no overlap-path code explains (an OOM, a model's own
+    TypeError) is said, under `other`, with its last frame: the answer no longer reads as if nothing failed. Only the
+    first MAX_UNEXPLAINED texts are kept."""
+    from mbridge_overlap.diagnose.scan import MAX_UNEXPLAINED
+
+    d = _diagnose_text('Traceback (most recent call last):\n  File "/x/train.py", line 3, in <module>\n    main()\n'
+                       "TypeError: forward() got an unexpected keyword argument 'packed_seq_params'\n")
+    assert d["causes"] == [] and len(d["other"]) == 1
+    assert "packed_seq_params" in d["other"][0]["logged"] and d["other"][0]["frame"]["path"] == "/x/train.py"
+    many = _diagnose_text("".join(f"RuntimeError: failure number {i}\n" for i in range(MAX_UNEXPLAINED + 5)))
+    assert len(many["other"]) == MAX_UNEXPLAINED and many["causes"] == []
+
+
 def test_an_unrecorded_overlap_error_still_names_its_knobs():
     d = _diagnose_text("RuntimeError: Can not use both overlap_p2p_comm and batch_p2p_comm\n"
                        "ValueError: GroupedLinear doesn't support Userbuffer overlap.\n")

@@ -32,6 +32,8 @@ MAX_FRAMES = 4096  # tracebacks under way at once (one per source and rank); the
 MAX_SHOWN = 2000  # characters of a logged line kept for the report
 MAX_TRACEBACKS = 256  # groups of tracebacks through overlap-path code (one per place and exception); past it, counted
 MAX_PATH = 400  # characters of a traceback frame's path kept
+MAX_UNEXPLAINED = 16  # exception lines nothing explains, kept (by text) to say the run failed otherwise
+UNEXPLAINED = "unexplained"  # their entries' origin
 MEMO = 4096  # line texts whose matches are remembered
 CODE_WITHIN = 256  # lines of its log within which a traceback frame's code line follows it (other ranks' lines between)
 _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
@@ -105,9 +107,12 @@ class Scan:
         """Read one line in full. Returns the group it was recorded in when reading the same text again, with no
         traceback open anywhere, can only add its rank to that group (read_block's repeats)."""
         text = line.text
-        first = self._wrapped.pop(line.source, None) if self._wrapped else None
-        if first is not None and first.rank == line.rank and first.number + 1 == line.number and self._joined(first, line):
-            return None
+        wrapped = self._wrapped.pop(line.source, None) if self._wrapped else None
+        if wrapped is not None:
+            first = wrapped[0]
+            if first.rank == line.rank and first.number + 1 == line.number and self._joined(first, line):
+                return None
+            self._unexplained(*wrapped)
         if self.summary is not None and not self.summary.done and self.summary.feed(clean(text)):
             return None
         quiet = not self._frames
@@ -145,12 +150,28 @@ class Scan:
             gid = self._record(line, hits, frame, near[1] if near else None)
         elif not (frame is not None and _BARE.match(clean(text)) and self._bare(line, frame)) and not self._traceback(line, key):
             if EXCEPTION.match(clean(text)) and len(text) <= MAX_SHOWN:
-                self._wrapped[line.source] = line
+                self._wrapped[line.source] = (line, tuple(frame[:3]) if frame else None)
             return None
         self._frames.pop(key, None)  # an exception line ends its traceback
         self._on_path.pop(key, None)
         self._awaiting.pop(key, None)
         return gid if quiet and not iteration else None
+
+    def _unexplained(self, line: Line, frame: tuple | None) -> None:
+        """An exception line that nothing explains (no message of the catalog, no overlap-path code, no continuation):
+        a group of its own, reported as a failure that is not an overlap cause; the first MAX_UNEXPLAINED kinds."""
+        text = clean(line.text).strip()
+        m = EXCEPTION.match(text)
+        gid = f"{UNEXPLAINED}:{text[:MAX_PATH]}"
+        group = self.groups.get(gid)
+        if group is None:
+            if m is None or sum(1 for g in self.groups.values() if g.entry.origin == UNEXPLAINED) >= MAX_UNEXPLAINED:
+                return
+            path, number, function = frame or (None, None, None)
+            entry = Entry(id=gid, origin=UNEXPLAINED, kind="raise", severity="error", topic="other", exception=m[1],
+                          file=path, function=function, line=number)
+            group = self.groups[gid] = Group(entry, [], text[:MAX_SHOWN], line.source, line.number, frame=frame)
+        group.add(line.rank)
 
     def _joined(self, first: Line, line: Line) -> bool:
         """An exception line no message matched and the next line of its source and rank, read as one line: recorded
@@ -186,7 +207,7 @@ class Scan:
                 self._traceback(on_path[-1], key, cut=True)  # the frame's own line is the evidence
                 del self._on_path[key]
         for name in [n for n in self._wrapped if source is None or n == source]:
-            del self._wrapped[name]
+            self._unexplained(*self._wrapped.pop(name))
 
     def merge(self, part: Scan) -> None:
         """Add the scan of logs that come after this one's (a worker's, diagnose --jobs): as if its lines had been fed
@@ -439,7 +460,7 @@ class Scan:
         block is under way, a traceback frame of this source may still get its code line, or the line may continue
         the exception line before it."""
         wrapped = self._wrapped.get(source) if self._wrapped else None
-        if wrapped is not None and number == wrapped.number + 1:
+        if wrapped is not None and number == wrapped[0].number + 1:
             return True
         if self._awaiting:
             for key, at in list(self._awaiting.items()):

@@ -291,8 +291,8 @@ def _ranks(ranks: list, count: int) -> str:
 
 def _evidence(e: dict) -> list[str]:
     logged = e["logged"] if len(e["logged"]) <= 160 else e["logged"][:157] + "..."
-    where = " ".join(filter(None, (e.get("file"), e.get("function")))) or "native code"
-    version = f" ({e['package']} {e['package_version']})" if e.get("package_version") else f" ({e['package']})"
+    where = " ".join(filter(None, (e.get("file"), e.get("function")))) or ("native code" if e.get("package") else "where the log does not say")
+    version = f" ({e['package']} {e['package_version']})" if e.get("package_version") else f" ({e['package']})" if e.get("package") else ""
     return [f"    logged  {logged}",
             f"            {e['count']} line{'s' if e['count'] != 1 else ''}, {_ranks(e['ranks'], e['rank_count'])}; first at "
             f"{e['first_seen']['source']}:{e['first_seen']['line']}",
