@@ -233,3 +233,17 @@ def test_a_setting_changed_as_asked_is_said_once(tmp_path):
     r = mbridge_overlap.api.diff(tmp_path / "before.yaml", tmp_path / "after.yaml", gpus=16).to_dict()
     messages = [c["message"] for c in r["overlap_changes"]]
     assert messages == ["ddp.bucket_size went 40000000 -> 10000000"]
+
+
+def test_diff_says_first_what_after_fails_with_that_before_does_not(capsys):
+    """MXFP8 -> NVFP4 with TP overlap on: AFTER fails at the first step (TP_OVERLAP_UNSUPPORTED_PRECISION); the diff
+    says so before its changes (it was only inside 'budget not shown'); BEFORE's own errors are not listed as new."""
+    from mbridge_overlap import api, cli
+
+    recipe = "llama3_70b_pretrain_64gpu_gb200_fp8mx_config"
+    d = api.diff(recipe=recipe, overrides={"mixed_precision": "bf16_with_nvfp4_mixed"}).to_dict()
+    assert [(e["id"], e["when"]) for e in d["new_errors"]] == [("TP_OVERLAP_UNSUPPORTED_PRECISION", "step")]
+    assert api.diff(recipe=recipe, overrides={"comm_overlap.tp_comm_overlap": False}).to_dict()["new_errors"] == []
+    assert cli.main(["diff", "--recipe", recipe, "mixed_precision=bf16_with_nvfp4_mixed"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("ERROR   AFTER fails at step where BEFORE does not: TP_OVERLAP_UNSUPPORTED_PRECISION")

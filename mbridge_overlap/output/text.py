@@ -225,6 +225,9 @@ def lint(d: dict) -> str:
 def diff(d: dict) -> str:
     lines = [f"diff {d['before']} -> {d['after']} (Megatron-Bridge {d['bridge_version']})"]
     lines += [f"WARNING: {w}" for w in d["warnings"]]
+    for e in d.get("new_errors") or ():
+        lines += [f"ERROR   AFTER fails at {e['when']} where BEFORE does not: {e['id']}: {e['message']}",
+                  f"        fix: {e['fix']}"]
     changes = d["overlap_changes"]
     lines += ["", "overlap settings that changed, most step-time impact first:" if changes else "overlap settings: no change"]
     for i, c in enumerate(changes, 1):

@@ -112,10 +112,12 @@ class DiffResult:
     warnings: list
     accounting: dict  # every changed key of the two files, in exactly one bucket
     budget: dict | None = None  # budget_change(): what the change does to the communication budget
+    new_errors: list = field(default_factory=list)  # AFTER's error findings that BEFORE does not have
 
     def to_dict(self) -> dict:
         return {
             "schema_version": SCHEMA_VERSION, "bridge_version": self.bridge_version, "before": self.before, "after": self.after,
+            "new_errors": self.new_errors,
             "overlap_changes": [c.to_dict() for c in self.changes], "other_changes": self.other,
             "unmodeled_changes": self.accounting["unmodeled"], "warnings": self.warnings,
             "explained_changes": self.accounting["explained"], "same_effect_changes": self.accounting["same_effect"],
@@ -198,8 +200,11 @@ def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = Non
     changes.sort(key=lambda c: (-c.impact, c.key))
     other = _other(a, b)
     accounting = account(a, b, changes, other)
+    had = {f.id for f in a.analysis.errors}
+    new_errors = [{"id": f.id, "when": f.when or "config", "message": f.message, "fix": f.fix}
+                  for f in b.analysis.errors if f.id not in had]
     return DiffResult(a.label, b.label, before.release.version, changes, other, warnings, accounting,
-                      budget_change(a.analysis, b.analysis, model, shape))
+                      budget_change(a.analysis, b.analysis, model, shape), new_errors)
 
 
 DIMENSIONS = ("tp", "cp", "pp", "dp", "ep")
