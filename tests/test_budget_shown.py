@@ -122,3 +122,25 @@ def test_a_saved_shape_megatron_core_refuses_leaves_the_budget_out_and_the_lint_
     assert "cannot be costed" in d["budget"]["unavailable"] and "num_query_groups" in d["budget"]["unavailable"]
     with pytest.raises(Exception, match="num_query_groups"):  # the same shape given on the budget's flags is the user's error
         api.lint(config, shape={"num_attention_heads": raw["model"]["num_query_groups"] + 1})
+
+
+def test_diagnose_compare_says_the_userbuffers_preset_is_assumed_and_gives_the_range(tmp_path):
+    """Bridge's summary does not print tp_comm_overlap_cfg: where TP overlap is on, the prediction costs TE's
+    default userbuffers config; the answer says so and gives the range down to the change without TP overlap's own
+    cost (exposed communication alone)."""
+    log = LOG.parent / "tp_overlap_default_ub_cfg.log"
+    on = "  tp_comm_overlap: True  (Mcore default: False)\n"
+    assert on in log.read_text()
+    before, after = tmp_path / "before.log", tmp_path / "after.log"
+    def lines(ms):
+        return "".join(iteration_line(i, 100, ms) + "\n" for i in range(1, 12))
+
+    before.write_text(log.read_text() + lines(1000.0))
+    after.write_text(log.read_text().replace(on, "") + lines(1100.0))
+    d = api.diagnose([str(before), str(after)], compare=True, gpus=8).to_dict()["compare"]
+    b = d["budget"]
+    assert "tp_comm_overlap_cfg" in d["assumption"]
+    ends = sorted((b["iteration_change_ms"], round(b["exposed_ms_after"] - b["exposed_ms_before"], 3)))
+    assert d["predicted_range_ms"] == ends
+    plain = api.diagnose([str(LOG), str(LOG)], compare=True, gpus=8).to_dict()["compare"]
+    assert "assumption" not in plain  # TP overlap off on both sides: nothing assumed

@@ -340,6 +340,8 @@ def diagnosis(d: dict) -> str:
                          f"({_pct(predicted['iteration_change_ms'], predicted['iteration_ms_before'])}, an estimate: "
                          f"communication budget {predicted['iteration_ms_before']:,.1f} -> {predicted['iteration_ms_after']:,.1f} ms) "
                          f"beside the observed {change}" + _share(predicted, c["change"]))
+            if c.get("assumption"):
+                lines.append(f"  assumption: {c['assumption']}")
         elif predicted:
             lines.append(f"  predicted change: not known: {predicted['unavailable']}")
     lines += ["", "causes:" if d["causes"] else "causes: none on the overlap path"]

@@ -156,6 +156,19 @@ def _config_changes(diag, scans, release, gpus) -> None:
     diag.compare["config_changes"] = [c.to_dict() for c in result.changes]
     diag.compare["budget"] = (result.budget if same else
                               {"unavailable": "the two runs' configuration summaries print different model shapes"})
+    b = diag.compare["budget"]
+    tp_on = any((scan.summary.config(release).get("model") or {}).get("tp_comm_overlap") for _l, scan in scans)
+    if "unavailable" not in b and tp_on and any("model.tp_comm_overlap_cfg" in scan.summary.unknown for _l, scan in scans):
+        # the summary does not print the userbuffers preset: the budget costs TE's default, whose SM margins a tuned
+        # preset leaves out; the change without TP overlap's own cost is the other end
+        exposed = round(b["exposed_ms_after"] - b["exposed_ms_before"], 3)
+        low, high = sorted((b["iteration_change_ms"], exposed))
+        diag.compare["predicted_range_ms"] = [low, high]
+        diag.compare["assumption"] = (
+            "Bridge's summary does not print comm_overlap.tp_comm_overlap_cfg: the budget costs Transformer Engine's "
+            "default userbuffers config (16-SM margins on the bulk and pipeline GEMMs); with a tuned preset TP overlap "
+            f"costs less, and the predicted change lies between {low:+,.1f} and {high:+,.1f} ms (`budget --recipe` with "
+            "the run's recipe gives its preset's)")
 
 
 def _shape(summary) -> dict:
