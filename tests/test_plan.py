@@ -278,3 +278,18 @@ def test_the_plan_names_its_recipe_as_the_catalog_can_find_it_again():
     assert both == "perf_recipes.llama3_70b_peft_8gpu_h100_bf16_config"
     one = api.plan(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config").to_dict()["layout"]["recipe"]
     assert one == "llama3_70b_pretrain_64gpu_h100_bf16_config"
+
+
+def test_the_model_named_gives_the_plan_its_hidden_size_and_family():
+    """plan --model llama3_70b without a recipe: the preset finder knows the hidden size the budget uses (it said
+    'hidden size is not known'), and Bridge's launcher rule for the family applies (NCCL_P2P_NET_CHUNKSIZE with PP > 1)."""
+    from mbridge_overlap import api
+
+    p = api.plan(tp=8, pp=4, vpp=5, cp=2, gpus=256, gpu="h100", model="llama3_70b", seq_length=16384,
+                 micro_batch_size=1, global_batch_size=256).to_dict()
+    assert p["layout"]["hidden_size"] == 8192 and p["layout"]["family"] == "llama3_70b"
+    assert p["launch_env"]["NCCL_P2P_NET_CHUNKSIZE"]["value"] == "2097152"
+    assert not any("hidden size is not known" in f["message"] for f in p["findings"])
+    bare = api.plan(tp=8, pp=4, vpp=5, cp=2, gpus=256, gpu="h100").to_dict()
+    assert bare["layout"]["hidden_size"] is None and bare["layout"]["family"] is None
+    assert "NCCL_P2P_NET_CHUNKSIZE" not in bare["launch_env"]
