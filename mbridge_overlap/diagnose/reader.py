@@ -185,15 +185,18 @@ def line_text(raw: bytes) -> tuple[str, int]:
 
 
 def _chunks(stream, source: str) -> Iterator[bytes]:
-    """The file's bytes in chunks, inflated when it is gzip (several members, zero padding, a cut end: all it holds)."""
+    """The file's bytes in chunks, inflated when it is gzip (several members, zero padding, a cut end: all it holds).
+    A regular file is read up to the size it had when opened: a log that grows while it is read (a run still
+    writing it) is the log as it was, and diagnose ends."""
+    read = _bounded(stream)
     try:
-        first = stream.read(CHUNK)
+        first = read(CHUNK)
         if first[:2] != b"\x1f\x8b":
             while first:
                 yield first
-                first = stream.read(CHUNK)
+                first = read(CHUNK)
             return
-        yield from _inflate(stream, first)
+        yield from _inflate(read, first)
     except OSError as exc:
         raise UsageError(f"{esc(source)}: cannot read ({esc(exc.strerror or exc)})") from None
     except zlib.error as exc:
@@ -243,7 +246,28 @@ def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
     yield from rest
 
 
-def _inflate(stream, data: bytes) -> Iterator[bytes]:
+def _bounded(stream):
+    """stream.read, stopping at a regular file's size when opened (a pipe or standard input: as it comes)."""
+    try:
+        st = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return stream.read
+    if not stat.S_ISREG(st.st_mode):
+        return stream.read
+    left = st.st_size
+
+    def read(n: int) -> bytes:
+        nonlocal left
+        if left <= 0:
+            return b""
+        data = stream.read(min(n, left))
+        left -= len(data)
+        return data
+
+    return read
+
+
+def _inflate(read, data: bytes) -> Iterator[bytes]:
     z = zlib.decompressobj(_GZIP)
     while True:
         while data:
@@ -255,11 +279,11 @@ def _inflate(stream, data: bytes) -> Iterator[bytes]:
             if z.eof:
                 data = data.lstrip(b"\0")
                 if not data:
-                    data = stream.read(CHUNK).lstrip(b"\0")
+                    data = read(CHUNK).lstrip(b"\0")
                 if not data:
                     return
                 z = zlib.decompressobj(_GZIP)
-        data = stream.read(CHUNK)
+        data = read(CHUNK)
         if not data:
             rest = z.flush()
             if rest:

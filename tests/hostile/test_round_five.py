@@ -100,3 +100,18 @@ def test_standard_input_named_twice_is_refused():
     proc = run_cli("diagnose", "--compare", "-", "-", input=b"hi\n")
     assert proc.returncode == 2
     assert_one_line(proc)
+
+
+def test_a_log_that_grows_while_read_is_read_as_it_was_when_opened(tmp_path):
+    """A regular file is read up to its size when opened: a run that keeps writing the log (faster than diagnose
+    reads) no longer keeps diagnose reading for ever."""
+    from mbridge_overlap.diagnose import reader
+
+    log = tmp_path / "growing.log"
+    log.write_bytes(b"step 1\n" * 1000)
+    with open(log, "rb") as stream:
+        read = reader._bounded(stream)
+        with open(log, "ab") as writer:
+            writer.write(b"written after the open\n" * 1000)
+            got = b"".join(iter(lambda: read(4096), b""))
+    assert got == b"step 1\n" * 1000
