@@ -244,6 +244,9 @@ def test_diff_says_first_what_after_fails_with_that_before_does_not(capsys):
     d = api.diff(recipe=recipe, overrides={"mixed_precision": "bf16_with_nvfp4_mixed"}).to_dict()
     assert [(e["id"], e["when"]) for e in d["new_errors"]] == [("TP_OVERLAP_UNSUPPORTED_PRECISION", "step")]
     assert api.diff(recipe=recipe, overrides={"comm_overlap.tp_comm_overlap": False}).to_dict()["new_errors"] == []
+    # the recipe's mixed_precision.grad_reduce_in_fp32 goes with its recipe: explained by the change it names, not
+    # listed again as 'not modelled'
+    assert d["unmodeled_changes"] == [] and "mixed_precision.grad_reduce_in_fp32" in d["explained_changes"]
     assert cli.main(["diff", "--recipe", recipe, "mixed_precision=bf16_with_nvfp4_mixed"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("ERROR   AFTER fails at step where BEFORE does not: TP_OVERLAP_UNSUPPORTED_PRECISION")

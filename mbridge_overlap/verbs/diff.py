@@ -460,7 +460,11 @@ def account(a: Side, b: Side, changes: list, other: list) -> dict:
     for key, (old, new) in _changed(a, b).items():
         out["total"] += 1
         section, _, name = key.partition(".")
-        if key in explained or key in listed or section == "comm_overlap" and "comm_overlap" in explained:
+        # a mixed-precision field goes with the mixed_precision recipe a change names: the ddp or model field it
+        # sets is the change listed (mixed_precision.grad_reduce_in_fp32 -> ddp.grad_reduce_in_fp32)
+        precision_field = section == "mixed_precision" and "mixed_precision" in explained and (
+            f"ddp.{name}" in explained or f"model.{name}" in explained)
+        if key in explained or key in listed or section == "comm_overlap" and "comm_overlap" in explained or precision_field:
             out["explained"].append(key)
             continue
         if name in schema.SECTIONS.get(section, {}) or name in schema.EFFECTIVE_FIELDS.get(section, ()):
