@@ -184,3 +184,18 @@ def test_batches_cover_every_file_in_order_and_evenly():
             assert sum(n for _, n in got) == count and max(n for _, n in got) <= most
             assert max(n for _, n in got) - min(n for _, n in got) <= 1
             assert len(got) == -(-count // most)
+
+
+def test_workers_keep_the_same_other_failures_as_one_process(tmp_path, monkeypatch):
+    """Exceptions nothing explains are kept up to MAX_UNEXPLAINED texts: merged from the workers' files, the same
+    first ones as one process keeps (each file's scan keeps its own first ones)."""
+    from mbridge_overlap.diagnose.scan import MAX_UNEXPLAINED
+
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    for i in range(12):
+        (folder / f"rank{i}.log").write_text("".join(f"RuntimeError: failure {i} {k}\n" for k in range(10)))
+    one = api.diagnose([str(folder)], jobs=1).to_dict()
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)
+    two = api.diagnose([str(folder)], jobs=2).to_dict()
+    assert len(one["other"]) == MAX_UNEXPLAINED and two == one

@@ -221,6 +221,7 @@ class Scan:
         for source, times in part.iterations.items():
             self._times(source, times)
         room = MAX_TRACEBACKS - self._tracebacks()
+        unexplained = MAX_UNEXPLAINED - sum(1 for g in self.groups.values() if g.entry.origin == UNEXPLAINED)
         for gid, group in part.groups.items():
             have = self.groups.get(gid)
             if have is None and group.entry.topic == TRACEBACK:
@@ -228,6 +229,10 @@ class Scan:
                     self.facts["tracebacks_dropped"] = self.facts.get("tracebacks_dropped", 0) + group.count
                     continue
                 room -= 1
+            if have is None and group.entry.origin == UNEXPLAINED:  # as one process keeps them: the first texts
+                if unexplained <= 0:
+                    continue
+                unexplained -= 1
             if have is None:
                 self.groups[gid] = group
                 continue
