@@ -29,7 +29,8 @@ How each scenario is launched (manifest `launch`):
                stderr separately, so lines interleave by timing: --check compares a torchrun log's lines as a
                sorted list (every line, not their order). MONITOR_INTERVAL makes torchrun look at its workers
                only after both have exited, so neither is killed half-way by the other's failure; when a poll
-               still falls between the two exits (a loaded machine), the scenario runs again (TORCHRUN_TRIES).
+               still falls between the two exits (a loaded machine), the scenario runs again (TORCHRUN_TRIES),
+               and where it still did, each rank's lines of one run are to be among the other's (same_torchrun).
   entry initialize_tp_communicators: after runtime_config_update() the script calls the function Bridge's
                initialize_megatron() calls for TP overlap (megatron.bridge.training.initialize.
                _initialize_tp_communicators), because pretrain() stops at its CUDA assert before reaching it on a CPU
@@ -555,6 +556,29 @@ def canonical(text: str) -> list[str]:
     return sorted(text.splitlines())
 
 
+_RANK = re.compile(r"^\[default(\d+)\]:")
+
+
+def same_torchrun(old: str, new: str) -> bool:
+    """Two runs of a torchrun scenario print the same: the same lines (canonical), or, where its ranks fail at one
+    point and torchrun stops the others when it sees the first, each rank's lines of one run among the other's. How
+    far a stopped rank got is timing (a loaded machine lets it print its own traceback first); what it prints is not."""
+    if canonical(old) == canonical(new):
+        return True
+    a, b = _lines_by_rank(old), _lines_by_rank(new)
+    return a.keys() == b.keys() and all(a[r] <= b[r] or b[r] <= a[r] for r in a)
+
+
+def _lines_by_rank(text: str) -> dict:
+    from collections import Counter
+
+    out: dict = {}
+    for line in text.splitlines():
+        m = _RANK.match(line)
+        out.setdefault(m[1] if m else "agent", Counter())[line] += 1
+    return out
+
+
 # ------------------------------------------------------------------------------------------------- upstream logs
 
 ESC = "\x1b"
@@ -859,7 +883,7 @@ def compare(committed: Path, fresh: Path) -> list[str]:
             old, new = a.read_text(), b.read_text()
             scen = manifest.get(name[:-4], {}) if name.endswith(".log") else {}
             if scen.get("launch") == "torchrun":
-                same = canonical(old) == canonical(new)
+                same = same_torchrun(old, new)
             else:
                 same = old == new
             if not same:
