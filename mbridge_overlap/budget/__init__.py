@@ -47,19 +47,8 @@ def _overridden(sc, shapes) -> dict:
     from dataclasses import fields
 
     names = {f.name for f in fields(shapes.Shape)}
-    out = {}
-    for key, value in (sc.overrides or {}).items():
-        section, _, name = key.partition(".")
-        if section != "model" or name not in names or value is None:
-            continue
-        if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
-            value = int(value)
-        if not isinstance(value, (int, bool)):
-            from ..safeio import shown
-
-            raise UsageError(f"{key}: the budget takes a whole number or true/false, got {shown(value)}")
-        out[name] = value
-    return out
+    return {key.partition(".")[2]: shapes.value_of(key, value) for key, value in (sc.overrides or {}).items()
+            if key.partition(".")[0] == "model" and key.partition(".")[2] in names and value is not None}
 
 
 def needs(analysis) -> str | None:

@@ -99,6 +99,17 @@ def check_given(model: str | None, given: dict | None) -> None:
     _bounds(given or {})
 
 
+def value_of(key: str, value) -> int | bool:
+    """A shape key's value as given on a command line (KEY=VALUE text) or typed: a whole number or true/false."""
+    if isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
+        return int(value)
+    raise UsageError(f"{safeio.shown(key)}: expected a whole number or true/false, got {safeio.shown(value)}")
+
+
 def experts_of(model: str | None) -> int | None:
     """The expert count of the known model --model names (None: dense, or none named): what a config that sets no
     model.num_moe_experts is given where Bridge would refuse EP > 1 without it (EXPERT_PARALLEL_WITHOUT_EXPERTS)."""

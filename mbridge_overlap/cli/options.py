@@ -129,11 +129,12 @@ def _shape_key(token: str) -> tuple:
     key, eq, value = token.partition("=")
     if not eq or not key:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {safeio.shown(token)}")
-    if value.lower() in ("true", "false"):
-        return key, value.lower() == "true"
-    if value.isascii() and value.isdigit() and len(value) <= 9:
-        return key, int(value)
-    raise argparse.ArgumentTypeError(f"{safeio.shown(key)}: expected a whole number or true/false, got {safeio.shown(value)}")
+    from ..budget.shape import value_of
+
+    try:
+        return key, value_of(key, value)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def budget_inputs(args) -> dict:

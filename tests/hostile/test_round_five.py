@@ -75,6 +75,8 @@ def test_shape_overrides_reach_the_budget():
     whole = api.budget({}, recipe=recipe).to_dict()["budget"]
     eight = api.budget({"model.num_layers": 8}, recipe=recipe).to_dict()["budget"]
     assert eight["compute_ms"] < whole["compute_ms"] / 5 and "overrides: model.num_layers" in eight["shape_from"]
+    glu = api.budget({"model.gated_linear_unit": "false"}, recipe=recipe).to_dict()["budget"]  # as the command line gives it
+    assert glu["compute_ms"] < whole["compute_ms"] and "overrides: model.gated_linear_unit" in glu["shape_from"]
     proc = run_cli("budget", "--recipe", recipe, "model.num_layers=abc")
     assert proc.returncode == 2
     assert_one_line(proc)
