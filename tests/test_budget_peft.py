@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from mbridge_overlap import api
+from mbridge_overlap import UsageError, api
 from mbridge_overlap.budget import estimate, shape as shapes
 
 BASELINE = ROOT / "tests" / "data" / "run_configs" / "baseline.yaml"  # TP 4, PP 4, SP, TP overlap on; GPT-3 175B shape
@@ -193,6 +193,8 @@ def test_lora_on_the_gathered_layernorm_output_is_flagged_where_bridge_takes_it(
     # the fix as an override of the run's clears it too (it was read past, and the finding stayed)
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"], {**off, "peft.sequence_parallel_input_regather": True})
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" in ids(["linear_qkv"], {**off, "peft.sequence_parallel_input_regather": "false"})
+    with pytest.raises(UsageError, match="expected true or false"):  # typed as Bridge's field: no silent false
+        ids(["linear_qkv"], {**off, "peft.sequence_parallel_input_regather": "maybe"})
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in ids(["linear_qkv"], off, machine_facts={"te_version": "2.3.0"})
 
 

@@ -40,6 +40,7 @@ class Peft:
 
 
 LORA = Peft("LoRA", DEFAULT_TARGETS, DEFAULT_DIM)
+REGATHER = "peft.sequence_parallel_input_regather"
 
 
 def of(state) -> Peft | None:
@@ -58,6 +59,10 @@ def of(state) -> Peft | None:
         raise UsageError(f"peft.target_modules: must be a list of up to {MAX_TARGETS} module names, got {shown(targets)}")
     if dim is not None and not (isinstance(dim, int) and not isinstance(dim, bool) and 1 <= dim <= MAX_DIM):
         raise UsageError(f"peft.dim: must be a whole number from 1 to {MAX_DIM:,}, got {shown(dim)}")
-    asked = state.request.context.get("peft.sequence_parallel_input_regather")  # an override of the run's, as given
-    regather = section.get("sequence_parallel_input_regather") is True if asked is None else str(asked).strip().lower() == "true"
+    regather = section.get("sequence_parallel_input_regather") is True
+    if REGATHER in state.request.context:  # an override of the run's, kept as given: typed as Bridge's field is
+        from . import schema
+        from .request import convert
+
+        regather = convert(REGATHER, schema.Field(schema.OPT_BOOL), state.request.context[REGATHER], state.request.release) is True
     return Peft(scheme, DEFAULT_TARGETS if targets is None else tuple(targets), DEFAULT_DIM if dim is None else dim, regather)

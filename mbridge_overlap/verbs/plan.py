@@ -75,9 +75,7 @@ def _recipe(reference: str | None, release) -> tuple[dict | None, str | None]:
     if reference.endswith("_config") or "." in reference:
         entry = catalog.require_built(catalog.lookup(reference, release.version))
         return entry, entry["model"]
-    # A release without a catalog of its own (0.6.0, a newer one) takes its data_of release's family names: the family
-    # only selects NCCL_P2P_NET_CHUNKSIZE, whose recipe list is release data.
-    families = catalog.families(release.version if release.version in catalog.versions() else release.data_version)
+    families = _families(release)
     if reference not in families:
         from ..suggest import closest
 
@@ -97,8 +95,13 @@ def _from_model(model: str, shape: dict | None, hidden_size: int | None, family:
         return hidden_size, family  # an unknown name: the budget says so
     if hidden_size is None:
         hidden_size = (shape or {}).get("hidden_size") or known["shape"].get("hidden_size")
-    families = catalog.families(release.version if release.version in catalog.versions() else release.data_version)
-    return hidden_size, family if family is not None or model not in families else model
+    return hidden_size, family if family is not None or model not in _families(release) else model
+
+
+def _families(release) -> list:
+    """The model families of a release's catalog. A release without a catalog of its own (0.6.0, a newer one) takes
+    its data_of release's: the family only selects NCCL_P2P_NET_CHUNKSIZE, whose recipe list is release data."""
+    return catalog.families(release.version if release.version in catalog.versions() else release.data_version)
 
 
 def make_plan(
