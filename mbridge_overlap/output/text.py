@@ -437,7 +437,7 @@ def _worth(b: dict) -> list[str]:
                      f"{'off' if s['effective'] else 'on'} {would} the iteration by {change:+,.1f} ms "
                      f"({_pct(change, b['iteration_ms'])}): exposed communication {exposed:+,.1f} ms{cost}")
         if not flip["holds"]:
-            asked = " ".join(f"{k}={str(v).lower()}" for k, v in flip["overrides"].items())
+            asked = findings.overrides_text(flip["overrides"])
             lines.append(f"    but on this config {asked} brings {', '.join(flip['because'])} (resolve with it says why)")
     return lines
 
