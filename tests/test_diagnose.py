@@ -199,6 +199,27 @@ def test_an_exception_below_overlap_code_through_torch_stays_the_overlap_codes()
     assert not _diagnose_text(_frames(bucket, _ATTENTION) + _SHAPE_ERROR)["causes"]
 
 
+def test_a_paste_that_starts_in_torch_s_coalescing_manager_is_the_dp_buckets():
+    """Megatron-Core's DP buckets reduce and gather through torch's _coalescing_manager: a traceback pasted from
+    there on (its Megatron frame cut off) is on the DP path; where Transformer Engine's frame is above it (a quantized
+    sequence-parallel all-gather), the TE frame decides."""
+    cm = ("/usr/local/lib/python3.12/dist-packages/torch/distributed/distributed_c10d.py", "_coalescing_manager",
+          "work = group.reduce_scatter_tensor_coalesced(outputs, inputs, reduce_opts)")
+    exit_ = ("/usr/lib/python3.12/contextlib.py", "__exit__", "next(self.gen)")
+    error = "RuntimeError: NCCL Error 2: unhandled system error (run with NCCL_DEBUG=INFO for details)\n"
+    for end in (error, ""):
+        (cause,) = _diagnose_text(_frames(exit_, cm) + end)["causes"]
+        assert cause["id"].startswith("OVERLAP_PATH_TRACEBACK") and "ddp.overlap_grad_reduce" in cause["knobs"]
+        assert "Megatron-Core's DP buckets" in cause["message"]
+    te = ("/usr/local/lib/python3.12/dist-packages/transformer_engine/pytorch/module/linear.py", "forward", "gather_along_first_dim(")
+    te_dist = ("/usr/local/lib/python3.12/dist-packages/transformer_engine/pytorch/distributed.py", "_all_gather_mxfp8",
+               "with gather_coalescing_manager:")
+    (cause,) = _diagnose_text(_frames(te, te_dist, exit_, cm) + error)["causes"]
+    assert "model.sequence_parallel" in cause["knobs"] and "ddp.overlap_grad_reduce" not in cause["knobs"]
+    # the same torch frame under the model's own code is not the overlap path's
+    assert not _diagnose_text(_frames(_ATTENTION, cm) + error)["causes"]
+
+
 def test_the_code_line_of_a_frame_is_not_a_second_message():
     text = ('  File "/x/site-packages/megatron/bridge/training/config.py", line 1102, in _validate_and_apply_megatron_fsdp_configs\n'
             '    assert os.getenv("CUDA_DEVICE_MAX_CONNECTIONS") != "1", "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset."\n'
@@ -525,3 +546,41 @@ def test_lines_of_one_message_that_link_to_different_causes_are_not_one_group():
     assert ranks["SEQUENCE_SHARD_SIZE_MISMATCH"] == ["5"]
     assert ranks["CP_COLLECTIVE_TIMEOUT"] == ["1"] and ranks["DP_COLLECTIVE_TIMEOUT"] == ["0"]
     assert [e["ranks"] for e in d["other"]] == [["3"]]
+
+
+@pytest.mark.parametrize("line, knob", [
+    ("ValueError: Packed sequence length 4551 must be divisible by 2 * CP size 1", "model.context_parallel_size"),
+    ("AssertionError: FSDP reduce-scatter expects uniform gradient dtype but got {torch.bfloat16, torch.float32}",
+     "ddp.grad_reduce_in_fp32"),
+    ("AssertionError: vision tokens are not divisible by the TP world size (3 vs 4)", "model.tensor_model_parallel_size"),
+    ("RuntimeError: the sequence_parallel flag of the actor differs from the critic's", "model.sequence_parallel"),
+    ("AssertionError: num_layers_in_first_pipeline_stage must be set for uneven pipeline stages", "model.pipeline_model_parallel_size"),
+    ("ValueError: expert parallel requires the number of experts (60) divisible by ep_size", "model.expert_model_parallel_size"),
+    ("RuntimeError: grad bucket 3 was already reduced", "ddp.overlap_grad_reduce"),
+])
+def test_an_exception_only_its_words_explain_names_their_dimension(line, knob):
+    (cause,) = _diagnose_text(line + "\n")["causes"]
+    assert cause["id"] == "OVERLAP_TERMS_IN_ERROR" and knob in cause["knobs"]
+
+
+@pytest.mark.parametrize("line", [
+    "RuntimeError: Error(s) in loading state_dict for GPTModel: size mismatch (tensor parallel size 2 in the checkpoint)",
+    "ValueError: dataset shard count must equal the data parallel size",
+    "ImportError: cannot import name 'get_context_parallel_group' from 'megatron.core.parallel_state'",
+    "torch.OutOfMemoryError: CUDA out of memory with pipeline parallel size 4",
+    "KeyError: 'decoder.layers.0.self_attention.linear_qkv.weight'",
+    "RuntimeError: ParallelFileCacheManager patch should not be used beyond Triton version 3.1",
+    "INFO: using tensor parallel size 4",  # not an exception line
+])
+def test_lines_about_other_things_are_not_named_by_their_words(line):
+    d = _diagnose_text(line + "\n")
+    assert not [c for c in d["causes"] if c["id"] == "OVERLAP_TERMS_IN_ERROR"]
+
+
+def test_words_do_not_override_the_catalog_or_the_frames():
+    # a catalog message that names TP in its words is that message's finding, not a words-only cause
+    line = "AssertionError: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.\n"
+    assert [c["id"] for c in _diagnose_text(line)["causes"]] == ["FSDP_WITH_ONE_CONNECTION"]
+    bucket = ("/opt/megatron-lm/megatron/core/distributed/param_and_grad_buffer.py", "start_grad_sync", "x()")
+    d = _diagnose_text(_frames(bucket) + "RuntimeError: CP size 2 buffers differ\n")
+    assert [c["id"] for c in d["causes"]] == ["OVERLAP_PATH_TRACEBACK"]

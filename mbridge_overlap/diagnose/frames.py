@@ -24,6 +24,7 @@ _FSDP = ["ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy", "ddp.av
 # Transformer Engine's context-parallel attention functions (AttnFuncWithCPAndKVP2P, attn_forward_func_with_cp,
 # flash_attn_p2p_communicate, get_cu_seqlens_on_cp_rank, ...); tools/gen_messages.py catalogs their messages
 TE_CP_FUNCTIONS = r"WithCP|with_cp|(?:^|[._])cp_|_cp(?:$|[._])|flash_attn_(?:p2p|a2a)_communicate"
+NAMES = {"tp": "TP", "pp": "PP", "dp": "DP", "ep": "EP (MoE)", "cp": "CP", "grid": "process-grid"}  # the dimensions, as shown
 # (path regex, function regex or None, dimension, fields): the first row that a frame matches decides
 ROWS = [
     (r"megatron/bridge/training/comm_overlap\.py$", None, "tp", _UB + ["comm_overlap.overlap_p2p_comm", "comm_overlap.overlap_grad_reduce"]),
@@ -50,6 +51,12 @@ ROWS = [
                                                           "model.context_parallel_size", "model.expert_model_parallel_size"]),
 ]
 _COMPILED = [(re.compile(p), re.compile(f) if f else None, dim, fields) for p, f, dim, fields in ROWS]
+# Frames of torch that only the overlap path reaches in a Megatron run, taken where no frame above them is on the path
+# (a paste that starts inside torch): Megatron-Core issues the DP buckets' reduce-scatter and all-gather through
+# _coalescing_manager (distributed/param_and_grad_buffer.py); Transformer Engine's quantized sequence-parallel
+# all-gathers also do, from its module frames, which are on the path as TP rows above
+FALLBACK = [(re.compile(r"torch/distributed/distributed_c10d\.py$"), re.compile(r"^_coalescing_manager$"), "dp", _DP,
+             "torch's _coalescing_manager, as Megatron-Core's DP buckets call it (param_and_grad_buffer.py)")]
 
 # Frames that run the model for the pipeline schedule or for DDP (whose files are on the path for what else they
 # do): what is raised below them is the model's, unless a deeper frame is on the path again
@@ -98,6 +105,13 @@ def overlap_frame(path: str, function: str) -> tuple[str, list] | None:
         if rx.search(path) and (fn is None or fn.search(function or "")):
             return dim, list(fields)
     return None
+
+
+def fallback_frame(path: str, function: str) -> tuple[str, str, list] | None:
+    """(what calls it, dimension, fields) of a FALLBACK frame: on the path where no frame above it is."""
+    path = path.replace("\\", "/")
+    return next(((via, dim, list(fields)) for rx, fn, dim, fields, via in FALLBACK
+                 if rx.search(path) and fn.search(function or "")), None)
 
 
 def neutral(path: str) -> bool:

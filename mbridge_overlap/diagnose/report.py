@@ -17,8 +17,8 @@ from .. import findings
 from ..contract import SCHEMA_VERSION
 from ..findings import Finding, shell
 from ..values import fmt
-from . import causes, frames, messages
-from .scan import Group, Scan
+from . import causes, frames, groups as pg, messages, terms
+from .scan import UNEXPLAINED, Group, Scan
 
 SLOWER = 1.03  # a median iteration time more than 3% longer is a drop
 
@@ -101,6 +101,8 @@ def evidence(g: Group) -> dict:
         out["condition"] = e.condition
     if e.releases:
         out["wording_of"] = list(e.releases)
+    if e.id == "native.pg_watchdog_timeout_dp" and (n := pg.size(g.text)):
+        out["group_ranks"] = n
     if g.approximate is not None:
         out["approximate"] = g.approximate
         out["catalog_text"] = e.template
@@ -134,6 +136,8 @@ def classify(diag: Diagnosis) -> None:
                 by_id.setdefault(("path", g.entry.id), []).append(g)
             elif causes.overlap_related(g.entry) and _worth_listing(g.entry):
                 diag.messages.append(g)
+            elif g.entry.origin == UNEXPLAINED and terms.named(g.text)[0]:
+                diag.causes.append(_by_terms(g))
             elif not causes.overlap_related(g.entry) and g.entry.severity == "error":
                 diag.other.append(g)
     for key, groups in by_id.items():
@@ -177,13 +181,21 @@ def _traceback(g: Group, finding_id: str) -> Cause:
     e = g.entry
     fields = e.condition.split() if e.condition else []
     where = e.function or "code that reads an overlap attribute"
-    names = {"tp": "TP", "pp": "PP", "dp": "DP", "ep": "EP (MoE)", "cp": "CP", "grid": "process-grid"}
     site = e.file or ("a call with a keyword the callee does not take" if e.function else "a config object")
     f = findings.make(finding_id, knobs=fields, exception=e.exception, function=where, file=site,
-                      dimension=names.get(e.package, e.package), fields=", ".join(fields) or "none known",
+                      dimension=frames.NAMES.get(e.package, e.package), fields=", ".join(fields) or "none known",
                       fix=shell("check {fields} against what {function} expects (explain OVERLAP_PATH_TRACEBACK); with --config the "
                                 "analysis of the run's config is linked", fields=findings.Shell(", ".join(fields) or "the settings named"),
                                 function=where))
+    return Cause(f, [g], True)
+
+
+def _by_terms(g: Group) -> Cause:
+    """An exception nothing else explains whose words name a dimension or an overlap mechanism (terms.py)."""
+    names, dim, knobs = terms.named(g.text)
+    f = findings.make("OVERLAP_TERMS_IN_ERROR", knobs=knobs, exception=g.entry.exception or "an exception",
+                      terms=", ".join(names), dimension=frames.NAMES.get(dim, dim),
+                      fields=findings.Shell(", ".join(knobs)))
     return Cause(f, [g], True)
 
 
@@ -220,6 +232,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
     found = {f.id: f for f in known}
     diag.config.update({"from": origin, "not_printed": list(unknown), "gpus": scenario.gpus,
                         "findings": list(dict.fromkeys(f.id for f in known))})
+    regrouped = {id(c): why for c in list(diag.causes) if (why := _regroup(diag, c, analysis))}
     ruled_out = []
     for cause in diag.causes:
         fid = cause.finding.id
@@ -252,6 +265,9 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
             continue
         cause.predicted = False
         cause.how = ("the config analysis did not predict it: a gap in the rules (please report it with this log)")
+    for cause in diag.causes:
+        if id(cause) in regrouped:
+            cause.how = f"{regrouped[id(cause)]}; {cause.how}" if cause.how else regrouped[id(cause)]
     for cause, why in ruled_out:
         diag.causes.remove(cause)
         diag.notes.append(f"{cause.finding.id} left out: the log shows what it matches, and the config rules it out ({why})")
@@ -265,6 +281,40 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
 
 
 RUN_PHASES = ("setup", "step", "steady")
+BY_GROUP = {"dp": "DP_COLLECTIVE_TIMEOUT", "cp": "CP_COLLECTIVE_TIMEOUT", "tp": "TP_COLLECTIVE_TIMEOUT",
+            "ep": "EP_COLLECTIVE_TIMEOUT"}
+
+
+def _regroup(diag: Diagnosis, cause: Cause, analysis) -> str:
+    """A watchdog all-gather or reduce-scatter whose line names no group is DP_COLLECTIVE_TIMEOUT from the log
+    alone; with the config, its group's size (the element counts' ratio) says which of the run's groups it ran on.
+    Where that is no DP group's size, the cause becomes the one of the dimension whose size it is (merged into that
+    cause where the log shows it already). Returns what the sizes showed, '' where they show nothing."""
+    if cause.finding.id != BY_GROUP["dp"]:
+        return ""
+    n = next((size for g in cause.groups if pg.described(g.text) is None and (size := pg.size(g.text))), None)
+    if n is None or analysis.data_parallel_size is None:
+        return ""
+    sizes = pg.of_config(analysis.effective.get("model") or {}, analysis.data_parallel_size,
+                         analysis.effective.get("ddp"))
+    dims = pg.matching(sizes, n)
+    shown = f"the collective's group has {n} ranks (NumelIn / NumelOut), and this config's groups are {pg.describe(sizes)}"
+    if not dims:
+        return f"{shown}: none has {n} ranks; is the log of this config?"
+    if "dp" in dims:
+        also = [pg.NAMES[d] for d in dims if d != "dp"]
+        return f"{shown}: DP's" + (f" and {' and '.join(also)}'s too (the line names no group to tell them apart)" if also else "")
+    fid = BY_GROUP[dims[0]]
+    others = [pg.NAMES[d] for d in dims[1:]]
+    why = f"{shown}: {pg.NAMES[dims[0]]}'s, no DP group's" + (f" ({' and '.join(others)}'s too)" if others else "")
+    rec = findings.record(fid)
+    same = next((c for c in diag.causes if c.finding.id == fid), None)
+    if same is not None:
+        same.groups += cause.groups
+        diag.causes.remove(cause)
+        return ""
+    cause.finding, cause.overlap_related = generic(fid), rec.get("overlap_related", True)
+    return why
 
 
 def _from_log_only(cause: Cause, rec: dict, found: dict, effective: dict) -> None:

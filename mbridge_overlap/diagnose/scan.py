@@ -127,16 +127,23 @@ class Scan:
                     del self._frames[oldest]
                     self._on_path.pop(oldest, None)
                     self._awaiting.pop(oldest, None)
-                self._frames[key] = [*parsed, None, _indent(text), line.number]
-                self._awaiting[key] = line.number
+                own = frame is not None and frame[6]  # a frame of code off the path (the model's) above this one
                 where = frames.overlap_frame(parsed[0], parsed[2])
+                via = None if where is not None or own or key in self._on_path else frames.fallback_frame(parsed[0], parsed[2])
                 if where is not None:
                     self._on_path[key] = (*parsed, *where, line)
+                elif via is not None:
+                    self._on_path[key] = (parsed[0], parsed[1], *via, line)
                 elif not frames.neutral(parsed[0]):  # raised below the path, in code of its own (the model's)
                     self._on_path.pop(key, None)
+                    own = True
+                self._frames[key] = [*parsed, None, _indent(text), line.number, own and where is None]
+                self._awaiting[key] = line.number
                 return None
         elif "Traceback (most recent call last)" in text:
             self._on_path.pop(key, None)
+            if frame is not None:
+                frame[6] = False  # a new traceback: no frame of its own above yet
         if frame is not None and frame[3] is None and _indent(text) > frame[4] and line.number - frame[5] <= CODE_WITHIN:
             frame[3] = text.strip()  # the frame's code line: kept for frame(), not matched (it holds the literal)
             self._awaiting.pop(key, None)

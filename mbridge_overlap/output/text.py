@@ -301,7 +301,13 @@ def _evidence(e: dict) -> list[str]:
             f"{e['first_seen']['source']}:{e['first_seen']['line']}",
             f"    raised  {where}{version}" + (f": assert {e['condition']}" if e.get("condition") else "")
             + (f": reads {', '.join(e['reads'])}" if e.get("reads") else "")
-            ] + _wording(e)
+            ] + _group(e) + _wording(e)
+
+
+def _group(e: dict) -> list[str]:
+    """A watchdog all-gather's or reduce-scatter's group size, from its element counts."""
+    n = e.get("group_ranks")
+    return [f"    group   {n} ranks (NumelIn / NumelOut)"] if n else []
 
 
 def _wording(e: dict) -> list[str]:

@@ -48,3 +48,20 @@ def test_the_model_calls_run_the_model():
     # the schedule's own functions and DDP's hooks stay on the path
     assert frames.overlap_frame("/x/megatron/core/pipeline_parallel/schedules.py", "forward_backward_pipelining_with_interleaving")
     assert frames.overlap_frame("/x/megatron/core/distributed/distributed_data_parallel.py", "hook")
+
+
+def test_the_fallback_frames_are_what_megatron_core_calls_for_the_dp_buckets():
+    """torch's _coalescing_manager is on the DP path in a paste that starts inside torch: Megatron-Core's DP buckets
+    call it, and of Megatron-Core only the buffers do (Transformer Engine's callers are on the path as TP rows)."""
+    import megatron.core
+    import torch.distributed
+
+    assert all(hasattr(torch.distributed.distributed_c10d, rx_fn.pattern.strip("^$")) for _p, rx_fn, *_ in frames.FALLBACK)
+    root = Path(megatron.core.__file__).parent
+    callers = sorted(str(p.relative_to(root)) for p in root.glob("**/*.py") if "_coalescing_manager(" in p.read_text())
+    # the DP buffers (DDP's and Megatron-FSDP's), and generalized tensor parallelism, which Bridge's configs do not set
+    assert callers == ["distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py", "distributed/param_and_grad_buffer.py",
+                       "tensor_parallel/generalized_tensor_parallelism.py"], callers
+    assert all(frames.overlap_frame(f"megatron/core/{c}", "start_grad_sync")[0] == "dp" for c in callers[:2])
+    source = inspect.getsource(__import__("megatron.core.distributed.param_and_grad_buffer", fromlist=["x"]))
+    assert "_coalescing_manager(" in source and "reduce_scatter_tensor" in source

@@ -1,0 +1,75 @@
+"""Which process group a watchdog's collective ran on: the group's description where torch prints it (2.4+:
+`[PG ID 5 PG GUID 9(CONTEXT_PARALLEL_GROUP) Rank 1]`, Megatron-Core's `group_desc`), else its size, which an
+all-gather's or a reduce-scatter's element counts give (`NumelOut / NumelIn` or the inverse), matched against the
+sizes of the run's groups where the config is known.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..safeio import MAX_GPUS
+from .frames import NAMES
+
+# Megatron-Core parallel_state.py's group_desc names -> the dimension whose communication runs on the group
+_DESCRIPTIONS = (
+    (re.compile(r"^(?:EXPERT_MODEL|EXPERT_TENSOR)\w*GROUP"), "ep"),
+    (re.compile(r"^(?:INTRA_PARTIAL_)?DATA_PARALLEL_GROUP|^EXPERT_DATA_PARALLEL_GROUP|^INTRA_DISTRIBUTED_OPTIMIZER"), "dp"),
+    (re.compile(r"^CONTEXT_PARALLEL_GROUP"), "cp"),
+    (re.compile(r"^TENSOR_MODEL_PARALLEL_GROUP"), "tp"),
+    (re.compile(r"^PIPELINE_MODEL_PARALLEL_GROUP|^(?:POSITION_)?EMBEDDING_GROUP"), "pp"),
+)
+_DESCRIBED = re.compile(r"PG GUID \w+\((\w{1,80})\)")
+_WORK = re.compile(r"OpType=(_?(?:REDUCE_?SCATTER|ALL_?GATHER)\w*), NumelIn=(\d{1,15}), NumelOut=(\d{1,15})")
+
+
+def described(text: str) -> str | None:
+    """The dimension a watchdog line's group description names, None where it prints none (or one of no dimension)."""
+    m = _DESCRIBED.search(text)
+    if m is None:
+        return None
+    return next((dim for rx, dim in _DESCRIPTIONS if rx.search(m[1])), None)
+
+
+def size(text: str) -> int | None:
+    """The group's size an all-gather's or reduce-scatter's element counts give (an all-gather's output is its input
+    once per rank; a reduce-scatter's the other way round), None where the line gives no whole ratio of 2 or more."""
+    m = _WORK.search(text)
+    if m is None:
+        return None
+    numel_in, numel_out = int(m[2]), int(m[3])
+    small, large = sorted((numel_in, numel_out))
+    gathered = "GATHER" in m[1]
+    if small == 0 or large % small or (numel_out > numel_in) != gathered:
+        return None
+    ratio = large // small
+    return ratio if 2 <= ratio <= MAX_GPUS else None
+
+
+def of_config(model: dict, dp: int, ddp: dict | None = None) -> dict:
+    """dimension -> the sizes of the run's groups that all-gather or reduce-scatter (Megatron-Core 0.19.2):
+    dp: the gradient reduce-scatter and parameter all-gather on the DP x CP group (dp_cp_group), the expert
+    parameters' on the expert-DP group, each split across distributed-optimizer instances where there are several;
+    tp: sequence parallel's activations; cp: the all_gather exchange of keys and values; ep: the token dispatcher's
+    all-gather on the expert tensor x expert groups."""
+    tp, pp, cp = (model.get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                               "context_parallel_size"))
+    ep = model.get("expert_model_parallel_size") or 1
+    etp = model.get("expert_tensor_parallel_size") or tp
+    instances = (ddp or {}).get("num_distributed_optimizer_instances") or 1
+    world = dp * tp * pp * cp
+    dps = {dp, dp * cp}
+    if ep > 1 and world % (etp * ep * pp) == 0:
+        dps.add(world // (etp * ep * pp))
+    dps |= {d // instances for d in dps if instances > 1 and d % instances == 0}
+    out = {"dp": dps, "tp": {tp}, "cp": {cp}, "ep": {etp * ep, etp} if ep > 1 else set()}
+    return {dim: {s for s in sizes if s > 1} for dim, sizes in out.items()}
+
+
+def matching(sizes: dict, n: int) -> list[str]:
+    """The dimensions whose groups have n ranks."""
+    return [dim for dim, s in sizes.items() if n in s]
+
+
+def describe(sizes: dict) -> str:
+    return ", ".join(f"{NAMES[d]} {'/'.join(map(str, sorted(s)))}" for d, s in sizes.items() if s) or "no group of 2 or more"

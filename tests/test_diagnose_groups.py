@@ -1,0 +1,100 @@
+"""A watchdog all-gather or reduce-scatter told apart by its process group: the group's description where torch
+prints it, else (with the run's config) the group size its element counts give."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from mbridge_overlap import api
+from mbridge_overlap.diagnose import groups
+
+RECIPE = "llama3_8b_pretrain_config"
+
+
+def _line(op: str, numel_in: int, numel_out: int, desc: str | None = None) -> str:
+    pg = f"[PG ID 5 PG GUID 9({desc}) Rank 1]" if desc else "[Rank 1]"
+    return (f"[rank1]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] {pg} Watchdog caught collective operation "
+            f"timeout: WorkNCCL(SeqNum=8, OpType={op}, NumelIn={numel_in}, NumelOut={numel_out}, Timeout(ms)=600000) "
+            "ran for 600013 milliseconds before timing out.\n")
+
+
+def _diagnose(text: str, **kw) -> dict:
+    return api.diagnose(["-"], stdin=io.BytesIO(text.encode()), **kw).to_dict()
+
+
+def _layout(tp: int, cp: int, pp: int = 1) -> dict:
+    return {"model.tensor_model_parallel_size": tp, "model.context_parallel_size": cp,
+            "model.pipeline_model_parallel_size": pp, "model.sequence_parallel": tp > 1,
+            "comm_overlap.tp_comm_overlap": False}
+
+
+@pytest.mark.parametrize("op, numel_in, numel_out, n", [
+    ("_ALLGATHER_BASE", 1 << 20, 1 << 21, 2), ("_REDUCE_SCATTER_BASE", 7130316800, 445644800, 16),
+    ("ALLGATHER", 3, 24, 8), ("REDUCESCATTER", 24, 3, 8),
+    ("_ALLGATHER_BASE", 1 << 21, 1 << 20, None),  # an all-gather does not shrink
+    ("_REDUCE_SCATTER_BASE", 10, 15, None), ("_ALLGATHER_BASE", 0, 0, None), ("_ALLGATHER_BASE", 7, 7, None),
+])
+def test_the_group_size_is_the_element_counts_ratio(op, numel_in, numel_out, n):
+    assert groups.size(_line(op, numel_in, numel_out)) == n
+
+
+def test_without_the_config_the_size_is_evidence_and_the_cause_stays_dp():
+    d = _diagnose(_line("_ALLGATHER_BASE", 1 << 20, 1 << 21))
+    (cause,) = d["causes"]
+    assert cause["id"] == "DP_COLLECTIVE_TIMEOUT" and cause["evidence"][0]["group_ranks"] == 2
+
+
+def test_a_size_only_tp_has_is_the_tp_collective():
+    # 16 GPUs at TP 2, CP 1: DP 8, so a group of 2 is TP's
+    d = _diagnose(_line("_ALLGATHER_BASE", 1 << 20, 1 << 21), recipe=RECIPE, overrides=_layout(2, 1), gpus=16)
+    (cause,) = d["causes"]
+    assert cause["id"] == "TP_COLLECTIVE_TIMEOUT" and "TP's, no DP group's" in cause["analysis"]
+
+
+def test_a_size_only_cp_has_is_the_cp_collective():
+    # 8 GPUs at TP 1, CP 2: DP 4 (DP x CP 8)
+    d = _diagnose(_line("_ALLGATHER_BASE", 1 << 20, 1 << 21), recipe=RECIPE, overrides=_layout(1, 2), gpus=8)
+    assert [c["id"] for c in d["causes"]] == ["CP_COLLECTIVE_TIMEOUT"]
+
+
+def test_a_size_dp_has_stays_dp_and_says_what_else_has_it():
+    d = _diagnose(_line("_REDUCE_SCATTER_BASE", 1 << 23, 1 << 20), recipe=RECIPE, overrides=_layout(2, 1), gpus=16)
+    (cause,) = d["causes"]
+    assert cause["id"] == "DP_COLLECTIVE_TIMEOUT" and "DP's" in cause["analysis"] and "too" not in cause["analysis"]
+    # 16 GPUs at TP 2, CP 4: DP 2 and TP 2 alike
+    d = _diagnose(_line("_ALLGATHER_BASE", 1 << 20, 1 << 21), recipe=RECIPE, overrides=_layout(2, 4), gpus=16)
+    (cause,) = d["causes"]
+    assert cause["id"] == "DP_COLLECTIVE_TIMEOUT" and "TP's too" in cause["analysis"]
+
+
+def test_a_size_no_group_has_is_said():
+    d = _diagnose(_line("_ALLGATHER_BASE", 1 << 20, 3 << 20), recipe=RECIPE, overrides=_layout(2, 1), gpus=16)
+    (cause,) = d["causes"]
+    assert cause["id"] == "DP_COLLECTIVE_TIMEOUT" and "none has 3 ranks" in cause["analysis"]
+
+
+@pytest.mark.parametrize("desc, fid", [
+    ("TENSOR_MODEL_PARALLEL_GROUP", "TP_COLLECTIVE_TIMEOUT"), ("CONTEXT_PARALLEL_GROUP", "CP_COLLECTIVE_TIMEOUT"),
+    ("EXPERT_MODEL_PARALLEL_GROUP", "EP_COLLECTIVE_TIMEOUT"), ("EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP", "EP_COLLECTIVE_TIMEOUT"),
+    ("DATA_PARALLEL_GROUP_WITH_CP", "DP_COLLECTIVE_TIMEOUT"), ("EXPERT_DATA_PARALLEL_GROUP", "DP_COLLECTIVE_TIMEOUT"),
+])
+def test_a_described_group_names_its_dimension_without_the_config(desc, fid):
+    d = _diagnose(_line("_ALLGATHER_BASE", 1 << 20, 1 << 21, desc))
+    assert [c["id"] for c in d["causes"]] == [fid]
+
+
+def test_a_described_group_is_not_moved_by_its_size():
+    # the line says DP; a size of 2 that TP has at this layout does not move it
+    d = _diagnose(_line("_ALLGATHER_BASE", 1 << 20, 1 << 21, "DATA_PARALLEL_GROUP_WITH_CP"), recipe=RECIPE,
+                  overrides=_layout(2, 1), gpus=16)
+    assert [c["id"] for c in d["causes"]] == ["DP_COLLECTIVE_TIMEOUT"]
+
+
+def test_sized_and_described_lines_of_one_group_are_one_cause():
+    text = (_line("_ALLGATHER_BASE", 1 << 20, 1 << 21, "CONTEXT_PARALLEL_GROUP")
+            + _line("_ALLGATHER_BASE", 1 << 20, 1 << 21).replace("[rank1]", "[rank3]").replace("Rank 1", "Rank 3"))
+    d = _diagnose(text, recipe=RECIPE, overrides=_layout(1, 2), gpus=8)
+    (cause,) = d["causes"]
+    assert cause["id"] == "CP_COLLECTIVE_TIMEOUT" and len(cause["evidence"]) == 2
