@@ -501,6 +501,20 @@ def test_a_userbuffers_constructor_named_on_the_next_line_is_the_te_mismatch():
     assert _diagnose_text(other)["causes"] == []
 
 
+@pytest.mark.parametrize("text", [
+    "TypeError: bulk_overlap(): incompatible function arguments. The following argument types are supported:\n",
+    "TypeError: copy_into_buffer(): incompatible function arguments. The following argument types are supported:\n",
+    "TypeError: get_buffer(): incompatible function arguments. The following argument types are supported:\n"
+    "    1. (self: transformer_engine_torch.CommOverlap, local_chunk: bool = False, shape: list | None = None) -> at::Tensor\n",
+])
+def test_a_userbuffers_method_called_with_another_release_s_arguments_is_the_te_mismatch(text):
+    assert [c["id"] for c in _diagnose_text(text)["causes"]] == ["TE_INITIALIZE_UB_SIGNATURE"]
+    # a method of the same name of another extension is not
+    other = text.replace("transformer_engine_torch.CommOverlap", "open3d.Buffer").replace("bulk_overlap", "bulk_insert")
+    other = other.replace("copy_into_buffer", "copy_into_array")
+    assert _diagnose_text(other)["causes"] == []
+
+
 @pytest.mark.parametrize("grad, out, named", [
     ("[4096, 1, 8192]", "[3712, 1, 8192]", True),  # Megatron-Core's [s, b, h]: the sequence differs
     ("[1, 128, 768]", "[1, 129, 768]", True),  # [b, s, h] of a framework's own pipeline (ColossalAI issue 5940)
