@@ -8,6 +8,8 @@ Rules are the same in every release of releases.yaml; what differs per release i
 
 from __future__ import annotations
 
+import math
+
 import enum
 
 
@@ -305,6 +307,7 @@ def validate(state: State) -> None:
     validate_checkpoint_format(state)
     fixed_sequence_length(state)
     validate_context_parallel(state)
+    validate_cp_comm_type(state)
     validate_flex_dispatcher_backend(state)
 
 
@@ -483,6 +486,32 @@ def validate_context_parallel(state: State) -> None:
         elif state.ddp["average_in_collective"]:
             _reject(state, "CP_FINETUNE_AVERAGE_IN_COLLECTIVE", "When finetuning with CP>1, average_in_collective must be False",
                     "ConfigContainer.validate")
+
+
+def validate_cp_comm_type(state: State) -> None:
+    """validate() (_validate_cp_comm_type): a cp_comm_type with a2a+p2p needs hierarchical_context_parallel_sizes, and
+    their product is the CP size. Both fields are read as the request gives them (neither is modelled otherwise)."""
+    ctx, cp = state.request.context, state.model["context_parallel_size"]
+    types = _listed(ctx.get("model.cp_comm_type")) or ["p2p"]
+    sizes = _listed(ctx.get("model.hierarchical_context_parallel_sizes"))
+    where = "ConfigContainer._validate_cp_comm_type"
+    if any("a2a+p2p" in t for t in types) and not sizes:
+        _reject(state, "CP_HIERARCHICAL_SIZES_INVALID", "hierarchical_context_parallel_sizes must be set when cp_comm_type "
+                "contains 'a2a+p2p'. Without it, CP communication is silently disabled and each rank attends only to its "
+                "local chunk, producing artificially high throughput but broken training.", where)
+    elif sizes and all(x.isdigit() for x in sizes) and math.prod(map(int, sizes)) != cp:
+        _reject(state, "CP_HIERARCHICAL_SIZES_INVALID", f"Product of hierarchical_context_parallel_sizes [{', '.join(sizes)}] "
+                f"(={math.prod(map(int, sizes))}) must equal context_parallel_size (={cp}).", where)
+
+
+def _listed(value) -> list[str]:
+    """A field given as a list, a string, or the command line's string form of a list: its items as strings ([] for
+    none)."""
+    if value is None:
+        return []
+    items = value if isinstance(value, (list, tuple)) else str(value).strip().strip("[]").split(",")
+    out = [str(x).strip().strip("'\"").lower() for x in items]
+    return [] if out in ([""], ["null"], ["none"]) else [x for x in out if x]
 
 
 def validate_flex_dispatcher_backend(state: State) -> None:

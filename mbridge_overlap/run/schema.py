@@ -230,10 +230,15 @@ EFFECTIVE_FIELDS = {
     "checkpoint": ["ckpt_format"],
 }
 
+# The fields that lay the layers over the pipeline stages other than evenly (Bridge's GPTModelProvider.provide calls
+# such a layout flexible and leaves its VPP check to Megatron-Core's)
+PIPELINE_LAYOUT = ("pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage",
+                   "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
+
 # What the recipe catalog records of each recipe (tools/gen_recipe_catalog.py): every modeled field, and these
 # fields the rules or the listing read without resolving them.
 CONTEXT = {
-    "model": ["num_layers", "moe_shared_expert_intermediate_size", "cp_comm_type"],
+    "model": ["num_layers", "moe_shared_expert_intermediate_size", "cp_comm_type", *PIPELINE_LAYOUT],
     "ddp": ["fsdp_double_buffer", "outer_dp_sharding_strategy",
             "suggested_communication_unit_size"],
     "optimizer": ["optimizer", "use_precision_aware_optimizer"],

@@ -144,6 +144,15 @@ _OVERLAP_WORDS = ("overlap", "p2p", "tp_comm", "cuda_graph", "dispatcher", "expe
 _OFF_PATH_DDP = ("check_for_nan_in_grad", "check_for_large_grads")
 
 
+def accounted_for(state: State, key: str) -> bool:
+    """A field the resolver does not model but the answer accounts for all the same: the CP exchange when it is the
+    ring (p2p, the budget's; validate() checks the type), and the hierarchical CP sizes, which only a2a+p2p reads
+    (validate() checks them, and that type is itself not modelled)."""
+    if key == "model.hierarchical_context_parallel_sizes":
+        return True
+    return key == "model.cp_comm_type" and str(state.request.context.get(key)).strip().lower() in ("p2p", "none", "null")
+
+
 def on_overlap_path(key: str) -> bool:
     """A field that takes part in communication or its overlap: everything on ddp (but its NaN checks) and
     comm_overlap, and fields elsewhere whose name says so."""

@@ -8,6 +8,7 @@ from ...run.resolver import State
 from ...values import fmt
 from ..registry import check
 from .common import every_request, owner_key, tp_overlap_precision_problem
+from ...run import layers
 
 @check("VPP_WITHOUT_PP")
 def vpp_without_pp(state: State):
@@ -16,6 +17,33 @@ def vpp_without_pp(state: State):
         c = {"model.virtual_pipeline_model_parallel_size": None}
         o, fix = fixed(state, "VPP_WITHOUT_PP", [c])
         yield make("VPP_WITHOUT_PP", fix_overrides=o, fix=fix, vpp=model["virtual_pipeline_model_parallel_size"])
+
+
+@check("PIPELINE_LAYERS_UNEVEN")
+def pipeline_layers_uneven(state: State):
+    """Megatron-Core builds num_layers / PP layers per stage and Bridge's GPTModelProvider.provide splits a stage into
+    VPP chunks of equal size: both assert when the model is built, where the layout is even (no flexible layout)."""
+    model = state.model
+    pp, vpp = model["pipeline_model_parallel_size"], model["virtual_pipeline_model_parallel_size"]
+    known = layers.known(state.request)
+    if pp <= 1 or known is None or layers.flexible(state.request):
+        return
+    n, where = known
+    if n % pp:
+        yield make("PIPELINE_LAYERS_UNEVEN", layers=n, where=where, pp=pp, what=f"{n} layers are not a multiple of PP {pp}",
+                   raised="Megatron-Core's TransformerBlock (get_num_layers_to_build) asserts "
+                          f"'num_layers={n} should be divisible by config.pipeline_model_parallel_size={pp}'",
+                   fix=shell("a pipeline_model_parallel_size that divides {n}, or an uneven layout "
+                             "(model.num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage)", n=n))
+    elif vpp and (n // pp) % vpp:
+        per_stage = n // pp
+        options = sorted((d for d in range(2, per_stage + 1) if per_stage % d == 0), key=lambda d: (abs(d - vpp), d))
+        cands = [{"model.virtual_pipeline_model_parallel_size": d} for d in options[:2]]
+        o, fix = fixed(state, "PIPELINE_LAYERS_UNEVEN", cands + [{"model.virtual_pipeline_model_parallel_size": None}])
+        yield make("PIPELINE_LAYERS_UNEVEN", fix_overrides=o, fix=fix, layers=n, where=where, pp=pp,
+                   what=f"{per_stage} layers per stage are not a multiple of VPP {vpp}",
+                   raised="Bridge's GPTModelProvider.provide asserts 'Make sure the number of model chunks is the same "
+                          "across all pipeline stages.'")
 
 
 @check("P2P_OVERLAP_WITHOUT_INTERLEAVING", "P2P_OVERLAP_AND_BATCHED")

@@ -99,6 +99,14 @@ def _mxfp8_reuse_on(state: State, r) -> tuple[list, dict]:
     return [out], {}
 
 
+def _cp_comm_type(state: State, r) -> tuple[list, dict]:
+    """The ring (p2p) or all-to-all exchange alone needs no hierarchical sizes; a2a+p2p needs sizes whose product is
+    CP, which only the user can lay out over their nodes."""
+    return [{"model.cp_comm_type": "p2p", "model.hierarchical_context_parallel_sizes": None}], {
+        "otherwise": shell("set model.hierarchical_context_parallel_sizes to the a2a and p2p levels, whose product is "
+                           "context_parallel_size (for CP 16 as 8 GPUs of a node by 2 nodes: [8, 2])")}
+
+
 def _constant(state: State, r) -> tuple[list, dict]:
     """The fix that is data: the record's own fix_overrides (none where only the layout can change)."""
     return [dict(findings.record(r.id).get("fix_overrides") or {})], {}
@@ -129,6 +137,7 @@ REJECTION_FIXES = {
     "CUDA_GRAPH_LOCAL_SCOPED": _constant,
     "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
     "CP_SEQUENCE_NOT_DIVISIBLE": _constant,
+    "CP_HIERARCHICAL_SIZES_INVALID": _cp_comm_type,
 }
 
 

@@ -8,8 +8,8 @@ from ..proof import fails, fixed, probing, proven, unproven
 from ...run.resolver import State, TpOverlapOff
 from ...values import fmt
 from ..registry import check
-from .common import (COMM_OVERLAP_MODEL_FIELDS, DP_KNOBS, MIB, _bucket_fix, adopt_dp_knobs, asked, bucket_parameters, bucket_to_move,
-                     gradient_bytes, intended, looks_like_bytes, moved, on_overlap_path, owner_key)
+from .common import (COMM_OVERLAP_MODEL_FIELDS, DP_KNOBS, MIB, _bucket_fix, accounted_for, adopt_dp_knobs, asked, bucket_parameters,
+                     bucket_to_move, gradient_bytes, intended, looks_like_bytes, moved, on_overlap_path, owner_key)
 
 @check(*(off.value for off in TpOverlapOff), "TP_OVERLAP_UNGATED")
 def tp_overlap(state: State):
@@ -315,7 +315,7 @@ def launch_env_fields(state: State):
 
 @check("UNMODELED_OVERLAP_KEY", "UNMODELED_KEY")
 def unmodeled(state: State):
-    keys = state.request.unmodeled
+    keys = [k for k in state.request.unmodeled if not accounted_for(state, k)]
     on_path = [k for k in keys if on_overlap_path(k)]
     off_path = [k for k in keys if k not in on_path]
     for fid, items in (("UNMODELED_OVERLAP_KEY", on_path), ("UNMODELED_KEY", off_path)):

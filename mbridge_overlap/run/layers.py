@@ -1,0 +1,44 @@
+"""The model's layer count where the question makes it known, and whether the run lays its layers over the pipeline
+stages other than evenly.
+
+A recipe's catalog entry records num_layers as the recipe built it offline, which is a stand-in where the recipe reads
+its model from a Hugging Face config (the entry's shape then has no hidden size): the count then comes from the
+model's published config (data/budget_models.yaml) by the recipe's model name, or from nowhere.
+"""
+
+from __future__ import annotations
+
+from .request import Request
+from .schema import PIPELINE_LAYOUT
+
+_OFF = (None, False, "", "null", "none", "false", "0", 0)
+
+
+def known(req: Request) -> tuple[int, str] | None:
+    """(num_layers, where it is known from) or None."""
+    value, origin = req.context.get("model.num_layers"), req.origin.get("model.num_layers")
+    if origin:  # an override, a config file's, or what a verb knows of the model (plan --model: its origin says so)
+        return _count(value, "model.num_layers as given" if origin in ("override", "config") else origin)
+    entry = req.recipe
+    if entry is None:
+        return _count(value, "the model's config") if value is not None else None
+    if (entry.get("shape") or {}).get("hidden_size") is not None:
+        return _count(value, f"recipe {entry['name']}")
+    from ..upstream.releases import DATA_DIR, load_yaml
+
+    shape = (load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(entry.get("model") or "") or {}).get("shape") or {}
+    return _count(shape.get("num_layers"), f"{entry['model']}'s published config")
+
+
+def flexible(req: Request) -> bool:
+    """Whether a field lays the layers unevenly (a layout, first/last stage counts, the embedding or loss counted)."""
+    return any(str(req.context.get(f"model.{name}")).strip().lower() not in map(str, _OFF)
+               for name in PIPELINE_LAYOUT if req.context.get(f"model.{name}") is not None)
+
+
+def _count(value, where: str) -> tuple[int, str] | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    return (value, where) if isinstance(value, int) and value > 0 else None

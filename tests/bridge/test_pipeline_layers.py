@@ -1,0 +1,40 @@
+"""PIPELINE_LAYERS_UNEVEN against the installed Bridge: GPTModelProvider.provide() asserts "Make sure the number of
+model chunks is the same across all pipeline stages." exactly where the rule says the VPP chunks are uneven (the
+assert comes before anything that needs a GPU or process groups)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mbridge_overlap import api
+
+CASES = [  # num_layers, PP, VPP, layout fields
+    (80, 4, 3, {}), (80, 4, 5, {}), (80, 4, 2, {}), (32, 4, 8, {}), (32, 4, 3, {}), (94, 4, 2, {}),
+    (126, 8, 8, {"account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}),
+    (30, 4, 3, {"num_layers_in_first_pipeline_stage": 6, "num_layers_in_last_pipeline_stage": 6}),
+]
+
+
+def _bridge_asserts(n, pp, vpp, layout) -> bool:
+    import torch
+    from megatron.bridge.models.gpt_provider import GPTModelProvider
+
+    provider = GPTModelProvider(num_layers=n, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=pp,
+                                virtual_pipeline_model_parallel_size=vpp, pipeline_dtype=torch.bfloat16, **layout)
+    try:
+        provider.provide()
+    except AssertionError as exc:
+        return "model chunks is the same" in str(exc)
+    except Exception:  # noqa: BLE001 - anything later than the layer check (no vocab size, no process groups)
+        return False
+    return False
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}L-pp{c[1]}-vpp{c[2]}{'-flex' if c[3] else ''}")
+def test_the_rule_says_what_bridge_s_provider_asserts(case):
+    n, pp, vpp, layout = case
+    overrides = {"model.num_layers": n, "model.pipeline_model_parallel_size": pp, "model.virtual_pipeline_model_parallel_size": vpp,
+                 "model.tensor_model_parallel_size": 1, "comm_overlap.tp_comm_overlap": False,
+                 **{f"model.{k}": v for k, v in layout.items()}}
+    found = {f.id for f in api.resolve(overrides=overrides, gpus=pp).findings}
+    assert ("PIPELINE_LAYERS_UNEVEN" in found) == _bridge_asserts(n, pp, vpp, layout)

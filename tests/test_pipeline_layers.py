@@ -1,0 +1,70 @@
+"""PIPELINE_LAYERS_UNEVEN: where the question makes the layer count known (an override, a run config, a recipe's
+own model, the published config of the model a recipe or --model names), a PP that does not divide the layers or a
+VPP that does not divide a stage's layers fails when the model is built; a flexible layout is left alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from mbridge_overlap import api
+
+RECIPE = "llama3_70b_pretrain_64gpu_h100_bf16_config"  # reads Llama 3 70B's config: 80 layers, PP 4, VPP 5
+
+
+def _ids(result) -> set:
+    return {f.id for f in result.findings}
+
+
+def test_a_recipe_s_layers_come_from_its_model_not_the_offline_stand_in():
+    assert "PIPELINE_LAYERS_UNEVEN" not in _ids(api.resolve(recipe=RECIPE))  # 20 layers a stage, 5 chunks of 4
+    (f,) = [f for f in api.resolve(recipe=RECIPE, overrides={"model.virtual_pipeline_model_parallel_size": 3}).findings
+            if f.id == "PIPELINE_LAYERS_UNEVEN"]
+    assert "num_layers 80" in f.message and "llama3_70b's published config" in f.message
+    assert f.fix_overrides == {"model.virtual_pipeline_model_parallel_size": 2}
+    # the fix holds: re-resolved, the finding is gone
+    assert "PIPELINE_LAYERS_UNEVEN" not in _ids(api.resolve(recipe=RECIPE, overrides=f.fix_overrides))
+
+
+@pytest.mark.parametrize("overrides, uneven", [
+    ({"model.num_layers": 30, "model.pipeline_model_parallel_size": 4}, True),
+    ({"model.num_layers": 32, "model.pipeline_model_parallel_size": 4}, False),
+    ({"model.num_layers": 32, "model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 3}, True),
+    ({"model.num_layers": 30, "model.pipeline_model_parallel_size": 4, "model.num_layers_in_first_pipeline_stage": 6,
+      "model.num_layers_in_last_pipeline_stage": 6}, False),
+    ({"model.num_layers": 30, "model.pipeline_model_parallel_size": 4, "model.pipeline_model_parallel_layout": "Et*8|t*8|t*7|t*7L"},
+     False),
+    ({"model.pipeline_model_parallel_size": 3}, False),  # the baseline's layer count is nobody's: no check
+])
+def test_the_layer_count_given_decides(overrides, uneven):
+    overrides = {"model.tensor_model_parallel_size": 1, "comm_overlap.tp_comm_overlap": False, **overrides}
+    got = "PIPELINE_LAYERS_UNEVEN" in _ids(api.resolve(overrides=overrides, gpus=overrides["model.pipeline_model_parallel_size"]))
+    assert got == uneven
+
+
+def test_plan_takes_the_layer_count_of_the_model_it_is_told():
+    bad = api.plan(tp=4, pp=4, vpp=3, gpus=64, model="llama3_70b")
+    assert "PIPELINE_LAYERS_UNEVEN" in {f.id for f in bad.resolution.findings}
+    good = api.plan(tp=4, pp=4, vpp=5, gpus=64, model="llama3_70b")
+    assert "PIPELINE_LAYERS_UNEVEN" not in {f.id for f in good.resolution.findings}
+
+
+@pytest.mark.parametrize("extra, bad", [
+    ({"model.cp_comm_type": "a2a+p2p"}, "must be set"),
+    ({"model.cp_comm_type": "a2a+p2p", "model.hierarchical_context_parallel_sizes": "[4, 1]"}, "(=4) must equal"),
+    ({"model.cp_comm_type": "[p2p, a2a+p2p]"}, "must be set"),  # a per-layer list with one a2a+p2p layer
+    ({"model.cp_comm_type": "a2a+p2p", "model.hierarchical_context_parallel_sizes": "[2, 1]"}, None),
+    ({"model.cp_comm_type": "a2a"}, None),
+    ({"model.hierarchical_context_parallel_sizes": "[2, 2]"}, "(=4) must equal"),  # checked whatever the type
+])
+def test_hierarchical_cp_sizes_as_bridge_s_validate_checks_them(extra, bad):
+    """ConfigContainer._validate_cp_comm_type (Bridge 0.5.0 to 0.6.2)."""
+    overrides = {"model.context_parallel_size": 2, "model.seq_length": 8, **extra}
+    found = {f.id: f for f in api.resolve(overrides=overrides, gpus=8).findings}
+    if bad is None:
+        assert "CP_HIERARCHICAL_SIZES_INVALID" not in found
+        return
+    f = found["CP_HIERARCHICAL_SIZES_INVALID"]
+    assert bad in f.message
+    if f.fix_overrides:  # the ring alone: proven, and the p2p type no longer reads as unmodelled
+        again = {g.id for g in api.resolve(overrides={**overrides, **f.fix_overrides}, gpus=8).findings}
+        assert "CP_HIERARCHICAL_SIZES_INVALID" not in again and "UNMODELED_OVERLAP_KEY" not in again
