@@ -44,13 +44,18 @@ def _escape_char(c: str) -> str:
     return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
 
 
+# Letters that print as nothing (Unicode calls them printable): Hangul fillers, the Braille blank, Khmer's inherent
+# vowels; a name made of them, or holding one, looks like another
+_BLANK_LETTERS = frozenset("\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
+
+
 def esc(text) -> str:
     """One line for a terminal: every character that is not printable (newline, CR, ESC, lone surrogates,
-    bidirectional overrides, line separators) as a backslash escape."""
+    bidirectional overrides, line separators) or that prints as nothing, as a backslash escape."""
     text = str(text)
-    if text.isprintable():
+    if text.isprintable() and _BLANK_LETTERS.isdisjoint(text):
         return text
-    return "".join(c if c.isprintable() else _escape_char(c) for c in text)
+    return "".join(c if c.isprintable() and c not in _BLANK_LETTERS else _escape_char(c) for c in text)
 
 
 def message(text) -> str:

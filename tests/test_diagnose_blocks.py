@@ -194,7 +194,7 @@ def test_workers_keep_the_same_other_failures_as_one_process(tmp_path, monkeypat
     folder = tmp_path / "logs"
     folder.mkdir()
     for i in range(12):
-        (folder / f"rank{i}.log").write_text("".join(f"RuntimeError: failure {i} {k}\n" for k in range(10)))
+        (folder / f"rank{i}.log").write_text("".join(f"RuntimeError: failure {chr(97 + i)} {chr(97 + k)}\n" for k in range(10)))
     one = api.diagnose([str(folder)], jobs=1).to_dict()
     monkeypatch.setattr(parallel, "MIN_BYTES", 0)
     two = api.diagnose([str(folder)], jobs=2).to_dict()

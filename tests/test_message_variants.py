@@ -57,7 +57,7 @@ def test_a_variant_takes_its_later_form_s_findings_only_in_the_same_place():
         same = (current is not None and current.file == e.file
                 and current.function.rsplit(".", 1)[-1] == e.function.rsplit(".", 1)[-1])
         own_selectors = any(e.template and e.template.startswith(text) for sels in causes.selectors().values()
-                            for text, _, _ in sels)
+                            for text, *_ in sels)
         if not own_selectors:
             want = [link.finding for link in index.get(e.current, ())] if same else []
             assert [link.finding for link in index.get(e.id, ())] == want, e.id

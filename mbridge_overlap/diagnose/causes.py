@@ -5,7 +5,9 @@ A selector is a message's text as the catalog holds it, from its start (`FSDP re
 every catalog entry whose template starts so, in any of the three packages), or a catalog id (`native.ub_mc_...`,
 `te.raise.ead3af5275`); the mapping form adds `line:`, a regular expression the logged line must show as well (one
 native message, `CUDA Error: (.+)` from userbuffers-host.cpp, is several causes told apart by their text), and
-`split_factor: true` that the sizes the line's groups `a` and `b` capture differ by a factor a parallel split makes.
+`split_factor: true` that the sizes the line's groups `a` and `b` capture differ by a factor a parallel split makes,
+`group: [dimensions]` that the process group the line describes is of one of them ("none": the line describes none;
+diagnose/groups.py reads Megatron-Core's group descriptions).
 
 A message no selector names but that Megatron-Bridge, Megatron-Core or Transformer Engine raises on the overlap path
 is still reported (as OVERLAP_PATH_ERROR), with the config fields its code reads: `knobs_of`.
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .. import findings
+from . import groups
 from .messages import Catalog, Entry
 
 OVERLAP_TOPICS = frozenset({"tp_overlap", "userbuffers", "dp_overlap", "distributed_optimizer", "pipeline", "fsdp",
@@ -29,12 +32,23 @@ class Link:
     finding: str
     line: re.Pattern | None  # the logged line must show this too (None: any line of the message)
     split_factor: bool = False  # and its groups a and b differ by a factor a TP or CP split makes (split_factor())
+    group: tuple | None = None  # and the process group the line describes is of these dimensions (groups.described)
 
     def holds(self, text: str) -> bool:
+        if self.group is not None and groups.described(text) not in self.group:
+            return False
         if self.line is None:
             return True
         m = self.line.search(text)
-        return m is not None and (not self.split_factor or split_factor(int(m["a"]), int(m["b"])) is not None)
+        if m is None or not self.split_factor:
+            return m is not None
+        a, b = number(m["a"]), number(m["b"])
+        return a is not None and b is not None and split_factor(a, b) is not None
+
+
+def number(text: str) -> int | None:
+    """A size a line states: ASCII digits, below 2^40 (a longer run of digits is no tensor's size)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else None
 
 
 SPLIT_FACTORS = (2, 4, 8, 16, 32, 64)  # TP, CP and TP x CP sizes
@@ -51,14 +65,15 @@ def split_factor(a: int, b: int) -> int | None:
 
 
 def selectors() -> dict:
-    """finding id -> its `logged` selectors, as (text, line pattern or None, split_factor)."""
+    """finding id -> its `logged` selectors, as (text, line pattern or None, split_factor, group dimensions or None)."""
     out = {}
     for fid, rec in findings.records().items():
         for sel in rec.get("logged") or ():
             if isinstance(sel, str):
-                out.setdefault(fid, []).append((sel, None, False))
+                out.setdefault(fid, []).append((sel, None, False, None))
             else:
-                out.setdefault(fid, []).append((sel["message"], sel.get("line"), bool(sel.get("split_factor"))))
+                group = tuple(None if g == "none" else g for g in sel["group"]) if "group" in sel else None
+                out.setdefault(fid, []).append((sel["message"], sel.get("line"), bool(sel.get("split_factor")), group))
     return out
 
 
@@ -67,10 +82,10 @@ def index(cat: Catalog) -> dict:
     """catalog entry id -> [Link] for one catalog."""
     out: dict = {}
     for fid, sels in selectors().items():
-        for text, line, factor in sels:
+        for text, line, factor, group in sels:
             rx = re.compile(line) if line else None
             for entry in entries_of(cat, text):
-                out.setdefault(entry.id, []).append(Link(fid, rx, factor))
+                out.setdefault(entry.id, []).append(Link(fid, rx, factor, group))
     for entry in cat.entries:
         if entry.releases and entry.id not in out and _same_place(entry, cat.by_id(entry.current or "")):
             out[entry.id] = out.get(entry.current, [])
@@ -103,7 +118,7 @@ def links(cat: Catalog, entry: Entry, line: str) -> list[str]:
 
 def conditional(cat: Catalog, entry: Entry) -> bool:
     """Whether a message's findings depend on the logged line's own text (a selector with `line`)."""
-    return any(link.line is not None for link in index(cat).get(entry.id, ()))
+    return any(link.line is not None or link.group is not None for link in index(cat).get(entry.id, ()))
 
 
 def overlap_related(entry: Entry) -> bool:

@@ -56,7 +56,7 @@ _COMPILED = [(re.compile(p), re.compile(f) if f else None, dim, fields) for p, f
 # _coalescing_manager (distributed/param_and_grad_buffer.py); Transformer Engine's quantized sequence-parallel
 # all-gathers also do, from its module frames, which are on the path as TP rows above
 FALLBACK = [(re.compile(r"torch/distributed/distributed_c10d\.py$"), re.compile(r"^_coalescing_manager$"), "dp", _DP,
-             "torch's _coalescing_manager, as Megatron-Core's DP buckets call it (param_and_grad_buffer.py)")]
+             "as Megatron-Core's DP buckets call it (param_and_grad_buffer.py)")]
 
 # Frames that run the model for the pipeline schedule or for DDP (whose files are on the path for what else they
 # do): what is raised below them is the model's, unless a deeper frame is on the path again
@@ -108,7 +108,7 @@ def overlap_frame(path: str, function: str) -> tuple[str, list] | None:
 
 
 def fallback_frame(path: str, function: str) -> tuple[str, str, list] | None:
-    """(what calls it, dimension, fields) of a FALLBACK frame: on the path where no frame above it is."""
+    """(how the path reaches it, dimension, fields) of a FALLBACK frame: on the path where no frame above it is."""
     path = path.replace("\\", "/")
     return next(((via, dim, list(fields)) for rx, fn, dim, fields, via in FALLBACK
                  if rx.search(path) and fn.search(function or "")), None)

@@ -11,24 +11,27 @@ import re
 from ..safeio import MAX_GPUS
 from .frames import NAMES
 
-# Megatron-Core parallel_state.py's group_desc names -> the dimension whose communication runs on the group
+# Megatron-Core parallel_state.py's group_desc names (by their start: a framework may add a suffix) -> the dimension
+# whose communication runs on the group; any other description (the pipeline, embedding or model-parallel group,
+# torch's default_pg, a framework's own) is "other"
 _DESCRIPTIONS = (
-    (re.compile(r"^(?:EXPERT_MODEL|EXPERT_TENSOR)\w*GROUP"), "ep"),
-    (re.compile(r"^(?:INTRA_PARTIAL_)?DATA_PARALLEL_GROUP|^EXPERT_DATA_PARALLEL_GROUP|^INTRA_DISTRIBUTED_OPTIMIZER"), "dp"),
-    (re.compile(r"^CONTEXT_PARALLEL_GROUP"), "cp"),
-    (re.compile(r"^TENSOR_MODEL_PARALLEL_GROUP"), "tp"),
-    (re.compile(r"^PIPELINE_MODEL_PARALLEL_GROUP|^(?:POSITION_)?EMBEDDING_GROUP"), "pp"),
+    (re.compile(r"(?:INTRA_PARTIAL_)?DATA_PARALLEL|EXPERT_DATA_PARALLEL|INTRA_DISTRIBUTED_OPTIMIZER"), "dp"),
+    (re.compile(r"TENSOR_MODEL_PARALLEL"), "tp"),
+    (re.compile(r"(?:TENSOR_AND_)?CONTEXT_PARALLEL"), "cp"),
+    (re.compile(r"EXPERT_(?:MODEL|TENSOR)"), "ep"),
 )
 _DESCRIBED = re.compile(r"PG GUID \w+\((\w{1,80})\)")
+SIZED = frozenset({"native.pg_watchdog_timeout_dp"})  # the messages whose lines give the group's size
 _WORK = re.compile(r"OpType=(_?(?:REDUCE_?SCATTER|ALL_?GATHER)\w*), NumelIn=(\d{1,15}), NumelOut=(\d{1,15})")
 
 
 def described(text: str) -> str | None:
-    """The dimension a watchdog line's group description names, None where it prints none (or one of no dimension)."""
+    """The dimension a watchdog line's group description names ("other" for a group of none of DP, TP, CP and EP),
+    None where the line describes no group."""
     m = _DESCRIBED.search(text)
     if m is None:
         return None
-    return next((dim for rx, dim in _DESCRIPTIONS if rx.search(m[1])), None)
+    return next((dim for rx, dim in _DESCRIPTIONS if rx.match(m[1])), "other")
 
 
 def size(text: str) -> int | None:
@@ -50,8 +53,9 @@ def of_config(model: dict, dp: int, ddp: dict | None = None) -> dict:
     """dimension -> the sizes of the run's groups that all-gather or reduce-scatter (Megatron-Core 0.19.2):
     dp: the gradient reduce-scatter and parameter all-gather on the DP x CP group (dp_cp_group), the expert
     parameters' on the expert-DP group, each split across distributed-optimizer instances where there are several;
-    tp: sequence parallel's activations; cp: the all_gather exchange of keys and values; ep: the token dispatcher's
-    all-gather on the expert tensor x expert groups."""
+    tp: sequence parallel's activations (without sequence parallel TP all-reduces); cp: the all_gather exchange of
+    keys and values; ep: the token dispatcher's all-gather on the expert tensor x expert groups; world: the whole job
+    (torch's default group)."""
     tp, pp, cp = (model.get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
                                                "context_parallel_size"))
     ep = model.get("expert_model_parallel_size") or 1
@@ -62,7 +66,8 @@ def of_config(model: dict, dp: int, ddp: dict | None = None) -> dict:
     if ep > 1 and world % (etp * ep * pp) == 0:
         dps.add(world // (etp * ep * pp))
     dps |= {d // instances for d in dps if instances > 1 and d % instances == 0}
-    out = {"dp": dps, "tp": {tp}, "cp": {cp}, "ep": {etp * ep, etp} if ep > 1 else set()}
+    out = {"dp": dps, "cp": {cp}, "tp": {tp} if model.get("sequence_parallel") else set(),
+           "ep": {etp * ep, etp} if ep > 1 else set(), "world": {world}}
     return {dim: {s for s in sizes if s > 1} for dim, sizes in out.items()}
 
 
@@ -72,4 +77,5 @@ def matching(sizes: dict, n: int) -> list[str]:
 
 
 def describe(sizes: dict) -> str:
-    return ", ".join(f"{NAMES[d]} {'/'.join(map(str, sorted(s)))}" for d, s in sizes.items() if s) or "no group of 2 or more"
+    return ", ".join(f"{NAMES.get(d, 'the whole job')} {'/'.join(map(str, sorted(s)))}" for d, s in sizes.items() if s) \
+        or "no group of 2 or more"

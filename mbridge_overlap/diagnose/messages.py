@@ -78,7 +78,7 @@ _CONTROL = {"\n": r"\n", "\t": r"\t", "\r": r"\r"}
 _TOKEN = re.compile(r"\\(x[0-9a-fA-F]{2}|[ntr]|.)|(" + "|".join(re.escape(g) for g in sorted(GROUPS, key=len, reverse=True))
                     + r")|([^\\(]+)", re.S)
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[PX^_][^\x1b]*\x1b\\|[@-Z\\-_])")
-_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>[0-9]{1,9})(?![0-9]), in (?P<function>\S+)')
 
 # Words too common in any training log (or any English sentence) to anchor a message on.
 _STOP = frozenset("""

@@ -12,6 +12,9 @@ _ITER_HEAD = re.compile(r"\biteration\s+(\d{1,12})/\s*(\d{1,12})\s*\|")
 _ITER_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9]{1,12}(?:\.[0-9]*)?)")
 # the line that ends a traceback: an exception's name at the start (after a rank prefix), then its message or nothing
 EXCEPTION = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt)\w*)(?::|\s*$)")
+# what stops a run from outside its code: an interrupt, a signal, the process's exit, memory running out. A traceback
+# it ends shows where the run was, not what went wrong there
+STOPPED = re.compile(r"^(?:KeyboardInterrupt|SystemExit|SignalException|\w*OutOfMemoryError)$")
 
 
 def iteration_ms_span(text: str) -> tuple[int, int] | None:

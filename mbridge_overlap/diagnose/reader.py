@@ -113,7 +113,7 @@ def lines(sources: Iterable[str], stdin=None, notes: list | None = None) -> Iter
 def _lines(source: str, stdin, notes: list) -> Iterator[Line]:
     stream, path_rank = _open(source, stdin)
     try:
-        yield from _numbered(source, 0, _texts(_normalised(_chunks(stream, source), source, notes)), path_rank)
+        yield from _numbered(source, 0, _texts(_normalised(_chunks(stream, source, notes), source, notes)), path_rank)
     finally:
         if stream is not stdin and source != "-":
             stream.close()
@@ -153,7 +153,8 @@ def blocks(source: str, stdin=None, notes: list | None = None) -> Iterator[tuple
     source come as Lines (lines() cuts such a line with bounded memory)."""
     stream, path_rank = _open(source, stdin)
     try:
-        chunks = _normalised(_chunks(stream, source), source, notes if notes is not None else [])
+        notes = notes if notes is not None else []
+        chunks = _normalised(_chunks(stream, source, notes), source, notes)
         number, carry = 1, b""
         for chunk in chunks:
             data = carry + chunk if carry else chunk
@@ -184,7 +185,7 @@ def line_text(raw: bytes) -> tuple[str, int]:
     return _text(head, tail, dropped), dropped
 
 
-def _chunks(stream, source: str) -> Iterator[bytes]:
+def _chunks(stream, source: str, notes: list) -> Iterator[bytes]:
     """The file's bytes in chunks, inflated when it is gzip (several members, zero padding, a cut end: all it holds).
     A regular file is read up to the size it had when opened: a log that grows while it is read (a run still
     writing it) is the log as it was, and diagnose ends."""
@@ -196,7 +197,8 @@ def _chunks(stream, source: str) -> Iterator[bytes]:
                 yield first
                 first = read(CHUNK)
             return
-        yield from _inflate(read, first)
+        if (yield from _inflate(read, first)):
+            notes.append(f"{esc(source)}: the gzip stream ends early (a cut file): its last line may be cut too")
     except OSError as exc:
         raise UsageError(f"{esc(source)}: cannot read ({esc(exc.strerror or exc)})") from None
     except zlib.error as exc:
@@ -267,7 +269,8 @@ def _bounded(stream):
     return read
 
 
-def _inflate(read, data: bytes) -> Iterator[bytes]:
+def _inflate(read, data: bytes):
+    """Yields the inflated bytes; returns whether the stream was cut inside a member."""
     z = zlib.decompressobj(_GZIP)
     while True:
         while data:
@@ -281,14 +284,14 @@ def _inflate(read, data: bytes) -> Iterator[bytes]:
                 if not data:
                     data = read(CHUNK).lstrip(b"\0")
                 if not data:
-                    return
+                    return False
                 z = zlib.decompressobj(_GZIP)
         data = read(CHUNK)
         if not data:
             rest = z.flush()
             if rest:
                 yield rest
-            return
+            return not z.eof
 
 
 def _texts(chunks: Iterator[bytes]) -> Iterator[tuple[list, list | None]]:

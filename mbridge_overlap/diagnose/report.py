@@ -136,7 +136,7 @@ def classify(diag: Diagnosis) -> None:
                 by_id.setdefault(("path", g.entry.id), []).append(g)
             elif causes.overlap_related(g.entry) and _worth_listing(g.entry):
                 diag.messages.append(g)
-            elif g.entry.origin == UNEXPLAINED and terms.named(g.text)[0]:
+            elif g.entry.origin == UNEXPLAINED and terms.named(g.text, g.entry.exception)[0]:
                 diag.causes.append(_by_terms(g))
             elif not causes.overlap_related(g.entry) and g.entry.severity == "error":
                 diag.other.append(g)
@@ -192,7 +192,7 @@ def _traceback(g: Group, finding_id: str) -> Cause:
 
 def _by_terms(g: Group) -> Cause:
     """An exception nothing else explains whose words name a dimension or an overlap mechanism (terms.py)."""
-    names, dim, knobs = terms.named(g.text)
+    names, dim, knobs = terms.named(g.text, g.entry.exception)
     f = findings.make("OVERLAP_TERMS_IN_ERROR", knobs=knobs, exception=g.entry.exception or "an exception",
                       terms=", ".join(names), dimension=frames.NAMES.get(dim, dim),
                       fields=findings.Shell(", ".join(knobs)))
@@ -232,7 +232,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
     found = {f.id: f for f in known}
     diag.config.update({"from": origin, "not_printed": list(unknown), "gpus": scenario.gpus,
                         "findings": list(dict.fromkeys(f.id for f in known))})
-    regrouped = {id(c): why for c in list(diag.causes) if (why := _regroup(diag, c, analysis))}
+    regrouped = _regroup(diag, analysis)
     ruled_out = []
     for cause in diag.causes:
         fid = cause.finding.id
@@ -266,8 +266,12 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
         cause.predicted = False
         cause.how = ("the config analysis did not predict it: a gap in the rules (please report it with this log)")
     for cause in diag.causes:
-        if id(cause) in regrouped:
-            cause.how = f"{regrouped[id(cause)]}; {cause.how}" if cause.how else regrouped[id(cause)]
+        why = "; ".join(regrouped.get(cause.finding.id, ()))
+        if why:
+            cause.how = f"{why}; {cause.how}" if cause.how else why
+    for cause in diag.causes:  # the config is linked: a fix that says to link it has said its piece
+        if LINK_HINT in cause.finding.fix:
+            cause.finding = replace(cause.finding, fix=findings.Shell(cause.finding.fix.replace(LINK_HINT, "")))
     for cause, why in ruled_out:
         diag.causes.remove(cause)
         diag.notes.append(f"{cause.finding.id} left out: the log shows what it matches, and the config rules it out ({why})")
@@ -281,40 +285,68 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
 
 
 RUN_PHASES = ("setup", "step", "steady")
+LINK_HINT = "; with --config the analysis of the run's config is linked"  # the end of the fixes known from the log only
 BY_GROUP = {"dp": "DP_COLLECTIVE_TIMEOUT", "cp": "CP_COLLECTIVE_TIMEOUT", "tp": "TP_COLLECTIVE_TIMEOUT",
             "ep": "EP_COLLECTIVE_TIMEOUT"}
 
 
-def _regroup(diag: Diagnosis, cause: Cause, analysis) -> str:
-    """A watchdog all-gather or reduce-scatter whose line names no group is DP_COLLECTIVE_TIMEOUT from the log
-    alone; with the config, its group's size (the element counts' ratio) says which of the run's groups it ran on.
-    Where that is no DP group's size, the cause becomes the one of the dimension whose size it is (merged into that
-    cause where the log shows it already). Returns what the sizes showed, '' where they show nothing."""
-    if cause.finding.id != BY_GROUP["dp"]:
-        return ""
-    n = next((size for g in cause.groups if pg.described(g.text) is None and (size := pg.size(g.text))), None)
-    if n is None or analysis.data_parallel_size is None:
-        return ""
-    sizes = pg.of_config(analysis.effective.get("model") or {}, analysis.data_parallel_size,
-                         analysis.effective.get("ddp"))
+def _regroup(diag: Diagnosis, analysis) -> dict:
+    """A watchdog all-gather or reduce-scatter whose line names no group is DP_COLLECTIVE_TIMEOUT from the log alone,
+    an all-to-all EP_COLLECTIVE_TIMEOUT; with the config, each group's size (the element counts' ratio) or the run's
+    EP size says which of the run's groups it ran on, and a group of lines moves to that dimension's cause. Returns
+    finding id -> what the sizes showed."""
+    if analysis.data_parallel_size is None:
+        return {}
+    model = analysis.effective.get("model") or {}
+    sizes = pg.of_config(model, analysis.data_parallel_size, analysis.state.ddp)
+    shown: dict = {}
+    for cause in [c for c in diag.causes if c.finding.id in (BY_GROUP["dp"], BY_GROUP["ep"])]:
+        for g in [g for g in cause.groups if pg.described(g.text) is None]:
+            target, why = (_by_size(g, sizes) if cause.finding.id == BY_GROUP["dp"]
+                           else _by_ep(model.get("expert_model_parallel_size") or 1, model.get("context_parallel_size") or 1))
+            if why and why not in shown.setdefault(target or cause.finding.id, []):
+                shown[target or cause.finding.id].append(why)
+            if target and target != cause.finding.id:
+                _move(diag, cause, g, target)
+    return shown
+
+
+def _by_size(g: Group, sizes: dict) -> tuple[str | None, str]:
+    n = pg.size(g.text)
+    if n is None:
+        return None, ""
     dims = pg.matching(sizes, n)
-    shown = f"the collective's group has {n} ranks (NumelIn / NumelOut), and this config's groups are {pg.describe(sizes)}"
-    if not dims:
-        return f"{shown}: none has {n} ranks; is the log of this config?"
+    others = [pg.NAMES[d] for d in dims if d in pg.NAMES and d != "dp"]
+    head = f"the collective's group has {n} ranks (NumelIn / NumelOut), and this config's groups are {pg.describe(sizes)}"
     if "dp" in dims:
-        also = [pg.NAMES[d] for d in dims if d != "dp"]
-        return f"{shown}: DP's" + (f" and {' and '.join(also)}'s too (the line names no group to tell them apart)" if also else "")
-    fid = BY_GROUP[dims[0]]
-    others = [pg.NAMES[d] for d in dims[1:]]
-    why = f"{shown}: {pg.NAMES[dims[0]]}'s, no DP group's" + (f" ({' and '.join(others)}'s too)" if others else "")
-    rec = findings.record(fid)
-    same = next((c for c in diag.causes if c.finding.id == fid), None)
-    if same is not None:
-        same.groups += cause.groups
+        return None, f"{head}: DP's" + (f" and {' and '.join(others)}'s too (the line names no group to tell them apart)" if others else "")
+    if others:
+        first = next(d for d in dims if d in pg.NAMES)
+        return BY_GROUP[first], f"{head}: {' and '.join(others)}'s, no DP group's" + (
+            " (the line names no group to tell them apart)" if len(others) > 1 else "")
+    if "world" in dims:
+        return "GROUP_COLLECTIVE_TIMEOUT", f"{head}: the whole job's (the default process group), no DP group's"
+    return None, f"{head}: none has {n} ranks; is the log of this config?"
+
+
+def _by_ep(ep: int, cp: int) -> tuple[str | None, str]:
+    """An all-to-all on a group the line does not name: the MoE dispatcher's, unless the config has no EP."""
+    if ep > 1:
+        return None, ""
+    if cp > 1:
+        return BY_GROUP["cp"], "this config has no expert parallelism (EP 1) and CP > 1: the all-to-all is CP's (cp_comm_type a2a)"
+    return None, "this config has no expert parallelism (EP 1) nor CP: no all-to-all of its own; is the log of this config?"
+
+
+def _move(diag: Diagnosis, cause: Cause, g: Group, fid: str) -> None:
+    cause.groups.remove(g)
+    target = next((c for c in diag.causes if c.finding.id == fid), None)
+    if target is None:
+        diag.causes.insert(diag.causes.index(cause), Cause(generic(fid), [], findings.record(fid).get("overlap_related", True)))
+        target = diag.causes[diag.causes.index(cause) - 1]
+    target.groups.append(g)
+    if not cause.groups:
         diag.causes.remove(cause)
-        return ""
-    cause.finding, cause.overlap_related = generic(fid), rec.get("overlap_related", True)
-    return why
 
 
 def _from_log_only(cause: Cause, rec: dict, found: dict, effective: dict) -> None:
@@ -354,7 +386,8 @@ def _no_split_makes(cause: Cause, rec: dict, effective: dict) -> str:
     tp, cp = _effective(effective, "model.tensor_model_parallel_size") or 1, _effective(effective, "model.context_parallel_size") or 1
     sp = bool(_effective(effective, "model.sequence_parallel"))
     splits = {cp, *((tp, tp * cp) if sp else ())} - {1}
-    shown = {causes.split_factor(int(m["a"]), int(m["b"])) for g in cause.groups for rx in selectors if (m := rx.search(g.text))}
+    shown = {causes.split_factor(a, b) for g in cause.groups for rx in selectors if (m := rx.search(g.text))
+             and (a := causes.number(m["a"])) is not None and (b := causes.number(m["b"])) is not None}
     shown.discard(None)
     if not shown or shown & splits:
         return ""

@@ -18,9 +18,9 @@ from bisect import bisect_left
 from itertools import accumulate
 from dataclasses import dataclass, field
 
-from . import causes, frames, fuzzy, reader
+from . import causes, frames, fuzzy, groups as pg, reader, terms
 from . import shapes as shapes_
-from .patterns import EXCEPTION, ITERATION_PHRASE, iteration_ms_span
+from .patterns import EXCEPTION, ITERATION_PHRASE, STOPPED, iteration_ms_span
 from .messages import FIELD, Catalog, Entry, Hit, clean, parse_frame
 from .reader import Line, line_text, split_prefix
 
@@ -34,6 +34,7 @@ MAX_TRACEBACKS = 256  # groups of tracebacks through overlap-path code (one per 
 MAX_PATH = 400  # characters of a traceback frame's path kept
 MAX_UNEXPLAINED = 16  # exception lines nothing explains, kept (by text) to say the run failed otherwise
 UNEXPLAINED = "unexplained"  # their entries' origin
+_DIGITS = re.compile(r"[0-9]+")
 MEMO = 4096  # line texts whose matches are remembered
 CODE_WITHIN = 256  # lines of its log within which a traceback frame's code line follows it (other ranks' lines between)
 _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
@@ -133,7 +134,7 @@ class Scan:
                 if where is not None:
                     self._on_path[key] = (*parsed, *where, line)
                 elif via is not None:
-                    self._on_path[key] = (parsed[0], parsed[1], *via, line)
+                    self._on_path[key] = (f"{parsed[0]}, {via[0]}", parsed[1], parsed[2], *via[1:], line)
                 elif not frames.neutral(parsed[0]):  # raised below the path, in code of its own (the model's)
                     self._on_path.pop(key, None)
                     own = True
@@ -169,16 +170,24 @@ class Scan:
         a group of its own, reported as a failure that is not an overlap cause; the first MAX_UNEXPLAINED kinds."""
         text = clean(line.text).strip()
         m = EXCEPTION.match(text)
-        gid = f"{UNEXPLAINED}:{text[:MAX_PATH]}"
+        gid = f"{UNEXPLAINED}:{_DIGITS.sub('#', text[:MAX_PATH])}"  # one kind: the ranks' texts differ by their numbers
         group = self.groups.get(gid)
         if group is None:
-            if m is None or sum(1 for g in self.groups.values() if g.entry.origin == UNEXPLAINED) >= MAX_UNEXPLAINED:
+            if m is None:
+                return
+            if self._unexplained_kinds(terms.named(text)[0] != []) >= MAX_UNEXPLAINED:
+                self.facts["unexplained_dropped"] = self.facts.get("unexplained_dropped", 0) + 1
                 return
             path, number, function = frame or (None, None, None)
             entry = Entry(id=gid, origin=UNEXPLAINED, kind="raise", severity="error", topic="other", exception=m[1],
                           file=path, function=function, line=number)
             group = self.groups[gid] = Group(entry, [], text[:MAX_SHOWN], line.source, line.number, frame=frame)
         group.add(line.rank)
+
+    def _unexplained_kinds(self, named: bool) -> int:
+        """The unexplained kinds kept whose words name a dimension (named) or not: each has MAX_UNEXPLAINED places, so
+        that a flood of one does not crowd out the other."""
+        return sum(1 for g in self.groups.values() if g.entry.origin == UNEXPLAINED and (terms.named(g.text)[0] != []) == named)
 
     def _joined(self, first: Line, line: Line) -> bool:
         """An exception line no message matched and the next line of its source and rank, read as one line: recorded
@@ -228,7 +237,6 @@ class Scan:
         for source, times in part.iterations.items():
             self._times(source, times)
         room = MAX_TRACEBACKS - self._tracebacks()
-        unexplained = MAX_UNEXPLAINED - sum(1 for g in self.groups.values() if g.entry.origin == UNEXPLAINED)
         for gid, group in part.groups.items():
             have = self.groups.get(gid)
             if have is None and group.entry.topic == TRACEBACK:
@@ -237,9 +245,9 @@ class Scan:
                     continue
                 room -= 1
             if have is None and group.entry.origin == UNEXPLAINED:  # as one process keeps them: the first texts
-                if unexplained <= 0:
+                if self._unexplained_kinds(terms.named(group.text)[0] != []) >= MAX_UNEXPLAINED:
+                    self.facts["unexplained_dropped"] = self.facts.get("unexplained_dropped", 0) + group.count
                     continue
-                unexplained -= 1
             if have is None:
                 self.groups[gid] = group
                 continue
@@ -255,8 +263,9 @@ class Scan:
             self.summary = part.summary
 
     def _merge_facts(self, facts: dict) -> None:
-        if facts.get("tracebacks_dropped"):
-            self.facts["tracebacks_dropped"] = self.facts.get("tracebacks_dropped", 0) + facts["tracebacks_dropped"]
+        for key in ("tracebacks_dropped", "unexplained_dropped"):
+            if facts.get(key):
+                self.facts[key] = self.facts.get(key, 0) + facts[key]
         for key in ("tp_size", "world_size"):
             if key in facts:
                 self.facts.setdefault(key, facts[key])
@@ -279,6 +288,9 @@ class Scan:
         if m is None and not cut:
             return False
         exception = m[1] if m else "an exception the log does not show"
+        if m and STOPPED.match(exception):  # an interrupt, a signal or OOM: one of the other failures, whatever code it stopped
+            self._on_path.pop(key, None)
+            return False
         on_path = self._on_path.get(key)
         if on_path is not None:
             path, number, function, dim, fields, _line = on_path
@@ -316,6 +328,8 @@ class Scan:
         by_text = any(causes.conditional(self.catalog, h.entry) for h in same)
         linked = self._linked(same) if by_text else None
         gid = f"{entry.id}#{'+'.join(linked) or '-'}" if by_text else entry.id
+        if entry.id in pg.SIZED and (n := pg.size(best.text)):
+            gid += f"@{n}"  # a watchdog's all-gathers of two group sizes are two groups' (diagnose tells them apart)
         group = self.groups.get(gid)
         if group is None:
             group = self.groups[gid] = Group(entry, linked if linked is not None else self._linked(same), best.text[:MAX_SHOWN],

@@ -29,20 +29,25 @@ TERMS = [  # (name, regex, dimension, knobs): every term a line holds counts
     ("reduce-scatter", rf"\breduce{_SEP}scatter", "dp", _DP),
     ("gradient buffer", rf"\bgrad(?:ient)?s?{_SEP}(?:buffer|bucket)s?\b", "dp", _DP),
     ("distributed optimizer", rf"\bdist(?:ributed)?{_SEP}opt(?:imizer)?\b", "dp", ["ddp.use_distributed_optimizer", *_DP[:2]]),
-    ("data parallel", rf"\bdata{_SEP}parallel|\bDP{_ABBREVIATED}", "dp", _DP),
+    ("data parallel", rf"\bdata[ _-]parallel|\bDP{_ABBREVIATED}", "dp", _DP),  # not torch's nn.DataParallel
 ]
 _COMPILED = [(name, re.compile(rx, re.I), dim, knobs) for name, rx, dim, knobs in TERMS]
 # the gradients' dtype beside a DP term: the reduce runs in FP32 or in the parameters' dtype (ddp.grad_reduce_in_fp32)
 _DTYPE = re.compile(r"\bdtype|\bfp32\b|\bfloat32\b|\bbf16\b|\bbfloat16\b", re.I)
-OTHER_REASONS = re.compile(r"checkpoint|state[ _-]?dict|\bload|\bsav(?:e|ing)\b|import|tokeniz|dataset|no module|"
-                           r"out of memory|\bOOM\b|convert|hugging ?face|\bhf\b|safetensors", re.I)
+OTHER_REASONS = re.compile(r"\bcheckpoint(?:s|ed)?\b|\bckpt|\bstate[ _-]?dict|\bload(?:s|ed|ing)?\b(?! balanc)|"
+                           r"\bsav(?:e|es|ed|ing)\b|\brestor|\bresum|\bdistcp\b|\bimport(?:s|ed|ing)?\b|ImportError|"
+                           r"ModuleNotFound|module '[\w.]+' has no attribute|\btokeni[sz]|\bdataset|no module|"
+                           r"out of memory|OutOfMemory|\bOOM\b|\bconvert|hugging ?face|\bhf\b|safetensors|\bbatch\b", re.I)
+# an exception class's name: a class, not a word that merely starts so (ErrorHandler), nor what stops a run from outside
+_CLASS = re.compile(r"\w*(?:Error|Exception)$")
 MAX_TEXT = 600  # an exception line longer than this is a dump, not a check's message
 
 
-def named(text: str) -> tuple[list[str], str | None, list[str]]:
-    """(the terms the line names, the first one's dimension, the knobs of all, deduplicated) of an exception line;
-    ([], None, []) where it names none or is about a checkpoint, a dataset, an import or memory."""
-    if len(text) > MAX_TEXT or OTHER_REASONS.search(text):
+def named(text: str, exception: str | None = None) -> tuple[list[str], str | None, list[str]]:
+    """(the terms the line names, the first one's dimension, the knobs of all, deduplicated) of an exception line
+    (of the class `exception` where known); ([], None, []) where it names none, is about a checkpoint, a dataset, an
+    import, the batch sizes or memory, or its "exception" is no error class (ErrorHandler:, KeyboardInterrupt:)."""
+    if len(text) > MAX_TEXT or OTHER_REASONS.search(text) or (exception is not None and not _CLASS.match(exception)):
         return [], None, []
     hits = [(name, dim, knobs) for name, rx, dim, knobs in _COMPILED if rx.search(text)]
     if not hits:

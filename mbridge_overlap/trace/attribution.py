@@ -51,7 +51,7 @@ def _ranks(value) -> tuple[int, ...] | None:
         return None
     try:
         ranks = tuple(int(r) for r in items)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # a rank of 1e999 is valid JSON, and no rank
         return None
     return ranks or None
 

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from ..upstream import releases
 from ..errors import UsageError
 from ..diagnose import messages, parallel, reader, report
-from ..diagnose.scan import MAX_TRACEBACKS, Scan
+from ..diagnose.scan import MAX_TRACEBACKS, MAX_UNEXPLAINED, Scan
 
 
 def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = None, overrides: Mapping[str, Any] | None = None,
@@ -46,6 +46,9 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     if diag.facts.get("tracebacks_dropped"):
         diag.notes.append(f"{diag.facts['tracebacks_dropped']:,} tracebacks through overlap-path code in further places were "
                           f"counted, not listed: the first {MAX_TRACEBACKS} places are")
+    if diag.facts.get("unexplained_dropped"):
+        diag.notes.append(f"{diag.facts['unexplained_dropped']:,} further exception lines that nothing explains were counted, "
+                          f"not listed: the first {MAX_UNEXPLAINED} kinds are (and as many whose words name a dimension)")
     report.classify(diag)
     _tp_across_domains(diag, scans)
     if compare:

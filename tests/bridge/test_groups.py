@@ -1,10 +1,16 @@
-"""diagnose's process-group sizes (mbridge_overlap/diagnose/groups.py) against Megatron-Core's own rank generators,
-built as parallel_state.initialize_model_parallel builds them (its default order, the expert grid's world)."""
+"""diagnose's process-group sizes and descriptions (mbridge_overlap/diagnose/groups.py) against Megatron-Core's own
+rank generators, built as parallel_state.initialize_model_parallel builds them (its default order, the expert grid's
+world), and its group_desc names."""
 
 from __future__ import annotations
 
+import inspect
+import io
+import re
+
 import pytest
 
+from mbridge_overlap import api
 from mbridge_overlap.diagnose import groups
 
 LAYOUTS = [  # world, tp, pp, cp, ep, etp
@@ -21,8 +27,8 @@ def _megatron_sizes(world, tp, pp, cp, ep, etp) -> dict:
     dense = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order="tp-cp-ep-dp-pp")
     expert = RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order="tp-ep-dp-pp")
     size = lambda gen, name: len(gen.get_ranks(name)[0])  # noqa: E731
-    out = {"dp": {size(dense, "dp"), size(dense, "dp-cp")}, "tp": {size(dense, "tp")}, "cp": {size(dense, "cp")},
-           "ep": set()}
+    out = {"dp": {size(dense, "dp"), size(dense, "dp-cp")}, "cp": {size(dense, "cp")}, "tp": {size(dense, "tp")},
+           "ep": set(), "world": {dense.world_size}}
     if ep > 1:
         out["dp"].add(size(expert, "dp"))
         out["ep"] = {size(expert, "tp-ep"), size(expert, "tp")}
@@ -33,20 +39,27 @@ def _megatron_sizes(world, tp, pp, cp, ep, etp) -> dict:
 def test_the_group_sizes_are_megatron_core_s(layout):
     world, tp, pp, cp, ep, etp = layout
     model = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "context_parallel_size": cp,
-             "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp}
+             "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp, "sequence_parallel": True}
     assert groups.of_config(model, world // (tp * pp * cp)) == _megatron_sizes(*layout)
 
 
-def test_the_group_descriptions_are_megatron_core_s():
-    import inspect
-    import re
-
+def _descriptions() -> set:
     from megatron.core import parallel_state
 
-    names = set(re.findall(r"group_desc=['\"]([A-Z_]+)['\"]", inspect.getsource(parallel_state)))
+    return set(re.findall(r"group_desc=['\"]([A-Z_]+)['\"]", inspect.getsource(parallel_state)))
+
+
+def test_each_megatron_core_group_description_is_one_dimension_and_one_cause():
+    names = _descriptions()
     named = {n: groups.described(f"[PG ID 1 PG GUID 7({n}) Rank 0]") for n in names}
-    # the groups whose all-gathers and reduce-scatters diagnose names by dimension
     assert named["TENSOR_MODEL_PARALLEL_GROUP"] == "tp" and named["CONTEXT_PARALLEL_GROUP"] == "cp"
-    assert {named[n] for n in names if n.startswith(("DATA_PARALLEL", "EXPERT_DATA_PARALLEL"))} == {"dp"}
+    assert {named[n] for n in names if n.startswith(("DATA_PARALLEL", "EXPERT_DATA_PARALLEL", "INTRA_PARTIAL"))} == {"dp"}
     assert {named[n] for n in ("EXPERT_MODEL_PARALLEL_GROUP", "EXPERT_TENSOR_PARALLEL_GROUP",
                                "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP")} == {"ep"}
+    assert named["PIPELINE_MODEL_PARALLEL_GROUP"] == named["EMBEDDING_GROUP"] == "other"
+    for n in names:  # an all-gather timeout on each of Megatron-Core's groups: exactly one cause
+        line = (f"[rank0]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [PG ID 1 PG GUID 7({n}) Rank 0] Watchdog "
+                "caught collective operation timeout: WorkNCCL(SeqNum=8, OpType=_ALLGATHER_BASE, NumelIn=1024, "
+                "NumelOut=2048, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.\n")
+        causes = api.diagnose(["-"], stdin=io.BytesIO(line.encode())).to_dict()["causes"]
+        assert len(causes) == 1, (n, [c["id"] for c in causes])
