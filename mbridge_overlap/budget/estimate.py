@@ -5,6 +5,8 @@ spread the sources allow; the assumptions are listed with the result."""
 
 from __future__ import annotations
 
+import math
+
 import re
 from dataclasses import dataclass, field
 
@@ -23,8 +25,8 @@ RANGE = (0.8, 1.25)  # communication time: the spread of the bus bandwidths the 
 ASSUMPTIONS = (
     "activations and PP/CP/EP messages in BF16 (2 bytes), TP reduce-scatters too; TP all-gathers in the GEMM's "
     "precision (FP8: 1 byte, NVFP4: 0.5625, scales included where they are more than 3 %)",
-    "ranks placed as Megatron-Core orders them (TP innermost, then CP, DP, PP): a group crosses the network when it "
-    "spans more GPUs than one NVLink domain",
+    "ranks placed as Megatron-Core orders them (TP innermost, then CP, DP, PP; experts: expert TP, EP, DP, PP): a "
+    "dimension's collectives cross the network when any of its groups has ranks in two NVLink domains",
     "TP: per layer with sequence parallel, 6 all-gathers and 4 reduce-scatters (Transformer Engine's 10 userbuffers GEMMs); "
     "the column-parallel layers' backward ones run async beside their dgrad/wgrad GEMMs with or without TP overlap; "
     "TP overlap hides the others by the userbuffers method of the preset in effect (bulk, pipeline, ring_exchange), "
@@ -51,10 +53,12 @@ RECOMPUTE_ASSUMPTION = (
     "its forward collectives (TP, CP, EP) again too; full with method uniform recomputes every layer, block the first "
     "recompute_num_layers of each virtual stage's layers; selective recomputes the modules named (core_attn, the default: "
     "the attention core; mlp: a dense layer's MLP); layernorm and activation recompute are not counted")
-MOE_ASSUMPTION = ("MoE: each token's top-k experts' GEMMs at the dense rate; the router, token permutation and small "
-                  "grouped GEMMs are not counted, so the iteration time is a lower bound: on Bridge's published Qwen3 MoE "
-                  "rows the predicted throughput is 2x the published or more where the all-to-all stays inside the NVLink "
-                  "domain (docs/budget.md)")
+MOE_ASSUMPTION = ("MoE: every layer a MoE layer; each token's top-k experts' GEMMs at the dense rate; the router, token "
+                  "permutation and small grouped GEMMs are not counted, so the iteration time is a lower bound: on Bridge's "
+                  "published Qwen3 MoE rows the predicted throughput is 2x the published or more where the all-to-all stays "
+                  "inside the NVLink domain (docs/budget.md); TP: only the attention's collectives (the experts' grouped "
+                  "GEMMs take no userbuffers, and the alltoall dispatcher sends each TP rank's own tokens), a shared "
+                  "expert's and the expert-TP group's gathers (expert_tensor_parallel_size > 1) not counted")
 
 
 @dataclass
@@ -78,6 +82,7 @@ class Layout:
     recompute: tuple = ()  # (granularity, method, num_layers, modules) as Megatron-Core reads them; () none
     cp_comm_type: str | None = None  # model.cp_comm_type (Megatron-Core's default: p2p)
     param_gather_with_step: bool = False  # optimizer.overlap_param_gather_with_optimizer_step: no chunk is bucketed
+    etp: int = 1  # expert_tensor_parallel_size (Megatron-Core's default: the TP size)
 
     @property
     def micro_batches(self) -> int:
@@ -119,6 +124,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         recompute=_recompute_of(m),
         cp_comm_type=state.request.context.get("model.cp_comm_type"),
         param_gather_with_step=bool(state.optimizer.get("overlap_param_gather_with_optimizer_step")),
+        etp=m.get("expert_tensor_parallel_size") or tp,
     )
 
 
@@ -357,7 +363,7 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
                + _cp_exchange(lay))
     b.items += _tp(lay, shape, system, layers, m, tokens, gemm_s, again)
     if _userbuffers_run(lay):
-        b.overlap_cost["tp_comm_overlap"] = layers * m * _sm_margin_s(lay, system, gemm_s)
+        b.overlap_cost["tp_comm_overlap"] = layers * m * _sm_margin_s(lay, shape, system, gemm_s)
     b.items += _cp(lay, shape, system, layers, m, tokens, attn_s, again)
     b.items += _pp(lay, shape, system, m, tokens, stage_fwd)
     b.items += _dp(lay, shape, system, layers, stage_fwd, stage_bwd)
@@ -365,9 +371,27 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     return b
 
 
-def _link(span: int, lay: Layout) -> str:
-    """nvlink when a group's ranks (spread over `span` consecutive global ranks) fit in one NVLink domain."""
-    return "nvlink" if span <= lay.domain else "network"
+def spans_domains(lay: Layout, stride: int, size: int) -> bool:
+    """Whether some group of `size` ranks `stride` apart (Megatron-Core's order tp-cp-ep-dp-pp: TP stride 1, CP stride
+    TP, DP x CP stride TP, PP stride TP x CP x DP) has ranks in two NVLink domains: its first and last rank then lie in
+    different ones. The groups repeat with the least common multiple of the domain and the group's extent."""
+    if size < 2:
+        return False
+    world, extent = lay.tp * lay.cp * lay.dp * lay.pp, stride * size
+    if extent > lay.domain:
+        return True
+    period = min(world, math.lcm(lay.domain, extent))
+    for base in range(0, period, extent):
+        for first in range(base, base + stride):
+            if first // lay.domain != (first + (size - 1) * stride) // lay.domain:
+                return True
+    return False
+
+
+def _link(lay: Layout, stride: int, size: int) -> str:
+    """nvlink when every group of the dimension lies inside one NVLink domain, else the network (the slowest group
+    sets the collective's time)."""
+    return "network" if spans_domains(lay, stride, size) else "nvlink"
 
 
 def _tp(lay, shape, system, layers, m, tokens, gemm_s, again) -> list:
@@ -375,7 +399,7 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s, again) -> list:
         return []
     elements = tokens // lay.cp * shape.hidden_size
     size = {"all_gather": int(elements * GATHER_BYTES[lay.precision])}
-    link = _link(lay.tp, lay)
+    link = _link(lay, 1, lay.tp)
     times = layers * m
     if lay.sp:
         ub = {g: c for g, (c, _) in UB_GEMMS.items()}
@@ -388,6 +412,9 @@ def _tp(lay, shape, system, layers, m, tokens, gemm_s, again) -> list:
         gemms = {g: gemm_s[UB_GEMMS[g][1]] for g in ub}
         backward = {"qkv_wgrad": ("all_reduce", gemm_s["qkv"]), "fc1_wgrad": ("all_reduce", gemm_s["fc1"])}
         what = {"all_reduce": "row-parallel partial sums (forward)"}
+    experts = _expert_mlp(shape)  # a MoE layer's MLP: experts, no TP collectives of the dense MLP's
+    ub = {g: c for g, c in ub.items() if g not in experts}
+    backward = {g: v for g, v in backward.items() if g not in experts}
     on = _userbuffers_run(lay)
     frozen = lay.peft is not None
     if frozen:  # no wgrad GEMM: the input gradient's collective has nothing beside it; the re-gather for wgrad is
@@ -453,14 +480,22 @@ def _plain_gemms(lay) -> frozenset:
 
 def _userbuffers_run(lay) -> bool:
     """TP overlap on, with sequence parallel and the TP group inside one NVLink domain: what userbuffers need."""
-    return lay.tp > 1 and lay.settings["tp_comm_overlap"] and lay.sp and _link(lay.tp, lay) == "nvlink"
+    return lay.tp > 1 and lay.settings["tp_comm_overlap"] and lay.sp and _link(lay, 1, lay.tp) == "nvlink"
 
 
-def _sm_margin_s(lay, system, gemm_s) -> float:
+def _expert_mlp(shape) -> frozenset:
+    """The dense MLP's TP GEMMs that a MoE layer does not run: its experts are grouped GEMMs (Transformer Engine's
+    GroupedLinear takes no userbuffers), and the alltoall dispatcher sends each TP rank's own sequence shard to the
+    experts, gathering on the expert-TP group only where expert_tensor_parallel_size > 1
+    (megatron/core/transformer/moe/token_dispatcher.py)."""
+    return frozenset(g for g in (*UB_GEMMS, *ASYNC_GEMMS) if g.startswith(("fc1", "fc2"))) if shape.moe else frozenset()
+
+
+def _sm_margin_s(lay, shape, system, gemm_s) -> float:
     """What TP overlap adds to one layer's compute: a userbuffers GEMM with an SM margin runs on the SMs the
     communication kernels leave it (Transformer Engine comm_gemm_overlap.cpp: _math_sms = sm_count - num_comm_sm)."""
     layer_of = {g: layer for g, (_, layer) in {**UB_GEMMS, **ASYNC_GEMMS}.items()}
-    idle = _plain_gemms(lay) | ({"qkv_wgrad", "fc1_wgrad"} if lay.peft else set())  # not run with userbuffers, or not run
+    idle = _plain_gemms(lay) | _expert_mlp(shape) | ({"qkv_wgrad", "fc1_wgrad"} if lay.peft else set())  # not run with userbuffers, or not run
     return sum(gemm_s[layer_of[g]] * margin / max(1, system.sms - margin)
                for g, (_, _, margin) in lay.userbuffers.items() if margin and g not in idle)
 
@@ -470,7 +505,7 @@ def _cp(lay, shape, system, layers, m, tokens, attn_s, again) -> list:
         return []
     # p2p ring (TE's default cp_comm_type): cp-1 exchanges of the local K and V chunk forward, of K, V, dK and dV backward
     kv = 2 * tokens // lay.cp * shape.groups * shape.head_dim // lay.tp * ACT_BYTES
-    link = _link(lay.tp * lay.cp, lay)
+    link = _link(lay, lay.tp, lay.cp)
     step_fwd = system.seconds("send_recv", kv, 2, link)
     step_bwd = system.seconds("send_recv", 2 * kv, 2, link)
     steps = (lay.cp - 1) * layers * m
@@ -486,7 +521,7 @@ def _pp(lay, shape, system, m, tokens, stage_fwd) -> list:
     if lay.pp < 2:
         return []
     size = tokens // lay.cp // (lay.tp if lay.sp else 1) * shape.hidden_size * ACT_BYTES
-    link = _link(lay.tp * lay.cp * lay.dp * 2, lay)
+    link = _link(lay, lay.tp * lay.cp * lay.dp, lay.pp)
     one = system.seconds("send_recv", size, 2, link)
     count = 2 * m * lay.vp  # activations forward, their gradients backward, at each of the stage's chunk boundaries
     total = one * count
@@ -517,7 +552,7 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
         bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest
         spans += buckets.layout([n for _, n, _ in chunk], size if bucketed else None, distributed_optimizer=distopt,
                                 dp_size=group, pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")))
-    link = _link(lay.tp * lay.cp * lay.dp, lay)
+    link = _link(lay, lay.tp, lay.cp * lay.dp)
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
     param_bytes = 1 if d.get("fp8_param_gather") else 2
     bwd = stage_bwd  # the last micro-batch's backward on the first stage
@@ -565,7 +600,7 @@ def _ep(lay, shape, system, layers, m, tokens, layer_fwd, again) -> list:
         return []
     local = tokens // lay.cp // (lay.tp if lay.sp else 1)
     size = local * shape.moe_router_topk * shape.hidden_size * ACT_BYTES
-    link = _link(lay.ep, lay)
+    link = _link(lay, lay.etp, lay.ep)  # the expert grid's order: tp-ep-dp-pp, TP the expert TP
     one = system.seconds("all_to_all", size, lay.ep, link)
     count = round((4 + 2 * (again["layer"] + again["mlp"])) * layers * m)  # dispatch and combine, forward (again where recomputed) and backward
     total = one * count

@@ -1,0 +1,66 @@
+"""Which NVLink domain each rank of a group sits in: a dimension's collectives cross the network when any of its
+groups has ranks in two domains (Megatron-Core's order tp-cp-ep-dp-pp), not only when a group is larger than one."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import pytest
+
+from mbridge_overlap import api
+from mbridge_overlap.budget.estimate import spans_domains
+
+
+def _groups(tp, cp, dp, pp, dim):
+    """Every group of a dimension, enumerated from the coordinates (rank = t + tp*(c + cp*(d + dp*p)))."""
+    sizes = {"tp": tp, "cp": cp, "dp": dp, "pp": pp}
+    rank = lambda t, c, d, p: t + tp * (c + cp * (d + dp * p))  # noqa: E731
+    others = [k for k in sizes if k != dim and not (dim == "dpcp" and k in ("dp", "cp"))]
+    varying = ["cp", "dp"] if dim == "dpcp" else [dim]
+    for fixed in itertools.product(*(range(sizes[k]) for k in others)):
+        coords = dict(zip(others, fixed))
+        group = []
+        for moving in itertools.product(*(range(sizes[k]) for k in varying)):
+            coords.update(zip(varying, moving))
+            group.append(rank(coords["tp"], coords["cp"], coords["dp"], coords["pp"]))
+        yield group
+
+
+@pytest.mark.parametrize("tp, cp, dp, pp, domain", [
+    (1, 1, 32, 8, 72), (8, 1, 18, 1, 36), (4, 2, 8, 4, 8), (8, 2, 9, 1, 72), (2, 4, 4, 4, 72), (4, 1, 16, 4, 8),
+    (1, 2, 16, 2, 36), (4, 4, 2, 2, 72),
+])
+def test_a_dimension_crosses_where_some_group_of_it_does(tp, cp, dp, pp, domain):
+    lay = SimpleNamespace(tp=tp, cp=cp, dp=dp, pp=pp, domain=domain)
+    for dim, stride, size in (("tp", 1, tp), ("cp", tp, cp), ("dpcp", tp, cp * dp), ("pp", tp * cp * dp, pp)):
+        crosses = any(len({r // domain for r in g}) > 1 for g in _groups(tp, cp, dp, pp, dim))
+        assert spans_domains(lay, stride, size) == crosses, (dim, tp, cp, dp, pp, domain)
+
+
+def test_the_budget_prices_a_group_across_a_rack_boundary_at_the_network():
+    # 144 GB200 with NVLink domains of 36: TP 8 groups 32-39 and 104-111 straddle a boundary (8 does not divide 36)
+    over = {"model.tensor_model_parallel_size": 8, "model.pipeline_model_parallel_size": 1,
+            "model.virtual_pipeline_model_parallel_size": None, "model.context_parallel_size": 1, "train.global_batch_size": 144}
+    b = api.budget(over, recipe="llama3_70b_pretrain_64gpu_gb200_bf16_config", gpus=144,
+                   machine_facts={"nvlink_domain": 36}).to_dict()["budget"]
+    assert {c["link"] for c in b["collectives"] if c["dimension"] == "tp"} == {"network"}
+    b = api.budget(over, recipe="llama3_70b_pretrain_64gpu_gb200_bf16_config", gpus=144,
+                   machine_facts={"nvlink_domain": 72}).to_dict()["budget"]
+    assert {c["link"] for c in b["collectives"] if c["dimension"] == "tp"} == {"nvlink"}
+
+
+def test_moe_layers_make_only_the_attention_s_tp_collectives():
+    """Qwen3-235B-A22B (every layer MoE, expert TP 1): per layer and micro-batch 3 all-gathers and 2 reduce-scatters
+    (linear_qkv's and linear_proj's), where a dense layer of the same layout makes 6 and 4."""
+    recipe = "perf_recipes.qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config"
+    moe = api.budget({}, recipe=recipe).to_dict()["budget"]
+    dense = api.budget({}, recipe=recipe, model="llama3_70b").to_dict()["budget"]
+
+    def per_layer(b, collective, layers):
+        return sum(c["count"] for c in b["collectives"] if c["dimension"] == "tp" and c["collective"] == collective) / (
+            layers * b["layout"]["micro_batches"])
+
+    stage = moe["layout"]["pp"]
+    assert per_layer(moe, "all_gather", -(-94 // stage)) == 3 and per_layer(moe, "reduce_scatter", -(-94 // stage)) == 2
+    assert per_layer(dense, "all_gather", -(-80 // stage)) == 6 and per_layer(dense, "reduce_scatter", -(-80 // stage)) == 4
