@@ -43,7 +43,47 @@ def collect(state: State) -> list[Finding]:
             if finding.id not in ids:
                 raise RuntimeError(f"{fn.__name__} raised {finding.id}, which it does not declare")
             out.append(finding)
-    return out if probing() else one_value_per_key(out)
+    return out if probing() else coherent(state, one_value_per_key(out))
+
+
+def coherent(state: State, found: list[Finding]) -> list[Finding]:
+    """Every fix of one answer holds with the others. Taken together (first the fixes that clear the most of the
+    answer's warnings and errors, then the most severe), a fix whose overrides bring, with the ones kept, a warning or
+    error that was not there, or leave a finding they fix, is not offered as it is: where the kept fixes clear its
+    finding already, they are its fix; else its text says to resolve again after them. So the answer's fix_overrides
+    applied all at once raise nothing new."""
+    fixes = [i for i, f in enumerate(found) if f.fix_overrides]
+    if len(fixes) < 2:
+        return found
+    before = {signature(f) for f in probe(state) if f.severity in BLOCKING}
+
+    def blocking(overrides):
+        after = rerun(state, overrides)
+        return None if after is None else {signature(f) for f in probe(after) if f.severity in BLOCKING}
+
+    alone = {i: blocking(found[i].fix_overrides) for i in fixes}
+    clears = {i: 0 if alone[i] is None else len(before - alone[i]) for i in fixes}
+    fixes.sort(key=lambda i: (-clears[i], findings.SEVERITIES.index(found[i].severity)))
+    out, kept, union, targets = list(found), [], {}, set()
+    for i in fixes:
+        f = found[i]
+        trial, aimed = {**union, **f.fix_overrides}, targets | {signature(f)}
+        now = blocking(trial)
+        if now is not None and not (now - before) and not (now & aimed):  # nothing new, and what they fix is gone
+            kept.append(f.id)
+            union, targets = trial, aimed
+            continue
+        first = kept[0] if kept else next(found[j].id for j in fixes if j != i)
+        settled = rerun(state, union) if union else None
+        if settled is not None and signature(f) not in {signature(g) for g in probe(settled)}:
+            out[i] = replace(f, fix_overrides=dict(union), fix=shell("{fix} (the fix of {first} clears it too; its own, {own}, "
+                                                                    "would clash with that one)", fix=overrides_text(union),
+                                                                    first=first, own=Shell(f.fix)))
+        else:
+            out[i] = replace(f, fix_overrides={}, fix=shell("after the fix of {first}, resolve again: {fix} (with the other "
+                                                            "fixes of this answer it brings a new warning or error)",
+                                                            first=first, fix=Shell(f.fix)))
+    return out
 
 
 def signature(f: Finding) -> tuple:

@@ -227,13 +227,23 @@ def diff(d: dict) -> str:
     lines += [f"WARNING: {w}" for w in d["warnings"]]
     for e in d.get("new_errors") or ():
         lines += [f"ERROR   AFTER fails at {e['when']} where BEFORE does not: {e['id']}: {e['message']}",
-                  f"        fix: {e['fix']}"]
+                  f"        fix: {e['fix']}" + (" (or the restores below, which clear it too: one way or the other, not both)"
+                                                 if e.get("cleared_by_restores") else "")]
     changes = d["overlap_changes"]
     lines += ["", "overlap settings that changed, most step-time impact first:" if changes else "overlap settings: no change"]
     for i, c in enumerate(changes, 1):
         lines.append(f"  {i}. {c['key']}: {fmt(c['before'])} -> {fmt(c['after'])}")
         lines.append(f"     why: {c['message']} [{c['finding_id']}]")
         lines.append(f"     restore: {c['fix'] or 'no config override restores it'}")
+    every = d.get("restore_all")
+    if every:
+        back = len([c for c in changes if c.get("fix_overrides")]) - len(every["not_restored"])
+        said = [f"all restores together, re-resolved on AFTER: {back} of {len([c for c in changes if c.get('fix_overrides')])} "
+                "settings back to BEFORE's"]
+        said += [f"not {', '.join(every['not_restored'])}"] if every["not_restored"] else []
+        said += [f"clears {', '.join(every['clears'])}"] if every["clears"] else []
+        said += [f"brings {', '.join(every['brings'])} (neither side has it)"] if every["brings"] else []
+        lines.append("  " + "; ".join(said))
     other = d["other_changes"]
     lines += ["", "other communication-relevant changes:" if other else "other communication-relevant changes: none"]
     lines += [f"  {o['label']} ({o['key']}): {fmt(o['before'])} -> {fmt(o['after'])}" for o in other]

@@ -138,6 +138,21 @@ WRITTEN_BY_MEGATRON_FSDP = ("ddp.use_megatron_fsdp", "dist.use_megatron_fsdp", "
 MIRRORS = {"ddp.use_distributed_optimizer": "optimizer.use_distributed_optimizer", "ddp.overlap_param_gather": "optimizer.overlap_param_gather"}
 
 
+def _saved(raw: dict, key: str):
+    section, _, name = key.partition(".")
+    body = raw.get(section)
+    return body.get(name, _MISSING) if isinstance(body, dict) else _MISSING
+
+
+def _baseline(key: str):
+    section, _, name = key.partition(".")
+    f = schema.SECTIONS.get(section, {}).get(name)
+    return f.default if f is not None else _MISSING
+
+
+_MISSING = object()
+
+
 def written_by_bridge(rc: RunConfig) -> frozenset:
     """The dotted keys of a saved run config that hold Bridge's output rather than a request."""
     if not rc.saved:
@@ -149,6 +164,8 @@ def written_by_bridge(rc: RunConfig) -> frozenset:
         derived.update(WRITTEN_BY_COMM_OVERLAP)
         if section("ddp").get("use_distributed_optimizer"):
             derived.update(WRITTEN_BY_DP_OVERLAP)
+        else:  # comm_overlap left them alone: a value of Bridge's baseline is what a config that never set it saves
+            derived.update(k for k in WRITTEN_BY_DP_OVERLAP if _saved(raw, k) == _baseline(k))
     if raw.get("mixed_precision") is not None:
         derived.update(WRITTEN_BY_MIXED_PRECISION)
     if section("ddp").get("use_megatron_fsdp") or section("dist").get("use_megatron_fsdp"):

@@ -94,11 +94,13 @@ class Change:
     fix: str | None
     causes: list = field(default_factory=list)  # {"key", "before", "after"}
     impact: int = 0
+    fix_overrides: dict = field(default_factory=dict)  # the restore as overrides (what `fix` says)
 
     def to_dict(self) -> dict:
         return {
             "key": self.key, "before": self.before, "after": self.after, "cause_keys": [c["key"] for c in self.causes],
             "causes": self.causes, "finding_id": self.rule, "message": self.message, "fix": self.fix, "impact": self.impact,
+            "fix_overrides": self.fix_overrides,
         }
 
 
@@ -113,11 +115,12 @@ class DiffResult:
     accounting: dict  # every changed key of the two files, in exactly one bucket
     budget: dict | None = None  # budget_change(): what the change does to the communication budget
     new_errors: list = field(default_factory=list)  # AFTER's error findings that BEFORE does not have
+    restores: dict | None = None  # every change's restore applied to AFTER at once, re-resolved (restore_all())
 
     def to_dict(self) -> dict:
         return {
             "schema_version": SCHEMA_VERSION, "bridge_version": self.bridge_version, "before": self.before, "after": self.after,
-            "new_errors": self.new_errors,
+            "new_errors": self.new_errors, "restore_all": self.restores,
             "overlap_changes": [c.to_dict() for c in self.changes], "other_changes": self.other,
             "unmodeled_changes": self.accounting["unmodeled"], "warnings": self.warnings,
             "explained_changes": self.accounting["explained"], "same_effect_changes": self.accounting["same_effect"],
@@ -203,8 +206,33 @@ def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = Non
     had = {f.id for f in a.analysis.errors}
     new_errors = [{"id": f.id, "when": f.when or "config", "message": f.message, "fix": f.fix}
                   for f in b.analysis.errors if f.id not in had]
+    restores = restore_all(changes, new_errors, a, b)
     return DiffResult(a.label, b.label, before.release.version, changes, other, warnings, accounting,
-                      budget_change(a.analysis, b.analysis, model, shape), new_errors)
+                      budget_change(a.analysis, b.analysis, model, shape), new_errors, restores)
+
+
+def restore_all(changes: list, new_errors: list, a: Side, b: Side) -> dict | None:
+    """Every restore of the answer applied to AFTER at once and re-resolved: which settings it brings back to BEFORE's,
+    which of AFTER's new errors it clears (then the error's own fix is the other way), and any warning or error it
+    brings that neither side has. None where no change has a restore."""
+    union: dict = {}
+    for c in changes:
+        union.update(c.fix_overrides)
+    if not union:
+        return None
+    try:
+        an = analyze(b.scenario.derive(union))
+    except UsageError:
+        return {"overrides": union, "holds": False, "not_restored": [c.key for c in changes], "clears": [], "brings": []}
+    state, found = an.state, {f.id: f for f in an.findings}
+    not_restored = [c.key for c in changes if c.fix_overrides and _effective(state, c.key) != c.before]
+    before = {f.id for f in a.analysis.findings if _new_kind(f)}
+    brings = sorted(i for i, f in found.items() if _new_kind(f) and i not in before)
+    clears = [e["id"] for e in new_errors if e["id"] not in found]
+    for e in new_errors:
+        e["cleared_by_restores"] = e["id"] in clears
+    return {"overrides": union, "holds": not not_restored and not brings, "not_restored": not_restored, "clears": clears,
+            "brings": brings}
 
 
 DIMENSIONS = ("tp", "cp", "pp", "dp", "ep")
@@ -267,36 +295,95 @@ def _changed_inputs(a: Side, b: Side) -> dict:
 
 def _flips(key: str, input_key: str, value, a: Side, b: Side) -> bool:
     """Does setting this one input to its AFTER value change `key` in BEFORE? (through the one analysis path)"""
-    sc = a.scenario
-    try:
+    state = _with(input_key, value, a, b)
+    return state is not None and _effective(state, key) != a.effective(key)
+
+
+def _reverts(key: str, input_key: str, value, a: Side, b: Side) -> bool:
+    """Does setting this one input back to its BEFORE value on AFTER bring `key` back to BEFORE's value? (what a
+    restore is for: a cause in BEFORE may not be enough alone in AFTER, where other changes hold the setting too)"""
+    state = _with(input_key, value, b, a)
+    return state is not None and _effective(state, key) == a.effective(key)
+
+
+def _with(input_key: str, value, side: Side, other: Side):
+    """The state of `side` with one input set to `value` (the other side's), None where that is no valid request."""
+    return _with_all({input_key: value}, side, other)
+
+
+def _with_all(values: dict, side: Side, other: Side):
+    """The state of `side` with these inputs set to the other side's values, None where that is no valid request."""
+    sc, over = side.scenario, {}
+    for input_key, value in values.items():
         if input_key == "gpus":
-            probe = replace(sc, gpus=value)
+            sc = replace(sc, gpus=value)
         elif input_key == "comm_overlap":
-            section = {k: v for k, v in b.items.items() if k.startswith("comm_overlap.")}
-            probe = sc.derive({"comm_overlap": None} if value is None else section or {"comm_overlap.tp_comm_overlap": False})
+            section = {k: v for k, v in other.items.items() if k.startswith("comm_overlap.")}
+            over.update({"comm_overlap": None} if value is None else section or {"comm_overlap.tp_comm_overlap": False})
         else:
-            over = {input_key: value}
-            if input_key in MIRRORS and a.saved:
+            over[input_key] = value
+            if input_key in MIRRORS and side.saved:
                 over[MIRRORS[input_key]] = value  # in a saved config the pair moved together
-            probe = sc.derive(over)
-        state = state_of(probe)
+    try:
+        return state_of(sc.derive(over) if over else sc)
     except UsageError:
-        return False  # not a valid request on its own (e.g. GPUs not divisible by the old TP x PP x CP)
-    return _effective(state, key) != a.effective(key)
+        return None  # not a valid request on its own (e.g. GPUs not divisible by the old TP x PP x CP)
+
+
+def _new_kind(f) -> bool:
+    """A finding a restore must not bring: a warning or error, but for a request the restored section overwrites
+    (AFTER's own value of a field BEFORE's comm_overlap writes: what restoring BEFORE's setting means)."""
+    return f.severity in ("warning", "error") and not f.id.endswith("_KNOB_OVERWRITTEN")
+
+
+def _restore_set(key: str, singles: list, keys: list, changed: dict, a: Side, b: Side) -> list | None:
+    """The restore of `key`: one of `singles` (inputs whose BEFORE value alone brings it back in AFTER), else the fewest
+    of `keys` that together do (each left out where the rest still do); either only where it brings no warning or
+    error neither side has (unproven findings: proof.probe). None where no restore of the changes holds."""
+    from ..findings.proof import probe, signature
+
+    had = {signature(f) for side in (a, b) for f in probe(side.analysis.state) if _new_kind(f)}
+
+    def restored(subset):
+        state = _with_all({k: changed[k][0] for k in subset}, b, a)
+        return state is not None and _effective(state, key) == a.effective(key) and not any(
+            _new_kind(f) and signature(f) not in had for f in probe(state))
+
+    for k in singles:
+        if restored([k]):
+            return [k]
+    if not keys or not restored(keys):
+        return None
+    kept = list(keys)
+    for k in list(keys):
+        if len(kept) > 1 and restored([x for x in kept if x != k]):
+            kept.remove(k)
+    return kept
 
 
 def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
-    causes = [k for k, (_, after_value) in changed.items() if _flips(key, k, after_value, a, b)]
+    flips = [k for k, (_, after_value) in changed.items() if _flips(key, k, after_value, a, b)]
+    restores = [k for k, (before_value, _) in changed.items() if _reverts(key, k, before_value, a, b)]
+    causes = list(dict.fromkeys(flips + restores))
     if not causes:  # only a combination changes it: report every changed input that takes part
         causes = [k for k in changed if k in ("gpus", "comm_overlap")
                   or k.startswith(("model.", "ddp.", "optimizer.", "comm_overlap.", "mixed_precision", "env_vars."))]
+    # the restore: one input whose BEFORE value alone brings the setting back in AFTER, else the fewest changed inputs
+    # that together do (proven on AFTER); none where no restore of the changes does
+    if "gpus" in causes:
+        restore = None  # no override brings the GPU count back: run on the old count or change TP/PP/CP
+    else:
+        restore = _restore_set(key, restores, list(dict.fromkeys(causes + [k for k in changed if k != "gpus"])), changed, a, b)
+        causes = list(dict.fromkeys(causes + [k for k in restore or () if k not in causes]))
+    fix = _fix(restore, changed, a) if restore else None
     rule = _rule(key, old, new, a, b, causes)
     effect = EFFECTS.get((key, old, new), f"{key} went {fmt(old)} -> {fmt(new)}")
     because = "; ".join(_cause_phrase(c, changed[c], a, b) for c in causes) or "no input change found"
     message = effect if because == effect else f"{because}: {effect}"  # a setting changed as asked: said once
     return Change(
         key=key, before=old, after=new, rule=rule, message=message,
-        fix=_fix(causes, changed, a), causes=[{"key": c, "before": changed[c][0], "after": changed[c][1]} for c in causes],
+        fix=_restore(fix) if fix else None, fix_overrides=fix or {},
+        causes=[{"key": c, "before": changed[c][0], "after": changed[c][1]} for c in causes],
         impact=IMPACT.get(key, 1),
     )
 
@@ -336,24 +423,23 @@ def _cause_phrase(key, values, a: Side, b: Side) -> str:
     return f"{key} went {fmt(old, unset=True)} -> {fmt(new, unset=True)}"
 
 
-def _fix(causes, changed, a: Side) -> str | None:
-    parts = []
+def _fix(causes, changed, a: Side) -> dict | None:
+    """The restore as overrides (None where no override brings it back: the GPU count)."""
+    out: dict = {}
     for key in causes:
         old = changed[key][0]
         if key == "gpus":
             return None  # no override brings the GPUs back: run on the old count or change TP/PP/CP
         if key == "comm_overlap":
-            parts += [
-                _restore(k, v) for k, v in a.items.items()
-                if k.startswith("comm_overlap.") and v is not None and k != "comm_overlap.data_parallel_size"
-                and not (k == "comm_overlap.tp_comm_bootstrap_backend" and v == "nccl")
-            ]
+            out.update({k: v for k, v in a.items.items()
+                        if k.startswith("comm_overlap.") and v is not None and k != "comm_overlap.data_parallel_size"
+                        and not (k == "comm_overlap.tp_comm_bootstrap_backend" and v == "nccl")})
             continue
         owner = _owner(key, a)
-        parts.append(_restore(owner, old))
+        out[owner] = old
         if owner == key and key in MIRRORS and a.saved:
-            parts.append(_restore(MIRRORS[key], old))
-    return " ".join(parts) or None
+            out[MIRRORS[key]] = old
+    return out or None
 
 
 def _owner(key: str, a: Side) -> str:
@@ -367,9 +453,9 @@ def _owner(key: str, a: Side) -> str:
     return key
 
 
-def _restore(key: str, value) -> str:
-    """One override of a fix, one shell word: a saved value is never pasted into a command line raw."""
-    return findings.overrides_text({key: value})
+def _restore(overrides: dict) -> str:
+    """A restore's text, each override one shell word: a saved value is never pasted into a command line raw."""
+    return findings.overrides_text(overrides)
 
 
 def _other(a: Side, b: Side) -> list:

@@ -53,12 +53,26 @@ def lint(config=None, overrides=None, *, model=None, shape=None, **inputs) -> Li
     return LintResult(an, findings.sort(an.findings + _saved_differs(an)))
 
 
+def _config_alone(sc):
+    """The scenario of the saved config without the overrides on top: what its saved effective values are the output
+    of (the request built again from the config; GPUs, machine and launcher as given)."""
+    from dataclasses import replace
+
+    from ..run import request, runconfig
+
+    rc = sc.config
+    req = request.build(sc.release, {}, rc.raw, strict=not rc.saved, written=runconfig.written_by_bridge(rc))
+    return replace(sc, request=req, overrides={})
+
+
 def _saved_differs(an: Analysis) -> list:
     rc = an.scenario.config
     saved = rc.saved_effective() if rc else None
     if not saved:
         return []
     eff = an.effective
+    if an.scenario.overrides:  # the saved values are of the config alone: compared with it, not with the overrides' effect
+        eff = analyze(_config_alone(an.scenario)).effective
     diffs = [
         f"{section}.{name}: saved {fmt(value)}, computed {fmt(eff[section][name])}"
         for section, values in saved.items()

@@ -1,0 +1,87 @@
+"""Every piece of advice holds against the whole answer: an answer's fix_overrides applied all at once bring no new
+warning or error and leave none of the findings they fix; diff's restores each bring their setting back in AFTER and
+together clear what AFTER broke; a fix applied to a saved run config is not reported as a saved value that differs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import mbridge_overlap.verbs.lint
+from mbridge_overlap import api
+from mbridge_overlap.findings.proof import BLOCKING, signature
+
+RUNS = Path(__file__).parent / "data" / "run_configs"
+QWEN = "perf_recipes.qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config"
+LLAMA = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+
+
+@pytest.mark.parametrize("recipe, overrides", [
+    (QWEN, {"comm_overlap.overlap_moe_expert_parallel_comm": None, "comm_overlap.delay_wgrad_compute": None,
+            "model.overlap_moe_expert_parallel_comm": True, "model.delay_wgrad_compute": True}),
+    (LLAMA, {"ddp.overlap_grad_reduce": False, "model.sequence_parallel": False, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 8}),
+    (LLAMA, {"model.virtual_pipeline_model_parallel_size": 3, "comm_overlap.bucket_size": 1 << 30}),
+])
+def test_an_answer_s_fixes_applied_at_once_bring_nothing_new(recipe, overrides):
+    first = api.resolve(recipe=recipe, overrides=overrides)
+    union = {}
+    for f in first.findings:
+        union.update(f.fix_overrides)
+    assert union
+    before = {signature(f) for f in first.findings if f.severity in BLOCKING}
+    fixed = {signature(f) for f in first.findings if f.fix_overrides}
+    after = {signature(f) for f in api.resolve(recipe=recipe, overrides={**overrides, **union}).findings if f.severity in BLOCKING}
+    assert not after - before, after - before
+    assert not after & fixed, after & fixed
+
+
+def test_a_fix_that_clashes_with_the_others_gives_way_to_theirs():
+    """EP overlap back on makes Bridge's launcher pick CUDA_DEVICE_MAX_CONNECTIONS=8, the config's own value: the
+    variable's fix (1, right while EP overlap stays off) would clash; the EP fix clears that finding too."""
+    over = {"comm_overlap.overlap_moe_expert_parallel_comm": None, "comm_overlap.delay_wgrad_compute": None,
+            "model.overlap_moe_expert_parallel_comm": True, "model.delay_wgrad_compute": True}
+    r = api.resolve(recipe=QWEN, overrides=over)
+    (env,) = [f for f in r.findings if f.id == "LAUNCH_ENV_DIFFERS_FROM_BRIDGE"]
+    assert "clears it too" in env.fix and "env_vars.CUDA_DEVICE_MAX_CONNECTIONS" not in env.fix_overrides
+    again = {f.id for f in api.resolve(recipe=QWEN, overrides={**over, **env.fix_overrides}).findings}
+    assert "LAUNCH_ENV_DIFFERS_FROM_BRIDGE" not in again
+
+
+def _diff():
+    return api.diff(recipe=LLAMA, overrides={"model.virtual_pipeline_model_parallel_size": None, "model.sequence_parallel": False,
+                                              "ddp.use_distributed_optimizer": False,
+                                              "optimizer.use_distributed_optimizer": False}).to_dict()
+
+
+def test_each_restore_brings_its_setting_back_in_after():
+    d = _diff()
+    after = {"model.virtual_pipeline_model_parallel_size": None, "model.sequence_parallel": False,
+             "ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False}
+    for c in d["overlap_changes"]:
+        assert c["fix_overrides"], c["key"]
+        r = api.resolve(recipe=LLAMA, overrides={**after, **c["fix_overrides"]}).to_dict()["effective"]
+        section, _, name = c["key"].partition(".")
+        assert r[section][name] == c["before"], (c["key"], c["fix_overrides"])
+    # align_param_gather needs both VPP and the distributed optimizer back (Bridge selects it for the interleaved
+    # schedule, and applies the optimizer's overlap settings only with the distributed optimizer)
+    (align,) = [c for c in d["overlap_changes"] if c["key"] == "ddp.align_param_gather"]
+    assert {"model.virtual_pipeline_model_parallel_size", "ddp.use_distributed_optimizer"} <= set(align["fix_overrides"])
+
+
+def test_the_restores_together_clear_after_s_new_error_and_say_so():
+    d = _diff()
+    assert d["restore_all"]["holds"] and d["restore_all"]["clears"] == [e["id"] for e in d["new_errors"]]
+    assert all(e["cleared_by_restores"] for e in d["new_errors"])
+
+
+def test_a_saved_config_with_an_override_is_compared_as_saved(tmp_path):
+    plain = {f["id"] for f in mbridge_overlap.verbs.lint.lint(RUNS / "sequence_parallel_off.yaml", gpu="h100").to_dict()["findings"]}
+    fixed = mbridge_overlap.verbs.lint.lint(RUNS / "sequence_parallel_off.yaml", {"model.sequence_parallel": True}, gpu="h100")
+    ids = {f["id"] for f in fixed.to_dict()["findings"]}
+    assert "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL" in plain and "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL" not in ids
+    assert "SAVED_EFFECTIVE_DIFFERS" not in ids
+    edited = tmp_path / "edited.yaml"  # a saved value that the config itself does not give: still said
+    edited.write_text((RUNS / "baseline.yaml").read_text().replace("  overlap_grad_reduce: true\n", "  overlap_grad_reduce: false\n", 1))
+    ids = {f["id"] for f in mbridge_overlap.verbs.lint.lint(edited, {"model.sequence_parallel": True}).to_dict()["findings"]}
+    assert "SAVED_EFFECTIVE_DIFFERS" in ids
