@@ -599,3 +599,15 @@ def test_words_do_not_override_the_catalog_or_the_frames():
     bucket = ("/opt/megatron-lm/megatron/core/distributed/param_and_grad_buffer.py", "start_grad_sync", "x()")
     d = _diagnose_text(_frames(bucket) + "RuntimeError: CP size 2 buffers differ\n")
     assert [c["id"] for c in d["causes"]] == ["OVERLAP_PATH_TRACEBACK"]
+
+
+@pytest.mark.parametrize("line, fid", [
+    ("AssertionError: Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is enabled",
+     "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"),  # Megatron-LM's validate_args
+    ("[NeMo I 2024-03-01 10:00:00 megatron_base_model:1133] Userbuffer tensor-parallel communication overlap is available "
+     "with both Transformer Engine and sequence-parallelism.", "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"),  # NeMo 1
+    ("WARNING: Setting args.overlap_p2p_comm and args.align_param_gather to False since non-interleaved schedule does not "
+     "support overlapping p2p communication and aligned param AG", "PP_OVERLAP_NOT_SELECTED"),  # Megatron-LM
+])
+def test_other_frameworks_words_for_what_bridge_turns_off(line, fid):
+    assert fid in [c["id"] for c in _diagnose_text(line + "\n")["causes"]]

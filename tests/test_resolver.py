@@ -265,3 +265,14 @@ def test_older_release_gives_same_rules():
     a = mbridge_overlap.resolve({**TP4_SP_PP4_VPP2, "comm_overlap.tp_comm_overlap": True}, gpus=64, bridge_version="0.5.0").to_dict()
     b = mbridge_overlap.resolve({**TP4_SP_PP4_VPP2, "comm_overlap.tp_comm_overlap": True}, gpus=64).to_dict()
     assert a["effective"] == b["effective"] and a["bridge_version"] == "0.5.0"
+
+
+def test_a_recipe_s_own_tuned_launch_value_is_not_a_departure_from_bridge():
+    """Bridge's Qwen3-235B H100 perf recipe sets the LayerNorm SM margins to 16 itself (most perf recipes set 20):
+    that is Bridge's choice, not a value to correct; the same 16 given as an override on another recipe is said."""
+    from mbridge_overlap import api
+
+    own = {f.id for f in api.resolve(recipe="perf_recipes.qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config").findings}
+    assert "LAUNCH_ENV_TUNED_DIFFERENTLY" not in own
+    given = api.resolve(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", overrides={"env_vars.NVTE_FWD_LAYERNORM_SM_MARGIN": 16})
+    assert "LAUNCH_ENV_TUNED_DIFFERENTLY" in {f.id for f in given.findings}

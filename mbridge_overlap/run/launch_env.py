@@ -70,8 +70,9 @@ def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str
     style = cfg[release.launch_env]
     out = [("CUDA_DEVICE_MAX_CONNECTIONS", *_max_connections(release, style, layout))]
     margin = str(style["layernorm_sm_margin"])
-    why = (f"every Bridge perf recipe sets it, TP overlap on or off: TE's LayerNorm leaves that many SMs to the communication "
-           f"kernels running beside it (userbuffers with TP overlap, NCCL's DP and PP collectives) ({_where(release)})")
+    why = (f"Bridge's perf recipes set it, TP overlap on or off (a few MoE recipes tune a value of their own): TE's LayerNorm "
+           f"leaves that many SMs to the communication kernels running beside it (userbuffers with TP overlap, NCCL's DP "
+           f"and PP collectives) ({_where(release)})")
     out += [("NVTE_FWD_LAYERNORM_SM_MARGIN", margin, why), ("NVTE_BWD_LAYERNORM_SM_MARGIN", margin, why)]
     chunk = _p2p_chunksize(cfg, layout)
     if chunk:

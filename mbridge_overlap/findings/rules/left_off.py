@@ -90,11 +90,20 @@ def launch_environment(state: State):
         set_to = {f"env_vars.{name}": launch_env.env_value(value)} if release.env_vars else {}
         if name in have and str(have[name]) != value:
             fid = "LAUNCH_ENV_DIFFERS_FROM_BRIDGE" if name in _DECISIVE_ENV else "LAUNCH_ENV_TUNED_DIFFERENTLY"
+            if fid == "LAUNCH_ENV_TUNED_DIFFERENTLY" and _recipe_s_own(state, name):
+                continue  # the shipped recipe tunes it so itself: Bridge's choice, not a departure from it
             yield make(fid, fix_overrides=proven(state, fid, [set_to], knobs=[f"env_vars.{name}"]), knobs=[f"env_vars.{name}"],
                        name=name, have=have[name], value=value, why=why)
         elif name not in have and release.env_vars:
             yield make("LAUNCH_ENV_NOT_SET", fix_overrides=proven(state, "LAUNCH_ENV_NOT_SET", [set_to], knobs=[f"env_vars.{name}"]),
                        knobs=[f"env_vars.{name}"], name=name, value=value, why=why)
+
+
+def _recipe_s_own(state: State, name: str) -> bool:
+    """Whether a launch variable's value is the shipped recipe's own (not an override's or a config file's)."""
+    req = state.request
+    own = ((req.recipe or {}).get("request") or {}).get("env_vars") or {}
+    return req.origin.get(f"env_vars.{name}") is None and name in own and str(own[name]) == str(req.env_vars.get(name))
 
 
 @check("LAUNCHER_ENV_WINS")
