@@ -85,3 +85,12 @@ def test_megatron_core_checks_follow_the_paired_version():
 def test_api_refuses_a_non_string_version():
     with pytest.raises(UsageError, match="expected a version"):
         releases.get(["0.6.2"])
+
+
+def test_a_release_without_a_catalog_takes_its_recipes_from_the_release_it_is_answered_with():
+    """0.6.0 and a newer release are answered with 0.6.2's rules, unverified: a recipe is 0.6.2's, and says so."""
+    from mbridge_overlap import api
+
+    for version in ("0.6.0", "9.9.9"):
+        r = api.resolve(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", bridge_version=version).to_dict()
+        assert any("as Megatron-Bridge 0.6.2 ships it" in n for n in r["notes"]), r["notes"]
