@@ -124,7 +124,12 @@ def trace(paths, *, ranks=None, allow_partial: bool = False, jobs: int | None = 
     if config is not None or inputs.get("recipe") is not None or overrides:
         from .trace import predicted
 
-        analysis = resolve(overrides, config=config, model=model, shape=shape, **inputs)
+        try:
+            analysis = resolve(overrides, config=config, model=model, shape=shape, **inputs)
+        except UsageError as exc:  # a config that records no GPU count: the traces' job size is the run's
+            if inputs.get("gpus") is not None or not report.world_size or "does not record the GPU count" not in str(exc):
+                raise
+            analysis = resolve(overrides, config=config, model=model, shape=shape, **{**inputs, "gpus": report.world_size})
         report.predicted = predicted.beside(report.to_dict(), analysis.budget, analysis.gpus)
     return report
 

@@ -293,3 +293,11 @@ def test_the_model_named_gives_the_plan_its_hidden_size_and_family():
     bare = api.plan(tp=8, pp=4, vpp=5, cp=2, gpus=256, gpu="h100").to_dict()
     assert bare["layout"]["hidden_size"] is None and bare["layout"]["family"] is None
     assert "NCCL_P2P_NET_CHUNKSIZE" not in bare["launch_env"]
+
+
+def test_a_mode_the_plan_leaves_off_says_why_not_not_requested():
+    """TP 16 on GB200 with NVLink domains of 72: TP overlap would put a TP group across two domains
+    (UB_TP_ACROSS_NVLINK_DOMAINS), so the plan leaves it off, and the TP mode says so."""
+    d = mbridge_overlap.plan(tp=16, gpus=144, gpu="gb200").to_dict()
+    assert d["modes"]["tp"]["enabled"] is False
+    assert "UB_TP_ACROSS_NVLINK_DOMAINS" in d["modes"]["tp"]["why"] and "not requested" not in d["modes"]["tp"]["why"]

@@ -57,7 +57,7 @@ def test_measured_is_the_median_rank_mean_per_step_and_predicted_is_the_budget(t
     p = d["predicted"]
     assert p["steps"] == 2 and p["ranks"] == 3
     assert p["iteration_ms"]["predicted"] == b["iteration_ms"] and p["compute_ms"]["measured"] == 0.4
-    assert not p["notes"]  # the traces' world size is the config's: nothing to say
+    assert not any("job of" in n for n in p["notes"])  # the traces' world size is the config's: nothing to say of it
 
 
 def test_predicted_compute_holds_the_sms_tp_overlap_takes_from_gemms(traces):
@@ -106,3 +106,22 @@ def test_cli_text_json_and_misuse(traces):
                 ["--snippet", "python", "--recipe", RECIPE]):
         proc = run(*bad)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_a_config_that_records_no_gpu_count_takes_the_traces_job_size(traces, tmp_path):
+    """A run config without a comm_overlap section records no GPU count; the traces' distributedInfo.world_size is
+    the job's (it was: exit 2, pass --gpus N)."""
+    from pathlib import Path
+
+    saved = (Path(REPO) / "tests" / "data" / "run_configs" / "no_comm_overlap.yaml").read_text()  # TP 4 x PP 4: 16
+    config = tmp_path / "run_config.yaml"
+    config.write_text(saved.replace("  pipeline_model_parallel_size: 4\n", "  pipeline_model_parallel_size: 1\n", 1)
+                      .replace("  virtual_pipeline_model_parallel_size: 2\n", "  virtual_pipeline_model_parallel_size: null\n", 1)
+                      .replace("  tensor_model_parallel_size: 4\n", "  tensor_model_parallel_size: 2\n", 1))
+    p = api.trace([str(traces)], config=str(config)).to_dict()["predicted"]
+    assert "dimensions" in p and not any("job of" in n for n in p["notes"])
+
+
+def test_a_prediction_far_from_the_measured_compute_says_the_config_is_another_job_s(traces):
+    p = api.trace([str(traces)], recipe=RECIPE, overrides=TP2, gpus=8).to_dict()["predicted"]
+    assert any("is not the traced job's" in n for n in p["notes"])  # microseconds of GEMMs against an 8B model's step

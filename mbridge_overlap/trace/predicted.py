@@ -18,6 +18,9 @@ PER = ("ms per iteration on one GPU: measured, the median over the traced ranks 
        "steps; predicted, the communication budget of the config (an estimate: `budget` shows its sources)")
 
 
+FAR = 5.0  # predicted and measured compute this far apart: the config is not the traced job's
+
+
 def beside(report: dict, shown: dict, world_size: int | None) -> dict:
     """report: a TraceReport's to_dict(); shown: budget.shown() of the config's analysis; world_size: the config's
     GPU count."""
@@ -37,6 +40,11 @@ def beside(report: dict, shown: dict, world_size: int | None) -> dict:
     if report.get("world_size") and world_size and report["world_size"] != world_size:
         notes.append(f"the traces are of a job of {report['world_size']} GPUs and the config runs on {world_size}: "
                      "the prediction is of another layout")
+    compute = (shown["compute_ms"] + shown["overlap_cost_ms"], measured.get("compute"))
+    if compute[1] and compute[0] and max(compute) / min(compute) > FAR:
+        notes.append(f"the predicted compute ({compute[0]:,.1f} ms) is {max(compute) / min(compute):,.0f}x the measured "
+                     f"({compute[1]:,.1f} ms): the config (its model shape, batch or layout) is not the traced job's, so "
+                     "the dimensions' predictions are of another job")
     if UNATTRIBUTED in measured:
         notes.append("unattributed communication: the trace names no process group for it (PyTorch 2.3+ records "
                      "them), so no dimension's prediction is set against it")

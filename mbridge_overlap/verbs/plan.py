@@ -44,6 +44,10 @@ class PlanResult:
         out = self.analysis.to_dict()
         out.update(layout=self.layout, overrides=self.overrides, preset=self.preset,
                    plan_notes=[f.to_dict() for f in findings.sort(self.notes)])
+        tp = (out.get("modes") or {}).get("tp")
+        left = next((f for f in self.notes if f.id == "PLAN_LEAVES_KEY_AS_SHIPPED" and "comm_overlap.tp_comm_overlap" in f.knobs), None)
+        if tp and not tp.get("enabled") and left is not None:  # the plan left it off: say why, not "not requested"
+            tp["why"] = f"left off by the plan: {left.message}"
         return out
 
     @property

@@ -22,7 +22,7 @@ _MOE_PRECONDITION_FIXES = {
         lambda m: {"model.recompute_method": None, "model.recompute_num_layers": None},
     "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm": lambda m: {"model.recompute_num_layers": None},
     "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm":
-        lambda m: {"model.recompute_modules": [x for x in m["recompute_modules"] or [] if x != "moe"]},
+        lambda m: {"model.recompute_modules": [x for x in m["recompute_modules"] or [] if x != "moe"] or ["core_attn"]},
     "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm": lambda m: {"model.moe_shared_expert_overlap": False},
 }
 
