@@ -297,7 +297,7 @@ def test_a_split_megatron_core_refuses_is_said_and_one_it_takes_is_not():
     """80 layers over PP 8 x VPP 4 (10 per stage, not a multiple of 4): Megatron-Core's TransformerBlock asserts at
     model build; the budget was given without a word. The 405B recipe's 126 layers over PP 8 x VP 8 split evenly once
     the embedding and the loss count as layers, as the recipe sets: no such assumption."""
-    common = {"train.global_batch_size": 256, "train.micro_batch_size": 1, "model.seq_length": 8192,
+    common = {"train.global_batch_size": 256, "train.micro_batch_size": 1, "model.seq_length": 8192, "dataset.seq_length": 8192,
               "comm_overlap.tp_comm_overlap": False}
 
     def said(**over):
@@ -311,7 +311,7 @@ def test_a_split_megatron_core_refuses_is_said_and_one_it_takes_is_not():
 
 
 def test_a_cp_exchange_the_budget_does_not_model_is_said():
-    common = {"model.context_parallel_size": 2, "model.seq_length": 8192, "train.global_batch_size": 64,
+    common = {"model.context_parallel_size": 2, "model.seq_length": 8192, "dataset.seq_length": 8192, "train.global_batch_size": 64,
               "train.micro_batch_size": 1, "model.tensor_model_parallel_size": 8, "model.sequence_parallel": True}
 
     def said(kind):

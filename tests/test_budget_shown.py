@@ -80,7 +80,7 @@ def test_diff_text_says_what_the_change_exposes(capsys):
 
 def test_plan_budget_is_the_budget_of_its_overrides_at_the_given_batch():
     p = api.plan(tp=4, pp=2, vpp=2, gpus=16, model="llama3_8b", seq_length=8192, global_batch_size=128)
-    batch = {"model.seq_length": 8192, "train.global_batch_size": 128}
+    batch = {"model.seq_length": 8192, "dataset.seq_length": 8192, "train.global_batch_size": 128}
     assert p.to_dict()["budget"] == _budget({**p.overrides, **batch}, gpus=16, model="llama3_8b")
     assert "overrides" in p.to_dict() and "train.global_batch_size" not in p.overrides  # the batch is the question's, not a choice
 

@@ -68,3 +68,16 @@ def test_hierarchical_cp_sizes_as_bridge_s_validate_checks_them(extra, bad):
     if f.fix_overrides:  # the ring alone: proven, and the p2p type no longer reads as unmodelled
         again = {g.id for g in api.resolve(overrides={**overrides, **f.fix_overrides}, gpus=8).findings}
         assert "CP_HIERARCHICAL_SIZES_INVALID" not in again and "UNMODELED_OVERLAP_KEY" not in again
+
+
+def test_a_sequence_length_set_on_the_model_alone_is_refused_as_bridge_refuses_it():
+    """validate() asserts the model's and the dataset's sequence lengths match (a GPT or SFT dataset config): the
+    recipe baseline's dataset is 4096 long; a recipe's own dataset is recorded with it (no stand-in)."""
+    alone = api.resolve(overrides={"model.seq_length": 8192}, gpus=8)
+    (f,) = [f for f in alone.findings if f.id == "SEQ_LENGTH_DATASET_MISMATCH"]
+    assert f.fix_overrides == {"dataset.seq_length": 8192} and "dataset config: 4096" in f.message
+    both = {g.id for g in api.resolve(overrides={"model.seq_length": 8192, **f.fix_overrides}, gpus=8).findings}
+    assert "SEQ_LENGTH_DATASET_MISMATCH" not in both and "UNMODELED_KEY" not in both
+    recipe = {g.id for g in api.resolve(recipe=RECIPE, overrides={"model.seq_length": 16384}).findings}
+    assert "SEQ_LENGTH_DATASET_MISMATCH" in recipe
+    assert "SEQ_LENGTH_DATASET_MISMATCH" not in {g.id for g in api.resolve(recipe=RECIPE).findings}

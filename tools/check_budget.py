@@ -86,6 +86,7 @@ def _resolved(source: str, r: dict):
                      "model.context_parallel_size": cp,
                      "model.virtual_pipeline_model_parallel_size": vp if vp and vp > 1 and pp > 1 else None,
                      "model.sequence_parallel": tp > 1, "model.seq_length": perf_tables.number(r["seq_length"]),
+                     "dataset.seq_length": perf_tables.number(r["seq_length"]),  # Bridge holds the two equal
                      "train.micro_batch_size": perf_tables.number(r["mbs"]),
                      "train.global_batch_size": perf_tables.number(r["gbs"])}
         if ep and r["model"] in MOE_MODELS:  # the published expert layout; ETP where the table gives it, else the recipe's

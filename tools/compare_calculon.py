@@ -76,7 +76,7 @@ def ours(layout: dict, model: dict, tp_on: bool, dp_on: bool, calculon_inputs: b
     vp = layout.get("vp") or 1
     overrides = {"model.tensor_model_parallel_size": tp, "model.pipeline_model_parallel_size": pp,
                  "model.virtual_pipeline_model_parallel_size": vp if vp > 1 else None, "model.sequence_parallel": tp > 1,
-                 "model.seq_length": model["seq_size"], "train.micro_batch_size": layout["mbs"],
+                 "model.seq_length": model["seq_size"], "dataset.seq_length": model["seq_size"], "train.micro_batch_size": layout["mbs"],
                  "train.global_batch_size": layout["gbs"], "comm_overlap.tp_comm_overlap": tp_on and tp > 1,
                  "comm_overlap.overlap_grad_reduce": dp_on, "comm_overlap.overlap_param_gather": dp_on,
                  "comm_overlap.overlap_p2p_comm": vp > 1, "mixed_precision": "bf16_mixed"}

@@ -264,7 +264,22 @@ def record(cfg) -> dict:
     out["env_vars"] = {k: _json(v) for k, v in (getattr(cfg, "env_vars", None) or {}).items()}
     out["peft"] = peft(getattr(cfg, "peft", None))
     out["dataset"]["sft"] = type(cfg.dataset).__name__ in SFT_DATASETS
+    out["dataset"]["seq_length_checked"] = seq_length_checked(cfg)
     return out
+
+
+def seq_length_checked(cfg) -> bool:
+    """Whether the installed Bridge's ConfigContainer.validate() compares this config's dataset seq_length with the
+    model's: its dataset is an instance of one of the classes that check names (read from validate()'s source)."""
+    import inspect
+
+    from megatron.bridge.training import config as bridge_config
+
+    source = inspect.getsource(bridge_config.ConfigContainer.validate)
+    m = re.search(r"isinstance\(\s*self\.dataset,\s*\(([^)]*)\)\s*,?\s*\):\s*(?:#[^\n]*\n\s*)*data_seq_length", source)
+    names = [n.strip() for n in m[1].split(",") if n.strip()] if m else []
+    classes = tuple(c for c in (getattr(bridge_config, n, None) for n in names) if isinstance(c, type))
+    return bool(classes) and isinstance(cfg.dataset, classes)
 
 
 def peft(p) -> dict | None:

@@ -60,8 +60,8 @@ def needs(analysis) -> str | None:
         ("model.seq_length", "--seq-length", analysis.state.model.get("seq_length")),
         ("train.global_batch_size", "--global-batch-size", analysis.state.train.get("global_batch_size"))) if not value]
     if missing:
-        return (f"the budget needs {' and '.join(k for k, _ in missing)} (resolve and budget: as KEY=VALUE; plan: "
-                f"{' and '.join(f for _, f in missing)})")
+        return (f"the budget needs {' and '.join(k for k, _ in missing)} (resolve and budget: as KEY=VALUE, "
+                f"model.seq_length with dataset.seq_length, which Bridge holds equal; plan: {' and '.join(f for _, f in missing)})")
     return None
 
 

@@ -73,7 +73,9 @@ class Request:
     @classmethod
     def baseline(cls, release: Release) -> "Request":
         sections = {s: {k: f.default for k, f in fields.items()} for s, fields in schema.SECTIONS.items()}
-        return cls(release=release, mixed_precision=MixedPrecision(schema.BASELINE_MIXED_PRECISION), **sections)
+        req = cls(release=release, mixed_precision=MixedPrecision(schema.BASELINE_MIXED_PRECISION), **sections)
+        req.context.update(schema.BASELINE_CONTEXT)
+        return req
 
     @classmethod
     def from_recipe(cls, release: Release, entry: dict) -> "Request":
@@ -336,6 +338,9 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
     items, req.skipped = flatten_config(config or {}, release, strict)
     for key, value in items:
         req.set(key, value, "config")
+    if config and base is None and req.origin.get("dataset.seq_length") != "config":
+        for key in schema.BASELINE_CONTEXT:  # a config that holds no dataset (Bridge's summary prints none): not the baseline's
+            req.context.pop(key, None)
     for key in written:
         req.explicit.pop(key, None)
         req.origin.pop(key, None)

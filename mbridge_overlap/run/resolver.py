@@ -308,6 +308,7 @@ def validate(state: State) -> None:
     fixed_sequence_length(state)
     validate_context_parallel(state)
     validate_cp_comm_type(state)
+    validate_seq_length(state)
     validate_flex_dispatcher_backend(state)
 
 
@@ -502,6 +503,24 @@ def validate_cp_comm_type(state: State) -> None:
     elif sizes and all(x.isdigit() for x in sizes) and math.prod(map(int, sizes)) != cp:
         _reject(state, "CP_HIERARCHICAL_SIZES_INVALID", f"Product of hierarchical_context_parallel_sizes [{', '.join(sizes)}] "
                 f"(={math.prod(map(int, sizes))}) must equal context_parallel_size (={cp}).", where)
+
+
+def validate_seq_length(state: State) -> None:
+    """validate(): the model's sequence length equals the dataset's, for the dataset classes it names (a GPT or SFT
+    dataset config; the recipe catalog records which a recipe has, the baseline's is a GPTDatasetConfig of 4096)."""
+    ctx, seq = state.request.context, state.model["seq_length"]
+    data = _whole(ctx.get("dataset.seq_length"))
+    if ctx.get("dataset.seq_length_checked") and seq is not None and data is not None and seq != data:
+        _reject(state, "SEQ_LENGTH_DATASET_MISMATCH", "Please ensure sequence length configuration in model config and dataset "
+                f"config match.\nSequence length in model config: {seq}, Sequence length in dataset config: {data}",
+                "ConfigContainer.validate")
+
+
+def _whole(value) -> int | None:
+    """A whole number as a request holds an unmodelled field (as given: an int, or the command line's text)."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) <= 12:
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _listed(value) -> list[str]:

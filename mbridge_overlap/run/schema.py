@@ -167,6 +167,9 @@ SECTIONS = {"model": MODEL, "ddp": DDP, "optimizer": OPTIMIZER, "dist": DIST, "c
             "train": TRAIN, "validation": VALIDATION, "rerun_state_machine": RERUN_STATE_MACHINE, "dataset": DATASET}
 
 BASELINE_MIXED_PRECISION = "bf16_mixed"
+# What Bridge's recipe baseline (_pretrain_common()) holds beside the modelled fields: a GPTDatasetConfig of
+# sequence length 4096, which validate() compares with the model's (tests/bridge/test_release_data.py)
+BASELINE_CONTEXT = {"dataset.seq_length": 4096, "dataset.seq_length_checked": True}
 
 # Names a user may reach for when they mean launch environment; none is a CommOverlapConfig field.
 LAUNCH_ENV_NAMES = {
@@ -243,6 +246,8 @@ CONTEXT = {
             "suggested_communication_unit_size"],
     "optimizer": ["optimizer", "use_precision_aware_optimizer"],
     "rng": ["te_rng_tracker"],
-    "dataset": ["sft"],  # a fine-tuning dataset config (validate() checks CP against it)
+    # sft: a fine-tuning dataset config (validate() checks CP against it); seq_length_checked: validate() compares the
+    # dataset's seq_length with the model's (its dataset class is one of those validate() names; bridge/recipes.py)
+    "dataset": ["sft", "seq_length", "seq_length_checked"],
 }
 RECORDED = {s: sorted(set(SECTIONS.get(s, {})) | set(CONTEXT.get(s, ()))) for s in dict.fromkeys([*SECTIONS, *CONTEXT])}

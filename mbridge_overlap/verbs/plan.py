@@ -248,6 +248,8 @@ def _budget(an: Analysis, given: dict, global_batch_size: int | None, model, sha
              "train.global_batch_size": global_batch_size}
     section = {"model": an.state.model, "train": an.state.train}
     unset = {k: v for k, v in batch.items() if v is not None and section[k.split(".")[0]].get(k.split(".")[1]) is None}
+    if "model.seq_length" in unset:
+        unset["dataset.seq_length"] = unset["model.seq_length"]  # validate() holds the two equal
     return budgets.shown(analyze(an.scenario.derive(unset)) if unset else an, model, shape, LORA if lora else None)
 
 

@@ -23,3 +23,22 @@ def test_bridge_rejects_what_the_resolver_rejects(extra):
                              **extra}, gpus=8, te=True)
     outcome = conformance.check(case, adapter.bridge_version())
     assert outcome.differences == []
+
+
+@pytest.mark.parametrize("extra", [{"model.seq_length": 8192}, {"model.seq_length": 8192, "dataset.seq_length": 8192},
+                                   {"model.seq_length": 4096, "dataset.seq_length": 2048}],
+                         ids=["model-alone", "both", "dataset-differs"])
+def test_bridge_refuses_a_model_and_dataset_sequence_length_that_differ(extra):
+    """validate() holds model.seq_length equal to the dataset's (the resolver's SEQ_LENGTH_DATASET_MISMATCH). The
+    baseline's model is a stand-in whose sequence length the resolver does not know, so each case gives the model's."""
+    case = conformance.Case({"comm_overlap.tp_comm_overlap": False, **extra}, gpus=8, te=True)
+    assert conformance.check(case, adapter.bridge_version()).differences == []
+
+
+def test_the_baseline_s_dataset_is_the_one_the_resolver_assumes():
+    from mbridge_overlap.bridge.recipes import seq_length_checked
+    from mbridge_overlap.run import schema
+
+    cfg = adapter.baseline_config()
+    assert schema.BASELINE_CONTEXT == {"dataset.seq_length": cfg.dataset.seq_length,
+                                       "dataset.seq_length_checked": seq_length_checked(cfg)}

@@ -138,6 +138,7 @@ REJECTION_FIXES = {
     "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
     "CP_SEQUENCE_NOT_DIVISIBLE": _constant,
     "CP_HIERARCHICAL_SIZES_INVALID": _cp_comm_type,
+    "SEQ_LENGTH_DATASET_MISMATCH": lambda state, r: ([{"dataset.seq_length": state.model["seq_length"]}], {}),
 }
 
 
