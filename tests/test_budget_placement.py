@@ -64,3 +64,15 @@ def test_moe_layers_make_only_the_attention_s_tp_collectives():
     stage = moe["layout"]["pp"]
     assert per_layer(moe, "all_gather", -(-94 // stage)) == 3 and per_layer(moe, "reduce_scatter", -(-94 // stage)) == 2
     assert per_layer(dense, "all_gather", -(-80 // stage)) == 6 and per_layer(dense, "reduce_scatter", -(-80 // stage)) == 4
+
+
+def test_what_the_budget_prices_as_another_path_says_so():
+    """The allgather token dispatcher is priced as the alltoall one; Megatron-FSDP as the distributed optimizer."""
+    moe = api.budget({"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True,
+                      "model.expert_model_parallel_size": 8, "model.moe_token_dispatcher_type": "allgather"},
+                     recipe="qwen3_30b_a3b_pretrain_config", gpus=32).to_dict()["budget"]
+    assert any("allgather token dispatcher" in a for a in moe["assumptions"])
+    fsdp = api.budget({}, recipe="llama3_70b_pretrain_64gpu_gb200_bf16_config").to_dict()["budget"]
+    assert any("Megatron-FSDP" in a for a in fsdp["assumptions"])
+    plain = api.budget({}, recipe="llama3_70b_pretrain_64gpu_h100_bf16_config").to_dict()["budget"]
+    assert not any("Megatron-FSDP" in a or "allgather token dispatcher" in a for a in plain["assumptions"])

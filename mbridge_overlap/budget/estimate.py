@@ -83,6 +83,8 @@ class Layout:
     cp_comm_type: str | None = None  # model.cp_comm_type (Megatron-Core's default: p2p)
     param_gather_with_step: bool = False  # optimizer.overlap_param_gather_with_optimizer_step: no chunk is bucketed
     etp: int = 1  # expert_tensor_parallel_size (Megatron-Core's default: the TP size)
+    dispatcher: str | None = None  # model.moe_token_dispatcher_type
+    fsdp: bool = False  # ddp.use_megatron_fsdp
 
     @property
     def micro_batches(self) -> int:
@@ -125,6 +127,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         cp_comm_type=state.request.context.get("model.cp_comm_type"),
         param_gather_with_step=bool(state.optimizer.get("overlap_param_gather_with_optimizer_step")),
         etp=m.get("expert_tensor_parallel_size") or tp,
+        dispatcher=m.get("moe_token_dispatcher_type"), fsdp=bool(d.get("use_megatron_fsdp")),
     )
 
 
@@ -316,6 +319,22 @@ def _cp_exchange(lay: Layout) -> tuple:
             f"cp_comm_type {kind} exchanges otherwise, which the budget does not model: its CP times are the ring's",)
 
 
+def _not_modelled(lay: Layout, shape) -> tuple:
+    """What the budget prices as another path does: the allgather token dispatcher (its all-gather and reduce-scatter
+    over the expert-TP x EP group, token_dispatcher.py MoEAllGatherTokenDispatcher) as the alltoall one's all-to-all;
+    Megatron-FSDP (its reduce-scatter every micro-batch, its all-gathers per unit in forward and backward) as the
+    distributed optimizer's once-an-iteration collectives."""
+    out = ()
+    if shape.moe and lay.ep > 1 and lay.dispatcher == "allgather":
+        out += ("EP: the allgather token dispatcher (all-gather and reduce-scatter over the expert-TP x EP group) is "
+                "priced as the alltoall dispatcher's all-to-all, which it is not: its EP times are the alltoall's",)
+    if lay.fsdp:
+        out += ("DP: Megatron-FSDP reduce-scatters every micro-batch and all-gathers per unit in forward and backward; "
+                "the budget prices the distributed optimizer's once-an-iteration reduce-scatter and all-gather: its DP "
+                "times are those, not FSDP's",)
+    return out
+
+
 def _ms(seconds: float) -> float:
     return round(seconds * 1e3, 3)
 
@@ -360,7 +379,7 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
                assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ())
                + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + _uneven_split(shape.num_layers, lay)
-               + _cp_exchange(lay))
+               + _cp_exchange(lay) + _not_modelled(lay, shape))
     b.items += _tp(lay, shape, system, layers, m, tokens, gemm_s, again)
     if _userbuffers_run(lay):
         b.overlap_cost["tp_comm_overlap"] = layers * m * _sm_margin_s(lay, shape, system, gemm_s)

@@ -17,7 +17,7 @@ from .frames import NAMES
 _DESCRIPTIONS = (
     (re.compile(r"(?:INTRA_PARTIAL_)?DATA_PARALLEL|EXPERT_DATA_PARALLEL|INTRA_DISTRIBUTED_OPTIMIZER"), "dp"),
     (re.compile(r"TENSOR_MODEL_PARALLEL"), "tp"),
-    (re.compile(r"(?:TENSOR_AND_)?CONTEXT_PARALLEL"), "cp"),
+    (re.compile(r"(?:TENSOR_AND_|HIERARCHICAL_)?CONTEXT_PARALLEL"), "cp"),  # HIERARCHICAL_..._L<level>: a2a+p2p's levels
     (re.compile(r"EXPERT_(?:MODEL|TENSOR)"), "ep"),
 )
 _DESCRIBED = re.compile(r"PG GUID \w+\((\w{1,80})\)")

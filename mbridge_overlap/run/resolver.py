@@ -309,6 +309,7 @@ def validate(state: State) -> None:
     validate_context_parallel(state)
     validate_cp_comm_type(state)
     validate_seq_length(state)
+    validate_layer_layout(state)
     validate_flex_dispatcher_backend(state)
 
 
@@ -514,6 +515,56 @@ def validate_seq_length(state: State) -> None:
         _reject(state, "SEQ_LENGTH_DATASET_MISMATCH", "Please ensure sequence length configuration in model config and dataset "
                 f"config match.\nSequence length in model config: {seq}, Sequence length in dataset config: {data}",
                 "ConfigContainer.validate")
+
+
+def validate_layer_layout(state: State) -> None:
+    """Megatron-Core's TransformerConfig.__post_init__ (run by the model's finalize in runtime_config_update): uneven
+    first and last pipeline stages, or the embedding and the loss counted as layers, must leave layers that split over
+    the stages and their virtual chunks (a pipeline_model_parallel_layout string is its own check: not made here).
+    Only where the layer count is known (run/layers.py)."""
+    from . import layers
+
+    m, ctx = state.model, state.request.context
+    known = layers.known(state.request)
+    if known is None or ctx.get("model.pipeline_model_parallel_layout") not in (None, "null", "None"):
+        return
+    n, pp, vpp = known[0], m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"]
+    first, last = _whole(ctx.get("model.num_layers_in_first_pipeline_stage")), _whole(ctx.get("model.num_layers_in_last_pipeline_stage"))
+    where = "TransformerConfig.__post_init__"
+    if first is not None or last is not None:
+        stages = pp
+        for name, count in (("first", first), ("last", last)):
+            if count is None:
+                continue
+            if count <= 0:
+                return _reject(state, "PIPELINE_LAYOUT_REJECTED", f"num_layers_in_{name}_pipeline_stage must be larger than 0", where)
+            if vpp is not None and count % vpp:
+                return _reject(state, "PIPELINE_LAYOUT_REJECTED", f"number of layers at {name} stage: {count}must be divisible "
+                               f"by virtual pipelineparallel degree {vpp}", where)
+            n, stages = n - count, stages - 1
+        if bool(n) != bool(stages):
+            return _reject(state, "PIPELINE_LAYOUT_REJECTED", f"Mismatch: {n} middle layers remaining but {stages} middle PP "
+                           "stages available.", where)
+        if stages and n % stages:
+            return _reject(state, "PIPELINE_LAYOUT_REJECTED", f"number of layers at middle stage: {n} must be divisible "
+                           f"bythe middle pipeline model parallel size {stages}", where)
+        if stages and vpp is not None and (n // stages) % vpp:
+            _reject(state, "PIPELINE_LAYOUT_REJECTED", f"number of layers on each middle pipeline rank:{n // stages} must be "
+                    f"divisible by virtualpipeline parallel degree {vpp}", where)
+        return
+    extra = sum(str(ctx.get(f"model.account_for_{k}_in_pipeline_split")).strip().lower() in ("true", "1") for k in ("embedding", "loss"))
+    if not extra:
+        return
+    n += extra
+    if n % pp:
+        _reject(state, "PIPELINE_LAYOUT_REJECTED", (f"number of middle layers: {n} must be divisible by middle "
+                f"pipeline_model_parallel_size {pp}") if vpp is None else (
+                f"num_layers: {n} after enableaccount_for_embedding_in_pipeline_split or account_for_loss_in_pipeline_split "
+                f"must be divisibleby pipeline_model_parallel_size {pp}"), where)
+    elif vpp is not None and (n // pp) % vpp:
+        _reject(state, "PIPELINE_LAYOUT_REJECTED", f"number of layers on each pipeline rank: {n // pp}(after enable "
+                "account_for_embedding_in_pipeline_split or account_for_loss_in_pipeline_split) must be divisible by"
+                f"virtual_pipeline_model_parallel_size{vpp}", where)
 
 
 def _whole(value) -> int | None:

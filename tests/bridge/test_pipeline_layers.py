@@ -38,3 +38,27 @@ def test_the_rule_says_what_bridge_s_provider_asserts(case):
                  **{f"model.{k}": v for k, v in layout.items()}}
     found = {f.id for f in api.resolve(overrides=overrides, gpus=pp).findings}
     assert ("PIPELINE_LAYERS_UNEVEN" in found) == _bridge_asserts(n, pp, vpp, layout)
+
+
+FLEXIBLE = [  # Megatron-Core's TransformerConfig checks these at config time (the model's finalize)
+    {"model.num_layers": 80, "model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 5,
+     "model.num_layers_in_first_pipeline_stage": 18, "model.num_layers_in_last_pipeline_stage": 18},
+    {"model.num_layers": 80, "model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 5,
+     "model.num_layers_in_first_pipeline_stage": 20, "model.num_layers_in_last_pipeline_stage": 20},
+    {"model.num_layers": 80, "model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 2,
+     "model.num_layers_in_first_pipeline_stage": 16, "model.num_layers_in_last_pipeline_stage": 16},
+    {"model.num_layers": 94, "model.pipeline_model_parallel_size": 8, "model.account_for_loss_in_pipeline_split": True},
+    {"model.num_layers": 94, "model.pipeline_model_parallel_size": 8, "model.account_for_loss_in_pipeline_split": True,
+     "model.account_for_embedding_in_pipeline_split": True},
+    {"model.num_layers": 62, "model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 2,
+     "model.account_for_loss_in_pipeline_split": True, "model.account_for_embedding_in_pipeline_split": True},
+]
+
+
+@pytest.mark.parametrize("layout", FLEXIBLE, ids=lambda o: "-".join(str(v) for v in o.values()))
+def test_a_flexible_layout_is_refused_as_megatron_core_refuses_it(layout):
+    from mbridge_overlap.bridge import adapter, conformance
+
+    case = conformance.Case({**layout, "model.tensor_model_parallel_size": 1, "comm_overlap.tp_comm_overlap": False},
+                            gpus=layout["model.pipeline_model_parallel_size"], te=True)
+    assert conformance.check(case, adapter.bridge_version()).differences == []

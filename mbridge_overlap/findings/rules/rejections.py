@@ -138,6 +138,9 @@ REJECTION_FIXES = {
     "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
     "CP_SEQUENCE_NOT_DIVISIBLE": _constant,
     "CP_HIERARCHICAL_SIZES_INVALID": _cp_comm_type,
+    "PIPELINE_LAYOUT_REJECTED": lambda state, r: ([], {"otherwise": shell(
+        "layer counts for the first and last stages (model.num_layers_in_first/last_pipeline_stage) that leave the middle "
+        "stages an even share, each a multiple of the virtual pipeline size")}),
     "SEQ_LENGTH_DATASET_MISMATCH": lambda state, r: ([{"dataset.seq_length": state.model["seq_length"]}], {}),
 }
 
