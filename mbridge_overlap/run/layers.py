@@ -8,10 +8,9 @@ model's published config (data/budget_models.yaml) by the recipe's model name, o
 
 from __future__ import annotations
 
+from . import given
+from ..errors import UsageError
 from .request import Request
-from .schema import PIPELINE_LAYOUT
-
-_OFF = (None, False, "", "null", "none", "false", "0", 0)
 
 
 def known(req: Request) -> tuple[int, str] | None:
@@ -32,13 +31,16 @@ def known(req: Request) -> tuple[int, str] | None:
 
 def flexible(req: Request) -> bool:
     """Whether a field lays the layers unevenly (a layout, first/last stage counts, the embedding or loss counted)."""
-    return any(str(req.context.get(f"model.{name}")).strip().lower() not in map(str, _OFF)
-               for name in PIPELINE_LAYOUT if req.context.get(f"model.{name}") is not None)
+    ctx = req.context
+    return (str(ctx.get("model.pipeline_model_parallel_layout")).strip().lower() not in ("none", "null", "")
+            or any(given.integer(f"model.{n}", ctx.get(f"model.{n}")) is not None
+                   for n in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"))
+            or any(given.flag(f"model.{n}", ctx.get(f"model.{n}"))
+                   for n in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")))
 
 
 def _count(value, where: str) -> tuple[int, str] | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value.strip())
-    return (value, where) if isinstance(value, int) and value > 0 else None
+    n = given.integer("model.num_layers", value)
+    if n is not None and n <= 0:
+        raise UsageError(f"model.num_layers: expected a positive whole number, got {n}")
+    return None if n is None else (n, where)

@@ -316,7 +316,8 @@ def _env_names() -> set:
 def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping, value: Any = None) -> None:
     known = bridge_fields(req.release.version).get(section, ())
     if name in known:
-        req.unmodeled.append(key)
+        if not (req.origin.get(key) == "config" and name in schema.CONTEXT.get(section, ())):
+            req.unmodeled.append(key)  # (a config's own value of a field a rule reads is no request to flag)
         req.context[key] = value  # as given (not typed): read only where a rule or the budget names it
         return
     hint = closest(name, list(modeled) + list(known))
@@ -399,6 +400,9 @@ def _flatten_section(section: str, body: Mapping, release: Release, strict: bool
         if name not in modeled and name not in extra:
             if name not in known and name.lower() not in schema.LAUNCH_ENV_NAMES:
                 _unknown(f"{section}.{name}", strict, skipped, list(modeled) + list(known))
+                continue
+            if name in schema.CONTEXT.get(section, ()):
+                out.append((f"{section}.{name}", value))  # read where a rule names it (the layer split, CP, sequence length)
                 continue
             if name.lower() not in schema.LAUNCH_ENV_NAMES:
                 continue  # a real field that takes no part in overlap selection

@@ -13,7 +13,7 @@ import math
 import enum
 
 
-from . import layout, schema
+from . import given, layout, schema
 from ..upstream import releases
 from dataclasses import dataclass, field
 from .request import Request
@@ -495,22 +495,22 @@ def validate_cp_comm_type(state: State) -> None:
     their product is the CP size. Both fields are read as the request gives them (neither is modelled otherwise)."""
     ctx, cp = state.request.context, state.model["context_parallel_size"]
     types = _listed(ctx.get("model.cp_comm_type")) or ["p2p"]
-    sizes = _listed(ctx.get("model.hierarchical_context_parallel_sizes"))
+    sizes = given.integers("model.hierarchical_context_parallel_sizes", ctx.get("model.hierarchical_context_parallel_sizes"))
     where = "ConfigContainer._validate_cp_comm_type"
     if any("a2a+p2p" in t for t in types) and not sizes:
         _reject(state, "CP_HIERARCHICAL_SIZES_INVALID", "hierarchical_context_parallel_sizes must be set when cp_comm_type "
                 "contains 'a2a+p2p'. Without it, CP communication is silently disabled and each rank attends only to its "
                 "local chunk, producing artificially high throughput but broken training.", where)
-    elif sizes and all(x.isdigit() for x in sizes) and math.prod(map(int, sizes)) != cp:
-        _reject(state, "CP_HIERARCHICAL_SIZES_INVALID", f"Product of hierarchical_context_parallel_sizes [{', '.join(sizes)}] "
-                f"(={math.prod(map(int, sizes))}) must equal context_parallel_size (={cp}).", where)
+    elif sizes and math.prod(sizes) != cp:
+        _reject(state, "CP_HIERARCHICAL_SIZES_INVALID", f"Product of hierarchical_context_parallel_sizes "
+                f"[{', '.join(map(str, sizes))}] (={math.prod(sizes)}) must equal context_parallel_size (={cp}).", where)
 
 
 def validate_seq_length(state: State) -> None:
     """validate(): the model's sequence length equals the dataset's, for the dataset classes it names (a GPT or SFT
     dataset config; the recipe catalog records which a recipe has, the baseline's is a GPTDatasetConfig of 4096)."""
     ctx, seq = state.request.context, state.model["seq_length"]
-    data = _whole(ctx.get("dataset.seq_length"))
+    data = given.integer("dataset.seq_length", ctx.get("dataset.seq_length"))
     if ctx.get("dataset.seq_length_checked") and seq is not None and data is not None and seq != data:
         _reject(state, "SEQ_LENGTH_DATASET_MISMATCH", "Please ensure sequence length configuration in model config and dataset "
                 f"config match.\nSequence length in model config: {seq}, Sequence length in dataset config: {data}",
@@ -529,7 +529,8 @@ def validate_layer_layout(state: State) -> None:
     if known is None or ctx.get("model.pipeline_model_parallel_layout") not in (None, "null", "None"):
         return
     n, pp, vpp = known[0], m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"]
-    first, last = _whole(ctx.get("model.num_layers_in_first_pipeline_stage")), _whole(ctx.get("model.num_layers_in_last_pipeline_stage"))
+    first, last = (given.integer(f"model.num_layers_in_{k}_pipeline_stage", ctx.get(f"model.num_layers_in_{k}_pipeline_stage"))
+                   for k in ("first", "last"))
     where = "TransformerConfig.__post_init__"
     if first is not None or last is not None:
         stages = pp
@@ -552,7 +553,8 @@ def validate_layer_layout(state: State) -> None:
             _reject(state, "PIPELINE_LAYOUT_REJECTED", f"number of layers on each middle pipeline rank:{n // stages} must be "
                     f"divisible by virtualpipeline parallel degree {vpp}", where)
         return
-    extra = sum(str(ctx.get(f"model.account_for_{k}_in_pipeline_split")).strip().lower() in ("true", "1") for k in ("embedding", "loss"))
+    extra = sum(bool(given.flag(f"model.account_for_{k}_in_pipeline_split", ctx.get(f"model.account_for_{k}_in_pipeline_split")))
+                for k in ("embedding", "loss"))
     if not extra:
         return
     n += extra
@@ -565,13 +567,6 @@ def validate_layer_layout(state: State) -> None:
         _reject(state, "PIPELINE_LAYOUT_REJECTED", f"number of layers on each pipeline rank: {n // pp}(after enable "
                 "account_for_embedding_in_pipeline_split or account_for_loss_in_pipeline_split) must be divisible by"
                 f"virtual_pipeline_model_parallel_size{vpp}", where)
-
-
-def _whole(value) -> int | None:
-    """A whole number as a request holds an unmodelled field (as given: an int, or the command line's text)."""
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit() and len(value.strip()) <= 12:
-        return int(value)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _listed(value) -> list[str]:

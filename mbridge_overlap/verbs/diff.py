@@ -226,7 +226,7 @@ def restore_all(changes: list, new_errors: list, a: Side, b: Side) -> dict | Non
         return {"overrides": union, "holds": False, "not_restored": [c.key for c in changes], "clears": [], "brings": []}
     state, found = an.state, {f.id: f for f in an.findings}
     not_restored = [c.key for c in changes if c.fix_overrides and _effective(state, c.key) != c.before]
-    before = {f.id for f in a.analysis.findings if _new_kind(f)}
+    before = {f.id for side in (a, b) for f in side.analysis.findings if _new_kind(f)}  # neither side has it
     brings = sorted(i for i, f in found.items() if _new_kind(f) and i not in before)
     clears = [e["id"] for e in new_errors if e["id"] not in found]
     for e in new_errors:
