@@ -101,7 +101,7 @@ def evidence(g: Group) -> dict:
         out["condition"] = e.condition
     if e.releases:
         out["wording_of"] = list(e.releases)
-    if e.id == "native.pg_watchdog_timeout_dp" and (n := pg.size(g.text)):
+    if e.id in pg.SIZED and (n := pg.size(g.text)):
         out["group_ranks"] = n
     if g.approximate is not None:
         out["approximate"] = g.approximate

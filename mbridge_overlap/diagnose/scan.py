@@ -175,7 +175,7 @@ class Scan:
         if group is None:
             if m is None:
                 return
-            if self._unexplained_kinds(terms.named(text)[0] != []) >= MAX_UNEXPLAINED:
+            if self._unexplained_kinds(bool(terms.named(text)[0])) >= MAX_UNEXPLAINED:
                 self.facts["unexplained_dropped"] = self.facts.get("unexplained_dropped", 0) + 1
                 return
             path, number, function = frame or (None, None, None)
@@ -187,7 +187,7 @@ class Scan:
     def _unexplained_kinds(self, named: bool) -> int:
         """The unexplained kinds kept whose words name a dimension (named) or not: each has MAX_UNEXPLAINED places, so
         that a flood of one does not crowd out the other."""
-        return sum(1 for g in self.groups.values() if g.entry.origin == UNEXPLAINED and (terms.named(g.text)[0] != []) == named)
+        return sum(1 for g in self.groups.values() if g.entry.origin == UNEXPLAINED and bool(terms.named(g.text)[0]) == named)
 
     def _joined(self, first: Line, line: Line) -> bool:
         """An exception line no message matched and the next line of its source and rank, read as one line: recorded
@@ -245,7 +245,7 @@ class Scan:
                     continue
                 room -= 1
             if have is None and group.entry.origin == UNEXPLAINED:  # as one process keeps them: the first texts
-                if self._unexplained_kinds(terms.named(group.text)[0] != []) >= MAX_UNEXPLAINED:
+                if self._unexplained_kinds(bool(terms.named(group.text)[0])) >= MAX_UNEXPLAINED:
                     self.facts["unexplained_dropped"] = self.facts.get("unexplained_dropped", 0) + group.count
                     continue
             if have is None:

@@ -6,35 +6,31 @@ from __future__ import annotations
 
 from .. import safeio
 from ..errors import UsageError
+from . import schema
+from .request import convert
 
 _NULL = ("", "null", "none")
-_TRUE, _FALSE = ("true", "1"), ("false", "0")
+_ONE_ZERO = {"1": True, "0": False}  # beside true and false, as the other boolean fields of a request are not
 MAX_DIGITS = 12  # no layer count, stage or sequence length has more
 
 
 def integer(key: str, value) -> int | None:
-    """A whole number (signed; None for none); UsageError for anything else."""
-    if value is None or isinstance(value, str) and value.strip().lower() in _NULL:
+    """A whole number (signed; None for none), typed as every integer field of a request is (request.convert), the
+    command line's text at most MAX_DIGITS digits; UsageError for anything else."""
+    if isinstance(value, str) and value.strip().lower() in _NULL:
         return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value  # a config file's own (its loader bounds the digits); compared, never multiplied
-    text = value.strip() if isinstance(value, str) else None
-    digits = text[1:] if text and text[0] in "+-" else text
-    if digits and digits.isascii() and digits.isdigit() and len(digits) <= MAX_DIGITS:
-        return int(text)
-    raise UsageError(f"{key}: expected a whole number, got {safeio.shown(value)}")
+    if isinstance(value, str) and len(value.strip().lstrip("+-")) > MAX_DIGITS:
+        raise UsageError(f"{key}: expected a whole number, got {safeio.shown(value)}")
+    return convert(key, schema.Field(schema.OPT_INT, minimum=None), value, None)  # (Megatron-Core judges the sign)
 
 
 def flag(key: str, value) -> bool | None:
-    """true or false (None for none); UsageError for anything else, as for Bridge's other boolean fields."""
-    if value is None or isinstance(value, str) and value.strip().lower() in _NULL:
+    """true or false (None for none), typed as every boolean field of a request is (request.convert); 1 and 0 too."""
+    if isinstance(value, str) and value.strip().lower() in _NULL:
         return None
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower() if isinstance(value, (str, int)) else None
-    if text in _TRUE or text in _FALSE:
-        return text in _TRUE
-    raise UsageError(f"{key}: expected true or false, got {safeio.shown(value)}")
+    if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip() in _ONE_ZERO:
+        return _ONE_ZERO[str(value).strip()]
+    return convert(key, schema.Field(schema.OPT_BOOL), value, None)
 
 
 def integers(key: str, value) -> list[int] | None:

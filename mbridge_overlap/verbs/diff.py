@@ -382,7 +382,7 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     message = effect if because == effect else f"{because}: {effect}"  # a setting changed as asked: said once
     return Change(
         key=key, before=old, after=new, rule=rule, message=message,
-        fix=_restore(fix) if fix else None, fix_overrides=fix or {},
+        fix=findings.overrides_text(fix) if fix else None, fix_overrides=fix or {},  # each override one shell word
         causes=[{"key": c, "before": changed[c][0], "after": changed[c][1]} for c in causes],
         impact=IMPACT.get(key, 1),
     )
@@ -424,12 +424,10 @@ def _cause_phrase(key, values, a: Side, b: Side) -> str:
 
 
 def _fix(causes, changed, a: Side) -> dict | None:
-    """The restore as overrides (None where no override brings it back: the GPU count)."""
+    """The restore as overrides (the GPU count never is one: _explain gives no restore for it)."""
     out: dict = {}
     for key in causes:
         old = changed[key][0]
-        if key == "gpus":
-            return None  # no override brings the GPUs back: run on the old count or change TP/PP/CP
         if key == "comm_overlap":
             out.update({k: v for k, v in a.items.items()
                         if k.startswith("comm_overlap.") and v is not None and k != "comm_overlap.data_parallel_size"
@@ -451,11 +449,6 @@ def _owner(key: str, a: Side) -> str:
             a.scenario.request.comm_overlap is not None or a.saved):
         return f"comm_overlap.{name}"
     return key
-
-
-def _restore(overrides: dict) -> str:
-    """A restore's text, each override one shell word: a saved value is never pasted into a command line raw."""
-    return findings.overrides_text(overrides)
 
 
 def _other(a: Side, b: Side) -> list:

@@ -61,7 +61,7 @@ def _config_alone(sc):
     from ..run import request, runconfig
 
     rc = sc.config
-    req = request.build(sc.release, {}, rc.raw, strict=not rc.saved, written=runconfig.written_by_bridge(rc))
+    req = request.build(sc.release, {}, rc.raw, strict=not rc.saved, base=sc.recipe, written=runconfig.written_by_bridge(rc))
     return replace(sc, request=req, overrides={})
 
 
