@@ -38,6 +38,7 @@ class Finding:
     when: str | None = None  # errors: where the run fails (config, setup, step)
     remove_keys: list = field(default_factory=list)  # keys of the request the fix drops (not settable to anything)
     asserts: dict = field(default_factory=dict)  # effective dotted key -> value the message states
+    reason: str | None = None  # a rejection's own words: one id can refuse a config for another reason (proof.signature)
 
     def to_dict(self) -> dict:
         out = {"id": self.id, "severity": self.severity, "message": self.message, "fix": self.fix,
@@ -121,7 +122,8 @@ def when_said(when: str | None) -> str:
     return "costs time in steady state" if when == "steady" else f"fails at {when}"
 
 
-def make(finding_id: str, *, fix_overrides: dict | None = None, knobs=None, remove_keys=(), asserts=None, **params) -> Finding:
+def make(finding_id: str, *, fix_overrides: dict | None = None, knobs=None, remove_keys=(), asserts=None, reason=None,
+         **params) -> Finding:
     """A finding from its record: message and fix rendered with `params`; knobs default to the record's.
 
     The fix is paste-safe by construction: `fix` must be Shell text, every other value is quoted as one shell word
@@ -150,6 +152,7 @@ def make(finding_id: str, *, fix_overrides: dict | None = None, knobs=None, remo
         when=rec.get("when"),
         remove_keys=list(remove_keys),
         asserts={**(rec.get("asserts") or {}), **(asserts or {})},
+        reason=reason,
     )
 
 

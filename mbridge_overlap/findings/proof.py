@@ -67,15 +67,15 @@ def coherent(state: State, found: list[Finding]) -> list[Finding]:
     out, kept, union, targets = list(found), [], {}, set()
     for i in fixes:
         f = found[i]
-        trial, aimed = {**union, **f.fix_overrides}, targets | {signature(f)}
+        trial, aimed = {**union, **f.fix_overrides}, targets | {aim(f)}
         now = blocking(trial)
-        if now is not None and not (now - before) and not (now & aimed):  # nothing new, and what they fix is gone
+        if now is not None and not (now - before) and not ({s[:2] for s in now} & aimed):  # nothing new, and what they fix is gone
             kept.append(f.id)
             union, targets = trial, aimed
             continue
         first = kept[0] if kept else next(found[j].id for j in fixes if j != i)
         settled = rerun(state, union) if union else None
-        if settled is not None and signature(f) not in {signature(g) for g in probe(settled)}:
+        if settled is not None and aim(f) not in {aim(g) for g in probe(settled)}:
             out[i] = replace(f, fix_overrides=dict(union), fix=shell("{fix} (the fix of {first} clears it too; its own, {own}, "
                                                                     "would clash with that one)", fix=overrides_text(union),
                                                                     first=first, own=Shell(f.fix)))
@@ -87,8 +87,14 @@ def coherent(state: State, found: list[Finding]) -> list[Finding]:
 
 
 def signature(f: Finding) -> tuple:
-    """What identifies a finding across re-resolutions: its id and the knobs it is about."""
-    return f.id, tuple(sorted(f.knobs))
+    """What identifies a finding across re-resolutions: its id, the knobs it is about, and a rejection's reason (a fix
+    that leaves a config refused for another reason than before brings an error). aim() is the finding a fix is for,
+    whatever its reason."""
+    return f.id, tuple(sorted(f.knobs)), f.reason
+
+
+def aim(f: Finding) -> tuple:
+    return signature(f)[:2]
 
 
 def rerun(state: State, overrides: dict, remove=()) -> State | None:
@@ -141,7 +147,7 @@ def _settle(state: State, overrides: dict, remove, target: tuple, before: set) -
         if any(f.severity != "error" for f in undoing):
             return None  # a warning left or brought in wants another value of a key this sets
         brought = [f for f in blocking if signature(f) not in before or f in undoing]
-        if not brought and target not in {signature(f) for f in found}:
+        if not brought and target not in {aim(f) for f in found}:
             return overrides
         merged = dict(overrides)
         for f in sorted(brought, key=lambda f: f.severity == "error"):
@@ -192,7 +198,7 @@ def unproven(state: State, candidates: list[dict], otherwise: Shell, finding_id:
             found = probe(after)
             brought = sorted({f"{f.id} ({f.severity})" for f in found if f.severity in BLOCKING and signature(f) not in before})
             cost = ("brings " + ", ".join(brought) if brought else
-                    "leaves it as it is" if target in {signature(f) for f in found} else "needs a further change")
+                    "leaves it as it is" if target in {aim(f) for f in found} else "needs a further change")
         choices.append(shell("{fix} {cost}", fix=overrides_text(c), cost=Shell(cost)))
     said = shell("no single change settles it: {choices}", choices=Shell("; ".join(choices)))
     return shell("{said}; {otherwise}", said=said, otherwise=otherwise) if otherwise else said

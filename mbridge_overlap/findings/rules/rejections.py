@@ -152,7 +152,7 @@ def rejections(state: State):
         otherwise = extra.pop("otherwise", shell("change the layout (no config override fixes it)"))
         params = {**_rejection_params(state), **extra}
         o, fix = fixed(state, r.id, candidates, otherwise)
-        yield make(r.id, fix_overrides=o, where=r.where, bridge=r.message, **params, fix=fix)
+        yield make(r.id, fix_overrides=o, where=r.where, bridge=r.message, reason=r.message, **params, fix=fix)
 
 
 def _rejection_params(state: State):
