@@ -98,3 +98,18 @@ def test_sized_and_described_lines_of_one_group_are_one_cause():
     d = _diagnose(text, recipe=RECIPE, overrides=_layout(1, 2), gpus=8)
     (cause,) = d["causes"]
     assert cause["id"] == "CP_COLLECTIVE_TIMEOUT" and len(cause["evidence"]) == 2
+
+
+@pytest.mark.parametrize("rank, in_group, cause", [
+    # 16 GPUs at TP 4, CP 2 (DP 2, DP x CP 4): Megatron-Core numbers ranks TP fastest, then CP, then DP. Rank 9 is TP
+    # rank 1 (9 % 4) and DP x CP rank 2 (CP 0 + 2 x DP 1); rank 13 is TP rank 1 and DP x CP rank 3 (CP 1 + 2 x DP 1)
+    (9, 1, "TP_COLLECTIVE_TIMEOUT"), (13, 3, "DP_COLLECTIVE_TIMEOUT"),
+    (10, 2, "DP_COLLECTIVE_TIMEOUT"),  # TP rank 2 and DP x CP rank 2: the line cannot tell them apart
+])
+def test_a_rank_s_place_in_its_group_tells_groups_of_one_size_apart(rank, in_group, cause):
+    line = _line("_REDUCE_SCATTER_BASE", 1 << 22, 1 << 20).replace("[rank1]", f"[rank{rank}]").replace(
+        "[Rank 1]", f"[PG ID 5 PG GUID 29 Rank {in_group}]")
+    d = _diagnose(line, recipe=RECIPE, overrides=_layout(4, 2), gpus=16)
+    assert [c["id"] for c in d["causes"]] == [cause]
+    told = f"rank {rank} is rank {in_group} of its group" in d["causes"][0]["analysis"]
+    assert told == (rank != 10)

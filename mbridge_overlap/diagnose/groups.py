@@ -11,17 +11,18 @@ import re
 from ..safeio import MAX_GPUS
 from .frames import NAMES
 
-# Megatron-Core parallel_state.py's group_desc names (by their start: a framework may add a suffix) -> the dimension
-# whose communication runs on the group; any other description (the pipeline, embedding or model-parallel group,
-# torch's default_pg, a framework's own) is "other"
-_DESCRIPTIONS = (
-    (re.compile(r"(?:INTRA_PARTIAL_)?DATA_PARALLEL|EXPERT_DATA_PARALLEL|INTRA_DISTRIBUTED_OPTIMIZER"), "dp"),
-    (re.compile(r"TENSOR_MODEL_PARALLEL"), "tp"),
-    (re.compile(r"(?:TENSOR_AND_|HIERARCHICAL_)?CONTEXT_PARALLEL"), "cp"),  # HIERARCHICAL_..._L<level>: a2a+p2p's levels
-    (re.compile(r"EXPERT_(?:MODEL|TENSOR)"), "ep"),
-)
+# Megatron-Core parallel_state.py's group_desc names (by their start, whole words: a framework may add a suffix, or
+# write them in lower case) -> the dimension whose communication runs on the group; any other description (the
+# pipeline, embedding or model-parallel group, torch's default_pg, a framework's own) is "other"
+_DESCRIPTIONS = tuple((re.compile(rf"(?:{rx})(?=_|$)", re.I), dim) for rx, dim in (
+    (r"(?:INTRA_PARTIAL_)?DATA_PARALLEL|EXPERT_DATA_PARALLEL|INTRA_DISTRIBUTED_OPTIMIZER", "dp"),
+    (r"TENSOR_MODEL_PARALLEL", "tp"),
+    (r"(?:TENSOR_AND_|HIERARCHICAL_)?CONTEXT_PARALLEL", "cp"),  # HIERARCHICAL_..._L<level>: a2a+p2p's levels
+    (r"EXPERT_(?:MODEL|TENSOR)", "ep"),
+))
 _DESCRIBED = re.compile(r"PG GUID \w+\((\w{1,80})\)")
 SIZED = frozenset({"native.pg_watchdog_timeout_dp"})  # the messages whose lines give the group's size
+_IN_GROUP = re.compile(r"\[PG ID \d{1,9} PG GUID \w{1,80}(?:\(\w{0,80}\))? Rank (\d{1,7})\]")
 _WORK = re.compile(r"OpType=(_?(?:REDUCE_?SCATTER|ALL_?GATHER)\w*), NumelIn=(\d{1,15}), NumelOut=(\d{1,15})")
 
 
@@ -69,6 +70,57 @@ def of_config(model: dict, dp: int, ddp: dict | None = None) -> dict:
     out = {"dp": dps, "cp": {cp}, "tp": {tp} if model.get("sequence_parallel") else set(),
            "ep": {etp * ep, etp} if ep > 1 else set(), "world": {world}}
     return {dim: {s for s in sizes if s > 1} for dim, sizes in out.items()}
+
+
+def in_group_rank(text: str) -> int | None:
+    """The rank within its process group that torch's watchdog line prints in its tag (ProcessGroupNCCL's rank_)."""
+    m = _IN_GROUP.search(text)
+    return int(m[1]) if m else None
+
+
+def positions(model: dict, dp: int, rank: int, tp_pp_dp: bool = False, ddp: dict | None = None) -> dict:
+    """dimension -> {group size: the ranks within a group of that size that global `rank` can have}, in Megatron-Core's
+    rank order (RankGenerator: tp-cp-ep-dp-pp, tp-cp-ep-pp-dp with Bridge's dist.use_tp_pp_dp_mapping; the expert
+    ranks the same without cp, in expert TP, EP, expert DP), for the groups of_config names. torch numbers a group's
+    ranks in the order of their global ranks, which is the masked axes' mixed radix, the first the fastest. The
+    groups split across distributed-optimizer instances are left out (their order is not modelled)."""
+    tp, pp, cp = (model.get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                               "context_parallel_size"))
+    ep = model.get("expert_model_parallel_size") or 1
+    etp = model.get("expert_tensor_parallel_size") or tp
+    world, tail = dp * tp * pp * cp, (("pp", pp), ("dp", dp)) if tp_pp_dp else (("dp", dp), ("pp", pp))
+    out: dict = {}
+    if not 0 <= rank < world:
+        return out
+
+    def put(dim, axes, names):
+        coords, r = {}, rank
+        for name, n in axes:
+            coords[name], r = r % n, r // n
+        index, size = 0, 1
+        for name, n in axes:
+            if name in names:
+                index, size = index + coords[name] * size, size * n
+        if size > 1:
+            out.setdefault(dim, {}).setdefault(size, set()).add(index)
+
+    dense = (("tp", tp), ("cp", cp), *tail)
+    if ((ddp or {}).get("num_distributed_optimizer_instances") or 1) == 1:
+        put("dp", dense, {"dp"})
+        put("dp", dense, {"dp", "cp"})
+    put("cp", dense, {"cp"})
+    if model.get("sequence_parallel"):
+        put("tp", dense, {"tp"})
+    if ep > 1 and world % (etp * ep * pp) == 0:
+        edp = world // (etp * ep * pp)
+        experts = (("tp", etp), ("ep", ep), *((("pp", pp), ("dp", edp)) if tp_pp_dp else (("dp", edp), ("pp", pp))))
+        if ((ddp or {}).get("num_distributed_optimizer_instances") or 1) == 1:
+            put("dp", experts, {"dp"})
+        put("ep", experts, {"tp", "ep"})
+        put("ep", experts, {"tp"})
+    if world > 1:
+        out["world"] = {world: {rank}}
+    return out
 
 
 def matching(sizes: dict, n: int) -> list[str]:

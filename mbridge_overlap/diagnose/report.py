@@ -302,7 +302,7 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
     shown: dict = {}
     for cause in [c for c in diag.causes if c.finding.id in (BY_GROUP["dp"], BY_GROUP["ep"])]:
         for g in [g for g in cause.groups if pg.described(g.text) is None]:
-            target, why = (_by_size(g, sizes) if cause.finding.id == BY_GROUP["dp"]
+            target, why = (_by_size(g, sizes, _placed(g, model, analysis)) if cause.finding.id == BY_GROUP["dp"]
                            else _by_ep(model.get("expert_model_parallel_size") or 1, model.get("context_parallel_size") or 1))
             if why and why not in shown.setdefault(target or cause.finding.id, []):
                 shown[target or cause.finding.id].append(why)
@@ -311,13 +311,31 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
     return shown
 
 
-def _by_size(g: Group, sizes: dict) -> tuple[str | None, str]:
+def _placed(g: Group, model: dict, analysis) -> tuple | None:
+    """(global rank, its rank in the group, the positions that rank has in this config's groups) of a watchdog line
+    that prints both; None otherwise."""
+    k = pg.in_group_rank(g.text)
+    if k is None or not (g.first_rank or "").isdigit():
+        return None
+    rank, dist = int(g.first_rank), getattr(analysis.state, "dist", None) or {}
+    return rank, k, pg.positions(model, analysis.data_parallel_size, rank, bool(dist.get("use_tp_pp_dp_mapping")),
+                                  analysis.state.ddp)
+
+
+def _by_size(g: Group, sizes: dict, placed: tuple | None = None) -> tuple[str | None, str]:
     n = pg.size(g.text)
     if n is None:
         return None, ""
     dims = pg.matching(sizes, n)
-    others = [pg.NAMES[d] for d in dims if d in pg.NAMES and d != "dp"]
     head = f"the collective's group has {n} ranks (NumelIn / NumelOut), and this config's groups are {pg.describe(sizes)}"
+    if placed is not None and len(dims) > 1:
+        rank, k, where = placed
+        fits = [d for d in dims if n not in where.get(d, {}) or k in where[d][n]]
+        if fits and len(fits) < len(dims):
+            names = " and ".join(pg.NAMES.get(d, "the whole job") for d in fits)
+            head += f"; rank {rank} is rank {k} of its group, a place it has in Megatron-Core's rank order in {names}'s only"
+            dims = fits
+    others = [pg.NAMES[d] for d in dims if d in pg.NAMES and d != "dp"]
     if "dp" in dims:
         return None, f"{head}: DP's" + (f" and {' and '.join(others)}'s too (the line names no group to tell them apart)" if others else "")
     if others:

@@ -60,8 +60,11 @@ class Group:
     frame: tuple | None = None  # (path, line, function) of the traceback frame just before it, when there was one
     groups: tuple = ()
     approximate: float | None = None  # matched by words, not by its pattern (fuzzy.py): how close; None: matched exactly
+    first_rank: str | None = None  # the rank of the line `text` is
 
     def add(self, rank: str | None) -> None:
+        if not self.count:
+            self.first_rank = rank
         self.count += 1
         if rank is not None and rank not in self.ranks:
             if len(self.ranks) < MAX_RANKS:

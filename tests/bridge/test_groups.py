@@ -63,3 +63,35 @@ def test_each_megatron_core_group_description_is_one_dimension_and_one_cause():
                 "NumelOut=2048, Timeout(ms)=600000) ran for 600013 milliseconds before timing out.\n")
         causes = api.diagnose(["-"], stdin=io.BytesIO(line.encode())).to_dict()["causes"]
         assert len(causes) == 1, (n, [c["id"] for c in causes])
+
+
+def _megatron_places(world, tp, pp, cp, ep, etp, order) -> dict:
+    """dimension -> size -> rank -> the rank's index in its group, from Megatron-Core's generators' own groups."""
+    from megatron.core.parallel_state import RankGenerator
+
+    etp = etp or tp
+    dense = RankGenerator(tp=tp, ep=1, dp=world // (tp * pp * cp), pp=pp, cp=cp, order=order)
+    expert = RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order=order)
+    tokens = [("dp", dense, "dp"), ("dp", dense, "dp-cp"), ("cp", dense, "cp"), ("tp", dense, "tp")]
+    if ep > 1:
+        tokens += [("dp", expert, "dp"), ("ep", expert, "tp-ep"), ("ep", expert, "tp")]
+    out: dict = {}
+    for dim, gen, token in tokens:
+        for ranks in gen.get_ranks(token):
+            if len(ranks) > 1:
+                for i, r in enumerate(sorted(ranks)):  # torch numbers a new group's ranks in sorted order
+                    out.setdefault(r, {}).setdefault(dim, {}).setdefault(len(ranks), set()).add(i)
+    return out
+
+
+@pytest.mark.parametrize("order", ["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda x: "-".join(map(str, x)))
+def test_a_rank_s_place_in_its_groups_is_megatron_core_s(layout, order):
+    world, tp, pp, cp, ep, etp = layout
+    model = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "context_parallel_size": cp,
+             "expert_model_parallel_size": ep, "expert_tensor_parallel_size": etp, "sequence_parallel": True}
+    real = _megatron_places(*layout, order)
+    for rank in range(world):
+        ours = groups.positions(model, world // (tp * pp * cp), rank, tp_pp_dp=order.endswith("pp-dp"))
+        assert ours.pop("world") == {world: {rank}}
+        assert ours == real[rank], rank
