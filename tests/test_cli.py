@@ -13,7 +13,7 @@ from mbridge_overlap.run import schema
 from mbridge_overlap.findings import records as catalog
 
 RESOLVE_KEYS = {"schema_version", "bridge_version", "verified", "recipe", "gpus", "gpu", "data_parallel_size", "batch", "effective", "modes",
-                "requested", "env_vars", "launch_env", "inputs", "notes", "findings", "budget"}
+                "requested", "env_vars", "launch_env", "inputs", "notes", "findings", "all_fixes", "budget"}
 
 
 def test_resolve_json_contract_and_api_parity():

@@ -247,6 +247,6 @@ def test_diff_says_first_what_after_fails_with_that_before_does_not(capsys):
     # the recipe's mixed_precision.grad_reduce_in_fp32 goes with its recipe: explained by the change it names, not
     # listed again as 'not modelled'
     assert d["unmodeled_changes"] == [] and "mixed_precision.grad_reduce_in_fp32" in d["explained_changes"]
-    assert cli.main(["diff", "--recipe", recipe, "mixed_precision=bf16_with_nvfp4_mixed"]) == 0
+    assert cli.main(["diff", "--recipe", recipe, "mixed_precision=bf16_with_nvfp4_mixed"]) == 1  # as resolve on an error
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("ERROR   AFTER fails at step where BEFORE does not: TP_OVERLAP_UNSUPPORTED_PRECISION")

@@ -36,6 +36,22 @@ def test_an_answer_s_fixes_applied_at_once_bring_nothing_new(recipe, overrides):
     assert not after & fixed, after & fixed
 
 
+def test_all_fixes_says_what_comes_once_every_fix_is_applied():
+    """evalE 5: the fixes of an overwritten DP request and of sequence parallel off, applied together, bring info
+    findings (DP overlap left off, as asked; TP overlap's preset) the answer never announced: all_fixes lists them."""
+    over = {"model.virtual_pipeline_model_parallel_size": 3, "ddp.overlap_grad_reduce": False,
+            "ddp.overlap_param_gather": False, "model.sequence_parallel": False}
+    d = api.resolve(recipe=LLAMA, overrides=over).to_dict()
+    union = {}
+    for f in d["findings"]:
+        union.update(f["fix_overrides"])
+    assert d["all_fixes"]["overrides"] == union
+    had = {f["id"] for f in d["findings"]}
+    after = api.resolve(recipe=LLAMA, overrides={**over, **union}).to_dict()["findings"]
+    assert [t["id"] for t in d["all_fixes"]["then"]] == list(dict.fromkeys(f["id"] for f in after if f["id"] not in had))
+    assert "MODE_LEFT_OFF" in [t["id"] for t in d["all_fixes"]["then"]]
+
+
 def test_a_fix_that_clashes_with_the_others_gives_way_to_theirs():
     """EP overlap back on makes Bridge's launcher pick CUDA_DEVICE_MAX_CONNECTIONS=8, the config's own value: the
     variable's fix (1, right while EP overlap stays off) would clash; the EP fix clears that finding too."""

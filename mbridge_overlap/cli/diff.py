@@ -49,7 +49,7 @@ def run(args) -> int:
     )
     d = result.to_dict()
     options.emit(args, options.to_json(d) if args.format == "json" else text.diff(d))
-    return 0
+    return 1 if d["new_errors"] else 0  # AFTER fails where BEFORE did not, as resolve exits 1 on an error
 
 
 def _recipe_name(token: str) -> str | None:

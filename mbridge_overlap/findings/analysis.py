@@ -12,6 +12,7 @@ from . import rules as checks  # noqa: F401 (importing it registers the checks t
 from .. import findings
 from ..run import launch_env, layout, resolver
 from ..contract import SCHEMA_VERSION
+from . import proof
 from .proof import collect
 from dataclasses import dataclass, field
 from ..run.scenario import Scenario
@@ -98,6 +99,26 @@ class Analysis:
             set_by["comm_overlap"] = req.origin["comm_overlap"]
         return {"comm_overlap": None if comm is None else dict(comm), "set_by": set_by}
 
+    def all_fixes(self) -> dict | None:
+        """Every fix of this answer at once (proof.coherent holds them together), and the findings the config so fixed
+        has that this one has not: no warning or error, but an info finding can come (a preset tuned for another
+        layout, an overlap left off as the fix of an overwritten request asks): what is left to decide next."""
+        union: dict = {}
+        remove: list = []
+        for f in self.findings:
+            union.update(f.fix_overrides)
+            remove += [k for k in f.remove_keys if k not in remove]
+        if not union and not remove:
+            return None
+        after = proof.rerun(self.state, union, remove)
+        had = {proof.signature(f) for f in proof.probe(self.state)}
+        then: dict = {}
+        for f in [] if after is None else findings.sort(proof.probe(after)):
+            if proof.signature(f) not in had:
+                then.setdefault(f.id, f.severity)
+        return {"overrides": union, "remove": remove,
+                "then": None if after is None else [{"id": k, "severity": v} for k, v in then.items()]}
+
     def to_dict(self) -> dict:
         sc = self.scenario
         return {
@@ -117,6 +138,7 @@ class Analysis:
             "inputs": sc.to_dict(),
             "notes": list(sc.notes),
             "findings": [f.to_dict() for f in self.findings],
+            "all_fixes": self.all_fixes(),
             **({"budget": self.budget} if self.budget is not None else {}),
         }
 

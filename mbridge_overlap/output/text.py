@@ -82,7 +82,19 @@ def _inputs(d: dict) -> list[str]:
 
 def resolution(d: dict) -> str:
     lines = [_head(d, "resolve")] + _inputs(d) + [""] + _modes(d["modes"]) + [""] + _requested(d) + [""] + _effective(d["effective"]) + _env(d)
-    return _lines(lines + [""] + _findings(d["findings"]) + _budget_brief(d.get("budget")))
+    return _lines(lines + [""] + _findings(d["findings"]) + _all_fixes(d.get("all_fixes")) + _budget_brief(d.get("budget")))
+
+
+def _all_fixes(a: dict | None) -> list[str]:
+    if not a:
+        return []
+    given = [f"{k}={fmt(v)}" for k, v in a["overrides"].items()] + [f"~{k}" for k in a["remove"]]
+    if a["then"] is None:
+        then = "this release refuses them together: apply them one at a time"
+    else:
+        then = ("then: " + ", ".join(f"{t['id']} ({t['severity']})" for t in a["then"]) + " (resolve again to read them)"
+                if a["then"] else "nothing new comes with them")
+    return ["", f"every fix at once: {' '.join(given)}", f"  {then}"]
 
 
 def plan(d: dict) -> str:
