@@ -301,3 +301,15 @@ def test_a_mode_the_plan_leaves_off_says_why_not_not_requested():
     d = mbridge_overlap.plan(tp=16, gpus=144, gpu="gb200").to_dict()
     assert d["modes"]["tp"]["enabled"] is False
     assert "UB_TP_ACROSS_NVLINK_DOMAINS" in d["modes"]["tp"]["why"] and "not requested" not in d["modes"]["tp"]["why"]
+
+
+def test_a_recipe_s_model_gives_the_hidden_size_its_preset_is_tuned_for():
+    """evalF F5: the 64-GPU H100 llama3_70b recipe moved to 128 B200s at TP 2, PP 4, VPP 5 is the layout of Bridge's
+    own B200 recipe; the recipe reads its model's hidden size from the checkpoint's config (not in the offline
+    catalog), the published config gives it, and the plan picks the preset Bridge's B200 recipe sets."""
+    from mbridge_overlap.upstream import catalog
+
+    bridge_s = catalog.lookup("llama3_70b_pretrain_64gpu_b200_bf16_config", "0.6.2")["request"]["comm_overlap"]["tp_comm_overlap_cfg"]
+    d = mbridge_overlap.plan(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", gpus=128, gpu="b200", tp=2, pp=4, vpp=5, cp=1).to_dict()
+    assert d["preset"] == bridge_s
+    assert d["overrides"]["comm_overlap.tp_comm_overlap_cfg"] == bridge_s

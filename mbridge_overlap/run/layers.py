@@ -23,10 +23,9 @@ def known(req: Request) -> tuple[int, str] | None:
         return _count(value, "the model's config") if value is not None else None
     if (entry.get("shape") or {}).get("hidden_size") is not None:
         return _count(value, f"recipe {entry['name']}")
-    from ..upstream.releases import DATA_DIR, load_yaml
+    from .scenario import published_shape
 
-    shape = (load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(entry.get("model") or "") or {}).get("shape") or {}
-    return _count(shape.get("num_layers"), f"{entry['model']}'s published config")
+    return _count(published_shape(entry).get("num_layers"), f"{entry['model']}'s published config")
 
 
 def flexible(req: Request) -> bool:
