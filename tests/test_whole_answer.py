@@ -101,3 +101,15 @@ def test_a_saved_config_with_an_override_is_compared_as_saved(tmp_path):
     edited.write_text((RUNS / "baseline.yaml").read_text().replace("  overlap_grad_reduce: true\n", "  overlap_grad_reduce: false\n", 1))
     ids = {f["id"] for f in mbridge_overlap.verbs.lint.lint(edited, {"model.sequence_parallel": True}).to_dict()["findings"]}
     assert "SAVED_EFFECTIVE_DIFFERS" in ids
+
+
+def test_a_fix_that_adds_the_comm_overlap_section_keeps_tp_overlap_where_the_layout_takes_it():
+    """evalF F6: llama3_8b_64k (TP 4 with sequence parallel, PP, no comm_overlap section): the PP fix added the section
+    with TP overlap off, and two other findings of the same answer then said to turn it on again."""
+    recipe = "llama3_8b_64k_pretrain_config"
+    d = api.resolve(recipe=recipe, gpus=64).to_dict()
+    assert d["effective"]["model"]["tensor_model_parallel_size"] > 1 and d["effective"]["model"]["sequence_parallel"]
+    fixes = {f["id"]: f["fix_overrides"] for f in d["findings"]}
+    assert fixes["PP_OVERLAP_NOT_SELECTED"].get("comm_overlap.tp_comm_overlap") is True
+    after = api.resolve(recipe=recipe, gpus=64, overrides=d["all_fixes"]["overrides"]).to_dict()
+    assert after["modes"]["tp"]["enabled"] and after["modes"]["pp"]["enabled"]

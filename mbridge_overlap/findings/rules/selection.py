@@ -66,9 +66,15 @@ def pp_overlap(state: State):
         why = f"virtual_pipeline_model_parallel_size={fmt(vpp)}: the non-interleaved schedule cannot overlap P2P"
     # a batch_p2p_comm=true the user asked for makes the interleaved schedule's P2P overlap an error: let Bridge pick it
     candidates = [change, {**change, "comm_overlap.batch_p2p_comm": None}] if (req.comm_overlap or {}).get("batch_p2p_comm") else [change]
+    if req.comm_overlap is None and _takes_tp_overlap(model, state):  # the section it adds: with TP overlap where it applies
+        candidates = [{**c, "comm_overlap.tp_comm_overlap": True} for c in candidates] + candidates
     o, fix = fixed(state, "PP_OVERLAP_NOT_SELECTED", candidates,
                    shell("or keep the non-interleaved schedule (VPP must split the layers evenly over PP x VPP chunks)"))
     yield make("PP_OVERLAP_NOT_SELECTED", fix_overrides=o, fix=fix, pp=pp, why=why, batch=fmt(model["batch_p2p_comm"]))
+
+
+def _takes_tp_overlap(model: dict, state: State) -> bool:
+    return model["tensor_model_parallel_size"] >= 2 and bool(model["sequence_parallel"]) and bool(state.te)
 
 
 @check("COMM_OVERLAP_ABSENT")
@@ -80,7 +86,7 @@ def comm_overlap_absent(state: State):
         model = state.model
         adopt = {**adopt_dp_knobs(state), **_adopt_model_knobs(state)}
         candidates = [{"comm_overlap.tp_comm_overlap": False, **adopt}]
-        if model["tensor_model_parallel_size"] >= 2 and model["sequence_parallel"] and state.te:
+        if _takes_tp_overlap(model, state):
             candidates.insert(0, {"comm_overlap.tp_comm_overlap": True, **adopt})
         o, fix = fixed(state, "COMM_OVERLAP_ABSENT", candidates)
         yield make("COMM_OVERLAP_ABSENT", fix_overrides=o, fix=fix, origin=origin)
