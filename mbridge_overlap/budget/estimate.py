@@ -530,10 +530,11 @@ def _cp(lay, shape, system, layers, m, tokens, attn_s, again) -> list:
     steps = (lay.cp - 1) * layers * m
     fwd_runs = 1 + again["layer"] + again["core_attn"]  # a recomputed attention exchanges its chunks again
     compute_step = attn_s / lay.cp  # one block of the causal attention per exchange
-    total = steps * (fwd_runs * step_fwd + step_bwd)
-    hidden = steps * (fwd_runs * min(step_fwd, compute_step) + min(step_bwd, 2 * compute_step))
-    return [Item("cp", "send_recv", "K/V chunks of the attention ring", kv, round((1 + fwd_runs) * steps), 2, link, total,
-                 hidden, None)]
+    # the backward's messages are twice the forward's (TE's context_parallel.py: K and V with dK and dV): two rows
+    return [Item("cp", "send_recv", "K/V chunks of the attention ring (forward)", kv, round(fwd_runs * steps), 2, link,
+                 steps * fwd_runs * step_fwd, steps * fwd_runs * min(step_fwd, compute_step), None),
+            Item("cp", "send_recv", "K/V and dK/dV chunks of the attention ring (backward)", 2 * kv, round(steps), 2, link,
+                 steps * step_bwd, steps * min(step_bwd, 2 * compute_step), None)]
 
 
 def _pp(lay, shape, system, m, tokens, stage_fwd) -> list:
