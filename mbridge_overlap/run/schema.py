@@ -241,7 +241,8 @@ PIPELINE_LAYOUT = ("pipeline_model_parallel_layout", "num_layers_in_first_pipeli
 # What the recipe catalog records of each recipe (tools/gen_recipe_catalog.py): every modeled field, and these
 # fields the rules or the listing read without resolving them.
 CONTEXT = {
-    "model": ["num_layers", "moe_shared_expert_intermediate_size", "cp_comm_type", *PIPELINE_LAYOUT],
+    "model": ["num_layers", "moe_shared_expert_intermediate_size", "cp_comm_type", "hierarchical_context_parallel_sizes",
+              *PIPELINE_LAYOUT],
     "ddp": ["fsdp_double_buffer", "outer_dp_sharding_strategy",
             "suggested_communication_unit_size"],
     "optimizer": ["optimizer", "use_precision_aware_optimizer"],
