@@ -28,9 +28,10 @@ _WORK = re.compile(r"OpType=(_?(?:REDUCE_?SCATTER|ALL_?GATHER)\w*), NumelIn=(\d{
 
 def described(text: str) -> str | None:
     """The dimension a watchdog line's group description names ("other" for a group of none of DP, TP, CP and EP),
-    None where the line describes no group."""
+    None where the line describes no group (torch 2.4+ prints `undefined` for a group made without a description:
+    distributed_c10d.py, group_desc = "undefined" if group_desc is None)."""
     m = _DESCRIBED.search(text)
-    if m is None:
+    if m is None or m[1] == "undefined":  # torch's own word for a group created without a description
         return None
     return next((dim for rx, dim in _DESCRIPTIONS if rx.match(m[1])), "other")
 

@@ -286,6 +286,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
 
 RUN_PHASES = ("setup", "step", "steady")
 LINK_HINT = "; with --config the analysis of the run's config is linked"  # the end of the fixes known from the log only
+_COALESCED = re.compile(r"OpType=_?COALESCED\b")
 BY_GROUP = {"dp": "DP_COLLECTIVE_TIMEOUT", "cp": "CP_COLLECTIVE_TIMEOUT", "tp": "TP_COLLECTIVE_TIMEOUT",
             "ep": "EP_COLLECTIVE_TIMEOUT"}
 
@@ -300,6 +301,13 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
     model = analysis.effective.get("model") or {}
     sizes = pg.of_config(model, analysis.data_parallel_size, analysis.state.ddp)
     shown: dict = {}
+    pp = model.get("pipeline_model_parallel_size") or 1
+    for cause in [c for c in diag.causes if c.finding.id == "PIPELINE_P2P_TIMEOUT" and pp == 1]:
+        for g in [g for g in cause.groups if _COALESCED.search(g.text) and pg.described(g.text) is None]:
+            why = ("this config has no pipeline (PP 1): a coalesced collective outside the pipeline's batched sends and "
+                   "receives is the DP buckets' (Megatron-Core's param_and_grad_buffer runs them in torch's _coalescing_manager)")
+            shown.setdefault(BY_GROUP["dp"], []).append(why) if why not in shown.get(BY_GROUP["dp"], []) else None
+            _move(diag, cause, g, BY_GROUP["dp"])
     for cause in [c for c in diag.causes if c.finding.id in (BY_GROUP["dp"], BY_GROUP["ep"])]:
         for g in [g for g in cause.groups if pg.described(g.text) is None]:
             target, why = (_by_size(g, sizes, _placed(g, model, analysis)) if cause.finding.id == BY_GROUP["dp"]

@@ -25,6 +25,7 @@ from .messages import FIELD, Catalog, Entry, Hit, clean, parse_frame
 from .reader import Line, line_text, split_prefix
 
 MAX_RANKS = 4096  # rank labels kept per message (the count goes on)
+MAX_SIZES = 16  # group sizes a sized watchdog message is told apart by; lines of further sizes are one group
 MAX_ITERATIONS = 100_000  # iteration times kept per log
 MAX_ITERATION_TIMES = 1_000_000  # and in all (8 MB)
 MAX_DOMAINS = 4096  # NVLink domains kept from userbuffers' start-up lines
@@ -251,6 +252,12 @@ class Scan:
                 if self._unexplained_kinds(bool(terms.named(group.text)[0])) >= MAX_UNEXPLAINED:
                     self.facts["unexplained_dropped"] = self.facts.get("unexplained_dropped", 0) + group.count
                     continue
+            if have is None and "@" in gid and not gid.endswith("@more"):  # a sized group: within MAX_SIZES sizes
+                base, _, n = gid.rpartition("@")
+                kept = self._sized(base, int(n)) if n.isdigit() else gid
+                if kept != gid:
+                    self.facts["sizes_merged"] += group.count - 1
+                    gid, have = kept, self.groups.get(kept)
             if have is None:
                 self.groups[gid] = group
                 continue
@@ -266,7 +273,7 @@ class Scan:
             self.summary = part.summary
 
     def _merge_facts(self, facts: dict) -> None:
-        for key in ("tracebacks_dropped", "unexplained_dropped"):
+        for key in ("tracebacks_dropped", "unexplained_dropped", "sizes_merged"):
             if facts.get(key):
                 self.facts[key] = self.facts.get(key, 0) + facts[key]
         for key in ("tp_size", "world_size"):
@@ -332,7 +339,7 @@ class Scan:
         linked = self._linked(same) if by_text else None
         gid = f"{entry.id}#{'+'.join(linked) or '-'}" if by_text else entry.id
         if entry.id in pg.SIZED and (n := pg.size(best.text)):
-            gid += f"@{n}"  # a watchdog's all-gathers of two group sizes are two groups' (diagnose tells them apart)
+            gid = self._sized(gid, n)  # a watchdog's all-gathers of two group sizes are two groups' (diagnose tells them apart)
         group = self.groups.get(gid)
         if group is None:
             group = self.groups[gid] = Group(entry, linked if linked is not None else self._linked(same), best.text[:MAX_SHOWN],
@@ -342,6 +349,17 @@ class Scan:
         group.add(line.rank)
         self._fact(entry, best)
         return gid
+
+    def _sized(self, gid: str, n: int) -> str:
+        """The group of a sized watchdog message for a group size: one per size up to MAX_SIZES sizes (a run has a few
+        group sizes), then one for the rest (counted in facts: a log of ever new sizes is not a group per line)."""
+        sized = f"{gid}@{n}"
+        if sized in self.groups:
+            return sized
+        if sum(1 for g in self.groups if g.startswith(f"{gid}@") and not g.endswith("@more")) < MAX_SIZES:
+            return sized
+        self.facts["sizes_merged"] = self.facts.get("sizes_merged", 0) + 1
+        return f"{gid}@more"
 
     def _linked(self, same) -> list:
         linked: list = []
