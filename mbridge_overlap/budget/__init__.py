@@ -95,5 +95,6 @@ def _fits(sh, lay) -> None:
     if sh.moe:
         checks.append(("num_moe_experts", sh.num_moe_experts, lay.ep, "EP"))
     for name, value, by, what in checks:
-        if value % by:
-            raise UsageError(f"{name} ({value}) is not a multiple of {what} ({by}): Megatron-Core refuses this layout")
+        if value % by and not (name == "num_query_groups" and by % value == 0):  # fewer KV groups than TP: replicated
+            raise UsageError(f"{name} ({value}) is not a multiple of {what} ({by}){' nor a divisor' if name == 'num_query_groups' else ''}: "
+                             "Megatron-Core refuses this layout")

@@ -325,6 +325,9 @@ def _not_modelled(lay: Layout, shape) -> tuple:
     Megatron-FSDP (its reduce-scatter every micro-batch, its all-gathers per unit in forward and backward) as the
     distributed optimizer's once-an-iteration collectives."""
     out = ()
+    if shape.groups < lay.tp:
+        out += (f"TP: with fewer KV groups ({shape.groups}) than TP ({lay.tp}) Megatron-Core all-gathers each layer's fused "
+                "QKV output over TP to pick its heads (attention.py); that all-gather is not counted",)
     if shape.moe and lay.ep > 1 and lay.dispatcher == "allgather":
         out += ("EP: the allgather token dispatcher (all-gather and reduce-scatter over the expert-TP x EP group) is "
                 "priced as the alltoall dispatcher's all-to-all, which it is not: its EP times are the alltoall's",)
@@ -523,7 +526,7 @@ def _cp(lay, shape, system, layers, m, tokens, attn_s, again) -> list:
     if lay.cp < 2:
         return []
     # p2p ring (TE's default cp_comm_type): cp-1 exchanges of the local K and V chunk forward, of K, V, dK and dV backward
-    kv = 2 * tokens // lay.cp * shape.groups * shape.head_dim // lay.tp * ACT_BYTES
+    kv = 2 * tokens // lay.cp * max(shape.groups // lay.tp, 1) * shape.head_dim * ACT_BYTES  # fewer groups than TP: one each
     link = _link(lay, lay.tp, lay.cp)
     step_fwd = system.seconds("send_recv", kv, 2, link)
     step_bwd = system.seconds("send_recv", 2 * kv, 2, link)

@@ -69,6 +69,9 @@ def of(model: str | None, given: dict, said: str | None = None) -> tuple[Shape, 
     values.update(given)
     if given:
         origin.append(said or "given: " + ", ".join(sorted(given)))
+    if values.get("ffn_hidden_size") is None and values.get("hidden_size"):
+        values["ffn_hidden_size"] = 4 * values["hidden_size"]  # TransformerConfig.__post_init__'s default
+        origin.append("ffn_hidden_size 4 x hidden_size (Megatron-Core's default)")
     missing = [k for k in REQUIRED if values.get(k) is None]
     if missing:
         raise NotKnown("the model's shape is needed and not known: " + ", ".join(missing)
@@ -136,9 +139,9 @@ def _check(values: dict) -> None:
     heads, groups = values["num_attention_heads"], values.get("num_query_groups")
     if groups is not None and heads % groups:
         raise UsageError(f"num_attention_heads ({heads}) must be a multiple of num_query_groups ({groups})")
-    if values.get("kv_channels") is None and values["hidden_size"] % heads:
-        raise UsageError(f"hidden_size ({values['hidden_size']}) must be a multiple of num_attention_heads ({heads}), "
-                         "or give kv_channels")
+    if values.get("kv_channels") is None and values["hidden_size"] < heads:
+        raise UsageError(f"hidden_size ({values['hidden_size']}) is smaller than num_attention_heads ({heads}): Megatron-Core's "
+                         "kv_channels (hidden_size // num_attention_heads) would be 0; give kv_channels")
     if values.get("num_moe_experts") is not None and values.get("moe_router_topk", 2) > values["num_moe_experts"]:
         raise UsageError(f"moe_router_topk ({values.get('moe_router_topk', 2)}) exceeds num_moe_experts ({values['num_moe_experts']})")
 
