@@ -196,7 +196,8 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     if spec.kind == PRESET:
         if not isinstance(value, str):
             raise UsageError(f"{key}: expected a preset name, got {safeio.shown(raw)}")
-        release.preset(value)
+        if value != CUSTOM_UB_CFG:
+            release.preset(value)
     return value
 
 
@@ -227,6 +228,8 @@ def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
         _unmodeled_or_unknown(req, key, "comm_overlap", name, schema.COMM_OVERLAP, value)
         return
     typed = convert(key, schema.COMM_OVERLAP[name], value, req.release)
+    if typed == CUSTOM_UB_CFG and name == "tp_comm_overlap_cfg" and key not in req.unmodeled:
+        req.unmodeled.append(key)  # its SM counts and methods are not modelled: the answer says so
     if req.comm_overlap is None:
         req.comm_overlap = {k: f.default for k, f in schema.COMM_OVERLAP.items()}
     req.comm_overlap[name] = typed
@@ -418,14 +421,19 @@ def _flatten_mixed_precision(body: Mapping) -> list:
     return out + [(f"mixed_precision.{name}", body[name]) for name in schema.MIXED_PRECISION if name in body]
 
 
-def preset_name_of(value: Mapping, release: Release) -> str | None:
-    """The preset whose fields a dumped tp_comm_overlap_cfg mapping holds."""
+# A saved run config's tp_comm_overlap_cfg that is none of the presets (a tuned SM count, a release's new field): Bridge
+# runs it as it is; the answer stands for it with this name and says it does not model its fields (UNMODELED_OVERLAP_KEY)
+CUSTOM_UB_CFG = "custom"
+
+
+def preset_name_of(value: Mapping, release: Release) -> str:
+    """The preset whose fields a dumped tp_comm_overlap_cfg mapping holds, else CUSTOM_UB_CFG."""
     strip = lambda d: {k: strip(v) if isinstance(v, Mapping) else v for k, v in d.items() if k != "_target_"}  # noqa: E731
     wanted = strip(value)
     for name, fields in preset_content().items():
         if strip(fields) == wanted:
             return name
-    raise UsageError("comm_overlap.tp_comm_overlap_cfg: a custom userbuffers config that matches none of the presets")
+    return CUSTOM_UB_CFG
 
 
 def read_config_file(path: str | Path, label: str = "--config") -> dict:

@@ -35,3 +35,95 @@ def test_a_group_description_in_lower_case_is_still_megatron_core_s_group():
     assert groups.described(line.format("tensor_model_parallel_group")) == "tp"
     assert groups.described(line.format("context_parallel_group")) == "cp"
     assert groups.described(line.format("DATA_PARALLELISM_GROUP")) == "other"  # a word that only starts like one
+
+
+RUNS = ROOT / "tests" / "data" / "run_configs"
+
+
+def _saved(tmp_path, name, *edits):
+    text = (RUNS / "baseline.yaml").read_text()
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_saved_run_config_s_hierarchical_cp_sizes_are_read(tmp_path):
+    # fuzzF F1: the file's sizes were dropped, so a valid a2a+p2p config was refused and an invalid one passed
+    # (Bridge's validate(): prod(hierarchical_context_parallel_sizes) == context_parallel_size whenever they are set)
+    sizes = ("  hierarchical_context_parallel_sizes: null\n", "  hierarchical_context_parallel_sizes: [2, 1]\n")
+    valid = _saved(tmp_path, "valid.yaml", ("  context_parallel_size: 1\n", "  context_parallel_size: 2\n"),
+                   ("  cp_comm_type: null\n", "  cp_comm_type: a2a+p2p\n"), sizes, ("  data_parallel_size: 4\n", "  data_parallel_size: 2\n"))
+    assert "CP_HIERARCHICAL_SIZES_INVALID" not in {f.id for f in api.resolve(config=valid).findings}
+    invalid = _saved(tmp_path, "invalid.yaml", sizes)
+    assert "CP_HIERARCHICAL_SIZES_INVALID" in {f.id for f in api.resolve(config=invalid).findings}
+
+
+def test_a_tuned_userbuffers_config_in_a_saved_run_config_is_read_and_said_unmodelled(tmp_path):
+    # fuzzF F6: one num_sm changed made every verb exit 2, diagnose --config included (the logs were never read)
+    bulk = ("    fc1_dgrad:\n      _target_: megatron.bridge.training.comm_overlap.BulkOverlapCfg\n      cga_size: 2\n"
+            "      method: bulk\n      num_sm: 2\n")
+    path = _saved(tmp_path, "tuned.yaml", (bulk, bulk.replace("num_sm: 2", "num_sm: 4")))
+    r = api.resolve(config=path)
+    assert r.effective["model"]["tp_comm_overlap"] is True
+    unmodelled = [f for f in r.findings if f.id == "UNMODELED_OVERLAP_KEY"]
+    assert unmodelled and "comm_overlap.tp_comm_overlap_cfg" in unmodelled[0].knobs
+    assert not {"PRESET_NOT_USED", "TP_OVERLAP_DEFAULT_UB_CFG", "PRESET_NOT_FOR_LAYOUT"} & {f.id for f in r.findings}
+
+
+def _watchdog(rank, desc, op, numel_in, numel_out):
+    return (f"[rank{rank}]:[E1201 12:00:00.000000000 ProcessGroupNCCL.cpp:632] [PG ID 5 PG GUID 9({desc}) Rank {rank}] Watchdog "
+            f"caught collective operation timeout: WorkNCCL(SeqNum=199, OpType={op}, NumelIn={numel_in}, NumelOut={numel_out}, "
+            "Timeout(ms)=600000) ran for 600010 milliseconds before timing out.\n")
+
+
+def _causes(text, **kw):
+    import io
+
+    return [c["id"] for c in api.diagnose(["-"], stdin=io.BytesIO(text.encode()), **kw).to_dict()["causes"]]
+
+
+def test_a_coalesced_collective_goes_by_its_group_not_to_the_pipeline():
+    # fuzzF F2: Megatron-Core runs the DP buckets' reduce-scatter and all-gather in torch's _coalescing_manager, which
+    # the watchdog prints as OpType=COALESCED; every such line was PIPELINE_P2P_TIMEOUT
+    assert _causes(_watchdog(0, "DATA_PARALLEL_GROUP_WITH_CP", "COALESCED", 4000, 1000)) == ["DP_COLLECTIVE_TIMEOUT"]
+    assert _causes(_watchdog(0, "TENSOR_MODEL_PARALLEL_GROUP", "COALESCED", 4000, 1000)) == ["TP_COLLECTIVE_TIMEOUT"]
+    assert _causes(_watchdog(0, "PIPELINE_MODEL_PARALLEL_GROUP", "COALESCED", 4000, 4000)) == ["PIPELINE_P2P_TIMEOUT"]
+    plain = _watchdog(0, "x", "COALESCED", 4000, 1000).replace("(x)", "")
+    assert _causes(plain) == ["PIPELINE_P2P_TIMEOUT"]  # the log alone: the pipeline's batched sends, as before
+    no_pp = {"model.pipeline_model_parallel_size": 1, "model.virtual_pipeline_model_parallel_size": None}
+    assert _causes(plain, config=str(RUNS / "baseline.yaml"), overrides=no_pp) == ["DP_COLLECTIVE_TIMEOUT"]
+
+
+def test_torch_s_undefined_description_is_no_description():
+    # fuzzF F3: torch 2.4+ names a group made without a description 'undefined'; it was a named group of no dimension
+    line = _watchdog(0, "undefined", "_REDUCE_SCATTER_BASE", 4000, 1000)
+    assert _causes(line) == _causes(line.replace("(undefined)", "")) == ["DP_COLLECTIVE_TIMEOUT"]
+
+
+def test_a_dp_group_s_gradient_all_reduce_is_the_dp_collective_and_a_scalar_s_is_not():
+    # fuzzF F4: without the distributed optimizer the DP buckets all-reduce (param_and_grad_buffer.py)
+    assert _causes(_watchdog(0, "DATA_PARALLEL_GROUP_WITH_CP", "ALLREDUCE", 4000, 4000)) == ["DP_COLLECTIVE_TIMEOUT"]
+    assert "DP_COLLECTIVE_TIMEOUT" not in _causes(_watchdog(0, "DATA_PARALLEL_GROUP", "ALLREDUCE", 1, 1))  # a loss average
+
+
+def test_ever_new_group_sizes_are_bounded_and_said():
+    # fuzzF F7: a group per size: 200,000 sizes gave 110 MB of JSON
+    import io
+
+    from mbridge_overlap.diagnose.scan import MAX_SIZES
+
+    text = "".join(_watchdog(i % 8, "undefined", "_ALLGATHER_BASE", 1, i + 2) for i in range(400))
+    d = api.diagnose(["-"], stdin=io.BytesIO(text.encode())).to_dict()
+    evidence = [e for c in d["causes"] for e in c["evidence"]]
+    assert len(evidence) <= MAX_SIZES + 1 and sum(e["count"] for e in evidence) == 400
+    assert any(f"{400 - MAX_SIZES:,} watchdog lines of further group sizes" in n for n in d["notes"])
+
+
+def test_the_budget_takes_shapes_megatron_core_takes():
+    # fuzzF F5: TransformerConfig accepts num_query_groups that divide TP and a hidden size no multiple of the heads
+    recipe = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+    assert api.budget(recipe=recipe, shape={"num_query_groups": 2}).to_dict()["budget"]
+    assert api.budget(recipe=recipe, shape={"hidden_size": 8200}).to_dict()["budget"]

@@ -7,6 +7,7 @@ from ...run import launch_env, layout, peft
 from ...upstream import releases, presets as ub_presets
 from .. import make, shell
 from ..proof import fails, fixed, probing, proven
+from ...run.request import CUSTOM_UB_CFG
 from ...run.resolver import State
 from ..registry import check
 from .common import adopt_dp_knobs, tp_overlap_precision_problem
@@ -66,6 +67,8 @@ def preset(state: State):
     precision, sizes, lora = ub_presets.precision_class(state.precision or {"bf16": True}), ub_presets.shape(state), peft.of(state) is not None
     best, why = ub_presets.match(release, gpu_info, precision, sizes, lora)
     used = model["tp_comm_overlap_cfg"]
+    if used == CUSTOM_UB_CFG:
+        return  # the run's own tuned config (UNMODELED_OVERLAP_KEY says the answer does not model it)
     if best is not None and used != best.name:
         c = {"comm_overlap.tp_comm_overlap_cfg": best.name}
         yield make("PRESET_NOT_USED", fix_overrides=proven(state, "PRESET_NOT_USED", [c]), preset=best.name, used=used or "the TE default")
