@@ -23,9 +23,14 @@ def known(req: Request) -> tuple[int, str] | None:
         return _count(value, "the model's config") if value is not None else None
     if (entry.get("shape") or {}).get("hidden_size") is not None:
         return _count(value, f"recipe {entry['name']}")
-    from .scenario import published_shape
-
     return _count(published_shape(entry).get("num_layers"), f"{entry['model']}'s published config")
+
+
+def published_shape(entry: dict) -> dict:
+    """The shape of a recipe's model as its published config gives it (data/budget_models.yaml), {} if not known."""
+    from ..upstream.releases import DATA_DIR, load_yaml
+
+    return (load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(entry.get("model") or "") or {}).get("shape") or {}
 
 
 def flexible(req: Request) -> bool:

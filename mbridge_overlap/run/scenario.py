@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 
 from ..upstream import catalog, releases
-from . import machine, request, resolver, runconfig
+from . import layers, machine, request, resolver, runconfig
 from ..errors import UsageError
 from dataclasses import dataclass, field, replace
 from .request import Request
@@ -138,16 +138,9 @@ def _shape(given: Mapping | None, req: Request, entry: dict | None) -> dict:
             recorded = (entry.get("shape") or {}).get(name)
             value = recorded if isinstance(recorded, int) and recorded > 0 else None  # vanilla_gpt's 0: not a shape
         if value is None and entry is not None and name == "hidden_size":
-            value = published_shape(entry).get(name)  # a recipe that reads its model's config: the published one's
+            value = layers.published_shape(entry).get(name)  # a recipe that reads its model's config: the published one's
         out[name] = value
     return out
-
-
-def published_shape(entry: dict) -> dict:
-    """The shape of a recipe's model as its published config gives it (data/budget_models.yaml), {} if not known."""
-    from ..upstream.releases import DATA_DIR, load_yaml
-
-    return (load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(entry.get("model") or "") or {}).get("shape") or {}
 
 
 def _pick(assumed: dict, name: str, given, from_recipe, recipe_says: str, default, default_says: str):
