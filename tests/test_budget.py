@@ -372,3 +372,51 @@ def test_with_vpp_only_model_chunk_0_is_bucketed():
     assert rs["bytes"] == 4 * layer * 2 and rs["bytes_vary"] and rs["count"] > 5  # a whole chunk is the largest bucket
     (step,) = _items(_budget({"comm_overlap.overlap_param_gather_with_optimizer_step": True}), "dp", "reduce_scatter")
     assert step["count"] == 5 and step["bytes"] > rs["bytes"]  # no chunk bucketed: chunk 0 with the embedding is the largest
+
+
+QWEN_MOE = "perf_recipes.qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"
+MOE_LAYOUT = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True, "model.expert_model_parallel_size": 8,
+              "comm_overlap.tp_comm_overlap": True}
+
+
+def test_the_flex_dispatcher_sends_a_token_once_per_rank_that_holds_its_experts():
+    """evalF F1: DeepEP's dispatch layout (is_token_in_rank) sends a token to each EP rank holding one of its top-k
+    experts once, not once per expert; the expected count under uniform routing, against a sampled router."""
+    import random
+
+    from mbridge_overlap.budget.estimate import Layout, copies_per_token
+    from mbridge_overlap.budget.shape import of
+
+    shape, _ = of("qwen3_30b_a3b", {})
+    rng, experts, ep, k = random.Random(7), shape.num_moe_experts, 8, shape.moe_router_topk
+    sampled = sum(len({e // (experts // ep) for e in rng.sample(range(experts), k)}) for _ in range(20000)) / 20000
+    lay = Layout.__new__(Layout)
+    lay.dispatcher, lay.ep = "flex", ep
+    assert copies_per_token(lay, shape) == pytest.approx(sampled, rel=0.01)
+    lay.dispatcher = "alltoall"
+    assert copies_per_token(lay, shape) == k
+    flex = _items(_budget(MOE_LAYOUT, recipe=QWEN_MOE, model="qwen3_30b_a3b", gpus=32), "ep", "all_to_all")[0]
+    a2a = _items(_budget({**MOE_LAYOUT, "model.moe_token_dispatcher_type": "alltoall", "model.moe_flex_dispatcher_backend": None},
+                         recipe=QWEN_MOE, model="qwen3_30b_a3b", gpus=32), "ep", "all_to_all")[0]
+    assert flex["bytes"] / a2a["bytes"] == pytest.approx(sampled / k, rel=0.01)
+
+
+def test_expert_gradients_are_reduced_over_the_expert_data_parallel_group():
+    """evalF F2: Megatron-Core puts the experts in buffers of their own on the expert-DP group (world / (expert TP x
+    EP x PP)); their bytes are every local expert's weights (Qwen3-30B-A3B: 48 layers x 128 / EP experts x 3 x 2048 x
+    768), in BF16."""
+    b = _budget(MOE_LAYOUT, recipe=QWEN_MOE, model="qwen3_30b_a3b", gpus=32)
+    experts = [c for c in _items(b, "dp", "reduce_scatter") if c["what"].startswith("expert")]
+    assert len(experts) == 1 and experts[0]["group"] == 32 // (1 * 8 * 1)
+    weights = 48 * (128 // 8) * 3 * 2048 * 768
+    assert experts[0]["count"] * experts[0]["bytes"] >= 2 * weights > (experts[0]["count"] - 1) * experts[0]["bytes"]
+
+
+def test_with_expert_parallel_overlap_the_first_forward_and_last_backward_stay_exposed():
+    """evalF F8: combined 1F1B runs the first micro-batch's forward and the last one's backward alone
+    (combined_1f1b.py): per layer their dispatch and combine, 4 all-to-alls, are exposed."""
+    b = _budget({**MOE_LAYOUT, "comm_overlap.overlap_moe_expert_parallel_comm": True}, recipe=QWEN_MOE,
+                model="qwen3_30b_a3b", gpus=32)
+    (ep,) = _items(b, "ep", "all_to_all")
+    one = ep["ms"] / ep["count"]
+    assert ep["ms"] - ep["hidden_ms"] == pytest.approx(4 * 48 * one, rel=0.01)

@@ -6,7 +6,6 @@ spread the sources allow; the assumptions are listed with the result."""
 from __future__ import annotations
 
 import math
-
 import re
 from dataclasses import dataclass, field
 
@@ -319,6 +318,16 @@ def _cp_exchange(lay: Layout) -> tuple:
             f"cp_comm_type {kind} exchanges otherwise, which the budget does not model: its CP times are the ring's",)
 
 
+def copies_per_token(lay: Layout, shape) -> float:
+    """How many copies of a token the dispatch sends: the alltoall dispatcher one per routed expert (top-k); the flex
+    dispatcher (DeepEP, HybridEP: fused_a2a.py's is_token_in_rank) one per EP rank that holds one of its experts, under
+    uniform routing ep x (1 - C(E - E/ep, k) / C(E, k))."""
+    k, experts = shape.moe_router_topk, shape.num_moe_experts
+    if lay.dispatcher != "flex" or lay.ep < 2 or experts % lay.ep:
+        return k
+    return lay.ep * (1 - math.comb(experts - experts // lay.ep, k) / math.comb(experts, k))
+
+
 def _not_modelled(lay: Layout, shape) -> tuple:
     """What the budget prices as another path does: the allgather token dispatcher (its all-gather and reduce-scatter
     over the expert-TP x EP group, token_dispatcher.py MoEAllGatherTokenDispatcher) as the alltoall one's all-to-all;
@@ -328,6 +337,10 @@ def _not_modelled(lay: Layout, shape) -> tuple:
     if shape.groups < lay.tp:
         out += (f"TP: with fewer KV groups ({shape.groups}) than TP ({lay.tp}) Megatron-Core all-gathers each layer's fused "
                 "QKV output over TP to pick its heads (attention.py); that all-gather is not counted",)
+    if shape.moe and lay.ep > 1 and lay.dispatcher == "flex":
+        out += (f"EP: the flex dispatcher (DeepEP, HybridEP) sends a token once to each EP rank that holds one of its "
+                f"experts: {copies_per_token(lay, shape):.2f} ranks of its top-{shape.moe_router_topk} under uniform routing "
+                "(a skewed router sends more or fewer); priced at the all-to-all's bus bandwidth, not DeepEP's own kernels'",)
     if shape.moe and lay.ep > 1 and lay.dispatcher == "allgather":
         out += ("EP: the allgather token dispatcher (all-gather and reduce-scatter over the expert-TP x EP group) is "
                 "priced as the alltoall dispatcher's all-to-all, which it is not: its EP times are the alltoall's",)
@@ -556,35 +569,52 @@ def _pp(lay, shape, system, m, tokens, stage_fwd) -> list:
 
 
 def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
-    group = lay.dp * lay.cp
-    if group < 2:
-        return []
+    """The DP buckets' gradient reduce and parameter gather: the dense parameters' on the DP x CP group, the experts'
+    (a buffer of their own, DistributedDataParallel's expert_parallel_buffers) on the expert-DP group."""
     d = lay.ddp
-    distopt = bool(d.get("use_distributed_optimizer"))
     if lay.peft:  # only what trains has a gradient buffer (DistributedDataParallel skips frozen parameters)
         params = [(f"decoder.layers.{i}.{g}.adapter", n, False) for i in range(layers)
                   for g, n in shapes.adapter_params(shape, lay.peft.gemms, lay.peft.dim, lay.tp).items()]
     else:
-        params = [p for p in shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1) if not p[2]]
-    if not params:
+        params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1)
+    dense = [p for p in params if not p[2]]
+    experts = [(n, e // lay.etp, x) for n, e, x in params if x]  # expert TP splits each expert's weights
+    world = lay.dp * lay.cp * lay.tp * lay.pp
+    expert_dp = world // (lay.etp * lay.ep * lay.pp) if experts else 1
+    # one bucket size for every buffer: the DP group's default (DistributedDataParallel.__init__)
+    size = buckets.default_bucket_size(d.get("bucket_size"), lay.settings["overlap_grad_reduce"], lay.dp * lay.cp)
+    out = _buffers(lay, system, dense, lay.dp * lay.cp, _link(lay, lay.tp, lay.cp * lay.dp), "", layers, size,
+                   stage_fwd, stage_bwd, tied=lay.pp > 1 and bool(shape.share_embeddings_and_output_weights))
+    used = [sum(i.hidden for i in out if i.setting == s) for s in ("overlap_grad_reduce", "overlap_param_gather")]
+    out += _buffers(lay, system, experts, expert_dp, _link(lay, lay.etp * lay.ep, expert_dp),
+                    f"expert ({expert_dp}-rank expert-DP group) ", layers, size, stage_fwd - used[1], stage_bwd - used[0])
+    return out
+
+
+def _buffers(lay, system, params, group, link, whose, layers, size, fwd, bwd, tied=False) -> list:
+    """One kind of DDP buffer's collectives: its buckets' gradient reduce (hidden behind `bwd` seconds of backward)
+    and, with the distributed optimizer, their parameter gather (behind `fwd`)."""
+    if group < 2 or not params:
         return []
-    size = buckets.default_bucket_size(d.get("bucket_size"), lay.settings["overlap_grad_reduce"], group)
+    d = lay.ddp
+    distopt = bool(d.get("use_distributed_optimizer"))
     spans = []
     # a DDP buffer per model chunk, the last chunk's backward done first (the first stage ends with chunk 0's)
     for k, chunk in reversed(list(enumerate(_chunks(params, layers, lay.vp)))):
         bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest
+        # the first stage's embedding tied to the last stage's output layer: a shared embedding (language_module.py)
+        alone = frozenset(i for i, (name, _, _) in enumerate(chunk) if tied and name == "embedding.word_embeddings.weight")
         spans += buckets.layout([n for _, n, _ in chunk], size if bucketed else None, distributed_optimizer=distopt,
-                                dp_size=group, pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")))
-    link = _link(lay, lay.tp, lay.cp * lay.dp)
+                                dp_size=group, pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")),
+                                alone=alone)
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
     param_bytes = 1 if d.get("fp8_param_gather") else 2
-    bwd = stage_bwd  # the last micro-batch's backward on the first stage
     out = []
     reduce = "reduce_scatter" if distopt else "all_reduce"
     vary = len({e - s for s, e, _ in spans}) > 1
     times = [system.seconds(reduce, (e - s) * grad_bytes, group, link) for s, e, _ in spans]
     hidden = max(0.0, min(sum(times[:-1]), bwd)) if lay.settings["overlap_grad_reduce"] else 0.0
-    out.append(Item("dp", reduce, f"gradients ({len(spans)} bucket{'s' if len(spans) != 1 else ''}, "
+    out.append(Item("dp", reduce, f"{whose}gradients ({len(spans)} bucket{'s' if len(spans) != 1 else ''}, "
                     f"{'FP32' if grad_bytes == 4 else 'BF16'})", max(e - s for s, e, _ in spans) * grad_bytes, len(spans),
                     group, link, sum(times), hidden, "overlap_grad_reduce", last=times[-1],
                     last_bytes=(spans[-1][1] - spans[-1][0]) * grad_bytes, bytes_vary=vary))
@@ -594,8 +624,8 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
         # with align_param_gather only the interleaved schedule dispatches them ahead (param_sync_func), elsewhere the
         # forward pre-hook skips the next bucket's dispatch and each all-gather waits where its layer runs
         prefetch = not d.get("align_param_gather") or (lay.pp > 1 and lay.vp > 1)
-        hidden = max(0.0, min(sum(times[:-1]), stage_fwd)) if lay.settings["overlap_param_gather"] and prefetch else 0.0
-        out.append(Item("dp", "all_gather", f"parameters ({'FP8' if param_bytes == 1 else 'BF16'})",
+        hidden = max(0.0, min(sum(times[:-1]), fwd)) if lay.settings["overlap_param_gather"] and prefetch else 0.0
+        out.append(Item("dp", "all_gather", f"{whose}parameters ({'FP8' if param_bytes == 1 else 'BF16'})",
                         max(e - s for s, e, _ in spans) * param_bytes, len(spans), group, link, sum(times), hidden,
                         "overlap_param_gather", bytes_vary=vary))
     return out
@@ -622,12 +652,14 @@ def _ep(lay, shape, system, layers, m, tokens, layer_fwd, again) -> list:
     if lay.ep < 2 or not shape.moe:
         return []
     local = tokens // lay.cp // (lay.tp if lay.sp else 1)
-    size = local * shape.moe_router_topk * shape.hidden_size * ACT_BYTES
+    size = round(local * copies_per_token(lay, shape) * shape.hidden_size * ACT_BYTES)
     link = _link(lay, lay.etp, lay.ep)  # the expert grid's order: tp-ep-dp-pp, TP the expert TP
     one = system.seconds("all_to_all", size, lay.ep, link)
     count = round((4 + 2 * (again["layer"] + again["mlp"])) * layers * m)  # dispatch and combine, forward (again where recomputed) and backward
     total = one * count
     on = lay.settings["overlap_moe_expert_parallel_comm"]
-    hidden = count * min(one, layer_fwd / 2) if on else 0.0  # hidden behind the other micro-batch's attention or MLP
+    # hidden behind the other micro-batch's attention or MLP; combined 1F1B runs the first micro-batch's forward and
+    # the last one's backward alone (pipeline_parallel/combined_1f1b.py): their dispatch and combine stay exposed
+    hidden = max(0, count - 4 * layers) * min(one, layer_fwd / 2) if on else 0.0
     return [Item("ep", "all_to_all", "routed tokens (dispatch and combine)", size, count, lay.ep, link, total, hidden,
                  "overlap_moe_expert_parallel_comm")]
