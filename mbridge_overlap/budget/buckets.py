@@ -19,26 +19,31 @@ def default_bucket_size(bucket_size: int | None, overlap_grad_reduce: bool, dp_s
 
 
 def layout(numels: list[int], bucket_size: int | None, *, distributed_optimizer: bool, dp_size: int,
-           pad_for_high_nccl_busbw: bool = False) -> list[tuple[int, int, int]]:
-    """(start, end, unpadded elements) of each bucket, in the order backward fills them."""
+           pad_for_high_nccl_busbw: bool = False, alone: frozenset = frozenset()) -> list[tuple[int, int, int]]:
+    """(start, end, unpadded elements) of each bucket, in the order backward fills them. alone: the indices of
+    parameters the distributed optimizer gives a bucket of their own (a shared embedding: distrib_optimizer.py
+    _compute_per_buffer_param_layout's _does_param_require_new_bucket)."""
     divisor = math.lcm(dp_size, 128, 2 ** 16) if pad_for_high_nccl_busbw else math.lcm(dp_size, 128)
+    pad = (lambda n: -(-n // divisor) * divisor) if distributed_optimizer else (lambda n: n)
     out: list[tuple[int, int, int]] = []
     start = bucket_start = 0
     end = 0
     open_bucket = False
-    for numel in reversed(numels):
+    for i in reversed(range(len(numels))):
+        own = distributed_optimizer and i in alone
         if distributed_optimizer:
             start = -(-start // 64) * 64
-        end = start + numel
+        if own and open_bucket:  # close the bucket before it
+            out.append((bucket_start, pad(start), start - bucket_start))
+            bucket_start = start = pad(start)
+        end = start + numels[i]
         open_bucket = True
-        if bucket_size is not None and end - bucket_start >= bucket_size:
-            closed = -(-end // divisor) * divisor if distributed_optimizer else end
-            out.append((bucket_start, closed, end - bucket_start))
-            bucket_start = start = closed
+        if bucket_size is not None and end - bucket_start >= bucket_size or own:
+            out.append((bucket_start, pad(end), end - bucket_start))
+            bucket_start = start = pad(end)
             open_bucket = False
         else:
             start = end
     if open_bucket:
-        closed = -(-end // divisor) * divisor if distributed_optimizer else end
-        out.append((bucket_start, closed, end - bucket_start))
+        out.append((bucket_start, pad(end), end - bucket_start))
     return out

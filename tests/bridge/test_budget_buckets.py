@@ -43,6 +43,26 @@ def test_buckets_are_megatron_cores(model, tp, ep, layers, dp, size, distopt, pa
     assert len(mine) > 1
 
 
+@pytest.mark.parametrize("size", [134_217_728, 40_000_000, None])
+def test_a_shared_embedding_gets_a_bucket_of_its_own_as_megatron_core_gives_it(size):
+    """evalF F3: tied embeddings with PP > 1 mark the first stage's embedding shared_embedding (language_module.py);
+    the distributed optimizer's layout closes a bucket before it and after it."""
+    from megatron.core.distributed.distributed_data_parallel_config import DistributedDataParallelConfig
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    sh, _ = shapes.of("llama3_8b", {"share_embeddings_and_output_weights": True})
+    params = [p for p in shapes.stage_params(sh, 1, 1, 16, first=True, last=False) if not p[2]]
+    tensors = [torch.nn.Parameter(torch.empty(n, device="meta")) for _, n, _ in params]
+    alone = frozenset(i for i, (name, _, _) in enumerate(params) if name == "embedding.word_embeddings.weight")
+    for i in alone:
+        tensors[i].shared_embedding = True
+    cfg = DistributedDataParallelConfig(use_distributed_optimizer=True)
+    theirs = DistributedOptimizer._compute_per_buffer_param_layout(tensors, size, 8, cfg)
+    mine = buckets.layout([n for _, n, _ in params], size, distributed_optimizer=True, dp_size=8, alone=alone)
+    assert alone and [(s, e) for s, e, _ in mine] == list(theirs.bucket_indices)
+    assert [u for _, _, u in mine] == list(theirs.per_bucket_numel_unpadded)
+
+
 def test_the_unset_bucket_size_is_megatron_cores_default():
     import inspect
 
