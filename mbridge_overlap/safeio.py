@@ -498,6 +498,8 @@ def write_output(path, payload: str, force: bool) -> None:
     symlink included, checked and created in one step by link()); with force a symlink is replaced itself, never
     written through; what _check_target refuses is never touched."""
     target = Path(path)
+    if str(path).endswith(("/", os.sep)):  # Path() drops the slash that says a folder is meant
+        raise UsageError(f"--output {esc(str(path))}: names a folder; give a file name")
     try:
         _check_target(target, force)
         data = payload.encode("utf-8")

@@ -9,7 +9,7 @@ ITERATION_PHRASE = "elapsed time per iteration"
 # Bridge's training_log line: `iteration N/ M | ... | elapsed time per iteration (ms): X | ...`, found as the regex
 # _ITER_HEAD, then anything but a newline, then _ITER_MS would find it (iteration_ms_span), in linear time
 _ITER_HEAD = re.compile(r"\biteration\s+(\d{1,12})/\s*(\d{1,12})\s*\|")
-_ITER_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9]{1,12}(?:\.[0-9]*)?)")
+_ITER_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9]{1,12}(?:\.[0-9]*)?)(?=\s|\||$)")  # a whole number
 # the line that ends a traceback: an exception's name at the start (after a rank prefix), then its message or nothing
 EXCEPTION = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(\w*(?:Error|Exception|Interrupt)\w*)(?::|\s*$)")
 # what stops a run from outside its code: an interrupt, a signal, the process's exit, memory running out. A traceback

@@ -421,6 +421,7 @@ class Scan:
         self._times(source, (ms,))
 
     def _times(self, source: str, values) -> None:
+        values = [v for v in values if v > 0]  # no iteration takes 0 ms: a field that says so is not a time
         times = self.iterations.get(source)
         room = min(MAX_ITERATION_TIMES - self.times, MAX_ITERATIONS - (len(times) if times is not None else 0))
         if room <= 0 or not values:

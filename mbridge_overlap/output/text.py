@@ -72,7 +72,7 @@ def _inputs(d: dict) -> list[str]:
     inputs = d["inputs"]
     assumed = inputs["assumed"]
     guessed = [f"{k} from {v}" for k, v in assumed.items() if v != "given"]
-    lines = ["assumed: " + "; ".join(guessed) if guessed else ""]
+    lines = [f"config: {inputs['config']}" if inputs.get("config") else "", "assumed: " + "; ".join(guessed) if guessed else ""]
     m = inputs["machine"]
     lines.append(f"machine: {m['gpu']}, {m['gpus_per_node']} GPUs per node, NVLink domain of {m['nvlink_domain']} GPUs"
                  + (" (multi-node NVLink)" if m["mnnvl"] else "") + f", multicast {'yes' if m['multicast'] else 'no'}, "
@@ -308,7 +308,7 @@ def _ranks(ranks: list, count: int) -> str:
         return "rank unknown"
     nums = [int(r) for r in ranks if r.isdigit()]
     if nums and len(nums) == len(ranks) and nums == list(range(nums[0], nums[0] + len(nums))) and len(nums) > 2:
-        shown = f"{nums[0]}-{nums[-1]}"
+        shown = f"{nums[0]}-{nums[-1]}" + (f" and {count - len(nums):,} more" if count > len(nums) else "")
     else:
         shown = ", ".join(ranks[:6]) + (f" and {count - 6} more" if count > 6 else "")
     return f"{'rank' if count == 1 else f'{count} ranks'}: {shown}"
@@ -348,8 +348,12 @@ def _wording(e: dict) -> list[str]:
 def diagnosis(d: dict) -> str:
     sources = d["sources"]
     ranks = sorted({r for s in sources for r in s["ranks"]}, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))
+    from ..diagnose.scan import MAX_RANKS
+
+    cut = any(len(s["ranks"]) >= MAX_RANKS for s in sources)
     lines = [f"diagnose: {len(sources)} log{'s' if len(sources) != 1 else ''}, {d['lines']:,} lines"
              + (f", {_ranks(ranks, len(ranks))}" if ranks else "")
+             + (f" (rank labels past {MAX_RANKS:,} a log are not kept)" if cut else "")
              + f" (messages of Megatron-Bridge {d['catalog']['release']}'s packages: {d['catalog']['messages']:,}"
              + f", other releases' wordings: {d['catalog'].get('other_wordings', 0):,})"]
     cfg = d["config"]

@@ -67,7 +67,8 @@ class RunConfig:
 
 
 def find_file(path: str | Path) -> Path:
-    """The YAML to read: the file itself, DIR/run_config.yaml, or the newest DIR/iter_*/run_config.yaml."""
+    """The YAML to read: the file itself, DIR/run_config.yaml, the one of the checkpoint Megatron's tracker names
+    (DIR/iter_N or DIR/release), or the newest DIR/iter_*/run_config.yaml where there is no tracker."""
     p = Path(path)
     try:
         p = p.expanduser()
@@ -83,22 +84,31 @@ def find_file(path: str | Path) -> Path:
             if (m := _ITER_DIR.match(name)) and safeio.kind(p / name / RUN_CONFIG) == "file"
         )
         wanted = _tracked_iteration(p / TRACKER)
+        if wanted == "release":  # Megatron's get_checkpoint_name(release=True): DIR/release
+            if safeio.kind(p / "release" / RUN_CONFIG) == "file":
+                return p / "release" / RUN_CONFIG
+            raise UsageError(f"{p / TRACKER} names the release checkpoint, and {p / 'release'} holds no {RUN_CONFIG}")
     except (OSError, RuntimeError) as exc:  # permission, name too long, symlink loop, ~nobody
         raise UsageError(f"{p}: {safeio.reason(exc) if isinstance(exc, OSError) else exc}") from None
     if wanted is not None:
-        iters = [it for it in iters if it[0] == wanted] or iters
+        tracked = [it for it in iters if it[0] == wanted]
+        if not tracked:  # another checkpoint's config is not the tracked one's
+            newest = f"; the newest that has one: {iters[-1][1] / RUN_CONFIG}" if iters else ""
+            raise UsageError(f"{p / TRACKER} names iteration {wanted}, and no iter_{wanted:07d} under {p} holds a "
+                             f"{RUN_CONFIG}{newest}")
+        iters = tracked
     if not iters:
         raise UsageError(f"{p}: no {RUN_CONFIG} there, nor in an iter_* checkpoint folder under it")
     return iters[-1][1] / RUN_CONFIG
 
 
-def _tracked_iteration(tracker: Path) -> int | None:
-    """The iteration Megatron's tracker file names; None where there is none (or it says 'release')."""
+def _tracked_iteration(tracker: Path) -> int | str | None:
+    """The iteration Megatron's tracker file names ('release' for the release checkpoint); None where there is none."""
     if safeio.kind(tracker) == "missing":
         return None
     text = safeio.read_text(tracker, limit=4096).strip()
     if text == "release":
-        return None
+        return text
     if not _ITERATION.match(text):
         raise UsageError(f"{tracker}: expected an iteration number, got {safeio.shown(text)}")
     return int(text)

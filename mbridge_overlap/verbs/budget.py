@@ -19,7 +19,14 @@ class BudgetResult:
                 "budget": self.budget.to_dict(sc.gpus),
                 "findings": [f.id for f in self.analysis.findings if f.severity == "error"],
                 "note": "times are estimates from measured bus bandwidths and GEMM rates (sources and assumptions "
-                        "listed); the truth needs a GPU: compare with `trace` of a profiled run"}
+                        "listed); the truth needs a GPU: compare with `trace` of a profiled run" + self._refused()}
+
+    def _refused(self) -> str:
+        """A recipe real Bridge refuses as it ships for a reason outside overlap: priced all the same, and said."""
+        if any(f.id == "RECIPE_REJECTED_OUTSIDE_OVERLAP" for f in self.analysis.findings):
+            return ("; real Megatron-Bridge refuses this recipe as it ships, for a reason outside overlap "
+                    "(RECIPE_REJECTED_OUTSIDE_OVERLAP: `resolve` says why): this prices it as if it ran")
+        return ""
 
 
 def budget(overrides=None, *, model=None, shape=None, **inputs) -> BudgetResult:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from hostile_kit import ROOT
+from hostile_kit import ROOT, assert_one_line, run_cli
 
 sys.path.insert(0, str(ROOT))
 
@@ -127,3 +127,61 @@ def test_the_budget_takes_shapes_megatron_core_takes():
     recipe = "llama3_70b_pretrain_64gpu_h100_bf16_config"
     assert api.budget(recipe=recipe, shape={"num_query_groups": 2}).to_dict()["budget"]
     assert api.budget(recipe=recipe, shape={"hidden_size": 8200}).to_dict()["budget"]
+
+
+def test_an_iteration_time_is_a_whole_number_not_a_prefix_and_never_zero(tmp_path):
+    # fuzzF F9: '1e308' was read as 1.0 ms, '1,234.5' as 1 and 0 ms as a time: a made-up throughput change
+    def log(name, ms):
+        path = tmp_path / name
+        path.write_text("".join(f" iteration {i}/ 10 | elapsed time per iteration (ms): {ms} | lr: 1.0E-04 |\n"
+                                for i in range(1, 5)))
+        return str(path)
+
+    before = log("before.log", "4338.7")
+    for bad in ("1e308", "1,234.5", "0", "0.0"):
+        d = api.diagnose([before, log(f"after{len(bad)}.log", bad)], compare=True).to_dict()
+        assert d["compare"]["after"]["median_ms"] is None and d["compare"]["change"] is None, bad
+    d = api.diagnose([before, log("after.log", "4400.5")], compare=True).to_dict()
+    assert d["compare"]["after"]["median_ms"] == 4400.5
+
+
+def test_the_checkpoint_megatron_s_tracker_names_is_the_one_read(tmp_path):
+    # fuzzF F19: 'release' or a tracked iteration without a config silently read the newest iter_* folder's
+    base = (RUNS / "baseline.yaml").read_text()
+    for folder in ("iter_0000100", "release"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "run_config.yaml").write_text(base)
+    (tmp_path / "iter_0000200").mkdir()
+    (tmp_path / "iter_0000200" / "run_config.yaml").write_text(base.replace("  tensor_model_parallel_size: 4\n",
+                                                                           "  tensor_model_parallel_size: 2\n", 1))
+    tracker = tmp_path / "latest_checkpointed_iteration.txt"
+    tracker.write_text("release")
+    assert api.resolve(config=str(tmp_path)).to_dict()["inputs"]["config"].endswith("release/run_config.yaml")
+    tracker.write_text("100")
+    assert api.resolve(config=str(tmp_path)).to_dict()["inputs"]["config"].endswith("iter_0000100/run_config.yaml")
+    tracker.write_text("300")
+    proc = run_cli("resolve", "--config", str(tmp_path))
+    assert proc.returncode == 2 and b"names iteration 300" in proc.stderr
+    assert_one_line(proc)
+
+
+def test_an_output_path_that_names_a_folder_is_refused(tmp_path):
+    # fuzzF F17: 'out.txt/' wrote a file out.txt
+    proc = run_cli("plan", "--tp", "2", "--gpus", "8", "--output", str(tmp_path / "out.txt") + "/")
+    assert proc.returncode == 2 and not (tmp_path / "out.txt").exists()
+    assert_one_line(proc)
+
+
+def test_a_plan_with_expert_parallelism_and_no_expert_count_asks_for_it():
+    # fuzzF F15: the plan handed out overrides Bridge rejects (EXPERT_PARALLEL_WITHOUT_EXPERTS)
+    proc = run_cli("plan", "--tp", "2", "--gpus", "8", "--moe", "--ep", "2")
+    assert proc.returncode == 2 and b"expert count" in proc.stderr
+    assert_one_line(proc)
+    assert run_cli("plan", "--tp", "2", "--gpus", "8", "--moe", "--ep", "2", "--model", "qwen3_30b_a3b").returncode == 0
+
+
+def test_the_budget_of_a_recipe_bridge_refuses_says_so():
+    # fuzzF F18
+    note = api.budget(recipe="perf_recipes.qwen3_235b_a22b_pretrain_128gpu_b200_fp8mx_deepep_dev_config").to_dict()["note"]
+    assert "RECIPE_REJECTED_OUTSIDE_OVERLAP" in note
+    assert "refuses" not in api.budget(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config").to_dict()["note"]
