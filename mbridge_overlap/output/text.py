@@ -348,12 +348,8 @@ def _wording(e: dict) -> list[str]:
 def diagnosis(d: dict) -> str:
     sources = d["sources"]
     ranks = sorted({r for s in sources for r in s["ranks"]}, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))
-    from ..diagnose.scan import MAX_RANKS
-
-    cut = any(len(s["ranks"]) >= MAX_RANKS for s in sources)
     lines = [f"diagnose: {len(sources)} log{'s' if len(sources) != 1 else ''}, {d['lines']:,} lines"
              + (f", {_ranks(ranks, len(ranks))}" if ranks else "")
-             + (f" (rank labels past {MAX_RANKS:,} a log are not kept)" if cut else "")
              + f" (messages of Megatron-Bridge {d['catalog']['release']}'s packages: {d['catalog']['messages']:,}"
              + f", other releases' wordings: {d['catalog'].get('other_wordings', 0):,})"]
     cfg = d["config"]

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from ..upstream import releases
 from ..errors import UsageError
 from ..diagnose import messages, parallel, reader, report
-from ..diagnose.scan import MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, Scan
+from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, Scan
 
 
 def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = None, overrides: Mapping[str, Any] | None = None,
@@ -49,6 +49,9 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     if diag.facts.get("unexplained_dropped"):
         diag.notes.append(f"{diag.facts['unexplained_dropped']:,} further exception lines that nothing explains were counted, "
                           f"not listed: the first {MAX_UNEXPLAINED} kinds are (and as many whose words name a dimension)")
+    if any(len(s["ranks"]) >= MAX_RANKS for _label, scan in scans for s in scan.sources.values()):
+        diag.notes.append(f"rank labels past {MAX_RANKS:,} a log are not kept: the rank counts shown stop there, the line "
+                          "counts go on")
     if diag.facts.get("sizes_merged"):
         diag.notes.append(f"{diag.facts['sizes_merged']:,} watchdog lines of further group sizes are one group: the first "
                           f"{MAX_SIZES} sizes are told apart (a run has a few group sizes; this many is not one run's log)")

@@ -216,7 +216,7 @@ def make_plan(
     experts = experts_of(model) if ep > 1 and not start.request.model.get("num_moe_experts") else None
     if experts:
         asked["model.num_moe_experts"] = experts
-    elif ep > 1 and not start.request.model.get("num_moe_experts"):  # a plan never hands out overrides Bridge rejects
+    elif ep > 1 and entry is None and not start.request.model.get("num_moe_experts"):  # no overrides Bridge rejects
         raise UsageError(f"--ep {ep}: expert parallelism needs the model's expert count, and neither the recipe nor "
                          "--model gives one: pass --model NAME of an MoE model or --recipe of one")
     if other_precision:

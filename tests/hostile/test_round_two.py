@@ -349,7 +349,7 @@ CHECKPOINTS = dict(count("checkpoint", {
     "arabic_digits": (["iter_0000010", "iter_\u0669\u0669\u0669"], None, "iter_0000010"),
     "fullwidth_digits": (["iter_0000010", "iter_\uff19\uff19"], None, "iter_0000010"),
     "tracker_newline": (["iter_0000010", "iter_0000020"], "10\n", "iter_0000010"),
-    "tracker_missing_iteration": (["iter_0000010", "iter_0000020"], "30", "iter_0000020"),
+    # a tracker naming an iteration without a config: exit 2 (tests/hostile/test_round_eight.py), not the newest one's
 }.items()))
 
 
