@@ -185,3 +185,11 @@ def test_the_budget_of_a_recipe_bridge_refuses_says_so():
     note = api.budget(recipe="perf_recipes.qwen3_235b_a22b_pretrain_128gpu_b200_fp8mx_deepep_dev_config").to_dict()["note"]
     assert "RECIPE_REJECTED_OUTSIDE_OVERLAP" in note
     assert "refuses" not in api.budget(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config").to_dict()["note"]
+
+
+def test_nccl_with_no_algorithm_under_a_forced_nccl_algo_names_the_launcher_variables():
+    # corpus batch five, dev (nccl1670): NCCL_ALGO=nvls for every collective, and NCCL has no NVLS reduce-scatter
+    causes = api.diagnose(["-"], stdin=__import__("io").BytesIO(
+        b"Error : no algorithm/protocol available for function ReduceScatter with datatype ncclFloat32. NCCL_ALGO was set to nvls\n"
+    )).to_dict()["causes"]
+    assert [c["id"] for c in causes] == ["NCCL_ALGORITHM_UNAVAILABLE"] and "env_vars.NCCL_ALGO" in causes[0]["knobs"]
