@@ -101,12 +101,31 @@ def evidence(g: Group) -> dict:
         out["condition"] = e.condition
     if e.releases:
         out["wording_of"] = list(e.releases)
+    if (origin := printed_by(g)) is not None:
+        out["printed_by"] = origin
     if e.id in pg.SIZED and (n := pg.size(g.text)):
         out["group_ranks"] = n
     if g.approximate is not None:
         out["approximate"] = g.approximate
         out["catalog_text"] = e.template
     return out
+
+
+_NEMO_LOGGER = re.compile(r"\[NeMo [A-Z] \d{4}-\d\d-\d\d [\d:]+ ([\w.]{1,120}):(\d{1,7})\]")
+
+
+def printed_by(g: Group) -> str | None:
+    """Where the line itself came from, where that is not the catalog entry's file: the traceback frame it ends, or
+    NeMo's logger prefix (its module and line). None where the log does not say or says the same file."""
+    file = g.entry.file
+    if not file:
+        return None
+    if g.frame and g.frame[0] and g.frame[0].rsplit("/", 1)[-1] != file.rsplit("/", 1)[-1]:
+        return f"{g.frame[0]}:{g.frame[1]} {g.frame[2] or ''}".rstrip()
+    m = _NEMO_LOGGER.search(g.text)
+    if m and m[1].rsplit(".", 1)[-1] != file.rsplit("/", 1)[-1].removesuffix(".py"):
+        return f"{m[1]}:{m[2]} (NeMo's logger)"
+    return None
 
 
 def rank_list(ranks) -> list:
@@ -140,6 +159,7 @@ def classify(diag: Diagnosis) -> None:
                 diag.causes.append(_by_terms(g))
             elif not causes.overlap_related(g.entry) and g.entry.severity == "error":
                 diag.other.append(g)
+    _companions(diag, by_id)
     for key, groups in by_id.items():
         if isinstance(key, tuple):
             diag.causes.append(_path_error(groups, diag.catalog))
@@ -148,6 +168,22 @@ def classify(diag: Diagnosis) -> None:
         else:
             rec = findings.record(key)
             diag.causes.append(Cause(generic(key), groups, rec.get("overlap_related", True)))
+
+
+_WORK = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (\d{1,15})")
+_SEQ = re.compile(r"WorkNCCL\(SeqNum=(\d{1,15}),")
+
+
+def _companions(diag: Diagnosis, by_id: dict) -> None:
+    """torch's 'Exception ... detected by watchdog at work: N' line that follows a watchdog timeout of work N is that
+    timeout's, not another failure: it goes with the cause the timeout line shows."""
+    seqs = {m[1]: fid for fid, groups in by_id.items() if isinstance(fid, str)
+            for g in groups if (m := _SEQ.search(g.text))}
+    for g in list(diag.other):
+        m = _WORK.search(g.text)
+        if m and m[1] in seqs:
+            diag.other.remove(g)
+            by_id[seqs[m[1]]].append(g)
 
 
 def _worth_listing(entry) -> bool:

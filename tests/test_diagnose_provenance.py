@@ -1,0 +1,48 @@
+"""Where a logged line came from, where that is not the catalog's file of its words (evalD 9): NeMo 2's logger prints
+Bridge's words from its own callback, an older Megatron-Core raises them from a file since renamed; and torch's
+companion line of a watchdog timeout goes with that timeout's cause."""
+
+from __future__ import annotations
+
+import io
+
+from mbridge_overlap import api
+
+
+def _diagnose(text: str) -> dict:
+    return api.diagnose(["-"], stdin=io.BytesIO(text.encode())).to_dict()
+
+
+def test_nemo_s_logger_is_where_a_nemo_line_came_from():
+    d = _diagnose("[NeMo W 2025-06-02 11:04:13 megatron_comm_overlap:166] Disabling tensor parallel communication overlap "
+                  "due to sequence_parallel=False.\n")
+    (e,) = d["causes"][0]["evidence"]
+    assert e["printed_by"] == "megatron_comm_overlap:166 (NeMo's logger)" and e["file"].endswith("comm_overlap.py")
+
+
+def test_a_traceback_frame_of_another_file_is_where_the_line_came_from():
+    d = _diagnose("""Traceback (most recent call last):
+  File "/opt/megatron-lm/megatron/core/distributed/grad_buffer.py", line 111, in finish_grad_sync
+    assert self.communication_handle is not None and self.communication_issued, (
+AssertionError: Communication call has not been issued for this bucket (126/128 params have grad available)
+""")
+    (e,) = d["causes"][0]["evidence"]
+    assert e["printed_by"].startswith("/opt/megatron-lm/megatron/core/distributed/grad_buffer.py:111")
+    assert e["file"].endswith("param_and_grad_buffer.py")
+
+
+def test_a_line_from_the_catalog_s_own_file_says_nothing_more():
+    d = _diagnose("AssertionError: Communication call has not been issued for this bucket (126/128 params have grad available)\n")
+    assert all("printed_by" not in e for c in d["causes"] for e in c["evidence"])
+
+
+def test_the_watchdog_s_companion_line_goes_with_its_timeout():
+    timeout = ("[rank4]:[E602 11:34:20.123456789 ProcessGroupNCCL.cpp:616] [Rank 2] Watchdog caught collective operation "
+               "timeout: WorkNCCL(SeqNum=2045, OpType=_ALLGATHER_BASE, NumelIn=16777216, NumelOut=67108864, "
+               "Timeout(ms)=1800000) ran for 1800409 milliseconds before timing out.\n")
+    companion = ("[rank4]:[E602 11:34:20.223456789 ProcessGroupNCCL.cpp:1785] [PG 3 Rank 2] Exception (either an error or "
+                 "timeout) detected by watchdog at work: {n}, last enqueued NCCL work: 2046, last completed NCCL work: 2044.\n")
+    d = _diagnose(timeout + companion.format(n=2045))
+    assert [c["id"] for c in d["causes"]] == ["DP_COLLECTIVE_TIMEOUT"] and len(d["causes"][0]["evidence"]) == 2
+    assert not d["other"]
+    assert _diagnose(timeout + companion.format(n=9999))["other"]  # another work's: another failure
