@@ -313,3 +313,22 @@ def test_a_recipe_s_model_gives_the_hidden_size_its_preset_is_tuned_for():
     d = mbridge_overlap.plan(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", gpus=128, gpu="b200", tp=2, pp=4, vpp=5, cp=1).to_dict()
     assert d["preset"] == bridge_s
     assert d["overrides"]["comm_overlap.tp_comm_overlap_cfg"] == bridge_s
+
+
+def test_where_no_preset_name_matches_the_plan_takes_the_one_bridge_s_own_recipe_runs_on_this_shape():
+    """evalG G6: the recipe's own CP 2 on 128 B200s at TP 2, PP 4, VPP 5: no preset's name has CP 2, and Bridge's B200
+    recipe of the model runs TP 2, CP 2 with one preset; the plan takes it, and the answer does not then call it a
+    preset for another layout (nor does resolve of Bridge's own recipe)."""
+    from mbridge_overlap.upstream import catalog
+
+    own = catalog.lookup("llama3_70b_pretrain_64gpu_b200_bf16_config", "0.6.2")
+    assert own["request"]["model"]["context_parallel_size"] == 2 and own["request"]["model"]["tensor_model_parallel_size"] == 2
+    bridge_s = own["request"]["comm_overlap"]["tp_comm_overlap_cfg"]
+    d = mbridge_overlap.plan(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", gpus=128, gpu="b200", tp=2, pp=4, vpp=5).to_dict()
+    assert d["preset"] == bridge_s and d["overrides"]["comm_overlap.tp_comm_overlap_cfg"] == bridge_s
+    assert "PRESET_NOT_FOR_LAYOUT" not in {f["id"] for f in d["findings"]}
+    shipped = mbridge_overlap.resolve(recipe="llama3_70b_pretrain_64gpu_b200_bf16_config").to_dict()
+    assert "PRESET_NOT_FOR_LAYOUT" not in {f["id"] for f in shipped["findings"]}
+    other = mbridge_overlap.resolve(recipe="llama3_70b_pretrain_64gpu_b200_bf16_config",
+                                    overrides={"model.context_parallel_size": 1}, gpus=64).to_dict()
+    assert "PRESET_NOT_FOR_LAYOUT" not in {f["id"] for f in other["findings"]}  # CP 1: the name's own shape

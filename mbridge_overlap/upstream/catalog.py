@@ -259,3 +259,18 @@ def _by_layout(version: str) -> dict:
         if r.layout is not None:
             out.setdefault(tuple(r.layout), []).append(r)
     return out
+
+
+def shipped_preset(version: str, model: str | None, tp: int, cp: int, gpu: str, precision: str) -> tuple | None:
+    """(preset, recipe) where Bridge's perf recipes of this model run this TP and CP on this GPU type and precision
+    class (bf16, fp8) with one tuned preset (all of them the same one); None otherwise."""
+    if not model or version not in versions():
+        return None
+    found = {}
+    kind = lambda name: "fp8" if str(name).startswith("fp8") else str(name)  # noqa: E731 (fp8_cs, fp8_mx: one preset class)
+    for row in index(version):
+        if row.model == model and row.gpu == gpu and kind(row.precision) == kind(precision) and row.layout \
+                and (row.layout[0], row.layout[3]) == (tp, cp):
+            cfg = ((lookup(row.name, version) or {}).get("request") or {}).get("comm_overlap") or {}
+            found.setdefault(cfg.get("tp_comm_overlap_cfg"), row.name)
+    return (next(iter(found)), found[next(iter(found))]) if len(found) == 1 and None not in found else None

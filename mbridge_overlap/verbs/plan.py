@@ -187,7 +187,12 @@ def make_plan(
         elif matched:
             via = "" if matched.gpu == gpu_info["name"] else f" (tuned on {matched.gpu}; Bridge's own {gpu_info['name']} perf recipes use it)"
             notes.append(findings.make("TP_PRESET_MATCHED", fix_overrides={"comm_overlap.tp_comm_overlap_cfg": matched.name},
-                                       preset=matched.name, via=via))
+                                       preset=matched.name, how=f"matches exactly{via}"))
+        elif (shipped := catalog.shipped_preset(release.version, (entry or {}).get("model") or model, tp, cp, gpu_info["name"], precision)):
+            preset, name = shipped  # no name matches, and Bridge runs this model at this TP and CP with one
+            notes.append(findings.make("TP_PRESET_MATCHED", fix_overrides={"comm_overlap.tp_comm_overlap_cfg": preset}, preset=preset,
+                                       how=f"is the one Bridge's own {name} runs at TP {tp}, CP {cp} on {gpu_info['name']} "
+                                           "(no preset's name matches this shape exactly)"))
 
     overrides = _layout_overrides(base, tp, pp, vpp, cp, ep)
     if tp >= 2 and not (entry and entry["request"]["model"]["sequence_parallel"]):
