@@ -113,3 +113,29 @@ def test_a_rank_s_place_in_its_group_tells_groups_of_one_size_apart(rank, in_gro
     assert [c["id"] for c in d["causes"]] == [cause]
     told = f"rank {rank} is rank {in_group} of its group" in d["causes"][0]["analysis"]
     assert told == (rank != 10)
+
+
+@pytest.mark.parametrize("rank, in_group, cause, told", [
+    # 32 GPUs at TP 2, CP 2, PP 2 (DP 4): TP fastest, then CP, DP, PP. Rank 20 is CP rank 0 (20 // 2 % 2) and PP rank 1
+    # (20 // 16): a 2-rank group where it is rank 1 is its pipeline group; rank 5 is CP rank 0 and PP rank 0: either
+    # (the cause names both)
+    (20, 1, "GROUP_COLLECTIVE_TIMEOUT", True), (5, 0, "CP_COLLECTIVE_TIMEOUT", True),  # rank 5 is TP rank 1: not TP
+])
+def test_the_pipeline_group_is_one_of_the_groups_a_size_can_be(rank, in_group, cause, told):
+    # evalG G3: the tie-break left the pipeline group out, so a pipeline group's all-gather was CP's
+    line = _line("_ALLGATHER_BASE", 1 << 20, 1 << 21).replace("[rank1]", f"[rank{rank}]").replace(
+        "[Rank 1]", f"[PG ID 5 PG GUID 29 Rank {in_group}]")
+    over = {**_layout(2, 2, pp=2), "model.virtual_pipeline_model_parallel_size": None}
+    d = _diagnose(line, recipe=RECIPE, overrides=over, gpus=32)
+    assert [c["id"] for c in d["causes"]] == [cause]
+    assert ("a place it has in Megatron-Core's rank order" in d["causes"][0]["analysis"]) == told
+
+
+def test_an_undescribed_coalesced_line_from_a_place_no_pipeline_group_gives_is_not_the_pipeline_s():
+    # evalG G4: PP 2 makes pipeline groups of 2, where no rank is rank 2; a coalesced collective there is the DP buckets'
+    line = _line("COALESCED", 4000, 1000).replace("[Rank 1]", "[PG ID 5 PG GUID 29 Rank 2]")
+    over = {**_layout(2, 2, pp=2), "model.virtual_pipeline_model_parallel_size": None}
+    d = _diagnose(line, recipe=RECIPE, overrides=over, gpus=32)
+    assert [c["id"] for c in d["causes"]] == ["DP_COLLECTIVE_TIMEOUT"]
+    pipeline = _diagnose(line.replace("Rank 2]", "Rank 0]"), recipe=RECIPE, overrides=over, gpus=32)  # rank 1: PP rank 0
+    assert [c["id"] for c in pipeline["causes"]] == ["PIPELINE_P2P_TIMEOUT"]

@@ -56,8 +56,9 @@ def of_config(model: dict, dp: int, ddp: dict | None = None) -> dict:
     dp: the gradient reduce-scatter and parameter all-gather on the DP x CP group (dp_cp_group), the expert
     parameters' on the expert-DP group, each split across distributed-optimizer instances where there are several;
     tp: sequence parallel's activations (without sequence parallel TP all-reduces); cp: the all_gather exchange of
-    keys and values; ep: the token dispatcher's all-gather on the expert tensor x expert groups; world: the whole job
-    (torch's default group)."""
+    keys and values; ep: the token dispatcher's all-gather on the expert tensor x expert groups; pp: the pipeline
+    group (no overlap's collective, but a group of that size all the same); world: the whole job (torch's default
+    group)."""
     tp, pp, cp = (model.get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
                                                "context_parallel_size"))
     ep = model.get("expert_model_parallel_size") or 1
@@ -69,7 +70,7 @@ def of_config(model: dict, dp: int, ddp: dict | None = None) -> dict:
         dps.add(world // (etp * ep * pp))
     dps |= {d // instances for d in dps if instances > 1 and d % instances == 0}
     out = {"dp": dps, "cp": {cp}, "tp": {tp} if model.get("sequence_parallel") else set(),
-           "ep": {etp * ep, etp} if ep > 1 else set(), "world": {world}}
+           "ep": {etp * ep, etp} if ep > 1 else set(), "pp": {pp}, "world": {world}}
     return {dim: {s for s in sizes if s > 1} for dim, sizes in out.items()}
 
 
@@ -110,6 +111,7 @@ def positions(model: dict, dp: int, rank: int, tp_pp_dp: bool = False, ddp: dict
         put("dp", dense, {"dp"})
         put("dp", dense, {"dp", "cp"})
     put("cp", dense, {"cp"})
+    put("pp", dense, {"pp"})
     if model.get("sequence_parallel"):
         put("tp", dense, {"tp"})
     if ep > 1 and world % (etp * ep * pp) == 0:

@@ -338,10 +338,18 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
     sizes = pg.of_config(model, analysis.data_parallel_size, analysis.state.ddp)
     shown: dict = {}
     pp = model.get("pipeline_model_parallel_size") or 1
-    for cause in [c for c in diag.causes if c.finding.id == "PIPELINE_P2P_TIMEOUT" and pp == 1]:
+    for cause in [c for c in diag.causes if c.finding.id == "PIPELINE_P2P_TIMEOUT"]:
         for g in [g for g in cause.groups if _COALESCED.search(g.text) and pg.described(g.text) is None]:
-            why = ("this config has no pipeline (PP 1): a coalesced collective outside the pipeline's batched sends and "
-                   "receives is the DP buckets' (Megatron-Core's param_and_grad_buffer runs them in torch's _coalescing_manager)")
+            placed = _placed(g, model, analysis)
+            if pp == 1:
+                why = "this config has no pipeline (PP 1)"
+            elif placed is not None and placed[1] not in placed[2].get("pp", {}).get(pp, {placed[1]}):
+                why = (f"rank {placed[0]} is rank {placed[1]} of its group, a place it does not have in its pipeline group "
+                       "(Megatron-Core's rank order)")
+            else:
+                continue
+            why += (": a coalesced collective outside the pipeline's batched sends and receives is the DP buckets' "
+                    "(Megatron-Core's param_and_grad_buffer runs them in torch's _coalescing_manager)")
             shown.setdefault(BY_GROUP["dp"], []).append(why) if why not in shown.get(BY_GROUP["dp"], []) else None
             _move(diag, cause, g, BY_GROUP["dp"])
     for cause in [c for c in diag.causes if c.finding.id in (BY_GROUP["dp"], BY_GROUP["ep"])]:
@@ -383,8 +391,8 @@ def _by_size(g: Group, sizes: dict, placed: tuple | None = None) -> tuple[str | 
     if "dp" in dims:
         return None, f"{head}: DP's" + (f" and {' and '.join(others)}'s too (the line names no group to tell them apart)" if others else "")
     if others:
-        first = next(d for d in dims if d in pg.NAMES)
-        return BY_GROUP[first], f"{head}: {' and '.join(others)}'s, no DP group's" + (
+        first = next(d for d in dims if d in pg.NAMES)  # the pipeline group's: none of the overlap dimensions'
+        return BY_GROUP.get(first, "GROUP_COLLECTIVE_TIMEOUT"), f"{head}: {' and '.join(others)}'s, no DP group's" + (
             " (the line names no group to tell them apart)" if len(others) > 1 else "")
     if "world" in dims:
         return "GROUP_COLLECTIVE_TIMEOUT", f"{head}: the whole job's (the default process group), no DP group's"

@@ -28,7 +28,7 @@ def _megatron_sizes(world, tp, pp, cp, ep, etp) -> dict:
     expert = RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order="tp-ep-dp-pp")
     size = lambda gen, name: len(gen.get_ranks(name)[0])  # noqa: E731
     out = {"dp": {size(dense, "dp"), size(dense, "dp-cp")}, "cp": {size(dense, "cp")}, "tp": {size(dense, "tp")},
-           "ep": set(), "world": {dense.world_size}}
+           "ep": set(), "pp": {size(dense, "pp")}, "world": {dense.world_size}}
     if ep > 1:
         out["dp"].add(size(expert, "dp"))
         out["ep"] = {size(expert, "tp-ep"), size(expert, "tp")}
@@ -72,7 +72,7 @@ def _megatron_places(world, tp, pp, cp, ep, etp, order) -> dict:
     etp = etp or tp
     dense = RankGenerator(tp=tp, ep=1, dp=world // (tp * pp * cp), pp=pp, cp=cp, order=order)
     expert = RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order=order)
-    tokens = [("dp", dense, "dp"), ("dp", dense, "dp-cp"), ("cp", dense, "cp"), ("tp", dense, "tp")]
+    tokens = [("dp", dense, "dp"), ("dp", dense, "dp-cp"), ("cp", dense, "cp"), ("tp", dense, "tp"), ("pp", dense, "pp")]
     if ep > 1:
         tokens += [("dp", expert, "dp"), ("ep", expert, "tp-ep"), ("ep", expert, "tp")]
     out: dict = {}
