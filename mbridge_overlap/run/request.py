@@ -153,6 +153,8 @@ def parse_override(text: str) -> tuple[str, str]:
 
 def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     """Type a value for a field, from Python or from its command-line string."""
+    if isinstance(value, CustomUbCfg):
+        return value  # a run config's own userbuffers config, read already
     raw = value
     if isinstance(value, str):
         text = value.strip().strip("'\"")
@@ -426,14 +428,28 @@ def _flatten_mixed_precision(body: Mapping) -> list:
 CUSTOM_UB_CFG = "custom"
 
 
+class CustomUbCfg(str):
+    """CUSTOM_UB_CFG with the config's own per-GEMM fields (the budget prices its methods and SM counts)."""
+
+    fields: dict
+
+    def __new__(cls, fields: dict):
+        out = super().__new__(cls, CUSTOM_UB_CFG)
+        out.fields = fields
+        return out
+
+    def __reduce__(self):
+        return CustomUbCfg, (self.fields,)
+
+
 def preset_name_of(value: Mapping, release: Release) -> str:
-    """The preset whose fields a dumped tp_comm_overlap_cfg mapping holds, else CUSTOM_UB_CFG."""
+    """The preset whose fields a dumped tp_comm_overlap_cfg mapping holds, else CUSTOM_UB_CFG with the fields."""
     strip = lambda d: {k: strip(v) if isinstance(v, Mapping) else v for k, v in d.items() if k != "_target_"}  # noqa: E731
     wanted = strip(value)
     for name, fields in preset_content().items():
         if strip(fields) == wanted:
             return name
-    return CUSTOM_UB_CFG
+    return CustomUbCfg({k: v for k, v in wanted.items() if isinstance(v, dict)})
 
 
 def read_config_file(path: str | Path, label: str = "--config") -> dict:

@@ -33,7 +33,8 @@ def shape(state) -> dict:
 def ub_config(preset: str | None, gemm: str) -> dict:
     """A GEMM's userbuffers settings under a preset (its fields where it names the GEMM, else none) with the method
     it runs: the preset's, else Transformer Engine's default."""
-    mine = dict(((releases.preset_content().get(preset) or {}) if preset else {}).get(gemm) or {})
+    own = getattr(preset, "fields", None)  # a run config's own tuned config (request.CustomUbCfg)
+    mine = dict(((own if own is not None else releases.preset_content().get(preset) or {}) if preset else {}).get(gemm) or {})
     return {**mine, "method": mine.get("method") or TE_DEFAULT_METHODS[gemm]}
 
 

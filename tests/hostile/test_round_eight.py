@@ -193,3 +193,17 @@ def test_nccl_with_no_algorithm_under_a_forced_nccl_algo_names_the_launcher_vari
         b"Error : no algorithm/protocol available for function ReduceScatter with datatype ncclFloat32. NCCL_ALGO was set to nvls\n"
     )).to_dict()["causes"]
     assert [c["id"] for c in causes] == ["NCCL_ALGORITHM_UNAVAILABLE"] and "env_vars.NCCL_ALGO" in causes[0]["knobs"]
+
+
+def test_a_tuned_userbuffers_config_is_priced_with_its_own_values(tmp_path):
+    # evalG G5: the budget priced a run config's own tuned config with Transformer Engine's defaults
+    same = _saved(tmp_path, "same.yaml", ("      cga_size: 2\n      method: bulk\n      num_sm: 2\n",
+                                          "      cga_size: 2\n      method: bulk\n      num_sm: 4\n"))  # fc1_dgrad: no SM margin
+    more = _saved(tmp_path, "more.yaml", ("      method: pipeline\n      num_sm: 24\n", "      method: pipeline\n      num_sm: 64\n"))
+
+    def cost(path):
+        return api.budget(config=path).to_dict()["budget"]["overlap_cost_ms"]
+
+    preset = cost(str(RUNS / "baseline.yaml"))
+    assert cost(same) == preset  # a field that takes no SMs from the GEMM changes nothing
+    assert cost(more) > preset  # proj_fprop's pipeline GEMM leaves 64 SMs to its communication, not 24
