@@ -113,3 +113,29 @@ def test_a_fix_that_adds_the_comm_overlap_section_keeps_tp_overlap_where_the_lay
     assert fixes["PP_OVERLAP_NOT_SELECTED"].get("comm_overlap.tp_comm_overlap") is True
     after = api.resolve(recipe=recipe, gpus=64, overrides=d["all_fixes"]["overrides"]).to_dict()
     assert after["modes"]["tp"]["enabled"] and after["modes"]["pp"]["enabled"]
+
+
+def test_an_overwritten_p2p_overlap_request_is_made_to_hold_and_what_still_stands_is_said():
+    """evalG G1: model.overlap_p2p_comm=true without VPP is overwritten; its fix accepted the overwrite, which left P2P
+    overlap off and the VPP fix waiting on the wrong finding. VPP 2 makes the request hold (Bridge picks the overlap);
+    the answer's fixes together then leave no warning or error standing."""
+    over = {"model.sequence_parallel": False, "model.virtual_pipeline_model_parallel_size": None,
+            "model.overlap_p2p_comm": True, "ddp.use_distributed_optimizer": False, "ddp.overlap_param_gather": True}
+    d = api.resolve(recipe=LLAMA, overrides=over).to_dict()
+    fixes = {f["id"]: f["fix_overrides"] for f in d["findings"]}
+    assert fixes["MODEL_KNOB_OVERWRITTEN"] == {"model.virtual_pipeline_model_parallel_size": 2}
+    after = api.resolve(recipe=LLAMA, overrides={**over, **d["all_fixes"]["overrides"]}).to_dict()
+    assert after["modes"]["pp"]["enabled"] and after["modes"]["tp"]["enabled"]
+    assert d["all_fixes"]["still"] == [f["id"] for f in after["findings"] if f["severity"] != "info"] == []
+
+
+
+def test_a_bucket_size_that_reads_as_bytes_is_not_replaced_by_bridge_s_default():
+    """evalG G2: the overwritten ddp.bucket_size=268435456 (256 Mi: parameters, or 256 MiB of gradients) got the fix
+    ddp.bucket_size=134217728, Bridge's default in the user's place; the user says which they meant."""
+    over = {"model.tensor_model_parallel_size": 4, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True,
+            "ddp.bucket_size": 268435456}
+    found = {f.id: f for f in api.resolve(overrides=over, gpus=64).findings}
+    knob = found["DP_OVERLAP_KNOB_OVERWRITTEN"]
+    assert knob.fix_overrides == {} and "BUCKET_SIZE_LOOKS_LIKE_BYTES" in knob.fix
+    assert "BUCKET_SIZE_LOOKS_LIKE_BYTES" in found

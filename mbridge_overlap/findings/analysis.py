@@ -100,9 +100,10 @@ class Analysis:
         return {"comm_overlap": None if comm is None else dict(comm), "set_by": set_by}
 
     def all_fixes(self) -> dict | None:
-        """Every fix of this answer at once (proof.coherent holds them together), and the findings the config so fixed
-        has that this one has not: no warning or error, but an info finding can come (a preset tuned for another
-        layout, an overlap left off as the fix of an overwritten request asks): what is left to decide next."""
+        """Every fix of this answer at once (proof.coherent holds them together), the findings the config so fixed
+        has that this one has not (no warning or error, but an info finding can come: a preset tuned for another
+        layout, an overlap left off as the fix of an overwritten request asks), and this answer's warnings and errors
+        that still stand (no config change fixes them, or their fix waits on the others': resolve again)."""
         union: dict = {}
         remove: list = []
         for f in self.findings:
@@ -116,8 +117,11 @@ class Analysis:
         for f in [] if after is None else findings.sort(proof.probe(after)):
             if proof.signature(f) not in had:
                 then.setdefault(f.id, f.severity)
+        left = set() if after is None else {proof.aim(f) for f in proof.probe(after)}
+        still = dict.fromkeys(f.id for f in self.findings if f.severity in proof.BLOCKING and proof.aim(f) in left)
         return {"overrides": union, "remove": remove,
-                "then": None if after is None else [{"id": k, "severity": v} for k, v in then.items()]}
+                "then": None if after is None else [{"id": k, "severity": v} for k, v in then.items()],
+                "still": list(still)}
 
     def to_dict(self) -> dict:
         sc = self.scenario

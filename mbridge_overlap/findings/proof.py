@@ -64,16 +64,23 @@ def coherent(state: State, found: list[Finding]) -> list[Finding]:
     alone = {i: blocking(found[i].fix_overrides) for i in fixes}
     clears = {i: 0 if alone[i] is None else len(before - alone[i]) for i in fixes}
     fixes.sort(key=lambda i: (-clears[i], findings.SEVERITIES.index(found[i].severity)))
-    out, kept, union, targets = list(found), [], {}, set()
+    out, kept, union, targets = list(found), {}, {}, set()
+
+    def holds(overrides, aimed):
+        now = blocking(overrides)
+        return now is not None and not (now - before) and not ({s[:2] for s in now} & aimed)  # nothing new, aims gone
+
     for i in fixes:
         f = found[i]
         trial, aimed = {**union, **f.fix_overrides}, targets | {aim(f)}
-        now = blocking(trial)
-        if now is not None and not (now - before) and not ({s[:2] for s in now} & aimed):  # nothing new, and what they fix is gone
-            kept.append(f.id)
+        if holds(trial, aimed):
+            kept[f.id] = (f.fix_overrides, aim(f))
             union, targets = trial, aimed
             continue
-        first = kept[0] if kept else next(found[j].id for j in fixes if j != i)
+        # the kept fix it clashes with: the one whose overrides (and aim), left out, let it hold with the others
+        first = next((k for k, (mine, its) in kept.items()
+                      if holds({**{x: v for x, v in union.items() if x not in mine}, **f.fix_overrides}, aimed - {its})),
+                     next(iter(kept), None) or next(found[j].id for j in fixes if j != i))
         settled = rerun(state, union) if union else None
         if settled is not None and aim(f) not in {aim(g) for g in probe(settled)}:
             out[i] = replace(f, fix_overrides=dict(union), fix=shell("{fix} (the fix of {first} clears it too; its own, {own}, "

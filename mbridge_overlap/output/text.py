@@ -94,7 +94,8 @@ def _all_fixes(a: dict | None) -> list[str]:
     else:
         then = ("then: " + ", ".join(f"{t['id']} ({t['severity']})" for t in a["then"]) + " (resolve again to read them)"
                 if a["then"] else "nothing new comes with them")
-    return ["", f"every fix at once: {' '.join(given)}", f"  {then}"]
+    still = [f"  still: {', '.join(a['still'])} (no config change fixes them, or resolve again)"] if a.get("still") else []
+    return ["", f"every fix at once: {' '.join(given)}", f"  {then}"] + still
 
 
 def plan(d: dict) -> str:

@@ -100,7 +100,10 @@ def overwritten(state: State):
         if finding is None or key in _OVERWRITE_SKIP:
             continue  # sequence_parallel and the distributed-optimizer flags have findings of their own
         fid, candidates = finding(state, key, name, requested, effective)
-        o, fix = fixed(state, fid, candidates, knobs=[key])
+        # no candidate: a bucket size that reads as bytes as well as parameters; the user says which it is
+        otherwise = None if candidates else shell("set comm_overlap.{name} to the parameter count you mean ({requested} reads "
+                                                  "as bytes too: BUCKET_SIZE_LOOKS_LIKE_BYTES)", name=name, requested=fmt(requested))
+        o, fix = fixed(state, fid, candidates, otherwise, knobs=[key])
         yield make(fid, fix_overrides=o, fix=fix, knobs=[key], key=key, requested=fmt(requested),
                    effective=fmt(effective), asserts={key: effective})
 
@@ -109,13 +112,20 @@ _OVERWRITE_SKIP = ("model.sequence_parallel", "ddp.use_distributed_optimizer", "
 
 
 def _by_comm_overlap_model(state, key, name, requested, effective):
-    return "MODEL_KNOB_OVERWRITTEN", moved(state, f"comm_overlap.{name}", key, requested, effective)
+    candidates = moved(state, f"comm_overlap.{name}", key, requested, effective)
+    m = state.model
+    if name == "overlap_p2p_comm" and requested and m["pipeline_model_parallel_size"] > 1 \
+            and (m["virtual_pipeline_model_parallel_size"] or 1) == 1:
+        candidates.insert(0, {"model.virtual_pipeline_model_parallel_size": 2})  # the schedule that overlaps P2P: as asked
+    return "MODEL_KNOB_OVERWRITTEN", candidates
 
 
 def _by_comm_overlap_dp(state, key, name, requested, effective):
     owner = f"comm_overlap.{name}"
     if name == "bucket_size":
         value = bucket_to_move(state, requested)
+        if value is None and requested is not None:  # neither Bridge's default nor a guess is the user's value
+            return "DP_OVERLAP_KNOB_OVERWRITTEN", []
     else:
         value = requested if asked(state, owner) is not None else intended(state, name)
     return "DP_OVERLAP_KNOB_OVERWRITTEN", moved(state, owner, key, value, effective)
