@@ -271,6 +271,6 @@ def shipped_preset(version: str, model: str | None, tp: int, cp: int, gpu: str, 
     for row in index(version):
         if row.model == model and row.gpu == gpu and kind(row.precision) == kind(precision) and row.layout \
                 and (row.layout[0], row.layout[3]) == (tp, cp):
-            cfg = ((lookup(row.name, version) or {}).get("request") or {}).get("comm_overlap") or {}
+            cfg = ((lookup(f"{row.package}.{row.name}", version) or {}).get("request") or {}).get("comm_overlap") or {}
             found.setdefault(cfg.get("tp_comm_overlap_cfg"), row.name)
     return (next(iter(found)), found[next(iter(found))]) if len(found) == 1 and None not in found else None
