@@ -197,7 +197,10 @@ def _chunks(stream, source: str, notes: list) -> Iterator[bytes]:
                 yield first
                 first = read(CHUNK)
             return
-        if (yield from _inflate(read, first)):
+        ended = yield from _inflate(read, first)
+        if ended == TRAILING:
+            notes.append(f"{esc(source)}: bytes that are no gzip data follow its last gzip member: ignored, as gzip -d does")
+        elif ended:
             notes.append(f"{esc(source)}: the gzip stream ends early (a cut file): its last line may be cut too")
     except OSError as exc:
         raise UsageError(f"{esc(source)}: cannot read ({esc(exc.strerror or exc)})") from None
@@ -269,8 +272,12 @@ def _bounded(stream):
     return read
 
 
+TRAILING = "trailing"
+
+
 def _inflate(read, data: bytes):
-    """Yields the inflated bytes; returns whether the stream was cut inside a member."""
+    """Yields the inflated bytes; returns whether the stream was cut inside a member (TRAILING: bytes that are no
+    gzip member follow the last one)."""
     z = zlib.decompressobj(_GZIP)
     while True:
         while data:
@@ -283,8 +290,12 @@ def _inflate(read, data: bytes):
                 data = data.lstrip(b"\0")
                 if not data:
                     data = read(CHUNK).lstrip(b"\0")
+                if len(data) == 1:
+                    data += read(CHUNK)
                 if not data:
                     return False
+                if data[:2] != b"\x1f\x8b":  # bytes after the last member that start none: gzip -d ignores them too
+                    return TRAILING
                 z = zlib.decompressobj(_GZIP)
         data = read(CHUNK)
         if not data:

@@ -207,3 +207,14 @@ def test_a_tuned_userbuffers_config_is_priced_with_its_own_values(tmp_path):
     preset = cost(str(RUNS / "baseline.yaml"))
     assert cost(same) == preset  # a field that takes no SMs from the GEMM changes nothing
     assert cost(more) > preset  # proj_fprop's pipeline GEMM leaves 64 SMs to its communication, not 24
+
+
+def test_bytes_after_the_last_gzip_member_are_ignored_as_gzip_does(tmp_path):
+    # fuzzF F12: 7 bytes of trailing garbage failed the whole folder; gzip -d says "trailing garbage ignored"
+    import gzip
+
+    line = _watchdog(0, "DATA_PARALLEL_GROUP", "_REDUCE_SCATTER_BASE", 4000, 1000)
+    (tmp_path / "rank0.log.gz").write_bytes(gzip.compress(line.encode()) + b"GARBAGE")
+    d = api.diagnose([str(tmp_path)]).to_dict()
+    assert [c["id"] for c in d["causes"]] == ["DP_COLLECTIVE_TIMEOUT"]
+    assert any("no gzip data follow its last gzip member" in n for n in d["notes"])
