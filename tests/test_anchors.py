@@ -506,3 +506,24 @@ def test_main_067f987df(tmp_path):
     order = by_id(d)["runtime_config_update_order"]
     assert order["status"] == "changed" and order["nearest"] == "0.6.2"
     assert order["steps_added"] == ["cfg._disable_native_energon_packing_moe_overlap (after cfg.set_data_parallel_size)"]
+
+
+@pytest.mark.parametrize("tag", ["v0.5.0", "v0.5.1"])
+def test_the_0_5_executor_env_is_the_perf_launcher_s_own(tag):
+    """evalD 11: what 0.5's perf launcher exports beside PerfEnvPlugin (releases.yaml launch_env.perf_env_plugin.
+    executor_env), against scripts/performance/utils/executors.py's PERF_ENV_VARS at the tag, read with ast."""
+    import ast
+
+    from mbridge_overlap.upstream import releases
+
+    if not MIRROR.is_dir():
+        pytest.skip(f"no Megatron-Bridge mirror at {MIRROR} (set MBRIDGE_SKILL_MIRROR)")
+    out = subprocess.run(["git", "-C", str(MIRROR), "show", f"{tag}:scripts/performance/utils/executors.py"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip(f"{tag} is not in the mirror at {MIRROR}")
+    node = next(n for n in ast.walk(ast.parse(out.stdout)) if isinstance(n, ast.Assign)
+                and any(getattr(t, "id", None) == "PERF_ENV_VARS" for t in n.targets))
+    theirs = ast.literal_eval(node.value)
+    ours = releases.data()["launch_env"]["perf_env_plugin"]["executor_env"]
+    assert ours and {k: str(v) for k, v in ours.items()} == {k: theirs[k] for k in ours}

@@ -140,7 +140,7 @@ class Analysis:
             "env_vars": self.env_vars,
             "launch_env": self.launch_env,
             "inputs": sc.to_dict(),
-            "notes": list(sc.notes),
+            "notes": list(sc.notes) + [n for n in [launch_env.executor_note(sc.release)] if n],
             "findings": [f.to_dict() for f in self.findings],
             "all_fixes": self.all_fixes(),
             **({"budget": self.budget} if self.budget is not None else {}),

@@ -86,6 +86,17 @@ def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str
     return out
 
 
+def executor_note(release: releases.Release) -> str | None:
+    """What the 0.5 perf launcher's executor exports beside PerfEnvPlugin (not in rules(): the plugin does not set
+    it, and a run launched otherwise gets none of it)."""
+    env = releases.data()["launch_env"].get(release.launch_env, {}).get("executor_env")
+    if not env:
+        return None
+    return ("Bridge " + release.version + "'s perf launcher also exports, for every perf run, from its Slurm executor "
+            "(scripts/performance/utils/executors.py PERF_ENV_VARS), not from PerfEnvPlugin: "
+            + " ".join(f"{k}={v}" for k, v in env.items()) + "; export them yourself where you launch otherwise")
+
+
 def perf_env_plugin_args(release: releases.Release, layout: Layout) -> dict:
     """The PerfEnvPlugin keyword arguments (0.5.x) under which the plugin sets exactly what rules() gives."""
     style = releases.data()["launch_env"]["perf_env_plugin"]

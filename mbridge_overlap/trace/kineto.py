@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from . import kernels, reader
-from ..safeio import esc
+from ..safeio import MAX_GPUS, esc
 
 PG_KEYS = ("Process Group Name", "Process Group Description", "Process Group Ranks", "Collective name", "Group size")
 # What of an event the analysis reads (the adder and _unusable): the fast JSON backend builds nothing else.
@@ -102,7 +102,7 @@ class RankTrace:
     @property
     def world_size(self) -> int | None:
         size = _int(self.distributed.get("world_size"), -1)
-        return size if 0 < size < LIMIT else None
+        return size if 0 < size <= MAX_GPUS else None  # beyond any machine: not a world size (trace/notes.py says so)
 
     def adder(self):
         """The per-event callback, with everything it touches bound to locals (it runs once per event)."""
