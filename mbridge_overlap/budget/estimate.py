@@ -329,10 +329,11 @@ def copies_per_token(lay: Layout, shape) -> float:
 
 
 def _not_modelled(lay: Layout, shape) -> tuple:
-    """What the budget prices as another path does: the allgather token dispatcher (its all-gather and reduce-scatter
-    over the expert-TP x EP group, token_dispatcher.py MoEAllGatherTokenDispatcher) as the alltoall one's all-to-all;
-    Megatron-FSDP (its reduce-scatter every micro-batch, its all-gathers per unit in forward and backward) as the
-    distributed optimizer's once-an-iteration collectives."""
+    """What the budget leaves out or prices as another path does: the QKV all-gather of fewer KV groups than TP; the
+    flex dispatcher at the all-to-all's bandwidth (with its copies per token); the allgather token dispatcher (its
+    all-gather and reduce-scatter over the expert-TP x EP group, token_dispatcher.py MoEAllGatherTokenDispatcher) as
+    the alltoall one's all-to-all; Megatron-FSDP (its reduce-scatter every micro-batch, its all-gathers per unit in
+    forward and backward) as the distributed optimizer's once-an-iteration collectives."""
     out = ()
     if shape.groups < lay.tp:
         out += (f"TP: with fewer KV groups ({shape.groups}) than TP ({lay.tp}) Megatron-Core all-gathers each layer's fused "

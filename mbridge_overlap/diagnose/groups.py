@@ -59,19 +59,31 @@ def of_config(model: dict, dp: int, ddp: dict | None = None) -> dict:
     keys and values; ep: the token dispatcher's all-gather on the expert tensor x expert groups; pp: the pipeline
     group (no overlap's collective, but a group of that size all the same); world: the whole job (torch's default
     group)."""
-    tp, pp, cp = (model.get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                                               "context_parallel_size"))
-    ep = model.get("expert_model_parallel_size") or 1
-    etp = model.get("expert_tensor_parallel_size") or tp
-    instances = (ddp or {}).get("num_distributed_optimizer_instances") or 1
-    world = dp * tp * pp * cp
+    tp, pp, cp, ep, etp, edp, world = _grid(model, dp)
+    instances = _instances(ddp)
     dps = {dp, dp * cp}
-    if ep > 1 and world % (etp * ep * pp) == 0:
-        dps.add(world // (etp * ep * pp))
+    if edp:
+        dps.add(edp)
     dps |= {d // instances for d in dps if instances > 1 and d % instances == 0}
     out = {"dp": dps, "cp": {cp}, "tp": {tp} if model.get("sequence_parallel") else set(),
            "ep": {etp * ep, etp} if ep > 1 else set(), "pp": {pp}, "world": {world}}
     return {dim: {s for s in sizes if s > 1} for dim, sizes in out.items()}
+
+
+def _grid(model: dict, dp: int) -> tuple:
+    """(tp, pp, cp, ep, expert tp, expert dp, world) of a config: expert dp is 0 without expert parallelism (or where
+    the expert grid does not divide the world)."""
+    tp, pp, cp = (model.get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                               "context_parallel_size"))
+    ep = model.get("expert_model_parallel_size") or 1
+    etp = model.get("expert_tensor_parallel_size") or tp
+    world = dp * tp * pp * cp
+    edp = world // (etp * ep * pp) if ep > 1 and world % (etp * ep * pp) == 0 else 0
+    return tp, pp, cp, ep, etp, edp, world
+
+
+def _instances(ddp: dict | None) -> int:
+    return (ddp or {}).get("num_distributed_optimizer_instances") or 1
 
 
 def in_group_rank(text: str) -> int | None:
@@ -86,14 +98,13 @@ def positions(model: dict, dp: int, rank: int, tp_pp_dp: bool = False, ddp: dict
     ranks the same without cp, in expert TP, EP, expert DP), for the groups of_config names. torch numbers a group's
     ranks in the order of their global ranks, which is the masked axes' mixed radix, the first the fastest. The
     groups split across distributed-optimizer instances are left out (their order is not modelled)."""
-    tp, pp, cp = (model.get(k) or 1 for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                                               "context_parallel_size"))
-    ep = model.get("expert_model_parallel_size") or 1
-    etp = model.get("expert_tensor_parallel_size") or tp
-    world, tail = dp * tp * pp * cp, (("pp", pp), ("dp", dp)) if tp_pp_dp else (("dp", dp), ("pp", pp))
+    tp, pp, cp, ep, etp, edp, world = _grid(model, dp)
     out: dict = {}
     if not 0 <= rank < world:
         return out
+
+    def outer(data):  # the two slowest axes, in the order Bridge asks Megatron-Core for
+        return (("pp", pp), ("dp", data)) if tp_pp_dp else (("dp", data), ("pp", pp))
 
     def put(dim, axes, names):
         coords, r = {}, rank
@@ -106,18 +117,18 @@ def positions(model: dict, dp: int, rank: int, tp_pp_dp: bool = False, ddp: dict
         if size > 1:
             out.setdefault(dim, {}).setdefault(size, set()).add(index)
 
-    dense = (("tp", tp), ("cp", cp), *tail)
-    if ((ddp or {}).get("num_distributed_optimizer_instances") or 1) == 1:
+    dense = (("tp", tp), ("cp", cp), *outer(dp))
+    whole_dp = _instances(ddp) == 1
+    if whole_dp:
         put("dp", dense, {"dp"})
         put("dp", dense, {"dp", "cp"})
     put("cp", dense, {"cp"})
     put("pp", dense, {"pp"})
     if model.get("sequence_parallel"):
         put("tp", dense, {"tp"})
-    if ep > 1 and world % (etp * ep * pp) == 0:
-        edp = world // (etp * ep * pp)
-        experts = (("tp", etp), ("ep", ep), *((("pp", pp), ("dp", edp)) if tp_pp_dp else (("dp", edp), ("pp", pp))))
-        if ((ddp or {}).get("num_distributed_optimizer_instances") or 1) == 1:
+    if edp:
+        experts = (("tp", etp), ("ep", ep), *outer(edp))
+        if whole_dp:
             put("dp", experts, {"dp"})
         put("ep", experts, {"tp", "ep"})
         put("ep", experts, {"tp"})

@@ -340,7 +340,7 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
     pp = model.get("pipeline_model_parallel_size") or 1
     for cause in [c for c in diag.causes if c.finding.id == "PIPELINE_P2P_TIMEOUT"]:
         for g in [g for g in cause.groups if _COALESCED.search(g.text) and pg.described(g.text) is None]:
-            placed = _placed(g, model, analysis)
+            placed = _placed(g, model, analysis) if pp > 1 else None
             if pp == 1:
                 why = "this config has no pipeline (PP 1)"
             elif placed is not None and placed[1] not in placed[2].get("pp", {}).get(pp, {placed[1]}):
@@ -350,7 +350,8 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
                 continue
             why += (": a coalesced collective outside the pipeline's batched sends and receives is the DP buckets' "
                     "(Megatron-Core's param_and_grad_buffer runs them in torch's _coalescing_manager)")
-            shown.setdefault(BY_GROUP["dp"], []).append(why) if why not in shown.get(BY_GROUP["dp"], []) else None
+            if why not in shown.setdefault(BY_GROUP["dp"], []):
+                shown[BY_GROUP["dp"]].append(why)
             _move(diag, cause, g, BY_GROUP["dp"])
     for cause in [c for c in diag.causes if c.finding.id in (BY_GROUP["dp"], BY_GROUP["ep"])]:
         for g in [g for g in cause.groups if pg.described(g.text) is None]:

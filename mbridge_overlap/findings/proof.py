@@ -74,13 +74,14 @@ def coherent(state: State, found: list[Finding]) -> list[Finding]:
         f = found[i]
         trial, aimed = {**union, **f.fix_overrides}, targets | {aim(f)}
         if holds(trial, aimed):
-            kept[f.id] = (f.fix_overrides, aim(f))
+            kept[i] = f  # by index: one id can be several findings (a launch variable each)
             union, targets = trial, aimed
             continue
         # the kept fix it clashes with: the one whose overrides (and aim), left out, let it hold with the others
-        first = next((k for k, (mine, its) in kept.items()
-                      if holds({**{x: v for x, v in union.items() if x not in mine}, **f.fix_overrides}, aimed - {its})),
-                     next(iter(kept), None) or next(found[j].id for j in fixes if j != i))
+        clash = next((k for k in kept.values() if holds({**{x: v for x, v in union.items() if x not in k.fix_overrides},
+                                                         **f.fix_overrides}, aimed - {aim(k)})),
+                     next(iter(kept.values()), None))
+        first = clash.id if clash is not None else next(found[j].id for j in fixes if j != i)
         settled = rerun(state, union) if union else None
         if settled is not None and aim(f) not in {aim(g) for g in probe(settled)}:
             out[i] = replace(f, fix_overrides=dict(union), fix=shell("{fix} (the fix of {first} clears it too; its own, {own}, "

@@ -261,6 +261,7 @@ def _by_layout(version: str) -> dict:
     return out
 
 
+@lru_cache(maxsize=256)  # asked by the preset check of every re-resolution that proves a fix
 def shipped_preset(version: str, model: str | None, tp: int, cp: int, gpu: str, precision: str) -> tuple | None:
     """(preset, recipe) where Bridge's perf recipes of this model run this TP and CP on this GPU type and precision
     class (bf16, fp8) with one tuned preset (all of them the same one); None otherwise."""

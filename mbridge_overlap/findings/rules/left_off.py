@@ -77,10 +77,16 @@ def preset(state: State):
                    fix=shell("nothing to do, or tune your own TransformerLayerTPOverlapCfg"))
     elif best is None:
         differ = ub_presets.mismatches(used, gpu_info, precision, sizes, lora)
-        model = (state.request.recipe or {}).get("model") or state.scenario.family
-        shipped = catalog.shipped_preset(release.version, model, sizes["tp"], sizes["cp"], gpu_info["name"], precision or "")
-        if differ and not (shipped and shipped[0] == used):  # Bridge's own recipes run it on this shape: their choice
+        if differ and not _bridge_runs(state, used, sizes, gpu_info["name"], precision):
             yield make("PRESET_NOT_FOR_LAYOUT", used=used, differ="; ".join(differ))
+
+
+def _bridge_runs(state: State, preset: str, sizes: dict, gpu: str, precision: str | None) -> bool:
+    """Whether Bridge's own perf recipes of the run's model run this preset at its TP and CP on this GPU: their
+    choice for the shape, not a preset for another layout."""
+    model = (state.request.recipe or {}).get("model") or state.scenario.family
+    shipped = catalog.shipped_preset(state.request.release.version, model, sizes["tp"], sizes["cp"], gpu, precision or "")
+    return shipped is not None and shipped[0] == preset
 
 
 # Launch variables whose value decides whether overlap happens; the others are tuning (a differing value is info).
