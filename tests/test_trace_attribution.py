@@ -73,7 +73,12 @@ def test_group_descriptions_megatron_gives():
     assert attribution.dimension_of("EMBEDDING_GROUP") == "pp"
     assert attribution.dimension_of("CONTEXT_PARALLEL_GROUP") == "cp"
     assert attribution.dimension_of("EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP") == "ep"
-    for unknown in (None, "", "undefined", "default_pg", "MODEL_PARALLEL_GROUP", "TENSOR_AND_DATA_PARALLEL_GROUP"):
+    assert attribution.dimension_of("EXPERT_TENSOR_PARALLEL_GROUP") == "ep"  # the expert layers' own TP
+    assert attribution.dimension_of("HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L1") == "cp"  # a2a+p2p's levels
+    assert attribution.dimension_of("DATA_PARALLEL_GROUP_WITH_GTP_REMAT") == "dp"
+    assert attribution.dimension_of("tensor_model_parallel_group") == "tp"  # a framework's lower case
+    for unknown in (None, "", "undefined", "default_pg", "MODEL_PARALLEL_GROUP", "TENSOR_AND_DATA_PARALLEL_GROUP",
+                    "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP", "DATA_PARALLELISM_GROUP"):
         assert attribution.dimension_of(unknown) == "unattributed"
 
 
@@ -102,8 +107,16 @@ def test_megatron_group_names_exist_in_megatron_core():
         pytest.skip(f"Megatron-Core source not found under {venv} (scripts/bridge_env.sh builds it)")
     source = found[0]
     descs = set(re.findall(r'group_desc=["\']([A-Z_]+)["\']', source.read_text()))
-    mapped = {d for d in attribution.DIMENSION_OF_GROUP if d.isupper()}
-    assert mapped <= descs, mapped - descs
+    from mbridge_overlap.upstream import groups
+
+    assert set(groups.DIMENSION_OF_GROUP) <= descs, set(groups.DIMENSION_OF_GROUP) - descs
+    # fuzzF F11: diagnose and trace read one table, so a description is one dimension in both
+    from mbridge_overlap.diagnose.groups import described
+
+    for desc in descs | {"HIERARCHICAL_CONTEXT_PARALLEL_GROUP_L0", "TENSOR_MODEL_PARALLEL_GROUP_1"}:
+        in_trace = attribution.dimension_of(desc)
+        in_diagnose = described(f"[PG ID 1 PG GUID 7({desc}) Rank 0]")
+        assert (in_trace, in_diagnose) in {(d, d) for d in groups.DIMENSIONS} | {("unattributed", "other")}, desc
 
 
 def test_dimensions_running_together_are_noted(tmp_path):

@@ -9,17 +9,9 @@ from __future__ import annotations
 import re
 
 from ..safeio import MAX_GPUS
+from ..upstream.groups import dimension_of
 from .frames import NAMES
 
-# Megatron-Core parallel_state.py's group_desc names (by their start, whole words: a framework may add a suffix, or
-# write them in lower case) -> the dimension whose communication runs on the group; any other description (the
-# pipeline, embedding or model-parallel group, torch's default_pg, a framework's own) is "other"
-_DESCRIPTIONS = tuple((re.compile(rf"(?:{rx})(?=_|$)", re.I), dim) for rx, dim in (
-    (r"(?:INTRA_PARTIAL_)?DATA_PARALLEL|EXPERT_DATA_PARALLEL|INTRA_DISTRIBUTED_OPTIMIZER", "dp"),
-    (r"TENSOR_MODEL_PARALLEL", "tp"),
-    (r"(?:TENSOR_AND_|HIERARCHICAL_)?CONTEXT_PARALLEL", "cp"),  # HIERARCHICAL_..._L<level>: a2a+p2p's levels
-    (r"EXPERT_(?:MODEL|TENSOR)", "ep"),
-))
 _DESCRIBED = re.compile(r"PG GUID \w+\((\w{1,80})\)")
 SIZED = frozenset({"native.pg_watchdog_timeout_dp"})  # the messages whose lines give the group's size
 _IN_GROUP = re.compile(r"\[PG ID \d{1,9} PG GUID \w{1,80}(?:\(\w{0,80}\))? Rank (\d{1,7})\]")
@@ -27,13 +19,13 @@ _WORK = re.compile(r"OpType=(_?(?:REDUCE_?SCATTER|ALL_?GATHER)\w*), NumelIn=(\d{
 
 
 def described(text: str) -> str | None:
-    """The dimension a watchdog line's group description names ("other" for a group of none of DP, TP, CP and EP),
+    """The dimension a watchdog line's group description names (upstream/groups.py; "other" for a group of none),
     None where the line describes no group (torch 2.4+ prints `undefined` for a group made without a description:
     distributed_c10d.py, group_desc = "undefined" if group_desc is None)."""
     m = _DESCRIBED.search(text)
     if m is None or m[1] == "undefined":  # torch's own word for a group created without a description
         return None
-    return next((dim for rx, dim in _DESCRIPTIONS if rx.match(m[1])), "other")
+    return dimension_of(m[1]) or "other"
 
 
 def size(text: str) -> int | None:

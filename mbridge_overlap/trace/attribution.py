@@ -5,7 +5,7 @@ Evidence, strongest first:
 2. The process-group description on the kernel (PyTorch 2.3+ copies "Process Group Description" onto it) or on the
    CPU collective record with the same External id (record_param_comms, nccl:*).
 3. The group's name or ranks looked up in distributedInfo.pg_config (pg_name, pg_desc, ranks).
-The description must be one Megatron-Core gives its groups (parallel_state.py, 0.19: group_desc=...). Groups made
+The description must be one Megatron-Core gives its groups (upstream/groups.py, the table diagnose reads). Groups made
 by HyperCommGrid (use_decentralized_pg) carry none ("undefined"), and "default_pg" is the world: both stay
 unattributed, as does a point-to-point kernel with no group (P2P is typical of PP, but CP's p2p ring uses it too).
 """
@@ -14,30 +14,11 @@ from __future__ import annotations
 
 import re
 
-DIMENSIONS = ("tp", "dp", "pp", "cp", "ep")
+from ..upstream.groups import DIMENSIONS, dimension_of as _dimension_of
+
 UNATTRIBUTED = "unattributed"
 ORDER = DIMENSIONS + (UNATTRIBUTED,)
 
-_GROUPS = {
-    "tp": ("TENSOR_MODEL_PARALLEL_GROUP", "EXPERT_TENSOR_PARALLEL_GROUP"),
-    "dp": (
-        "DATA_PARALLEL_GROUP",
-        "DATA_PARALLEL_GROUP_WITH_CP",
-        "DATA_PARALLEL_GROUP_WITH_CP_AG",
-        "INTRA_PARTIAL_DATA_PARALLEL_GROUP_WITH_CP",
-        "INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP",
-        "EXPERT_DATA_PARALLEL_GROUP",
-        "EXPERT_DATA_PARALLEL_GROUP_AG",
-    ),
-    # The embedding groups tie the first and last pipeline stages' embedding gradients.
-    "pp": ("PIPELINE_MODEL_PARALLEL_GROUP", "EMBEDDING_GROUP", "POSITION_EMBEDDING_GROUP"),
-    "cp": ("CONTEXT_PARALLEL_GROUP",),
-    # The MoE token dispatcher's all-to-all and all-gather run on the expert (tensor and) model parallel group.
-    "ep": ("EXPERT_MODEL_PARALLEL_GROUP", "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP"),
-}
-DIMENSION_OF_GROUP = {desc: dim for dim, descs in _GROUPS.items() for desc in descs}
-DIMENSION_OF_GROUP.update({dim: dim for dim in DIMENSIONS})  # short names some launchers use
-_HIERARCHICAL = re.compile(r"^HIERARCHICAL_(.+?)_L\d+$")
 _NO_DESCRIPTION = ("", "undefined")
 P2P = ("SendRecv", "Send", "Recv")
 
@@ -84,7 +65,4 @@ class GroupTable:
 
 
 def dimension_of(description: str | None) -> str:
-    if not description:
-        return UNATTRIBUTED
-    m = _HIERARCHICAL.match(description)
-    return DIMENSION_OF_GROUP.get(m.group(1) if m else description, UNATTRIBUTED)
+    return _dimension_of(description) or UNATTRIBUTED

@@ -56,7 +56,8 @@ def test_each_megatron_core_group_description_is_one_dimension_and_one_cause():
     assert {named[n] for n in names if n.startswith(("DATA_PARALLEL", "EXPERT_DATA_PARALLEL", "INTRA_PARTIAL"))} == {"dp"}
     assert {named[n] for n in ("EXPERT_MODEL_PARALLEL_GROUP", "EXPERT_TENSOR_PARALLEL_GROUP",
                                "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP")} == {"ep"}
-    assert named["PIPELINE_MODEL_PARALLEL_GROUP"] == named["EMBEDDING_GROUP"] == "other"
+    assert named["PIPELINE_MODEL_PARALLEL_GROUP"] == named["EMBEDDING_GROUP"] == "pp"
+    assert named["MODEL_PARALLEL_GROUP"] == "other"
     for n in names:  # an all-gather timeout on each of Megatron-Core's groups: exactly one cause
         line = (f"[rank0]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [PG ID 1 PG GUID 7({n}) Rank 0] Watchdog "
                 "caught collective operation timeout: WorkNCCL(SeqNum=8, OpType=_ALLGATHER_BASE, NumelIn=1024, "
