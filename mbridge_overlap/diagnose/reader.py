@@ -55,7 +55,7 @@ class Line(NamedTuple):
 
 def files(paths: Iterable[str]) -> list[str]:
     """The logs a list of arguments names: files as given ("-": standard input), each directory's log files
-    (LOG_NAMES, depth-first in name order, symbolic links not followed)."""
+    (LOG_NAMES, depth-first in name order with numbers as numbers, symbolic links not followed)."""
     out: list[str] = []
     for path in paths:
         if path == "-":
@@ -71,8 +71,13 @@ def files(paths: Iterable[str]) -> list[str]:
     return out
 
 
+def _natural(name: str) -> list:
+    """A name's sort key with its numbers as numbers: rank2.log before rank10.log."""
+    return [(int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d{1,18})", name)]
+
+
 def _walk(top: str) -> list[str]:
-    """The log files under `top`, depth-first in name order; refused as soon as there are more than MAX_FILES
+    """The log files under `top`, depth-first in name order (numbers as numbers); refused as soon as there are more than MAX_FILES
     (counted as the folders are listed, before anything is sorted)."""
     found: list[str] = []
     stack, too_deep = [(top, 0)], False
@@ -92,7 +97,7 @@ def _walk(top: str) -> list[str]:
                             raise UsageError(f"{esc(top)}: over {MAX_FILES:,} log files; name the ranks' folders or files you want read")
         except OSError as exc:
             raise UsageError(f"{esc(folder)}: {reason(exc)}") from None
-        found += [os.path.join(folder, name) for name in sorted(logs)]
+        found += [os.path.join(folder, name) for name in sorted(logs, key=_natural)]
         if folders and depth + 1 > MAX_DEPTH:
             too_deep = True
             continue

@@ -78,6 +78,9 @@ class Group:
 class Scan:
     catalog: Catalog
     summary: object | None = None  # a diagnose.summary.Summary, fed until its block is complete
+    summary_from: str | None = None  # the source whose block `summary` is
+    later: object | None = None  # a further block, read to be compared with the first
+    summaries_differ: list = field(default_factory=list)  # (summary_from, source, fields) of blocks that differ
     groups: dict = field(default_factory=dict)  # entry id -> Group, in order of first appearance
     iterations: dict = field(default_factory=dict)  # source -> array('d') of the ms per iteration, in log order
     facts: dict = field(default_factory=dict)  # tp_size, ub_started, ub_multicast, ub_domains
@@ -118,7 +121,7 @@ class Scan:
             if first.rank == line.rank and first.number + 1 == line.number and self._joined(first, line):
                 return None
             self._unexplained(*wrapped)
-        if self.summary is not None and not self.summary.done and self.summary.feed(clean(text)):
+        if self.summary is not None and self._summary_line(line.source, clean(text)):
             return None
         quiet = not self._frames
         key = (line.source, line.rank)
@@ -269,8 +272,13 @@ class Scan:
                 else:
                     have.ranks.add(rank)
         self._merge_facts(part.facts)
-        if part.summary is not None and part.summary.done and not (self.summary is not None and self.summary.done):
-            self.summary = part.summary
+        if part.summary is not None and part.summary.done:
+            if self.summary is not None and self.summary.done:
+                self._compare_summary(part.summary, part.summary_from)
+            else:
+                self.summary, self.summary_from = part.summary, part.summary_from
+        for differ in part.summaries_differ[:MAX_DIFFERING - len(self.summaries_differ)]:
+            self.summaries_differ.append(differ)
 
     def _merge_facts(self, facts: dict) -> None:
         for key in ("tracebacks_dropped", "unexplained_dropped", "sizes_merged"):
@@ -289,6 +297,29 @@ class Scan:
             domains = self.facts.setdefault("ub_domains", {})
             if len(domains) < MAX_DOMAINS:
                 domains[number] = ranks
+
+    def _summary_line(self, source: str, text: str) -> bool:
+        """Feed a line to the configuration summary, or once it is complete, to a later one (another rank's, another
+        run's), which is only compared with it. True when the line belongs to a block."""
+        if not self.summary.done:
+            if not self.summary.feed(text):
+                return False
+            if self.summary.done:
+                self.summary_from = source
+            return True
+        if self.later is None:
+            self.later = type(self.summary)()
+        if not self.later.feed(text):
+            return False
+        if self.later.done:
+            self._compare_summary(self.later, source)
+            self.later = None
+        return True
+
+    def _compare_summary(self, other, source: str) -> None:
+        fields = differing(self.summary, other)
+        if fields and len(self.summaries_differ) < MAX_DIFFERING:
+            self.summaries_differ.append((self.summary_from, source, fields))
 
     def _traceback(self, line: Line, key, cut: bool = False) -> bool:
         """An exception line whose message no finding names, ending a traceback through overlap-path code (or an
@@ -515,7 +546,9 @@ class Scan:
                 if key[0] == source and number - at <= CODE_WITHIN:
                     return True
                 del self._awaiting[key]
-        return self.summary is not None and not self.summary.done and self.summary.collecting
+        if self.summary is None:
+            return False
+        return self.summary.collecting if not self.summary.done else self.later is not None and self.later.collecting
 
 
 class _Lines:
@@ -541,6 +574,7 @@ def read(scan: Scan, sources, stdin=None, notes: list | None = None) -> None:
     for source in sources:
         if scan.summary is not None and not scan.summary.done:
             scan.summary = type(scan.summary)()
+        scan.later = None
         path_rank = reader.rank_of_path(source) if source != "-" else None
         for part in reader.blocks(source, stdin=stdin, notes=notes):
             if isinstance(part, Line):
@@ -550,6 +584,19 @@ def read(scan: Scan, sources, stdin=None, notes: list | None = None) -> None:
         scan.finish(source)
 
 
+
+
+MAX_DIFFERING = 8  # configuration summaries that differ from the first, kept to be said
+
+
+def differing(first, other) -> list[str]:
+    """The section.field names whose printed values differ between two configuration summaries (or that one prints
+    and the other does not)."""
+    out = []
+    for section in sorted(set(first.sections) | set(other.sections)):
+        a, b = first.sections.get(section) or {}, other.sections.get(section) or {}
+        out += [f"{section}.{name}" for name in sorted(set(a) | set(b)) if a.get(name, ...) != b.get(name, ...)]
+    return out
 
 
 MAX_SIZE = 1 << 20  # a parallel size, world size or rank a log can state (more GPUs than any machine has: not a fact)

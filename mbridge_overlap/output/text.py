@@ -357,6 +357,9 @@ def diagnosis(d: dict) -> str:
     cfg = d["config"]
     if cfg.get("from"):
         lacks = f"; it does not print {', '.join(cfg['not_printed'])}" if cfg.get("not_printed") else ""
+        if cfg.get("printed_invalid"):
+            lacks += "; it prints what Bridge's config does not take: " + ", ".join(
+                f"{k} ({why})" for k, why in cfg["printed_invalid"].items())
         lines.append(f"config: {cfg['from']} ({cfg['gpus']} GPUs){lacks}")
     if d.get("compare"):
         c = d["compare"]

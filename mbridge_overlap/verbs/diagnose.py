@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from ..upstream import releases
 from ..errors import UsageError
+from ..safeio import esc
 from ..diagnose import messages, parallel, reader, report
 from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, Scan
 
@@ -55,6 +56,8 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     if diag.facts.get("sizes_merged"):
         diag.notes.append(f"{diag.facts['sizes_merged']:,} watchdog lines of further group sizes are one group: the first "
                           f"{MAX_SIZES} sizes are told apart (a run has a few group sizes; this many is not one run's log)")
+    for _label, scan in scans:
+        diag.notes.extend(_summaries_differ(scan))
     report.classify(diag)
     _tp_across_domains(diag, scans)
     if compare:
@@ -64,6 +67,18 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
         _config_changes(diag, scans, release, gpus)
     _link_config(diag, scans[-1][1], release, config, recipe, overrides, gpus, inputs)
     return diag
+
+
+def _summaries_differ(scan: Scan) -> list[str]:
+    """fuzzF F13: a log set with two different configuration summaries (two runs' logs, or a rank started with other
+    arguments) is analysed with the first one read; said, with the fields that differ."""
+    out = []
+    for used, other, fields in scan.summaries_differ:
+        shown = ", ".join(fields[:6]) + (f" and {len(fields) - 6} more" if len(fields) > 6 else "")
+        where = f"{esc(other)}'s" if other != used else "a later one in the same log"
+        out.append(f"two configuration summaries differ ({shown}): {esc(used)}'s is the one analysed, not {where}; "
+                   "give diagnose one run's logs (or --config) to analyse the other")
+    return out
 
 
 def _summary():
@@ -128,6 +143,12 @@ def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inp
             return
         sc = scenario.build(config=mapping, gpus=world, bridge_version=release.version, **inputs)
         origin, unknown = "Bridge's configuration summary in the log", tuple(summary.unknown)
+        invalid = {k: why for k, why in summary.why.items() if why.startswith("printed")}  # fuzzF F13: said as such
+        report.link(diag, sc, origin, unknown)
+        if invalid:
+            diag.config["not_printed"] = [k for k in diag.config["not_printed"] if k not in invalid]
+            diag.config["printed_invalid"] = invalid
+        return
     else:
         diag.config = {"from": None}
         diag.notes.append("no config: the log holds no Bridge configuration summary; pass --config run_config.yaml or --recipe "

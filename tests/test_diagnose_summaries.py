@@ -1,0 +1,69 @@
+"""A log set whose ranks print different configuration summaries (fuzzF F13): the first in rank order is analysed,
+and the answer says that another differs and on what; a printed value Bridge's config does not take is said as such,
+not as a field the summary leaves out."""
+
+import pathlib
+
+import pytest
+
+from mbridge_overlap import api
+from mbridge_overlap.diagnose import parallel, reader
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LOG = ROOT / "tests" / "data" / "logs" / "bridge-0.6.2" / "tp_overlap_no_sequence_parallel.log"
+TP_LINE = "  tensor_model_parallel_size: 2  (Mcore default: 1)"
+
+
+def _with_tp(text: str, tp: str) -> str:
+    assert TP_LINE in text
+    return text.replace(TP_LINE, TP_LINE.replace(": 2 ", f": {tp} "))
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    text = LOG.read_text()
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "rank2.log").write_text(text)
+    (folder / "rank10.log").write_text(_with_tp(text, "4"))
+    return folder
+
+
+def test_a_folder_is_read_in_rank_order(two_runs):
+    assert [pathlib.Path(p).name for p in reader.files([str(two_runs)])] == ["rank2.log", "rank10.log"]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_differing_summaries_are_said_and_the_first_is_analysed(two_runs, jobs, monkeypatch):
+    monkeypatch.setattr(parallel, "MIN_BYTES", 1)  # --jobs 2 reads each file in a worker of its own
+    d = api.diagnose([str(two_runs)], gpus=8, jobs=jobs).to_dict()
+    alone = api.diagnose([str(two_runs / "rank2.log")], gpus=8).to_dict()
+    assert d["config"]["findings"] == alone["config"]["findings"]
+    (note,) = [n for n in d["notes"] if "summaries differ" in n]
+    assert "model.tensor_model_parallel_size" in note
+    assert note.index("rank2.log") < note.index("rank10.log")  # rank2's is the one analysed
+
+
+def test_identical_summaries_say_nothing(tmp_path):
+    for name in ("rank0.log", "rank1.log"):
+        (tmp_path / name).write_text(LOG.read_text())
+    d = api.diagnose([str(tmp_path)], gpus=8).to_dict()
+    assert not [n for n in d["notes"] if "summaries differ" in n]
+
+
+def test_a_second_summary_in_one_log_is_compared_too(tmp_path):
+    text = LOG.read_text()
+    log = tmp_path / "restarted.log"
+    log.write_text(text + _with_tp(text, "4"))
+    (note,) = [n for n in api.diagnose([str(log)], gpus=8).to_dict()["notes"] if "summaries differ" in n]
+    assert "a later one in the same log" in note
+
+
+def test_an_invalid_printed_value_is_not_called_unprinted(tmp_path):
+    log = tmp_path / "rank0.log"
+    log.write_text(_with_tp(LOG.read_text(), "-2"))
+    cfg = api.diagnose([str(log)], gpus=8).to_dict()["config"]
+    assert "model.tensor_model_parallel_size" not in cfg["not_printed"]
+    assert "-2" in cfg["printed_invalid"]["model.tensor_model_parallel_size"]
+    fine = api.diagnose([str(LOG)], gpus=8).to_dict()["config"]
+    assert "printed_invalid" not in fine and "model.tensor_model_parallel_size" not in fine["not_printed"]
