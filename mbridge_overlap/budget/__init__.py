@@ -5,6 +5,7 @@ gradient buckets (buckets.py); the systems' measured rates with their sources (s
 
 from __future__ import annotations
 
+from .. import safeio
 from ..errors import NotKnown, UsageError
 
 
@@ -16,7 +17,7 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     from . import estimate, flips, shape as shapes, system, worth
 
     state, sc = analysis.state, analysis.scenario
-    saved = shapes.in_config((sc.config.raw if sc.config else {}).get("model"))
+    saved = _saved_shape(sc)
     given = dict(saved)
     # the only shape key the request models; a recipe's is its offline stand-in's, not the model's
     if state.model.get("hidden_size") is not None and sc.request.origin.get("model.hidden_size") not in (None, "recipe"):
@@ -65,6 +66,15 @@ def needs(analysis) -> str | None:
     return None
 
 
+def _saved_shape(sc) -> dict:
+    """The shape keys of the run config's model section; a quoted number there is the user's to fix (exit 2)."""
+    from . import shape as shapes
+
+    if sc.config is None:
+        return {}
+    return shapes.in_config(sc.config.raw.get("model"), safeio.esc(str(sc.config.path)))
+
+
 def shown(analysis, model: str | None = None, shape: dict | None = None, peft=None) -> dict:
     """The budget as resolve, plan and diff show it (budget.schema.json's budget), or {"unavailable": why} where the
     config does not run, the model's shape or the GPU's rates are not known, or the shape a config gives is not one
@@ -72,6 +82,7 @@ def shown(analysis, model: str | None = None, shape: dict | None = None, peft=No
     from .shape import check_given
 
     check_given(model, shape)  # the budget's own flags: the user's to fix, budget or not
+    _saved_shape(analysis.scenario)  # and the run config's own values
     why = needs(analysis)
     if why is None:
         try:

@@ -49,11 +49,21 @@ def models() -> dict:
     return load_yaml(DATA_DIR / "budget_models.yaml")["models"]
 
 
-def in_config(model: dict | None) -> dict:
+def in_config(model: dict | None, source: str | None = None) -> dict:
     """The shape keys a config's model section holds (a saved run config, or the summary Bridge printed): the
-    Shape fields set to a whole number or a boolean."""
+    Shape fields set to a whole number or a boolean. source: the file's name, where any other value (quoted digits)
+    is refused, as every integer field of a config file is (request._as_yaml_typed)."""
     names = {f.name for f in fields(Shape)}
-    return {k: v for k, v in (model or {}).items() if k in names and isinstance(v, (int, bool))}
+    out = {}
+    for k, v in (model or {}).items():
+        if k not in names or v is None:
+            continue
+        if isinstance(v, (int, bool)):
+            out[k] = v
+        elif source is not None:
+            raise UsageError(f"{source}: model.{k}: the file holds {safeio.shown(v)} where Bridge's config holds a whole "
+                             "number or true/false: write it without quotes")
+    return out
 
 
 def of(model: str | None, given: dict, said: str | None = None) -> tuple[Shape, str]:

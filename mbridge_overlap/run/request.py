@@ -310,6 +310,21 @@ _SETTERS = {
 }
 
 
+def _as_yaml_typed(key: str, value: Any) -> None:
+    """A config file's value is what YAML makes of it: quoted digits or true/false are text, which Bridge's loader
+    (instantiate) hands to the dataclass as they are, not an integer or a bool; refused for every such field alike
+    (fuzzF F16). A command line's KEY=VALUE is text and is converted."""
+    if not isinstance(value, str) or _is_null(value):
+        return
+    section, _, name = key.partition(".")
+    fields = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP, "mixed_precision": schema.MIXED_PRECISION}
+    spec = (fields.get(section) or {}).get(name)
+    if spec is not None and spec.kind in (INT, OPT_INT, BOOL, OPT_BOOL):
+        want = "an integer" if spec.kind in (INT, OPT_INT) else "true or false"
+        raise UsageError(f"{key}: the file holds the text {safeio.shown(value)} where Bridge's config holds {want}: "
+                         "write it without quotes")
+
+
 def _is_null(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() in _NULLS)
 
@@ -343,6 +358,7 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
     req = Request.from_recipe(release, catalog.require_built(base)) if base is not None else Request.baseline(release)
     items, req.skipped = flatten_config(config or {}, release, strict)
     for key, value in items:
+        _as_yaml_typed(key, value)
         req.set(key, value, "config")
     if config and base is None and req.origin.get("dataset.seq_length") != "config":
         for key in schema.BASELINE_CONTEXT:  # a config that holds no dataset (Bridge's summary prints none): not the baseline's
