@@ -52,10 +52,14 @@ ROWS = [
 ]
 _COMPILED = [(re.compile(p), re.compile(f) if f else None, dim, fields) for p, f, dim, fields in ROWS]
 # Frames of torch that only the overlap path reaches in a Megatron run, taken where no frame above them is on the path
-# (a paste that starts inside torch): Megatron-Core issues the DP buckets' reduce-scatter and all-gather through
-# _coalescing_manager (distributed/param_and_grad_buffer.py); Transformer Engine's quantized sequence-parallel
-# all-gathers also do, from its module frames, which are on the path as TP rows above
-FALLBACK = [(re.compile(r"torch/distributed/distributed_c10d\.py$"), re.compile(r"^_coalescing_manager$"), "dp", _DP,
+# (a paste that starts inside torch), the outermost first: Megatron-Core batches the pipeline's sends and receives with
+# batch_isend_irecv (pipeline_parallel/p2p_communication.py), which enters _coalescing_manager itself; it issues the
+# DP buckets' reduce-scatter and all-gather through _coalescing_manager (distributed/param_and_grad_buffer.py);
+# Transformer Engine's quantized sequence-parallel all-gathers also do, from its module frames, which are on the path
+# as TP rows above
+FALLBACK = [(re.compile(r"torch/distributed/distributed_c10d\.py$"), re.compile(r"^batch_isend_irecv$"), "pp", _PP,
+             "as Megatron-Core's pipeline sends and receives call it (p2p_communication.py)"),
+            (re.compile(r"torch/distributed/distributed_c10d\.py$"), re.compile(r"^_coalescing_manager$"), "dp", _DP,
              "as Megatron-Core's DP buckets call it (param_and_grad_buffer.py)")]
 
 # Frames that run the model for the pipeline schedule or for DDP (whose files are on the path for what else they

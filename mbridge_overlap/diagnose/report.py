@@ -18,7 +18,7 @@ from ..contract import SCHEMA_VERSION
 from ..findings import Finding, shell
 from ..values import fmt
 from . import causes, frames, groups as pg, messages, terms
-from .scan import UNEXPLAINED, Group, Scan
+from .scan import NCCL_ON_PATH, UNEXPLAINED, Group, Scan
 
 SLOWER = 1.03  # a median iteration time more than 3% longer is a drop
 
@@ -163,7 +163,7 @@ def classify(diag: Diagnosis) -> None:
     for key, groups in by_id.items():
         if isinstance(key, tuple):
             diag.causes.append(_path_error(groups, diag.catalog))
-        elif key in ("OVERLAP_PATH_TRACEBACK", "OVERLAP_PATH_TRACEBACK_CUT"):
+        elif key in ("OVERLAP_PATH_TRACEBACK", "OVERLAP_PATH_TRACEBACK_CUT", NCCL_ON_PATH):
             diag.causes += [_traceback(g, key) for g in groups]
         else:
             rec = findings.record(key)
@@ -218,8 +218,11 @@ def _traceback(g: Group, finding_id: str) -> Cause:
     fields = e.condition.split() if e.condition else []
     where = e.function or "code that reads an overlap attribute"
     site = e.file or ("a call with a keyword the callee does not take" if e.function else "a config object")
-    f = findings.make(finding_id, knobs=fields, exception=e.exception, function=where, file=site,
-                      dimension=frames.NAMES.get(e.package, e.package), fields=", ".join(fields) or "none known",
+    params = dict(knobs=fields, exception=e.exception, function=where, file=site,
+                  dimension=frames.NAMES.get(e.package, e.package), fields=", ".join(fields) or "none known")
+    if finding_id == NCCL_ON_PATH:  # its record's own fix: why NCCL failed is NCCL's to say
+        return Cause(findings.make(finding_id, **{**params, "fields": findings.Shell(params["fields"])}), [g], True)
+    f = findings.make(finding_id, **params,
                       fix=shell("check {fields} against what {function} expects (explain OVERLAP_PATH_TRACEBACK); with --config the "
                                 "analysis of the run's config is linked", fields=findings.Shell(", ".join(fields) or "the settings named"),
                                 function=where))

@@ -40,6 +40,7 @@ MEMO = 4096  # line texts whose matches are remembered
 CODE_WITHIN = 256  # lines of its log within which a traceback frame's code line follows it (other ranks' lines between)
 _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
 TRACEBACK = "traceback"  # the pseudo-topic of a traceback group: OVERLAP_PATH_TRACEBACK
+NCCL_ON_PATH = "NCCL_FAILURE_ON_OVERLAP_PATH"  # ... whose exception is NCCL's failure (TRANSPORT)
 _TP_SIZE = "> initialized tensor model parallel with size "
 _WORLD = "using world size: "  # Megatron-LM's validate_args / validate_yaml
 _GRID = re.compile(r"> initialized HyperCommGrid (?:for language model )?with tp=(\d+), pp=(\d+), cp=(\d+), dp=(\d+)")
@@ -161,7 +162,9 @@ class Scan:
             self._iteration(line)
         hits, near = self._matches(text)
         gid = None
-        if hits:  # the catalog knows the line (on the overlap path or not): it, not the frames, says what it is
+        if hits and hits[0].entry.id in TRANSPORT and key in self._on_path and self._traceback(line, key, nccl=True):
+            pass  # NCCL's own failure, raised in a collective or send the traceback's frames place on the overlap path
+        elif hits:  # the catalog knows the line (on the overlap path or not): it, not the frames, says what it is
             gid = self._record(line, hits, frame, near[1] if near else None)
         elif not (frame is not None and _BARE.match(clean(text)) and self._bare(line, frame)) and not self._traceback(line, key):
             if EXCEPTION.match(clean(text)) and len(text) <= MAX_SHOWN:
@@ -321,7 +324,7 @@ class Scan:
         if fields and len(self.summaries_differ) < MAX_DIFFERING:
             self.summaries_differ.append((self.summary_from, source, fields))
 
-    def _traceback(self, line: Line, key, cut: bool = False) -> bool:
+    def _traceback(self, line: Line, key, cut: bool = False, nccl: bool = False) -> bool:
         """An exception line whose message no finding names, ending a traceback through overlap-path code (or an
         AttributeError on an overlap attribute): a group of its own, the innermost such frame's."""
         text = clean(line.text)
@@ -349,7 +352,7 @@ class Scan:
         if group is None:
             entry = Entry(id=gid, origin="traceback", kind="raise", severity="error", topic=TRACEBACK, file=path, function=function,
                           line=number, exception=exception, condition=" ".join(fields), package=dim)
-            fid = "OVERLAP_PATH_TRACEBACK_CUT" if cut else "OVERLAP_PATH_TRACEBACK"
+            fid = "OVERLAP_PATH_TRACEBACK_CUT" if cut else NCCL_ON_PATH if nccl else "OVERLAP_PATH_TRACEBACK"
             group = self.groups[gid] = Group(entry, [fid], text[:MAX_SHOWN], line.source, line.number,
                                              frame=(path, number, function) if path else None)
         group.add(line.rank)
@@ -586,6 +589,9 @@ def read(scan: Scan, sources, stdin=None, notes: list | None = None) -> None:
 
 
 
+# NCCL's failures as torch raises them (DistBackendError): they say that a collective or a send failed, not which;
+# a traceback through overlap-path code says which communication it was (NCCL_FAILURE_ON_OVERLAP_PATH)
+TRANSPORT = frozenset({"native.nccl_error", "native.nccl_unhandled_cuda_error"})
 MAX_DIFFERING = 8  # configuration summaries that differ from the first, kept to be said
 
 
