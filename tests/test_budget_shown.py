@@ -115,13 +115,19 @@ def test_a_saved_shape_megatron_core_refuses_leaves_the_budget_out_and_the_lint_
     import yaml
 
     raw = yaml.safe_load((RUN_CONFIGS / "baseline.yaml").read_text())
-    raw["model"]["num_attention_heads"] = raw["model"]["num_query_groups"] + 1  # not a multiple of the groups
+    tp = raw["model"]["tensor_model_parallel_size"]
+    raw["model"]["num_attention_heads"] = raw["model"]["num_query_groups"] + tp  # a multiple of TP, not of the groups
     config = tmp_path / "run_config.yaml"
     config.write_text(yaml.safe_dump(raw))
     d = api.lint(config).to_dict()
     assert "cannot be costed" in d["budget"]["unavailable"] and "num_query_groups" in d["budget"]["unavailable"]
     with pytest.raises(Exception, match="num_query_groups"):  # the same shape given on the budget's flags is the user's error
-        api.lint(config, shape={"num_attention_heads": raw["model"]["num_query_groups"] + 1})
+        api.lint(config, shape={"num_attention_heads": raw["model"]["num_query_groups"] + tp})
+    raw["model"]["num_attention_heads"] += 1  # not a multiple of TP either: Megatron-Core's TP check comes first
+    config.write_text(yaml.safe_dump(raw))
+    d = api.lint(config).to_dict()
+    assert "num_attention_heads" in d["budget"]["unavailable"] and "TP" in d["budget"]["unavailable"]
+    assert "SHAPE_REFUSED_BY_MEGATRON_CORE" in {f["id"] for f in d["findings"]}
 
 
 def test_diagnose_compare_says_the_userbuffers_preset_is_assumed_and_gives_the_range(tmp_path):

@@ -24,6 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mbridge_overlap import api
@@ -211,7 +213,9 @@ def check_generated_lint(count: int, seed: int, tmp: Path, tally: Tally | None =
             return api.lint(str(path), gpus=case.gpus, gpu="h100", te=case.te)
 
         def rerun(fix, remove=(), case=case):
-            return run({**case.overrides, **fix}).findings
+            # a fix's text (KEY=VALUE) written into the file as a user writes YAML: values unquoted, typed by YAML
+            typed = {k: yaml.safe_load(v) if isinstance(v, str) else v for k, v in fix.items()}
+            return run({**case.overrides, **typed}).findings
 
         try:
             result = run(case.overrides)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from .. import safeio
 from ..errors import NotKnown, UsageError
+from ..findings.registry import declare
+
+declare(__name__, ["SHAPE_REFUSED_BY_MEGATRON_CORE"])
 
 
 def of(analysis, model: str | None = None, shape: dict | None = None, efficiency: float | None = None, peft=None):
@@ -30,9 +33,8 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     said = [f"{sc.config.path}'s model section" if saved else "",
             "overrides: " + ", ".join(f"model.{k}" for k in sorted(overridden)) if overridden else "",
             "given: " + ", ".join(sorted(shape)) if shape else ""]
-    sh, origin = shapes.of(model, given, "; ".join(s for s in said if s) or None)
     lay = estimate.layout_of(state, sc.machine, peft)
-    _fits(sh, lay)
+    sh, origin = shapes.of(model, given, "; ".join(s for s in said if s) or None, fits=lambda values: _fits(values, lay))
     sysinfo = system.get(sc.gpu, domain=lay.domain)
     if efficiency is not None:  # tools/check_budget.py fits it
         sysinfo = system.System(sysinfo.name, {**sysinfo.record, "efficiency": {"value": efficiency}}, lay.domain)
@@ -66,6 +68,16 @@ def needs(analysis) -> str | None:
     return None
 
 
+def _refused(exc: ShapeRefused, analysis):
+    from .. import findings
+
+    model = analysis.effective.get("model") or {}
+    knob = "model.expert_model_parallel_size" if exc.what == "EP" else "model.tensor_model_parallel_size"
+    return findings.make("SHAPE_REFUSED_BY_MEGATRON_CORE", name=exc.name, value=exc.value, what=exc.what, by=exc.by,
+                         nor=exc.nor, where=exc.where, knobs=[f"model.{exc.name}", knob],
+                         layout=f"TP={model.get('tensor_model_parallel_size') or 1}, EP={model.get('expert_model_parallel_size') or 1}")
+
+
 def _saved_shape(sc) -> dict:
     """The shape keys of the run config's model section; a quoted number there is the user's to fix (exit 2)."""
     from . import shape as shapes
@@ -89,6 +101,12 @@ def shown(analysis, model: str | None = None, shape: dict | None = None, peft=No
             return of(analysis, model=model, shape=shape, peft=peft).to_dict(analysis.scenario.gpus)
         except NotKnown as exc:
             why = str(exc)
+        except ShapeRefused as exc:
+            if model is not None or shape:
+                raise  # the budget's own flags give a shape this layout cannot take: the user's to fix
+            if not any(f.id == "SHAPE_REFUSED_BY_MEGATRON_CORE" for f in analysis.findings):  # (shown once per verb)
+                analysis.findings.append(_refused(exc, analysis))  # fuzzF F14: an error of the answer, not a budget note
+            why = f"the model's shape the config gives cannot be costed: {exc}"
         except UsageError as exc:
             if model is not None or shape:
                 raise  # the budget's own flags are wrong: the user's to fix
@@ -96,16 +114,34 @@ def shown(analysis, model: str | None = None, shape: dict | None = None, peft=No
     return {"unavailable": why}
 
 
-def _fits(sh, lay) -> None:
-    """The splits Megatron-Core requires of a shape on a layout (TransformerConfig.__post_init__ and the layers'
-    constructors refuse the rest): one line naming the first that fails."""
+class ShapeRefused(UsageError):
+    """A shape Megatron-Core refuses on the layout: (field, value, what it must divide by, its name, where it raises)."""
+
+    def __init__(self, name: str, value: int, by: int, what: str, where: str):
+        nor = " nor a divisor" if name == "num_query_groups" else ""
+        super().__init__(f"{name} ({value}) is not a multiple of {what} ({by}){nor}: Megatron-Core refuses this layout")
+        self.name, self.value, self.by, self.what, self.where, self.nor = name, value, by, what, where, nor
+
+
+# where Megatron-Core 0.19.2 raises for each split (held to TransformerConfig and the layers in tests/bridge)
+_RAISED_IN = {
+    "num_attention_heads": "TransformerConfig.__post_init__ (ValueError, at Bridge's finalize)",
+    "num_query_groups": "TransformerConfig.__post_init__ (ValueError, at Bridge's finalize)",
+    "ffn_hidden_size": "the MLP's column-parallel linear layer (divide(), an AssertionError building the model)",
+    "num_moe_experts": "BaseMoELayer.__init__ (an assert building the model)",
+}
+
+
+def _fits(values: dict, lay) -> None:
+    """The splits Megatron-Core requires of a shape on a layout, in the order it checks them (TransformerConfig.
+    __post_init__, then the layers' constructors): ShapeRefused naming the first that fails."""
     # (layers need not divide by PP x VP: Bridge's recipes split 126 layers over PP 8 x VP 8 by counting the embedding
     # and the loss as layers, account_for_embedding/loss_in_pipeline_split; the budget costs the largest stage)
-    checks = [("num_attention_heads", sh.num_attention_heads, lay.tp, "TP"), ("num_query_groups", sh.groups, lay.tp, "TP"),
-              ("ffn_hidden_size", sh.ffn_hidden_size, lay.tp, "TP")]
-    if sh.moe:
-        checks.append(("num_moe_experts", sh.num_moe_experts, lay.ep, "EP"))
+    heads = values["num_attention_heads"]
+    checks = [("num_attention_heads", heads, lay.tp, "TP"), ("num_query_groups", values.get("num_query_groups") or heads, lay.tp, "TP"),
+              ("ffn_hidden_size", values["ffn_hidden_size"], lay.tp, "TP")]
+    if values.get("num_moe_experts"):
+        checks.append(("num_moe_experts", values["num_moe_experts"], lay.ep, "EP"))
     for name, value, by, what in checks:
         if value % by and not (name == "num_query_groups" and by % value == 0):  # fewer KV groups than TP: replicated
-            raise UsageError(f"{name} ({value}) is not a multiple of {what} ({by}){' nor a divisor' if name == 'num_query_groups' else ''}: "
-                             "Megatron-Core refuses this layout")
+            raise ShapeRefused(name, value, by, what, _RAISED_IN[name])

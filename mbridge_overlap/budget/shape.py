@@ -66,9 +66,10 @@ def in_config(model: dict | None, source: str | None = None) -> dict:
     return out
 
 
-def of(model: str | None, given: dict, said: str | None = None) -> tuple[Shape, str]:
+def of(model: str | None, given: dict, said: str | None = None, fits=None) -> tuple[Shape, str]:
     """The shape from a known model name and/or the keys given (which win); (shape, where it came from). said: where
-    the given keys came from (default: "given: KEYS")."""
+    the given keys came from (default: "given: KEYS"). fits(values): the layout's own check, before the shape's (a
+    shape the layout cannot split is refused first by Megatron-Core, as by the budget)."""
     values: dict = {}
     origin = []
     check_given(model, given)
@@ -86,6 +87,9 @@ def of(model: str | None, given: dict, said: str | None = None) -> tuple[Shape, 
     if missing:
         raise NotKnown("the model's shape is needed and not known: " + ", ".join(missing)
                          + " (pass --model NAME or the keys, e.g. --shape hidden_size=8192)")
+    _bounds(values)
+    if fits is not None:
+        fits(values)
     _check(values)
     return Shape(**values), "; ".join(origin)
 

@@ -25,3 +25,23 @@ def test_a_quoted_number_in_a_run_config_is_refused_for_every_field_alike(tmp_pa
     assert_one_line(proc)
     assert f"model.{key}" in proc.stderr.decode() and "without quotes" in proc.stderr.decode()
     assert run_cli("resolve", "--config", BASELINE).returncode in (0, 1)
+
+
+@pytest.mark.parametrize("override, field", [
+    ("model.ffn_hidden_size=28673", "ffn_hidden_size (28673) is not a multiple of TP (4)"),
+    ("model.num_attention_heads=6", "num_attention_heads (6) is not a multiple of TP (4)"),  # before heads % groups
+])
+@pytest.mark.parametrize("verb", ["resolve", "lint"])
+def test_a_shape_megatron_core_refuses_is_an_error_of_the_answer(verb, override, field):
+    # fuzzF F14: exit 0 and no error, while the same answer's budget said "Megatron-Core refuses this layout"
+    import json
+
+    recipe = "llama3_70b_pretrain_64gpu_h100_bf16_config"  # TP 4
+    proc = run_cli(verb, "--recipe", recipe, override, "--format", "json")
+    assert proc.returncode == 1, proc.stderr
+    d = json.loads(proc.stdout)
+    (refused,) = [f for f in d["findings"] if f["id"] == "SHAPE_REFUSED_BY_MEGATRON_CORE"]
+    assert refused["severity"] == "error" and field in refused["message"]
+    assert "cannot be costed" in d["budget"]["unavailable"]
+    ok = json.loads(run_cli(verb, "--recipe", recipe, "--format", "json").stdout)
+    assert "SHAPE_REFUSED_BY_MEGATRON_CORE" not in {f["id"] for f in ok["findings"]}
