@@ -67,3 +67,15 @@ def test_an_invalid_printed_value_is_not_called_unprinted(tmp_path):
     assert "-2" in cfg["printed_invalid"]["model.tensor_model_parallel_size"]
     fine = api.diagnose([str(LOG)], gpus=8).to_dict()["config"]
     assert "printed_invalid" not in fine and "model.tensor_model_parallel_size" not in fine["not_printed"]
+
+
+def test_a_summary_printing_only_sequence_length_gives_the_model_s(tmp_path):
+    # evalH H5: Bridge 0.5.x prints the dataset's sequence_length only (seq_length is a property over it)
+    text = LOG.read_text()
+    seq = [line for line in text.splitlines(keepends=True) if line.split(":", 1)[-1].strip().startswith("seq_length:")]
+    assert len(seq) == 1 and "sequence_length:" in text
+    log = tmp_path / "rank0.log"
+    log.write_text(text.replace(seq[0], ""))
+    assert "model.seq_length" not in api.diagnose([str(log)], gpus=8).to_dict()["config"]["not_printed"]
+    log.write_text(text.replace(seq[0], "").replace("sequence_length:", "sequence_length_gone:"))
+    assert "model.seq_length" in api.diagnose([str(log)], gpus=8).to_dict()["config"]["not_printed"]

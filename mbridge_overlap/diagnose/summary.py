@@ -530,6 +530,11 @@ class Summary:
             if isinstance(seq.get("seq_length"), int) and seq.get("seq_length") == seq.get("sequence_length") \
                     and self._printed("dataset", "seq_length") == (True, seq["seq_length"]):
                 known["model"]["seq_length"] = seq["seq_length"]  # GPTDatasetConfig: validate() asserts model's == it
+            elif "seq_length" not in seq and isinstance(seq.get("sequence_length"), int) \
+                    and self._printed("dataset", "sequence_length") == (True, seq["sequence_length"]):
+                # Bridge 0.5.x: GPTDatasetConfig's seq_length is a property over Megatron-Core's sequence_length, so the
+                # block prints only that one (evalH H5); validate() asserts the model's equal to it
+                known["model"]["seq_length"] = seq["sequence_length"]
             else:
                 unknown["model.seq_length"] = ("not a field of Megatron-Core's TransformerConfig: the block never lists it, "
                                                "and the dataset section does not give it")

@@ -134,3 +134,15 @@ def test_recipe_catalog_is_this_releases():
     script = releases.DATA_DIR.parents[1] / "tools" / "gen_recipe_catalog.py"
     proc = subprocess.run([sys.executable, "-W", "ignore", str(script), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("catalog matches"), proc.stdout + proc.stderr[-2000:]
+
+
+def test_a_summary_of_this_release_gives_the_sequence_length_by_megatron_core_s_name():
+    """evalH H5: Bridge 0.5.x's GPTDatasetConfig keeps seq_length as a property over Megatron-Core's sequence_length,
+    so its configuration summary prints only sequence_length; the summary reader takes the model's from it."""
+    from dataclasses import fields
+
+    from megatron.bridge.training.config import GPTDatasetConfig
+
+    names = {f.name for f in fields(GPTDatasetConfig)}
+    assert "sequence_length" in names and "seq_length" not in names
+    assert isinstance(GPTDatasetConfig.seq_length, property)
