@@ -100,6 +100,7 @@ def test_verbs_that_need_what_a_wheel_lacks_say_so_in_one_line(installed, tmp_pa
     manifest = run(installed, tmp_path, "check-manifest")  # no SKILL.md beside an installed package
     for proc in (anchors, manifest):
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "site-packages/scripts" not in anchors.stderr and "-m mbridge_overlap anchors" in anchors.stderr  # evalH H7
 
 
 def test_trace_runs_installed(installed, tmp_path):

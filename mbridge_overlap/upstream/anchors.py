@@ -115,12 +115,19 @@ def locate(mbridge_src: str | None = None) -> Location:
         return Location(package, root, _version(package))
     package = _spec_dir(BRIDGE)
     if package is None:
-        scripts = Path(__file__).resolve().parents[2] / "scripts"
-        raise UsageError(
-            "megatron-bridge is not installed in this Python; pass --mbridge-src CHECKOUT or run with the Bridge "
-            f"venv's python: \"$({scripts}/bridge_env.sh --print-python)\" {scripts}/mbridge-overlap anchors"
-        )
+        raise UsageError("megatron-bridge is not installed in this Python; pass --mbridge-src CHECKOUT or run with the Bridge "
+                         f"venv's python: {_with_bridge_python()}")
     return Location(package, None, _version(package))
+
+
+def _with_bridge_python() -> str:
+    """How to run `anchors` with the Bridge venv's python: from a checkout, its scripts; installed (a wheel carries
+    no scripts/), the module under the Bridge venv's python (evalH H7)."""
+    scripts = Path(__file__).resolve().parents[2] / "scripts"
+    if (scripts / "bridge_env.sh").is_file():
+        return f"\"$({scripts}/bridge_env.sh --print-python)\" {scripts}/mbridge-overlap anchors"
+    return ("PYTHON -m mbridge_overlap anchors, where PYTHON has megatron-bridge and this package installed (a checkout's "
+            "scripts/bridge_env.sh builds such a venv: --print-python names it)")
 
 
 def _version(package: Path) -> str:
