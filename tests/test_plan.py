@@ -163,6 +163,12 @@ def test_cuda_device_max_connections(release, kw, expected):
 def test_layernorm_margin_by_release():
     assert plan(tp=2, gpus=8)["launch_env"]["NVTE_BWD_LAYERNORM_SM_MARGIN"]["value"] == "20"
     assert plan(tp=2, gpus=8, bridge_version="0.5.0")["launch_env"]["NVTE_FWD_LAYERNORM_SM_MARGIN"]["value"] == "16"
+    # evalH H9: 0.5's perf launcher (perf_plugins.py) raises it to 20 with a DeepEP or HybridEP flex backend
+    for release in ("0.5.0", "0.5.1"):
+        for backend, margin in (("deepep", "20"), ("hybridep", "20"), ("ncclep", "16")):
+            d = plan(tp=2, pp=2, ep=8, gpus=32, gpu="h100", model="qwen3_30b_a3b", bridge_version=release,
+                     moe_flex_dispatcher_backend=backend)
+            assert d["launch_env"]["NVTE_FWD_LAYERNORM_SM_MARGIN"]["value"] == margin, (release, backend)
 
 
 def test_p2p_chunksize_only_where_bridge_sets_it():

@@ -69,7 +69,7 @@ def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str
     cfg = releases.data()["launch_env"]
     style = cfg[release.launch_env]
     out = [("CUDA_DEVICE_MAX_CONNECTIONS", *_max_connections(release, style, layout))]
-    margin = str(style["layernorm_sm_margin"])
+    margin = str(_layernorm_sm_margin(style, layout))
     why = (f"Bridge's perf recipes set it, TP overlap on or off (a few MoE recipes tune a value of their own): TE's LayerNorm "
            f"leaves that many SMs to the communication kernels running beside it (userbuffers with TP overlap, NCCL's DP "
            f"and PP collectives) ({_where(release)})")
@@ -102,13 +102,21 @@ def perf_env_plugin_args(release: releases.Release, layout: Layout) -> dict:
     style = releases.data()["launch_env"]["perf_env_plugin"]
     args = {"tp_size": layout.tp, "pp_size": layout.pp, "cp_size": layout.cp,
             "num_gpus": layout.tp * layout.pp * layout.cp * layout.dp, "gpu_sm100_or_newer": layout.gpu in style["sm100_gpus"],
-            "layernorm_sm_margin": style["layernorm_sm_margin"],
+            "layernorm_sm_margin": _layernorm_sm_margin(style, layout),
             "moe_flex_dispatcher_backend": layout.moe_flex_dispatcher_backend if layout.flex_in_use else None,
             "a2a_overlap": layout.moe_a2a_overlap}
     chunk = _p2p_chunksize(releases.data()["launch_env"], layout)
     if chunk:
         args["nccl_pp_comm_chunksize"] = int(chunk)
     return args
+
+
+def _layernorm_sm_margin(style: dict, layout: Layout) -> int:
+    """The release's LayerNorm SM margin; 0.5's perf launcher raises it with a DeepEP or HybridEP flex backend (evalH H9)."""
+    flex = style.get("layernorm_sm_margin_flex")
+    if flex and layout.flex_in_use and layout.moe_flex_dispatcher_backend in flex["backends"]:
+        return flex["value"]
+    return style["layernorm_sm_margin"]
 
 
 def _where(release: releases.Release) -> str:
