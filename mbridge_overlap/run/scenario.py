@@ -96,6 +96,7 @@ def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[s
     release = releases.get(bridge_version)
     entry = _recipe(recipe, release)
     rc = _config(config)
+    notes = _written_by_another_release(rc, release, bridge_version)
     assumed: dict = {}
     written = runconfig.written_by_bridge(rc) if rc else frozenset()
     try:
@@ -103,7 +104,7 @@ def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[s
                             written=written)
     except UsageError as exc:
         raise UsageError(f"{rc.path}: {exc}" if rc and str(rc.path) not in str(exc) else str(exc)) from None
-    notes = [_skipped_note(rc, release, req.skipped)] if req.skipped else []
+    notes += [_skipped_note(rc, release, req.skipped)] if req.skipped else []
     if entry is not None and _catalog_version(release) != release.version:
         notes.append(f"recipe {entry['name']} as Megatron-Bridge {_catalog_version(release)} ships it: this skill has no "
                      f"catalog of {release.version}'s recipes")
@@ -118,6 +119,28 @@ def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[s
         launcher_env=dict(launcher_env or {}), task=task, family=family, request=req, shape=_shape(shape, req, entry),
         assumed=assumed, notes=notes,
     )
+
+
+def _written_by_another_release(rc, release, asked: str | None) -> list[str]:
+    """A saved ConfigContainer holds every section of the release that wrote it (to_yaml writes each field): where its
+    sections are exactly another known release's and not this one's (0.5.x has no env_vars), it was written by that
+    release. Refused where the release was not asked for (the answer would follow another release's rules: evalH H4),
+    said in a note where it was."""
+    if rc is None or not rc.saved:
+        return []
+    sections = set(rc.raw) - {"_target_"}
+    if sections == set(releases.bridge_fields(release.version)):
+        return []
+    fits = [v for v in releases.versions() if set(releases.bridge_fields(v)) == sections]
+    if not fits:
+        return []
+    lacks = ", ".join(sorted(set(releases.bridge_fields(release.version)) - sections)) or "none"
+    what = (f"{rc.path}: its sections are Megatron-Bridge {' or '.join(fits)}'s, not {release.version}'s (it lacks "
+            f"{lacks}, which {release.version} always writes)")
+    if asked is None:
+        raise UsageError(f"{what}: pass --bridge-version {fits[-1]} for the release that wrote it, or --bridge-version "
+                         f"{release.version} to read it as {release.version}")
+    return [f"{what}: answered with {release.version}'s rules, as asked"]
 
 
 SHAPE = {"hidden_size": "model.hidden_size", "seq_length": "model.seq_length", "micro_batch_size": "train.micro_batch_size"}

@@ -45,3 +45,22 @@ def test_a_shape_megatron_core_refuses_is_an_error_of_the_answer(verb, override,
     assert "cannot be costed" in d["budget"]["unavailable"]
     ok = json.loads(run_cli(verb, "--recipe", recipe, "--format", "json").stdout)
     assert "SHAPE_REFUSED_BY_MEGATRON_CORE" not in {f["id"] for f in ok["findings"]}
+
+
+def test_a_run_config_another_release_wrote_is_not_answered_with_this_release_s_rules(tmp_path):
+    # evalH H4: a 0.5.1 dump (no env_vars section, which 0.6.2's to_yaml always writes) was answered as 0.6.2, with
+    # env_vars fixes 0.5.1 refuses
+    import yaml
+
+    raw = yaml.safe_load(BASELINE.read_text())
+    assert "env_vars" in raw
+    del raw["env_vars"]
+    old = tmp_path / "run_config.yaml"
+    old.write_text(yaml.safe_dump(raw))
+    proc = run_cli("resolve", "--config", old)
+    assert proc.returncode == 2
+    assert_one_line(proc)
+    assert "--bridge-version 0.5.1" in proc.stderr.decode() and "env_vars" in proc.stderr.decode()
+    asked = run_cli("resolve", "--config", old, "--bridge-version", "0.6.2")
+    assert asked.returncode in (0, 1) and b"answered with 0.6.2's rules, as asked" in asked.stdout
+    assert run_cli("resolve", "--config", old, "--bridge-version", "0.5.1").returncode in (0, 1)
