@@ -75,7 +75,7 @@ def test_diff_text_says_what_the_change_exposes(capsys):
     assert cli.main(["diff", "--recipe", RECIPE, "ddp.overlap_grad_reduce=false", "comm_overlap.overlap_grad_reduce=false"]) == 0
     out = capsys.readouterr().out
     assert "what the change does to the communication budget" in out
-    assert "overlap_grad_reduce on -> off: alone, exposes about" in out
+    assert "overlap_grad_reduce on -> off: alone, on BEFORE, exposes about" in out
 
 
 def test_plan_budget_is_the_budget_of_its_overrides_at_the_given_batch():
@@ -130,10 +130,15 @@ def test_a_saved_shape_megatron_core_refuses_leaves_the_budget_out_and_the_lint_
     assert "SHAPE_REFUSED_BY_MEGATRON_CORE" in {f["id"] for f in d["findings"]}
 
 
+def _write(path, text: str) -> str:
+    path.write_text(text)
+    return str(path)
+
+
 def test_diagnose_compare_says_the_userbuffers_preset_is_assumed_and_gives_the_range(tmp_path):
     """Bridge's summary does not print tp_comm_overlap_cfg: where TP overlap is on, the prediction costs TE's
     default userbuffers config; the answer says so and gives the range down to the change without TP overlap's own
-    cost (exposed communication alone)."""
+    cost (the bubble, compute and exposed communication stay: evalH H2), where that cost changes at all."""
     log = LOG.parent / "tp_overlap_default_ub_cfg.log"
     on = "  tp_comm_overlap: True  (Mcore default: False)\n"
     assert on in log.read_text()
@@ -141,12 +146,34 @@ def test_diagnose_compare_says_the_userbuffers_preset_is_assumed_and_gives_the_r
     def lines(ms):
         return "".join(iteration_line(i, 100, ms) + "\n" for i in range(1, 12))
 
-    before.write_text(log.read_text() + lines(1000.0))
-    after.write_text(log.read_text().replace(on, "") + lines(1100.0))
-    d = api.diagnose([str(before), str(after)], compare=True, gpus=8).to_dict()["compare"]
+    text = log.read_text()
+    tiny = api.diagnose([_write(before, text + lines(1000.0)), _write(after, text.replace(on, "") + lines(1100.0))],
+                        compare=True, gpus=8).to_dict()["compare"]
+    assert tiny["budget"]["parts"]["overlap_cost"]["change_ms"] == 0  # a 64-wide model: no GEMM cost to move
+    assert "predicted_range_ms" not in tiny and "assumption" not in tiny  # no preset changes the prediction
+    for small, large in (("  hidden_size: 64 ", "  hidden_size: 8192 "), ("  ffn_hidden_size: 128 ", "  ffn_hidden_size: 28672 ")):
+        assert small in text
+        text = text.replace(small, large)
+    d = api.diagnose([_write(before, text + lines(1000.0)), _write(after, text.replace(on, "") + lines(1100.0))],
+                     compare=True, gpus=8).to_dict()["compare"]
     b = d["budget"]
     assert "tp_comm_overlap_cfg" in d["assumption"]
-    ends = sorted((b["iteration_change_ms"], round(b["exposed_ms_after"] - b["exposed_ms_before"], 3)))
-    assert d["predicted_range_ms"] == ends
+    cost = b["parts"]["overlap_cost"]["change_ms"]
+    assert cost  # TP overlap's own cost goes with it: the one part a preset changes
+    assert d["predicted_range_ms"] == sorted((b["iteration_change_ms"], round(b["iteration_change_ms"] - cost, 3)))
     plain = api.diagnose([str(LOG), str(LOG)], compare=True, gpus=8).to_dict()["compare"]
     assert "assumption" not in plain  # TP overlap off on both sides: nothing assumed
+
+
+def test_diff_s_parts_add_up_to_its_change_and_name_a_setting_only_after_applies():
+    """evalH H1: removing VPP changed the iteration mostly through the pipeline bubble, which diff never named; a
+    setting BEFORE does not apply (TP overlap without sequence parallel) was missing from settings_flipped."""
+    runs = ROOT / "tests" / "data" / "run_configs"
+    b = api.diff(str(runs / "baseline.yaml"), str(runs / "vpp_removed.yaml")).to_dict()["budget"]
+    parts = b["parts"]
+    assert sum(p["change_ms"] for p in parts.values()) == pytest.approx(b["iteration_change_ms"], abs=0.01)
+    assert parts["pipeline_bubble"]["change_ms"] > 0
+    b = api.diff(str(runs / "sequence_parallel_off.yaml"), str(runs / "baseline.yaml")).to_dict()["budget"]
+    (tp,) = [s for s in b["settings_flipped"] if s["setting"] == "tp_comm_overlap"]
+    assert (tp["before"], tp["after"], tp["estimated_on"]) == (False, True, "after") and tp["exposed_change_ms"] < 0
+    assert sum(p["change_ms"] for p in b["parts"].values()) == pytest.approx(b["iteration_change_ms"], abs=0.01)

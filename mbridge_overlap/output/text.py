@@ -289,6 +289,10 @@ def _budget_change(c: dict | None) -> list[str]:
              f"  iteration about {c['iteration_ms_before']:,.1f} -> {c['iteration_ms_after']:,.1f} ms "
              f"({c['iteration_change_ms']:+,.1f} ms, {_pct(c['iteration_change_ms'], c['iteration_ms_before'])}); "
              f"exposed communication {c['exposed_ms_before']:,.1f} -> {c['exposed_ms_after']:,.1f} ms"]
+    parts = [f"{name.replace('_', ' ')} {v['change_ms']:+,.1f}" for name, v in c["parts"].items() if abs(v["change_ms"]) >= 0.05]
+    if parts:
+        lines.append(f"  the change, in parts: {', '.join(parts)} ms" + (" (overlap cost: GEMMs on the SMs TP overlap's "
+                     "communication takes)" if abs(c["parts"]["overlap_cost"]["change_ms"]) >= 0.05 else ""))
     lines += [f"  {dim.upper()} exposed {v['exposed_ms_before']:,.1f} -> {v['exposed_ms_after']:,.1f} ms ({v['change_ms']:+,.1f})"
               for dim, v in c["dimensions"].items() if v["change_ms"]]
     for s in c["settings_flipped"]:
@@ -297,9 +301,12 @@ def _budget_change(c: dict | None) -> list[str]:
         net = (f"; with its own cost ({cost:+,.1f} ms: GEMMs on fewer SMs) the iteration changes by about "
                f"{s['iteration_change_ms']:+,.1f} ms ({_pct(s['iteration_change_ms'], c['iteration_ms_before'])})"
                if abs(cost) >= 0.05 else "")
-        lines.append(f"  {s['setting']} {'on' if s['before'] else 'off'} -> {'on' if s['after'] else 'off'}: alone, {verb} about "
-                     f"{abs(s['exposed_change_ms']):,.1f} ms per iteration (about {_pct(s['exposed_change_ms'], c['iteration_ms_before'])} "
+        where = "on BEFORE" if s["estimated_on"] == "before" else "estimated on AFTER (BEFORE does not apply it)"
+        lines.append(f"  {s['setting']} {'on' if s['before'] else 'off'} -> {'on' if s['after'] else 'off'}: alone, {where}, {verb} "
+                     f"about {abs(s['exposed_change_ms']):,.1f} ms per iteration (about {_pct(s['exposed_change_ms'], c['iteration_ms_before'])} "
                      f"of BEFORE's iteration){net}")
+    if c["settings_flipped"] and len(c["parts"]) and any(v["change_ms"] for k, v in c["parts"].items() if k != "exposed_communication"):
+        lines.append("  (a setting's 'alone' is its worth with nothing else changed; the parts above are the whole change)")
     return lines + [f"  note: {c['note']}"]
 
 

@@ -250,20 +250,34 @@ def budget_change(before: Analysis, after: Analysis, model=None, shape=None) -> 
     change = b1["iteration_ms"] - b0["iteration_ms"]
     dims = {d: {"exposed_ms_before": b0["dimensions"].get(d, {}).get("exposed_ms", 0.0),
                 "exposed_ms_after": b1["dimensions"].get(d, {}).get("exposed_ms", 0.0)} for d in {**b0["dimensions"], **b1["dimensions"]}}
-    flipped = [{"setting": k, "before": v["effective"], "after": b1["settings"].get(k, {}).get("effective", not v["effective"]),
-                "exposed_change_ms": v["exposed_change_ms_if_flipped"], "iteration_change_ms": v["iteration_change_ms_if_flipped"],
-                "iteration_pct": _pct(v["iteration_change_ms_if_flipped"], b0["iteration_ms"]),
-                "exposed_pct": _pct(v["exposed_change_ms_if_flipped"], b0["iteration_ms"])}
+    flipped = [_flipped(k, v, b1["settings"].get(k, {}).get("effective", not v["effective"]), 1, "before", b0)
                for k, v in b0["settings"].items() if b1["settings"].get(k, {}).get("effective") != v["effective"]]
+    # a setting only AFTER's budget lists (it does not apply in BEFORE, e.g. TP overlap without sequence parallel):
+    # what turning it off on AFTER would change, the other way round (evalH H1)
+    flipped += [_flipped(k, v, v["effective"], -1, "after", b0) for k, v in b1["settings"].items()
+                if k not in b0["settings"] and v["effective"]]
+    parts = {name: {"before": b0[key], "after": b1[key], "change_ms": round(b1[key] - b0[key], 3)} for name, key in (
+        ("compute", "compute_ms"), ("pipeline_bubble", "bubble_ms"), ("exposed_communication", "exposed_ms"),
+        ("overlap_cost", "overlap_cost_ms"))}
     return {"iteration_ms_before": b0["iteration_ms"], "iteration_ms_after": b1["iteration_ms"],
             "iteration_change_ms": round(change, 3),
             "iteration_change_pct": round(change / b0["iteration_ms"] * 100, 2) if b0["iteration_ms"] else None,
             "exposed_ms_before": b0["exposed_ms"], "exposed_ms_after": b1["exposed_ms"],
             "dimensions": {d: {**dims[d], "change_ms": round(dims[d]["exposed_ms_after"] - dims[d]["exposed_ms_before"], 3)}
                            for d in DIMENSIONS if d in dims},
-            "settings_flipped": flipped, "shape_from": [b0["shape_from"], b1["shape_from"]], "system": [b0["system"], b1["system"]],
+            "parts": parts, "settings_flipped": flipped, "shape_from": [b0["shape_from"], b1["shape_from"]],
+            "system": [b0["system"], b1["system"]],
             "note": "estimates (`budget` lists the collectives, sources and assumptions); the truth needs a GPU: compare "
                     "with `trace` of profiled runs of both"}
+
+
+def _flipped(setting: str, v: dict, after: bool, sign: int, on: str, b0: dict) -> dict:
+    """One setting the change flipped: what flipping it alone does, from BEFORE's budget (sign 1), or where only AFTER
+    applies it, from AFTER's, the other way round (sign -1)."""
+    exposed, iteration = sign * v["exposed_change_ms_if_flipped"], sign * v["iteration_change_ms_if_flipped"]
+    return {"setting": setting, "before": not after if on == "after" else v["effective"], "after": after,
+            "exposed_change_ms": exposed, "iteration_change_ms": iteration, "estimated_on": on,
+            "iteration_pct": _pct(iteration, b0["iteration_ms"]), "exposed_pct": _pct(exposed, b0["iteration_ms"])}
 
 
 def _pct(ms: float, of_ms: float) -> float | None:
