@@ -19,6 +19,7 @@ def test_seed_layout_enables_every_mode_with_minimal_overrides():
         "model.tensor_model_parallel_size": 4,
         "model.pipeline_model_parallel_size": 4,
         "model.virtual_pipeline_model_parallel_size": 2,
+        "model.context_parallel_size": 1,  # evalH H8: pasted over a recipe of CP 2, the plan's DP 4 would be DP 2
         "model.sequence_parallel": True,
         "comm_overlap.tp_comm_overlap": True,
         "comm_overlap.tp_comm_overlap_cfg": None,
@@ -338,3 +339,17 @@ def test_where_no_preset_name_matches_the_plan_takes_the_one_bridge_s_own_recipe
     other = mbridge_overlap.resolve(recipe="llama3_70b_pretrain_64gpu_b200_bf16_config",
                                     overrides={"model.context_parallel_size": 1}, gpus=64).to_dict()
     assert "PRESET_NOT_FOR_LAYOUT" not in {f["id"] for f in other["findings"]}  # CP 1: the name's own shape
+
+
+def test_a_plan_snippet_sets_cp_and_says_what_its_preset_is_tuned_for():
+    """evalH H8: the snippets never wrote CP (pasted over llama3 70B's recipe, CP 2, the plan's DP 4 ran as DP 2), nor
+    that the preset they write holds for one sequence length and micro-batch size."""
+    from mbridge_overlap import api
+    from mbridge_overlap.output import snippets
+
+    p = api.plan(tp=4, pp=4, vpp=2, gpus=64, gpu="h100", model="llama3_70b", seq_length=8192, micro_batch_size=1)
+    assert p.to_dict()["preset"]
+    for form in ("python", "yaml", "hydra"):
+        text = snippets.of_plan(form, p)
+        assert "context_parallel_size" in text, form
+        assert "tuned for seq_length 8192 and micro_batch_size 1" in text.splitlines()[0], form

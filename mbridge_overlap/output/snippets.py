@@ -259,6 +259,9 @@ def of_plan(fmt: str, plan) -> str:
     lay = d["layout"]
     start = f" on {lay['recipe']}" if lay["recipe"] else ""
     purpose = f"Comm overlap for TP={lay['tp']} PP={lay['pp']} VPP={lay['vpp']} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs{start}"
+    if d.get("preset"):  # a preset is tuned for one sequence length and micro-batch size, which the snippet does not set
+        batch = [f"{k} {lay[k]}" for k in ("seq_length", "micro_batch_size") if lay.get(k)]
+        purpose += f"; the preset {d['preset']} is tuned for " + (" and ".join(batch) if batch else "the batch its name gives")
     release = plan.analysis.scenario.release
     return snippet(fmt, overrides=d["overrides"], env={name: rule["value"] for name, rule in d["launch_env"].items()},
                    env_why={name: rule["why"] for name, rule in d["launch_env"].items()}, purpose=purpose, release=release.version,

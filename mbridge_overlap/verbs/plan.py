@@ -318,14 +318,15 @@ def _recipe_layout(entry: dict | None) -> dict:
 
 
 def _layout_overrides(base: dict, tp: int, pp: int, vpp, cp: int, ep: int = 1) -> dict:
-    """The parallel sizes, all of them without a recipe (but CP and EP of 1); with one, those that differ from it."""
+    """The parallel sizes, all of them without a recipe (but VPP none and EP 1: a CP of 1 is written, since a plan
+    without a recipe is pasted over the user's, which may run CP 2: evalH H8); with one, those that differ from it."""
     wanted = {"model.tensor_model_parallel_size": (tp, "tp"), "model.pipeline_model_parallel_size": (pp, "pp"),
               "model.virtual_pipeline_model_parallel_size": (vpp, "vpp"), "model.context_parallel_size": (cp, "cp"),
               "model.expert_model_parallel_size": (ep, "ep")}
     out = {}
     for key, (value, name) in wanted.items():
         if not base:
-            if name == "vpp" and value is None or name in ("cp", "ep") and value == 1:
+            if name == "vpp" and value is None or name == "ep" and value == 1:
                 continue
             out[key] = value
         elif base.get(name) != value:
