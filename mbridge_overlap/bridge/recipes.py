@@ -52,6 +52,7 @@ class _StandIn:
     """What AutoBridge.from_hf_pretrained returns offline."""
 
     built = 0  # providers made since the count was last reset: whether a recipe's model is the stand-in
+    experts: int | None = None  # its expert count, where the recipe's model turned out to be an MoE one (STANDIN_EXPERTS)
 
     def __init__(self, *args, **kwargs):
         pass
@@ -61,7 +62,8 @@ class _StandIn:
         from megatron.bridge.models import GPTModelProvider
 
         _StandIn.built += 1
-        return GPTModelProvider(**STANDIN, activation_func=F.silu)
+        moe = {"num_moe_experts": _StandIn.experts} if _StandIn.experts else {}
+        return GPTModelProvider(**STANDIN, **moe, activation_func=F.silu)
 
     def __getattr__(self, name):  # any other AutoBridge call a recipe makes: inert
         return lambda *args, **kwargs: None
@@ -156,13 +158,24 @@ def _set(cfg, key: str, value, scratch: Path) -> None:
     setattr(obj, name, str(scratch) if value == "<scratch>" else value)
 
 
+# A fixup that gives the stand-in model itself experts, from the start: a recipe that reads the model's expert count
+# while it builds (apply_flex_dispatcher_backend keeps alltoall for a model without experts, "Model config does not use
+# MoE") then decides as with the real checkpoint's config (evalH H3); a count set after the build comes too late.
+STANDIN_EXPERTS = "standin.num_moe_experts"
+
+
 def _build(fn, gpu, fixups, scratch: Path):
     _StandIn.built = 0
-    with offline(gpu):
-        cfg = fn()
+    _StandIn.experts = next((value for key, value in fixups if key == STANDIN_EXPERTS), None)
+    try:
+        with offline(gpu):
+            cfg = fn()
+    finally:
+        _StandIn.experts = None
     cfg._mbridge_standin = _StandIn.built > 0  # read by shape() before the fixups below change anything
     for key, value in fixups:
-        _set(cfg, key, value, scratch)
+        if key != STANDIN_EXPERTS:
+            _set(cfg, key, value, scratch)
     return cfg
 
 
@@ -209,6 +222,8 @@ def build(fn, gpu: str | None, gpus: int, scratch: Path):
         if error and extra is None and _LAYOUT.search(error):
             n = _layer_count(fn, gpu, fixups, scratch, gpus)
             extra = [("model.num_layers", n)] if n else None
+        if extra and cfg._mbridge_standin:  # the stand-in's own experts, not a count set after the recipe decided
+            extra = [(STANDIN_EXPERTS if key == "model.num_moe_experts" else key, value) for key, value in extra]
         if not extra or any(f in fixups for f in extra):
             return cfg, fixups, error, env, after
         fixups += extra
