@@ -73,7 +73,7 @@ def test_every_rejection_is_predicted_or_off_the_overlap_path(version):
     predicted, outside = [], []
     for e in rejected:
         first = resolve(e, version).state.rejections[:1]
-        if first and first[0].message in e["bridge"]["error"]:
+        if first and " ".join(first[0].message.split()) in e["bridge"]["error"]:  # the catalog's text is one line
             predicted.append(e["name"])
         else:
             assert OUTSIDE_OVERLAP.search(e["bridge"]["error"]), (e["name"], e["bridge"]["error"], first)

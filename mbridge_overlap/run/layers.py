@@ -8,6 +8,8 @@ model's published config (data/budget_models.yaml) by the recipe's model name, o
 
 from __future__ import annotations
 
+import re
+
 from . import given
 from ..errors import UsageError
 from .request import Request
@@ -48,3 +50,20 @@ def _count(value, where: str) -> tuple[int, str] | None:
     if n is not None and n <= 0:
         raise UsageError(f"model.num_layers: expected a positive whole number, got {n}")
     return None if n is None else (n, where)
+
+
+MAX_LAYOUT = 4096  # characters of a layout string read (a layout of a real model is tens)
+_UNROLL = (re.compile(r"\(([^)]+)\)\*(\d{1,4})"), re.compile(r"(.)\*(\d{1,4})"))  # PipelineParallelLayerLayout's
+
+
+def layout_stages(layout) -> int | None:
+    """The PP x VPP stages a pipeline_model_parallel_layout string gives, as Megatron-Core's parse_str_to_list counts
+    them (commas dropped, "(...)*n" then "x*n" unrolled, split at "|"); None for no string or one too long to read."""
+    if not isinstance(layout, str) or layout.strip().lower() in ("", "none", "null") or len(layout) > MAX_LAYOUT:
+        return None
+    text = layout.replace(",", "")
+    for rx in _UNROLL:
+        text = rx.sub(lambda m: m.group(1) * int(m.group(2)), text)
+        if len(text) > 1 << 20:
+            return None
+    return text.count("|") + 1

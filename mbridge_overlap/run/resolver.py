@@ -517,14 +517,44 @@ def validate_seq_length(state: State) -> None:
                 "ConfigContainer.validate")
 
 
+def _layout_string(state: State) -> bool:
+    """A pipeline_model_parallel_layout string's stages against PP and VPP, as TransformerConfig.__post_init__ checks
+    them (PipelineParallelLayerLayout: the stages a multiple of PP; a VPP given must be stages / PP). True where it
+    rejected the config."""
+    from . import layers
+
+    stages = layers.layout_stages(state.request.context.get("model.pipeline_model_parallel_layout"))
+    if stages is None:
+        return False
+    pp, vpp = state.model["pipeline_model_parallel_size"], state.model["virtual_pipeline_model_parallel_size"]
+    where = "TransformerConfig.__post_init__"
+    if stages % pp:
+        _reject(state, "PIPELINE_LAYOUT_REJECTED", "pipeline_model_parallel_layout must be divisible by "
+                f"pipeline_model_parallel_size (len(layout)={stages}, pipeline_model_parallel_size={pp})", where)
+        return True
+    if vpp is not None and vpp != stages // pp:
+        _reject(state, "PIPELINE_LAYOUT_REJECTED", "virtual_pipeline_model_parallel_size conflicts with "
+                f"pipeline_model_parallel_layout, (self.virtual_pipeline_model_parallel_size={vpp},  "
+                f"detected_vpp_size={stages // pp})", where)  # (two spaces: Megatron-Core's two f-strings)
+        return True
+    if vpp is None and stages // pp > 1:
+        # Megatron-Core sets the VPP the layout gives, at the model's finalize: after Bridge chose the P2P overlap
+        # with none (the effective VPP, not the overlap, follows the layout; held to real Bridge in tier 2)
+        state.model["virtual_pipeline_model_parallel_size"] = stages // pp
+    return False
+
+
 def validate_layer_layout(state: State) -> None:
     """Megatron-Core's TransformerConfig.__post_init__ (run by the model's finalize in runtime_config_update): uneven
     first and last pipeline stages, or the embedding and the loss counted as layers, must leave layers that split over
-    the stages and their virtual chunks (a pipeline_model_parallel_layout string is its own check: not made here).
+    the stages and their virtual chunks; a pipeline_model_parallel_layout string's stages must split over PP, and give
+    the VPP set (_layout_string; the layers it places are not checked here).
     Only where the layer count is known (run/layers.py)."""
     from . import layers
 
     m, ctx = state.model, state.request.context
+    if _layout_string(state):
+        return
     known = layers.known(state.request)
     if known is None or ctx.get("model.pipeline_model_parallel_layout") not in (None, "null", "None"):
         return

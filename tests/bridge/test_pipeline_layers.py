@@ -62,3 +62,45 @@ def test_a_flexible_layout_is_refused_as_megatron_core_refuses_it(layout):
     case = conformance.Case({**layout, "model.tensor_model_parallel_size": 1, "comm_overlap.tp_comm_overlap": False},
                             gpus=layout["model.pipeline_model_parallel_size"], te=True)
     assert conformance.check(case, adapter.bridge_version()).differences == []
+
+
+@pytest.mark.parametrize("layout", ["Et*4|(tttt|)*14tmL", "Ettt|(tt|)*29,m|L", "E|t|t|L", "(|tt)*2,tL",
+                                    "Et|(tt|)*6,L", "tttt"])
+def test_a_layout_string_s_stages_are_megatron_core_s(layout):
+    """The stages run/layers.layout_stages counts are PipelineParallelLayerLayout.parse_str_to_list's; with PP and a
+    VPP the resolver rejects exactly where TransformerConfig.__post_init__ does (the recipe catalog's
+    deepseek_v3_pretrain_256gpu_gb200_fp8mx_partial_cg_dev_config: 16 stages, PP 4, VPP 2)."""
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    from mbridge_overlap.run import layers
+
+    stages = len(PipelineParallelLayerLayout.parse_str_to_list(layout))
+    assert layers.layout_stages(layout) == stages
+    for pp in (1, 2, 4):
+        for vpp in (None, 1, 2, 4):
+            try:
+                PipelineParallelLayerLayout(layout, pp)
+                detected = stages // pp
+                megatron_ok = vpp is None or vpp == detected
+            except AssertionError:
+                megatron_ok = False
+            over = {"model.pipeline_model_parallel_size": pp, "model.virtual_pipeline_model_parallel_size": vpp,
+                    "model.pipeline_model_parallel_layout": layout}
+            r = api.resolve(overrides=over, gpus=8 * pp)
+            ours = not [x for x in r.state.rejections if x.id == "PIPELINE_LAYOUT_REJECTED"]
+            assert ours == megatron_ok, (layout, pp, vpp)
+
+
+@pytest.mark.parametrize("layout, pp, vpp", [("E|t|t|L", 2, None), ("Et|tL", 2, None), ("E|t|t|L", 2, 2),
+                                             ("E|tt|tt|tt|tt|tt|tt|L", 2, None), ("E|tt|tt|tt|tt|tt|tt|L", 4, None),
+                                             ("E|t|t|L", 2, 4)])
+def test_a_layout_string_resolves_as_real_bridge_resolves_it(layout, pp, vpp):
+    """Every effective field, or the same rejection, against real Bridge: with no VPP given Megatron-Core takes the
+    layout's (at the model's finalize, after Bridge chose the P2P overlap with none)."""
+    from mbridge_overlap.bridge import conformance
+
+    over = {"model.pipeline_model_parallel_size": pp, "model.pipeline_model_parallel_layout": layout,
+            "model.num_layers": 12 if "tt" in layout else 2}
+    if vpp:
+        over["model.virtual_pipeline_model_parallel_size"] = vpp
+    assert conformance.check(conformance.Case(over, 8 * pp, True), "0.6.2").differences == []
