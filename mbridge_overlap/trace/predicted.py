@@ -46,8 +46,10 @@ def beside(report: dict, shown: dict, world_size: int | None) -> dict:
                      f"({compute[1]:,.1f} ms): the config (its model shape, batch or layout) is not the traced job's, so "
                      "the dimensions' predictions are of another job")
     if UNATTRIBUTED in measured:
-        notes.append("unattributed communication: the trace names no process group for it (PyTorch 2.3+ records "
-                     "them), so no dimension's prediction is set against it")
+        notes.append("unattributed communication: it ran on no group whose description names a dimension (each rank's "
+                     "notes say what the trace records for it: no group, the default group, or groups without a "
+                     "description), so no dimension's prediction is set against it; the config's group layout is not "
+                     "matched against a group's ranks")
     return {"per": PER, "steps": steps, "ranks": len(report["ranks"]),
             "iteration_ms": {"predicted": shown["iteration_ms"]},
             # the trace's compute is every compute kernel's time, so the SMs overlap takes from GEMMs are in it
