@@ -120,18 +120,35 @@ def trace(paths, *, ranks=None, allow_partial: bool = False, jobs: int | None = 
     result's `predicted` sets the communication budget's figures per dimension beside the measured ones."""
     from .trace import analyze
 
-    report = analyze(paths, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
-    if config is not None or inputs.get("recipe") is not None or overrides:
-        from .trace import predicted
+    if not (config is not None or inputs.get("recipe") is not None or overrides):
+        return analyze(paths, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
+    from .trace import predicted
 
-        try:
-            analysis = resolve(overrides, config=config, model=model, shape=shape, **inputs)
-        except UsageError as exc:  # a config that records no GPU count: the traces' job size is the run's
-            if inputs.get("gpus") is not None or not report.world_size or "does not record the GPU count" not in str(exc):
-                raise
-            analysis = resolve(overrides, config=config, model=model, shape=shape, **{**inputs, "gpus": report.world_size})
-        report.predicted = predicted.beside(report.to_dict(), analysis.budget, analysis.gpus)
+    try:
+        analysis = resolve(overrides, config=config, model=model, shape=shape, **inputs)
+    except UsageError as exc:  # a config that records no GPU count: the traces' job size is the run's
+        world = None if inputs.get("gpus") is not None or "does not record the GPU count" not in str(exc) else \
+            analyze(paths, ranks=ranks, allow_partial=allow_partial, jobs=jobs).world_size
+        if not world:
+            raise
+        analysis = resolve(overrides, config=config, model=model, shape=shape, **{**inputs, "gpus": world})
+    report = analyze(paths, ranks=ranks, allow_partial=allow_partial, jobs=jobs, layout=_layout_groups(analysis))
+    report.predicted = predicted.beside(report.to_dict(), analysis.budget, analysis.gpus)
     return report
+
+
+def _layout_groups(analysis) -> tuple[int, dict] | None:
+    """(world size, the run's groups by their ranks) of an analysed config, for trace's attribution."""
+    from .upstream.groups import by_ranks
+
+    m, dp = analysis.effective["model"], analysis.data_parallel_size
+    if not dp:
+        return None
+    sizes = {k: m.get(f"{k}_model_parallel_size") or 1 for k in ("tensor", "pipeline")}
+    groups = by_ranks(sizes["tensor"], sizes["pipeline"], m.get("context_parallel_size") or 1, dp,
+                      m.get("expert_model_parallel_size") or 1, m.get("expert_tensor_parallel_size"),
+                      tp_pp_dp=bool(analysis.effective.get("dist", {}).get("use_tp_pp_dp_mapping")))
+    return analysis.gpus, groups
 
 
 def compare_traces(before, after, **options):

@@ -102,7 +102,7 @@ def test_a_killed_worker_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(pool.WorkerDied) as exc:
         pool.map_ordered(_square, [1, "die", 2], 2)
     assert exc.value.item == "die" and exc.value.exitcode == -signal.SIGKILL
-    monkeypatch.setattr(job, "_analyze_file", lambda path, allow_partial: _square("die"))
+    monkeypatch.setattr(job, "_analyze_file", lambda path, allow_partial, layout=None: _square("die"))
     for rank in range(2):
         rank_trace(rank).write(tmp_path / f"rank-{rank}.json")
     with pytest.raises(UsageError, match=r"rank-0.json: the process analysing it died \(killed by signal 9"):

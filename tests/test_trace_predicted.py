@@ -125,3 +125,46 @@ def test_a_config_that_records_no_gpu_count_takes_the_traces_job_size(traces, tm
 def test_a_prediction_far_from_the_measured_compute_says_the_config_is_another_job_s(traces):
     p = api.trace([str(traces)], recipe=RECIPE, overrides=TP2, gpus=8).to_dict()["predicted"]
     assert any("is not the traced job's" in n for n in p["notes"])  # microseconds of GEMMs against an 8B model's step
+
+
+def _undescribed(tmp_path, ranks: str, desc: str = "undefined", world: int = 8):
+    b = TraceBuilder(rank=0, world_size=world)
+    for i in range(3):
+        t = 1000 * i
+        b.step(i + 1, t, t + 1000)
+        b.kernel("sm90_gemm", t, t + 400)
+        b.kernel(nccl("AllReduce"), t + 400, t + 450, stream=21,
+                 **{"Process Group Description": desc, "Process Group Ranks": ranks})
+    b.write(tmp_path / "rank-0.json.gz")
+    return tmp_path
+
+
+def _dims(d: dict) -> set:
+    return {x["dimension"] for x in d["ranks"][0]["dimensions"]}
+
+
+LAYOUT = {"model.tensor_model_parallel_size": 2, "model.pipeline_model_parallel_size": 2, "model.context_parallel_size": 1,
+          "model.sequence_parallel": True}
+
+
+def test_a_group_without_a_description_is_the_dimension_its_ranks_are_in_the_config_s_layout(tmp_path):
+    """evalH H6: ranks [0, 2] at TP 2, PP 2, DP 2 on 8 GPUs are a DP group (RankGenerator: tp [0,1], dp [0,2], pp
+    [0,4]; tier 2 holds by_ranks to it); without the config, or with another job's size, nothing is placed."""
+    traces = _undescribed(tmp_path, "[0, 2]")
+    assert _dims(api.trace([traces]).to_dict()) == {"unattributed"}
+    d = api.trace([traces], recipe=RECIPE, gpus=8, overrides=LAYOUT).to_dict()
+    assert _dims(d) == {"dp"} and any("counted as that dimension's" in n for n in d["ranks"][0]["notes"])
+    assert _dims(api.trace([traces], recipe=RECIPE, gpus=16, overrides=LAYOUT).to_dict()) == {"unattributed"}
+
+
+def test_the_default_group_is_never_placed_by_its_ranks(tmp_path):
+    traces = _undescribed(tmp_path, "[0, 1]", desc="default_pg", world=2)  # [0, 1] is TP's group at TP 2 on 2 GPUs
+    d = api.trace([traces], recipe=RECIPE, gpus=2, overrides={"model.tensor_model_parallel_size": 2}).to_dict()
+    assert _dims(d) == {"unattributed"}
+
+
+def test_ranks_two_dimensions_share_in_the_layout_place_nothing(tmp_path):
+    # the recipe's CP 2 with DP 1: [0, 2] is the CP group and the DP x CP group alike
+    traces = _undescribed(tmp_path, "[0, 2]")
+    over = {**LAYOUT, "model.context_parallel_size": 2}
+    assert _dims(api.trace([traces], recipe=RECIPE, gpus=8, overrides=over).to_dict()) == {"unattributed"}

@@ -113,9 +113,12 @@ def _fill(trace: RankTrace, cutoff: int | None, steps: list[tuple[int, int, int]
     return totals, per_step
 
 
-def analyze(trace: RankTrace) -> RankReport:
+def analyze(trace: RankTrace, layout: dict | None = None) -> RankReport:
+    """layout: the run's groups by their ranks (upstream.groups.by_ranks), for groups the trace describes by no
+    dimension's name (evalH H6)."""
     table = attribution.GroupTable(trace.distributed.get("pg_config"))
     comm: dict[int, tuple[str, str, str | None]] = {}  # row -> (dimension, collective, group description)
+    placed: Counter = Counter()  # (dimension, ranks) of the groups the layout attributed
     for k in trace.comm:
         group = {**trace.collectives.get(k.external_id, {}), **k.group}
         desc = table.description(group)
@@ -123,6 +126,13 @@ def analyze(trace: RankTrace) -> RankReport:
         if collective == "unknown" and isinstance(group.get("Collective name"), str):
             collective = group["Collective name"]
         dim = "tp" if kernels.is_userbuffers(k.name) else attribution.dimension_of(desc)
+        # a group without a description only: Megatron-Core runs no dimension's traffic on default_pg, and a group
+        # that names itself is what it names
+        if dim == attribution.UNATTRIBUTED and desc in (None, "", "undefined") and \
+                (found := attribution.by_layout(group, table, layout)):
+            dim, ranks = found
+            desc = f"ranks {list(ranks)[:8]}{' ...' if len(ranks) > 8 else ''}"
+            placed[dim, ranks] += 1
         comm[k.row] = (dim, collective, desc)
     cutoff, steps = _cutoff(trace), _cpu_steps(trace)
     totals, per_step = _fill(trace, cutoff, steps, comm)
@@ -133,6 +143,11 @@ def analyze(trace: RankTrace) -> RankReport:
         step_reports.append(StepReport(number, cutoff is None or start < cutoff, f, d))
     launch = trace.launch
     notes = rank_notes(trace, cutoff, steps, comm, lambda row: _in_totals(launch[row], cutoff))
+    if placed:
+        shown = ", ".join(f"{dim.upper()} {list(r)[:8]}" for dim, r in sorted(placed)[:4])
+        notes.append(f"{sum(placed.values()):,} communication kernels ran on groups the trace names by no dimension and "
+                     f"whose ranks are one dimension's group in the config's layout ({shown}"
+                     f"{', ...' if len(placed) > 4 else ''}): counted as that dimension's")
     if sum(d.exposed_us for d in dimensions) > figures.exposed_us:
         notes.append(
             "some dimensions' kernels ran at the same time, so their exposed times overlap and add up to more "

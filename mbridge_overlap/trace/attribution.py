@@ -5,6 +5,8 @@ Evidence, strongest first:
 2. The process-group description on the kernel (PyTorch 2.3+ copies "Process Group Description" onto it) or on the
    CPU collective record with the same External id (record_param_comms, nccl:*).
 3. The group's name or ranks looked up in distributedInfo.pg_config (pg_name, pg_desc, ranks).
+4. With the run's config (trace --config), a group recorded without a description whose ranks are one dimension's
+   group in the config's layout (upstream.groups.by_ranks, Megatron-Core's rank order).
 The description must be one Megatron-Core gives its groups (upstream/groups.py, the table diagnose reads). Groups made
 by HyperCommGrid (use_decentralized_pg) carry none ("undefined"), and "default_pg" is the world: both stay
 unattributed, as does a point-to-point kernel with no group (P2P is typical of PP, but CP's p2p ring uses it too).
@@ -43,7 +45,10 @@ class GroupTable:
     def __init__(self, pg_config):
         self.by_name: dict[str, str] = {}
         self.by_ranks: dict[tuple[int, ...], set[str]] = {}
+        self.ranks_by_name: dict[str, tuple[int, ...]] = {}
         for pg in pg_config if isinstance(pg_config, list) else ():
+            if isinstance(pg, dict) and (named := _ranks(pg.get("ranks"))):
+                self.ranks_by_name[str(pg.get("pg_name"))] = named
             if not isinstance(pg, dict) or not isinstance(pg.get("pg_desc"), str):
                 continue
             self.by_name[str(pg.get("pg_name"))] = pg["pg_desc"]
@@ -62,6 +67,18 @@ class GroupTable:
         if len(known) == 1:
             return next(iter(known))
         return desc if isinstance(desc, str) and desc else None
+
+
+def by_layout(group: dict, table: "GroupTable", layout: dict | None) -> tuple[str, tuple[int, ...]] | None:
+    """(dimension, ranks) of a group that records its ranks (on the kernel, or pg_config by its name) and whose ranks
+    are one dimension's group in the run's layout (upstream.groups.by_ranks), None otherwise."""
+    if not layout:
+        return None
+    ranks = _ranks(group.get("Process Group Ranks"))
+    if ranks is None and group.get("Process Group Name") is not None:
+        ranks = table.ranks_by_name.get(str(group.get("Process Group Name")))
+    dim = layout.get(ranks) if ranks else None
+    return (dim, ranks) if dim else None
 
 
 def dimension_of(description: str | None) -> str:

@@ -56,8 +56,8 @@ def _identity(path: Path) -> tuple[str, int | None, int | None]:
     return str(path), trace.rank, trace.world_size
 
 
-def _analyze_file(path: Path, allow_partial: bool) -> RankReport:
-    return analysis.analyze(kineto.load(path, allow_partial))
+def _analyze_file(path: Path, allow_partial: bool, layout: dict | None = None) -> RankReport:
+    return analysis.analyze(kineto.load(path, allow_partial), layout)
 
 
 def _size(path: Path) -> int:
@@ -67,13 +67,13 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _analyze_all(files: list[Path], allow_partial: bool, jobs: int | None) -> list[RankReport]:
+def _analyze_all(files: list[Path], allow_partial: bool, jobs: int | None, layout: dict | None = None) -> list[RankReport]:
     """Each file's report, in order; on worker processes when jobs > 1 (the same reports and errors as serially)."""
     jobs = default_jobs(len(files)) if jobs is None else jobs
     sizes = [_size(f) for f in files]
     if jobs > 1 and len(files) > 1 and sum(sizes) > reader.FAST_AFTER // 8:  # else each worker imports it again
         reader.use_fast_now(kineto.EVENT_KEYS)
-    run = partial(_analyze_file, allow_partial=allow_partial)
+    run = partial(_analyze_file, allow_partial=allow_partial, layout=layout)
     if jobs <= 1 or len(files) <= 1:
         return [run(f) for f in files]  # pool.map_ordered's serial case, without importing it (5 ms a start)
     from .. import pool
@@ -116,9 +116,10 @@ def check_one_job(identities: list[tuple[str, int | None, int | None]]) -> None:
 
 
 def analyze(paths: PathLike | Iterable[PathLike], ranks: Iterable[int] | None = None,
-            allow_partial: bool = False, jobs: int | None = None) -> TraceReport:
+            allow_partial: bool = False, jobs: int | None = None, layout: tuple[int, dict] | None = None) -> TraceReport:
     """Analyse the traces of one job: files, or directories of them, one file per rank; `jobs` worker processes
-    (default: default_jobs; 1: one file after another in this process)."""
+    (default: default_jobs; 1: one file after another in this process). layout: (world size, the run's groups by
+    their ranks), used where every trace records that world size."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     files = trace_files(paths)
@@ -134,7 +135,9 @@ def analyze(paths: PathLike | Iterable[PathLike], ranks: Iterable[int] | None = 
             )
         identities = [i for i in identities if i[1] in wanted]
     check_one_job(identities)
-    reports = _analyze_all([Path(f) for f, _r, _s in identities], allow_partial, jobs)
+    sizes = {size for _f, _r, size in identities}
+    groups = layout[1] if layout and sizes == {layout[0]} else None  # another job's layout places nothing
+    reports = _analyze_all([Path(f) for f, _r, _s in identities], allow_partial, jobs, groups)
     check_one_job([(r.file, r.rank, r.world_size) for r in reports])  # distributedInfo may follow the events
     reports.sort(key=lambda r: (r.rank is None, r.rank or 0, r.file))
     return TraceReport(reports, notes=job_notes(reports))

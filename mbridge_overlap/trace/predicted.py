@@ -48,8 +48,8 @@ def beside(report: dict, shown: dict, world_size: int | None) -> dict:
     if UNATTRIBUTED in measured:
         notes.append("unattributed communication: it ran on no group whose description names a dimension (each rank's "
                      "notes say what the trace records for it: no group, the default group, or groups without a "
-                     "description), so no dimension's prediction is set against it; the config's group layout is not "
-                     "matched against a group's ranks")
+                     "description whose ranks are no single dimension's group in the config's layout), so no "
+                     "dimension's prediction is set against it")
     return {"per": PER, "steps": steps, "ranks": len(report["ranks"]),
             "iteration_ms": {"predicted": shown["iteration_ms"]},
             # the trace's compute is every compute kernel's time, so the SMs overlap takes from GEMMs are in it

@@ -61,3 +61,50 @@ def dimension_of(description: str | None) -> str | None:
         return DIMENSION_OF_GROUP[name]
     known = [d for d in DIMENSION_OF_GROUP if name.startswith(d + "_")]
     return DIMENSION_OF_GROUP[max(known, key=len)] if known else None
+
+
+MAX_WORLD = 1 << 14  # the layouts whose groups are listed by their ranks (16,384 GPUs: a few MB of tuples)
+
+
+def by_ranks(tp: int, pp: int, cp: int, dp: int, ep: int = 1, etp: int | None = None,
+             tp_pp_dp: bool = False) -> dict[tuple[int, ...], str]:
+    """Megatron-Core's groups of a layout by their ranks (RankGenerator's order tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with
+    Bridge's dist.use_tp_pp_dp_mapping; the expert grid tp-ep-dp-pp without cp) -> the dimension of the table above
+    whose communication runs on it; a set of ranks that groups of two dimensions share (TP and the expert TP of one
+    size) says no dimension and is left out, as is a layout over MAX_WORLD GPUs."""
+    etp = etp or tp
+    world = tp * pp * cp * dp
+    if world > MAX_WORLD:
+        return {}
+
+    def outer(data):
+        return (("pp", pp), ("dp", data)) if tp_pp_dp else (("dp", data), ("pp", pp))
+
+    found: dict[tuple[int, ...], set] = {}
+
+    def add(axes, names, dim):
+        for ranks in _groups(axes, names, world):
+            if len(ranks) > 1:
+                found.setdefault(ranks, set()).add(dim)
+
+    dense = (("tp", tp), ("cp", cp), *outer(dp))
+    for names, dim in (({"tp"}, "tp"), ({"cp"}, "cp"), ({"dp"}, "dp"), ({"dp", "cp"}, "dp"), ({"pp"}, "pp")):
+        add(dense, names, dim)
+    if ep > 1 and world % (etp * ep * pp) == 0:
+        experts = (("tp", etp), ("ep", ep), *outer(world // (etp * ep * pp)))
+        for names, dim in (({"ep"}, "ep"), ({"tp", "ep"}, "ep"), ({"tp"}, "ep"), ({"dp"}, "dp")):
+            add(experts, names, dim)
+    return {ranks: next(iter(dims)) for ranks, dims in found.items() if len(dims) == 1}
+
+
+def _groups(axes, names: set, world: int) -> list[tuple[int, ...]]:
+    """The groups that vary the `names` axes (the first axis the fastest), each its ranks in order."""
+    out: dict[tuple, list] = {}
+    for rank in range(world):
+        rest, key = rank, []
+        for name, n in axes:
+            coord, rest = rest % n, rest // n
+            if name not in names:
+                key.append(coord)
+        out.setdefault(tuple(key), []).append(rank)
+    return [tuple(ranks) for ranks in out.values()]

@@ -96,3 +96,29 @@ def test_a_rank_s_place_in_its_groups_is_megatron_core_s(layout, order):
         ours = groups.positions(model, world // (tp * pp * cp), rank, tp_pp_dp=order.endswith("pp-dp"))
         assert ours.pop("world") == {world: {rank}}
         assert ours == real[rank], rank
+
+
+@pytest.mark.parametrize("world, tp, pp, cp, ep, etp, order", [
+    (8, 2, 2, 1, 1, None, "tp-cp-ep-dp-pp"), (32, 2, 2, 2, 4, 1, "tp-cp-ep-dp-pp"), (16, 2, 2, 1, 1, None, "tp-cp-ep-pp-dp"),
+    (64, 4, 2, 2, 8, 1, "tp-cp-ep-dp-pp"), (16, 2, 1, 1, 4, 2, "tp-cp-ep-dp-pp"),
+])
+def test_the_groups_by_their_ranks_are_rank_generator_s(world, tp, pp, cp, ep, etp, order):
+    """upstream.groups.by_ranks (trace's attribution of undescribed groups by their ranks) lists exactly the groups of
+    Megatron-Core's RankGenerator that one dimension alone has."""
+    from megatron.core.parallel_state import RankGenerator
+
+    from mbridge_overlap.upstream.groups import by_ranks
+
+    dp = world // (tp * pp * cp)
+    dense = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order=order)
+    expert = RankGenerator(tp=etp or tp, ep=ep, dp=world // ((etp or tp) * ep * pp), pp=pp, cp=1, order=order)
+    want: dict = {}
+    tokens = [(dense, t, d) for t, d in (("tp", "tp"), ("cp", "cp"), ("dp", "dp"), ("dp-cp", "dp"), ("pp", "pp"))]
+    if ep > 1:
+        tokens += [(expert, t, d) for t, d in (("ep", "ep"), ("tp-ep", "ep"), ("tp", "ep"), ("dp", "dp"))]
+    for gen, token, dim in tokens:
+        for group in gen.get_ranks(token):
+            if len(group) > 1:
+                want.setdefault(tuple(group), set()).add(dim)
+    expected = {ranks: next(iter(dims)) for ranks, dims in want.items() if len(dims) == 1}
+    assert by_ranks(tp, pp, cp, dp, ep, etp, tp_pp_dp=order.endswith("pp-dp")) == expected
