@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from ..safeio import MAX_GPUS
-from ..upstream.groups import dimension_of
+from ..upstream.groups import dimension_of, grids, place
 from .frames import NAMES
 
 _DESCRIBED = re.compile(r"PG GUID \w+\((\w{1,80})\)")
@@ -86,30 +86,19 @@ def in_group_rank(text: str) -> int | None:
 
 def positions(model: dict, dp: int, rank: int, tp_pp_dp: bool = False, ddp: dict | None = None) -> dict:
     """dimension -> {group size: the ranks within a group of that size that global `rank` can have}, in Megatron-Core's
-    rank order (RankGenerator: tp-cp-ep-dp-pp, tp-cp-ep-pp-dp with Bridge's dist.use_tp_pp_dp_mapping; the expert
-    ranks the same without cp, in expert TP, EP, expert DP), for the groups of_config names. torch numbers a group's
-    ranks in the order of their global ranks, which is the masked axes' mixed radix, the first the fastest. The
-    groups split across distributed-optimizer instances are left out (their order is not modelled)."""
+    rank order (upstream.groups.grids and place), for the groups of_config names. The groups split across
+    distributed-optimizer instances are left out (their order is not modelled)."""
     tp, pp, cp, ep, etp, edp, world = _grid(model, dp)
     out: dict = {}
     if not 0 <= rank < world:
         return out
 
-    def outer(data):  # the two slowest axes, in the order Bridge asks Megatron-Core for
-        return (("pp", pp), ("dp", data)) if tp_pp_dp else (("dp", data), ("pp", pp))
-
     def put(dim, axes, names):
-        coords, r = {}, rank
-        for name, n in axes:
-            coords[name], r = r % n, r // n
-        index, size = 0, 1
-        for name, n in axes:
-            if name in names:
-                index, size = index + coords[name] * size, size * n
+        _key, index, size = place(axes, names, rank)
         if size > 1:
             out.setdefault(dim, {}).setdefault(size, set()).add(index)
 
-    dense = (("tp", tp), ("cp", cp), *outer(dp))
+    dense, experts = grids(tp, pp, cp, dp, ep, etp, tp_pp_dp)
     whole_dp = _instances(ddp) == 1
     if whole_dp:
         put("dp", dense, {"dp"})
@@ -118,8 +107,7 @@ def positions(model: dict, dp: int, rank: int, tp_pp_dp: bool = False, ddp: dict
     put("pp", dense, {"pp"})
     if model.get("sequence_parallel"):
         put("tp", dense, {"tp"})
-    if edp:
-        experts = (("tp", etp), ("ep", ep), *outer(edp))
+    if experts:
         if whole_dp:
             put("dp", experts, {"dp"})
         put("ep", experts, {"tp", "ep"})

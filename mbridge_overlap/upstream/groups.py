@@ -66,45 +66,58 @@ def dimension_of(description: str | None) -> str | None:
 MAX_WORLD = 1 << 14  # the layouts whose groups are listed by their ranks (16,384 GPUs: a few MB of tuples)
 
 
+def grids(tp: int, pp: int, cp: int, dp: int, ep: int = 1, etp: int | None = None, tp_pp_dp: bool = False) -> tuple:
+    """Megatron-Core's rank order (RankGenerator): the dense grid's axes, fastest first (tp, cp, then dp and pp, or pp
+    and dp with Bridge's dist.use_tp_pp_dp_mapping), and the expert grid's (expert tp, ep, expert dp, pp), None without
+    expert parallelism or where it does not divide the world."""
+    world = tp * pp * cp * dp
+
+    def outer(data):  # the two slowest axes, in the order Bridge asks Megatron-Core for
+        return (("pp", pp), ("dp", data)) if tp_pp_dp else (("dp", data), ("pp", pp))
+
+    etp = etp or tp
+    experts = None
+    if ep > 1 and world % (etp * ep * pp) == 0:
+        experts = (("tp", etp), ("ep", ep), *outer(world // (etp * ep * pp)))
+    return (("tp", tp), ("cp", cp), *outer(dp)), experts
+
+
+def place(axes: tuple, names: set, rank: int) -> tuple[tuple, int, int]:
+    """A rank in the groups that vary the `names` axes: (its coordinates on the other axes, which name its group;
+    its index within the group, the masked axes' mixed radix, the first the fastest, as torch numbers a group's ranks
+    by their global ones; the group's size)."""
+    key, index, size, rest = [], 0, 1, rank
+    for name, n in axes:
+        coord, rest = rest % n, rest // n
+        if name in names:
+            index, size = index + coord * size, size * n
+        else:
+            key.append(coord)
+    return tuple(key), index, size
+
+
 def by_ranks(tp: int, pp: int, cp: int, dp: int, ep: int = 1, etp: int | None = None,
              tp_pp_dp: bool = False) -> dict[tuple[int, ...], str]:
-    """Megatron-Core's groups of a layout by their ranks (RankGenerator's order tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with
-    Bridge's dist.use_tp_pp_dp_mapping; the expert grid tp-ep-dp-pp without cp) -> the dimension of the table above
-    whose communication runs on it; a set of ranks that groups of two dimensions share (TP and the expert TP of one
-    size) says no dimension and is left out, as is a layout over MAX_WORLD GPUs."""
-    etp = etp or tp
+    """Megatron-Core's groups of a layout by their ranks (grids()) -> the dimension of the table above whose
+    communication runs on it; a set of ranks that groups of two dimensions share (TP and the expert TP of one size)
+    says no dimension and is left out, as is a layout over MAX_WORLD GPUs."""
     world = tp * pp * cp * dp
     if world > MAX_WORLD:
         return {}
-
-    def outer(data):
-        return (("pp", pp), ("dp", data)) if tp_pp_dp else (("dp", data), ("pp", pp))
-
+    dense, experts = grids(tp, pp, cp, dp, ep, etp, tp_pp_dp)
     found: dict[tuple[int, ...], set] = {}
 
     def add(axes, names, dim):
-        for ranks in _groups(axes, names, world):
+        members: dict[tuple, list] = {}
+        for rank in range(world):
+            members.setdefault(place(axes, names, rank)[0], []).append(rank)
+        for ranks in members.values():
             if len(ranks) > 1:
-                found.setdefault(ranks, set()).add(dim)
+                found.setdefault(tuple(ranks), set()).add(dim)
 
-    dense = (("tp", tp), ("cp", cp), *outer(dp))
     for names, dim in (({"tp"}, "tp"), ({"cp"}, "cp"), ({"dp"}, "dp"), ({"dp", "cp"}, "dp"), ({"pp"}, "pp")):
         add(dense, names, dim)
-    if ep > 1 and world % (etp * ep * pp) == 0:
-        experts = (("tp", etp), ("ep", ep), *outer(world // (etp * ep * pp)))
+    if experts:
         for names, dim in (({"ep"}, "ep"), ({"tp", "ep"}, "ep"), ({"tp"}, "ep"), ({"dp"}, "dp")):
             add(experts, names, dim)
     return {ranks: next(iter(dims)) for ranks, dims in found.items() if len(dims) == 1}
-
-
-def _groups(axes, names: set, world: int) -> list[tuple[int, ...]]:
-    """The groups that vary the `names` axes (the first axis the fastest), each its ranks in order."""
-    out: dict[tuple, list] = {}
-    for rank in range(world):
-        rest, key = rank, []
-        for name, n in axes:
-            coord, rest = rest % n, rest // n
-            if name not in names:
-                key.append(coord)
-        out.setdefault(tuple(key), []).append(rank)
-    return [tuple(ranks) for ranks in out.values()]
