@@ -74,8 +74,11 @@ def test_launch_env_matches_perf_env_plugin():
         layout = launch_env.Layout(tp=tp, pp=pp, cp=cp, dp=dp, gpu=gpu, moe_a2a_overlap=a2a, moe_flex_dispatcher_backend=flex,
                                    flex_in_use=flex is not None)
         executor = run.LocalExecutor()
+        # as the 0.5 perf launcher builds it (scripts/performance/perf_plugins.py, PerfEnvPlugin.setup at v0.5.0 and
+        # v0.5.1: layernorm_sm_margin = 20 if moe_flex_dispatcher_backend in ["deepep", "hybridep"] else 16)
         plugin = PerfEnvPlugin(tp_size=tp, pp_size=pp, cp_size=cp, num_gpus=tp * pp * cp * dp, gpu_sm100_or_newer=gpu in sm100,
-                               moe_flex_dispatcher_backend=flex, a2a_overlap=a2a, enable_manual_gc=False)
+                               moe_flex_dispatcher_backend=flex, a2a_overlap=a2a, enable_manual_gc=False,
+                               layernorm_sm_margin=20 if flex in ("deepep", "hybridep") else 16)
         plugin.setup(run.Script(inline="true"), executor)
         assert executor.env_vars == {k: v for k, v, _ in launch_env.rules(release, layout)}, layout
         checked += 1
