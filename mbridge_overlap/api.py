@@ -124,17 +124,25 @@ def trace(paths, *, ranks=None, allow_partial: bool = False, jobs: int | None = 
         return analyze(paths, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
     from .trace import predicted
 
+    report = None
     try:
         analysis = resolve(overrides, config=config, model=model, shape=shape, **inputs)
     except UsageError as exc:  # a config that records no GPU count: the traces' job size is the run's
-        world = None if inputs.get("gpus") is not None or "does not record the GPU count" not in str(exc) else \
-            analyze(paths, ranks=ranks, allow_partial=allow_partial, jobs=jobs).world_size
-        if not world:
+        if inputs.get("gpus") is not None or "does not record the GPU count" not in str(exc):
             raise
-        analysis = resolve(overrides, config=config, model=model, shape=shape, **{**inputs, "gpus": world})
-    report = analyze(paths, ranks=ranks, allow_partial=allow_partial, jobs=jobs, layout=_layout_groups(analysis))
+        report = analyze(paths, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
+        if not report.world_size:
+            raise
+        analysis = resolve(overrides, config=config, model=model, shape=shape, **{**inputs, "gpus": report.world_size})
+    layout = _layout_groups(analysis)
+    if report is None or layout and layout[1] and _unattributed(report):  # again only where the layout may place a group
+        report = analyze(paths, ranks=ranks, allow_partial=allow_partial, jobs=jobs, layout=layout)
     report.predicted = predicted.beside(report.to_dict(), analysis.budget, analysis.gpus)
     return report
+
+
+def _unattributed(report) -> bool:
+    return any(d.dimension == "unattributed" for r in report.ranks for d in r.dimensions)
 
 
 def _layout_groups(analysis) -> tuple[int, dict] | None:

@@ -61,8 +61,9 @@ def in_config(model: dict | None, source: str | None = None) -> dict:
         if isinstance(v, (int, bool)):
             out[k] = v
         elif source is not None:
-            raise UsageError(f"{source}: model.{k}: the file holds {safeio.shown(v)} where Bridge's config holds a whole "
-                             "number or true/false: write it without quotes")
+            from ..run.request import quoted_in_file
+
+            raise quoted_in_file(f"{source}: model.{k}", v, "a whole number or true/false")
     return out
 
 

@@ -69,9 +69,8 @@ def _grid(model: dict, dp: int) -> tuple:
                                                "context_parallel_size"))
     ep = model.get("expert_model_parallel_size") or 1
     etp = model.get("expert_tensor_parallel_size") or tp
-    world = dp * tp * pp * cp
-    edp = world // (etp * ep * pp) if ep > 1 and world % (etp * ep * pp) == 0 else 0
-    return tp, pp, cp, ep, etp, edp, world
+    experts = grids(tp, pp, cp, dp, ep, etp)[1]
+    return tp, pp, cp, ep, etp, dict(experts)["dp"] if experts else 0, dp * tp * pp * cp
 
 
 def _instances(ddp: dict | None) -> int:

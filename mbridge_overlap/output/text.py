@@ -305,7 +305,7 @@ def _budget_change(c: dict | None) -> list[str]:
         lines.append(f"  {s['setting']} {'on' if s['before'] else 'off'} -> {'on' if s['after'] else 'off'}: alone, {where}, {verb} "
                      f"about {abs(s['exposed_change_ms']):,.1f} ms per iteration (about {_pct(s['exposed_change_ms'], c['iteration_ms_before'])} "
                      f"of BEFORE's iteration){net}")
-    if c["settings_flipped"] and len(c["parts"]) and any(v["change_ms"] for k, v in c["parts"].items() if k != "exposed_communication"):
+    if c["settings_flipped"] and any(v["change_ms"] for k, v in c["parts"].items() if k != "exposed_communication"):
         lines.append("  (a setting's 'alone' is its worth with nothing else changed; the parts above are the whole change)")
     return lines + [f"  note: {c['note']}"]
 

@@ -320,9 +320,14 @@ def _as_yaml_typed(key: str, value: Any) -> None:
     fields = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP, "mixed_precision": schema.MIXED_PRECISION}
     spec = (fields.get(section) or {}).get(name)
     if spec is not None and spec.kind in (INT, OPT_INT, BOOL, OPT_BOOL):
-        want = "an integer" if spec.kind in (INT, OPT_INT) else "true or false"
-        raise UsageError(f"{key}: the file holds the text {safeio.shown(value)} where Bridge's config holds {want}: "
-                         "write it without quotes")
+        raise quoted_in_file(key, value, "an integer" if spec.kind in (INT, OPT_INT) else "true or false")
+
+
+def quoted_in_file(key: str, value: Any, want: str) -> UsageError:
+    """The one line for a file's text where Bridge's config holds a number or a bool (_as_yaml_typed, and the shape
+    keys only the budget reads: budget.shape.in_config)."""
+    return UsageError(f"{key}: the file holds the text {safeio.shown(value)} where Bridge's config holds {want}: "
+                      "write it without quotes")
 
 
 def _is_null(value: Any) -> bool:

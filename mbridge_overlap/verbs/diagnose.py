@@ -132,7 +132,7 @@ def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inp
         sc = scenario.build(config=config, recipe=recipe, overrides=overrides, gpus=world, bridge_version=release.version, **inputs)
         origin = ("the given config" + (" and recipe" if recipe else "") if config is not None or recipe is not None
                   else "Bridge's recipe baseline with the given overrides")
-        unknown = ()
+        unknown, invalid = (), {}
     elif summary is not None and summary.done:
         mapping = summary.config(release)
         world = gpus or _world(scan)
@@ -144,17 +144,15 @@ def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inp
         sc = scenario.build(config=mapping, gpus=world, bridge_version=release.version, **inputs)
         origin, unknown = "Bridge's configuration summary in the log", tuple(summary.unknown)
         invalid = {k: why for k, why in summary.why.items() if why.startswith("printed")}  # fuzzF F13: said as such
-        report.link(diag, sc, origin, unknown)
-        if invalid:
-            diag.config["not_printed"] = [k for k in diag.config["not_printed"] if k not in invalid]
-            diag.config["printed_invalid"] = invalid
-        return
     else:
         diag.config = {"from": None}
         diag.notes.append("no config: the log holds no Bridge configuration summary; pass --config run_config.yaml or --recipe "
                           "to link each cause to the config analysis")
         return
     report.link(diag, sc, origin, unknown)
+    if invalid:
+        diag.config["not_printed"] = [k for k in diag.config["not_printed"] if k not in invalid]
+        diag.config["printed_invalid"] = invalid
 
 
 def _world(scan: Scan) -> int | None:

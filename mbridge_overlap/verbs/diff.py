@@ -250,11 +250,11 @@ def budget_change(before: Analysis, after: Analysis, model=None, shape=None) -> 
     change = b1["iteration_ms"] - b0["iteration_ms"]
     dims = {d: {"exposed_ms_before": b0["dimensions"].get(d, {}).get("exposed_ms", 0.0),
                 "exposed_ms_after": b1["dimensions"].get(d, {}).get("exposed_ms", 0.0)} for d in {**b0["dimensions"], **b1["dimensions"]}}
-    flipped = [_flipped(k, v, b1["settings"].get(k, {}).get("effective", not v["effective"]), 1, "before", b0)
+    flipped = [_flipped(k, v, b1["settings"].get(k, {}).get("effective", not v["effective"]), "before", b0)
                for k, v in b0["settings"].items() if b1["settings"].get(k, {}).get("effective") != v["effective"]]
     # a setting only AFTER's budget lists (it does not apply in BEFORE, e.g. TP overlap without sequence parallel):
     # what turning it off on AFTER would change, the other way round (evalH H1)
-    flipped += [_flipped(k, v, v["effective"], -1, "after", b0) for k, v in b1["settings"].items()
+    flipped += [_flipped(k, v, v["effective"], "after", b0) for k, v in b1["settings"].items()
                 if k not in b0["settings"] and v["effective"]]
     parts = {name: {"before": b0[key], "after": b1[key], "change_ms": round(b1[key] - b0[key], 3)} for name, key in (
         ("compute", "compute_ms"), ("pipeline_bubble", "bubble_ms"), ("exposed_communication", "exposed_ms"),
@@ -271,9 +271,10 @@ def budget_change(before: Analysis, after: Analysis, model=None, shape=None) -> 
                     "with `trace` of profiled runs of both"}
 
 
-def _flipped(setting: str, v: dict, after: bool, sign: int, on: str, b0: dict) -> dict:
-    """One setting the change flipped: what flipping it alone does, from BEFORE's budget (sign 1), or where only AFTER
-    applies it, from AFTER's, the other way round (sign -1)."""
+def _flipped(setting: str, v: dict, after: bool, on: str, b0: dict) -> dict:
+    """One setting the change flipped: what flipping it alone does, from BEFORE's budget (on "before"), or where only
+    AFTER applies it, from AFTER's, the other way round (on "after")."""
+    sign = 1 if on == "before" else -1
     exposed, iteration = sign * v["exposed_change_ms_if_flipped"], sign * v["iteration_change_ms_if_flipped"]
     return {"setting": setting, "before": not after if on == "after" else v["effective"], "after": after,
             "exposed_change_ms": exposed, "iteration_change_ms": iteration, "estimated_on": on,
