@@ -420,3 +420,14 @@ def test_with_expert_parallel_overlap_the_first_forward_and_last_backward_stay_e
     (ep,) = _items(b, "ep", "all_to_all")
     one = ep["ms"] / ep["count"]
     assert ep["ms"] - ep["hidden_ms"] == pytest.approx(4 * 48 * one, rel=0.01)
+
+
+def test_diff_prices_an_ep_overlap_change_and_lists_it():
+    """EP overlap asked for through comm_overlap: a communication-relevant change the budget prices, not one 'not
+    modelled' beside the budget's own number for it."""
+    d = api.diff(recipe="perf_recipes.qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config", model="qwen3_30b_a3b",
+                 before_overrides={"comm_overlap.overlap_moe_expert_parallel_comm": False},
+                 overrides={"comm_overlap.overlap_moe_expert_parallel_comm": True}).to_dict()
+    assert [(o["key"], o["before"], o["after"]) for o in d["other_changes"]] == [("model.overlap_moe_expert_parallel_comm", False, True)]
+    assert not d["unmodeled_changes"] and "comm_overlap.overlap_moe_expert_parallel_comm" in d["explained_changes"]
+    assert [s["setting"] for s in d["budget"]["settings_flipped"]] == ["overlap_moe_expert_parallel_comm"]

@@ -65,7 +65,14 @@ OTHER_COMM = [
     ("model.recompute_method", "which layers full recompute reruns"),
     ("model.recompute_num_layers", "how many layers full recompute reruns"),
     ("model.recompute_modules", "what selective recompute reruns"),
+    # expert parallelism's own overlap and dispatcher: not this skill's to tune, but the budget prices them
+    ("model.overlap_moe_expert_parallel_comm", "EP overlap (the all-to-all hidden behind another micro-batch's compute)"),
+    ("model.delay_wgrad_compute", "EP overlap's delayed weight-gradient GEMMs"),
+    ("model.moe_token_dispatcher_type", "MoE token dispatcher"),
+    ("model.moe_flex_dispatcher_backend", "the flex dispatcher's backend"),
 ]
+# Keys of OTHER_COMM read as Bridge leaves them (comm_overlap's value copied onto the model), not as requested
+EFFECTIVE_OTHER = frozenset(key for key, _ in OTHER_COMM[-4:])
 EFFECTS = {
     ("model.tp_comm_overlap", True, False): "TP overlap turned off",
     ("model.tp_comm_overlap", False, True): "TP overlap turned on",
@@ -474,6 +481,8 @@ def _other(a: Side, b: Side) -> list:
             return side.analysis.data_parallel_size
         if key == "micro_batches_per_iteration":
             return side.analysis.batch()["micro_batches_per_iteration"]
+        if key in EFFECTIVE_OTHER:
+            return side.effective(key)
         section, _, name = key.partition(".")
         return side.scenario.request.section(section).get(name)
 
@@ -550,6 +559,7 @@ def account(a: Side, b: Side, changes: list, other: list) -> dict:
     listed = {o["key"] for o in other}
     if "data_parallel_size" in listed:
         listed.add("comm_overlap.data_parallel_size")  # what Bridge saved of the DP size
+    listed |= {f"comm_overlap.{k.partition('.')[2]}" for k in listed & EFFECTIVE_OTHER}  # asked for through comm_overlap
     out = {"total": 0, "explained": [], "unmodeled": [], "same_effect": [], "ignored": []}
     for key, (old, new) in _changed(a, b).items():
         out["total"] += 1
