@@ -177,3 +177,26 @@ def test_diff_s_parts_add_up_to_its_change_and_name_a_setting_only_after_applies
     (tp,) = [s for s in b["settings_flipped"] if s["setting"] == "tp_comm_overlap"]
     assert (tp["before"], tp["after"], tp["estimated_on"]) == (False, True, "after") and tp["exposed_change_ms"] < 0
     assert sum(p["change_ms"] for p in b["parts"].values()) == pytest.approx(b["iteration_change_ms"], abs=0.01)
+
+
+def test_diagnose_compare_names_the_key_bridge_s_own_line_blames_not_the_setting_it_wrote(tmp_path):
+    """evalI D1: AFTER turned sequence parallel off, Bridge turned TP overlap off and said so. The summaries print the
+    model.tp_comm_overlap Bridge wrote, so diff read its change as asked for and offered comm_overlap.tp_comm_overlap=true,
+    which Bridge turns off again; the change is the log's TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL, restored through
+    sequence parallel, with resolve's fix for that finding."""
+    text = (LOG.parent / "tp_overlap_default_ub_cfg.log").read_text()
+    sp, on = "  sequence_parallel: True  (Mcore default: False)\n", "  tp_comm_overlap: True  (Mcore default: False)\n"
+    assert sp in text and on in text
+    said = "WARNING:root:Disabling tensor parallel communication overlap due to sequence_parallel=False.\n"
+    after = said + text.replace(sp, "").replace(on, "")
+    d = api.diagnose([_write(tmp_path / "before.log", text), _write(tmp_path / "after.log", after)], compare=True, gpus=8).to_dict()
+    (change,) = [c for c in d["compare"]["config_changes"] if c["key"] == "model.tp_comm_overlap"]
+    assert change["finding_id"] == "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL" and change["cause_keys"] == ["model.sequence_parallel"]
+    fix = api.resolve({"model.tensor_model_parallel_size": 2, "model.sequence_parallel": False,
+                       "comm_overlap.tp_comm_overlap": True}, gpus=8).to_dict()
+    (finding,) = [f for f in fix["findings"] if f["id"] == "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"]
+    assert change["fix_overrides"] == finding["fix_overrides"] == {"model.sequence_parallel": True}
+    # without Bridge's line nothing says why: the change stays as diff reads it
+    d = api.diagnose([_write(tmp_path / "before.log", text), _write(tmp_path / "after.log", text.replace(sp, "").replace(on, ""))],
+                     compare=True, gpus=8).to_dict()
+    assert [c["finding_id"] for c in d["compare"]["config_changes"] if c["key"] == "model.tp_comm_overlap"] == ["REQUESTED_CHANGE"]

@@ -181,6 +181,7 @@ def _config_changes(diag, scans, release, gpus) -> None:
         shapes.append(_shape(s))
     same = shapes[0] == shapes[1]
     result = diff(*sides, labels=("before", "after"), shape=shapes[0] if same else None)
+    _bridge_said_why(result, diag.causes)
     diag.compare["config_changes"] = [c.to_dict() for c in result.changes]
     diag.compare["budget"] = (result.budget if same else
                               {"unavailable": "the two runs' configuration summaries print different model shapes"})
@@ -198,6 +199,29 @@ def _config_changes(diag, scans, release, gpus) -> None:
             "default userbuffers config (16-SM margins on the bulk and pipeline GEMMs); with a tuned preset TP overlap "
             f"costs less, and the predicted change lies between {low:+,.1f} and {high:+,.1f} ms (`budget --recipe` with "
             "the run's recipe gives its preset's)")
+
+
+def _bridge_said_why(result, log_causes) -> None:
+    """evalI D1: Bridge's summary prints what its comm_overlap setup wrote onto the model (model.tp_comm_overlap, ...),
+    never the request, so diff reads a change of one as asked for. Where a cause the log shows (Bridge's own line)
+    names that setting and another key that changed between the summaries, the change is that cause's, restored
+    through that key (as resolve's fix for the finding is), not by asking again for what Bridge turned off."""
+    from ..findings import overrides_text
+    from ..run.runconfig import WRITTEN_BY_COMM_OVERLAP
+
+    other = {o["key"]: o for o in result.other}
+    for change in result.changes:
+        if change.rule != "REQUESTED_CHANGE" or change.key not in WRITTEN_BY_COMM_OVERLAP:
+            continue
+        setting = "." + change.key.partition(".")[2]
+        for cause in log_causes:
+            keys = [k for k in cause.finding.knobs if k in other]
+            if keys and any(k.endswith(setting) for k in cause.finding.knobs):
+                change.causes = [{"key": k, "before": other[k]["before"], "after": other[k]["after"]} for k in keys]
+                change.rule, change.message = cause.finding.id, cause.finding.message
+                change.fix_overrides = {k: other[k]["before"] for k in keys}
+                change.fix = overrides_text(change.fix_overrides)
+                break
 
 
 def _shape(summary) -> dict:
