@@ -31,7 +31,7 @@ def resolve(overrides: Mapping[str, Any] | None = None, *, model: str | None = N
     from .run import scenario
     from .findings.analysis import analyze
 
-    analysis = analyze(scenario.build(overrides=overrides, **inputs))
+    analysis = analyze(scenario.with_model(scenario.build(overrides=overrides, **inputs), model, shape))
     analysis.budget = budgets.shown(analysis, model, shape)
     return analysis
 
@@ -88,7 +88,7 @@ def diff(before=None, after=None, *, overrides: Mapping[str, Any] | None = None,
     after_config = after if after is not None else (before if recipe_after is None and recipe is None else None)
     after_sc = scenario.build(config=after_config, recipe=recipe_after or recipe, gpus=gpus_after or gpus,
                               overrides={**dict(before_overrides or {}), **dict(overrides or {})}, side="after", **inputs)
-    return run_diff(before_sc, after_sc, model=model, shape=shape)
+    return run_diff(scenario.with_model(before_sc, model, shape), scenario.with_model(after_sc, model, shape), model=model, shape=shape)
 
 
 def diagnose(logs, *, compare: bool = False, **inputs):

@@ -293,10 +293,11 @@ def test_diff_counts_a_recompute_change_and_its_cost():
     assert d["budget"]["iteration_change_ms"] > 0.25 * d["budget"]["iteration_ms_before"]  # a forward more: about a third
 
 
-def test_a_split_megatron_core_refuses_is_said_and_one_it_takes_is_not():
+def test_a_split_megatron_core_refuses_is_refused_and_one_it_takes_is_not():
     """80 layers over PP 8 x VPP 4 (10 per stage, not a multiple of 4): Megatron-Core's TransformerBlock asserts at
-    model build; the budget was given without a word. The 405B recipe's 126 layers over PP 8 x VP 8 split evenly once
-    the embedding and the loss count as layers, as the recipe sets: no such assumption."""
+    model build; the budget was given without a word, then with an assumption; now the layer count --model gives is
+    the config check's too (evalI D3), as plan's: PIPELINE_LAYERS_UNEVEN, no budget. The 405B recipe's 126 layers over
+    PP 8 x VP 8 split evenly once the embedding and the loss count as layers, as the recipe sets: no such assumption."""
     common = {"train.global_batch_size": 256, "train.micro_batch_size": 1, "model.seq_length": 8192, "dataset.seq_length": 8192,
               "comm_overlap.tp_comm_overlap": False}
 
@@ -304,7 +305,8 @@ def test_a_split_megatron_core_refuses_is_said_and_one_it_takes_is_not():
         b = api.budget({**common, **over}, model="llama3_70b", gpus=128, gpu="h100").to_dict()["budget"]
         return [a for a in b["assumptions"] if "do not split evenly" in a]
 
-    assert said(**{"model.pipeline_model_parallel_size": 8, "model.virtual_pipeline_model_parallel_size": 4})
+    with pytest.raises(UsageError, match="PIPELINE_LAYERS_UNEVEN"):
+        said(**{"model.pipeline_model_parallel_size": 8, "model.virtual_pipeline_model_parallel_size": 4})
     assert not said(**{"model.pipeline_model_parallel_size": 8, "model.virtual_pipeline_model_parallel_size": 5})
     b = api.budget(recipe="llama31_405b_pretrain_128gpu_gb200_bf16_config", model="llama31_405b").to_dict()["budget"]
     assert not [a for a in b["assumptions"] if "do not split evenly" in a]
@@ -431,3 +433,41 @@ def test_diff_prices_an_ep_overlap_change_and_lists_it():
     assert [(o["key"], o["before"], o["after"]) for o in d["other_changes"]] == [("model.overlap_moe_expert_parallel_comm", False, True)]
     assert not d["unmodeled_changes"] and "comm_overlap.overlap_moe_expert_parallel_comm" in d["explained_changes"]
     assert [s["setting"] for s in d["budget"]["settings_flipped"]] == ["overlap_moe_expert_parallel_comm"]
+
+
+def test_the_layer_count_model_gives_is_checked_by_every_verb_and_the_fix_holds():
+    """evalI D3, D4: plan refused 126 layers over PP 8 (llama31_405b), resolve costed it; and the error offered no fix
+    where Bridge's own 405B recipes count the embedding and the loss as layers, which then read as not modelled."""
+    over = {"model.pipeline_model_parallel_size": 8, "model.virtual_pipeline_model_parallel_size": 8,
+            "model.tensor_model_parallel_size": 8, "model.seq_length": 8192, "dataset.seq_length": 8192,
+            "train.global_batch_size": 128}
+    d = api.resolve(over, model="llama31_405b", gpus=512).to_dict()
+    (f,) = [f for f in d["findings"] if f["id"] == "PIPELINE_LAYERS_UNEVEN"]
+    assert "unavailable" in d["budget"]
+    p = api.plan(tp=8, pp=8, vpp=8, gpus=512, model="llama31_405b", seq_length=8192, global_batch_size=128).to_dict()
+    assert "PIPELINE_LAYERS_UNEVEN" in {g["id"] for g in p["findings"]}
+    assert f["fix_overrides"] == {"model.account_for_embedding_in_pipeline_split": True,
+                                  "model.account_for_loss_in_pipeline_split": True}
+    fixed = api.resolve({**over, **f["fix_overrides"]}, model="llama31_405b", gpus=512).to_dict()
+    assert not [g for g in fixed["findings"] if g["severity"] == "error"]
+    assert "UNMODELED_OVERLAP_KEY" not in {g["id"] for g in fixed["findings"]}
+    assert fixed["budget"]["iteration_ms"] > 0
+    with pytest.raises(UsageError, match="PIPELINE_LAYERS_UNEVEN"):
+        api.budget({"model.pipeline_model_parallel_size": 2}, model="llama3_8b", shape={"num_layers": 7}, gpus=64)
+
+
+def test_what_the_recipe_or_model_gives_of_the_shape_is_known_to_the_preset_match():
+    """evalI D5: the SFT recipe sets seq_length 4096, which the offline stand-in model's 4096 hid (the catalog took it
+    for the stand-in's); --model gave the hidden size to the budget but not to the preset match."""
+    d = api.resolve(recipe="perf_recipes.llama3_70b_sft_32gpu_h100_bf16_config").to_dict()
+    assert d["budget"]["layout"]["seq_length"] == 4096
+    (f,) = [f for f in d["findings"] if f["id"] == "TP_OVERLAP_DEFAULT_UB_CFG"]
+    assert "not known" not in f["message"]
+    over = {"model.tensor_model_parallel_size": 8, "model.sequence_parallel": True, "model.context_parallel_size": 2,
+            "model.pipeline_model_parallel_size": 8, "model.virtual_pipeline_model_parallel_size": 8,
+            "model.account_for_embedding_in_pipeline_split": True, "model.account_for_loss_in_pipeline_split": True,
+            "model.seq_length": 8192, "dataset.seq_length": 8192, "comm_overlap.tp_comm_overlap": True,
+            "train.micro_batch_size": 1, "mixed_precision": "bf16_with_fp8_current_scaling_mixed"}
+    ids = {f["id"]: f for f in api.resolve(over, model="llama31_405b", gpus=512, gpu="h100").to_dict()["findings"]}
+    assert "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192" in ids["PRESET_NOT_USED"]["message"]
+    assert "TP_OVERLAP_DEFAULT_UB_CFG" not in ids

@@ -40,7 +40,7 @@ DEVICES = {
 ASSUMED_DEVICES = ("r100", "vr200")
 # A plain provider with the traits of the models Bridge's recipes train (a SwiGLU MLP without linear or QKV bias, as
 # Llama, Qwen, DeepSeek): a check on them then sees what the real model has rather than Megatron-Core's GPT defaults.
-STANDIN = dict(num_layers=96, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=32, seq_length=4096,
+STANDIN = dict(num_layers=96, hidden_size=1024, ffn_hidden_size=4096, num_attention_heads=32, seq_length=4104,
                vocab_size=32768, make_vocab_size_divisible_by=128, add_bias_linear=False, add_qkv_bias=False,
                gated_linear_unit=True)
 MAX_FIXUPS = 8

@@ -30,9 +30,14 @@ def known(req: Request) -> tuple[int, str] | None:
 
 def published_shape(entry: dict) -> dict:
     """The shape of a recipe's model as its published config gives it (data/budget_models.yaml), {} if not known."""
+    return model_shape(entry.get("model"))
+
+
+def model_shape(name: str | None) -> dict:
+    """The shape of a model by its name (--model, a recipe's model) as its published config gives it, {} if not known."""
     from ..upstream.releases import DATA_DIR, load_yaml
 
-    return (load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(entry.get("model") or "") or {}).get("shape") or {}
+    return (load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(name or "") or {}).get("shape") or {}
 
 
 def flexible(req: Request) -> bool:

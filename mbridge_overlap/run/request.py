@@ -341,8 +341,10 @@ def _env_names() -> set:
 def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping, value: Any = None) -> None:
     known = bridge_fields(req.release.version).get(section, ())
     if name in known:
-        if not (req.origin.get(key) == "config" and name in schema.CONTEXT.get(section, ())):
-            req.unmodeled.append(key)  # (a config's own value of a field a rule reads is no request to flag)
+        if not (req.origin.get(key) == "config" and name in schema.CONTEXT.get(section, ())
+                or section == "model" and name in schema.PIPELINE_LAYOUT):
+            req.unmodeled.append(key)  # (a config's own value of a field a rule reads is no request to flag, nor a
+            # pipeline layout's field: the resolver checks it as Megatron-Core does, the budget costs its largest stage)
         req.context[key] = value  # as given (not typed): read only where a rule or the budget names it
         return
     hint = closest(name, list(modeled) + list(known))

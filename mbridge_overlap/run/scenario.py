@@ -143,6 +143,24 @@ def _written_by_another_release(rc, release, asked: str | None) -> list[str]:
     return [f"{what}: answered with {release.version}'s rules, as asked"]
 
 
+def with_model(sc: Scenario, model: str | None, shape: dict | None) -> Scenario:
+    """The scenario, with what --model or --shape make known of the model where neither a recipe nor the config
+    does, for every verb that takes them: the layer count for the pipeline-layout check (PIPELINE_LAYERS_UNEVEN;
+    evalI D3: plan checked it, resolve and budget costed a layout Megatron-Core refuses), the hidden size for the
+    userbuffers preset match (evalI D5)."""
+    known = layers.model_shape(model)
+    if sc.shape.get("hidden_size") is None:
+        sc.shape["hidden_size"] = (shape or {}).get("hidden_size") or known.get("hidden_size")
+    req = sc.request
+    if req.recipe is not None or req.origin.get("model.num_layers") in ("override", "config"):
+        return sc
+    n = (shape or {}).get("num_layers") or known.get("num_layers")
+    if isinstance(n, int) and not isinstance(n, bool):
+        req.context["model.num_layers"] = n
+        req.origin["model.num_layers"] = "--shape" if (shape or {}).get("num_layers") else f"{model}'s published config"
+    return sc
+
+
 SHAPE = {"hidden_size": "model.hidden_size", "seq_length": "model.seq_length", "micro_batch_size": "train.micro_batch_size"}
 
 

@@ -36,11 +36,12 @@ def budget(overrides=None, *, model=None, shape=None, **inputs) -> BudgetResult:
     from ..findings.analysis import analyze
     from ..run import scenario
 
-    analysis = analyze(scenario.build(overrides=overrides, **inputs))
+    analysis = analyze(scenario.with_model(scenario.build(overrides=overrides, **inputs), model, shape))
     refused = "EXPERT_PARALLEL_WITHOUT_EXPERTS" in {f.id for f in analysis.errors}
     experts = shapes.experts_of(model) if refused else None
     if experts:  # --model names an MoE model the config leaves without experts, and EP > 1 asks for them
-        analysis = analyze(scenario.build(overrides={**(overrides or {}), "model.num_moe_experts": experts}, **inputs))
+        analysis = analyze(scenario.with_model(scenario.build(overrides={**(overrides or {}), "model.num_moe_experts": experts},
+                                                          **inputs), model, shape))
     why = budgets.needs(analysis)
     if why is not None:
         raise UsageError(why)

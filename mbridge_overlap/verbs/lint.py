@@ -48,7 +48,7 @@ def lint(config=None, overrides=None, *, model=None, shape=None, **inputs) -> Li
     budget (model, shape: as for api.budget; a saved run config holds the shape). inputs: scenario.build's keywords."""
     if config is None and inputs.get("recipe") is None and not overrides:
         raise UsageError("lint: give a run config (file, checkpoint or iteration directory), --recipe NAME or KEY=VALUE overrides")
-    an = analyze(scenario.build(config=config, overrides=overrides, **inputs))
+    an = analyze(scenario.with_model(scenario.build(config=config, overrides=overrides, **inputs), model, shape))
     an.budget = budgets.shown(an, model, shape)
     return LintResult(an, findings.sort(an.findings + _saved_differs(an)))
 

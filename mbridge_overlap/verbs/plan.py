@@ -102,19 +102,6 @@ def _from_model(model: str, shape: dict | None, hidden_size: int | None, family:
     return hidden_size, family if family is not None or model not in _families(release) else model
 
 
-def _layers_of_model(req, model: str | None, shape: dict | None, entry: dict | None) -> None:
-    """The layer count --model or --shape gives, for the pipeline-layout check (PIPELINE_LAYERS_UNEVEN), where no
-    recipe gives the model."""
-    from ..budget.shape import models
-
-    if entry is not None:
-        return
-    n = (shape or {}).get("num_layers") or ((models().get(model or "") or {}).get("shape") or {}).get("num_layers")
-    if isinstance(n, int) and not isinstance(n, bool):
-        req.context["model.num_layers"] = n
-        req.origin["model.num_layers"] = "--shape" if (shape or {}).get("num_layers") else f"{model}'s published config"
-
-
 def _families(release) -> list:
     """The model families of a release's catalog. A release without a catalog of its own (0.6.0, a newer one) takes
     its data_of release's: the family only selects NCCL_P2P_NET_CHUNKSIZE, whose recipe list is release data."""
@@ -152,7 +139,7 @@ def make_plan(
         hidden_size, family = _from_model(model, shape, hidden_size, family, release)
     shape_given = dict(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
     start = scenario.build(recipe=entry, family=family, shape=shape_given, **inputs)
-    _layers_of_model(start.request, model, shape, entry)
+    scenario.with_model(start, model, shape)
     base = _recipe_layout(entry)
     tp, pp, cp, ep = (x if x is not None else base.get(k, 1) for x, k in ((tp, "tp"), (pp, "pp"), (cp, "cp"), (ep, "ep")))
     vpp = vpp if vpp is not None else base.get("vpp")

@@ -30,11 +30,15 @@ def pipeline_layers_uneven(state: State):
         return
     n, where = known
     if n % pp:
-        yield make("PIPELINE_LAYERS_UNEVEN", layers=n, where=where, pp=pp, what=f"{n} layers are not a multiple of PP {pp}",
+        # the embedding and the loss counted as layers, as Bridge's Llama 3.1 405B recipes split 126 layers (evalI D4)
+        o, fix = fixed(state, "PIPELINE_LAYERS_UNEVEN", [
+            {"model.account_for_embedding_in_pipeline_split": True, "model.account_for_loss_in_pipeline_split": True},
+            {"model.account_for_embedding_in_pipeline_split": True}, {"model.account_for_loss_in_pipeline_split": True}],
+            otherwise=shell("a pipeline_model_parallel_size that divides {n}, or an uneven layout "
+                            "(model.num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage)", n=n))
+        yield make("PIPELINE_LAYERS_UNEVEN", fix_overrides=o, layers=n, where=where, pp=pp, what=f"{n} layers are not a multiple of PP {pp}",
                    raised="Megatron-Core's TransformerBlock (get_num_layers_to_build) asserts "
-                          f"'num_layers={n} should be divisible by config.pipeline_model_parallel_size={pp}'",
-                   fix=shell("a pipeline_model_parallel_size that divides {n}, or an uneven layout "
-                             "(model.num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage)", n=n))
+                          f"'num_layers={n} should be divisible by config.pipeline_model_parallel_size={pp}'", fix=fix)
     elif vpp and (n // pp) % vpp:
         per_stage = n // pp
         options = sorted((d for d in range(2, per_stage + 1) if per_stage % d == 0), key=lambda d: (abs(d - vpp), d))
