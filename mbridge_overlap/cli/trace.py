@@ -92,6 +92,15 @@ def _snippet(args) -> int:
     return 0
 
 
+def _config_flags(args, overrides) -> None:
+    """--model, --shape, --gpu and --gpus describe the run's config: without one they would be ignored (fuzzG G4)."""
+    given = [flag for flag, value in (("--model", args.model), ("--shape", args.shape), ("--gpu", args.gpu),
+                                      ("--gpus", args.gpus)) if value]
+    if given and not (args.config or args.recipe or overrides):
+        raise UsageError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with --config or --recipe (the run's "
+                         "config), not traces alone")
+
+
 def run(args) -> int:
     if args.snippet:
         return _snippet(args)
@@ -100,6 +109,7 @@ def run(args) -> int:
     from .. import api
 
     ranks = snippet.parse_ranks(args.rank, allow_all=False)
+    _config_flags(args, options.split_overrides(args.traces)[1] if not args.compare else {})
     if args.compare and (args.config or args.recipe):
         raise UsageError("--config and --recipe go with the traces of one run, not --compare")
     if args.compare:

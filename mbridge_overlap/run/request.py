@@ -410,10 +410,15 @@ def flatten_config(config: Mapping, release: Release, strict: bool = True) -> tu
 
 
 def _unknown(key: str, strict: bool, skipped: list, choices) -> None:
-    if strict:
+    """A key this release's config does not have: refused (strict), else skipped and noted (a saved run config of
+    another release). No release has a field whose name is not ASCII: such a key is a lookalike, refused (fuzzG G5)."""
+    if strict or not key.isascii():
         section, _, name = key.partition(".")
         hint = closest(name or section, choices)
-        raise UsageError(f"config: '{key}' is not in Megatron-Bridge's config" + (f"; did you mean '{hint}'?" if hint else ""))
+        shown = safeio.esc(key.encode("ascii", "backslashreplace").decode("ascii"))
+        raise UsageError(f"config: '{shown}' is not in Megatron-Bridge's config"
+                         + ("" if key.isascii() else " (it holds non-ASCII characters)")
+                         + (f"; did you mean '{hint}'?" if hint else ""))
     skipped.append(key)
 
 

@@ -130,11 +130,13 @@ class RankTrace:
             ts = event.get("ts")
             if ts.__class__ is int and dur.__class__ is int:
                 start, end = ts, ts + dur
-            elif isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and not isinstance(ts, bool):
+            elif isinstance(ts, (int, float)) and isinstance(dur, (int, float)) and not isinstance(ts, bool) and not isinstance(dur, bool):
                 try:
                     start, end = ceil(ts), floor(ts + dur)
                 except (ValueError, OverflowError):  # NaN, Infinity
                     raise reader.BadEvent(f"ts {ts!r} and dur {dur!r}: a time must be a finite number") from None
+            elif cat in _DEVICE_CATS:  # a kernel whose time is no number: refused, as a NaN one is (fuzzG G1)
+                raise reader.BadEvent(f"ts {_short(ts)} / dur {_short(dur)}: a kernel's time must be a number")
             else:
                 return
             if not (-limit < start < limit and -limit < end < limit):
@@ -142,6 +144,8 @@ class RankTrace:
             stream, corr = args.get("stream", -1), args.get("correlation", -1)
             if stream.__class__ is not int:
                 stream = _int(stream)
+                if stream < 0 and cat in _DEVICE_CATS and "stream" in args:  # dropped, it would vanish unsaid (fuzzG G1)
+                    raise reader.BadEvent(f"stream {_short(args['stream'])}: a kernel's stream must be a whole number")
             if corr.__class__ is not int:
                 corr = _int(corr)
             if corr >= limit:

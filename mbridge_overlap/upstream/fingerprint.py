@@ -215,9 +215,17 @@ def _hash(text: str, n: int) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
 
 
+MAX_LINE = 4000  # characters of one source line; Bridge's longest are a few hundred
+
+
 @lru_cache(maxsize=8)
 def _parse(text: str) -> ast.Module:
-    """One file's tree, parsed once for all the anchors in it (nothing here changes a tree: copies are edited)."""
+    """One file's tree, parsed once for all the anchors in it (nothing here changes a tree: copies are edited). A
+    line longer than any source Bridge ships is refused before the parser sees it: CPython's parser can overflow
+    its C stack on one (a chain of 200,000 additions kills 3.10's process, fuzzG G3), which no except catches."""
+    longest = max(map(len, text.splitlines()), default=0)
+    if longest > MAX_LINE:
+        raise ValueError(f"a line of {longest:,} characters (Bridge's source has none over {MAX_LINE:,}): not its source")
     return ast.parse(text)
 
 

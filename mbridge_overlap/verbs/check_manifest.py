@@ -24,6 +24,7 @@ def default_path() -> Path:
 
 def split(text: str) -> tuple[str, str]:
     """(frontmatter, body); raises ValueError when the file does not open with a --- block."""
+    text = text.replace("\r\n", "\n")  # a file saved with CRLF line ends (fuzzG G11)
     if not text.startswith("---\n"):
         raise ValueError("must start with a '---' line opening the YAML frontmatter")
     end = text.find("\n---\n", 4)

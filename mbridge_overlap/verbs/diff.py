@@ -199,7 +199,8 @@ def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = Non
         raise UsageError("diff: both sides are answered for one release (--bridge-version)")
     labels = labels or (label_of(before), label_of(after))
     a, b = side(labels[0], before), side(labels[1], after)
-    warnings = list(before.notes) + list(after.notes) + _model_warning(a, b)
+    warnings = ([f"BEFORE fails at {f.when or 'config'} as it is given: {f.id}: {f.message}" for f in a.analysis.errors]
+                + list(before.notes) + list(after.notes) + _model_warning(a, b))
     changed_inputs = _changed_inputs(a, b)
     changes = []
     keys = SETTINGS + sorted({f"env_vars.{k}" for k in set(a.scenario.request.env_vars) | set(b.scenario.request.env_vars)})

@@ -29,3 +29,18 @@ def test_every_fixed_request_resolves_as_bridge_does():
     failures = [o for o in (conformance.check(c, version) for c in cases) if o.differences]
     assert len(cases) > COUNT / 2
     assert failures == [], [(o.case.overrides, o.case.gpus, o.differences) for o in failures[:3]]
+
+
+def test_ep_overlap_without_vpp_is_fixed_with_a_vpp_that_keeps_it_on():
+    """evalI D6: Bridge asks for a virtual pipeline size where EP overlap runs with PP > 1; the fix turned the overlap
+    off. Giving VPP 2 keeps it on, here as in real Bridge (the first case is refused by both, the fixed one by neither)."""
+    over = {"model.pipeline_model_parallel_size": 2, "model.num_layers": 8, "model.expert_model_parallel_size": 2,
+            "model.num_moe_experts": 8, "model.moe_token_dispatcher_type": "alltoall",
+            "comm_overlap.overlap_moe_expert_parallel_comm": True, "comm_overlap.delay_wgrad_compute": True}
+    version = adapter.bridge_version()
+    assert not conformance.check(conformance.Case(over, 8, True), version).differences  # both refuse, with one message
+    (f,) = [f for f in api.resolve(over, gpus=8).findings if f.id == "MOE_OVERLAP_REJECTED"]
+    assert f.fix_overrides == {"model.virtual_pipeline_model_parallel_size": 2}
+    fixed = conformance.Case({**over, **f.fix_overrides}, 8, True)
+    assert not conformance.check(fixed, version).differences
+    assert api.resolve(fixed.overrides, gpus=8).effective["model"]["overlap_moe_expert_parallel_comm"] is True

@@ -390,8 +390,17 @@ SHAPE_CASES = [
     _shape("kernels_without_stream_or_correlation", lambda: edit_kernels(trace(), _pop("stream", "correlation")), 2,
            "none that can be placed on the GPU timeline"),
     _shape("kernels_without_dur", lambda: edit_kernels(trace(), lambda e: e.pop("dur")), 2, "6 without a duration"),
+    # refused at the first such kernel, not only where every kernel has one (fuzzG G1: a wrong type on the NCCL
+    # kernels alone left them out unsaid, "no communication")
     _shape("kernels_with_string_times", lambda: edit_kernels(trace(), lambda e: e.update(ts=str(e["ts"]))), 2,
-           "6 without a time stamp"),
+           "ts '100' / dur 400: a kernel's time must be a number"),
+    _shape("communication_kernels_with_string_times", lambda: edit_kernels(
+        trace(), lambda e: e.update(ts=str(e["ts"])) if "nccl" in e["name"] else None), 2, "a kernel's time must be a number"),
+    _shape("communication_kernels_with_bool_durations", lambda: edit_kernels(
+        trace(), lambda e: e.update(dur=True) if "nccl" in e["name"] else None), 2, "a kernel's time must be a number"),
+    _shape("communication_kernels_with_text_streams", lambda: edit_kernels(
+        trace(), lambda e: e["args"].update(stream="twenty") if "nccl" in e["name"] else None), 2,
+           "stream 'twenty': a kernel's stream must be a whole number"),
     _shape("kernels_with_null_args", lambda: edit_kernels(trace(), lambda e: e.update(args=None)), 2,
            "without a stream"),
     _shape("kernels_with_list_args", lambda: edit_kernels(trace(), lambda e: e.update(args=[7, 1])), 2,

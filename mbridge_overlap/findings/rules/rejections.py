@@ -16,6 +16,8 @@ from .common import every_request, owner_key
 _MOE_PRECONDITION_FIXES = {
     "overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type == 'alltoall' or 'flex'":
         lambda m: {"model.moe_token_dispatcher_type": "alltoall"},
+    "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1":
+        lambda m: {"model.virtual_pipeline_model_parallel_size": 2},
     "disable full recomputation when enabling overlap_moe_expert_parallel_comm":
         lambda m: {"model.recompute_granularity": None, "model.recompute_method": None, "model.recompute_num_layers": None},
     "disable recomputation method when enabling overlap_moe_expert_parallel_comm":
