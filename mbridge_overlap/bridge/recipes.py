@@ -280,6 +280,8 @@ def record(cfg) -> dict:
     out["peft"] = peft(getattr(cfg, "peft", None))
     out["dataset"]["sft"] = type(cfg.dataset).__name__ in SFT_DATASETS
     out["dataset"]["seq_length_checked"] = seq_length_checked(cfg)
+    # only whether the recipe sets them matters (validate() checks packing against it); 0.5.x has no such field
+    out["dataset"]["offline_packing_specs"] = getattr(cfg.dataset, "offline_packing_specs", None) is not None
     return out
 
 

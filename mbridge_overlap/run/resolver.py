@@ -290,6 +290,7 @@ def optimizer_overlap_cfgs(state: State, user: dict) -> dict:
 
 def validate(state: State) -> None:
     """ConfigContainer.validate(), the parts on the overlap path, in Bridge's order."""
+    validate_packing(state)
     finalize_optimizer(state)
     validate_cuda_graph_configuration(state)
     finalize_model(state)
@@ -504,6 +505,21 @@ def validate_cp_comm_type(state: State) -> None:
     elif sizes and math.prod(sizes) != cp:
         _reject(state, "CP_HIERARCHICAL_SIZES_INVALID", f"Product of hierarchical_context_parallel_sizes "
                 f"[{', '.join(map(str, sizes))}] (={math.prod(sizes)}) must equal context_parallel_size (={cp}).", where)
+
+
+def validate_packing(state: State) -> None:
+    """validate()'s first checks (0.6.0 on): offline and in-batch packing exclude each other, and offline packing goes
+    with its specs (the recipe catalog records whether a recipe sets them). A step-time rule about packed
+    micro-batches would otherwise speak of a config Bridge refuses at the start (evalI D2)."""
+    offline, in_batch = state.dataset.get("enable_offline_packing"), state.dataset.get("enable_in_batch_packing")
+    specs = bool(state.request.context.get("dataset.offline_packing_specs"))
+    where = "ConfigContainer.validate"
+    if offline and in_batch:
+        _reject(state, "DATASET_PACKING_REJECTED", "enable_offline_packing and enable_in_batch_packing are mutually exclusive.", where)
+    elif offline and not specs:
+        _reject(state, "DATASET_PACKING_REJECTED", "offline_packing_specs must be set when enable_offline_packing=True.", where)
+    elif specs and not offline:
+        _reject(state, "DATASET_PACKING_REJECTED", "enable_offline_packing must be True when offline_packing_specs is set.", where)
 
 
 def validate_seq_length(state: State) -> None:

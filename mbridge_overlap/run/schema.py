@@ -248,7 +248,8 @@ CONTEXT = {
     "optimizer": ["optimizer", "use_precision_aware_optimizer"],
     "rng": ["te_rng_tracker"],
     # sft: a fine-tuning dataset config (validate() checks CP against it); seq_length_checked: validate() compares the
-    # dataset's seq_length with the model's (its dataset class is one of those validate() names; bridge/recipes.py)
-    "dataset": ["sft", "seq_length", "seq_length_checked"],
+    # dataset's seq_length with the model's (its dataset class is one of those validate() names; bridge/recipes.py);
+    # offline_packing_specs: whether the recipe sets them (validate() checks the packing flags against it)
+    "dataset": ["sft", "seq_length", "seq_length_checked", "offline_packing_specs"],
 }
 RECORDED = {s: sorted(set(SECTIONS.get(s, {})) | set(CONTEXT.get(s, ()))) for s in dict.fromkeys([*SECTIONS, *CONTEXT])}

@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 
@@ -33,3 +34,32 @@ def test_a_recipe_that_reads_its_checkpoint_s_experts_while_it_builds_decides_as
     assert dispatcher == {None: "alltoall", 128: "flex", 1024: "flex"}
     entry = catalog.lookup("qwen3_30b_a3b_pretrain_8gpu_h100_bf16_config", "0.6.2")
     assert entry["request"]["model"]["moe_token_dispatcher_type"] == "flex"
+
+
+@pytest.mark.parametrize("overrides", [
+    {"dataset.enable_in_batch_packing": True},
+    {"dataset.enable_offline_packing": False},
+    {"dataset.enable_offline_packing": False, "dataset.enable_in_batch_packing": True},
+])
+def test_packing_flags_bridge_refuses_are_refused_with_its_message_and_the_fix_resolves(tmp_path, overrides):
+    """evalI D2: the SFT recipe packs offline with its specs; in-batch packing on top of it, or offline packing off
+    under its specs, makes validate() raise first. The resolver says so with Bridge's own message, and its fix runs."""
+    from mbridge_overlap import api
+    from mbridge_overlap.bridge import adapter, recipes
+    from mbridge_overlap.upstream import catalog
+
+    name = "perf_recipes.llama3_70b_sft_32gpu_h100_bf16_config"
+    entry = catalog.lookup(name, adapter.bridge_version())
+
+    def real(over: dict) -> str | None:
+        cfg = recipes.rebuild(entry, tmp_path)
+        adapter.apply_overrides(cfg, over)
+        return recipes.runtime(cfg, entry["gpus"], entry.get("gpu"))[0]
+
+    mine = api.resolve(overrides, recipe=name)
+    (rejection,) = [r for r in mine.state.rejections if r.id == "DATASET_PACKING_REJECTED"]
+    error = real(overrides)
+    assert error and rejection.message in error, (rejection.message, error)
+    (f,) = [f for f in mine.findings if f.id == "DATASET_PACKING_REJECTED"]
+    assert f.fix_overrides and real({**overrides, **f.fix_overrides}) is None
+    assert not api.resolve({**overrides, **f.fix_overrides}, recipe=name).state.rejections

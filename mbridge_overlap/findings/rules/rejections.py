@@ -144,6 +144,12 @@ REJECTION_FIXES = {
         "layer counts for the first and last stages (model.num_layers_in_first/last_pipeline_stage) that leave the middle "
         "stages an even share, each a multiple of the virtual pipeline size")}),
     "SEQ_LENGTH_DATASET_MISMATCH": lambda state, r: ([{"dataset.seq_length": state.model["seq_length"]}], {}),
+    # the first that holds: the in-batch packing asked over the recipe's offline one dropped, offline packing with its
+    # specs, without them (offline_packing_specs is an object: no override sets it)
+    "DATASET_PACKING_REJECTED": lambda state, r: ([
+        {"dataset.enable_in_batch_packing": False}, {"dataset.enable_offline_packing": True},
+        {"dataset.enable_in_batch_packing": False, "dataset.enable_offline_packing": True},
+        {"dataset.enable_offline_packing": False}], {}),
 }
 
 
