@@ -326,8 +326,13 @@ def _as_yaml_typed(key: str, value: Any) -> None:
 def quoted_in_file(key: str, value: Any, want: str) -> UsageError:
     """The one line for a file's text where Bridge's config holds a number or a bool (_as_yaml_typed, and the shape
     keys only the budget reads: budget.shape.in_config)."""
+    plain = isinstance(value, str) and _YAML_TEXT_NUMBER.fullmatch(value.strip())  # unquoted, yet text to YAML 1.1
     return UsageError(f"{key}: the file holds the text {safeio.shown(value)} where Bridge's config holds {want}: "
-                      "write it without quotes")
+                      + ("write it in plain digits (YAML reads this form as text)" if plain else "write it without quotes"))
+
+
+# numbers that PyYAML (YAML 1.1) reads as text even unquoted: an exponent without a dot, NaN, infinity, 0o octal
+_YAML_TEXT_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)[eE][+-]?\d+|[+-]?\.?(?:nan|inf|infinity)|0o[0-7]+", re.I)
 
 
 def _is_null(value: Any) -> bool:

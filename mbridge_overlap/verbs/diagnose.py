@@ -16,6 +16,7 @@ from ..upstream import releases
 from ..errors import UsageError
 from ..safeio import esc
 from ..diagnose import messages, parallel, reader, report
+from ..diagnose.summary import MAX_BLOCK_LINES
 from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, Scan
 
 
@@ -146,8 +147,11 @@ def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inp
         invalid = {k: why for k, why in summary.why.items() if why.startswith("printed")}  # fuzzF F13: said as such
     else:
         diag.config = {"from": None}
-        diag.notes.append("no config: the log holds no Bridge configuration summary; pass --config run_config.yaml or --recipe "
-                          "to link each cause to the config analysis")
+        cut = summary is not None and (summary.sections or summary.truncated)  # begun, never finished (fuzzG G10)
+        diag.notes.append(("no config: the log's Bridge configuration summary is cut off"
+                           + (f" after {MAX_BLOCK_LINES:,} lines" if summary.truncated else "") if cut else
+                           "no config: the log holds no Bridge configuration summary")
+                          + "; pass --config run_config.yaml or --recipe to link each cause to the config analysis")
         return
     report.link(diag, sc, origin, unknown)
     if invalid:

@@ -74,3 +74,36 @@ def test_a_relative_cache_home_writes_nothing_into_the_working_directory(tmp_pat
                           cwd=tmp_path, env=env, capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_number_yaml_reads_as_text_is_told_how_to_write_it(tmp_path):
+    # G8: an unquoted 1e10 was told to "write it without quotes": it has none; YAML 1.1 reads the form as text
+    for text, says in (('{"ddp": {"bucket_size": 1e10}}\n', "write it in plain digits"),
+                       ('ddp:\n  bucket_size: "100"\n', "write it without quotes")):
+        cfg = tmp_path / "c.yaml"
+        cfg.write_text(text)
+        proc = run_cli("resolve", "--config", str(cfg), "--gpus", "8")
+        assert proc.returncode == 2
+        assert_one_line(proc)
+        assert says in proc.stderr.decode()
+
+
+def test_a_cut_off_configuration_summary_is_said_as_cut_off(tmp_path):
+    # G10: a summary block past MAX_BLOCK_LINES read as "the log holds no Bridge configuration summary"
+    import json
+
+    from mbridge_overlap.diagnose.summary import MAX_BLOCK_LINES
+
+    log = ROOT / "tests" / "data" / "logs" / "bridge-0.6.2" / "tp_overlap_default_ub_cfg.log"
+    head = "[model] Non-default values (vs Mcore TransformerConfig):\n"
+    text = log.read_text()
+    assert head in text
+    filler = "".join(f"  field_{i}: {i}  (Mcore default: None)\n" for i in range(MAX_BLOCK_LINES + 10))
+    cut = tmp_path / "cut.log"
+    cut.write_text(text.replace(head, head + filler, 1))
+    notes = json.loads(run_cli("diagnose", str(cut), "--format", "json").stdout)["notes"]
+    assert any(f"summary is cut off after {MAX_BLOCK_LINES:,} lines" in n for n in notes), notes
+    plain = tmp_path / "plain.log"
+    plain.write_text("just a line\n")
+    notes = json.loads(run_cli("diagnose", str(plain), "--format", "json").stdout)["notes"]
+    assert any("holds no Bridge configuration summary" in n for n in notes), notes
