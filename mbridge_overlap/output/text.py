@@ -243,7 +243,8 @@ def diff(d: dict) -> str:
                   f"        fix: {e['fix']}" + (" (or the restores below, which clear it too: one way or the other, not both)"
                                                  if e.get("cleared_by_restores") else "")]
     changes = d["overlap_changes"]
-    lines += ["", "overlap settings that changed, most step-time impact first:" if changes else "overlap settings: no change"]
+    lines += ["", "TP, DP and PP overlap settings that changed, most step-time impact first:" if changes
+              else "TP, DP and PP overlap settings: no change"]
     for i, c in enumerate(changes, 1):
         lines.append(f"  {i}. {c['key']}: {fmt(c['before'])} -> {fmt(c['after'])}")
         lines.append(f"     why: {c['message']} [{c['finding_id']}]")

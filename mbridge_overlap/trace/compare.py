@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .attribution import ORDER
 from ..contract import SCHEMA_VERSION
+from ..errors import UsageError
 from .job import analyze
 from .report import DEFINITION, TraceReport, percent
 
@@ -138,8 +139,19 @@ def _notes(before: TraceReport, after: TraceReport) -> list[str]:
     return notes
 
 
+def _side(label: str, path, **options):
+    """One capture analysed; an error about it names the side (fuzzG G6: '--rank 3: not in the traces given' did
+    not say which of the two lacked it)."""
+    try:
+        return analyze(path, **options)
+    except UsageError as exc:
+        if str(exc).startswith("--rank"):
+            raise UsageError(f"{label}: {exc}") from None
+        raise
+
+
 def compare(before, after, ranks=None, allow_partial: bool = False, jobs: int | None = None) -> TraceComparison:
     """Compare two captures (a file or a directory of one job's rank files each)."""
-    b = analyze(before, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
-    a = analyze(after, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
+    b, a = (_side(label, path, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
+            for label, path in (("BEFORE", before), ("AFTER", after)))
     return TraceComparison(b, a, _notes(b, a))

@@ -107,3 +107,23 @@ def test_a_cut_off_configuration_summary_is_said_as_cut_off(tmp_path):
     plain.write_text("just a line\n")
     notes = json.loads(run_cli("diagnose", str(plain), "--format", "json").stdout)["notes"]
     assert any("holds no Bridge configuration summary" in n for n in notes), notes
+
+
+def test_trace_compare_names_the_side_that_lacks_a_rank(tmp_path):
+    # G6: "--rank 3: not in the traces given (ranks there: 1)" did not say that BEFORE has rank 3 and AFTER has not
+    import gzip
+    import json
+
+    def rank_file(rank: int):
+        doc = {"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 4}, "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 10, "dur": 5,
+             "args": {"stream": 7, "correlation": 1}}]}
+        path = tmp_path / f"rank-{rank}.json.gz"
+        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+        return str(path)
+
+    before, after = rank_file(3), rank_file(1)
+    proc = run_cli("trace", "--compare", before, after, "--rank", "3")
+    assert proc.returncode == 2
+    assert_one_line(proc)
+    assert "AFTER: --rank 3: not in the traces given (ranks there: 1)" in proc.stderr.decode()
