@@ -233,6 +233,67 @@ def svg(preds: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def measure(mirror: str) -> dict:
+    """Every row costed: the pre-training rows used and left out with their report, and the fine-tuning rows'."""
+    published = perf_tables.rows(mirror)
+    rows, left = selected(published)
+    lines, result = report(rows)
+    tuned, _ = selected(perf_tables.rows(mirror, tasks=("sft", "peft")))
+    tuned_lines, tuned_errors = report_finetune(tuned)
+    return {"published": published, "rows": rows, "left": left, "lines": lines, "result": result,
+            "tuned_lines": tuned_lines, "tuned_errors": tuned_errors}
+
+
+def document(m: dict) -> str:
+    """docs/budget.md's text (tests/test_budget.py holds the committed file to it where the mirror is there)."""
+    lines, result, rows = m["lines"], m["result"], m["rows"]
+    why: dict = {}
+    for _r, reason in m["left"]:
+        why[reason] = why.get(reason, 0) + 1
+    text = [
+        "# The communication budget against published runs", "",
+        "Written by `tools/check_budget.py --write-docs` (do not edit): Megatron-Bridge's published pre-training rows "
+        "(docs/performance-summary.md and its archive, read from the git mirror), each costed by `mbridge-overlap budget` "
+        "with the row's shipped perf recipe and layout. One constant per GPU system (`efficiency` in "
+        f"data/budget_systems.yaml) is fitted on the rows of release {CALIBRATION}; the errors below are on every other "
+        "row (NVFP4 rows apart: they are costed at the FP8 matmul rate). No FP4 rate is in the data: no measured "
+        "dense FP4 GEMM rate of these GPUs was found, and the datasheets' FP4:FP8 ratio (2 on B200 and GB200, 3 on "
+        "GB300) put on the measured FP8 rate predicts these rows 7 % to 69 % high (tried 2026-12-05), where the FP8 "
+        "rate predicts them 12 % to 40 % low: an NVFP4 step reaches neither rate.", "",
+        *lines[: 2 + len(result["errors"])], "",
+        f"Rows used: {len(rows)}; left out: " + "; ".join(f"{n} ({w})" for w, n in sorted(why.items())) + ".", "",
+        "![predicted against published tokens/s/GPU](budget-published.svg)", "",
+        *lines[2 + len(result["errors"]) + 1:], "",
+    ]
+    moe, _ = selected(m["published"], MOE_MODELS)
+    moe_lines, failed = report_moe(moe)
+    text += [
+        "## MoE rows, at the dense fit (not calibrated)", "",
+        "The published rows of the MoE models whose shape data/budget_models.yaml holds, costed like the others with "
+        "the row's expert layout (EP) and each system's dense efficiency. The budget counts each token's top-k "
+        "experts' GEMM FLOPs at that rate and none of MoE's own overheads (the router, token permutation, grouped "
+        "GEMMs of a few tokens per expert): where the all-to-all stays inside the NVLink domain (8 GPUs with EP 8) "
+        "the predicted throughput is twice the published or more. Where it crosses the network (H100 with EP 16 or "
+        "32) the exposed all-to-all brings the prediction near the published, which is agreement by compensation, "
+        "not a check of either. The budget's answers for MoE say so (their `assumptions`): read their iteration "
+        "times as lower bounds.", "",
+        *moe_lines, "",
+        f"Not costed: {len(failed)} rows whose layout does not resolve with the row's recipe ("
+        + "; ".join(sorted({why for _, why in failed})) + ").", "",
+    ]
+    text += [
+        "## Fine-tuning rows: SFT and LoRA (not calibrated)", "",
+        "The published SFT and LoRA rows, each costed with its own shipped recipe (`*_sft_*` and `*_peft_*`) at the "
+        "pre-training fit. SFT trains every weight, as pre-training does. LoRA is the budget's PEFT model: the base "
+        "weights are frozen, so Transformer Engine runs their dgrad GEMMs and no wgrad GEMM, DP reduces and gathers "
+        "only the adapters, and the input gradient's reduce-scatter of an adapted column-parallel linear has no wgrad "
+        "GEMM to hide behind (its `assumptions` list the rest). Bridge's perf LoRA recipes adapt linear_qkv alone, "
+        "rank 16. Before the PEFT model the LoRA rows were predicted 26 % to 38 % slow (a full backward counted).", "",
+        *m["tuned_lines"], "",
+    ]
+    return "\n".join(text)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mirror", default=os.environ.get("MBRIDGE_SKILL_MIRROR"))
@@ -243,8 +304,8 @@ def main(argv=None) -> int:
     if not args.mirror:
         print("check_budget: a Megatron-Bridge git mirror is needed (--mirror or MBRIDGE_SKILL_MIRROR)", file=sys.stderr)
         return 2
-    published = perf_tables.rows(args.mirror)
-    rows, left = selected(published)
+    m = measure(args.mirror)
+    rows, left, lines, result = m["rows"], m["left"], m["lines"], m["result"]
     if args.fit or args.check:
         from mbridge_overlap.budget import system
 
@@ -254,63 +315,15 @@ def main(argv=None) -> int:
         if args.check and off:
             print("data/budget_systems.yaml differs from the fit: " + ", ".join(f"{k} {b} (fit {a})" for k, (a, b) in off.items()))
             return 1
-    lines, result = report(rows)
     print("\n".join(lines[: 2 + len(result["errors"])]))
     print(f"{len(rows)} rows used, {len(left)} left out")
-    tuned, _ = selected(perf_tables.rows(args.mirror, tasks=("sft", "peft")))
-    tuned_lines, tuned_errors = report_finetune(tuned)
     print("fine-tuning rows (never calibrated on):")
-    print("\n".join(tuned_lines[: 2 + len(tuned_errors)]))
+    print("\n".join(m["tuned_lines"][: 2 + len(m["tuned_errors"])]))
     if args.write_docs:
-        why: dict = {}
-        for _r, reason in left:
-            why[reason] = why.get(reason, 0) + 1
-        text = [
-            "# The communication budget against published runs", "",
-            "Written by `tools/check_budget.py --write-docs` (do not edit): Megatron-Bridge's published pre-training rows "
-            "(docs/performance-summary.md and its archive, read from the git mirror), each costed by `mbridge-overlap budget` "
-            "with the row's shipped perf recipe and layout. One constant per GPU system (`efficiency` in "
-            f"data/budget_systems.yaml) is fitted on the rows of release {CALIBRATION}; the errors below are on every other "
-            "row (NVFP4 rows apart: they are costed at the FP8 matmul rate). No FP4 rate is in the data: no measured "
-            "dense FP4 GEMM rate of these GPUs was found, and the datasheets' FP4:FP8 ratio (2 on B200 and GB200, 3 on "
-            "GB300) put on the measured FP8 rate predicts these rows 7 % to 69 % high (tried 2026-12-05), where the FP8 "
-            "rate predicts them 12 % to 40 % low: an NVFP4 step reaches neither rate.", "",
-            *lines[: 2 + len(result["errors"])], "",
-            f"Rows used: {len(rows)}; left out: " + "; ".join(f"{n} ({w})" for w, n in sorted(why.items())) + ".", "",
-            "![predicted against published tokens/s/GPU](budget-published.svg)", "",
-            *lines[2 + len(result["errors"]) + 1:], "",
-        ]
-        moe, _ = selected(published, MOE_MODELS)
-        moe_lines, failed = report_moe(moe)
-        text += [
-            "## MoE rows, at the dense fit (not calibrated)", "",
-            "The published rows of the MoE models whose shape data/budget_models.yaml holds, costed like the others with "
-            "the row's expert layout (EP) and each system's dense efficiency. The budget counts each token's top-k "
-            "experts' GEMM FLOPs at that rate and none of MoE's own overheads (the router, token permutation, grouped "
-            "GEMMs of a few tokens per expert): where the all-to-all stays inside the NVLink domain (8 GPUs with EP 8) "
-            "the predicted throughput is twice the published or more. Where it crosses the network (H100 with EP 16 or "
-            "32) the exposed all-to-all brings the prediction near the published, which is agreement by compensation, "
-            "not a check of either. The budget's answers for MoE say so (their `assumptions`): read their iteration "
-            "times as lower bounds.", "",
-            *moe_lines, "",
-            f"Not costed: {len(failed)} rows whose layout does not resolve with the row's recipe ("
-            + "; ".join(sorted({why for _, why in failed})) + ").", "",
-        ]
-        text += [
-            "## Fine-tuning rows: SFT and LoRA (not calibrated)", "",
-            "The published SFT and LoRA rows, each costed with its own shipped recipe (`*_sft_*` and `*_peft_*`) at the "
-            "pre-training fit. SFT trains every weight, as pre-training does. LoRA is the budget's PEFT model: the base "
-            "weights are frozen, so Transformer Engine runs their dgrad GEMMs and no wgrad GEMM, DP reduces and gathers "
-            "only the adapters, and the input gradient's reduce-scatter of an adapted column-parallel linear has no wgrad "
-            "GEMM to hide behind (its `assumptions` list the rest). Bridge's perf LoRA recipes adapt linear_qkv alone, "
-            "rank 16. Before the PEFT model the LoRA rows were predicted 26 % to 38 % slow (a full backward counted).", "",
-            *tuned_lines, "",
-        ]
-        DOC.write_text("\n".join(text), encoding="utf-8")
+        DOC.write_text(document(m), encoding="utf-8")
         (DOC.parent / "budget-published.svg").write_text(svg(result["preds"]), encoding="utf-8")
         print(f"wrote {DOC.relative_to(ROOT)} and docs/budget-published.svg")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
