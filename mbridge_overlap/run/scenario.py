@@ -150,7 +150,7 @@ def with_model(sc: Scenario, model: str | None, shape: dict | None) -> Scenario:
     userbuffers preset match (evalI D5)."""
     known = layers.model_shape(model)
     if sc.shape.get("hidden_size") is None:
-        sc.shape["hidden_size"] = (shape or {}).get("hidden_size") or known.get("hidden_size")
+        sc.shape["hidden_size"] = _positive("hidden_size", (shape or {}).get("hidden_size") or known.get("hidden_size"))
     req = sc.request
     if req.recipe is not None or req.origin.get("model.num_layers") in ("override", "config"):
         return sc
@@ -173,8 +173,7 @@ def _shape(given: Mapping | None, req: Request, entry: dict | None) -> dict:
         if value is None and key in req.origin and req.origin[key] != "recipe":
             section, _, field_name = key.partition(".")
             value = req.section(section).get(field_name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise UsageError(f"--{name.replace('_', '-')}: must be a positive integer, got {shown(value)}")
+        _positive(name, value)
         if value is None and entry is not None:
             recorded = (entry.get("shape") or {}).get(name)
             value = recorded if isinstance(recorded, int) and recorded > 0 else None  # vanilla_gpt's 0: not a shape
@@ -182,6 +181,13 @@ def _shape(given: Mapping | None, req: Request, entry: dict | None) -> dict:
             value = layers.published_shape(entry).get(name)  # a recipe that reads its model's config: the published one's
         out[name] = value
     return out
+
+
+def _positive(name: str, value):
+    """A preset dimension as given: None, or a positive whole number (else the one line naming it)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise UsageError(f"--{name.replace('_', '-')}: must be a positive integer, got {shown(value)}")
+    return value
 
 
 def _pick(assumed: dict, name: str, given, from_recipe, recipe_says: str, default, default_says: str):

@@ -47,6 +47,13 @@ IMPACT = {
 }
 # Effective fields compared; optimizer.* mirrors of ddp.* are folded into the ddp entry.
 SETTINGS = [k for k in IMPACT if not k.startswith("env_vars.")]
+# expert parallelism's own overlap and dispatcher: not this skill's to tune, but the budget prices them
+EP_COMM = [
+    ("model.overlap_moe_expert_parallel_comm", "EP overlap (the all-to-all hidden behind another micro-batch's compute)"),
+    ("model.delay_wgrad_compute", "EP overlap's delayed weight-gradient GEMMs"),
+    ("model.moe_token_dispatcher_type", "MoE token dispatcher"),
+    ("model.moe_flex_dispatcher_backend", "the flex dispatcher's backend"),
+]
 OTHER_COMM = [
     ("gpus", "GPU count"),
     ("data_parallel_size", "data-parallel size"),
@@ -65,14 +72,10 @@ OTHER_COMM = [
     ("model.recompute_method", "which layers full recompute reruns"),
     ("model.recompute_num_layers", "how many layers full recompute reruns"),
     ("model.recompute_modules", "what selective recompute reruns"),
-    # expert parallelism's own overlap and dispatcher: not this skill's to tune, but the budget prices them
-    ("model.overlap_moe_expert_parallel_comm", "EP overlap (the all-to-all hidden behind another micro-batch's compute)"),
-    ("model.delay_wgrad_compute", "EP overlap's delayed weight-gradient GEMMs"),
-    ("model.moe_token_dispatcher_type", "MoE token dispatcher"),
-    ("model.moe_flex_dispatcher_backend", "the flex dispatcher's backend"),
+    *EP_COMM,
 ]
 # Keys of OTHER_COMM read as Bridge leaves them (comm_overlap's value copied onto the model), not as requested
-EFFECTIVE_OTHER = frozenset(key for key, _ in OTHER_COMM[-4:])
+EFFECTIVE_OTHER = frozenset(key for key, _ in EP_COMM)
 EFFECTS = {
     ("model.tp_comm_overlap", True, False): "TP overlap turned off",
     ("model.tp_comm_overlap", False, True): "TP overlap turned on",

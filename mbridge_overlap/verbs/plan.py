@@ -89,17 +89,14 @@ def _recipe(reference: str | None, release) -> tuple[dict | None, str | None]:
     return None, reference
 
 
-def _from_model(model: str, shape: dict | None, hidden_size: int | None, family: str | None, release) -> tuple:
-    """(hidden size, family) where --model names a known model and neither --hidden-size nor --recipe says them: the
-    preset finder then knows the hidden size the budget uses, and Bridge's launcher rules key on the family."""
+def _family_of(model: str, family: str | None, release) -> str | None:
+    """The family where --model names a known model and --recipe does not say it: Bridge's launcher rules key on it
+    (its hidden size reaches the preset finder through scenario.with_model, as for every verb)."""
     from ..budget.shape import models
 
-    known = models().get(model)
-    if known is None:
-        return hidden_size, family  # an unknown name: the budget says so
-    if hidden_size is None:
-        hidden_size = (shape or {}).get("hidden_size") or known["shape"].get("hidden_size")
-    return hidden_size, family if family is not None or model not in _families(release) else model
+    if family is not None or model not in models() or model not in _families(release):
+        return family  # an unknown name: the budget says so
+    return model
 
 
 def _families(release) -> list:
@@ -135,8 +132,8 @@ def make_plan(
     sequence length and micro-batch size given where the config does not set them."""
     release = releases.get(inputs.get("bridge_version"))
     entry, family = _recipe(recipe, release)
-    if entry is None and model is not None:  # the model --model names: its hidden size (presets) and family (launcher)
-        hidden_size, family = _from_model(model, shape, hidden_size, family, release)
+    if entry is None and model is not None:  # the model --model names: its family (launcher)
+        family = _family_of(model, family, release)
     shape_given = dict(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
     start = scenario.build(recipe=entry, family=family, shape=shape_given, **inputs)
     scenario.with_model(start, model, shape)
