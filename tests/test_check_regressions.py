@@ -60,3 +60,15 @@ def test_a_case_released_bridge_refuses_is_not_costed():
     case = _case()
     case["after"]["settings"].update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
     assert "MOE_OVERLAP_REJECTED" in cr.cost(case)["not_costed"]
+
+
+def test_a_case_s_layer_split_reaches_the_config():
+    """Qwen3 235B's 94 layers over PP 8 x VPP 4 split only with the embedding and the loss counted as layers, as
+    Bridge's recipe sets: without them Megatron-Core refuses the layout, and the case was not costed."""
+    model = {**MOE, "num_layers": 94}
+    lay = {**LAYOUT, "pp": 8, "vpp": 4, "ep": 8}
+    assert "PIPELINE_LAYERS_UNEVEN" in cr.cost(_case(model=model, layout=lay, gpus=64))["not_costed"]
+    split = {**lay, "account_for_embedding_in_pipeline_split": True, "account_for_loss_in_pipeline_split": True}
+    before, *_ = cr.setup(_case(model=model, layout=split, gpus=64))
+    assert before["model.account_for_embedding_in_pipeline_split"] is before["model.account_for_loss_in_pipeline_split"] is True
+    assert "predicted_pct" in cr.cost(_case(model=model, layout=split, gpus=64))

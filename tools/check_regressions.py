@@ -36,6 +36,9 @@ KEYS = {
 }
 SHAPE = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "vocab_size",
          "kv_channels", "moe_router_topk", "moe_ffn_hidden_size")
+LAYOUT_SPLIT = {"pipeline_layout": "model.pipeline_model_parallel_layout",
+                "account_for_embedding_in_pipeline_split": "model.account_for_embedding_in_pipeline_split",
+                "account_for_loss_in_pipeline_split": "model.account_for_loss_in_pipeline_split"}
 PRECISION = {"bf16": "bf16_mixed", "fp8_mx": "bf16_with_mxfp8_mixed", "fp8_cs": "bf16_with_fp8_current_scaling_mixed"}
 
 
@@ -76,6 +79,9 @@ def setup(case: dict) -> tuple[dict, dict, dict, list[str]] | str:
             "mixed_precision": PRECISION.get(case.get("precision") or "bf16", "bf16_mixed")}
     if model.get("num_experts"):
         base["model.num_moe_experts"] = model["num_experts"]
+    for key, bridge_key in LAYOUT_SPLIT.items():  # how the layers split over the stages, where the case states it
+        if lay.get(key) is not None:
+            base[bridge_key] = lay[key]
     if lay.get("etp"):
         base["model.expert_tensor_parallel_size"] = lay["etp"]
     sides, unmodelled = [], []
@@ -105,17 +111,12 @@ def cost(case: dict) -> dict:
         return {**row, "not_costed": made}
     before, after, shape, unmodelled = made
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "before.yaml"
         import yaml
 
-        nested: dict = {}
-        for key, value in before.items():
-            section, _, name = key.partition(".")
-            if name:
-                nested.setdefault(section, {})[name] = value
-            else:
-                nested[section] = value
-        path.write_text(yaml.safe_dump(nested), encoding="utf-8")
+        from tools.examples import nested
+
+        path = Path(tmp) / "before.yaml"
+        path.write_text(yaml.safe_dump(nested(before)), encoding="utf-8")
         try:
             d = api.diff(str(path), overrides=after, gpus=case["gpus"], gpu=str(case["gpu"]).lower(), shape=shape).to_dict()
         except Exception as exc:  # a setup the resolver refuses: reported, not costed
