@@ -4,8 +4,9 @@
 #           command, no Bridge venv (about 100 s on 2 cores; the serial run takes about 175 s)
 #   1. pure Python: tests/ without tests/bridge, on the oldest supported Python (3.10) when present
 #   2. Bridge: tests/bridge with the real megatron-bridge venv (scripts/bridge_env.sh builds or reuses it)
-#   3. with MBRIDGE_SKILL_SECOND_RELEASE=VERSION (e.g. 0.5.1): tests/bridge/test_second_release.py against that
-#      release, in the venv `scripts/bridge_env.sh --release VERSION` builds (about 20 s beside a ready 0.6.2 venv)
+#   3. with MBRIDGE_SKILL_SECOND_RELEASE="VERSION ..." (e.g. "0.5.1 0.6.0"): tests/bridge/test_second_release.py
+#      against each release, in the venv `scripts/bridge_env.sh --release VERSION` builds (about 20 s beside a ready
+#      0.6.2 venv)
 # Before tier 1, `ruff check` lints every Python file the project owns; a finding fails the run.
 # Extra arguments go to both pytest runs. pytest's exit 5 (nothing collected) fails the run.
 set -euo pipefail
@@ -59,11 +60,10 @@ echo "[test] tier 2: real Megatron-Bridge" >&2
 bridge_py=$(scripts/bridge_env.sh --print-python)
 MBRIDGE_SKILL_REQUIRE_BRIDGE=1 "$bridge_py" -W ignore -m pytest tests/bridge -q -p no:cacheprovider "$@"
 
-second="${MBRIDGE_SKILL_SECOND_RELEASE:-}"
-if [ -n "$second" ]; then
+for second in ${MBRIDGE_SKILL_SECOND_RELEASE:-}; do
   echo "[test] tier 3: Megatron-Bridge $second, a second release" >&2
   start=$SECONDS
   second_py=$(scripts/bridge_env.sh --release "$second" --print-python)
   MBRIDGE_SKILL_REQUIRE_BRIDGE=1 "$second_py" -W ignore -m pytest tests/bridge/test_second_release.py -q -p no:cacheprovider "$@"
-  echo "[test] tier 3 took $((SECONDS - start)) s" >&2
-fi
+  echo "[test] tier 3 ($second) took $((SECONDS - start)) s" >&2
+done

@@ -88,9 +88,28 @@ def test_api_refuses_a_non_string_version():
 
 
 def test_a_release_without_a_catalog_takes_its_recipes_from_the_release_it_is_answered_with():
-    """0.6.0 and a newer release are answered with 0.6.2's rules, unverified: a recipe is 0.6.2's, and says so."""
+    """0.6.1 is 0.6.0's code (same_as): its recipes are 0.6.0's; a newer release is answered with 0.6.2's rules,
+    unverified, and its recipes are 0.6.2's. Each says so; a release with a catalog of its own says nothing."""
     from mbridge_overlap import api
 
-    for version in ("0.6.0", "9.9.9"):
-        r = api.resolve(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", bridge_version=version).to_dict()
-        assert any("as Megatron-Bridge 0.6.2 ships it" in n for n in r["notes"]), r["notes"]
+    def notes(version):
+        return api.resolve(recipe="llama3_70b_sft_32gpu_h100_bf16_config", bridge_version=version).to_dict()["notes"]
+
+    for version, stands_in in (("0.6.1", "0.6.0"), ("9.9.9", "0.6.2")):
+        assert any(f"as Megatron-Bridge {stands_in} ships it" in n for n in notes(version)), notes(version)
+    assert not any("ships it" in n for n in notes("0.6.0"))
+
+
+def test_evali_d7_a_recipe_of_0_6_0_is_the_one_0_6_0_ships():
+    """evalI D7: 0.6.0's perf recipes call _enable_overlap_param_gather_with_optimizer_step (perf_recipes/_common.py
+    at tag v0.6.0), which 0.6.2 no longer has: resolve --bridge-version 0.6.0 answered with 0.6.2's recipe. The
+    recipe's request now comes from 0.6.0's own catalog, and 0.6.1 (0.6.0's code) gets the same."""
+    from mbridge_overlap import api
+
+    def asked(version):
+        r = api.resolve(recipe="perf_recipes.llama3_70b_sft_32gpu_h100_bf16_config", bridge_version=version).to_dict()
+        return r["requested"]["comm_overlap"].get("overlap_param_gather_with_optimizer_step"), r["verified"]
+
+    assert asked("0.6.0") == (True, True)
+    assert asked("0.6.1") == (True, False)
+    assert asked("0.6.2")[0] is not True

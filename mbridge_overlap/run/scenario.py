@@ -105,8 +105,8 @@ def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[s
     except UsageError as exc:
         raise UsageError(f"{rc.path}: {exc}" if rc and str(rc.path) not in str(exc) else str(exc)) from None
     notes += [_skipped_note(rc, release, req.skipped)] if req.skipped else []
-    if entry is not None and _catalog_version(release) != release.version:
-        notes.append(f"recipe {entry['name']} as Megatron-Bridge {_catalog_version(release)} ships it: this skill has no "
+    if entry is not None and catalog.release_of(release) != release.version:
+        notes.append(f"recipe {entry['name']} as Megatron-Bridge {catalog.release_of(release)} ships it: this skill has no "
                      f"catalog of {release.version}'s recipes")
     gpu_name = _pick(assumed, "gpu", gpu, (entry or {}).get("gpu"), "the recipe's", "h100", "default (pass --gpu)")
     gpu_name = releases.gpu(gpu_name)["name"]
@@ -206,13 +206,7 @@ def _recipe(recipe, release) -> dict | None:
         return catalog.require_built(recipe) if recipe else None
     if not isinstance(releases.given("--recipe", recipe), str):
         raise UsageError(f"--recipe: expected a recipe function name, got {shown(recipe)}")
-    return catalog.require_built(catalog.lookup(recipe, _catalog_version(release)))
-
-
-def _catalog_version(release) -> str:
-    """The release whose recipe catalog stands for this one: its own, else the release its data is (a release answered
-    with another's rules, unverified, has its recipes as that one ships them)."""
-    return release.version if release.version in catalog.versions() else release.data_version
+    return catalog.require_built(catalog.lookup(recipe, catalog.release_of(release)))
 
 
 def _config(config) -> runconfig.RunConfig | None:

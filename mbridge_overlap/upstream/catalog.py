@@ -78,6 +78,15 @@ def _versions() -> tuple[str, ...]:
     return tuple(sorted(found, key=version_key))
 
 
+def release_of(release) -> str:
+    """The release whose recipe catalog stands for `release`: its own; else the release its code is (releases.yaml
+    same_as: 0.6.1 is 0.6.0); else the one whose data it is answered with (a newer release: the newest)."""
+    from .releases import data
+
+    same_as = (data()["releases"].get(release.version) or {}).get("same_as")
+    return next((v for v in (release.version, same_as) if v in versions()), release.data_version)
+
+
 def entries(version: str) -> list[dict]:
     return catalog(version)["recipes"]
 

@@ -100,9 +100,9 @@ def _family_of(model: str, family: str | None, release) -> str | None:
 
 
 def _families(release) -> list:
-    """The model families of a release's catalog. A release without a catalog of its own (0.6.0, a newer one) takes
-    its data_of release's: the family only selects NCCL_P2P_NET_CHUNKSIZE, whose recipe list is release data."""
-    return catalog.families(release.version if release.version in catalog.versions() else release.data_version)
+    """The model families of the catalog that stands for a release (catalog.release_of): the family only selects
+    NCCL_P2P_NET_CHUNKSIZE, whose recipe list is release data."""
+    return catalog.families(catalog.release_of(release))
 
 
 def make_plan(

@@ -16,7 +16,7 @@ try:
     VERSION = adapter.bridge_version()
 except Exception:  # no megatron-bridge: conftest skips or fails the tier with the reason
     VERSION = None
-ASKED = os.environ.get("MBRIDGE_SKILL_SECOND_RELEASE")
+ASKED = (os.environ.get("MBRIDGE_SKILL_SECOND_RELEASE") or "").split()  # scripts/test.sh runs one release at a time
 
 pytestmark = pytest.mark.skipif(
     VERSION == releases.default_version(),
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 
 def test_the_installed_release_is_the_one_asked_for():
     assert VERSION in releases.versions()
-    assert ASKED in (None, VERSION), f"asked for Bridge {ASKED}, this Python has {VERSION}"
+    assert not ASKED or VERSION in ASKED, f"asked for Bridge {' '.join(ASKED)}, this Python has {VERSION}"
 
 
 def test_megatron_core_is_the_one_the_release_data_pairs_with_it():
@@ -139,6 +139,8 @@ def test_recipe_catalog_is_this_releases():
     assert proc.returncode == 0 and proc.stdout.startswith("catalog matches"), proc.stdout + proc.stderr[-2000:]
 
 
+@pytest.mark.skipif(VERSION is None or releases.version_key(VERSION) >= releases.version_key("0.6.0"),
+                    reason="Bridge 0.6's GPTDatasetConfig has seq_length as a field of its own")
 def test_a_summary_of_this_release_gives_the_sequence_length_by_megatron_core_s_name():
     """evalH H5: Bridge 0.5.x's GPTDatasetConfig keeps seq_length as a property over Megatron-Core's sequence_length,
     so its configuration summary prints only sequence_length; the summary reader takes the model's from it."""

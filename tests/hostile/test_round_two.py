@@ -376,7 +376,7 @@ def test_help_is_stdout_and_status_0():
 
 
 def test_recipes_of_a_release_without_catalog_names_the_right_flag():
-    proc = run_cli("recipes", "--bridge-version", "0.6.0", env=cli_env())
+    proc = run_cli("recipes", "--bridge-version", "0.6.1", env=cli_env())
     assert proc.returncode == 2 and b"--recipe" not in proc.stderr and b"--bridge-version" in proc.stderr
     assert_one_line(proc)
 
