@@ -250,7 +250,7 @@ def test_recorded_pairs_are_the_pinned_versions():
         assert f"=={facts['transformer_engine']}" in pins, version  # every release shares the 0.6.2 venv's TE
         for name in ("megatron.core", "transformer_engine"):
             assert data["packages"][name][facts[anchors.PACKAGES[name]["field"]]]["source"], (version, name)
-    assert data["packages"]["megatron.core"].keys() == {"0.18.0", "0.18.2", "0.19.2"}
+    assert data["packages"]["megatron.core"].keys() == {"0.18.0", "0.18.2", "0.19.0", "0.19.2"}
     assert list(data["packages"]["transformer_engine"]) == ["2.20.2"]
 
 
@@ -467,7 +467,7 @@ def test_cli_json_names_each_anchors_package(tmp_path):
     assert packages["mcore_p2p_shape_exchange"] == "megatron.core" and packages["te_ub_lazy_init"] == "transformer_engine"
     assert packages["bridge_fixed_seq_len"] == packages["runtime_config_update_order"] == anchors.BRIDGE
     assert d["packages"]["megatron.bridge"]["version"] == "0.6.2" and by_id(d)["bridge_fixed_seq_len"]["version"] == "0.6.2"
-    assert d["packages"]["megatron.core"]["verified_versions"] == ["0.18.0", "0.18.2", "0.19.2"]
+    assert d["packages"]["megatron.core"]["verified_versions"] == ["0.18.0", "0.18.2", "0.19.0", "0.19.2"]
 
 
 # --- against the real repository, when its mirror is on this machine ----------------------------------------------

@@ -93,7 +93,7 @@ def test_a_release_without_a_catalog_takes_its_recipes_from_the_release_it_is_an
     from mbridge_overlap import api
 
     def notes(version):
-        return api.resolve(recipe="llama3_70b_sft_32gpu_h100_bf16_config", bridge_version=version).to_dict()["notes"]
+        return api.resolve(recipe="perf_recipes.llama3_70b_sft_32gpu_h100_bf16_config", bridge_version=version).to_dict()["notes"]
 
     for version, stands_in in (("0.6.1", "0.6.0"), ("9.9.9", "0.6.2")):
         assert any(f"as Megatron-Bridge {stands_in} ships it" in n for n in notes(version)), notes(version)
