@@ -139,3 +139,27 @@ def test_a_bucket_size_that_reads_as_bytes_is_not_replaced_by_bridge_s_default()
     knob = found["DP_OVERLAP_KNOB_OVERWRITTEN"]
     assert knob.fix_overrides == {} and "BUCKET_SIZE_LOOKS_LIKE_BYTES" in knob.fix
     assert "BUCKET_SIZE_LOOKS_LIKE_BYTES" in found
+
+
+@pytest.mark.parametrize("version", ["0.5.0", "0.5.1", "0.6.0", "0.6.2"])
+@pytest.mark.parametrize("tp, cp", [(2, 1), (1, 2), (4, 2)])
+def test_a_planned_launch_environment_is_one_the_plan_s_config_accepts(version, tp, cp):
+    """evalJ D1: for Bridge 0.5 the plan of Megatron-FSDP on Hopper with TP/CP > 1 gave PerfEnvPlugin's
+    CUDA_DEVICE_MAX_CONNECTIONS=1, which the same config refuses (FSDP_WITH_ONE_CONNECTION). The plan's launch
+    environment, given as the launcher's, brings no blocking finding its overrides did not already have; and where
+    PerfEnvPlugin would write 1 the nemo_run form leaves it out and sets the executor's variables alone."""
+    from mbridge_overlap.output import snippets
+
+    plan = api.plan(tp=tp, cp=cp, gpus=64, gpu="h100", megatron_fsdp=True, bridge_version=version)
+    d = plan.to_dict()
+    env = {name: str(rule["value"]) for name, rule in d["launch_env"].items()}
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] != "1"
+    alone = {signature(f) for f in api.resolve(d["overrides"], gpus=64, gpu="h100", bridge_version=version).findings
+             if f.severity in BLOCKING}
+    launched = api.resolve(d["overrides"], gpus=64, gpu="h100", bridge_version=version, launcher_env=env).findings
+    assert {signature(f) for f in launched if f.severity in BLOCKING} <= alone
+    if plan.perf_env_plugin_args() is not None:
+        assert plan.perf_env_plugin_refused()
+        listed, plugins = type("Executor", (), {"env_vars": {}})(), []
+        exec(compile(snippets.of_plan("nemo_run", plan), "nemo_run_snippet", "exec"), {"plugins": plugins, "executor": listed})
+        assert plugins == [] and listed.env_vars == env

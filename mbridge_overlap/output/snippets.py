@@ -225,14 +225,15 @@ def env_vars_snippet(env: dict, why: dict, purpose: str, release: str) -> str:
     return render(FORMATS["env_vars"], purpose=purpose, release=release, variables=variables)
 
 
-def nemo_run_snippet(plugin_args: dict, env: dict, why: dict, purpose: str, release: str) -> str:
+def nemo_run_snippet(plugin_args: dict, env: dict, why: dict, purpose: str, release: str, refused: str | None = None) -> str:
     arguments = [(_identifier(k), py_value(v)) for k, v in plugin_args.items()]
     variables = [(json.dumps(_identifier(n)), json.dumps(str(v)), why.get(n, "")) for n, v in env.items()]
-    return render(FORMATS["nemo_run"], purpose=purpose, release=release, arguments=arguments, variables=variables)
+    return render(FORMATS["nemo_run"], purpose=purpose, release=release, arguments=arguments, variables=variables,
+                  refused=refused)
 
 
 def snippet(fmt: str, *, overrides: dict, env: dict, env_why: dict, purpose: str, release: str, env_vars_field: bool,
-            plugin_args: dict | None = None, tp_comm_overlap: bool | None = None) -> str:
+            plugin_args: dict | None = None, plugin_refused: str | None = None, tp_comm_overlap: bool | None = None) -> str:
     if fmt == "python":
         return python_snippet(overrides, purpose, release, tp_comm_overlap)
     if fmt == "yaml":
@@ -249,7 +250,8 @@ def snippet(fmt: str, *, overrides: dict, env: dict, env_why: dict, purpose: str
         if plugin_args is None:
             raise UsageError(f"--format nemo_run: Megatron-Bridge {release} has no PerfEnvPlugin (it was removed in 0.6); "
                              "use --format env_vars or env")
-        return nemo_run_snippet(plugin_args, env, env_why, f"Launch environment through nemo-run: {purpose}", release)
+        return nemo_run_snippet(plugin_args, env, env_why, f"Launch environment through nemo-run: {purpose}", release,
+                                plugin_refused)
     raise UsageError(f"--format: unknown snippet format '{fmt}'")
 
 
@@ -266,4 +268,5 @@ def of_plan(fmt: str, plan) -> str:
     return snippet(fmt, overrides=d["overrides"], env={name: rule["value"] for name, rule in d["launch_env"].items()},
                    env_why={name: rule["why"] for name, rule in d["launch_env"].items()}, purpose=purpose, release=release.version,
                    env_vars_field=release.env_vars, plugin_args=plan.perf_env_plugin_args(),
+                   plugin_refused=plan.perf_env_plugin_refused(),
                    tp_comm_overlap=bool(d["effective"]["model"]["tp_comm_overlap"]))

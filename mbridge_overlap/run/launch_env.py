@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 from ..upstream import releases
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,18 @@ def executor_note(release: releases.Release) -> str | None:
             + " ".join(f"{k}={v}" for k, v in env.items()) + "; export them yourself where you launch otherwise")
 
 
+def perf_env_plugin_refused(release: releases.Release, layout: Layout) -> str | None:
+    """Why PerfEnvPlugin cannot set this layout's launch environment (None where it can): it knows nothing of
+    Megatron-FSDP, and writes CUDA_DEVICE_MAX_CONNECTIONS=1 for Hopper with TP/CP, which Megatron-FSDP's check refuses
+    (evalJ D1: run_plugins.py _set_num_cuda_device_max_connections against config.py's assert, Bridge 0.5.1)."""
+    style = releases.data()["launch_env"]["perf_env_plugin"]
+    plugin = _max_connections(release, style, replace(layout, megatron_fsdp=False))[0]
+    if layout.megatron_fsdp and plugin == "1":
+        return ("for Hopper with TP/CP it writes CUDA_DEVICE_MAX_CONNECTIONS=1 when the experiment is set up, and "
+                "Megatron-FSDP then fails at config (FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.)")
+    return None
+
+
 def perf_env_plugin_args(release: releases.Release, layout: Layout) -> dict:
     """The PerfEnvPlugin keyword arguments (0.5.x) under which the plugin sets exactly what rules() gives."""
     style = releases.data()["launch_env"]["perf_env_plugin"]
@@ -132,6 +144,9 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
         if layout.gpu in style["sm100_gpus"]:
             if tp_or_cp and (layout.dp > 1 or layout.pp > 1):
                 value, why = 32, "Blackwell with TP/CP and DP/PP: extra connections avoid serializing streams"
+        elif tp_or_cp and not layout.moe_a2a_overlap and layout.megatron_fsdp:
+            value, why = 32, ("not PerfEnvPlugin's 1 for Hopper with TP/CP: Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 "
+                              "(FSDP_WITH_ONE_CONNECTION); 32 as Bridge 0.6's Megatron-FSDP recipes")
         elif tp_or_cp and not layout.moe_a2a_overlap:
             value, why = 1, ("Hopper with TP/CP: one queue starts each TP/SP or CP collective before the GEMM it overlaps, as "
                              "Transformer Engine and Megatron-Core ask (userbuffers TP overlap or not)")

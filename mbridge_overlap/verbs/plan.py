@@ -61,6 +61,13 @@ class PlanResult:
             return None
         return launch_env.perf_env_plugin_args(release, self.analysis.launch_layout)
 
+    def perf_env_plugin_refused(self) -> str | None:
+        """Why PerfEnvPlugin cannot set this plan's launch environment (the snippet then sets the executor's alone)."""
+        release = self.analysis.scenario.release
+        if release.launch_env != "perf_env_plugin":
+            return None
+        return launch_env.perf_env_plugin_refused(release, self.analysis.launch_layout)
+
 
 def _check_sizes(sizes: dict) -> None:
     for name, value in sizes.items():

@@ -119,6 +119,38 @@ def test_nemo_run_snippet_is_what_perf_env_plugin_sets(flags):
     assert applied.env_vars == listed.env_vars
 
 
+def test_perf_env_plugin_is_left_out_where_megatron_fsdp_refuses_what_it_writes(monkeypatch):
+    """evalJ D1: with Megatron-FSDP on Hopper and TP > 1 the real PerfEnvPlugin writes CUDA_DEVICE_MAX_CONNECTIONS=1,
+    and real Bridge's check refuses a run launched so; the plan's nemo_run form adds no plugin and sets a value the
+    check accepts (the same config then passes runtime_config_update)."""
+    if releases.get(VERSION).launch_env != "perf_env_plugin":
+        pytest.skip(f"Bridge {VERSION} has no PerfEnvPlugin")
+    run = pytest.importorskip("nemo_run", reason="PerfEnvPlugin needs nemo-run")
+    from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
+    from mbridge_overlap import api
+    from mbridge_overlap.output import snippets
+
+    plan = api.plan(tp=2, gpus=64, gpu="h100", megatron_fsdp=True, bridge_version=VERSION)
+    plugin_writes = run.LocalExecutor()
+    PerfEnvPlugin(**plan.perf_env_plugin_args(), enable_manual_gc=False).setup(run.Script(inline="true"), plugin_writes)
+    assert plugin_writes.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == "1" and plan.perf_env_plugin_refused()
+    listed, plugins = run.LocalExecutor(), []
+    exec(compile(snippets.of_plan("nemo_run", plan), "nemo_run_snippet", "exec"), {"plugins": plugins, "executor": listed})
+    assert plugins == []
+
+    def error_with(env):
+        cfg = apply.base_config({})
+        apply._apply_python(cfg, snippets.of_plan("python", plan))
+        cfg.train.global_batch_size = cfg.train.micro_batch_size * plan.resolution.data_parallel_size
+        with monkeypatch.context() as m:
+            for name, value in env.items():
+                m.setenv(name, value)
+            return adapter.runtime_config_update(cfg, 64)[0] or ""
+
+    refused, accepted = error_with(plugin_writes.env_vars), error_with(listed.env_vars)
+    assert "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset." in refused and accepted == "", (refused, accepted)
+
+
 def test_field_names_are_this_releases():
     """tools/gen_bridge_data.py --check against this release: data/releases/VERSION/bridge_fields.yaml and presets."""
     import subprocess
