@@ -87,3 +87,32 @@ def test_the_expert_parallel_sequence_parallel_warning_is_predicted_by_the_confi
     assert cause["predicted"] is True and cause["fix_overrides"] == {"model.sequence_parallel": True}
     on = {**overrides, "model.sequence_parallel": True}
     assert "EP_TP_WITHOUT_SEQUENCE_PARALLEL" not in {f.id for f in api.resolve(on, gpus=32).findings}
+
+
+CONNECTIONS_WARNING = ("[rank0]: /opt/venv/lib/python3.12/site-packages/megatron/core/tensor_parallel/layers.py:848: UserWarning: "
+                       "When using sequence parallelism it is recommended to set the environment variable "
+                       "CUDA_DEVICE_MAX_CONNECTIONS to 1 for maximum speedup\n")
+
+
+def test_a_connections_warning_the_config_makes_expected_is_no_cause_and_its_fix_is_not_offered():
+    """evalJ D2: with Megatron-FSDP, which asserts CUDA_DEVICE_MAX_CONNECTIONS != 1, the TP collectives' warning that
+    asks for 1 is the price of the config: no cause (exit 0), a note that says why, never 'export ...=1'."""
+    fsdp = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True, "ddp.use_megatron_fsdp": True,
+            "checkpoint.ckpt_format": "fsdp_dtensor"}
+    assert "FSDP_WITH_ONE_CONNECTION" in {f.id for f in _resolve({**fsdp, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1}, 16).findings}
+    d = _diagnose(CONNECTIONS_WARNING, recipe=RECIPE, overrides=fsdp, gpus=16)
+    assert d["causes"] == [] and any("CUDA_DEVICE_MAX_CONNECTIONS_NOT_ONE left out: expected" in n for n in d["notes"])
+    (alone,) = _diagnose(CONNECTIONS_WARNING)["causes"]
+    assert alone["id"] == "CUDA_DEVICE_MAX_CONNECTIONS_NOT_ONE"
+    kept = _diagnose(CONNECTIONS_WARNING, recipe=RECIPE, overrides={k: v for k, v in fsdp.items() if k.startswith("model.")},
+                     gpus=16)
+    assert [c["id"] for c in kept["causes"]] == ["CUDA_DEVICE_MAX_CONNECTIONS_NOT_ONE"]
+
+
+def test_a_connections_warning_that_tp_1_cannot_print_says_the_log_and_config_disagree():
+    """evalJ D2: every one of these warnings needs TP > 1 (or CP > 1): with a TP 1, CP 1 config the log is not of it."""
+    one = {"model.tensor_model_parallel_size": 1, "model.context_parallel_size": 1}
+    d = _diagnose(CONNECTIONS_WARNING, recipe=RECIPE, overrides=one, gpus=8)
+    assert d["causes"] == [] and any("config rules it out (model.tensor_model_parallel_size=1" in n for n in d["notes"])
+    cp = _diagnose(CONNECTIONS_WARNING, recipe=RECIPE, overrides={**one, "model.context_parallel_size": 2}, gpus=8)
+    assert [c["id"] for c in cp["causes"]] == ["CUDA_DEVICE_MAX_CONNECTIONS_NOT_ONE"]

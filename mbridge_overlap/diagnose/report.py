@@ -279,7 +279,11 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
         checked = any(not r.startswith("mbridge_overlap.diagnose") for r in RAISERS.get(fid, ()))
         why = "" if checked else (_ruled_out_by(rec, analysis.effective) or _no_split_makes(cause, rec, analysis.effective))
         if why:
-            ruled_out.append((cause, why))
+            ruled_out.append((cause, f"the log shows what it matches, and the config rules it out ({why})"))
+            continue
+        expected = "" if checked else _expected_by(rec, analysis.effective)
+        if expected:
+            ruled_out.append((cause, f"expected with this config: {expected}"))
             continue
         if not checked:
             _from_log_only(cause, rec, found, analysis.effective)
@@ -313,7 +317,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
             cause.finding = replace(cause.finding, fix=findings.Shell(cause.finding.fix.replace(LINK_HINT, "")))
     for cause, why in ruled_out:
         diag.causes.remove(cause)
-        diag.notes.append(f"{cause.finding.id} left out: the log shows what it matches, and the config rules it out ({why})")
+        diag.notes.append(f"{cause.finding.id} left out: {why}")
     shown = {c.finding.id for c in diag.causes}
     for f in (f for f in known if f.severity == "error"):
         if f.id not in shown:
@@ -448,6 +452,14 @@ def _ruled_out_by(rec: dict, effective: dict) -> str:
     for alt in rec.get("implausible_if") or ():
         if all(_effective(effective, key) == value for key, value in alt.items()):
             return ", ".join(f"{key}={fmt(value)}" for key, value in alt.items())
+    return ""
+
+
+def _expected_by(rec: dict, effective: dict) -> str:
+    """Why the resolved config makes a log-only cause expected (its record's expected_if), '' if it does not."""
+    for alt in rec.get("expected_if") or ():
+        if all(_effective(effective, key) == value for key, value in alt["if"].items()):
+            return ", ".join(f"{key}={fmt(value)}" for key, value in alt["if"].items()) + f" ({alt['why']})"
     return ""
 
 

@@ -24,7 +24,7 @@ FIXABLE = ("always", "sometimes", "never")
 # The fields of a registry record (data/findings.yaml says what each means); the first ones every record has.
 REQUIRED = ("severity", "title", "message", "fix", "fixable", "example", "counter_example", "explain")
 FIELDS = REQUIRED + ("knobs", "anchor", "source", "asserts", "when", "skill", "fix_overrides", "blocks", "logged", "shows", "log_fix",
-                     "overlap_related", "explained_by", "log_fix_if", "implausible_if")
+                     "overlap_related", "explained_by", "log_fix_if", "implausible_if", "expected_if")
 
 
 @dataclass
@@ -163,7 +163,9 @@ def explain(finding_id: str) -> dict:
         from ..safeio import shown
 
         hint = closest(key, entries)
-        raise UsageError(f"explain: unknown finding id {shown(finding_id)}" + (f"; did you mean '{hint}'?" if hint else ""))
+        raise UsageError(f"explain: unknown finding id {shown(finding_id)}"
+                         + ("" if str(finding_id).isascii() else " (it holds non-ASCII characters)")
+                         + (f"; did you mean '{hint}'?" if hint else ""))
     rec = entries[key]
     from .example_command import command
 
