@@ -24,6 +24,11 @@ MAX_NODES = 100_000  # YAML nodes (about 60 MiB while loading); a run_config.yam
 MAX_DEPTH = 64  # nesting of YAML collections; Bridge's dumped ConfigContainer nests about 5 deep
 MAX_ALIAS_NODES = 100_000  # nodes that aliases may add when expanded (a "billion laughs" adds 10^9)
 MAX_INT_CHARS = 1000  # Python prints at most 4,300 digits; no config value needs 1,000
+# A gzip input (a log, a trace) may inflate to at most MAX_INFLATION times the compressed bytes read so far, once past
+# INFLATION_FLOOR: training logs and traces compress 5 to 30 times; far past that it is a gzip bomb, which costs
+# minutes of CPU for nothing (or, for a trace's kernel events, memory): fuzzH H1, H2
+MAX_INFLATION = 256
+INFLATION_FLOOR = 64 << 20
 MAX_GPUS = 1 << 20  # a world size (and a rank below it): 1,048,576 GPUs, beyond any machine built (README's contract)
 SHOWN_CHARS = 80  # a value echoed in a message
 MAX_MESSAGE_CHARS = 4000
@@ -215,6 +220,13 @@ def pseudo_root(path) -> str | None:
     return next((root for root in _PSEUDO_ROOTS if real == root or real.startswith(root + "/")), None)
 
 
+def cache_home() -> str:
+    """$XDG_CACHE_HOME where it is an absolute path, else ~/.cache: the XDG spec says to ignore a relative one, so a
+    relative value never makes the tool read, or run, what the working directory holds (fuzzG G9, fuzzH H4)."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    return cache if os.path.isabs(cache) else os.path.join(os.path.expanduser("~"), ".cache")
+
+
 def open_input(path, limit: int = MAX_FILE_BYTES) -> int:
     """A file descriptor of a regular file to read, at most `limit` bytes long: every input the tool reads (configs,
     logs, traces, trackers, sources) opens here. A FIFO, device, socket or directory, and a file of /proc, /sys or /dev
@@ -241,6 +253,13 @@ def open_input(path, limit: int = MAX_FILE_BYTES) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def check_inflation(path, inflated: int, compressed: int) -> None:
+    """UsageError where a gzip input has inflated past MAX_INFLATION times its compressed bytes (past the floor)."""
+    if inflated > INFLATION_FLOOR and inflated > MAX_INFLATION * compressed:
+        raise UsageError(f"{esc(path)}: its gzip data inflates to more than {MAX_INFLATION} times its size ({inflated:,} "
+                         f"bytes from {compressed:,}): a gzip bomb, not a log or a trace")
 
 
 def read_bytes(path, limit: int = MAX_FILE_BYTES) -> bytes:

@@ -16,7 +16,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 default_release=0.6.2
-cache_root="${XDG_CACHE_HOME:-$HOME/.cache}/nemo-mbridge-perf-tp-dp-comm-overlap"
+# $XDG_CACHE_HOME only where absolute: the XDG spec says to ignore a relative one (never the working directory)
+case "${XDG_CACHE_HOME:-}" in /*) cache_base=$XDG_CACHE_HOME ;; *) cache_base=$HOME/.cache ;; esac
+cache_root="$cache_base/nemo-mbridge-perf-tp-dp-comm-overlap"
 with_nemo_run=1
 print_python=0
 release=$default_release

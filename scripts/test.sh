@@ -14,7 +14,9 @@ fast=0
 if [ "${1:-}" = "--fast" ]; then fast=1; shift; fi
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/nemo-mbridge-perf-tp-dp-comm-overlap"
+# $XDG_CACHE_HOME only where absolute: the XDG spec says to ignore a relative one (never the working directory)
+case "${XDG_CACHE_HOME:-}" in /*) cache_base=$XDG_CACHE_HOME ;; *) cache_base=$HOME/.cache ;; esac
+cache="$cache_base/nemo-mbridge-perf-tp-dp-comm-overlap"
 
 # shellcheck source=find_python.sh
 . scripts/find_python.sh

@@ -11,7 +11,9 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(dirname "$here")
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/nemo-mbridge-perf-tp-dp-comm-overlap"
+# $XDG_CACHE_HOME only where absolute: the XDG spec says to ignore a relative one (never the working directory)
+case "${XDG_CACHE_HOME:-}" in /*) cache_base=$XDG_CACHE_HOME ;; *) cache_base=$HOME/.cache ;; esac
+cache="$cache_base/nemo-mbridge-perf-tp-dp-comm-overlap"
 stamp="$cache/verify-python.stamp"
 
 # What bridge_env.sh decides "ready" from: its code, the pins, the variables that choose the venv and interpreter,

@@ -148,6 +148,7 @@ def test_a_native_regex_is_run_on_shapes_only_when_it_cannot_tell_digits_apart(p
 def test_workers_answer_as_one_process(tmp_path, monkeypatch):
     """diagnose --jobs 2 over a folder of logs gives the one-process answer; logs of less than MIN_BYTES in all are
     read in this process."""
+    monkeypatch.setattr(parallel, "cores", lambda: 4)  # the workers are used whatever this machine has
     folder = tmp_path / "logs"
     folder.mkdir()
     for i, p in enumerate(LOGS[:40]):
@@ -172,6 +173,12 @@ def test_workers_answer_as_one_process(tmp_path, monkeypatch):
     pools.clear()
     assert api.diagnose([str(folder)], jobs=2).to_dict() == one and pools == [2] * 5
     assert one["causes"]
+    # fuzzH H7: never more workers than cores (--jobs 1024 on 2 cores forked 1,024 processes), and the answer says so
+    monkeypatch.setattr(parallel, "cores", lambda: 2)
+    pools.clear()
+    many = api.diagnose([str(folder)], jobs=64).to_dict()
+    assert set(pools) == {2} and any("--jobs 64: 2 worker processes" in n for n in many["notes"])
+    assert {k: v for k, v in many.items() if k != "notes"} == {k: v for k, v in one.items() if k != "notes"}
 
 
 def test_batches_cover_every_file_in_order_and_evenly():
@@ -190,6 +197,8 @@ def test_workers_keep_the_same_other_failures_as_one_process(tmp_path, monkeypat
     """Exceptions nothing explains are kept up to MAX_UNEXPLAINED texts: merged from the workers' files, the same
     first ones as one process keeps (each file's scan keeps its own first ones)."""
     from mbridge_overlap.diagnose.scan import MAX_UNEXPLAINED
+
+    monkeypatch.setattr(parallel, "cores", lambda: 4)
 
     folder = tmp_path / "logs"
     folder.mkdir()

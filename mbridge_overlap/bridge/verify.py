@@ -14,12 +14,14 @@ import gc
 import importlib
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
 from ..upstream import anchors
-from .. import api
+from .. import api, safeio
+from ..cli import options
 from ..errors import UsageError
 from . import adapter, apply, conformance, suites
 
@@ -42,16 +44,16 @@ def log(message: str) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scripts/verify.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = options.Parser(prog="scripts/verify.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     lay = p.add_argument_group("layout (plan's flags; default: the recipe's with --recipe, else TP4, sequence parallel, "
                                "PP4, VPP2, 64 H100, bf16)")
     for flag in ("tp", "pp", "cp", "ep", "gpus"):
-        lay.add_argument(f"--{flag}", type=int)
-    lay.add_argument("--vpp", type=int, help="0 for none")
+        lay.add_argument(f"--{flag}", type=options.positive_int)
+    lay.add_argument("--vpp", type=options.count, help="0 for none")
     lay.add_argument("--gpu")
     lay.add_argument("--precision")
     for flag in ("hidden-size", "seq-length", "micro-batch-size"):
-        lay.add_argument(f"--{flag}", type=int)
+        lay.add_argument(f"--{flag}", type=options.positive_int)
     lay.add_argument("--lora", action="store_true")
     lay.add_argument("--no-te", dest="te", action="store_false")
     lay.add_argument("--recipe")
@@ -65,7 +67,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--save-snippets", metavar="DIR", help="write the rendered snippets to DIR")
     p.add_argument("--force", action="store_true", help="overwrite files in --save-snippets DIR")
     p.add_argument("--conformance", action="store_true", help="also check the resolver on the generated conformance set")
-    p.add_argument("--cases", type=int, default=2000, help="conformance cases (default 2000)")
+    p.add_argument("--cases", type=options.positive_int, default=2000, help="conformance cases (default 2000)")
     p.add_argument("--json", action="store_true", help="machine-readable report on stdout")
     return p
 
@@ -85,8 +87,8 @@ def expectations(values: list[str]) -> dict:
     out = {}
     for value in values:
         name, _, count = value.rpartition("=")
-        if not count.isdigit() or int(count) < 1:
-            raise UsageError(f"--expect-passed {value}: expected N or SUITE=N with N >= 1")
+        if not re.fullmatch(r"[0-9]{1,9}", count) or int(count) < 1:  # ASCII digits: isdigit() takes "²" (fuzzH H5)
+            raise UsageError(f"--expect-passed {safeio.shown(value)}: expected N or SUITE=N with N >= 1")
         out[name or "test_comm_overlap.py"] = int(count)
     unknown = set(out) - set(suites.table()["suites"])
     if unknown:
@@ -110,13 +112,23 @@ def load_snippets(directory: str | None, rendered: dict) -> dict:
 
 
 def save_snippets(directory: str, texts: dict, force: bool) -> None:
+    """Each snippet written as --output writes a file (never through a symlink, never into a FIFO, nothing replaced
+    without --force), every target checked before the first is written (fuzzH H6)."""
     folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    for form, text in texts.items():
-        path = folder / SNIPPET_FILES[form]
-        if path.exists() and not force:
-            raise UsageError(f"--save-snippets: {path} exists; pass --force to overwrite")
-        path.write_text(text, encoding="utf-8")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--save-snippets {safeio.esc(str(folder))}: {safeio.reason(exc)}") from None
+    paths = {form: folder / SNIPPET_FILES[form] for form in texts}
+    try:
+        for path in paths.values():
+            if os.path.lexists(path) and not force:
+                raise UsageError(f"--save-snippets: {safeio.esc(str(path))} exists; pass --force to overwrite")
+            safeio._check_target(path, force)
+        for form, text in texts.items():
+            safeio.write_output(paths[form], text, force)
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--output", "--save-snippets", 1)) from None
     log(f"wrote {len(texts)} snippets to {folder}")
 
 
@@ -273,11 +285,8 @@ def main(argv=None) -> int:
     try:
         with stdout_to_stderr():
             report = run(args)
-    except UsageError as exc:
-        print(f"verify: error: {exc}", file=sys.stderr)
-        return 2
-    except adapter.BridgeUnavailable as exc:
-        print(f"verify: error: {exc}", file=sys.stderr)
+    except (UsageError, adapter.BridgeUnavailable) as exc:
+        print(f"verify: error: {safeio.message(exc)}", file=sys.stderr)
         return 2
     sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n" if args.json else human(report))
     sys.stdout.flush()

@@ -16,10 +16,18 @@ from ..errors import UsageError
 PROG = "mbridge-overlap"  # the name every message starts with
 
 
+def count(value: str) -> int:
+    """An argparse type: a whole number in ASCII digits alone, as the README promises (int() also takes "８", "1_0",
+    " 8", "+8" and "8\n": fuzzH H10)."""
+    if not re.fullmatch(r"[0-9]{1,%d}" % safeio.MAX_INT_CHARS, value):
+        raise argparse.ArgumentTypeError(f"expected a whole number in ASCII digits, got {safeio.shown(value)}")
+    return int(value)
+
+
 def positive_int(value: str) -> int:
     """An argparse type (argparse names the flag in its message)."""
-    if not re.fullmatch(r"[+-]?[0-9]{1,%d}" % safeio.MAX_INT_CHARS, value.strip()):  # int() also takes "８" and "1_0"
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {safeio.shown(value)}")
+    if not re.fullmatch(r"-?[0-9]{1,%d}" % safeio.MAX_INT_CHARS, value):
+        raise argparse.ArgumentTypeError(f"expected a positive integer in ASCII digits, got {safeio.shown(value)}")
     number = int(value)
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {number}")
@@ -67,7 +75,7 @@ class Parser(argparse.ArgumentParser):
 
 def jobs(value: str) -> int:
     """--jobs: a number of worker processes, 1 to 1024."""
-    if not (value.isascii() and value.strip().isdigit() and len(value.strip()) <= 4) or not 1 <= int(value) <= 1024:
+    if not re.fullmatch(r"[0-9]{1,4}", value) or not 1 <= int(value) <= 1024:
         raise argparse.ArgumentTypeError(f"expected a number of processes from 1 to 1024, got {safeio.shown(value)}")
     return int(value)
 

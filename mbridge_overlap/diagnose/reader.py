@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
 from ..errors import UsageError
-from ..safeio import esc, open_input, reason
+from ..safeio import check_inflation, esc, open_input, reason
 
 MAX_LINE = 1 << 17  # bytes of a line kept at each end (the matcher looks at 64 Ki characters of each)
 CHUNK = 1 << 20
@@ -55,7 +55,8 @@ class Line(NamedTuple):
 
 def files(paths: Iterable[str]) -> list[str]:
     """The logs a list of arguments names: files as given ("-": standard input), each directory's log files
-    (LOG_NAMES, depth-first in name order with numbers as numbers, symbolic links not followed)."""
+    (LOG_NAMES, depth-first in name order with numbers as numbers, symbolic links not followed); a file named twice
+    (by another path too) is read once, where first named (fuzzH H12), as trace reads a rank file named twice."""
     out: list[str] = []
     for path in paths:
         if path == "-":
@@ -68,7 +69,30 @@ def files(paths: Iterable[str]) -> list[str]:
         out.extend(_walk(path) if stat.S_ISDIR(mode) else [path])
         if len(out) > MAX_FILES:
             raise UsageError(f"{esc(path)}: over {MAX_FILES:,} log files; name the ranks' folders or files you want read")
+    return _once(out)
+
+
+def _once(paths: list[str]) -> list[str]:
+    seen, out = set(), []
+    for path in paths:
+        key = _identity(path)
+        if key not in seen:
+            seen.add(key)
+            out.append(path)
     return out
+
+
+def _identity(path: str) -> tuple:
+    try:
+        st = os.stat(path) if path != "-" else None
+    except OSError:
+        st = None  # read as named: the read says what is wrong with it
+    return ("-",) if path == "-" else (st.st_dev, st.st_ino) if st is not None else ("path", path)
+
+
+def same_files(a: list[str], b: list[str]) -> bool:
+    """Whether two lists of arguments name the same log files (by another path too)."""
+    return {_identity(p) for p in files(a)} == {_identity(p) for p in files(b)}
 
 
 def _natural(name: str) -> list:
@@ -202,7 +226,7 @@ def _chunks(stream, source: str, notes: list) -> Iterator[bytes]:
                 yield first
                 first = read(CHUNK)
             return
-        ended = yield from _inflate(read, first)
+        ended = yield from _inflate(read, first, source)
         if ended == TRAILING:
             notes.append(f"{esc(source)}: bytes that are no gzip data follow its last gzip member: ignored, as gzip -d does")
         elif ended:
@@ -280,29 +304,39 @@ def _bounded(stream):
 TRAILING = "trailing"
 
 
-def _inflate(read, data: bytes):
+def _inflate(read, data: bytes, source: str):
     """Yields the inflated bytes; returns whether the stream was cut inside a member (TRAILING: bytes that are no
-    gzip member follow the last one)."""
+    gzip member follow the last one). A gzip bomb is refused (safeio.check_inflation)."""
     z = zlib.decompressobj(_GZIP)
+    compressed, inflated = len(data), 0
+
+    def more(n: int) -> bytes:
+        nonlocal compressed
+        got = read(n)
+        compressed += len(got)
+        return got
+
     while True:
         while data:
             out = z.decompress(data, CHUNK)
             # at a member's end the rest of the input is unused_data; unconsumed_tail may still hold the same bytes
             data = z.unused_data if z.eof else z.unconsumed_tail
             if out:
+                inflated += len(out)
+                check_inflation(source, inflated, compressed)
                 yield out
             if z.eof:
                 data = data.lstrip(b"\0")
                 if not data:
-                    data = read(CHUNK).lstrip(b"\0")
+                    data = more(CHUNK).lstrip(b"\0")
                 if len(data) == 1:
-                    data += read(CHUNK)
+                    data += more(CHUNK)
                 if not data:
                     return False
                 if data[:2] != b"\x1f\x8b":  # bytes after the last member that start none: gzip -d ignores them too
                     return TRAILING
                 z = zlib.decompressobj(_GZIP)
-        data = read(CHUNK)
+        data = more(CHUNK)
         if not data:
             rest = z.flush()
             if rest:

@@ -84,6 +84,7 @@ def _positive(flag: str, value) -> int:
 
 # --- torch's MPI backend, read without importing torch -------------------------------------------------------------
 
+MAX_LIBRARY_BYTES = 8 << 30  # libtorch_cpu.so is about 500 MB; only its ELF header and dynamic section are read
 _DEFAULT_MPI = (False, "PyPI's torch wheels are built without MPI (no torch found to read)")
 
 
@@ -107,16 +108,21 @@ def _torch_libraries(release: releases.Release):
         spec = None
     if spec is not None and spec.origin:
         yield Path(spec.origin).parent / "lib" / "libtorch_cpu.so"
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    venv = os.environ.get("MBRIDGE_VENV") or os.path.join(cache, "nemo-mbridge-perf-tp-dp-comm-overlap", f"venv-mbridge-{release.data_version}")
+    venv = os.environ.get("MBRIDGE_VENV") or os.path.join(safeio.cache_home(), "nemo-mbridge-perf-tp-dp-comm-overlap",
+                                                          f"venv-mbridge-{release.data_version}")
     for site in sorted(Path(venv).glob("lib/python3*/site-packages")):
         yield site / "torch" / "lib" / "libtorch_cpu.so"
 
 
 def elf_needed(path: Path) -> list[str] | None:
-    """The DT_NEEDED entries of a 64-bit little-endian ELF shared library; None where it is not one (or unreadable)."""
+    """The DT_NEEDED entries of a 64-bit little-endian ELF shared library; None where it is not one, or not a regular
+    file (a FIFO would block the open: fuzzH H3), or unreadable."""
     try:
-        with open(path, "rb") as fh:
+        fd = safeio.open_input(path, MAX_LIBRARY_BYTES)
+    except UsageError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as fh:
             head = fh.read(64)
             if head[:6] != b"\x7fELF\x02\x01":
                 return None

@@ -143,8 +143,8 @@ class Request:
 
 
 def parse_override(text: str) -> tuple[str, str]:
-    """Split `section.field=value` (a leading '+' as Hydra allows) into key and raw value."""
-    body = text[1:] if text.startswith("+") else text
+    """Split `section.field=value` (a leading '+' or '++' as Hydra allows) into key and raw value."""
+    body = text[2:] if text.startswith("++") else text[1:] if text.startswith("+") else text
     key, sep, value = body.partition("=")
     if not sep or not key or " " in key.strip():
         raise UsageError(f"override {safeio.shown(text)}: expected KEY=VALUE, e.g. model.tensor_model_parallel_size=4")
@@ -156,6 +156,8 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     if isinstance(value, CustomUbCfg):
         return value  # a run config's own userbuffers config, read already
     raw = value
+    if isinstance(value, str) and not value.strip():  # fuzzH H9: '' became [''] or null for some kinds
+        raise UsageError(f"{key}: an empty value; write null to unset it")
     if isinstance(value, str):
         text = value.strip().strip("'\"")
         if spec.kind == STR_LIST and text.startswith("[") and text.endswith("]"):
@@ -214,13 +216,40 @@ def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
     req.explicit[key] = typed
 
 
+_COMM_OVERLAP_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
+
+
+def _brace_fields(value: Any) -> list[tuple[str, str]] | None:
+    """The KEY:VALUE pairs of a Hydra brace value as plan --format hydra writes comm_overlap ({_target_:...,k:v}),
+    flat only; None where the value is not one (fuzzH H8: the tool's own hydra line was refused)."""
+    text = value.strip() if isinstance(value, str) else ""
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    inner = text[1:-1]
+    if any(c in inner for c in "{}[]'\""):
+        raise UsageError("comm_overlap={...}: only flat KEY:VALUE pairs, as plan --format hydra writes them; "
+                         "or set its fields, comm_overlap.FIELD=VALUE")
+    pairs = [item.partition(":") for item in (p.strip() for p in inner.split(",")) if item]
+    if any(not sep or not name.strip() for name, sep, _ in pairs):
+        raise UsageError(f"comm_overlap={safeio.shown(text)}: expected {{KEY:VALUE,...}}")
+    return [(name.strip(), v.strip()) for name, _, v in pairs]
+
+
 def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
     if not name:
         if _is_null(value):
             req.comm_overlap = None
             req.explicit["comm_overlap"] = None
             return
-        raise UsageError("comm_overlap: only comm_overlap=null can be set as a whole; set its fields instead")
+        pairs = _brace_fields(value)
+        if pairs is None:
+            raise UsageError("comm_overlap: only comm_overlap=null or {KEY:VALUE,...} can be set as a whole; set its fields instead")
+        for field_name, text in pairs:
+            if field_name != "_target_":
+                _set_comm_overlap(req, f"comm_overlap.{field_name}", field_name, text)
+            elif text != _COMM_OVERLAP_TARGET:
+                raise UsageError(f"comm_overlap._target_: expected {_COMM_OVERLAP_TARGET}, got {safeio.shown(text)}")
+        return
     if name.lower() in schema.LAUNCH_ENV_NAMES or name.upper() in _env_names():
         req.launch_env_fields.append((key, value))
         return
@@ -346,6 +375,8 @@ def _env_names() -> set:
 def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping, value: Any = None) -> None:
     known = bridge_fields(req.release.version).get(section, ())
     if name in known:
+        if isinstance(value, str) and not value.strip() and req.origin.get(key) != "config":
+            raise UsageError(f"{key}: an empty value; write null to unset it")  # fuzzH H9, as convert() says
         if not (req.origin.get(key) == "config" and name in schema.CONTEXT.get(section, ())
                 or section == "model" and name in schema.PIPELINE_LAYOUT):
             req.unmodeled.append(key)  # (a config's own value of a field a rule reads is no request to flag, nor a
@@ -353,8 +384,9 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
         req.context[key] = value  # as given (not typed): read only where a rule or the budget names it
         return
     hint = closest(name, list(modeled) + list(known))
-    raise UsageError(
-        f"{key}: '{name}' is not a field of {section} in Megatron-Bridge {req.release.version}"
+    raise UsageError(  # a look-alike letter would read as the suggestion itself (fuzzH H11): shown escaped, and said
+        f"{safeio.shown(key)}: {safeio.shown(name)} is not a field of {section} in Megatron-Bridge {req.release.version}"
+        + ("" if key.isascii() else " (it holds non-ASCII characters)")
         + (f"; did you mean '{section}.{hint}'?" if hint else "")
     )
 

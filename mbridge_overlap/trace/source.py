@@ -1,6 +1,6 @@
 """The text of a trace file, plain or gzip, in chunks. A gzip stream cut short yields all it holds, so the JSON
 reader sees where the text stops (and calls that truncated). Each read inflates at most about `size` characters,
-so a small gzip file that inflates to gigabytes costs time, not memory."""
+and a gzip bomb is refused (safeio.check_inflation)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import zlib
 from pathlib import Path
 
 from ..errors import UsageError
-from ..safeio import esc, open_input
+from ..safeio import check_inflation, esc, open_input
 
-# A trace on disk may be large (a long multi-GPU capture is gigabytes of JSON): the reader streams it with bounded
-# memory, so the limit only stops a file that cannot be a trace; a gzip file's text is not limited (a gzip bomb
-# costs time, not memory).
+# A trace on disk may be large (a long multi-GPU capture is gigabytes of JSON): the reader streams it, so the limit
+# only stops a file that cannot be a trace; a gzip file's text is limited by how far it inflates.
 MAX_TRACE_BYTES = 64 << 30
 
 _GZIP = 16 + zlib.MAX_WBITS
@@ -35,6 +34,7 @@ class Source:
         self.path = path
         self.gzip = zlib.decompressobj(_GZIP) if magic == b"\x1f\x8b" else None
         self.pending = b""  # compressed input not inflated yet
+        self.compressed = self.inflated = 0  # gzip: the bytes read from the file, and what they inflated to
         self.utf8 = codecs.getincrementaldecoder("utf-8")()
         self.offset = 0  # bytes of text handed to the decoder so far
 
@@ -91,22 +91,29 @@ class Source:
                     rest = (self.gzip.unused_data + self.pending).lstrip(b"\0")
                     self.pending = b""
                     while not rest:
-                        rest = self.raw.read(_RAW_READ)
+                        rest = self._raw(_RAW_READ)
                         if not rest:
                             return b"", True
                         rest = rest.lstrip(b"\0")
                     self.gzip = zlib.decompressobj(_GZIP)  # a further gzip member
                     self.pending = rest
                 if not self.pending:
-                    self.pending = self.raw.read(_RAW_READ)
+                    self.pending = self._raw(_RAW_READ)
                     if not self.pending:
                         return self.gzip.flush(), True  # cut short: all it holds
                 out = self.gzip.decompress(self.pending, size)
                 self.pending = self.gzip.unconsumed_tail
                 if out:
+                    self.inflated += len(out)
+                    check_inflation(self.path, self.inflated, self.compressed)
                     return out, False
         except zlib.error as exc:
             raise UsageError(f"{esc(self.path)}: not a readable gzip file ({exc})") from None
+
+    def _raw(self, size: int) -> bytes:
+        data = self.raw.read(size)
+        self.compressed += len(data)
+        return data
 
     def close(self) -> None:
         self.raw.close()

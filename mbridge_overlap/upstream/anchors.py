@@ -184,7 +184,7 @@ def bridge_python(version: str) -> Path | None:
     it has one here, else the default release's: $MBRIDGE_VENV or the cache's venv-mbridge-DEFAULT), when it is
     built; None otherwise. The script is not run (it builds a missing venv, which takes minutes)."""
     try:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / VENV_CACHE
+        cache = Path(safeio.cache_home()) / VENV_CACHE
     except RuntimeError:  # no home directory
         return None
     default = releases.default_version()

@@ -98,8 +98,8 @@ def check_file(path: str | Path | None = None, check_directory: bool = False) ->
     if not path and not p.is_file():
         raise UsageError("no SKILL.md beside the package (an installed wheel carries none): give the path of the SKILL.md to check")
     try:
-        if safeio.kind(p) == "missing":
-            return [f"{p}: no such file"]
+        if safeio.kind(p) == "missing":  # a missing input is a usage error, as for every verb (fuzzH H13)
+            raise UsageError(f"{safeio.esc(str(p))}: no such file")
         directory = p.resolve().parent.name if check_directory else None
     except (OSError, RuntimeError) as exc:  # permission, name too long, a symlink loop
         raise UsageError(f"{p}: {safeio.reason(exc) if isinstance(exc, OSError) else exc}") from None

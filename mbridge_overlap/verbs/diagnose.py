@@ -62,6 +62,8 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     report.classify(diag)
     _tp_across_domains(diag, scans)
     if compare:
+        if reader.same_files(logs[:1], logs[1:]):  # one file (or folder) as BEFORE and AFTER (fuzzH H12)
+            diag.notes.append("BEFORE and AFTER are the same log files: the comparison can show no change")
         diag.compare, drop = report.compare(scans[0][1], scans[1][1])
         if drop is not None:
             diag.causes.insert(0, report.Cause(drop, [], True))
