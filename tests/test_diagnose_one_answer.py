@@ -116,3 +116,16 @@ def test_a_connections_warning_that_tp_1_cannot_print_says_the_log_and_config_di
     assert d["causes"] == [] and any("config rules it out (model.tensor_model_parallel_size=1" in n for n in d["notes"])
     cp = _diagnose(CONNECTIONS_WARNING, recipe=RECIPE, overrides={**one, "model.context_parallel_size": 2}, gpus=8)
     assert [c["id"] for c in cp["causes"]] == ["CUDA_DEVICE_MAX_CONNECTIONS_NOT_ONE"]
+
+
+def test_a_connections_warning_on_a_gpu_bridge_launches_with_32_is_expected():
+    """evalJ D2: on Blackwell Bridge's launcher sets CUDA_DEVICE_MAX_CONNECTIONS=32 (TP 2 here), so the warning that asks
+    for 1 is expected there; on Hopper the launcher sets 1, and the warning stays a cause."""
+    tp2 = {"model.tensor_model_parallel_size": 2, "model.context_parallel_size": 1}
+    for gpu, value in (("b200", 32), ("h100", 1)):
+        launch = api.resolve(recipe=RECIPE, overrides=tp2, gpus=16, gpu=gpu).to_dict()["launch_env"]
+        assert launch["CUDA_DEVICE_MAX_CONNECTIONS"]["value"] in (value, str(value))
+    blackwell = _diagnose(CONNECTIONS_WARNING, recipe=RECIPE, overrides=tp2, gpus=16, gpu="b200")
+    assert blackwell["causes"] == [] and any("launch_env.CUDA_DEVICE_MAX_CONNECTIONS=32" in n for n in blackwell["notes"])
+    hopper = _diagnose(CONNECTIONS_WARNING, recipe=RECIPE, overrides=tp2, gpus=16, gpu="h100")
+    assert [c["id"] for c in hopper["causes"]] == ["CUDA_DEVICE_MAX_CONNECTIONS_NOT_ONE"]

@@ -272,6 +272,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
     diag.config.update({"from": origin, "not_printed": list(unknown), "gpus": scenario.gpus,
                         "findings": list(dict.fromkeys(f.id for f in known))})
     regrouped = _regroup(diag, analysis)
+    launched = {name: str(rule["value"]) for name, rule in analysis.launch_env.items()}  # what Bridge's launcher sets
     ruled_out = []
     for cause in diag.causes:
         fid = cause.finding.id
@@ -281,7 +282,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
         if why:
             ruled_out.append((cause, f"the log shows what it matches, and the config rules it out ({why})"))
             continue
-        expected = "" if checked else _expected_by(rec, analysis.effective)
+        expected = "" if checked else _expected_by(rec, {**analysis.effective, "launch_env": launched})
         if expected:
             ruled_out.append((cause, f"expected with this config: {expected}"))
             continue
