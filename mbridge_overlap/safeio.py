@@ -27,7 +27,7 @@ MAX_INT_CHARS = 1000  # Python prints at most 4,300 digits; no config value need
 # A gzip input (a log, a trace) may inflate to at most MAX_INFLATION times the compressed bytes read so far, once past
 # INFLATION_FLOOR: training logs and traces compress 5 to 30 times; far past that it is a gzip bomb, which costs
 # minutes of CPU for nothing (or, for a trace's kernel events, memory): fuzzH H1, H2
-MAX_INFLATION = 256
+MAX_INFLATION = 512
 INFLATION_FLOOR = 64 << 20
 MAX_GPUS = 1 << 20  # a world size (and a rank below it): 1,048,576 GPUs, beyond any machine built (README's contract)
 SHOWN_CHARS = 80  # a value echoed in a message

@@ -163,3 +163,14 @@ def test_a_planned_launch_environment_is_one_the_plan_s_config_accepts(version, 
         listed, plugins = type("Executor", (), {"env_vars": {}})(), []
         exec(compile(snippets.of_plan("nemo_run", plan), "nemo_run_snippet", "exec"), {"plugins": plugins, "executor": listed})
         assert plugins == [] and listed.env_vars == env
+
+
+@pytest.mark.parametrize("version", ["0.6.0", "0.6.2"])
+def test_a_megatron_fsdp_plan_of_a_recipe_that_exports_one_connection_sets_what_fsdp_takes(version):
+    """recheck N1: a Hopper TP recipe's env_vars set CUDA_DEVICE_MAX_CONNECTIONS=1; plan --megatron-fsdp left it, so
+    its own answer failed (FSDP_WITH_ONE_CONNECTION) and no snippet came. The plan sets the value FSDP takes."""
+    plan = api.plan(recipe=LLAMA, megatron_fsdp=True, bridge_version=version)
+    d = plan.to_dict()
+    assert not plan.errors and str(d["overrides"]["env_vars.CUDA_DEVICE_MAX_CONNECTIONS"]) != "1"
+    assert "FSDP_WITH_ONE_CONNECTION" in {f.id for f in api.resolve(
+        {**d["overrides"], "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1}, recipe=LLAMA, bridge_version=version).findings}

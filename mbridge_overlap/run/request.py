@@ -139,6 +139,8 @@ class Request:
                 return
             hint = closest(section, list(_SETTERS) + list(bridge_fields(self.release.version)))
             raise UsageError(f"{key}: unknown config section '{section}'" + (f"; did you mean '{hint}'?" if hint else ""))
+        if not name and section not in ("comm_overlap", "mixed_precision"):  # recheck N6: a section as a whole
+            raise UsageError(f"{safeio.shown(key)}: name a field, {section}.FIELD=VALUE (a section is not set as a whole)")
         setter(self, key, name, value)
 
 
@@ -219,20 +221,73 @@ def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
 _COMM_OVERLAP_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
 
 
-def _brace_fields(value: Any) -> list[tuple[str, str]] | None:
-    """The KEY:VALUE pairs of a Hydra brace value as plan --format hydra writes comm_overlap ({_target_:...,k:v}),
-    flat only; None where the value is not one (fuzzH H8: the tool's own hydra line was refused)."""
+_SCALAR_END = re.compile(r"[,}\]]")
+_BRACE_DEPTH = 4  # comm_overlap > tp_comm_overlap_cfg > a GEMM's config > a list: as plan --format hydra nests them
+
+
+def _brace_fields(value: Any) -> list[tuple[str, Any]] | None:
+    """The KEY:VALUE pairs of a Hydra brace value as plan --format hydra writes comm_overlap ({_target_:...,k:v}, a
+    preset's fields nested as {...} and [...]); a top-level value stays text, a nested one is typed. None where the
+    value is not one (fuzzH H8, recheck N2: the tool's own hydra lines were refused)."""
     text = value.strip() if isinstance(value, str) else ""
     if not (text.startswith("{") and text.endswith("}")):
         return None
-    inner = text[1:-1]
-    if any(c in inner for c in "{}[]'\""):
-        raise UsageError("comm_overlap={...}: only flat KEY:VALUE pairs, as plan --format hydra writes them; "
-                         "or set its fields, comm_overlap.FIELD=VALUE")
-    pairs = [item.partition(":") for item in (p.strip() for p in inner.split(",")) if item]
-    if any(not sep or not name.strip() for name, sep, _ in pairs):
-        raise UsageError(f"comm_overlap={safeio.shown(text)}: expected {{KEY:VALUE,...}}")
-    return [(name.strip(), v.strip()) for name, _, v in pairs]
+    try:
+        pairs, end = _brace_pairs(text, 1, 1)
+    except (IndexError, ValueError):
+        pairs, end = None, -1
+    if pairs is None or end != len(text):
+        raise UsageError(f"comm_overlap={safeio.shown(text)}: expected {{KEY:VALUE,...}} as plan --format hydra writes it")
+    return pairs
+
+
+def _brace_pairs(text: str, i: int, depth: int) -> tuple[list | None, int]:
+    """KEY:VALUE pairs from text[i] (after a '{') to the matching '}'; (pairs, the index after it)."""
+    pairs = []
+    while text[i] != "}":
+        colon = text.index(":", i)
+        name = text[i:colon].strip()
+        if not re.fullmatch(r"[A-Za-z_]\w*", name):
+            return None, -1
+        value, i = _brace_value(text, colon + 1, depth)
+        pairs.append((name, value))
+        if text[i] == ",":
+            i += 1
+        elif text[i] != "}":
+            return None, -1
+    return pairs, i + 1
+
+
+def _brace_value(text: str, i: int, depth: int) -> tuple[Any, int]:
+    while text[i] == " ":
+        i += 1
+    if text[i] in "{[":
+        if depth >= _BRACE_DEPTH:
+            raise ValueError("nested too deep")
+        if text[i] == "{":
+            pairs, end = _brace_pairs(text, i + 1, depth + 1)
+            if pairs is None:
+                raise ValueError("not KEY:VALUE pairs")
+            return dict(pairs), end
+        items, i = [], i + 1
+        while text[i] != "]":
+            item, i = _brace_value(text, i, depth + 1)
+            items.append(item)
+            i += text[i] == ","
+        return items, i + 1
+    found = _SCALAR_END.search(text, i)  # the nearest, so a long line is read once (three finds would rescan it)
+    end = found.start() if found else len(text)
+    raw = text[i:end].strip()
+    return (raw if depth == 1 else _typed(raw)), end
+
+
+def _typed(raw: str) -> Any:
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("null", "none", "~"):
+        return None
+    return int(raw) if _INT.match(raw) else raw
 
 
 def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
@@ -245,10 +300,15 @@ def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
         if pairs is None:
             raise UsageError("comm_overlap: only comm_overlap=null or {KEY:VALUE,...} can be set as a whole; set its fields instead")
         for field_name, text in pairs:
-            if field_name != "_target_":
+            if field_name == "_target_":
+                if text != _COMM_OVERLAP_TARGET:
+                    raise UsageError(f"comm_overlap._target_: expected {_COMM_OVERLAP_TARGET}, got {safeio.shown(text)}")
+            elif isinstance(text, dict) and field_name == "tp_comm_overlap_cfg":  # a preset's fields: its name
+                _set_comm_overlap(req, f"comm_overlap.{field_name}", field_name, preset_name_of(text, req.release))
+            elif isinstance(text, (dict, list)):
+                raise UsageError(f"comm_overlap.{field_name}: expected a value, not a {{...}} or [...]")
+            else:
                 _set_comm_overlap(req, f"comm_overlap.{field_name}", field_name, text)
-            elif text != _COMM_OVERLAP_TARGET:
-                raise UsageError(f"comm_overlap._target_: expected {_COMM_OVERLAP_TARGET}, got {safeio.shown(text)}")
         return
     if name.lower() in schema.LAUNCH_ENV_NAMES or name.upper() in _env_names():
         req.launch_env_fields.append((key, value))

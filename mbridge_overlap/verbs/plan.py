@@ -219,6 +219,8 @@ def make_plan(
         asked["mixed_precision"] = prec["recipe"] or "bf16_mixed"
     if megatron_fsdp:
         asked.update({"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"})
+        if str(start.request.env_vars.get("CUDA_DEVICE_MAX_CONNECTIONS")) == "1":  # a Hopper TP recipe's (recheck N1)
+            overrides["env_vars.CUDA_DEVICE_MAX_CONNECTIONS"] = 32  # Megatron-FSDP refuses 1: FSDP_WITH_ONE_CONNECTION's fix
     if moe_flex_dispatcher_backend:  # as Bridge's apply_flex_dispatcher_backend sets it
         asked.update({"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": moe_flex_dispatcher_backend})
     if moe_a2a_overlap:
