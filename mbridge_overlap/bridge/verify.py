@@ -122,9 +122,7 @@ def save_snippets(directory: str, texts: dict, force: bool) -> None:
     paths = {form: folder / SNIPPET_FILES[form] for form in texts}
     try:
         for path in paths.values():
-            if os.path.lexists(path) and not force:
-                raise UsageError(f"--save-snippets: {safeio.esc(str(path))} exists; pass --force to overwrite")
-            safeio._check_target(path, force)
+            safeio._check_target(path, force)  # refuses what exists without --force, a FIFO, a link to one
         for form, text in texts.items():
             safeio.write_output(paths[form], text, force)
     except UsageError as exc:

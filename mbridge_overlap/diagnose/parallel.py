@@ -33,9 +33,10 @@ def scan_all(catalog: messages.Catalog, sources: list, summary, jobs: int | None
              notes: list | None = None) -> Scan:
     """One Scan of every source, in order; `summary`: a fresh diagnose.summary.Summary, or None. At most one worker
     per core this process may use: more only add processes and memory (fuzzH H7: --jobs 1024 on 2 cores took 8 GB)."""
-    if jobs is not None and jobs > cores() and notes is not None:
-        notes.append(f"--jobs {jobs}: {cores()} worker processes, one per core this process may use")
-    jobs = cores() if jobs is None else min(jobs, cores())
+    available = cores()
+    if jobs is not None and jobs > available and notes is not None:
+        notes.append(f"--jobs {jobs}: {available} worker processes, one per core this process may use")
+    jobs = available if jobs is None else min(jobs, available)
     sizes = [_size(s) for s in sources]
     if jobs < 2 or len(sources) < 2 or "-" in sources or sum(sizes) < MIN_BYTES:
         scan = Scan(catalog, summary=summary)

@@ -91,8 +91,8 @@ def _identity(path: str) -> tuple:
 
 
 def same_files(a: list[str], b: list[str]) -> bool:
-    """Whether two lists of arguments name the same log files (by another path too)."""
-    return {_identity(p) for p in files(a)} == {_identity(p) for p in files(b)}
+    """Whether two lists of log files (files()' answers) are the same files (by another path too)."""
+    return {_identity(p) for p in a} == {_identity(p) for p in b}
 
 
 def _natural(name: str) -> list:

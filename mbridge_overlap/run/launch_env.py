@@ -13,6 +13,11 @@ from ..upstream import releases
 from dataclasses import dataclass, replace
 
 
+# What Megatron-FSDP is launched with where a rule would give 1, which its check refuses: Bridge 0.6's FSDP perf
+# recipes' value (FSDP_WITH_ONE_CONNECTION's fix and the plan use it too)
+FSDP_MAX_CONNECTIONS = 32
+
+
 @dataclass(frozen=True)
 class Layout:
     tp: int = 1
@@ -145,8 +150,9 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
             if tp_or_cp and (layout.dp > 1 or layout.pp > 1):
                 value, why = 32, "Blackwell with TP/CP and DP/PP: extra connections avoid serializing streams"
         elif tp_or_cp and not layout.moe_a2a_overlap and layout.megatron_fsdp:
-            value, why = 32, ("not PerfEnvPlugin's 1 for Hopper with TP/CP: Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1 "
-                              "(FSDP_WITH_ONE_CONNECTION); 32 as Bridge 0.6's Megatron-FSDP recipes")
+            value, why = FSDP_MAX_CONNECTIONS, ("not PerfEnvPlugin's 1 for Hopper with TP/CP: Megatron-FSDP asserts "
+                                                "CUDA_DEVICE_MAX_CONNECTIONS != 1 (FSDP_WITH_ONE_CONNECTION); "
+                                                f"{FSDP_MAX_CONNECTIONS} as Bridge 0.6's Megatron-FSDP recipes")
         elif tp_or_cp and not layout.moe_a2a_overlap:
             value, why = 1, ("Hopper with TP/CP: one queue starts each TP/SP or CP collective before the GEMM it overlaps, as "
                              "Transformer Engine and Megatron-Core ask (userbuffers TP overlap or not)")

@@ -158,8 +158,7 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     if isinstance(value, CustomUbCfg):
         return value  # a run config's own userbuffers config, read already
     raw = value
-    if isinstance(value, str) and not value.strip():  # fuzzH H9: '' became [''] or null for some kinds
-        raise UsageError(f"{key}: an empty value; write null to unset it")
+    _not_blank(key, value)
     if isinstance(value, str):
         text = value.strip().strip("'\"")
         if spec.kind == STR_LIST and text.startswith("[") and text.endswith("]"):
@@ -219,8 +218,6 @@ def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
 
 
 _COMM_OVERLAP_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
-
-
 _SCALAR_END = re.compile(r"[,}\]]")
 _BRACE_DEPTH = 4  # comm_overlap > tp_comm_overlap_cfg > a GEMM's config > a list: as plan --format hydra nests them
 
@@ -281,11 +278,17 @@ def _brace_value(text: str, i: int, depth: int) -> tuple[Any, int]:
     return (raw if depth == 1 else _typed(raw)), end
 
 
+def _not_blank(key: str, value: Any) -> None:
+    """An empty value is a mistake, never "unset" (fuzzH H9: '' became [''] or null for some kinds)."""
+    if isinstance(value, str) and not value.strip():
+        raise UsageError(f"{key}: an empty value; write null to unset it")
+
+
 def _typed(raw: str) -> Any:
     lowered = raw.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
-    if lowered in ("null", "none", "~"):
+    if lowered in _NULLS:
         return None
     return int(raw) if _INT.match(raw) else raw
 
@@ -435,8 +438,8 @@ def _env_names() -> set:
 def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping, value: Any = None) -> None:
     known = bridge_fields(req.release.version).get(section, ())
     if name in known:
-        if isinstance(value, str) and not value.strip() and req.origin.get(key) != "config":
-            raise UsageError(f"{key}: an empty value; write null to unset it")  # fuzzH H9, as convert() says
+        if req.origin.get(key) != "config":
+            _not_blank(key, value)
         if not (req.origin.get(key) == "config" and name in schema.CONTEXT.get(section, ())
                 or section == "model" and name in schema.PIPELINE_LAYOUT):
             req.unmodeled.append(key)  # (a config's own value of a field a rule reads is no request to flag, nor a

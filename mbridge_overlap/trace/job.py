@@ -41,10 +41,9 @@ def trace_files(paths: Iterable[PathLike]) -> list[Path]:
                 files.append(p)
             elif p.exists():  # reading a FIFO or a device could block or never end
                 raise UsageError(f"{esc(p)}: not a regular file (a FIFO, device or socket), so not a trace file")
-            elif p.is_symlink():
-                os.stat(p)  # a loop or a dangling link: the OSError below says which
-                raise UsageError(f"{esc(p)}: no such file or directory")
             else:
+                if p.is_symlink():
+                    os.stat(p)  # a loop or a dangling link: the OSError below says which
                 raise UsageError(f"{esc(p)}: no such file or directory")
         except OSError as exc:
             raise UsageError(f"{esc(p)}: cannot read ({esc(exc.strerror or exc)})") from None

@@ -37,9 +37,10 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     release = releases.get(bridge_version)
     catalog = messages.load(release.version)
     sides = [[p] for p in logs] if compare else [logs]
-    scans, read_notes = [], []
+    scans, read_notes, listed = [], [], []
     for label, paths in zip(("before", "after") if compare else ("log",), sides):
-        scan = parallel.scan_all(catalog, reader.files(paths), _summary(), jobs=jobs, stdin=stdin, notes=read_notes)
+        listed.append(reader.files(paths))
+        scan = parallel.scan_all(catalog, listed[-1], _summary(), jobs=jobs, stdin=stdin, notes=read_notes)
         scans.append((label, scan))
     diag = report.Diagnosis(catalog, scans)
     diag.notes.extend(read_notes)
@@ -62,7 +63,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     report.classify(diag)
     _tp_across_domains(diag, scans)
     if compare:
-        if reader.same_files(logs[:1], logs[1:]):  # one file (or folder) as BEFORE and AFTER (fuzzH H12)
+        if reader.same_files(*listed):  # one file (or folder) as BEFORE and AFTER (fuzzH H12)
             diag.notes.append("BEFORE and AFTER are the same log files: the comparison can show no change")
         diag.compare, drop = report.compare(scans[0][1], scans[1][1])
         if drop is not None:

@@ -220,7 +220,7 @@ def make_plan(
     if megatron_fsdp:
         asked.update({"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"})
         if str(start.request.env_vars.get("CUDA_DEVICE_MAX_CONNECTIONS")) == "1":  # a Hopper TP recipe's (recheck N1)
-            overrides["env_vars.CUDA_DEVICE_MAX_CONNECTIONS"] = 32  # Megatron-FSDP refuses 1: FSDP_WITH_ONE_CONNECTION's fix
+            overrides["env_vars.CUDA_DEVICE_MAX_CONNECTIONS"] = launch_env.FSDP_MAX_CONNECTIONS  # FSDP refuses 1
     if moe_flex_dispatcher_backend:  # as Bridge's apply_flex_dispatcher_backend sets it
         asked.update({"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": moe_flex_dispatcher_backend})
     if moe_a2a_overlap:

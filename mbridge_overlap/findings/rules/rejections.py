@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ... import findings
 from ...run import layout, resolver
+from ...run.launch_env import FSDP_MAX_CONNECTIONS
 from .. import Shell, make, shell
 from ..proof import fixed
 from ...run.request import Request
@@ -76,8 +77,9 @@ def _batch(state: State, r) -> tuple[list, dict]:
 def _fsdp_connections(state: State, r) -> tuple[list, dict]:
     launcher = state.launcher_env.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1"
     if launcher or not state.request.release.env_vars:
-        return [], {"origin": "the launcher's environment", "otherwise": shell("export CUDA_DEVICE_MAX_CONNECTIONS=32 in the launcher (not 1)")}
-    return [{"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 32}], {"origin": "env_vars"}
+        return [], {"origin": "the launcher's environment",
+                    "otherwise": shell(f"export CUDA_DEVICE_MAX_CONNECTIONS={FSDP_MAX_CONNECTIONS} in the launcher (not 1)")}
+    return [{"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": FSDP_MAX_CONNECTIONS}], {"origin": "env_vars"}
 
 
 def _fsdp_format(state: State, r) -> tuple[list, dict]:
