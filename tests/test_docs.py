@@ -68,3 +68,13 @@ def test_documented_command_runs(doc, command, tmp_path):
     proc = run_as_written(command, tmp_path)
     assert proc.returncode in (0, 1), f"{doc}: {command}\n{proc.stderr}"
     assert proc.stdout
+
+
+def test_readme_states_the_gzip_bound_and_the_worker_cap_the_code_applies():
+    """README's diagnose paragraph says how far a gzip log may inflate and that --jobs stops at the cores (the review
+    of stop 45 found neither said): the numbers are the constants safeio applies."""
+    from mbridge_overlap.safeio import INFLATION_FLOOR, MAX_INFLATION
+
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"passes {MAX_INFLATION} times the compressed bytes read (once past {INFLATION_FLOOR >> 20} MiB)" in text
+    assert "default every core and never more: a larger N is capped" in text

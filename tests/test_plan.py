@@ -373,3 +373,28 @@ def test_the_plan_s_hydra_lines_given_back_resolve_as_its_overrides(flags):
     back = api.resolve(given, gpus=flags["gpus"], **start).to_dict()["effective"]
     assert back == api.resolve(plan.overrides, gpus=flags["gpus"], **start).to_dict()["effective"]
     assert plan.preset is None or back["model"]["tp_comm_overlap_cfg"] == plan.preset
+
+
+@pytest.mark.parametrize("kw, origin", [
+    (dict(tp=1, ep=8, gpus=64, gpu="h100", model="qwen3_30b_a3b"), "the recipe baseline"),
+    (dict(recipe="qwen3_vl_30b_a3b_pretrain_8gpu_b200_bf16_config"), "recipe qwen3_vl_30b_a3b_pretrain_8gpu_b200_bf16_config"),
+])
+def test_the_moe_overlap_asked_for_gets_the_dispatcher_it_needs(kw, origin):
+    """--moe-a2a-overlap on a config whose dispatcher is allgather (Megatron-Core's default; some VL recipes') was a
+    plan Bridge rejects (MOE_OVERLAP_REJECTED, recheck45 N7): the plan sets alltoall and says so; the flex backend
+    asked for, or a dispatcher the overlap takes, is left alone."""
+    without = plan(**kw)
+    assert without["effective"]["model"]["moe_token_dispatcher_type"] == "allgather"
+    assert "model.moe_token_dispatcher_type" not in without["overrides"]
+    d = plan(**kw, moe_a2a_overlap=True)
+    assert not [f["id"] for f in d["findings"] if f["severity"] == "error"]
+    assert d["overrides"]["model.moe_token_dispatcher_type"] == "alltoall"
+    assert d["effective"]["model"]["overlap_moe_expert_parallel_comm"] is True
+    note = next(n for n in d["plan_notes"] if n["id"] == "PLAN_SETS_MOE_DISPATCHER")
+    assert origin in note["message"] and "allgather" in note["message"]
+    flex = plan(**kw, moe_a2a_overlap=True, moe_flex_dispatcher_backend="deepep")
+    assert flex["effective"]["model"]["moe_token_dispatcher_type"] == "flex"
+    assert "PLAN_SETS_MOE_DISPATCHER" not in {n["id"] for n in flex["plan_notes"]}
+    shipped = plan(recipe="qwen3_30b_a3b_pretrain_64gpu_h100_bf16_config", moe_a2a_overlap=True)
+    assert "model.moe_token_dispatcher_type" not in shipped["overrides"]
+    assert "PLAN_SETS_MOE_DISPATCHER" not in {n["id"] for n in shipped["plan_notes"]}

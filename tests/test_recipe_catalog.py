@@ -10,7 +10,7 @@ import pytest
 import mbridge_overlap
 from conftest import run_cli
 from mbridge_overlap import UsageError
-from mbridge_overlap.upstream import catalog
+from mbridge_overlap.upstream import catalog, releases
 
 VERSION = "0.6.2"
 ENTRIES = catalog.entries(VERSION)
@@ -199,3 +199,21 @@ def test_setup_rules_agree_with_megatron_core_on_every_recipe():
             assert bridge["setup_error"].split(": ", 1)[1] in found[0].message
         checked += 1
     assert checked > 900
+
+
+def test_a_release_without_its_own_catalog_lists_the_recipes_resolve_answers_it_with():
+    """0.6.1 is 0.6.0's code (releases.yaml same_as) and a newer release is answered with the newest: the listing
+    takes the catalog resolve --recipe takes for it, and says whose it is (recheck45 N5: it refused 0.6.1)."""
+    for version in ("0.6.1", "9.0.0"):
+        stands_for = catalog.release_of(releases.get(version))
+        assert stands_for != version and stands_for in VERSIONS
+        d = json.loads(run_cli("recipes", "--bridge-version", version, "--model", "llama3_70b", "--format", "json").stdout)
+        own = json.loads(run_cli("recipes", "--bridge-version", stands_for, "--model", "llama3_70b", "--format", "json").stdout)
+        assert d["bridge_version"] == version and d["catalog_version"] == stands_for
+        assert d["recipes"] == own["recipes"] and own["catalog_version"] == stands_for
+        row = d["recipes"][0]
+        answered = json.loads(run_cli("resolve", "--bridge-version", version, "--recipe", row["reference"], "--format", "json").stdout)
+        assert any(f"as Megatron-Bridge {stands_for} ships it" in n for n in answered["notes"])
+        text = run_cli("recipes", "--bridge-version", version, "--model", "llama3_70b").stdout
+        assert f"as Megatron-Bridge {stands_for} ships them" in text.splitlines()[1]
+    assert json.loads(run_cli("recipes", "--model", "llama3_70b", "--format", "json").stdout)["catalog_version"] == VERSION

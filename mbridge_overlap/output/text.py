@@ -166,6 +166,8 @@ def releases(table: dict) -> str:
 def recipes(d: dict) -> str:
     lines = [f"{d['count']} recipe(s) of Megatron-Bridge {d['bridge_version']} (overlap state as real Bridge resolved each at the GPU count "
              "in its name; pass the name to --recipe)"]
+    if d["catalog_version"] != d["bridge_version"]:
+        lines.append(f"  as Megatron-Bridge {d['catalog_version']} ships them: this skill has no catalog of {d['bridge_version']}'s recipes")
     if d.get("closest"):
         lines.append(f"  no model family has {d['filters']['model']!r} in its name; closest: {', '.join(d['closest'])}")
     for r in d["recipes"]:

@@ -111,7 +111,8 @@ def locate(mbridge_src: str | None = None) -> Location:
             raise UsageError(f"--mbridge-src {safeio.shown(str(mbridge_src))}: {safeio.reason(exc) if isinstance(exc, OSError) else exc}") from None
         package = root / "src" / "megatron" / "bridge"
         if not package.is_dir():
-            raise UsageError(f"--mbridge-src {root}: no src/megatron/bridge there; point it at a Megatron-Bridge checkout")
+            raise UsageError(f"--mbridge-src {safeio.shown(str(mbridge_src))}: no src/megatron/bridge there; point it at a "
+                             "Megatron-Bridge checkout")
         return Location(package, root, _version(package))
     package = _spec_dir(BRIDGE)
     if package is None:

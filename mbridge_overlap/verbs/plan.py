@@ -20,7 +20,10 @@ from dataclasses import dataclass, field
 from ..safeio import shown
 from ..values import fmt
 
-declare("planner", ["TP_OVERLAP_NOT_RECOMMENDED", "TP_PRESET_MATCHED", "SHIPPED_RECIPES_DIFFER", "PLAN_LEAVES_KEY_AS_SHIPPED"])
+MOE_OVERLAP_DISPATCHERS = ("alltoall", "flex")  # what CommOverlapConfig accepts with overlap_moe_expert_parallel_comm
+
+declare("planner", ["TP_OVERLAP_NOT_RECOMMENDED", "TP_PRESET_MATCHED", "SHIPPED_RECIPES_DIFFER", "PLAN_LEAVES_KEY_AS_SHIPPED",
+                    "PLAN_SETS_MOE_DISPATCHER"])
 
 _OPTIONAL_SIZES = ("vpp",)
 
@@ -225,13 +228,18 @@ def make_plan(
         asked.update({"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": moe_flex_dispatcher_backend})
     if moe_a2a_overlap:
         asked["comm_overlap.overlap_moe_expert_parallel_comm"] = True
+        dispatcher = start.request.model.get("moe_token_dispatcher_type")
+        if not moe_flex_dispatcher_backend and dispatcher not in MOE_OVERLAP_DISPATCHERS:  # recheck45 N7
+            overrides["model.moe_token_dispatcher_type"] = "alltoall"
+            notes.append(findings.make("PLAN_SETS_MOE_DISPATCHER", fix_overrides={"model.moe_token_dispatcher_type": "alltoall"},
+                                       origin=f"recipe {entry['name']}" if entry else "the recipe baseline", dispatcher=fmt(dispatcher)))
     overrides.update(asked)
 
     def known() -> set:  # the errors of the layout as asked (which, not their fixes): needed only where the plan has any
         return {f.id for f in probe(start.derive(dict(asked)).resolve()) if f.severity == "error"}
 
     overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(chosen)), overrides, asked, known, entry)
-    notes += kept
+    notes = [n for n in notes if n.id != "PLAN_SETS_MOE_DISPATCHER" or "model.moe_token_dispatcher_type" in overrides] + kept
     notes += _shipped_recipes_differ(release, an, grid, gpu_info["name"], precision, moe, entry)
     eff = an.effective
     plan_layout = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "ep": ep, "gpus": start.gpus, **start.shape, "dp": grid.dp if grid.divisible else None,

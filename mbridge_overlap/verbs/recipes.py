@@ -30,9 +30,11 @@ class RecipeListing:
     filters: dict
     rows: list
     closest: list = field(default_factory=list)  # model families near a --model that matched nothing
+    catalog_version: str = ""  # the release whose catalog answered (catalog.release_of): 0.6.1's recipes are 0.6.0's
 
     def to_dict(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "bridge_version": self.bridge_version, "filters": self.filters,
+        return {"schema_version": SCHEMA_VERSION, "bridge_version": self.bridge_version,
+                "catalog_version": self.catalog_version or self.bridge_version, "filters": self.filters,
                 "count": len(self.rows), "closest": self.closest, "about": ABOUT, "recipes": self.rows}
 
 
@@ -53,16 +55,17 @@ def list_recipes(*, model: str | None = None, gpu: str | None = None, gpus: int 
                  precision: str | None = None, name: str | None = None, package: str | None = None,
                  bridge_version: str | None = None) -> RecipeListing:
     release = releases.get(bridge_version)
+    version = catalog.release_of(release)
     filters = _filters(model=model, gpu=gpu, gpus=gpus, task=task, precision=precision, name=name, package=package)
-    rows = _listed(release.version, [r for r in catalog.index(release.version) if _match(r, filters)])
+    rows = _listed(version, [r for r in catalog.index(version) if _match(r, filters)])
     closest = []
     if not rows and "model" in filters:
         import difflib
 
-        families = catalog.families(release.version)
+        families = catalog.families(version)
         if not any(filters["model"] in f for f in families):
             closest = difflib.get_close_matches(filters["model"], families, n=5, cutoff=0.6)
-    return RecipeListing(release.version, filters, rows, closest)
+    return RecipeListing(release.version, filters, rows, closest, version)
 
 
 _LISTED: dict = {}  # (version, the recipe's offset in recipes.json) -> its row, built once per process

@@ -126,3 +126,15 @@ def test_a_missing_manifest_and_a_trace_link_loop_are_usage_errors(tmp_path):
     proc = run_cli("trace", tmp_path / "a")
     assert proc.returncode == 2 and b"symbolic links" in proc.stderr
     assert_one_line(proc)
+
+
+def test_anchors_names_the_source_folder_as_given_and_escaped(tmp_path):
+    # H13 (the rest, recheck45): `--mbridge-src /dev/stdin` was named /dev/null (the resolved link), and a folder whose
+    # name holds an escape sequence reached the terminal raw
+    hostile = tmp_path / "src\x1b[31mX"
+    hostile.mkdir()
+    for given in (str(hostile), "/dev/stdin"):
+        proc = run_cli("anchors", "--mbridge-src", given)
+        assert proc.returncode == 2 and b"no src/megatron/bridge there" in proc.stderr
+        assert_one_line(proc)
+    assert b"/dev/stdin" in proc.stderr and b"/dev/null" not in proc.stderr
