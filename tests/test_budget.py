@@ -474,3 +474,47 @@ def test_what_the_recipe_or_model_gives_of_the_shape_is_known_to_the_preset_matc
     ids = {f["id"]: f for f in api.resolve(over, model="llama31_405b", gpus=512, gpu="h100").to_dict()["findings"]}
     assert "userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192" in ids["PRESET_NOT_USED"]["message"]
     assert "TP_OVERLAP_DEFAULT_UB_CFG" not in ids
+
+
+def test_the_parameter_all_gather_moves_what_megatron_core_s_buffer_holds():
+    """evalK K1, K2: Megatron-Core gathers MXFP8 parameters in BF16 (its shared gradient buffer) and NVFP4 ones two
+    to a byte; FP8's one byte an element; the norms and the embedding stay BF16 (a buffer of their own)."""
+    def gather(mixed):
+        b = _budget({"mixed_precision": mixed, "comm_overlap.tp_comm_overlap": False})
+        (ag,) = _items(b, "dp", "all_gather")
+        return ag
+
+    bf16, fp8, mxfp8, nvfp4 = (gather(m) for m in ("bf16_mixed", "bf16_with_fp8_current_scaling_mixed",
+                                                   "bf16_with_mxfp8_mixed", "bf16_with_nvfp4_mixed"))
+    assert bf16["what"] == "parameters (BF16)" and "MXFP8" in mxfp8["what"] and "NVFP4" in nvfp4["what"]
+    assert mxfp8["ms"] == pytest.approx(bf16["ms"], rel=0.02)  # the same bytes, in two buffers
+    # the quantized weights are most of the parameters: about half of BF16's time for FP8, a quarter for NVFP4
+    assert 0.4 < fp8["ms"] / bf16["ms"] < 0.6 and 0.2 < nvfp4["ms"] / bf16["ms"] < 0.35
+    assert nvfp4["count"] == fp8["count"] > bf16["count"]  # two buffers: a BF16 bucket beside the quantized ones
+
+
+def test_with_vpp_chunk_0_s_whole_reduce_stays_exposed_and_the_other_chunks_hide_behind_the_backward():
+    """evalK K4: Bridge's grad_sync_func per chunk makes the interleaved schedule reduce a chunk after its last
+    micro-batch's backward; chunk 0 ends last. Exposure no longer falls to one bucket with more micro-batches ..."""
+    few, many = (_budget({"train.global_batch_size": g}) for g in (16, 1024))
+    for b in (few, many):
+        (rs,) = _items(b, "dp", "reduce_scatter")
+        assert 0 < rs["exposed_ms"] < rs["ms"]
+    assert _items(few, "dp", "reduce_scatter")[0]["exposed_ms"] == pytest.approx(
+        _items(many, "dp", "reduce_scatter")[0]["exposed_ms"], rel=1e-6)  # chunk 0's: the batch does not change it
+    assert "WORTH_FIRST_CHUNK_EXPOSED" in {f["id"] for f in few["findings"]}
+    # ... and without VPP the last bucket is what stays exposed: less than chunk 0's several buckets
+    flat = _budget({"train.global_batch_size": 1024, "model.virtual_pipeline_model_parallel_size": None})
+    assert _items(flat, "dp", "reduce_scatter")[0]["exposed_ms"] < _items(many, "dp", "reduce_scatter")[0]["exposed_ms"]
+
+
+def test_a_small_message_across_the_network_costs_its_line_rate_and_a_fixed_cost():
+    """evalK K5: a 2 MiB message across a 47 GB/s NIC was priced at 8 GB/s (the NVLink curve scaled down)."""
+    h100 = system.get("h100")
+    nic = h100.record["network"]["value"] * 1e9
+    for size in (1 << 20, 2 << 20, 8 << 20, 1 << 30):
+        t = h100.seconds("send_recv", size, 2, "network")
+        assert size / nic < t < size / nic + 120e-6  # the line rate, and at most about 100 us more
+        if size <= 8 << 20:  # the NVLink curve scaled to the NIC: two to five times slower at these sizes
+            assert 2 * t < size / (nic * system._fraction(size))
+    assert 20e-6 < system.overhead(2 << 20) < 60e-6

@@ -269,7 +269,8 @@ def main(argv=None) -> int:
             f"{pipelined} of Bridge's {len(presets)} presets) leaves the last of its 4 chunks of each reduce-scatter exposed, where Calculon's ring "
             "scheme hides it all behind a long enough GEMM.",
             "- DP exposed time: Calculon's DP overlap hides a chunk of gradient reduce per block and leaves a tail, the "
-            "budget hides buckets under the last micro-batch's backward and leaves the last bucket. Either can be right "
+            "budget hides buckets under the last micro-batch's backward and leaves the last bucket (with VPP a chunk's "
+            "reduce behind the other chunks' backward still to run, and chunk 0's exposed). Either can be right "
             "for a given run: `trace --config` measures it.",
             "- The step time is not compared for itself: Calculon times vector operations and memory traffic, the budget "
             f"GEMMs at a calibrated efficiency (about {_median(theirs, 'step_s'):.2f} of Calculon's step on its constants). The overlap on/off step "
@@ -282,8 +283,9 @@ def main(argv=None) -> int:
             "time, the 10 collectives of a layer against its 8 about 0.9.",
             "- DP: the budget reduces gradients in FP32 where the mixed-precision recipe says so (Bridge's bf16_mixed "
             "does) and gathers BF16 parameters, 6 bytes a parameter; Calculon moves 2 bytes each way, 4: about 1.5.",
-            "- PP: the same message sizes and counts; the budget's bandwidth falls for messages of a few MiB (the measured "
-            "bus bandwidth by size), Calculon's is flat with a 20 us latency: about 2 at these sizes.",
+            "- PP: the same message sizes and counts, across the network: both price a message at the NIC's rate plus a "
+            "fixed cost, the budget's the measured NVLink curve's cost above its line rate at that size (about 40 us for "
+            "a few MiB), Calculon's 20 us: about 1.1 at these sizes.",
             "- The step-time ratio with overlap on and off is what overlap is worth; the two agree on it.", ""]),
             encoding="utf-8")
         print(f"wrote {doc.relative_to(ROOT)}")

@@ -31,10 +31,15 @@ ASSUMPTIONS = (
     "TP overlap hides the others by the userbuffers method of the preset in effect (bulk, pipeline, ring_exchange), "
     "behind their own GEMM only, never across the network; a GEMM whose userbuffers config sets an SM margin runs on "
     "the SMs the communication kernels leave it (its time scaled by SMs / (SMs - num_sm)): TP overlap's own cost",
-    "DP grad reduce-scatter runs in the last micro-batch's backward on the first pipeline stage (Megatron-Core buckets "
-    "only there, and with VPP only model chunk 0: each other chunk is a DDP of its own with one bucket, as Megatron's "
-    "DDP wrapper sets disable_bucketing); param all-gather in the first micro-batch's forward; the bucket that holds "
-    "the embedding stays exposed",
+    "DP, on the first pipeline stage (Megatron-Core buckets only there, and with VPP only model chunk 0: each other "
+    "chunk is a DDP of its own with one bucket, as Megatron's DDP wrapper sets disable_bucketing): without VPP the grad "
+    "reduce-scatter runs in the last micro-batch's backward and the param all-gather in the first one's forward, the "
+    "bucket that holds the embedding exposed; with VPP (Bridge's grad_sync_func and param_sync_func, "
+    "align_grad_reduce and align_param_gather) a chunk's whole reduce-scatter starts after its last micro-batch's "
+    "backward and hides behind the other chunks' backward still to run, chunk 0's exposed, and chunk k+1's all-gather "
+    "starts with chunk k's first forward (chunks 0 and 1 at the step's start: chunk 0's exposed), each on one stream "
+    "in turn; with FP8, MXFP8 or NVFP4 parameters the TE GEMM weights are a buffer of their own (1, 2: MXFP8 is "
+    "gathered in BF16, 0.5 bytes an element) and every other parameter's bucket joins its last bucket group",
     "the optimizer step, data loading and kernel launch gaps are not counted",
 )
 PEFT_ASSUMPTION = (
@@ -84,6 +89,9 @@ class Layout:
     etp: int = 1  # expert_tensor_parallel_size (Megatron-Core's default: the TP size)
     dispatcher: str | None = None  # model.moe_token_dispatcher_type
     fsdp: bool = False  # ddp.use_megatron_fsdp
+    quantized: tuple | None = None  # (what, bytes an element the all-gather moves) of quantized weights (quantized_params)
+    vp_group: int = 1  # microbatch_group_size_per_vp_stage (Megatron-Core's default: PP)
+    align_grad_reduce: bool = True  # dist.align_grad_reduce: the grad_sync_func of each chunk (Bridge's default)
 
     @property
     def micro_batches(self) -> int:
@@ -127,7 +135,26 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         param_gather_with_step=bool(state.optimizer.get("overlap_param_gather_with_optimizer_step")),
         etp=m.get("expert_tensor_parallel_size") or tp,
         dispatcher=m.get("moe_token_dispatcher_type"), fsdp=bool(d.get("use_megatron_fsdp")),
+        quantized=quantized_params(m), vp_group=m.get("microbatch_group_size_per_vp_stage") or pp,
+        align_grad_reduce=state.request.context.get("dist.align_grad_reduce") is not False,
     )
+
+
+# Transformer Engine's GEMM weights (grouped experts' weight0..N too): what fp8_param / fp4_param builds quantized
+QUANTIZED_WEIGHT = re.compile(r"\.(linear_proj|linear_qkv|linear_fc1|linear_fc2)\.weight\d*$")
+
+
+def quantized_params(m: dict) -> tuple | None:
+    """(what, bytes an element) of the parameter all-gather of the quantized weights, or None: with fp8_param (fp4_param)
+    Megatron-Core builds Transformer Engine's layers under a quantized init (fp8_utils.get_fp8_context(is_init=True)),
+    and its DDP puts those weights in a uint8 buffer of their own (param_and_grad_buffer.group_params_for_buffers):
+    FP8 gathers 1 byte an element; MXFP8 with the distributed optimizer gathers BF16 through the gradient buffer
+    (the shared_buffer), 2; NVFP4 two to a byte (nvfp4_packed_numel), 0.5."""
+    if m.get("fp4") and m.get("fp4_param"):
+        return ("NVFP4 weights", 0.5)
+    if m.get("fp8") and m.get("fp8_param"):
+        return ("MXFP8 weights gathered in BF16", 2) if m.get("fp8_recipe") == "mxfp8" else ("FP8 weights", 1)
+    return None
 
 
 def _recompute_of(m: dict) -> tuple:
@@ -219,6 +246,7 @@ class Item:
     last: float = 0.0  # of `seconds`, the part no overlap can hide (the last gradient bucket: the backward has ended)
     last_bytes: int = 0  # that last bucket's message
     bytes_vary: bool = False  # the messages differ in size (DP's buckets): `bytes` is the largest
+    first_chunk: bool = False  # `last` is model chunk 0's whole reduce or gather (the interleaved schedule's)
 
     def to_dict(self) -> dict:
         return {"dimension": self.dimension, "collective": self.collective, "what": self.what, "bytes": self.bytes,
@@ -571,7 +599,8 @@ def _pp(lay, shape, system, m, tokens, stage_fwd) -> list:
 
 def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     """The DP buckets' gradient reduce and parameter gather: the dense parameters' on the DP x CP group, the experts'
-    (a buffer of their own, DistributedDataParallel's expert_parallel_buffers) on the expert-DP group."""
+    (a buffer of their own, DistributedDataParallel's expert_parallel_buffers) on the expert-DP group, both dispatched
+    by one start_grad_sync (start_param_sync) of each model chunk, in turn."""
     d = lay.ddp
     if lay.peft:  # only what trains has a gradient buffer (DistributedDataParallel skips frozen parameters)
         params = [(f"decoder.layers.{i}.{g}.adapter", n, False) for i in range(layers)
@@ -584,52 +613,140 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     expert_dp = world // (lay.etp * lay.ep * lay.pp) if experts else 1
     # one bucket size for every buffer: the DP group's default (DistributedDataParallel.__init__)
     size = buckets.default_bucket_size(d.get("bucket_size"), lay.settings["overlap_grad_reduce"], lay.dp * lay.cp)
-    out = _buffers(lay, system, dense, lay.dp * lay.cp, _link(lay, lay.tp, lay.cp * lay.dp), "", layers, size,
-                   stage_fwd, stage_bwd, tied=lay.pp > 1 and bool(shape.share_embeddings_and_output_weights))
-    used = [sum(i.hidden for i in out if i.setting == s) for s in ("overlap_grad_reduce", "overlap_param_gather")]
-    out += _buffers(lay, system, experts, expert_dp, _link(lay, lay.etp * lay.ep, expert_dp),
-                    f"expert ({expert_dp}-rank expert-DP group) ", layers, size, stage_fwd - used[1], stage_bwd - used[0])
-    return out
+    bufs = [_buffer(lay, system, dense, lay.dp * lay.cp, _link(lay, lay.tp, lay.cp * lay.dp), "", layers, size,
+                    tied=lay.pp > 1 and bool(shape.share_embeddings_and_output_weights)),
+            _buffer(lay, system, experts, expert_dp, _link(lay, lay.etp * lay.ep, expert_dp),
+                    f"expert ({expert_dp}-rank expert-DP group) ", layers, size)]
+    bufs = [b for b in bufs if b]
+    out: dict = {}
+    for kind, setting, budget in (("reduce", "overlap_grad_reduce", stage_bwd), ("gather", "overlap_param_gather", stage_fwd)):
+        if kind == "gather" and not d.get("use_distributed_optimizer"):
+            break
+        exposed_before = 0.0
+        for i, b in enumerate(bufs):  # a buffer's part: what the buffers before it leave exposed, and what it adds
+            total = sum(map(sum, b[kind]))
+            exposed = _exposed(lay, [x[kind] for x in bufs[:i + 1]], kind, budget) if lay.settings[setting] else None
+            hidden = 0.0 if exposed is None else min(total, max(0.0, total - (exposed - exposed_before)))
+            exposed_before = exposed or 0.0
+            out[i, kind] = _item(lay, b, kind, total, hidden, setting)
+    return [out[key] for key in sorted(out, key=lambda k: (k[0], k[1] != "reduce"))]
 
 
-def _buffers(lay, system, params, group, link, whose, layers, size, fwd, bwd, tied=False) -> list:
-    """One kind of DDP buffer's collectives: its buckets' gradient reduce (hidden behind `bwd` seconds of backward)
-    and, with the distributed optimizer, their parameter gather (behind `fwd`)."""
+def _buffer(lay, system, params, group, link, whose, layers, size, tied=False) -> dict | None:
+    """One kind of DDP buffer: its bucket groups per model chunk (chunk 0 first) and each group's time to reduce
+    (`reduce`) and, with the distributed optimizer, to gather (`gather`)."""
     if group < 2 or not params:
-        return []
+        return None
     d = lay.ddp
     distopt = bool(d.get("use_distributed_optimizer"))
-    spans = []
-    # a DDP buffer per model chunk, the last chunk's backward done first (the first stage ends with chunk 0's)
-    for k, chunk in reversed(list(enumerate(_chunks(params, layers, lay.vp)))):
-        bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest
-        # the first stage's embedding tied to the last stage's output layer: a shared embedding (language_module.py)
-        alone = frozenset(i for i, (name, _, _) in enumerate(chunk) if tied and name == "embedding.word_embeddings.weight")
-        spans += buckets.layout([n for _, n, _ in chunk], size if bucketed else None, distributed_optimizer=distopt,
-                                dp_size=group, pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")),
-                                alone=alone)
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
-    param_bytes = 1 if d.get("fp8_param_gather") else 2
-    out = []
     reduce = "reduce_scatter" if distopt else "all_reduce"
-    vary = len({e - s for s, e, _ in spans}) > 1
-    times = [system.seconds(reduce, (e - s) * grad_bytes, group, link) for s, e, _ in spans]
-    hidden = max(0.0, min(sum(times[:-1]), bwd)) if lay.settings["overlap_grad_reduce"] else 0.0
-    out.append(Item("dp", reduce, f"{whose}gradients ({len(spans)} bucket{'s' if len(spans) != 1 else ''}, "
-                    f"{'FP32' if grad_bytes == 4 else 'BF16'})", max(e - s for s, e, _ in spans) * grad_bytes, len(spans),
-                    group, link, sum(times), hidden, "overlap_grad_reduce", last=times[-1],
-                    last_bytes=(spans[-1][1] - spans[-1][0]) * grad_bytes, bytes_vary=vary))
-    if distopt:
-        times = [system.seconds("all_gather", (e - s) * param_bytes, group, link) for s, e, _ in spans]
-        # forward needs the embedding's bucket (the last backward fills) first: the others load behind compute;
-        # with align_param_gather only the interleaved schedule dispatches them ahead (param_sync_func), elsewhere the
-        # forward pre-hook skips the next bucket's dispatch and each all-gather waits where its layer runs
-        prefetch = not d.get("align_param_gather") or (lay.pp > 1 and lay.vp > 1)
-        hidden = max(0.0, min(sum(times[:-1]), fwd)) if lay.settings["overlap_param_gather"] and prefetch else 0.0
-        out.append(Item("dp", "all_gather", f"{whose}parameters ({'FP8' if param_bytes == 1 else 'BF16'})",
-                        max(e - s for s, e, _ in spans) * param_bytes, len(spans), group, link, sum(times), hidden,
-                        "overlap_param_gather", bytes_vary=vary))
-    return out
+    chunks = []
+    for k, chunk in enumerate(_chunks(params, layers, lay.vp)):
+        bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest
+        chunks.append(_bucket_groups(lay, chunk, size if bucketed else None, distopt, group, tied))
+    sizes = [n for groups in chunks for g in groups for n, _ in g]
+    quantized = bool(lay.quantized) and any(QUANTIZED_WEIGHT.search(p[0]) for p in params)
+    return {"whose": whose, "group": group, "link": link, "distopt": distopt, "grad_bytes": grad_bytes, "quantized": quantized,
+            "reduce_collective": reduce, "chunks": chunks, "sizes": sizes,
+            "reduce": [[sum(system.seconds(reduce, n * grad_bytes, group, link) for n, _ in g) for g in groups]
+                       for groups in chunks],
+            "gather": [[sum(system.seconds("all_gather", math.ceil(n * b), group, link) for n, b in g) for g in groups]
+                       for groups in chunks]}
+
+
+def _bucket_groups(lay, chunk, size, distopt, group, tied) -> list[list[tuple[int, float]]]:
+    """A model chunk's bucket groups in the order backward fills them, each a list of (elements, bytes an element
+    its all-gather moves) of its buckets. With quantized weights they are a buffer of their own, each of its buckets a
+    group, and every other bucket joins the last group (param_and_grad_buffer.partition_buckets)."""
+    d = lay.ddp
+
+    def spans(ps):
+        alone = frozenset(i for i, (name, _, _) in enumerate(ps) if tied and name == "embedding.word_embeddings.weight")
+        return [e - s for s, e, _ in buckets.layout([n for _, n, _ in ps], size, distributed_optimizer=distopt, dp_size=group,
+                                                     pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")),
+                                                     alone=alone)] if ps else []
+
+    weights = spans([p for p in chunk if lay.quantized and QUANTIZED_WEIGHT.search(p[0])])
+    rest = spans([p for p in chunk if not (lay.quantized and QUANTIZED_WEIGHT.search(p[0]))])
+    if not weights:
+        return [[(n, 2)] for n in rest]
+    each = lay.quantized[1]
+    return [[(n, each)] for n in weights[:-1]] + [[(weights[-1], each)] + [(n, 2) for n in rest]]
+
+
+def _interleaved(lay) -> bool:
+    return lay.pp > 1 and lay.vp > 1
+
+
+def _exposed(lay, times: list, kind: str, budget: float) -> float:
+    """What stays exposed of the buffers' collectives (`times`: per buffer, per chunk, per bucket group; the buffers
+    of one chunk dispatched together, in turn on one stream), `budget` one micro-batch's stage compute it runs beside."""
+    total = sum(t for buf in times for chunk in buf for t in chunk)
+    if kind == "gather" and lay.ddp.get("align_param_gather") and not _interleaved(lay):
+        return total  # the forward pre-hook skips the next bucket's dispatch: each gather waits where its layer runs
+    if not _interleaved(lay) or kind == "gather" and not lay.ddp.get("align_param_gather"):
+        # each buffer's last bucket group in backward order (chunk 0's, the embedding's) is dispatched last, with
+        # nothing left to run behind it; the others load behind one micro-batch's compute
+        return total - max(0.0, min(total - sum(buf[0][-1] for buf in times), budget))
+    chunks = [[t for buf in times for t in (buf[k] if k < len(buf) else [])] for k in range(max(len(b) for b in times))]
+    per = budget / lay.vp  # one micro-batch of one model chunk
+    steps = min(lay.vp_group, lay.micro_batches) * per  # a chunk runs a group of micro-batches before the next
+    return _reduce_exposed(lay, chunks, per, steps) if kind == "reduce" else _gather_exposed(chunks, steps)
+
+
+def _reduce_exposed(lay, chunks, per, steps) -> float:
+    """The interleaved schedule's cooldown, backward's end at 0: chunk k's last micro-batch ends k groups of
+    micro-batches before it (schedules.py backward_step_helper_postprocess); chunk 0's groups with align_grad_reduce
+    all at the end, without it as its last micro-batch's backward fills them."""
+    dispatch = []
+    for k in reversed(range(len(chunks))):
+        if k or lay.align_grad_reduce:
+            dispatch.append((-k * steps, sum(chunks[k])))
+        else:
+            n = len(chunks[0])
+            dispatch += [(-per + per * (j + 1) / n, t) for j, t in enumerate(chunks[0])]
+    end = -math.inf
+    for at, seconds in dispatch:
+        end = max(end, at) + seconds
+    return max(0.0, end)
+
+
+def _gather_exposed(chunks, steps) -> float:
+    """The interleaved schedule's warm-up: chunks 0 and 1 gathered at the step's start, chunk k+1 when chunk k's first
+    micro-batch starts (schedules.py forward_step_helper_preprocess); a chunk's forward waits for its gather."""
+    need = [sum(c) for c in chunks]
+    done = [0.0] * len(need)
+    done[0] = need[0]
+    if len(need) > 1:
+        done[1] = done[0] + need[1]
+    clock = 0.0
+    for k in range(len(need)):
+        start = max(clock, done[k])
+        if 1 <= k < len(need) - 1:
+            done[k + 1] = max(start, done[k]) + need[k + 1]
+        clock = start + steps
+    return clock - len(need) * steps
+
+
+def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str) -> Item:
+    sizes, groups = b["sizes"], [g for groups in b["chunks"] for g in groups]
+    vary = len(set(sizes)) > 1
+    # what no overlap hides: the last bucket group; with the interleaved schedule's sync funcs all of chunk 0's
+    chunk0 = _interleaved(lay) and (lay.align_grad_reduce if kind == "reduce" else bool(lay.ddp.get("align_param_gather")))
+    last = sum(b[kind][0]) if chunk0 else b[kind][0][-1]
+    last_bytes = sum(n for g in (b["chunks"][0] if chunk0 else b["chunks"][0][-1:]) for n, _ in g)
+    if kind == "reduce":
+        gb = b["grad_bytes"]
+        return Item("dp", b["reduce_collective"], f"{b['whose']}gradients ({len(sizes)} bucket{'s' if len(sizes) != 1 else ''}, "
+                    f"{'FP32' if gb == 4 else 'BF16'})", max(sizes) * gb, len(sizes), b["group"], b["link"], total, hidden,
+                    setting, last=last, last_bytes=last_bytes * gb, bytes_vary=vary, first_chunk=chunk0)
+    what = f"{lay.quantized[0]}, BF16 others" if b["quantized"] else "BF16"
+    biggest = max(math.ceil(n * e) for g in groups for n, e in g)
+    gathered = sum(math.ceil(n * e) for g in (b["chunks"][0] if chunk0 else b["chunks"][0][-1:]) for n, e in g)
+    return Item("dp", "all_gather", f"{b['whose']}parameters ({what})", biggest, len(sizes), b["group"], b["link"], total,
+                hidden, setting, last=last if chunk0 else 0.0, last_bytes=gathered, bytes_vary=vary or "," in what,
+                first_chunk=chunk0)
 
 
 def _chunks(params: list, layers: int, vp: int) -> list[list]:

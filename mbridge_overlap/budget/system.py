@@ -40,12 +40,14 @@ class System:
         return self.record["sms"]["value"]
 
     def busbw(self, collective: str, size: int, link: str) -> float:
-        """GB/s for one message of `size` bytes (the buffer) on `link` (nvlink or network)."""
+        """GB/s for one message of `size` bytes (the buffer) on `link` (nvlink or network): inside the NVLink domain the
+        measured shape scaled to the system's large-message value; across it the NIC's rate less a fixed cost per
+        message (overhead())."""
         if link == "network":
             peak = self.record["network"]["value"]
-        else:
-            peak = self.record["nvlink"]["all_reduce" if collective == "all_reduce" else "other"]["value"]
-        return peak * _fraction(size)
+            moved = size * FACTOR["all_reduce"](_shape_group())
+            return moved / (moved / (peak * 1e9) + overhead(size)) / 1e9
+        return self.record["nvlink"]["all_reduce" if collective == "all_reduce" else "other"]["value"] * _fraction(size)
 
     def seconds(self, collective: str, size: int, group: int, link: str) -> float:
         """One collective of a `size`-byte buffer over `group` ranks."""
@@ -55,8 +57,10 @@ class System:
             # each rank sends to every other: the part for ranks in its own NVLink domain does not cross the network
             domain = min(self.domain, group)
             nvlink = size * (domain - 1) / group / (self.busbw(collective, size, "nvlink") * 1e9)
-            return max(nvlink, size * (group - domain) / group / (self.busbw(collective, size, "network") * 1e9))
+            return max(nvlink, size * (group - domain) / group / (self.record["network"]["value"] * 1e9) + overhead(size))
         moved = size * FACTOR[collective](group)
+        if link == "network":  # the NIC's line rate, plus what a message of this size costs above it (evalK K5)
+            return moved / (self.record["network"]["value"] * 1e9) + overhead(size)
         return moved / (self.busbw(collective, size, link) * 1e9)
 
     def sources(self) -> dict:
@@ -76,6 +80,20 @@ def get(gpu: str, domain: int = 8) -> System:
     if key not in systems:
         raise NotKnown(f"no budget data for GPU type {gpu!r}; known: {', '.join(sorted(systems))}")
     return System(key, systems[key], domain)
+
+
+def overhead(size: int) -> float:
+    """Seconds a message of `size` bytes takes above its line-rate time: the measured shape's (its time at the size
+    less the same bytes at its large-message rate), taken to hold for any link. Scaling the shape down to a NIC's rate
+    instead would price a 2 MiB message across the network at a fifth of the NIC's (evalK K5): a message's fixed cost
+    does not grow as the link gets slower."""
+    peak = data()["shape"]["peak_gbps"] * 1e9
+    moved = size * FACTOR["all_reduce"](_shape_group())
+    return moved / (peak * _fraction(size)) - moved / peak
+
+
+def _shape_group() -> int:
+    return data()["shape"]["group"]
 
 
 def _fraction(size: int) -> float:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from .. import findings
 from ..findings.registry import declare
 
-declare("budget.worth", ["WORTH_TP_ACROSS_NETWORK", "WORTH_LAST_BUCKET_EXPOSED", "WORTH_OVERLAP_CANNOT_PAY",
-                         "WORTH_OVERLAP_COSTS_MORE"])
+declare("budget.worth", ["WORTH_TP_ACROSS_NETWORK", "WORTH_LAST_BUCKET_EXPOSED", "WORTH_FIRST_CHUNK_EXPOSED",
+                         "WORTH_OVERLAP_CANNOT_PAY", "WORTH_OVERLAP_COSTS_MORE"])
 
 SHARE = 0.005  # of the iteration: exposed time below half a percent is not worth a finding
 HALF = 0.5  # an overlap setting that hides less than this share of its collectives cannot pay for itself
@@ -28,10 +28,16 @@ def check(budget) -> list:
         exposed = item.seconds - item.hidden
         if item.setting is None or not settings.get(item.setting) or exposed < SHARE * it:
             continue
-        if item.last and abs(exposed - item.last) <= 1e-9 * max(1.0, exposed):
+        if item.first_chunk and item.last >= HALF * exposed:  # chunk 0's is most of what stays exposed
+            out.append(findings.make("WORTH_FIRST_CHUNK_EXPOSED", ms=_ms(exposed), pct=_pct(exposed, it),
+                                     what="gradient reduction" if item.collective != "all_gather" else "parameter all-gather",
+                                     when="after the backward has ended" if item.collective != "all_gather"
+                                     else "before the first forward",
+                                     setting=item.setting, size=_mib(item.last_bytes), vp=budget.layout.vp))
+        elif item.last and not item.first_chunk and abs(exposed - item.last) <= 1e-9 * max(1.0, exposed):
             out.append(findings.make("WORTH_LAST_BUCKET_EXPOSED", ms=_ms(exposed), pct=_pct(exposed, it), buckets=item.count,
                                      bucket=_mib(item.last_bytes)))
-        elif item.hidden < HALF * item.seconds:
+        elif item.hidden < HALF * (item.seconds - (item.last if item.first_chunk else 0.0)):
             out.append(findings.make("WORTH_OVERLAP_CANNOT_PAY", setting=item.setting, what=f"{item.dimension.upper()} {item.collective}",
                                      hidden=_ms(item.hidden), ms=_ms(item.seconds), pct=_pct(exposed, it)))
     for setting, (exposed, cost) in budget.flipped.items():

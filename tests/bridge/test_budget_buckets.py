@@ -135,3 +135,42 @@ def test_a_stage_s_parameters_are_megatron_cores_in_order():
     mine = [n for _, n, _ in shapes.stage_params(sh, 1, 1, 2, first=True, last=True)]
     assert sum(mine) == sum(theirs)
     assert [n for n in mine if n > sh.hidden_size] == [n for n in theirs if n > sh.hidden_size]
+
+
+@pytest.mark.parametrize("model, tp, ep, layers, dp, first", [
+    ("llama31_405b", 8, 1, 2, 16, True), ("llama3_70b", 4, 1, 4, 2, True), ("llama3_70b", 2, 1, 5, 8, False),
+    ("qwen3_30b_a3b", 1, 8, 6, 8, True),
+])
+def test_quantized_weights_are_a_buffer_of_their_own_as_megatron_core_lays_them_out(model, tp, ep, layers, dp, first):
+    """evalK K3: with FP8 (MXFP8, NVFP4) parameters Megatron-Core groups the parameters by storage (uint8 for TE's
+    quantized GEMM weights, BF16 for the rest: group_params_for_buffers) and lays each buffer out on its own; the budget's
+    bucket groups hold the same buckets (the quantized ones in order, every other bucket joined to the last)."""
+    from types import SimpleNamespace
+
+    from megatron.core.distributed import param_and_grad_buffer as pgb
+    from megatron.core.distributed.distributed_data_parallel_config import DistributedDataParallelConfig
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    from mbridge_overlap.budget import estimate
+
+    sh, _ = shapes.of(model, {})
+    params = [p for p in shapes.stage_params(sh, tp, ep, layers, first=first, last=False) if not p[2]]
+    tensors = []
+    for name, n, _ in params:
+        t = torch.nn.Parameter(torch.empty(n, device="meta", dtype=torch.bfloat16))
+        t.quantized_here = bool(estimate.QUANTIZED_WEIGHT.search(name))
+        tensors.append(t)
+    size = buckets.default_bucket_size(None, True, dp)
+    cfg = DistributedDataParallelConfig(use_distributed_optimizer=True, fp8_param_gather=True)
+    real = pgb._param_uses_quantized_storage
+    pgb._param_uses_quantized_storage = lambda p: getattr(p, "quantized_here", False)
+    try:
+        full = DistributedOptimizer.compute_full_param_layout(tensors, size, dp, cfg)
+    finally:
+        pgb._param_uses_quantized_storage = real
+    theirs = {key.param_dtype: [e - s for s, e in lay.bucket_indices] for key, lay in full.layouts.items()}
+    lay = SimpleNamespace(ddp={}, quantized=("FP8", 1))
+    groups = estimate._bucket_groups(lay, params, size, True, dp, False)
+    assert [n for n, each in (g[0] for g in groups)] == theirs[torch.uint8]  # each group starts with a quantized bucket
+    assert [n for n, _ in groups[-1][1:]] == theirs[torch.bfloat16] and all(e == 1 for g in groups for n, e in g[:1])
+    assert all(e == 2 for n, e in groups[-1][1:]) and len(theirs) == 2
