@@ -99,7 +99,7 @@ class Layout:
 
 
 # Plausibility bounds of the run sizes the budget multiplies (well above any run): past them a float overflows.
-RUN_BOUNDS = {"model.seq_length": 1 << 24, "train.micro_batch_size": 1 << 20, "train.global_batch_size": 1 << 40,
+RUN_BOUNDS = {"model.seq_length": 1 << 24, "train.micro_batch_size": 1 << 20, "train.global_batch_size": 1 << 24,
               "model.virtual_pipeline_model_parallel_size": 1 << 12}
 
 
@@ -399,9 +399,18 @@ def estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str =
     return budget
 
 
+# Experts x layers on one stage the budget lists parameter by parameter into buckets (Kimi K2 with EP 1 and PP 1 is
+# 23,424; fuzzI I1: 4,096 experts in 4,096 layers grew past 19 GB)
+MAX_EXPERT_LAYERS = 1 << 15
+
+
 def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str) -> Budget:
     tokens = lay.seq * lay.mbs  # one micro-batch of one DP rank
     layers = -(-shape.num_layers // lay.pp)  # the largest stage
+    if shape.moe and shape.num_moe_experts // lay.ep * layers > MAX_EXPERT_LAYERS:
+        raise UsageError(f"{shape.num_moe_experts // lay.ep:,} experts on each of a stage's {layers:,} layers: past the "
+                         f"{MAX_EXPERT_LAYERS:,} expert-layers a budget costs one by one (expert parallelism or more "
+                         "pipeline stages put fewer on a GPU)")
     rate = system.gemm_tflops(lay.precision) * 1e12 * system.efficiency
     attn_rate = system.gemm_tflops("bf16") * 1e12 * system.efficiency
     per_layer = shapes.layer_flops(shape, tokens, lay.seq, lay.tp, lay.cp)

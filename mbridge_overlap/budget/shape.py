@@ -3,6 +3,8 @@ Megatron-Core's GPT model registers them (the order its gradient buckets follow,
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, fields
 
 from .. import safeio
@@ -123,8 +125,11 @@ def value_of(key: str, value) -> int | bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 9:
-        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,18}", value):
+        return int(value)  # (the bounds say which are taken: fuzzI I6, a tenth digit was "not a whole number")
+    name = key.rpartition(".")[2] if isinstance(key, str) else ""
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value) and name in BOUNDS:
+        raise UsageError(f"{name}: must be a whole number from 1 to {BOUNDS[name]:,}, got {safeio.shown(value)}")
     raise UsageError(f"{safeio.shown(key)}: expected a whole number or true/false, got {safeio.shown(value)}")
 
 

@@ -64,7 +64,9 @@ class Parser(argparse.ArgumentParser):
     same stdout writer as every answer (a closed or full stdout is an error, not a silent exit 0)."""
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {safeio.message(message)} (see --help)\n")
+        # status 2 whether or not stderr takes the line (fuzzI I5: a closed stderr made it 1, a broken pipe 0)
+        say(f"{self.prog}: error: {safeio.message(message)} (see --help)")
+        raise SystemExit(2)
 
     def print_help(self, file=None):
         if file is None:

@@ -20,7 +20,7 @@ def integer(key: str, value) -> int | None:
     if isinstance(value, str) and value.strip().lower() in _NULL:
         return None
     if isinstance(value, str) and len(value.strip().lstrip("+-")) > MAX_DIGITS:
-        raise UsageError(f"{key}: expected a whole number, got {safeio.shown(value)}")
+        raise UsageError(f"{key}: a whole number of at most {MAX_DIGITS} digits, got {safeio.shown(value)}")
     return convert(key, schema.Field(schema.OPT_INT, minimum=None), value, None)  # (Megatron-Core judges the sign)
 
 

@@ -160,7 +160,7 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     raw = value
     _not_blank(key, value)
     if isinstance(value, str):
-        text = value.strip().strip("'\"")
+        text = _unquoted(value.strip())
         if spec.kind == STR_LIST and text.startswith("[") and text.endswith("]"):
             value = [item.strip().strip("'\"") for item in text[1:-1].split(",") if item.strip()]
         elif spec.kind in (CHOICE, OPT_CHOICE) and text in spec.choices:
@@ -279,9 +279,15 @@ def _brace_value(text: str, i: int, depth: int) -> tuple[Any, int]:
 
 
 def _not_blank(key: str, value: Any) -> None:
-    """An empty value is a mistake, never "unset" (fuzzH H9: '' became [''] or null for some kinds)."""
-    if isinstance(value, str) and not value.strip():
+    """An empty value is a mistake, never "unset" (fuzzH H9: '' became [''] or null for some kinds), quoted or not
+    (fuzzI I4: "" and '' passed)."""
+    if isinstance(value, str) and not _unquoted(value.strip()).strip():
         raise UsageError(f"{key}: an empty value; write null to unset it")
+
+
+def _unquoted(text: str) -> str:
+    """The text inside one matching pair of quotes around it (an unmatched quote stays: Hydra refuses it)."""
+    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" else text
 
 
 def _typed(raw: str) -> Any:

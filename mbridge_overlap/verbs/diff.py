@@ -207,10 +207,17 @@ def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = Non
     changed_inputs = _changed_inputs(a, b)
     changes = []
     keys = SETTINGS + sorted({f"env_vars.{k}" for k in set(a.scenario.request.env_vars) | set(b.scenario.request.env_vars)})
-    for key in keys:
+    moved = [k for k in keys if a.effective(k) != b.effective(k)]
+    env = [k for k in moved if k.startswith("env_vars.")]
+    for key in moved:
         old, new = a.effective(key), b.effective(key)
-        if old != new:
+        if key in env[MAX_ENV_EXPLAINED:]:
+            changes.append(_listed(key, old, new, changed_inputs))
+        else:
             changes.append(_explain(key, old, new, a, b, changed_inputs))
+    if len(env) > MAX_ENV_EXPLAINED:
+        warnings.append(f"{len(env) - MAX_ENV_EXPLAINED} more launch variables changed: listed, each without a proven "
+                        f"restore (the first {MAX_ENV_EXPLAINED} by name are explained one by one)")
     changes.sort(key=lambda c: (-c.impact, c.key))
     other = _other(a, b)
     accounting = account(a, b, changes, other)
@@ -220,6 +227,9 @@ def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = Non
     restores = restore_all(changes, new_errors, a, b)
     return DiffResult(a.label, b.label, before.release.version, changes, other, warnings, accounting,
                       budget_change(a.analysis, b.analysis, model, shape), new_errors, restores)
+
+
+MAX_ENV_EXPLAINED = 32  # launch variables whose change is proven one by one (each restore a resolve of its own)
 
 
 def restore_all(changes: list, new_errors: list, a: Side, b: Side) -> dict | None:
@@ -388,8 +398,12 @@ def _restore_set(key: str, singles: list, keys: list, changed: dict, a: Side, b:
 
 
 def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
-    flips = [k for k, (_, after_value) in changed.items() if _flips(key, k, after_value, a, b)]
-    restores = [k for k, (before_value, _) in changed.items() if _reverts(key, k, before_value, a, b)]
+    if key.startswith("env_vars."):  # the request's own value (_effective): no other input sets it
+        flips = restores = [key] if key in changed else []
+    else:
+        tried = _inputs_that_may_matter(key, changed, a, b)
+        flips = [k for k in tried if _flips(key, k, changed[k][1], a, b)]
+        restores = [k for k in tried if _reverts(key, k, changed[k][0], a, b)]
     causes = list(dict.fromkeys(flips + restores))
     if not causes:  # only a combination changes it: report every changed input that takes part
         causes = [k for k in changed if k in ("gpus", "comm_overlap")
@@ -412,6 +426,28 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
         causes=[{"key": c, "before": changed[c][0], "after": changed[c][1]} for c in causes],
         impact=IMPACT.get(key, 1),
     )
+
+
+def _inputs_that_may_matter(key: str, changed: dict, a: Side, b: Side) -> list:
+    """The changed inputs to try one by one for `key`: the launch variables only where all of them set at once move it
+    (each is a full resolve; a thousand changed variables made diff run for minutes: fuzzI I3)."""
+    env = [k for k in changed if k.startswith("env_vars.")]
+    rest = [k for k in changed if k not in env]
+    if len(env) < 2:
+        return rest + env
+    forward = _with_all({k: changed[k][1] for k in env}, a, b)
+    backward = _with_all({k: changed[k][0] for k in env}, b, a)
+    moves = (forward is None or _effective(forward, key) != a.effective(key)
+             or backward is None or _effective(backward, key) == a.effective(key))
+    return rest + env if moves else rest
+
+
+def _listed(key, old, new, changed: dict) -> Change:
+    """A launch variable's change past MAX_ENV_EXPLAINED: said, its cause the input itself, no restore proven."""
+    return Change(key=key, before=old, after=new, rule="LAUNCH_ENV_CHANGED", message=f"{key} went {fmt(old, unset=True)} -> {fmt(new, unset=True)}",
+                  fix=None, fix_overrides={},
+                  causes=[{"key": key, "before": changed[key][0], "after": changed[key][1]}] if key in changed else [],
+                  impact=IMPACT.get(key, 1))
 
 
 def _rule(key, old, new, a: Side, b: Side, causes) -> str:
