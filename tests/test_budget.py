@@ -518,3 +518,31 @@ def test_a_small_message_across_the_network_costs_its_line_rate_and_a_fixed_cost
         if size <= 8 << 20:  # the NVLink curve scaled to the NIC: two to five times slower at these sizes
             assert 2 * t < size / (nic * system._fraction(size))
     assert 20e-6 < system.overhead(2 << 20) < 60e-6
+
+
+def test_the_interleaved_schedule_s_knobs_reach_the_budget():
+    """recheck46 N2, N3: dist.align_grad_reduce=false (Bridge then hands the schedule no grad_sync_func: chunk 0's
+    buckets reduce as its last backward fills them) and overlap_param_gather_with_optimizer_step (chunk 0's all-gather
+    starts in the optimizer step) were read as if unset."""
+    base = {"train.global_batch_size": 16}
+    aligned = _items(_budget(base), "dp", "reduce_scatter")[0]
+    for value in ("false", False):  # as the command line and as a run config give it
+        assert _items(_budget({**base, "dist.align_grad_reduce": value}), "dp", "reduce_scatter")[0]["exposed_ms"] < aligned["exposed_ms"]
+    default = _budget(base)
+    gather = next(f for f in default["findings"] if f["id"] == "WORTH_FIRST_CHUNK_EXPOSED" and "all-gather" in f["message"])
+    assert "overlap_param_gather_with_optimizer_step=true" in gather["fix"]
+    with_step = _budget({**base, "comm_overlap.overlap_param_gather_with_optimizer_step": True})
+    assert _items(with_step, "dp", "all_gather")[0]["exposed_ms"] < _items(default, "dp", "all_gather")[0]["exposed_ms"]
+    assert not [f for f in with_step["findings"] if f["id"] == "WORTH_FIRST_CHUNK_EXPOSED" and "all-gather" in f["message"]]
+
+
+def test_the_first_chunk_holds_one_layer_fewer_where_the_split_counts_the_embedding():
+    """recheck46 N4: Llama 3.1 405B's recipes count the embedding and the loss as layers (126 + 2 over PP 8 x VPP 8):
+    the first stage's chunk 0 is the embedding and one layer, 661,159,936 parameters on TP 8 (Megatron-Core's count,
+    recheck46), not two layers."""
+    from mbridge_overlap import budget as budgets
+
+    analysis = api.resolve(recipe="llama31_405b_pretrain_1024gpu_h100_fp8cs_config")
+    b = budgets.of(analysis, model="llama31_405b")
+    (rs,) = [i for i in b.items if i.dimension == "dp" and i.collective == "reduce_scatter"]
+    assert rs.first_chunk and rs.last_bytes == pytest.approx(661_159_936 * 2, rel=0.002)  # BF16 gradients, padded

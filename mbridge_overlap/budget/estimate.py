@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from . import buckets, shape as shapes
+from ..run import given
 from ..run.peft import Peft, of as peft_of
 from .system import System
 from .. import safeio
@@ -37,9 +38,11 @@ ASSUMPTIONS = (
     "bucket that holds the embedding exposed; with VPP (Bridge's grad_sync_func and param_sync_func, "
     "align_grad_reduce and align_param_gather) a chunk's whole reduce-scatter starts after its last micro-batch's "
     "backward and hides behind the other chunks' backward still to run, chunk 0's exposed, and chunk k+1's all-gather "
-    "starts with chunk k's first forward (chunks 0 and 1 at the step's start: chunk 0's exposed), each on one stream "
-    "in turn; with FP8, MXFP8 or NVFP4 parameters the TE GEMM weights are a buffer of their own (1, 2: MXFP8 is "
-    "gathered in BF16, 0.5 bytes an element) and every other parameter's bucket joins its last bucket group",
+    "starts with chunk k's first forward (chunks 0 and 1 at the step's start: chunk 0's exposed, unless "
+    "overlap_param_gather_with_optimizer_step starts it in the optimizer step, which is not counted), each on one "
+    "stream in turn; with account_for_embedding_in_pipeline_split the first chunk holds one layer fewer; with FP8, "
+    "MXFP8 or NVFP4 parameters the TE GEMM weights are a buffer of their own (1, 2: MXFP8 is gathered in BF16, 0.5 "
+    "bytes an element) and every other parameter's bucket joins its last bucket group",
     "the optimizer step, data loading and kernel launch gaps are not counted",
 )
 PEFT_ASSUMPTION = (
@@ -92,6 +95,8 @@ class Layout:
     quantized: tuple | None = None  # (what, bytes an element the all-gather moves) of quantized weights (quantized_params)
     vp_group: int = 1  # microbatch_group_size_per_vp_stage (Megatron-Core's default: PP)
     align_grad_reduce: bool = True  # dist.align_grad_reduce: the grad_sync_func of each chunk (Bridge's default)
+    layer_slots: tuple = (False, False)  # account_for_embedding / account_for_loss_in_pipeline_split
+    chunk_offset: int = 0  # layer slots before the first stage's first layer (the embedding counted as one)
 
     @property
     def micro_batches(self) -> int:
@@ -136,7 +141,10 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         etp=m.get("expert_tensor_parallel_size") or tp,
         dispatcher=m.get("moe_token_dispatcher_type"), fsdp=bool(d.get("use_megatron_fsdp")),
         quantized=quantized_params(m), vp_group=m.get("microbatch_group_size_per_vp_stage") or pp,
-        align_grad_reduce=state.request.context.get("dist.align_grad_reduce") is not False,
+        align_grad_reduce=given.flag("dist.align_grad_reduce", state.request.context.get("dist.align_grad_reduce")) is not False,
+        layer_slots=tuple(bool(given.flag(f"model.account_for_{k}_in_pipeline_split",
+                                          state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
+                          for k in ("embedding", "loss")),
     )
 
 
@@ -615,6 +623,7 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
         params = [(f"decoder.layers.{i}.{g}.adapter", n, False) for i in range(layers)
                   for g, n in shapes.adapter_params(shape, lay.peft.gemms, lay.peft.dim, lay.tp).items()]
     else:
+        layers, lay = _first_stage(shape, lay, layers)
         params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1)
     dense = [p for p in params if not p[2]]
     experts = [(n, e // lay.etp, x) for n, e, x in params if x]  # expert TP splits each expert's weights
@@ -641,6 +650,18 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     return [out[key] for key in sorted(out, key=lambda k: (k[0], k[1] != "reduce"))]
 
 
+def _first_stage(shape, lay, layers: int) -> tuple:
+    """The first pipeline stage's layers, where the split counts the embedding as a layer
+    (account_for_embedding_in_pipeline_split: TransformerBlock gives the first virtual stage one layer fewer); and the
+    layout with where its first chunk starts."""
+    if lay.pp < 2 or not lay.layer_slots[0]:
+        return layers, lay
+    slots = shape.num_layers + sum(lay.layer_slots)
+    if slots % (lay.pp * lay.vp):
+        return layers, lay  # (not a split Megatron-Core takes: _uneven_split says so)
+    return slots // lay.pp - 1, Layout(**{**lay.__dict__, "chunk_offset": 1})
+
+
 def _buffer(lay, system, params, group, link, whose, layers, size, tied=False) -> dict | None:
     """One kind of DDP buffer: its bucket groups per model chunk (chunk 0 first) and each group's time to reduce
     (`reduce`) and, with the distributed optimizer, to gather (`gather`)."""
@@ -651,7 +672,7 @@ def _buffer(lay, system, params, group, link, whose, layers, size, tied=False) -
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
     reduce = "reduce_scatter" if distopt else "all_reduce"
     chunks = []
-    for k, chunk in enumerate(_chunks(params, layers, lay.vp)):
+    for k, chunk in enumerate(_chunks(params, layers, lay.vp, lay.chunk_offset)):
         bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest
         chunks.append(_bucket_groups(lay, chunk, size if bucketed else None, distopt, group, tied))
     sizes = [n for groups in chunks for g in groups for n, _ in g]
@@ -701,7 +722,11 @@ def _exposed(lay, times: list, kind: str, budget: float) -> float:
     chunks = [[t for buf in times for t in (buf[k] if k < len(buf) else [])] for k in range(max(len(b) for b in times))]
     per = budget / lay.vp  # one micro-batch of one model chunk
     steps = min(lay.vp_group, lay.micro_batches) * per  # a chunk runs a group of micro-batches before the next
-    return _reduce_exposed(lay, chunks, per, steps) if kind == "reduce" else _gather_exposed(chunks, steps)
+    if kind == "reduce":
+        return _reduce_exposed(lay, chunks, per, steps)
+    if lay.param_gather_with_step:  # chunk 0's all-gather starts in the optimizer step, behind the other chunks' step
+        chunks = [[0.0] * len(chunks[0])] + chunks[1:]  # (the step is not counted, nor what it hides)
+    return _gather_exposed(chunks, steps)
 
 
 def _reduce_exposed(lay, chunks, per, steps) -> float:
@@ -742,7 +767,8 @@ def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str) ->
     sizes, groups = b["sizes"], [g for groups in b["chunks"] for g in groups]
     vary = len(set(sizes)) > 1
     # what no overlap hides: the last bucket group; with the interleaved schedule's sync funcs all of chunk 0's
-    chunk0 = _interleaved(lay) and (lay.align_grad_reduce if kind == "reduce" else bool(lay.ddp.get("align_param_gather")))
+    chunk0 = _interleaved(lay) and (lay.align_grad_reduce if kind == "reduce"
+                                    else bool(lay.ddp.get("align_param_gather")) and not lay.param_gather_with_step)
     last = sum(b[kind][0]) if chunk0 else b[kind][0][-1]
     last_bytes = sum(n for g in (b["chunks"][0] if chunk0 else b["chunks"][0][-1:]) for n, _ in g)
     if kind == "reduce":
@@ -758,17 +784,18 @@ def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str) ->
                 first_chunk=chunk0)
 
 
-def _chunks(params: list, layers: int, vp: int) -> list[list]:
+def _chunks(params: list, layers: int, vp: int, offset: int = 0) -> list[list]:
     """A stage's parameters by virtual-pipeline model chunk, in order (each chunk a model of its own, wrapped in a
-    DistributedDataParallel of its own: megatron/training/models/dist_utils.py): layer i in chunk i // ceil(layers / vp),
-    the embedding in chunk 0, the final norm and output layer in the last."""
+    DistributedDataParallel of its own: megatron/training/models/dist_utils.py): layer i in chunk
+    (i + offset) // ceil((layers + offset) / vp) (offset: the embedding counted as a layer), the embedding in chunk 0,
+    the final norm and output layer in the last."""
     if vp <= 1:
         return [params]
-    per = -(-layers // vp)
+    per = -(-(layers + offset) // vp)
     out: list[list] = [[] for _ in range(vp)]
     for p in params:
         m = _LAYER.match(p[0])
-        out[min(int(m[1]) // per, vp - 1) if m else 0 if p[0].startswith("embedding") else vp - 1].append(p)
+        out[min((int(m[1]) + offset) // per, vp - 1) if m else 0 if p[0].startswith("embedding") else vp - 1].append(p)
     return [c for c in out if c]
 
 

@@ -33,7 +33,11 @@ def check(budget) -> list:
                                      what="gradient reduction" if item.collective != "all_gather" else "parameter all-gather",
                                      when="after the backward has ended" if item.collective != "all_gather"
                                      else "before the first forward",
-                                     setting=item.setting, size=_mib(item.last_bytes), vp=budget.layout.vp))
+                                     setting=item.setting, size=_mib(item.last_bytes), vp=budget.layout.vp,
+                                     remedy=findings.Shell("" if item.collective != "all_gather" else
+                                                           "; comm_overlap.overlap_param_gather_with_optimizer_step=true "
+                                                           "starts the all-gather of chunk 0 in the optimizer step, "
+                                                           "behind the update of the other chunks")))
         elif item.last and not item.first_chunk and abs(exposed - item.last) <= 1e-9 * max(1.0, exposed):
             out.append(findings.make("WORTH_LAST_BUCKET_EXPOSED", ms=_ms(exposed), pct=_pct(exposed, it), buckets=item.count,
                                      bucket=_mib(item.last_bytes)))
