@@ -546,3 +546,15 @@ def test_the_first_chunk_holds_one_layer_fewer_where_the_split_counts_the_embedd
     b = budgets.of(analysis, model="llama31_405b")
     (rs,) = [i for i in b.items if i.dimension == "dp" and i.collective == "reduce_scatter"]
     assert rs.first_chunk and rs.last_bytes == pytest.approx(661_159_936 * 2, rel=0.002)  # BF16 gradients, padded
+
+
+def test_megatron_fsdp_without_sharding_gathers_no_parameters():
+    """evalL L2: with data_parallel_sharding_strategy=no_shard Megatron-FSDP's start_param_sync returns at once and the
+    gradients are all-reduced whole; the plan's modes and budget priced a distributed optimizer's reduce-scatter and a
+    parameter all-gather 'worth 79 ms', beside a finding that said there is none."""
+    d = api.plan(recipe="llama3_8b_pretrain_config", tp=2, gpus=16, gpu="h100", megatron_fsdp=True).to_dict()
+    assert "no_shard" in next(f["message"] for f in d["findings"] if f["id"] == "MEGATRON_FSDP_DP_OVERLAP")
+    assert d["modes"]["dp"]["param_gather"]["enabled"] is False and d["modes"]["dp"]["grad_reduce"]["enabled"] is True
+    dp = [c for c in d["budget"]["collectives"] if c["dimension"] == "dp"]
+    assert [c["collective"] for c in dp] == ["all_reduce"]
+    assert d["budget"]["settings"]["overlap_param_gather"]["iteration_change_ms_if_flipped"] == 0

@@ -250,3 +250,18 @@ def test_diff_says_first_what_after_fails_with_that_before_does_not(capsys):
     assert cli.main(["diff", "--recipe", recipe, "mixed_precision=bf16_with_nvfp4_mixed"]) == 1  # as resolve on an error
     out = capsys.readouterr().out.splitlines()
     assert out[1].startswith("ERROR   AFTER fails at step where BEFORE does not: TP_OVERLAP_UNSUPPORTED_PRECISION")
+
+
+def test_dp_one_with_cp_is_the_cp_finding_not_dp_size_one():
+    """evalL L6: TP 4 -> 8 on the 64-GPU Llama 3 70B recipe (CP 2) leaves DP 1: the gradients still reduce over the
+    two CP ranks, now without Bridge's overlap defaults. diff named it DP_SIZE_ONE ("no DP communication"), while lint
+    of the same config said DP_OVERLAP_OFF_WITH_CP."""
+    from mbridge_overlap import api
+
+    recipe = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+    r = api.diff(recipe=recipe, overrides={"model.tensor_model_parallel_size": 8}).to_dict()
+    changes = by_key(r)
+    assert {"ddp.overlap_grad_reduce", "ddp.overlap_param_gather"} <= set(changes)
+    assert {c["finding_id"] for c in changes.values()} == {"DP_OVERLAP_OFF_WITH_CP"}
+    linted = api.resolve({"model.tensor_model_parallel_size": 8}, recipe=recipe)
+    assert "DP_OVERLAP_OFF_WITH_CP" in {f.id for f in linted.findings}

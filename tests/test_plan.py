@@ -398,3 +398,30 @@ def test_the_moe_overlap_asked_for_gets_the_dispatcher_it_needs(kw, origin):
     shipped = plan(recipe="qwen3_30b_a3b_pretrain_64gpu_h100_bf16_config", moe_a2a_overlap=True)
     assert "model.moe_token_dispatcher_type" not in shipped["overrides"]
     assert "PLAN_SETS_MOE_DISPATCHER" not in {n["id"] for n in shipped["plan_notes"]}
+
+
+@pytest.mark.parametrize("release", ["0.5.1", "0.5.0", "0.6.2"])
+def test_a_recipe_whose_name_gives_no_gpu_keeps_its_own_preset(release):
+    """evalL L1: 0.5.x's llama3_70b_pretrain_config ships userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192; its name
+    gives no GPU nor precision, so plan took it for another layout and wrote tp_comm_overlap_cfg=None (TE's default
+    userbuffers config, slower by the skill's own budget). On the GPU its preset is tuned for, the preset stands."""
+    d = plan(bridge_version=release, recipe="recipes.llama3_70b_pretrain_config", gpus=64, gpu="h100")
+    shipped = mbridge_overlap.resolve(recipe="recipes.llama3_70b_pretrain_config", gpus=64, gpu="h100", bridge_version=release)
+    assert shipped.effective["model"]["tp_comm_overlap_cfg"] == "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192"
+    assert d["effective"]["model"]["tp_comm_overlap_cfg"] == shipped.effective["model"]["tp_comm_overlap_cfg"]
+    assert "comm_overlap.tp_comm_overlap_cfg" not in d["overrides"]
+
+
+def test_a_recipe_at_tp_1_made_no_tp_overlap_choice_for_the_plan_s_tp():
+    """evalL L3: the LoRA recipe at TP 1 ships tp_comm_overlap=false (nothing to overlap there); planned at TP 4 with
+    sequence parallel, that 'choice' was kept, and with it LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED (the adapters'
+    gradient dropped), a warning of the plan's own making. The plan's TP rule decides instead."""
+    recipe = "perf_recipes.llama3_70b_peft_8gpu_h100_bf16_config"
+    shipped = mbridge_overlap.resolve(recipe=recipe)
+    assert shipped.effective["model"]["tensor_model_parallel_size"] == 1
+    d = plan(recipe=recipe, tp=4, pp=2, vpp=4)
+    assert d["effective"]["model"]["sequence_parallel"] is True and d["effective"]["model"]["tp_comm_overlap"] is True
+    assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" not in {f["id"] for f in d["findings"]}
+    kept = plan(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", tp=8)  # a recipe at TP > 1 chose: its choice stands
+    assert kept["effective"]["model"]["tp_comm_overlap"] is mbridge_overlap.resolve(
+        recipe="llama3_70b_pretrain_64gpu_h100_bf16_config").effective["model"]["tp_comm_overlap"]

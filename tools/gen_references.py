@@ -258,7 +258,10 @@ VERIFY = """\
 Bridge you run. The Python it uses: `$MBRIDGE_VERIFY_PYTHON`; else `python3` when `megatron.bridge` imports there (a
 NeMo container); else the venv `scripts/bridge_env.sh` builds from the package registries (Python 3.12,
 megatron-bridge, megatron-core, Transformer Engine compiled against the CUDA headers of the nvidia wheels; about 15
-minutes the first time, seconds later; under `~/.cache/nemo-mbridge-perf-tp-dp-comm-overlap/`).
+minutes the first time, seconds later; under `~/.cache/nemo-mbridge-perf-tp-dp-comm-overlap/`). That venv is the
+default release's; for another, build its venv and point verify at it, with a checkout at that release's tag:
+`MBRIDGE_VERIFY_PYTHON=$(scripts/bridge_env.sh --release 0.5.1 --print-python) scripts/verify.sh --mbridge-src CHECKOUT`
+(the suites of a checkout of one release fail on the packages of another).
 
 What it checks, one line each (PASS, FAIL, NOT RUN, SKIPPED), then the verdict:
 

@@ -381,7 +381,10 @@ def _not_modelled(lay: Layout, shape) -> tuple:
     if shape.moe and lay.ep > 1 and lay.dispatcher == "allgather":
         out += ("EP: the allgather token dispatcher (all-gather and reduce-scatter over the expert-TP x EP group) is "
                 "priced as the alltoall dispatcher's all-to-all, which it is not: its EP times are the alltoall's",)
-    if lay.fsdp:
+    if lay.fsdp and _unsharded(lay):
+        out += ("DP: Megatron-FSDP with no_shard all-reduces whole gradients on the last micro-batch and gathers no "
+                "parameters: priced as DDP's all-reduce (its bucketing is Megatron-FSDP's own, not DDP's)",)
+    elif lay.fsdp:
         out += ("DP: Megatron-FSDP reduce-scatters every micro-batch and all-gathers per unit in forward and backward; "
                 "the budget prices the distributed optimizer's once-an-iteration reduce-scatter and all-gather: its DP "
                 "times are those, not FSDP's",)
@@ -638,8 +641,8 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     bufs = [b for b in bufs if b]
     out: dict = {}
     for kind, setting, budget in (("reduce", "overlap_grad_reduce", stage_bwd), ("gather", "overlap_param_gather", stage_fwd)):
-        if kind == "gather" and not d.get("use_distributed_optimizer"):
-            break
+        if kind == "gather" and (not d.get("use_distributed_optimizer") or _unsharded(lay)):
+            break  # (Megatron-FSDP's no_shard: start_param_sync returns at once, evalL L2)
         exposed_before = 0.0
         for i, b in enumerate(bufs):  # a buffer's part: what the buffers before it leave exposed, and what it adds
             total = sum(map(sum, b[kind]))
@@ -648,6 +651,11 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
             exposed_before = exposed or 0.0
             out[i, kind] = _item(lay, b, kind, total, hidden, setting)
     return [out[key] for key in sorted(out, key=lambda k: (k[0], k[1] != "reduce"))]
+
+
+def _unsharded(lay) -> bool:
+    """Megatron-FSDP with no_shard: every rank keeps whole gradients and parameters (an all-reduce, no gather)."""
+    return lay.fsdp and lay.ddp.get("data_parallel_sharding_strategy") == "no_shard"
 
 
 def _first_stage(shape, lay, layers: int) -> tuple:
@@ -670,7 +678,7 @@ def _buffer(lay, system, params, group, link, whose, layers, size, tied=False) -
     d = lay.ddp
     distopt = bool(d.get("use_distributed_optimizer"))
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
-    reduce = "reduce_scatter" if distopt else "all_reduce"
+    reduce = "reduce_scatter" if distopt and not _unsharded(lay) else "all_reduce"
     chunks = []
     for k, chunk in enumerate(_chunks(params, layers, lay.vp, lay.chunk_offset)):
         bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest

@@ -78,7 +78,8 @@ class Analysis:
         return {name: {"value": value, "why": why} for name, value, why in launch_env.rules(self.scenario.release, self.launch_layout)}
 
     def modes(self) -> dict:
-        return modes(self.effective, layout.Layout.of(self.state.model, self.scenario.gpus), self.scenario.te, self.findings)
+        return modes(self.effective, layout.Layout.of(self.state.model, self.scenario.gpus), self.scenario.te, self.findings,
+                     self.state.ddp.get("data_parallel_sharding_strategy") if self.state.fsdp else None)
 
     def batch(self) -> dict:
         """The global batch, the micro-batch, and the micro-batches each data-parallel rank runs per iteration (what
@@ -147,11 +148,11 @@ class Analysis:
         }
 
 
-def modes(effective: dict, shape: layout.Layout, te: bool, found) -> dict:
+def modes(effective: dict, shape: layout.Layout, te: bool, found, sharding: str | None = None) -> dict:
     """layout.modes, and whether the run gets each mode: an error (Bridge rejects the config, or the run fails at
     setup or the first step) takes every mode away; a warning whose record says it `blocks` a mode (a steady-state
     serialisation) takes that one."""
-    out = layout.modes(effective, shape, te)
+    out = layout.modes(effective, shape, te, sharding)
     blocked: dict = {}
     for f in found:
         blocks = findings.record(f.id).get("blocks")

@@ -64,12 +64,12 @@ def dp_overlap_applies(shape: Layout) -> bool:
     return shape.divisible and shape.dp > 1
 
 
-def modes(effective: dict, shape: Layout, te: bool = True) -> dict:
+def modes(effective: dict, shape: Layout, te: bool = True, sharding: str | None = None) -> dict:
     """On/off and why for TP, PP and DP overlap as runtime_config_update() leaves them: `configured`, and `enabled`
     (the same here; findings.analysis.modes takes away what an error or a blocking warning stops). DP reports
-    grad-reduce and param-gather overlap separately."""
+    grad-reduce and param-gather overlap separately. sharding: Megatron-FSDP's data_parallel_sharding_strategy."""
     model, ddp = effective["model"], effective["ddp"]
-    out = {"tp": _tp(model, shape, te), "pp": _pp(model, shape), "dp": _dp(ddp, shape)}
+    out = {"tp": _tp(model, shape, te), "pp": _pp(model, shape), "dp": _dp(ddp, shape, sharding)}
     for name, mode in out.items():
         for part in ("grad_reduce", "param_gather") if name == "dp" else ():
             mode[part]["enabled"] = mode[part]["configured"]
@@ -106,11 +106,12 @@ def _pp(model: dict, shape: Layout) -> dict:
     return {"enabled": on, "configured": on, "why": why}
 
 
-def _dp(ddp: dict, shape: Layout) -> dict:
+def _dp(ddp: dict, shape: Layout, sharding: str | None = None) -> dict:
     applies = dp_overlap_applies(shape)
     grad, param = bool(ddp["overlap_grad_reduce"]) and applies, bool(ddp["overlap_param_gather"]) and applies
+    gathers = not (ddp.get("use_megatron_fsdp") and sharding == "no_shard")  # (evalL L2)
     if grad:
-        why = f"DP = {shape.dp}: overlap_grad_reduce" + (", overlap_param_gather" if ddp["overlap_param_gather"] else "") \
+        why = f"DP = {shape.dp}: overlap_grad_reduce" + (", overlap_param_gather" if ddp["overlap_param_gather"] and gathers else "") \
             + (f", bucket_size={ddp['bucket_size']} parameters" if ddp["bucket_size"] else "") \
             + (", align_param_gather" if ddp["align_param_gather"] else "") \
             + (" (Megatron-FSDP)" if ddp.get("use_megatron_fsdp") else "")
@@ -122,5 +123,6 @@ def _dp(ddp: dict, shape: Layout) -> dict:
         why = f"DP = {shape.dp} but overlap_grad_reduce is off"
     return {"enabled": grad, "configured": grad, "why": why,
             "grad_reduce": {"configured": grad, "enabled": grad, "why": "gradient reduce-scatter/all-reduce in the backward pass"},
-            "param_gather": {"configured": param, "enabled": param,
-                             "why": "parameter all-gather before the forward pass (distributed optimizer)"}}
+            "param_gather": {"configured": param and gathers, "enabled": param and gathers,
+                             "why": "parameter all-gather before the forward pass (distributed optimizer)" if gathers else
+                             "Megatron-FSDP with no_shard: no parameter all-gather (start_param_sync returns at once)"}}

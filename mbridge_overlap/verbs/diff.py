@@ -470,7 +470,9 @@ def _rule(key, old, new, a: Side, b: Side, causes) -> str:
         return "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER"
     dp_a, dp_b = a.analysis.state.data_parallel_size, b.analysis.state.data_parallel_size
     if 1 in (dp_a, dp_b) and dp_a != dp_b:
-        return "DP_SIZE_ONE"
+        one = a if dp_a == 1 else b
+        # DP 1 with CP > 1 still reduces gradients over the CP ranks, without Bridge's overlap defaults (evalL L6)
+        return "DP_OVERLAP_OFF_WITH_CP" if one.analysis.state.model["context_parallel_size"] > 1 else "DP_SIZE_ONE"
     if all(c.startswith("comm_overlap.") for c in causes) and causes:
         return "REQUESTED_CHANGE"
     return "BRIDGE_SELECTS_ALIGN_PARAM_GATHER" if key == "ddp.align_param_gather" else "DP_OVERLAP_DEFAULTS"

@@ -165,8 +165,9 @@ def make_plan(
     recipe_co = entry["request"]["comm_overlap"] if entry else None
     blocked = _blocked_precision(release, None if other_precision else entry, prec)
     notes: list = []
-    if recipe_co is not None:  # the recipe's own choice stands, unless it cannot run
-        tp_on = bool(recipe_co["tp_comm_overlap"]) and not blocked
+    if recipe_co is not None and layout.tp_overlap_applies(base.get("tp", 1), start.te):
+        tp_on = bool(recipe_co["tp_comm_overlap"]) and not blocked  # the recipe's own choice stands, unless it cannot run
+        # (a recipe at TP 1 made none: evalL L3, a LoRA recipe's off at TP 1 was kept at TP 4 with sequence parallel)
     else:
         # the MoE practice is that of recipes with expert parallelism; --moe on a layout without it is a dense one here
         # (as the config's own MODE_LEFT_OFF reads it)
@@ -336,8 +337,14 @@ def _layout_overrides(base: dict, tp: int, pp: int, vpp, cp: int, ep: int = 1) -
 
 
 def _same_shape(entry: dict, tp: int, cp: int, gpu: str, precision: str) -> bool:
+    """Whether the plan keeps the recipe's layout, GPU and precision, so its own preset stands. A recipe whose name
+    gives no GPU (0.5.x's llama3_70b_pretrain_config) runs its preset on the GPU the preset is tuned for, and one whose
+    name gives no precision is BF16 (evalL L1: such a recipe's exact preset was replaced by TE's default)."""
     m = entry["request"]["model"]
-    return (m["tensor_model_parallel_size"], m["context_parallel_size"], entry.get("gpu"), entry.get("precision")) == (tp, cp, gpu, precision)
+    preset = str((entry["request"]["comm_overlap"] or {}).get("tp_comm_overlap_cfg"))
+    own_gpu = entry.get("gpu") or (gpu if f"_{gpu}_" in preset else None)
+    own_precision = releases.precision(entry.get("precision") or "bf16")
+    return (m["tensor_model_parallel_size"], m["context_parallel_size"], own_gpu, own_precision) == (tp, cp, gpu, precision)
 
 
 # What plan compares with the shipped recipes of the same layout: effective settings and the launch environment.
