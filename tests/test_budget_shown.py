@@ -200,3 +200,14 @@ def test_diagnose_compare_names_the_key_bridge_s_own_line_blames_not_the_setting
     d = api.diagnose([_write(tmp_path / "before.log", text), _write(tmp_path / "after.log", text.replace(sp, "").replace(on, ""))],
                      compare=True, gpus=8).to_dict()
     assert [c["finding_id"] for c in d["compare"]["config_changes"] if c["key"] == "model.tp_comm_overlap"] == ["REQUESTED_CHANGE"]
+
+
+def test_diagnose_compare_says_one_gpus_costs_both_runs(tmp_path, capsys):
+    """evalL L7: Bridge's summary prints no world size, so --gpus costs both runs alike and a change of GPU count is
+    not seen; the answer said nothing of it."""
+    grad = "  overlap_grad_reduce: True  (Mcore default: False)\n"
+    logs = _logs(tmp_path, lambda t: t.replace(grad, ""))
+    d = api.diagnose(logs, compare=True, gpus=8).to_dict()["compare"]
+    assert d["gpus"] == {"before": 8, "after": 8, "from": "--gpus, for both runs"}
+    assert cli.main(["diagnose", "--compare", *logs, "--gpus", "8"]) == 1
+    assert "both runs costed at 8 GPUs (--gpus: a log does not print its world size" in capsys.readouterr().out

@@ -385,6 +385,9 @@ def diagnosis(d: dict) -> str:
                          f"beside the observed {change}" + _share(predicted, c["change"]))
             if c.get("assumption"):
                 lines.append(f"  assumption: {c['assumption']}")
+            if (c.get("gpus") or {}).get("from", "").startswith("--gpus"):
+                lines.append(f"  both runs costed at {c['gpus']['before']} GPUs (--gpus: a log does not print its world size, "
+                             "so a change of GPU count is not seen; diff BEFORE AFTER --gpus-before N --gpus-after M costs it)")
         elif predicted:
             lines.append(f"  predicted change: not known: {predicted['unavailable']}")
     lines += ["", "causes:" if d["causes"] else "causes: none on the overlap path"]

@@ -37,14 +37,21 @@ def beside(report: dict, shown: dict, world_size: int | None) -> dict:
             continue
         rows.append(_row(dim, p, m))
     notes = []
+    another = False
     if report.get("world_size") and world_size and report["world_size"] != world_size:
+        another = True
         notes.append(f"the traces are of a job of {report['world_size']} GPUs and the config runs on {world_size}: "
                      "the prediction is of another layout")
     compute = (shown["compute_ms"] + shown["overlap_cost_ms"], measured.get("compute"))
     if compute[1] and compute[0] and max(compute) / min(compute) > FAR:
+        another = True
         notes.append(f"the predicted compute ({compute[0]:,.1f} ms) is {max(compute) / min(compute):,.0f}x the measured "
                      f"({compute[1]:,.1f} ms): the config (its model shape, batch or layout) is not the traced job's, so "
                      "the dimensions' predictions are of another job")
+    if another:  # a ratio of two jobs' times reads as an overlap that hid too little or too much (evalL L9)
+        for row in rows:
+            row["exposed_ratio"] = None
+        notes.append("no exposed ratio is given: the prediction is not of the traced job")
     if UNATTRIBUTED in measured:
         notes.append("unattributed communication: it ran on no group whose description names a dimension (each rank's "
                      "notes say what the trace records for it: no group, the default group, or groups without a "

@@ -178,7 +178,7 @@ def _config_changes(diag, scans, release, gpus) -> None:
     from ..run import scenario
     from .diff import diff
 
-    sides, shapes = [], []
+    sides, shapes, worlds = [], [], []
     for _label, scan in scans:
         s = scan.summary
         world = gpus or _world(scan)
@@ -186,6 +186,11 @@ def _config_changes(diag, scans, release, gpus) -> None:
             return
         sides.append(scenario.build(config=s.config(release), gpus=world, bridge_version=release.version))
         shapes.append(_shape(s))
+        worlds.append(world)
+    # (evalL L7: one --gpus costs both sides; a log that states no world size cannot show a change of it)
+    stated = [_world(scan) for _label, scan in scans]
+    diag.compare["gpus"] = {"before": worlds[0], "after": worlds[1],
+                            "from": "the logs" if gpus is None or stated == [gpus, gpus] else "--gpus, for both runs"}
     same = shapes[0] == shapes[1]
     result = diff(*sides, labels=("before", "after"), shape=shapes[0] if same else None)
     _bridge_said_why(result, diag.causes)
