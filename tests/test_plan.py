@@ -3,6 +3,7 @@
 import pytest
 
 import mbridge_overlap
+from mbridge_overlap import api
 from mbridge_overlap import UsageError
 from mbridge_overlap.upstream.releases import Preset, data
 
@@ -425,3 +426,36 @@ def test_a_recipe_at_tp_1_made_no_tp_overlap_choice_for_the_plan_s_tp():
     kept = plan(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", tp=8)  # a recipe at TP > 1 chose: its choice stands
     assert kept["effective"]["model"]["tp_comm_overlap"] is mbridge_overlap.resolve(
         recipe="llama3_70b_pretrain_64gpu_h100_bf16_config").effective["model"]["tp_comm_overlap"]
+
+
+RECIPE_70B = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+
+
+def _recipe_batch():
+    from mbridge_overlap.upstream import catalog, releases
+
+    req = catalog.lookup(RECIPE_70B, releases.get(None).version)["request"]
+    return req["model"]["seq_length"], req["train"]["micro_batch_size"], req["train"]["global_batch_size"]
+
+
+@pytest.mark.parametrize("flag, key", [("global_batch_size", "global_batch_size"), ("seq_length", "seq_length"),
+                                       ("micro_batch_size", "micro_batch_size")])
+def test_a_recipe_plan_costs_the_batch_its_flags_give(flag, key):
+    """recheck46 N6: plan --recipe R --global-batch-size N costed the recipe's batch, and said nothing."""
+    seq, mbs, gbs = _recipe_batch()
+    theirs = {"seq_length": seq, "micro_batch_size": mbs, "global_batch_size": gbs}[key]
+    value = theirs // 2 if key != "micro_batch_size" else theirs * 2
+    d = plan(recipe=RECIPE_70B, **{flag: value})
+    assert d["budget"]["layout"][key] == value
+    assert any(str(theirs) in a and key in a for a in d["budget"]["assumptions"])
+    # the same config costed the way budget takes it
+    overrides = {"train.global_batch_size": value} if key == "global_batch_size" else \
+        {"model.seq_length": value, "dataset.seq_length": value} if key == "seq_length" else {"train.micro_batch_size": value}
+    alone = api.budget({**d["overrides"], **overrides}, recipe=RECIPE_70B).to_dict()["budget"]
+    assert alone["iteration_ms"] == d["budget"]["iteration_ms"]
+    assert plan(recipe=RECIPE_70B)["budget"]["iteration_ms"] != d["budget"]["iteration_ms"]
+
+
+def test_a_plan_batch_bridge_rejects_is_named():
+    d = plan(recipe=RECIPE_70B, global_batch_size=_recipe_batch()[2] + 1)
+    assert "BATCH_NOT_DIVISIBLE_BY_DP" in d["budget"]["unavailable"] and "flags" in d["budget"]["unavailable"]

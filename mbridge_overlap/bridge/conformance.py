@@ -7,6 +7,7 @@ runtime_config_update(); every effective field and every rejection must agree.
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import re
@@ -37,11 +38,12 @@ class Outcome:
     differences: list  # (field, resolver, bridge)
 
 
-def generate(count: int, seed: int = 0) -> list[Case]:
+def generate(count: int, seed: int = 0, moe: bool = False) -> list[Case]:
     """`count` requests covering layouts, TE, the distributed optimizer, ddp/optimizer/comm_overlap knobs,
-    mixed-precision recipes and no comm_overlap at all. Deterministic for a seed."""
+    mixed-precision recipes and no comm_overlap at all; with `moe`, expert layouts instead (EP, expert TP, biases,
+    dispatchers). Deterministic for a seed."""
     rng = random.Random(seed)
-    return [_case(rng) for _ in range(count)]
+    return [(_moe_case if moe else _case)(rng) for _ in range(count)]
 
 
 def _maybe(rng, p=0.3):
@@ -79,6 +81,26 @@ def _case(rng: random.Random) -> Case:
     if _maybe(rng, 0.2):
         o["env_vars.CUDA_DEVICE_MAX_CONNECTIONS"] = rng.choice([1, 8, 32])
     return Case(o, gpus=tp * pp * cp * dp, te=rng.random() < 0.85)
+
+
+def _moe_case(rng: random.Random) -> Case:
+    """An expert layout: the expert grid (ETP x EP x PP) and the dense one (TP x PP x CP) both divide the world."""
+    tp, pp, ep = rng.choice([1, 2, 4]), rng.choice([1, 1, 2]), rng.choice([1, 2, 4, 8])
+    etp = rng.choice([None, None, 1, 2, tp])
+    o: dict = {"model.tensor_model_parallel_size": tp, "model.pipeline_model_parallel_size": pp,
+               "model.expert_model_parallel_size": ep, "model.num_moe_experts": ep * rng.choice([1, 2, 4]),
+               "model.sequence_parallel": tp > 1 and rng.random() < 0.9, "ddp.use_distributed_optimizer": True}
+    if etp is not None:
+        o["model.expert_tensor_parallel_size"] = etp
+    if _maybe(rng, 0.5):
+        o["model.add_bias_linear"] = rng.random() < 0.5
+    if _maybe(rng, 0.5):
+        o["model.moe_token_dispatcher_type"] = rng.choice(["allgather", "alltoall"])
+    if _maybe(rng, 0.5):
+        o["comm_overlap.tp_comm_overlap"] = False
+    expert, dense = (etp or tp) * ep * pp, tp * pp
+    lcm = expert * dense // math.gcd(expert, dense)
+    return Case(o, gpus=lcm * rng.choice([1, 2]), te=True)
 
 
 def _mixed_precision(rng, o: dict) -> None:
@@ -156,13 +178,13 @@ def _missing_attribute(error: str) -> str | None:
     return match.group(1) if match else None
 
 
-def run(count: int = 2000, seed: int = 0, progress=None) -> dict:
+def run(count: int = 2000, seed: int = 0, progress=None, moe: bool = False) -> dict:
     """Check `count` generated cases in this process; a summary with every disagreement."""
     adapter.import_bridge()
     adapter.quiet()
     version = adapter.bridge_version()
     start, failures = time.time(), []
-    cases = generate(count, seed)
+    cases = generate(count, seed, moe)
     for i, case in enumerate(cases, 1):
         outcome = check(case, version)
         if outcome.differences:

@@ -22,9 +22,10 @@ def add_arguments(p) -> None:
                    + " (or as recipe names write them: fp8cs, ...; default: the recipe's, else bf16)")
     p.add_argument("--hidden-size", type=options.at_most("hidden_size"),
                    help="model hidden size (to match a tuned TP preset; default: the recipe's, where known)")
-    p.add_argument("--seq-length", type=options.at_most("seq_length"), help="sequence length (to match a tuned TP preset; default: the recipe's)")
+    p.add_argument("--seq-length", type=options.at_most("seq_length"),
+                   help="sequence length (to match a tuned TP preset, and the budget's; default: the recipe's)")
     p.add_argument("--micro-batch-size", type=options.at_most("micro_batch_size"),
-                   help="micro batch size (to match a tuned TP preset; default: the recipe's)")
+                   help="micro batch size (to match a tuned TP preset, and the budget's; default: the recipe's)")
     p.add_argument("--global-batch-size", type=options.at_most("global_batch_size"),
                    help="global batch size, for the communication budget (micro-batches per iteration; default: the recipe's)")
     p.add_argument("--lora", action="store_true", help="LoRA fine-tuning (LoRA presets)")

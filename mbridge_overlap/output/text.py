@@ -498,7 +498,10 @@ def _budget_brief(b: dict | None) -> list[str]:
         return []
     if "unavailable" in b:
         return ["", f"communication budget: not shown: {b['unavailable']}"]
-    lines = ["", f"communication budget (an estimate on {b['system']}; shape: {b['shape_from']}):", "  " + _iteration(b)]
+    lay = b["layout"]
+    batch = (f"sequence {lay['seq_length']:,}, micro-batch {lay['micro_batch_size']:,}, global batch "
+             f"{lay['global_batch_size']:,}")
+    lines = ["", f"communication budget (an estimate on {b['system']}; shape: {b['shape_from']}; {batch}):", "  " + _iteration(b)]
     lines += ["  " + x for x in _dimensions(b)] + ["  " + x if x else x for x in _worth(b)]
     return lines + ["", "  `budget` with the same inputs lists the collectives, sources and assumptions; the truth needs a GPU: "
                     "compare with `trace` of a profiled run"]

@@ -396,6 +396,8 @@ def finalize_model(state: State) -> None:
         _reject(state, "FP4_PARAM_GATHER_WITHOUT_FP4", "fp4_param must be used together with fp4 mode.", where)
     if model["expert_model_parallel_size"] > 1 and model["num_moe_experts"] is None:
         _reject(state, "EXPERT_PARALLEL_WITHOUT_EXPERTS", "num_moe_experts must be non None to use expert-parallel.", where)
+    if model["num_moe_experts"] is not None and model["add_bias_linear"] and model["expert_tensor_parallel_size"] != 1:
+        _reject(state, "MOE_BIAS_NEEDS_EXPERT_TP_ONE", "Bias in Moe is only supported when ETP==1", where)
     if model["overlap_moe_expert_parallel_comm"]:
         _moe_overlap_checks(state, where)
     if model["delay_wgrad_compute"] and not model["overlap_moe_expert_parallel_comm"]:

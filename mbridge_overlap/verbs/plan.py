@@ -23,7 +23,7 @@ from ..values import fmt
 MOE_OVERLAP_DISPATCHERS = ("alltoall", "flex")  # what CommOverlapConfig accepts with overlap_moe_expert_parallel_comm
 
 declare("planner", ["TP_OVERLAP_NOT_RECOMMENDED", "TP_PRESET_MATCHED", "SHIPPED_RECIPES_DIFFER", "PLAN_LEAVES_KEY_AS_SHIPPED",
-                    "PLAN_SETS_MOE_DISPATCHER"])
+                    "PLAN_SETS_MOE_DISPATCHER", "PLAN_SETS_EXPERT_TP"])
 
 _OPTIONAL_SIZES = ("vpp",)
 
@@ -239,6 +239,11 @@ def make_plan(
     def known() -> set:  # the errors of the layout as asked (which, not their fixes): needed only where the plan has any
         return {f.id for f in probe(start.derive(dict(asked)).resolve()) if f.severity == "error"}
 
+    if ep > 1 and start.request.model.get("expert_tensor_parallel_size") is None and "MOE_BIAS_NEEDS_EXPERT_TP_ONE" in known():
+        overrides["model.expert_tensor_parallel_size"] = 1  # what Bridge 0.6 defaults to, and its MoE recipes set
+        notes.append(findings.make("PLAN_SETS_EXPERT_TP", fix_overrides={"model.expert_tensor_parallel_size": 1},
+                                   origin=f"recipe {entry['name']}" if entry else "the recipe baseline", tp=tp))
+
     overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(chosen)), overrides, asked, known, entry)
     notes = [n for n in notes if n.id != "PLAN_SETS_MOE_DISPATCHER" or "model.moe_token_dispatcher_type" in overrides] + kept
     notes += _shipped_recipes_differ(release, an, grid, gpu_info["name"], precision, moe, entry)
@@ -247,20 +252,36 @@ def make_plan(
                    "gpu": gpu_info["name"], "precision": precision, "lora": lora, "te": start.te, "moe": moe,
                    "megatron_fsdp": bool(eff["ddp"]["use_megatron_fsdp"]), "recipe": catalog.reference(entry, release.version) if entry else None,
                    "family": start.family, "task": start.task}
-    an.budget = _budget(an, start.shape, global_batch_size, model, shape, lora)
+    flags = dict(seq_length=seq_length, micro_batch_size=micro_batch_size, global_batch_size=global_batch_size)
+    an.budget = _budget(an, start.shape, flags, model, shape, lora)
     return PlanResult(analysis=an, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
 
 
-def _budget(an: Analysis, given: dict, global_batch_size: int | None, model, shape, lora: bool = False) -> dict:
-    """The planned config's budget; the batch plan's flags give where the config leaves it unset (not in the plan's
-    overrides: they are the batch of the question, not a choice of the plan)."""
-    batch = {"model.seq_length": given.get("seq_length"), "train.micro_batch_size": given.get("micro_batch_size"),
-             "train.global_batch_size": global_batch_size}
+def _budget(an: Analysis, given: dict, flags: dict, model, shape, lora: bool = False) -> dict:
+    """The planned config's budget at the batch of the plan's flags (`flags`: seq_length, micro_batch_size,
+    global_batch_size as given), over a recipe's own where it sets one (recheck46 N6: they were ignored), and, where
+    neither does, at the shape the plan matched presets for (`given`). Not in the plan's overrides: they are the
+    batch of the question, not a choice of the plan; the budget's assumptions say which of the recipe's it replaced."""
     section = {"model": an.state.model, "train": an.state.train}
-    unset = {k: v for k, v in batch.items() if v is not None and section[k.split(".")[0]].get(k.split(".")[1]) is None}
-    if "model.seq_length" in unset:
-        unset["dataset.seq_length"] = unset["model.seq_length"]  # validate() holds the two equal
-    return budgets.shown(analyze(an.scenario.derive(unset)) if unset else an, model, shape, LORA if lora else None)
+    batch, replaced = {}, []
+    for key in ("model.seq_length", "train.micro_batch_size", "train.global_batch_size"):
+        part, name = key.split(".")
+        current = section[part].get(name)
+        value = flags.get(name) if flags.get(name) is not None else given.get(name) if current is None else None
+        if value is not None and value != current:
+            batch[key] = value
+            if current is not None:
+                replaced.append(f"{key} {fmt(value)} (the recipe's: {fmt(current)})")
+    if "model.seq_length" in batch:
+        batch["dataset.seq_length"] = batch["model.seq_length"]  # validate() holds the two equal
+    costed = analyze(an.scenario.derive(batch)) if batch else an
+    new = [f for f in costed.errors if f.id not in {e.id for e in an.errors}]
+    if new:  # resolve of the plan's overrides would not show it: the batch is not among them
+        return {"unavailable": f"at the batch of the plan's flags Bridge raises ({new[0].id}): {new[0].message}"}
+    out = budgets.shown(costed, model, shape, LORA if lora else None)
+    if replaced and "assumptions" in out:
+        out["assumptions"].insert(0, "the batch of the plan's flags, not the recipe's: " + ", ".join(replaced))
+    return out
 
 
 def _no_new_errors(resolve, overrides: dict, asked: dict, known_errors, entry) -> tuple[dict, Analysis, list]:

@@ -12,7 +12,7 @@ LAYOUTS = [
     dict(tp=1, pp=2, gpus=2),
     dict(tp=4, gpus=4, te=False),
     dict(tp=2, pp=2, vpp=1, gpus=8, recipe="llama3_70b"),
-    dict(tp=1, ep=8, gpus=64, model="qwen3_30b_a3b", moe_a2a_overlap=True),  # the dispatcher the plan sets (N7)
+    dict(tp=2, ep=8, gpus=64, model="qwen3_30b_a3b", moe_a2a_overlap=True),  # the dispatcher the plan sets (N7); 0.5.x: expert TP 1
 ]
 
 

@@ -29,6 +29,20 @@ def test_the_generated_set_covers_the_non_obvious_paths():
     assert count(lambda o, c: any(k.startswith("ddp.") and k != "ddp.use_distributed_optimizer" for k in o)) > 300
 
 
+def test_expert_layouts_agree_on_every_field():
+    """EP, expert TP (set, unset, = TP), biases and dispatchers: where each release puts an unset expert TP size."""
+    report = conformance.run(300, seed=0, moe=True)
+    assert report["cases"] == 300
+    assert report["failures"] == [], report["failures"][:3]
+
+
+def test_the_expert_set_has_biases_at_an_expert_tp_size_above_one():
+    cases = conformance.generate(300, seed=0, moe=True)
+    biased = [c.overrides for c in cases if c.overrides.get("model.add_bias_linear", True)]
+    assert sum(1 for o in biased if o.get("model.expert_tensor_parallel_size", 0) > 1) > 20
+    assert sum(1 for o in biased if "model.expert_tensor_parallel_size" not in o and o["model.tensor_model_parallel_size"] > 1) > 20
+
+
 def test_a_wrong_rule_is_caught(monkeypatch):
     monkeypatch.setattr(resolver, "DP_BUCKET_SIZE", 64 * 1024 * 1024)
     report = conformance.run(300, seed=1)

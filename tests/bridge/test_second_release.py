@@ -41,6 +41,11 @@ def test_generated_configs_agree_on_every_field():
     assert report["failures"] == [], report["failures"][:3]
 
 
+def test_expert_layouts_agree_on_every_field():
+    report = conformance.run(300, seed=0, moe=True)  # an unset expert TP size is TP here, 1 from 0.6.0 on
+    assert report["failures"] == [], report["failures"][:3]
+
+
 def test_a_field_this_release_lacks_is_refused_by_both():
     cases = [c for c in conformance.generate(500, seed=0) if any(k.startswith("env_vars.") for k in c.overrides)]
     assert cases

@@ -140,6 +140,7 @@ REJECTION_FIXES = {
     "FLEX_DISPATCHER_NOT_ON_THIS_GPU": _constant,
     "CUDA_GRAPH_LOCAL_SCOPED": _constant,
     "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
+    "MOE_BIAS_NEEDS_EXPERT_TP_ONE": _constant,
     "CP_SEQUENCE_NOT_DIVISIBLE": _constant,
     "CP_HIERARCHICAL_SIZES_INVALID": _cp_comm_type,
     "PIPELINE_LAYOUT_REJECTED": lambda state, r: ([], {"otherwise": shell(
