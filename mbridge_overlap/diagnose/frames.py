@@ -89,7 +89,7 @@ ATTRIBUTES = {
     "param_and_grad_buffer": ("dp", _DP),
     "use_distributed_optimizer": ("dp", ["ddp.use_distributed_optimizer"]),
 }
-_ATTRIBUTE = re.compile(r"AttributeError: .*has no attribute '(\w+)'")
+_ATTRIBUTE = re.compile(r"AttributeError: [^\n]{0,400}?has no attribute '(\w+)'")
 # A call whose keywords another release or framework of the overlap code does not take (or no longer takes): the
 # keyword, when it is an overlap field; else the callee, when it is a class of the overlap path
 _KEYWORD = re.compile(r"TypeError: ([\w.<>]+)\(\) got an unexpected keyword argument '(\w+)'")

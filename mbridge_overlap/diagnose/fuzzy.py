@@ -25,8 +25,10 @@ from .messages import FIELD, Catalog, Entry
 
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+")
 ERRORISH = re.compile(r"Error\b|Exception\b|[Aa]ssert|\bmust\b|\bshould\b|\brequires?\b|not supported|\bcannot\b|\binvalid\b|"
-                      r"\bexpected\b|\bonly\b.*\bwith\b|\bincompatible\b|(?-i:\bNaN\b|\bInf\b)|result (?:nan|inf)\b", re.I)
-# every ERRORISH alternative holds one of these (lower-cased)
+                      r"\bexpected\b|\bincompatible\b|(?-i:\bNaN\b|\bInf\b)|result (?:nan|inf)\b", re.I)
+# and "only ... with", as two searches (fuzzJ J3: "\bonly\b.*\bwith\b" rescanned the line for every "only")
+_ONLY, _WITH = re.compile(r"\bonly\b", re.I), re.compile(r"\bwith\b", re.I)
+# every ERRORISH alternative (and "only") holds one of these (lower-cased)
 _KEYS = ("error", "exception", "assert", "must", "should", "require", "not supported", "cannot", "invalid", "expected",
          "only", "incompatible")
 _CASED = ("NaN", "Inf", "result nan", "result inf")  # not INFO, nor an iteration line's "number of nan iterations"
@@ -78,7 +80,12 @@ def errorish(text: str) -> bool:
     """Whether a line reads as an error (ERRORISH): only such lines are compared. Substrings first: most lines have
     none."""
     lower = text.lower()
-    return (any(k in lower for k in _KEYS) or any(k in text for k in _CASED)) and ERRORISH.search(text) is not None
+    if not (any(k in lower for k in _KEYS) or any(k in text for k in _CASED)):
+        return False
+    if ERRORISH.search(text) is not None:
+        return True
+    only = _ONLY.search(text)
+    return only is not None and _WITH.search(text, only.end()) is not None
 
 
 def _literal(template: str) -> str:

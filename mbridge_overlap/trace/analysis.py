@@ -65,7 +65,7 @@ class _Scope:
 def _cpu_steps(trace: RankTrace) -> list[tuple[int, int, int]]:
     """(start, end, number) of the CPU-side ProfilerStep#N spans, by start."""
     seen: dict[int, tuple[int, int, int]] = {}
-    for name, start, end, gpu in trace.steps:
+    for (name, gpu), (start, end, _latest) in trace.steps.items():
         m = _STEP.search(name)
         if m and not gpu and int(m.group(1)) not in seen:
             seen[int(m.group(1))] = (start, end, int(m.group(1)))
@@ -73,9 +73,9 @@ def _cpu_steps(trace: RankTrace) -> list[tuple[int, int, int]]:
 
 
 def _cutoff(trace: RankTrace) -> int | None:
-    if len({name for name, *_ in trace.steps}) < 2:
+    if len({name for name, _gpu in trace.steps}) < 2:
         return None
-    starts = [start for _name, start, _end, gpu in trace.steps if not gpu]
+    starts = [latest for (_name, gpu), (_start, _end, latest) in trace.steps.items() if not gpu]
     return max(starts) if starts else None
 
 

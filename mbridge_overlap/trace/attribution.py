@@ -14,6 +14,7 @@ unattributed, as does a point-to-point kernel with no group (P2P is typical of P
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ..upstream.groups import DIMENSIONS, dimension_of as _dimension_of
@@ -27,11 +28,20 @@ P2P = ("SendRecv", "Send", "Recv")
 
 def _ranks(value) -> tuple[int, ...] | None:
     if isinstance(value, list):
-        items = value
-    elif isinstance(value, str):
-        items = re.findall(r"-?\d+", value)
-    else:
-        return None
+        return _rank_tuple(value)
+    if isinstance(value, str):
+        return _ranks_of_text(value)
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _ranks_of_text(value: str) -> tuple[int, ...] | None:
+    """Once per distinct text (fuzzJ J1: every kernel of a group carries the same string, re-read for each it cost
+    kernels x its length; the reader shares one string per group, whose hash Python keeps)."""
+    return _rank_tuple(re.findall(r"-?\d+", value))
+
+
+def _rank_tuple(items) -> tuple[int, ...] | None:
     try:
         ranks = tuple(int(r) for r in items)
     except (TypeError, ValueError, OverflowError):  # a rank of 1e999 is valid JSON, and no rank

@@ -75,7 +75,9 @@ class RankTrace:
     comm: list[CommKernel] = field(default_factory=list)
     cpu_correlation: array = field(default_factory=lambda: array("q"))  # CPU rows with a correlation, until resolved
     cpu_start: array = field(default_factory=lambda: array("q"))
-    steps: list[tuple[str, int, int, bool]] = field(default_factory=list)  # rows named *ProfilerStep*: name, start, end, gpu
+    # rows named *ProfilerStep*, one per (name, gpu): (start, end) of the first, and the latest start of any (fuzzJ J2:
+    # a step event repeated millions of times kept a row each, 1,000 times the compressed file in memory)
+    steps: dict[tuple[str, bool], tuple[int, int, int]] = field(default_factory=dict)
     collectives: dict[int, dict] = field(default_factory=dict)  # External id -> PG_KEYS of the CPU record
 
     @property
@@ -152,7 +154,8 @@ class RankTrace:
                 raise reader.BadEvent(f"correlation {_short(corr)} out of range (64-bit)")
             gpu = stream >= 0 and corr >= 0
             if "ProfilerStep" in name:
-                steps.append((name, start, end, gpu))
+                seen = steps.get((name, gpu))
+                steps[name, gpu] = (start, end, start) if seen is None else (seen[0], seen[1], max(seen[2], start))
             if not gpu:
                 if corr >= 0:
                     cpu_corrs(corr)
