@@ -11,6 +11,13 @@ declare("budget.worth", ["WORTH_TP_ACROSS_NETWORK", "WORTH_LAST_BUCKET_EXPOSED",
 
 SHARE = 0.005  # of the iteration: exposed time below half a percent is not worth a finding
 HALF = 0.5  # an overlap setting that hides less than this share of its collectives cannot pay for itself
+# What stays exposed of model chunk 0, by collective: what it is, when it runs, and what else can start it earlier
+_FIRST_CHUNK = {
+    "reduce": ("gradient reduction", "after the backward has ended", ""),
+    "all_gather": ("parameter all-gather", "before the first forward",
+                   "; comm_overlap.overlap_param_gather_with_optimizer_step=true starts the all-gather of chunk 0 in the "
+                   "optimizer step, behind the update of the other chunks"),
+}
 
 
 def check(budget) -> list:
@@ -29,15 +36,10 @@ def check(budget) -> list:
         if item.setting is None or not settings.get(item.setting) or exposed < SHARE * it:
             continue
         if item.first_chunk and item.last >= HALF * exposed:  # chunk 0's is most of what stays exposed
-            out.append(findings.make("WORTH_FIRST_CHUNK_EXPOSED", ms=_ms(exposed), pct=_pct(exposed, it),
-                                     what="gradient reduction" if item.collective != "all_gather" else "parameter all-gather",
-                                     when="after the backward has ended" if item.collective != "all_gather"
-                                     else "before the first forward",
-                                     setting=item.setting, size=_mib(item.last_bytes), vp=budget.layout.vp,
-                                     remedy=findings.Shell("" if item.collective != "all_gather" else
-                                                           "; comm_overlap.overlap_param_gather_with_optimizer_step=true "
-                                                           "starts the all-gather of chunk 0 in the optimizer step, "
-                                                           "behind the update of the other chunks")))
+            what, when, remedy = _FIRST_CHUNK["all_gather" if item.collective == "all_gather" else "reduce"]
+            out.append(findings.make("WORTH_FIRST_CHUNK_EXPOSED", ms=_ms(exposed), pct=_pct(exposed, it), what=what,
+                                     when=when, setting=item.setting, size=_mib(item.last_bytes), vp=budget.layout.vp,
+                                     remedy=findings.Shell(remedy)))
         elif item.last and not item.first_chunk and abs(exposed - item.last) <= 1e-9 * max(1.0, exposed):
             out.append(findings.make("WORTH_LAST_BUCKET_EXPOSED", ms=_ms(exposed), pct=_pct(exposed, it), buckets=item.count,
                                      bucket=_mib(item.last_bytes)))

@@ -178,17 +178,17 @@ def _config_changes(diag, scans, release, gpus) -> None:
     from ..run import scenario
     from .diff import diff
 
-    sides, shapes, worlds = [], [], []
+    sides, shapes, worlds, stated = [], [], [], []
     for _label, scan in scans:
-        s = scan.summary
-        world = gpus or _world(scan)
+        s, said = scan.summary, _world(scan)
+        world = gpus or said
         if s is None or not s.done or world is None:
             return
         sides.append(scenario.build(config=s.config(release), gpus=world, bridge_version=release.version))
         shapes.append(_shape(s))
         worlds.append(world)
+        stated.append(said)
     # (evalL L7: one --gpus costs both sides; a log that states no world size cannot show a change of it)
-    stated = [_world(scan) for _label, scan in scans]
     diag.compare["gpus"] = {"before": worlds[0], "after": worlds[1],
                             "from": "the logs" if gpus is None or stated == [gpus, gpus] else "--gpus, for both runs"}
     same = shapes[0] == shapes[1]
