@@ -558,3 +558,24 @@ def test_megatron_fsdp_without_sharding_gathers_no_parameters():
     dp = [c for c in d["budget"]["collectives"] if c["dimension"] == "dp"]
     assert [c["collective"] for c in dp] == ["all_reduce"]
     assert d["budget"]["settings"]["overlap_param_gather"]["iteration_change_ms_if_flipped"] == 0
+
+
+def test_the_layers_first_last_layers_bf16_keeps_gather_in_bf16():
+    """recheck46 N1: bf16_with_fp8_current_scaling_mixed keeps layer 0 in BF16 (first_last_layers_bf16): its TE
+    weights leave the FP8 buffer, so model chunk 0 gathers one more byte for each of their elements."""
+    from mbridge_overlap import budget as budgets
+    from mbridge_overlap.budget import estimate, shape as shapes
+
+    common = {"mixed_precision": "bf16_with_fp8_current_scaling_mixed", "train.global_batch_size": 16}
+    gathered = {}
+    for first_last in (True, False):
+        an = api.resolve({**common, "mixed_precision.first_last_layers_bf16": first_last}, recipe=RECIPE)
+        assert an.state.model["first_last_layers_bf16"] is first_last
+        b = budgets.of(an, model="llama3_70b")
+        (item,) = [i for i in b.items if i.dimension == "dp" and i.collective == "all_gather"]
+        assert item.first_chunk
+        gathered[first_last] = item.last_bytes
+    sh, _ = shapes.of("llama3_70b", {})
+    layer0 = sum(n for name, n, _ in shapes.stage_params(sh, 4, 1, 1, first=True, last=False)
+                 if name.startswith("decoder.layers.0.") and estimate.QUANTIZED_WEIGHT.search(name))
+    assert gathered[True] - gathered[False] == layer0 > 0

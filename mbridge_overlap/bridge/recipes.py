@@ -334,6 +334,9 @@ def _preset_name(value):
     return name[0] if isinstance(name, list) else name
 
 
+BF16_LAYER_FIELDS = ("first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
+
+
 def mixed_precision(mp) -> dict | None:
     """{"recipe": the registered recipe it equals or starts from, "fields": the fields that matter, as set}."""
     if mp is None:
@@ -342,14 +345,16 @@ def mixed_precision(mp) -> dict | None:
     if isinstance(mp, str):
         return {"recipe": mp.replace("-", "_"), "fields": {}}
     values = {n: _json(getattr(mp, n)) for n in schema.MIXED_PRECISION}
-    best, best_diff = None, None
+    best, best_key, best_diff = None, None, None
     for name, factory in sorted(mp_mod.MIXED_PRECISION_RECIPES.items()):
         if "-" in name:
             continue
         ref = factory()
         diff = {n: v for n, v in values.items() if _json(getattr(ref, n)) != v}
-        if best_diff is None or len(diff) < len(best_diff):
-            best, best_diff = name, diff
+        # the recipe it starts from by its precision; which layers stay BF16 (a perf recipe turns them off) only breaks ties
+        key = (sum(1 for n in diff if n not in BF16_LAYER_FIELDS), len(diff))
+        if best_key is None or key < best_key:
+            best, best_key, best_diff = name, key, diff
     return {"recipe": best, "fields": best_diff}
 
 

@@ -5,6 +5,7 @@ spread the sources allow; the assumptions are listed with the result."""
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -42,7 +43,9 @@ ASSUMPTIONS = (
     "overlap_param_gather_with_optimizer_step starts it in the optimizer step, which is not counted), each on one "
     "stream in turn; with account_for_embedding_in_pipeline_split the first chunk holds one layer fewer; with FP8, "
     "MXFP8 or NVFP4 parameters the TE GEMM weights are a buffer of their own (1, 2: MXFP8 is gathered in BF16, 0.5 "
-    "bytes an element) and every other parameter's bucket joins its last bucket group",
+    "bytes an element) and every other parameter's bucket joins its last bucket group, the weights of the layers "
+    "first_last_layers_bf16 keeps in BF16 among those others (their TP all-gathers and GEMMs are costed in the run's "
+    "precision)",
     "the optimizer step, data loading and kernel launch gaps are not counted",
 )
 PEFT_ASSUMPTION = (
@@ -93,6 +96,7 @@ class Layout:
     dispatcher: str | None = None  # model.moe_token_dispatcher_type
     fsdp: bool = False  # ddp.use_megatron_fsdp
     quantized: tuple | None = None  # (what, bytes an element the all-gather moves) of quantized weights (quantized_params)
+    bf16_layers: tuple = (0, 0)  # first_last_layers_bf16's layers at the start and the end, built unquantized
     vp_group: int = 1  # microbatch_group_size_per_vp_stage (Megatron-Core's default: PP)
     align_grad_reduce: bool = True  # dist.align_grad_reduce: the grad_sync_func of each chunk (Bridge's default)
     layer_slots: tuple = (False, False)  # account_for_embedding / account_for_loss_in_pipeline_split
@@ -140,7 +144,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         param_gather_with_step=bool(state.optimizer.get("overlap_param_gather_with_optimizer_step")),
         etp=m.get("expert_tensor_parallel_size") or tp,
         dispatcher=m.get("moe_token_dispatcher_type"), fsdp=bool(d.get("use_megatron_fsdp")),
-        quantized=quantized_params(m), vp_group=m.get("microbatch_group_size_per_vp_stage") or pp,
+        quantized=quantized_params(m), bf16_layers=_bf16_layers(m), vp_group=m.get("microbatch_group_size_per_vp_stage") or pp,
         align_grad_reduce=given.flag("dist.align_grad_reduce", state.request.context.get("dist.align_grad_reduce")) is not False,
         layer_slots=tuple(bool(given.flag(f"model.account_for_{k}_in_pipeline_split",
                                           state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
@@ -163,6 +167,14 @@ def quantized_params(m: dict) -> tuple | None:
     if m.get("fp8") and m.get("fp8_param"):
         return ("MXFP8 weights gathered in BF16", 2) if m.get("fp8_recipe") == "mxfp8" else ("FP8 weights", 1)
     return None
+
+
+def _bf16_layers(m: dict) -> tuple:
+    """(at the start, at the end): the Transformer layers Megatron-Core builds outside the quantized init
+    (fp8_utils.is_first_last_bf16_layer, fp4_utils.get_fp4_context: global layer numbers)."""
+    if not m.get("first_last_layers_bf16"):
+        return (0, 0)
+    return (max(0, m.get("num_layers_at_start_in_bf16") or 0), max(0, m.get("num_layers_at_end_in_bf16") or 0))
 
 
 def _recompute_of(m: dict) -> tuple:
@@ -679,12 +691,13 @@ def _buffer(lay, system, params, group, link, whose, layers, size, tied=False) -
     distopt = bool(d.get("use_distributed_optimizer"))
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
     reduce = "reduce_scatter" if distopt and not _unsharded(lay) else "all_reduce"
-    chunks = []
+    chunks, quantized = [], False
     for k, chunk in enumerate(_chunks(params, layers, lay.vp, lay.chunk_offset)):
         bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest
-        chunks.append(_bucket_groups(lay, chunk, size if bucketed else None, distopt, group, tied))
+        weight = functools.partial(_quantized, lay, chunk=k, layers=layers)
+        quantized = quantized or any(weight(p[0]) for p in chunk)
+        chunks.append(_bucket_groups(lay, chunk, size if bucketed else None, distopt, group, tied, weight))
     sizes = [n for groups in chunks for g in groups for n, _ in g]
-    quantized = bool(lay.quantized) and any(QUANTIZED_WEIGHT.search(p[0]) for p in params)
     return {"whose": whose, "group": group, "link": link, "distopt": distopt, "grad_bytes": grad_bytes, "quantized": quantized,
             "reduce_collective": reduce, "chunks": chunks, "sizes": sizes,
             "reduce": [[sum(system.seconds(reduce, n * grad_bytes, group, link) for n, _ in g) for g in groups]
@@ -693,7 +706,21 @@ def _buffer(lay, system, params, group, link, whose, layers, size, tied=False) -
                        for groups in chunks]}
 
 
-def _bucket_groups(lay, chunk, size, distopt, group, tied) -> list[list[tuple[int, float]]]:
+def _quantized(lay, name: str, chunk: int, layers: int) -> bool:
+    """Whether a parameter of the first stage's model chunk `chunk` is a quantized TE GEMM weight: not in a layer
+    first_last_layers_bf16 keeps in BF16. By global layer number: the first stage's first chunk holds the model's
+    first layers (its local numbers are theirs), and with PP 1 its `layers` are all of them."""
+    if not (lay.quantized and QUANTIZED_WEIGHT.search(name)):
+        return False
+    start, end = lay.bf16_layers
+    m = _LAYER.match(name)
+    if m is None or not (start or end):
+        return True
+    i = int(m[1])
+    return not (chunk == 0 and i < start or lay.pp == 1 and i >= layers - end)
+
+
+def _bucket_groups(lay, chunk, size, distopt, group, tied, quantized=None) -> list[list[tuple[int, float]]]:
     """A model chunk's bucket groups in the order backward fills them, each a list of (elements, bytes an element
     its all-gather moves) of its buckets. With quantized weights they are a buffer of their own, each of its buckets a
     group, and every other bucket joins the last group (param_and_grad_buffer.partition_buckets)."""
@@ -705,8 +732,9 @@ def _bucket_groups(lay, chunk, size, distopt, group, tied) -> list[list[tuple[in
                                                      pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")),
                                                      alone=alone)] if ps else []
 
-    weights = spans([p for p in chunk if lay.quantized and QUANTIZED_WEIGHT.search(p[0])])
-    rest = spans([p for p in chunk if not (lay.quantized and QUANTIZED_WEIGHT.search(p[0]))])
+    quantized = quantized or (lambda name: bool(lay.quantized and QUANTIZED_WEIGHT.search(name)))
+    weights = spans([p for p in chunk if quantized(p[0])])
+    rest = spans([p for p in chunk if not quantized(p[0])])
     if not weights:
         return [[(n, 2)] for n in rest]
     each = lay.quantized[1]
@@ -715,6 +743,17 @@ def _bucket_groups(lay, chunk, size, distopt, group, tied) -> list[list[tuple[in
 
 def _interleaved(lay) -> bool:
     return lay.pp > 1 and lay.vp > 1
+
+
+def _chunk0_exposed(lay, kind: str) -> bool:
+    """Whether the interleaved schedule leaves all of model chunk 0's reduce (`kind` "reduce") or gather exposed: its
+    reduce with align_grad_reduce (after the last backward), its gather with align_param_gather (at the step's start)
+    unless overlap_param_gather_with_optimizer_step starts it in the optimizer step."""
+    if not _interleaved(lay):
+        return False
+    if kind == "reduce":
+        return lay.align_grad_reduce
+    return bool(lay.ddp.get("align_param_gather")) and not lay.param_gather_with_step
 
 
 def _exposed(lay, times: list, kind: str, budget: float) -> float:
@@ -743,7 +782,7 @@ def _reduce_exposed(lay, chunks, per, steps) -> float:
     all at the end, without it as its last micro-batch's backward fills them."""
     dispatch = []
     for k in reversed(range(len(chunks))):
-        if k or lay.align_grad_reduce:
+        if k or _chunk0_exposed(lay, "reduce"):
             dispatch.append((-k * steps, sum(chunks[k])))
         else:
             n = len(chunks[0])
@@ -775,8 +814,7 @@ def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str) ->
     sizes, groups = b["sizes"], [g for groups in b["chunks"] for g in groups]
     vary = len(set(sizes)) > 1
     # what no overlap hides: the last bucket group; with the interleaved schedule's sync funcs all of chunk 0's
-    chunk0 = _interleaved(lay) and (lay.align_grad_reduce if kind == "reduce"
-                                    else bool(lay.ddp.get("align_param_gather")) and not lay.param_gather_with_step)
+    chunk0 = _chunk0_exposed(lay, kind)
     last = sum(b[kind][0]) if chunk0 else b[kind][0][-1]
     last_bytes = sum(n for g in (b["chunks"][0] if chunk0 else b["chunks"][0][-1:]) for n, _ in g)
     if kind == "reduce":

@@ -13,7 +13,7 @@ import math
 import enum
 
 
-from . import given, layout, schema
+from . import given, layers, layout, schema
 from ..upstream import releases
 from dataclasses import dataclass, field
 from .request import Request
@@ -21,6 +21,9 @@ from .request import Request
 DP_BUCKET_SIZE = 128 * 1024 * 1024  # comm_overlap.py _get_optimizer_overlap_cfgs: a number of parameters
 # What the model carries before mixed precision touches it (Megatron-Core TransformerConfig defaults).
 _MODEL_PRECISION = {"bf16": False, "fp16": False, "fp8": None, "fp8_recipe": "delayed", "fp8_param": False, "fp4": None, "fp4_param": False}
+# The layers Megatron-Core keeps in BF16 under FP8/FP4: a mixed-precision config writes its own (these defaults unless
+# its recipe sets them) over the model's
+_BF16_LAYERS = {"first_last_layers_bf16": False, "num_layers_at_start_in_bf16": 0, "num_layers_at_end_in_bf16": 0}
 
 
 @dataclass
@@ -124,6 +127,8 @@ def apply_mixed_precision(state: State) -> None:
         _reject(state, "FP4_WITH_FP8", "fp4 and fp8 cannot be used simultaneously. Please choose one.", "MixedPrecisionConfig.finalize")
     for name in _MODEL_PRECISION:
         state.model[name] = values.get(name, _MODEL_PRECISION[name])
+    for name, default in _BF16_LAYERS.items():
+        state.model[name] = values.get(name, default)
     for name in ("grad_reduce_in_fp32", "fp8_param_gather", "reuse_grad_buf_for_mxfp8_param_ag"):
         _overwrite(state, "ddp", name, bool(values.get(name, False)), "mixed_precision")
     _overwrite(state, "optimizer", "reuse_grad_buf_for_mxfp8_param_ag", bool(values.get("reuse_grad_buf_for_mxfp8_param_ag", False)),
@@ -384,6 +389,8 @@ def finalize_model(state: State) -> None:
                     where)
         elif model["wgrad_deferral_limit"] < 0:
             _reject(state, "DEFER_EMBEDDING_WGRAD_REJECTED", "Wgrad deferral limit should be greater than or equal to 0 when it is enabled!", where)
+    if model["fp8"] and model["first_last_layers_bf16"]:
+        _bf16_layer_checks(state, where)
     if model["fp8_param"] and not model["fp8"]:
         _reject(state, "FP8_PARAM_GATHER_WITHOUT_FP8", "fp8_param must be used together with fp8 mode.", where)
     if model["recompute_granularity"] == "selective" and model["recompute_modules"]:
@@ -402,6 +409,22 @@ def finalize_model(state: State) -> None:
         _moe_overlap_checks(state, where)
     if model["delay_wgrad_compute"] and not model["overlap_moe_expert_parallel_comm"]:
         _reject(state, "MOE_OVERLAP_REJECTED", "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute", where)
+
+
+def _bf16_layer_checks(state: State, where: str) -> None:
+    """TransformerConfig.__post_init__ with fp8 and first_last_layers_bf16: not with delayed scaling, and each count
+    between 0 and the layers of a pipeline stage (checked where the model's layer count is known)."""
+    model = state.model
+    if model["fp8_recipe"] == "delayed":
+        _reject(state, "BF16_LAYERS_REJECTED", "Delayed scaling does not support first / last layer in BF16.", where)
+        return
+    count = layers.known(state.request)
+    most = count[0] // model["pipeline_model_parallel_size"] if count else None
+    for name in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
+        if model[name] < 0 or most is not None and model[name] > most:  # (the stage's layers said where known)
+            _reject(state, "BF16_LAYERS_REJECTED", f"{name} ({model[name]}) must be between 0 and number of layers per "
+                    "pipeline stage" + (f" ({most})." if most is not None else ""), where)
+            return
 
 
 def post_init_ddp(state: State) -> None:

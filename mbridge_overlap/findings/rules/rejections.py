@@ -141,6 +141,7 @@ REJECTION_FIXES = {
     "CUDA_GRAPH_LOCAL_SCOPED": _constant,
     "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
     "MOE_BIAS_NEEDS_EXPERT_TP_ONE": _constant,
+    "BF16_LAYERS_REJECTED": _constant,
     "CP_SEQUENCE_NOT_DIVISIBLE": _constant,
     "CP_HIERARCHICAL_SIZES_INVALID": _cp_comm_type,
     "PIPELINE_LAYOUT_REJECTED": lambda state, r: ([], {"otherwise": shell(
