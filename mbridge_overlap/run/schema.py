@@ -69,10 +69,6 @@ MODEL = {
     "seq_length": Field(OPT_INT, None),
     "hidden_size": Field(OPT_INT, None),  # the model's own; unknown (None) unless the request says (presets are tuned per size)
     "calculate_per_token_loss": Field(BOOL, False),
-    # Megatron-Core's; a mixed-precision config overwrites all three with its own (MixedPrecisionConfig.setup)
-    "first_last_layers_bf16": Field(BOOL, False),
-    "num_layers_at_start_in_bf16": Field(INT, 1, minimum=None),
-    "num_layers_at_end_in_bf16": Field(INT, 1, minimum=None),
 }
 
 DDP = {
