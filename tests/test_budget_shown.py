@@ -196,10 +196,16 @@ def test_diagnose_compare_names_the_key_bridge_s_own_line_blames_not_the_setting
                        "comm_overlap.tp_comm_overlap": True}, gpus=8).to_dict()
     (finding,) = [f for f in fix["findings"] if f["id"] == "TP_OVERLAP_OFF_NO_SEQUENCE_PARALLEL"]
     assert change["fix_overrides"] == finding["fix_overrides"] == {"model.sequence_parallel": True}
-    # without Bridge's line nothing says why: the change stays as diff reads it
+    # without Bridge's line nothing says which changed first; the restore still has to hold (evalM M2: it offered
+    # comm_overlap.tp_comm_overlap=true alone, which Bridge turns off again while sequence parallel stays off)
     d = api.diagnose([_write(tmp_path / "before.log", text), _write(tmp_path / "after.log", text.replace(sp, "").replace(on, ""))],
                      compare=True, gpus=8).to_dict()
-    assert [c["finding_id"] for c in d["compare"]["config_changes"] if c["key"] == "model.tp_comm_overlap"] == ["REQUESTED_CHANGE"]
+    (change,) = [c for c in d["compare"]["config_changes"] if c["key"] == "model.tp_comm_overlap"]
+    assert change["finding_id"] == "REQUESTED_CHANGE" and "model.sequence_parallel" in change["cause_keys"]
+    assert change["fix_overrides"] == {"comm_overlap.tp_comm_overlap": True, "model.sequence_parallel": True}
+    after = api.resolve({"model.tensor_model_parallel_size": 2, "model.sequence_parallel": False, **change["fix_overrides"]},
+                        gpus=8).to_dict()
+    assert after["effective"]["model"]["tp_comm_overlap"] is True and not [f for f in after["findings"] if f["severity"] == "error"]
 
 
 def test_diagnose_compare_says_one_gpus_costs_both_runs(tmp_path, capsys):

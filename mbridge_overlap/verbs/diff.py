@@ -416,6 +416,9 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
         restore = _restore_set(key, restores, list(dict.fromkeys(causes + [k for k in changed if k != "gpus"])), changed, a, b)
         causes = list(dict.fromkeys(causes + [k for k in restore or () if k not in causes]))
     fix = _fix(restore, changed, a) if restore else None
+    if fix:
+        fix, added = _proven(key, fix, changed, a, b)
+        causes = list(dict.fromkeys(causes + added))
     rule = _rule(key, old, new, a, b, causes)
     effect = EFFECTS.get((key, old, new), f"{key} went {fmt(old)} -> {fmt(new)}")
     because = "; ".join(_cause_phrase(c, changed[c], a, b) for c in causes) or "no input change found"
@@ -426,6 +429,33 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
         causes=[{"key": c, "before": changed[c][0], "after": changed[c][1]} for c in causes],
         impact=IMPACT.get(key, 1),
     )
+
+
+def _proven(key: str, fix: dict, changed: dict, a: Side, b: Side) -> tuple[dict | None, list]:
+    """The fix as printed, proven on AFTER. The restore was proven on the inputs, and _owner may move a key into
+    comm_overlap, whose setup applies Bridge's rules again (evalM M2: a log's model.tp_comm_overlap restored as
+    comm_overlap.tp_comm_overlap=true, which Bridge turns off again where sequence parallel went off too). Where it does
+    not hold, the other changed inputs' BEFORE values join it in turn until it does, and those left needed are causes
+    too: (fix, the inputs added); (None, []) where no such fix holds."""
+    def holds(overrides: dict) -> bool:
+        state = _with_all(overrides, b, a)
+        return state is not None and _effective(state, key) == a.effective(key)
+
+    if holds(fix):
+        return fix, []
+    grown, added = dict(fix), []
+    for k in changed:
+        if k in ("gpus", "comm_overlap") or k.startswith("env_vars.") or set(_fix([k], changed, a) or {}) <= set(grown):
+            continue
+        grown.update(_fix([k], changed, a) or {})
+        added.append(k)
+        if holds(grown):
+            for extra in list(added):  # the fewest: each left out where the rest still hold
+                fewer = {o: v for o, v in grown.items() if o not in (_fix([extra], changed, a) or {})}
+                if len(added) > 1 and holds(fewer):
+                    grown, added = fewer, [x for x in added if x != extra]
+            return grown, added
+    return None, []
 
 
 def _inputs_that_may_matter(key: str, changed: dict, a: Side, b: Side) -> list:
