@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
                release=$2; shift ;;
     --release=*) release=${1#--release=} ;;
     -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "bridge_env.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+    *) printf "bridge_env.sh: unknown option %q (try --help)\n" "$1" >&2; exit 2 ;;
   esac
   shift
 done
@@ -43,7 +43,7 @@ else
 fi
 if [[ ! "$release" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || [ ! -f "$req" ]; then
   known=$(cd "$here" && ls requirements-bridge-*.txt 2>/dev/null | sed 's/requirements-bridge-\(.*\)\.txt/\1/' | tr '\n' ' ')
-  echo "bridge_env.sh: --release: no pinned environment for '$release' (known: $default_release ${known})" >&2
+  printf "bridge_env.sh: --release: no pinned environment for %q (known: %s)\n" "$release" "$default_release ${known% }" >&2
   exit 2
 fi
 share_from=$(sed -n 's/^# share: *\([0-9.]*\).*/\1/p' "$req" | head -n 1)

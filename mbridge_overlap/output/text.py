@@ -373,8 +373,9 @@ def diagnosis(d: dict) -> str:
         lines.append(f"config: {cfg['from']} ({cfg['gpus']} GPUs){lacks}")
     if d.get("compare"):
         c = d["compare"]
-        change = "unknown (a log without iteration lines)" if c["change"] is None else f"{c['change'] * 100:+.1f}%"
-        lines.append(f"compare: median ms per iteration {c['before']['median_ms']} -> {c['after']['median_ms']} ({change})")
+        change = "unknown (a log without iteration times past the first)" if c["change"] is None else f"{c['change'] * 100:+.1f}%"
+        median = [("unknown" if side["median_ms"] is None else side["median_ms"]) for side in (c["before"], c["after"])]
+        lines.append(f"compare: median ms per iteration {median[0]} -> {median[1]} ({change})")
         for ch in c.get("config_changes") or []:
             lines.append(f"  changed {ch['key']}: {fmt(ch['before'])} -> {fmt(ch['after'])}: {ch['message']}")
         predicted = c.get("budget")
