@@ -459,3 +459,28 @@ def test_a_recipe_plan_costs_the_batch_its_flags_give(flag, key):
 def test_a_plan_batch_bridge_rejects_is_named():
     d = plan(recipe=RECIPE_70B, global_batch_size=_recipe_batch()[2] + 1)
     assert "BATCH_NOT_DIVISIBLE_BY_DP" in d["budget"]["unavailable"] and "flags" in d["budget"]["unavailable"]
+
+
+def test_plan_on_0_5_sets_expert_tp_one_where_expert_tp_at_tp_could_not_run():
+    """evalM M1: Bridge 0.5.x leaves an unset expert TP size at TP; ETP 4 x EP 16 does not divide 32 GPUs, and plan
+    refused with no fix. It sets expert TP 1 (0.6's default, what 0.5.x's MoE recipes set), and says why."""
+    d = plan(bridge_version="0.5.1", tp=4, ep=16, gpus=32, model="qwen3_30b_a3b")
+    assert d["overrides"]["model.expert_tensor_parallel_size"] == 1
+    assert not [f["id"] for f in d["findings"] if f["severity"] == "error"]
+    (note,) = [n for n in d["plan_notes"] if n["id"] == "PLAN_SETS_EXPERT_TP"]
+    assert "EXPERT_GRID_NOT_DIVIDING_WORLD" in note["message"]
+    newer = plan(bridge_version="0.6.2", tp=4, ep=16, gpus=32, model="qwen3_30b_a3b")
+    assert "model.expert_tensor_parallel_size" not in newer["overrides"]
+    assert newer["effective"]["model"]["expert_tensor_parallel_size"] == 1  # Bridge 0.6's own default
+
+
+def test_an_expert_grid_that_does_not_divide_the_world_gets_expert_tp_one_where_that_fixes_it():
+    grid = {"model.tensor_model_parallel_size": 4, "model.sequence_parallel": True, "model.expert_model_parallel_size": 16,
+            "model.expert_tensor_parallel_size": 4, "model.num_moe_experts": 64, "model.add_bias_linear": False}
+    (f,) = [f for f in api.resolve(grid, gpus=32).to_dict()["findings"] if f["id"] == "EXPERT_GRID_NOT_DIVIDING_WORLD"]
+    assert f["fix_overrides"] == {"model.expert_tensor_parallel_size": 1}
+    fixed = api.resolve({**grid, **f["fix_overrides"]}, gpus=32).to_dict()["findings"]
+    assert not [x for x in fixed if x["severity"] == "error"]
+    (g,) = [f for f in api.resolve({**grid, "model.expert_tensor_parallel_size": 1}, gpus=24).to_dict()["findings"]
+            if f["id"] == "EXPERT_GRID_NOT_DIVIDING_WORLD"]
+    assert g["fix_overrides"] == {}  # ETP is 1 already: only the GPU count or EP can change

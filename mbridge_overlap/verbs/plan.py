@@ -21,6 +21,8 @@ from ..safeio import shown
 from ..values import fmt
 
 MOE_OVERLAP_DISPATCHERS = ("alltoall", "flex")  # what CommOverlapConfig accepts with overlap_moe_expert_parallel_comm
+# What an expert TP size left at the TP size brings, that expert TP 1 does not
+EXPERT_TP_BLOCKS = frozenset({"MOE_BIAS_NEEDS_EXPERT_TP_ONE", "EXPERT_GRID_NOT_DIVIDING_WORLD"})
 
 declare("planner", ["TP_OVERLAP_NOT_RECOMMENDED", "TP_PRESET_MATCHED", "SHIPPED_RECIPES_DIFFER", "PLAN_LEAVES_KEY_AS_SHIPPED",
                     "PLAN_SETS_MOE_DISPATCHER", "PLAN_SETS_EXPERT_TP"])
@@ -239,10 +241,13 @@ def make_plan(
     def known() -> set:  # the errors of the layout as asked (which, not their fixes): needed only where the plan has any
         return {f.id for f in probe(start.derive(dict(asked)).resolve()) if f.severity == "error"}
 
-    if ep > 1 and start.request.model.get("expert_tensor_parallel_size") is None and "MOE_BIAS_NEEDS_EXPERT_TP_ONE" in known():
+    blocked_by = sorted(known() & EXPERT_TP_BLOCKS) if ep > 1 and tp > 1 and start.request.model.get(
+        "expert_tensor_parallel_size") is None and not release.expert_tp_one_with_ep else []
+    if blocked_by:  # (evalM M1: the expert grid at ETP = TP did not divide the world, and no fix was offered)
         overrides["model.expert_tensor_parallel_size"] = 1  # what Bridge 0.6 defaults to, and its MoE recipes set
         notes.append(findings.make("PLAN_SETS_EXPERT_TP", fix_overrides={"model.expert_tensor_parallel_size": 1},
-                                   origin=f"recipe {entry['name']}" if entry else "the recipe baseline", tp=tp))
+                                   origin=f"recipe {entry['name']}" if entry else "the recipe baseline", tp=tp,
+                                   why=", ".join(blocked_by)))
 
     overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(chosen)), overrides, asked, known, entry)
     notes = [n for n in notes if n.id != "PLAN_SETS_MOE_DISPATCHER" or "model.moe_token_dispatcher_type" in overrides] + kept

@@ -35,7 +35,12 @@ def expert_grid(state: State):
     etp, ep, pp = m["expert_tensor_parallel_size"], m["expert_model_parallel_size"], m["pipeline_model_parallel_size"]
     size = etp * ep * pp
     if state.gpus % size:
-        yield make("EXPERT_GRID_NOT_DIVIDING_WORLD", gpus=state.gpus, size=size, etp=etp, ep=ep, pp=pp)
+        # expert TP 1 (Bridge 0.6's default with EP > 1, what its MoE recipes set) where that alone makes it divide
+        candidates = [{"model.expert_tensor_parallel_size": 1}] if etp > 1 else []
+        o, fix = fixed(state, "EXPERT_GRID_NOT_DIVIDING_WORLD", candidates, shell(
+            "run on a multiple of {size} GPUs, or lower model.expert_model_parallel_size (or the expert TP) so that "
+            "ETP x EP x PP divides {gpus}", size=size, gpus=state.gpus))
+        yield make("EXPERT_GRID_NOT_DIVIDING_WORLD", fix_overrides=o, fix=fix, gpus=state.gpus, size=size, etp=etp, ep=ep, pp=pp)
 
 
 @check("DISTOPT_INSTANCES_NOT_DIVIDING")
@@ -126,6 +131,22 @@ def ub_lazy_init(state: State):
 
 
 # --- the first step: the fixed userbuffers shape ----------------------------------------------------------------------
+
+
+@check("SP_SEQ_LENGTH_NOT_DIVISIBLE_BY_TP")
+def sp_sequence(state: State):
+    """Sequence parallel's scatter at the embedding (tensor_parallel/mappings.py _split_along_first_dim) asserts at
+    the first forward that each CP rank's sequence, seq_length / CP, divides by TP; Bridge's config step checks only
+    CP's split (evalM M4: 4,100 tokens at TP 4, CP 2 resolved clean). Pre-training's fixed length only: fine-tuning
+    data and packed micro-batches are padded by their own rules."""
+    m, ds = state.model, state.dataset
+    seq, tp, cp = m.get("seq_length"), m["tensor_model_parallel_size"], m["context_parallel_size"]
+    if not m["sequence_parallel"] or tp < 2 or not seq or state.request.context.get("dataset.sft") \
+            or ds.get("enable_in_batch_packing"):
+        return
+    if seq % cp == 0 and (seq // cp) % tp:
+        multiple = tp * cp * (2 if cp > 1 else 1)
+        yield make("SP_SEQ_LENGTH_NOT_DIVISIBLE_BY_TP", seq=seq, cp=cp, tp=tp, per=seq // cp, multiple=multiple)
 
 
 @check("UB_VARIABLE_TOKEN_COUNT")

@@ -74,7 +74,11 @@ def pp_overlap(state: State):
 
 
 def _takes_tp_overlap(model: dict, state: State) -> bool:
-    return model["tensor_model_parallel_size"] >= 2 and bool(model["sequence_parallel"]) and bool(state.te)
+    """Where a comm_overlap section the fix adds turns TP overlap on: TP with sequence parallel and TE, and not an MoE
+    run with expert parallelism, for which plan and MODE_LEFT_OFF leave it off (none of Bridge's MoE perf recipes with
+    TP > 1 uses it: TP_OVERLAP_NOT_RECOMMENDED; evalM M3: lint's fixes turned it on where plan said not to)."""
+    return (model["tensor_model_parallel_size"] >= 2 and bool(model["sequence_parallel"]) and bool(state.te)
+            and (model.get("expert_model_parallel_size") or 1) <= 1)
 
 
 @check("COMM_OVERLAP_ABSENT")
