@@ -97,6 +97,7 @@ class Layout:
     fsdp: bool = False  # ddp.use_megatron_fsdp
     quantized: tuple | None = None  # (what, bytes an element the all-gather moves) of quantized weights (quantized_params)
     bf16_layers: tuple = (0, 0)  # first_last_layers_bf16's layers at the start and the end, built unquantized
+    num_layers: int = 0  # the model's Transformer layers (0: not known here), for the end's BF16 layers
     vp_group: int = 1  # microbatch_group_size_per_vp_stage (Megatron-Core's default: PP)
     align_grad_reduce: bool = True  # dist.align_grad_reduce: the grad_sync_func of each chunk (Bridge's default)
     layer_slots: tuple = (False, False)  # account_for_embedding / account_for_loss_in_pipeline_split
@@ -639,6 +640,7 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
                   for g, n in shapes.adapter_params(shape, lay.peft.gemms, lay.peft.dim, lay.tp).items()]
     else:
         layers, lay = _first_stage(shape, lay, layers)
+        lay = Layout(**{**lay.__dict__, "num_layers": shape.num_layers or 0})
         params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1)
     dense = [p for p in params if not p[2]]
     experts = [(n, e // lay.etp, x) for n, e, x in params if x]  # expert TP splits each expert's weights
@@ -708,16 +710,19 @@ def _buffer(lay, system, params, group, link, whose, layers, size, tied=False) -
 
 def _quantized(lay, name: str, chunk: int, layers: int) -> bool:
     """Whether a parameter of the first stage's model chunk `chunk` is a quantized TE GEMM weight: not in a layer
-    first_last_layers_bf16 keeps in BF16. By global layer number: the first stage's first chunk holds the model's
-    first layers (its local numbers are theirs), and with PP 1 its `layers` are all of them."""
+    first_last_layers_bf16 keeps in BF16, by Megatron-Core's global layer number (get_transformer_layer_offset at
+    pipeline rank 0: chunk k starts k x PP x the layers of a chunk in, each earlier chunk of the other stages between;
+    recheck47 R3: with VPP or a short last stage the model's last layers can sit on the first stage)."""
     if not (lay.quantized and QUANTIZED_WEIGHT.search(name)):
         return False
     start, end = lay.bf16_layers
     m = _LAYER.match(name)
     if m is None or not (start or end):
         return True
-    i = int(m[1])
-    return not (chunk == 0 and i < start or lay.pp == 1 and i >= layers - end)
+    per = -(-(layers + lay.chunk_offset) // lay.vp) if lay.vp > 1 else 0
+    number = int(m[1]) + chunk * (lay.pp - 1) * per
+    total = lay.num_layers or (layers if lay.pp == 1 else None)
+    return not (number < start or total is not None and number >= total - end)
 
 
 def _bucket_groups(lay, chunk, size, distopt, group, tied, quantized=None) -> list[list[tuple[int, float]]]:

@@ -70,10 +70,17 @@ def describe(gpu: str, release: releases.Release, *, nvlink_domain: int | None =
         gpu=info["name"], gpus_per_node=per_node, nvlink_domain=domain, mnnvl=mnnvl,
         multicast=pick("multicast", multicast, True, "the pinned CUDA 13 stack needs a driver >= 580, which has CUDA multicast "
                                                      "on NVSwitch systems"),
-        te_version=pick("te_version", _te_version(te_version), release.transformer_engine,
-                        f"pinned for Megatron-Bridge {release.version}"),
+        te_version=pick("te_version", _te_version(te_version), release.transformer_engine, _te_source(release)),
         given_torch_mpi=torch_mpi, release=release, sources=sources,
     )
+
+
+def _te_source(release) -> str:
+    """Where the assumed Transformer Engine comes from (evalM M7: 0.5.x and 0.6.0 were said to pin our venv's)."""
+    if release.transformer_engine_lock and release.transformer_engine_lock != release.transformer_engine:
+        return (f"the Transformer Engine the skill verified Megatron-Bridge {release.version} with; the release's uv.lock "
+                f"pins {release.transformer_engine_lock} (--te-version for yours)")
+    return f"pinned for Megatron-Bridge {release.version}"
 
 
 def _positive(flag: str, value) -> int:

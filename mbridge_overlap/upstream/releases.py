@@ -172,6 +172,7 @@ class Release:
     rules_of: str  # the release whose rules answer for this one: itself, or for a newer release our newest
     checked: str | None  # how the resolver was proven against it; None: read from source, or not at all
     changed_rules: dict | None = None  # newer releases: {anchor: what changed}; None when nobody has looked
+    transformer_engine_lock: str | None = None  # what the release's uv.lock pins, where it is not transformer_engine
 
     @property
     def verified(self) -> bool:
@@ -284,6 +285,7 @@ def _release(version: str, r: dict, rules_of: str, changed: dict | None = None) 
         mixed_precision_recipes=tuple(r["mixed_precision_recipes"]),
         megatron_core=r.get("megatron_core") or of["megatron_core"],
         transformer_engine=r.get("transformer_engine") or of["transformer_engine"],
+        transformer_engine_lock=r.get("transformer_engine_lock") or of.get("transformer_engine_lock"),
         expert_tp_one_with_ep=bool(r["expert_tp_one_with_ep"]),
         eval_dp_name=r["eval_dp_name"],
         data_version=r.get("data_of") or rules_of,

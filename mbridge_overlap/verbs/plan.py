@@ -241,13 +241,9 @@ def make_plan(
     def known() -> set:  # the errors of the layout as asked (which, not their fixes): needed only where the plan has any
         return {f.id for f in probe(start.derive(dict(asked)).resolve()) if f.severity == "error"}
 
-    blocked_by = sorted(known() & EXPERT_TP_BLOCKS) if ep > 1 and tp > 1 and start.request.model.get(
-        "expert_tensor_parallel_size") is None and not release.expert_tp_one_with_ep else []
-    if blocked_by:  # (evalM M1: the expert grid at ETP = TP did not divide the world, and no fix was offered)
+    if ep > 1 and tp > 1 and start.request.model.get("expert_tensor_parallel_size") is None and not release.expert_tp_one_with_ep:
         overrides["model.expert_tensor_parallel_size"] = 1  # what Bridge 0.6 defaults to, and its MoE recipes set
-        notes.append(findings.make("PLAN_SETS_EXPERT_TP", fix_overrides={"model.expert_tensor_parallel_size": 1},
-                                   origin=f"recipe {entry['name']}" if entry else "the recipe baseline", tp=tp,
-                                   why=", ".join(blocked_by)))
+        notes.append(_expert_tp_note(start, asked, known(), tp, entry))
 
     overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(chosen)), overrides, asked, known, entry)
     notes = [n for n in notes if n.id != "PLAN_SETS_MOE_DISPATCHER" or "model.moe_token_dispatcher_type" in overrides] + kept
@@ -260,6 +256,19 @@ def make_plan(
     flags = dict(seq_length=seq_length, micro_batch_size=micro_batch_size, global_batch_size=global_batch_size)
     an.budget = _budget(an, start.shape, flags, model, shape, lora)
     return PlanResult(analysis=an, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
+
+
+def _expert_tp_note(start, asked: dict, errors: set, tp: int, entry):
+    """Why the plan sets expert TP 1 on a release that leaves it at TP: what expert TP = TP brings that 1 does not
+    (evalM M1: an expert grid that did not divide the world), else that a model with linear biases in its experts
+    cannot run it, which a recipe that loads its model from a checkpoint does not show (recheck47 R1: GPT-OSS)."""
+    one = {f.id for f in probe(start.derive({**asked, "model.expert_tensor_parallel_size": 1}).resolve()) if f.severity == "error"}
+    cleared = sorted((errors & EXPERT_TP_BLOCKS) - one)
+    origin = f"recipe {entry['name']}" if entry else "the recipe baseline"
+    why = (f", which {origin} could not run ({', '.join(cleared)})" if cleared else
+           ", which Megatron-Core refuses where the experts have linear biases (GPT-OSS's; the model a recipe loads from "
+           "a checkpoint is not known here)")
+    return findings.make("PLAN_SETS_EXPERT_TP", fix_overrides={"model.expert_tensor_parallel_size": 1}, tp=tp, why=why)
 
 
 def _budget(an: Analysis, given: dict, flags: dict, model, shape, lora: bool = False) -> dict:

@@ -5,6 +5,8 @@ model build), at the first step, and in steady state. Each rule mirrors code of 
 
 from __future__ import annotations
 
+import math
+
 from ...run import launch_env, layout, peft
 from ...upstream import presets, releases
 from .. import make, shell
@@ -26,9 +28,11 @@ def _tp_off(state: State) -> dict:
 # --- setup: the parallel grid --------------------------------------------------------------------------------------
 
 
-@check("EXPERT_GRID_NOT_DIVIDING_WORLD")
+@check("EXPERT_GRID_NOT_DIVIDING_WORLD", "EXPERT_DP_DIFFERS_WITHOUT_PP_LAST")
 def expert_grid(state: State):
-    """parallel_state.initialize_model_parallel: the expert grid ETP x EP x PP must divide the world (CP is not in it)."""
+    """parallel_state.initialize_model_parallel: the expert grid ETP x EP x PP must divide the world (CP is not in it);
+    and where the rank order does not end in PP (dist.use_tp_pp_dp_mapping: Bridge's 'tp-cp-ep-pp-dp') with PP > 1,
+    the experts' DP size must be the dense layers' (recheck47 R2)."""
     m = state.model
     if not state.data_parallel_size or m["expert_model_parallel_size"] <= 1:
         return
@@ -41,6 +45,11 @@ def expert_grid(state: State):
             "run on a multiple of {size} GPUs, or lower model.expert_model_parallel_size (or the expert TP) so that "
             "ETP x EP x PP divides {gpus}", size=size, gpus=state.gpus))
         yield make("EXPERT_GRID_NOT_DIVIDING_WORLD", fix_overrides=o, fix=fix, gpus=state.gpus, size=size, etp=etp, ep=ep, pp=pp)
+        return
+    dense_dp = state.gpus // (m["tensor_model_parallel_size"] * pp * m["context_parallel_size"])
+    if state.dist.get("use_tp_pp_dp_mapping") and pp > 1 and state.gpus // size != dense_dp:
+        o, fix = fixed(state, "EXPERT_DP_DIFFERS_WITHOUT_PP_LAST", [{"dist.use_tp_pp_dp_mapping": False}])
+        yield make("EXPERT_DP_DIFFERS_WITHOUT_PP_LAST", fix_overrides=o, fix=fix, expert_dp=state.gpus // size, dp=dense_dp)
 
 
 @check("DISTOPT_INSTANCES_NOT_DIVIDING")
@@ -133,6 +142,9 @@ def ub_lazy_init(state: State):
 # --- the first step: the fixed userbuffers shape ----------------------------------------------------------------------
 
 
+MAX_SEQ_LENGTH = 1 << 24
+
+
 @check("SP_SEQ_LENGTH_NOT_DIVISIBLE_BY_TP")
 def sp_sequence(state: State):
     """Sequence parallel's scatter at the embedding (tensor_parallel/mappings.py _split_along_first_dim) asserts at
@@ -141,11 +153,11 @@ def sp_sequence(state: State):
     data and packed micro-batches are padded by their own rules."""
     m, ds = state.model, state.dataset
     seq, tp, cp = m.get("seq_length"), m["tensor_model_parallel_size"], m["context_parallel_size"]
-    if not m["sequence_parallel"] or tp < 2 or not seq or state.request.context.get("dataset.sft") \
-            or ds.get("enable_in_batch_packing"):
-        return
+    if not m["sequence_parallel"] or tp < 2 or not seq or seq > MAX_SEQ_LENGTH or state.request.context.get("dataset.sft") \
+            or state.scenario.task in ("sft", "peft") or ds.get("enable_in_batch_packing"):
+        return  # (a length past any model's is refused where it is used: the budget's bounds)
     if seq % cp == 0 and (seq // cp) % tp:
-        multiple = tp * cp * (2 if cp > 1 else 1)
+        multiple = math.lcm(tp * cp, 2 * cp if cp > 1 else 1)  # each CP rank's share over TP, and Bridge's 2 x CP
         yield make("SP_SEQ_LENGTH_NOT_DIVISIBLE_BY_TP", seq=seq, cp=cp, tp=tp, per=seq // cp, multiple=multiple)
 
 
