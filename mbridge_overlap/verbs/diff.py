@@ -443,15 +443,17 @@ def _proven(key: str, fix: dict, changed: dict, a: Side, b: Side) -> tuple[dict 
 
     if holds(fix):
         return fix, []
+    restores = {k: _fix([k], changed, a) or {} for k in changed
+                if k not in ("gpus", "comm_overlap") and not k.startswith("env_vars.")}
     grown, added = dict(fix), []
-    for k in changed:
-        if k in ("gpus", "comm_overlap") or k.startswith("env_vars.") or set(_fix([k], changed, a) or {}) <= set(grown):
+    for k, restore in restores.items():
+        if set(restore) <= set(grown):
             continue
-        grown.update(_fix([k], changed, a) or {})
+        grown.update(restore)
         added.append(k)
         if holds(grown):
             for extra in list(added):  # the fewest: each left out where the rest still hold
-                fewer = {o: v for o, v in grown.items() if o not in (_fix([extra], changed, a) or {})}
+                fewer = {o: v for o, v in grown.items() if o not in restores[extra]}
                 if len(added) > 1 and holds(fewer):
                     grown, added = fewer, [x for x in added if x != extra]
             return grown, added

@@ -6,6 +6,8 @@ that recipe, keeps its choices, and changes only what the layout flags change or
 
 from __future__ import annotations
 
+import functools
+
 
 from ..upstream import catalog, releases, presets as ub_presets
 from .. import findings
@@ -238,8 +240,9 @@ def make_plan(
                                        origin=f"recipe {entry['name']}" if entry else "the recipe baseline", dispatcher=fmt(dispatcher)))
     overrides.update(asked)
 
-    def known() -> set:  # the errors of the layout as asked (which, not their fixes): needed only where the plan has any
-        return {f.id for f in probe(start.derive(dict(asked)).resolve()) if f.severity == "error"}
+    @functools.cache
+    def known() -> frozenset:  # the errors of the layout as asked (which, not their fixes): needed only where the plan has any
+        return frozenset(f.id for f in probe(start.derive(dict(asked)).resolve()) if f.severity == "error")
 
     if ep > 1 and tp > 1 and start.request.model.get("expert_tensor_parallel_size") is None and not release.expert_tp_one_with_ep:
         overrides["model.expert_tensor_parallel_size"] = 1  # what Bridge 0.6 defaults to, and its MoE recipes set

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from ...budget.estimate import RUN_BOUNDS
 from ...run import launch_env, layout, peft
 from ...upstream import presets, releases
 from .. import make, shell
@@ -142,9 +143,6 @@ def ub_lazy_init(state: State):
 # --- the first step: the fixed userbuffers shape ----------------------------------------------------------------------
 
 
-MAX_SEQ_LENGTH = 1 << 24
-
-
 @check("SP_SEQ_LENGTH_NOT_DIVISIBLE_BY_TP")
 def sp_sequence(state: State):
     """Sequence parallel's scatter at the embedding (tensor_parallel/mappings.py _split_along_first_dim) asserts at
@@ -153,7 +151,7 @@ def sp_sequence(state: State):
     data and packed micro-batches are padded by their own rules."""
     m, ds = state.model, state.dataset
     seq, tp, cp = m.get("seq_length"), m["tensor_model_parallel_size"], m["context_parallel_size"]
-    if not m["sequence_parallel"] or tp < 2 or not seq or seq > MAX_SEQ_LENGTH or state.request.context.get("dataset.sft") \
+    if not m["sequence_parallel"] or tp < 2 or not seq or seq > RUN_BOUNDS["model.seq_length"] or state.request.context.get("dataset.sft") \
             or state.scenario.task in ("sft", "peft") or ds.get("enable_in_batch_packing"):
         return  # (a length past any model's is refused where it is used: the budget's bounds)
     if seq % cp == 0 and (seq // cp) % tp:
