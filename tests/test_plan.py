@@ -484,3 +484,18 @@ def test_an_expert_grid_that_does_not_divide_the_world_gets_expert_tp_one_where_
     (g,) = [f for f in api.resolve({**grid, "model.expert_tensor_parallel_size": 1}, gpus=24).to_dict()["findings"]
             if f["id"] == "EXPERT_GRID_NOT_DIVIDING_WORLD"]
     assert g["fix_overrides"] == {}  # ETP is 1 already: only the GPU count or EP can change
+
+
+def test_model_without_recipe_names_its_provider_s_dispatcher():
+    """evalM M9: --model qwen3_30b_a3b without a recipe answered with the baseline GPTModelProvider's allgather
+    dispatcher as if it were the run's; Bridge's Qwen3-MoE provider sets alltoall (tier 2 checks the recorded
+    value against the installed Bridge). The answer says so, and not once the run sets the dispatcher itself."""
+    from mbridge_overlap.run import layers
+
+    value = layers.model_provider("qwen3_30b_a3b")["fields"]["model.moe_token_dispatcher_type"]
+    plain = mbridge_overlap.plan(tp=2, ep=8, gpus=64, model="qwen3_30b_a3b").to_dict()
+    assert plain["effective"]["model"]["moe_token_dispatcher_type"] != value
+    assert any(n.startswith("model.moe_token_dispatcher_type") and f"sets {value}" in n for n in plain["notes"])
+    set_it = mbridge_overlap.plan(tp=2, ep=8, gpus=64, model="qwen3_30b_a3b",
+                                  overrides={"model.moe_token_dispatcher_type": value}).to_dict()
+    assert not any(n.startswith("model.moe_token_dispatcher_type") for n in set_it["notes"])

@@ -90,10 +90,24 @@ def test_user_ddp_knob_is_overwritten_but_comm_overlap_knob_wins():
     r = mbridge_overlap.resolve({"ddp.overlap_grad_reduce": False, "comm_overlap.tp_comm_overlap": False}, gpus=8)
     assert r.effective["ddp"]["overlap_grad_reduce"] is True
     assert "DP_OVERLAP_KNOB_OVERWRITTEN" in ids(r)
-    fix = next(f.fix for f in r.findings if f.id == "DP_OVERLAP_KNOB_OVERWRITTEN")
-    assert fix == "comm_overlap.overlap_grad_reduce=false"
+    knob = next(f for f in r.findings if f.id == "DP_OVERLAP_KNOB_OVERWRITTEN")
+    assert knob.fix_overrides == {"comm_overlap.overlap_grad_reduce": False}
     r = mbridge_overlap.resolve({"comm_overlap.overlap_grad_reduce": False}, gpus=8)
     assert r.effective["ddp"]["overlap_grad_reduce"] is False
+
+
+def test_an_overwritten_off_says_what_the_next_answer_will_say():
+    """evalM M8: the fix that carries the user's off onto comm_overlap brings MODE_LEFT_OFF, whose fix turns it on
+    again. The first answer says so and names the other way; the second names the off as the user's choice."""
+    over = {"ddp.overlap_grad_reduce": False, "comm_overlap.tp_comm_overlap": False}
+    knob = next(f for f in mbridge_overlap.resolve(over, gpus=8).findings if f.id == "DP_OVERLAP_KNOB_OVERWRITTEN")
+    assert "MODE_LEFT_OFF" in knob.fix and "drop ddp.overlap_grad_reduce" in knob.fix
+    moved = mbridge_overlap.resolve({**over, **knob.fix_overrides}, gpus=8)
+    left = next(f for f in moved.findings if f.id == "MODE_LEFT_OFF")
+    assert "comm_overlap.overlap_grad_reduce=false by your override" in left.message
+    dropped = mbridge_overlap.resolve({"comm_overlap.tp_comm_overlap": False}, gpus=8)
+    assert dropped.effective["ddp"]["overlap_grad_reduce"] is True
+    assert not {"DP_OVERLAP_KNOB_OVERWRITTEN", "MODE_LEFT_OFF"} & {f.id for f in dropped.findings}
 
 
 def test_ddp_bucket_size_is_replaced_by_bridge_default_when_dp_gt_1():

@@ -335,6 +335,8 @@ def _preset_name(value):
 
 
 BF16_LAYER_FIELDS = ("first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
+# the fields that say which number format a mixed-precision config computes in
+PRECISION_FORMAT_FIELDS = ("fp8", "fp8_recipe", "fp4")
 
 
 def mixed_precision(mp) -> dict | None:
@@ -351,8 +353,9 @@ def mixed_precision(mp) -> dict | None:
             continue
         ref = factory()
         diff = {n: v for n, v in values.items() if _json(getattr(ref, n)) != v}
-        # the recipe it starts from by its precision; which layers stay BF16 (a perf recipe turns them off) only breaks ties
-        key = (sum(1 for n in diff if n not in BF16_LAYER_FIELDS), len(diff))
+        # the recipe it starts from by its number format first (a perf recipe's MXFP8 with fp8_param_gather off is still
+        # MXFP8: evalM M6), then by its other fields; which layers stay BF16 (a perf recipe turns them off) breaks ties
+        key = (sum(1 for n in diff if n in PRECISION_FORMAT_FIELDS), sum(1 for n in diff if n not in BF16_LAYER_FIELDS), len(diff))
         if best_key is None or key < best_key:
             best, best_key, best_diff = name, key, diff
     return {"recipe": best, "fields": best_diff}

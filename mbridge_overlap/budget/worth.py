@@ -7,10 +7,11 @@ from .. import findings
 from ..findings.registry import declare
 
 declare("budget.worth", ["WORTH_TP_ACROSS_NETWORK", "WORTH_LAST_BUCKET_EXPOSED", "WORTH_FIRST_CHUNK_EXPOSED",
-                         "WORTH_OVERLAP_CANNOT_PAY", "WORTH_OVERLAP_COSTS_MORE"])
+                         "WORTH_OVERLAP_CANNOT_PAY", "WORTH_OVERLAP_PARTLY_HIDDEN", "WORTH_OVERLAP_COSTS_MORE"])
 
 SHARE = 0.005  # of the iteration: exposed time below half a percent is not worth a finding
 HALF = 0.5  # an overlap setting that hides less than this share of its collectives cannot pay for itself
+LARGE = 0.05  # of the iteration: what an overlap setting that pays leaves exposed beyond this is worth a finding too
 # What stays exposed of model chunk 0, by collective: what it is, when it runs, and what else can start it earlier
 _FIRST_CHUNK = {
     "reduce": ("gradient reduction", "after the backward has ended", ""),
@@ -46,6 +47,11 @@ def check(budget) -> list:
         elif item.hidden < HALF * (item.seconds - (item.last if item.first_chunk else 0.0)):
             out.append(findings.make("WORTH_OVERLAP_CANNOT_PAY", setting=item.setting, what=f"{item.dimension.upper()} {item.collective}",
                                      hidden=_ms(item.hidden), ms=_ms(item.seconds), pct=_pct(exposed, it)))
+        elif exposed >= LARGE * it:  # it pays, but collectives queue behind each other past the compute beside them
+            part = f"; {_ms(item.last)} of it {'model chunk 0' if item.first_chunk else 'the last bucket'}'s" if item.last else ""
+            out.append(findings.make("WORTH_OVERLAP_PARTLY_HIDDEN", setting=item.setting, what=f"{item.dimension.upper()} {item.collective}",
+                                     hidden=_ms(item.hidden), ms=_ms(item.seconds), exposed=_ms(exposed), pct=_pct(exposed, it),
+                                     part=part, dim=item.dimension.upper()))
     for setting, (exposed, cost) in budget.flipped.items():
         net = -(exposed + cost)  # what turning it off saves
         if settings.get(setting) and net >= SHARE * it:

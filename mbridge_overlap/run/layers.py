@@ -35,9 +35,18 @@ def published_shape(entry: dict) -> dict:
 
 def model_shape(name: str | None) -> dict:
     """The shape of a model by its name (--model, a recipe's model) as its published config gives it, {} if not known."""
+    return _known_model(name).get("shape") or {}
+
+
+def model_provider(name: str | None) -> dict:
+    """What Bridge's model bridge for a known model sets on its provider beyond the shape ({} if nothing recorded)."""
+    return _known_model(name).get("provider") or {}
+
+
+def _known_model(name: str | None) -> dict:
     from ..upstream.releases import DATA_DIR, load_yaml
 
-    return (load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(name or "") or {}).get("shape") or {}
+    return load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(name or "") or {}
 
 
 def flexible(req: Request) -> bool:

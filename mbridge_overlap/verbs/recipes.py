@@ -163,6 +163,7 @@ def row(entry: dict) -> dict:
         comm_overlap=co is not None,
         preset=(co or {}).get("tp_comm_overlap_cfg"),
         mixed_precision=(mp or {}).get("recipe"),
+        mixed_precision_fields=(mp or {}).get("fields") or {},  # what the recipe sets otherwise than that registered recipe
         moe_dispatcher=({"token_dispatcher_type": m.get("moe_token_dispatcher_type"), "flex_dispatcher_backend": m.get("moe_flex_dispatcher_backend")}
                         if m.get("num_moe_experts") else None),
         megatron_fsdp=bool(request["ddp"].get("use_megatron_fsdp") or request["dist"].get("use_megatron_fsdp")),

@@ -44,8 +44,20 @@ def modes_left_off(state: State):
         else:
             plain = {f"ddp.{n}": True for n in off}
             candidates = [{**plain, **({"optimizer.overlap_param_gather": True} if "overlap_param_gather" in off else {})}]
-        what = f"{' and '.join(off)} {'was' if len(off) == 1 else 'were'} off"
+        what = f"{' and '.join(off)} {'was' if len(off) == 1 else 'were'} off{_set_off_by(state, off)}"
         yield from _left_off(state, "DP", f"DP={dp}", what, candidates, knobs)
+
+
+_SET_BY = {"override": "your override", "config": "your config file", "recipe": "the recipe"}
+
+
+def _set_off_by(state: State, off: list[str]) -> str:
+    """Who set each DP knob off, where a request did (the key that wins: comm_overlap's once it applies), so that an
+    off the user chose (a fix of DP_OVERLAP_KNOB_OVERWRITTEN, say) reads as that choice (evalM M8)."""
+    keys = ("comm_overlap",) if state.dp_overlap_applied else ("ddp", "optimizer")
+    set_off = [next((k for k in (f"{s}.{name}" for s in keys) if state.request.explicit.get(k) is False), None) for name in off]
+    said = [f"{k}=false by {_SET_BY.get(state.request.origin.get(k), 'the request')}" for k in set_off if k]
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _left_off(state, mode: str, why: str, what: str, candidates: list[dict], knobs: list):

@@ -108,6 +108,10 @@ def overwritten(state: State):
         otherwise = None if candidates else shell("set comm_overlap.{name} to the parameter count you mean ({requested} reads "
                                                   "as bytes too: BUCKET_SIZE_LOOKS_LIKE_BYTES)", name=name, requested=fmt(requested))
         o, fix = fixed(state, fid, candidates, otherwise, knobs=[key])
+        if o.get(f"comm_overlap.{name}") is False and _dp_overlap_turned_on(state, key, requested, effective):
+            # the moved off brings MODE_LEFT_OFF in the next answer: said here, with the other way (evalM M8)
+            fix = shell("{fix} (off, as you asked: that DP communication is then exposed, MODE_LEFT_OFF; to run Bridge's "
+                        "overlap for DP = {dp} instead, drop {key})", fix=fix, dp=state.data_parallel_size, key=key)
         yield make(fid, fix_overrides=o, fix=fix, knobs=[key], key=key, requested=fmt(requested),
                    effective=fmt(effective), asserts={key: effective})
 
@@ -133,6 +137,13 @@ def _by_comm_overlap_dp(state, key, name, requested, effective):
     else:
         value = requested if asked(state, owner) is not None else intended(state, name)
     return "DP_OVERLAP_KNOB_OVERWRITTEN", moved(state, owner, key, value, effective)
+
+
+def _dp_overlap_turned_on(state, key, requested, effective) -> bool:
+    """Whether a ddp/optimizer off request for a DP overlap mode was overwritten on by CommOverlapConfig."""
+    name = key.partition(".")[2]
+    return (name in ("overlap_grad_reduce", "overlap_param_gather") and requested is False and effective is True
+            and asked(state, f"comm_overlap.{name}") is None)
 
 
 def _by_mixed_precision(state, key, name, requested, effective):

@@ -1,0 +1,26 @@
+"""The 0.5 launch environment: the library's PerfEnvPlugin (run_plugins.py) is what plan's snippets build; where Bridge
+0.5's own perf launcher (scripts/performance/perf_plugins.py, its own PerfEnvPlugin: 32 connections on every SM100+
+GPU) would set another CUDA_DEVICE_MAX_CONNECTIONS, the answer says so (evalM M5)."""
+
+import itertools
+
+from mbridge_overlap.run import launch_env
+from mbridge_overlap.upstream import releases
+
+
+def test_sm100_connections_name_the_perf_launchers_value_where_it_differs():
+    release = releases.get("0.5.1")
+    seen = set()
+    for tp, pp, dp, gpu, flex in itertools.product([1, 2], [1, 2], [1, 4], ["b200", "gb300", "h100"], [None, "deepep"]):
+        layout = launch_env.Layout(tp=tp, pp=pp, dp=dp, gpu=gpu, moe_flex_dispatcher_backend=flex, flex_in_use=flex is not None)
+        value, why = next((v, w) for k, v, w in launch_env.rules(release, layout) if k == "CUDA_DEVICE_MAX_CONNECTIONS")
+        differs = gpu != "h100" and value != "32"
+        assert ("sets 32 on every sm100 GPU" in why) == differs, layout
+        seen.add(differs)
+    assert seen == {True, False}
+
+
+def test_flat_recipe_releases_have_one_launcher():
+    layout = launch_env.Layout(gpu="b200")
+    why = next(w for k, v, w in launch_env.rules(releases.get("0.6.2"), layout) if k == "CUDA_DEVICE_MAX_CONNECTIONS")
+    assert "perf_plugins.py" not in why
