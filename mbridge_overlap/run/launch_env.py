@@ -150,9 +150,9 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
             if tp_or_cp and (layout.dp > 1 or layout.pp > 1):
                 value, why = 32, "Blackwell with TP/CP and DP/PP: extra connections avoid serializing streams"
             elif value != style["perf_launcher_sm100_connections"]:
-                why += (f" (the library's PerfEnvPlugin, run_plugins.py, gives 32 on sm100 only with TP/CP > 1 and DP/PP > 1; Bridge {release.version}'s own "
-                        f"perf launcher, scripts/performance/perf_plugins.py, sets {style['perf_launcher_sm100_connections']} "
-                        "on every sm100 GPU)")
+                why += (" (the library's PerfEnvPlugin, run_plugins.py, gives 32 on sm100 only with TP/CP > 1 and DP/PP > 1; "
+                        f"Bridge {release.version}'s own perf launcher, scripts/performance/perf_plugins.py, sets "
+                        f"{style['perf_launcher_sm100_connections']} on every sm100 GPU)")
         elif tp_or_cp and not layout.moe_a2a_overlap and layout.megatron_fsdp:
             value, why = FSDP_MAX_CONNECTIONS, ("not PerfEnvPlugin's 1 for Hopper with TP/CP: Megatron-FSDP asserts "
                                                 "CUDA_DEVICE_MAX_CONNECTIONS != 1 (FSDP_WITH_ONE_CONNECTION); "
