@@ -579,3 +579,21 @@ def test_the_layers_first_last_layers_bf16_keeps_gather_in_bf16():
     layer0 = sum(n for name, n, _ in shapes.stage_params(sh, 4, 1, 1, first=True, last=False)
                  if name.startswith("decoder.layers.0.") and estimate.QUANTIZED_WEIGHT.search(name))
     assert gathered[True] - gathered[False] == layer0 > 0
+
+
+def test_a_config_s_architecture_the_budget_does_not_model_is_named(tmp_path):
+    """evalN N2: DeepSeek-V3's run config (multi-latent attention, shared experts, dense first layers) was costed as
+    plain GPT layers without a word; the budget names each such field the config sets, and none for a plain one."""
+    base = (ROOT / "tests/data/run_configs/baseline.yaml").read_text()
+    assert "  multi_latent_attention: false\n" in base and "  moe_layer_freq: 1\n" in base
+    mla = tmp_path / "mla.yaml"
+    mla.write_text(base.replace("  multi_latent_attention: false\n", "  multi_latent_attention: true\n")
+                   .replace("  moe_layer_freq: 1\n", "  moe_layer_freq: [0, 1, 1]\n"))
+
+    def said(path):
+        shown = api.budget(config=str(path)).to_dict()["budget"]["assumptions"]
+        return [a for a in shown if a.startswith("not modelled")]
+
+    assert said(ROOT / "tests/data/run_configs/baseline.yaml") == []
+    (line,) = said(mla)
+    assert "model.multi_latent_attention=true" in line and "model.moe_layer_freq=[0, 1, 1]" in line

@@ -139,3 +139,16 @@ def test_an_undescribed_coalesced_line_from_a_place_no_pipeline_group_gives_is_n
     assert [c["id"] for c in d["causes"]] == ["DP_COLLECTIVE_TIMEOUT"]
     pipeline = _diagnose(line.replace("Rank 2]", "Rank 0]"), recipe=RECIPE, overrides=over, gpus=32)  # rank 1: PP rank 0
     assert [c["id"] for c in pipeline["causes"]] == ["PIPELINE_P2P_TIMEOUT"]
+
+
+@pytest.mark.parametrize("pg, cause", [("[PG 0 Rank 1]", "GROUP_COLLECTIVE_TIMEOUT"), ("[PG 1 Rank 1]", "DP_COLLECTIVE_TIMEOUT"),
+                                       ("[PG ID 3 PG GUID 3 Rank 1]", "DP_COLLECTIVE_TIMEOUT"), ("[Rank 1]", "GROUP_COLLECTIVE_TIMEOUT")])
+def test_a_numbered_group_other_than_torch_s_default_is_not_the_whole_job_s(pg, cause):
+    """evalN N4: a 16-rank reduce-scatter on "PG 1" was put on the whole job's group (16 GPUs at TP 4, PP 4: DP 1),
+    not overlap, exit 0; torch's default group is PG 0, so PG 1 is a group of its own: the DP cause stays, asking
+    whether the log is of this config."""
+    line = _line("_REDUCE_SCATTER_BASE", 16 << 20, 1 << 20).replace("[Rank 1]", pg)
+    over = {**_layout(4, 1, pp=4), "model.virtual_pipeline_model_parallel_size": None}
+    d = _diagnose(line, recipe=RECIPE, overrides=over, gpus=16)
+    assert [c["id"] for c in d["causes"]] == [cause]
+    assert ("is the log of this config?" in d["causes"][0]["analysis"]) == (cause == "DP_COLLECTIVE_TIMEOUT")

@@ -129,3 +129,29 @@ def test_a_connections_warning_on_a_gpu_bridge_launches_with_32_is_expected():
     assert blackwell["causes"] == [] and any("launch_env.CUDA_DEVICE_MAX_CONNECTIONS=32" in n for n in blackwell["notes"])
     hopper = _diagnose(CONNECTIONS_WARNING, recipe=RECIPE, overrides=tp2, gpus=16, gpu="h100")
     assert [c["id"] for c in hopper["causes"]] == ["CUDA_DEVICE_MAX_CONNECTIONS_NOT_ONE"]
+
+
+PARAM_GATHER_CHECK = "AssertionError: --overlap-grad-reduce should be turned on when using --overlap-param-gather\n"
+
+
+def test_a_log_only_fix_is_proven_on_the_config_it_is_offered_for():
+    """evalN N3: a log-only cause offered its record's ddp.overlap_grad_reduce=true on a config whose comm_overlap
+    section overwrites that key (DP_OVERLAP_KNOB_OVERWRITTEN, and nothing changes). The fix offered now holds when the
+    config is resolved with it: the knob runs as set, and no warning or error comes that was not there."""
+    over = {"comm_overlap.overlap_grad_reduce": False, "comm_overlap.overlap_param_gather": True, "comm_overlap.tp_comm_overlap": False}
+    (cause,) = _diagnose(PARAM_GATHER_CHECK, recipe=RECIPE, overrides=over, gpus=16)["causes"]
+    assert cause["id"] == "PARAM_GATHER_NEEDS_GRAD_REDUCE" and cause["fix_overrides"]
+    before = {(f.id, f.severity) for f in _resolve(over, 16).findings if f.severity != "info"}
+    fixed = _resolve({**over, **cause["fix_overrides"]}, 16)
+    assert fixed.effective["ddp"]["overlap_grad_reduce"] is True
+    assert {(f.id, f.severity) for f in fixed.findings if f.severity != "info"} <= before
+
+
+def test_a_log_of_a_check_the_config_cannot_fail_is_left_out():
+    """The check fires only with overlap_param_gather on and overlap_grad_reduce off; a config that runs the
+    parameter gather off is not the log's (implausible_if)."""
+    d = _diagnose(PARAM_GATHER_CHECK, recipe=RECIPE, overrides={"comm_overlap.tp_comm_overlap": False}, gpus=8)
+    d_off = _diagnose(PARAM_GATHER_CHECK, recipe=RECIPE, gpus=8,
+                      overrides={"comm_overlap.tp_comm_overlap": False, "comm_overlap.overlap_param_gather": False})
+    assert d["causes"] == [] and any(n.startswith("PARAM_GATHER_NEEDS_GRAD_REDUCE left out") for n in d["notes"])
+    assert d_off["causes"] == [] and any("ddp.overlap_param_gather=false" in n for n in d_off["notes"])

@@ -40,7 +40,7 @@ def mark(phase: str) -> None:
 
 
 def log(message: str) -> None:
-    print(f"[verify] {message}", file=sys.stderr, flush=True)
+    print(f"[verify] {safeio.esc(message)}", file=sys.stderr, flush=True)  # paths and texts of the user's (fuzzK K5)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -99,16 +99,26 @@ def expectations(values: list[str]) -> dict:
 def load_snippets(directory: str | None, rendered: dict) -> dict:
     if not directory:
         return rendered
-    folder = Path(directory)
-    if not folder.is_dir():
-        raise UsageError(f"--snippets {folder}: no such folder")
+    folder = snippets_folder(directory)
     out = dict(rendered)
     for form, name in SNIPPET_FILES.items():
         path = folder / name
         if path.is_file() and form in rendered:
-            out[form] = path.read_text(encoding="utf-8")
+            try:
+                out[form] = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"--snippets {safeio.esc(str(path))}: not a readable UTF-8 text "
+                                 f"({safeio.reason(exc) if isinstance(exc, OSError) else 'not UTF-8'})") from None
             log(f"using {path} for the {form} form")
     return out
+
+
+def snippets_folder(directory: str) -> Path:
+    """--snippets DIR, refused before Bridge is imported where it is no folder."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise UsageError(f"--snippets {safeio.esc(str(folder))}: no such folder")
+    return folder
 
 
 def save_snippets(directory: str, texts: dict, force: bool) -> None:
@@ -142,6 +152,8 @@ def run(args) -> dict:
     if plan.errors:
         raise UsageError(f"this layout cannot run, so there is nothing to verify: {plan.errors[0].message}")
     checkout = None if args.skip_suites else suites.find_checkout(args.mbridge_src)
+    if args.snippets:
+        snippets_folder(args.snippets)  # (not after the 15 s import)
     mark("plan")
     return _run_with_bridge(args, layout, given, plan, checkout, started)
 
@@ -258,7 +270,7 @@ def human(report: dict) -> str:
         + (f"EP={lay['ep']} " if lay.get("ep", 1) > 1 else "") + f"on {lay['gpus']} {lay['gpu']} ({lay['precision']})"
     ]
     for c in report["checks"]:
-        lines.append(f"{c['status']:<8} {c['check']}: {c['detail']}")
+        lines.append(f"{c['status']:<8} {c['check']}: {safeio.esc(str(c['detail']))}")  # a snippet's exception text
     lines.append(f"verdict: {report['verdict']} ({report['seconds']} s)")
     return "\n".join(lines) + "\n"
 

@@ -39,9 +39,18 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     if efficiency is not None:  # tools/check_budget.py fits it
         sysinfo = system.System(sysinfo.name, {**sysinfo.record, "efficiency": {"value": efficiency}}, lay.domain)
     budget = estimate.estimate(lay, sh, sysinfo, origin)
+    budget.assumptions += tuple(shapes.unmodelled(_model_fields(sc)))
     budget.flips = flips.check(state, {k: v for k, v in lay.settings.items() if k in budget.flipped})
     budget.findings = worth.check(budget)
     return budget
+
+
+def _model_fields(sc) -> dict:
+    """The model fields the run sets: its config's model section, then the recipe's recorded ones and the overrides."""
+    out = dict((sc.config.raw.get("model") or {}) if sc.config is not None else {})
+    out.update({k.partition(".")[2]: v for k, v in sc.request.context.items() if k.startswith("model.")})
+    out.update({k.partition(".")[2]: v for k, v in (sc.overrides or {}).items() if k.startswith("model.")})
+    return out
 
 
 def _overridden(sc, shapes) -> dict:
@@ -49,9 +58,12 @@ def _overridden(sc, shapes) -> dict:
     config's model, as in the run."""
     from dataclasses import fields
 
+    from ..run.request import is_null
+
     names = {f.name for f in fields(shapes.Shape)}
+    # null (Bridge's unset, as a saved config's null is read: the known model's value stands; fuzzK K6) sets nothing
     return {key.partition(".")[2]: shapes.value_of(key, value) for key, value in (sc.overrides or {}).items()
-            if key.partition(".")[0] == "model" and key.partition(".")[2] in names and value is not None}
+            if key.partition(".")[0] == "model" and key.partition(".")[2] in names and not is_null(value)}
 
 
 def needs(analysis) -> str | None:

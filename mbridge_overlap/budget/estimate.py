@@ -47,6 +47,8 @@ ASSUMPTIONS = (
     "first_last_layers_bf16 keeps in BF16 among those others (their TP all-gathers and GEMMs are costed in the run's "
     "precision)",
     "the optimizer step, data loading and kernel launch gaps are not counted",
+    "the vocabulary as the model config sets it: Bridge's setup pads it (to a multiple of make_vocab_size_divisible_by x "
+    "TP) only where the tokenizer gives it (training/setup.py _validate_and_set_vocab_size)",
 )
 PEFT_ASSUMPTION = (
     "PEFT: the base weights are frozen (Bridge's freeze_model), so Transformer Engine runs no wgrad GEMM for them "
@@ -68,7 +70,9 @@ MOE_ASSUMPTION = ("MoE: every layer a MoE layer; each token's top-k experts' GEM
                   "published Qwen3 MoE rows the predicted throughput is 2x the published or more where the all-to-all stays "
                   "inside the NVLink domain (docs/budget.md); TP: only the attention's collectives (the experts' grouped "
                   "GEMMs take no userbuffers, and the alltoall dispatcher sends each TP rank's own tokens), a shared "
-                  "expert's and the expert-TP group's gathers (expert_tensor_parallel_size > 1) not counted")
+                  "expert's and the expert-TP group's gathers (expert_tensor_parallel_size > 1) not counted; DP: the dense "
+                  "and the experts' buffers (two communicators, which can run side by side) priced one after the other, an "
+                  "upper bound on their exposed time")
 
 
 @dataclass
@@ -647,7 +651,7 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     world = lay.dp * lay.cp * lay.tp * lay.pp
     expert_dp = world // (lay.etp * lay.ep * lay.pp) if experts else 1
     # one bucket size for every buffer: the DP group's default (DistributedDataParallel.__init__)
-    size = buckets.default_bucket_size(d.get("bucket_size"), lay.settings["overlap_grad_reduce"], lay.dp * lay.cp)
+    size = buckets.default_bucket_size(_bucket_size(lay, shape, layers, params), lay.settings["overlap_grad_reduce"], lay.dp * lay.cp)
     bufs = [_buffer(lay, system, dense, lay.dp * lay.cp, _link(lay, lay.tp, lay.cp * lay.dp), "", layers, size,
                     tied=lay.pp > 1 and bool(shape.share_embeddings_and_output_weights)),
             _buffer(lay, system, experts, expert_dp, _link(lay, lay.etp * lay.ep, expert_dp),
@@ -665,6 +669,19 @@ def _dp(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
             exposed_before = exposed or 0.0
             out[i, kind] = _item(lay, b, kind, total, hidden, setting)
     return [out[key] for key in sorted(out, key=lambda k: (k[0], k[1] != "reduce"))]
+
+
+def _bucket_size(lay, shape, layers: int, params: list) -> int | None:
+    """ddp.bucket_size, or with ddp.num_buckets what Megatron's DDP wrapper makes of it: every parameter of this rank's
+    model chunks (frozen ones too) over num_buckets (megatron/training/models/dist_utils.py; evalN N1)."""
+    d = lay.ddp
+    if not d.get("num_buckets") or d.get("bucket_size") is not None:
+        return d.get("bucket_size")
+    whole = params
+    if lay.peft:  # the adapters train; the frozen base's parameters count too
+        first, _ = _first_stage(shape, lay, layers)
+        whole = params + shapes.stage_params(shape, lay.tp, lay.ep, first, first=True, last=lay.pp == 1)
+    return sum(n // lay.etp if expert else n for _, n, expert in whole) // d["num_buckets"]
 
 
 def _unsharded(lay) -> bool:

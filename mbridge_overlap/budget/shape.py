@@ -28,6 +28,7 @@ class Shape:
     num_moe_experts: int | None = None
     moe_router_topk: int = 2
     moe_ffn_hidden_size: int | None = None
+    qk_layernorm: bool = False  # a norm of each head's queries and keys (Qwen3): head_dim weights each
 
     @property
     def head_dim(self) -> int:
@@ -45,6 +46,32 @@ class Shape:
     @property
     def moe(self) -> bool:
         return bool(self.num_moe_experts)
+
+
+# Model fields that change a layer's parameters and work where they are set otherwise than here, which the budget's
+# shape does not model (its layers are GPT layers: attention with QKV, a dense or routed MLP); a budget of a config
+# that sets one says so (evalN N2: DeepSeek-V3's run config was costed as plain attention, all layers MoE)
+UNMODELLED = {
+    "multi_latent_attention": (False, "multi-latent attention (its down- and up-projections, not QKV)"),
+    "moe_shared_expert_intermediate_size": (None, "a shared expert in each MoE layer"),
+    "moe_layer_freq": (1, "dense layers among the MoE ones"),
+    "mtp_num_layers": (None, "multi-token prediction layers"),
+}
+
+
+def unmodelled(model: dict) -> list[str]:
+    """What a model section sets of UNMODELLED, as one assumption of the budget ([] where it sets none)."""
+    from ..values import fmt
+
+    said = []
+    for key, (default, what) in UNMODELLED.items():
+        value = model.get(key, default)
+        plain = value in (default, 0, False, None) or (isinstance(value, list) and set(value) == {default})
+        if not plain:
+            shown = fmt(value) if isinstance(value, (bool, int, str)) else safeio.shown(value)[:60]
+            said.append(f"model.{key}={shown} ({what})")
+    return [f"not modelled: {'; '.join(said)}: the parameters, DP buckets and compute are those of plain GPT layers of "
+            "the shape shown, not this model's"] if said else []
 
 
 def models() -> dict:
@@ -223,7 +250,8 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
     """(name, elements, expert) of each parameter of a pipeline stage on one rank, in registration order (Megatron-Core's
     GPT model with Transformer Engine's layer spec): embedding, then per layer the projection, QKV (with its fused
     norm), MLP (fc1 with its fused norm, fc2), then the final norm and output layer. The vocabulary is split across
-    TP (unpadded: Megatron pads it to a multiple of 128 x TP); rotary embeddings have no parameters."""
+    TP as the model config sets it (Bridge's setup pads it to a multiple of make_vocab_size_divisible_by x TP only where
+    the tokenizer gives it: training/setup.py _validate_and_set_vocab_size); rotary embeddings have no parameters."""
     h = shape.hidden_size
     vocab = -(-shape.vocab_size // tp)
     out = []
@@ -235,6 +263,9 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
         out += [(p + "self_attention.linear_proj.weight", h * (shape.num_attention_heads * shape.head_dim // tp), False),
                 (p + "self_attention.linear_qkv.layer_norm_weight", h, False),
                 (p + "self_attention.linear_qkv.weight", shape.qkv_out // tp * h, False)]
+        if shape.qk_layernorm:  # SelfAttention builds them after linear_qkv, one head wide
+            out += [(p + "self_attention.q_layernorm.weight", shape.head_dim, False),
+                    (p + "self_attention.k_layernorm.weight", shape.head_dim, False)]
         if shape.moe:  # the router, then grouped experts (TEGroupedMLP: every fc1, then every fc2)
             ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
             local = shape.num_moe_experts // ep

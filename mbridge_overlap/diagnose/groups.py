@@ -15,6 +15,7 @@ from .frames import NAMES
 _DESCRIBED = re.compile(r"PG GUID \w+\((\w{1,80})\)")
 SIZED = frozenset({"native.pg_watchdog_timeout_dp"})  # the messages whose lines give the group's size
 _IN_GROUP = re.compile(r"\[PG ID \d{1,9} PG GUID \w{1,80}(?:\(\w{0,80}\))? Rank (\d{1,7})\]")
+_PG_ID = re.compile(r"\[PG (?:ID )?(\d{1,9})\b")
 _WORK = re.compile(r"OpType=(_?(?:REDUCE_?SCATTER|ALL_?GATHER)\w*), NumelIn=(\d{1,15}), NumelOut=(\d{1,15})")
 
 
@@ -26,6 +27,13 @@ def described(text: str) -> str | None:
     if m is None or m[1] == "undefined":  # torch's own word for a group created without a description
         return None
     return dimension_of(m[1]) or "other"
+
+
+def pg_id(text: str) -> int | None:
+    """The process group's number a watchdog line prints ("[PG 1 Rank 6]", "[PG ID 1 PG GUID ..."): torch numbers its
+    default group (the whole job) 0 and every group created after it from 1 (distributed_c10d.py)."""
+    m = _PG_ID.search(text)
+    return int(m[1]) if m else None
 
 
 def size(text: str) -> int | None:

@@ -248,12 +248,15 @@ def _normalised(chunks: Iterator[bytes], source: str, notes: list) -> Iterator[b
     line ends, a tool's progress output saved as is) has them read as line ends. Each says so in `notes`."""
     first = next(chunks, b"")
     encoding = next((name for bom, name in _BOMS if first.startswith(bom) and _wide(first, name)), None)
+    how = "it starts with that byte-order mark"
     if encoding == "utf-8":
         first, encoding = first[3:], None
+    elif encoding is None and (encoding := _utf16_without_mark(first)):
+        how = "no byte-order mark, but a zero byte beside every ASCII character"
     if encoding is not None:
         import codecs
 
-        notes.append(f"{esc(source)}: read as {encoding.upper()} (it starts with that byte-order mark)")
+        notes.append(f"{esc(source)}: read as {encoding.upper()} ({how})")
         decoder = codecs.getincrementaldecoder(encoding)("replace")
         chunks = (decoder.decode(c).encode("utf-8") for c in _chain(first, chunks))
         first = next(chunks, b"").removeprefix("\ufeff".encode())
@@ -272,6 +275,21 @@ def _wide(first: bytes, encoding: str) -> bool:
         return True
     sample = first[:4096]
     return sample.count(0) >= len(sample) * (0.4 if encoding.startswith("utf-32") else 0.1)
+
+
+def _utf16_without_mark(first: bytes) -> str | None:
+    """UTF-16 without a byte-order mark (Python's utf-16-le, some Windows tools; fuzzK K8): a log is mostly ASCII,
+    which UTF-16 writes with a zero byte after (LE) or before (BE) each character, and UTF-8 text holds no zero."""
+    sample = first[:4096]
+    half = len(sample) // 2
+    if half < 8:
+        return None
+    even, odd = sample[0:2 * half:2].count(0), sample[1:2 * half:2].count(0)
+    if odd >= 0.8 * half and even <= 0.05 * half:
+        return "utf-16-le"
+    if even >= 0.8 * half and odd <= 0.05 * half:
+        return "utf-16-be"
+    return None
 
 
 def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:

@@ -288,6 +288,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
             continue
         if not checked:
             _from_log_only(cause, rec, found, analysis.effective)
+            _fix_on_config(cause, analysis)
             continue
         if fid in found:
             cause.finding, cause.predicted, cause.how = found[fid], True, "the config analysis predicts it"
@@ -389,6 +390,10 @@ def _by_size(g: Group, sizes: dict, placed: tuple | None = None) -> tuple[str | 
         return None, ""
     dims = pg.matching(sizes, n)
     head = f"the collective's group has {n} ranks (NumelIn / NumelOut), and this config's groups are {pg.describe(sizes)}"
+    number = pg.pg_id(g.text)
+    if number and "world" in dims:  # not torch's default group (PG 0), whatever its size (evalN N4)
+        dims = [d for d in dims if d != "world"]
+        head += f"; the line's PG {number} is not the whole job's group (torch's default group is PG 0)"
     if placed is not None and len(dims) > 1:
         rank, k, where = placed
         fits = [d for d in dims if n not in where.get(d, {}) or k in where[d][n]]
@@ -405,7 +410,8 @@ def _by_size(g: Group, sizes: dict, placed: tuple | None = None) -> tuple[str | 
             " (the line names no group to tell them apart)" if len(others) > 1 else "")
     if "world" in dims:
         return "GROUP_COLLECTIVE_TIMEOUT", f"{head}: the whole job's (the default process group), no DP group's"
-    return None, f"{head}: none has {n} ranks; is the log of this config?"
+    none = "no group but the whole job's" if number and n in sizes.get("world", ()) else "none"
+    return None, f"{head}: {none} has {n} ranks; is the log of this config?"
 
 
 def _by_ep(ep: int, cp: int) -> tuple[str | None, str]:
@@ -446,6 +452,30 @@ def _from_log_only(cause: Cause, rec: dict, found: dict, effective: dict) -> Non
             cause.finding = replace(cause.finding, fix=findings.Shell(alt["fix"]))
             cause.how += "; the fix is the one the resolved config leaves"
             return
+
+
+def _fix_on_config(cause: Cause, analysis) -> None:
+    """A log-only cause's constant fix, proven on the run's config as resolve proves its own (with the fixes of the
+    warnings it brings in); where nothing settles it, the fix says what it brings instead of offering it (evalN N3:
+    ddp.overlap_grad_reduce=true on a config whose comm_overlap overwrites it)."""
+    from ..findings import proof
+    from ..run import schema
+
+    fix = dict(cause.finding.fix_overrides)
+    if not fix or cause.predicted:
+        return
+    # the same values where the config's comm_overlap section would overwrite a ddp/optimizer one (CommOverlapConfig)
+    owned = {f"comm_overlap.{k.partition('.')[2]}": v for k, v in fix.items()
+             if k.startswith(("ddp.", "optimizer.")) and k.partition(".")[2] in schema.COMM_OVERLAP}
+    candidates = [fix, {**fix, **owned}] if owned and analysis.state.request.comm_overlap is not None else [fix]
+    settled = proof.proven(analysis.state, cause.finding.id, candidates, knobs=list(cause.finding.knobs))
+    if settled:
+        if settled != fix:
+            cause.finding = replace(cause.finding, fix_overrides=settled, fix=findings.overrides_text(settled))
+        return
+    cause.finding = replace(cause.finding, fix_overrides={},
+                            fix=proof.unproven(analysis.state, [fix], shell("resolve --config with the change you mean")))
+    cause.how += "; its fix does not hold on this config"
 
 
 def _ruled_out_by(rec: dict, effective: dict) -> str:

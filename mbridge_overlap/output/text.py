@@ -373,7 +373,7 @@ def diagnosis(d: dict) -> str:
         lines.append(f"config: {cfg['from']} ({cfg['gpus']} GPUs){lacks}")
     if d.get("compare"):
         c = d["compare"]
-        change = "unknown (a log without iteration times past the first)" if c["change"] is None else f"{c['change'] * 100:+.1f}%"
+        change = _change_unknown(c) if c["change"] is None else f"{c['change'] * 100:+.1f}%"
         median = [("unknown" if side["median_ms"] is None else side["median_ms"]) for side in (c["before"], c["after"])]
         lines.append(f"compare: median ms per iteration {median[0]} -> {median[1]} ({change})")
         for ch in c.get("config_changes") or []:
@@ -513,3 +513,11 @@ def _bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f} {unit}"
     return f"{n} B"
+
+
+def _change_unknown(c: dict) -> str:
+    """Why compare has no change to show: which log has no iteration times past the first (fuzzK K7)."""
+    missing = [name for name in ("before", "after") if c[name]["median_ms"] is None]
+    if not missing:
+        return "no change to compute"
+    return f"no change to compute: the {' and the '.join(missing)} log {'have' if len(missing) > 1 else 'has'} no iteration times past the first"

@@ -270,7 +270,10 @@ def _brace_value(text: str, i: int, depth: int) -> tuple[Any, int]:
         while text[i] != "]":
             item, i = _brace_value(text, i, depth + 1)
             items.append(item)
-            i += text[i] == ","
+            if text[i] == ",":
+                i += 1
+            elif text[i] != "]":  # an item must end at "," or "]" (fuzzK K1: "[}" looped on the "}" for ever)
+                raise ValueError("a list item not followed by ',' or ']'")
         return items, i + 1
     found = _SCALAR_END.search(text, i)  # the nearest, so a long line is read once (three finds would rescan it)
     end = found.start() if found else len(text)
@@ -301,7 +304,7 @@ def _typed(raw: str) -> Any:
 
 def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
     if not name:
-        if _is_null(value):
+        if is_null(value):
             req.comm_overlap = None
             req.explicit["comm_overlap"] = None
             return
@@ -338,7 +341,7 @@ def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
 
 def _set_mixed_precision(req: Request, key: str, name: str, value: Any) -> None:
     if not name:
-        if _is_null(value):
+        if is_null(value):
             req.mixed_precision = None
         elif isinstance(value, str):
             req.release.mixed_precision(value.strip())  # validates the name
@@ -412,7 +415,7 @@ def _as_yaml_typed(key: str, value: Any) -> None:
     """A config file's value is what YAML makes of it: quoted digits or true/false are text, which Bridge's loader
     (instantiate) hands to the dataclass as they are, not an integer or a bool; refused for every such field alike
     (fuzzF F16). A command line's KEY=VALUE is text and is converted."""
-    if not isinstance(value, str) or _is_null(value):
+    if not isinstance(value, str) or is_null(value):
         return
     section, _, name = key.partition(".")
     fields = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP, "mixed_precision": schema.MIXED_PRECISION}
@@ -433,7 +436,8 @@ def quoted_in_file(key: str, value: Any, want: str) -> UsageError:
 _YAML_TEXT_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)[eE][+-]?\d+|[+-]?\.?(?:nan|inf|infinity)|0o[0-7]+", re.I)
 
 
-def _is_null(value: Any) -> bool:
+def is_null(value: Any) -> bool:
+    """Null as the request reads it: None, or the text null, none or ~."""
     return value is None or (isinstance(value, str) and value.strip().lower() in _NULLS)
 
 

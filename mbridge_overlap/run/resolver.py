@@ -14,6 +14,8 @@ import enum
 
 
 from . import given, layers, layout, schema
+from .. import safeio
+from ..safeio import MAX_GPUS
 from ..upstream import releases
 from dataclasses import dataclass, field
 from .request import Request
@@ -528,8 +530,10 @@ def validate_cp_comm_type(state: State) -> None:
                 "contains 'a2a+p2p'. Without it, CP communication is silently disabled and each rank attends only to its "
                 "local chunk, producing artificially high throughput but broken training.", where)
     elif sizes and math.prod(sizes) != cp:
+        product = math.prod(sizes)  # shown as Bridge words it, a product past any world size said so (fuzzK K2)
+        shown = product if abs(product) <= MAX_GPUS else f"a number past {MAX_GPUS:,}"
         _reject(state, "CP_HIERARCHICAL_SIZES_INVALID", f"Product of hierarchical_context_parallel_sizes "
-                f"[{', '.join(map(str, sizes))}] (={math.prod(sizes)}) must equal context_parallel_size (={cp}).", where)
+                f"{safeio.shown(sizes)} (={shown}) must equal context_parallel_size (={cp}).", where)
 
 
 def validate_packing(state: State) -> None:

@@ -14,7 +14,6 @@ unattributed, as does a point-to-point kernel with no group (P2P is typical of P
 
 from __future__ import annotations
 
-import functools
 import re
 
 from ..upstream.groups import DIMENSIONS, dimension_of as _dimension_of
@@ -26,19 +25,19 @@ _NO_DESCRIPTION = ("", "undefined")
 P2P = ("SendRecv", "Send", "Recv")
 
 
-def _ranks(value) -> tuple[int, ...] | None:
+def _ranks(value, memo: dict | None = None) -> tuple[int, ...] | None:
+    """A group's ranks (a list, or the text a kernel records); a text is read once per distinct text where `memo`
+    (one trace's) is given: fuzzJ J1, every kernel of a group carries the same string, re-read for each it cost
+    kernels x its length; fuzzK K3, a cache of 1,024 texts was defeated by 1,025 groups. The trace bounds it."""
     if isinstance(value, list):
         return _rank_tuple(value)
-    if isinstance(value, str):
-        return _ranks_of_text(value)
-    return None
-
-
-@functools.lru_cache(maxsize=1024)
-def _ranks_of_text(value: str) -> tuple[int, ...] | None:
-    """Once per distinct text (fuzzJ J1: every kernel of a group carries the same string, re-read for each it cost
-    kernels x its length; the reader shares one string per group, whose hash Python keeps)."""
-    return _rank_tuple(re.findall(r"-?\d+", value))
+    if not isinstance(value, str):
+        return None
+    if memo is None:
+        return _rank_tuple(re.findall(r"-?\d+", value))
+    if value not in memo:
+        memo[value] = _rank_tuple(re.findall(r"-?\d+", value))
+    return memo[value]
 
 
 def _rank_tuple(items) -> tuple[int, ...] | None:
@@ -56,6 +55,7 @@ class GroupTable:
         self.by_name: dict[str, str] = {}
         self.by_ranks: dict[tuple[int, ...], set[str]] = {}
         self.ranks_by_name: dict[str, tuple[int, ...]] = {}
+        self.memo: dict[str, tuple[int, ...] | None] = {}  # a kernel's ranks text, read once per distinct text
         for pg in pg_config if isinstance(pg_config, list) else ():
             if isinstance(pg, dict) and (named := _ranks(pg.get("ranks"))):
                 self.ranks_by_name[str(pg.get("pg_name"))] = named
@@ -73,7 +73,7 @@ class GroupTable:
         name = group.get("Process Group Name")
         if name is not None and self.by_name.get(str(name), "") not in _NO_DESCRIPTION:
             return self.by_name[str(name)]
-        known = self.by_ranks.get(_ranks(group.get("Process Group Ranks")) or (), set()) - set(_NO_DESCRIPTION)
+        known = self.by_ranks.get(_ranks(group.get("Process Group Ranks"), self.memo) or (), set()) - set(_NO_DESCRIPTION)
         if len(known) == 1:
             return next(iter(known))
         return desc if isinstance(desc, str) and desc else None
@@ -84,7 +84,7 @@ def by_layout(group: dict, table: "GroupTable", layout: dict | None) -> tuple[st
     are one dimension's group in the run's layout (upstream.groups.by_ranks), None otherwise."""
     if not layout:
         return None
-    ranks = _ranks(group.get("Process Group Ranks"))
+    ranks = _ranks(group.get("Process Group Ranks"), table.memo)
     if ranks is None and group.get("Process Group Name") is not None:
         ranks = table.ranks_by_name.get(str(group.get("Process Group Name")))
     dim = layout.get(ranks) if ranks else None

@@ -105,26 +105,27 @@ s = json.loads(sys.argv[2])
 cfg = TransformerConfig(num_layers=2, hidden_size=s["hidden_size"], ffn_hidden_size=s["ffn_hidden_size"],
                         num_attention_heads=s["num_attention_heads"], num_query_groups=s["num_query_groups"],
                         gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, normalization="RMSNorm",
-                        use_cpu_initialization=True, init_model_with_meta_device=True)
+                        qk_layernorm=s["qk_layernorm"], use_cpu_initialization=True, init_model_with_meta_device=True)
 with torch.device("meta"):
-    model = GPTModel(cfg, get_gpt_layer_local_spec(), vocab_size=s["vocab_size"], max_sequence_length=8192,
+    model = GPTModel(cfg, get_gpt_layer_local_spec(qk_layernorm=s["qk_layernorm"]), vocab_size=s["vocab_size"], max_sequence_length=8192,
                      position_embedding_type="rope", share_embeddings_and_output_weights=False)
 print(json.dumps([p.numel() for _, p in model.named_parameters()]))
 """
 
 
-def test_a_stage_s_parameters_are_megatron_cores_in_order():
+@pytest.mark.parametrize("given", [{}, {"qk_layernorm": True}])
+def test_a_stage_s_parameters_are_megatron_cores_in_order(given):
     """Megatron-Core's GPT model built on the meta device (no memory; in a process of its own, which a process group
     needs) with the local layer spec, Transformer Engine's needing CUDA: the weights in registration order and the
     total element count (TE fuses the input norms into linear_qkv and linear_fc1, where the local spec keeps them
-    apart: the same tensors, the norms elsewhere)."""
+    apart: the same tensors, the norms elsewhere); with Qwen3's per-head query and key norms too (evalN N5)."""
     import dataclasses
     import json
     import socket
     import subprocess
     import sys
 
-    sh, _ = shapes.of("llama3_8b", {})
+    sh, _ = shapes.of("llama3_8b", given)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])

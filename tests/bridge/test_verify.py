@@ -160,3 +160,21 @@ def test_verify_sh_asks_bridge_env_again_only_when_what_it_reads_changed(tmp_pat
     assert ask(MBRIDGE_PYTHON=sys.executable)  # a variable it reads
     stamp.write_text(f"{'0' * 32} {python}")
     assert ask()  # a key that is not today's
+
+
+def test_a_hostile_snippet_is_reported_escaped_and_a_non_utf8_one_refused(tmp_path, capsys):
+    """fuzzK K5: a snippet's exception text reached the terminal raw (an OSC retitles it, ESC[2J clears it), and a
+    snippet file that is not UTF-8 was a traceback with exit 1."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "python.py").write_text('raise ValueError("\\x1b]0;PWN\\x07\\x1b[2J boom")\n')
+    report = run("--skip-suites", "--snippets", raw)
+    assert "\x1b" in next(c["detail"] for c in report["checks"] if c["check"].startswith("apply python"))  # the JSON keeps it
+    text = verify.human(report)
+    assert "boom" in text and "\x1b" not in text and "\x07" not in text
+    assert "\x1b" not in capsys.readouterr().err
+    binary = tmp_path / "binary"
+    binary.mkdir()
+    (binary / "python.py").write_bytes(b'x = "\xff\xfe"\n')
+    with pytest.raises(verify.UsageError, match="not UTF-8"):
+        run("--skip-suites", "--snippets", binary)

@@ -40,7 +40,6 @@ def test_a_group_s_ranks_are_read_once_however_many_kernels_share_them(tmp_path,
 
     attribution_re = attribution.re
     monkeypatch.setattr(attribution, "re", Counting())
-    attribution._ranks_of_text.cache_clear()
     report = api.trace([_shared_ranks_trace(tmp_path / "t.json", 20_000, 400)]).to_dict()
     assert report["ranks"] and len(calls) <= 2, len(calls)
 
