@@ -742,10 +742,11 @@ def _quantized(lay, name: str, chunk: int, layers: int) -> bool:
     return not (number < start or total is not None and number >= total - end)
 
 
-def _bucket_groups(lay, chunk, size, distopt, group, tied, quantized=None) -> list[list[tuple[int, float]]]:
+def _bucket_groups(lay, chunk, size, distopt, group, tied, quantized) -> list[list[tuple[int, float]]]:
     """A model chunk's bucket groups in the order backward fills them, each a list of (elements, bytes an element
     its all-gather moves) of its buckets. With quantized weights they are a buffer of their own, each of its buckets a
-    group, and every other bucket joins the last group (param_and_grad_buffer.partition_buckets)."""
+    group, and every other bucket joins the last group (param_and_grad_buffer.partition_buckets). quantized(name):
+    whether a parameter's storage is quantized (_quantized: TE's GEMM weights, not the layers kept in BF16)."""
     d = lay.ddp
 
     def spans(ps):
@@ -754,7 +755,6 @@ def _bucket_groups(lay, chunk, size, distopt, group, tied, quantized=None) -> li
                                                      pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")),
                                                      alone=alone)] if ps else []
 
-    quantized = quantized or (lambda name: bool(lay.quantized and QUANTIZED_WEIGHT.search(name)))
     weights = spans([p for p in chunk if quantized(p[0])])
     rest = spans([p for p in chunk if not quantized(p[0])])
     if not weights:
