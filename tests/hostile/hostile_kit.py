@@ -97,3 +97,19 @@ def assert_one_line(proc) -> None:
 def assert_clean_stderr(proc) -> None:
     err = proc.stderr.decode("utf-8", "replace")
     assert "Traceback" not in err and not CONTROL.search(err.replace("\n", "")), err
+
+
+def count_findall(monkeypatch, module) -> list:
+    """Count the module's re.findall calls (each appends to the list returned): how often a text is parsed."""
+    calls, real = [], module.re
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def findall(self, *args):
+            calls.append(1)
+            return real.findall(*args)
+
+    monkeypatch.setattr(module, "re", Counting())
+    return calls

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from hostile_kit import ROOT, assert_one_line, run_cli
+from hostile_kit import ROOT, assert_one_line, count_findall, run_cli
 
 from mbridge_overlap import UsageError, api
 from mbridge_overlap.run import request
@@ -50,18 +50,7 @@ def test_a_trace_of_more_groups_than_a_cache_holds_reads_each_ranks_text_once(tm
                for i in range(kernels)]
     path = tmp_path / "cycling.json"
     path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": events}))
-    calls = []
-    real = attribution.re
-
-    class Counting:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        def findall(self, *args):
-            calls.append(1)
-            return real.findall(*args)
-
-    monkeypatch.setattr(attribution, "re", Counting())
+    calls = count_findall(monkeypatch, attribution)
     api.trace([path]).to_dict()
     assert 0 < len(calls) <= groups
 

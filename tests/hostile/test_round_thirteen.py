@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from hostile_kit import ROOT, run_cli
+from hostile_kit import ROOT, count_findall, run_cli
 
 from mbridge_overlap import api
 from mbridge_overlap.diagnose import fuzzy
@@ -28,18 +28,7 @@ def _shared_ranks_trace(path, ranks: int, kernels: int):
 
 def test_a_group_s_ranks_are_read_once_however_many_kernels_share_them(tmp_path, monkeypatch):
     # J1: the ranks string was parsed once per kernel (and again under --config): 852 KB took 44 s
-    calls = []
-
-    class Counting:
-        def __getattr__(self, name):
-            return getattr(attribution_re, name)
-
-        def findall(self, *args):
-            calls.append(1)
-            return attribution_re.findall(*args)
-
-    attribution_re = attribution.re
-    monkeypatch.setattr(attribution, "re", Counting())
+    calls = count_findall(monkeypatch, attribution)
     report = api.trace([_shared_ranks_trace(tmp_path / "t.json", 20_000, 400)]).to_dict()
     assert report["ranks"] and len(calls) <= 2, len(calls)
 
