@@ -597,3 +597,45 @@ def test_a_config_s_architecture_the_budget_does_not_model_is_named(tmp_path):
     assert said(ROOT / "tests/data/run_configs/baseline.yaml") == []
     (line,) = said(mla)
     assert "model.multi_latent_attention=true" in line and "model.moe_layer_freq=[0, 1, 1]" in line
+
+
+def _dp_reduce(mbs: int, gpus: int = 64) -> tuple:
+    b = api.budget({"model.tensor_model_parallel_size": 4, "model.sequence_parallel": True, "model.seq_length": 2048,
+                    "dataset.seq_length": 2048, "train.global_batch_size": 64, "train.micro_batch_size": mbs},
+                   model="llama3_8b", gpus=gpus).to_dict()
+    (c,) = [c for c in b["budget"]["collectives"] if c["dimension"] == "dp" and c["collective"] == "reduce_scatter"]
+    return c, {f["id"]: f for f in b["budget"]["findings"]}
+
+
+def test_what_worth_findings_advise_is_what_the_budget_s_own_numbers_show():
+    """evalO O4: WORTH_OVERLAP_CANNOT_PAY advised fewer GPUs per DP group, which hides nothing more (35.8 ms at 64, 32
+    and 16 GPUs); the remedy it gives now does: a larger micro-batch hides more of the same buckets."""
+    small, found = _dp_reduce(1)
+    assert "WORTH_OVERLAP_CANNOT_PAY" in found and "larger micro-batch" in found["WORTH_OVERLAP_CANNOT_PAY"]["fix"]
+    assert "fewer GPUs" not in found["WORTH_OVERLAP_CANNOT_PAY"]["fix"]
+    assert _dp_reduce(1, gpus=16)[0]["hidden_ms"] == small["hidden_ms"]  # what it no longer says
+    large, _ = _dp_reduce(2)
+    assert large["bytes"] == small["bytes"] and large["hidden_ms"] > 1.5 * small["hidden_ms"]
+
+
+def test_a_tp_overlap_that_leaves_much_exposed_is_not_said_to_queue():
+    """recheck48 R1: WORTH_OVERLAP_PARTLY_HIDDEN said TP's collectives queue and that more micro-batches shrink their
+    share; the budget hides each TP collective behind its own GEMM, paid per micro-batch: DP's buckets only."""
+    b = api.budget({"model.tensor_model_parallel_size": 8, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True,
+                    "model.seq_length": 2048, "dataset.seq_length": 2048, "train.global_batch_size": 32,
+                    "train.micro_batch_size": 1}, model="llama3_8b", gpus=16).to_dict()
+    tp = [c for c in b["budget"]["collectives"] if c["dimension"] == "tp" and c["setting"]]
+    assert sum(c["exposed_ms"] for c in tp) > 0.05 * b["budget"]["iteration_ms"]  # large enough to have been named
+    assert "WORTH_OVERLAP_PARTLY_HIDDEN" not in {f["id"] for f in b["budget"]["findings"]}
+
+
+def test_a_known_model_s_provider_dispatcher_is_the_one_priced():
+    """recheck48 R6: budget --model qwen3_30b_a3b priced the recipe baseline's allgather dispatcher (and said it
+    prices it as the alltoall, which it is not); Bridge's Qwen3-MoE provider sets alltoall, which the budget now prices
+    and says; a dispatcher the run sets itself stays the run's."""
+    over = {"model.expert_model_parallel_size": 8, "model.seq_length": 4096, "dataset.seq_length": 4096, "train.global_batch_size": 64}
+    said = api.budget(over, model="qwen3_30b_a3b", gpus=64).to_dict()["budget"]["assumptions"]
+    assert any("alltoall token dispatcher Bridge's provider for qwen3_30b_a3b sets" in a for a in said)
+    assert not any("allgather token dispatcher" in a for a in said)
+    own = api.budget({**over, "model.moe_token_dispatcher_type": "allgather"}, model="qwen3_30b_a3b", gpus=64).to_dict()
+    assert any("allgather token dispatcher" in a for a in own["budget"]["assumptions"])

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from mbridge_overlap import api
-from mbridge_overlap.budget.estimate import spans_domains
+from mbridge_overlap.budget.estimate import fewest_local, spans_domains
 
 
 def _groups(tp, cp, dp, pp, dim):
@@ -36,6 +36,29 @@ def test_a_dimension_crosses_where_some_group_of_it_does(tp, cp, dp, pp, domain)
     for dim, stride, size in (("tp", 1, tp), ("cp", tp, cp), ("dpcp", tp, cp * dp), ("pp", tp * cp * dp, pp)):
         crosses = any(len({r // domain for r in g}) > 1 for g in _groups(tp, cp, dp, pp, dim))
         assert spans_domains(lay, stride, size) == crosses, (dim, tp, cp, dp, pp, domain)
+
+
+@pytest.mark.parametrize("tp, cp, dp, pp, domain", [(1, 1, 32, 8, 72), (8, 1, 18, 1, 36), (2, 4, 4, 4, 72), (1, 2, 16, 2, 36)])
+def test_the_fewest_ranks_a_group_has_in_one_domain_are_counted_over_every_group(tp, cp, dp, pp, domain):
+    lay = SimpleNamespace(tp=tp, cp=cp, dp=dp, pp=pp, domain=domain)
+    for dim, stride, size in (("tp", 1, tp), ("cp", tp, cp), ("dpcp", tp, cp * dp), ("pp", tp * cp * dp, pp)):
+        fewest = min(min(sum(1 for r in g if r // domain == x // domain) for x in g) for g in _groups(tp, cp, dp, pp, dim))
+        assert fewest_local(lay, stride, size) == fewest, (dim, tp, cp, dp, pp, domain)
+
+
+def test_an_all_to_all_of_a_group_across_two_domains_is_priced_by_its_worst_placed_rank():
+    """evalO O1: 256 GB200 at EP 32 (domains of 72): ranks 64-95 are an EP group with 8 ranks in one domain and 24 in
+    the next; the all-to-all was labelled network and priced as if all 32 shared a domain (the 64-GPU domain's time)."""
+    recipe = "qwen3_235b_a22b_pretrain_256gpu_gb200_fp8cs_config"
+
+    def ep(domain):
+        b = api.budget(recipe=recipe, machine_facts={"nvlink_domain": domain}).to_dict()["budget"]
+        (c,) = [c for c in b["collectives"] if c["dimension"] == "ep"]
+        return c, b["assumptions"]
+
+    (inside, _), (across, said) = ep(64), ep(72)
+    assert (inside["link"], across["link"]) == ("nvlink", "network") and across["ms"] > 2 * inside["ms"]
+    assert any("as few as 8 ranks in one NVLink domain of 72" in a for a in said)
 
 
 def test_the_budget_prices_a_group_across_a_rack_boundary_at_the_network():

@@ -155,3 +155,20 @@ def test_a_log_of_a_check_the_config_cannot_fail_is_left_out():
                       overrides={"comm_overlap.tp_comm_overlap": False, "comm_overlap.overlap_param_gather": False})
     assert d["causes"] == [] and any(n.startswith("PARAM_GATHER_NEEDS_GRAD_REDUCE left out") for n in d["notes"])
     assert d_off["causes"] == [] and any("ddp.overlap_param_gather=false" in n for n in d_off["notes"])
+
+
+MPI_CRASH = "[rank0]: *** An error occurred in MPI_Init_thread\n[rank0]: *** on a NULL communicator\n"
+
+
+def test_a_log_only_fix_the_config_already_runs_is_not_offered():
+    """recheck48 R4: the MPI bootstrap crash offered comm_overlap.tp_comm_bootstrap_backend=nccl, which the config
+    already ran (and with TP overlap off no userbuffers are bootstrapped at all)."""
+    on = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}
+    assert _resolve(on, 8).effective["model"]["tp_comm_bootstrap_backend"] == "nccl"
+    (cause,) = _diagnose(MPI_CRASH, recipe=RECIPE, overrides=on, gpus=8)["causes"]
+    assert cause["id"] == "UB_MPI_BOOTSTRAP_FAILED" and cause["fix_overrides"] == {}
+    assert "already runs" in cause["fix"] and "is the log of this config?" in cause["fix"]
+    off = _diagnose(MPI_CRASH, recipe=RECIPE, overrides={**on, "comm_overlap.tp_comm_overlap": False}, gpus=8)
+    assert off["causes"] == [] and any(n.startswith("UB_MPI_BOOTSTRAP_FAILED left out") for n in off["notes"])
+    mpi = _diagnose(MPI_CRASH, recipe=RECIPE, overrides={**on, "comm_overlap.tp_comm_bootstrap_backend": "mpi"}, gpus=8)
+    assert mpi["causes"][0]["fix_overrides"] == {"comm_overlap.tp_comm_bootstrap_backend": "nccl"}

@@ -24,3 +24,13 @@ def test_flat_recipe_releases_have_one_launcher():
     layout = launch_env.Layout(gpu="b200")
     why = next(w for k, v, w in launch_env.rules(releases.get("0.6.2"), layout) if k == "CUDA_DEVICE_MAX_CONNECTIONS")
     assert "perf_plugins.py" not in why
+
+
+def test_the_sm100_gpus_are_the_release_s():
+    """recheck48 R5: v0.5.0's perf launcher leaves vr200 out of its SM100 list (perf_plugins.py: gpu_sm100_or_newer);
+    v0.5.1 has it. On 0.5.0 a vr200 with TP 2 takes the Hopper rule's 1, and no note says 32."""
+    vr200 = launch_env.Layout(tp=2, dp=4, gpu="vr200")
+    for version, want in (("0.5.0", "1"), ("0.5.1", "32")):
+        value, why = next((v, w) for k, v, w in launch_env.rules(releases.get(version), vr200) if k == "CUDA_DEVICE_MAX_CONNECTIONS")
+        assert value == want and "every sm100 GPU" not in why, version
+    assert "vr200" not in launch_env.sm100_gpus(releases.get("0.5.0")) and "vr200" in launch_env.sm100_gpus(releases.get("0.5.1"))

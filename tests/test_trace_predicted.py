@@ -178,3 +178,44 @@ def test_ranks_two_dimensions_share_in_the_layout_place_nothing(tmp_path):
     traces = _undescribed(tmp_path, "[0, 2]")
     over = {**LAYOUT, "model.context_parallel_size": 2}
     assert _dims(api.trace([traces], recipe=RECIPE, gpus=8, overrides=over).to_dict()) == {"unattributed"}
+
+
+def test_the_placed_kernels_note_counts_the_kernels_in_the_totals(tmp_path):
+    """evalO O6: the note counted the last step's kernels too, which the totals leave out (as HTA does)."""
+    d = api.trace([_undescribed(tmp_path, "[0, 2]")], recipe=RECIPE, gpus=8, overrides=LAYOUT).to_dict()
+    rank = d["ranks"][0]
+    (note,) = [n for n in rank["notes"] if "counted as that dimension's" in n]
+    counted = next(x["kernels"] for x in rank["dimensions"] if x["dimension"] == "dp")
+    assert note.startswith(f"{counted:,} communication kernels") and counted == 2  # three steps, the last left out
+
+
+def test_traffic_of_a_dimension_the_config_has_none_of_gives_no_ratio(tmp_path):
+    """evalO O3: the trace's own groups showed pipeline traffic, the config had PP 1, and a DP ratio was given."""
+    b = TraceBuilder(rank=0, world_size=8)
+    for i in range(3):
+        t = 1000 * i
+        b.step(i + 1, t, t + 1000)
+        b.kernel("sm90_gemm", t, t + 400)
+        b.kernel(nccl("AllReduce"), t + 400, t + 450, stream=21, **{"Process Group Description": "DATA_PARALLEL_GROUP"})
+        b.kernel(nccl("SendRecv"), t + 450, t + 500, stream=22, **{"Process Group Description": "PIPELINE_MODEL_PARALLEL_GROUP"})
+    b.write(tmp_path / "rank-0.json.gz")
+    flat = {**LAYOUT, "model.pipeline_model_parallel_size": 1}
+    p = api.trace([tmp_path], recipe=RECIPE, gpus=8, overrides=flat).to_dict()["predicted"]
+    assert all(r["exposed_ratio"] is None for r in p["dimensions"])
+    assert any("ran PP communication" in n for n in p["notes"])
+    staged = api.trace([tmp_path], recipe=RECIPE, gpus=8, overrides=LAYOUT).to_dict()["predicted"]
+    assert not any("ran PP communication" in n for n in staged["notes"])
+
+
+def test_peer_to_peer_copies_are_counted_in_a_note(tmp_path):
+    """evalO O2: TE's ring-exchange TP overlap copies its chunks with the copy engine (Memcpy PtoP, memory to the
+    HTA rules): the TP figures leave them out, without a word."""
+    b = TraceBuilder(rank=0, world_size=8)
+    for i in range(3):
+        t = 1000 * i
+        b.step(i + 1, t, t + 1000)
+        b.kernel("sm90_gemm", t, t + 400)
+        b.kernel("Memcpy PtoP (Device -> Device)", t + 100, t + 300, stream=20)
+    b.write(tmp_path / "rank-0.json.gz")
+    (note,) = [n for n in api.trace([tmp_path]).to_dict()["ranks"][0]["notes"] if "Memcpy PtoP" in n]
+    assert note.startswith("2 peer-to-peer copies (Memcpy PtoP) in the totals") and "400 us" in note

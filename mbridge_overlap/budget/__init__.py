@@ -34,15 +34,33 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
             "overrides: " + ", ".join(f"model.{k}" for k in sorted(overridden)) if overridden else "",
             "given: " + ", ".join(sorted(shape)) if shape else ""]
     lay = estimate.layout_of(state, sc.machine, peft)
+    lay, provided = _provider_dispatcher(lay, sc, model)
     sh, origin = shapes.of(model, given, "; ".join(s for s in said if s) or None, fits=lambda values: _fits(values, lay))
     sysinfo = system.get(sc.gpu, domain=lay.domain)
     if efficiency is not None:  # tools/check_budget.py fits it
         sysinfo = system.System(sysinfo.name, {**sysinfo.record, "efficiency": {"value": efficiency}}, lay.domain)
     budget = estimate.estimate(lay, sh, sysinfo, origin)
-    budget.assumptions += tuple(shapes.unmodelled(_model_fields(sc)))
+    budget.assumptions += tuple(shapes.unmodelled(_model_fields(sc))) + provided
     budget.flips = flips.check(state, {k: v for k, v in lay.settings.items() if k in budget.flipped})
     budget.findings = worth.check(budget)
     return budget
+
+
+def _provider_dispatcher(lay, sc, model: str | None) -> tuple:
+    """The token dispatcher a known model's Bridge provider sets, where no recipe, config or override sets one: the
+    run from its checkpoint gets it, the recipe baseline's model does not (recheck48 R6: the budget priced Qwen3-MoE
+    as the baseline's allgather dispatcher, which the provider's alltoall is not)."""
+    from dataclasses import replace
+
+    from ..run import layers
+
+    provider = layers.model_provider(model)
+    value = provider.get("fields", {}).get("model.moe_token_dispatcher_type")
+    if value is None or sc.request.recipe is not None or value == lay.dispatcher \
+            or sc.request.origin.get("model.moe_token_dispatcher_type") in ("override", "config"):
+        return lay, ()
+    return replace(lay, dispatcher=value), (f"EP: the {value} token dispatcher Bridge's provider for {model} sets "
+                                            f"({provider['source']}), not the recipe baseline model's {lay.dispatcher}",)
 
 
 def _model_fields(sc) -> dict:

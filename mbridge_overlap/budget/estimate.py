@@ -5,6 +5,7 @@ spread the sources allow; the assumptions are listed with the result."""
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 import re
@@ -47,8 +48,10 @@ ASSUMPTIONS = (
     "first_last_layers_bf16 keeps in BF16 among those others (their TP all-gathers and GEMMs are costed in the run's "
     "precision)",
     "the optimizer step, data loading and kernel launch gaps are not counted",
-    "the vocabulary as the model config sets it: Bridge's setup pads it (to a multiple of make_vocab_size_divisible_by x "
-    "TP) only where the tokenizer gives it (training/setup.py _validate_and_set_vocab_size)",
+    "the vocabulary as the model's config sets it; Bridge's setup replaces it by the tokenizer's, padded to a multiple "
+    "of make_vocab_size_divisible_by x TP, where the model sets none or tokenizer.use_tokenizer_vocab_size is on "
+    "(training/setup.py _validate_and_set_vocab_size; Bridge 0.6's library pretrain recipes turn it on in "
+    "_pretrain_common, so their shipped runs, with a stand-in tokenizer, have that tokenizer's vocabulary, not this one)",
 )
 PEFT_ASSUMPTION = (
     "PEFT: the base weights are frozen (Bridge's freeze_model), so Transformer Engine runs no wgrad GEMM for them "
@@ -395,6 +398,13 @@ def _not_modelled(lay: Layout, shape) -> tuple:
         out += (f"EP: the flex dispatcher (DeepEP, HybridEP) sends a token once to each EP rank that holds one of its "
                 f"experts: {copies_per_token(lay, shape):.2f} ranks of its top-{shape.moe_router_topk} under uniform routing "
                 "(a skewed router sends more or fewer); priced at the all-to-all's bus bandwidth, not DeepEP's own kernels'",)
+    if shape.moe and lay.ep > 1 and spans_domains(lay, lay.etp, lay.ep):
+        local = fewest_local(lay, lay.etp, lay.ep)
+        if local < min(lay.domain, lay.ep):
+            out += (f"EP: with ranks placed in Megatron-Core's order, an EP group of {lay.ep} has as few as {local} ranks in one "
+                    f"NVLink domain of {lay.domain} GPUs: that rank's all-to-all sends {lay.ep - local} of {lay.ep} parts over the "
+                    "network, which sets the time; where the job is placed so that each EP group lies in one domain (Slurm "
+                    "segments: the user's, scripts/performance/README.md), --nvlink-domain with the GPUs a segment holds prices that",)
     if shape.moe and lay.ep > 1 and lay.dispatcher == "allgather":
         out += ("EP: the allgather token dispatcher (all-gather and reduce-scatter over the expert-TP x EP group) is "
                 "priced as the alltoall dispatcher's all-to-all, which it is not: its EP times are the alltoall's",)
@@ -487,6 +497,19 @@ def spans_domains(lay: Layout, stride: int, size: int) -> bool:
             if first // lay.domain != (first + (size - 1) * stride) // lay.domain:
                 return True
     return False
+
+
+def fewest_local(lay: Layout, stride: int, size: int) -> int:
+    """The fewest ranks of one group (`size` ranks `stride` apart, as spans_domains places them) that lie in the NVLink
+    domain of one of its ranks: an all-to-all sends the rest of that rank's bytes over the network (evalO O1: a 32-rank
+    EP group with 8 ranks in one 72-GPU domain and 24 in the next was priced as if all 32 shared one)."""
+    world, extent = lay.tp * lay.cp * lay.dp * lay.pp, stride * size
+    fewest = size
+    for base in range(0, min(world, math.lcm(lay.domain, extent)), extent):
+        for first in range(base, base + stride):
+            domains = collections.Counter((first + j * stride) // lay.domain for j in range(size))
+            fewest = min(fewest, min(domains.values()))
+    return fewest
 
 
 def _link(lay: Layout, stride: int, size: int) -> str:
@@ -876,7 +899,7 @@ def _ep(lay, shape, system, layers, m, tokens, layer_fwd, again) -> list:
     local = tokens // lay.cp // (lay.tp if lay.sp else 1)
     size = round(local * copies_per_token(lay, shape) * shape.hidden_size * ACT_BYTES)
     link = _link(lay, lay.etp, lay.ep)  # the expert grid's order: tp-ep-dp-pp, TP the expert TP
-    one = system.seconds("all_to_all", size, lay.ep, link)
+    one = system.seconds("all_to_all", size, lay.ep, link, fewest_local(lay, lay.etp, lay.ep) if link == "network" else None)
     count = round((4 + 2 * (again["layer"] + again["mlp"])) * layers * m)  # dispatch and combine, forward (again where recomputed) and backward
     total = one * count
     on = lay.settings["overlap_moe_expert_parallel_comm"]

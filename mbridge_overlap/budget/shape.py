@@ -250,8 +250,9 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
     """(name, elements, expert) of each parameter of a pipeline stage on one rank, in registration order (Megatron-Core's
     GPT model with Transformer Engine's layer spec): embedding, then per layer the projection, QKV (with its fused
     norm), MLP (fc1 with its fused norm, fc2), then the final norm and output layer. The vocabulary is split across
-    TP as the model config sets it (Bridge's setup pads it to a multiple of make_vocab_size_divisible_by x TP only where
-    the tokenizer gives it: training/setup.py _validate_and_set_vocab_size); rotary embeddings have no parameters."""
+    TP as the model config sets it (Bridge's setup uses the tokenizer's, padded to a multiple of
+    make_vocab_size_divisible_by x TP, where the model sets none or tokenizer.use_tokenizer_vocab_size is on:
+    training/setup.py _validate_and_set_vocab_size); rotary embeddings have no parameters."""
     h = shape.hidden_size
     vocab = -(-shape.vocab_size // tp)
     out = []

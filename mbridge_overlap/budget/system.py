@@ -49,13 +49,14 @@ class System:
             return moved / (moved / (peak * 1e9) + overhead(size)) / 1e9
         return self.record["nvlink"]["all_reduce" if collective == "all_reduce" else "other"]["value"] * _fraction(size)
 
-    def seconds(self, collective: str, size: int, group: int, link: str) -> float:
-        """One collective of a `size`-byte buffer over `group` ranks."""
+    def seconds(self, collective: str, size: int, group: int, link: str, local: int | None = None) -> float:
+        """One collective of a `size`-byte buffer over `group` ranks; local: for an all-to-all across the network, the
+        fewest of a group's ranks that share an NVLink domain with one of them (the slowest rank sets its time)."""
         if group < 2 or size <= 0:
             return 0.0
         if collective == "all_to_all" and link == "network":
             # each rank sends to every other: the part for ranks in its own NVLink domain does not cross the network
-            domain = min(self.domain, group)
+            domain = min(self.domain, group) if local is None else local
             nvlink = size * (domain - 1) / group / (self.busbw(collective, size, "nvlink") * 1e9)
             return max(nvlink, size * (group - domain) / group / (self.record["network"]["value"] * 1e9) + overhead(size))
         moved = size * FACTOR[collective](group)

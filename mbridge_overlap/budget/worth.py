@@ -21,6 +21,14 @@ _FIRST_CHUNK = {
 }
 
 
+# What gives a collective more compute beside it: DP's buckets are the model's whatever the split (a smaller split
+# grows both), the other dimensions' messages are a layer's activations (a smaller split grows only the compute)
+_MORE_COMPUTE = {
+    "dp": "a larger micro-batch or sequence (the backward and forward beside the buckets grow, the buckets do not)",
+    "split": "a larger micro-batch or sequence, or a smaller split of that dimension (more of each layer's work on each GPU)",
+}
+
+
 def check(budget) -> list:
     it = budget.iteration_s
     if it <= 0:
@@ -46,12 +54,13 @@ def check(budget) -> list:
                                      bucket=_mib(item.last_bytes)))
         elif item.hidden < HALF * (item.seconds - (item.last if item.first_chunk else 0.0)):
             out.append(findings.make("WORTH_OVERLAP_CANNOT_PAY", setting=item.setting, what=f"{item.dimension.upper()} {item.collective}",
-                                     hidden=_ms(item.hidden), ms=_ms(item.seconds), pct=_pct(exposed, it)))
-        elif exposed >= LARGE * it:  # it pays, but collectives queue behind each other past the compute beside them
+                                     hidden=_ms(item.hidden), ms=_ms(item.seconds), pct=_pct(exposed, it),
+                                     remedy=findings.Shell(_MORE_COMPUTE["dp" if item.dimension == "dp" else "split"])))
+        elif item.dimension == "dp" and exposed >= LARGE * it:  # it pays, but buckets queue past the compute beside them
             part = f"; {_ms(item.last)} of it {'model chunk 0' if item.first_chunk else 'the last bucket'}'s" if item.last else ""
             out.append(findings.make("WORTH_OVERLAP_PARTLY_HIDDEN", setting=item.setting, what=f"{item.dimension.upper()} {item.collective}",
                                      hidden=_ms(item.hidden), ms=_ms(item.seconds), exposed=_ms(exposed), pct=_pct(exposed, it),
-                                     part=part, dim=item.dimension.upper()))
+                                     part=part))
     for setting, (exposed, cost) in budget.flipped.items():
         net = -(exposed + cost)  # what turning it off saves
         if settings.get(setting) and net >= SHARE * it:

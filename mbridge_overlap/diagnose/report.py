@@ -468,14 +468,33 @@ def _fix_on_config(cause: Cause, analysis) -> None:
     owned = {f"comm_overlap.{k.partition('.')[2]}": v for k, v in fix.items()
              if k.startswith(("ddp.", "optimizer.")) and k.partition(".")[2] in schema.COMM_OVERLAP}
     candidates = [fix, {**fix, **owned}] if owned and analysis.state.request.comm_overlap is not None else [fix]
+    if all(_in_effect(analysis, key, value) for key, value in fix.items()):  # (recheck48 R4)
+        cause.finding = replace(cause.finding, fix_overrides={}, fix=shell(
+            "{fix} is what this config already runs, so the cause the log shows is not this config's: is the log of "
+            "this config?", fix=findings.overrides_text(fix)))
+        cause.how += "; its fix is already in this config"
+        return
     settled = proof.proven(analysis.state, cause.finding.id, candidates, knobs=list(cause.finding.knobs))
     if settled:
-        if settled != fix:
-            cause.finding = replace(cause.finding, fix_overrides=settled, fix=findings.overrides_text(settled))
+        if settled != fix:  # the record's words after its overrides stay (recheck48 R7)
+            said, before = str(cause.finding.fix), str(findings.overrides_text(fix))
+            rest = said[len(before):] if said.startswith(before) else ""
+            cause.finding = replace(cause.finding, fix_overrides=settled,
+                                    fix=findings.Shell(str(findings.overrides_text(settled)) + rest))
         return
     cause.finding = replace(cause.finding, fix_overrides={},
                             fix=proof.unproven(analysis.state, [fix], shell("resolve --config with the change you mean")))
     cause.how += "; its fix does not hold on this config"
+
+
+def _in_effect(analysis, key: str, value) -> bool:
+    """Whether the resolved config runs `key` at `value` (a comm_overlap key: what it requests, else what it sets on the
+    model or ddp, where the effective config shows it)."""
+    section, _, name = key.partition(".")
+    if section == "comm_overlap":
+        asked = (analysis.state.request.comm_overlap or {}).get(name)
+        return asked == value or any(_effective(analysis.effective, f"{s}.{name}") == value for s in ("model", "ddp"))
+    return _effective(analysis.effective, key) == value
 
 
 def _ruled_out_by(rec: dict, effective: dict) -> str:

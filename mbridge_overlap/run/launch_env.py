@@ -118,7 +118,7 @@ def perf_env_plugin_args(release: releases.Release, layout: Layout) -> dict:
     """The PerfEnvPlugin keyword arguments (0.5.x) under which the plugin sets exactly what rules() gives."""
     style = releases.data()["launch_env"]["perf_env_plugin"]
     args = {"tp_size": layout.tp, "pp_size": layout.pp, "cp_size": layout.cp,
-            "num_gpus": layout.tp * layout.pp * layout.cp * layout.dp, "gpu_sm100_or_newer": layout.gpu in style["sm100_gpus"],
+            "num_gpus": layout.tp * layout.pp * layout.cp * layout.dp, "gpu_sm100_or_newer": layout.gpu in sm100_gpus(release),
             "layernorm_sm_margin": _layernorm_sm_margin(style, layout),
             "moe_flex_dispatcher_backend": layout.moe_flex_dispatcher_backend if layout.flex_in_use else None,
             "a2a_overlap": layout.moe_a2a_overlap}
@@ -126,6 +126,13 @@ def perf_env_plugin_args(release: releases.Release, layout: Layout) -> dict:
     if chunk:
         args["nccl_pp_comm_chunksize"] = int(chunk)
     return args
+
+
+def sm100_gpus(release: releases.Release) -> list[str]:
+    """The GPU types the release's perf launcher counts as SM100 or newer (gpu_sm100_or_newer): the release's list, or
+    the newest listed release's for one read from another's rules."""
+    by_release = releases.data()["launch_env"]["perf_env_plugin"]["sm100_gpus"]
+    return by_release.get(release.version) or by_release[max(by_release, key=releases.version_key)]
 
 
 def _layernorm_sm_margin(style: dict, layout: Layout) -> int:
@@ -146,7 +153,7 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
         flex = layout.moe_flex_dispatcher_backend if layout.flex_in_use else None
         value = 32 if flex in ("deepep", "hybridep") else 8
         why = "CUDA's default queue depth" if value == 8 else "DeepEP/HybridEP dispatcher"
-        if layout.gpu in style["sm100_gpus"]:
+        if layout.gpu in sm100_gpus(release):
             if tp_or_cp and (layout.dp > 1 or layout.pp > 1):
                 value, why = 32, "Blackwell with TP/CP and DP/PP: extra connections avoid serializing streams"
             elif value != style["perf_launcher_sm100_connections"]:

@@ -118,7 +118,8 @@ def analyze(trace: RankTrace, layout: dict | None = None) -> RankReport:
     dimension's name (evalH H6)."""
     table = attribution.GroupTable(trace.distributed.get("pg_config"))
     comm: dict[int, tuple[str, str, str | None]] = {}  # row -> (dimension, collective, group description)
-    placed: Counter = Counter()  # (dimension, ranks) of the groups the layout attributed
+    placed: Counter = Counter()  # (dimension, ranks) of the groups the layout attributed, kernels in the totals
+    cutoff, steps = _cutoff(trace), _cpu_steps(trace)
     for k in trace.comm:
         group = {**trace.collectives.get(k.external_id, {}), **k.group}
         desc = table.description(group)
@@ -132,9 +133,9 @@ def analyze(trace: RankTrace, layout: dict | None = None) -> RankReport:
                 (found := attribution.by_layout(group, table, layout)):
             dim, ranks = found
             desc = f"ranks {list(ranks)[:8]}{' ...' if len(ranks) > 8 else ''}"
-            placed[dim, ranks] += 1
+            if _in_totals(trace.launch[k.row], cutoff):  # the note counts what the totals count (evalO O6)
+                placed[dim, ranks] += 1
         comm[k.row] = (dim, collective, desc)
-    cutoff, steps = _cutoff(trace), _cpu_steps(trace)
     totals, per_step = _fill(trace, cutoff, steps, comm)
     figures, dimensions = totals.figures()
     step_reports, empty = [], _Scope()

@@ -79,6 +79,7 @@ class RankTrace:
     # a step event repeated millions of times kept a row each, 1,000 times the compressed file in memory)
     steps: dict[tuple[str, bool], tuple[int, int, int]] = field(default_factory=dict)
     collectives: dict[int, dict] = field(default_factory=dict)  # External id -> PG_KEYS of the CPU record
+    peer_copies: array = field(default_factory=lambda: array("q"))  # device rows of peer-to-peer copies (Memcpy PtoP)
 
     @property
     def distributed(self) -> dict:
@@ -112,6 +113,7 @@ class RankTrace:
         starts, ends, corrs, kind_rows = self.start.append, self.end.append, self.correlation.append, self.kind
         cpu_corrs, cpu_starts, kind_add = self.cpu_correlation.append, self.cpu_start.append, kind_rows.append
         ceil, floor, COMM, limit = math.ceil, math.floor, kernels.COMMUNICATION, LIMIT
+        MEMORY, peer = kernels.MEMORY, self.peer_copies.append
 
         def add(event: dict) -> None:
             args = event.get("args")
@@ -172,6 +174,8 @@ class RankTrace:
             kind, name = known  # one string object per distinct kernel name
             if kind == COMM:
                 comm.append(CommKernel(len(kind_rows), name, _int(args.get("External id")), _group(args, groups)))
+            elif kind == MEMORY and name.startswith("Memcpy PtoP"):
+                peer(len(kind_rows))
             starts(start)
             ends(end)
             corrs(corr if gpu else -1)

@@ -38,7 +38,7 @@ class Scope:
 
 
 def _plural(count: int, what: str) -> str:
-    return what.replace("kernels", "kernel") if count == 1 else what
+    return what.replace("kernels", "kernel").replace("copies", "copy") if count == 1 else what
 
 
 def _steps_note(cutoff, steps) -> str:
@@ -147,6 +147,15 @@ def rank_notes(trace: RankTrace, cutoff, steps, comm: dict, counted: Callable[[i
         notes.append(
             f"{scope.phrase(userbuffers, 'Transformer Engine userbuffers kernels')} count as TP communication "
             "(HolisticTraceAnalysis would count them as computation)"
+        )
+    peer = list(trace.peer_copies)
+    if peer:  # (evalO O2)
+        us = sum(trace.end[r] - trace.start[r] for r in peer if counted(r))
+        notes.append(
+            f"{scope.phrase(peer, 'peer-to-peer copies (Memcpy PtoP)')}, {us:,} us, count as memory, not as any dimension's "
+            "communication: Transformer Engine's ring-exchange TP overlap moves its chunks so where it copies with the copy "
+            "engine (use_ce, its default, which Bridge's ring-exchange presets keep), so TP's figures then leave out that "
+            "traffic"
         )
     notes.extend(_unattributed(trace, scope, comm))
     notes.extend(_no_launch(trace, cutoff))

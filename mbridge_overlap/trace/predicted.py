@@ -42,6 +42,15 @@ def beside(report: dict, shown: dict, world_size: int | None) -> dict:
         another = True
         notes.append(f"the traces are of a job of {report['world_size']} GPUs and the config runs on {world_size}: "
                      "the prediction is of another layout")
+    lay = shown.get("layout") or {}
+    sizes = {"tp": lay.get("tp"), "pp": lay.get("pp"), "cp": lay.get("cp"), "ep": lay.get("ep"),
+             "dp": (lay.get("dp") or 0) * (lay.get("cp") or 1) or None}
+    absent = [dim for dim in ORDER if sizes.get(dim) == 1 and (measured.get(dim) or {}).get("ms", 0) > 0]
+    if absent:  # the trace's own groups show a layout the config does not have (evalO O3)
+        another = True
+        names = " and ".join(d.upper() for d in absent)
+        notes.append(f"the traces ran {names} communication, which the config (its {names} size 1) has none of: the "
+                     "prediction is of another layout")
     compute = (shown["compute_ms"] + shown["overlap_cost_ms"], measured.get("compute"))
     if compute[1] and compute[0] and max(compute) / min(compute) > FAR:
         another = True

@@ -27,7 +27,7 @@ MOE_OVERLAP_DISPATCHERS = ("alltoall", "flex")  # what CommOverlapConfig accepts
 EXPERT_TP_BLOCKS = frozenset({"MOE_BIAS_NEEDS_EXPERT_TP_ONE", "EXPERT_GRID_NOT_DIVIDING_WORLD"})
 
 declare("planner", ["TP_OVERLAP_NOT_RECOMMENDED", "TP_PRESET_MATCHED", "SHIPPED_RECIPES_DIFFER", "PLAN_LEAVES_KEY_AS_SHIPPED",
-                    "PLAN_SETS_MOE_DISPATCHER", "PLAN_SETS_EXPERT_TP"])
+                    "PLAN_SETS_MOE_DISPATCHER", "PLAN_SETS_EXPERT_TP", "PLAN_TP_OVERLAP_COSTS_MORE"])
 
 _OPTIONAL_SIZES = ("vpp",)
 
@@ -258,6 +258,9 @@ def make_plan(
                    "family": start.family, "task": start.task}
     flags = dict(seq_length=seq_length, micro_batch_size=micro_batch_size, global_batch_size=global_batch_size)
     an.budget = _budget(an, start.shape, flags, model, shape, lora)
+    costs = next((f for f in (an.budget or {}).get("findings", ()) if f["id"] == "WORTH_OVERLAP_COSTS_MORE"), None)
+    if costs is not None and overrides.get("comm_overlap.tp_comm_overlap") is True:  # (evalO O7)
+        notes.append(findings.make("PLAN_TP_OVERLAP_COSTS_MORE", tp=tp, costs=costs["message"]))
     return PlanResult(analysis=an, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
 
 

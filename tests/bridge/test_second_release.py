@@ -72,7 +72,7 @@ def test_launch_env_matches_perf_env_plugin():
     run = pytest.importorskip("nemo_run", reason="PerfEnvPlugin needs nemo-run")
     from megatron.bridge.recipes.run_plugins import PerfEnvPlugin
 
-    sm100 = releases.data()["launch_env"]["perf_env_plugin"]["sm100_gpus"]
+    sm100 = launch_env.sm100_gpus(release)
     grid = itertools.product([1, 2, 4], [1, 2], [1, 2], [1, 2], ["h100", "b200", "gb300"], [None, "deepep", "hybridep"], [False, True])
     checked = 0
     for tp, pp, cp, dp, gpu, flex, a2a in grid:
