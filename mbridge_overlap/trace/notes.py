@@ -72,6 +72,9 @@ def _no_launch(trace: RankTrace, cutoff) -> list[str]:
     ]
 
 
+MAX_GROUP_NOTES = 20  # groups named one note each; past them, one note for the rest
+
+
 def _unattributed(trace: RankTrace, scope: Scope, comm: dict) -> list[str]:
     rows = [row for row, (dim, _collective, _group) in comm.items() if dim == UNATTRIBUTED]
     if not rows:
@@ -85,6 +88,11 @@ def _unattributed(trace: RankTrace, scope: Scope, comm: dict) -> list[str]:
             f"the trace records no process group for its {scope.phrase(rows, 'communication kernels')} "
             "(older PyTorch profilers do not), so none can be attributed to a dimension"
         )
+    named = sorted((d for d in by_group if d not in (None, "default_pg", "undefined")), key=lambda d: (-len(by_group[d]), str(d)))
+    rest = [row for d in named[MAX_GROUP_NOTES:] for row in by_group.pop(d)]  # (fuzzK: 100,000 groups, a note each)
+    if rest:
+        notes.append(f"{scope.phrase(rest, 'communication kernels')} ran on {len(named) - MAX_GROUP_NOTES:,} more groups, none "
+                     "of them Megatron-Core's per-dimension groups (the busiest are named below)")
     for desc, group_rows in sorted(by_group.items(), key=lambda item: str(item[0])):
         count = scope.phrase(group_rows, "communication kernels")
         if desc == "default_pg":

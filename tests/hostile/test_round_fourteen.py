@@ -117,3 +117,18 @@ def test_a_utf16_log_without_a_byte_order_mark_is_read(tmp_path):
     d = api.diagnose([before, after], compare=True).to_dict()
     assert d["compare"]["after"]["median_ms"] == 1250.0
     assert any("read as UTF-16-LE" in n for n in d["notes"])
+
+
+def test_a_trace_of_many_named_groups_gets_a_bounded_number_of_notes(tmp_path):
+    # fuzzK (noted): 100,000 groups with descriptions of no dimension gave a note line each
+    from mbridge_overlap.trace import notes as trace_notes
+
+    groups = trace_notes.MAX_GROUP_NOTES + 30
+    events = [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "pid": 0, "tid": 7,
+               "ts": 10 + 2 * i, "dur": 1, "args": {"stream": 7, "correlation": i, "Process Group Description": f"mine_{i}"}}
+              for i in range(groups)]
+    path = tmp_path / "groups.json"
+    path.write_text(json.dumps({"distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": events}))
+    said = api.trace([path]).to_dict()["ranks"][0]["notes"]
+    assert sum("which is not one of Megatron-Core's per-dimension groups" in n for n in said) == trace_notes.MAX_GROUP_NOTES
+    assert any(n.startswith("30 communication kernels ran on 30 more groups") for n in said)
