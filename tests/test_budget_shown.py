@@ -217,3 +217,29 @@ def test_diagnose_compare_says_one_gpus_costs_both_runs(tmp_path, capsys):
     assert d["gpus"] == {"before": 8, "after": 8, "from": "--gpus, for both runs"}
     assert cli.main(["diagnose", "--compare", *logs, "--gpus", "8"]) == 1
     assert "both runs costed at 8 GPUs (--gpus: a log does not print its world size" in capsys.readouterr().out
+
+
+def test_compare_says_where_a_derived_setting_is_named_a_cause(tmp_path):
+    """evalO O5: a VPP removal between two runs: the summaries print batch_p2p_comm (what Bridge derived) as they
+    print the inputs, so compare named it a cause of align_param_gather and restored through it, where diff of the
+    run configs names VPP alone. The answer says so."""
+    pp = "  pipeline_dtype: torch.bfloat16  (Mcore default: None)\n"
+    staged = lambda t: t.replace(pp, pp + "  pipeline_model_parallel_size: 2  (Mcore default: 1)\n")  # noqa: E731
+    adds = [("  average_in_collective: True", "  align_param_gather: True  (Mcore default: False)\n"),  # (sorted, as Bridge prints)
+            ("  bf16: True  (Mcore default: False)\n  cross_entropy", "  batch_p2p_comm: False  (Mcore default: True)\n"),
+            ("  params_dtype: torch.bfloat16  (Mcore default: torch.float32)\n  pipeline_dtype",
+             "  overlap_p2p_comm: True  (Mcore default: False)\n")]
+    text = staged(LOG.read_text())
+    for at, line in adds:
+        assert text.count(at) == 1
+        text = text.replace(at, line + at)
+    last = "  recompute_modules: ['core_attn']  (Mcore default: None)\n"
+    text = text.replace(last, last + "  virtual_pipeline_model_parallel_size: 2  (Mcore default: None)\n")
+    before, after = tmp_path / "before.log", tmp_path / "after.log"
+    line = " [2026-12-01 12:00:00] iteration {:8d}/     100 | elapsed time per iteration (ms): {} |\n"  # (no batch: the config's)
+    before.write_text(text + "".join(line.format(i, 1000.0) for i in range(1, 12)))
+    after.write_text(staged(LOG.read_text()) + "".join(line.format(i, 1100.0) for i in range(1, 12)))
+    d = api.diagnose([str(before), str(after)], compare=True, gpus=8).to_dict()
+    changes = {c["key"]: c["cause_keys"] for c in d["compare"]["config_changes"]}
+    assert "model.virtual_pipeline_model_parallel_size" in changes["ddp.align_param_gather"]
+    assert any("model.batch_p2p_comm, which moved with the other changes" in n for n in d["notes"])

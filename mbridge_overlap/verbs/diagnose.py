@@ -195,6 +195,13 @@ def _config_changes(diag, scans, release, gpus) -> None:
     result = diff(*sides, labels=("before", "after"), shape=shapes[0] if same else None)
     _bridge_said_why(result, diag.causes)
     diag.compare["config_changes"] = [c.to_dict() for c in result.changes]
+    moved = {c.key for c in result.changes}
+    derived = sorted({x["key"] for c in result.changes for x in c.causes if x["key"] in moved and x["key"] != c.key})
+    if derived:  # (evalO O5: a VPP removal's batch_p2p_comm was named a cause of align_param_gather, and restored)
+        diag.notes.append(
+            f"the summaries print what Bridge's config step derived as they print what was asked, so {', '.join(derived)}, "
+            "which moved with the other changes, is named among their causes and its restores go through it; `diff` of the "
+            "two runs' run_config.yaml tells what was asked from what Bridge derived")
     diag.compare["budget"] = (result.budget if same else
                               {"unavailable": "the two runs' configuration summaries print different model shapes"})
     b = diag.compare["budget"]
