@@ -639,3 +639,21 @@ def test_a_known_model_s_provider_dispatcher_is_the_one_priced():
     assert not any("allgather token dispatcher" in a for a in said)
     own = api.budget({**over, "model.moe_token_dispatcher_type": "allgather"}, model="qwen3_30b_a3b", gpus=64).to_dict()
     assert any("allgather token dispatcher" in a for a in own["budget"]["assumptions"])
+
+
+def test_an_ep_all_to_all_that_cannot_pay_gets_the_remedy_the_budget_shows():
+    """recheck49 Q3: the remedy said a larger micro-batch or a smaller split, which hide no more of EP's all-to-all in
+    the budget's numbers; a longer sequence does (recheck49 Q4: the provider's alltoall is priced, and its flip holds)."""
+    def ep(seq, on=True):
+        over = {"model.expert_model_parallel_size": 16, "model.seq_length": seq, "dataset.seq_length": seq,
+                "train.global_batch_size": 1024, "train.micro_batch_size": 1}
+        if on:
+            over.update({"comm_overlap.overlap_moe_expert_parallel_comm": True, "model.moe_token_dispatcher_type": "alltoall"})
+        b = api.budget(over, model="qwen3_30b_a3b", gpus=64).to_dict()["budget"]
+        (c,) = [c for c in b["collectives"] if c["dimension"] == "ep"]
+        said = [f["fix"] for f in b["findings"] if f["id"] == "WORTH_OVERLAP_CANNOT_PAY" and "EP all_to_all" in f["message"]]
+        return c["hidden_ms"] / c["ms"], said, b["settings"]["overlap_moe_expert_parallel_comm"]["flip"]["holds"]
+
+    (short, (fix,), _), (longer, _, _) = ep(2048), ep(8192)
+    assert "a longer sequence" in fix and "micro-batch" not in fix and longer > short
+    assert ep(2048, on=False)[2]  # turning it on holds with the provider's alltoall (the baseline's allgather refused it)

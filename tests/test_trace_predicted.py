@@ -219,3 +219,17 @@ def test_peer_to_peer_copies_are_counted_in_a_note(tmp_path):
     b.write(tmp_path / "rank-0.json.gz")
     (note,) = [n for n in api.trace([tmp_path]).to_dict()["ranks"][0]["notes"] if "Memcpy PtoP" in n]
     assert note.startswith("2 peer-to-peer copies (Memcpy PtoP) in the totals") and "400 us" in note
+
+
+def test_expert_traffic_of_a_config_with_ep_1_is_not_another_layout(tmp_path):
+    """recheck49 Q2: the expert and router groups count as EP (and DP) and have traffic at EP 1 (the router's aux loss
+    over TP x CP); only TP, PP and CP traffic where the config has none says the trace is another layout's."""
+    b = TraceBuilder(rank=0, world_size=8)
+    for i in range(3):
+        t = 1000 * i
+        b.step(i + 1, t, t + 1000)
+        b.kernel("sm90_gemm", t, t + 400)
+        b.kernel(nccl("AllReduce"), t + 400, t + 450, stream=21, **{"Process Group Description": "EXPERT_MODEL_PARALLEL_GROUP"})
+    b.write(tmp_path / "rank-0.json.gz")
+    p = api.trace([tmp_path], recipe=RECIPE, gpus=8, overrides=LAYOUT).to_dict()["predicted"]
+    assert not any("communication, which the config" in n for n in p["notes"])

@@ -275,7 +275,7 @@ def document(m: dict) -> str:
         "GEMMs of a few tokens per expert): where the all-to-all stays inside the NVLink domain (8 GPUs with EP 8) "
         "the predicted throughput is twice the published or more. Where it crosses the network (H100 with EP 16 or "
         "32) the exposed all-to-all brings the prediction near the published, which is agreement by compensation, "
-        "not a check of either. On GB200 and GB300 (72-GPU NVLink domains) the 32-rank EP groups of a 256-GPU job "
+        "not a check of either. On GB200 and GB300 (72-GPU NVLink domains) the 16- and 32-rank EP groups of a 256-GPU job "
         "straddle two domains in Megatron-Core's rank order, and the budget prices the straddling groups' all-to-all "
         "across the network: the prediction falls below the published. How the published runs were placed is not "
         "published (Slurm segment sizing is the user's, scripts/performance/README.md); a placement that keeps each "

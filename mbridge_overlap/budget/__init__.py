@@ -41,6 +41,8 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
         sysinfo = system.System(sysinfo.name, {**sysinfo.record, "efficiency": {"value": efficiency}}, lay.domain)
     budget = estimate.estimate(lay, sh, sysinfo, origin)
     budget.assumptions += tuple(shapes.unmodelled(_model_fields(sc))) + provided
+    if provided:  # the flips are proven on the run the budget prices (recheck49 Q4)
+        state = sc.derive({"model.moe_token_dispatcher_type": lay.dispatcher}).resolve()
     budget.flips = flips.check(state, {k: v for k, v in lay.settings.items() if k in budget.flipped})
     budget.findings = worth.check(budget)
     return budget

@@ -69,7 +69,8 @@ RECOMPUTE_ASSUMPTION = (
     "recompute_num_layers of each virtual stage's layers; selective recomputes the modules named (core_attn, the default: "
     "the attention core; mlp: a dense layer's MLP); layernorm and activation recompute are not counted")
 MOE_ASSUMPTION = ("MoE: every layer a MoE layer; each token's top-k experts' GEMMs at the dense rate; the router, token "
-                  "permutation and small grouped GEMMs are not counted, so the iteration time is a lower bound: on Bridge's "
+                  "permutation and small grouped GEMMs are not counted, so where the all-to-all stays inside an NVLink domain the "
+                  "iteration time is a lower bound: on Bridge's "
                   "published Qwen3 MoE rows the predicted throughput is 2x the published or more where the all-to-all stays "
                   "inside the NVLink domain (docs/budget.md); TP: only the attention's collectives (the experts' grouped "
                   "GEMMs take no userbuffers, and the alltoall dispatcher sends each TP rank's own tokens), a shared "
@@ -403,8 +404,9 @@ def _not_modelled(lay: Layout, shape) -> tuple:
         if local < min(lay.domain, lay.ep):
             out += (f"EP: with ranks placed in Megatron-Core's order, an EP group of {lay.ep} has as few as {local} ranks in one "
                     f"NVLink domain of {lay.domain} GPUs: that rank's all-to-all sends {lay.ep - local} of {lay.ep} parts over the "
-                    "network, which sets the time; where the job is placed so that each EP group lies in one domain (Slurm "
-                    "segments: the user's, scripts/performance/README.md), --nvlink-domain with the GPUs a segment holds prices that",)
+                    "network, which sets the time (and the iteration time is no lower bound then); where the job is placed so "
+                    "that each EP group lies in one domain (the Slurm segments are the user's to size), --nvlink-domain with "
+                    "the GPUs a segment holds prices that",)
     if shape.moe and lay.ep > 1 and lay.dispatcher == "allgather":
         out += ("EP: the allgather token dispatcher (all-gather and reduce-scatter over the expert-TP x EP group) is "
                 "priced as the alltoall dispatcher's all-to-all, which it is not: its EP times are the alltoall's",)

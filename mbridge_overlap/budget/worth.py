@@ -21,10 +21,14 @@ _FIRST_CHUNK = {
 }
 
 
-# What gives a collective more compute beside it: DP's buckets are the model's whatever the split (a smaller split
-# grows both), the other dimensions' messages are a layer's activations (a smaller split grows only the compute)
+# What gives a collective more compute beside it, in the budget's own numbers: DP's buckets are the model's whatever
+# the split (a smaller split grows both); TP's, PP's and CP's messages are a layer's activations (a smaller split grows
+# only the compute); EP's all-to-all hides behind the other micro-batch's attention or MLP, which a longer sequence
+# grows beside it, and which fewer micro-batches leave less of (recheck49 Q3)
 _MORE_COMPUTE = {
     "dp": "a larger micro-batch or sequence (the backward and forward beside the buckets grow, the buckets do not)",
+    "ep": "a longer sequence (the attention beside each all-to-all grows faster than the tokens it sends), or an EP group "
+          "inside the NVLink domain",
     "split": "a larger micro-batch or sequence, or a smaller split of that dimension (more of each layer's work on each GPU)",
 }
 
@@ -55,7 +59,7 @@ def check(budget) -> list:
         elif item.hidden < HALF * (item.seconds - (item.last if item.first_chunk else 0.0)):
             out.append(findings.make("WORTH_OVERLAP_CANNOT_PAY", setting=item.setting, what=f"{item.dimension.upper()} {item.collective}",
                                      hidden=_ms(item.hidden), ms=_ms(item.seconds), pct=_pct(exposed, it),
-                                     remedy=findings.Shell(_MORE_COMPUTE["dp" if item.dimension == "dp" else "split"])))
+                                     remedy=findings.Shell(_MORE_COMPUTE.get(item.dimension, _MORE_COMPUTE["split"]))))
         elif item.dimension == "dp" and exposed >= LARGE * it:  # it pays, but buckets queue past the compute beside them
             part = f"; {_ms(item.last)} of it {'model chunk 0' if item.first_chunk else 'the last bucket'}'s" if item.last else ""
             out.append(findings.make("WORTH_OVERLAP_PARTLY_HIDDEN", setting=item.setting, what=f"{item.dimension.upper()} {item.collective}",

@@ -165,7 +165,9 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
                                                 "CUDA_DEVICE_MAX_CONNECTIONS != 1 (FSDP_WITH_ONE_CONNECTION); "
                                                 f"{FSDP_MAX_CONNECTIONS} as Bridge 0.6's Megatron-FSDP recipes")
         elif tp_or_cp and not layout.moe_a2a_overlap:
-            value, why = 1, ("Hopper with TP/CP: one queue starts each TP/SP or CP collective before the GEMM it overlaps, as "
+            which = "Hopper" if layout.gpu == "h100" else (f"{layout.gpu}, which Bridge {release.version}'s perf launcher leaves out "
+                                                           "of its SM100 list (its rule for Hopper and older),")
+            value, why = 1, (f"{which} with TP/CP: one queue starts each TP/SP or CP collective before the GEMM it overlaps, as "
                              "Transformer Engine and Megatron-Core ask (userbuffers TP overlap or not)")
         return str(value), why
     backend = layout.moe_flex_dispatcher_backend

@@ -161,9 +161,9 @@ def rank_notes(trace: RankTrace, cutoff, steps, comm: dict, counted: Callable[[i
         us = sum(trace.end[r] - trace.start[r] for r in peer if counted(r))
         notes.append(
             f"{scope.phrase(peer, 'peer-to-peer copies (Memcpy PtoP)')}, {us:,} us, count as memory, not as any dimension's "
-            "communication: Transformer Engine's ring-exchange TP overlap moves its chunks so where it copies with the copy "
-            "engine (use_ce, its default, which Bridge's ring-exchange presets keep), so TP's figures then leave out that "
-            "traffic"
+            "communication: Transformer Engine's ring-exchange TP overlap sends its chunks as such copies when it uses the "
+            "copy engine (use_ce, its default, which Bridge's ring-exchange presets keep), so TP's figures then leave out "
+            "that traffic"
         )
     notes.extend(_unattributed(trace, scope, comm))
     notes.extend(_no_launch(trace, cutoff))

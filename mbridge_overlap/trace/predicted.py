@@ -42,10 +42,12 @@ def beside(report: dict, shown: dict, world_size: int | None) -> dict:
         another = True
         notes.append(f"the traces are of a job of {report['world_size']} GPUs and the config runs on {world_size}: "
                      "the prediction is of another layout")
+    # TP, PP and CP only: the expert groups (expert TP, the router's TP x CP, expert DP) count as EP or DP and have
+    # traffic where the dense EP or DP size is 1 (recheck49 Q2)
     lay = shown.get("layout") or {}
-    sizes = {"tp": lay.get("tp"), "pp": lay.get("pp"), "cp": lay.get("cp"), "ep": lay.get("ep"),
-             "dp": (lay.get("dp") or 0) * (lay.get("cp") or 1) or None}
-    absent = [dim for dim in ORDER if sizes.get(dim) == 1 and (measured.get(dim) or {}).get("ms", 0) > 0]
+    sizes = {"tp": lay.get("tp"), "pp": lay.get("pp"), "cp": lay.get("cp")}
+    absent = [dim for dim in ORDER if sizes.get(dim) == 1 and predicted.get(dim) is None
+              and (measured.get(dim) or {}).get("ms", 0) > 0]
     if absent:  # the trace's own groups show a layout the config does not have (evalO O3)
         another = True
         names = " and ".join(d.upper() for d in absent)

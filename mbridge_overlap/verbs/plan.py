@@ -258,7 +258,8 @@ def make_plan(
                    "family": start.family, "task": start.task}
     flags = dict(seq_length=seq_length, micro_batch_size=micro_batch_size, global_batch_size=global_batch_size)
     an.budget = _budget(an, start.shape, flags, model, shape, lora)
-    costs = next((f for f in (an.budget or {}).get("findings", ()) if f["id"] == "WORTH_OVERLAP_COSTS_MORE"), None)
+    costs = next((f for f in (an.budget or {}).get("findings", ()) if f["id"] == "WORTH_OVERLAP_COSTS_MORE"
+                  and "comm_overlap.tp_comm_overlap" in f["knobs"]), None)
     if costs is not None and overrides.get("comm_overlap.tp_comm_overlap") is True:  # (evalO O7)
         notes.append(findings.make("PLAN_TP_OVERLAP_COSTS_MORE", tp=tp, costs=costs["message"]))
     return PlanResult(analysis=an, layout=plan_layout, overrides=overrides, preset=preset, notes=notes)
