@@ -130,14 +130,23 @@ def save_snippets(directory: str, texts: dict, force: bool) -> None:
     except OSError as exc:
         raise UsageError(f"--save-snippets {safeio.esc(str(folder))}: {safeio.reason(exc)}") from None
     paths = {form: folder / SNIPPET_FILES[form] for form in texts}
+    check_save_targets(paths.values(), force)
     try:
-        for path in paths.values():
-            safeio._check_target(path, force)  # refuses what exists without --force, a FIFO, a link to one
         for form, text in texts.items():
             safeio.write_output(paths[form], text, force)
     except UsageError as exc:
         raise UsageError(str(exc).replace("--output", "--save-snippets", 1)) from None
     log(f"wrote {len(texts)} snippets to {folder}")
+
+
+def check_save_targets(paths, force: bool) -> None:
+    """Every snippet file --save-snippets would write: refused where it exists without --force, is a FIFO or a link
+    to one (fuzzH H6); checked again before the 15 s import of Bridge, where the folder exists (fuzzL L5)."""
+    try:
+        for path in paths:
+            safeio._check_target(path, force)
+    except UsageError as exc:
+        raise UsageError(str(exc).replace("--output", "--save-snippets", 1)) from None
 
 
 def check(name: str, status: str, detail: str = "", **extra) -> dict:
@@ -154,6 +163,8 @@ def run(args) -> dict:
     checkout = None if args.skip_suites else suites.find_checkout(args.mbridge_src)
     if args.snippets:
         snippets_folder(args.snippets)  # (not after the 15 s import)
+    if args.save_snippets and Path(args.save_snippets).is_dir():
+        check_save_targets((Path(args.save_snippets) / name for name in SNIPPET_FILES.values()), args.force)
     mark("plan")
     return _run_with_bridge(args, layout, given, plan, checkout, started)
 

@@ -5,7 +5,6 @@ spread the sources allow; the assumptions are listed with the result."""
 
 from __future__ import annotations
 
-import collections
 import functools
 import math
 import re
@@ -402,7 +401,7 @@ def _not_modelled(lay: Layout, shape) -> tuple:
     if shape.moe and lay.ep > 1 and spans_domains(lay, lay.etp, lay.ep):
         local = fewest_local(lay, lay.etp, lay.ep)
         if local < min(lay.domain, lay.ep):
-            out += (f"EP: with ranks placed in Megatron-Core's order, an EP group of {lay.ep} has as few as {local} ranks in one "
+            out += (f"EP: with ranks placed in Megatron-Core's order, an EP group of {lay.ep} has as few as {local} rank{'s' * (local != 1)} in one "
                     f"NVLink domain of {lay.domain} GPUs: that rank's all-to-all sends {lay.ep - local} of {lay.ep} parts over the "
                     "network, which sets the time (and the iteration time is no lower bound then); where the job is placed so "
                     "that each EP group lies in one domain (the Slurm segments are the user's to size), --nvlink-domain with "
@@ -505,12 +504,23 @@ def fewest_local(lay: Layout, stride: int, size: int) -> int:
     """The fewest ranks of one group (`size` ranks `stride` apart, as spans_domains places them) that lie in the NVLink
     domain of one of its ranks: an all-to-all sends the rest of that rank's bytes over the network (evalO O1: a 32-rank
     EP group with 8 ranks in one 72-GPU domain and 24 in the next was priced as if all 32 shared one)."""
-    world, extent = lay.tp * lay.cp * lay.dp * lay.pp, stride * size
-    fewest = size
-    for base in range(0, min(world, math.lcm(lay.domain, extent)), extent):
+    return _fewest_local(lay.tp * lay.cp * lay.dp * lay.pp, lay.domain, stride, size)
+
+
+@functools.lru_cache(maxsize=64)
+def _fewest_local(world: int, domain: int, stride: int, size: int) -> int:
+    """fewest_local's count, once per placement (a budget asks for it a dozen times: fuzzL L1), a group's members per
+    domain counted by arithmetic: from a member, those before its domain's end."""
+    extent, fewest = stride * size, size
+    for base in range(0, min(world, math.lcm(domain, extent)), extent):
         for first in range(base, base + stride):
-            domains = collections.Counter((first + j * stride) // lay.domain for j in range(size))
-            fewest = min(fewest, min(domains.values()))
+            j = 0
+            while j < size:
+                end = (first + j * stride) // domain * domain + domain
+                here = min(size, -(-(end - first) // stride)) - j
+                fewest, j = min(fewest, here), j + here
+            if fewest == 1:
+                return 1
     return fewest
 
 

@@ -177,6 +177,17 @@ def launcher_env(given: list[str], shell: bool) -> dict | None:
     return out if (given or shell) else None
 
 
+# whole sections an override can set (comm_overlap=null, comm_overlap={...} as plan --format hydra writes it,
+# mixed_precision=NAME): every verb that takes KEY=VALUE reads them so (fuzzL L3: diagnose and trace took them for files)
+_SECTION_KEYS = ("comm_overlap", "mixed_precision")
+
+
+def _is_override(token: str) -> bool:
+    """A KEY=VALUE token that names no file: a dotted key, or a whole section."""
+    key = token.partition("=")[0]
+    return "=" in token and ("." in key or key in _SECTION_KEYS) and "/" not in key and not os.path.exists(token)
+
+
 def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
     """Positional inputs: up to `files` file paths first, then KEY=VALUE overrides (a token with '=' after a dotted
     key, or naming no file, is an override)."""
@@ -184,8 +195,7 @@ def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
 
     paths, overrides = [], {}
     for token in tokens:
-        key = token.partition("=")[0]
-        if "=" in token and ("." in key or key in ("comm_overlap", "mixed_precision")) and not os.path.exists(token):
+        if _is_override(token):
             k, v = parse_override(token)
             overrides[k] = v
         elif overrides or len(paths) >= files:
@@ -260,8 +270,7 @@ def split_overrides(tokens: list[str]) -> tuple[list[str], dict]:
     """Paths and KEY=VALUE overrides, in any order: a token is an override when it reads as one and names no file."""
     paths, overrides = [], {}
     for token in tokens:
-        key = token.partition("=")[0]
-        if "=" in token and "." in key and "/" not in key and not os.path.exists(token):
+        if _is_override(token):
             from ..run.request import parse_override  # (only here: it loads the release data)
 
             k, v = parse_override(token)

@@ -252,7 +252,7 @@ def _normalised(chunks: Iterator[bytes], source: str, notes: list) -> Iterator[b
     if encoding == "utf-8":
         first, encoding = first[3:], None
     elif encoding is None and (encoding := _utf16_without_mark(first)):
-        how = "no byte-order mark, but a zero byte beside every ASCII character"
+        how = "no byte-order mark, but the zero byte UTF-16 puts beside each ASCII character, line ends at least"
     if encoding is not None:
         import codecs
 
@@ -289,6 +289,13 @@ def _utf16_without_mark(first: bytes) -> str | None:
         return "utf-16-le"
     if even >= 0.8 * half and odd <= 0.05 * half:
         return "utf-16-be"
+    # text that is not mostly ASCII (progress bars, CJK: fuzzL L4): every line end a UTF-16 one, at an even offset
+    ends = sample.count(b"\n")
+    if ends >= 2:
+        for pair, name in ((b"\n\x00", "utf-16-le"), (b"\x00\n", "utf-16-be")):
+            at = [i for i in range(0, 2 * half - 1, 2) if sample[i:i + 2] == pair]
+            if len(at) == ends:
+                return name
     return None
 
 

@@ -158,9 +158,10 @@ def rank_notes(trace: RankTrace, cutoff, steps, comm: dict, counted: Callable[[i
         )
     peer = list(trace.peer_copies)
     if peer:  # (evalO O2)
-        us = sum(trace.end[r] - trace.start[r] for r in peer if counted(r))
+        counted_rows = [r for r in peer if counted(r)]
+        us = f" {sum(max(0, trace.end[r] - trace.start[r]) for r in counted_rows):,} us," if counted_rows else ""  # (fuzzL L7)
         notes.append(
-            f"{scope.phrase(peer, 'peer-to-peer copies (Memcpy PtoP)')}, {us:,} us, count as memory, not as any dimension's "
+            f"{scope.phrase(peer, 'peer-to-peer copies (Memcpy PtoP)')}{',' * bool(us)}{us} count as memory, not as any dimension's "
             "communication: Transformer Engine's ring-exchange TP overlap sends its chunks as such copies when it uses the "
             "copy engine (use_ce, its default, which Bridge's ring-exchange presets keep), so TP's figures then leave out "
             "that traffic"

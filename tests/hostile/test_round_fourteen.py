@@ -132,3 +132,59 @@ def test_a_trace_of_many_named_groups_gets_a_bounded_number_of_notes(tmp_path):
     said = api.trace([path]).to_dict()["ranks"][0]["notes"]
     assert sum("which is not one of Megatron-Core's per-dimension groups" in n for n in said) == trace_notes.MAX_GROUP_NOTES
     assert any(n.startswith("30 communication kernels ran on 30 more groups") for n in said)
+
+
+def test_a_utf16_log_without_a_mark_that_starts_with_other_than_ascii_is_read(tmp_path):
+    # fuzzL L4: progress bars (U+2588) or CJK text first: no zero byte beside them, only beside the line ends
+    before = _iterations(tmp_path / "b.log", 1000.0)
+    after = tmp_path / "a.log"
+    lead = "".join("\u2588" * 60 + "\n" for _ in range(40)) + "".join("训练进度\n" for _ in range(40))
+    after.write_bytes((lead + _iterations(tmp_path / "a8.log", 1250.0).read_text()).encode("utf-16-le"))
+    d = api.diagnose([before, after], compare=True).to_dict()
+    assert d["compare"]["after"]["median_ms"] == 1250.0
+
+
+def test_compare_gives_no_infinite_change(tmp_path):
+    # fuzzL L6: a before median of 1e-321 ms gave "+inf%" in the text and THROUGHPUT_DROP
+    d = api.diagnose([_iterations(tmp_path / "b.log", "0." + "0" * 320 + "1"), _iterations(tmp_path / "a.log", 999.0)],
+                     compare=True).to_dict()
+    assert d["compare"]["change"] is None and not [c for c in d["causes"] if c["id"] == "THROUGHPUT_DROP"]
+
+
+def test_diagnose_takes_a_whole_section_override(tmp_path):
+    # fuzzL L3: comm_overlap=null and mixed_precision=NAME were taken for file names by diagnose and trace
+    log = _iterations(tmp_path / "b.log", 1000.0)
+    for override in ("comm_overlap=null", "mixed_precision=bf16_with_fp8_current_scaling_mixed"):
+        proc = run_cli("diagnose", log, "--gpus", "8", override)
+        assert proc.returncode in (0, 1) and b"no such file" not in proc.stderr, proc.stderr[-300:]
+
+
+def test_install_skill_refuses_a_folder_it_copies(tmp_path):
+    # fuzzL L2: an install into references/ was copied by every later install, nested one level deeper each time
+    proc = _install(ROOT / "references")
+    assert proc.returncode == 2 and "inside a folder of this checkout that an install copies" in proc.stderr
+    assert not (ROOT / "references" / "nemo-mbridge-perf-tp-dp-comm-overlap").exists()
+
+
+def test_an_ep_placement_at_a_million_gpus_is_costed_once(monkeypatch):
+    # fuzzL L1: fewest_local looped over every group of the world, twelve times a budget
+    from mbridge_overlap.budget import estimate
+
+    estimate._fewest_local.cache_clear()
+    lay = type("L", (), {"tp": 1, "cp": 1, "dp": 1 << 17, "pp": 8, "domain": (1 << 20) - 2})()
+    assert estimate.fewest_local(lay, 1, 8) == estimate.fewest_local(lay, 1, 8)
+    assert estimate._fewest_local.cache_info().hits == 1
+
+
+def test_verify_refuses_existing_snippet_files_before_importing_bridge(tmp_path):
+    # fuzzL L5: --save-snippets DIR with files there was refused after the 15 s import (this tier has no Bridge)
+    from mbridge_overlap.bridge import verify
+
+    (tmp_path / "python.py").write_text("x = 1\n")
+    try:
+        verify.run(verify.parser().parse_args(["--skip-suites", "--save-snippets", str(tmp_path)]))
+    except UsageError as exc:
+        assert "--save-snippets" in str(exc) and "exists" in str(exc)
+    else:
+        raise AssertionError("an existing snippet file was not refused")
+    assert (tmp_path / "python.py").read_text() == "x = 1\n"
