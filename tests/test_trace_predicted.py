@@ -191,14 +191,8 @@ def test_the_placed_kernels_note_counts_the_kernels_in_the_totals(tmp_path):
 
 def test_traffic_of_a_dimension_the_config_has_none_of_gives_no_ratio(tmp_path):
     """evalO O3: the trace's own groups showed pipeline traffic, the config had PP 1, and a DP ratio was given."""
-    b = TraceBuilder(rank=0, world_size=8)
-    for i in range(3):
-        t = 1000 * i
-        b.step(i + 1, t, t + 1000)
-        b.kernel("sm90_gemm", t, t + 400)
-        b.kernel(nccl("AllReduce"), t + 400, t + 450, stream=21, **{"Process Group Description": "DATA_PARALLEL_GROUP"})
-        b.kernel(nccl("SendRecv"), t + 450, t + 500, stream=22, **{"Process Group Description": "PIPELINE_MODEL_PARALLEL_GROUP"})
-    b.write(tmp_path / "rank-0.json.gz")
+    _three_steps(tmp_path, (nccl("AllReduce"), 400, 450, 21, "DATA_PARALLEL_GROUP"),
+                 (nccl("SendRecv"), 450, 500, 22, "PIPELINE_MODEL_PARALLEL_GROUP"))
     flat = {**LAYOUT, "model.pipeline_model_parallel_size": 1}
     p = api.trace([tmp_path], recipe=RECIPE, gpus=8, overrides=flat).to_dict()["predicted"]
     assert all(r["exposed_ratio"] is None for r in p["dimensions"])
@@ -210,13 +204,7 @@ def test_traffic_of_a_dimension_the_config_has_none_of_gives_no_ratio(tmp_path):
 def test_peer_to_peer_copies_are_counted_in_a_note(tmp_path):
     """evalO O2: TE's ring-exchange TP overlap copies its chunks with the copy engine (Memcpy PtoP, memory to the
     HTA rules): the TP figures leave them out, without a word."""
-    b = TraceBuilder(rank=0, world_size=8)
-    for i in range(3):
-        t = 1000 * i
-        b.step(i + 1, t, t + 1000)
-        b.kernel("sm90_gemm", t, t + 400)
-        b.kernel("Memcpy PtoP (Device -> Device)", t + 100, t + 300, stream=20)
-    b.write(tmp_path / "rank-0.json.gz")
+    _three_steps(tmp_path, ("Memcpy PtoP (Device -> Device)", 100, 300, 20, None))
     (note,) = [n for n in api.trace([tmp_path]).to_dict()["ranks"][0]["notes"] if "Memcpy PtoP" in n]
     assert note.startswith("2 peer-to-peer copies (Memcpy PtoP) in the totals") and "400 us" in note
 
@@ -224,12 +212,20 @@ def test_peer_to_peer_copies_are_counted_in_a_note(tmp_path):
 def test_expert_traffic_of_a_config_with_ep_1_is_not_another_layout(tmp_path):
     """recheck49 Q2: the expert and router groups count as EP (and DP) and have traffic at EP 1 (the router's aux loss
     over TP x CP); only TP, PP and CP traffic where the config has none says the trace is another layout's."""
+    _three_steps(tmp_path, (nccl("AllReduce"), 400, 450, 21, "EXPERT_MODEL_PARALLEL_GROUP"))
+    p = api.trace([tmp_path], recipe=RECIPE, gpus=8, overrides=LAYOUT).to_dict()["predicted"]
+    assert not any("communication, which the config" in n for n in p["notes"])
+
+
+def _three_steps(tmp_path, *extra):
+    """A rank's trace of three profiler steps, each a GEMM and the kernels `extra` gives: (name, start, end within the
+    step, stream, process-group description or None)."""
     b = TraceBuilder(rank=0, world_size=8)
     for i in range(3):
         t = 1000 * i
         b.step(i + 1, t, t + 1000)
         b.kernel("sm90_gemm", t, t + 400)
-        b.kernel(nccl("AllReduce"), t + 400, t + 450, stream=21, **{"Process Group Description": "EXPERT_MODEL_PARALLEL_GROUP"})
+        for name, start, end, stream, desc in extra:
+            b.kernel(name, t + start, t + end, stream=stream, **({"Process Group Description": desc} if desc else {}))
     b.write(tmp_path / "rank-0.json.gz")
-    p = api.trace([tmp_path], recipe=RECIPE, gpus=8, overrides=LAYOUT).to_dict()["predicted"]
-    assert not any("communication, which the config" in n for n in p["notes"])
+    return tmp_path
