@@ -49,20 +49,19 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
 
 
 def _provider_dispatcher(lay, sc, model: str | None) -> tuple:
-    """The token dispatcher a known model's Bridge provider sets, where no recipe, config or override sets one: the
-    run from its checkpoint gets it, the recipe baseline's model does not (recheck48 R6: the budget priced Qwen3-MoE
-    as the baseline's allgather dispatcher, which the provider's alltoall is not)."""
+    """The token dispatcher a known model's Bridge provider sets, where the run does not set one (scenario.
+    provider_fields): the run from its checkpoint gets it (recheck48 R6: the budget priced Qwen3-MoE as the recipe
+    baseline's allgather dispatcher, which the provider's alltoall is not)."""
     from dataclasses import replace
 
-    from ..run import layers
+    from ..run import layers, scenario
 
-    provider = layers.model_provider(model)
-    value = provider.get("fields", {}).get("model.moe_token_dispatcher_type")
-    if value is None or sc.request.recipe is not None or value == lay.dispatcher \
-            or sc.request.origin.get("model.moe_token_dispatcher_type") in ("override", "config"):
+    value = scenario.provider_fields(sc.request, model).get("model.moe_token_dispatcher_type")
+    if value is None:
         return lay, ()
+    source = layers.model_provider(model)["source"]
     return replace(lay, dispatcher=value), (f"EP: the {value} token dispatcher Bridge's provider for {model} sets "
-                                            f"({provider['source']}), not the recipe baseline model's {lay.dispatcher}",)
+                                            f"({source}), not the recipe baseline model's {lay.dispatcher}",)
 
 
 def _model_fields(sc) -> dict:

@@ -465,16 +465,16 @@ def _fix_on_config(cause: Cause, analysis) -> None:
     fix = dict(cause.finding.fix_overrides)
     if not fix or cause.predicted:
         return
-    # the same values where the config's comm_overlap section would overwrite a ddp/optimizer one (CommOverlapConfig)
-    owned = {f"comm_overlap.{k.partition('.')[2]}": v for k, v in fix.items()
-             if k.startswith(("ddp.", "optimizer.")) and k.partition(".")[2] in schema.COMM_OVERLAP}
-    candidates = [fix, {**fix, **owned}] if owned and analysis.state.request.comm_overlap is not None else [fix]
     if all(_in_effect(analysis, key, value) for key, value in fix.items()):  # (recheck48 R4)
         cause.finding = replace(cause.finding, fix_overrides={}, fix=shell(
             "{fix} is what this config already runs, so the cause the log shows is not this config's: is the log of "
             "this config?", fix=findings.overrides_text(fix)))
         cause.how += "; its fix is already in this config"
         return
+    # the same values where the config's comm_overlap section would overwrite a ddp/optimizer one (CommOverlapConfig)
+    owned = {f"comm_overlap.{k.partition('.')[2]}": v for k, v in fix.items()
+             if k.startswith(("ddp.", "optimizer.")) and k.partition(".")[2] in schema.COMM_OVERLAP}
+    candidates = [fix, {**fix, **owned}] if owned and analysis.state.request.comm_overlap is not None else [fix]
     settled = proof.proven(analysis.state, cause.finding.id, candidates, knobs=list(cause.finding.knobs))
     if settled:
         if settled != fix:  # the record's words after its overrides stay (recheck48 R7)

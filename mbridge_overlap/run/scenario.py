@@ -152,8 +152,7 @@ def with_model(sc: Scenario, model: str | None, shape: dict | None) -> Scenario:
     if sc.shape.get("hidden_size") is None:
         sc.shape["hidden_size"] = _positive("hidden_size", (shape or {}).get("hidden_size") or known.get("hidden_size"))
     req = sc.request
-    if req.recipe is None:
-        sc.notes += _provider_differs(req, model)
+    sc.notes += _provider_differs(req, model)
     if req.recipe is not None or req.origin.get("model.num_layers") in ("override", "config"):
         return sc
     n = (shape or {}).get("num_layers") or known.get("num_layers")
@@ -163,20 +162,26 @@ def with_model(sc: Scenario, model: str | None, shape: dict | None) -> Scenario:
     return sc
 
 
-def _provider_differs(req: Request, model: str | None) -> list[str]:
-    """What --model's Bridge provider sets that the answer's model (the recipe baseline's GPTModelProvider, with the
-    overrides) does not: the effective fields are the baseline's, a run from the checkpoint gets the provider's
-    (evalM M9: Qwen3-MoE's alltoall dispatcher against the baseline's allgather)."""
-    provider = layers.model_provider(model)
-    out = []
-    for key, value in provider.get("fields", {}).items():
+def provider_fields(req: Request, model: str | None) -> dict:
+    """The fields --model's Bridge provider sets (a run from its checkpoint gets them) that the answer's model does not
+    have: no recipe (a recipe's model is its own), neither the config nor an override sets them, and the recipe
+    baseline's GPTModelProvider has another value (evalM M9: Qwen3-MoE's alltoall dispatcher against allgather)."""
+    if req.recipe is not None:
+        return {}
+    out = {}
+    for key, value in layers.model_provider(model).get("fields", {}).items():
         section, _, name = key.partition(".")
-        if req.origin.get(key) in ("override", "config") or req.section(section).get(name) == value:
-            continue
-        out.append(f"{key}: the answer's is {req.section(section).get(name)}, the recipe baseline's GPTModelProvider's; Bridge's "
-                   f"provider for {model}, which a run from its checkpoint gets, sets {value} ({provider['source']}): "
-                   f"pass {key}={value} to see that run")
+        if req.origin.get(key) not in ("override", "config") and req.section(section).get(name) != value:
+            out[key] = value
     return out
+
+
+def _provider_differs(req: Request, model: str | None) -> list[str]:
+    """provider_fields, as the answer's notes say them."""
+    source = layers.model_provider(model).get("source")
+    return [f"{key}: the answer's is {req.section(key.partition('.')[0]).get(key.partition('.')[2])}, the recipe baseline's "
+            f"GPTModelProvider's; Bridge's provider for {model}, which a run from its checkpoint gets, sets {value} ({source}): "
+            f"pass {key}={value} to see that run" for key, value in provider_fields(req, model).items()]
 
 
 SHAPE = {"hidden_size": "model.hidden_size", "seq_length": "model.seq_length", "micro_batch_size": "train.micro_batch_size"}
