@@ -246,7 +246,7 @@ def _normalised(chunks: Iterator[bytes], source: str, notes: list) -> Iterator[b
     """The chunks as UTF-8 with newline line ends: a log that starts with a UTF-16 or UTF-32 byte-order mark is
     transcoded (decoded by its mark), and one whose first chunk ends lines with carriage returns alone (old Mac
     line ends, a tool's progress output saved as is) has them read as line ends. Each says so in `notes`."""
-    first = next(chunks, b"")
+    first = _head(chunks)
     encoding = next((name for bom, name in _BOMS if first.startswith(bom) and _wide(first, name)), None)
     how = "it starts with that byte-order mark"
     if encoding == "utf-8":
@@ -265,6 +265,17 @@ def _normalised(chunks: Iterator[bytes], source: str, notes: list) -> Iterator[b
         notes.append(f"{esc(source)}: its lines end with carriage returns alone; read as line ends")
     for chunk in _chain(first, chunks):
         yield chunk.replace(b"\r", b"\n") if cr_only else chunk
+
+
+def _head(chunks: Iterator[bytes], size: int = 4096) -> bytes:
+    """The first chunks, joined up to `size` bytes at least where the file has them: a gzip's first member may hold
+    two characters, or only a byte-order mark (fuzzL L4), and the encoding is decided on the text, not on a member."""
+    first = b""
+    for chunk in chunks:
+        first += chunk
+        if len(first) >= size:
+            break
+    return first
 
 
 def _wide(first: bytes, encoding: str) -> bool:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
+
+import pytest
 
 from hostile_kit import ROOT, assert_one_line, count_findall, run_cli
 
@@ -140,6 +143,17 @@ def test_a_utf16_log_without_a_mark_that_starts_with_other_than_ascii_is_read(tm
     after = tmp_path / "a.log"
     lead = "".join("\u2588" * 60 + "\n" for _ in range(40)) + "".join("训练进度\n" for _ in range(40))
     after.write_bytes((lead + _iterations(tmp_path / "a8.log", 1250.0).read_text()).encode("utf-16-le"))
+    d = api.diagnose([before, after], compare=True).to_dict()
+    assert d["compare"]["after"]["median_ms"] == 1250.0
+
+
+@pytest.mark.parametrize("lead", ["I\n", "\ufeff"], ids=["two-characters", "only-the-mark"])
+def test_a_utf16_gzip_whose_first_member_is_tiny_is_read(tmp_path, lead):
+    # fuzzL L4 (left at stop 48): the encoding was decided on the first member alone
+    before = _iterations(tmp_path / "b.log", 1000.0)
+    text = _iterations(tmp_path / "a8.log", 1250.0).read_text()
+    after = tmp_path / "a.log.gz"
+    after.write_bytes(gzip.compress(lead.encode("utf-16-le")) + gzip.compress(text.encode("utf-16-le")))
     d = api.diagnose([before, after], compare=True).to_dict()
     assert d["compare"]["after"]["median_ms"] == 1250.0
 
