@@ -7,12 +7,13 @@ since two runs rarely profile the same step numbers.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from .attribution import ORDER
 from ..contract import SCHEMA_VERSION
 from ..errors import UsageError
-from .job import analyze
+from .job import analyze, trace_files
 from .report import DEFINITION, TraceReport, percent
 
 
@@ -154,4 +155,17 @@ def compare(before, after, ranks=None, allow_partial: bool = False, jobs: int | 
     """Compare two captures (a file or a directory of one job's rank files each)."""
     b, a = (_side(label, path, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
             for label, path in (("BEFORE", before), ("AFTER", after)))
-    return TraceComparison(b, a, _notes(b, a))
+    same = ["BEFORE and AFTER are the same trace files: the comparison can show no change"] if _same(before, after) else []
+    return TraceComparison(b, a, same + _notes(b, a))
+
+
+def _same(before, after) -> bool:
+    """Whether both sides name one set of files (by another path too: fuzzM M6, as diagnose --compare says, fuzzH H12)."""
+    def files(side):
+        out = set()
+        for f in trace_files([side] if isinstance(side, (str, os.PathLike)) else side):
+            st = os.stat(f)
+            out.add((st.st_dev, st.st_ino))
+        return out
+
+    return files(before) == files(after)

@@ -10,6 +10,7 @@ Rows follow HolisticTraceAnalysis's parser (hta/common/trace_parser.py, trace.py
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import Counter
@@ -35,6 +36,8 @@ def _int(value, default: int = -1) -> int:
         return default
     if isinstance(value, int):
         return value
+    if isinstance(value, float) and not value.is_integer():  # a rank of 1.9 is no rank (fuzzM M5), nor 1
+        return default
     try:
         return int(value)
     except (TypeError, ValueError, OverflowError):  # NaN, Infinity, more digits than int() takes
@@ -54,10 +57,40 @@ def _short(value) -> str:
     return text if len(text) <= 24 else f"{text[:10]}...({len(text)} digits)"
 
 
-def _group(args: dict, seen: dict) -> dict:
-    """The PG_KEYS of a record, one shared dict per distinct content (thousands of kernels share a few groups)."""
-    group = {k: args[k] for k in PG_KEYS if k in args}
-    return seen.setdefault(repr(group), group)
+# A group's name or description longer than this is kept as its start, its length and a digest (one identity per
+# text): Megatron-Core's are a few words, and a notes line or the JSON echoes it (fuzzM M2: 3 M characters a line).
+MAX_LABEL = 200
+# The distinct process-group text (names, descriptions, ranks lists) one trace may hold: a 64k-GPU world's ranks list
+# is 0.4 MB; a few MB of gzip held 1.2 GB of them, kept whole (fuzzM M1: 3.5 GB of memory)
+MAX_GROUP_TEXT = 16 << 20
+
+
+class _Groups(dict):
+    """repr of a record's PG_KEYS -> one shared dict per distinct content (thousands of kernels share a few groups),
+    with the text they hold counted."""
+
+    size = 0
+
+
+def _label(value):
+    if not isinstance(value, str) or len(value) <= MAX_LABEL:
+        return value
+    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+    return f"{value[:MAX_LABEL // 2]}...({len(value):,} characters, {digest})"
+
+
+def _group(args: dict, seen: _Groups) -> dict:
+    """The PG_KEYS of a record, shared per distinct content, the names and descriptions bounded (_label)."""
+    group = {k: args[k] if k == "Process Group Ranks" else _label(args[k]) for k in PG_KEYS if k in args}
+    key = repr(group)
+    known = seen.get(key)
+    if known is None:
+        seen.size += len(key)
+        if seen.size > MAX_GROUP_TEXT:
+            raise reader.BadEvent(f"its process groups' names, descriptions and ranks lists hold more than "
+                                  f"{MAX_GROUP_TEXT >> 20} MB of distinct text: no profiler writes that many")
+        known = seen[key] = group
+    return known
 
 
 @dataclass
@@ -66,6 +99,7 @@ class RankTrace:
     meta: dict = field(default_factory=dict)
     events: int = 0  # events in the array
     non_finite: int = 0  # NaN / Infinity literals in the file (none where the analysis reads a value)
+    negative: int = 0  # GPU rows with a negative duration: counted as nothing (fuzzM M3), and said
     partial: bool = False
     start: array = field(default_factory=lambda: array("q"))  # device rows: [start, end) in whole microseconds
     end: array = field(default_factory=lambda: array("q"))
@@ -109,7 +143,7 @@ class RankTrace:
 
     def adder(self):
         """The per-event callback, with everything it touches bound to locals (it runs once per event)."""
-        steps, collectives, comm, kinds, groups = self.steps, self.collectives, self.comm, {}, {}
+        steps, collectives, comm, kinds, groups = self.steps, self.collectives, self.comm, {}, _Groups()
         starts, ends, corrs, kind_rows = self.start.append, self.end.append, self.correlation.append, self.kind
         cpu_corrs, cpu_starts, kind_add = self.cpu_correlation.append, self.cpu_start.append, kind_rows.append
         ceil, floor, COMM, limit = math.ceil, math.floor, kernels.COMMUNICATION, LIMIT
@@ -176,6 +210,8 @@ class RankTrace:
                 comm.append(CommKernel(len(kind_rows), name, _int(args.get("External id")), _group(args, groups)))
             elif kind == MEMORY and name.startswith("Memcpy PtoP"):
                 peer(len(kind_rows))
+            if dur < 0:
+                self.negative += 1
             starts(start)
             ends(end)
             corrs(corr if gpu else -1)

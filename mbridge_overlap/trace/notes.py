@@ -168,6 +168,9 @@ def rank_notes(trace: RankTrace, cutoff, steps, comm: dict, counted: Callable[[i
         )
     notes.extend(_unattributed(trace, scope, comm))
     notes.extend(_no_launch(trace, cutoff))
+    if trace.negative:
+        notes.append(f"{trace.negative:,} GPU row{'s' * (trace.negative != 1)} with a negative duration (dur) counted as "
+                     "0 us: the trace's clock or its writer is broken there, and that time is in no total")
     if trace.non_finite:
         notes.append(
             f"the file holds {trace.non_finite} NaN or Infinity value{'s' if trace.non_finite != 1 else ''} (not "

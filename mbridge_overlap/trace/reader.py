@@ -101,7 +101,7 @@ def _document(text: Window, on_event, on_meta) -> None:
 
 def _object(text: Window, on_event, on_meta) -> bool:
     """The top-level object's members; False when it stopped at traceEvents (on_event None)."""
-    seen_events = False
+    seen_events, keys = False, set()
     c = text.peek()
     while c != "}":
         if c != '"':
@@ -123,6 +123,10 @@ def _object(text: Window, on_event, on_meta) -> bool:
             _events(text, on_event)
             seen_events = True
         else:
+            if key in keys:  # the second would silently replace the first (fuzzM M4: a pg_config lost)
+                raise UsageError(f"{esc(text.path)}: the key {shown(key, 40)} twice at the top level: the second would "
+                                 "silently replace the first")
+            keys.add(key)
             value = text.value()
             if on_meta is not None:
                 on_meta(key, value)

@@ -41,6 +41,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     for label, paths in zip(("before", "after") if compare else ("log",), sides):
         listed.append(reader.files(paths))
         scan = parallel.scan_all(catalog, listed[-1], _summary(), jobs=jobs, stdin=stdin, notes=read_notes)
+        read_notes.extend(_empty(listed[-1], scan, label if compare else None))
         scans.append((label, scan))
     diag = report.Diagnosis(catalog, scans)
     diag.notes.extend(read_notes)
@@ -71,6 +72,20 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
         _config_changes(diag, scans, release, gpus)
     _link_config(diag, scans[-1][1], release, config, recipe, overrides, gpus, inputs)
     return diag
+
+
+def _empty(paths: list[str], scan: Scan, side: str | None) -> list[str]:
+    """An empty log is no log (fuzzM M7: "0 logs, 0 lines ... causes: none", exit 0): refused where it is all that was
+    named (a side of --compare), noted where a folder holds others."""
+    empty = [p for p in paths if p not in scan.sources]
+    if not empty:
+        return []
+    if len(empty) == len(paths):
+        what = f"{side.upper()} ({esc(paths[0])})" if side and len(paths) == 1 else esc(paths[0]) if len(paths) == 1 else (
+            f"{side.upper() if side else 'the logs'}: all {len(paths):,} files")
+        raise UsageError(f"{what}: empty, no log lines to read")
+    named = ", ".join(esc(p) for p in empty[:5]) + (f" and {len(empty) - 5:,} more" if len(empty) > 5 else "")
+    return [f"{len(empty):,} of the {len(paths):,} log files are empty, nothing read from them: {named}"]
 
 
 def _summaries_differ(scan: Scan) -> list[str]:

@@ -103,7 +103,7 @@ add("bytes", "invalid_utf8_inside_a_message", log("rank1.log", GRAD.replace("Non
 add("bytes", "latin1_lines_around", log("rank2.log", "café naïve\n".encode("latin-1") + GRAD.encode() + b"\n"), status=(1,), cause=GRAD_ID)
 add("bytes", "utf16_with_bom", log("rank0.log", ("\ufeff" + NOISE + GRAD + "\n").encode("utf-16-le")), status=(1,), cause=GRAD_ID)
 add("bytes", "utf8_bom", log("x.log", ("\ufeff[rank5]: " + GRAD + "\n").encode()), status=(1,), cause=GRAD_ID)
-add("bytes", "empty_file", log("empty.log", b""))
+add("bytes", "empty_file", log("empty.log", b""), status=(2,), says="empty, no log lines to read")  # (fuzzM M7)
 add("bytes", "only_newlines", log("nl.log", b"\n" * 100_000))
 add("bytes", "crlf_line_ends", log("rank4.log", (NOISE + "[rank4]: " + GRAD + "\n").replace("\n", "\r\n").encode()),
     status=(1,), cause=GRAD_ID, ranks=("4",))
@@ -151,7 +151,7 @@ add("size", "gzip_of_lines_48MiB_below_the_floor", log("rank2.log.gz", lambda p:
     status=(1,), cause=GRAD_ID, ranks=("2",), seconds=120, formats=("json",), check=lambda d, _f: d["lines"] == 3 * 4096 + 1)
 _TRUNCATED = gz((NOISE * 200 + GRAD + "\n").encode() + (NOISE * 200).encode())
 add("size", "truncated_gzip", log("rank1.log.gz", _TRUNCATED[: len(_TRUNCATED) * 2 // 3]), status=(1,), cause=GRAD_ID, ranks=("1",))
-add("size", "gzip_cut_in_its_header", log("rank1.log.gz", _TRUNCATED[:6]))
+add("size", "gzip_cut_in_its_header", log("rank1.log.gz", _TRUNCATED[:6]), status=(2,), says="empty, no log lines to read")
 add("size", "gzip_members_with_zero_padding", log("rank1.log.gz", gz(NOISE.encode()) + b"\0" * 4096 + gz((GRAD + "\n").encode()) + b"\0" * 512),
     status=(1,), cause=GRAD_ID)
 _CORRUPT = bytearray(gz((NOISE * 50).encode(), 9))
