@@ -383,7 +383,7 @@ add("paths", "logs_deeper_than_read", _deep, status=(2,), says="levels down were
 add("paths", "missing", lambda d: [d / "nope.log"], status=(2,), says="no such file")
 add("paths", "empty_argument", lambda d: [""], status=(2,), says="empty")
 add("paths", "no_argument", lambda d: [], status=(2,), says="name a log file")
-add("paths", "stdin_empty", lambda d: ["-"], stdin=b"")
+add("paths", "stdin_empty", lambda d: ["-"], stdin=b"", status=(2,), says="empty, no log lines to read")  # (fuzzM M7)
 add("paths", "stdin_binary", lambda d: ["-"], stdin=BINARY[:65536])
 add("paths", "stdin_message", lambda d: ["-"], stdin=f"[rank2]: {GRAD}\n".encode(), status=(1,), cause=GRAD_ID, ranks=("2",))
 add("paths", "stdin_twice", lambda d: ["-", "-"], stdin=f"[rank2]: {GRAD}\n".encode(), status=(1,), cause=GRAD_ID)
