@@ -79,14 +79,29 @@ def test_the_expert_parallel_sequence_parallel_warning_is_predicted_by_the_confi
     overrides = {"model.tensor_model_parallel_size": 2, "model.expert_model_parallel_size": 8, "model.num_moe_experts": 8,
                  "model.sequence_parallel": False}
     resolved = {f.id: f for f in api.resolve(overrides, gpus=32).findings}
-    assert resolved["EP_TP_WITHOUT_SEQUENCE_PARALLEL"].fix_overrides == {"model.sequence_parallel": True}
+    assert resolved["MOE_TP_WITHOUT_SEQUENCE_PARALLEL"].fix_overrides == {"model.sequence_parallel": True}
     line = ("/usr/local/lib/python3.12/dist-packages/megatron/core/model_parallel_config.py:562: UserWarning: When using "
             "expert parallelism and tensor parallelism for training, sequence parallelism must be used\n")
     d = _diagnose(line, overrides=overrides, gpus=32)
-    (cause,) = [c for c in d["causes"] if c["id"] == "EP_TP_WITHOUT_SEQUENCE_PARALLEL"]
+    (cause,) = [c for c in d["causes"] if c["id"] == "MOE_TP_WITHOUT_SEQUENCE_PARALLEL"]
     assert cause["predicted"] is True and cause["fix_overrides"] == {"model.sequence_parallel": True}
     on = {**overrides, "model.sequence_parallel": True}
-    assert "EP_TP_WITHOUT_SEQUENCE_PARALLEL" not in {f.id for f in api.resolve(on, gpus=32).findings}
+    assert "MOE_TP_WITHOUT_SEQUENCE_PARALLEL" not in {f.id for f in api.resolve(on, gpus=32).findings}
+
+
+def test_the_moe_layer_s_training_error_names_sequence_parallel():
+    """evalP P2: Megatron-Core's MoELayer.forward raises in training with TP > 1 and sequence parallel off, whatever EP
+    is; the analysis called it a warning later releases run past, and said nothing at EP 1."""
+    overrides = {"model.tensor_model_parallel_size": 2, "model.num_moe_experts": 8, "model.sequence_parallel": False}
+    (finding,) = [f for f in api.resolve(overrides, gpus=8).findings if f.id == "MOE_TP_WITHOUT_SEQUENCE_PARALLEL"]
+    assert finding.severity == "error" and finding.when == "step"
+    assert finding.fix_overrides == {"model.sequence_parallel": True}
+    line = ("[rank3]: ValueError: During training, performance may degrade if MoE and tensor parallelismare enabled "
+            "without also enabling sequence parallelism.\n")
+    for kw in ({}, {"overrides": overrides, "gpus": 8}):
+        (cause,) = [c for c in _diagnose(line, **kw)["causes"] if c["id"] == "MOE_TP_WITHOUT_SEQUENCE_PARALLEL"]
+        assert "model.sequence_parallel" in cause["knobs"]
+    assert cause["predicted"] is True and cause["fix_overrides"] == {"model.sequence_parallel": True}
 
 
 CONNECTIONS_WARNING = ("[rank0]: /opt/venv/lib/python3.12/site-packages/megatron/core/tensor_parallel/layers.py:848: UserWarning: "
@@ -172,3 +187,41 @@ def test_a_log_only_fix_the_config_already_runs_is_not_offered():
     assert off["causes"] == [] and any(n.startswith("UB_MPI_BOOTSTRAP_FAILED left out") for n in off["notes"])
     mpi = _diagnose(MPI_CRASH, recipe=RECIPE, overrides={**on, "comm_overlap.tp_comm_bootstrap_backend": "mpi"}, gpus=8)
     assert mpi["causes"][0]["fix_overrides"] == {"comm_overlap.tp_comm_bootstrap_backend": "nccl"}
+
+
+NOT_IN_SYNC = ("/opt/venv/lib/python3.12/site-packages/megatron/bridge/training/utils/common_utils.py:112: UserWarning: "
+               "overlap_param_gather settings were not in sync: ddp.overlap_param_gather=True, "
+               "optimizer.overlap_param_gather=False. Automatically enabling overlap_param_gather for both settings.\n")
+
+
+def test_validate_s_routine_param_gather_sync_is_no_cause_to_fix():
+    """evalQ Q1: every healthy run of a recipe whose own ddp and optimizer flags disagree prints this warning; it was
+    a warning cause (exit 1), and with the config "a gap in the rules" while resolve said nothing."""
+    alone = api.diagnose(["-"], stdin=io.BytesIO(NOT_IN_SYNC.encode()))
+    assert not alone.found and [c["id"] for c in alone.to_dict()["causes"]] == ["PARAM_GATHER_FLAGS_SYNCED"]
+    resolved = {f.id: f for f in _resolve({}, 16).findings}
+    (cause,) = _diagnose(NOT_IN_SYNC, recipe=RECIPE, gpus=16)["causes"]
+    assert cause["id"] == "PARAM_GATHER_FLAGS_SYNCED" and cause["predicted"] is True
+    assert cause["fix_overrides"] == resolved["PARAM_GATHER_FLAGS_SYNCED"].fix_overrides
+    assert "PARAM_GATHER_FLAGS_SYNCED" not in {f.id for f in _resolve(cause["fix_overrides"], 16).findings}
+
+
+def test_the_sync_line_of_a_request_validate_overwrote_is_that_finding():
+    asked = {"optimizer.overlap_param_gather": False}
+    resolved = {f.id: f for f in _resolve(asked, 16).findings}
+    assert "PARAM_GATHER_FLAGS_SYNCED" not in resolved
+    (cause,) = _diagnose(NOT_IN_SYNC, recipe=RECIPE, overrides=asked, gpus=16)["causes"]
+    assert cause["id"] == "PARAM_GATHER_FORCED_ON" and cause["predicted"] is True and cause["severity"] == "warning"
+    assert cause["fix_overrides"] == resolved["PARAM_GATHER_FORCED_ON"].fix_overrides
+
+
+def test_a_launcher_export_is_named_not_called_a_gap_in_the_rules():
+    """evalQ Q2: Megatron-FSDP refused CUDA_DEVICE_MAX_CONNECTIONS=1 that the launcher exported; with a config that
+    does not set it the answer said "a gap in the rules" while --launcher-env predicts it."""
+    line = "AssertionError: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.\n"
+    fsdp = {"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"}
+    (cause,) = [c for c in _diagnose(line, recipe=RECIPE, overrides=fsdp, gpus=16)["causes"] if c["id"] == "FSDP_WITH_ONE_CONNECTION"]
+    assert "gap in the rules" not in cause["analysis"] and "--launcher-env" in cause["analysis"]
+    given = _diagnose(line, recipe=RECIPE, overrides=fsdp, gpus=16, launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    (cause,) = [c for c in given["causes"] if c["id"] == "FSDP_WITH_ONE_CONNECTION"]
+    assert cause["predicted"] is True

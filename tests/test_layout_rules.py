@@ -27,3 +27,42 @@ def test_a_sequence_each_cp_rank_cannot_split_over_tp_is_found_before_the_run(se
     assert ("SP_SEQ_LENGTH_NOT_DIVISIBLE_BY_TP" in ids) is finds
     assert "SP_SEQ_LENGTH_NOT_DIVISIBLE_BY_TP" not in {f["id"] for f in api.resolve(
         {**req, "model.sequence_parallel": False}, gpus=8 * cp).to_dict()["findings"]}
+
+
+def test_a_section_a_fix_or_plan_creates_keeps_the_recipe_s_bucket_size():
+    """evalP P1: COMM_OVERLAP_ABSENT's fix and plan --recipe created comm_overlap over the GPT-OSS perf recipes, whose
+    ddp.bucket_size (768,000,000) Bridge's section then replaced by its 128 Mi default, without a word."""
+    recipe = "gpt_oss_20b_pretrain_512gpu_gb200_fp8mx_config"
+    linted = api.lint(recipe=recipe).to_dict()
+    tuned = linted["effective"]["ddp"]["bucket_size"]
+    assert tuned is not None and tuned != 128 * 1024 * 1024  # a recipe whose own bucket size a section would replace
+    (absent,) = [f for f in linted["findings"] if f["id"] == "COMM_OVERLAP_ABSENT"]
+    fixed = api.resolve(recipe=recipe, overrides=absent["fix_overrides"]).to_dict()
+    assert fixed["effective"]["ddp"]["bucket_size"] == tuned
+    plan = api.plan(recipe=recipe).to_dict()
+    assert plan["overrides"].get("comm_overlap.bucket_size") == tuned
+    assert plan["effective"]["ddp"]["bucket_size"] == tuned
+
+
+def test_param_gather_without_the_distributed_optimizer_has_a_fix_with_a_comm_overlap_request():
+    """evalQ Q3: with comm_overlap.overlap_param_gather=true and no distributed optimizer the only candidate (ddp and
+    optimizer off) left comm_overlap's request unmet, so no fix was offered though two single changes hold."""
+    asked = {"ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False,
+             "comm_overlap.tp_comm_overlap": False, "comm_overlap.overlap_param_gather": True}
+    found = {f.id: f for f in api.resolve(recipe="llama3_8b_pretrain_config", overrides=asked, gpus=16).findings}
+    fix = found["PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER"].fix_overrides
+    assert fix
+    after = api.resolve(recipe="llama3_8b_pretrain_config", overrides={**asked, **fix}, gpus=16).findings
+    assert not [f for f in after if f.severity in ("warning", "error")]
+
+
+def test_a_config_with_a_section_but_no_recorded_dp_size_is_not_said_to_lack_the_section(tmp_path):
+    """evalQ Q4: a config dumped before runtime_config_update has comm_overlap with data_parallel_size null."""
+    from mbridge_overlap import UsageError
+
+    path = tmp_path / "run.yaml"
+    path.write_text("_target_: megatron.bridge.training.config.ConfigContainer\nmodel:\n  tensor_model_parallel_size: 2\n"
+                    "comm_overlap:\n  tp_comm_overlap: false\n  data_parallel_size: null\n")
+    with pytest.raises(UsageError) as err:
+        api.resolve(config=str(path))
+    assert "no comm_overlap section" not in str(err.value) and "data_parallel_size" in str(err.value)

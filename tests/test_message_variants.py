@@ -69,7 +69,7 @@ def test_megatron_core_0_14_wording_is_read_and_named(tmp_path):
     # megatron/core/model_parallel_config.py in megatron-core 0.8.0 to 0.14.0 (0.15 made it a warning, reworded)
     d = _diagnose(tmp_path, "ValueError: When using expert parallelism and tensor parallelism, sequence parallelism "
                             "must be used")
-    cause = next(c for c in d["causes"] if c["id"] == "EP_TP_WITHOUT_SEQUENCE_PARALLEL")
+    cause = next(c for c in d["causes"] if c["id"] == "MOE_TP_WITHOUT_SEQUENCE_PARALLEL")
     ev = cause["evidence"][0]
     assert ev["wording_of"][0] == "megatron-core 0.8.0" and "megatron-core 0.14.0" in ev["wording_of"]
     assert "model.sequence_parallel" in cause["knobs"]

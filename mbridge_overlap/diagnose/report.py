@@ -294,6 +294,11 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
         if fid in found:
             cause.finding, cause.predicted, cause.how = found[fid], True, "the config analysis predicts it"
             continue
+        sharper = next((found[x] for x in rec.get("explained_by") or () if x in found), None)
+        if sharper is not None:  # the config says more of the same line (evalQ Q1: a request validate() overwrote)
+            cause.finding, cause.predicted = sharper, True
+            cause.how = f"the config analysis predicts it as {sharper.id}"
+            continue
         facts = _shown_facts(diag, rec)
         if facts:
             again = {f.id: f for f in analyze(scenario_with(scenario, facts)).findings}
@@ -308,6 +313,11 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
             continue
         if rests_on(rec.get("when"), rec.get("knobs") or (), unknown):
             cause.how = "the printed config does not hold what decides it (the launch environment, or a field not printed)"
+            continue
+        env = [k.partition(".")[2] for k in rec.get("knobs") or () if k.startswith("env_vars.")]
+        if env and not any(n in scenario.request.env_vars or n in scenario.launcher_env for n in env):  # (evalQ Q2)
+            cause.how = (f"it rests on {', '.join(env)} in the launch environment, which the config does not set: the "
+                         "launcher's export, which no run config records (pass --launcher-env NAME=VALUE to check it)")
             continue
         cause.predicted = False
         cause.how = ("the config analysis did not predict it: a gap in the rules (please report it with this log)")

@@ -172,6 +172,12 @@ def mcore_defaults(version: str | None = None) -> dict:
     return releases.load_yaml(releases.DATA_DIR / "releases" / release.data_version / "mcore_defaults.yaml")
 
 
+class Printed(dict):
+    """The config a log's configuration summary prints, named as such where an answer names its source."""
+
+    label = "the log's configuration summary"
+
+
 class Summary:
     """Reads one configuration block out of a stream of log lines (see the module docstring)."""
 
@@ -384,7 +390,7 @@ class Summary:
         model/ddp/optimizer already). train/validation/dataset/checkpoint: the printed value, else None. dist:
         use_megatron_fsdp equals ddp's after validate(), and with it use_torch_fsdp2 and use_tp_pp_dp_mapping were
         False (validate() refuses them). model.seq_length: the dataset's, which validate() asserts equal."""
-        return self._resolve(release)[0]
+        return Printed(self._resolve(release)[0])
 
     @property
     def unknown(self) -> list[str]:

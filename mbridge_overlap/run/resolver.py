@@ -72,6 +72,7 @@ class State:
     dp_overlap_applied: bool = False
     fsdp: bool = False
     overwritten: list = field(default_factory=list)  # (key, requested, effective, by)
+    synced: dict = field(default_factory=dict)  # validate()'s sync: name -> (ddp's, optimizer's) where they disagreed
     rejections: list = field(default_factory=list)
     _effective: dict | None = field(default=None, repr=False, compare=False)
     _probed: list | None = field(default=None, repr=False, compare=False)  # proof.probe's findings, computed once
@@ -295,6 +296,20 @@ def optimizer_overlap_cfgs(state: State, user: dict) -> dict:
     return chosen
 
 
+def bucket_size_a_section_replaces(request, data_parallel_size: int, distributed_optimizer: bool) -> int | None:
+    """The ddp.bucket_size a config holds of its own (a recipe's tuning, not a request) that a comm_overlap section
+    created over it would replace by Bridge's DP_BUCKET_SIZE (_get_optimizer_overlap_cfgs at DP > 1, evalP P1: the
+    GPT-OSS perf recipes' 768,000,000); None where nothing would be lost. A fix or plan that creates the section
+    carries it to comm_overlap.bucket_size, where it wins. distributed_optimizer: whether ddp's flag is on when the
+    section applies (setup() writes the DP settings only then)."""
+    value = request.ddp.get("bucket_size")
+    if request.comm_overlap is not None or data_parallel_size <= 1 or not distributed_optimizer:
+        return None
+    if "ddp.bucket_size" in request.explicit or not isinstance(value, int) or value == DP_BUCKET_SIZE:
+        return None  # a request: the overwrite findings carry it (bucket_to_move)
+    return value
+
+
 def validate(state: State) -> None:
     """ConfigContainer.validate(), the parts on the overlap path, in Bridge's order."""
     validate_packing(state)
@@ -489,6 +504,8 @@ def sync_distributed_optimizer(state: State) -> None:
     """_validate_and_sync_distributed_optimizer_settings(): either flag True turns both True."""
     ddp, opt = state.ddp, state.optimizer
     for name in ("use_distributed_optimizer", "overlap_param_gather"):
+        if bool(ddp[name]) != bool(opt[name]):  # Bridge warns "... settings were not in sync"
+            state.synced[name] = (ddp[name], opt[name])
         if ddp[name] or opt[name]:
             for section in ("ddp", "optimizer"):
                 _overwrite(state, section, name, True, "validate")

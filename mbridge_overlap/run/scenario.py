@@ -263,7 +263,9 @@ def _gpus(gpus, rc, entry, assumed: dict, flag: str, release) -> int:
                            "ETP x EP x PP): its name gives no GPU count")
         return smallest
     if rc is not None:
-        raise UsageError(f"{flag}: {rc.path} does not record the GPU count (it has no comm_overlap section); pass {flag} N")
+        why = ("its comm_overlap.data_parallel_size is not set: runtime_config_update() fills it" if isinstance(rc.raw.get("comm_overlap"), dict)
+               else "it has no comm_overlap section, whose data_parallel_size would")  # (evalQ Q4)
+        raise UsageError(f"{flag}: {rc.path} does not record the GPU count ({why}); pass {flag} N")
     raise UsageError(f"{flag}: required (the world size) unless --recipe names a recipe or the run config records it")
 
 

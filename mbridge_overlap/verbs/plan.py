@@ -12,6 +12,7 @@ import functools
 from ..upstream import catalog, releases, presets as ub_presets
 from .. import findings
 from ..run import launch_env, layout, scenario
+from ..run.resolver import bucket_size_a_section_replaces
 from ..run.peft import LORA
 from .. import budget as budgets
 from ..findings.analysis import Analysis, analyze
@@ -209,6 +210,10 @@ def make_plan(
         overrides["ddp.use_distributed_optimizer"] = True
         if not start.request.optimizer["use_distributed_optimizer"]:
             overrides["optimizer.use_distributed_optimizer"] = True
+    kept = grid.divisible and bucket_size_a_section_replaces(
+        start.request, grid.dp, bool(overrides.get("ddp.use_distributed_optimizer", start.request.ddp.get("use_distributed_optimizer"))))
+    if kept and recipe_co is None:  # the recipe's own bucket size, which the section the plan creates would replace
+        overrides["comm_overlap.bucket_size"] = kept
     if grid.divisible and grid.dp == 1 and cp > 1 and not megatron_fsdp:
         # the gradients reduce over the DP x CP ranks, which Bridge's DP overlap defaults leave out (DP_OVERLAP_OFF_WITH_CP)
         overrides.update({"comm_overlap.overlap_grad_reduce": True, "comm_overlap.overlap_param_gather": True})

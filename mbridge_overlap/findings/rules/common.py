@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...run import layout
-from ...run.resolver import DP_BUCKET_SIZE, State
+from ...run.resolver import DP_BUCKET_SIZE, State, bucket_size_a_section_replaces
 
 MIB = 2**20
 # Model fields CommOverlapConfig writes; a value set on the model is overwritten, one set on comm_overlap wins.
@@ -58,7 +58,8 @@ def owner_key(state: State, name: str, section: str = "model") -> str:
 def adopt_dp_knobs(state: State) -> dict:
     """The ddp/optimizer DP overlap values the user set, moved onto comm_overlap (where they win once
     CommOverlapConfig applies its DP settings); not where comm_overlap already requests that knob, nor a bucket size
-    whose reading is ambiguous; a value that works against itself on this layout is dropped (set false) instead."""
+    whose reading is ambiguous; a value that works against itself on this layout is dropped (set false) instead. And
+    the config's own bucket size where the section is created over it (bucket_size_a_section_replaces)."""
     out = {}
     for name in DP_KNOBS:
         if (state.request.comm_overlap or {}).get(name) is not None:
@@ -72,6 +73,9 @@ def adopt_dp_knobs(state: State) -> dict:
             value = bucket_to_move(state, value)
         if value is not None:
             out[f"comm_overlap.{name}"] = value
+    kept = bucket_size_a_section_replaces(state.request, state.data_parallel_size, state.ddp["use_distributed_optimizer"])
+    if kept is not None and "comm_overlap.bucket_size" not in out:
+        out["comm_overlap.bucket_size"] = kept
     return out
 
 

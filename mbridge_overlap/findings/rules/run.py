@@ -334,14 +334,18 @@ def align_without_interleaving(state: State):
         yield make("ALIGN_PARAM_GATHER_WITHOUT_INTERLEAVING", fix_overrides=o, fix=fix, schedule=schedule)
 
 
-@check("EP_TP_WITHOUT_SEQUENCE_PARALLEL")
-def ep_tp_without_sequence_parallel(state: State):
-    """Megatron-Core's ModelParallelConfig.__post_init__ checks it when Bridge finalizes the model config (a warning
-    since 0.15, a ValueError before): the log's line is then predicted by the config."""
+@check("MOE_TP_WITHOUT_SEQUENCE_PARALLEL")
+def moe_tp_without_sequence_parallel(state: State):
+    """Megatron-Core's MoELayer.forward raises in training whenever TP > 1 and sequence parallel is off (every release
+    this skill covers; evalP P2); with EP > 1 ModelParallelConfig.__post_init__ also warns when Bridge finalizes the
+    model config, so that log line is predicted too. An MoE model: experts set, or EP > 1 (which needs them)."""
     m = state.model
-    if m["expert_model_parallel_size"] > 1 and m["tensor_model_parallel_size"] > 1 and not m["sequence_parallel"]:
-        o, fix = fixed(state, "EP_TP_WITHOUT_SEQUENCE_PARALLEL", [{"model.sequence_parallel": True}])
-        yield make("EP_TP_WITHOUT_SEQUENCE_PARALLEL", fix_overrides=o, fix=fix)
+    tp, ep, experts = m["tensor_model_parallel_size"], m["expert_model_parallel_size"], m.get("num_moe_experts")
+    if (experts or ep > 1) and tp > 1 and not m["sequence_parallel"]:
+        o, fix = fixed(state, "MOE_TP_WITHOUT_SEQUENCE_PARALLEL", [{"model.sequence_parallel": True}])
+        what = f"{experts} experts" if experts else f"EP={ep}"
+        also = (f"; with EP={ep} its ModelParallelConfig also warns when Bridge finalizes the model config" if ep > 1 else "")
+        yield make("MOE_TP_WITHOUT_SEQUENCE_PARALLEL", fix_overrides=o, fix=fix, what=what, tp=tp, also=also)
 
 
 @check("FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER")

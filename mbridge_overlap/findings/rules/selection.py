@@ -169,6 +169,22 @@ _OVERWRITE_FINDINGS = {
 }
 
 
+@check("PARAM_GATHER_FLAGS_SYNCED")
+def param_gather_synced(state: State):
+    """validate() turned overlap_param_gather on for both where the config's own ddp and optimizer values disagreed:
+    Bridge warns, and the run gets the overlap one of them asks for (evalQ Q1: a healthy run of a shipped recipe read
+    as a cause). A request it overwrote is PARAM_GATHER_FORCED_ON instead."""
+    pair = state.synced.get("overlap_param_gather")
+    keys = ("ddp.overlap_param_gather", "optimizer.overlap_param_gather")
+    if pair is None or any(key in keys for key, *_ in state.overwritten):
+        return
+    off = "optimizer" if pair[0] else "ddp"
+    o, fix = fixed(state, "PARAM_GATHER_FLAGS_SYNCED", [{f"{off}.overlap_param_gather": True}])
+    origin = f"recipe {state.request.recipe['name']}" if state.request.recipe else "the config"
+    yield make("PARAM_GATHER_FLAGS_SYNCED", fix_overrides=o, fix=fix, ddp=fmt(pair[0]), optimizer=fmt(pair[1]),
+               origin=origin, on="ddp" if pair[0] else "optimizer")
+
+
 @check("DISTRIBUTED_OPTIMIZER_FLAGS_DISAGREE", "DP_OVERLAP_NEEDS_DISTRIBUTED_OPTIMIZER", "MEGATRON_FSDP_SKIPPED_DP_OVERLAP",
        "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER")
 def distributed_optimizer(state: State):
@@ -200,8 +216,10 @@ def distributed_optimizer(state: State):
                    asserts={"ddp.use_distributed_optimizer": True, "ddp.overlap_grad_reduce": state.ddp["overlap_grad_reduce"],
                             "ddp.overlap_param_gather": state.ddp["overlap_param_gather"]})
     if state.ddp["overlap_param_gather"] and not state.ddp["use_distributed_optimizer"] and state.data_parallel_size > 1:
-        c = {"ddp.overlap_param_gather": False, "optimizer.overlap_param_gather": False}
-        o, fix = fixed(state, "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", [c])
+        off = {"ddp.overlap_param_gather": False, "optimizer.overlap_param_gather": False}
+        if (req.comm_overlap or {}).get("overlap_param_gather"):  # its request would stand unmet (evalQ Q3)
+            off["comm_overlap.overlap_param_gather"] = False
+        o, fix = fixed(state, "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", [off, both_on])
         yield make("PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER", fix_overrides=o, fix=fix, dp=state.data_parallel_size)
 
 
