@@ -174,7 +174,7 @@ def test_tp_overlap_off_leaves_the_async_backward_collectives_hidden():
 
 
 def test_userbuffers_methods_leave_what_their_schedule_cannot_hide():
-    from mbridge_overlap.budget.estimate import ub_exposed
+    from mbridge_overlap.budget.userbuffers import ub_exposed
 
     long, short = 10.0, 0.5  # GEMM times against a collective of 1
     assert ub_exposed(1, long, "bulk", 4) == 0 and ub_exposed(1, short, "bulk", 4) == pytest.approx(0.5)
@@ -389,7 +389,8 @@ def test_the_flex_dispatcher_sends_a_token_once_per_rank_that_holds_its_experts(
     experts once, not once per expert; the expected count under uniform routing, against a sampled router."""
     import random
 
-    from mbridge_overlap.budget.estimate import Layout, copies_per_token
+    from mbridge_overlap.budget.estimate import copies_per_token
+    from mbridge_overlap.budget.layout import Layout
     from mbridge_overlap.budget.shape import of
 
     shape, _ = of("qwen3_30b_a3b", {})
@@ -564,7 +565,7 @@ def test_the_layers_first_last_layers_bf16_keeps_gather_in_bf16():
     """recheck46 N1: bf16_with_fp8_current_scaling_mixed keeps layer 0 in BF16 (first_last_layers_bf16): its TE
     weights leave the FP8 buffer, so model chunk 0 gathers one more byte for each of their elements."""
     from mbridge_overlap import budget as budgets
-    from mbridge_overlap.budget import estimate, shape as shapes
+    from mbridge_overlap.budget import layout, shape as shapes
 
     common = {"mixed_precision": "bf16_with_fp8_current_scaling_mixed", "train.global_batch_size": 16}
     gathered = {}
@@ -577,7 +578,7 @@ def test_the_layers_first_last_layers_bf16_keeps_gather_in_bf16():
         gathered[first_last] = item.last_bytes
     sh, _ = shapes.of("llama3_70b", {})
     layer0 = sum(n for name, n, _ in shapes.stage_params(sh, 4, 1, 1, first=True, last=False)
-                 if name.startswith("decoder.layers.0.") and estimate.QUANTIZED_WEIGHT.search(name))
+                 if name.startswith("decoder.layers.0.") and layout.QUANTIZED_WEIGHT.search(name))
     assert gathered[True] - gathered[False] == layer0 > 0
 
 

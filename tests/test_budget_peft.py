@@ -12,7 +12,7 @@ import pytest
 
 from conftest import ROOT
 from mbridge_overlap import UsageError, api
-from mbridge_overlap.budget import estimate, shape as shapes
+from mbridge_overlap.budget import layout, shape as shapes
 
 BASELINE = ROOT / "tests" / "data" / "run_configs" / "baseline.yaml"  # TP 4, PP 4, SP, TP overlap on; GPT-3 175B shape
 LORA_RECIPE = "llama3_70b_peft_8gpu_gb300_fp8cs_config"  # Bridge's perf LoRA recipe: linear_qkv, rank 16
@@ -118,7 +118,7 @@ def test_published_lora_rows_are_predicted_within_15_percent_and_were_not_withou
     _lines, errors = check_budget.report_finetune(rows)
     assert errors["peft"][0] <= 0.15
     check_budget._RESOLVED.clear()
-    monkeypatch.setattr(estimate, "peft_of", lambda state: None)  # every weight trains, as before the model
+    monkeypatch.setattr(layout, "peft_of", lambda state: None)  # every weight trains, as before the model
     _lines, errors = check_budget.report_finetune(rows)
     check_budget._RESOLVED.clear()
     assert errors["peft"][0] > 0.15

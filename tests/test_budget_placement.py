@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from mbridge_overlap import api
-from mbridge_overlap.budget.estimate import fewest_local, spans_domains
+from mbridge_overlap.budget.layout import fewest_local, spans_domains
 
 
 def _groups(tp, cp, dp, pp, dim):

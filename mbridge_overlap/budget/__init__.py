@@ -1,7 +1,9 @@
 """The communication budget of one iteration on one GPU: per parallel dimension (TP, CP, PP, DP, EP) the collectives
 the effective config makes, their message sizes, the time they take on the system's links, what each overlap setting
-hides, and what flipping it would change (estimate.py); the model's shape and FLOPs (shape.py); Megatron-Core's
-gradient buckets (buckets.py); the systems' measured rates with their sources (system.py, data/budget_systems.yaml)."""
+hides, and what flipping it would change (estimate.py: CP, PP and EP there; TP in tp.py with Transformer Engine's
+userbuffers in userbuffers.py; DP in dp.py with Megatron-Core's gradient buckets in buckets.py); the run as the budget
+sees it and where its ranks lie (layout.py); the model's shape and FLOPs (shape.py); the systems' measured rates with
+their sources (system.py, data/budget_systems.yaml)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     (else the recipe's model, where the budget knows it), then the shape keys of the run config's model section (a
     saved run config holds them all), then `shape`'s keys, each winning over the one before. efficiency: instead of
     the system's fitted one. peft (run.peft.Peft): fine-tuning the run's config does not say (plan --lora)."""
-    from . import estimate, flips, shape as shapes, system, worth
+    from . import estimate, flips, layout, shape as shapes, system, worth
 
     state, sc = analysis.state, analysis.scenario
     saved = _saved_shape(sc)
@@ -33,7 +35,7 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     said = [f"{sc.config.path}'s model section" if saved else "",
             "overrides: " + ", ".join(f"model.{k}" for k in sorted(overridden)) if overridden else "",
             "given: " + ", ".join(sorted(shape)) if shape else ""]
-    lay = estimate.layout_of(state, sc.machine, peft)
+    lay = layout.layout_of(state, sc.machine, peft)
     lay, provided = _provider_dispatcher(lay, sc, model)
     sh, origin = shapes.of(model, given, "; ".join(s for s in said if s) or None, fits=lambda values: _fits(values, lay))
     sysinfo = system.get(sc.gpu, domain=lay.domain)

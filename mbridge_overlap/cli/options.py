@@ -36,9 +36,9 @@ def positive_int(value: str) -> int:
 
 def at_most(key: str):
     """An argparse type: a positive integer within the budget's bound for a size (budget/shape.py BOUNDS, the run
-    sizes of budget/estimate.py RUN_BOUNDS), read when the flag is given."""
+    sizes of budget/layout.py RUN_BOUNDS), read when the flag is given."""
     def parse(value: str) -> int:
-        from ..budget.estimate import RUN_BOUNDS
+        from ..budget.layout import RUN_BOUNDS
         from ..budget.shape import BOUNDS
 
         number = positive_int(value)

@@ -75,7 +75,7 @@ def test_the_unset_bucket_size_is_megatron_cores_default():
 
 
 def test_only_the_first_model_chunk_is_bucketed_as_megatron_wraps_them():
-    """The budget buckets model chunk 0 alone (estimate._dp): Megatron's DDP wrapper, which Bridge calls, gives each
+    """The budget buckets model chunk 0 alone (dp.collectives): Megatron's DDP wrapper, which Bridge calls, gives each
     virtual-pipeline chunk a DDP of its own with disable_bucketing for every other chunk (and for all with
     overlap_param_gather_with_optimizer_step), and DDP then leaves that chunk one bucket."""
     import inspect
@@ -152,14 +152,14 @@ def test_quantized_weights_are_a_buffer_of_their_own_as_megatron_core_lays_them_
     from megatron.core.distributed.distributed_data_parallel_config import DistributedDataParallelConfig
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
-    from mbridge_overlap.budget import estimate
+    from mbridge_overlap.budget import dp, layout
 
     sh, _ = shapes.of(model, {})
     params = [p for p in shapes.stage_params(sh, tp, ep, layers, first=first, last=False) if not p[2]]
     tensors = []
     for name, n, _ in params:
         t = torch.nn.Parameter(torch.empty(n, device="meta", dtype=torch.bfloat16))
-        t.quantized_here = bool(estimate.QUANTIZED_WEIGHT.search(name))
+        t.quantized_here = bool(layout.QUANTIZED_WEIGHT.search(name))
         tensors.append(t)
     size = buckets.default_bucket_size(None, True, dp)
     cfg = DistributedDataParallelConfig(use_distributed_optimizer=True, fp8_param_gather=True)
@@ -171,7 +171,7 @@ def test_quantized_weights_are_a_buffer_of_their_own_as_megatron_core_lays_them_
         pgb._param_uses_quantized_storage = real
     theirs = {key.param_dtype: [e - s for s, e in lay.bucket_indices] for key, lay in full.layouts.items()}
     lay = SimpleNamespace(ddp={}, quantized=("FP8", 1))
-    groups = estimate._bucket_groups(lay, params, size, True, dp, False, lambda name: bool(estimate.QUANTIZED_WEIGHT.search(name)))
+    groups = dp._bucket_groups(lay, params, size, True, dp, False, lambda name: bool(layout.QUANTIZED_WEIGHT.search(name)))
     assert [n for n, each in (g[0] for g in groups)] == theirs[torch.uint8]  # each group starts with a quantized bucket
     assert [n for n, _ in groups[-1][1:]] == theirs[torch.bfloat16] and all(e == 1 for g in groups for n, e in g[:1])
     assert all(e == 2 for n, e in groups[-1][1:]) and len(theirs) == 2

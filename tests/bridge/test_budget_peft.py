@@ -57,7 +57,7 @@ def test_transformer_engine_runs_no_wgrad_and_no_regather_for_frozen_weights():
 
 
 def test_the_lora_adapters_sequence_parallel_collectives_are_bridges():
-    """estimate._adapter_collectives: a column-parallel adapter gathers its input unless sequence-parallel
+    """tp._adapter_collectives: a column-parallel adapter gathers its input unless sequence-parallel
     communication is off (Bridge turns it off where TP overlap is off and TE returns the gathered input); a
     row-parallel one gathers its output (gather_output) and scatters it to the sequence shard."""
     tree = _source("megatron.bridge", "peft/utils.py")

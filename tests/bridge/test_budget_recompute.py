@@ -1,6 +1,6 @@
 """The budget's recompute model against Megatron-Core's own code (read with ast): which layers each method
 recomputes, over what a virtual stage holds, the default selective module, and which modules selective recompute
-reruns (budget/estimate.py recomputed)."""
+reruns (budget/layout.py recomputed)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from mbridge_overlap.budget.estimate import Layout, recomputed
+from mbridge_overlap.budget.layout import Layout, recomputed
 
 
 def _tree(relative: str) -> ast.Module:

@@ -8,7 +8,7 @@ import ast
 import importlib.util
 from pathlib import Path
 
-from mbridge_overlap.budget.estimate import ASYNC_GEMMS, PIPELINE_SPLITS, UB_GEMMS
+from mbridge_overlap.budget.userbuffers import ASYNC_GEMMS, PIPELINE_SPLITS, UB_GEMMS
 from mbridge_overlap.upstream.presets import TE_DEFAULT_METHODS
 
 
@@ -82,7 +82,7 @@ def test_tp_all_gathers_move_quantized_data():
 
 def test_the_default_sm_margin_is_transformer_engines():
     """get_default_config: num_sm 1 for ring_exchange and COMM_SMS otherwise; set_sm_margin for all but ring_exchange."""
-    from mbridge_overlap.budget.estimate import COMM_SMS
+    from mbridge_overlap.budget.userbuffers import COMM_SMS
 
     config = next(n for n in ast.walk(_initialize_ub()) if isinstance(n, ast.FunctionDef) and n.name == "get_default_config")
     default = _assigned(config, "default_cfg")

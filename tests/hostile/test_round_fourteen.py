@@ -182,12 +182,12 @@ def test_install_skill_refuses_a_folder_it_copies(tmp_path):
 
 def test_an_ep_placement_at_a_million_gpus_is_costed_once(monkeypatch):
     # fuzzL L1: fewest_local looped over every group of the world, twelve times a budget
-    from mbridge_overlap.budget import estimate
+    from mbridge_overlap.budget import layout
 
-    estimate._fewest_local.cache_clear()
+    layout._fewest_local.cache_clear()
     lay = type("L", (), {"tp": 1, "cp": 1, "dp": 1 << 17, "pp": 8, "domain": (1 << 20) - 2})()
-    assert estimate.fewest_local(lay, 1, 8) == estimate.fewest_local(lay, 1, 8)
-    assert estimate._fewest_local.cache_info().hits == 1
+    assert layout.fewest_local(lay, 1, 8) == layout.fewest_local(lay, 1, 8)
+    assert layout._fewest_local.cache_info().hits == 1
 
 
 def test_verify_refuses_existing_snippet_files_before_importing_bridge(tmp_path):

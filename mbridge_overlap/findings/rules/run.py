@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ...budget.estimate import RUN_BOUNDS
+from ...budget.layout import RUN_BOUNDS
 from ...run import launch_env, layout, peft
 from ...upstream import presets, releases
 from .. import make, shell

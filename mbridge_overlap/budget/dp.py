@@ -1,0 +1,249 @@
+"""DP's collectives per iteration: each DDP buffer's buckets (Megatron-Core's layout, per model chunk), their gradient
+reduce and parameter all-gather, and what overlap_grad_reduce and overlap_param_gather hide of them."""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+
+from . import buckets, shape as shapes
+from .collective import Item
+from .layout import QUANTIZED_WEIGHT, Layout, link_of
+
+
+def collectives(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
+    """The DP buckets' gradient reduce and parameter gather: the dense parameters' on the DP x CP group, the experts'
+    (a buffer of their own, DistributedDataParallel's expert_parallel_buffers) on the expert-DP group, both dispatched
+    by one start_grad_sync (start_param_sync) of each model chunk, in turn."""
+    d = lay.ddp
+    if lay.peft:  # only what trains has a gradient buffer (DistributedDataParallel skips frozen parameters)
+        params = [(f"decoder.layers.{i}.{g}.adapter", n, False) for i in range(layers)
+                  for g, n in shapes.adapter_params(shape, lay.peft.gemms, lay.peft.dim, lay.tp).items()]
+    else:
+        layers, lay = _first_stage(shape, lay, layers)
+        lay = Layout(**{**lay.__dict__, "num_layers": shape.num_layers or 0})
+        params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1)
+    dense = [p for p in params if not p[2]]
+    experts = [(n, e // lay.etp, x) for n, e, x in params if x]  # expert TP splits each expert's weights
+    world = lay.dp * lay.cp * lay.tp * lay.pp
+    expert_dp = world // (lay.etp * lay.ep * lay.pp) if experts else 1
+    # one bucket size for every buffer: the DP group's default (DistributedDataParallel.__init__)
+    size = buckets.default_bucket_size(_bucket_size(lay, shape, layers, params), lay.settings["overlap_grad_reduce"], lay.dp * lay.cp)
+    bufs = [_buffer(lay, system, dense, lay.dp * lay.cp, link_of(lay, lay.tp, lay.cp * lay.dp), "", layers, size,
+                    tied=lay.pp > 1 and bool(shape.share_embeddings_and_output_weights)),
+            _buffer(lay, system, experts, expert_dp, link_of(lay, lay.etp * lay.ep, expert_dp),
+                    f"expert ({expert_dp}-rank expert-DP group) ", layers, size)]
+    bufs = [b for b in bufs if b]
+    out: dict = {}
+    for kind, setting, budget in (("reduce", "overlap_grad_reduce", stage_bwd), ("gather", "overlap_param_gather", stage_fwd)):
+        if kind == "gather" and (not d.get("use_distributed_optimizer") or unsharded(lay)):
+            break  # (Megatron-FSDP's no_shard: start_param_sync returns at once, evalL L2)
+        exposed_before = 0.0
+        for i, b in enumerate(bufs):  # a buffer's part: what the buffers before it leave exposed, and what it adds
+            total = sum(map(sum, b[kind]))
+            exposed = _exposed(lay, [x[kind] for x in bufs[:i + 1]], kind, budget) if lay.settings[setting] else None
+            hidden = 0.0 if exposed is None else min(total, max(0.0, total - (exposed - exposed_before)))
+            exposed_before = exposed or 0.0
+            out[i, kind] = _item(lay, b, kind, total, hidden, setting)
+    return [out[key] for key in sorted(out, key=lambda k: (k[0], k[1] != "reduce"))]
+
+
+def _bucket_size(lay, shape, layers: int, params: list) -> int | None:
+    """ddp.bucket_size, or with ddp.num_buckets what Megatron's DDP wrapper makes of it: every parameter of this rank's
+    model chunks (frozen ones too) over num_buckets (megatron/training/models/dist_utils.py; evalN N1)."""
+    d = lay.ddp
+    if not d.get("num_buckets") or d.get("bucket_size") is not None:
+        return d.get("bucket_size")
+    whole = params
+    if lay.peft:  # the adapters train; the frozen base's parameters count too
+        first, _ = _first_stage(shape, lay, layers)
+        whole = params + shapes.stage_params(shape, lay.tp, lay.ep, first, first=True, last=lay.pp == 1)
+    return sum(n // lay.etp if expert else n for _, n, expert in whole) // d["num_buckets"]
+
+
+def unsharded(lay) -> bool:
+    """Megatron-FSDP with no_shard: every rank keeps whole gradients and parameters (an all-reduce, no gather)."""
+    return lay.fsdp and lay.ddp.get("data_parallel_sharding_strategy") == "no_shard"
+
+
+def _first_stage(shape, lay, layers: int) -> tuple:
+    """The first pipeline stage's layers, where the split counts the embedding as a layer
+    (account_for_embedding_in_pipeline_split: TransformerBlock gives the first virtual stage one layer fewer); and the
+    layout with where its first chunk starts."""
+    if lay.pp < 2 or not lay.layer_slots[0]:
+        return layers, lay
+    slots = shape.num_layers + sum(lay.layer_slots)
+    if slots % (lay.pp * lay.vp):
+        return layers, lay  # (not a split Megatron-Core takes: _uneven_split says so)
+    return slots // lay.pp - 1, Layout(**{**lay.__dict__, "chunk_offset": 1})
+
+
+def _buffer(lay, system, params, group, link, whose, layers, size, tied=False) -> dict | None:
+    """One kind of DDP buffer: its bucket groups per model chunk (chunk 0 first) and each group's time to reduce
+    (`reduce`) and, with the distributed optimizer, to gather (`gather`)."""
+    if group < 2 or not params:
+        return None
+    d = lay.ddp
+    distopt = bool(d.get("use_distributed_optimizer"))
+    grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
+    reduce = "reduce_scatter" if distopt and not unsharded(lay) else "all_reduce"
+    chunks, quantized = [], False
+    for k, chunk in enumerate(_chunks(params, layers, lay.vp, lay.chunk_offset)):
+        bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest
+        weight = functools.partial(_quantized, lay, chunk=k, layers=layers)
+        quantized = quantized or any(weight(p[0]) for p in chunk)
+        chunks.append(_bucket_groups(lay, chunk, size if bucketed else None, distopt, group, tied, weight))
+    sizes = [n for groups in chunks for g in groups for n, _ in g]
+    return {"whose": whose, "group": group, "link": link, "distopt": distopt, "grad_bytes": grad_bytes, "quantized": quantized,
+            "reduce_collective": reduce, "chunks": chunks, "sizes": sizes,
+            "reduce": [[sum(system.seconds(reduce, n * grad_bytes, group, link) for n, _ in g) for g in groups]
+                       for groups in chunks],
+            "gather": [[sum(system.seconds("all_gather", math.ceil(n * b), group, link) for n, b in g) for g in groups]
+                       for groups in chunks]}
+
+
+def _quantized(lay, name: str, chunk: int, layers: int) -> bool:
+    """Whether a parameter of the first stage's model chunk `chunk` is a quantized TE GEMM weight: not in a layer
+    first_last_layers_bf16 keeps in BF16, by Megatron-Core's global layer number (get_transformer_layer_offset at
+    pipeline rank 0: chunk k starts k x PP x the layers of a chunk in, each earlier chunk of the other stages between;
+    recheck47 R3: with VPP or a short last stage the model's last layers can sit on the first stage)."""
+    if not (lay.quantized and QUANTIZED_WEIGHT.search(name)):
+        return False
+    start, end = lay.bf16_layers
+    m = _LAYER.match(name)
+    if m is None or not (start or end):
+        return True
+    per = -(-(layers + lay.chunk_offset) // lay.vp) if lay.vp > 1 else 0
+    number = int(m[1]) + chunk * (lay.pp - 1) * per
+    total = lay.num_layers or (layers if lay.pp == 1 else None)
+    return not (number < start or total is not None and number >= total - end)
+
+
+def _bucket_groups(lay, chunk, size, distopt, group, tied, quantized) -> list[list[tuple[int, float]]]:
+    """A model chunk's bucket groups in the order backward fills them, each a list of (elements, bytes an element
+    its all-gather moves) of its buckets. With quantized weights they are a buffer of their own, each of its buckets a
+    group, and every other bucket joins the last group (param_and_grad_buffer.partition_buckets). quantized(name):
+    whether a parameter's storage is quantized (_quantized: TE's GEMM weights, not the layers kept in BF16)."""
+    d = lay.ddp
+
+    def spans(ps):
+        alone = frozenset(i for i, (name, _, _) in enumerate(ps) if tied and name == "embedding.word_embeddings.weight")
+        return [e - s for s, e, _ in buckets.layout([n for _, n, _ in ps], size, distributed_optimizer=distopt, dp_size=group,
+                                                     pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")),
+                                                     alone=alone)] if ps else []
+
+    weights = spans([p for p in chunk if quantized(p[0])])
+    rest = spans([p for p in chunk if not quantized(p[0])])
+    if not weights:
+        return [[(n, 2)] for n in rest]
+    each = lay.quantized[1]
+    return [[(n, each)] for n in weights[:-1]] + [[(weights[-1], each)] + [(n, 2) for n in rest]]
+
+
+def _interleaved(lay) -> bool:
+    return lay.pp > 1 and lay.vp > 1
+
+
+def _chunk0_exposed(lay, kind: str) -> bool:
+    """Whether the interleaved schedule leaves all of model chunk 0's reduce (`kind` "reduce") or gather exposed: its
+    reduce with align_grad_reduce (after the last backward), its gather with align_param_gather (at the step's start)
+    unless overlap_param_gather_with_optimizer_step starts it in the optimizer step."""
+    if not _interleaved(lay):
+        return False
+    if kind == "reduce":
+        return lay.align_grad_reduce
+    return bool(lay.ddp.get("align_param_gather")) and not lay.param_gather_with_step
+
+
+def _exposed(lay, times: list, kind: str, budget: float) -> float:
+    """What stays exposed of the buffers' collectives (`times`: per buffer, per chunk, per bucket group; the buffers
+    of one chunk dispatched together, in turn on one stream), `budget` one micro-batch's stage compute it runs beside."""
+    total = sum(t for buf in times for chunk in buf for t in chunk)
+    if kind == "gather" and lay.ddp.get("align_param_gather") and not _interleaved(lay):
+        return total  # the forward pre-hook skips the next bucket's dispatch: each gather waits where its layer runs
+    if not _interleaved(lay) or kind == "gather" and not lay.ddp.get("align_param_gather"):
+        # each buffer's last bucket group in backward order (chunk 0's, the embedding's) is dispatched last, with
+        # nothing left to run behind it; the others load behind one micro-batch's compute
+        return total - max(0.0, min(total - sum(buf[0][-1] for buf in times), budget))
+    chunks = [[t for buf in times for t in (buf[k] if k < len(buf) else [])] for k in range(max(len(b) for b in times))]
+    per = budget / lay.vp  # one micro-batch of one model chunk
+    steps = min(lay.vp_group, lay.micro_batches) * per  # a chunk runs a group of micro-batches before the next
+    if kind == "reduce":
+        return _reduce_exposed(lay, chunks, per, steps)
+    if lay.param_gather_with_step:  # chunk 0's all-gather starts in the optimizer step, behind the other chunks' step
+        chunks = [[0.0] * len(chunks[0])] + chunks[1:]  # (the step is not counted, nor what it hides)
+    return _gather_exposed(chunks, steps)
+
+
+def _reduce_exposed(lay, chunks, per, steps) -> float:
+    """The interleaved schedule's cooldown, backward's end at 0: chunk k's last micro-batch ends k groups of
+    micro-batches before it (schedules.py backward_step_helper_postprocess); chunk 0's groups with align_grad_reduce
+    all at the end, without it as its last micro-batch's backward fills them."""
+    dispatch = []
+    for k in reversed(range(len(chunks))):
+        if k or _chunk0_exposed(lay, "reduce"):
+            dispatch.append((-k * steps, sum(chunks[k])))
+        else:
+            n = len(chunks[0])
+            dispatch += [(-per + per * (j + 1) / n, t) for j, t in enumerate(chunks[0])]
+    end = -math.inf
+    for at, seconds in dispatch:
+        end = max(end, at) + seconds
+    return max(0.0, end)
+
+
+def _gather_exposed(chunks, steps) -> float:
+    """The interleaved schedule's warm-up: chunks 0 and 1 gathered at the step's start, chunk k+1 when chunk k's first
+    micro-batch starts (schedules.py forward_step_helper_preprocess); a chunk's forward waits for its gather."""
+    need = [sum(c) for c in chunks]
+    done = [0.0] * len(need)
+    done[0] = need[0]
+    if len(need) > 1:
+        done[1] = done[0] + need[1]
+    clock = 0.0
+    for k in range(len(need)):
+        start = max(clock, done[k])
+        if 1 <= k < len(need) - 1:
+            done[k + 1] = max(start, done[k]) + need[k + 1]
+        clock = start + steps
+    return clock - len(need) * steps
+
+
+def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str) -> Item:
+    sizes, groups = b["sizes"], [g for groups in b["chunks"] for g in groups]
+    vary = len(set(sizes)) > 1
+    # what no overlap hides: the last bucket group; with the interleaved schedule's sync funcs all of chunk 0's
+    chunk0 = _chunk0_exposed(lay, kind)
+    last = sum(b[kind][0]) if chunk0 else b[kind][0][-1]
+    last_bytes = sum(n for g in (b["chunks"][0] if chunk0 else b["chunks"][0][-1:]) for n, _ in g)
+    if kind == "reduce":
+        gb = b["grad_bytes"]
+        return Item("dp", b["reduce_collective"], f"{b['whose']}gradients ({len(sizes)} bucket{'s' if len(sizes) != 1 else ''}, "
+                    f"{'FP32' if gb == 4 else 'BF16'})", max(sizes) * gb, len(sizes), b["group"], b["link"], total, hidden,
+                    setting, last=last, last_bytes=last_bytes * gb, bytes_vary=vary, first_chunk=chunk0)
+    what = f"{lay.quantized[0]}, BF16 others" if b["quantized"] else "BF16"
+    biggest = max(math.ceil(n * e) for g in groups for n, e in g)
+    gathered = sum(math.ceil(n * e) for g in (b["chunks"][0] if chunk0 else b["chunks"][0][-1:]) for n, e in g)
+    return Item("dp", "all_gather", f"{b['whose']}parameters ({what})", biggest, len(sizes), b["group"], b["link"], total,
+                hidden, setting, last=last if chunk0 else 0.0, last_bytes=gathered, bytes_vary=vary or "," in what,
+                first_chunk=chunk0)
+
+
+def _chunks(params: list, layers: int, vp: int, offset: int = 0) -> list[list]:
+    """A stage's parameters by virtual-pipeline model chunk, in order (each chunk a model of its own, wrapped in a
+    DistributedDataParallel of its own: megatron/training/models/dist_utils.py): layer i in chunk
+    (i + offset) // ceil((layers + offset) / vp) (offset: the embedding counted as a layer), the embedding in chunk 0,
+    the final norm and output layer in the last."""
+    if vp <= 1:
+        return [params]
+    per = -(-(layers + offset) // vp)
+    out: list[list] = [[] for _ in range(vp)]
+    for p in params:
+        m = _LAYER.match(p[0])
+        out[min((int(m[1]) + offset) // per, vp - 1) if m else 0 if p[0].startswith("embedding") else vp - 1].append(p)
+    return [c for c in out if c]
+
+
+_LAYER = re.compile(r"decoder\.layers\.(\d+)\.")
+

@@ -1,0 +1,195 @@
+"""The budget's view of a resolved run (Layout, layout_of), and where its groups' ranks lie: inside one NVLink domain or
+across the network (ranks placed as Megatron-Core orders them)."""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field
+
+from .. import safeio
+from ..errors import UsageError
+from ..run import given
+from ..run.peft import Peft, of as peft_of
+from .userbuffers import userbuffers
+
+
+@dataclass
+class Layout:
+    tp: int
+    pp: int
+    vp: int
+    cp: int
+    ep: int
+    dp: int
+    sp: bool
+    seq: int
+    mbs: int
+    gbs: int
+    precision: str
+    domain: int  # GPUs per NVLink domain
+    settings: dict  # the overlap settings as Bridge leaves them (effective)
+    ddp: dict
+    userbuffers: dict = field(default_factory=dict)  # TE userbuffers GEMM -> (method, splits, SM margin) in effect
+    peft: Peft | None = None  # frozen base weights and the adapters trained (run.peft), None: every weight trains
+    recompute: tuple = ()  # (granularity, method, num_layers, modules) as Megatron-Core reads them; () none
+    cp_comm_type: str | None = None  # model.cp_comm_type (Megatron-Core's default: p2p)
+    param_gather_with_step: bool = False  # optimizer.overlap_param_gather_with_optimizer_step: no chunk is bucketed
+    etp: int = 1  # expert_tensor_parallel_size (Megatron-Core's default: the TP size)
+    dispatcher: str | None = None  # model.moe_token_dispatcher_type
+    fsdp: bool = False  # ddp.use_megatron_fsdp
+    quantized: tuple | None = None  # (what, bytes an element the all-gather moves) of quantized weights (quantized_params)
+    bf16_layers: tuple = (0, 0)  # first_last_layers_bf16's layers at the start and the end, built unquantized
+    num_layers: int = 0  # the model's Transformer layers (0: not known here), for the end's BF16 layers
+    vp_group: int = 1  # microbatch_group_size_per_vp_stage (Megatron-Core's default: PP)
+    align_grad_reduce: bool = True  # dist.align_grad_reduce: the grad_sync_func of each chunk (Bridge's default)
+    layer_slots: tuple = (False, False)  # account_for_embedding / account_for_loss_in_pipeline_split
+    chunk_offset: int = 0  # layer slots before the first stage's first layer (the embedding counted as one)
+
+    @property
+    def micro_batches(self) -> int:
+        return max(1, self.gbs // (self.mbs * self.dp))
+
+
+# Plausibility bounds of the run sizes the budget multiplies (well above any run): past them a float overflows.
+RUN_BOUNDS = {"model.seq_length": 1 << 24, "train.micro_batch_size": 1 << 20, "train.global_batch_size": 1 << 24,
+              "model.virtual_pipeline_model_parallel_size": 1 << 12}
+
+
+def _check_run_sizes(state) -> None:
+    for key, bound in RUN_BOUNDS.items():
+        section, _, name = key.partition(".")
+        value = (state.model if section == "model" else state.train).get(name)
+        if value is not None and not (isinstance(value, int) and 0 <= value <= bound):
+            raise UsageError(f"{key}: the budget takes up to {bound:,}, got {safeio.shown(value)}")
+
+
+def layout_of(state, machine, peft: Peft | None = None) -> Layout:
+    """The budget's view of a resolved run; peft: where the run's config says nothing of it (plan --lora)."""
+    _check_run_sizes(state)
+    m, d = state.model, state.ddp
+    tp, pp, cp = m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"], m["context_parallel_size"]
+    fp8 = m.get("fp8") or state.precision.get("fp8")
+    fp4 = m.get("fp4") or state.precision.get("fp4")
+    return Layout(
+        tp=tp, pp=pp, vp=m.get("virtual_pipeline_model_parallel_size") or 1, cp=cp, ep=m.get("expert_model_parallel_size") or 1,
+        dp=state.data_parallel_size or 1, sp=bool(m.get("sequence_parallel")), seq=m.get("seq_length") or 0,
+        mbs=state.train.get("micro_batch_size") or 1, gbs=state.train.get("global_batch_size") or 0,
+        precision="fp4" if fp4 else "fp8" if fp8 else "bf16", domain=machine.nvlink_domain,
+        settings={"tp_comm_overlap": bool(m.get("tp_comm_overlap")), "overlap_p2p_comm": bool(m.get("overlap_p2p_comm")),
+                  "overlap_grad_reduce": bool(d.get("overlap_grad_reduce")),
+                  "overlap_param_gather": bool(d.get("overlap_param_gather")),
+                  "overlap_moe_expert_parallel_comm": bool(m.get("overlap_moe_expert_parallel_comm"))},
+        ddp=dict(d),
+        userbuffers=userbuffers(m.get("tp_comm_overlap_cfg"), tp),
+        peft=peft_of(state) or peft,
+        recompute=_recompute_of(m),
+        cp_comm_type=state.request.context.get("model.cp_comm_type"),
+        param_gather_with_step=bool(state.optimizer.get("overlap_param_gather_with_optimizer_step")),
+        etp=m.get("expert_tensor_parallel_size") or tp,
+        dispatcher=m.get("moe_token_dispatcher_type"), fsdp=bool(d.get("use_megatron_fsdp")),
+        quantized=quantized_params(m), bf16_layers=_bf16_layers(m), vp_group=m.get("microbatch_group_size_per_vp_stage") or pp,
+        align_grad_reduce=given.flag("dist.align_grad_reduce", state.request.context.get("dist.align_grad_reduce")) is not False,
+        layer_slots=tuple(bool(given.flag(f"model.account_for_{k}_in_pipeline_split",
+                                          state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
+                          for k in ("embedding", "loss")),
+    )
+
+
+# Transformer Engine's GEMM weights (grouped experts' weight0..N too): what fp8_param / fp4_param builds quantized
+QUANTIZED_WEIGHT = re.compile(r"\.(linear_proj|linear_qkv|linear_fc1|linear_fc2)\.weight\d*$")
+
+
+def quantized_params(m: dict) -> tuple | None:
+    """(what, bytes an element) of the parameter all-gather of the quantized weights, or None: with fp8_param (fp4_param)
+    Megatron-Core builds Transformer Engine's layers under a quantized init (fp8_utils.get_fp8_context(is_init=True)),
+    and its DDP puts those weights in a uint8 buffer of their own (param_and_grad_buffer.group_params_for_buffers):
+    FP8 gathers 1 byte an element; MXFP8 with the distributed optimizer gathers BF16 through the gradient buffer
+    (the shared_buffer), 2; NVFP4 two to a byte (nvfp4_packed_numel), 0.5."""
+    if m.get("fp4") and m.get("fp4_param"):
+        return ("NVFP4 weights", 0.5)
+    if m.get("fp8") and m.get("fp8_param"):
+        return ("MXFP8 weights gathered in BF16", 2) if m.get("fp8_recipe") == "mxfp8" else ("FP8 weights", 1)
+    return None
+
+
+def _bf16_layers(m: dict) -> tuple:
+    """(at the start, at the end): the Transformer layers Megatron-Core builds outside the quantized init
+    (fp8_utils.is_first_last_bf16_layer, fp4_utils.get_fp4_context: global layer numbers)."""
+    if not m.get("first_last_layers_bf16"):
+        return (0, 0)
+    return (max(0, m.get("num_layers_at_start_in_bf16") or 0), max(0, m.get("num_layers_at_end_in_bf16") or 0))
+
+
+def _recompute_of(m: dict) -> tuple:
+    """(granularity, method, num_layers, modules): TransformerConfig's, with its default modules (["core_attn"])."""
+    granularity = m.get("recompute_granularity")
+    if granularity not in ("full", "selective"):
+        return ()
+    modules = m.get("recompute_modules")
+    return (granularity, m.get("recompute_method"), m.get("recompute_num_layers"),
+            tuple(modules) if modules is not None else ("core_attn",))
+
+
+def recomputed(lay: Layout, layers: int, moe: bool) -> dict:
+    """What of a layer's forward runs again in its backward, averaged over a stage's layers: the share of whole layers
+    (full), and of the attention core and the MLP (selective: mlp for a dense layer, moe for an MoE layer):
+    Megatron-Core's checkpointed_forward (recompute.py), the layer's recompute_mlp and MoE checkpoint, the
+    attention's checkpoint_core_attention."""
+    if not lay.recompute:
+        return {"layer": 0.0, "core_attn": 0.0, "mlp": 0.0}
+    granularity, method, num_layers, modules = lay.recompute
+    if granularity == "full":
+        chunk = max(1, -(-layers // lay.vp))  # a virtual stage's layers: each is a TransformerBlock of its own
+        share = 1.0 if method == "uniform" else min(num_layers or 0, chunk) / chunk
+        return {"layer": share, "core_attn": 0.0, "mlp": 0.0}
+    return {"layer": 0.0, "core_attn": float("core_attn" in modules), "mlp": float(("moe" if moe else "mlp") in modules)}
+
+
+def spans_domains(lay: Layout, stride: int, size: int) -> bool:
+    """Whether some group of `size` ranks `stride` apart (Megatron-Core's order tp-cp-ep-dp-pp: TP stride 1, CP stride
+    TP, DP x CP stride TP, PP stride TP x CP x DP) has ranks in two NVLink domains: its first and last rank then lie in
+    different ones. The groups repeat with the least common multiple of the domain and the group's extent."""
+    if size < 2:
+        return False
+    world, extent = lay.tp * lay.cp * lay.dp * lay.pp, stride * size
+    if extent > lay.domain:
+        return True
+    period = min(world, math.lcm(lay.domain, extent))
+    for base in range(0, period, extent):
+        for first in range(base, base + stride):
+            if first // lay.domain != (first + (size - 1) * stride) // lay.domain:
+                return True
+    return False
+
+
+def fewest_local(lay: Layout, stride: int, size: int) -> int:
+    """The fewest ranks of one group (`size` ranks `stride` apart, as spans_domains places them) that lie in the NVLink
+    domain of one of its ranks: an all-to-all sends the rest of that rank's bytes over the network (evalO O1: a 32-rank
+    EP group with 8 ranks in one 72-GPU domain and 24 in the next was priced as if all 32 shared one)."""
+    return _fewest_local(lay.tp * lay.cp * lay.dp * lay.pp, lay.domain, stride, size)
+
+
+@functools.lru_cache(maxsize=64)
+def _fewest_local(world: int, domain: int, stride: int, size: int) -> int:
+    """fewest_local's count, once per placement (a budget asks for it a dozen times: fuzzL L1), a group's members per
+    domain counted by arithmetic: from a member, those before its domain's end."""
+    extent, fewest = stride * size, size
+    for base in range(0, min(world, math.lcm(domain, extent)), extent):
+        for first in range(base, base + stride):
+            j = 0
+            while j < size:
+                end = (first + j * stride) // domain * domain + domain
+                here = min(size, -(-(end - first) // stride)) - j
+                fewest, j = min(fewest, here), j + here
+            if fewest == 1:
+                return 1
+    return fewest
+
+
+def link_of(lay: Layout, stride: int, size: int) -> str:
+    """nvlink when every group of the dimension lies inside one NVLink domain, else the network (the slowest group
+    sets the collective's time)."""
+    return "network" if spans_domains(lay, stride, size) else "nvlink"
+

@@ -1,0 +1,115 @@
+"""TP's collectives per iteration: the sequence-parallel all-gathers and reduce-scatters (all-reduces without it) of
+Transformer Engine's GEMMs, what TP overlap hides of them by its userbuffers method, and what it costs (SM margin)."""
+
+from __future__ import annotations
+
+from .collective import ACT_BYTES, GATHER_BYTES, Item
+from .layout import link_of
+from .userbuffers import ASYNC_GEMMS, UB_GEMMS, ub_exposed
+
+
+def collectives(lay, shape, system, layers, m, tokens, gemm_s, again) -> list:
+    if lay.tp < 2:
+        return []
+    elements = tokens // lay.cp * shape.hidden_size
+    size = {"all_gather": int(elements * GATHER_BYTES[lay.precision])}
+    link = link_of(lay, 1, lay.tp)
+    times = layers * m
+    if lay.sp:
+        ub = {g: c for g, (c, _) in UB_GEMMS.items()}
+        gemms = {g: gemm_s[layer] for g, (_, layer) in UB_GEMMS.items()}
+        backward = {g: (c, gemm_s[layer]) for g, (c, layer) in ASYNC_GEMMS.items()}
+        what = {"all_gather": "sequence-parallel inputs (forward) and output gradients (backward)",
+                "reduce_scatter": "row-parallel outputs (forward)"}
+    else:  # the row-parallel outputs' all-reduce forward; the input gradients' beside wgrad, async
+        ub = {"proj_fprop": "all_reduce", "fc2_fprop": "all_reduce"}
+        gemms = {g: gemm_s[UB_GEMMS[g][1]] for g in ub}
+        backward = {"qkv_wgrad": ("all_reduce", gemm_s["qkv"]), "fc1_wgrad": ("all_reduce", gemm_s["fc1"])}
+        what = {"all_reduce": "row-parallel partial sums (forward)"}
+    experts = _expert_mlp(shape)  # a MoE layer's MLP: experts, no TP collectives of the dense MLP's
+    ub = {g: c for g, c in ub.items() if g not in experts}
+    backward = {g: v for g, v in backward.items() if g not in experts}
+    on = userbuffers_run(lay)
+    frozen = lay.peft is not None
+    if frozen:  # no wgrad GEMM: the input gradient's collective has nothing beside it; the re-gather for wgrad is
+        # skipped (TE: ln_out_needs_gather needs weight.requires_grad) unless userbuffers' bulk dgrad runs it anyway
+        backward = {g: (c, t if c == "all_gather" else 0.0) for g, (c, t) in backward.items() if c != "all_gather" or on}
+    plain = _plain_gemms(lay)
+    # a recomputed forward makes its collectives again: the whole layer's (full), or the MLP's (selective mlp)
+    runs = dict.fromkeys((*UB_GEMMS, *ASYNC_GEMMS), 1.0)
+    for g in [g for g in runs if g.endswith("_fprop")]:
+        runs[g] += again["layer"] + (again["mlp"] if g in ("fc1_fprop", "fc2_fprop") else 0.0)
+
+    def item(collective, mine, hide, what_it_is, setting):
+        nbytes = size.get(collective, elements * ACT_BYTES)
+        one = system.seconds(collective, nbytes, lay.tp, link)
+        n = sum(runs[g] for g in mine)
+        return Item("tp", collective, what_it_is, nbytes, round(n * times), lay.tp, link, one * n * times,
+                    sum(hide(one, g) * runs[g] for g in mine) * times, setting)
+
+    def by_userbuffers(one, g):
+        return one - ub_exposed(one, gemms[g], *lay.userbuffers[g][:2]) if on and g not in plain else 0.0
+
+    out = []
+    for c in dict.fromkeys(ub.values()):
+        out.append(item(c, [g for g, x in ub.items() if x == c], by_userbuffers, what[c], "tp_comm_overlap"))
+    for c in dict.fromkeys(x for x, _ in backward.values()):
+        if c == "all_gather":
+            what_it_is = ("userbuffers' bulk all-gather beside dgrad (frozen weights: no wgrad reads it)" if frozen
+                          else "inputs gathered again for wgrad, beside dgrad (async)")
+        else:
+            what_it_is = ("input gradients (frozen weights: no wgrad GEMM beside them)" if frozen
+                          else "input gradients, beside wgrad (async)")
+        out.append(item(c, [g for g, (x, _) in backward.items() if x == c], lambda one, g: min(one, backward[g][1]),
+                        what_it_is, None))
+    return out + _adapter_collectives(lay, system, link, elements * ACT_BYTES, times)
+
+
+def _adapter_collectives(lay, system, link, nbytes: int, times: int) -> list:
+    """Bridge's LoRA adapters' own sequence-parallel collectives (peft/utils.py ParallelLinearAdapter, BF16, in the
+    autograd graph: exposed): on a column-parallel linear (linear_qkv, linear_fc1) it all-gathers its input and
+    reduce-scatters that gradient where TP overlap is on (with it off TE returns the gathered input and the adapter
+    gathers nothing: get_adapter_attributes_from_linear); on a row-parallel one (linear_proj, linear_fc2) it
+    all-gathers its output's hidden dimension (gather_output) and, in the backward, the scattered sequence. The
+    rank-sized ones (the rank-dim activations) are left out."""
+    if not (lay.peft and lay.sp and lay.tp > 1):
+        return []
+    column = lay.peft.layernorm_fused if lay.settings["tp_comm_overlap"] else ()
+    row = [g for g in ("proj", "fc2") if g in lay.peft.gemms]
+    out = []
+    for collective, n in (("all_gather", len(column) + 2 * len(row)), ("reduce_scatter", len(column))):
+        if n:
+            one = system.seconds(collective, nbytes, lay.tp, link)
+            out.append(Item("tp", collective, "LoRA adapters' own sequence-parallel collectives (BF16)", nbytes, n * times,
+                            lay.tp, link, one * n * times, 0.0, None))
+    return out
+
+
+def _plain_gemms(lay) -> frozenset:
+    """The userbuffers GEMMs that run without them: LoRA on a LayerNorm-fused linear (linear_qkv, linear_fc1) sets
+    return_layernorm_output, and TE's LayerNormLinear then all-gathers its input with NCCL (anchor
+    te_lora_ag_overlap_dropped)."""
+    return frozenset(f"{g}_fprop" for g in lay.peft.layernorm_fused) if lay.peft else frozenset()
+
+
+def userbuffers_run(lay) -> bool:
+    """TP overlap on, with sequence parallel and the TP group inside one NVLink domain: what userbuffers need."""
+    return lay.tp > 1 and lay.settings["tp_comm_overlap"] and lay.sp and link_of(lay, 1, lay.tp) == "nvlink"
+
+
+def _expert_mlp(shape) -> frozenset:
+    """The dense MLP's TP GEMMs that a MoE layer does not run: its experts are grouped GEMMs (Transformer Engine's
+    GroupedLinear takes no userbuffers), and the alltoall dispatcher sends each TP rank's own sequence shard to the
+    experts, gathering on the expert-TP group only where expert_tensor_parallel_size > 1
+    (megatron/core/transformer/moe/token_dispatcher.py)."""
+    return frozenset(g for g in (*UB_GEMMS, *ASYNC_GEMMS) if g.startswith(("fc1", "fc2"))) if shape.moe else frozenset()
+
+
+def sm_margin_s(lay, shape, system, gemm_s) -> float:
+    """What TP overlap adds to one layer's compute: a userbuffers GEMM with an SM margin runs on the SMs the
+    communication kernels leave it (Transformer Engine comm_gemm_overlap.cpp: _math_sms = sm_count - num_comm_sm)."""
+    layer_of = {g: layer for g, (_, layer) in {**UB_GEMMS, **ASYNC_GEMMS}.items()}
+    idle = _plain_gemms(lay) | _expert_mlp(shape) | ({"qkv_wgrad", "fc1_wgrad"} if lay.peft else set())  # not run with userbuffers, or not run
+    return sum(gemm_s[layer_of[g]] * margin / max(1, system.sms - margin)
+               for g, (_, _, margin) in lay.userbuffers.items() if margin and g not in idle)
+
