@@ -66,3 +66,33 @@ def test_a_config_with_a_section_but_no_recorded_dp_size_is_not_said_to_lack_the
     with pytest.raises(UsageError) as err:
         api.resolve(config=str(path))
     assert "no comm_overlap section" not in str(err.value) and "data_parallel_size" in str(err.value)
+
+
+def test_a_plan_that_turns_dp_overlap_on_at_dp_1_with_cp_keeps_the_recipe_s_bucket_size():
+    """recheck50 R3: at DP 1 with CP 8 the plan turns DP overlap on over DP x CP; its section's bucket size was None
+    there (Megatron-Core's default then), not the recipe's."""
+    recipe = "gpt_oss_20b_pretrain_8gpu_b300_fp8mx_config"
+    tuned = api.lint(recipe=recipe).to_dict()["effective"]["ddp"]["bucket_size"]
+    plan = api.plan(recipe=recipe, cp=8, gpus=8).to_dict()
+    assert plan["effective"]["ddp"]["overlap_grad_reduce"] is True
+    assert plan["effective"]["ddp"]["bucket_size"] == tuned
+
+
+def test_a_list_pipeline_layout_fixes_the_stages_a_vpp_fix_must_respect():
+    """evalR S1: DeepSeek-V3's recipes give pipeline_model_parallel_layout as a list of stages; VPP 2 alone was offered
+    as a proven fix, and Megatron-Core's TransformerConfig refuses it (the layout's stages give VPP 1)."""
+    recipe, asked = "deepseek_v3_pretrain_config", {"model.expert_model_parallel_size": 8}
+    layout = api.resolve(recipe=recipe, overrides=asked, gpus=128).to_dict()
+    found = {f["id"]: f for f in layout["findings"]}
+    assert found["PP_OVERLAP_NOT_SELECTED"]["fix_overrides"].get("model.virtual_pipeline_model_parallel_size") is None
+    vpp = api.resolve(recipe=recipe, overrides={**asked, "model.virtual_pipeline_model_parallel_size": 2}, gpus=128)
+    assert "PIPELINE_LAYOUT_REJECTED" in {f.id for f in vpp.findings}
+
+
+def test_gemma4_s_own_moe_layer_is_not_said_to_refuse_training():
+    """recheck50 R7: Gemma 4's MoE layer (Bridge's Gemma4MoELayer.forward_with_separate_inputs) skips the check."""
+    ids = {f.id for f in api.resolve(recipe="gemma4_vl_26b_sft_8gpu_h100_bf16_config",
+                                     overrides={"model.sequence_parallel": False}).findings}
+    assert "MOE_TP_WITHOUT_SEQUENCE_PARALLEL" not in ids
+    ids = {f.id for f in api.resolve(recipe="glm45_355b_sft_config").findings}
+    assert "MOE_TP_WITHOUT_SEQUENCE_PARALLEL" in ids

@@ -212,6 +212,8 @@ SCENARIOS: dict[str, dict] = {
         topic="dp", on_a_gpu="none", overrides={"ddp.overlap_param_gather": True, "optimizer.overlap_param_gather": False},
         world_size=8, launch="python",
         finding="PARAM_GATHER_FORCED_ON", knobs=["ddp.overlap_param_gather", "optimizer.overlap_param_gather"],
+        # the log shows the sync, not that optimizer's false was a request: from it alone, the routine sync (evalQ Q1)
+        from_log="PARAM_GATHER_FLAGS_SYNCED",
         expect=["UserWarning: overlap_param_gather settings were not in sync: ddp.overlap_param_gather=True, "
                 "optimizer.overlap_param_gather=False. Automatically enabling overlap_param_gather for both settings.",
                 "AssertionError: Megatron requires CUDA."]),
@@ -826,6 +828,7 @@ def entry(name: str, sc: dict, text: str, stubbed: bool) -> dict:
         "entry": sc.get("entry", "pretrain"),
         "produced_by": how,
         "expected_finding": sc["finding"],
+        **({"expected_from_log": sc["from_log"]} if sc.get("from_log") else {}),
         "knobs": sc["knobs"],
         "failed_at": failed_at(text),
         "on_a_gpu": sc.get("on_a_gpu", failed_at(text)),
@@ -842,8 +845,9 @@ def manifest_text(manifest: dict) -> str:
     head = (f"# Logs of real Megatron-Bridge {BRIDGE_VERSION} runs on a CPU-only machine, written by "
             "tools/gen_bridge_logs.py (do not edit; regenerate).\n"
             "# expected_finding: the mbridge_overlap finding id the log should be diagnosed as (null: nothing "
-            "overlap-related is wrong, or no id exists); knobs: the config keys (Bridge dotted) or launch settings "
-            "behind it;\n# failed_at: where this run stopped here (config: runtime_config_update raised; setup: "
+            "overlap-related is wrong, or no id exists), with the scenario's overrides; expected_from_log: the one the "
+            "log alone is diagnosed as, where the request that decides it is not in the log; knobs: the config keys "
+            "(Bridge dotted) or launch settings behind it;\n# failed_at: where this run stopped here (config: runtime_config_update raised; setup: "
             "Bridge's setup, i.e. its CUDA assert on this GPU-less machine, or TE's initialize_ub); on_a_gpu: where the "
             "same config stops on a GPU machine (config, setup, step; none: it trains, the cause is a warning or a "
             "silent change).\n"

@@ -247,6 +247,8 @@ def _normalised(chunks: Iterator[bytes], source: str, notes: list) -> Iterator[b
     transcoded (decoded by its mark), and one whose first chunk ends lines with carriage returns alone (old Mac
     line ends, a tool's progress output saved as is) has them read as line ends. Each says so in `notes`."""
     first = _head(chunks)
+    if any(first == bom for bom, _ in _BOMS):
+        return  # a byte-order mark and nothing after it: an empty log (recheck50 R8)
     encoding = next((name for bom, name in _BOMS if first.startswith(bom) and _wide(first, name)), None)
     how = "it starts with that byte-order mark"
     if encoding == "utf-8":

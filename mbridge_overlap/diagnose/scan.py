@@ -87,7 +87,7 @@ class Scan:
     facts: dict = field(default_factory=dict)  # tp_size, ub_started, ub_multicast, ub_domains
     lines: int = 0
     times: int = 0  # iteration times kept, all sources
-    sources: dict = field(default_factory=dict)  # source -> {"lines": n, "ranks": set}
+    sources: dict = field(default_factory=dict)  # source -> {"lines": n, "ranks": set, "text": any line not blank}
     _frames: dict = field(default_factory=dict)  # (source, rank) -> [path, line, function, source line or None]
     _on_path: dict = field(default_factory=dict)  # (source, rank) -> the innermost overlap-path frame of its traceback
     _awaiting: dict = field(default_factory=dict)  # (source, rank) -> line number of a frame whose code line may follow
@@ -99,14 +99,16 @@ class Scan:
 
     def feed(self, line: Line) -> None:
         """One line, read in full."""
-        self._count(line.source, 1, line.rank)
+        src = self._count(line.source, 1, line.rank)
+        if not src["text"] and line.text.strip():
+            src["text"] = True
         self._read(line)
 
     def _count(self, source: str, n: int, rank: str | None) -> dict:
         self.lines += n
         src = self.sources.get(source)
         if src is None:
-            src = self.sources[source] = {"lines": 0, "ranks": set()}
+            src = self.sources[source] = {"lines": 0, "ranks": set(), "text": False}
         src["lines"] += n
         if rank is not None and len(src["ranks"]) < MAX_RANKS:
             src["ranks"].add(rank)
@@ -240,6 +242,7 @@ class Scan:
         here after these."""
         for source, src in part.sources.items():  # (the lines counted with them)
             mine = self._count(source, src["lines"], None)
+            mine["text"] = mine["text"] or src["text"]
             for rank in src["ranks"]:
                 if len(mine["ranks"]) >= MAX_RANKS:
                     break
@@ -480,6 +483,8 @@ class Scan:
         distinct = set(shapes)
         info = self._shapes.of(distinct)
         src = self._count(source, len(shapes), None)
+        if not src["text"] and data and not data.isspace():  # (isspace stops at a log's first character)
+            src["text"] = True
         if path_rank is not None and any(info[s].rank is None for s in distinct):
             self._count(source, 0, path_rank)
         special = {s: info[s] for s in distinct if info[s] is not shapes_.COLD}

@@ -72,8 +72,12 @@ _UNROLL = (re.compile(r"\(([^)]+)\)\*(\d{1,4})"), re.compile(r"(.)\*(\d{1,4})"))
 
 
 def layout_stages(layout) -> int | None:
-    """The PP x VPP stages a pipeline_model_parallel_layout string gives, as Megatron-Core's parse_str_to_list counts
-    them (commas dropped, "(...)*n" then "x*n" unrolled, split at "|"); None for no string or one too long to read."""
+    """The PP x VPP stages a pipeline_model_parallel_layout gives, as Megatron-Core's PipelineParallelLayerLayout counts
+    them: a list of stages (each a list of layer names: DeepSeek-V3's recipes) by its length (evalR S1), a string as
+    parse_str_to_list reads it (commas dropped, "(...)*n" then "x*n" unrolled, split at "|"); None for neither, or a
+    string too long to read."""
+    if isinstance(layout, (list, tuple)):
+        return len(layout) if layout and all(isinstance(stage, (list, tuple)) for stage in layout) else None
     if not isinstance(layout, str) or layout.strip().lower() in ("", "none", "null") or len(layout) > MAX_LAYOUT:
         return None
     text = layout.replace(",", "")

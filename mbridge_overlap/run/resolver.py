@@ -296,14 +296,15 @@ def optimizer_overlap_cfgs(state: State, user: dict) -> dict:
     return chosen
 
 
-def bucket_size_a_section_replaces(request, data_parallel_size: int, distributed_optimizer: bool) -> int | None:
+def bucket_size_a_section_replaces(request, reduce_ranks: int, distributed_optimizer: bool) -> int | None:
     """The ddp.bucket_size a config holds of its own (a recipe's tuning, not a request) that a comm_overlap section
     created over it would replace by Bridge's DP_BUCKET_SIZE (_get_optimizer_overlap_cfgs at DP > 1, evalP P1: the
-    GPT-OSS perf recipes' 768,000,000); None where nothing would be lost. A fix or plan that creates the section
-    carries it to comm_overlap.bucket_size, where it wins. distributed_optimizer: whether ddp's flag is on when the
-    section applies (setup() writes the DP settings only then)."""
+    GPT-OSS perf recipes' 768,000,000; at DP 1 with CP, None, and Megatron-Core's 40 M default: recheck50 R3); None
+    where nothing would be lost. A fix or plan that creates the section carries it to comm_overlap.bucket_size, where
+    it wins. reduce_ranks: DP x CP, the ranks gradients reduce over; distributed_optimizer: whether ddp's flag is on
+    when the section applies (setup() writes the DP settings only then)."""
     value = request.ddp.get("bucket_size")
-    if request.comm_overlap is not None or data_parallel_size <= 1 or not distributed_optimizer:
+    if request.comm_overlap is not None or reduce_ranks <= 1 or not distributed_optimizer:
         return None
     if "ddp.bucket_size" in request.explicit or not isinstance(value, int) or value == DP_BUCKET_SIZE:
         return None  # a request: the overwrite findings carry it (bucket_to_move)

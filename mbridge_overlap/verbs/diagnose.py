@@ -75,17 +75,17 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
 
 
 def _empty(paths: list[str], scan: Scan, side: str | None) -> list[str]:
-    """An empty log is no log (fuzzM M7: "0 logs, 0 lines ... causes: none", exit 0): refused where it is all that was
-    named (a side of --compare), noted where a folder holds others."""
-    empty = [p for p in paths if p not in scan.sources]
+    """An empty log (no bytes, or blank lines only: recheck50 R8) is no log (fuzzM M7: "0 logs, 0 lines ... causes:
+    none", exit 0): refused where it is all that was named (a side of --compare), noted where a folder holds others."""
+    empty = [p for p in paths if not scan.sources.get(p, {}).get("text")]
     if not empty:
         return []
     if len(empty) == len(paths):
         what = f"{side.upper()} ({esc(paths[0])})" if side and len(paths) == 1 else esc(paths[0]) if len(paths) == 1 else (
             f"{side.upper() if side else 'the logs'}: all {len(paths):,} files")
-        raise UsageError(f"{what}: empty, no log lines to read")
+        raise UsageError(f"{what}: empty, no log lines to read (blank lines at most)")
     named = ", ".join(esc(p) for p in empty[:5]) + (f" and {len(empty) - 5:,} more" if len(empty) > 5 else "")
-    return [f"{len(empty):,} of the {len(paths):,} log files are empty, nothing read from them: {named}"]
+    return [f"{len(empty):,} of the {len(paths):,} log files are empty (blank lines at most), nothing read from them: {named}"]
 
 
 def _summaries_differ(scan: Scan) -> list[str]:

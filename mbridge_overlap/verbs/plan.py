@@ -211,7 +211,7 @@ def make_plan(
         if not start.request.optimizer["use_distributed_optimizer"]:
             overrides["optimizer.use_distributed_optimizer"] = True
     kept = grid.divisible and bucket_size_a_section_replaces(
-        start.request, grid.dp, bool(overrides.get("ddp.use_distributed_optimizer", start.request.ddp.get("use_distributed_optimizer"))))
+        start.request, grid.dp * cp, bool(overrides.get("ddp.use_distributed_optimizer", start.request.ddp.get("use_distributed_optimizer"))))
     if kept and recipe_co is None:  # the recipe's own bucket size, which the section the plan creates would replace
         overrides["comm_overlap.bucket_size"] = kept
     if grid.divisible and grid.dp == 1 and cp > 1 and not megatron_fsdp:

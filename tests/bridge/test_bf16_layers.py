@@ -64,15 +64,15 @@ def test_the_first_stage_s_bf16_layers_are_megatron_core_s(num_layers, pp, vp, s
     import functools
     from types import SimpleNamespace
 
-    from mbridge_overlap.budget import dp
+    from mbridge_overlap.budget import dp as budget_dp
 
     layers = num_layers - last if last else num_layers // pp  # the first stage's (a short last stage leaves it the rest)
     lay = SimpleNamespace(quantized=("FP8 weights", 1), bf16_layers=(start, end), pp=pp, vp=vp, chunk_offset=0,
                           num_layers=num_layers)
     params = [(f"decoder.layers.{i}.mlp.linear_fc1.weight", 1, False) for i in range(layers)]
     kept = 0
-    for k, chunk in enumerate(dp._chunks(params, layers, vp)):
-        weight = functools.partial(dp._quantized, lay, chunk=k, layers=layers)
+    for k, chunk in enumerate(budget_dp._chunks(params, layers, vp)):
+        weight = functools.partial(budget_dp._quantized, lay, chunk=k, layers=layers)
         for name, _, _ in chunk:
             local = int(name.split(".")[2])
             bf16 = _mcore_bf16(num_layers, pp, vp, start, end, local, last)
@@ -92,7 +92,7 @@ def test_bf16_layers_buckets_are_megatron_core_s():
     from megatron.core.distributed.distributed_data_parallel_config import DistributedDataParallelConfig
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
-    from mbridge_overlap.budget import buckets, dp, layout, shape as shapes
+    from mbridge_overlap.budget import buckets, dp as budget_dp, layout, shape as shapes
 
     sh, _ = shapes.of("llama3_70b", {})
     tp, dp, layers = 4, 4, 4
@@ -114,7 +114,7 @@ def test_bf16_layers_buckets_are_megatron_core_s():
         pgb._param_uses_quantized_storage = real
     theirs = {key.param_dtype: [e - s for s, e in lay.bucket_indices] for key, lay in full.layouts.items()}
     lay = SimpleNamespace(ddp={}, quantized=("FP8", 1), bf16_layers=(1, 1), pp=4, vp=5, chunk_offset=0, num_layers=sh.num_layers)
-    groups = dp._bucket_groups(lay, params, size, True, dp, False,
-                                     functools.partial(dp._quantized, lay, chunk=0, layers=layers))
+    groups = budget_dp._bucket_groups(lay, params, size, True, dp, False,
+                                     functools.partial(budget_dp._quantized, lay, chunk=0, layers=layers))
     assert [g[0][0] for g in groups] == theirs[torch.uint8]
     assert [n for n, _ in groups[-1][1:]] == theirs[torch.bfloat16] and len(theirs[torch.bfloat16]) > 1

@@ -152,7 +152,7 @@ def test_quantized_weights_are_a_buffer_of_their_own_as_megatron_core_lays_them_
     from megatron.core.distributed.distributed_data_parallel_config import DistributedDataParallelConfig
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
-    from mbridge_overlap.budget import dp, layout
+    from mbridge_overlap.budget import dp as budget_dp, layout
 
     sh, _ = shapes.of(model, {})
     params = [p for p in shapes.stage_params(sh, tp, ep, layers, first=first, last=False) if not p[2]]
@@ -171,7 +171,7 @@ def test_quantized_weights_are_a_buffer_of_their_own_as_megatron_core_lays_them_
         pgb._param_uses_quantized_storage = real
     theirs = {key.param_dtype: [e - s for s, e in lay.bucket_indices] for key, lay in full.layouts.items()}
     lay = SimpleNamespace(ddp={}, quantized=("FP8", 1))
-    groups = dp._bucket_groups(lay, params, size, True, dp, False, lambda name: bool(layout.QUANTIZED_WEIGHT.search(name)))
+    groups = budget_dp._bucket_groups(lay, params, size, True, dp, False, lambda name: bool(layout.QUANTIZED_WEIGHT.search(name)))
     assert [n for n, each in (g[0] for g in groups)] == theirs[torch.uint8]  # each group starts with a quantized bucket
     assert [n for n, _ in groups[-1][1:]] == theirs[torch.bfloat16] and all(e == 1 for g in groups for n, e in g[:1])
     assert all(e == 2 for n, e in groups[-1][1:]) and len(theirs) == 2

@@ -112,3 +112,13 @@ def test_an_empty_log_among_others_is_noted(tmp_path):
     (tmp_path / "rank1.log").write_bytes(b"")
     notes = api.diagnose([tmp_path]).to_dict()["notes"]
     assert any("1 of the 2 log files are empty" in n and "rank1.log" in n for n in notes)
+
+
+@pytest.mark.parametrize("data", [b"\n\n  \r\n\t\n", b"\xff\xfe", b"\xef\xbb\xbf"], ids=["blank-lines", "utf16-mark", "utf8-mark"])
+def test_a_log_of_blank_lines_or_a_mark_only_is_empty(tmp_path, data):
+    # recheck50 R8: zero bytes were refused, blank lines or a lone byte-order mark were "causes: none", exit 0
+    path = tmp_path / "blank.log"
+    path.write_bytes(data)
+    proc = run_cli("diagnose", path)
+    assert_one_line(proc)
+    assert b"empty, no log lines to read" in proc.stderr

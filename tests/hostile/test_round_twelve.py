@@ -25,8 +25,8 @@ def test_a_budget_of_thousands_of_experts_in_thousands_of_layers_is_refused_at_o
 
 def test_the_same_shape_in_a_run_config_leaves_the_answer_without_a_budget(tmp_path):
     config = tmp_path / "moe.yaml"
-    config.write_text("model:\n  tensor_model_parallel_size: 4\n  seq_length: 8192\n  num_layers: 4096\n"
-                      "  hidden_size: 8192\n  ffn_hidden_size: 28672\n  num_attention_heads: 64\n  num_query_groups: 8\n"
+    config.write_text("model:\n  tensor_model_parallel_size: 4\n  sequence_parallel: true\n  seq_length: 8192\n"
+                      "  num_layers: 4096\n  hidden_size: 8192\n  ffn_hidden_size: 28672\n  num_attention_heads: 64\n  num_query_groups: 8\n"
                       "  vocab_size: 128256\n  num_moe_experts: 4096\n  add_bias_linear: false\ndataset:\n  seq_length: 8192\n"
                       "train:\n  global_batch_size: 128\n  micro_batch_size: 1\n")
     proc = run_cli("resolve", "--config", config, "--gpus", "64", "--format", "json", timeout=60)

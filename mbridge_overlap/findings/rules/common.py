@@ -73,7 +73,8 @@ def adopt_dp_knobs(state: State) -> dict:
             value = bucket_to_move(state, value)
         if value is not None:
             out[f"comm_overlap.{name}"] = value
-    kept = bucket_size_a_section_replaces(state.request, state.data_parallel_size, state.ddp["use_distributed_optimizer"])
+    kept = bucket_size_a_section_replaces(state.request, state.data_parallel_size * state.model["context_parallel_size"],
+                                          state.ddp["use_distributed_optimizer"])
     if kept is not None and "comm_overlap.bucket_size" not in out:
         out["comm_overlap.bucket_size"] = kept
     return out
