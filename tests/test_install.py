@@ -41,6 +41,16 @@ def test_what_gets_installed(installed):
     assert sorted(listed) == sorted(n for n, h in snapshot(installed).items() if h != "dir")
 
 
+def test_every_file_skill_md_and_its_references_link_is_installed(installed):
+    """evalR S6: SKILL.md linked docs/budget.md, which the install left out."""
+    import re
+
+    for page in ["SKILL.md", *(p.relative_to(installed).as_posix() for p in (installed / "references").glob("*.md"))]:
+        text = (installed / page).read_text()
+        for target in re.findall(r"\]\(([^)#:]+?\.(?:md|svg|json))\)", text):
+            assert (installed / page).parent.joinpath(target).resolve().is_file(), (page, target)
+
+
 def test_skill_md_commands_answer_from_another_folder_and_write_nothing(installed, tmp_path):
     commands = [c for doc, c in COMMANDS if doc == "SKILL.md"]
     assert len(commands) >= 8

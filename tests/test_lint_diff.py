@@ -265,3 +265,19 @@ def test_dp_one_with_cp_is_the_cp_finding_not_dp_size_one():
     assert {c["finding_id"] for c in changes.values()} == {"DP_OVERLAP_OFF_WITH_CP"}
     linted = api.resolve({"model.tensor_model_parallel_size": 8}, recipe=recipe)
     assert "DP_OVERLAP_OFF_WITH_CP" in {f.id for f in linted.findings}
+
+
+def test_a_launch_variable_before_did_not_set_is_restored_by_deleting_it():
+    """evalR S2: diff offered env_vars.X=null as a proven restore; resolve refuses that value and Bridge raises TypeError."""
+    before = {"model.tensor_model_parallel_size": 2}
+    after = {**before, "env_vars.NCCL_NVLS_ENABLE": 0}
+    from mbridge_overlap.run import scenario
+    from mbridge_overlap.verbs.diff import diff
+
+    d = diff(scenario.build(overrides=before, gpus=8), scenario.build(overrides=after, gpus=8)).to_dict()
+    (change,) = [c for c in d["overlap_changes"] if c["key"] == "env_vars.NCCL_NVLS_ENABLE"]
+    assert change["fix_overrides"] == {} and change["remove_keys"] == ["env_vars.NCCL_NVLS_ENABLE"]
+    assert "del cfg.env_vars['NCCL_NVLS_ENABLE']" in change["fix"]
+    assert d["restore_all"]["holds"] and None not in d["restore_all"]["overrides"].values()
+    with pytest.raises(UsageError):  # what the old restore said to set
+        mbridge_overlap.api.resolve({**after, "env_vars.NCCL_NVLS_ENABLE": None}, gpus=8)

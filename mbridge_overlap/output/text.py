@@ -253,8 +253,9 @@ def diff(d: dict) -> str:
         lines.append(f"     restore: {c['fix'] or 'no config override restores it'}")
     every = d.get("restore_all")
     if every:
-        back = len([c for c in changes if c.get("fix_overrides")]) - len(every["not_restored"])
-        said = [f"all restores together, re-resolved on AFTER: {back} of {len([c for c in changes if c.get('fix_overrides')])} "
+        restored = [c for c in changes if c.get("fix_overrides") or c.get("remove_keys")]
+        back = len(restored) - len(every["not_restored"])
+        said = [f"all restores together, re-resolved on AFTER: {back} of {len(restored)} "
                 "settings back to BEFORE's"]
         said += [f"not {', '.join(every['not_restored'])}"] if every["not_restored"] else []
         said += [f"clears {', '.join(every['clears'])}"] if every["clears"] else []

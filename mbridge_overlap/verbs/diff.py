@@ -105,12 +105,13 @@ class Change:
     causes: list = field(default_factory=list)  # {"key", "before", "after"}
     impact: int = 0
     fix_overrides: dict = field(default_factory=dict)  # the restore as overrides (what `fix` says)
+    remove_keys: list = field(default_factory=list)  # the restore's launch variables BEFORE did not set: to delete
 
     def to_dict(self) -> dict:
         return {
             "key": self.key, "before": self.before, "after": self.after, "cause_keys": [c["key"] for c in self.causes],
             "causes": self.causes, "finding_id": self.rule, "message": self.message, "fix": self.fix, "impact": self.impact,
-            "fix_overrides": self.fix_overrides,
+            "fix_overrides": self.fix_overrides, **({"remove_keys": self.remove_keys} if self.remove_keys else {}),
         }
 
 
@@ -239,20 +240,22 @@ def restore_all(changes: list, new_errors: list, a: Side, b: Side) -> dict | Non
     union: dict = {}
     for c in changes:
         union.update(c.fix_overrides)
-    if not union:
+    removes = list(dict.fromkeys(k for c in changes for k in c.remove_keys))
+    if not union and not removes:
         return None
+    said = {"overrides": union, **({"remove_keys": removes} if removes else {})}
     try:
-        an = analyze(b.scenario.derive(union))
+        an = analyze(b.scenario.derive({**union, **dict.fromkeys(removes)}))  # (the model's env_vars None: unset)
     except UsageError:
-        return {"overrides": union, "holds": False, "not_restored": [c.key for c in changes], "clears": [], "brings": []}
+        return {**said, "holds": False, "not_restored": [c.key for c in changes], "clears": [], "brings": []}
     state, found = an.state, {f.id: f for f in an.findings}
-    not_restored = [c.key for c in changes if c.fix_overrides and _effective(state, c.key) != c.before]
+    not_restored = [c.key for c in changes if (c.fix_overrides or c.remove_keys) and _effective(state, c.key) != c.before]
     before = {f.id for side in (a, b) for f in side.analysis.findings if _new_kind(f)}  # neither side has it
     brings = sorted(i for i, f in found.items() if _new_kind(f) and i not in before)
     clears = [e["id"] for e in new_errors if e["id"] not in found]
     for e in new_errors:
         e["cleared_by_restores"] = e["id"] in clears
-    return {"overrides": union, "holds": not not_restored and not brings, "not_restored": not_restored, "clears": clears,
+    return {**said, "holds": not not_restored and not brings, "not_restored": not_restored, "clears": clears,
             "brings": brings}
 
 
@@ -423,9 +426,18 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     effect = EFFECTS.get((key, old, new), f"{key} went {fmt(old)} -> {fmt(new)}")
     because = "; ".join(_cause_phrase(c, changed[c], a, b) for c in causes) or "no input change found"
     message = effect if because == effect else f"{because}: {effect}"  # a setting changed as asked: said once
+    # a launch variable BEFORE did not set is deleted, not set to null, which Bridge refuses (evalR S2: TypeError)
+    removes = [k for k, v in (fix or {}).items() if k.startswith("env_vars.") and v is None]
+    fix = {k: v for k, v in (fix or {}).items() if k not in removes} or None
+    text = findings.overrides_text(fix) if fix else None
+    if removes:
+        names = [safeio.shown(k.partition(".")[2]) for k in removes]
+        text = ((text + "; " if text else "") + "delete " + ", ".join(f"env_vars[{n}]" for n in names) + " (BEFORE did "
+                "not set it, and Bridge refuses a null value: " + "; ".join(f"del cfg.env_vars[{n}]" for n in names)
+                + " in Python, or leave it out of the config)")
     return Change(
         key=key, before=old, after=new, rule=rule, message=message,
-        fix=findings.overrides_text(fix) if fix else None, fix_overrides=fix or {},  # each override one shell word
+        fix=text, fix_overrides=fix or {}, remove_keys=removes,  # each override one shell word
         causes=[{"key": c, "before": changed[c][0], "after": changed[c][1]} for c in causes],
         impact=IMPACT.get(key, 1),
     )
