@@ -243,3 +243,14 @@ def test_compare_says_where_a_derived_setting_is_named_a_cause(tmp_path):
     changes = {c["key"]: c["cause_keys"] for c in d["compare"]["config_changes"]}
     assert "model.virtual_pipeline_model_parallel_size" in changes["ddp.align_param_gather"]
     assert any("model.batch_p2p_comm, which moved with the other changes" in n for n in d["notes"])
+
+
+def test_the_iteration_range_says_it_spreads_communication_only():
+    """evalR S5: "range 17,157 to 17,242" read as an error bar of 0.25 %; the model's error on published runs is larger."""
+    from mbridge_overlap import api
+    from mbridge_overlap.output import text
+
+    d = api.budget(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", model="llama3_70b").to_dict()
+    (line,) = [x for x in text.budget(d).splitlines() if x.startswith("iteration")]
+    low, high = d["budget"]["range_ms"]
+    assert f"communication's range {low:,.1f} to {high:,.1f}" in line and "docs/budget.md" in line
