@@ -215,3 +215,13 @@ def test_peft_with_tp_overlap_on_bulk_wgrad_is_flagged_for_the_frozen_linears(tm
     assert found(overrides={"comm_overlap.tp_comm_overlap": False}, recipe="llama3_70b_peft_8gpu_h100_fp8cs_config", gpus=8) is None
     assert found(config=str(BASELINE), gpus=32, gpu="h100") is None  # no PEFT: every weight trains
     assert found(config=str(_with_peft(tmp_path, ["linear_proj"])), gpus=32, gpu="h100") is not None  # adapted or not
+
+
+def test_tp_overlap_that_costs_more_on_a_lora_run_names_the_regather_remedy():
+    """evalR S4: 'not tp_comm_overlap=false here: it brings LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED' left out that
+    warning's own remedy, so the answer read as a circle."""
+    from mbridge_overlap import api
+
+    d = api.resolve(recipe="llama3_70b_peft_8gpu_h100_fp8cs_config").to_dict()
+    (worth,) = [f for f in d["budget"]["findings"] if f["id"] == "WORTH_OVERLAP_COSTS_MORE"]
+    assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" in worth["fix"] and "peft.sequence_parallel_input_regather=true" in worth["fix"]

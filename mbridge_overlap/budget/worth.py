@@ -80,8 +80,12 @@ def _off(flip: dict | None) -> findings.Shell:
     asked = findings.overrides_text(flip["overrides"])
     if flip["holds"]:
         return findings.shell(", or {asked}", asked=asked)
-    return findings.shell("; not {asked} here: it brings {because}", asked=asked,
+    said = findings.shell("; not {asked} alone here: it brings {because}", asked=asked,
                           because=findings.Shell(", ".join(flip["because"])))
+    if "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" in flip["because"]:  # its remedy, which no override sets (evalR S4)
+        said = findings.shell("{said}, which peft.sequence_parallel_input_regather=true set in the recipe's Python "
+                              "clears (Bridge 0.6 and later: Hydra overrides leave peft out)", said=said)
+    return said
 
 
 def _ms(seconds: float) -> str:
