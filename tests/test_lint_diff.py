@@ -281,3 +281,23 @@ def test_a_launch_variable_before_did_not_set_is_restored_by_deleting_it():
     assert d["restore_all"]["holds"] and None not in d["restore_all"]["overrides"].values()
     with pytest.raises(UsageError):  # what the old restore said to set
         mbridge_overlap.api.resolve({**after, "env_vars.NCCL_NVLS_ENABLE": None}, gpus=8)
+
+
+def test_an_upgrade_s_diff_names_the_launch_environment_the_old_release_s_launchers_set(tmp_path):
+    """evalR S3: a run config 0.5.x wrote, diffed with 0.6.2's, said nothing of the launch variables the two releases'
+    launchers set otherwise, which neither config shows."""
+    import yaml
+
+    from mbridge_overlap.run import launch_env
+    from mbridge_overlap.upstream import releases
+
+    raw = yaml.safe_load((RUNS / "baseline.yaml").read_text())
+    raw.pop("env_vars")  # 0.5.x's ConfigContainer has no env_vars section
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(raw))
+    d = mbridge_overlap.api.diff(str(old), str(RUNS / "baseline.yaml"), gpus=16, gpu="h100", bridge_version="0.6.2").to_dict()
+    (said,) = [w for w in d["warnings"] if w.startswith("BEFORE was written by Megatron-Bridge 0.5")]
+    an = mbridge_overlap.api.resolve(config=str(RUNS / "baseline.yaml"), gpus=16, gpu="h100")
+    rules = {v: dict((n, val) for n, val, _ in launch_env.rules(releases.get(v), an.launch_layout)) for v in ("0.5.1", "0.6.2")}
+    moved = sorted(n for n in set(rules["0.5.1"]) | set(rules["0.6.2"]) if str(rules["0.5.1"].get(n)) != str(rules["0.6.2"].get(n)))
+    assert moved and all(n in said for n in moved)

@@ -121,25 +121,30 @@ def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[s
     )
 
 
+def written_by(rc) -> list[str]:
+    """The releases whose ConfigContainer has exactly the sections of a saved run config ([] for none, or not saved)."""
+    if rc is None or not rc.saved:
+        return []
+    sections = set(rc.raw) - {"_target_"}
+    return [v for v in releases.versions() if set(releases.bridge_fields(v)) == sections]
+
+
 def _written_by_another_release(rc, release, asked: str | None) -> list[str]:
     """A saved ConfigContainer holds every section of the release that wrote it (to_yaml writes each field): where its
     sections are exactly another known release's and not this one's (0.5.x has no env_vars), it was written by that
     release. Refused where the release was not asked for (the answer would follow another release's rules: evalH H4),
     said in a note where it was."""
-    if rc is None or not rc.saved:
+    fits = written_by(rc)
+    if not fits or release.version in fits:
         return []
     sections = set(rc.raw) - {"_target_"}
-    if sections == set(releases.bridge_fields(release.version)):
-        return []
-    fits = [v for v in releases.versions() if set(releases.bridge_fields(v)) == sections]
-    if not fits:
-        return []
     lacks = ", ".join(sorted(set(releases.bridge_fields(release.version)) - sections)) or "none"
     what = (f"{rc.path}: its sections are Megatron-Bridge {' or '.join(fits)}'s, not {release.version}'s (it lacks "
             f"{lacks}, which {release.version} always writes)")
     if asked is None:
         raise UsageError(f"{what}: pass --bridge-version {fits[-1]} for the release that wrote it, or --bridge-version "
-                         f"{release.version} to read it as {release.version}")
+                         f"{release.version} to read it as {release.version} (the default release is not assumed for a "
+                         "file another release wrote)")
     return [f"{what}: answered with {release.version}'s rules, as asked"]
 
 

@@ -204,7 +204,7 @@ def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = Non
     labels = labels or (label_of(before), label_of(after))
     a, b = side(labels[0], before), side(labels[1], after)
     warnings = ([f"BEFORE fails at {f.when or 'config'} as it is given: {f.id}: {f.message}" for f in a.analysis.errors]
-                + list(before.notes) + list(after.notes) + _model_warning(a, b))
+                + list(before.notes) + list(after.notes) + _model_warning(a, b) + _launchers_of_another_release(a, b))
     changed_inputs = _changed_inputs(a, b)
     changes = []
     keys = SETTINGS + sorted({f"env_vars.{k}" for k in set(a.scenario.request.env_vars) | set(b.scenario.request.env_vars)})
@@ -578,6 +578,28 @@ def _other(a: Side, b: Side) -> list:
         if old != new:
             out.append({"key": key, "label": label, "before": old, "after": new})
     return out
+
+
+def _launchers_of_another_release(a: Side, b: Side) -> list:
+    """BEFORE written by another release (an upgrade, answered with this release's rules): the launch variables that
+    release's own launchers set for BEFORE's layout that this release's set otherwise for AFTER's, which neither
+    config shows (evalR S3: 0.5's PerfEnvPlugin set the LayerNorm SM margins to 16, 0.6's launchers 20)."""
+    from ..run import launch_env
+    from ..run.scenario import written_by
+    from ..upstream import releases
+
+    wrote = written_by(a.scenario.config)
+    if not wrote or a.scenario.release.version in wrote:
+        return []
+    old = {name: value for name, value, _ in launch_env.rules(releases.get(wrote[-1]), a.analysis.launch_layout)}
+    new = {name: rule["value"] for name, rule in b.analysis.launch_env.items()}
+    moved = [f"{name} {old.get(name, 'unset')} -> {new.get(name, 'unset')}" for name in sorted(set(old) | set(new))
+             if str(old.get(name)) != str(new.get(name))]
+    if not moved:
+        return []
+    return [f"BEFORE was written by Megatron-Bridge {' or '.join(wrote)}: the launch environment Bridge's own launchers use "
+            f"moves from {wrote[-1]}'s to {b.scenario.release.version}'s ({'; '.join(moved)}); neither config shows it, and the "
+            "launcher you ran decides it (resolve's launch_env for each release, lint AFTER's LAUNCH_ENV_NOT_SET)"]
 
 
 def _model_warning(a: Side, b: Side) -> list:
