@@ -282,9 +282,11 @@ Each verify runs in its own process: Bridge is imported once (most of its time);
 verify taken after that import, so snippets, anchors and suites run beside each other. Figures:
 `benchmarks/bench_verify.py` writes them to `docs/benchmarks.md`. `scripts/verify.sh --help` builds nothing.
 
-In the training log of a run, TP overlap that Bridge turned off shows as a "Disabling tensor parallel communication
-overlap" line (`mbridge-overlap diagnose LOG` names it and every other overlap cause a log shows); `mbridge-overlap
-trace` on a profile shows whether the communication was hidden.
+In the training log of a run, Bridge's configuration summary lists `tp_comm_overlap: True` among the model's values
+where TP overlap runs (`mbridge-overlap diagnose LOG --gpus N` reads the summary back and analyses it); TP overlap that
+Bridge turned off shows as a "Disabling tensor parallel communication overlap" line (diagnose names it and every other
+overlap cause a log shows), but the absence of that line proves nothing: a run that never asked for TP overlap prints
+none. `mbridge-overlap trace` on a profile shows whether the communication was hidden.
 """
 
 
