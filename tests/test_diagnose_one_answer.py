@@ -227,3 +227,13 @@ def test_a_launcher_export_is_named_not_called_a_gap_in_the_rules():
     given = _diagnose(line, recipe=RECIPE, overrides=fsdp, gpus=16, launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
     (cause,) = [c for c in given["causes"] if c["id"] == "FSDP_WITH_ONE_CONNECTION"]
     assert cause["predicted"] is True
+
+
+def test_the_sync_line_of_a_param_gather_that_fails_is_that_error():
+    """recheck51 T7: PARAM_GATHER_FLAGS_SYNCED said nothing was to change in the same answer as the error that this
+    overlap fails without the distributed optimizer."""
+    plain = {"ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False}
+    resolved = {f.id for f in _resolve(plain, 16).findings}
+    assert "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER" in resolved and "PARAM_GATHER_FLAGS_SYNCED" not in resolved
+    (cause,) = _diagnose(NOT_IN_SYNC, recipe=RECIPE, overrides=plain, gpus=16)["causes"][:1]
+    assert cause["id"] == "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER" and cause["predicted"] is True

@@ -45,7 +45,8 @@ def test_every_file_skill_md_and_its_references_link_is_installed(installed):
     """evalR S6: SKILL.md linked docs/budget.md, which the install left out."""
     import re
 
-    for page in ["SKILL.md", *(p.relative_to(installed).as_posix() for p in (installed / "references").glob("*.md"))]:
+    pages = [p.relative_to(installed).as_posix() for folder in ("references", "docs") for p in (installed / folder).glob("*.md")]
+    for page in ["SKILL.md", "README.md", *pages]:
         text = (installed / page).read_text()
         for target in re.findall(r"\]\(([^)#:]+?\.(?:md|svg|json))\)", text):
             assert (installed / page).parent.joinpath(target).resolve().is_file(), (page, target)

@@ -96,3 +96,50 @@ def test_gemma4_s_own_moe_layer_is_not_said_to_refuse_training():
     assert "MOE_TP_WITHOUT_SEQUENCE_PARALLEL" not in ids
     ids = {f.id for f in api.resolve(recipe="glm45_355b_sft_config").findings}
     assert "MOE_TP_WITHOUT_SEQUENCE_PARALLEL" in ids
+
+
+def test_a_vpp_a_list_layout_gives_at_the_finalize_is_asked_for_explicitly():
+    """recheck51 T1: at PP 8 DeepSeek-V3's 16-stage list layout gives VPP 2 at the model's finalize, after Bridge chose
+    the P2P overlap without it; the answer said overlap_p2p_comm=false was requested and offered nothing, and EP
+    overlap's rejection only its off (real 0.6.2 runs both with VPP 2 asked)."""
+    recipe = "deepseek_v3_pretrain_config"
+    asked = {"model.expert_model_parallel_size": 8, "model.pipeline_model_parallel_size": 8}
+    found = {f.id: f for f in api.resolve(recipe=recipe, overrides=asked, gpus=128).findings}
+    assert found["PP_OVERLAP_NOT_SELECTED"].fix_overrides == {"model.virtual_pipeline_model_parallel_size": 2}
+    assert "was requested" not in found["PP_OVERLAP_NOT_SELECTED"].message
+    ep = {**asked, "comm_overlap.overlap_moe_expert_parallel_comm": True}
+    rejected = {f.id: f for f in api.resolve(recipe=recipe, overrides=ep, gpus=128).findings}["MOE_OVERLAP_REJECTED"]
+    assert rejected.fix_overrides == {"model.virtual_pipeline_model_parallel_size": 2}
+    fixed = api.resolve(recipe=recipe, overrides={**ep, **rejected.fix_overrides}, gpus=128)
+    assert not [f for f in fixed.findings if f.severity == "error"] and fixed.state.model["overlap_p2p_comm"]
+
+
+def test_a_list_layout_given_as_an_override_s_text_is_a_list():
+    """recheck51 T6: Hydra's [[...],[...]] text was read as a one-stage string layout (a false PIPELINE_LAYOUT_REJECTED)."""
+    from mbridge_overlap.run import layers
+
+    assert layers.layout_stages("[[embedding, decoder], [decoder, loss]]") == 2
+    assert layers.layout_stages("[not, a, list, of, lists]") is None
+
+
+def test_gemma4_s_own_moe_layer_is_spared_only_where_bridge_has_it():
+    """recheck51 T2: Bridge 0.5.x's Gemma 4 MoE layer inherits MoELayer.forward, which refuses TP > 1 without SP."""
+    from mbridge_overlap.run import scenario
+    from mbridge_overlap.findings.analysis import analyze
+
+    sc = scenario.build(overrides={"model.tensor_model_parallel_size": 2, "model.num_moe_experts": 8,
+                                   "model.sequence_parallel": False}, gpus=8, family="gemma4_vl_26b")
+    assert "MOE_TP_WITHOUT_SEQUENCE_PARALLEL" not in {f.id for f in analyze(sc).findings}
+    old = scenario.build(overrides={"model.tensor_model_parallel_size": 2, "model.num_moe_experts": 8,
+                                    "model.sequence_parallel": False}, gpus=8, family="gemma4_vl_26b", bridge_version="0.5.1")
+    assert "MOE_TP_WITHOUT_SEQUENCE_PARALLEL" in {f.id for f in analyze(old).findings}
+
+
+def test_the_recipe_s_dp_overlap_over_cp_ranks_is_kept_by_a_section_at_dp_1():
+    """recheck51 T5: at DP 1 with CP 8, COMM_OVERLAP_ABSENT's section turned the recipe's DP overlap off."""
+    recipe, asked = "gpt_oss_20b_pretrain_8gpu_b300_fp8mx_config", {"model.context_parallel_size": 8}
+    before = api.resolve(recipe=recipe, overrides=asked, gpus=8)
+    (absent,) = [f for f in before.findings if f.id == "COMM_OVERLAP_ABSENT"]
+    after = api.resolve(recipe=recipe, overrides={**asked, **absent.fix_overrides}, gpus=8).state.ddp
+    for name in ("overlap_grad_reduce", "overlap_param_gather", "bucket_size"):
+        assert after[name] == before.state.ddp[name], name

@@ -71,11 +71,35 @@ MAX_UNROLLED = 1 << 20  # characters of a layout unrolled: past them it is not r
 _UNROLL = (re.compile(r"\(([^)]+)\)\*(\d{1,4})"), re.compile(r"(.)\*(\d{1,4})"))  # PipelineParallelLayerLayout's
 
 
+MAX_LIST_TEXT = 1 << 16  # characters of a list layout given as text (DeepSeek-V3's 16 stages are a few hundred)
+
+
+def _list_text(text: str):
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+
+
+def interleaved_vpp(state) -> int | None:
+    """The VPP a fix asks for to run the interleaved schedule: the one a pipeline_model_parallel_layout's stages give
+    (any other conflicts with it; None where its stages are PP's own, evalR S1), else 2."""
+    stages = layout_stages(state.request.context.get("model.pipeline_model_parallel_layout"))
+    if stages is None:
+        return 2
+    vpp = stages // max(1, state.model["pipeline_model_parallel_size"])
+    return vpp if vpp > 1 else None
+
+
 def layout_stages(layout) -> int | None:
     """The PP x VPP stages a pipeline_model_parallel_layout gives, as Megatron-Core's PipelineParallelLayerLayout counts
     them: a list of stages (each a list of layer names: DeepSeek-V3's recipes) by its length (evalR S1), a string as
     parse_str_to_list reads it (commas dropped, "(...)*n" then "x*n" unrolled, split at "|"); None for neither, or a
     string too long to read."""
+    if isinstance(layout, str) and layout.lstrip().startswith("[") and len(layout) <= MAX_LIST_TEXT:
+        layout = _list_text(layout)  # a list given as an override's text (Hydra's [[E,t],[t,L]]: recheck51 T6)
     if isinstance(layout, (list, tuple)):
         return len(layout) if layout and all(isinstance(stage, (list, tuple)) for stage in layout) else None
     if not isinstance(layout, str) or layout.strip().lower() in ("", "none", "null") or len(layout) > MAX_LAYOUT:

@@ -434,7 +434,7 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
         names = [safeio.shown(k.partition(".")[2]) for k in removes]
         text = ((text + "; " if text else "") + "delete " + ", ".join(f"env_vars[{n}]" for n in names) + " (BEFORE did "
                 "not set it, and Bridge refuses a null value: " + "; ".join(f"del cfg.env_vars[{n}]" for n in names)
-                + " in Python, or leave it out of the config)")
+                + " in Python, ~env_vars.NAME in Hydra; a YAML merged over the recipe cannot delete it)")
     return Change(
         key=key, before=old, after=new, rule=rule, message=message,
         fix=text, fix_overrides=fix or {}, remove_keys=removes,  # each override one shell word

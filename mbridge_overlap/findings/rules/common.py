@@ -73,6 +73,12 @@ def adopt_dp_knobs(state: State) -> dict:
             value = bucket_to_move(state, value)
         if value is not None:
             out[f"comm_overlap.{name}"] = value
+    if state.request.comm_overlap is None and state.data_parallel_size == 1 and state.model["context_parallel_size"] > 1 \
+            and state.ddp["use_distributed_optimizer"]:
+        # at DP 1 the section writes DP overlap off, though gradients reduce over the CP ranks (DP_OVERLAP_OFF_WITH_CP):
+        # the config's own on is kept (recheck51 T5)
+        out.update({f"comm_overlap.{name}": True for name in ("overlap_grad_reduce", "overlap_param_gather")
+                    if state.ddp[name] and f"comm_overlap.{name}" not in out})
     kept = bucket_size_a_section_replaces(state.request, state.data_parallel_size * state.model["context_parallel_size"],
                                           state.ddp["use_distributed_optimizer"])
     if kept is not None and "comm_overlap.bucket_size" not in out:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ... import findings
-from ...run import layout, resolver
+from ...run import layers, layout, resolver
 from ...run.launch_env import FSDP_MAX_CONNECTIONS
 from .. import Shell, make, shell
 from ..proof import fixed
@@ -16,17 +16,17 @@ from .common import every_request, owner_key
 # only the layout, the model or the precision can (then the fix turns the overlap off).
 _MOE_PRECONDITION_FIXES = {
     "overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type == 'alltoall' or 'flex'":
-        lambda m: {"model.moe_token_dispatcher_type": "alltoall"},
+        lambda s: {"model.moe_token_dispatcher_type": "alltoall"},
     "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1":
-        lambda m: {"model.virtual_pipeline_model_parallel_size": 2},
+        lambda s: {"model.virtual_pipeline_model_parallel_size": layers.interleaved_vpp(s)} if layers.interleaved_vpp(s) else None,
     "disable full recomputation when enabling overlap_moe_expert_parallel_comm":
-        lambda m: {"model.recompute_granularity": None, "model.recompute_method": None, "model.recompute_num_layers": None},
+        lambda s: {"model.recompute_granularity": None, "model.recompute_method": None, "model.recompute_num_layers": None},
     "disable recomputation method when enabling overlap_moe_expert_parallel_comm":
-        lambda m: {"model.recompute_method": None, "model.recompute_num_layers": None},
-    "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm": lambda m: {"model.recompute_num_layers": None},
+        lambda s: {"model.recompute_method": None, "model.recompute_num_layers": None},
+    "recompute_num_layers must be None when enabling overlap_moe_expert_parallel_comm": lambda s: {"model.recompute_num_layers": None},
     "disable moe in recompute_modules when enabling overlap_moe_expert_parallel_comm":
-        lambda m: {"model.recompute_modules": [x for x in m["recompute_modules"] or [] if x != "moe"] or ["core_attn"]},
-    "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm": lambda m: {"model.moe_shared_expert_overlap": False},
+        lambda s: {"model.recompute_modules": [x for x in s.model["recompute_modules"] or [] if x != "moe"] or ["core_attn"]},
+    "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm": lambda s: {"model.moe_shared_expert_overlap": False},
 }
 
 
@@ -39,9 +39,11 @@ def _moe_fix(state: State, r) -> tuple[list, dict]:
             off[f"comm_overlap.{name}"] = False
         elif req.comm_overlap is None and req.model.get(name):
             off[f"model.{name}"] = False
-    failing = [message for ok, message in resolver._MOE_OVERLAP_CHECKS if not ok(state.model)]
-    fixes = [_MOE_PRECONDITION_FIXES.get(message) for message in failing]
-    keep = {k: v for f in fixes for k, v in f(state.model).items()} if failing and all(fixes) else {}
+    # the check Bridge raised, read on the model as it was then (a layout sets VPP later, at the model's finalize:
+    # recheck51 T1), and any other the final model fails
+    failing = [message for ok, message in resolver._MOE_OVERLAP_CHECKS if message in r.message or not ok(state.model)]
+    fixes = [f(state) if (f := _MOE_PRECONDITION_FIXES.get(message)) else None for message in failing]
+    keep = {k: v for f in fixes for k, v in f.items()} if failing and all(f is not None for f in fixes) else {}
     return [keep, off], {}
 
 

@@ -341,24 +341,32 @@ def moe_tp_without_sequence_parallel(state: State):
     model config, so that log line is predicted too. An MoE model: experts set, or EP > 1 (which needs them)."""
     m = state.model
     tp, ep, experts = m["tensor_model_parallel_size"], m["expert_model_parallel_size"], m.get("num_moe_experts")
-    if (experts or ep > 1) and tp > 1 and not m["sequence_parallel"] and not _own_moe_layer(state.scenario.family):
+    if (experts or ep > 1) and tp > 1 and not m["sequence_parallel"] and not _own_moe_layer(state):
         otherwise = None
         if peft.of(state):  # sequence parallel brings LoRA's gathered LayerNorm output (recheck50 R4)
-            otherwise = shell("with LoRA, sequence parallel with peft.sequence_parallel_input_regather=true set in the "
-                              "recipe's Python (Bridge 0.6 and later; Hydra overrides leave peft out), or TP = 1")
+            otherwise = (shell("with LoRA, sequence parallel with peft.sequence_parallel_input_regather=true set in the "
+                               "recipe's Python (Hydra overrides leave peft out), or TP = 1") if _since(state, "0.6.0")
+                         else shell("with LoRA, TP = 1 (this release's LoRA has no sequence_parallel_input_regather, and "
+                                    "sequence parallel drops a LayerNorm output's gradient: LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED)"))
         o, fix = fixed(state, "MOE_TP_WITHOUT_SEQUENCE_PARALLEL", [{"model.sequence_parallel": True}], otherwise)
         what = f"EP={ep}" if ep > 1 else "num_moe_experts set"  # (a recipe's count can be its offline stand-in's: R1)
         also = (f"; with EP={ep} its ModelParallelConfig also warns when Bridge finalizes the model config" if ep > 1 else "")
         yield make("MOE_TP_WITHOUT_SEQUENCE_PARALLEL", fix_overrides=o, fix=fix, what=what, tp=tp, also=also)
 
 
-# Model families whose MoE layers are Bridge's own and skip MoELayer.forward's check: Gemma 4's layer calls
-# Gemma4MoELayer.forward_with_separate_inputs (models/gemma/modeling_gemma4.py; recheck50 R7)
-OWN_MOE_LAYER = ("gemma4",)
+# Model families whose MoE layers are Bridge's own and skip MoELayer.forward's check, from the Bridge release that has
+# them: Gemma 4's layer calls Gemma4MoELayer.forward_with_separate_inputs from 0.6.0 (models/gemma/modeling_gemma4.py;
+# recheck50 R7); 0.5.x's inherits MoELayer.forward (recheck51 T2)
+OWN_MOE_LAYER = {"gemma4": "0.6.0"}
 
 
-def _own_moe_layer(family: str | None) -> bool:
-    return bool(family) and family.startswith(OWN_MOE_LAYER)
+def _own_moe_layer(state: State) -> bool:
+    family = state.scenario.family or ""
+    return any(family.startswith(name) and _since(state, since) for name, since in OWN_MOE_LAYER.items())
+
+
+def _since(state: State, version: str) -> bool:
+    return releases.version_key(state.request.release.version) >= releases.version_key(version)
 
 
 @check("FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER")
