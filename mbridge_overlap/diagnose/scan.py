@@ -22,9 +22,11 @@ from . import causes, frames, fuzzy, groups as pg, reader, terms
 from . import shapes as shapes_
 from .patterns import EXCEPTION, ITERATION_PHRASE, STOPPED, iteration_ms_span
 from .messages import FIELD, Catalog, Entry, Hit, clean, parse_frame
-from .reader import Line, line_text, split_prefix
+from .reader import CUT, Line, line_text, split_prefix
 
 MAX_RANKS = 4096  # rank labels kept per message (the count goes on)
+_CUT_MARK = re.compile(re.escape(CUT).replace(r"\{n:,\}", r"[\d,]+"))  # a long line's middle left out (reader.CUT)
+_BLANK = b" \t\r\n\x0b\x0c\x00"  # what a log of nothing holds: white space, and NULs (a truncated file's hole)
 MAX_SIZES = 16  # group sizes a sized watchdog message is told apart by; lines of further sizes are one group
 MAX_ITERATIONS = 100_000  # iteration times kept per log
 MAX_ITERATION_TIMES = 1_000_000  # and in all (8 MB)
@@ -100,7 +102,7 @@ class Scan:
     def feed(self, line: Line) -> None:
         """One line, read in full."""
         src = self._count(line.source, 1, line.rank)
-        if not src["text"] and line.text.strip():
+        if not src["text"] and _CUT_MARK.sub("", line.text).strip(" \t\r\n\x0b\x0c\x00"):
             src["text"] = True
         self._read(line)
 
@@ -483,7 +485,7 @@ class Scan:
         distinct = set(shapes)
         info = self._shapes.of(distinct)
         src = self._count(source, len(shapes), None)
-        if not src["text"] and data and not data.isspace():  # (isspace stops at a log's first character)
+        if not src["text"] and data.strip(_BLANK):  # (a copy of one block, once per log: fuzzN N2, NULs are blank)
             src["text"] = True
         if path_rank is not None and any(info[s].rank is None for s in distinct):
             self._count(source, 0, path_rank)

@@ -127,7 +127,7 @@ def _object(text: Window, on_event, on_meta) -> bool:
                 raise UsageError(f"{esc(text.path)}: the key {shown(key, 40)} twice at the top level: the second would "
                                  "silently replace the first")
             keys.add(key)
-            value = text.value()
+            value = text.value(meta=True)
             if on_meta is not None:
                 on_meta(key, value)
         c = text.peek()

@@ -45,6 +45,9 @@ class Window:
         self.buf, self.pos, self.byte_base, self.eof = "", 0, 0, False
         self.chars_base = 0  # characters before buf[0]
         self.scan = make_scanner(json.JSONDecoder(parse_constant=_counter(stats)))
+        # metadata (distributedInfo, ...) is small and read once: a key twice in one of its objects is refused, as the
+        # second would silently replace the first (fuzzN N1: a pg_config entry's pg_desc, world_size)
+        self.meta_scan = make_scanner(json.JSONDecoder(parse_constant=_counter(stats), object_pairs_hook=_unique))
 
     def fill(self, more: int = 0) -> bool:
         """Drop the consumed text and append at least `more` characters (a chunk); False at the end of the file."""
@@ -84,14 +87,15 @@ class Window:
             if not self.fill():
                 return ""
 
-    def decode(self):
+    def decode(self, scan=None):
         """(value, end) of the JSON value at pos, reading more while the window may have cut it."""
+        scan = scan or self.scan
         constants = self.stats.non_finite
         while True:
             buf, pos = self.buf, self.pos
             self.stats.non_finite = constants  # a try the window cut counted them already
             try:
-                value, end = self.scan(buf, pos)
+                value, end = scan(buf, pos)
                 if end < len(buf) or self.eof:  # a number at the very end may go on in the next chunk
                     return value, end
                 at, problem = end, "value cut by the end of the window"
@@ -102,6 +106,9 @@ class Window:
                 at, problem = exc.pos, exc.msg[:1].lower() + exc.msg[1:].removesuffix(" at")  # "... character at"
                 if exc.msg.startswith("Unterminated string"):
                     at = len(buf)  # it runs to the end of what we have
+            except DuplicateKey as exc:
+                raise self.beyond(pos, f"the key {shown(exc.args[0], 40)} twice in one object: the second would silently "
+                                       "replace the first") from None
             except RecursionError:
                 raise self.beyond(pos, "JSON nested deeper than Python's JSON reader allows (no profiler writes that)") from None
             except ValueError as exc:  # int(): more digits than sys.get_int_max_str_digits()
@@ -117,10 +124,10 @@ class Window:
             more, buf = len(buf) - pos, None  # (buf: let the old window go as the new one is made)
             self.fill(more)  # doubling: a long value is re-scanned O(1) times
 
-    def value(self):
+    def value(self, meta: bool = False):
         if not self.peek():
             raise Truncated()
-        value, self.pos = self.decode()
+        value, self.pos = self.decode(self.meta_scan if meta else None)
         return value
 
     def expect(self, token: str, after: str) -> None:
@@ -137,6 +144,18 @@ class Window:
     def beyond(self, index: int, problem: str) -> UsageError:
         """Valid JSON, but beyond what a trace holds or Python reads."""
         return UsageError(f"{esc(self.path)}: the value at byte {self.byte_offset(index):,}: {problem}")
+
+
+class DuplicateKey(ValueError):
+    pass
+
+
+def _unique(pairs: list) -> dict:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        raise DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return out
 
 
 def _counter(stats: Stats):

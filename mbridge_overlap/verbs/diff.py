@@ -431,10 +431,11 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     fix = {k: v for k, v in (fix or {}).items() if k not in removes} or None
     text = findings.overrides_text(fix) if fix else None
     if removes:
-        names = [safeio.shown(k.partition(".")[2]) for k in removes]
+        names = [safeio.shown(k.partition(".")[2], 1 << 10) for k in removes]
+        code = ("; ".join(f"del cfg.env_vars[{n}]" for n in names) + " in Python, ~env_vars.NAME in Hydra"
+                if not any(n.endswith("...") for n in names) else "remove_keys names them")  # cut, no Python (fuzzN N5)
         text = ((text + "; " if text else "") + "delete " + ", ".join(f"env_vars[{n}]" for n in names) + " (BEFORE did "
-                "not set it, and Bridge refuses a null value: " + "; ".join(f"del cfg.env_vars[{n}]" for n in names)
-                + " in Python, ~env_vars.NAME in Hydra; a YAML merged over the recipe cannot delete it)")
+                f"not set it, and Bridge refuses a null value: {code}; a YAML merged over the recipe cannot delete it)")
     return Change(
         key=key, before=old, after=new, rule=rule, message=message,
         fix=text, fix_overrides=fix or {}, remove_keys=removes,  # each override one shell word

@@ -122,3 +122,37 @@ def test_a_log_of_blank_lines_or_a_mark_only_is_empty(tmp_path, data):
     proc = run_cli("diagnose", path)
     assert_one_line(proc)
     assert b"empty, no log lines to read" in proc.stderr
+
+
+@pytest.mark.parametrize("info", ['{"rank": 0, "world_size": 8, "world_size": 2}',
+                                  '{"rank": 0, "pg_config": [{"pg_name": "1", "pg_desc": "TENSOR_MODEL_PARALLEL_GROUP", '
+                                  '"pg_desc": "DATA_PARALLEL_GROUP", "ranks": [0, 1]}]}'], ids=["world_size", "pg_desc"])
+def test_a_key_twice_inside_the_trace_s_metadata_is_refused(tmp_path, info):
+    # fuzzN N1: the second silently replaced the first (a TP kernel read as DP, world size 8 as 2)
+    path = tmp_path / "t.json"
+    path.write_text('{"distributedInfo": ' + info + ', "traceEvents": [' + json.dumps(_kernel(0)) + "]}")
+    proc = run_cli("trace", path)
+    assert_one_line(proc)
+    assert b"twice in one object" in proc.stderr
+
+
+def test_a_log_of_nul_bytes_is_empty(tmp_path):
+    # fuzzN N2: a truncated file's hole of NULs was "causes: none", exit 0
+    path = tmp_path / "hole.log"
+    path.write_bytes(b"\0" * 300_000)
+    proc = run_cli("diagnose", path)
+    assert_one_line(proc)
+    assert b"empty, no log lines to read" in proc.stderr
+
+
+def test_a_long_launch_variable_s_deletion_is_whole_or_not_written_as_code():
+    # fuzzN N5: "del cfg.env_vars['NCCL_AAAA...]": the name cut and its quote left open
+    from mbridge_overlap.run import scenario
+    from mbridge_overlap.verbs.diff import diff
+
+    name = "NCCL_" + "A" * 200
+    before = {"model.tensor_model_parallel_size": 2}
+    d = diff(scenario.build(overrides=before, gpus=8),
+             scenario.build(overrides={**before, f"env_vars.{name}": 1}, gpus=8)).to_dict()
+    (change,) = [c for c in d["overlap_changes"] if c["key"] == f"env_vars.{name}"]
+    assert f"del cfg.env_vars[{name!r}]" in change["fix"]
