@@ -93,7 +93,7 @@ def gz(text: bytes, level: int = 6) -> bytes:
 RND = random.Random(18)
 BINARY = bytes(RND.getrandbits(8) for _ in range(1 << 20))
 add("bytes", "random_binary", log("junk.log", BINARY))
-add("bytes", "nul_bytes", log("nul.log", b"\0" * (1 << 20)))
+add("bytes", "nul_bytes", log("nul.log", b"\0" * (1 << 20)), status=(2,), says="empty, no log lines to read")  # (fuzzN N2)
 add("bytes", "nul_lines_around_a_message", log("rank3.log", b"\0\0\0\n" + NOISE.encode() + GRAD.encode() + b"\n\0\0"),
     status=(1,), cause=GRAD_ID, ranks=("3",))
 add("bytes", "nul_inside_a_message", log("rank3.log", GRAD.replace(" is ", "\0is ").encode() + b"\n"), status=(0, 1))
