@@ -54,6 +54,23 @@ def _escape_char(c: str) -> str:
 _BLANK_LETTERS = frozenset("\u115f\u1160\u17b4\u17b5\u2800\u3164\uffa0")
 
 
+def file_identity(path) -> tuple:
+    """What names one file whatever the path ("-": standard input): its device and inode, else the path as given (the
+    read says what is wrong with it)."""
+    if str(path) == "-":
+        return ("-",)
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ("path", str(path))
+    return (st.st_dev, st.st_ino)
+
+
+def same_files(a, b) -> bool:
+    """Whether two lists of input files are the same files (by another path too): diagnose's and trace's --compare."""
+    return {file_identity(p) for p in a} == {file_identity(p) for p in b}
+
+
 def esc(text) -> str:
     """One line for a terminal: every character that is not printable (newline, CR, ESC, lone surrogates,
     bidirectional overrides, line separators) or that prints as nothing, as a backslash escape."""

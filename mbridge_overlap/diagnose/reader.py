@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
 from ..errors import UsageError
-from ..safeio import check_inflation, esc, open_input, reason
+from ..safeio import check_inflation, esc, file_identity, open_input, reason
 
 MAX_LINE = 1 << 17  # bytes of a line kept at each end (the matcher looks at 64 Ki characters of each)
 CHUNK = 1 << 20
@@ -75,24 +75,11 @@ def files(paths: Iterable[str]) -> list[str]:
 def _once(paths: list[str]) -> list[str]:
     seen, out = set(), []
     for path in paths:
-        key = _identity(path)
+        key = file_identity(path)
         if key not in seen:
             seen.add(key)
             out.append(path)
     return out
-
-
-def _identity(path: str) -> tuple:
-    try:
-        st = os.stat(path) if path != "-" else None
-    except OSError:
-        st = None  # read as named: the read says what is wrong with it
-    return ("-",) if path == "-" else (st.st_dev, st.st_ino) if st is not None else ("path", path)
-
-
-def same_files(a: list[str], b: list[str]) -> bool:
-    """Whether two lists of log files (files()' answers) are the same files (by another path too)."""
-    return {_identity(p) for p in a} == {_identity(p) for p in b}
 
 
 def _natural(name: str) -> list:

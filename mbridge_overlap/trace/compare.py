@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from .attribution import ORDER
 from ..contract import SCHEMA_VERSION
 from ..errors import UsageError
+from ..safeio import same_files
 from .job import analyze, trace_files
 from .report import DEFINITION, TraceReport, percent
 
@@ -155,17 +156,6 @@ def compare(before, after, ranks=None, allow_partial: bool = False, jobs: int | 
     """Compare two captures (a file or a directory of one job's rank files each)."""
     b, a = (_side(label, path, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
             for label, path in (("BEFORE", before), ("AFTER", after)))
-    same = ["BEFORE and AFTER are the same trace files: the comparison can show no change"] if _same(before, after) else []
-    return TraceComparison(b, a, same + _notes(b, a))
-
-
-def _same(before, after) -> bool:
-    """Whether both sides name one set of files (by another path too: fuzzM M6, as diagnose --compare says, fuzzH H12)."""
-    def files(side):
-        out = set()
-        for f in trace_files([side] if isinstance(side, (str, os.PathLike)) else side):
-            st = os.stat(f)
-            out.add((st.st_dev, st.st_ino))
-        return out
-
-    return files(before) == files(after)
+    same = ["BEFORE and AFTER are the same trace files: the comparison can show no change"] if same_files(
+        *(trace_files([side] if isinstance(side, (str, os.PathLike)) else side) for side in (before, after))) else []
+    return TraceComparison(b, a, same + _notes(b, a))  # (fuzzM M6, as diagnose --compare says: fuzzH H12)

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from ..upstream import releases
 from ..errors import UsageError
-from ..safeio import esc
+from ..safeio import esc, same_files
 from ..diagnose import messages, parallel, reader, report
 from ..diagnose.summary import MAX_BLOCK_LINES
 from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, Scan
@@ -64,7 +64,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     report.classify(diag)
     _tp_across_domains(diag, scans)
     if compare:
-        if reader.same_files(*listed):  # one file (or folder) as BEFORE and AFTER (fuzzH H12)
+        if same_files(*listed):  # one file (or folder) as BEFORE and AFTER (fuzzH H12)
             diag.notes.append("BEFORE and AFTER are the same log files: the comparison can show no change")
         diag.compare, drop = report.compare(scans[0][1], scans[1][1])
         if drop is not None:

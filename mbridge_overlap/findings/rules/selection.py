@@ -133,8 +133,8 @@ def _by_comm_overlap_model(state, key, name, requested, effective):
     m = state.model
     if name == "overlap_p2p_comm" and requested and m["pipeline_model_parallel_size"] > 1 \
             and (m["virtual_pipeline_model_parallel_size"] or 1) == 1:
-        if layers.interleaved_vpp(state):  # the schedule that overlaps P2P: as asked
-            candidates.insert(0, {"model.virtual_pipeline_model_parallel_size": layers.interleaved_vpp(state)})
+        if vpp := layers.interleaved_vpp(state):  # the schedule that overlaps P2P: as asked
+            candidates.insert(0, {"model.virtual_pipeline_model_parallel_size": vpp})
     return "MODEL_KNOB_OVERWRITTEN", candidates
 
 
