@@ -66,9 +66,15 @@ def file_identity(path) -> tuple:
     return (st.st_dev, st.st_ino)
 
 
-def same_files(a, b) -> bool:
-    """Whether two lists of input files are the same files (by another path too): diagnose's and trace's --compare."""
-    return {file_identity(p) for p in a} == {file_identity(p) for p in b}
+def same_files(a, b) -> str | None:
+    """What diagnose's and trace's --compare say where BEFORE and AFTER are the same files, or share some (by another
+    path too, fuzzN N6); None where they share none."""
+    before, after = {file_identity(p) for p in a}, {file_identity(p) for p in b}
+    if before == after:
+        return "BEFORE and AFTER are the same {kind} files: the comparison can show no change"
+    shared = len({i for i in before & after if i[0] != "path"})
+    return (f"BEFORE and AFTER share {shared} of their {{kind}} files (the same file by its path or another): what "
+            "those show cannot change" if shared else None)
 
 
 def esc(text) -> str:

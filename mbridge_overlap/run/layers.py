@@ -93,6 +93,32 @@ def interleaved_vpp(state) -> int | None:
     return vpp if vpp > 1 else None
 
 
+LAYER_NAMES = ("embedding", "loss", "encoder", "decoder", "mtp")  # Megatron-Core's LayerType, as the layout names them
+
+
+def list_refusal(layout) -> str | None:
+    """What Megatron-Core raises at config time for a list layout (or a list given as text), None where it takes it:
+    PipelineParallelLayerLayout asserts a list of lists of layer names; an empty list fails at the model's finalize
+    (IndexError, run against megatron-core 0.19.2: fuzzN N3)."""
+    if isinstance(layout, str) and layout.lstrip().startswith("[") and len(layout) <= MAX_LIST_TEXT:
+        layout = _list_text(layout)
+    if not isinstance(layout, (list, tuple)):
+        return None
+    if not layout:
+        return "pipeline_model_parallel_layout is an empty list (IndexError)"
+    if not all(isinstance(stage, (list, tuple)) for stage in layout):
+        kinds = ", ".join(sorted({type(stage).__name__ for stage in layout}))
+        return f"pipeline_model_parallel_layout must be a list of lists, but got items of type {kinds}"
+    for stage in layout:
+        for name in stage:
+            if not isinstance(name, str):
+                return ("elements in pipeline_model_parallel_layout must be LayerType or str, but got "
+                        f"{type(name).__name__}")
+            if name.strip().lower() not in LAYER_NAMES:
+                return "a layer name in pipeline_model_parallel_layout is not a valid LayerType"
+    return None
+
+
 def layout_stages(layout) -> int | None:
     """The PP x VPP stages a pipeline_model_parallel_layout gives, as Megatron-Core's PipelineParallelLayerLayout counts
     them: a list of stages (each a list of layer names: DeepSeek-V3's recipes) by its length (evalR S1), a string as
@@ -101,7 +127,7 @@ def layout_stages(layout) -> int | None:
     if isinstance(layout, str) and layout.lstrip().startswith("[") and len(layout) <= MAX_LIST_TEXT:
         layout = _list_text(layout)  # a list given as an override's text (Hydra's [[E,t],[t,L]]: recheck51 T6)
     if isinstance(layout, (list, tuple)):
-        return len(layout) if layout and all(isinstance(stage, (list, tuple)) for stage in layout) else None
+        return None if list_refusal(layout) else len(layout)
     if not isinstance(layout, str) or layout.strip().lower() in ("", "none", "null") or len(layout) > MAX_LAYOUT:
         return None
     text = layout.replace(",", "")

@@ -586,11 +586,16 @@ def _layout_string(state: State) -> bool:
     rejected the config."""
     from . import layers
 
-    stages = layers.layout_stages(state.request.context.get("model.pipeline_model_parallel_layout"))
+    layout = state.request.context.get("model.pipeline_model_parallel_layout")
+    where = "TransformerConfig.__post_init__"
+    refusal = layers.list_refusal(layout)
+    if refusal:
+        _reject(state, "PIPELINE_LAYOUT_REJECTED", refusal, where)
+        return True
+    stages = layers.layout_stages(layout)
     if stages is None:
         return False
     pp, vpp = state.model["pipeline_model_parallel_size"], state.model["virtual_pipeline_model_parallel_size"]
-    where = "TransformerConfig.__post_init__"
     if stages % pp:
         _reject(state, "PIPELINE_LAYOUT_REJECTED", "pipeline_model_parallel_layout must be divisible by "
                 f"pipeline_model_parallel_size (len(layout)={stages}, pipeline_model_parallel_size={pp})", where)

@@ -156,6 +156,6 @@ def compare(before, after, ranks=None, allow_partial: bool = False, jobs: int | 
     """Compare two captures (a file or a directory of one job's rank files each)."""
     b, a = (_side(label, path, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
             for label, path in (("BEFORE", before), ("AFTER", after)))
-    same = ["BEFORE and AFTER are the same trace files: the comparison can show no change"] if same_files(
-        *(trace_files([side] if isinstance(side, (str, os.PathLike)) else side) for side in (before, after))) else []
+    same = same_files(*(trace_files([side] if isinstance(side, (str, os.PathLike)) else side) for side in (before, after)))
+    same = [same.format(kind="trace")] if same else []
     return TraceComparison(b, a, same + _notes(b, a))  # (fuzzM M6, as diagnose --compare says: fuzzH H12)

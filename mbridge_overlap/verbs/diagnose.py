@@ -64,8 +64,9 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     report.classify(diag)
     _tp_across_domains(diag, scans)
     if compare:
-        if same_files(*listed):  # one file (or folder) as BEFORE and AFTER (fuzzH H12)
-            diag.notes.append("BEFORE and AFTER are the same log files: the comparison can show no change")
+        same = same_files(*listed)  # one file (or folder) as BEFORE and AFTER (fuzzH H12), or some files of both
+        if same:
+            diag.notes.append(same.format(kind="log"))
         diag.compare, drop = report.compare(scans[0][1], scans[1][1])
         if drop is not None:
             diag.causes.insert(0, report.Cause(drop, [], True))

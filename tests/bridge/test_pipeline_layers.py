@@ -104,3 +104,27 @@ def test_a_layout_string_resolves_as_real_bridge_resolves_it(layout, pp, vpp):
     if vpp:
         over["model.virtual_pipeline_model_parallel_size"] = vpp
     assert conformance.check(conformance.Case(over, 8 * pp, True), "0.6.2").differences == []
+
+
+@pytest.mark.parametrize("layout", [["a", "b"], [["decoder"], "decoder"], [{"a": 1}], [None, None], [],
+                                    [["decoder"], ["conv"]], [["decoder"], [1]], [["embedding", "decoder"], ["decoder", "loss"]],
+                                    "[[embedding, decoder], [decoder, loss]]", "[a, b]"],
+                         ids=repr)
+def test_a_list_layout_is_refused_where_megatron_core_refuses_it(layout):
+    """fuzzN N3: a list that is not a list of stages of layer names was read as no layout; TransformerConfig raises at
+    config time for each (an empty one with an IndexError)."""
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from mbridge_overlap.run import layers
+
+    value = layers._list_text(layout) if isinstance(layout, str) else layout
+    try:
+        TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=2,
+                          pipeline_model_parallel_layout=value, pipeline_dtype=torch.bfloat16)
+        megatron_ok = True
+    except (AssertionError, IndexError, ValueError):
+        megatron_ok = False
+    over = {"model.pipeline_model_parallel_size": 2, "model.num_layers": 2, "model.pipeline_model_parallel_layout": layout}
+    r = api.resolve(overrides=over, gpus=16)
+    assert (not [x for x in r.state.rejections if x.id == "PIPELINE_LAYOUT_REJECTED"]) == megatron_ok, layout

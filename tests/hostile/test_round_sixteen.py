@@ -1,0 +1,64 @@
+"""Hostile input, round sixteen (fuzzN's rest): each case failed before its fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from hostile_kit import ROOT, run_cli
+
+from mbridge_overlap import api
+
+LOG = ROOT / "tests" / "data" / "logs" / "bridge-0.6.2" / "baseline_no_gpu.log"
+
+
+@pytest.mark.parametrize("layout", ["[a, b]", "[[decoder], decoder]", "[{a: 1}]", "[null, null]", "[]"])
+def test_a_list_layout_that_is_not_stages_is_refused(tmp_path, layout):
+    # N3: read as no layout, exit 0; Megatron-Core refuses each at config time (held to it in tier 2)
+    config = tmp_path / "c.yaml"
+    config.write_text("model:\n  num_layers: 61\n  tensor_model_parallel_size: 2\n  pipeline_model_parallel_size: 16\n"
+                      f"  pipeline_model_parallel_layout: {layout}\nddp:\n  use_distributed_optimizer: true\n")
+    proc = run_cli("resolve", "--config", config, "--gpus", "1024", "--format", "json")
+    found = {f["id"] for f in json.loads(proc.stdout)["findings"]}
+    assert proc.returncode == 1 and "PIPELINE_LAYOUT_REJECTED" in found
+
+
+def test_install_skill_prints_its_whole_path_and_a_try_line_that_runs(tmp_path):
+    # N4: a skills folder of ordinary length was cut ("nem...") and the try line opened a quote it never closed
+    skills = tmp_path / "home" / "engineer" / "projects" / "megatron-training-runs" / ".claude" / "skills"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "install-skill"), str(skills)], capture_output=True,
+                          text=True, check=True)
+    dest = skills / "nemo-mbridge-perf-tp-dp-comm-overlap"
+    assert repr(str(dest)) in proc.stdout
+    argv = shlex.split(proc.stdout.split("try: ", 1)[1])
+    assert argv[1] == str(dest / "scripts" / "mbridge-overlap") and os.path.isfile(argv[1])
+    assert subprocess.run(argv, capture_output=True, cwd=tmp_path).returncode == 0
+
+
+def test_diagnose_compare_names_files_both_sides_share(tmp_path):
+    # N6: only the same set of files was noted; a side holding one of the other's files said nothing
+    before, after = tmp_path / "before", tmp_path / "after"
+    before.mkdir(), after.mkdir()
+    (before / "rank0.log").write_bytes(LOG.read_bytes())
+    (before / "rank1.log").write_bytes(LOG.read_bytes())
+    os.link(before / "rank0.log", after / "rank0.log")
+    notes = api.diagnose([before, after], compare=True).notes
+    assert any("share 1 of their log files" in n for n in notes), notes
+    assert not any("share" in n for n in api.diagnose([before / "rank1.log", after], compare=True).notes)
+
+
+def test_trace_compare_names_files_both_sides_share(tmp_path):
+    events = [{"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "pid": 0, "tid": 7,
+               "ts": 5, "dur": 20, "args": {"stream": 7, "correlation": 1}}]
+    before = tmp_path / "before"
+    before.mkdir()
+    for rank in (0, 1):
+        (before / f"rank{rank}.json").write_text(json.dumps({"distributedInfo": {"rank": rank, "world_size": 2},
+                                                             "traceEvents": events}))
+    notes = api.compare_traces(before, before / "rank0.json").notes
+    assert any("share 1 of their trace files" in n for n in notes), notes
