@@ -143,3 +143,16 @@ def test_the_recipe_s_dp_overlap_over_cp_ranks_is_kept_by_a_section_at_dp_1():
     after = api.resolve(recipe=recipe, overrides={**asked, **absent.fix_overrides}, gpus=8).state.ddp
     for name in ("overlap_grad_reduce", "overlap_param_gather", "bucket_size"):
         assert after[name] == before.state.ddp[name], name
+
+
+@pytest.mark.parametrize("target, spared", [("megatron.bridge.models.gemma.gemma4_provider.Gemma4ModelProvider", True),
+                                            ("megatron.bridge.models.gemma_vl.gemma4_vl_provider.Gemma4VLModelProvider", True),
+                                            ("megatron.bridge.models.gpt_provider.GPTModelProvider", False)])
+def test_a_run_config_s_gemma4_provider_is_known_without_a_recipe(tmp_path, target, spared):
+    """recheck51 T3: a run config names its model by its provider class; Gemma 4's own MoE layer was spared only for
+    a recipe's family."""
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model:\n  _target_: {target}\n  tensor_model_parallel_size: 2\n  sequence_parallel: false\n"
+                      "  expert_model_parallel_size: 2\n  num_moe_experts: 128\n")
+    found = {f.id for f in api.resolve(config=config, gpus=8).findings}
+    assert ("MOE_TP_WITHOUT_SEQUENCE_PARALLEL" in found) != spared

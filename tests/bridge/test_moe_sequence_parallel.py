@@ -48,3 +48,19 @@ def test_the_finding_holds_where_the_moe_layer_refuses_to_train(tp, sequence_par
 
 def test_the_layer_does_not_refuse_outside_training():
     assert _forward(False, 2, False) is None
+
+
+def test_the_providers_spared_are_gemma4_s_moe_model():
+    """recheck51 T3: the provider classes a run config names that the finding spares are the installed Bridge's Gemma 4
+    MoE model (its layer is Gemma4MoELayer, whose forward_with_separate_inputs skips MoELayer.forward's check)."""
+    import importlib
+
+    from mbridge_overlap.findings.rules import run
+
+    gemma4 = importlib.import_module("megatron.bridge.models.gemma.gemma4_provider")
+    modeling = importlib.import_module("megatron.bridge.models.gemma.modeling_gemma4")
+    assert hasattr(modeling.Gemma4MoELayer, "forward_with_separate_inputs")
+    for name in run.PROVIDER_FAMILY:
+        module = "gemma_vl.gemma4_vl_provider" if "VL" in name else "gemma.gemma4_provider"
+        cls = getattr(importlib.import_module(f"megatron.bridge.models.{module}"), name)
+        assert issubclass(cls, gemma4.Gemma4ModelProvider) and cls().num_moe_experts

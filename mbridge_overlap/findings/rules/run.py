@@ -358,11 +358,20 @@ def moe_tp_without_sequence_parallel(state: State):
 # them: Gemma 4's layer calls Gemma4MoELayer.forward_with_separate_inputs from 0.6.0 (models/gemma/modeling_gemma4.py;
 # recheck50 R7); 0.5.x's inherits MoELayer.forward (recheck51 T2)
 OWN_MOE_LAYER = {"gemma4": "0.6.0"}
+# A run config names its model by its provider class, not its family (recheck51 T3; gemma4_provider.py, gemma4_vl_provider.py)
+PROVIDER_FAMILY = {"Gemma4ModelProvider": "gemma4", "Gemma4VLModelProvider": "gemma4"}
 
 
 def _own_moe_layer(state: State) -> bool:
-    family = state.scenario.family or ""
+    family = state.scenario.family or PROVIDER_FAMILY.get(_provider_class(state.scenario.config), "")
     return any(family.startswith(name) and _since(state, since) for name, since in OWN_MOE_LAYER.items())
+
+
+def _provider_class(rc) -> str:
+    """The class name of a run config's model._target_ ("" where it gives none)."""
+    model = rc.raw.get("model") if rc else None
+    target = model.get("_target_") if isinstance(model, dict) else None
+    return target.rsplit(".", 1)[-1] if isinstance(target, str) else ""
 
 
 def _since(state: State, version: str) -> bool:
