@@ -48,6 +48,13 @@ _WORLD = "using world size: "  # Megatron-LM's validate_args / validate_yaml
 _GRID = re.compile(r"> initialized HyperCommGrid (?:for language model )?with tp=(\d+), pp=(\d+), cp=(\d+), dp=(\d+)")
 
 
+def _holds_text(data: bytes) -> bool:
+    """Whether a block holds more than white space and NULs (fuzzN N2), Unicode's spaces too (recheck51 T11: a log of
+    no-break and ideographic spaces); a copy of one block, once per log until it holds text."""
+    rest = data.strip(_BLANK)
+    return bool(rest) and not rest.decode("utf-8", "ignore").isspace()
+
+
 @dataclass
 class Group:
     """One message as the log shows it: where first, how often, on which ranks."""
@@ -485,9 +492,9 @@ class Scan:
         distinct = set(shapes)
         info = self._shapes.of(distinct)
         src = self._count(source, len(shapes), None)
-        if not src["text"] and data.strip(_BLANK):  # (a copy of one block, once per log: fuzzN N2, NULs are blank)
+        if not src["text"] and _holds_text(data):
             src["text"] = True
-        if path_rank is not None and any(info[s].rank is None for s in distinct):
+        if path_rank is not None and src["text"] and any(info[s].rank is None for s in distinct):  # (recheck51 T11)
             self._count(source, 0, path_rank)
         special = {s: info[s] for s in distinct if info[s] is not shapes_.COLD}
         if not special and not self._every_line(source, number):

@@ -62,3 +62,19 @@ def test_trace_compare_names_files_both_sides_share(tmp_path):
                                                              "traceEvents": events}))
     notes = api.compare_traces(before, before / "rank0.json").notes
     assert any("share 1 of their trace files" in n for n in notes), notes
+
+
+def test_a_log_of_unicode_spaces_is_empty(tmp_path):
+    # recheck51 T11: a log of no-break, ideographic and line-separator spaces was read, "causes: none", exit 0
+    log = tmp_path / "spaces.log"
+    log.write_text("\u00a0\u3000\n\u2028\n\u00a0\n" * 100, encoding="utf-8")
+    proc = run_cli("diagnose", log)
+    assert proc.returncode == 2 and b"empty" in proc.stderr
+
+
+def test_a_blank_rank_s_log_gives_no_rank(tmp_path):
+    # recheck51 T11: the header counted the rank of a log of blank lines as a rank read
+    (tmp_path / "rank0.log").write_bytes(LOG.read_bytes())
+    (tmp_path / "rank1.log").write_text("\n \n\n")
+    sources = {s["path"].rsplit("/", 1)[-1]: s for s in api.diagnose([tmp_path]).to_dict()["sources"]}
+    assert sources["rank1.log"]["ranks"] == [] and sources["rank0.log"]["ranks"]
