@@ -156,3 +156,17 @@ def test_a_run_config_s_gemma4_provider_is_known_without_a_recipe(tmp_path, targ
                       "  expert_model_parallel_size: 2\n  num_moe_experts: 128\n")
     found = {f.id for f in api.resolve(config=config, gpus=8).findings}
     assert ("MOE_TP_WITHOUT_SEQUENCE_PARALLEL" in found) != spared
+
+
+@pytest.mark.parametrize("recipe, moe", [("gpt_oss_20b_peft_1gpu_h100_bf16_config", True),
+                                         ("llama3_8b_pretrain_config", False)])
+def test_a_recipe_without_an_expert_count_is_moe_where_its_model_runs_as_moe(recipe, moe):
+    """recheck50 R6: gpt_oss_20b's peft recipes read the model from its Hugging Face config (no expert count offline),
+    and were not known as MoE at TP 2 without SP; the same model's pretrain recipes run it with experts."""
+    from mbridge_overlap.upstream import catalog
+
+    entry = catalog.lookup(recipe, "0.6.2")
+    assert not ((entry.get("request") or {}).get("model") or {}).get("num_moe_experts")
+    found = {f.id for f in api.resolve(recipe=recipe, gpus=8, overrides={"model.tensor_model_parallel_size": 2,
+                                                                         "model.sequence_parallel": False}).findings}
+    assert ("MOE_TP_WITHOUT_SEQUENCE_PARALLEL" in found) == moe

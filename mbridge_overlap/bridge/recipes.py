@@ -158,10 +158,7 @@ def _set(cfg, key: str, value, scratch: Path) -> None:
     setattr(obj, name, str(scratch) if value == "<scratch>" else value)
 
 
-# A fixup that gives the stand-in model itself experts, from the start: a recipe that reads the model's expert count
-# while it builds (apply_flex_dispatcher_backend keeps alltoall for a model without experts, "Model config does not use
-# MoE") then decides as with the real checkpoint's config (evalH H3); a count set after the build comes too late.
-STANDIN_EXPERTS = "standin.num_moe_experts"
+STANDIN_EXPERTS = catalog.STANDIN_EXPERTS
 
 
 def _build(fn, gpu, fixups, scratch: Path):

@@ -17,6 +17,11 @@ from ..errors import UsageError
 from .releases import DATA_DIR, precision, version_key
 from ..suggest import closest
 
+# A fixup that gives the stand-in model itself experts, from the start: a recipe that reads the model's expert count
+# while it builds (apply_flex_dispatcher_backend keeps alltoall for a model without experts, "Model config does not use
+# MoE") then decides as with the real checkpoint's config (evalH H3); a count set after the build comes too late.
+STANDIN_EXPERTS = "standin.num_moe_experts"
+
 # A recipe name's precision as the name writes it (fp8cs): the release data's spellings of each canonical precision.
 NAME_PRECISIONS = ("bf16", "fp8cs", "fp8mx", "fp8sc", "nvfp4")
 

@@ -6,10 +6,11 @@ model build), at the first step, and in steady state. Each rule mirrors code of 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from ...budget.layout import RUN_BOUNDS
 from ...run import launch_env, layout, peft
-from ...upstream import presets, releases
+from ...upstream import catalog, presets, releases
 from .. import make, shell
 from ..proof import fixed
 from ...run.resolver import State
@@ -341,7 +342,8 @@ def moe_tp_without_sequence_parallel(state: State):
     model config, so that log line is predicted too. An MoE model: experts set, or EP > 1 (which needs them)."""
     m = state.model
     tp, ep, experts = m["tensor_model_parallel_size"], m["expert_model_parallel_size"], m.get("num_moe_experts")
-    if (experts or ep > 1) and tp > 1 and not m["sequence_parallel"] and not _own_moe_layer(state):
+    if tp > 1 and not m["sequence_parallel"] and not _own_moe_layer(state) and (
+            experts or ep > 1 or (ran_as_moe := _family_runs_moe(state))):
         otherwise = None
         if peft.of(state):  # sequence parallel brings LoRA's gathered LayerNorm output (recheck50 R4)
             otherwise = (shell("with LoRA, sequence parallel with peft.sequence_parallel_input_regather=true set in the "
@@ -349,9 +351,26 @@ def moe_tp_without_sequence_parallel(state: State):
                          else shell("with LoRA, TP = 1 (this release's LoRA has no sequence_parallel_input_regather, and "
                                     "sequence parallel drops a LayerNorm output's gradient: LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED)"))
         o, fix = fixed(state, "MOE_TP_WITHOUT_SEQUENCE_PARALLEL", [{"model.sequence_parallel": True}], otherwise)
-        what = f"EP={ep}" if ep > 1 else "num_moe_experts set"  # (a recipe's count can be its offline stand-in's: R1)
+        what = f"EP={ep}" if ep > 1 else "num_moe_experts set" if experts else ran_as_moe  # (not a stand-in's count: R1)
         also = (f"; with EP={ep} its ModelParallelConfig also warns when Bridge finalizes the model config" if ep > 1 else "")
         yield make("MOE_TP_WITHOUT_SEQUENCE_PARALLEL", fix_overrides=o, fix=fix, what=what, tp=tp, also=also)
+
+
+def _family_runs_moe(state: State) -> str | None:
+    """Where a recipe reads its model from a Hugging Face config (no expert count offline), another recipe of the same
+    model that runs it with experts or EP > 1 says it is MoE (recheck50 R6: gpt_oss_20b's peft recipes); None else."""
+    family = (state.request.recipe or {}).get("model") or state.scenario.family
+    return _moe_recipe(catalog.release_of(state.request.release), family) if family else None
+
+
+@lru_cache(maxsize=64)
+def _moe_recipe(version: str, family: str) -> str | None:
+    for e in catalog.entries_where(version, lambda r: r.model == family):
+        m = (e.get("request") or {}).get("model") or {}
+        if (m.get("num_moe_experts") or 0) > 0 or (m.get("expert_model_parallel_size") or 1) > 1 \
+                or any(f.startswith(catalog.STANDIN_EXPERTS) for f in e.get("fixups") or []):
+            return f"{family}: its recipe {e['name']} runs it with experts"
+    return None
 
 
 # Model families whose MoE layers are Bridge's own and skip MoELayer.forward's check, from the Bridge release that has
