@@ -225,3 +225,16 @@ def test_tp_overlap_that_costs_more_on_a_lora_run_names_the_regather_remedy():
     d = api.resolve(recipe="llama3_70b_peft_8gpu_h100_fp8cs_config").to_dict()
     (worth,) = [f for f in d["budget"]["findings"] if f["id"] == "WORTH_OVERLAP_COSTS_MORE"]
     assert "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" in worth["fix"] and "peft.sequence_parallel_input_regather=true" in worth["fix"]
+
+
+def test_a_run_with_a_preset_set_is_not_told_to_set_one():
+    """evalR S4: with the matching LoRA preset set, WORTH_OVERLAP_COSTS_MORE still suggested "a tuned userbuffers
+    preset"; the margins it prices are that preset's, and off is the other way."""
+    preset = "userbuffers_fp8_h100_h8192_tp2_mbs1_seqlen4096_lora"
+    fixes = {}
+    for cfg in (None, preset):
+        over = {"comm_overlap.tp_comm_overlap_cfg": cfg} if cfg else {}
+        budget = api.resolve(recipe="llama3_70b_peft_8gpu_h100_fp8cs_config", overrides=over).budget
+        fixes[cfg] = next(f["fix"] for f in budget["findings"] if f["id"] == "WORTH_OVERLAP_COSTS_MORE")
+    assert "a tuned userbuffers preset" in fixes[None]
+    assert "a tuned userbuffers preset" not in fixes[preset] and preset in fixes[preset]

@@ -32,6 +32,7 @@ class Layout:
     settings: dict  # the overlap settings as Bridge leaves them (effective)
     ddp: dict
     userbuffers: dict = field(default_factory=dict)  # TE userbuffers GEMM -> (method, splits, SM margin) in effect
+    ub_preset: str | None = None  # model.tp_comm_overlap_cfg where it names a preset: the margins priced are its own
     peft: Peft | None = None  # frozen base weights and the adapters trained (run.peft), None: every weight trains
     recompute: tuple = ()  # (granularity, method, num_layers, modules) as Megatron-Core reads them; () none
     cp_comm_type: str | None = None  # model.cp_comm_type (Megatron-Core's default: p2p)
@@ -83,6 +84,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
                   "overlap_moe_expert_parallel_comm": bool(m.get("overlap_moe_expert_parallel_comm"))},
         ddp=dict(d),
         userbuffers=userbuffers(m.get("tp_comm_overlap_cfg"), tp),
+        ub_preset=m.get("tp_comm_overlap_cfg") if isinstance(m.get("tp_comm_overlap_cfg"), str) else None,
         peft=peft_of(state) or peft,
         recompute=_recompute_of(m),
         cp_comm_type=state.request.context.get("model.cp_comm_type"),

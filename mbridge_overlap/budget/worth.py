@@ -69,17 +69,27 @@ def check(budget) -> list:
         net = -(exposed + cost)  # what turning it off saves
         if settings.get(setting) and net >= SHARE * it:
             out.append(findings.make("WORTH_OVERLAP_COSTS_MORE", setting=setting, hidden=_ms(exposed), cost=_ms(-cost),
-                                     net=_ms(net), pct=_pct(net, it), off=_off(budget.flips.get(setting))))
+                                     net=_ms(net), pct=_pct(net, it), way=_way(budget.layout.ub_preset, budget.flips.get(setting))))
     return out
 
 
-def _off(flip: dict | None) -> findings.Shell:
+def _way(preset: str | None, flip: dict | None) -> findings.Shell:
+    """A tuned preset's smaller margins, or off; where the run has a preset set (the margins priced are its own), off
+    (evalR S4: "a tuned preset" was suggested to a run that had the matching one)."""
+    if preset is None:
+        return findings.shell("a tuned userbuffers preset with smaller SM margins (comm_overlap.tp_comm_overlap_cfg: plan "
+                              "suggests one where a preset matches){off}", off=_off(flip, ", or "))
+    return findings.shell("the margins priced are its preset's ({preset}): TP overlap off is the faster way here{off}",
+                          preset=preset, off=_off(flip, ", "))
+
+
+def _off(flip: dict | None, lead: str) -> findings.Shell:
     """Turning the setting off, where the config can (budget/flips.py); where it cannot, what says so."""
     if flip is None:
         return findings.Shell("")
     asked = findings.overrides_text(flip["overrides"])
     if flip["holds"]:
-        return findings.shell(", or {asked}", asked=asked)
+        return findings.shell("{lead}{asked}", lead=findings.Shell(lead), asked=asked)
     said = findings.shell("; not {asked} alone here: it brings {because}", asked=asked,
                           because=findings.Shell(", ".join(flip["because"])))
     if "LORA_GATHERED_LN_OUTPUT_GRAD_DROPPED" in flip["because"]:  # its remedy, which no override sets (evalR S4)
