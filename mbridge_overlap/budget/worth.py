@@ -7,7 +7,8 @@ from .. import findings
 from ..findings.registry import declare
 
 declare("budget.worth", ["WORTH_TP_ACROSS_NETWORK", "WORTH_LAST_BUCKET_EXPOSED", "WORTH_FIRST_CHUNK_EXPOSED",
-                         "WORTH_OVERLAP_CANNOT_PAY", "WORTH_OVERLAP_PARTLY_HIDDEN", "WORTH_OVERLAP_COSTS_MORE"])
+                         "WORTH_OVERLAP_CANNOT_PAY", "WORTH_OVERLAP_PARTLY_HIDDEN", "WORTH_OVERLAP_COSTS_MORE",
+                         "WORTH_TURNING_ON_COSTS_MORE"])
 
 SHARE = 0.005  # of the iteration: exposed time below half a percent is not worth a finding
 HALF = 0.5  # an overlap setting that hides less than this share of its collectives cannot pay for itself
@@ -67,6 +68,10 @@ def check(budget) -> list:
                                      part=part))
     for setting, (exposed, cost) in budget.flipped.items():
         net = -(exposed + cost)  # what turning it off saves
+        flip = budget.flips.get(setting) or {}
+        if not settings.get(setting) and -net >= SHARE * it and flip.get("holds"):  # (evalR S4: MODE_LEFT_OFF's on)
+            out.append(findings.make("WORTH_TURNING_ON_COSTS_MORE", setting=setting, hidden=_ms(-exposed), cost=_ms(cost),
+                                     net=_ms(-net), pct=_pct(-net, it), on=findings.overrides_text(flip["overrides"])))
         if settings.get(setting) and net >= SHARE * it:
             out.append(findings.make("WORTH_OVERLAP_COSTS_MORE", setting=setting, hidden=_ms(exposed), cost=_ms(-cost),
                                      net=_ms(net), pct=_pct(net, it), way=_way(budget.layout.ub_preset, budget.flips.get(setting))))
