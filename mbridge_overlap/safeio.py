@@ -35,6 +35,9 @@ MAX_MESSAGE_CHARS = 4000
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _HYDRA_BARE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
+# what Hydra's override grammar types as a number, a bool or null (OverrideLexer: INT, FLOAT, BOOL, NULL, any case):
+# a string that reads so goes quoted, or Hydra retypes it (fuzzO F2)
+_HYDRA_TYPED = re.compile(r"^(?:[+-]?(?:\d[\d_]*)?\.?\d[\d_]*(?:e[+-]?\d+)?|[+-]?(?:inf|nan)|true|false|null)\Z", re.I)
 
 
 # --- escaping for a terminal -------------------------------------------------------------------------------
@@ -146,7 +149,7 @@ def _bash_escape(c: str) -> str:
 
 def hydra_quote(text: str) -> str:
     """A string as a Hydra override value: plain names bare, anything else single-quoted with escapes."""
-    if _HYDRA_BARE.match(text):
+    if _HYDRA_BARE.match(text) and not _HYDRA_TYPED.match(text):
         return text
     if not text.isprintable():
         raise UsageError(f"{shown(text)}: a value with control characters cannot be written as a Hydra override")
@@ -155,13 +158,22 @@ def hydra_quote(text: str) -> str:
 
 def override_arg(key: str, value_text: str, is_string: bool) -> str:
     """KEY=VALUE as one shell word, as a fix prints it; a string value in Hydra's quoting where it needs it."""
-    if is_string and not _HYDRA_BARE.match(value_text):
+    if is_string and (not _HYDRA_BARE.match(value_text) or _HYDRA_TYPED.match(value_text)):
         value_text = _hydra_quoted(value_text)
     return sh_quote(f"{key}={value_text}")
 
 
+def hydra_unquoted(text: str) -> str:
+    """A quoted Hydra override value as Hydra reads it (the inverse of _hydra_quoted): the quotes off, each run of
+    backslashes before a quote or the closing quote halved."""
+    quote, inner = text[0], text[1:-1]
+    return re.sub(r"(\\+)(" + re.escape(quote) + r"|\Z)", lambda m: m[1][:len(m[1]) // 2] + m[2], inner)
+
+
 def _hydra_quoted(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """Single-quoted as Hydra unescapes it (overrides_visitor._unescape_quoted_string): only the backslashes before a
+    quote or the closing quote are doubled, and the quote escaped; any other backslash is itself (fuzzO F2)."""
+    return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), text) + "'"
 
 
 def yaml_quote(text: str) -> str:

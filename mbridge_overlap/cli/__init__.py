@@ -118,8 +118,9 @@ def _main(argv: list[str]) -> int:
         say(f"{PROG}: error: a command is required: {', '.join(VERBS)} (see --help)")
         return 2
     empty = _empty_values(parser, args)
-    if empty:
-        say(f"{PROG} {args.command}: error: {safeio.message(empty)}: empty; leave it out for the default")
+    if empty:  # a flag's default is what leaving it out gives; an argument has none (fuzzO F8: explain '')
+        say(f"{PROG} {args.command}: error: {safeio.message(empty)}: empty"
+            + ("; leave it out for the default" if empty.startswith("-") else ""))
         return 2
     try:
         return verb_module(args.command).run(args)

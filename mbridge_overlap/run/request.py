@@ -368,16 +368,22 @@ def _set_env_var(req: Request, key: str, name: str, value: Any) -> None:
         )
     if not _ENV_NAME.match(name):
         raise UsageError(f"{key}: '{name}' is not an environment variable name")
-    req.env_vars[name] = env_value(key, value)
+    typed = req.origin.get(key) in ("config", "recipe")  # YAML typed it: "none" and a quoted 'true' are text (fuzzO F1)
+    req.env_vars[name] = env_value(key, value, typed)
     req.explicit[key] = req.env_vars[name]
 
 
-def env_value(key: str, value: Any) -> Any:
-    """Type an env_vars value as Hydra/YAML would; Bridge stores str(value) in os.environ."""
+def env_value(key: str, value: Any, typed: bool = False) -> Any:
+    """Type an env_vars value as Hydra's override grammar would (null, in any case, is its only null: "none" and "~"
+    are text), unless YAML already typed it (`typed`); Bridge stores str(value) in os.environ."""
     text = None
+    if isinstance(value, str) and typed:
+        return value
+    if isinstance(value, str) and _unquoted(value.strip()) != value.strip():
+        return safeio.hydra_unquoted(value.strip())  # quoted: text, as Hydra reads it
     if isinstance(value, str):
         text = value.strip()
-        if text.lower() in _NULLS:
+        if text.lower() == "null":
             value = None
         elif text.lower() in ("true", "false"):
             return text.lower() == "true"
@@ -386,7 +392,7 @@ def env_value(key: str, value: Any) -> Any:
         elif _FLOAT.match(text):
             value = float(text)
         else:
-            return text.strip("'\"")
+            return text
     if value is None or not isinstance(value, (str, int, float, bool)):
         raise UsageError(f"{key}: environment values must be scalars (Bridge raises TypeError otherwise)")
     if isinstance(value, float) and not math.isfinite(value):

@@ -245,7 +245,7 @@ def restore_all(changes: list, new_errors: list, a: Side, b: Side) -> dict | Non
         return None
     said = {"overrides": union, **({"remove_keys": removes} if removes else {})}
     try:
-        an = analyze(b.scenario.derive({**union, **dict.fromkeys(removes)}))  # (the model's env_vars None: unset)
+        an = analyze(b.scenario.derive({**{k: _as_given(k, v) for k, v in union.items()}, **dict.fromkeys(removes)}))
     except UsageError:
         return {**said, "holds": False, "not_restored": [c.key for c in changes], "clears": [], "brings": []}
     state, found = an.state, {f.id: f for f in an.findings}
@@ -360,13 +360,26 @@ def _with_all(values: dict, side: Side, other: Side):
             section = {k: v for k, v in other.items.items() if k.startswith("comm_overlap.")}
             over.update({"comm_overlap": None} if value is None else section or {"comm_overlap.tp_comm_overlap": False})
         else:
-            over[input_key] = value
+            over[input_key] = _as_given(input_key, value)
             if input_key in MIRRORS and side.saved:
                 over[MIRRORS[input_key]] = value  # in a saved config the pair moved together
     try:
         return state_of(sc.derive(over) if over else sc)
     except UsageError:
         return None  # not a valid request on its own (e.g. GPUs not divisible by the old TP x PP x CP)
+
+
+def _as_given(key: str, value):
+    """A side's value as an override gives it: a launch variable's text in Hydra's quoting, for a command line's true
+    or 8 is typed and a config's 'true' is text (fuzzO F1)."""
+    from ..safeio import hydra_quote
+
+    if not (key.startswith("env_vars.") and isinstance(value, str)):
+        return value
+    try:
+        return hydra_quote(value)
+    except UsageError:  # (control characters: the value as it is)
+        return value
 
 
 def _new_kind(f) -> bool:
@@ -423,7 +436,8 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
         fix, added = _proven(key, fix, changed, a, b)
         causes = list(dict.fromkeys(causes + added))
     rule = _rule(key, old, new, a, b, causes)
-    effect = EFFECTS.get((key, old, new), f"{key} went {fmt(old)} -> {fmt(new)}")
+    unset = key.startswith("env_vars.")  # a launch variable's null is "unset", as its cause says it (fuzzO F8)
+    effect = EFFECTS.get((key, old, new), f"{key} went {fmt(old, unset=unset)} -> {fmt(new, unset=unset)}")
     because = "; ".join(_cause_phrase(c, changed[c], a, b) for c in causes) or "no input change found"
     message = effect if because == effect else f"{because}: {effect}"  # a setting changed as asked: said once
     # a launch variable BEFORE did not set is deleted, not set to null, which Bridge refuses (evalR S2: TypeError)

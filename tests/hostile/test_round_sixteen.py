@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from hostile_kit import ROOT, run_cli
+from hostile_kit import ROOT, assert_one_line, run_cli
 
 from mbridge_overlap import api
 
@@ -78,3 +78,39 @@ def test_a_blank_rank_s_log_gives_no_rank(tmp_path):
     (tmp_path / "rank1.log").write_text("\n \n\n")
     sources = {s["path"].rsplit("/", 1)[-1]: s for s in api.diagnose([tmp_path]).to_dict()["sources"]}
     assert sources["rank1.log"]["ranks"] == [] and sources["rank0.log"]["ranks"]
+
+
+def test_a_deeply_nested_list_layout_text_is_one_line():
+    # fuzzO F3: 500 nested brackets (a 1 KB argument) overflowed the stack: a RecursionError traceback, exit 1
+    proc = run_cli("resolve", "--gpus", "16", "model.pipeline_model_parallel_size=2",
+                   "model.pipeline_model_parallel_layout=" + "[" * 500 + "]" * 500)
+    assert_one_line(proc)
+    assert b"pipeline_model_parallel_layout" in proc.stderr
+
+
+def test_a_launch_variable_saved_as_none_or_quoted_text_is_text(tmp_path):
+    # fuzzO F1: NCCL_NET_PLUGIN: none (as Bridge saves it) made lint refuse the config ("must be scalars"), and a quoted
+    # 'true' was read as a bool; Hydra's override grammar has null as its only null, so env_vars.X=none is text too
+    config = tmp_path / "c.yaml"
+    config.write_text("env_vars:\n  NCCL_NET_PLUGIN: none\n  NCCL_X: 'null'\n  NCCL_Y: 'true'\n")
+    env = api.resolve(config=config, gpus=8).state.request.env_vars
+    assert env["NCCL_NET_PLUGIN"] == "none" and env["NCCL_X"] == "null" and env["NCCL_Y"] == "true"
+    over = api.resolve(overrides={"env_vars.NCCL_NET_PLUGIN": "none", "env_vars.NCCL_Y": "'true'",
+                                  "env_vars.NCCL_Z": "true"}, gpus=8).state.request.env_vars
+    assert over["NCCL_NET_PLUGIN"] == "none" and over["NCCL_Y"] == "true" and over["NCCL_Z"] is True
+
+
+@pytest.mark.parametrize("before", ["Ring\\Tree", "true", "8", "it's", "a\\"])
+def test_diff_s_restore_of_a_launch_variable_restores_it(before):
+    # fuzzO F2: every backslash was doubled (Hydra halves only those before a quote) and a text like true went out
+    # bare (Hydra types it): the restore, pasted, did not restore; its "1 of 1 back" was computed on values
+    from mbridge_overlap.safeio import hydra_quote
+
+    d = api.diff(recipe="llama3_8b_pretrain_config", before_overrides={"env_vars.NCCL_ALGO": hydra_quote(before)},
+                 overrides={"env_vars.NCCL_ALGO": "Tree"}).to_dict()
+    change = next(c for c in d["overlap_changes"] if c["key"] == "env_vars.NCCL_ALGO")
+    assert change["before"] == before
+    key, _, value = shlex.split(change["fix"])[0].partition("=")
+    restored = api.resolve(recipe="llama3_8b_pretrain_config", overrides={"env_vars.NCCL_ALGO": "Tree", key: value})
+    assert restored.state.request.env_vars["NCCL_ALGO"] == before
+    assert d["restore_all"]["holds"]

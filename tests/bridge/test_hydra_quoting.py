@@ -1,0 +1,29 @@
+"""A string value as our fixes and restores write it for Hydra (safeio.hydra_quote, override_arg) is the same string
+to Hydra's own override parser (fuzzO F2: backslashes doubled; true, 8 or null left bare and retyped), and our
+command-line reading of a quoted value (request.env_value) is Hydra's."""
+
+from __future__ import annotations
+
+import pytest
+
+from mbridge_overlap import safeio
+from mbridge_overlap.run import request
+
+TEXTS = ["Ring\\Tree", "a\\", "a\\\\", "it's", "\\'", "x\\\\'y", "true", "False", "123", "1.5", "-3", "1e5", ".5",
+         "1_000", "null", "NULL", "inf", "nan", "plain", "a b", "expandable_segments:True", "{x}", "$HOME"]
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_hydra_reads_our_quoting_as_the_text(text):
+    hydra = pytest.importorskip("hydra.core.override_parser.overrides_parser")
+    parsed = hydra.OverridesParser.create().parse_override(f"k={safeio.hydra_quote(text)}").value()
+    assert parsed == text
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_we_read_a_quoted_launch_variable_as_hydra_does(text):
+    hydra = pytest.importorskip("hydra.core.override_parser.overrides_parser")
+    word = safeio.hydra_quote(text)
+    if not word.startswith("'"):
+        return  # bare: typed alike (numbers, bools and null are quoted)
+    assert request.env_value("env_vars.X", word) == hydra.OverridesParser.create().parse_override(f"k={word}").value()
