@@ -133,7 +133,7 @@ def check_form(form: str, text: str, plan, base: dict | None = None, label: str 
                             **start).to_dict()
     with tempfile.TemporaryDirectory(prefix="mbridge-overlap-verify-") as scratch:  # a recipe's stand-in checkpoint
         if recipe:  # built and run as the recipe catalog did: its fixups, the GPU type's device stand-in
-            cfg = recipes.rebuild(catalog.lookup(recipe, adapter.bridge_version()), Path(scratch))
+            cfg = recipes.rebuild(catalog.lookup(recipe, adapter.bridge_version()), Path(scratch), lay["gpu"])
         else:
             cfg = base_config(base or {})
             cfg.train.global_batch_size = cfg.train.micro_batch_size * predicted["data_parallel_size"]

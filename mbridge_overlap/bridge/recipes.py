@@ -21,6 +21,7 @@ import os
 import pkgutil
 import re
 import warnings
+from unittest import mock
 from pathlib import Path
 
 from ..upstream import catalog
@@ -176,14 +177,19 @@ def _build(fn, gpu, fixups, scratch: Path):
     return cfg
 
 
-def rebuild(entry: dict, scratch: Path):
+def rebuild(entry: dict, scratch: Path, gpu: str | None = None):
     """A catalog entry's recipe built again as entry() built it (its fixups, recorded KEY=VALUE, applied), before
-    runtime_config_update()."""
+    runtime_config_update(); on another GPU type `gpu` as on a node of that type (CUDA reported available: a build that
+    chooses its dispatcher by the GPU decides so, evalS V1)."""
+    import torch
     import yaml
 
     fn = getattr(importlib.import_module(entry["module"]), entry.get("alias_of") or entry["name"])
     fixups = [(key, yaml.safe_load(value)) for key, _, value in (f.partition("=") for f in entry.get("fixups") or [])]
-    return _build(fn, entry.get("gpu"), fixups, scratch)
+    if gpu is None or gpu == (entry.get("gpu") or "h100"):
+        return _build(fn, entry.get("gpu"), fixups, scratch)
+    with mock.patch.object(torch.cuda, "is_available", lambda: True):
+        return _build(fn, gpu, fixups, scratch)
 
 
 def _fixup_for(cfg, error: str) -> list | None:

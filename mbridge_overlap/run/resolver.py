@@ -679,23 +679,13 @@ def _listed(value) -> list[str]:
 
 def validate_flex_dispatcher_backend(state: State) -> None:
     """flex_dispatcher_backend.py validate_flex_dispatcher_backend(): the flex backend must suit the GPU it runs on."""
-    from ..upstream.releases import gpu as gpu_info
+    from .flex import refusal
 
     model = state.model
     if model["moe_token_dispatcher_type"] != "flex" or state.gpu is None:
         return
-    device = gpu_info(state.gpu)
-    if device.get("capability") is None:
-        return  # this GPU's compute capability is not in our data: the check cannot be made
-    major, name = device["capability"][0], device["device_name"]
-    backend = model["moe_flex_dispatcher_backend"]
-    if backend == "deepep" and not (major in (8, 9) or name.startswith(("NVIDIA B200", "NVIDIA B300"))):
-        message = "DeepEP is supported for Ampere, Hopper, and Blackwell (B200/B300) GPUs."
-    elif backend == "hybridep" and major not in (8, 9, 10):
-        message = "HybridEP is supported for GB200, GB300 with NVL72 and for Ampere, Hopper, B200 and B300 GPUs"
-    elif backend == "ncclep" and major not in (9, 10):
-        message = "NCCL EP is supported for Hopper and Blackwell GPUs."
-    else:
+    message = refusal(model["moe_flex_dispatcher_backend"], state.gpu)
+    if message is None:
         return
     _reject(state, "FLEX_DISPATCHER_NOT_ON_THIS_GPU", message, "validate_flex_dispatcher_backend")
 

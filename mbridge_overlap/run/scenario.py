@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 
 from ..upstream import catalog, releases
-from . import layers, machine, request, resolver, runconfig
+from . import flex, layers, machine, request, resolver, runconfig
 from ..errors import UsageError
 from dataclasses import dataclass, field, replace
 from .request import Request
@@ -99,6 +99,10 @@ def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[s
     notes = _written_by_another_release(rc, release, bridge_version)
     assumed: dict = {}
     written = runconfig.written_by_bridge(rc) if rc else frozenset()
+    gpu_name = _pick(assumed, "gpu", gpu, (entry or {}).get("gpu"), "the recipe's", "h100", "default (pass --gpu)")
+    gpu_name = releases.gpu(gpu_name)["name"]
+    entry, built = flex.for_gpu(entry, gpu_name, catalog.release_of(release))  # (evalS V1)
+    notes += [built] if built else []
     try:
         req = request.build(release, dict(overrides or {}), rc.raw if rc else None, strict=not (rc and rc.saved), base=entry,
                             written=written)
@@ -108,8 +112,6 @@ def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[s
     if entry is not None and catalog.release_of(release) != release.version:
         notes.append(f"recipe {entry['name']} as Megatron-Bridge {catalog.release_of(release)} ships it: this skill has no "
                      f"catalog of {release.version}'s recipes")
-    gpu_name = _pick(assumed, "gpu", gpu, (entry or {}).get("gpu"), "the recipe's", "h100", "default (pass --gpu)")
-    gpu_name = releases.gpu(gpu_name)["name"]
     task = releases.task(_pick(assumed, "task", task, (entry or {}).get("task"), "the recipe's", "pretrain", "default"))
     family = family if family is not None else (entry or {}).get("model")
     return Scenario(

@@ -1,0 +1,32 @@
+"""A recipe whose build chooses its token dispatcher by the GPU (apply_flex_dispatcher_backend), asked for on another
+GPU type than the catalog built it for, resolves with the dispatcher its build gives there (evalS V1: Qwen3-30B-A3B's
+library recipes on GB200 were said to fail at validate_flex_dispatcher_backend; real Bridge 0.6.2 falls back to
+alltoall while it builds, 0.5.1 keeps the recipe's alltoall; the shipped record is held to the installed Bridge in
+tier 2 and tier 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mbridge_overlap import api
+
+
+@pytest.mark.parametrize("release, backend", [("0.6.2", None), ("0.5.1", "deepep")])
+def test_a_deepep_recipe_on_gb200_builds_with_alltoall(release, backend):
+    recipe = "qwen3_30b_a3b_peft_config" if release == "0.6.2" else "qwen3_30b_a3b_pretrain_config"
+    r = api.resolve(recipe=recipe, gpu="gb200", gpus=8, bridge_version=release)
+    assert "FLEX_DISPATCHER_NOT_ON_THIS_GPU" not in {f.id for f in r.findings}
+    assert (r.state.model["moe_token_dispatcher_type"], r.state.model["moe_flex_dispatcher_backend"]) == ("alltoall", backend)
+    assert any("apply_flex_dispatcher_backend" in n for n in r.scenario.notes)
+
+
+def test_on_the_gpu_it_was_built_for_the_recipe_is_as_the_catalog_has_it():
+    r = api.resolve(recipe="qwen3_30b_a3b_peft_config", gpu="h100", gpus=8)
+    assert r.state.model["moe_token_dispatcher_type"] == "flex"
+    assert not any("apply_flex_dispatcher_backend" in n for n in r.scenario.notes)
+
+
+def test_a_dispatcher_the_user_sets_still_meets_bridge_s_check():
+    over = {"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": "deepep"}
+    r = api.resolve(recipe="qwen3_30b_a3b_peft_config", gpu="gb200", gpus=8, overrides=over)
+    assert "FLEX_DISPATCHER_NOT_ON_THIS_GPU" in {f.id for f in r.findings}
