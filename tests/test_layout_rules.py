@@ -170,3 +170,14 @@ def test_a_recipe_without_an_expert_count_is_moe_where_its_model_runs_as_moe(rec
     found = {f.id for f in api.resolve(recipe=recipe, gpus=8, overrides={"model.tensor_model_parallel_size": 2,
                                                                          "model.sequence_parallel": False}).findings}
     assert ("MOE_TP_WITHOUT_SEQUENCE_PARALLEL" in found) == moe
+
+
+def test_dp_overlap_at_dp_1_with_cp_is_a_mode_of_the_gradients_group():
+    """evalS V3: at DP 1 with CP 4 the mode said "DP = 1: no data-parallel communication" while the same answer turned
+    DP overlap on and the budget priced a reduce over 4 ranks (Megatron-Core's DDP reduces over DP x CP)."""
+    base = {"model.context_parallel_size": 4, "comm_overlap.overlap_grad_reduce": True,
+            "comm_overlap.overlap_param_gather": True}
+    on = api.resolve(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", overrides=base).to_dict()["modes"]["dp"]
+    assert on["enabled"] and "CP" in on["why"]
+    one = api.resolve(overrides={"model.tensor_model_parallel_size": 8}, gpus=8).to_dict()["modes"]["dp"]
+    assert not one["enabled"] and one["why"].startswith("DP = 1")

@@ -60,8 +60,13 @@ def pp_overlap_applies(shape: Layout) -> bool:
 
 
 def dp_overlap_applies(shape: Layout) -> bool:
-    """There is data-parallel communication to overlap."""
-    return shape.divisible and shape.dp > 1
+    """There is gradient communication to overlap: Megatron-Core's DDP reduces over the DP x CP group, so at DP 1 with
+    CP > 1 too (evalS V3, evalL L6)."""
+    return shape.divisible and shape.dp * shape.cp > 1
+
+
+def _dp_group(shape: Layout) -> str:
+    return f"DP = {shape.dp}" if shape.cp == 1 else f"DP x CP = {shape.dp} x {shape.cp} (the gradients' group)"
 
 
 def modes(effective: dict, shape: Layout, te: bool = True, sharding: str | None = None) -> dict:
@@ -111,7 +116,7 @@ def _dp(ddp: dict, shape: Layout, sharding: str | None = None) -> dict:
     grad, param = bool(ddp["overlap_grad_reduce"]) and applies, bool(ddp["overlap_param_gather"]) and applies
     gathers = not (ddp.get("use_megatron_fsdp") and sharding == "no_shard")  # (evalL L2)
     if grad:
-        why = f"DP = {shape.dp}: overlap_grad_reduce" + (", overlap_param_gather" if ddp["overlap_param_gather"] and gathers else "") \
+        why = f"{_dp_group(shape)}: overlap_grad_reduce" + (", overlap_param_gather" if ddp["overlap_param_gather"] and gathers else "") \
             + (f", bucket_size={ddp['bucket_size']} parameters" if ddp["bucket_size"] else "") \
             + (", align_param_gather" if ddp["align_param_gather"] else "") \
             + (" (Megatron-FSDP)" if ddp.get("use_megatron_fsdp") else "")
@@ -120,7 +125,7 @@ def _dp(ddp: dict, shape: Layout, sharding: str | None = None) -> dict:
     elif not applies:
         why = "DP = 1: no data-parallel communication"
     else:
-        why = f"DP = {shape.dp} but overlap_grad_reduce is off"
+        why = f"{_dp_group(shape)} but overlap_grad_reduce is off"
     return {"enabled": grad, "configured": grad, "why": why,
             "grad_reduce": {"configured": grad, "enabled": grad, "why": "gradient reduce-scatter/all-reduce in the backward pass"},
             "param_gather": {"configured": param and gathers, "enabled": param and gathers,
