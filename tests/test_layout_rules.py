@@ -181,3 +181,21 @@ def test_dp_overlap_at_dp_1_with_cp_is_a_mode_of_the_gradients_group():
     assert on["enabled"] and "CP" in on["why"]
     one = api.resolve(overrides={"model.tensor_model_parallel_size": 8}, gpus=8).to_dict()["modes"]["dp"]
     assert not one["enabled"] and one["why"].startswith("DP = 1")
+
+
+@pytest.mark.parametrize("strategy, forced", [("optim_grads_params", {"overlap_grad_reduce", "overlap_param_gather"}),
+                                              ("optim_grads", {"overlap_grad_reduce"}), ("optim", set())])
+def test_megatron_fsdp_s_forced_dp_overlap_is_the_run_s(strategy, forced):
+    """evalS V2: with optim_grads_params the answer said Megatron-FSDP forces DP overlap on, and with the flags set off
+    the same answer's mode said DP overlap off, the budget priced it all exposed, and turning it off "held"
+    (megatron_fsdp.py turns them on at model wrap, after runtime_config_update)."""
+    over = {"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor",
+            "ddp.data_parallel_sharding_strategy": strategy, "comm_overlap.overlap_grad_reduce": False,
+            "comm_overlap.overlap_param_gather": False}
+    d = api.resolve(recipe="llama3_70b_pretrain_64gpu_b200_fp8mx_config", overrides=over).to_dict()
+    assert d["modes"]["dp"]["enabled"] == ("overlap_grad_reduce" in forced)
+    for name in ("overlap_grad_reduce", "overlap_param_gather"):
+        setting = d["budget"]["settings"][name]
+        assert setting["effective"] == (name in forced)
+        if name in forced:
+            assert not setting["flip"]["holds"] and setting["flip"]["because"] == ["MEGATRON_FSDP_DP_OVERLAP"]

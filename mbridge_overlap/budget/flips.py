@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..findings.proof import BLOCKING, probe, rerun
 from ..findings.rules.common import owner_key
+from ..run.layout import fsdp_forced
 
 SECTION = {"tp_comm_overlap": "model", "overlap_p2p_comm": "model", "overlap_moe_expert_parallel_comm": "model",
            "overlap_grad_reduce": "ddp", "overlap_param_gather": "ddp"}
@@ -35,7 +36,9 @@ def check(state, settings: dict) -> dict:
             continue
         found = probe(after)
         brought = [f.id for f in found if f.severity in BLOCKING and f.id not in before]
-        took = bool(after.value(f"{SECTION[setting]}.{setting}")) == (not on)
+        took = bool(after.value(f"{SECTION[setting]}.{setting}")) == (not on) and setting not in fsdp_forced(after.ddp)
+        if setting in fsdp_forced(after.ddp):  # Megatron-FSDP turns it back on at model wrap (evalS V2)
+            brought = ["MEGATRON_FSDP_DP_OVERLAP"]
         if not took:  # Bridge turned it back: the findings of the re-resolved config say why
             brought = brought or [f.id for f in found if setting in " ".join(f.knobs)]
         out[setting] = {"overrides": overrides, "holds": took and not brought,

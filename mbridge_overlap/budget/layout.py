@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from .. import safeio
 from ..errors import UsageError
 from ..run import given
+from ..run.layout import fsdp_forced
 from ..run.peft import Peft, of as peft_of
 from .userbuffers import userbuffers
 
@@ -79,8 +80,8 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         mbs=state.train.get("micro_batch_size") or 1, gbs=state.train.get("global_batch_size") or 0,
         precision="fp4" if fp4 else "fp8" if fp8 else "bf16", domain=machine.nvlink_domain,
         settings={"tp_comm_overlap": bool(m.get("tp_comm_overlap")), "overlap_p2p_comm": bool(m.get("overlap_p2p_comm")),
-                  "overlap_grad_reduce": bool(d.get("overlap_grad_reduce")),
-                  "overlap_param_gather": bool(d.get("overlap_param_gather")),
+                  "overlap_grad_reduce": bool(d.get("overlap_grad_reduce")) or "overlap_grad_reduce" in fsdp_forced(d),
+                  "overlap_param_gather": bool(d.get("overlap_param_gather")) or "overlap_param_gather" in fsdp_forced(d),
                   "overlap_moe_expert_parallel_comm": bool(m.get("overlap_moe_expert_parallel_comm"))},
         ddp=dict(d),
         userbuffers=userbuffers(m.get("tp_comm_overlap_cfg"), tp),

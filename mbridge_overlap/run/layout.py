@@ -65,6 +65,17 @@ def dp_overlap_applies(shape: Layout) -> bool:
     return shape.divisible and shape.dp * shape.cp > 1
 
 
+def fsdp_forced(ddp: dict) -> frozenset:
+    """The DP overlap flags Megatron-FSDP turns on when it wraps the model, whatever the config says (megatron_fsdp.py
+    MegatronFSDP.__init__: overlap_grad_reduce for optim_grads and optim_grads_params, overlap_param_gather for
+    optim_grads_params; evalS V2); after runtime_config_update, so the config's effective values do not show it."""
+    if not ddp.get("use_megatron_fsdp"):
+        return frozenset()
+    strategy = ddp.get("data_parallel_sharding_strategy")
+    return frozenset({"optim_grads": ("overlap_grad_reduce",),
+                      "optim_grads_params": ("overlap_grad_reduce", "overlap_param_gather")}.get(strategy, ()))
+
+
 def _dp_group(shape: Layout) -> str:
     return f"DP = {shape.dp}" if shape.cp == 1 else f"DP x CP = {shape.dp} x {shape.cp} (the gradients' group)"
 
@@ -112,14 +123,16 @@ def _pp(model: dict, shape: Layout) -> dict:
 
 
 def _dp(ddp: dict, shape: Layout, sharding: str | None = None) -> dict:
-    applies = dp_overlap_applies(shape)
-    grad, param = bool(ddp["overlap_grad_reduce"]) and applies, bool(ddp["overlap_param_gather"]) and applies
+    applies, forced = dp_overlap_applies(shape), fsdp_forced({**ddp, "data_parallel_sharding_strategy": sharding})
+    grad = (bool(ddp["overlap_grad_reduce"]) or "overlap_grad_reduce" in forced) and applies
+    param = (bool(ddp["overlap_param_gather"]) or "overlap_param_gather" in forced) and applies
     gathers = not (ddp.get("use_megatron_fsdp") and sharding == "no_shard")  # (evalL L2)
     if grad:
-        why = f"{_dp_group(shape)}: overlap_grad_reduce" + (", overlap_param_gather" if ddp["overlap_param_gather"] and gathers else "") \
+        why = f"{_dp_group(shape)}: overlap_grad_reduce" + (", overlap_param_gather" if param and gathers else "") \
             + (f", bucket_size={ddp['bucket_size']} parameters" if ddp["bucket_size"] else "") \
             + (", align_param_gather" if ddp["align_param_gather"] else "") \
-            + (" (Megatron-FSDP)" if ddp.get("use_megatron_fsdp") else "")
+            + (" (Megatron-FSDP" + (", which turns them on at model wrap" if forced else "") + ")"
+               if ddp.get("use_megatron_fsdp") else "")
     elif not shape.divisible:
         why = "no data-parallel size: the GPU count is not a multiple of TP x PP x CP (GPUS_NOT_DIVISIBLE)"
     elif not applies:
