@@ -28,6 +28,9 @@ MAX_LOG_BYTES = 1 << 40  # a log may be huge; it streams, so the limit only stop
 MAX_FILES = 20_000  # files of one directory tree
 MAX_DEPTH = 32  # folders below the one given (torchrun's log_dir/<run>/attempt_N/<local rank>/stderr.log is 4 deep)
 LOG_NAMES = re.compile(r"(?:\.(?:log|txt|out|err|stdout|stderr)|^(?:stdout|stderr|output|log))(?:\.\d+)?(?:\.gz)?\Z", re.I)
+# compressed otherwise than gzip: named, but not read (fuzzO F6: their bytes were read as text, "causes: none")
+_PACKED = re.compile(r"(?:\.(?:log|txt|out|err|stdout|stderr)|^(?:stdout|stderr|output|log))(?:\.\d+)?\.(?:xz|bz2|zst|lz4)\Z", re.I)
+_MAGIC = ((b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4"))
 CUT = " [... {n:,} bytes left out ...] "
 _GZIP = 16 + zlib.MAX_WBITS
 
@@ -53,10 +56,12 @@ class Line(NamedTuple):
     cut: int = 0  # bytes left out of the middle of an over-long line
 
 
-def files(paths: Iterable[str]) -> list[str]:
+def files(paths: Iterable[str], notes: list | None = None) -> list[str]:
     """The logs a list of arguments names: files as given ("-": standard input), each directory's log files
     (LOG_NAMES, depth-first in name order with numbers as numbers, symbolic links not followed); a file named twice
-    (by another path too) is read once, where first named (fuzzH H12), as trace reads a rank file named twice."""
+    (by another path too) is read once, where first named (fuzzH H12), as trace reads a rank file named twice.
+    `notes` gets what a folder held that is not read (unreadable folders under it, logs compressed otherwise)."""
+    notes = [] if notes is None else notes
     out: list[str] = []
     for path in paths:
         if path == "-":
@@ -66,7 +71,7 @@ def files(paths: Iterable[str]) -> list[str]:
             mode = os.stat(path).st_mode
         except OSError as exc:
             raise UsageError(f"{esc(path)}: {reason(exc)}") from None
-        out.extend(_walk(path) if stat.S_ISDIR(mode) else [path])
+        out.extend(_walk(path, notes) if stat.S_ISDIR(mode) else [path])
         if len(out) > MAX_FILES:
             raise UsageError(f"{esc(path)}: over {MAX_FILES:,} log files; name the ranks' folders or files you want read")
     return _once(out)
@@ -87,11 +92,12 @@ def _natural(name: str) -> list:
     return [(int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d{1,18})", name)]
 
 
-def _walk(top: str) -> list[str]:
+def _walk(top: str, notes: list) -> list[str]:
     """The log files under `top`, depth-first in name order (numbers as numbers); refused as soon as there are more than MAX_FILES
-    (counted as the folders are listed, before anything is sorted)."""
+    (counted as the folders are listed, before anything is sorted). A folder under `top` that cannot be listed is
+    left out with a note (fuzzO F7: a lost+found stopped the whole read), as are logs compressed otherwise than gzip."""
     found: list[str] = []
-    stack, too_deep = [(top, 0)], False
+    stack, too_deep, unread, packed = [(top, 0)], False, [], 0
     while stack:
         folder, depth = stack.pop()
         logs, folders = [], []
@@ -106,13 +112,24 @@ def _walk(top: str) -> list[str]:
                         logs.append(e.name)
                         if len(found) + len(logs) > MAX_FILES:
                             raise UsageError(f"{esc(top)}: over {MAX_FILES:,} log files; name the ranks' folders or files you want read")
+                    elif _PACKED.search(e.name):
+                        packed += 1
         except OSError as exc:
-            raise UsageError(f"{esc(folder)}: {reason(exc)}") from None
+            if folder == top:
+                raise UsageError(f"{esc(folder)}: {reason(exc)}") from None
+            unread.append(f"{esc(folder)} ({reason(exc)})")
+            continue
         found += [os.path.join(folder, name) for name in sorted(logs, key=_natural)]
         if folders and depth + 1 > MAX_DEPTH:
             too_deep = True
             continue
         stack += [(os.path.join(folder, name), depth + 1) for name in sorted(folders, reverse=True)]
+    if unread:
+        notes.append(f"{len(unread):,} folder{'s' * (len(unread) > 1)} under {esc(top)} could not be listed, their logs not "
+                     f"read: {', '.join(unread[:3])}" + (f" and {len(unread) - 3:,} more" if len(unread) > 3 else ""))
+    if packed:
+        notes.append(f"{packed:,} log{'s' * (packed > 1)} under {esc(top)} compressed otherwise than gzip (xz, bzip2, zstd, "
+                     "lz4) not read: decompress them, or gzip them, first")
     if not found:
         deeper = f"; folders more than {MAX_DEPTH} levels down were not read" if too_deep else ""
         raise UsageError(f"{esc(top)}: no log files in it (names ending .log, .txt, .out or .err, or stdout/stderr){deeper}")
@@ -208,6 +225,9 @@ def _chunks(stream, source: str, notes: list) -> Iterator[bytes]:
     read = _bounded(stream)
     try:
         first = read(CHUNK)
+        packed = next((name for magic, name in _MAGIC if first.startswith(magic)), None)
+        if packed and (packed != "bzip2" or first[3:4].isdigit()):
+            raise UsageError(f"{esc(source)}: {packed} data: decompress it first (diagnose reads plain and gzip logs)")
         if first[:2] != b"\x1f\x8b":
             while first:
                 yield first

@@ -39,7 +39,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     sides = [[p] for p in logs] if compare else [logs]
     scans, read_notes, listed = [], [], []
     for label, paths in zip(("before", "after") if compare else ("log",), sides):
-        listed.append(reader.files(paths))
+        listed.append(reader.files(paths, read_notes))
         scan = parallel.scan_all(catalog, listed[-1], _summary(), jobs=jobs, stdin=stdin, notes=read_notes)
         read_notes.extend(_empty(listed[-1], scan, label if compare else None))
         scans.append((label, scan))

@@ -114,3 +114,31 @@ def test_diff_s_restore_of_a_launch_variable_restores_it(before):
     restored = api.resolve(recipe="llama3_8b_pretrain_config", overrides={"env_vars.NCCL_ALGO": "Tree", key: value})
     assert restored.state.request.env_vars["NCCL_ALGO"] == before
     assert d["restore_all"]["holds"]
+
+
+@pytest.mark.parametrize("magic, name", [(b"\xfd7zXZ\x00\x00", "xz"), (b"BZh91AY&SY", "bzip2"), (b"\x28\xb5\x2f\xfd\x00", "zstd")])
+def test_a_log_compressed_otherwise_than_gzip_is_refused(tmp_path, magic, name):
+    # fuzzO F6: its compressed bytes were read as text: "causes: none on the overlap path", exit 0
+    log = tmp_path / "rank0.log"
+    log.write_bytes(magic + bytes(range(256)) * 4)
+    proc = run_cli("diagnose", log)
+    assert_one_line(proc)
+    assert f"{name} data".encode() in proc.stderr
+
+
+def test_a_folder_s_unreadable_subfolder_and_packed_logs_are_noted(tmp_path, monkeypatch):
+    # fuzzO F6, F7: a lost+found the account cannot list stopped the whole read; .log.xz files were skipped unsaid
+    (tmp_path / "rank0.log").write_bytes(LOG.read_bytes())
+    (tmp_path / "rank1.log.xz").write_bytes(b"\xfd7zXZ\x00")
+    (tmp_path / "lost+found").mkdir()
+    real = os.scandir
+
+    def scandir(path):
+        if str(path).endswith("lost+found"):
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    notes = api.diagnose([tmp_path]).notes
+    assert any("could not be listed" in n and "lost+found" in n for n in notes), notes
+    assert any("compressed otherwise than gzip" in n for n in notes), notes
