@@ -98,6 +98,11 @@ def needs(analysis) -> str | None:
     if missing:
         return (f"the budget needs {' and '.join(k for k, _ in missing)} (resolve and budget: as KEY=VALUE, "
                 f"model.seq_length with dataset.seq_length, which Bridge holds equal; plan: {' and '.join(f for _, f in missing)})")
+    gbs, mbs, dp = (analysis.state.train.get("global_batch_size"), analysis.state.train.get("micro_batch_size"),
+                    analysis.state.data_parallel_size)
+    if mbs is None and dp and gbs % dp:  # (fuzzO F4: the micro-batch of 1 the budget takes would not split it either)
+        return (f"the global batch {gbs} does not split over DP={dp} even in micro-batches of 1, the budget's assumption "
+                "where train.micro_batch_size is not given (Bridge needs it set, and asserts the split)")
     return None
 
 

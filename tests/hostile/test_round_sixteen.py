@@ -142,3 +142,22 @@ def test_a_folder_s_unreadable_subfolder_and_packed_logs_are_noted(tmp_path, mon
     notes = api.diagnose([tmp_path]).notes
     assert any("could not be listed" in n and "lost+found" in n for n in notes), notes
     assert any("compressed otherwise than gzip" in n for n in notes), notes
+
+
+def test_a_budget_s_assumed_micro_batch_must_split_the_global_batch():
+    # fuzzO F4: with no micro-batch given the budget took 1 and priced GBS 3 over DP 8 as "1 micro-batches"
+    over = {"model.tensor_model_parallel_size": 2, "train.global_batch_size": 3, "model.seq_length": 4096,
+            "dataset.seq_length": 4096}
+    assert "does not split" in api.resolve(overrides=over, gpus=16, model="llama3_8b").budget["unavailable"]
+    assert "unavailable" not in api.resolve(overrides={**over, "train.global_batch_size": 16}, gpus=16, model="llama3_8b").budget
+
+
+@pytest.mark.parametrize("exported, said", [("8", True), ("1", False)])
+def test_a_launch_variable_the_launcher_exports_is_the_one_that_runs(exported, said):
+    # fuzzO F5: the launcher's 8 was never named, and the fix env_vars.X=1 cannot take effect (setdefault keeps 8)
+    over = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}
+    found = [f for f in api.lint(overrides=over, gpus=8, launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": exported}).findings
+             if f.id == "LAUNCH_ENV_NOT_SET" and "CUDA_DEVICE_MAX_CONNECTIONS" in f.message]
+    assert bool(found) == said
+    if said:
+        assert "exports '8'" in found[0].message and "env_vars." not in found[0].fix and "in the launcher" in found[0].fix

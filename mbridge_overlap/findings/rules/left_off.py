@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from ...run import launch_env, layout, peft
 from ...upstream import catalog, releases, presets as ub_presets
-from .. import make, shell
+from .. import make, overrides_text, shell
 from ..proof import fails, fixed, probing, proven
 from ...run.request import CUSTOM_UB_CFG
 from ...run.resolver import State
+from ...safeio import shown
 from ..registry import check
 from .common import adopt_dp_knobs, tp_overlap_precision_problem
 
@@ -118,8 +119,21 @@ def launch_environment(state: State):
             yield make(fid, fix_overrides=proven(state, fid, [set_to], knobs=[f"env_vars.{name}"]), knobs=[f"env_vars.{name}"],
                        name=name, have=have[name], value=value, why=why)
         elif name not in have and release.env_vars:
-            yield make("LAUNCH_ENV_NOT_SET", fix_overrides=proven(state, "LAUNCH_ENV_NOT_SET", [set_to], knobs=[f"env_vars.{name}"]),
-                       knobs=[f"env_vars.{name}"], name=name, value=value, why=why)
+            yield from _not_set(state, name, value, why, set_to)
+
+
+def _not_set(state: State, name: str, value: str, why: str, set_to: dict):
+    """LAUNCH_ENV_NOT_SET; where the launcher exports the variable, its value runs (env_vars is installed with
+    setdefault): nothing where it is Bridge's, else the export is the fix (fuzzO F5: env_vars.X was offered, a no-op)."""
+    knobs, launcher = [f"env_vars.{name}"], state.launcher_env.get(name)
+    if launcher is None:
+        o = proven(state, "LAUNCH_ENV_NOT_SET", [set_to], knobs=knobs)
+        fix = shell("{asked} (or export it in the launcher)", asked=overrides_text(o or set_to))
+        yield make("LAUNCH_ENV_NOT_SET", fix_overrides=o, fix=fix, knobs=knobs, name=name, value=value, why=why, exported="")
+    elif launcher != str(value):
+        o, fix = fixed(state, "LAUNCH_ENV_NOT_SET", [{f"launcher:{name}": str(value)}], knobs=knobs)
+        yield make("LAUNCH_ENV_NOT_SET", fix_overrides=o, fix=fix, knobs=knobs, name=name, value=value, why=why,
+                   exported=f", and the launcher exports {shown(launcher)}, which runs (env_vars is installed with setdefault)")
 
 
 def _recipe_s_own(state: State, name: str) -> bool:
