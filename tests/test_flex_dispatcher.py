@@ -30,3 +30,11 @@ def test_a_dispatcher_the_user_sets_still_meets_bridge_s_check():
     over = {"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": "deepep"}
     r = api.resolve(recipe="qwen3_30b_a3b_peft_config", gpu="gb200", gpus=8, overrides=over)
     assert "FLEX_DISPATCHER_NOT_ON_THIS_GPU" in {f.id for f in r.findings}
+
+
+def test_a_deepep_override_on_a_hybridep_recipe_is_fixed_with_the_recipe_s_backend():
+    """evalS V7: the only fix was alltoall, which gives up the recipe's HybridEP (real Bridge accepts it on GB200)."""
+    r = api.resolve(recipe="qwen3_30b_a3b_pretrain_32gpu_gb200_bf16_config",
+                    overrides={"model.moe_flex_dispatcher_backend": "deepep"})
+    f = next(f for f in r.findings if f.id == "FLEX_DISPATCHER_NOT_ON_THIS_GPU")
+    assert f.fix_overrides == {"model.moe_flex_dispatcher_backend": "hybridep"}

@@ -118,6 +118,16 @@ def _constant(state: State, r) -> tuple[list, dict]:
     return [dict(findings.record(r.id).get("fix_overrides") or {})], {}
 
 
+def _flex_backend(state: State, r) -> tuple[list, dict]:
+    """A flex backend this GPU runs first, the recipe's own before any other (evalS V7: a DeepEP override on a HybridEP
+    GB200 recipe was offered only alltoall, which gives up the recipe's dispatcher), then the record's alltoall."""
+    from ...run.flex import refusal
+
+    own = (((state.request.recipe or {}).get("request") or {}).get("model") or {}).get("moe_flex_dispatcher_backend")
+    backends = [b for b in dict.fromkeys([own, "hybridep", "deepep"]) if b and refusal(b, state.gpu) is None]
+    return [{"model.moe_flex_dispatcher_backend": b} for b in backends] + _constant(state, r)[0], {}
+
+
 REJECTION_FIXES = {
     "GPUS_NOT_DIVISIBLE": _gpus,
     "FP4_WITH_FP8": _constant,
@@ -139,7 +149,7 @@ REJECTION_FIXES = {
     "FULL_ITERATION_GRAPH_NAN_CHECK": _constant,
     "FSDP_DTENSOR_WITHOUT_FSDP": _constant,
     "CP_FINETUNE_AVERAGE_IN_COLLECTIVE": _cp_finetune,
-    "FLEX_DISPATCHER_NOT_ON_THIS_GPU": _constant,
+    "FLEX_DISPATCHER_NOT_ON_THIS_GPU": _flex_backend,
     "CUDA_GRAPH_LOCAL_SCOPED": _constant,
     "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
     "MOE_BIAS_NEEDS_EXPERT_TP_ONE": _constant,
