@@ -254,3 +254,13 @@ def test_the_iteration_range_says_it_spreads_communication_only():
     (line,) = [x for x in text.budget(d).splitlines() if x.startswith("iteration")]
     low, high = d["budget"]["range_ms"]
     assert f"communication's range {low:,.1f} to {high:,.1f}" in line and "docs/budget.md" in line
+
+
+def test_the_budget_verb_says_an_overlap_key_it_does_not_model():
+    """evalS V8: budget priced a2a CP as the ring with no word but an assumption string; resolve's
+    UNMODELED_OVERLAP_KEY is now in the budget's note too."""
+    over = {"model.context_parallel_size": 4}
+    plain = api.budget(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", overrides=over).to_dict()["note"]
+    a2a = api.budget(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config",
+                     overrides={**over, "model.cp_comm_type": "a2a"}).to_dict()["note"]
+    assert "UNMODELED_OVERLAP_KEY" not in plain and "model.cp_comm_type" in a2a

@@ -19,7 +19,15 @@ class BudgetResult:
                 "budget": self.budget.to_dict(sc.gpus),
                 "findings": [f.id for f in self.analysis.findings if f.severity == "error"],
                 "note": "times are estimates from measured bus bandwidths and GEMM rates (sources and assumptions "
-                        "listed); the truth needs a GPU: compare with `trace` of a profiled run" + self._refused()}
+                        "listed); the truth needs a GPU: compare with `trace` of a profiled run" + self._refused()
+                        + self._unmodelled()}
+
+    def _unmodelled(self) -> str:
+        """Overlap keys the config sets that the budget prices as something else (evalS V8: a2a CP priced as the
+        ring, said only by resolve's UNMODELED_OVERLAP_KEY)."""
+        keys = sorted({k for f in self.analysis.findings if f.id == "UNMODELED_OVERLAP_KEY" for k in f.knobs})
+        return (f"; UNMODELED_OVERLAP_KEY: {', '.join(keys)} set, which the budget does not model (its assumptions say "
+                "what it prices instead)" if keys else "")
 
     def _refused(self) -> str:
         """A recipe real Bridge refuses as it ships for a reason outside overlap: priced all the same, and said."""
