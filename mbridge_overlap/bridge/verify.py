@@ -55,6 +55,12 @@ def parser() -> argparse.ArgumentParser:
     for flag in ("hidden-size", "seq-length", "micro-batch-size"):
         lay.add_argument(f"--{flag}", type=options.positive_int)
     lay.add_argument("--lora", action="store_true")
+    # plan's MoE and FSDP flags, so that every plan answer can be verified (evalS V4)
+    lay.add_argument("--moe", action="store_true", default=None)
+    lay.add_argument("--moe-a2a-overlap", action="store_true")
+    lay.add_argument("--moe-flex-backend")
+    lay.add_argument("--megatron-fsdp", action="store_true")
+    lay.add_argument("--model", help="a known model's name, as plan takes it (an MoE model's expert count)")
     lay.add_argument("--no-te", dest="te", action="store_false")
     lay.add_argument("--recipe")
     lay.add_argument("--task", default="pretrain")
@@ -80,7 +86,9 @@ def layout_of(args) -> dict:
     if given["vpp"] == 0:
         given["vpp"] = None
     return dict(given, hidden_size=args.hidden_size, seq_length=args.seq_length, micro_batch_size=args.micro_batch_size,
-                lora=args.lora, te=args.te, recipe=args.recipe, task=args.task)
+                lora=args.lora, te=args.te, recipe=args.recipe, task=args.task, moe=args.moe,
+                moe_a2a_overlap=args.moe_a2a_overlap, moe_flex_dispatcher_backend=args.moe_flex_backend,
+                megatron_fsdp=args.megatron_fsdp, model=args.model)
 
 
 def expectations(values: list[str]) -> dict:
