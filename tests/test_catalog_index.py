@@ -162,3 +162,16 @@ def test_a_listing_that_does_not_fit_its_catalog_is_not_used(monkeypatch, tmp_pa
         assert rows == [{**catalog_view.row(e), "reference": r["reference"]} for e, r in zip(catalog.entries("0.6.2"), rows)]
     finally:
         catalog_view._committed.cache_clear()
+
+
+def test_a_recipe_of_another_release_is_named_as_such():
+    """evalS V6: a 0.6 perf recipe asked for under 0.5.1 was answered with the closest 0.5.1 library names (another
+    layout); it is said to be another release's, with the two ways on."""
+    import pytest
+
+    from mbridge_overlap import UsageError, api
+
+    with pytest.raises(UsageError, match=r"is a recipe of Megatron-Bridge .*0\.6\.2, not of 0\.5\.1.*scripts/performance"):
+        api.resolve(recipe="qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config", bridge_version="0.5.1")
+    with pytest.raises(UsageError, match="no recipe named"):
+        api.resolve(recipe="qwen3_30b_a3b_pretrain_config_nope", bridge_version="0.5.1")

@@ -209,6 +209,15 @@ def lookup(reference: str, version: str) -> dict:
     if found:
         where = " or ".join(f"{r.package}.{r.name}" for r in found)
         raise UsageError(f"--recipe: {name} is defined in both recipe packages; say which: {where}")
+    elsewhere = [(v, r.package) for v in versions() if v != version for r in index(v) if r.name == name]
+    if elsewhere:  # (evalS V6: a 0.6 perf recipe asked for with 0.5.1 got the closest library names, another layout)
+        where = ", ".join(dict.fromkeys(v for v, _ in elsewhere))
+        perf = any(package == "perf_recipes" for _, package in elsewhere)
+        raise UsageError(f"--recipe: {name} is a recipe of Megatron-Bridge {where}, not of {version}"
+                         + (" (perf recipes are functions from 0.6; 0.5.x keeps its perf configs in the repository's "
+                            "scripts/performance)" if perf and version_key(version) < version_key("0.6.0") else "")
+                         + f": resolve it with --bridge-version {elsewhere[-1][0]}, or plan --bridge-version {version} "
+                         "with its layout's flags")
     names = sorted({r.name for r in index(version)})
     near = _closest(name, names)
     hint = f"; closest: {', '.join(near)}" if near else ""
