@@ -34,3 +34,15 @@ def test_the_sm100_gpus_are_the_release_s():
         value, why = next((v, w) for k, v, w in launch_env.rules(releases.get(version), vr200) if k == "CUDA_DEVICE_MAX_CONNECTIONS")
         assert value == want and "every sm100 GPU" not in why and not why.startswith("Hopper"), version
     assert "vr200" not in launch_env.sm100_gpus(releases.get("0.5.0")) and "vr200" in launch_env.sm100_gpus(releases.get("0.5.1"))
+
+
+def test_hybridep_s_topology_follows_ep_and_the_gpu():
+    """evalS V5: both releases' perf launchers set HybridEP's NVLink topology from the GPU type and EP; a recipe's own
+    NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=8 at EP 32 on GB200 passed without a word."""
+    from mbridge_overlap import api
+
+    r = api.resolve(recipe="qwen3_30b_a3b_pretrain_32gpu_gb200_bf16_config", overrides={"model.expert_model_parallel_size": 32})
+    f = [f for f in r.findings if f.id == "LAUNCH_ENV_DIFFERS_FROM_BRIDGE" and "NUM_OF_HYBRID_EP_RANKS" in f.message]
+    assert f and f[0].fix_overrides == {"env_vars.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": 32}
+    shipped = api.resolve(recipe="qwen3_30b_a3b_pretrain_32gpu_gb200_bf16_config")
+    assert not [f for f in shipped.findings if "NUM_OF_HYBRID_EP_RANKS" in f.message]

@@ -30,6 +30,7 @@ class Layout:
     flex_in_use: bool = False  # the model runs the flex dispatcher (0.5's PerfEnvPlugin is told the backend only then)
     megatron_fsdp: bool = False
     nccl_ub: bool = False
+    ep: int = 1
     recipe: str | None = None  # Bridge model family, e.g. llama3_70b
     task: str = "pretrain"
 
@@ -43,6 +44,7 @@ class Layout:
             moe_flex_dispatcher_backend=model.get("moe_flex_dispatcher_backend", "deepep"),
             flex_in_use=model.get("moe_token_dispatcher_type") == "flex",
             megatron_fsdp=bool(ddp.get("use_megatron_fsdp")), nccl_ub=bool(ddp.get("nccl_ub")), recipe=recipe, task=task,
+            ep=model.get("expert_model_parallel_size") or 1,
         )
 
 
@@ -88,7 +90,20 @@ def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str
     for name, value in nccl.items():
         why = "with ddp.nccl_ub, as every nccl_ub perf recipe" if layout.nccl_ub else "without ddp.nccl_ub, as every other perf recipe"
         out.append((name, str(value), f"{why} ({_where(release)})"))
-    return out
+    return out + _hybridep(release, style, layout)
+
+
+def _hybridep(release: releases.Release, style: dict, layout: Layout) -> list:
+    """HybridEP's NVLink topology, as both releases' perf launchers set it where the flex backend is hybridep: the
+    domain's size and whether it spans nodes by the GPU type, and EP ranks per domain (EP, at most the domain)."""
+    if style.get("hybridep_env") is None or not layout.flex_in_use or layout.moe_flex_dispatcher_backend != "hybridep":
+        return []
+    gpu = releases.gpu(layout.gpu)
+    why = f"the hybridep backend on {gpu['name']}: its NVLink domain's topology ({_where(release)})"
+    out = [("NVLINK_DOMAIN_SIZE", str(gpu["nvlink_domain"]), why), ("USE_MNNVL", str(int(gpu["mnnvl"])), why),
+           ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", str(min(layout.ep, gpu["nvlink_domain"])),
+            f"the hybridep backend at EP={layout.ep}: EP ranks per NVLink domain of {gpu['nvlink_domain']} ({_where(release)})")]
+    return out + [(k, str(v), f"the hybridep backend ({_where(release)})") for k, v in style["hybridep_env"].items()]
 
 
 def executor_note(release: releases.Release) -> str | None:

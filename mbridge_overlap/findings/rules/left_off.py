@@ -103,7 +103,7 @@ def _bridge_runs(state: State, preset: str, sizes: dict, gpu: str, precision: st
 
 
 # Launch variables whose value decides whether overlap happens; the others are tuning (a differing value is info).
-_DECISIVE_ENV = ("CUDA_DEVICE_MAX_CONNECTIONS",)
+_DECISIVE_ENV = ("CUDA_DEVICE_MAX_CONNECTIONS", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "NVLINK_DOMAIN_SIZE", "USE_MNNVL")
 
 
 @check("LAUNCH_ENV_DIFFERS_FROM_BRIDGE", "LAUNCH_ENV_TUNED_DIFFERENTLY", "LAUNCH_ENV_NOT_SET")
