@@ -157,10 +157,15 @@ def hydra_quote(text: str) -> str:
 
 
 def override_arg(key: str, value_text: str, is_string: bool) -> str:
-    """KEY=VALUE as one shell word, as a fix prints it; a string value in Hydra's quoting where it needs it."""
+    """KEY=VALUE as one shell word, as a fix prints it; a string value in Hydra's quoting where it needs it. A launch
+    variable goes as ++env_vars.NAME: Bridge applies Hydra overrides in struct mode, where env_vars.NAME=V is refused
+    for a name the config lacks and +env_vars.NAME=V for one it has (recheck52 W3; ++ adds or overrides)."""
     if is_string and (not _HYDRA_BARE.match(value_text) or _HYDRA_TYPED.match(value_text)):
         value_text = _hydra_quoted(value_text)
-    return sh_quote(f"{key}={value_text}")
+    return sh_quote(f"{ENV_PREFIX if key.startswith('env_vars.') else ''}{key}={value_text}")
+
+
+ENV_PREFIX = "++"  # a launch variable's override prefix in a fix (override_arg)
 
 
 def hydra_unquoted(text: str) -> str:

@@ -159,7 +159,7 @@ def test_lint_left_on_the_table(tmp_path):
     path = tmp_path / "env.yaml"
     path.write_text(wrong_env)
     env = next(f for f in mbridge_overlap.verbs.lint.lint(path, gpu="h100").to_dict()["findings"] if f["id"] == "LAUNCH_ENV_DIFFERS_FROM_BRIDGE")
-    assert env["fix"] == "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1"
+    assert env["fix"] == "++env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1"  # (++: Hydra in struct mode, recheck52 W3)
 
 
 def test_checkpoint_and_iteration_directories(tmp_path):

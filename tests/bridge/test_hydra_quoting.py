@@ -27,3 +27,19 @@ def test_we_read_a_quoted_launch_variable_as_hydra_does(text):
     if not word.startswith("'"):
         return  # bare: typed alike (numbers, bools and null are quoted)
     assert request.env_value("env_vars.X", word) == hydra.OverridesParser.create().parse_override(f"k={word}").value()
+
+
+@pytest.mark.parametrize("name", ["A", "NEW"])
+def test_a_launch_variable_fix_applies_through_bridge_s_hydra_overrides(name):
+    """recheck52 W3: Bridge applies Hydra overrides in struct mode (parse_hydra_overrides): env_vars.NAME=V was
+    refused for a name the config lacks; the fix's ++env_vars.NAME=V adds it, and overrides one it has."""
+    import shlex
+
+    from omegaconf import OmegaConf
+    from megatron.bridge.training.utils.omegaconf_utils import parse_hydra_overrides
+
+    from mbridge_overlap import findings
+
+    word = shlex.split(findings.overrides_text({f"env_vars.{name}": "it's"}))[0]
+    cfg = parse_hydra_overrides(OmegaConf.create({"env_vars": {"A": 1}}), [word])
+    assert cfg.env_vars[name] == "it's"

@@ -110,7 +110,7 @@ def test_diff_s_restore_of_a_launch_variable_restores_it(before):
                  overrides={"env_vars.NCCL_ALGO": "Tree"}).to_dict()
     change = next(c for c in d["overlap_changes"] if c["key"] == "env_vars.NCCL_ALGO")
     assert change["before"] == before
-    key, _, value = shlex.split(change["fix"])[0].partition("=")
+    key, _, value = shlex.split(change["fix"])[0].lstrip("+").partition("=")
     restored = api.resolve(recipe="llama3_8b_pretrain_config", overrides={"env_vars.NCCL_ALGO": "Tree", key: value})
     assert restored.state.request.env_vars["NCCL_ALGO"] == before
     assert d["restore_all"]["holds"]

@@ -132,9 +132,9 @@ def test_make_refuses_a_plain_fix_text():
 
 
 def test_unsafe_fix_overrides_are_not_offered():
-    f = findings.make("LAUNCH_ENV_NOT_SET", fix_overrides={"env_vars.X": "1; touch y"}, knobs=[], name="X", value="1; touch y", why="w")
+    f = findings.make("LAUNCH_ENV_NOT_SET", fix_overrides={"env_vars.X": "1; touch y"}, knobs=[], name="X", value="1; touch y", why="w", exported="")
     assert f.fix_overrides == {} and unquoted_specials(f.fix) == unquoted_specials(
-        findings.make("LAUNCH_ENV_NOT_SET", fix_overrides={"env_vars.X": "z w"}, knobs=[], name="X", value="z", why="w").fix)
+        findings.make("LAUNCH_ENV_NOT_SET", fix_overrides={"env_vars.X": "z w"}, knobs=[], name="X", value="z", why="w", exported="").fix)
 
 
 CASES["fix_paste"] += 3
