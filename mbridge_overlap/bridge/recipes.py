@@ -179,16 +179,16 @@ def _build(fn, gpu, fixups, scratch: Path):
 
 def rebuild(entry: dict, scratch: Path, gpu: str | None = None):
     """A catalog entry's recipe built again as entry() built it (its fixups, recorded KEY=VALUE, applied), before
-    runtime_config_update(); on another GPU type `gpu` as on a node of that type (CUDA reported available: a build that
-    chooses its dispatcher by the GPU decides so, evalS V1)."""
+    runtime_config_update(); with `gpu`, as on a node of that type (CUDA reported available: a build that chooses its
+    dispatcher by the GPU decides so, evalS V1, recheck52 W1), else as the catalog built it."""
     import torch
     import yaml
 
     fn = getattr(importlib.import_module(entry["module"]), entry.get("alias_of") or entry["name"])
     fixups = [(key, yaml.safe_load(value)) for key, _, value in (f.partition("=") for f in entry.get("fixups") or [])]
-    if gpu is None or gpu == (entry.get("gpu") or "h100"):
+    if gpu is None:
         return _build(fn, entry.get("gpu"), fixups, scratch)
-    with mock.patch.object(torch.cuda, "is_available", lambda: True):
+    with mock.patch.object(torch.cuda, "is_available", lambda: True):  # (its own GPU type too: recheck52 W1)
         return _build(fn, gpu, fixups, scratch)
 
 

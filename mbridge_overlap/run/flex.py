@@ -48,16 +48,21 @@ def for_gpu(entry: dict | None, gpu: str, version: str) -> tuple[dict | None, st
     if not entry:
         return entry, None
     built_on = entry.get("gpu") or "h100"  # (a recipe without a GPU in its name is built as on an H100)
-    ends = _builders(version).get(f"{entry.get('package')}.{entry.get('name')}", {}).get(gpu) if gpu != built_on else None
+    ends = _builders(version).get(f"{entry.get('package')}.{entry.get('name')}", {}).get(gpu)
     model = (entry.get("request") or {}).get("model") or {}
     was = [model.get("moe_token_dispatcher_type"), model.get("moe_flex_dispatcher_backend")]
     if ends is None or ends == was:
         return entry, None
     out = copy.deepcopy(entry)
     out["request"]["model"].update(moe_token_dispatcher_type=ends[0], moe_flex_dispatcher_backend=ends[1])
+    # on its own GPU type too: 0.6.2's function sets flex whatever the GPU where CUDA is not available, as when the
+    # catalog was built (recheck52 W1: Qwen3-Next's GB200 perf recipes run alltoall on a GB200 node)
+    than = f"it has on {built_on}" if gpu != built_on else "the catalog's build without CUDA recorded"
+    unused = (f"; its moe_flex_dispatcher_backend {ends[1]} is not used: the alltoall dispatcher runs"
+              if ends[0] != "flex" and ends[1] else "")
     note = (f"recipe {entry['name']} chooses its token dispatcher by the GPU it builds on (its build calls Bridge's "
-            f"apply_flex_dispatcher_backend, which falls back or skips a backend the GPU cannot run): on {gpu} it builds "
-            f"with {_said(ends)}, not the {_said(was)} it has on {built_on}")
+            f"apply_flex_dispatcher_backend, which falls back or skips a backend the GPU cannot run): on a {gpu} node "
+            f"it builds with {_said(ends)}, not the {_said(was)} {than}{unused}")
     return out, note
 
 
