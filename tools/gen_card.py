@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from mbridge_overlap.upstream import catalog, releases  # noqa: E402
+from mbridge_overlap.run import flex  # noqa: E402
 from mbridge_overlap import findings  # noqa: E402
 from mbridge_overlap import resolve as resolve_request  # noqa: E402
 from mbridge_overlap.upstream.releases import DATA_DIR, load_yaml  # noqa: E402
@@ -76,7 +77,7 @@ def agreement(version: str) -> dict:
     on: Counter = Counter()
     agree = 0
     for e in resolved:
-        bridge, mine = e["bridge"], _resolve(e, version)
+        bridge, mine = flex.on_a_gpu_node(e, version), _resolve(e, version)
         wrong = [f"{s}.{n}" for s, values in mine.effective.items() for n, v in values.items()
                  if not _same(v, bridge["effective"][s][n])]
         wrong += ["data_parallel_size"] * (mine.data_parallel_size != bridge["data_parallel_size"])

@@ -69,3 +69,14 @@ def for_gpu(entry: dict | None, gpu: str, version: str) -> tuple[dict | None, st
 def _said(dispatcher: list) -> str:
     kind, backend = dispatcher
     return f"{kind} dispatcher" + (f" (moe_flex_dispatcher_backend {backend})" if backend else "")
+
+
+def on_a_gpu_node(entry: dict, version: str) -> dict:
+    """A catalog entry's Bridge result (built without CUDA) as a build on a node of its GPU type gives it: with the
+    token dispatcher that build chooses (for_gpu), where it chooses it by the GPU. What the resolver is held to."""
+    ends = _builders(version).get(f"{entry['package']}.{entry['name']}", {}).get(entry.get("gpu") or "h100")
+    if not ends:
+        return entry["bridge"]
+    bridge = copy.deepcopy(entry["bridge"])
+    bridge["effective"]["model"].update(moe_token_dispatcher_type=ends[0], moe_flex_dispatcher_backend=ends[1])
+    return bridge
