@@ -101,6 +101,9 @@ def list_refusal(layout) -> str | None:
     (IndexError, run against megatron-core 0.19.2: fuzzN N3)."""
     if isinstance(layout, str) and layout.lstrip().startswith("[") and len(layout) <= MAX_LIST_TEXT:
         layout = _list_text(layout)
+    if layout is not None and not isinstance(layout, (str, list, tuple)):  # 7, true, a mapping (recheck52 W6)
+        return (f"'{type(layout).__name__}' object has no attribute 'virtual_pipeline_model_parallel_size' "
+                "(pipeline_model_parallel_layout is neither a string nor a list of stages)")
     if not isinstance(layout, (list, tuple)):
         return None
     if not layout:

@@ -20,7 +20,7 @@ class BudgetResult:
                 "findings": [f.id for f in self.analysis.findings if f.severity == "error"],
                 "note": "times are estimates from measured bus bandwidths and GEMM rates (sources and assumptions "
                         "listed); the truth needs a GPU: compare with `trace` of a profiled run" + self._refused()
-                        + self._unmodelled()}
+                        + self._unmodelled() + "".join(f"; {n}" for n in sc.notes)}  # (what resolve notes: recheck52 W8)
 
     def _unmodelled(self) -> str:
         """Overlap keys the config sets that the budget prices as something else (evalS V8: a2a CP priced as the

@@ -439,7 +439,8 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     unset = key.startswith("env_vars.")  # a launch variable's null is "unset", as its cause says it (fuzzO F8)
     effect = EFFECTS.get((key, old, new), f"{key} went {fmt(old, unset=unset)} -> {fmt(new, unset=unset)}")
     because = "; ".join(_cause_phrase(c, changed[c], a, b) for c in causes) or "no input change found"
-    message = effect if because == effect else f"{because}: {effect}"  # a setting changed as asked: said once
+    # a setting changed as asked, or a launch variable by its own input (recheck52 W7): said once
+    message = effect if because == effect or key.startswith("env_vars.") and causes == [key] else f"{because}: {effect}"
     # a launch variable BEFORE did not set is deleted, not set to null, which Bridge refuses (evalR S2: TypeError)
     removes = [k for k, v in (fix or {}).items() if k.startswith("env_vars.") and v is None]
     fix = {k: v for k, v in (fix or {}).items() if k not in removes} or None

@@ -108,7 +108,7 @@ def test_a_layout_string_resolves_as_real_bridge_resolves_it(layout, pp, vpp):
 
 @pytest.mark.parametrize("layout", [["a", "b"], [["decoder"], "decoder"], [{"a": 1}], [None, None], [],
                                     [["decoder"], ["conv"]], [["decoder"], [1]], [["embedding", "decoder"], ["decoder", "loss"]],
-                                    "[[embedding, decoder], [decoder, loss]]", "[a, b]"],
+                                    "[[embedding, decoder], [decoder, loss]]", "[a, b]", 7, True, {"a": 1}],
                          ids=repr)
 def test_a_list_layout_is_refused_where_megatron_core_refuses_it(layout):
     """fuzzN N3: a list that is not a list of stages of layer names was read as no layout; TransformerConfig raises at
@@ -123,7 +123,7 @@ def test_a_list_layout_is_refused_where_megatron_core_refuses_it(layout):
         TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=2,
                           pipeline_model_parallel_layout=value, pipeline_dtype=torch.bfloat16)
         megatron_ok = True
-    except (AssertionError, IndexError, ValueError):
+    except (AssertionError, IndexError, ValueError, AttributeError):  # (a scalar or a mapping: recheck52 W6)
         megatron_ok = False
     over = {"model.pipeline_model_parallel_size": 2, "model.num_layers": 2, "model.pipeline_model_parallel_layout": layout}
     r = api.resolve(overrides=over, gpus=16)
