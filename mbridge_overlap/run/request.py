@@ -27,6 +27,10 @@ if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about
 _NULLS = {"null", "none", "~"}
 _INT = re.compile(r"^[+-]?[0-9]{1,%d}\Z" % safeio.MAX_INT_CHARS)  # ASCII digits: int() also takes "８" and "1_0"
 _DIGITS = re.compile(r"^[+-]?[0-9]+\Z")
+# Hydra's override grammar (OverrideLexer.g4): INT has no leading zero and may hold "_"; FLOAT a point or an exponent
+_HYDRA_INT = re.compile(r"^[+-]?(?:0|[1-9](?:_?[0-9])*)\Z")
+_HYDRA_FLOAT = re.compile(r"^[+-]?(?:(?:[0-9](?:_?[0-9])*)?\.[0-9](?:_?[0-9])*|[0-9](?:_?[0-9])*\.)(?:[eE][+-]?[0-9]+)?\Z"
+                          r"|^[+-]?[0-9](?:_?[0-9])*[eE][+-]?[0-9]+\Z")
 _FLOAT = re.compile(r"^[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -387,10 +391,13 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
             value = None
         elif text.lower() in ("true", "false"):
             return text.lower() == "true"
-        elif _DIGITS.match(text):
-            return int(text) if len(text) <= 18 else text  # no launch variable is a count of 19+ digits
-        elif _FLOAT.match(text):
-            value = float(text)
+        elif text[:1] in ("[", "{") or "," in text:  # (recheck52 W5: a list, a mapping or a sweep to Hydra)
+            raise UsageError(f"{key}: {safeio.shown(text)} is a list, a mapping or a sweep to Hydra, which Bridge "
+                             "refuses (environment values must be scalars); quote it to give the text")
+        elif _HYDRA_INT.match(text):  # (010 is text to Hydra, 1_000 the number 1000)
+            return int(text.replace("_", "")) if len(text) <= 18 else text  # no launch variable is a count of 19+ digits
+        elif _HYDRA_FLOAT.match(text):
+            value = float(text.replace("_", ""))
         else:
             return text
     if value is None or not isinstance(value, (str, int, float, bool)):

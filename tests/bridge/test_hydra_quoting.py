@@ -43,3 +43,21 @@ def test_a_launch_variable_fix_applies_through_bridge_s_hydra_overrides(name):
     word = shlex.split(findings.overrides_text({f"env_vars.{name}": "it's"}))[0]
     cfg = parse_hydra_overrides(OmegaConf.create({"env_vars": {"A": 1}}), [word])
     assert cfg.env_vars[name] == "it's"
+
+
+@pytest.mark.parametrize("text", ["8", "010", "00", "1_000", "-3", "+4", "1.5", "1e5", ".5", "5.", "1_0.5", "abc",
+                                  "expandable_segments:True", "0x10", "1e", "Ring"])
+def test_we_type_a_command_line_launch_variable_as_hydra_does(text):
+    """recheck52 W5: 010 was read as 10 (Hydra: text), 1_000 as text (Hydra: 1000)."""
+    hydra = pytest.importorskip("hydra.core.override_parser.overrides_parser")
+    theirs = hydra.OverridesParser.create().parse_override(f"k={text}").value()
+    ours = request.env_value("env_vars.X", text)
+    assert (type(ours), ours) == (type(theirs), theirs)
+
+
+@pytest.mark.parametrize("text", ["[1,2]", "{a:1}", "a,b"])
+def test_a_list_mapping_or_sweep_launch_variable_is_refused(text):
+    from mbridge_overlap import UsageError
+
+    with pytest.raises(UsageError, match="list, a mapping or a sweep"):
+        request.env_value("env_vars.X", text)
