@@ -267,10 +267,12 @@ What it checks, one line each (PASS, FAIL, NOT RUN, SKIPPED), then the verdict:
 
 1. Every snippet form `plan` emits (Python, YAML through Bridge's OmegaConf path, Hydra overrides through
    `parse_hydra_overrides`, `cfg.env_vars` from 0.6, shell exports) applied to a real `ConfigContainer`: with
-   `--recipe`, over that shipped recipe itself (built as the recipe catalog built it) in its own layout where a flag
-   does not change it; without, over Bridge's recipe baseline and over a recipe that already has a `comm_overlap`.
+   `--recipe`, over that shipped recipe itself (built with the recipe catalog's fixups, as on a node of the GPU type
+   asked for: a recipe that picks its token dispatcher by the GPU picks it so) in its own layout where a flag does
+   not change it; without, over Bridge's recipe baseline and over a recipe that already has a `comm_overlap`.
    After `runtime_config_update()` every effective field equals the prediction. The default layout without a recipe
-   is TP=4, PP=4, VPP=2 on 64 H100s.
+   is TP=4, PP=4, VPP=2 on 64 H100s; plan's MoE and Megatron-FSDP flags (`--moe`, `--moe-a2a-overlap`,
+   `--moe-flex-backend`, `--megatron-fsdp`, `--model`) verify a plan made with them.
 2. The code anchors: each cited piece of Bridge code is found by content, and is the code of a verified release.
 3. The upstream suites, with the pass count required for that test file (by sha256) and the installed release.
 4. With `--conformance`, the resolver against real Bridge on generated configs (`--cases`, default 2,000).
