@@ -38,3 +38,13 @@ def test_a_deepep_override_on_a_hybridep_recipe_is_fixed_with_the_recipe_s_backe
                     overrides={"model.moe_flex_dispatcher_backend": "deepep"})
     f = next(f for f in r.findings if f.id == "FLEX_DISPATCHER_NOT_ON_THIS_GPU")
     assert f.fix_overrides == {"model.moe_flex_dispatcher_backend": "hybridep"}
+
+
+def test_every_release_with_a_catalog_has_its_record():
+    """recheck52 W2: 0.5.0 had a catalog and no record, and its Qwen3 MoE recipes kept the false error on GB200."""
+    from mbridge_overlap.run import flex
+    from mbridge_overlap.upstream import catalog
+
+    for version in catalog.versions():
+        assert flex.data_path(version).is_file(), version
+        assert flex._builders(version), version

@@ -1,6 +1,7 @@
 """The flex token dispatcher's backend against the GPU it runs on (Bridge's training/flex_dispatcher_backend.py): the
-check at setup (validate_flex_dispatcher_backend), and a recipe's build replayed for another GPU type than the one the
-catalog built it for (apply_flex_dispatcher_backend, recorded per recipe in releases/VERSION/flex_builders.json)."""
+check at setup (validate_flex_dispatcher_backend), and a recipe's build that picks it by the GPU
+(apply_flex_dispatcher_backend) replayed for the GPU type asked for, as on a node of that type (recorded per recipe in
+releases/VERSION/flex_builders.json; the catalog was built without CUDA, for one GPU type)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,6 @@ import json
 from functools import lru_cache
 
 from ..upstream.releases import DATA_DIR, gpu as gpu_info
-
-KEYS = ("model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend")
-
 
 def refusal(backend: str | None, gpu: str) -> str | None:
     """validate_flex_dispatcher_backend's message for a flex backend this GPU cannot run, None where it can (or the
