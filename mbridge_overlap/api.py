@@ -28,13 +28,11 @@ def resolve(overrides: Mapping[str, Any] | None = None, *, model: str | None = N
     the environment the job is launched with (its values win over cfg.env_vars). model, shape: as for budget(); the
     result's budget is the config's (or why there is none: the shape is not known, the config does not run)."""
     from . import budget as budgets
-    from .budget import worth
     from .run import scenario
     from .findings.analysis import analyze
 
     analysis = analyze(scenario.with_model(scenario.build(overrides=overrides, **inputs), model, shape))
     analysis.budget = budgets.shown(analysis, model, shape)
-    worth.reconcile(analysis, analysis.budget)
     return analysis
 
 

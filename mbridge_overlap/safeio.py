@@ -153,7 +153,7 @@ def hydra_quote(text: str) -> str:
         return text
     if not text.isprintable():
         raise UsageError(f"{shown(text)}: a value with control characters cannot be written as a Hydra override")
-    return _hydra_quoted(text)
+    return hydra_quoted(text)
 
 
 def override_arg(key: str, value_text: str, is_string: bool) -> str:
@@ -161,7 +161,7 @@ def override_arg(key: str, value_text: str, is_string: bool) -> str:
     variable goes as ++env_vars.NAME: Bridge applies Hydra overrides in struct mode, where env_vars.NAME=V is refused
     for a name the config lacks and +env_vars.NAME=V for one it has (recheck52 W3; ++ adds or overrides)."""
     if is_string and (not _HYDRA_BARE.match(value_text) or _HYDRA_TYPED.match(value_text)):
-        value_text = _hydra_quoted(value_text)
+        value_text = hydra_quoted(value_text)
     return sh_quote(f"{ENV_PREFIX if key.startswith('env_vars.') else ''}{key}={value_text}")
 
 
@@ -169,13 +169,13 @@ ENV_PREFIX = "++"  # a launch variable's override prefix in a fix (override_arg)
 
 
 def hydra_unquoted(text: str) -> str:
-    """A quoted Hydra override value as Hydra reads it (the inverse of _hydra_quoted): the quotes off, each run of
+    """A quoted Hydra override value as Hydra reads it (the inverse of hydra_quoted): the quotes off, each run of
     backslashes before a quote or the closing quote halved."""
     quote, inner = text[0], text[1:-1]
     return re.sub(r"(\\+)(" + re.escape(quote) + r"|\Z)", lambda m: m[1][:len(m[1]) // 2] + m[2], inner)
 
 
-def _hydra_quoted(text: str) -> str:
+def hydra_quoted(text: str) -> str:
     """Single-quoted as Hydra unescapes it (overrides_visitor._unescape_quoted_string): only the backslashes before a
     quote or the closing quote are doubled, and the quote escaped; any other backslash is itself (fuzzO F2)."""
     return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), text) + "'"

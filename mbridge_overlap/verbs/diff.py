@@ -370,16 +370,11 @@ def _with_all(values: dict, side: Side, other: Side):
 
 
 def _as_given(key: str, value):
-    """A side's value as an override gives it: a launch variable's text in Hydra's quoting, for a command line's true
-    or 8 is typed and a config's 'true' is text (fuzzO F1)."""
-    from ..safeio import hydra_quote
+    """A side's value as an override gives it: a launch variable's text always in Hydra's quoting (read back exactly,
+    whatever it holds), for a command line's true or 8 is typed and a config's 'true' is text (fuzzO F1)."""
+    from ..safeio import hydra_quoted
 
-    if not (key.startswith("env_vars.") and isinstance(value, str)):
-        return value
-    try:
-        return hydra_quote(value)
-    except UsageError:  # (control characters: the value as it is)
-        return value
+    return hydra_quoted(value) if key.startswith("env_vars.") and isinstance(value, str) else value
 
 
 def _new_kind(f) -> bool:
