@@ -73,8 +73,6 @@ class _StandIn:
 @contextlib.contextmanager
 def offline(gpu: str | None):
     """No network, the stand-in model, CUDA device queries answered as the named GPU does; Bridge's prints muted."""
-    from unittest import mock
-
     import torch
     from megatron.bridge.models.conversion import auto_bridge
 
@@ -398,8 +396,6 @@ def outcome(cfg, error: str | None, env: dict, gpus: int) -> dict:
 def grid_error(cfg, gpus: int) -> str | None:
     """Megatron-Core's initialize_model_parallel, as Bridge's _initialize_distributed calls it, run on this CPU with one
     gloo process (local_world_size=gpus, process groups not created): its grid checks at setup. None: they pass."""
-    from unittest import mock
-
     import torch.distributed as dist
     from megatron.core import parallel_state
 

@@ -27,9 +27,10 @@ BLOCK = 1 << 18  # bytes of complete lines a block holds, about (its work stays 
 MAX_LOG_BYTES = 1 << 40  # a log may be huge; it streams, so the limit only stops what cannot be a log
 MAX_FILES = 20_000  # files of one directory tree
 MAX_DEPTH = 32  # folders below the one given (torchrun's log_dir/<run>/attempt_N/<local rank>/stderr.log is 4 deep)
-LOG_NAMES = re.compile(r"(?:\.(?:log|txt|out|err|stdout|stderr)|^(?:stdout|stderr|output|log))(?:\.\d+)?(?:\.gz)?\Z", re.I)
+_LOG_STEM = r"(?:\.(?:log|txt|out|err|stdout|stderr)|^(?:stdout|stderr|output|log))(?:\.\d+)?"
+LOG_NAMES = re.compile(_LOG_STEM + r"(?:\.gz)?\Z", re.I)
 # compressed otherwise than gzip: named, but not read (fuzzO F6: their bytes were read as text, "causes: none")
-_PACKED = re.compile(r"(?:\.(?:log|txt|out|err|stdout|stderr)|^(?:stdout|stderr|output|log))(?:\.\d+)?\.(?:xz|bz2|zst|lz4)\Z", re.I)
+_PACKED = re.compile(_LOG_STEM + r"\.(?:xz|bz2|zst|lz4)\Z", re.I)
 _MAGIC = ((b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4"))
 CUT = " [... {n:,} bytes left out ...] "
 _GZIP = 16 + zlib.MAX_WBITS
