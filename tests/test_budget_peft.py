@@ -239,3 +239,21 @@ def test_a_run_with_a_preset_set_is_not_told_to_set_one():
     assert "a tuned userbuffers preset" in fixes[None]
     assert "a tuned userbuffers preset" not in fixes[preset] and preset in fixes[preset]
 
+
+
+def test_mode_left_off_offers_no_fix_the_budget_says_costs_more_in_any_verb():
+    """recheck52 W4: MODE_LEFT_OFF's fix and "every fix at once" turned on the TP overlap the same answer's
+    WORTH_TURNING_ON_COSTS_MORE said to leave off. Every verb that shows the budget says it once: resolve, lint and
+    diff's AFTER side."""
+    recipe = "llama3_70b_peft_8gpu_h100_fp8cs_config"
+    over = {"comm_overlap.tp_comm_overlap": False, "peft.sequence_parallel_input_regather": True}
+    r = api.resolve(recipe=recipe, overrides=over)
+    assert any(f["id"] == "WORTH_TURNING_ON_COSTS_MORE" for f in r.budget["findings"])
+    left = next(f for f in r.findings if f.id == "MODE_LEFT_OFF" and "TP" in f.message)
+    assert left.fix_overrides == {} and "WORTH_TURNING_ON_COSTS_MORE" in left.fix
+    assert "comm_overlap.tp_comm_overlap" not in ((r.all_fixes() or {}).get("overrides") or {})
+    li = api.lint(recipe=recipe, overrides=over)
+    assert [f.to_dict() for f in li.findings if f.id == "MODE_LEFT_OFF"] == [f.to_dict() for f in r.findings if f.id == "MODE_LEFT_OFF"]
+    # without the budget's finding (TP overlap on as shipped), MODE_LEFT_OFF is not about TP: nothing taken away
+    shipped = api.resolve(recipe=recipe)
+    assert not any(f.id == "MODE_LEFT_OFF" and "TP" in f.message for f in shipped.findings)

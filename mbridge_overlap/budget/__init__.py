@@ -136,7 +136,7 @@ def shown(analysis, model: str | None = None, shape: dict | None = None, peft=No
     why = needs(analysis)
     if why is None:
         try:
-            return of(analysis, model=model, shape=shape, peft=peft).to_dict(analysis.scenario.gpus)
+            out = of(analysis, model=model, shape=shape, peft=peft).to_dict(analysis.scenario.gpus)
         except NotKnown as exc:
             why = str(exc)
         except ShapeRefused as exc:
@@ -149,6 +149,11 @@ def shown(analysis, model: str | None = None, shape: dict | None = None, peft=No
             if model is not None or shape:
                 raise  # the budget's own flags are wrong: the user's to fix
             why = f"the model's shape the config gives cannot be costed: {exc}"
+        else:
+            from .worth import reconcile
+
+            reconcile(analysis, out)  # one answer: no fix of it turns on what its budget says costs more
+            return out
     return {"unavailable": why}
 
 

@@ -115,3 +115,17 @@ def _pct(seconds: float, of: float) -> str:
 def _mib(n: int) -> str:
     return f"{n / (1 << 20):,.0f} MiB"
 
+
+
+def reconcile(analysis, shown: dict) -> None:
+    """One answer: MODE_LEFT_OFF's fix that turns on a setting the same answer's budget says costs more than it hides is
+    not offered, and so not in all_fixes either (recheck52 W4); its text keeps the way to turn it on. Every verb that
+    shows a budget calls it (budget.shown), so resolve, lint, plan and diff's sides say the same."""
+    from dataclasses import replace
+
+    costly = {k for f in shown.get("findings") or () if f["id"] == "WORTH_TURNING_ON_COSTS_MORE" for k in f["knobs"]}
+    for i, f in enumerate(analysis.findings):
+        if f.id == "MODE_LEFT_OFF" and any(f.fix_overrides.get(k) is True for k in costly):
+            fix = findings.shell("none offered: turned on it costs more than it hides here by the budget's estimate "
+                                 "(WORTH_TURNING_ON_COSTS_MORE); {on} turns it on", on=findings.overrides_text(f.fix_overrides))
+            analysis.findings[i] = replace(f, fix_overrides={}, fix=fix)

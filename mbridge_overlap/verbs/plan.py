@@ -305,6 +305,10 @@ def _budget(an: Analysis, given: dict, flags: dict, model, shape, lora: bool = F
     if new:  # resolve of the plan's overrides would not show it: the batch is not among them
         return {"unavailable": f"at the batch of the plan's flags Bridge raises ({new[0].id}): {new[0].message}"}
     out = budgets.shown(costed, model, shape, LORA if lora else None)
+    if costed is not an and "findings" in out:
+        from ..budget.worth import reconcile
+
+        reconcile(an, out)  # the plan's own answer, at the batch its budget is of
     if replaced and "assumptions" in out:
         out["assumptions"].insert(0, "the batch of the plan's flags, not the recipe's: " + ", ".join(replaced))
     return out
