@@ -168,7 +168,7 @@ def launcher_env(given: list[str], shell: bool) -> dict | None:
     NAME=VALUE given; None where nothing is known."""
     from ..run.launch_env import from_shell
 
-    out = from_shell(os.environ) if shell else {}
+    out = {k: v for k, v in from_shell(os.environ).items() if ENV_NAME.match(k)} if shell else {}  # (fuzzO F5: no `NCCL_A B`)
     for item in given:
         name, sep, value = item.partition("=")
         if not sep or not ENV_NAME.match(name):

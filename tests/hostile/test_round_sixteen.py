@@ -161,3 +161,11 @@ def test_a_launch_variable_the_launcher_exports_is_the_one_that_runs(exported, s
     assert bool(found) == said
     if said:
         assert "exports '8'" in found[0].message and "env_vars." not in found[0].fix and "in the launcher" in found[0].fix
+
+
+def test_shell_env_takes_no_name_launcher_env_refuses():
+    # fuzzO F5 (rest): --shell-env took a shell variable named `NCCL_A B`, a name --launcher-env refuses
+    env = {**os.environ, "NCCL_A B": "1", "NCCL_DEBUG": "WARN"}
+    proc = run_cli("resolve", "--gpus", "8", "--shell-env", "--format", "json", env=env)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert b"NCCL_A B" not in proc.stdout and b"NCCL_DEBUG" in proc.stdout
