@@ -31,6 +31,11 @@ _DIGITS = re.compile(r"^[+-]?[0-9]+\Z")
 _HYDRA_INT = re.compile(r"^[+-]?(?:0|[1-9](?:_?[0-9])*)\Z")
 _HYDRA_FLOAT = re.compile(r"^[+-]?(?:(?:[0-9](?:_?[0-9])*)?\.[0-9](?:_?[0-9])*|[0-9](?:_?[0-9])*\.)(?:[eE][+-]?[0-9]+)?\Z"
                           r"|^[+-]?[0-9](?:_?[0-9])*[eE][+-]?[0-9]+\Z")
+_HYDRA_NOT_FINITE = re.compile(r"^[+-]?(?:inf|nan)\Z", re.I)
+# the rest of an unquoted value: escape runs (each unescaped to every other character), interpolations, and the
+# characters Hydra's lexer takes outside quotes (VALUE_MODE's ID, UNQUOTED_CHAR, COLON, WS); anything else it refuses
+_HYDRA_ESC = re.compile(r"(?:\\\\|\\[()\[\]{}:=, \t])+")
+_HYDRA_UNQUOTED = re.compile(r"(?:" + _HYDRA_ESC.pattern + r"|\$\{[^}]+\}|[A-Za-z0-9_/\\+.$%*@?|: \t-])*\Z")
 _FLOAT = re.compile(r"^[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -391,21 +396,32 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
             value = None
         elif text.lower() in ("true", "false"):
             return text.lower() == "true"
-        elif text[:1] in ("[", "{") or "," in text:  # (recheck52 W5: a list, a mapping or a sweep to Hydra)
+        elif text[:1] in ("[", "{") or "," in _HYDRA_ESC.sub("", text):  # (recheck52 W5: a list, a mapping, a sweep)
             raise UsageError(f"{key}: {safeio.shown(text)} is a list, a mapping or a sweep to Hydra, which Bridge "
                              "refuses (environment values must be scalars); quote it to give the text")
         elif _HYDRA_INT.match(text):  # (010 is text to Hydra, 1_000 the number 1000)
             return int(text.replace("_", "")) if len(text) <= 18 else text  # no launch variable is a count of 19+ digits
         elif _HYDRA_FLOAT.match(text):
             value = float(text.replace("_", ""))
+        elif _HYDRA_NOT_FINITE.match(text):
+            return str(float(text))  # what Bridge exports: str() of Hydra's float ("NaN" goes as nan)
         else:
-            return text
+            return _hydra_text(key, text)
     if value is None or not isinstance(value, (str, int, float, bool)):
         raise UsageError(f"{key}: environment values must be scalars (Bridge raises TypeError otherwise)")
     if isinstance(value, float) and not math.isfinite(value):
         raise UsageError(f"{key}: {safeio.shown(str(text if isinstance(text, str) else value))} is no finite number "
                          "(a launch variable takes a number or text)")
     return value
+
+
+def _hydra_text(key: str, text: str) -> str:
+    """An unquoted value's text as Hydra reads it (escapes undone: a\\ b is "a b"), or refused as Hydra's lexer
+    refuses it (~, a=b, a quote inside, a non-ASCII letter: Bridge's parse_hydra_overrides raises)."""
+    if not _HYDRA_UNQUOTED.match(text):
+        raise UsageError(f"{key}: {safeio.shown(text)} is not a value Hydra's override grammar takes unquoted (Bridge "
+                         "refuses the override); quote it to give the text")
+    return _HYDRA_ESC.sub(lambda m: m[0][1::2], text)
 
 
 _SETTERS = {
