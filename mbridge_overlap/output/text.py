@@ -88,7 +88,8 @@ def resolution(d: dict) -> str:
 def _all_fixes(a: dict | None) -> list[str]:
     if not a:
         return []
-    given = [f"{k}={fmt(v)}" for k, v in a["overrides"].items()] + [f"~{k}" for k in a["remove"]]
+    # the one quoting of every fix (fuzzP P3: this line wrote env_vars.NAME=V, which struct mode refuses for a new name)
+    given = ([str(findings.overrides_text(a["overrides"]))] if a["overrides"] else []) + [f"~{k}" for k in a["remove"]]
     if a["then"] is None:
         then = "this release refuses them together: apply them one at a time"
     else:

@@ -81,3 +81,24 @@ def test_a_list_mapping_or_sweep_launch_variable_is_refused(text):
 
     with pytest.raises(UsageError, match="list, a mapping or a sweep"):
         request.env_value("env_vars.X", text)
+
+
+def test_every_fix_at_once_applies_through_bridge_s_hydra_overrides():
+    """fuzzP P3: resolve's "every fix at once" line wrote env_vars.NAME=V, which struct mode refuses for a name the
+    config lacks (the recipe sets only NCCL_GRAPH_REGISTER); each word of the printed line is taken, to its value."""
+    import shlex
+
+    from omegaconf import OmegaConf
+    from megatron.bridge.training.utils.omegaconf_utils import parse_hydra_overrides
+
+    from mbridge_overlap import api
+    from mbridge_overlap.output import text
+
+    r = api.resolve(recipe="llama3_70b_pretrain_config", gpus=64)
+    want = r.all_fixes()["overrides"]
+    line = next(li for li in text.resolution(r.to_dict()).splitlines() if li.startswith("every fix at once: "))
+    words = shlex.split(line.partition(": ")[2])
+    assert len(words) == len(want) and any(k.startswith("env_vars.") for k in want)
+    cfg = parse_hydra_overrides(OmegaConf.create({"env_vars": {"NCCL_GRAPH_REGISTER": "0"}}), words)
+    for key, value in want.items():
+        assert str(OmegaConf.select(cfg, key)) == str(value), key
