@@ -143,8 +143,7 @@ def check_form(form: str, text: str, plan, base: dict | None = None, label: str 
             _APPLY[form](cfg, text)
         except Exception as exc:
             return FormResult(name, False, error=f"Bridge could not apply the {form} snippet: {type(exc).__name__}: {exc}")
-        error, env = (recipes.runtime(cfg, lay["gpus"], lay["gpu"]) if recipe
-                      else adapter.runtime_config_update(cfg, lay["gpus"], lay["te"]))
+        error, env = (recipes.runtime(cfg, lay["gpus"], lay["gpu"]) if recipe else _on_a_gpu_node(cfg, lay))
     if error:
         return FormResult(name, False, error=f"runtime_config_update raised: {error}")
     diffs = compare(predicted, adapter.effective(cfg), cfg.data_parallel_size)
@@ -152,6 +151,13 @@ def check_form(form: str, text: str, plan, base: dict | None = None, label: str 
         # setdefault keeps what this process already has, so only variables it lacks can be checked here
         diffs += [(f"env.{k}", v, env.get(k)) for k, v in launch_env(plan).items() if k not in os.environ and env.get(k) != v]
     return FormResult(name, not diffs, diffs)
+
+
+def _on_a_gpu_node(cfg, lay: dict) -> tuple[str | None, dict]:
+    """runtime_config_update() of the baseline as on a node of the GPU type asked for: a flex dispatcher's check reads
+    the device (fuzzP P1: "Found no NVIDIA driver" on this CPU, the local card on a GPU node of another type)."""
+    with recipes.offline(lay["gpu"]):
+        return adapter.runtime_config_update(cfg, lay["gpus"], lay["te"])
 
 
 def compare(predicted: dict, effective: dict, data_parallel_size: int) -> list:

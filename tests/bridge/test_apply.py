@@ -13,6 +13,9 @@ LAYOUTS = [
     dict(tp=4, gpus=4, te=False),
     dict(tp=2, pp=2, vpp=1, gpus=8, recipe="llama3_70b"),
     dict(tp=2, ep=8, gpus=64, model="qwen3_30b_a3b", moe_a2a_overlap=True),  # the dispatcher the plan sets (N7); 0.5.x: expert TP 1
+    # a flex dispatcher's check reads the device: as on a node of the GPU type asked for (fuzzP P1: a false FAIL)
+    dict(ep=8, gpus=8, gpu="gb200", model="qwen3_30b_a3b", moe=True, moe_a2a_overlap=True, moe_flex_dispatcher_backend="hybridep"),
+    dict(ep=8, gpus=8, gpu="h100", model="qwen3_30b_a3b", moe=True, moe_flex_dispatcher_backend="deepep"),
 ]
 
 
