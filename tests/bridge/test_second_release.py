@@ -187,6 +187,16 @@ def test_flex_builders_are_this_releases():
     assert proc.returncode == 0 and proc.stdout.startswith("matches"), proc.stdout + proc.stderr[-2000:]
 
 
+def test_vpp_refusing_providers_are_this_releases():
+    """tools/gen_vpp_refused.py --check: the providers that refuse VPP and the recipes that build one (evalT U1)."""
+    import subprocess
+    import sys
+
+    script = releases.DATA_DIR.parents[1] / "tools" / "gen_vpp_refused.py"
+    proc = subprocess.run([sys.executable, "-W", "ignore", str(script), "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.startswith("matches"), proc.stdout + proc.stderr[-2000:]
+
+
 @pytest.mark.skipif(VERSION is None or releases.version_key(VERSION) >= releases.version_key("0.6.0"),
                     reason="Bridge 0.6's GPTDatasetConfig has seq_length as a field of its own")
 def test_a_summary_of_this_release_gives_the_sequence_length_by_megatron_core_s_name():

@@ -9,6 +9,7 @@ from ...values import fmt
 from ..registry import check
 from .common import every_request, owner_key, tp_overlap_precision_problem
 from ...run import layers
+from ...run.vpp import refusal_of as vpp_refusal
 
 @check("VPP_WITHOUT_PP")
 def vpp_without_pp(state: State):
@@ -17,6 +18,17 @@ def vpp_without_pp(state: State):
         c = {"model.virtual_pipeline_model_parallel_size": None}
         o, fix = fixed(state, "VPP_WITHOUT_PP", [c])
         yield make("VPP_WITHOUT_PP", fix_overrides=o, fix=fix, vpp=model["virtual_pipeline_model_parallel_size"])
+
+
+@check("VPP_REFUSED_BY_MODEL")
+def vpp_refused_by_model(state: State):
+    """Bridge's Hybrid, Mamba, FalconH1 and T5 providers assert no VPP when they build the model (evalT U1)."""
+    vpp = state.model["virtual_pipeline_model_parallel_size"]
+    refused = vpp_refusal(state) if vpp is not None else None
+    if refused is None:
+        return
+    o, fix = fixed(state, "VPP_REFUSED_BY_MODEL", [{"model.virtual_pipeline_model_parallel_size": None}])
+    yield make("VPP_REFUSED_BY_MODEL", fix_overrides=o, fix=fix, vpp=fmt(vpp), who=refused[0], said=refused[1])
 
 
 @check("PIPELINE_LAYERS_UNEVEN")
@@ -39,7 +51,7 @@ def pipeline_layers_uneven(state: State):
         yield make("PIPELINE_LAYERS_UNEVEN", fix_overrides=o, layers=n, where=where, pp=pp, what=f"{n} layers are not a multiple of PP {pp}",
                    raised="Megatron-Core's TransformerBlock (get_num_layers_to_build) asserts "
                           f"'num_layers={n} should be divisible by config.pipeline_model_parallel_size={pp}'", fix=fix)
-    elif vpp and (n // pp) % vpp:
+    elif vpp and (n // pp) % vpp and vpp_refusal(state) is None:  # (a model that refuses VPP asserts that first)
         per_stage = n // pp
         options = sorted((d for d in range(2, per_stage + 1) if per_stage % d == 0), key=lambda d: (abs(d - vpp), d))
         cands = [{"model.virtual_pipeline_model_parallel_size": d} for d in options[:2]]

@@ -6,6 +6,7 @@ from ...run import launch_env, layers, layout, schema
 from .. import Shell, make, overrides_text, shell
 from ..proof import fails, fixed, probing, proven, unproven
 from ...run.resolver import State, TpOverlapOff
+from ...run.vpp import refusal_of as vpp_refusal
 from ...values import fmt
 from ..registry import check
 from .common import (COMM_OVERLAP_MODEL_FIELDS, DP_KNOBS, MIB, _bucket_fix, accounted_for, adopt_dp_knobs, asked, bucket_parameters,
@@ -57,7 +58,8 @@ def pp_overlap(state: State):
         return
     # a layout's stages give the VPP at the model's finalize, after Bridge chose the P2P overlap without it (recheck51 T1)
     from_layout = (vpp or 1) > 1 and req.model.get("virtual_pipeline_model_parallel_size") is None
-    ask = layers.interleaved_vpp(state)
+    refused = vpp_refusal(state)
+    ask = None if refused else layers.interleaved_vpp(state)
     change = {} if (vpp or 1) > 1 and not from_layout else {"model.virtual_pipeline_model_parallel_size": ask} if ask else {}
     if req.comm_overlap is None:
         why = "no comm_overlap section"
@@ -75,10 +77,13 @@ def pp_overlap(state: State):
     if req.comm_overlap is None and _takes_tp_overlap(model, state):  # the section it adds: with TP overlap where it applies
         candidates = [{**c, "comm_overlap.tp_comm_overlap": True} for c in candidates] + candidates
     otherwise = shell("or keep the non-interleaved schedule (VPP must split the layers evenly over PP x VPP chunks)")
-    if ask is None:  # a layout whose stages are PP's own (evalR S1)
+    if refused:  # (evalT U1: VPP was offered to a hybrid model, whose provider asserts it is None)
+        otherwise = Shell(f"none: P2P overlap needs the interleaved schedule (VPP >= 2), which {refused[0]} refuses "
+                          f"when it builds the model: {refused[1]}")  # (a catalog recipe's name, Bridge's words)
+    elif ask is None:  # a layout whose stages are PP's own (evalR S1)
         otherwise = shell("or set VPP with a pipeline_model_parallel_layout of PP x VPP stages (this config's layout "
                           "fixes the stages, so VPP alone conflicts with it), or keep the non-interleaved schedule")
-    o, fix = fixed(state, "PP_OVERLAP_NOT_SELECTED", candidates, otherwise)
+    o, fix = fixed(state, "PP_OVERLAP_NOT_SELECTED", [] if refused else candidates, otherwise)
     yield make("PP_OVERLAP_NOT_SELECTED", fix_overrides=o, fix=fix, pp=pp, why=why, batch=fmt(model["batch_p2p_comm"]))
 
 
