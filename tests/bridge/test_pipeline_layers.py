@@ -128,3 +128,18 @@ def test_a_list_layout_is_refused_where_megatron_core_refuses_it(layout):
     over = {"model.pipeline_model_parallel_size": 2, "model.num_layers": 2, "model.pipeline_model_parallel_layout": layout}
     r = api.resolve(overrides=over, gpus=16)
     assert (not [x for x in r.state.rejections if x.id == "PIPELINE_LAYOUT_REJECTED"]) == megatron_ok, layout
+
+
+@pytest.mark.parametrize("layout, pp, vpp", [("E|t|t|L", 2, 4), ("E|tt|tt|tt|tt|tt|tt|L", 2, 2)])
+def test_a_layout_s_vpp_conflict_is_fixed_with_the_vpp_it_detects(layout, pp, vpp):
+    """evalT U2: the conflict got no fix, and a text naming first/last-stage counts Megatron-Core refuses beside a
+    layout; the VPP the message detects is the fix, and with it real Bridge resolves as we do."""
+    from mbridge_overlap.bridge import conformance
+
+    over = {"model.pipeline_model_parallel_size": pp, "model.pipeline_model_parallel_layout": layout,
+            "model.num_layers": 12 if "tt" in layout else 2, "model.virtual_pipeline_model_parallel_size": vpp}
+    found = next(f for f in api.resolve(overrides=over, gpus=8 * pp).findings if f.id == "PIPELINE_LAYOUT_REJECTED")
+    assert list(found.fix_overrides) == ["model.virtual_pipeline_model_parallel_size"]
+    fixed = {**over, **found.fix_overrides}
+    assert conformance.check(conformance.Case(fixed, 8 * pp, True), "0.6.2").differences == []
+    assert "PIPELINE_LAYOUT_REJECTED" not in {f.id for f in api.resolve(overrides=fixed, gpus=8 * pp).findings}

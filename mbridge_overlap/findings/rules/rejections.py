@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ... import findings
 from ...run import layers, layout, resolver
 from ...run.launch_env import FSDP_MAX_CONNECTIONS
@@ -128,6 +130,23 @@ def _flex_backend(state: State, r) -> tuple[list, dict]:
     return [{"model.moe_flex_dispatcher_backend": b} for b in backends] + _constant(state, r)[0], {}
 
 
+def _layout(state: State, r) -> tuple[list, dict]:
+    """With a pipeline_model_parallel_layout, the VPP its stages give (or none: the layout sets it), which the message
+    names (evalT U2: no fix was offered, and the text named keys Megatron-Core refuses beside a layout); without one,
+    the first and last stages' layer counts."""
+    layout = state.request.context.get("model.pipeline_model_parallel_layout")
+    if layout in (None, "null", "None"):
+        return [], {"otherwise": shell(
+            "layer counts for the first and last stages (model.num_layers_in_first/last_pipeline_stage) that leave the "
+            "middle stages an even share, each a multiple of the virtual pipeline size")}
+    detected = re.search(r"detected_vpp_size=(\d+)", r.message)
+    vpp = [{"model.virtual_pipeline_model_parallel_size": int(detected[1])},
+           {"model.virtual_pipeline_model_parallel_size": None}] if detected else []
+    return vpp, {"otherwise": shell(
+        "a layout of PP x VPP stages, or a pipeline_model_parallel_size that divides its stages (beside a layout "
+        "Megatron-Core refuses num_layers_in_first/last_pipeline_stage and account_for_*_in_pipeline_split)")}
+
+
 REJECTION_FIXES = {
     "GPUS_NOT_DIVISIBLE": _gpus,
     "FP4_WITH_FP8": _constant,
@@ -156,9 +175,7 @@ REJECTION_FIXES = {
     "BF16_LAYERS_REJECTED": _constant,
     "CP_SEQUENCE_NOT_DIVISIBLE": _constant,
     "CP_HIERARCHICAL_SIZES_INVALID": _cp_comm_type,
-    "PIPELINE_LAYOUT_REJECTED": lambda state, r: ([], {"otherwise": shell(
-        "layer counts for the first and last stages (model.num_layers_in_first/last_pipeline_stage) that leave the middle "
-        "stages an even share, each a multiple of the virtual pipeline size")}),
+    "PIPELINE_LAYOUT_REJECTED": _layout,
     "SEQ_LENGTH_DATASET_MISMATCH": lambda state, r: ([{"dataset.seq_length": state.model["seq_length"]}], {}),
     # the first that holds: the in-batch packing asked over the recipe's offline one dropped, offline packing with its
     # specs, without them (offline_packing_specs is an object: no override sets it)
