@@ -44,3 +44,18 @@ def test_ep_overlap_without_vpp_is_fixed_with_a_vpp_that_keeps_it_on():
     fixed = conformance.Case({**over, **f.fix_overrides}, 8, True)
     assert not conformance.check(fixed, version).differences
     assert api.resolve(fixed.overrides, gpus=8).effective["model"]["overlap_moe_expert_parallel_comm"] is True
+
+
+def test_embedding_wgrad_deferral_is_kept_by_its_fixes():
+    """evalT U3: the fixes turned deferral off (and all_fixes kept a limit beside it); the deferral asked for, moved
+    to comm_overlap with a limit Megatron-Core takes, runs in real Bridge with deferral on."""
+    version = adapter.bridge_version()
+    for over in ({"model.pipeline_model_parallel_size": 2, "model.defer_embedding_wgrad_compute": True,
+                  "model.wgrad_deferral_limit": 10},
+                 {"model.pipeline_model_parallel_size": 2, "comm_overlap.defer_embedding_wgrad_compute": True}):
+        res = api.resolve(over, gpus=8)
+        fix = res.all_fixes()["overrides"]
+        assert fix.get("comm_overlap.defer_embedding_wgrad_compute") is True, fix
+        fixed = conformance.Case({**over, **fix}, 8, True)
+        assert not conformance.check(fixed, version).differences
+        assert api.resolve(fixed.overrides, gpus=8).effective["model"]["defer_embedding_wgrad_compute"] is True

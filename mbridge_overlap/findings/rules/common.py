@@ -30,6 +30,19 @@ def moved(state: State, owner: str, key: str, value, effective) -> list[dict]:
     return [align, move] if asked(state, owner) is not None else [move, align]
 
 
+def deferral_kept(state: State) -> dict | None:
+    """Embedding wgrad deferral as the user asked for it (comm_overlap's or the model's request), on comm_overlap
+    with a limit Megatron-Core takes: the one asked, else 0 (its default: every micro-batch deferred), for
+    CommOverlapConfig writes -1 where none is set (evalT U3). None where deferral was not asked for."""
+    defer = next((v for v in (asked(state, f"{s}.defer_embedding_wgrad_compute") for s in ("comm_overlap", "model"))
+                  if v is not None), None)
+    if defer is not True:
+        return None
+    limit = next((v for v in (asked(state, f"{s}.wgrad_deferral_limit") for s in ("comm_overlap", "model"))
+                  if isinstance(v, int) and not isinstance(v, bool) and v >= 0), 0)
+    return {"comm_overlap.defer_embedding_wgrad_compute": True, "comm_overlap.wgrad_deferral_limit": limit}
+
+
 def every_request(state: State, name: str, value) -> dict:
     """`name` set to `value` wherever it is requested (comm_overlap, optimizer, ddp), and where it takes effect."""
     out = {f"{s}.{name}": value for s in ("comm_overlap", "ddp", "optimizer") if asked(state, f"{s}.{name}") is not None}

@@ -12,7 +12,7 @@ from ..proof import fixed
 from ...run.request import Request
 from ...run.resolver import State
 from ..registry import check
-from .common import every_request, owner_key
+from .common import deferral_kept, every_request, owner_key
 
 # What makes each of Bridge's MoE-overlap preconditions hold, by Bridge's message (resolver._MOE_OVERLAP_CHECKS); None:
 # only the layout, the model or the precision can (then the fix turns the overlap off).
@@ -50,7 +50,10 @@ def _moe_fix(state: State, r) -> tuple[list, dict]:
 
 
 def _defer_off(state: State, r) -> tuple[list, dict]:
-    return [{owner_key(state, "defer_embedding_wgrad_compute"): False}], {}
+    """Deferral kept with a limit Megatron-Core takes where only the limit is wrong (evalT U3), else off."""
+    off = {owner_key(state, "defer_embedding_wgrad_compute"): False}
+    keep = deferral_kept(state) if "greater than or equal to 0" in r.message else None
+    return ([keep] if keep else []) + [off], {}
 
 
 def _valid_modules(state: State, r) -> tuple[list, dict]:

@@ -10,7 +10,8 @@ from ...run.vpp import refusal_of as vpp_refusal
 from ...values import fmt
 from ..registry import check
 from .common import (COMM_OVERLAP_MODEL_FIELDS, DP_KNOBS, MIB, _bucket_fix, accounted_for, adopt_dp_knobs, asked, bucket_parameters,
-                     bucket_to_move, gradient_bytes, intended, looks_like_bytes, moved, on_overlap_path, owner_key)
+                     bucket_to_move, deferral_kept, gradient_bytes, intended, looks_like_bytes, moved, on_overlap_path,
+                     owner_key)
 
 @check(*(off.value for off in TpOverlapOff), "TP_OVERLAP_UNGATED")
 def tp_overlap(state: State):
@@ -135,6 +136,8 @@ _OVERWRITE_SKIP = ("model.sequence_parallel", "ddp.use_distributed_optimizer", "
 
 def _by_comm_overlap_model(state, key, name, requested, effective):
     candidates = moved(state, f"comm_overlap.{name}", key, requested, effective)
+    if name in ("defer_embedding_wgrad_compute", "wgrad_deferral_limit") and (keep := deferral_kept(state)):
+        candidates.insert(0, keep)  # the pair moves together (evalT U3: deferral off with a limit kept)
     m = state.model
     if name == "overlap_p2p_comm" and requested and m["pipeline_model_parallel_size"] > 1 \
             and (m["virtual_pipeline_model_parallel_size"] or 1) == 1:
