@@ -23,3 +23,16 @@ def test_moe_flags_reach_the_plan_verify_checks():
                  "--moe-a2a-overlap", "--moe-flex-backend", "deepep")
     assert plan.overrides.get("comm_overlap.overlap_moe_expert_parallel_comm") is True
     assert plan.overrides.get("model.moe_flex_dispatcher_backend") == "deepep"
+
+
+def test_an_empty_text_flag_is_refused_before_bridge_is_imported():
+    """fuzzP P4: verify.sh --model '' imported Bridge and passed; plan refuses it in one line."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    for flag in ("--model", "--recipe", "--precision"):
+        proc = subprocess.run([sys.executable, "-m", "mbridge_overlap.bridge.verify", flag, "", "--skip-suites"],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert proc.returncode == 2 and proc.stderr.strip() == f"verify: error: {flag}: empty; leave it out for the default", proc.stderr

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..upstream import anchors
+from ..upstream import anchors, releases
 from .. import api, safeio
 from ..cli import options
 from ..errors import UsageError
@@ -80,6 +80,8 @@ def parser() -> argparse.ArgumentParser:
 
 def layout_of(args) -> dict:
     """plan's layout from the flags: with --recipe what is not given is the recipe's, else DEFAULT_LAYOUT's."""
+    for flag in ("model", "recipe", "precision"):  # an empty text is a mistake, as plan says (fuzzP P4: --model '')
+        releases.given(f"--{flag}", getattr(args, flag))
     given = {k: getattr(args, k) for k in DEFAULT_LAYOUT}
     if not args.recipe:
         given = {k: DEFAULT_LAYOUT[k] if v is None else v for k, v in given.items()}
