@@ -46,3 +46,28 @@ def test_hybridep_s_topology_follows_ep_and_the_gpu():
     assert f and f[0].fix_overrides == {"env_vars.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": 32}
     shipped = api.resolve(recipe="qwen3_30b_a3b_pretrain_32gpu_gb200_bf16_config")
     assert not [f for f in shipped.findings if "NUM_OF_HYBRID_EP_RANKS" in f.message]
+
+
+def test_hybridep_topology_is_the_0_6_launcher_s():
+    """recheck53 X3: the launcher (apply_target_topology_environment, v0.6.0) keys on the backend whatever the
+    dispatcher type, and raises for EP > 72 on an NVL72 system, where the skill gave 72 ranks per domain as a fix."""
+    from mbridge_overlap import api
+
+    beyond = api.resolve(recipe="qwen3_30b_a3b_pretrain_32gpu_gb200_bf16_config", gpus=256,
+                         overrides={"model.expert_model_parallel_size": 128})
+    assert "HYBRIDEP_EP_BEYOND_NVLINK_DOMAIN" in {f.id for f in beyond.findings}
+    assert "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN" not in beyond.launch_env
+    assert not [f for f in beyond.findings if f.fix_overrides.get("env_vars.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN")]
+    lay = launch_env.Layout(tp=1, cp=1, dp=8, gpu="gb300", moe_flex_dispatcher_backend="hybridep", flex_in_use=False, ep=16)
+    names = {n: v for n, v, _ in launch_env.rules(releases.get("0.6.2"), lay)}
+    assert names["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] == "16" and names["NVLINK_DOMAIN_SIZE"] == "72"
+
+
+def test_launcher_value_against_the_rule_is_unset_not_adopted():
+    """evalT U7: a launcher's NCCL_NVLS_ENABLE=1 over the recipe's 0 (the rule's, without nccl_ub) was adopted into
+    the config; the fix is to unset it in the launcher."""
+    from mbridge_overlap import api
+
+    r = api.resolve(recipe="llama31_405b_pretrain_128gpu_gb300_fp8cs_config", launcher_env={"NCCL_NVLS_ENABLE": "1"})
+    (f,) = [f for f in r.findings if f.id == "LAUNCHER_ENV_WINS" and "NCCL_NVLS_ENABLE" in f.message]
+    assert f.fix_overrides == {} and "unset" in f.fix

@@ -94,16 +94,30 @@ def rules(release: releases.Release, layout: Layout) -> list[tuple[str, str, str
 
 
 def _hybridep(release: releases.Release, style: dict, layout: Layout) -> list:
-    """HybridEP's NVLink topology, as both releases' perf launchers set it where the flex backend is hybridep: the
-    domain's size and whether it spans nodes by the GPU type, and EP ranks per domain (EP, at most the domain)."""
-    if style.get("hybridep_env") is None or not layout.flex_in_use or layout.moe_flex_dispatcher_backend != "hybridep":
+    """HybridEP's NVLink topology, as the 0.6 perf launcher sets it where the model's flex backend is hybridep, whatever
+    the dispatcher type (apply_target_topology_environment; recheck53 X3): the domain's size and whether it spans nodes
+    by the GPU type, and EP ranks per domain (at most 8 on an 8-GPU domain; EP on an NVL72 one, where EP > 72 makes
+    the launcher raise: then no ranks are given, and hybridep_ep_refused() says why)."""
+    if style.get("hybridep_env") is None or layout.moe_flex_dispatcher_backend != "hybridep":
         return []
     gpu = releases.gpu(layout.gpu)
     why = f"the hybridep backend on {gpu['name']}: its NVLink domain's topology ({_where(release)})"
-    out = [("NVLINK_DOMAIN_SIZE", str(gpu["nvlink_domain"]), why), ("USE_MNNVL", str(int(gpu["mnnvl"])), why),
-           ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", str(min(layout.ep, gpu["nvlink_domain"])),
-            f"the hybridep backend at EP={layout.ep}: EP ranks per NVLink domain of {gpu['nvlink_domain']} ({_where(release)})")]
+    out = [("NVLINK_DOMAIN_SIZE", str(gpu["nvlink_domain"]), why), ("USE_MNNVL", str(int(gpu["mnnvl"])), why)]
+    if hybridep_ep_refused(release, layout) is None:
+        out.append(("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", str(min(layout.ep, gpu["nvlink_domain"])),
+                    f"the hybridep backend at EP={layout.ep}: EP ranks per NVLink domain of {gpu['nvlink_domain']} ({_where(release)})"))
     return out + [(k, str(v), f"the hybridep backend ({_where(release)})") for k, v in style["hybridep_env"].items()]
+
+
+def hybridep_ep_refused(release: releases.Release, layout: Layout) -> str | None:
+    """The 0.6 perf launcher's refusal of a hybridep EP group larger than a multi-node NVLink domain (None: none)."""
+    style = releases.data()["launch_env"].get(release.launch_env, {})
+    if style.get("hybridep_env") is None or layout.moe_flex_dispatcher_backend != "hybridep":
+        return None
+    gpu = releases.gpu(layout.gpu)
+    if gpu["mnnvl"] and layout.ep > gpu["nvlink_domain"]:
+        return "HybridEP expert parallel size must not exceed the 72-rank NVLink domain."
+    return None
 
 
 def executor_note(release: releases.Release) -> str | None:

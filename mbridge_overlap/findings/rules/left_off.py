@@ -143,17 +143,30 @@ def _recipe_s_own(state: State, name: str) -> bool:
     return req.origin.get(f"env_vars.{name}") is None and name in own and str(own[name]) == str(req.env_vars.get(name))
 
 
+@check("HYBRIDEP_EP_BEYOND_NVLINK_DOMAIN")
+def hybridep_ep_beyond_domain(state: State):
+    """The 0.6 perf launcher raises for a hybridep EP group larger than an NVL72 domain (recheck53 X3: the skill gave
+    ranks per domain of 72 and a fix to set them)."""
+    layout = launch_env.layout_of(state)
+    said = launch_env.hybridep_ep_refused(state.request.release, layout)
+    if said:
+        yield make("HYBRIDEP_EP_BEYOND_NVLINK_DOMAIN", ep=layout.ep, gpu=state.gpu, said=said)
+
+
 @check("LAUNCHER_ENV_WINS")
 def launcher_env_wins(state: State):
     """cfg.env_vars is installed with os.environ.setdefault: the launcher's value runs. The fix that holds for the
     whole analysis: the config saying what runs, where the launcher's value is sound for this layout; else the
     config's value in the launcher (unset there, or exported)."""
+    ruled = {name: value for name, value, _ in launch_env.rules(state.request.release, launch_env.layout_of(state))}
     for name, value in state.request.env_vars.items():
         launcher = state.launcher_env.get(name)
         if launcher is not None and launcher != str(value):
             knobs = [f"env_vars.{name}"]
             candidates = [{f"env_vars.{name}": launch_env.env_value(launcher)}, {f"launcher:{name}": None},
                           {f"launcher:{name}": str(value)}]
+            if name in ruled and launcher != ruled[name]:  # (evalT U7: the config was steered to a value against the rule)
+                candidates = candidates[1:] + candidates[:1]
             o, fix = fixed(state, "LAUNCHER_ENV_WINS", candidates, knobs=knobs)
             yield make("LAUNCHER_ENV_WINS", fix_overrides=o, fix=fix, knobs=knobs, name=name, value=str(value), launcher=launcher)
 
