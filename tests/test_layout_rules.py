@@ -199,3 +199,13 @@ def test_megatron_fsdp_s_forced_dp_overlap_is_the_run_s(strategy, forced):
         assert setting["effective"] == (name in forced)
         if name in forced:
             assert not setting["flip"]["holds"] and setting["flip"]["because"] == ["MEGATRON_FSDP_DP_OVERLAP"]
+
+
+def test_the_pp_mode_s_why_says_the_effective_vpp_and_flags():
+    """evalT U8: at VPP 2 with both P2P flags false, the why said "without VPP > 1: batch_p2p_comm=true"."""
+    from mbridge_overlap import api
+
+    over = {"model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 2,
+            "comm_overlap.overlap_p2p_comm": False, "comm_overlap.batch_p2p_comm": False, "comm_overlap.tp_comm_overlap": False}
+    pp = api.resolve(over, gpus=8).to_dict()["modes"]["pp"]
+    assert pp["enabled"] is False and "VPP = 2" in pp["why"] and "batch_p2p_comm=false" in pp["why"]

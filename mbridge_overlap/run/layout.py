@@ -114,8 +114,12 @@ def _pp(model: dict, shape: Layout) -> dict:
         why = f"PP = {shape.pp} with VPP = {shape.vpp}: overlap_p2p_comm=true, batch_p2p_comm=false"
     elif model["overlap_p2p_comm"]:
         why = f"overlap_p2p_comm=true was requested, but PP = {shape.pp} without VPP > 1 runs the non-interleaved schedule"
+    elif shape.pp > 1 and shape.interleaved:  # (evalT U8: said "without VPP > 1: batch_p2p_comm=true" at VPP 2)
+        why = (f"PP = {shape.pp} with VPP = {shape.vpp}: overlap_p2p_comm=false, batch_p2p_comm="
+               f"{str(bool(model['batch_p2p_comm'])).lower()} (PP_OVERLAP_NOT_SELECTED says why)")
     elif shape.pp > 1:
-        why = f"PP = {shape.pp} without VPP > 1: batch_p2p_comm=true; interleaving (VPP >= 2) is needed for P2P overlap"
+        why = (f"PP = {shape.pp} without VPP > 1: batch_p2p_comm={str(bool(model['batch_p2p_comm'])).lower()}; "
+               "interleaving (VPP >= 2) is needed for P2P overlap")
     else:
         why = "PP = 1: no pipeline communication"
     on = bool(model["overlap_p2p_comm"]) and shape.interleaved
