@@ -31,6 +31,7 @@ _DIGITS = re.compile(r"^[+-]?[0-9]+\Z")
 _HYDRA_INT = re.compile(r"^[+-]?(?:0|[1-9](?:_?[0-9])*)\Z")
 _HYDRA_FLOAT = re.compile(r"^[+-]?(?:(?:[0-9](?:_?[0-9])*)?\.[0-9](?:_?[0-9])*|[0-9](?:_?[0-9])*\.)(?:[eE][+-]?[0-9]+)?\Z"
                           r"|^[+-]?[0-9](?:_?[0-9])*[eE][+-]?[0-9]+\Z")
+_HYDRA_FUNCTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*[ \t]*\(")  # int(1), glob(x): Hydra's grammar functions
 _HYDRA_NOT_FINITE = re.compile(r"^[+-]?(?:inf|nan)\Z", re.I)
 # the rest of an unquoted value: escape runs (each unescaped to every other character), interpolations, and the
 # characters Hydra's lexer takes outside quotes (VALUE_MODE's ID, UNQUOTED_CHAR, COLON, WS); anything else it refuses
@@ -418,6 +419,9 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
 def _hydra_text(key: str, text: str) -> str:
     """An unquoted value's text as Hydra reads it (escapes undone: a\\ b is "a b"), or refused as Hydra's lexer
     refuses it (~, a=b, a quote inside, a non-ASCII letter: Bridge's parse_hydra_overrides raises)."""
+    if _HYDRA_FUNCTION.match(text) or "${" in _HYDRA_ESC.sub("", text):  # (fuzzP P2: taken as their text)
+        raise UsageError(f"{key}: {safeio.shown(text)} is a Hydra function call or an OmegaConf interpolation, which "
+                         "Bridge evaluates before it exports the value and this skill does not: give the value itself")
     if not _HYDRA_UNQUOTED.match(text):
         raise UsageError(f"{key}: {safeio.shown(text)} is not a value Hydra's override grammar takes unquoted (Bridge "
                          "refuses the override); quote it to give the text")
