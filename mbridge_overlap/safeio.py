@@ -35,9 +35,20 @@ MAX_MESSAGE_CHARS = 4000
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _HYDRA_BARE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")
-# what Hydra's override grammar types as a number, a bool or null (OverrideLexer: INT, FLOAT, BOOL, NULL, any case):
-# a string that reads so goes quoted, or Hydra retypes it (fuzzO F2)
-_HYDRA_TYPED = re.compile(r"^(?:[+-]?(?:\d[\d_]*)?\.?\d[\d_]*(?:e[+-]?\d+)?|[+-]?(?:inf|nan)|true|false|null)\Z", re.I)
+# Hydra's override grammar (OverrideLexer.g4): INT has no leading zero and may hold "_" (010 is text, 1_000 is 1000);
+# FLOAT a point or an exponent over such digits (01.5 is text, 1e1_0 a float), or inf / nan in any case
+_U, _D = r"(?:0|[1-9](?:_?[0-9])*)", r"[0-9](?:_?[0-9])*"
+_POINT = rf"(?:{_U}?\.{_D}|{_U}\.)"
+HYDRA_INT = re.compile(rf"^[+-]?{_U}\Z")
+HYDRA_FLOAT = re.compile(rf"^[+-]?(?:(?:{_POINT}|{_U})[eE][+-]?{_D}|{_POINT})\Z")
+HYDRA_NOT_FINITE = re.compile(r"^[+-]?(?:inf|nan)\Z", re.I)
+_HYDRA_WORD = re.compile(r"^(?:true|false|null)\Z", re.I)
+
+
+def hydra_typed(text: str) -> bool:
+    """Whether Hydra types this text as a number, a bool or null: a string that reads so goes quoted, or Hydra
+    retypes it (fuzzO F2)."""
+    return any(p.match(text) for p in (HYDRA_INT, HYDRA_FLOAT, HYDRA_NOT_FINITE, _HYDRA_WORD))
 
 
 # --- escaping for a terminal -------------------------------------------------------------------------------
@@ -149,7 +160,7 @@ def _bash_escape(c: str) -> str:
 
 def hydra_quote(text: str) -> str:
     """A string as a Hydra override value: plain names bare, anything else single-quoted with escapes."""
-    if _HYDRA_BARE.match(text) and not _HYDRA_TYPED.match(text):
+    if _HYDRA_BARE.match(text) and not hydra_typed(text):
         return text
     if not text.isprintable():
         raise UsageError(f"{shown(text)}: a value with control characters cannot be written as a Hydra override")
@@ -160,7 +171,7 @@ def override_arg(key: str, value_text: str, is_string: bool) -> str:
     """KEY=VALUE as one shell word, as a fix prints it; a string value in Hydra's quoting where it needs it. A launch
     variable goes as ++env_vars.NAME: Bridge applies Hydra overrides in struct mode, where env_vars.NAME=V is refused
     for a name the config lacks and +env_vars.NAME=V for one it has (recheck52 W3; ++ adds or overrides)."""
-    if is_string and (not _HYDRA_BARE.match(value_text) or _HYDRA_TYPED.match(value_text)):
+    if is_string and (not _HYDRA_BARE.match(value_text) or hydra_typed(value_text)):
         value_text = hydra_quoted(value_text)
     return sh_quote(f"{ENV_PREFIX if key.startswith('env_vars.') else ''}{key}={value_text}")
 

@@ -27,12 +27,7 @@ if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about
 _NULLS = {"null", "none", "~"}
 _INT = re.compile(r"^[+-]?[0-9]{1,%d}\Z" % safeio.MAX_INT_CHARS)  # ASCII digits: int() also takes "８" and "1_0"
 _DIGITS = re.compile(r"^[+-]?[0-9]+\Z")
-# Hydra's override grammar (OverrideLexer.g4): INT has no leading zero and may hold "_"; FLOAT a point or an exponent
-_HYDRA_INT = re.compile(r"^[+-]?(?:0|[1-9](?:_?[0-9])*)\Z")
-_HYDRA_FLOAT = re.compile(r"^[+-]?(?:(?:[0-9](?:_?[0-9])*)?\.[0-9](?:_?[0-9])*|[0-9](?:_?[0-9])*\.)(?:[eE][+-]?[0-9]+)?\Z"
-                          r"|^[+-]?[0-9](?:_?[0-9])*[eE][+-]?[0-9]+\Z")
 _HYDRA_FUNCTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*[ \t]*\(")  # int(1), glob(x): Hydra's grammar functions
-_HYDRA_NOT_FINITE = re.compile(r"^[+-]?(?:inf|nan)\Z", re.I)
 # the rest of an unquoted value: escape runs (each unescaped to every other character), interpolations, and the
 # characters Hydra's lexer takes outside quotes (VALUE_MODE's ID, UNQUOTED_CHAR, COLON, WS); anything else it refuses
 _HYDRA_ESC = re.compile(r"(?:\\\\|\\[()\[\]{}:=, \t])+")
@@ -400,11 +395,11 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
         elif text[:1] in ("[", "{") or "," in _HYDRA_ESC.sub("", text):  # (recheck52 W5: a list, a mapping, a sweep)
             raise UsageError(f"{key}: {safeio.shown(text)} is a list, a mapping or a sweep to Hydra, which Bridge "
                              "refuses (environment values must be scalars); quote it to give the text")
-        elif _HYDRA_INT.match(text):  # (010 is text to Hydra, 1_000 the number 1000)
+        elif safeio.HYDRA_INT.match(text):  # (010 is text to Hydra, 1_000 the number 1000)
             return int(text.replace("_", "")) if len(text) <= 18 else text  # no launch variable is a count of 19+ digits
-        elif _HYDRA_FLOAT.match(text):
+        elif safeio.HYDRA_FLOAT.match(text):
             value = float(text.replace("_", ""))
-        elif _HYDRA_NOT_FINITE.match(text):
+        elif safeio.HYDRA_NOT_FINITE.match(text):
             return str(float(text))  # what Bridge exports: str() of Hydra's float ("NaN" goes as nan)
         else:
             return _hydra_text(key, text)

@@ -9,7 +9,7 @@ import pytest
 from mbridge_overlap import safeio
 from mbridge_overlap.run import request
 
-TEXTS = ["Ring\\Tree", "a\\", "a\\\\", "it's", "\\'", "x\\\\'y", "true", "False", "123", "1.5", "-3", "1e5", ".5",
+TEXTS = ["1e1_0", "01.5", "Ring\\Tree", "a\\", "a\\\\", "it's", "\\'", "x\\\\'y", "true", "False", "123", "1.5", "-3", "1e5", ".5",
          "1_000", "null", "NULL", "inf", "nan", "plain", "a b", "expandable_segments:True", "{x}", "$HOME"]
 
 
@@ -49,7 +49,9 @@ def test_a_launch_variable_fix_applies_through_bridge_s_hydra_overrides(name):
                                   "expandable_segments:True", "0x10", "1e", "Ring",
                                   # recheck52 W5 (rest): nan and inf are Hydra's floats; escapes are undone
                                   "nan", "NaN", "-inf", "Inf", "nan_x", "a\\ b", "a\\,b", "a\\=b", "a\\\\b", "a\\b",
-                                  "/usr/lib:/x", "a%b*c@d?e|f", "$HOME"])
+                                  "/usr/lib:/x", "a%b*c@d?e|f", "$HOME",
+                                  # recheck53 X6: leading zeros and an exponent's underscores as Hydra reads them
+                                  "01.5", "00.5", "1e1_0", "0e5", "01e5", "1_0e2", "+.5e-3"])
 def test_we_type_a_command_line_launch_variable_as_hydra_does(text):
     """recheck52 W5: 010 was read as 10 (Hydra: text), 1_000 as text (Hydra: 1000)."""
     hydra = pytest.importorskip("hydra.core.override_parser.overrides_parser")
