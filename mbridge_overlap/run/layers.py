@@ -92,6 +92,17 @@ def interleaved_vpp(state) -> int | None:
     return vpp if vpp > 1 else None
 
 
+def hydra_typed(layout):
+    """A layout given as command-line text, as Hydra types it: a number or a bool is one (null stays no layout)."""
+    from .. import safeio
+
+    if not isinstance(layout, str) or not safeio.hydra_typed(text := layout.strip()) or text.lower() == "null":
+        return layout
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return int(text.replace("_", "")) if safeio.HYDRA_INT.match(text) else float(text.replace("_", ""))
+
+
 LAYER_NAMES = ("embedding", "loss", "encoder", "decoder", "mtp")  # Megatron-Core's LayerType, as the layout names them
 
 

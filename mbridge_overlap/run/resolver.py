@@ -587,6 +587,8 @@ def _layout_string(state: State) -> bool:
     from . import layers
 
     layout = state.request.context.get("model.pipeline_model_parallel_layout")
+    if state.request.origin.get("model.pipeline_model_parallel_layout") == "override":
+        layout = layers.hydra_typed(layout)  # (recheck53 X8: =7 on the command line is Hydra's int 7)
     where = "TransformerConfig.__post_init__"
     refusal = layers.list_refusal(layout)
     if refusal:

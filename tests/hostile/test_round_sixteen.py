@@ -177,3 +177,13 @@ def test_a_hydra_function_or_interpolation_launch_variable_is_refused(text):
     proc = run_cli("resolve", "--gpus", "8", f"++env_vars.CUDA_DEVICE_MAX_CONNECTIONS={text}")
     assert proc.returncode == 2 and b"function call or an OmegaConf interpolation" in proc.stderr
     assert_one_line(proc)
+
+
+@pytest.mark.parametrize("value, kind", [("7", "int"), ("true", "bool"), ("1.5", "float")])
+def test_a_command_line_scalar_layout_is_typed_as_hydra_types_it(value, kind):
+    # recheck53 X8: =7 on the command line was read as a one-stage layout string ("must be divisible"); Hydra gives
+    # the int 7, on which Megatron-Core raises AttributeError
+    proc = run_cli("resolve", "--gpus", "16", "model.num_layers=4", "model.pipeline_model_parallel_size=2",
+                   f"model.pipeline_model_parallel_layout={value}", "--format", "json")
+    (f,) = [f for f in json.loads(proc.stdout)["findings"] if f["id"] == "PIPELINE_LAYOUT_REJECTED"]
+    assert f"'{kind}' object has no attribute" in f["message"]
