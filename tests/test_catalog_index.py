@@ -92,7 +92,7 @@ def test_a_listing_is_the_whole_catalogs(filters):
             and ("name" not in f or f["name"] in e["name"])]
     assert [(r["name"], r["package"], r["reference"]) for r in listing["recipes"]] == [
         (e["name"], e["package"], f"{e['package']}.{e['name']}" if e["name"] in twice else e["name"]) for e in want]
-    assert listing["recipes"] == [{**catalog_view.row(e), "reference": r["reference"]} for e, r in zip(want, listing["recipes"])]
+    assert listing["recipes"] == [{**catalog_view.row(e, "0.6.2"), "reference": r["reference"]} for e, r in zip(want, listing["recipes"])]
 
 
 def test_the_cli_writes_a_listing_as_the_api_gives_it(capsys):
@@ -159,7 +159,7 @@ def test_a_listing_that_does_not_fit_its_catalog_is_not_used(monkeypatch, tmp_pa
         assert catalog_view._committed("0.6.2") is None
         rows = catalog_view.list_recipes().to_dict()["recipes"]
         assert len(rows) > catalog_view.FROM_LISTING
-        assert rows == [{**catalog_view.row(e), "reference": r["reference"]} for e, r in zip(catalog.entries("0.6.2"), rows)]
+        assert rows == [{**catalog_view.row(e, "0.6.2"), "reference": r["reference"]} for e, r in zip(catalog.entries("0.6.2"), rows)]
     finally:
         catalog_view._committed.cache_clear()
 

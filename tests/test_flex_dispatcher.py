@@ -48,3 +48,24 @@ def test_every_release_with_a_catalog_has_its_record():
     for version in catalog.versions():
         assert flex.data_path(version).is_file(), version
         assert flex._builders(version), version
+
+
+def test_every_verb_says_the_dispatcher_a_gpu_node_builds():
+    """recheck53 X5: `recipes` listed the catalog's build without CUDA (flex/hybridep for Qwen3-Next's GB300 perf
+    recipes, which build with alltoall on a GB300 node, as resolve says); plan's text and diagnose left out the note."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    from mbridge_overlap import api
+
+    name = "qwen3_next_80b_a3b_pretrain_64gpu_gb300_bf16_config"
+    (row,) = [r for r in api.recipes(name=name).to_dict()["recipes"] if r["name"] == name]
+    resolved = api.resolve(recipe=name).effective["model"]
+    assert row["moe_dispatcher"]["token_dispatcher_type"] == resolved["moe_token_dispatcher_type"] == "alltoall"
+    assert "chooses its token dispatcher by the GPU" in row["note"]
+    cli = [sys.executable, str(ROOT / "scripts" / "mbridge-overlap")]
+    text = subprocess.run(cli + ["plan", "--recipe", "qwen3_30b_a3b_peft_config", "--gpu", "gb200", "--gpus", "8"],
+                          capture_output=True, text=True).stdout
+    assert "note: recipe qwen3_30b_a3b_peft_config chooses its token dispatcher" in text

@@ -107,7 +107,7 @@ def plan(d: dict) -> str:
         f"({lay['precision']}), DP={fmt(lay['dp'])}, Megatron-Bridge {d['bridge_version']}"
         + (f", starting from {lay['recipe']}" if lay.get("recipe") else "")
     )
-    lines = [head, ""] + _modes(d["modes"])
+    lines = [head] + [f"note: {n}" for n in d.get("notes", [])] + [""] + _modes(d["modes"])  # (recheck53 X5)
     lines += ["", f"tuned TP preset: {d['preset'] or 'none (Transformer Engine default)' if d['modes']['tp']['enabled'] else 'n/a'}"]
     lines += ["", "overrides (plan ... --format python|yaml|hydra for a snippet):"]
     lines += [f"  {k}={fmt(v)}" for k, v in d["overrides"].items()] or ["  none: the recipe already has them"]

@@ -73,7 +73,7 @@ def on_a_gpu_node(entry: dict, version: str) -> dict:
     """A catalog entry's Bridge result (built without CUDA) as a build on a node of its GPU type gives it: with the
     token dispatcher that build chooses (for_gpu), where it chooses it by the GPU. What the resolver is held to."""
     ends = _builders(version).get(f"{entry['package']}.{entry['name']}", {}).get(entry.get("gpu") or "h100")
-    if not ends:
+    if not ends or "effective" not in entry["bridge"]:  # (a recipe Bridge refused records no effective config)
         return entry["bridge"]
     bridge = copy.deepcopy(entry["bridge"])
     bridge["effective"]["model"].update(moe_token_dispatcher_type=ends[0], moe_flex_dispatcher_backend=ends[1])

@@ -173,6 +173,7 @@ def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inp
                           + "; pass --config run_config.yaml or --recipe to link each cause to the config analysis")
         return
     report.link(diag, sc, origin, unknown)
+    diag.notes.extend(sc.notes)  # what the scenario says of itself (recheck53 X5: a recipe's dispatcher by the GPU)
     if invalid:
         diag.config["not_printed"] = [k for k in diag.config["not_printed"] if k not in invalid]
         diag.config["printed_invalid"] = invalid

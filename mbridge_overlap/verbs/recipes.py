@@ -82,7 +82,7 @@ def _listed(version: str, index_rows: list) -> list[dict]:
         if committed is not None:
             rows = [committed[r[9]] for r in missing]
         else:
-            rows = [row(e) for e in catalog.entries_of(version, missing)]
+            rows = [row(e, version) for e in catalog.entries_of(version, missing)]
         for r, listed in zip(missing, rows):
             _LISTED[version, r[9]] = {**listed, "reference": f"{r.package}.{r.name}" if r.name in twice else r.name}
     return [_LISTED[version, r[9]] for r in index_rows]
@@ -97,7 +97,7 @@ def listing_text(version: str) -> str:
     of this size (a listing of all 1,000 recipes then decodes this instead of every recipe's whole entry)."""
     index = catalog.index(version)
     head = json.dumps({"catalog_bytes": os.stat(catalog.catalog_path(version)).st_size, "generated_by": LISTING_BY})
-    rows = ",\n".join(json.dumps(row(e), separators=(",", ":")) for e in catalog.entries_of(version, list(index)))
+    rows = ",\n".join(json.dumps(row(e, version), separators=(",", ":")) for e in catalog.entries_of(version, list(index)))
     return head[:-1] + ', "rows": [\n' + rows + "\n]}\n"
 
 
@@ -146,13 +146,20 @@ def _match(r: catalog.Row, f: dict) -> bool:
     )
 
 
-def row(entry: dict) -> dict:
+def row(entry: dict, version: str) -> dict:
     """One recipe: what its name says, its layout, the overlap modes real Bridge left on or off and why, its preset,
-    the launch variables it sets, and whether real Bridge accepted it."""
+    the launch variables it sets, and whether real Bridge accepted it; as built on a node of its GPU type, whose token
+    dispatcher a build may choose by the GPU (recheck53 X5: the catalog's build without CUDA was listed)."""
+    from ..run import flex
+
     out = {k: entry.get(k) for k in ("name", "package", "model", "task", "gpus", "gpu", "precision", "variant")}
     if not entry["builds"]:
         return {**out, "status": "not_built", "build_error": entry["build_error"]}
-    request, bridge = entry["request"], entry["bridge"]
+    bridge = flex.on_a_gpu_node(entry, version)
+    entry, note = flex.for_gpu(entry, entry.get("gpu") or "h100", version)
+    request = entry["request"]
+    if note:
+        out["note"] = note
     m = request["model"]
     co = request["comm_overlap"]
     mp = request["mixed_precision"]
