@@ -85,6 +85,20 @@ def _plain(value):
     return value if isinstance(value, (bool, int, float, str)) or value is None else shown(value)
 
 
+def _section_made(entry, rc, overrides) -> list[str]:
+    """A comm_overlap.NAME override on a recipe or config without a comm_overlap section: answered as the section made
+    with those fields, which the override as written does not do in Bridge (evalT U5)."""
+    keys = sorted(k for k in overrides or {} if k.startswith("comm_overlap."))
+    base = rc.raw if rc else ((entry or {}).get("request") if entry else None)
+    if not keys or base is None or base.get("comm_overlap") is not None or "comm_overlap" in (overrides or {}):
+        return []
+    what = f"recipe {entry['name']}" if entry and not rc else "the config"
+    return [f"{what} has no comm_overlap section: Bridge's Hydra overrides refuse {keys[0]}=... as written (the "
+            "section is null; in Python cfg.comm_overlap is None), and this answer is that of a CommOverlapConfig "
+            "section made with the fields given (in Python cfg.comm_overlap = CommOverlapConfig(...); plan --format "
+            "hydra writes ++comm_overlap={...}), which also sets the DP knobs explain COMM_OVERLAP_ABSENT lists"]
+
+
 def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[str, Any] | None = None, gpus: int | None = None,
           gpu: str | None = None, te: bool = True, bridge_version: str | None = None, launcher_env: Mapping[str, str] | None = None,
           task: str | None = None, family: str | None = None, machine_facts: Mapping | None = None,
@@ -109,6 +123,7 @@ def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[s
     except UsageError as exc:
         raise UsageError(f"{rc.path}: {exc}" if rc and str(rc.path) not in str(exc) else str(exc)) from None
     notes += [_skipped_note(rc, release, req.skipped)] if req.skipped else []
+    notes += _section_made(entry, rc, overrides)
     if entry is not None and catalog.release_of(release) != release.version:
         notes.append(f"recipe {entry['name']} as Megatron-Bridge {catalog.release_of(release)} ships it: this skill has no "
                      f"catalog of {release.version}'s recipes")

@@ -104,3 +104,25 @@ def test_every_fix_at_once_applies_through_bridge_s_hydra_overrides():
     cfg = parse_hydra_overrides(OmegaConf.create({"env_vars": {"NCCL_GRAPH_REGISTER": "0"}}), words)
     for key, value in want.items():
         assert str(OmegaConf.select(cfg, key)) == str(value), key
+
+
+def test_a_field_of_a_missing_comm_overlap_section_is_refused_by_bridge_s_hydra_overrides():
+    """evalT U5: comm_overlap.NAME=V on a recipe without the section was answered silently as the section made; Bridge's
+    Hydra overrides refuse it as written, which the answer's note now says."""
+    import tempfile
+    from pathlib import Path
+
+    from megatron.bridge.training.utils.omegaconf_utils import create_omegaconf_dict_config, parse_hydra_overrides
+
+    from mbridge_overlap import api
+    from mbridge_overlap.bridge import recipes
+    from mbridge_overlap.upstream import catalog
+
+    name = "gpt_oss_120b_pretrain_64gpu_b300_bf16_config"
+    over = {"comm_overlap.tp_comm_overlap": True}
+    assert any("has no comm_overlap section" in n for n in api.resolve(over, recipe=name).scenario.notes)
+    cfg = recipes.rebuild(catalog.lookup(name, "0.6.2"), Path(tempfile.mkdtemp()))
+    assert cfg.comm_overlap is None
+    omega, _ = create_omegaconf_dict_config(cfg)
+    with pytest.raises(Exception, match="comm_overlap"):
+        parse_hydra_overrides(omega, ["comm_overlap.tp_comm_overlap=true"])
