@@ -161,6 +161,13 @@ def test_diagnose_compare_says_the_userbuffers_preset_is_assumed_and_gives_the_r
     cost = b["parts"]["overlap_cost"]["change_ms"]
     assert cost  # TP overlap's own cost goes with it: the one part a preset changes
     assert d["predicted_range_ms"] == sorted((b["iteration_change_ms"], round(b["iteration_change_ms"] - cost, 3)))
+    # the text's headline is the range, not one end of it (evalT U9: its sign was the opposite of diff's)
+    from mbridge_overlap.output import text as text_out
+
+    low, high = d["predicted_range_ms"]
+    said = text_out.diagnosis(api.diagnose([_write(before, text + lines(1000.0)), _write(after, text.replace(on, "") + lines(1100.0))],
+                                          compare=True, gpus=8).to_dict())
+    assert f"the config change predicts between {low:+,.1f} and {high:+,.1f} ms per iteration" in said
     plain = api.diagnose([str(LOG), str(LOG)], compare=True, gpus=8).to_dict()["compare"]
     assert "assumption" not in plain  # TP overlap off on both sides: nothing assumed
 

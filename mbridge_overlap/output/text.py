@@ -382,8 +382,12 @@ def diagnosis(d: dict) -> str:
             lines.append(f"  changed {ch['key']}: {fmt(ch['before'])} -> {fmt(ch['after'])}: {ch['message']}")
         predicted = c.get("budget")
         if predicted and "unavailable" not in predicted:
-            lines.append(f"  the config change predicts {predicted['iteration_change_ms']:+,.1f} ms per iteration "
-                         f"({_pct(predicted['iteration_change_ms'], predicted['iteration_ms_before'])}, an estimate: "
+            before, span = predicted["iteration_ms_before"], c.get("predicted_range_ms")
+            said = (f"between {span[0]:+,.1f} and {span[1]:+,.1f} ms per iteration ({_pct(span[0], before)} to "
+                    f"{_pct(span[1], before)}: the userbuffers preset, which the summaries do not print, decides where"
+                    if span else  # (evalT U9: the headline was one end, of the opposite sign to diff's)
+                    f"{predicted['iteration_change_ms']:+,.1f} ms per iteration ({_pct(predicted['iteration_change_ms'], before)}")
+            lines.append(f"  the config change predicts {said}, an estimate: "
                          f"communication budget {predicted['iteration_ms_before']:,.1f} -> {predicted['iteration_ms_after']:,.1f} ms) "
                          f"beside the observed {change}" + _share(predicted, c["change"]))
             if c.get("assumption"):
