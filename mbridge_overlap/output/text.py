@@ -249,7 +249,8 @@ def diff(d: dict) -> str:
     lines += ["", "TP, DP and PP overlap settings that changed, most step-time impact first:" if changes
               else "TP, DP and PP overlap settings: no change"]
     for i, c in enumerate(changes, 1):
-        lines.append(f"  {i}. {c['key']}: {fmt(c['before'])} -> {fmt(c['after'])}")
+        side = [("unset" if v is None and c["key"].startswith("env_vars.") else fmt(v)) for v in (c["before"], c["after"])]
+        lines.append(f"  {i}. {c['key']}: {side[0]} -> {side[1]}")  # (a launch variable not set is unset: recheck53 X9)
         lines.append(f"     why: {c['message']} [{c['finding_id']}]")
         lines.append(f"     restore: {c['fix'] or 'no config override restores it'}")
     every = d.get("restore_all")

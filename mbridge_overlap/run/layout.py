@@ -135,7 +135,7 @@ def _dp(ddp: dict, shape: Layout, sharding: str | None = None) -> dict:
         why = f"{_dp_group(shape)}: overlap_grad_reduce" + (", overlap_param_gather" if param and gathers else "") \
             + (f", bucket_size={ddp['bucket_size']} parameters" if ddp["bucket_size"] else "") \
             + (", align_param_gather" if ddp["align_param_gather"] else "") \
-            + (" (Megatron-FSDP" + (", which turns them on at model wrap" if forced else "") + ")"
+            + (" (Megatron-FSDP" + (f", which turns {' and '.join(sorted(forced))} on at model wrap" if forced else "") + ")"
                if ddp.get("use_megatron_fsdp") else "")
     elif not shape.divisible:
         why = "no data-parallel size: the GPU count is not a multiple of TP x PP x CP (GPUS_NOT_DIVISIBLE)"
