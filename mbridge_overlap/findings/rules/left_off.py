@@ -106,7 +106,7 @@ def _bridge_runs(state: State, preset: str, sizes: dict, gpu: str, precision: st
 _DECISIVE_ENV = ("CUDA_DEVICE_MAX_CONNECTIONS", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "NVLINK_DOMAIN_SIZE", "USE_MNNVL")
 
 
-@check("LAUNCH_ENV_DIFFERS_FROM_BRIDGE", "LAUNCH_ENV_TUNED_DIFFERENTLY", "LAUNCH_ENV_NOT_SET")
+@check("LAUNCH_ENV_DIFFERS_FROM_BRIDGE", "LAUNCH_ENV_TUNED_DIFFERENTLY", "LAUNCH_ENV_NOT_SET", "LAUNCHER_ENV_DIFFERS_FROM_BRIDGE")
 def launch_environment(state: State):
     """The config's env_vars against what Bridge's own launchers set for this layout."""
     have, release = state.request.env_vars, state.request.release
@@ -130,6 +130,10 @@ def _not_set(state: State, name: str, value: str, why: str, set_to: dict):
         o = proven(state, "LAUNCH_ENV_NOT_SET", [set_to], knobs=knobs)
         fix = shell("{asked} (or export it in the launcher)", asked=overrides_text(o or set_to))
         yield make("LAUNCH_ENV_NOT_SET", fix_overrides=o, fix=fix, knobs=knobs, name=name, value=value, why=why, exported="")
+    elif launcher != str(value) and name in _DECISIVE_ENV:  # (recheck53 X4: info, where env_vars' 8 was a warning)
+        o, fix = fixed(state, "LAUNCHER_ENV_DIFFERS_FROM_BRIDGE", [{f"launcher:{name}": str(value)}], knobs=knobs)
+        yield make("LAUNCHER_ENV_DIFFERS_FROM_BRIDGE", fix_overrides=o, fix=fix, knobs=knobs, name=name, value=value,
+                   why=why, launcher=shown(launcher))
     elif launcher != str(value):
         o, fix = fixed(state, "LAUNCH_ENV_NOT_SET", [{f"launcher:{name}": str(value)}], knobs=knobs)
         yield make("LAUNCH_ENV_NOT_SET", fix_overrides=o, fix=fix, knobs=knobs, name=name, value=value, why=why,
