@@ -8,6 +8,7 @@ a Python object is built from it; every failure is a UsageError naming the file:
 from __future__ import annotations
 
 import errno
+import functools
 import gc
 import os
 import re
@@ -450,11 +451,12 @@ def _check_int(loader, event, where) -> None:
         raise UsageError(f"{where}: an integer of {len(event.value):,} characters at line {event.start_mark.line + 1}; at most {MAX_INT_CHARS:,}")
 
 
-def parse_yaml(text: str, where):
-    """One YAML document with the safe loader (libyaml's where installed), bounded as _check_events says."""
+def parse_yaml(text: str, where, omegaconf: bool = False):
+    """One YAML document with the safe loader (libyaml's where installed), bounded as _check_events says; with
+    omegaconf, typed as OmegaConf's loader (which Bridge reads configs with) types it: 1e3 a float, a date text."""
     import yaml
 
-    loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    loader_class = _omegaconf_loader() if omegaconf else getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     loader = loader_class(text)
     collecting = gc.isenabled()
     gc.disable()  # up to millions of nodes, none of them garbage: collection passes would make loading quadratic
@@ -481,13 +483,34 @@ def parse_yaml(text: str, where):
             gc.enable()
 
 
-def load_yaml_file(path, label: str = ""):
+@functools.lru_cache(maxsize=None)
+def _omegaconf_loader():
+    """The safe loader with OmegaConf's float resolver and without timestamps (omegaconf/_utils.py get_yaml_loader;
+    recheck53 X7: a config's env_vars 1e3 is exported by Bridge as 1000.0, and a date as its text)."""
+    import yaml
+
+    class Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+        pass
+
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"""^(?:
+         [-+]?[0-9]+(?:_[0-9]+)*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
+        |\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
+        |[-+]?[0-9]+(?:_[0-9]+)*(?::[0-5]?[0-9])+\.[0-9_]*
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""", re.X), list("-+0123456789."))
+    Loader.yaml_implicit_resolvers = {key: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+                                      for key, resolvers in Loader.yaml_implicit_resolvers.items()}
+    return Loader
+
+
+def load_yaml_file(path, label: str = "", omegaconf: bool = False):
     where = f"{label} {path}".strip()
     try:
         data = read_bytes(path, MAX_CONFIG_BYTES)
     except UsageError as exc:
         raise UsageError(f"{label} {exc}".strip()) from None
-    return parse_yaml(decode(data, where), where)
+    return parse_yaml(decode(data, where), where, omegaconf)
 
 
 # Sections lint, diff and resolve read as mappings of fields (mixed_precision may also be a recipe name).
@@ -497,7 +520,7 @@ MAPPING_SECTIONS = ("model", "ddp", "optimizer", "train", "comm_overlap", "env_v
 def load_config(path, label: str = "") -> dict:
     """A ConfigContainer-shaped YAML file: a mapping of sections, every key at every level a string."""
     where = f"{label} {path}".strip()
-    loaded = load_yaml_file(path, label)
+    loaded = load_yaml_file(path, label, omegaconf=True)
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):

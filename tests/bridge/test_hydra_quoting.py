@@ -126,3 +126,18 @@ def test_a_field_of_a_missing_comm_overlap_section_is_refused_by_bridge_s_hydra_
     omega, _ = create_omegaconf_dict_config(cfg)
     with pytest.raises(Exception, match="comm_overlap"):
         parse_hydra_overrides(omega, ["comm_overlap.tp_comm_overlap=true"])
+
+
+@pytest.mark.parametrize("text", ["1e3", "1.0e+3", "1_000", "2024-01-01", "1:30", ".5", "+.inf", ".nan", "010", "0x10",
+                                  "true", "on", "null", "~", "'1e3'", "12:30:45", "1e-4", "-2E5"])
+def test_a_config_file_is_typed_as_omegaconf_types_it(text):
+    """recheck53 X7: a config's env_vars was typed as PyYAML's 1.1 loader types it (1e3 text, a date refused), where
+    Bridge reads configs with OmegaConf's loader (1e3 the float 1000.0, a date its text)."""
+    import math
+
+    from omegaconf import OmegaConf
+
+    theirs = OmegaConf.to_container(OmegaConf.create(f"k: {text}\n"))["k"]
+    ours = safeio.parse_yaml(f"k: {text}\n", "test", omegaconf=True)["k"]
+    same = (isinstance(theirs, float) and math.isnan(theirs) and math.isnan(ours)) or (type(ours), ours) == (type(theirs), theirs)
+    assert same, (ours, theirs)
