@@ -81,3 +81,18 @@ def test_a_sequence_length_set_on_the_model_alone_is_refused_as_bridge_refuses_i
     recipe = {g.id for g in api.resolve(recipe=RECIPE, overrides={"model.seq_length": 16384}).findings}
     assert "SEQ_LENGTH_DATASET_MISMATCH" in recipe
     assert "SEQ_LENGTH_DATASET_MISMATCH" not in {g.id for g in api.resolve(recipe=RECIPE).findings}
+
+
+def test_a_vpp_is_not_offered_where_the_layer_count_is_not_known():
+    """evalU V1: VPP 2 was offered (and P2P overlap reported on) for Gemma 3 VL 27B, whose 31 layers a stage no VPP
+    splits; its layer count is not known offline. The VPP is not offered as proven, a VPP set is said unchecked, and
+    --shape num_layers reaches the check."""
+    from mbridge_overlap import api
+
+    name, over = "gemma3_vl_27b_sft_config", {"comm_overlap.tp_comm_overlap": True, "model.sequence_parallel": True}
+    pp = next(f for f in api.resolve(over, recipe=name).findings if f.id == "PP_OVERLAP_NOT_SELECTED")
+    assert pp.fix_overrides == {} and "num_layers" in pp.fix
+    vpp = {**over, "model.virtual_pipeline_model_parallel_size": 2}
+    assert "PIPELINE_LAYERS_NOT_CHECKED" in {f.id for f in api.resolve(vpp, recipe=name).findings}
+    checked = {f.id for f in api.resolve(vpp, recipe=name, shape={"num_layers": 62}).findings}
+    assert "PIPELINE_LAYERS_UNEVEN" in checked and "PIPELINE_LAYERS_NOT_CHECKED" not in checked

@@ -175,8 +175,8 @@ def with_model(sc: Scenario, model: str | None, shape: dict | None) -> Scenario:
         sc.shape["hidden_size"] = _positive("hidden_size", (shape or {}).get("hidden_size") or known.get("hidden_size"))
     req = sc.request
     sc.notes += _provider_differs(req, model)
-    if req.recipe is not None or req.origin.get("model.num_layers") in ("override", "config"):
-        return sc
+    if req.origin.get("model.num_layers") in ("override", "config") or req.recipe is not None and layers.known(req):
+        return sc  # (a recipe whose layer count is not known takes --shape's or --model's: evalU V1)
     n = (shape or {}).get("num_layers") or known.get("num_layers")
     if isinstance(n, int) and not isinstance(n, bool):
         req.context["model.num_layers"] = n

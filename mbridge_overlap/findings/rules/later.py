@@ -31,6 +31,15 @@ def vpp_refused_by_model(state: State):
     yield make("VPP_REFUSED_BY_MODEL", fix_overrides=o, fix=fix, vpp=fmt(vpp), who=refused[0], said=refused[1])
 
 
+@check("PIPELINE_LAYERS_NOT_CHECKED")
+def pipeline_layers_not_checked(state: State):
+    """VPP set where the layer count is not known: whether it splits each stage evenly is not checked (evalU V1)."""
+    model = state.model
+    pp, vpp = model["pipeline_model_parallel_size"], model["virtual_pipeline_model_parallel_size"]
+    if pp > 1 and (vpp or 1) > 1 and layers.known(state.request) is None and not layers.flexible(state.request):
+        yield make("PIPELINE_LAYERS_NOT_CHECKED", pp=pp, vpp=vpp)
+
+
 @check("PIPELINE_LAYERS_UNEVEN")
 def pipeline_layers_uneven(state: State):
     """Megatron-Core builds num_layers / PP layers per stage and Bridge's GPTModelProvider.provide splits a stage into

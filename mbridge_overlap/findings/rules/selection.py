@@ -61,6 +61,10 @@ def pp_overlap(state: State):
     from_layout = (vpp or 1) > 1 and req.model.get("virtual_pipeline_model_parallel_size") is None
     refused = vpp_refusal(state)
     ask = None if refused else layers.interleaved_vpp(state)
+    # a VPP must split each stage's layers evenly, which only a known layer count checks (evalU V1: VPP 2 was offered
+    # for Gemma 3 VL's 31 layers a stage, which the model build refuses)
+    unchecked = (ask is not None and "model.virtual_pipeline_model_parallel_size" not in req.explicit and (vpp or 1) <= 1
+                 and layers.known(req) is None and not layers.flexible(req))
     change = {} if (vpp or 1) > 1 and not from_layout else {"model.virtual_pipeline_model_parallel_size": ask} if ask else {}
     if req.comm_overlap is None:
         why = "no comm_overlap section"
@@ -78,13 +82,17 @@ def pp_overlap(state: State):
     if req.comm_overlap is None and _takes_tp_overlap(model, state):  # the section it adds: with TP overlap where it applies
         candidates = [{**c, "comm_overlap.tp_comm_overlap": True} for c in candidates] + candidates
     otherwise = shell("or keep the non-interleaved schedule (VPP must split the layers evenly over PP x VPP chunks)")
-    if refused:  # (evalT U1: VPP was offered to a hybrid model, whose provider asserts it is None)
+    if unchecked:
+        otherwise = Shell(f"model.virtual_pipeline_model_parallel_size={ask}, or another VPP that divides each stage's "
+                          "layers: this answer does not know num_layers, so it cannot check that (--shape num_layers=N "
+                          "or --model NAME does)")
+    elif refused:  # (evalT U1: VPP was offered to a hybrid model, whose provider asserts it is None)
         otherwise = Shell(f"none: P2P overlap needs the interleaved schedule (VPP >= 2), which {refused[0]} refuses "
                           f"when it builds the model: {refused[1]}")  # (a catalog recipe's name, Bridge's words)
     elif ask is None:  # a layout whose stages are PP's own (evalR S1)
         otherwise = shell("or set VPP with a pipeline_model_parallel_layout of PP x VPP stages (this config's layout "
                           "fixes the stages, so VPP alone conflicts with it), or keep the non-interleaved schedule")
-    o, fix = fixed(state, "PP_OVERLAP_NOT_SELECTED", [] if refused else candidates, otherwise)
+    o, fix = fixed(state, "PP_OVERLAP_NOT_SELECTED", [] if refused or unchecked else candidates, otherwise)
     yield make("PP_OVERLAP_NOT_SELECTED", fix_overrides=o, fix=fix, pp=pp, why=why, batch=fmt(model["batch_p2p_comm"]))
 
 
