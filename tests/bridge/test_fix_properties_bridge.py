@@ -59,3 +59,20 @@ def test_embedding_wgrad_deferral_is_kept_by_its_fixes():
         fixed = conformance.Case({**over, **fix}, 8, True)
         assert not conformance.check(fixed, version).differences
         assert api.resolve(fixed.overrides, gpus=8).effective["model"]["defer_embedding_wgrad_compute"] is True
+
+
+def test_cuda_graph_delay_wgrad_is_fixed_with_gradient_accumulation_fusion():
+    """evalU V2: "CUDA graph with delay_wgrad_compute requires gradient_accumulation_fusion" was fixed by turning the
+    MoE overlap and delay_wgrad_compute off; gradient_accumulation_fusion=true alone keeps them, here as in Bridge."""
+    over = {"model.num_moe_experts": 8, "model.expert_model_parallel_size": 2, "model.moe_token_dispatcher_type": "alltoall",
+            "comm_overlap.tp_comm_overlap": False, "comm_overlap.overlap_moe_expert_parallel_comm": True,
+            "comm_overlap.delay_wgrad_compute": True, "model.cuda_graph_impl": "transformer_engine",
+            "model.cuda_graph_scope": ["attn"], "model.gradient_accumulation_fusion": False,
+            "model.add_bias_linear": False, "model.add_qkv_bias": False}  # (no attention bias, as Qwen3's)
+    version = adapter.bridge_version()
+    assert not conformance.check(conformance.Case(over, 8, True), version).differences  # both refuse, with one message
+    (f,) = [f for f in api.resolve(over, gpus=8).findings if f.id == "MOE_OVERLAP_REJECTED"]
+    assert f.fix_overrides == {"model.gradient_accumulation_fusion": True}
+    fixed = conformance.Case({**over, **f.fix_overrides}, 8, True)
+    assert not conformance.check(fixed, version).differences
+    assert api.resolve(fixed.overrides, gpus=8).effective["model"]["overlap_moe_expert_parallel_comm"] is True

@@ -46,6 +46,8 @@ def _moe_fix(state: State, r) -> tuple[list, dict]:
     failing = [message for ok, message in resolver._MOE_OVERLAP_CHECKS if message in r.message or not ok(state.model)]
     fixes = [f(state) if (f := _MOE_PRECONDITION_FIXES.get(message)) else None for message in failing]
     keep = {k: v for f in fixes for k, v in f.items()} if failing and all(f is not None for f in fixes) else {}
+    if "requires gradient_accumulation_fusion" in r.message:  # (evalU V2: the overlaps asked for were turned off)
+        keep = {**keep, "model.gradient_accumulation_fusion": True}
     return [keep, off], {}
 
 
