@@ -301,3 +301,18 @@ def test_an_upgrade_s_diff_names_the_launch_environment_the_old_release_s_launch
     rules = {v: dict((n, val) for n, val, _ in launch_env.rules(releases.get(v), an.launch_layout)) for v in ("0.5.1", "0.6.2")}
     moved = sorted(n for n in set(rules["0.5.1"]) | set(rules["0.6.2"]) if str(rules["0.5.1"].get(n)) != str(rules["0.6.2"].get(n)))
     assert moved and all(n in said for n in moved)
+
+
+def test_a_saved_ddp_knob_commoverlapconfig_writes_is_fixed_on_comm_overlap(tmp_path):
+    """evalU V3: an edited saved ddp.bucket_size was put down to another release or GPU count; Bridge's
+    CommOverlapConfig writes it at every start, so comm_overlap.bucket_size is the way."""
+    from conftest import ROOT
+
+    from mbridge_overlap import api
+
+    text = (ROOT / "tests" / "data" / "run_configs" / "baseline.yaml").read_text()
+    assert "  bucket_size: 134217728\n" in text
+    edited = tmp_path / "run_config.yaml"
+    edited.write_text(text.replace("  bucket_size: 134217728\n", "  bucket_size: 536870912\n", 1))
+    (f,) = [f for f in api.lint(str(edited)).findings if f.id == "SAVED_EFFECTIVE_DIFFERS"]
+    assert "ddp.bucket_size" in f.message and "comm_overlap.bucket_size" in f.fix

@@ -81,5 +81,22 @@ def _saved_differs(an: Analysis) -> list:
     ]
     if not diffs:
         return []
-    return [findings.make("SAVED_EFFECTIVE_DIFFERS", knobs=[d.split(":")[0] for d in diffs], count=len(diffs),
-                          version=an.scenario.release.version, diffs="; ".join(diffs[:4]))]
+    keys = [d.split(":")[0] for d in diffs]
+    return [findings.make("SAVED_EFFECTIVE_DIFFERS", knobs=keys, count=len(diffs), version=an.scenario.release.version,
+                          diffs="; ".join(diffs[:4]), fix=_saved_fix(an, keys))]
+
+
+def _saved_fix(an: Analysis, keys: list) -> findings.Shell:
+    """Where a differing key is one Bridge's CommOverlapConfig writes at every start from the comm_overlap section,
+    an edit of the saved value does not survive: its comm_overlap field is the way (evalU V3: the release and the GPU
+    count were blamed for an edited ddp.bucket_size)."""
+    from ..run.runconfig import WRITTEN_BY_COMM_OVERLAP, WRITTEN_BY_DP_OVERLAP
+
+    written = [k for k in keys if k in WRITTEN_BY_COMM_OVERLAP + WRITTEN_BY_DP_OVERLAP]
+    plain = findings.Shell("pass the run's --bridge-version and --gpus; or the file was edited after the run started")
+    if not written or an.state.request.comm_overlap is None:
+        return plain
+    fields = ", ".join(f"comm_overlap.{k.partition('.')[2]}" for k in written)
+    return findings.shell("{written}: Bridge's CommOverlapConfig writes them from the comm_overlap section at every "
+                          "start, so an edit of the saved value does not survive (set {fields} instead); else {plain}",
+                          written=findings.Shell(", ".join(written)), fields=findings.Shell(fields), plain=plain)
