@@ -658,3 +658,15 @@ def test_an_ep_all_to_all_that_cannot_pay_gets_the_remedy_the_budget_shows():
     (short, (fix,), _), (longer, _, _) = ep(2048), ep(8192)
     assert "a longer sequence" in fix and "micro-batch" not in fix and longer > short
     assert ep(2048, on=False)[2]  # turning it on holds with the provider's alltoall (the baseline's allgather refused it)
+
+
+def test_distributed_optimizer_instances_are_said_unmodelled():
+    """evalU V4: with ddp.num_distributed_optimizer_instances=2 the budget priced DP over the whole group and said
+    nothing; it now says what Megatron-Core does instead."""
+    from mbridge_overlap import api
+
+    over = {"ddp.num_distributed_optimizer_instances": 2}
+    b = api.resolve(over, recipe="llama3_8b_pretrain_config", gpus=16, model="llama3_8b").budget
+    assert any("num_distributed_optimizer_instances=2 is not modelled" in a for a in b["assumptions"])
+    plain = api.resolve(recipe="llama3_8b_pretrain_config", gpus=16, model="llama3_8b").budget
+    assert not any("num_distributed_optimizer_instances" in a for a in plain["assumptions"])

@@ -42,12 +42,22 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     if efficiency is not None:  # tools/check_budget.py fits it
         sysinfo = system.System(sysinfo.name, {**sysinfo.record, "efficiency": {"value": efficiency}}, lay.domain)
     budget = estimate.estimate(lay, sh, sysinfo, origin)
-    budget.assumptions += tuple(shapes.unmodelled(_model_fields(sc))) + provided
+    budget.assumptions += tuple(shapes.unmodelled(_model_fields(sc))) + provided + _instances(state)
     if provided:  # the flips are proven on the run the budget prices (recheck49 Q4)
         state = sc.derive({"model.moe_token_dispatcher_type": lay.dispatcher}).resolve()
     budget.flips = flips.check(state, {k: v for k, v in lay.settings.items() if k in budget.flipped})
     budget.findings = worth.check(budget)
     return budget
+
+
+def _instances(state) -> tuple:
+    """Distributed-optimizer instances, which the DP items do not model (evalU V4: priced over the whole group)."""
+    n = state.ddp.get("num_distributed_optimizer_instances") or 1
+    if n <= 1:
+        return ()
+    return (f"ddp.num_distributed_optimizer_instances={n} is not modelled: Megatron-Core reduce-scatters and gathers "
+            f"within each instance's 1/{n} of the DP x CP group and all-reduces between the {n} instances on a stream of "
+            "its own (param_and_grad_buffer.py); the DP items price the whole group as one instance",)
 
 
 def _provider_dispatcher(lay, sc, model: str | None) -> tuple:
