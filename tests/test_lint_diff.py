@@ -316,3 +316,16 @@ def test_a_saved_ddp_knob_commoverlapconfig_writes_is_fixed_on_comm_overlap(tmp_
     edited.write_text(text.replace("  bucket_size: 134217728\n", "  bucket_size: 536870912\n", 1))
     (f,) = [f for f in api.lint(str(edited)).findings if f.id == "SAVED_EFFECTIVE_DIFFERS"]
     assert "ddp.bucket_size" in f.message and "comm_overlap.bucket_size" in f.fix
+
+
+def test_nccl_ub_s_launch_variables_are_its_fix_where_the_allocator_setting_stays():
+    """evalU V5: with expandable_segments set too, the fix read "... leaves it as it is; nothing to change in the
+    config" while other findings set the same two variables."""
+    from mbridge_overlap import api
+
+    over = {"ddp.nccl_ub": True, "env_vars.PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    (f,) = [f for f in api.resolve(over, gpus=8).findings if f.id == "NCCL_UB_LAUNCH_ENV"]
+    assert f.fix_overrides == {"env_vars.NCCL_NVLS_ENABLE": 1, "env_vars.NCCL_CTA_POLICY": 1}
+    fixed = api.resolve({**over, **f.fix_overrides}, gpus=8)
+    (g,) = [f for f in fixed.findings if f.id == "NCCL_UB_LAUNCH_ENV"]
+    assert g.fix_overrides == {} and "torch" in g.fix and "nothing to change" in g.fix

@@ -280,10 +280,16 @@ def nccl_ub(state: State):
     alloc = "expandable_segments:True" in str(state.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")).split(",")
     if not missing and not alloc:
         return
-    o, fix = fixed(state, "NCCL_UB_LAUNCH_ENV", [missing], shell("nothing to change in the config"))
-    yield make("NCCL_UB_LAUNCH_ENV", fix_overrides=o, fix=fix, fsdp=" with Megatron-FSDP" if state.fsdp else "",
-               alloc="; with torch < 2.11 Megatron-Core rejects nccl_ub with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which this "
-                     "config sets" if alloc else "")
+    said = dict(fsdp=" with Megatron-FSDP" if state.fsdp else "",
+                alloc="; with torch < 2.11 Megatron-Core rejects nccl_ub with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, "
+                      "which this config sets" if alloc else "")
+    older = shell("nothing to change in the config with torch >= 2.11; with an older torch drop expandable_segments:True "
+                  "from PYTORCH_CUDA_ALLOC_CONF")
+    if missing:  # (evalU V5: "leaves it as it is; nothing to change", the allocator clause outliving the variables set)
+        o, fix = fixed(state, "NCCL_UB_LAUNCH_ENV", [missing], shell("nothing to change in the config"), knobs=["ddp.nccl_ub"])
+        yield make("NCCL_UB_LAUNCH_ENV", fix_overrides=o, fix=fix, knobs=["ddp.nccl_ub"], **said)
+    else:
+        yield make("NCCL_UB_LAUNCH_ENV", fix=older, knobs=["ddp.nccl_ub", "env_vars.PYTORCH_CUDA_ALLOC_CONF"], **said)
 
 
 @check("DP_SIZE_ONE", "DP_OVERLAP_OFF_WITH_CP", "BRIDGE_SELECTS_ALIGN_PARAM_GATHER")
