@@ -49,14 +49,15 @@ def _known_model(name: str | None) -> dict:
     return load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(name or "") or {}
 
 
-def flexible(req: Request) -> bool:
-    """Whether a field lays the layers unevenly (a layout, first/last stage counts, the embedding or loss counted)."""
+def flexible(req: Request, accounted: bool = True) -> bool:
+    """Whether a field lays the layers unevenly (a layout, first/last stage counts, the embedding or loss counted:
+    not accounted where the model's split ignores them, as a hybrid model's does)."""
     ctx = req.context
     return (str(ctx.get("model.pipeline_model_parallel_layout")).strip().lower() not in ("none", "null", "")
             or any(given.integer(f"model.{n}", ctx.get(f"model.{n}")) is not None
                    for n in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"))
-            or any(given.flag(f"model.{n}", ctx.get(f"model.{n}"))
-                   for n in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")))
+            or accounted and any(given.flag(f"model.{n}", ctx.get(f"model.{n}"))
+                                 for n in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")))
 
 
 def _count(value, where: str) -> tuple[int, str] | None:

@@ -51,3 +51,10 @@ def refusal_of(state) -> tuple[str, str] | None:
     target = model.get("_target_") if isinstance(model, dict) else None
     cls = target.rsplit(".", 1)[-1] if isinstance(target, str) else ""
     return refusal(state.request.release.version, state.scenario.recipe, cls)
+
+
+def hybrid(state) -> bool:
+    """Whether the model that refuses VPP is a hybrid (Mamba) one, whose layers Megatron-Core's hybrid layer allocation
+    splits over the stages (FalconH1's and T5's do not)."""
+    found = refusal_of(state)
+    return found is not None and ("Hybrid" in found[1] or "Mamaba" in found[1] or "Mamba" in found[1])

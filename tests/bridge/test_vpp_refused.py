@@ -56,3 +56,38 @@ def test_a_gpt_model_does_not_refuse_vpp():
     assert vpp_refused.refused(GPTModelProvider) is None
     found = api.resolve({"model.virtual_pipeline_model_parallel_size": 5}, recipe="llama3_70b_pretrain_64gpu_h100_bf16_config")
     assert "VPP_REFUSED_BY_MODEL" not in {f.id for f in found.findings}
+
+
+def test_a_hybrid_model_s_uneven_split_is_fixed_as_its_layer_allocation_takes_it():
+    """recheck54 Y1: a hybrid model's layers are split by Megatron-Core's select_pipeline_segment, which ignores
+    account_for_* (offered, and passing here, where Bridge failed): the first and last stages' counts are the fix, and
+    every pipeline rank then gets its layers."""
+    import torch
+    from unittest import mock
+
+    from megatron.core.models.hybrid import hybrid_layer_allocation as allocation
+
+    from mbridge_overlap.bridge import adapter, recipes
+
+    name, pp = "nemotronh_56b_pretrain_config", 4
+    over = {"model.tensor_model_parallel_size": 2, "model.pipeline_model_parallel_size": pp}
+    (f,) = [f for f in api.resolve(over, recipe=name, gpus=64).findings if f.id == "PIPELINE_LAYERS_UNEVEN"]
+    assert set(f.fix_overrides) == {"model.num_layers_in_first_pipeline_stage", "model.num_layers_in_last_pipeline_stage"}
+    cfg = recipes.rebuild(catalog.lookup(name, _version()), Path(tempfile.mkdtemp()))
+    for key, value in {**over, **f.fix_overrides}.items():
+        setattr(cfg.model, key.partition(".")[2], value)
+    error, _ = recipes.runtime(cfg, 64, "h100")
+    assert error is None, error
+    pattern = getattr(cfg.model, "hybrid_layer_pattern", None) or getattr(cfg.model, "hybrid_override_pattern", None)
+    main = allocation.parse_hybrid_pattern(pattern).main_pattern
+    counts = []
+    adapter.quiet()
+    with mock.patch.object(allocation, "log_on_each_pipeline_stage", lambda *a, **k: None), \
+            mock.patch.object(allocation, "log_single_rank", lambda *a, **k: None):
+        for rank in range(pp):
+            with mock.patch.object(torch.distributed, "get_rank", lambda g=None, r=rank: r), \
+                    mock.patch.object(torch.distributed, "get_world_size", lambda g=None: pp):
+                counts.append(len(allocation.select_pipeline_segment(
+                    main, object(), None, cfg.model.num_layers_in_first_pipeline_stage,
+                    cfg.model.num_layers_in_last_pipeline_stage)[0]))
+    assert sum(counts) == cfg.model.num_layers and min(counts) > 0
