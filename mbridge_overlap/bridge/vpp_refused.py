@@ -24,7 +24,7 @@ def generate() -> dict:
     for module in [m for name, m in list(sys.modules.items()) if name.startswith("megatron.bridge.models")]:
         for name, cls in list(vars(module).items()):
             if inspect.isclass(cls) and cls.__module__ == module.__name__ and refused(cls):
-                classes[name] = refused(cls)
+                classes[f"{module.__name__}.{name}"] = refused(cls)  # (two classes share a name: recheck54 Y2)
     names, stand_ins = [], {}
     scratch = Path(tempfile.mkdtemp(prefix="mbridge-vpp-"))
     for package, name, _ in functions:
@@ -39,7 +39,7 @@ def generate() -> dict:
             cfg = recipes.rebuild(entry, scratch)
         except Exception:  # noqa: BLE001 - as the catalog says, it does not build offline
             continue
-        if type(cfg.model).__name__ in classes:
+        if f"{type(cfg.model).__module__}.{type(cfg.model).__name__}" in classes:
             names.append(f"{package}.{name}")
         elif recipes._StandIn.built:
             stand_ins[f"{package}.{name}"] = folder(entry["module"])

@@ -23,11 +23,12 @@ def _data(version: str) -> dict:
 
 
 def refusal(version: str, recipe: dict | None, provider_class: str = "") -> tuple[str, str] | None:
-    """(provider class or recipe, the assertion's message) where the model refuses VPP, else None (or not known)."""
+    """(provider class or recipe, the assertion's message) where the model refuses VPP, else None (or not known).
+    provider_class: a run config's model._target_, module and class (two of Bridge's classes share a name)."""
     data = _data(version)
     classes = data.get("classes") or {}
     if provider_class in classes:
-        return provider_class, classes[provider_class]
+        return provider_class.rsplit(".", 1)[-1], classes[provider_class]
     ref = f"{(recipe or {}).get('package')}.{(recipe or {}).get('name')}"
     if ref in set(data.get("recipes") or ()):
         return f"recipe {recipe['name']}'s provider", _message(classes)
@@ -39,8 +40,9 @@ def refusal(version: str, recipe: dict | None, provider_class: str = "") -> tupl
 def _message(classes: dict) -> str:
     """The message of the recipe's provider: the Hybrid (0.6) or Mamba (0.5) one, which every such recipe builds."""
     for name in ("HybridModelProvider", "MambaModelProvider"):
-        if name in classes:
-            return classes[name]
+        for key, message in classes.items():
+            if key.endswith("." + name):
+                return message
     return next(iter(classes.values()), "")
 
 
@@ -49,8 +51,7 @@ def refusal_of(state) -> tuple[str, str] | None:
     rc = state.scenario.config
     model = rc.raw.get("model") if rc else None
     target = model.get("_target_") if isinstance(model, dict) else None
-    cls = target.rsplit(".", 1)[-1] if isinstance(target, str) else ""
-    return refusal(state.request.release.version, state.scenario.recipe, cls)
+    return refusal(state.request.release.version, state.scenario.recipe, target if isinstance(target, str) else "")
 
 
 def hybrid(state) -> bool:
