@@ -383,9 +383,9 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
     are text), unless YAML already typed it (`typed`); Bridge stores str(value) in os.environ."""
     text = None
     if isinstance(value, str) and typed:
-        return value
+        return _interpolated(key, value)  # (OmegaConf resolves a config file's too: recheck54 Y3)
     if isinstance(value, str) and _unquoted(value.strip()) != value.strip():
-        return safeio.hydra_unquoted(value.strip())  # quoted: text, as Hydra reads it
+        return _interpolated(key, safeio.hydra_unquoted(value.strip()))  # quoted: text, as Hydra reads it
     if isinstance(value, str):
         text = value.strip()
         if text.lower() == "null":
@@ -396,7 +396,8 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
             raise UsageError(f"{key}: {safeio.shown(text)} is a list, a mapping or a sweep to Hydra, which Bridge "
                              "refuses (environment values must be scalars); quote it to give the text")
         elif safeio.HYDRA_INT.match(text):  # (010 is text to Hydra, 1_000 the number 1000)
-            return int(text.replace("_", "")) if len(text) <= 18 else text  # no launch variable is a count of 19+ digits
+            digits = text.replace("_", "").lstrip("+")
+            return int(digits) if len(digits) <= 18 else digits  # (past 18 digits no count: its text, as Bridge exports it)
         elif safeio.HYDRA_FLOAT.match(text):
             value = float(text.replace("_", ""))
         elif safeio.HYDRA_NOT_FINITE.match(text):
@@ -414,13 +415,26 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
 def _hydra_text(key: str, text: str) -> str:
     """An unquoted value's text as Hydra reads it (escapes undone: a\\ b is "a b"), or refused as Hydra's lexer
     refuses it (~, a=b, a quote inside, a non-ASCII letter: Bridge's parse_hydra_overrides raises)."""
-    if _HYDRA_FUNCTION.match(text) or "${" in _HYDRA_ESC.sub("", text):  # (fuzzP P2: taken as their text)
-        raise UsageError(f"{key}: {safeio.shown(text)} is a Hydra function call or an OmegaConf interpolation, which "
-                         "Bridge evaluates before it exports the value and this skill does not: give the value itself")
+    if _HYDRA_FUNCTION.match(text):  # (fuzzP P2: taken as their text)
+        raise UsageError(f"{key}: {safeio.shown(text)} is a Hydra function call, which Bridge evaluates before it "
+                         "exports the value and this skill does not: give the value itself")
     if not _HYDRA_UNQUOTED.match(text):
         raise UsageError(f"{key}: {safeio.shown(text)} is not a value Hydra's override grammar takes unquoted (Bridge "
                          "refuses the override); quote it to give the text")
-    return _HYDRA_ESC.sub(lambda m: m[0][1::2], text)
+    return _interpolated(key, _HYDRA_ESC.sub(lambda m: m[0][1::2], text))
+
+
+_INTERPOLATION = re.compile(r"(?<!\\)\$\{")
+
+
+def _interpolated(key: str, text: str) -> str:
+    """A launch variable's text as OmegaConf leaves it (Bridge resolves the config with to_container(resolve=True)):
+    an escaped \\${ is a literal ${; an interpolation is refused, for it is resolved where Bridge runs (fuzzP P2,
+    recheck54 Y3: a quoted one, or a config file's, was taken as its text)."""
+    if _INTERPOLATION.search(text):
+        raise UsageError(f"{key}: {safeio.shown(text)} holds an OmegaConf interpolation, which Bridge resolves where it "
+                         "runs and this skill does not: give the value itself (\\${ for a literal ${)")
+    return text.replace("\\${", "${")
 
 
 _SETTERS = {

@@ -141,3 +141,16 @@ def test_a_config_file_is_typed_as_omegaconf_types_it(text):
     ours = safeio.parse_yaml(f"k: {text}\n", "test", omegaconf=True)["k"]
     same = (isinstance(theirs, float) and math.isnan(theirs) and math.isnan(ours)) or (type(ours), ours) == (type(theirs), theirs)
     assert same, (ours, theirs)
+
+
+@pytest.mark.parametrize("text", ["${x}", "a${b}c", "cost $5"])
+def test_a_literal_interpolation_text_goes_through_bridge_as_text(text):
+    """recheck54 Y3: a restore of text holding ${ was single-quoted, and OmegaConf interpolated it again; written \\${
+    it is the literal text, and our reading of it (request.env_value) is Bridge's."""
+    from omegaconf import OmegaConf
+    from megatron.bridge.training.utils.omegaconf_utils import parse_hydra_overrides
+
+    word = safeio.hydra_quote(text)
+    cfg = parse_hydra_overrides(OmegaConf.create({"env_vars": {"A": 1}}), [f"++env_vars.X={word}"])
+    assert OmegaConf.to_container(cfg, resolve=True)["env_vars"]["X"] == text
+    assert request.env_value("env_vars.X", word) == text
