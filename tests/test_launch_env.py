@@ -71,3 +71,13 @@ def test_launcher_value_against_the_rule_is_unset_not_adopted():
     r = api.resolve(recipe="llama31_405b_pretrain_128gpu_gb300_fp8cs_config", launcher_env={"NCCL_NVLS_ENABLE": "1"})
     (f,) = [f for f in r.findings if f.id == "LAUNCHER_ENV_WINS" and "NCCL_NVLS_ENABLE" in f.message]
     assert f.fix_overrides == {} and "unset" in f.fix
+
+
+def test_an_explicit_topology_override_is_the_launcher_s_to_keep():
+    """recheck54 Y4: the 0.6 perf launcher keeps a topology variable an explicit env_vars override names (its protected
+    names); "Bridge's launcher uses 8 here" was said of the user's 4, with a fix to change it."""
+    from mbridge_overlap import api
+
+    name = "qwen3_30b_a3b_pretrain_32gpu_gb200_bf16_config"
+    over = {"env_vars.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": 4}
+    assert not [f for f in api.resolve(over, recipe=name).findings if "NUM_OF_HYBRID_EP_RANKS" in f.message]

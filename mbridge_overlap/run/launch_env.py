@@ -109,6 +109,11 @@ def _hybridep(release: releases.Release, style: dict, layout: Layout) -> list:
     return out + [(k, str(v), f"the hybridep backend ({_where(release)})") for k, v in style["hybridep_env"].items()]
 
 
+# HybridEP's topology variables: the 0.6 perf launcher writes them for the hybridep backend except where an explicit
+# env_vars override names them (apply_target_topology_environment's protected names), and drops them for another
+TOPOLOGY = ("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", "NVLINK_DOMAIN_SIZE", "USE_MNNVL")
+
+
 def hybridep_ep_refused(release: releases.Release, layout: Layout) -> str | None:
     """The 0.6 perf launcher's refusal of a hybridep EP group larger than a multi-node NVLink domain (None: none)."""
     style = releases.data()["launch_env"].get(release.launch_env, {})

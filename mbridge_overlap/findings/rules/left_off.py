@@ -112,6 +112,8 @@ def launch_environment(state: State):
     have, release = state.request.env_vars, state.request.release
     for name, value, why in launch_env.rules(release, launch_env.layout_of(state)):
         set_to = {f"env_vars.{name}": launch_env.env_value(value)} if release.env_vars else {}
+        if name in launch_env.TOPOLOGY and state.request.origin.get(f"env_vars.{name}") == "override":
+            continue  # the 0.6 launcher keeps an explicit env_vars override of the topology (recheck54 Y4)
         if name in have and str(have[name]) != value:
             fid = "LAUNCH_ENV_DIFFERS_FROM_BRIDGE" if name in _DECISIVE_ENV else "LAUNCH_ENV_TUNED_DIFFERENTLY"
             if fid == "LAUNCH_ENV_TUNED_DIFFERENTLY" and _recipe_s_own(state, name):
