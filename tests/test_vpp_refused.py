@@ -19,7 +19,7 @@ def _pp_fix(result) -> dict | None:
     return None if f is None else f.fix_overrides
 
 
-@pytest.mark.parametrize("ref", [DATA["recipes"][0], DATA["recipes"][-1], DATA["loaded_recipes"][0]])
+@pytest.mark.parametrize("ref", [sorted(DATA["recipes"])[0], sorted(DATA["recipes"])[-1], sorted(DATA["loaded_recipes"])[0]])
 def test_no_vpp_is_offered_to_a_model_that_refuses_it(ref):
     pp = api.resolve({"model.pipeline_model_parallel_size": 2, "model.virtual_pipeline_model_parallel_size": None},
                      recipe=ref, gpus=64)

@@ -25,7 +25,7 @@ def generate() -> dict:
         for name, cls in list(vars(module).items()):
             if inspect.isclass(cls) and cls.__module__ == module.__name__ and refused(cls):
                 classes[f"{module.__name__}.{name}"] = refused(cls)  # (two classes share a name: recheck54 Y2)
-    names, stand_ins = [], {}
+    names, stand_ins = {}, {}
     scratch = Path(tempfile.mkdtemp(prefix="mbridge-vpp-"))
     for package, name, _ in functions:
         try:
@@ -39,16 +39,18 @@ def generate() -> dict:
             cfg = recipes.rebuild(entry, scratch)
         except Exception:  # noqa: BLE001 - as the catalog says, it does not build offline
             continue
-        if f"{type(cfg.model).__module__}.{type(cfg.model).__name__}" in classes:
-            names.append(f"{package}.{name}")
+        built = f"{type(cfg.model).__module__}.{type(cfg.model).__name__}"
+        if built in classes:
+            names[f"{package}.{name}"] = built
         elif recipes._StandIn.built:
             stand_ins[f"{package}.{name}"] = folder(entry["module"])
     # a recipe whose model is loaded from a Hugging Face config is built here with a GPT stand-in: it refuses VPP
     # where every recipe of its folder that builds its own provider does (Bridge's nemotronh folders: NemotronH's)
-    refusing = {folder(catalog.lookup(n, version)["module"]) for n in names}
-    loaded = sorted(n for n, f in stand_ins.items() if f in refusing)
+    refusing = {folder(catalog.lookup(n, version)["module"]): c for n, c in sorted(names.items())}
+    loaded = {n: refusing[f] for n, f in stand_ins.items() if f in refusing}
     return {"bridge_version": version, "generated_by": "tools/gen_vpp_refused.py (do not edit)",
-            "classes": dict(sorted(classes.items())), "recipes": sorted(names), "loaded_recipes": loaded}
+            "classes": dict(sorted(classes.items())), "recipes": dict(sorted(names.items())),
+            "loaded_recipes": dict(sorted(loaded.items()))}
 
 
 def folder(module: str) -> str:

@@ -25,37 +25,45 @@ def _data(version: str) -> dict:
 def refusal(version: str, recipe: dict | None, provider_class: str = "") -> tuple[str, str] | None:
     """(provider class or recipe, the assertion's message) where the model refuses VPP, else None (or not known).
     provider_class: a run config's model._target_, module and class (two of Bridge's classes share a name)."""
+    found = provider(version, recipe, provider_class)
+    if found is None:
+        return None
+    cls, how = found
+    said = {"class": cls.rsplit(".", 1)[-1], "built": f"recipe {(recipe or {}).get('name')}'s provider",
+            "loaded": f"recipe {(recipe or {}).get('name')}'s model (as every recipe of its folder that builds its own)"}
+    return said[how], _data(version)["classes"][cls]
+
+
+def provider(version: str, recipe: dict | None, provider_class: str = "") -> tuple[str, str] | None:
+    """(the refusing provider's module and class, how it is known: "class", "built", "loaded") or None."""
     data = _data(version)
-    classes = data.get("classes") or {}
-    if provider_class in classes:
-        return provider_class.rsplit(".", 1)[-1], classes[provider_class]
+    if provider_class in (data.get("classes") or {}):
+        return provider_class, "class"
     ref = f"{(recipe or {}).get('package')}.{(recipe or {}).get('name')}"
-    if ref in set(data.get("recipes") or ()):
-        return f"recipe {recipe['name']}'s provider", _message(classes)
-    if ref in set(data.get("loaded_recipes") or ()):  # its model from a Hugging Face config: its folder's hybrid one
-        return f"recipe {recipe['name']}'s model (a hybrid one, as every recipe of its folder that builds its own)", _message(classes)
+    for how, key in (("built", "recipes"), ("loaded", "loaded_recipes")):  # (loaded: from a Hugging Face config)
+        if ref in (data.get(key) or {}):
+            return data[key][ref], how
     return None
-
-
-def _message(classes: dict) -> str:
-    """The message of the recipe's provider: the Hybrid (0.6) or Mamba (0.5) one, which every such recipe builds."""
-    for name in ("HybridModelProvider", "MambaModelProvider"):
-        for key, message in classes.items():
-            if key.endswith("." + name):
-                return message
-    return next(iter(classes.values()), "")
 
 
 def refusal_of(state) -> tuple[str, str] | None:
     """refusal() for a resolved state: its recipe, or the provider class its run config's model._target_ names."""
-    rc = state.scenario.config
-    model = rc.raw.get("model") if rc else None
-    target = model.get("_target_") if isinstance(model, dict) else None
-    return refusal(state.request.release.version, state.scenario.recipe, target if isinstance(target, str) else "")
+    return refusal(state.request.release.version, state.scenario.recipe, _target(state))
 
 
 def hybrid(state) -> bool:
     """Whether the model that refuses VPP is a hybrid (Mamba) one, whose layers Megatron-Core's hybrid layer allocation
     splits over the stages (FalconH1's and T5's do not)."""
-    found = refusal_of(state)
-    return found is not None and ("Hybrid" in found[1] or "Mamaba" in found[1] or "Mamba" in found[1])
+    found = provider(state.request.release.version, state.scenario.recipe, _target(state))
+    return found is not None and found[0].rsplit(".", 1)[-1] in HYBRID
+
+
+HYBRID = ("HybridModelProvider", "MambaModelProvider")  # (0.6's hybrid provider; 0.5's Mamba one, 0.6's alias of it)
+
+
+def _target(state) -> str:
+    """A run config's model._target_ ("" where it gives none)."""
+    rc = state.scenario.config
+    model = rc.raw.get("model") if rc else None
+    target = model.get("_target_") if isinstance(model, dict) else None
+    return target if isinstance(target, str) else ""
