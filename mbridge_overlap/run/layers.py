@@ -101,7 +101,8 @@ def hydra_typed(layout):
         return layout
     if text.lower() in ("true", "false"):
         return text.lower() == "true"
-    return int(text.replace("_", "")) if safeio.HYDRA_INT.match(text) else float(text.replace("_", ""))
+    # (only its type is read: a number of thousands of digits is an int too, without int()'s digit limit: fuzzQ Q2)
+    return int(text.replace("_", "")[:19]) if safeio.HYDRA_INT.match(text) else float(text.replace("_", ""))
 
 
 LAYER_NAMES = ("embedding", "loss", "encoder", "decoder", "mtp")  # Megatron-Core's LayerType, as the layout names them

@@ -30,8 +30,10 @@ _DIGITS = re.compile(r"^[+-]?[0-9]+\Z")
 _HYDRA_FUNCTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*[ \t]*\(")  # int(1), glob(x): Hydra's grammar functions
 # the rest of an unquoted value: escape runs (each unescaped to every other character), interpolations, and the
 # characters Hydra's lexer takes outside quotes (VALUE_MODE's ID, UNQUOTED_CHAR, COLON, WS); anything else it refuses
-_HYDRA_ESC = re.compile(r"(?:\\\\|\\[()\[\]{}:=, \t])+")
-_HYDRA_UNQUOTED = re.compile(r"(?:" + _HYDRA_ESC.pattern + r"|\$\{[^}]+\}|[A-Za-z0-9_/\\+.$%*@?|: \t-])*\Z")
+# (one escape a token, and a backslash that escapes nothing apart: no two ways to read a text, which made the match
+# exponential in a run of escapes before a refused character: fuzzQ Q1)
+_HYDRA_ESC = re.compile(r"\\[()\[\]{}:=, \t\\]")
+_HYDRA_UNQUOTED = re.compile(r"(?:" + _HYDRA_ESC.pattern + r"|\\(?![()\[\]{}:=, \t\\])|\$\{[^}]+\}|[A-Za-z0-9_/+.$%*@?|: \t-])*\Z")
 _FLOAT = re.compile(r"^[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -155,7 +157,11 @@ def parse_override(text: str) -> tuple[str, str]:
     key, sep, value = body.partition("=")
     if not sep or not key or " " in key.strip():
         raise UsageError(f"override {safeio.shown(text)}: expected KEY=VALUE, e.g. model.tensor_model_parallel_size=4")
-    return key.strip(), value.strip()
+    return key.strip(), _HYDRA_TRAILING.sub("", value.lstrip(" \t")).strip("\r\n\f\v")
+
+
+# trailing blanks Hydra drops: not an escaped one (`Ring\\ ` is "Ring ": fuzzQ Q3)
+_HYDRA_TRAILING = re.compile(r"(?<!\\)[ \t]+\Z")
 
 
 def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
@@ -387,7 +393,7 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
     if isinstance(value, str) and _unquoted(value.strip()) != value.strip():
         return _interpolated(key, safeio.hydra_unquoted(value.strip()))  # quoted: text, as Hydra reads it
     if isinstance(value, str):
-        text = value.strip()
+        text = _HYDRA_TRAILING.sub("", value.strip("\r\n\f\v").lstrip(" \t"))  # (an escaped trailing blank stays)
         if text.lower() == "null":
             value = None
         elif text.lower() in ("true", "false"):
@@ -421,7 +427,7 @@ def _hydra_text(key: str, text: str) -> str:
     if not _HYDRA_UNQUOTED.match(text):
         raise UsageError(f"{key}: {safeio.shown(text)} is not a value Hydra's override grammar takes unquoted (Bridge "
                          "refuses the override); quote it to give the text")
-    return _interpolated(key, _HYDRA_ESC.sub(lambda m: m[0][1::2], text))
+    return _interpolated(key, _HYDRA_ESC.sub(lambda m: m[0][1], text))
 
 
 _INTERPOLATION = re.compile(r"(?<!\\)\$\{")

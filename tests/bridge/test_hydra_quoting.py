@@ -51,7 +51,9 @@ def test_a_launch_variable_fix_applies_through_bridge_s_hydra_overrides(name):
                                   "nan", "NaN", "-inf", "Inf", "nan_x", "a\\ b", "a\\,b", "a\\=b", "a\\\\b", "a\\b",
                                   "/usr/lib:/x", "a%b*c@d?e|f", "$HOME",
                                   # recheck53 X6: leading zeros and an exponent's underscores as Hydra reads them
-                                  "01.5", "00.5", "1e1_0", "0e5", "01e5", "1_0e2", "+.5e-3"])
+                                  "01.5", "00.5", "1e1_0", "0e5", "01e5", "1_0e2", "+.5e-3",
+                                  # fuzzQ Q1, Q3: escapes before the end, a backslash that escapes nothing
+                                  "Ring\\ ", "\\ \\ a", "a\\\\\\ b", "a\\x\\ "])
 def test_we_type_a_command_line_launch_variable_as_hydra_does(text):
     """recheck52 W5: 010 was read as 10 (Hydra: text), 1_000 as text (Hydra: 1000)."""
     hydra = pytest.importorskip("hydra.core.override_parser.overrides_parser")

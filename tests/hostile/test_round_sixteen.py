@@ -190,3 +190,24 @@ def test_a_command_line_scalar_layout_is_typed_as_hydra_types_it(value, kind):
                    f"model.pipeline_model_parallel_layout={value}", "--format", "json")
     (f,) = [f for f in json.loads(proc.stdout)["findings"] if f["id"] == "PIPELINE_LAYOUT_REJECTED"]
     assert f"'{kind}' object has no attribute" in f["message"]
+
+
+def test_a_run_of_escapes_before_a_refused_character_is_refused_at_once():
+    # fuzzQ Q1: 24 escaped blanks then `~` ran for minutes (each pair doubled the time: an ambiguous pattern)
+    import time
+
+    started = time.monotonic()
+    proc = run_cli("resolve", "--gpus", "8", "++env_vars.NCCL_ALGO=" + "\\ " * 200 + "~")
+    assert proc.returncode == 2 and time.monotonic() - started < 20
+    assert_one_line(proc)
+
+
+def test_an_escaped_trailing_blank_is_kept_and_a_huge_layout_number_is_an_int():
+    # fuzzQ Q3: `Ring\ ` was read as `Ring\` (trimmed before the escape was undone); Q2: a layout of 5,000 digits
+    # ended in int()'s digit-limit traceback
+    from mbridge_overlap.run import request
+
+    assert request.env_value("env_vars.X", request.parse_override("env_vars.X=Ring\\ ")[1]) == "Ring "
+    proc = run_cli("resolve", "--gpus", "16", "model.pipeline_model_parallel_size=2",
+                   "model.pipeline_model_parallel_layout=" + "9" * 5000, "--format", "json")
+    assert proc.returncode == 1 and b"'int' object has no attribute" in proc.stdout
