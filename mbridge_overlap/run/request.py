@@ -380,6 +380,9 @@ def _set_env_var(req: Request, key: str, name: str, value: Any) -> None:
     if not _ENV_NAME.match(name):
         raise UsageError(f"{key}: '{name}' is not an environment variable name")
     typed = req.origin.get(key) in ("config", "recipe")  # YAML typed it: "none" and a quoted 'true' are text (fuzzO F1)
+    if isinstance(value, str) and "\x00" in value:  # (fuzzQ Q7)
+        raise UsageError(f"{key}: the value holds a NUL byte, which the environment cannot hold (Bridge's os.environ "
+                         "raises ValueError: embedded null byte)")
     req.env_vars[name] = env_value(key, value, typed)
     req.explicit[key] = req.env_vars[name]
 
@@ -413,8 +416,7 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
     if value is None or not isinstance(value, (str, int, float, bool)):
         raise UsageError(f"{key}: environment values must be scalars (Bridge raises TypeError otherwise)")
     if isinstance(value, float) and not math.isfinite(value):
-        raise UsageError(f"{key}: {safeio.shown(str(text if isinstance(text, str) else value))} is no finite number "
-                         "(a launch variable takes a number or text)")
+        return str(value)  # what Bridge exports: str() of it (a config's .inf, 1e999; fuzzQ Q8)
     return value
 
 
@@ -476,6 +478,9 @@ def quoted_in_file(key: str, value: Any, want: str) -> UsageError:
     """The one line for a file's text where Bridge's config holds a number or a bool (_as_yaml_typed, and the shape
     keys only the budget reads: budget.shape.in_config)."""
     plain = isinstance(value, str) and _YAML_TEXT_NUMBER.fullmatch(value.strip())  # unquoted, yet text to YAML 1.1
+    if isinstance(value, str) and _INTERPOLATION.search(value):  # (fuzzQ Q5: "without quotes" said of none)
+        return UsageError(f"{key}: the file holds the OmegaConf interpolation {safeio.shown(value)}, which Bridge "
+                          f"resolves when it loads the config and this skill does not: write {want} itself")
     return UsageError(f"{key}: the file holds the text {safeio.shown(value)} where Bridge's config holds {want}: "
                       + ("write it in plain digits (YAML reads this form as text)" if plain else "write it without quotes"))
 

@@ -124,15 +124,14 @@ def test_a_transformer_engine_version_is_checked(version, ok):
         assert "--te-version" in proc.stderr.decode()
 
 
-def test_a_number_that_is_not_finite_is_refused_where_it_comes_in(tmp_path):
-    proc = run_cli("resolve", "--gpus", "8", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1e999", "--format", "json")
-    assert proc.returncode == 2
-    assert_one_line(proc)
+def test_a_number_that_is_not_finite_is_the_text_bridge_exports(tmp_path):
+    # (refused before; Hydra and OmegaConf type them as floats, and Bridge exports str() of them: fuzzQ Q8)
+    proc = run_cli("resolve", "--gpus", "8", "env_vars.NCCL_FOO=1e999", "--format", "json")
+    assert proc.returncode in (0, 1) and json.loads(proc.stdout)["env_vars"]["NCCL_FOO"] == "inf"
     config = tmp_path / "nan.yaml"
     config.write_text("env_vars:\n  NCCL_FOO: .nan\n")
     proc = run_cli("diff", "--gpus", "8", RUNS / "baseline.yaml", config, "--format", "json")
-    assert proc.returncode == 2
-    assert_one_line(proc)
+    assert proc.returncode in (0, 1), proc.stderr
 
 
 def test_json_output_is_valid_json_whatever_the_data():

@@ -211,3 +211,24 @@ def test_an_escaped_trailing_blank_is_kept_and_a_huge_layout_number_is_an_int():
     proc = run_cli("resolve", "--gpus", "16", "model.pipeline_model_parallel_size=2",
                    "model.pipeline_model_parallel_layout=" + "9" * 5000, "--format", "json")
     assert proc.returncode == 1 and b"'int' object has no attribute" in proc.stdout
+
+
+@pytest.mark.parametrize("text, said", [(".inf", "inf"), ("1e999", "inf"), (".nan", "nan"), ('"a\\0b"', None)])
+def test_a_config_launch_variable_is_what_bridge_exports_or_refused_as_bridge_fails(tmp_path, text, said):
+    # fuzzQ Q7, Q8: a NUL byte was taken (Bridge: embedded null byte); .inf and 1e999 were refused (Bridge exports inf)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"env_vars:\n  NCCL_A: {text}\n")
+    proc = run_cli("resolve", "--config", config, "--gpus", "8", "--format", "json")
+    if said is None:
+        assert proc.returncode == 2 and b"NUL byte" in proc.stderr
+        assert_one_line(proc)
+    else:
+        assert json.loads(proc.stdout)["env_vars"]["NCCL_A"] == said
+
+
+def test_a_config_interpolation_in_a_typed_field_is_named_as_one(tmp_path):
+    # fuzzQ Q5: "write it without quotes" was said of an interpolation with none
+    config = tmp_path / "c.yaml"
+    config.write_text("model:\n  seq_length: ${oc.decode:'8'}\n")
+    proc = run_cli("resolve", "--config", config, "--gpus", "8")
+    assert proc.returncode == 2 and b"OmegaConf interpolation" in proc.stderr and b"without quotes" not in proc.stderr
