@@ -304,6 +304,20 @@ def _unquoted(text: str) -> str:
     return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" else text
 
 
+def _one_quoted(text: str) -> bool:
+    """Whether the quoted text is one QUOTED_VALUE to Hydra's lexer: its first quote after the opening one that an
+    even run of backslashes precedes is the closing one."""
+    i = 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == text[0]:
+            return i == len(text) - 1
+        else:
+            i += 1
+    return False
+
+
 def _typed(raw: str) -> Any:
     lowered = raw.lower()
     if lowered in ("true", "false"):
@@ -394,6 +408,9 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
     if isinstance(value, str) and typed:
         return _interpolated(key, value)  # (OmegaConf resolves a config file's too: recheck54 Y3)
     if isinstance(value, str) and _unquoted(value.strip()) != value.strip():
+        if not _one_quoted(value.strip()):  # (fuzzQ Q6: """ and 'a\' were read as text; Hydra's lexer refuses them)
+            raise UsageError(f"{key}: {safeio.shown(value.strip())} is not one quoted value to Hydra (a quote inside it "
+                             "ends it: Bridge refuses the override); escape the quote with a backslash")
         return _interpolated(key, safeio.hydra_unquoted(value.strip()))  # quoted: text, as Hydra reads it
     if isinstance(value, str):
         text = _HYDRA_TRAILING.sub("", value.strip("\r\n\f\v").lstrip(" \t"))  # (an escaped trailing blank stays)

@@ -65,7 +65,8 @@ def test_we_type_a_command_line_launch_variable_as_hydra_does(text):
         assert (type(ours), ours) == (type(theirs), theirs)
 
 
-@pytest.mark.parametrize("text", ["~", "a=b", "\u00e9", "a'b", 'a"b', "a#b", "a;b", "a(b)", "a[0]", "${"])
+@pytest.mark.parametrize("text", ["~", "a=b", "\u00e9", "a'b", 'a"b', "a#b", "a;b", "a(b)", "a[0]", "${",
+                                  "'a\\'", '"""', '"*"&"'])  # (fuzzQ Q6: quotes inside quotes)
 def test_a_launch_variable_hydra_s_lexer_refuses_is_refused(text):
     """recheck52 W5 (rest): ~ and a=b were taken as text; Hydra (and so Bridge's parse_hydra_overrides) refuses them."""
     from hydra.errors import HydraException
