@@ -107,11 +107,12 @@ def test_a_fix_that_adds_the_comm_overlap_section_keeps_tp_overlap_where_the_lay
     """evalF F6: llama3_8b_64k (TP 4 with sequence parallel, PP, no comm_overlap section): the PP fix added the section
     with TP overlap off, and two other findings of the same answer then said to turn it on again."""
     recipe = "llama3_8b_64k_pretrain_config"
-    d = api.resolve(recipe=recipe, gpus=64).to_dict()
+    shape = {"num_layers": 32}  # (Llama 3 8B's: the recipe reads its model from a Hugging Face config; evalU V1)
+    d = api.resolve(recipe=recipe, gpus=64, shape=shape).to_dict()
     assert d["effective"]["model"]["tensor_model_parallel_size"] > 1 and d["effective"]["model"]["sequence_parallel"]
     fixes = {f["id"]: f["fix_overrides"] for f in d["findings"]}
     assert fixes["PP_OVERLAP_NOT_SELECTED"].get("comm_overlap.tp_comm_overlap") is True
-    after = api.resolve(recipe=recipe, gpus=64, overrides=d["all_fixes"]["overrides"]).to_dict()
+    after = api.resolve(recipe=recipe, gpus=64, shape=shape, overrides=d["all_fixes"]["overrides"]).to_dict()
     assert after["modes"]["tp"]["enabled"] and after["modes"]["pp"]["enabled"]
 
 

@@ -36,7 +36,8 @@ def pipeline_layers_not_checked(state: State):
     """VPP set where the layer count is not known: whether it splits each stage evenly is not checked (evalU V1)."""
     model = state.model
     pp, vpp = model["pipeline_model_parallel_size"], model["virtual_pipeline_model_parallel_size"]
-    if pp > 1 and (vpp or 1) > 1 and layers.known(state.request) is None and not layers.flexible(state.request):
+    req = state.request
+    if pp > 1 and (vpp or 1) > 1 and req.recipe is not None and layers.known(req) is None and not layers.flexible(req):
         yield make("PIPELINE_LAYERS_NOT_CHECKED", pp=pp, vpp=vpp)
 
 
