@@ -427,7 +427,7 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
         elif safeio.HYDRA_FLOAT.match(text):
             value = float(text.replace("_", ""))
         elif safeio.HYDRA_NOT_FINITE.match(text):
-            return str(float(text))  # what Bridge exports: str() of Hydra's float ("NaN" goes as nan)
+            value = float(text)  # ("NaN" goes as nan, below)
         else:
             return _hydra_text(key, text)
     if value is None or not isinstance(value, (str, int, float, bool)):

@@ -51,6 +51,13 @@ class RunConfig:
             raise UsageError(f"{self.path}: {section}.{name}: expected a positive integer, got {safeio.shown(value)}")
         return value
 
+    @property
+    def provider(self) -> str:
+        """The model provider the config names in model._target_, module and class ("" where it names none)."""
+        model = self.raw.get("model")
+        target = model.get("_target_") if isinstance(model, dict) else None
+        return target if isinstance(target, str) else ""
+
     def identity(self) -> dict:
         model = self.raw.get("model") or {}
         return {k: model.get(k) for k in ("_target_",) + MODEL_IDENTITY if k in model}

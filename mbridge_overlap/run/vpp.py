@@ -47,23 +47,19 @@ def provider(version: str, recipe: dict | None, provider_class: str = "") -> tup
 
 
 def refusal_of(state) -> tuple[str, str] | None:
-    """refusal() for a resolved state: its recipe, or the provider class its run config's model._target_ names."""
-    return refusal(state.request.release.version, state.scenario.recipe, _target(state))
+    """refusal() for a resolved state: its recipe, or the provider its run config's model._target_ names."""
+    return refusal(state.request.release.version, state.scenario.recipe, _named(state))
 
 
 def hybrid(state) -> bool:
     """Whether the model that refuses VPP is a hybrid (Mamba) one, whose layers Megatron-Core's hybrid layer allocation
     splits over the stages (FalconH1's and T5's do not)."""
-    found = provider(state.request.release.version, state.scenario.recipe, _target(state))
+    found = provider(state.request.release.version, state.scenario.recipe, _named(state))
     return found is not None and found[0].rsplit(".", 1)[-1] in HYBRID
 
 
 HYBRID = ("HybridModelProvider", "MambaModelProvider")  # (0.6's hybrid provider; 0.5's Mamba one, 0.6's alias of it)
 
 
-def _target(state) -> str:
-    """A run config's model._target_ ("" where it gives none)."""
-    rc = state.scenario.config
-    model = rc.raw.get("model") if rc else None
-    target = model.get("_target_") if isinstance(model, dict) else None
-    return target if isinstance(target, str) else ""
+def _named(state) -> str:
+    return state.scenario.config.provider if state.scenario.config else ""

@@ -382,15 +382,9 @@ PROVIDER_FAMILY = {"Gemma4ModelProvider": "gemma4", "Gemma4VLModelProvider": "ge
 
 
 def _own_moe_layer(state: State) -> bool:
-    family = state.scenario.family or PROVIDER_FAMILY.get(_provider_class(state.scenario.config), "")
+    rc = state.scenario.config
+    family = state.scenario.family or PROVIDER_FAMILY.get(rc.provider.rsplit(".", 1)[-1] if rc else "", "")
     return any(family.startswith(name) and _since(state, since) for name, since in OWN_MOE_LAYER.items())
-
-
-def _provider_class(rc) -> str:
-    """The class name of a run config's model._target_ ("" where it gives none)."""
-    model = rc.raw.get("model") if rc else None
-    target = model.get("_target_") if isinstance(model, dict) else None
-    return target.rsplit(".", 1)[-1] if isinstance(target, str) else ""
 
 
 def _since(state: State, version: str) -> bool:
