@@ -7,7 +7,8 @@
 # venv) and VERSION in mbridge_overlap/data/releases.yaml (its facts: env_vars, launch_env, megatron_core, ...).
 # 1. builds the release's venv (scripts/bridge_env.sh --release VERSION)
 # 2. field names and presets from the installed package (tools/gen_bridge_data.py)
-# 3. the recipe catalog (tools/gen_recipe_catalog.py)
+# 3. the recipe catalog (tools/gen_recipe_catalog.py), and the records built from it: the recipes that pick their
+#    dispatcher by the GPU (tools/gen_flex_builders.py) and the providers that refuse VPP (tools/gen_vpp_refused.py)
 # 4. the fingerprints of every anchored rule in its wheel (tools/gen_release_data.py --release VERSION=pypi), and the
 #    JSON twins the skill loads of every YAML data file (tools/gen_compiled_data.py)
 # 5. with --mbridge-src: verify against it (snippets, anchors, the upstream suites' pass counts, 2,000-config
@@ -36,6 +37,9 @@ say "field names and presets"
 "$py" -W ignore tools/gen_bridge_data.py
 say "recipe catalog (about a minute)"
 "$py" -W ignore tools/gen_recipe_catalog.py
+say "the dispatcher each recipe picks by the GPU, and the providers that refuse VPP"
+"$py" -W ignore tools/gen_flex_builders.py
+"$py" -W ignore tools/gen_vpp_refused.py
 say "fingerprints of the anchored rules"
 python3 tools/gen_release_data.py --add "$version=pypi"
 say "the JSON twins of the YAML data (releases.yaml's new row included)"
