@@ -243,3 +243,40 @@ def test_fixes_of_lint_on_generated_configs(tmp_path):
     assert tally.configs > 250
     _proven_and_clean(tally, tally.configs)
     assert tally.by_id["MODE_LEFT_OFF"] > 20
+
+
+def _section_word(text: str) -> dict:
+    """The ++comm_overlap={...} word of a fix text, read back as the command line reads it (its other words too)."""
+    import shlex
+
+    from mbridge_overlap.cli.options import overrides_of
+
+    words = [w for w in shlex.split(text.replace(";", " "))
+             if "=" in w and "." in w.partition("=")[0] or w.startswith("++comm_overlap=")]
+    return overrides_of(words)
+
+
+def test_a_fix_that_creates_the_comm_overlap_section_is_written_as_hydra_creates_it():
+    """recheck54 Y5: half the catalog's recipes have no comm_overlap section, and their comm_overlap fixes were
+    written comm_overlap.KEY=V, which Bridge's Hydra overrides refuse on a None section (tests/bridge holds that). On a
+    sample of them, every fix and the all-fixes line name no comm_overlap.KEY=V word, and their words read back give
+    the answer their fix_overrides give."""
+    from mbridge_overlap.output import text
+    from mbridge_overlap.upstream import catalog
+
+    names = [r["name"] for r in catalog.entries("0.6.2") if r.get("builds") and r["request"].get("comm_overlap") is None]
+    seen = 0
+    for name in names[::40]:
+        r = api.resolve(recipe=name)
+        assert r.to_dict()["requested"]["comm_overlap"] is None
+        line = next((li for li in text.resolution(r.to_dict()).splitlines() if li.startswith("every fix at once: ")), "")
+        every = (line.partition(": ")[2], (r.all_fixes() or {}).get("overrides", {}))
+        for fix, overrides in [(f.fix, f.fix_overrides) for f in r.findings] + [every]:
+            if not any(k.startswith("comm_overlap.") for k in overrides):
+                continue
+            seen += 1
+            assert not re.search(r"(?<![+\w])comm_overlap\.\w+=", fix), (name, fix)
+            read = _section_word(fix)
+            assert set(read) == {"comm_overlap"} | {k for k in overrides if not k.startswith("comm_overlap.")}, (name, fix)
+            assert api.resolve(read, recipe=name).effective == api.resolve(overrides, recipe=name).effective, (name, fix)
+    assert seen >= 10

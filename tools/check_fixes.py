@@ -83,13 +83,24 @@ def effective_value(res, key: str):
 _TEXT_SETTING = None
 
 
+def names(fix: str, key: str) -> bool:
+    """Whether a fix's text names the key: KEY=..., or a comm_overlap field inside the ++comm_overlap={...} word that
+    creates the section where the config has none (recheck54 Y5)."""
+    import re
+
+    if key in fix:
+        return True
+    section, _, name = key.partition(".")
+    return section == "comm_overlap" and re.search(r"\+\+comm_overlap=\{[^']*[{,]" + re.escape(name) + ":", fix) is not None
+
+
 def text_settings(fix: str) -> dict:
     """The KEY=VALUE settings a fix's text recommends, beside its fix_overrides: none of those a "no single change"
     text lists as what each candidate brings."""
     global _TEXT_SETTING
     import re
 
-    from mbridge_overlap.run.request import parse_override
+    from mbridge_overlap.run.request import _brace_fields, parse_override
 
     if _TEXT_SETTING is None:
         _TEXT_SETTING = re.compile(r"(?<![\w.])((?:model|ddp|optimizer|comm_overlap|mixed_precision|dist|train|env_vars|checkpoint|dataset)"
@@ -97,6 +108,12 @@ def text_settings(fix: str) -> dict:
     if "no single change settles it" in fix:
         fix = fix.split("no single change settles it", 1)[0]
     out = {}
+    for section in re.findall(r"'\+\+comm_overlap=(\{[^']*\})'", fix):  # the word that creates the section (Y5)
+        fields = [(k, v) for k, v in _brace_fields(section) if k != "_target_"]
+        if all(isinstance(v, str) for _k, v in fields):
+            out.update((f"comm_overlap.{k}", v) for k, v in fields)
+        else:  # a preset spelled out: the section as the command line takes it
+            out["comm_overlap"] = section
     for token in _TEXT_SETTING.findall(fix):
         try:
             key, value = parse_override(token)
@@ -129,7 +146,7 @@ def check_config(where: str, findings: list, res, rerun, tally: Tally, can_carry
                 if reason is not None:
                     tally.failing.append((where, f.id, f"its text: {reason}"))
             continue
-        tally.untold += [(where, f.id, key) for key in f.fix_overrides if key not in f.fix]
+        tally.untold += [(where, f.id, key) for key in f.fix_overrides if not names(f.fix, key)]
         if can_carry is not None and not can_carry(f.fix_overrides, f.remove_keys):
             tally.inexpressible += 1
             continue

@@ -7,7 +7,7 @@ their sources (system.py, data/budget_systems.yaml)."""
 
 from __future__ import annotations
 
-from .. import safeio
+from .. import findings, safeio
 from ..errors import NotKnown, UsageError
 from ..findings.registry import declare
 
@@ -45,8 +45,9 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     budget.assumptions += tuple(shapes.unmodelled(_model_fields(sc))) + provided + _instances(state)
     if provided:  # the flips are proven on the run the budget prices (recheck49 Q4)
         state = sc.derive({"model.moe_token_dispatcher_type": lay.dispatcher}).resolve()
-    budget.flips = flips.check(state, {k: v for k, v in lay.settings.items() if k in budget.flipped})
-    budget.findings = worth.check(budget)
+    with findings.written_for(state.request):  # their fixes written for the config (recheck54 Y5)
+        budget.flips = flips.check(state, {k: v for k, v in lay.settings.items() if k in budget.flipped})
+        budget.findings = worth.check(budget)
     return budget
 
 
@@ -162,7 +163,8 @@ def shown(analysis, model: str | None = None, shape: dict | None = None, peft=No
         else:
             from .worth import reconcile
 
-            reconcile(analysis, out)  # one answer: no fix of it turns on what its budget says costs more
+            with findings.written_for(analysis.state.request):  # fixes written for the config (recheck54 Y5)
+                reconcile(analysis, out)  # one answer: no fix of it turns on what its budget says costs more
             return out
     return {"unavailable": why}
 

@@ -5,6 +5,7 @@ marked: the budget never offers a change that another finding of the same answer
 
 from __future__ import annotations
 
+from ..findings import overrides_text
 from ..findings.proof import BLOCKING, probe, rerun
 from ..findings.rules.common import owner_key
 from ..run.layout import fsdp_forced
@@ -24,15 +25,17 @@ def override(state, setting: str, value: bool) -> dict:
 
 
 def check(state, settings: dict) -> dict:
-    """setting -> {"overrides", "holds", "because"} for each setting the budget flips: whether the flip takes effect
-    with no warning or error that was not there, and the findings that say why not."""
+    """setting -> {"overrides", "fix", "holds", "because"} for each setting the budget flips: whether the flip takes
+    effect with no warning or error that was not there, and the findings that say why not; fix: the overrides as the
+    command line takes them for this config (findings.overrides_text)."""
     before = {f.id for f in probe(state) if f.severity in BLOCKING}  # (a finding that stays, about fewer knobs, is not new)
     out = {}
     for setting, on in settings.items():
         overrides = override(state, setting, not on)
         after = rerun(state, overrides)
         if after is None:
-            out[setting] = {"overrides": overrides, "holds": False, "because": ["refused: resolve with it says why"]}
+            out[setting] = {"overrides": overrides, "fix": str(overrides_text(overrides)), "holds": False,
+                            "because": ["refused: resolve with it says why"]}
             continue
         found = probe(after)
         brought = [f.id for f in found if f.severity in BLOCKING and f.id not in before]
@@ -41,6 +44,6 @@ def check(state, settings: dict) -> dict:
             brought = ["MEGATRON_FSDP_DP_OVERLAP"]
         if not took:  # Bridge turned it back: the findings of the re-resolved config say why
             brought = brought or [f.id for f in found if setting in " ".join(f.knobs)]
-        out[setting] = {"overrides": overrides, "holds": took and not brought,
+        out[setting] = {"overrides": overrides, "fix": str(overrides_text(overrides)), "holds": took and not brought,
                         "because": list(dict.fromkeys(brought)) or ([] if took else ["Bridge leaves it as it was"])}
     return out

@@ -7,6 +7,7 @@ and the effective values its message states (`asserts`, checked against `effecti
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
 
@@ -53,6 +54,20 @@ class Finding:
 # Inside a re-resolution that proves a fix (proof.probe): every check takes its first candidate unproven (no
 # re-resolution in turn), and a finding made there is only compared (id, knobs, severity, fix_overrides): no text.
 PROBING: ContextVar[bool] = ContextVar("probing", default=False)
+# The answer's config has no comm_overlap section (recheck54 Y5): a fix of comm_overlap.* keys creates one, which
+# Bridge's Hydra overrides do only as the whole ++comm_overlap={...} that plan --format hydra writes (they refuse
+# comm_overlap.KEY=VALUE on a None section). Set by analyze() while its findings are made.
+SECTIONLESS: ContextVar[bool] = ContextVar("sectionless", default=False)
+
+
+@contextmanager
+def written_for(request):
+    """Fix texts made inside are written for this request's config (SECTIONLESS where it has no comm_overlap)."""
+    token = SECTIONLESS.set(request.comm_overlap is None)
+    try:
+        yield
+    finally:
+        SECTIONLESS.reset(token)
 
 
 @lru_cache(maxsize=None)
@@ -92,15 +107,26 @@ def _shell_word(value) -> str:
 LAUNCHER = "launcher:"  # a fix's change to the launcher's environment (run.scenario.LAUNCHER): never in fix_overrides
 
 
-def overrides_text(overrides: dict) -> Shell:
+def overrides_text(overrides: dict, sectionless: bool | None = None) -> Shell:
     """Overrides as the command line takes them, KEY=VALUE each one shell word: true/false/null, and a string in
     Hydra's quoting where it needs it (the one quoting of every fix; diff's restores use it too). A launcher change
-    (`launcher:NAME`) is said as what to do in the launcher."""
-    config = " ".join(override_arg(k, fmt(v), isinstance(v, str)) for k, v in overrides.items() if not k.startswith(LAUNCHER))
+    (`launcher:NAME`) is said as what to do in the launcher. sectionless (default: SECTIONLESS): the config has no
+    comm_overlap section, so its keys go as the one ++comm_overlap={...} word that creates it."""
+    config = {k: v for k, v in overrides.items() if not k.startswith(LAUNCHER)}
+    comm = {k: config.pop(k) for k in list(config) if k.startswith("comm_overlap.")} \
+        if (SECTIONLESS.get() if sectionless is None else sectionless) else {}
+    words = [sh_quote(_section_made(comm))] if comm else []
+    words += [override_arg(k, fmt(v), isinstance(v, str)) for k, v in config.items()]
     launcher = [(k[len(LAUNCHER):], v) for k, v in overrides.items() if k.startswith(LAUNCHER)]
     said = [f"unset {sh_quote(name)} in the launcher" if value is None else f"export {override_arg(name, fmt(value), False)} in the launcher"
             for name, value in launcher]
-    return Shell("; ".join(([config] if config else []) + said))
+    return Shell("; ".join(([" ".join(words)] if words else []) + said))
+
+
+def _section_made(comm: dict) -> str:
+    from ..output.snippets import hydra_overrides
+
+    return hydra_overrides(comm)[0]
 
 
 def config_part(overrides: dict) -> dict:

@@ -25,7 +25,8 @@ def state_of(scenario: Scenario) -> resolver.State:
 
 def analyze(scenario: Scenario) -> "Analysis":
     state = state_of(scenario)
-    return Analysis(scenario, state, findings.sort(collect(state)))
+    with findings.written_for(state.request):
+        return Analysis(scenario, state, findings.sort(collect(state)))
 
 
 @dataclass

@@ -82,14 +82,16 @@ def _inputs(d: dict) -> list[str]:
 
 def resolution(d: dict) -> str:
     lines = [_head(d, "resolve")] + _inputs(d) + [""] + _modes(d["modes"]) + [""] + _requested(d) + [""] + _effective(d["effective"]) + _env(d)
-    return _lines(lines + [""] + _findings(d["findings"]) + _all_fixes(d.get("all_fixes")) + _budget_brief(d.get("budget")))
+    fixes = _all_fixes(d.get("all_fixes"), d["requested"]["comm_overlap"] is None)
+    return _lines(lines + [""] + _findings(d["findings"]) + fixes + _budget_brief(d.get("budget")))
 
 
-def _all_fixes(a: dict | None) -> list[str]:
+def _all_fixes(a: dict | None, sectionless: bool) -> list[str]:
     if not a:
         return []
-    # the one quoting of every fix (fuzzP P3: this line wrote env_vars.NAME=V, which struct mode refuses for a new name)
-    given = ([str(findings.overrides_text(a["overrides"]))] if a["overrides"] else []) + [f"~{k}" for k in a["remove"]]
+    # the one quoting of every fix (fuzzP P3: this line wrote env_vars.NAME=V, which struct mode refuses for a new name;
+    # recheck54 Y5: comm_overlap.KEY=V, which Hydra refuses where the config has no comm_overlap section)
+    given = ([str(findings.overrides_text(a["overrides"], sectionless))] if a["overrides"] else []) + [f"~{k}" for k in a["remove"]]
     if a["then"] is None:
         then = "this release refuses them together: apply them one at a time"
     else:
@@ -493,8 +495,7 @@ def _worth(b: dict) -> list[str]:
                      f"{'off' if s['effective'] else 'on'} {would} the iteration by {change:+,.1f} ms "
                      f"({_pct(change, b['iteration_ms'])}): exposed communication {exposed:+,.1f} ms{cost}")
         if not flip["holds"]:
-            asked = findings.overrides_text(flip["overrides"])
-            lines.append(f"    but on this config {asked} brings {', '.join(flip['because'])} (resolve with it says why)")
+            lines.append(f"    but on this config {flip['fix']} brings {', '.join(flip['because'])} (resolve with it says why)")
     return lines
 
 

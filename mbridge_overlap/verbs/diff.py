@@ -439,7 +439,7 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     # a launch variable BEFORE did not set is deleted, not set to null, which Bridge refuses (evalR S2: TypeError)
     removes = [k for k, v in (fix or {}).items() if k.startswith("env_vars.") and v is None]
     fix = {k: v for k, v in (fix or {}).items() if k not in removes} or None
-    text = findings.overrides_text(fix) if fix else None
+    text = findings.overrides_text(fix, b.analysis.state.request.comm_overlap is None) if fix else None
     if removes:
         names = [safeio.shown(k.partition(".")[2], 1 << 10) for k in removes]
         code = ("; ".join(f"del cfg.env_vars[{n}]" for n in names) + " in Python, ~env_vars.NAME in Hydra"

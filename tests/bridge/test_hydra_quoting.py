@@ -131,6 +131,46 @@ def test_a_field_of_a_missing_comm_overlap_section_is_refused_by_bridge_s_hydra_
         parse_hydra_overrides(omega, ["comm_overlap.tp_comm_overlap=true"])
 
 
+def test_a_fix_that_creates_the_comm_overlap_section_applies_through_bridge_s_hydra_overrides():
+    """recheck54 Y5: on a recipe without a comm_overlap section the fix of COMM_OVERLAP_ABSENT and the all-fixes line
+    were written comm_overlap.KEY=V, which Bridge refuses (the test above); written as ++comm_overlap={...}, each word
+    of the printed line is taken by Bridge's own overrides and instantiates a CommOverlapConfig with the field set,
+    and a second such word merges into the section the first made."""
+    import shlex
+    import tempfile
+    from pathlib import Path
+
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+    from megatron.bridge.training.utils.omegaconf_utils import (apply_overrides, create_omegaconf_dict_config,
+                                                                 parse_hydra_overrides)
+    from omegaconf import OmegaConf
+
+    from mbridge_overlap import api
+    from mbridge_overlap.bridge import recipes
+    from mbridge_overlap.output import text
+    from mbridge_overlap.upstream import catalog
+
+    name = "gpt_oss_120b_pretrain_64gpu_b300_bf16_config"
+    r = api.resolve(recipe=name)
+    fix = next(f for f in r.findings if f.id == "COMM_OVERLAP_ABSENT")
+    line = next(li for li in text.resolution(r.to_dict()).splitlines() if li.startswith("every fix at once: "))
+    cfg = recipes.rebuild(catalog.lookup(name, "0.6.2"), Path(tempfile.mkdtemp()))
+    assert cfg.comm_overlap is None
+    for words in (shlex.split(fix.fix), shlex.split(line.partition(": ")[2])):
+        omega, excluded = create_omegaconf_dict_config(cfg)
+        omega = parse_hydra_overrides(omega, words)
+        assert OmegaConf.select(omega, "comm_overlap.tp_comm_overlap") is False, words
+    other = api.resolve({"comm_overlap.overlap_p2p_comm": True}, recipe=name)
+    more = shlex.split(next(f for f in other.findings if f.id == "COMM_OVERLAP_ABSENT").fix)
+    omega, excluded = create_omegaconf_dict_config(cfg)
+    omega = parse_hydra_overrides(omega, shlex.split(fix.fix) + ["++comm_overlap={overlap_p2p_comm:true}"])
+    assert OmegaConf.select(omega, "comm_overlap.tp_comm_overlap") is False
+    assert OmegaConf.select(omega, "comm_overlap.overlap_p2p_comm") is True
+    apply_overrides(cfg, OmegaConf.to_container(omega, resolve=True), excluded)
+    assert isinstance(cfg.comm_overlap, CommOverlapConfig) and cfg.comm_overlap.tp_comm_overlap is False
+    assert more and all(not w.startswith("comm_overlap.") for w in more)
+
+
 @pytest.mark.parametrize("text", ["1e3", "1.0e+3", "1_000", "2024-01-01", "1:30", ".5", "+.inf", ".nan", "010", "0x10",
                                   "true", "on", "null", "~", "'1e3'", "12:30:45", "1e-4", "-2E5"])
 def test_a_config_file_is_typed_as_omegaconf_types_it(text):
