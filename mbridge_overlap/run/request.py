@@ -579,6 +579,9 @@ def flatten_config(config: Mapping, release: Release, strict: bool = True) -> tu
                         _unknown(f"{section}.{name}", strict, skipped, list(known[section]))
             continue  # a real section that takes no part in overlap selection
         if section == "mixed_precision" and isinstance(body, Mapping):
+            for name in body:  # fuzzQ Q9: a field MixedPrecisionConfig lacks was taken silently
+                if name != "_target_" and name not in known.get(section, ()) and name not in schema.MIXED_PRECISION:
+                    _unknown(f"{section}.{name}", strict, skipped, list(schema.MIXED_PRECISION) + list(known.get(section, ())))
             items += _flatten_mixed_precision(body)
         elif section == "env_vars" and isinstance(body, Mapping):
             items += [(f"env_vars.{k}", v) for k, v in body.items()]
