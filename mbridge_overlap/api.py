@@ -50,9 +50,10 @@ def plan(**layout):
     """The overrides that turn on every overlap mode a layout can use, checked by the resolver.
 
     Keywords: the layout (tp, pp, vpp, cp, ep, precision, hidden_size, seq_length, micro_batch_size, lora, moe,
-    moe_a2a_overlap, moe_flex_dispatcher_backend, megatron_fsdp, recipe: a recipe function or model family), the
-    budget's (model, shape as for budget(); global_batch_size) and the scenario's inputs (gpus, gpu, te,
-    bridge_version, task, machine_facts, launcher_env)."""
+    moe_a2a_overlap, moe_flex_dispatcher_backend, megatron_fsdp, recipe: a recipe function or model family),
+    overrides (the user's own dotted keys beside the layout, kept as given), the budget's (model, shape as for
+    budget(); global_batch_size) and the scenario's inputs (gpus, gpu, te, bridge_version, task, machine_facts,
+    launcher_env)."""
     from .verbs.plan import make_plan
 
     return make_plan(**layout)

@@ -1,5 +1,9 @@
 """plan: overrides, modes, presets and launch environment, against Bridge's own rules."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import mbridge_overlap
@@ -499,3 +503,21 @@ def test_model_without_recipe_names_its_provider_s_dispatcher():
     set_it = mbridge_overlap.plan(tp=2, ep=8, gpus=64, model="qwen3_30b_a3b",
                                   overrides={"model.moe_token_dispatcher_type": value}).to_dict()
     assert not any(n.startswith("model.moe_token_dispatcher_type") for n in set_it["notes"])
+
+
+def test_a_plan_takes_the_fix_of_its_own_finding_as_overrides():
+    """evalT U10: plan's PIPELINE_LAYERS_UNEVEN offered a fix whose keys plan could not take (and no snippet for a
+    rejected plan): the user's KEY=VALUE beside the flags is applied, kept and written with the plan's overrides."""
+    layout = dict(recipe="llama3_8b_pretrain_config", pp=3, gpus=24)
+    first = api.plan(**layout)
+    uneven = next(f for f in first.analysis.findings if f.id == "PIPELINE_LAYERS_UNEVEN")
+    assert uneven.fix_overrides
+    second = api.plan(**layout, overrides=uneven.fix_overrides)
+    assert not second.errors
+    assert all(second.overrides[k] == v for k, v in uneven.fix_overrides.items())
+    with pytest.raises(UsageError, match="--pp"):
+        api.plan(**layout, overrides={"model.pipeline_model_parallel_size": 4})
+    proc = subprocess.run([sys.executable, "-m", "mbridge_overlap", "plan", "--recipe", "llama3_8b_pretrain_config", "--pp",
+                           "3", "--gpus", "24", "--format", "hydra", *(f"{k}={str(v).lower()}" for k, v in uneven.fix_overrides.items())],
+                          capture_output=True, text=True, cwd=Path(mbridge_overlap.__file__).parent.parent)
+    assert proc.returncode == 0 and all(f"{k}=" in proc.stdout for k in uneven.fix_overrides), proc.stderr

@@ -12,6 +12,8 @@ SNIPPETS = ("python", "yaml", "hydra", "env", "env_vars", "nemo_run")
 
 
 def add_arguments(p) -> None:
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                   help="your own dotted overrides beside the flags (a fix of a finding), kept as given and written with the plan's")
     for flag in ("--tp", "--pp", "--cp"):
         p.add_argument(flag, type=options.gpu_count, help=f"{flag[2:].upper()} size (default: the recipe's, else 1)")
     p.add_argument("--ep", type=options.gpu_count, help="expert parallel size (default: the recipe's, else 1); an MoE "
@@ -44,6 +46,7 @@ def run(args) -> int:
         tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep, precision=args.precision, hidden_size=args.hidden_size,
         seq_length=args.seq_length, micro_batch_size=args.micro_batch_size, global_batch_size=args.global_batch_size, lora=args.lora, moe=args.moe,
         moe_a2a_overlap=args.moe_a2a_overlap, moe_flex_dispatcher_backend=args.moe_flex_backend, megatron_fsdp=args.megatron_fsdp,
+        overrides=options.overrides_of(args.overrides),
         **options.budget_inputs(args), **options.inputs(args, gpus=args.gpus),
     )
     if args.format in SNIPPETS and result.errors:  # no paste-ready snippet of a config that Bridge or Megatron-Core rejects

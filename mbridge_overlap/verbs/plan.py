@@ -140,17 +140,20 @@ def make_plan(
     model: str | None = None,
     shape: dict | None = None,
     global_batch_size: int | None = None,
+    overrides: dict | None = None,
     **inputs,
 ) -> PlanResult:
     """inputs: scenario.build's keywords (gpus, gpu, te, bridge_version, task, machine_facts, launcher_env); model,
     shape: the model's shape for the budget of the planned config (api.budget's), at global_batch_size and the
-    sequence length and micro-batch size given where the config does not set them."""
+    sequence length and micro-batch size given where the config does not set them. overrides: KEY=VALUE the user asks
+    for beside the flags (a fix of a plan's finding, evalT U10), kept as given and written with the plan's."""
     release = releases.get(inputs.get("bridge_version"))
+    given = _given(overrides)
     entry, family = _recipe(recipe, release)
     if entry is None and model is not None:  # the model --model names: its family (launcher)
         family = _family_of(model, family, release)
     shape_given = dict(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
-    start = scenario.build(recipe=entry, family=family, shape=shape_given, **inputs)
+    start = scenario.build(recipe=entry, family=family, shape=shape_given, overrides=given, **inputs)
     scenario.with_model(start, model, shape)
     base = _recipe_layout(entry)
     tp, pp, cp, ep = (x if x is not None else base.get(k, 1) for x, k in ((tp, "tp"), (pp, "pp"), (cp, "cp"), (ep, "ep")))
@@ -194,7 +197,7 @@ def make_plan(
                                        how=f"is the one Bridge's own {name} runs at TP {tp}, CP {cp} on {gpu_info['name']} "
                                            "(no preset's name matches this shape exactly)"))
 
-    overrides = _layout_overrides(base, tp, pp, vpp, cp, ep)
+    overrides = {**_layout_overrides(base, tp, pp, vpp, cp, ep), **given}
     if tp >= 2 and not (entry and entry["request"]["model"]["sequence_parallel"]):
         overrides["model.sequence_parallel"] = True
     if recipe_co is None or recipe_co.get("tp_comm_overlap") != tp_on:
@@ -243,6 +246,7 @@ def make_plan(
             overrides["model.moe_token_dispatcher_type"] = "alltoall"
             notes.append(findings.make("PLAN_SETS_MOE_DISPATCHER", fix_overrides={"model.moe_token_dispatcher_type": "alltoall"},
                                        origin=f"recipe {entry['name']}" if entry else "the recipe baseline", dispatcher=fmt(dispatcher)))
+    asked.update(given)
     overrides.update(asked)
 
     @functools.cache
@@ -368,6 +372,17 @@ def _recipe_layout(entry: dict | None) -> dict:
     m = entry["request"]["model"]
     return {"tp": m["tensor_model_parallel_size"], "pp": m["pipeline_model_parallel_size"], "vpp": m["virtual_pipeline_model_parallel_size"],
             "cp": m["context_parallel_size"], "ep": m.get("expert_model_parallel_size", 1)}
+
+
+def _given(overrides: dict | None) -> dict:
+    """The user's own overrides: any key but the layout's, which the flags set (one way to say each)."""
+    flags = {"model.tensor_model_parallel_size": "--tp", "model.pipeline_model_parallel_size": "--pp",
+             "model.virtual_pipeline_model_parallel_size": "--vpp", "model.context_parallel_size": "--cp",
+             "model.expert_model_parallel_size": "--ep"}
+    for key in overrides or {}:
+        if key in flags:
+            raise UsageError(f"{key}: plan takes the layout from its flags: use {flags[key]}")
+    return dict(overrides or {})
 
 
 def _layout_overrides(base: dict, tp: int, pp: int, vpp, cp: int, ep: int = 1) -> dict:
