@@ -4,6 +4,10 @@ GPU) would set another CUDA_DEVICE_MAX_CONNECTIONS, the answer says so (evalM M5
 
 import itertools
 
+import pytest
+
+from mbridge_overlap import api
+
 from mbridge_overlap.run import launch_env
 from mbridge_overlap.upstream import releases
 
@@ -81,3 +85,15 @@ def test_an_explicit_topology_override_is_the_launcher_s_to_keep():
     name = "qwen3_30b_a3b_pretrain_32gpu_gb200_bf16_config"
     over = {"env_vars.NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN": 4}
     assert not [f for f in api.resolve(over, recipe=name).findings if "NUM_OF_HYBRID_EP_RANKS" in f.message]
+
+
+@pytest.mark.parametrize("exported, warned", [("8", True), ("1", False)])
+def test_a_decisive_variable_the_0_5_launcher_exports_otherwise_is_a_warning(exported, warned):
+    """recheck53 X4 (0.5): Megatron-Bridge 0.5 has no cfg.env_vars, and a launcher exporting CUDA_DEVICE_MAX_CONNECTIONS=8
+    for a TP-overlap run on Hopper (the rule's 1) said nothing there; as in 0.6, it is the launcher's value that runs."""
+    over = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}
+    r = api.resolve(over, gpus=8, gpu="h100", bridge_version="0.5.1", launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": exported})
+    found = [f for f in r.findings if f.id == "LAUNCHER_ENV_DIFFERS_FROM_BRIDGE"]
+    assert bool(found) == warned
+    if warned:
+        assert found[0].severity == "warning" and "export CUDA_DEVICE_MAX_CONNECTIONS=1 in the launcher" in found[0].fix

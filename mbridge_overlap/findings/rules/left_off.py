@@ -122,6 +122,9 @@ def launch_environment(state: State):
                        name=name, have=have[name], value=value, why=why)
         elif name not in have and release.env_vars:
             yield from _not_set(state, name, value, why, set_to)
+        elif not release.env_vars and name in _DECISIVE_ENV and state.launcher_env.get(name) not in (None, str(value)):
+            # recheck53 X4 (0.5): no cfg.env_vars, so the launcher's environment is the run's
+            yield _launcher_differs(state, name, value, why, f"Megatron-Bridge {release.version} has no cfg.env_vars")
 
 
 def _not_set(state: State, name: str, value: str, why: str, set_to: dict):
@@ -133,13 +136,18 @@ def _not_set(state: State, name: str, value: str, why: str, set_to: dict):
         fix = shell("{asked} (or export it in the launcher)", asked=overrides_text(o or set_to))
         yield make("LAUNCH_ENV_NOT_SET", fix_overrides=o, fix=fix, knobs=knobs, name=name, value=value, why=why, exported="")
     elif launcher != str(value) and name in _DECISIVE_ENV:  # (recheck53 X4: info, where env_vars' 8 was a warning)
-        o, fix = fixed(state, "LAUNCHER_ENV_DIFFERS_FROM_BRIDGE", [{f"launcher:{name}": str(value)}], knobs=knobs)
-        yield make("LAUNCHER_ENV_DIFFERS_FROM_BRIDGE", fix_overrides=o, fix=fix, knobs=knobs, name=name, value=value,
-                   why=why, launcher=shown(launcher))
+        yield _launcher_differs(state, name, value, why, "cfg.env_vars does not set it")
     elif launcher != str(value):
         o, fix = fixed(state, "LAUNCH_ENV_NOT_SET", [{f"launcher:{name}": str(value)}], knobs=knobs)
         yield make("LAUNCH_ENV_NOT_SET", fix_overrides=o, fix=fix, knobs=knobs, name=name, value=value, why=why,
                    exported=f", and the launcher exports {shown(launcher)}, which runs (env_vars is installed with setdefault)")
+
+
+def _launcher_differs(state: State, name: str, value: str, why: str, unset: str):
+    knobs = [f"env_vars.{name}"]
+    o, fix = fixed(state, "LAUNCHER_ENV_DIFFERS_FROM_BRIDGE", [{f"launcher:{name}": str(value)}], knobs=knobs)
+    return make("LAUNCHER_ENV_DIFFERS_FROM_BRIDGE", fix_overrides=o, fix=fix, knobs=knobs, name=name, value=value, why=why,
+                launcher=shown(state.launcher_env[name]), unset=unset)
 
 
 def _recipe_s_own(state: State, name: str) -> bool:
