@@ -152,3 +152,32 @@ def test_a_numbered_group_other_than_torch_s_default_is_not_the_whole_job_s(pg, 
     d = _diagnose(line, recipe=RECIPE, overrides=over, gpus=16)
     assert [c["id"] for c in d["causes"]] == [cause]
     assert ("is the log of this config?" in d["causes"][0]["analysis"]) == (cause == "DP_COLLECTIVE_TIMEOUT")
+
+
+def test_a_tp_all_reduce_timeout_is_tp_s():
+    """Without sequence parallel the TP group all-reduces (mappings.py _reduce): on TENSOR_MODEL_PARALLEL_GROUP it is
+    TP's timeout, on the DP group still DP's."""
+    (cause,) = _diagnose(_line("ALLREDUCE", 33554432, 33554432, "TENSOR_MODEL_PARALLEL_GROUP"))["causes"]
+    assert cause["id"] == "TP_COLLECTIVE_TIMEOUT"
+    (cause,) = _diagnose(_line("ALLREDUCE", 33554432, 33554432, "DATA_PARALLEL_GROUP"))["causes"]
+    assert cause["id"] == "DP_COLLECTIVE_TIMEOUT"
+
+
+@pytest.mark.parametrize("desc, knob", [("PIPELINE_MODEL_PARALLEL_GROUP", "model.pipeline_model_parallel_size"),
+                                        ("EXPERT_MODEL_PARALLEL_GROUP", "model.expert_model_parallel_size"),
+                                        ("DATA_PARALLEL_GROUP_WITH_CP", "ddp.overlap_grad_reduce"),
+                                        ("CONTEXT_PARALLEL_GROUP", "model.context_parallel_size")])
+def test_an_nccl_failure_on_a_described_group_is_its_dimension_s(desc, knob):
+    """The watchdog ending on an NCCL error (not a timeout) on a group torch's tag names: NCCL_FAILURE_ON_OVERLAP_PATH
+    with that dimension's fields, no traceback needed."""
+    text = (f"[rank1]:[E804 ProcessGroupNCCL.cpp:1849] [PG ID 3 PG GUID 7({desc}) Rank 1] Process group watchdog thread "
+            "terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.21.5\n")
+    (cause,) = _diagnose(text)["causes"]
+    assert cause["id"] == "NCCL_FAILURE_ON_OVERLAP_PATH" and knob in cause["knobs"]
+
+
+@pytest.mark.parametrize("desc", ["default_pg", "undefined", "MODEL_PARALLEL_GROUP"])
+def test_an_nccl_failure_on_another_group_is_no_overlap_cause(desc):
+    text = (f"[rank1]:[E804 ProcessGroupNCCL.cpp:1849] [PG ID 0 PG GUID 0({desc}) Rank 1] Process group watchdog thread "
+            "terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.21.5\n")
+    assert not [c for c in _diagnose(text)["causes"] if c["overlap_related"]]

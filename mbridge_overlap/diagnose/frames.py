@@ -20,6 +20,7 @@ _EP = ["model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend", "
 _EP_OVERLAP = ["comm_overlap.overlap_moe_expert_parallel_comm", "comm_overlap.delay_wgrad_compute", *_EP]
 _CP = ["model.context_parallel_size", "model.cp_comm_type"]
 _FSDP = ["ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy", "ddp.average_in_collective"]
+DP_FIELDS, PP_FIELDS, TP_FIELDS, CP_FIELDS, EP_FIELDS = _DP, _PP, _TP, _CP, _EP  # each dimension's, as the groups' (groups.py)
 
 # Transformer Engine's context-parallel attention functions (AttnFuncWithCPAndKVP2P, attn_forward_func_with_cp,
 # flash_attn_p2p_communicate, get_cu_seqlens_on_cp_rank, ...); tools/gen_messages.py catalogs their messages

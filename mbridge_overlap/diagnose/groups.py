@@ -10,6 +10,7 @@ import re
 
 from ..safeio import MAX_GPUS
 from ..upstream.groups import dimension_of, grids, place
+from . import frames
 from .frames import NAMES
 
 _DESCRIBED = re.compile(r"PG GUID \w+\((\w{1,80})\)")
@@ -132,3 +133,24 @@ def matching(sizes: dict, n: int) -> list[str]:
 def describe(sizes: dict) -> str:
     return ", ".join(f"{NAMES.get(d, 'the whole job')} {'/'.join(map(str, sorted(s)))}" for d, s in sizes.items() if s) \
         or "no group of 2 or more"
+
+
+# The config fields of a dimension's communication (as frames.py gives them for its code), for an NCCL failure whose
+# line names the process group but shows no traceback
+_FIELDS = {"dp": frames.DP_FIELDS, "pp": frames.PP_FIELDS, "tp": frames.TP_FIELDS, "cp": frames.CP_FIELDS,
+           "ep": frames.EP_FIELDS}
+
+
+def failed_on(text: str) -> tuple | None:
+    """(place, None, what, dimension, fields, None), the form of a traceback's overlap-path frame, for an NCCL failure's
+    line that names a process group of a dimension (torch 2.4+'s tag, Megatron-Core's group_desc): the watchdog
+    ending on an NCCL error (`[PG ID 3 PG GUID 7(EXPERT_MODEL_PARALLEL_GROUP) Rank 1] Process group watchdog thread
+    terminated with exception: NCCL error: ...`). None for a timeout (the dimension's timeout finding says it, by the
+    group too) and for a group of none of the dimensions."""
+    m = _DESCRIBED.search(text)
+    if m is None or "collective operation timeout" in text:
+        return None
+    dim = dimension_of(m[1])
+    if dim not in _FIELDS:
+        return None
+    return "the process group the line names", None, f"a collective or send on {m[1]}", dim, list(_FIELDS[dim]), None

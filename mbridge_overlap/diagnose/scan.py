@@ -175,6 +175,9 @@ class Scan:
         gid = None
         if hits and hits[0].entry.id in TRANSPORT and key in self._on_path and self._traceback(line, key, nccl=True):
             pass  # NCCL's own failure, raised in a collective or send the traceback's frames place on the overlap path
+        elif hits and hits[0].entry.id in ON_GROUP and (place := pg.failed_on(text)) \
+                and self._traceback(line, key, nccl=True, place=place):
+            pass  # NCCL's failure on a process group of a dimension that the line names (Megatron-Core's description)
         elif hits:  # the catalog knows the line (on the overlap path or not): it, not the frames, says what it is
             gid = self._record(line, hits, frame, near[1] if near else None)
         elif not (frame is not None and _BARE.match(clean(text)) and self._bare(line, frame)) and not self._traceback(line, key):
@@ -336,18 +339,19 @@ class Scan:
         if fields and len(self.summaries_differ) < MAX_DIFFERING:
             self.summaries_differ.append((self.summary_from, source, fields))
 
-    def _traceback(self, line: Line, key, cut: bool = False, nccl: bool = False) -> bool:
+    def _traceback(self, line: Line, key, cut: bool = False, nccl: bool = False, place: tuple | None = None) -> bool:
         """An exception line whose message no finding names, ending a traceback through overlap-path code (or an
-        AttributeError on an overlap attribute): a group of its own, the innermost such frame's."""
+        AttributeError on an overlap attribute): a group of its own, the innermost such frame's. `place`: instead,
+        the process group an NCCL failure's line names (groups.failed_on), whatever the line starts with."""
         text = clean(line.text)
         m = EXCEPTION.match(text) if not cut else None
-        if m is None and not cut:
+        if m is None and not cut and place is None:
             return False
-        exception = m[1] if m else "an exception the log does not show"
+        exception = m[1] if m else "the NCCL watchdog's exception" if place else "an exception the log does not show"
         if m and STOPPED.match(exception):  # an interrupt, a signal or OOM: one of the other failures, whatever code it stopped
             self._on_path.pop(key, None)
             return False
-        on_path = self._on_path.get(key)
+        on_path = place or self._on_path.get(key)
         if on_path is not None:
             path, number, function, dim, fields, _line = on_path
         else:
@@ -606,6 +610,8 @@ def read(scan: Scan, sources, stdin=None, notes: list | None = None) -> None:
 # NCCL's failures as torch raises them (DistBackendError): they say that a collective or a send failed, not which;
 # a traceback through overlap-path code says which communication it was (NCCL_FAILURE_ON_OVERLAP_PATH)
 TRANSPORT = frozenset({"native.nccl_error", "native.nccl_unhandled_cuda_error"})
+# ... and the watchdog's line that such a failure ended it, which torch 2.4+ tags with the group's description
+ON_GROUP = TRANSPORT | {"native.pg_watchdog_terminated"}
 MAX_DIFFERING = 8  # configuration summaries that differ from the first, kept to be said
 
 
