@@ -528,6 +528,9 @@ def test_a_userbuffers_method_called_with_another_release_s_arguments_is_the_te_
     ("[4096, 1, 8192]", "[4096, 1, 4096]", False),  # the hidden size: not a sequence
     ("[4096, 2, 8192]", "[2048, 1, 8192]", False),  # two dimensions
     ("[4]", "[1]", False),  # a loss's backward given the wrong gradient
+    ("[8, 4096]", "[4, 4096]", True),  # 2-D tokens x hidden: another micro-batch (DeepSpeed's pipeline engine)
+    ("[8, 4096]", "[8, 2048]", False),  # the hidden size
+    ("[8, 4]", "[4, 4]", False),  # a small matrix's gradient: no activation
 ])
 def test_a_gradient_of_another_sequence_length_is_the_pipelines_fixed_shape(grad, out, named):
     line = (f"RuntimeError: Mismatch in shape: grad_output[0] has a shape of torch.Size({grad}) and output[0] has a "
