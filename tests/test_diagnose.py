@@ -619,3 +619,18 @@ def test_words_do_not_override_the_catalog_or_the_frames():
 ])
 def test_other_frameworks_words_for_what_bridge_turns_off(line, fid):
     assert fid in [c["id"] for c in _diagnose_text(line + "\n")["causes"]]
+
+
+def test_torch_async_tp_s_fused_ops_are_the_tp_overlap_path():
+    """torch's async TP (micro-pipeline TP) runs the TP all-gather and its matmul as one op over symmetric memory
+    (torch/distributed/_symmetric_memory): an exception raised through it is on the TP path; another function of
+    that file (the memory itself, as Megatron-FSDP's experimental buffers use it) is not."""
+    path = "/opt/conda/lib/python3.11/site-packages/torch/distributed/_symmetric_memory/__init__.py"
+    frames_ = [f'  File "{path}", line 166, in _pipelined_multi_all_gather_and_consume',
+               "    symm_mem = get_symm_mem_workspace(group_name, min_size=p2p_workspace_size_req)",
+               f'  File "{path}", line 127, in get_symm_mem_workspace',
+               "    return _SymmetricMemory.rendezvous(tensor)",
+               "RuntimeError: CUDA driver error: invalid argument"]
+    (cause,) = _diagnose_text("\n".join(frames_) + "\n")["causes"]
+    assert cause["id"] == "OVERLAP_PATH_TRACEBACK" and "model.tensor_model_parallel_size" in cause["knobs"]
+    assert _diagnose_text("\n".join(frames_[2:]) + "\n")["causes"] == []

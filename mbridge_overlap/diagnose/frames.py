@@ -4,7 +4,7 @@ parallel dimension it serves and the config fields (Bridge's dotted keys) its co
 such frame of a traceback whose exception no catalog message explains (a TypeError, an AttributeError, a bare assert).
 
 Each row was read from the file at the release the catalog is of (Megatron-Bridge 0.6.2, Megatron-Core 0.19.2,
-Transformer Engine 2.20.2; DeepEP main): the fields are the ones the code reads there.
+Transformer Engine 2.20.2; DeepEP main; torch 2.11.0): the fields are the ones the code reads there.
 """
 
 from __future__ import annotations
@@ -48,6 +48,12 @@ ROWS = [
     (r"transformer_engine/pytorch/(?:attention/dot_product_attention/context_parallel|dot_product_attention/context_parallel)\.py$",
      None, "cp", _CP),
     (r"transformer_engine/pytorch/attention\.py$", TE_CP_FUNCTIONS, "cp", _CP),  # TE 2.2 and older: CP inside attention.py
+    # torch's async TP (micro-pipeline TP, torch._inductor's fx_passes/micro_pipeline_tp.py rewrites a TP all-gather or
+    # reduce-scatter and its matmul into these fused ops, torchtitan's enable_async_tensor_parallel): the TP
+    # collectives of sequence parallel overlapped with the GEMM over symmetric memory, userbuffers' counterpart
+    (r"torch/distributed/_symmetric_memory/__init__\.py$",
+     r"fused_all_gather|fused_matmul_reduce_scatter|fused_scaled_matmul_reduce_scatter|_pipelined_|all_gather_and_consume"
+     r"|produce_and_all2all", "tp", _TP),
     (r"megatron/core/parallel_state\.py$", None, "grid", ["model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
                                                           "model.context_parallel_size", "model.expert_model_parallel_size"]),
 ]
