@@ -600,6 +600,20 @@ def test_lines_about_other_things_are_not_named_by_their_words(line):
     assert not [c for c in d["causes"] if c["id"] == "OVERLAP_TERMS_IN_ERROR"]
 
 
+@pytest.mark.parametrize("path, named", [("/opt/ms-swift/swift/llm/argument/rlhf_args.py", False),
+                                         ("/opt/ms-swift/swift/megatron/argument/megatron_args.py", True),
+                                         ("/workspace/slime_plugins/models/qwen3_5_vl.py", True)])
+def test_a_dimension_s_words_in_another_trainer_s_traceback_are_not_megatron_s(path, named):
+    """fresh12 F12-5: a trainer with a sequence parallelism of its own (ms-swift's HF path) refused it in its own
+    argument check, and the words 'sequence parallel' were read as Megatron's; the frames say whose code raised it."""
+    text = ("Traceback (most recent call last):\n"
+            f'  File "{path}", line 120, in __post_init__\n'
+            "    raise ValueError('RLHF do not support sequence parallel')\n"
+            "ValueError: RLHF do not support sequence parallel\n")
+    causes = [c for c in _diagnose_text(text)["causes"] if c["id"] == "OVERLAP_TERMS_IN_ERROR"]
+    assert bool(causes) == named
+
+
 def test_words_do_not_override_the_catalog_or_the_frames():
     # a catalog message that names TP in its words is that message's finding, not a words-only cause
     line = "AssertionError: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.\n"

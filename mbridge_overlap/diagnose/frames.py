@@ -77,6 +77,12 @@ MODEL_CALLS = [(re.compile(r"megatron/core/pipeline_parallel/schedules\.py$"),
 # Code that code on the path calls without the exception becoming another's: torch, the Python standard library,
 # Megatron-Core's decorators, Transformer Engine's collective helpers. Any other frame below the innermost one on
 # the path (the model's own layers, a framework's step function) means the exception was raised there.
+# Code of Megatron's family: a frame of it makes a traceback's words about a dimension Megatron's (terms.py). The
+# frameworks that train through Megatron-Core (slime, FlagScale, NeMo's libraries) count whole; those whose own
+# trainers have their own sequence parallelism (verl's FSDP workers, ms-swift's HF trainer) only where the path
+# names megatron.
+MEGATRON_FAMILY = re.compile(r"megatron|mcore|transformer_engine|(?:^|/)nemo(?:_\w+)?/|(?:^|/)apex/|(?:^|/)slime(?:_plugins)?/"
+                             r"|(?:^|/)flagscale/", re.I)
 NEUTRAL = re.compile(r"(?:^|/)torch/|/lib/python3[\d.]*/(?!(?:site|dist)-packages/)|^<|megatron/core/utils\.py$"
                      r"|transformer_engine/pytorch/distributed\.py$")
 

@@ -156,7 +156,7 @@ def classify(diag: Diagnosis) -> None:
                 by_id.setdefault(("path", g.entry.id), []).append(g)
             elif causes.overlap_related(g.entry) and _worth_listing(g.entry):
                 diag.messages.append(g)
-            elif g.entry.origin == UNEXPLAINED and terms.named(g.text, g.entry.exception)[0]:
+            elif g.entry.origin == UNEXPLAINED and not scan.foreign and terms.named(g.text, g.entry.exception)[0]:
                 diag.causes.append(_by_terms(g))
             elif not causes.overlap_related(g.entry) and g.entry.severity == "error":
                 diag.other.append(g)

@@ -147,6 +147,7 @@ class Scan:
                     del self._frames[oldest]
                     self._on_path.pop(oldest, None)
                     self._awaiting.pop(oldest, None)
+                self._owner(parsed[0])
                 own = frame is not None and frame[6]  # a frame of code off the path (the model's) above this one
                 where = frames.overlap_frame(parsed[0], parsed[2])
                 via = None if where is not None or own or key in self._on_path else frames.fallback_frame(parsed[0], parsed[2])
@@ -298,7 +299,23 @@ class Scan:
         for differ in part.summaries_differ[:MAX_DIFFERING - len(self.summaries_differ)]:
             self.summaries_differ.append(differ)
 
+    def _owner(self, path: str) -> None:
+        """Whose code a traceback frame is: Megatron's family (Megatron-Core, TE, Bridge, NeMo, apex, a framework's
+        Megatron backend), or another trainer's (fresh12 F12-5: ms-swift's own 'sequence parallel' check)."""
+        if frames.MEGATRON_FAMILY.search(path):
+            self.facts["megatron_frames"] = True
+        elif not frames.neutral(path):
+            self.facts["foreign_frames"] = True
+
+    @property
+    def foreign(self) -> bool:
+        """Tracebacks through another trainer's code only: its words for a dimension are not Megatron's knobs."""
+        return bool(self.facts.get("foreign_frames")) and not self.facts.get("megatron_frames")
+
     def _merge_facts(self, facts: dict) -> None:
+        for key in ("megatron_frames", "foreign_frames"):
+            if facts.get(key):
+                self.facts[key] = True
         for key in ("tracebacks_dropped", "unexplained_dropped", "sizes_merged"):
             if facts.get(key):
                 self.facts[key] = self.facts.get(key, 0) + facts[key]
