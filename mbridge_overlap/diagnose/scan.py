@@ -96,6 +96,8 @@ class Scan:
     facts: dict = field(default_factory=dict)  # tp_size, ub_started, ub_multicast, ub_domains
     lines: int = 0
     times: int = 0  # iteration times kept, all sources
+    megatron_frames: bool = False  # a traceback frame of Megatron's family's code was seen (_owner)
+    foreign_frames: bool = False  # and one of another trainer's
     sources: dict = field(default_factory=dict)  # source -> {"lines": n, "ranks": set, "text": any line not blank}
     _frames: dict = field(default_factory=dict)  # (source, rank) -> [path, line, function, source line or None]
     _on_path: dict = field(default_factory=dict)  # (source, rank) -> the innermost overlap-path frame of its traceback
@@ -291,6 +293,8 @@ class Scan:
                 else:
                     have.ranks.add(rank)
         self._merge_facts(part.facts)
+        self.megatron_frames |= part.megatron_frames
+        self.foreign_frames |= part.foreign_frames
         if part.summary is not None and part.summary.done:
             if self.summary is not None and self.summary.done:
                 self._compare_summary(part.summary, part.summary_from)
@@ -303,19 +307,16 @@ class Scan:
         """Whose code a traceback frame is: Megatron's family (Megatron-Core, TE, Bridge, NeMo, apex, a framework's
         Megatron backend), or another trainer's (fresh12 F12-5: ms-swift's own 'sequence parallel' check)."""
         if frames.MEGATRON_FAMILY.search(path):
-            self.facts["megatron_frames"] = True
+            self.megatron_frames = True
         elif not frames.neutral(path):
-            self.facts["foreign_frames"] = True
+            self.foreign_frames = True
 
     @property
     def foreign(self) -> bool:
         """Tracebacks through another trainer's code only: its words for a dimension are not Megatron's knobs."""
-        return bool(self.facts.get("foreign_frames")) and not self.facts.get("megatron_frames")
+        return self.foreign_frames and not self.megatron_frames
 
     def _merge_facts(self, facts: dict) -> None:
-        for key in ("megatron_frames", "foreign_frames"):
-            if facts.get(key):
-                self.facts[key] = True
         for key in ("tracebacks_dropped", "unexplained_dropped", "sizes_merged"):
             if facts.get(key):
                 self.facts[key] = self.facts.get(key, 0) + facts[key]
