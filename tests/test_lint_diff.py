@@ -4,6 +4,7 @@ rules: TP overlap needs sequence parallel and TP >= 2, PP overlap needs VPP > 1,
 distributed optimizer, fp8_param_gather comes from the mixed-precision recipe."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -82,7 +83,8 @@ def test_comm_overlap_removed():
     changes = by_key(d("no_comm_overlap", gpus_after=64))
     assert {"model.tp_comm_overlap", "model.overlap_p2p_comm", "ddp.bucket_size"} <= set(changes)
     assert all(c["cause_keys"] == ["comm_overlap"] and c["finding_id"] == "COMM_OVERLAP_ABSENT" for c in changes.values())
-    assert "comm_overlap.tp_comm_overlap=true" in changes["model.tp_comm_overlap"]["fix"]
+    # AFTER has no comm_overlap section: the restore creates it as Bridge's Hydra takes it (recheck54 Y5)
+    assert re.search(r"'\+\+comm_overlap=\{[^']*[{,]tp_comm_overlap:true[,}]", changes["model.tp_comm_overlap"]["fix"])
 
 
 def test_ranked_by_impact():
@@ -153,7 +155,8 @@ def test_lint_catches_an_edited_run_config(tmp_path):
 def test_lint_left_on_the_table(tmp_path):
     r = mbridge_overlap.verbs.lint.lint(RUNS / "no_comm_overlap.yaml", gpus=64, gpu="h100").to_dict()
     ids = {f["id"]: f for f in r["findings"]}
-    assert "MODE_LEFT_OFF" in ids and "comm_overlap.tp_comm_overlap=true" in ids["MODE_LEFT_OFF"]["fix"]
+    assert "MODE_LEFT_OFF" in ids
+    assert re.search(r"'\+\+comm_overlap=\{[^']*[{,]tp_comm_overlap:true[,}]", ids["MODE_LEFT_OFF"]["fix"])
     assert "PP_OVERLAP_NOT_SELECTED" in ids
     wrong_env = (RUNS / "baseline.yaml").read_text().replace("CUDA_DEVICE_MAX_CONNECTIONS: 1", "CUDA_DEVICE_MAX_CONNECTIONS: 32")
     path = tmp_path / "env.yaml"
