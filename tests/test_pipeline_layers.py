@@ -96,3 +96,21 @@ def test_a_vpp_is_not_offered_where_the_layer_count_is_not_known():
     assert "PIPELINE_LAYERS_NOT_CHECKED" in {f.id for f in api.resolve(vpp, recipe=name).findings}
     checked = {f.id for f in api.resolve(vpp, recipe=name, shape={"num_layers": 62}).findings}
     assert "PIPELINE_LAYERS_UNEVEN" in checked and "PIPELINE_LAYERS_NOT_CHECKED" not in checked
+
+
+@pytest.mark.parametrize("extra, cleared", [
+    ({"model.account_for_embedding_in_pipeline_split": True, "model.account_for_loss_in_pipeline_split": True},
+     {"model.account_for_embedding_in_pipeline_split": False, "model.account_for_loss_in_pipeline_split": False}),
+    ({"model.pipeline_model_parallel_layout": "Et*17|t*17|t*18L"}, {"model.pipeline_model_parallel_layout": None}),
+])
+def test_a_hybrid_model_s_split_fix_unsets_what_megatron_core_refuses_beside_it(extra, cleared):
+    """recheck55 AB3/AB4: the hybrid allocation reads only the first/last counts, so account_for_* or a layout leave
+    Nemotron-H's 52 layers on PP 3 uneven; the counts' fix unsets them (TransformerConfig refuses them together), and
+    the fix applied leaves no error."""
+    over = {"model.pipeline_model_parallel_size": 3, **extra}
+    r = api.resolve(over, recipe="nemotronh_8b_pretrain_config", gpus=24)
+    (f,) = [f for f in r.findings if f.id == "PIPELINE_LAYERS_UNEVEN"]
+    assert all(f.fix_overrides.get(k, "unset") == v for k, v in cleared.items()), f.fix_overrides
+    assert "model.num_layers_in_first_pipeline_stage" in f.fix_overrides
+    after = api.resolve({**over, **f.fix_overrides}, recipe="nemotronh_8b_pretrain_config", gpus=24)
+    assert not after.errors

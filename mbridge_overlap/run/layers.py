@@ -49,15 +49,22 @@ def _known_model(name: str | None) -> dict:
     return load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(name or "") or {}
 
 
-def flexible(req: Request, accounted: bool = True) -> bool:
-    """Whether a field lays the layers unevenly (a layout, first/last stage counts, the embedding or loss counted:
-    not accounted where the model's split ignores them, as a hybrid model's does)."""
+def flexible(req: Request, hybrid: bool = False) -> bool:
+    """Whether a field lays the layers unevenly (a layout, first/last stage counts, the embedding or loss counted). A
+    hybrid model's split (Megatron-Core's select_pipeline_segment) reads only the first and last stages' counts: a
+    layout or account_for_* leaves it even (recheck54 Y1, recheck55 AB4)."""
     ctx = req.context
-    return (str(ctx.get("model.pipeline_model_parallel_layout")).strip().lower() not in ("none", "null", "")
-            or any(given.integer(f"model.{n}", ctx.get(f"model.{n}")) is not None
-                   for n in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"))
-            or accounted and any(given.flag(f"model.{n}", ctx.get(f"model.{n}"))
-                                 for n in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")))
+    first_last = any(given.integer(f"model.{n}", ctx.get(f"model.{n}")) is not None
+                     for n in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"))
+    if hybrid:
+        return first_last
+    return (first_last or layout_set(req)
+            or any(given.flag(f"model.{n}", ctx.get(f"model.{n}"))
+                   for n in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")))
+
+
+def layout_set(req: Request) -> bool:
+    return str(req.context.get("model.pipeline_model_parallel_layout")).strip().lower() not in ("none", "null", "")
 
 
 def _count(value, where: str) -> tuple[int, str] | None:

@@ -580,6 +580,30 @@ def validate_seq_length(state: State) -> None:
                 "ConfigContainer.validate")
 
 
+def _split_conflicts(state: State) -> bool:
+    """TransformerConfig.__post_init__ refuses the first and last stages' counts beside account_for_*, and a layout
+    beside any of them, before it reads any (recheck55 AB3: a fix on top of account_for_* was said to run). True
+    where it rejected the config."""
+    ctx = state.request.context
+    first, last = (given.integer(f"model.num_layers_in_{k}_pipeline_stage", ctx.get(f"model.num_layers_in_{k}_pipeline_stage"))
+                   for k in ("first", "last"))
+    embedding, loss = (bool(given.flag(f"model.account_for_{k}_in_pipeline_split", ctx.get(f"model.account_for_{k}_in_pipeline_split")))
+                       for k in ("embedding", "loss"))
+    where = "TransformerConfig.__post_init__"
+    if (first is not None or last is not None) and (embedding or loss):
+        _reject(state, "PIPELINE_LAYOUT_REJECTED", "num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage "
+                "cannot beset at the same time with account_for_embedding_in_pipeline_splitand "
+                "account_for_loss_in_pipeline_split", where)  # (Megatron-Core's words, its missing blanks kept)
+        return True
+    if layers.layout_set(state.request) and (first is not None or last is not None or embedding or loss):
+        _reject(state, "PIPELINE_LAYOUT_REJECTED", "pipeline_model_parallel_layout cannot be set with other pipeline layout "
+                f"arguments. self.num_layers_in_first_pipeline_stage={first}, self.num_layers_in_last_pipeline_stage="
+                f"{last}, self.account_for_embedding_in_pipeline_split={embedding}, "
+                f"self.account_for_loss_in_pipeline_split={loss}.", where)
+        return True
+    return False
+
+
 def _layout_string(state: State) -> bool:
     """A pipeline_model_parallel_layout string's stages against PP and VPP, as TransformerConfig.__post_init__ checks
     them (PipelineParallelLayerLayout: the stages a multiple of PP; a VPP given must be stages / PP). True where it
@@ -623,7 +647,7 @@ def validate_layer_layout(state: State) -> None:
     from . import layers
 
     m, ctx = state.model, state.request.context
-    if _layout_string(state):
+    if _split_conflicts(state) or _layout_string(state):
         return
     known = layers.known(state.request)
     if known is None or ctx.get("model.pipeline_model_parallel_layout") not in (None, "null", "None"):

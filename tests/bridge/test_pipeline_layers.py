@@ -143,3 +143,34 @@ def test_a_layout_s_vpp_conflict_is_fixed_with_the_vpp_it_detects(layout, pp, vp
     fixed = {**over, **found.fix_overrides}
     assert conformance.check(conformance.Case(fixed, 8 * pp, True), "0.6.2").differences == []
     assert "PIPELINE_LAYOUT_REJECTED" not in {f.id for f in api.resolve(overrides=fixed, gpus=8 * pp).findings}
+
+
+SPLIT_FIELDS = [  # the first/last counts, account_for_* and a layout, alone and together (recheck55 AB3)
+    {"num_layers_in_first_pipeline_stage": 9, "num_layers_in_last_pipeline_stage": 9},
+    {"account_for_embedding_in_pipeline_split": True},
+    {"num_layers_in_first_pipeline_stage": 9, "account_for_loss_in_pipeline_split": True},
+    {"num_layers_in_last_pipeline_stage": 9, "account_for_embedding_in_pipeline_split": True,
+     "account_for_loss_in_pipeline_split": True},
+    {"pipeline_model_parallel_layout": "Et*10|t*10|t*10L", "account_for_loss_in_pipeline_split": True},
+    {"pipeline_model_parallel_layout": "Et*10|t*10|t*10L", "num_layers_in_first_pipeline_stage": 10},
+    {"pipeline_model_parallel_layout": "Et*10|t*10|t*10L"},
+]
+
+
+@pytest.mark.parametrize("fields", SPLIT_FIELDS, ids=lambda f: "+".join(sorted(f)))
+def test_split_fields_megatron_core_refuses_together_are_refused(fields):
+    """TransformerConfig refuses the first/last counts beside account_for_*, and a layout beside either: exactly where
+    the skill says PIPELINE_LAYOUT_REJECTED for the same fields (a fix on top of account_for_* was said to run)."""
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    try:
+        TransformerConfig(num_layers=30, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=3,
+                          pipeline_dtype=torch.bfloat16, **fields)
+        refused = False
+    except ValueError as exc:
+        refused = "cannot be" in str(exc)
+    overrides = {"model.num_layers": 30, "model.pipeline_model_parallel_size": 3, "model.tensor_model_parallel_size": 1,
+                 **{f"model.{k}": v for k, v in fields.items()}}
+    found = [f for f in api.resolve(overrides=overrides, gpus=3).findings if f.id == "PIPELINE_LAYOUT_REJECTED"]
+    assert bool(found) == refused, [f.message for f in found]

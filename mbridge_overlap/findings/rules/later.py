@@ -8,7 +8,7 @@ from ...run.resolver import State
 from ...values import fmt
 from ..registry import check
 from .common import every_request, owner_key, tp_overlap_precision_problem
-from ...run import layers
+from ...run import given, layers
 from ...run.vpp import hybrid as vpp_hybrid, refusal_of as vpp_refusal
 
 @check("VPP_WITHOUT_PP")
@@ -48,13 +48,14 @@ def pipeline_layers_uneven(state: State):
     model = state.model
     pp, vpp = model["pipeline_model_parallel_size"], model["virtual_pipeline_model_parallel_size"]
     known, hybrid = layers.known(state.request), vpp_hybrid(state)
-    if pp <= 1 or known is None or layers.flexible(state.request, accounted=not hybrid):
+    if pp <= 1 or known is None or layers.flexible(state.request, hybrid=bool(hybrid)):
         return
     n, where = known
     if n % pp and hybrid:
         # a hybrid model splits its layers in Megatron-Core's select_pipeline_segment, which reads the first and last
         # stages' counts and not account_for_* (recheck54 Y1: that fix held here and failed in Bridge)
-        o, fix = fixed(state, "PIPELINE_LAYERS_UNEVEN", _first_last(n, pp), otherwise=shell(
+        clear = _other_split_keys(state)  # Megatron-Core refuses them beside first/last counts (recheck55 AB3)
+        o, fix = fixed(state, "PIPELINE_LAYERS_UNEVEN", [{**c, **clear} for c in _first_last(n, pp)], otherwise=shell(
             "a pipeline_model_parallel_size that divides {n}, or the first and last stages' layer counts", n=n))
         yield make("PIPELINE_LAYERS_UNEVEN", fix_overrides=o, layers=n, where=where, pp=pp, what=f"{n} layers are not a multiple of PP {pp}",
                    raised="Megatron-Core's hybrid layer allocation (select_pipeline_segment) raises 'Number of layers "
@@ -79,6 +80,18 @@ def pipeline_layers_uneven(state: State):
                    what=f"{per_stage} layers per stage are not a multiple of VPP {vpp}",
                    raised="Bridge's GPTModelProvider.provide asserts 'Make sure the number of model chunks is the same "
                           "across all pipeline stages.'")
+
+
+def _other_split_keys(state: State) -> dict:
+    """The layout and account_for_* a request sets, unset: TransformerConfig refuses either beside the first and last
+    stages' counts (transformer_config.py, __post_init__)."""
+    ctx, out = state.request.context, {}
+    if layers.layout_set(state.request):
+        out["model.pipeline_model_parallel_layout"] = None
+    for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        if given.flag(f"model.{k}", ctx.get(f"model.{k}")):
+            out[f"model.{k}"] = False
+    return out
 
 
 def _first_last(n: int, pp: int) -> list[dict]:

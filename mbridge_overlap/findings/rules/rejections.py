@@ -140,6 +140,10 @@ def _layout(state: State, r) -> tuple[list, dict]:
     names (evalT U2: no fix was offered, and the text named keys Megatron-Core refuses beside a layout); without one,
     the first and last stages' layer counts."""
     layout = state.request.context.get("model.pipeline_model_parallel_layout")
+    if "cannot beset at the same time" in r.message:  # counts beside account_for_* (recheck55 AB3): keep one way
+        off = {f"model.account_for_{k}_in_pipeline_split": False for k in ("embedding", "loss")}
+        counts = {f"model.num_layers_in_{k}_pipeline_stage": None for k in ("first", "last")}
+        return [off, counts], {"otherwise": shell("either the first and last stages' layer counts or account_for_*, not both")}
     if layout in (None, "null", "None"):
         return [], {"otherwise": shell(
             "layer counts for the first and last stages (model.num_layers_in_first/last_pipeline_stage) that leave the "
