@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .attribution import ORDER
 from ..contract import SCHEMA_VERSION
@@ -34,9 +35,11 @@ def _by_dimension(items) -> dict[str, tuple[int, int]]:
 class Side:
     report: TraceReport
 
-    def steps(self) -> list[list]:
-        """Per rank, its steps in the totals, in order."""
+    @cached_property
+    def in_totals(self) -> list[list]:
+        """Per rank, its steps in the totals, in order (made once: step() reads it per position, fuzzR R3)."""
         return [[s for s in r.steps if s.in_totals] for r in self.report.ranks]
+
 
     def dimension_means(self, per_rank: list[dict[str, tuple[int, int]]]) -> dict[str, tuple[float, float]]:
         dims = {d for rank in per_rank for d in rank}
@@ -49,7 +52,7 @@ class Side:
         return self.dimension_means([_by_dimension(r.dimensions) for r in self.report.ranks])
 
     def step(self, position: int) -> tuple[list[int], dict[str, tuple[float, float]]]:
-        chosen = [steps[position] for steps in self.steps() if len(steps) > position]
+        chosen = [steps[position] for steps in self.in_totals if len(steps) > position]
         return sorted({s.step for s in chosen}), self.dimension_means([_by_dimension(s.dimensions) for s in chosen])
 
     def summary(self) -> dict:
@@ -65,7 +68,7 @@ class Side:
             "communication_us": comm,
             "exposed_us": round(comm - hidden, 1),
             "hidden_pct": pct,
-            "steps_in_totals": [[s.step for s in steps] for steps in self.steps()],
+            "steps_in_totals": [[s.step for s in steps] for steps in self.in_totals],
         }
 
 
@@ -102,7 +105,7 @@ class TraceComparison:
 
     def steps(self) -> list[dict]:
         b, a = Side(self.before), Side(self.after)
-        count = min(max(map(len, b.steps()), default=0), max(map(len, a.steps()), default=0))
+        count = min(max(map(len, b.in_totals), default=0), max(map(len, a.in_totals), default=0))
         rows = []
         for position in range(count):
             (b_steps, b_dims), (a_steps, a_dims) = b.step(position), a.step(position)
@@ -132,8 +135,8 @@ def _notes(before: TraceReport, after: TraceReport) -> list[str]:
         notes.append(f"BEFORE has ranks {b_ranks} and AFTER ranks {a_ranks}: each side is the mean over its own ranks")
     if before.world_size != after.world_size:
         notes.append(f"world sizes differ: {before.world_size} before, {after.world_size} after")
-    b_steps = max((len(s) for s in Side(before).steps()), default=0)
-    a_steps = max((len(s) for s in Side(after).steps()), default=0)
+    b_steps = max((len(s) for s in Side(before).in_totals), default=0)
+    a_steps = max((len(s) for s in Side(after).in_totals), default=0)
     if b_steps != a_steps:
         notes.append(f"{b_steps} steps before and {a_steps} after: per-step rows cover the first {min(b_steps, a_steps)}")
     if before.partial or after.partial:

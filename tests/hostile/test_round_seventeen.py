@@ -16,3 +16,23 @@ def test_a_config_s_unknown_mixed_precision_field_is_refused(tmp_path):
     assert b"mixed_precision.grad_reduce_in_fp33" in proc.stderr and b"grad_reduce_in_fp32" in proc.stderr
     config.write_text("model:\n  tensor_model_parallel_size: 2\nmixed_precision:\n  bf16: true\n  grad_reduce_in_fp32: true\n")
     assert run_cli("lint", config, "--gpus", "8").returncode in (0, 1)
+
+
+def test_trace_compare_of_many_steps_is_not_quadratic(tmp_path):
+    # R3: each step position rebuilt every rank's step list (16,000 steps: 17 s; 200,000: past 8 minutes); 40,000
+    # steps now take about as long as reading them, far inside the harness's hang limit
+    import gzip
+    import json
+
+    events = []
+    for s in range(40_000):
+        t0 = s * 100
+        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": t0, "dur": 100},
+                   {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", "pid": 0, "tid": 20,
+                    "ts": t0 + 20, "dur": 50, "args": {"stream": 20, "correlation": s,
+                                                       "Process Group Description": "DATA_PARALLEL_GROUP"}}]
+    path = tmp_path / "steps.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": events}, f)
+    proc = run_cli("trace", "--compare", path, path, "--format", "json", timeout=60)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["kind"] == "trace_comparison"
