@@ -53,6 +53,19 @@ for arg in "$@"; do
   esac
 done
 
+# bad arguments are refused by any Python before an interpreter with Bridge is picked or built (fuzzR R6)
+which=
+args=()
+for arg in "$@"; do
+  if [ "$arg" = "--which-python" ]; then which=1; else args+=("$arg"); fi
+done
+if [ -z "$which" ]; then
+  PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" python3 -m mbridge_overlap.bridge.verify --check-args "$@" || exit $?
+elif [ "${#args[@]}" -gt 0 ]; then
+  echo "scripts/verify.sh: error: --which-python takes no other arguments" >&2
+  exit 2
+fi
+
 if [ -n "${MBRIDGE_VERIFY_PYTHON:-}" ]; then
   py=$MBRIDGE_VERIFY_PYTHON
 elif python3 -c 'import megatron.bridge' >/dev/null 2>&1; then
@@ -61,7 +74,7 @@ elif python3 -c 'import megatron.bridge' >/dev/null 2>&1; then
 else
   py=$(venv_python)
 fi
-if [ "${1:-}" = "--which-python" ]; then
+if [ -n "$which" ]; then
   echo "$py"
   exit 0
 fi

@@ -4,6 +4,11 @@ against a prediction made without FSDP). The layout goes to plan before Bridge i
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
+import pytest
+
 from mbridge_overlap import api
 from mbridge_overlap.bridge import verify
 
@@ -36,3 +41,16 @@ def test_an_empty_text_flag_is_refused_before_bridge_is_imported():
         proc = subprocess.run([sys.executable, "-m", "mbridge_overlap.bridge.verify", flag, "", "--skip-suites"],
                               capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert proc.returncode == 2 and proc.stderr.strip() == f"verify: error: {flag}: empty; leave it out for the default", proc.stderr
+
+
+@pytest.mark.parametrize("argv", [["--tp", "abc"], ["--bogus"], ["--recipe", ""], ["--tp", "2", "--which-python"]])
+def test_the_script_refuses_bad_arguments_before_it_builds_anything(tmp_path, argv):
+    """fuzzR R6: scripts/verify.sh picked (and on a fresh machine built: 4.6 GB of torch) its Bridge interpreter before
+    the arguments were read; now any Python refuses them first, in one line, and nothing is created in the cache."""
+    import subprocess
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PIP_NO_INDEX": "1", "MBRIDGE_VERIFY_PYTHON": ""}
+    script = Path(__file__).resolve().parent.parent / "scripts" / "verify.sh"
+    proc = subprocess.run(["bash", str(script), *argv], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "cache").exists()

@@ -165,6 +165,12 @@ def check(name: str, status: str, detail: str = "", **extra) -> dict:
 
 def run(args) -> dict:
     started = time.time()
+    return _run_with_bridge(args, *prepare(args), started)
+
+
+def prepare(args) -> tuple:
+    """Everything verify checks of its arguments before Bridge is imported: (layout, expectations, plan, checkout).
+    scripts/verify.sh runs it (--check-args) before it builds or picks an interpreter (fuzzR R6)."""
     layout = layout_of(args)
     given = expectations(args.expect_passed)
     plan = api.plan(**layout)  # bad layouts fail here, before Bridge is imported
@@ -176,7 +182,7 @@ def run(args) -> dict:
     if args.save_snippets and Path(args.save_snippets).is_dir():
         check_save_targets((Path(args.save_snippets) / name for name in SNIPPET_FILES.values()), args.force)
     mark("plan")
-    return _run_with_bridge(args, layout, given, plan, checkout, started)
+    return layout, given, plan, checkout
 
 
 def _run_with_bridge(args, layout, given, plan, checkout, started) -> dict:
@@ -312,7 +318,16 @@ def stdout_to_stderr():
 
 def main(argv=None) -> int:
     mark("main")
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    checking = argv[:1] == ["--check-args"]  # scripts/verify.sh: refuse bad arguments before any Bridge is built
+    args = parser().parse_args(argv[1:] if checking else argv)
+    if checking:
+        try:
+            prepare(args)
+        except UsageError as exc:
+            print(f"verify: error: {safeio.message(exc)}", file=sys.stderr)
+            return 2
+        return 0
     try:
         with stdout_to_stderr():
             report = run(args)
