@@ -190,8 +190,10 @@ def hydra_unquoted(text: str) -> str:
 def hydra_quoted(text: str) -> str:
     """Single-quoted as Hydra unescapes it (overrides_visitor._unescape_quoted_string): only the backslashes before a
     quote or the closing quote are doubled, and the quote escaped; any other backslash is itself (fuzzO F2); a ${ is
-    written \\${, which OmegaConf reads as the literal ${ instead of an interpolation (recheck54 Y3)."""
-    return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), text.replace("${", "\\${")) + "'"
+    written \\${, which OmegaConf reads as the literal ${ instead of an interpolation (recheck54 Y3), and each
+    backslash before it doubled, which OmegaConf reads as one (recheck55 AB1)."""
+    literal = re.sub(r"(\\*)\$\{", lambda m: m[1] * 2 + "\\${", text)
+    return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), literal) + "'"
 
 
 def yaml_quote(text: str) -> str:

@@ -157,11 +157,37 @@ def parse_override(text: str) -> tuple[str, str]:
     key, sep, value = body.partition("=")
     if not sep or not key or " " in key.strip():
         raise UsageError(f"override {safeio.shown(text)}: expected KEY=VALUE, e.g. model.tensor_model_parallel_size=4")
-    return key.strip(), _HYDRA_TRAILING.sub("", value.lstrip(" \t")).strip("\r\n\f\v")
+    value = value.lstrip(" \t")
+    if value[:1] in ("'", '"') and _BLANKS_AFTER_QUOTE.search(value):  # (fuzzQ Q6: Hydra's lexer refuses them)
+        raise UsageError(f"override {safeio.shown(text)}: blanks after a quoted value are refused by Hydra's override "
+                         "grammar (Bridge refuses the override): drop them")
+    return key.strip(), _trailing_dropped(value).strip("\r\n\f\v")
+
+
+_BLANKS_AFTER_QUOTE = re.compile(r"['\"][ \t]+\Z")
 
 
 # trailing blanks Hydra drops: not an escaped one (`Ring\\ ` is "Ring ": fuzzQ Q3)
-_HYDRA_TRAILING = re.compile(r"(?<!\\)[ \t]+\Z")
+_BLANKS_AT_END = re.compile(r"[ \t]+\Z")
+
+
+def _trailing_dropped(text: str) -> str:
+    """Hydra's trailing blanks dropped: not an escaped one (`Ring\\ ` is "Ring ": fuzzQ Q3), which an odd run of
+    backslashes makes, nor those after an unescaped colon, which its lexer keeps (VALUE_COLON: WS? ':' WS?;
+    recheck55 AB2)."""
+    m = _BLANKS_AT_END.search(text)
+    if m is None:
+        return text
+    head = text[:m.start()]
+    if _backslashes_before(head, len(head)) % 2:
+        return head + m[0][0]
+    if head.endswith(":") and _backslashes_before(head, len(head) - 1) % 2 == 0:
+        return text
+    return head
+
+
+def _backslashes_before(text: str, end: int) -> int:
+    return end - len(text[:end].rstrip("\\"))
 
 
 def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
@@ -413,7 +439,7 @@ def env_value(key: str, value: Any, typed: bool = False) -> Any:
                              "ends it: Bridge refuses the override); escape the quote with a backslash")
         return _interpolated(key, safeio.hydra_unquoted(value.strip()))  # quoted: text, as Hydra reads it
     if isinstance(value, str):
-        text = _HYDRA_TRAILING.sub("", value.strip("\r\n\f\v").lstrip(" \t"))  # (an escaped trailing blank stays)
+        text = _trailing_dropped(value.strip("\r\n\f\v").lstrip(" \t"))
         if text.lower() == "null":
             value = None
         elif text.lower() in ("true", "false"):
@@ -449,17 +475,23 @@ def _hydra_text(key: str, text: str) -> str:
     return _interpolated(key, _HYDRA_ESC.sub(lambda m: m[0][1], text))
 
 
-_INTERPOLATION = re.compile(r"(?<!\\)\$\{")
+# a ${ after a run of backslashes: OmegaConf reads each \\ before it as one backslash, and a ${ after an odd run as
+# the literal ${ (recheck55 AB1: \\${x} is a backslash and a live interpolation)
+_INTERPOLATION = re.compile(r"(?<!\\)((?:\\\\)*)(\\?)\$\{")
+
+
+def live_interpolation(text: str) -> bool:
+    return any(not m[2] for m in _INTERPOLATION.finditer(text))
 
 
 def _interpolated(key: str, text: str) -> str:
     """A launch variable's text as OmegaConf leaves it (Bridge resolves the config with to_container(resolve=True)):
     an escaped \\${ is a literal ${; an interpolation is refused, for it is resolved where Bridge runs (fuzzP P2,
     recheck54 Y3: a quoted one, or a config file's, was taken as its text)."""
-    if _INTERPOLATION.search(text):
+    if live_interpolation(text):
         raise UsageError(f"{key}: {safeio.shown(text)} holds an OmegaConf interpolation, which Bridge resolves where it "
                          "runs and this skill does not: give the value itself (\\${ for a literal ${)")
-    return text.replace("\\${", "${")
+    return _INTERPOLATION.sub(lambda m: "\\" * (len(m[1]) // 2) + "${", text)
 
 
 _SETTERS = {
@@ -495,7 +527,7 @@ def quoted_in_file(key: str, value: Any, want: str) -> UsageError:
     """The one line for a file's text where Bridge's config holds a number or a bool (_as_yaml_typed, and the shape
     keys only the budget reads: budget.shape.in_config)."""
     plain = isinstance(value, str) and _YAML_TEXT_NUMBER.fullmatch(value.strip())  # unquoted, yet text to YAML 1.1
-    if isinstance(value, str) and _INTERPOLATION.search(value):  # (fuzzQ Q5: "without quotes" said of none)
+    if isinstance(value, str) and live_interpolation(value):  # (fuzzQ Q5: "without quotes" said of none)
         return UsageError(f"{key}: the file holds the OmegaConf interpolation {safeio.shown(value)}, which Bridge "
                           f"resolves when it loads the config and this skill does not: write {want} itself")
     return UsageError(f"{key}: the file holds the text {safeio.shown(value)} where Bridge's config holds {want}: "

@@ -195,3 +195,31 @@ def test_a_literal_interpolation_text_goes_through_bridge_as_text(text):
     cfg = parse_hydra_overrides(OmegaConf.create({"env_vars": {"A": 1}}), [f"++env_vars.X={word}"])
     assert OmegaConf.to_container(cfg, resolve=True)["env_vars"]["X"] == text
     assert request.env_value("env_vars.X", word) == text
+
+
+# recheck55 AB1, AB2 and fuzzQ Q6 (rest): backslash runs before ${ and before trailing blanks, blanks after a colon and
+# after a closing quote, as command-line words
+WORDS = ["'\\\\${x}'", "'\\\\\\${x}'", "'a\\\\\\\\\\${x}'", "\\\\\\${x}", "\\${x}", "'\\${x}'", "a\\\\ ", "\\\\ ", "a\\\\\t",
+         "\\\\\\\\ ", "e: ", "x:\t", "a:  ", "a\\:  ", "Ring\\  ", "'a' ", "\"0\"\t", " 'a'"]
+
+
+@pytest.mark.parametrize("word", WORDS)
+def test_a_launch_variable_word_is_what_bridge_exports_or_refused_as_bridge_refuses_it(word):
+    """The whole path: Bridge's parse_hydra_overrides, then OmegaConf's resolve (Bridge's to_container(resolve=True)),
+    against the skill's reading of the same word; refused by both, or the same text."""
+    from megatron.bridge.training.utils.omegaconf_utils import parse_hydra_overrides
+    from omegaconf import OmegaConf
+
+    from mbridge_overlap import UsageError
+
+    try:
+        cfg = parse_hydra_overrides(OmegaConf.create({"env_vars": {"A": 1}}), [f"++env_vars.X={word}"])
+        theirs = str(OmegaConf.to_container(cfg, resolve=True)["env_vars"]["X"])
+    except Exception:  # noqa: BLE001 - Hydra's or OmegaConf's refusal, whichever
+        theirs = None
+    try:
+        key, raw = request.parse_override(f"++env_vars.X={word}")
+        ours = str(request.env_value(key, raw))
+    except UsageError:
+        ours = None
+    assert ours == theirs
