@@ -23,7 +23,7 @@ def collectives(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     else:
         layers, lay = _first_stage(shape, lay, layers)
         lay = Layout(**{**lay.__dict__, "num_layers": shape.num_layers or 0})
-        params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1)
+        params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1, numbers=numbers(lay, layers))
     dense = [p for p in params if not p[2]]
     experts = [(n, e // lay.etp, x) for n, e, x in params if x]  # expert TP splits each expert's weights
     world = lay.dp * lay.cp * lay.tp * lay.pp
@@ -57,8 +57,9 @@ def _bucket_size(lay, shape, layers: int, params: list) -> int | None:
         return d.get("bucket_size")
     whole = params
     if lay.peft:  # the adapters train; the frozen base's parameters count too
-        first, _ = _first_stage(shape, lay, layers)
-        whole = params + shapes.stage_params(shape, lay.tp, lay.ep, first, first=True, last=lay.pp == 1)
+        first, at = _first_stage(shape, lay, layers)
+        whole = params + shapes.stage_params(shape, lay.tp, lay.ep, first, first=True, last=lay.pp == 1,
+                                             numbers=numbers(at, first))
     return sum(n // lay.etp if expert else n for _, n, expert in whole) // d["num_buckets"]
 
 
@@ -105,17 +106,14 @@ def _buffer(lay, system, params, group, link, whose, layers, size, tied=False) -
 
 def _quantized(lay, name: str, chunk: int, layers: int) -> bool:
     """Whether a parameter of the first stage's model chunk `chunk` is a quantized TE GEMM weight: not in a layer
-    first_last_layers_bf16 keeps in BF16, by Megatron-Core's global layer number (get_transformer_layer_offset at
-    pipeline rank 0: chunk k starts k x PP x the layers of a chunk in, each earlier chunk of the other stages between;
-    recheck47 R3: with VPP or a short last stage the model's last layers can sit on the first stage)."""
+    first_last_layers_bf16 keeps in BF16, by Megatron-Core's global layer number (numbers)."""
     if not (lay.quantized and QUANTIZED_WEIGHT.search(name)):
         return False
     start, end = lay.bf16_layers
     m = _LAYER.match(name)
     if m is None or not (start or end):
         return True
-    per = -(-(layers + lay.chunk_offset) // lay.vp) if lay.vp > 1 else 0
-    number = int(m[1]) + chunk * (lay.pp - 1) * per
+    number = _number(lay, layers, int(m[1]))
     total = lay.num_layers or (layers if lay.pp == 1 else None)
     return not (number < start or total is not None and number >= total - end)
 
@@ -139,6 +137,19 @@ def _bucket_groups(lay, chunk, size, distopt, group, tied, quantized) -> list[li
         return [[(n, 2)] for n in rest]
     each = lay.quantized[1]
     return [[(n, each)] for n in weights[:-1]] + [[(weights[-1], each)] + [(n, 2) for n in rest]]
+
+
+def numbers(lay, layers: int) -> list[int]:
+    """The global layer number of each of the first stage's `layers` layers (get_transformer_layer_offset at pipeline
+    rank 0: model chunk k, as _chunks places a layer, starts k x PP x the layers of a chunk in, each earlier chunk of
+    the other stages between; recheck47 R3: with VPP or a short last stage the model's last layers can sit on the
+    first stage): which of them are MoE (moe_layer_freq), which in BF16 (first_last_layers_bf16)."""
+    return [_number(lay, layers, i) for i in range(layers)]
+
+
+def _number(lay, layers: int, i: int) -> int:
+    per = -(-(layers + lay.chunk_offset) // lay.vp) if lay.vp > 1 else 0
+    return i + min((i + lay.chunk_offset) // per, lay.vp - 1) * (lay.pp - 1) * per if per else i
 
 
 def _interleaved(lay) -> bool:

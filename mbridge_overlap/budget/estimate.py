@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from . import dp, shape as shapes, tp
 from .collective import ACT_BYTES, Item, ms
-from .layout import Layout, fewest_local, link_of, recomputed, spans_domains
+from .layout import Layout, fewest_local, link_of, recomputed, spans_domains, stage_numbers
 from .system import System
 from .. import safeio
 from ..errors import UsageError
@@ -69,13 +69,16 @@ RECOMPUTE_ASSUMPTION = (
     "the attention core; mlp: a dense layer's MLP); layernorm and activation recompute are not counted")
 
 
-MOE_ASSUMPTION = ("MoE: every layer a MoE layer; each token's top-k experts' GEMMs at the dense rate; the router, token "
+MOE_ASSUMPTION = ("MoE: the MoE layers moe_layer_freq makes (get_gpt_decoder_layer_specs), a shared expert in each where "
+                  "moe_shared_expert_intermediate_size is set (every token through a dense MLP split across TP, its TP "
+                  "collectives as a dense MLP's, moe_shared_expert_overlap not read); each token's top-k experts' "
+                  "GEMMs at the dense rate; the router, token "
                   "permutation and small grouped GEMMs are not counted, so where the all-to-all stays inside an NVLink domain the "
                   "iteration time is a lower bound: on Bridge's "
                   "published Qwen3 MoE rows the predicted throughput is 2x the published or more where the all-to-all stays "
                   "inside the NVLink domain (docs/budget.md); TP: only the attention's collectives (the experts' grouped "
-                  "GEMMs take no userbuffers, and the alltoall dispatcher sends each TP rank's own tokens), a shared "
-                  "expert's and the expert-TP group's gathers (expert_tensor_parallel_size > 1) not counted; DP: the dense "
+                  "GEMMs take no userbuffers, and the alltoall dispatcher sends each TP rank's own tokens), the "
+                  "expert-TP group's gathers (expert_tensor_parallel_size > 1) not counted; DP: the dense "
                   "and the experts' buffers (two communicators, which can run side by side) priced one after the other, an "
                   "upper bound on their exposed time")
 
@@ -245,35 +248,78 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
                          "pipeline stages put fewer on a GPU)")
     rate = system.gemm_tflops(lay.precision) * 1e12 * system.efficiency
     attn_rate = system.gemm_tflops("bf16") * 1e12 * system.efficiency
-    per_layer = shapes.layer_flops(shape, tokens, lay.seq, lay.tp, lay.cp)
-    gemm_s = {k: v / rate for k, v in per_layer.items() if k != "attention"}
-    attn_s = per_layer["attention"] / attn_rate
     # LoRA's adapters run in BF16 (Megatron-Core's own parallel linears, not Transformer Engine's)
     adapter_s = shapes.adapter_flops(shape, lay.peft.gemms, lay.peft.dim, tokens, lay.tp, lay.cp) / attn_rate if lay.peft else 0.0
-    layer_fwd = sum(gemm_s.values()) + attn_s + adapter_s
+    kinds = {moe: _kind(lay, shape, tokens, rate, attn_rate, adapter_s, layers, moe) for moe in {False, shape.moe}}
+    counts = _stage_kinds(lay, shape, layers, kinds)
+    attn_s = kinds[False]["attn_s"]
     logits_s = shapes.logits_flops(shape, tokens, lay.tp, lay.cp) / rate / max(1, lay.pp)  # spread: no stage is apart
-    stage_fwd = layers * layer_fwd + logits_s
+    stage_fwd = sum(n * kinds[k]["fwd"] for k, n in counts.items()) + logits_s
     if lay.peft:  # frozen weights: dgrad only (the attention's backward and the trained adapters' stay twice)
-        stage_bwd = layers * (sum(gemm_s.values()) + 2 * attn_s + 2 * adapter_s) + logits_s
+        stage_bwd = sum(n * (sum(kinds[k]["gemm_s"].values()) + 2 * attn_s + 2 * adapter_s) for k, n in counts.items()) + logits_s
     else:
         stage_bwd = 2 * stage_fwd  # dgrad and wgrad
-    again = recomputed(lay, layers, shape.moe)
-    stage_bwd += layers * (again["layer"] * layer_fwd + again["core_attn"] * attn_s
-                           + again["mlp"] * (gemm_s["fc1"] + gemm_s["fc2"] + gemm_s.get("router", 0.0)))
+    stage_bwd += sum(n * kinds[k]["again_s"] for k, n in counts.items())
     mb_s = stage_fwd + stage_bwd
     m = lay.micro_batches
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
                assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ())
                + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + _uneven_split(shape.num_layers, lay)
-               + _cp_exchange(lay) + _not_modelled(lay, shape))
-    b.items += tp.collectives(lay, shape, system, layers, m, tokens, gemm_s, again)
+               + _cp_exchange(lay) + _not_modelled(lay, shape) + _mixed(shape, counts))
+    b.items += tp.collectives(lay, shape, system, [(n, *kinds[k]["tp"]) for k, n in counts.items()], m, tokens)
     if tp.userbuffers_run(lay):
-        b.overlap_cost["tp_comm_overlap"] = layers * m * tp.sm_margin_s(lay, shape, system, gemm_s)
+        b.overlap_cost["tp_comm_overlap"] = sum(n * m * tp.sm_margin_s(lay, kinds[k]["tp"][2], system, kinds[k]["tp"][0])
+                                                for k, n in counts.items())
+    again = kinds[False]["again"]  # (the attention's recompute: the same in either kind of layer)
     b.items += _cp(lay, shape, system, layers, m, tokens, attn_s, again)
     b.items += _pp(lay, shape, system, m, tokens, stage_fwd)
     b.items += dp.collectives(lay, shape, system, layers, stage_fwd, stage_bwd)
-    b.items += _ep(lay, shape, system, layers, m, tokens, layer_fwd, again)
+    if counts.get(True):
+        b.items += _ep(lay, shape, system, counts[True], m, tokens, kinds[True]["fwd"], kinds[True]["again"])
     return b
+
+
+def _kind(lay, shape, tokens, rate, attn_rate, adapter_s, layers, moe: bool) -> dict:
+    """One kind of layer (dense, or MoE): its GEMMs' and attention's forward time, its forward, what recompute runs of
+    it again, and what TP sees of it: (GEMM times with fc1 and fc2 the MLP's that runs on TP, recompute, whether its
+    MLP runs on TP)."""
+    per_layer = shapes.layer_flops(shape, tokens, lay.seq, lay.tp, lay.cp, moe)
+    gemm_s = {k: v / rate for k, v in per_layer.items() if k != "attention"}
+    attn_s = per_layer["attention"] / attn_rate
+    fwd = sum(gemm_s.values()) + attn_s + adapter_s
+    again = recomputed(lay, layers, moe)
+    shared = moe and "shared_fc1" in gemm_s
+    again_s = (again["layer"] * fwd + again["core_attn"] * attn_s
+               + again["mlp"] * (gemm_s["fc1"] + gemm_s["fc2"] + gemm_s.get("router", 0.0))
+               + again["shared"] * (gemm_s.get("shared_fc1", 0.0) + gemm_s.get("shared_fc2", 0.0)))
+    tp_gemms = {**gemm_s, "fc1": gemm_s["shared_fc1"], "fc2": gemm_s["shared_fc2"]} if shared else gemm_s
+    tp_again = {**again, "mlp": again["shared"]} if moe else again  # a MoE layer's TP fc1 and fc2: its shared expert's
+    return {"gemm_s": gemm_s, "attn_s": attn_s, "fwd": fwd, "again": again, "again_s": again_s,
+            "tp": (tp_gemms, tp_again, not moe or shared)}
+
+
+def _stage_kinds(lay, shape, layers: int, kinds: dict) -> dict:
+    """How many of the costed stage's layers are dense (False) and MoE (True): moe_layer_freq's pattern on the
+    pipeline stage with the most forward compute (the one the others wait for), over `layers` layers."""
+    if not shape.mixed:
+        return {shape.moe: layers}
+    best = None
+    for rank in range(lay.pp):
+        numbers = stage_numbers(lay, shape.num_layers, rank)
+        moe = sum(map(shape.is_moe_layer, numbers))
+        dense = max(0, layers - moe)
+        work = moe * kinds[True]["fwd"] + dense * kinds[False]["fwd"]
+        if best is None or work > best[0]:
+            best = (work, {False: dense, True: moe})
+    return best[1]
+
+
+def _mixed(shape, counts: dict) -> tuple:
+    if not shape.mixed:
+        return ()
+    return (f"dense and MoE layers as moe_layer_freq places them: the pipeline stage costed (the one with the most "
+            f"compute) holds {counts.get(True, 0)} MoE and {counts.get(False, 0)} dense layers; EP's all-to-alls run on "
+            "the MoE layers only, a dense layer's MLP runs TP's collectives",)
 
 
 def _cp(lay, shape, system, layers, m, tokens, attn_s, again) -> list:

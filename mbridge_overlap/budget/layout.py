@@ -137,17 +137,35 @@ def _recompute_of(m: dict) -> tuple:
 
 def recomputed(lay: Layout, layers: int, moe: bool) -> dict:
     """What of a layer's forward runs again in its backward, averaged over a stage's layers: the share of whole layers
-    (full), and of the attention core and the MLP (selective: mlp for a dense layer, moe for an MoE layer):
+    (full), and of the attention core, the MLP (selective: mlp for a dense layer, moe for an MoE layer) and a MoE
+    layer's shared expert (moe or shared_experts):
     Megatron-Core's checkpointed_forward (recompute.py), the layer's recompute_mlp and MoE checkpoint, the
     attention's checkpoint_core_attention."""
     if not lay.recompute:
-        return {"layer": 0.0, "core_attn": 0.0, "mlp": 0.0}
+        return {"layer": 0.0, "core_attn": 0.0, "mlp": 0.0, "shared": 0.0}
     granularity, method, num_layers, modules = lay.recompute
     if granularity == "full":
         chunk = max(1, -(-layers // lay.vp))  # a virtual stage's layers: each is a TransformerBlock of its own
         share = 1.0 if method == "uniform" else min(num_layers or 0, chunk) / chunk
-        return {"layer": share, "core_attn": 0.0, "mlp": 0.0}
-    return {"layer": 0.0, "core_attn": float("core_attn" in modules), "mlp": float(("moe" if moe else "mlp") in modules)}
+        return {"layer": share, "core_attn": 0.0, "mlp": 0.0, "shared": 0.0}
+    # a MoE layer's shared expert: inside the moe checkpoint (MoELayer.forward's custom_forward), or its own
+    # (shared_experts: MoELayer.shared_experts_compute)
+    return {"layer": 0.0, "core_attn": float("core_attn" in modules), "mlp": float(("moe" if moe else "mlp") in modules),
+            "shared": float(moe and ("moe" in modules or "shared_experts" in modules))}
+
+
+def stage_numbers(lay: Layout, num_layers: int, rank: int) -> list[int]:
+    """The global numbers of pipeline rank `rank`'s layers, its model chunks in order (get_transformer_layer_offset:
+    virtual stage k of rank r starts (k x PP + r) layer slots in, the embedding and the loss each a slot where
+    account_for_*_in_pipeline_split counts them); a split Megatron-Core refuses is taken as ceil(layers / PP) each."""
+    slots = lay.layer_slots if lay.pp > 1 else (False, False)
+    total, chunks = num_layers + sum(slots), lay.pp * max(1, lay.vp)
+    if total % chunks:
+        per = -(-num_layers // lay.pp)
+        return list(range(rank * per, min(num_layers, (rank + 1) * per)))
+    per = total // chunks
+    return [s - slots[0] for k in range(max(1, lay.vp)) for s in range((k * lay.pp + rank) * per, (k * lay.pp + rank + 1) * per)
+            if 0 <= s - slots[0] < num_layers]
 
 
 def spans_domains(lay: Layout, stride: int, size: int) -> bool:

@@ -29,6 +29,9 @@ class Shape:
     moe_router_topk: int = 2
     moe_ffn_hidden_size: int | None = None
     qk_layernorm: bool = False  # a norm of each head's queries and keys (Qwen3): head_dim weights each
+    moe_shared_expert_intermediate_size: int | None = None  # a shared expert in each MoE layer: its FFN size
+    moe_shared_expert_gate: bool = False  # the shared expert's sigmoid gate (one hidden-size weight)
+    moe_layer_freq: int | tuple = 1  # which layers are MoE: every N-th (0, N, 2N, ...) or a 0/1 pattern per layer
 
     @property
     def head_dim(self) -> int:
@@ -47,14 +50,28 @@ class Shape:
     def moe(self) -> bool:
         return bool(self.num_moe_experts)
 
+    def is_moe_layer(self, number: int) -> bool:
+        """Whether the layer of global number `number` (from 0) is a MoE layer, as Megatron-Core's
+        get_gpt_decoder_layer_specs decides: with experts, layer i where i % moe_layer_freq == 0, or where the
+        pattern's i-th entry is 1; without experts none."""
+        if not self.moe:
+            return False
+        if isinstance(self.moe_layer_freq, int):
+            return number % self.moe_layer_freq == 0
+        return self.moe_layer_freq[number] == 1
+
+    @property
+    def mixed(self) -> bool:
+        """Dense layers among the MoE ones."""
+        return self.moe and not all(self.is_moe_layer(i) for i in range(self.num_layers))
+
 
 # Model fields that change a layer's parameters and work where they are set otherwise than here, which the budget's
-# shape does not model (its layers are GPT layers: attention with QKV, a dense or routed MLP); a budget of a config
-# that sets one says so (evalN N2: DeepSeek-V3's run config was costed as plain attention, all layers MoE)
+# shape does not model (its layers are GPT layers: attention with QKV, a dense or routed MLP with or without a shared
+# expert, dense and MoE layers as moe_layer_freq places them); a budget of a config that sets one says so (evalN N2:
+# DeepSeek-V3's run config was costed as plain attention)
 UNMODELLED = {
     "multi_latent_attention": (False, "multi-latent attention (its down- and up-projections, not QKV)"),
-    "moe_shared_expert_intermediate_size": (None, "a shared expert in each MoE layer"),
-    "moe_layer_freq": (1, "dense layers among the MoE ones"),
     "mtp_num_layers": (None, "multi-token prediction layers"),
 }
 
@@ -89,6 +106,8 @@ def in_config(model: dict | None, source: str | None = None) -> dict:
             continue
         if isinstance(v, (int, bool)):
             out[k] = v
+        elif k == "moe_layer_freq" and isinstance(v, (list, tuple)):
+            out[k] = layer_pattern(k, v)
         elif source is not None:
             from ..run.request import quoted_in_file
 
@@ -108,6 +127,8 @@ def of(model: str | None, given: dict, said: str | None = None, fits=None) -> tu
         values.update(known[model]["shape"])
         origin.append(f"{model} ({known[model]['source']})")
     values.update(given)
+    if isinstance(values.get("moe_layer_freq"), list):  # (a known model's pattern, as YAML reads it)
+        values["moe_layer_freq"] = layer_pattern("moe_layer_freq", values["moe_layer_freq"])
     if given:
         origin.append(said or "given: " + ", ".join(sorted(given)))
     if values.get("ffn_hidden_size") is None and values.get("hidden_size"):
@@ -128,7 +149,7 @@ def of(model: str | None, given: dict, said: str | None = None, fits=None) -> tu
 # is a typo, and a shape's layers and experts are listed one by one.
 BOUNDS = {"num_layers": 4096, "hidden_size": 1 << 18, "ffn_hidden_size": 1 << 21, "num_attention_heads": 4096,
           "num_query_groups": 4096, "kv_channels": 1 << 12, "vocab_size": 1 << 24, "num_moe_experts": 4096,
-          "moe_router_topk": 4096, "moe_ffn_hidden_size": 1 << 21}
+          "moe_router_topk": 4096, "moe_ffn_hidden_size": 1 << 21, "moe_shared_expert_intermediate_size": 1 << 21}
 
 
 def check_given(model: str | None, given: dict | None) -> None:
@@ -146,8 +167,14 @@ def check_given(model: str | None, given: dict | None) -> None:
     _bounds(given or {})
 
 
-def value_of(key: str, value) -> int | bool:
-    """A shape key's value as given on a command line (KEY=VALUE text) or typed: a whole number or true/false."""
+def value_of(key: str, value) -> int | bool | tuple:
+    """A shape key's value as given on a command line (KEY=VALUE text) or typed: a whole number or true/false, or
+    for moe_layer_freq a list of 0s and 1s too ("[0,1,1]")."""
+    if isinstance(key, str) and key.rpartition(".")[2] == "moe_layer_freq":
+        if isinstance(value, (list, tuple)):
+            return layer_pattern(key, value)
+        if isinstance(value, str) and re.fullmatch(r"\[\s*[0-9]+(\s*,\s*[0-9]+)*\s*,?\s*\]", value):
+            return layer_pattern(key, [int(x) for x in value.strip("[] ").rstrip(",").split(",")])
     if isinstance(value, (bool, int)):
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
@@ -158,6 +185,14 @@ def value_of(key: str, value) -> int | bool:
     if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value) and name in BOUNDS:
         raise UsageError(f"{name}: must be a whole number from 1 to {BOUNDS[name]:,}, got {safeio.shown(value)}")
     raise UsageError(f"{safeio.shown(key)}: expected a whole number or true/false, got {safeio.shown(value)}")
+
+
+def layer_pattern(key: str, value) -> tuple:
+    """moe_layer_freq as a list: one 0 (dense) or 1 (MoE) per layer (get_gpt_decoder_layer_specs refuses any other)."""
+    if len(value) > BOUNDS["num_layers"] or not all(type(x) is int and x in (0, 1) for x in value):
+        raise UsageError(f"{safeio.shown(key)}: a list must hold a 0 (dense) or 1 (MoE) per layer, got "
+                         f"{safeio.shown(str(list(value)))[:80]}")
+    return tuple(value)
 
 
 def experts_of(model: str | None) -> int | None:
@@ -176,7 +211,13 @@ def _bounds(values: dict) -> None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= bound:
             raise UsageError(f"{key}: must be a whole number from 1 to {bound:,}, got {safeio.shown(value)}")
-    for key in ("gated_linear_unit", "share_embeddings_and_output_weights"):
+    freq = values.get("moe_layer_freq")
+    if isinstance(freq, (list, tuple)):
+        layer_pattern("moe_layer_freq", freq)
+    elif freq is not None and (not isinstance(freq, int) or isinstance(freq, bool) or not 1 <= freq <= BOUNDS["num_layers"]):
+        raise UsageError(f"moe_layer_freq: must be a whole number from 1 to {BOUNDS['num_layers']:,} or a list of 0s "
+                         f"and 1s, got {safeio.shown(freq)}")
+    for key in ("gated_linear_unit", "share_embeddings_and_output_weights", "moe_shared_expert_gate"):
         if key in values and not isinstance(values[key], bool):
             raise UsageError(f"{key}: must be true or false, got {values[key]!r}")
 
@@ -189,6 +230,10 @@ def _check(values: dict) -> None:
     if values.get("kv_channels") is None and values["hidden_size"] < heads:
         raise UsageError(f"hidden_size ({values['hidden_size']}) is smaller than num_attention_heads ({heads}): Megatron-Core's "
                          "kv_channels (hidden_size // num_attention_heads) would be 0; give kv_channels")
+    freq = values.get("moe_layer_freq")
+    if values.get("num_moe_experts") and isinstance(freq, tuple) and len(freq) != values["num_layers"]:
+        raise UsageError(f"moe_layer_freq: a list of {len(freq)} entries for {values['num_layers']} layers "
+                         "(Megatron-Core's get_gpt_decoder_layer_specs asserts one per layer)")
     if values.get("num_moe_experts") is not None and values.get("moe_router_topk", 2) > values["num_moe_experts"]:
         raise UsageError(f"moe_router_topk ({values.get('moe_router_topk', 2)}) exceeds num_moe_experts ({values['num_moe_experts']})")
 
@@ -196,21 +241,28 @@ def _check(values: dict) -> None:
 # -- FLOPs of one micro-batch on one GPU (forward; backward is twice) -------------------------------------------------
 
 
-def layer_flops(shape: Shape, tokens: int, seq: int, tp: int, cp: int) -> dict:
+def layer_flops(shape: Shape, tokens: int, seq: int, tp: int, cp: int, moe: bool | None = None) -> dict:
     """Forward FLOPs of one transformer layer on one GPU for `tokens` tokens of sequences `seq` long, by GEMM
-    (what TP's collectives overlap with) and the attention core (causal: half the score matrix)."""
+    (what TP's collectives overlap with) and the attention core (causal: half the score matrix). moe: a MoE layer's
+    (default: the shape's kind), with its shared expert's fc1 and fc2 (shared_fc1, shared_fc2) where it has one."""
     h, split = shape.hidden_size, tp * cp
+    moe = shape.moe if moe is None else moe and shape.moe
     out = {
         "qkv": 2 * tokens * h * shape.qkv_out / split,
         "attention": 2 * 2 * tokens * seq * shape.num_attention_heads * shape.head_dim * 0.5 / split,
         "proj": 2 * tokens * shape.num_attention_heads * shape.head_dim * h / split,
     }
-    if shape.moe:
+    if moe:
         ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
         routed = tokens * shape.moe_router_topk
         out["fc1"] = 2 * routed * h * ffn * (2 if shape.gated_linear_unit else 1) / split
         out["fc2"] = 2 * routed * ffn * h / split
-        out["router"] = 2 * tokens * h * shape.num_moe_experts / split
+        # the router's logits, and the shared expert's gate (SharedExpertMLP: one logit a token)
+        out["router"] = 2 * tokens * h * (shape.num_moe_experts + shape.moe_shared_expert_gate) / split
+        shared = shape.moe_shared_expert_intermediate_size
+        if shared:  # every token through one dense, TP-split MLP of that size
+            out["shared_fc1"] = 2 * tokens * h * shared * (2 if shape.gated_linear_unit else 1) / split
+            out["shared_fc2"] = 2 * tokens * shared * h / split
     else:
         out["fc1"] = 2 * tokens * h * shape.ffn_hidden_size * (2 if shape.gated_linear_unit else 1) / split
         out["fc2"] = 2 * tokens * shape.ffn_hidden_size * h / split
@@ -246,10 +298,13 @@ def logits_flops(shape: Shape, tokens: int, tp: int, cp: int) -> float:
 # -- parameters each rank holds ----------------------------------------------------------------------------------------
 
 
-def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last: bool) -> list[tuple[str, int, bool]]:
+def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last: bool,
+                 numbers=None) -> list[tuple[str, int, bool]]:
     """(name, elements, expert) of each parameter of a pipeline stage on one rank, in registration order (Megatron-Core's
     GPT model with Transformer Engine's layer spec): embedding, then per layer the projection, QKV (with its fused
-    norm), MLP (fc1 with its fused norm, fc2), then the final norm and output layer. The vocabulary is split across
+    norm), MLP (fc1 with its fused norm, fc2; a MoE layer's norm, router, experts, then its shared expert), then the
+    final norm and output layer. numbers: the global number of each of the stage's layers (default 0 to layers - 1),
+    which moe_layer_freq makes MoE or dense. The vocabulary is split across
     TP as the model config sets it (Bridge's setup uses the tokenizer's, padded to a multiple of
     make_vocab_size_divisible_by x TP, where the model sets none or tokenizer.use_tokenizer_vocab_size is on:
     training/setup.py _validate_and_set_vocab_size); rotary embeddings have no parameters."""
@@ -258,7 +313,8 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
     out = []
     if first:
         out.append(("embedding.word_embeddings.weight", vocab * h, False))
-    for i in range(layers):
+    numbers = range(layers) if numbers is None else numbers
+    for i, number in zip(range(layers), numbers):
         p = f"decoder.layers.{i}."
         # Attention.__init__ builds linear_proj before SelfAttention builds linear_qkv (TE fuses the input norm into it)
         out += [(p + "self_attention.linear_proj.weight", h * (shape.num_attention_heads * shape.head_dim // tp), False),
@@ -267,13 +323,14 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
         if shape.qk_layernorm:  # SelfAttention builds them after linear_qkv, one head wide
             out += [(p + "self_attention.q_layernorm.weight", shape.head_dim, False),
                     (p + "self_attention.k_layernorm.weight", shape.head_dim, False)]
-        if shape.moe:  # the router, then grouped experts (TEGroupedMLP: every fc1, then every fc2)
+        if shape.is_moe_layer(number):  # the router, then grouped experts (TEGroupedMLP: every fc1, then every fc2)
             ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
             local = shape.num_moe_experts // ep
             out += [(p + "pre_mlp_layernorm.weight", h, False), (p + "mlp.router.weight", shape.num_moe_experts * h, False)]
             out += [(f"{p}mlp.experts.linear_fc1.weight{e}", ffn * (2 if shape.gated_linear_unit else 1) * h, True)
                     for e in range(local)]
             out += [(f"{p}mlp.experts.linear_fc2.weight{e}", h * ffn, True) for e in range(local)]
+            out += _shared_expert(shape, tp, p + "mlp.shared_experts.")
         else:
             ffn = shape.ffn_hidden_size // tp
             out += [(p + "mlp.linear_fc1.layer_norm_weight", h, False),
@@ -284,3 +341,15 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
         if not (first and shape.share_embeddings_and_output_weights):
             out.append(("output_layer.weight", vocab * h, False))
     return out
+
+
+def _shared_expert(shape: Shape, tp: int, p: str) -> list[tuple[str, int, bool]]:
+    """A MoE layer's shared expert (MoELayer builds it after the experts; SharedExpertMLP: a dense MLP, not expert
+    parallel, split across TP like one, its gate a parameter of its own module, so named before its linears)."""
+    shared = shape.moe_shared_expert_intermediate_size
+    if not shared:
+        return []
+    ffn, h = shared // tp, shape.hidden_size
+    return ([(p + "gate_weight", h, False)] if shape.moe_shared_expert_gate else []) + [
+        (p + "linear_fc1.weight", ffn * (2 if shape.gated_linear_unit else 1) * h, False),
+        (p + "linear_fc2.weight", h * ffn, False)]

@@ -3,12 +3,31 @@ Transformer Engine's GEMMs, what TP overlap hides of them by its userbuffers met
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .collective import ACT_BYTES, GATHER_BYTES, Item
 from .layout import link_of
 from .userbuffers import ASYNC_GEMMS, UB_GEMMS, ub_exposed
 
 
-def collectives(lay, shape, system, layers, m, tokens, gemm_s, again) -> list:
+def collectives(lay, shape, system, kinds, m, tokens) -> list:
+    """TP's collectives of a stage's layers, by kind of layer: kinds holds (layers, gemm_s, again, mlp) for each,
+    mlp whether its MLP runs TP's fc1 and fc2 collectives (a dense layer's MLP, a MoE layer's shared expert: a dense
+    MLP split across TP, gemm_s's fc1 and fc2 then its GEMMs; a MoE layer's routed experts run none)."""
+    merged: dict = {}
+    for layers, gemm_s, again, mlp in kinds:
+        if not layers:
+            continue
+        for i in _collectives(lay, shape, system, layers, m, tokens, gemm_s, again, mlp):
+            key = (i.collective, i.what, i.setting, i.bytes)
+            if key in merged:
+                i = replace(i, count=merged[key].count + i.count, seconds=merged[key].seconds + i.seconds,
+                            hidden=merged[key].hidden + i.hidden)
+            merged[key] = i
+    return list(merged.values())
+
+
+def _collectives(lay, shape, system, layers, m, tokens, gemm_s, again, mlp) -> list:
     if lay.tp < 2:
         return []
     elements = tokens // lay.cp * shape.hidden_size
@@ -26,7 +45,7 @@ def collectives(lay, shape, system, layers, m, tokens, gemm_s, again) -> list:
         gemms = {g: gemm_s[UB_GEMMS[g][1]] for g in ub}
         backward = {"qkv_wgrad": ("all_reduce", gemm_s["qkv"]), "fc1_wgrad": ("all_reduce", gemm_s["fc1"])}
         what = {"all_reduce": "row-parallel partial sums (forward)"}
-    experts = _expert_mlp(shape)  # a MoE layer's MLP: experts, no TP collectives of the dense MLP's
+    experts = frozenset() if mlp else MLP_GEMMS  # a MoE layer's routed experts: no TP collectives of a dense MLP's
     ub = {g: c for g, c in ub.items() if g not in experts}
     backward = {g: v for g, v in backward.items() if g not in experts}
     on = userbuffers_run(lay)
@@ -97,19 +116,21 @@ def userbuffers_run(lay) -> bool:
     return lay.tp > 1 and lay.settings["tp_comm_overlap"] and lay.sp and link_of(lay, 1, lay.tp) == "nvlink"
 
 
-def _expert_mlp(shape) -> frozenset:
-    """The dense MLP's TP GEMMs that a MoE layer does not run: its experts are grouped GEMMs (Transformer Engine's
-    GroupedLinear takes no userbuffers), and the alltoall dispatcher sends each TP rank's own sequence shard to the
-    experts, gathering on the expert-TP group only where expert_tensor_parallel_size > 1
-    (megatron/core/transformer/moe/token_dispatcher.py)."""
-    return frozenset(g for g in (*UB_GEMMS, *ASYNC_GEMMS) if g.startswith(("fc1", "fc2"))) if shape.moe else frozenset()
+# The dense MLP's TP GEMMs that a MoE layer without a shared expert does not run: its experts are grouped GEMMs
+# (Transformer Engine's GroupedLinear takes no userbuffers), and the alltoall dispatcher sends each TP rank's own
+# sequence shard to the experts, gathering on the expert-TP group only where expert_tensor_parallel_size > 1
+# (megatron/core/transformer/moe/token_dispatcher.py). A shared expert is an MLP (SharedExpertMLP, its linears named
+# fc1 and fc2 as the dense MLP's: the same userbuffers) and runs them.
+MLP_GEMMS = frozenset(g for g in (*UB_GEMMS, *ASYNC_GEMMS) if g.startswith(("fc1", "fc2")))
 
 
-def sm_margin_s(lay, shape, system, gemm_s) -> float:
+def sm_margin_s(lay, mlp: bool, system, gemm_s) -> float:
     """What TP overlap adds to one layer's compute: a userbuffers GEMM with an SM margin runs on the SMs the
-    communication kernels leave it (Transformer Engine comm_gemm_overlap.cpp: _math_sms = sm_count - num_comm_sm)."""
+    communication kernels leave it (Transformer Engine comm_gemm_overlap.cpp: _math_sms = sm_count - num_comm_sm).
+    mlp: whether the layer's MLP runs fc1 and fc2 on TP (collectives)."""
     layer_of = {g: layer for g, (_, layer) in {**UB_GEMMS, **ASYNC_GEMMS}.items()}
-    idle = _plain_gemms(lay) | _expert_mlp(shape) | ({"qkv_wgrad", "fc1_wgrad"} if lay.peft else set())  # not run with userbuffers, or not run
+    # not run with userbuffers, or not run
+    idle = _plain_gemms(lay) | (frozenset() if mlp else MLP_GEMMS) | ({"qkv_wgrad", "fc1_wgrad"} if lay.peft else set())
     return sum(gemm_s[layer_of[g]] * margin / max(1, system.sms - margin)
                for g, (_, _, margin) in lay.userbuffers.items() if margin and g not in idle)
 
