@@ -23,9 +23,10 @@ def collectives(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     else:
         layers, lay = _first_stage(shape, lay, layers)
         lay = Layout(**{**lay.__dict__, "num_layers": shape.num_layers or 0})
-        params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1, numbers=numbers(lay, layers))
+        params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1, numbers=numbers(lay, layers),
+                                     etp=lay.etp)
     dense = [p for p in params if not p[2]]
-    experts = [(n, e // lay.etp, x) for n, e, x in params if x]  # expert TP splits each expert's weights
+    experts = [p for p in params if p[2]]
     world = lay.dp * lay.cp * lay.tp * lay.pp
     expert_dp = world // (lay.etp * lay.ep * lay.pp) if experts else 1
     # one bucket size for every buffer: the DP group's default (DistributedDataParallel.__init__)
@@ -59,8 +60,8 @@ def _bucket_size(lay, shape, layers: int, params: list) -> int | None:
     if lay.peft:  # the adapters train; the frozen base's parameters count too
         first, at = _first_stage(shape, lay, layers)
         whole = params + shapes.stage_params(shape, lay.tp, lay.ep, first, first=True, last=lay.pp == 1,
-                                             numbers=numbers(at, first))
-    return sum(n // lay.etp if expert else n for _, n, expert in whole) // d["num_buckets"]
+                                             numbers=numbers(at, first), etp=lay.etp)
+    return sum(n for _, n, _ in whole) // d["num_buckets"]
 
 
 def unsharded(lay) -> bool:

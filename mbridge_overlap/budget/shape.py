@@ -299,17 +299,22 @@ def logits_flops(shape: Shape, tokens: int, tp: int, cp: int) -> float:
 
 
 def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last: bool,
-                 numbers=None) -> list[tuple[str, int, bool]]:
+                 numbers=None, etp: int | None = None) -> list[tuple[str, int, bool]]:
     """(name, elements, expert) of each parameter of a pipeline stage on one rank, in registration order (Megatron-Core's
     GPT model with Transformer Engine's layer spec): embedding, then per layer the projection, QKV (with its fused
     norm), MLP (fc1 with its fused norm, fc2; a MoE layer's norm, router, experts, then its shared expert), then the
     final norm and output layer. numbers: the global number of each of the stage's layers (default 0 to layers - 1),
-    which moe_layer_freq makes MoE or dense. The vocabulary is split across
+    which moe_layer_freq makes MoE or dense. An expert's weights are split across expert TP (etp, default TP) and
+    are expert-parallel (reduced over the expert-DP group, in DistributedDataParallel's expert buffers) where EP > 1
+    or expert TP differs from TP; otherwise Megatron-Core's layers set allreduce on them as on any dense weight
+    (tensor_parallel/layers.py and extensions/transformer_engine.py: use_expert_pgs) and they share the dense buffer. The vocabulary is split across
     TP as the model config sets it (Bridge's setup uses the tokenizer's, padded to a multiple of
     make_vocab_size_divisible_by x TP, where the model sets none or tokenizer.use_tokenizer_vocab_size is on:
     training/setup.py _validate_and_set_vocab_size); rotary embeddings have no parameters."""
     h = shape.hidden_size
     vocab = -(-shape.vocab_size // tp)
+    etp = etp or tp
+    apart = ep > 1 or etp != tp
     out = []
     if first:
         out.append(("embedding.word_embeddings.weight", vocab * h, False))
@@ -327,9 +332,9 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
             ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
             local = shape.num_moe_experts // ep
             out += [(p + "pre_mlp_layernorm.weight", h, False), (p + "mlp.router.weight", shape.num_moe_experts * h, False)]
-            out += [(f"{p}mlp.experts.linear_fc1.weight{e}", ffn * (2 if shape.gated_linear_unit else 1) * h, True)
+            out += [(f"{p}mlp.experts.linear_fc1.weight{e}", ffn * (2 if shape.gated_linear_unit else 1) * h // etp, apart)
                     for e in range(local)]
-            out += [(f"{p}mlp.experts.linear_fc2.weight{e}", h * ffn, True) for e in range(local)]
+            out += [(f"{p}mlp.experts.linear_fc2.weight{e}", h * ffn // etp, apart) for e in range(local)]
             out += _shared_expert(shape, tp, p + "mlp.shared_experts.")
         else:
             ffn = shape.ffn_hidden_size // tp

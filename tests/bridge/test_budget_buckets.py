@@ -175,3 +175,122 @@ def test_quantized_weights_are_a_buffer_of_their_own_as_megatron_core_lays_them_
     assert [n for n, each in (g[0] for g in groups)] == theirs[torch.uint8]  # each group starts with a quantized bucket
     assert [n for n, _ in groups[-1][1:]] == theirs[torch.bfloat16] and all(e == 1 for g in groups for n, e in g[:1])
     assert all(e == 2 for n, e in groups[-1][1:]) and len(theirs) == 2
+
+
+_BUILD_MOE = """
+import json, os, sys
+import torch
+import torch.nn.functional as F
+port, s, rank, world = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), WORLD_SIZE=str(world))
+torch.distributed.init_process_group("gloo")
+from megatron.core import parallel_state
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+from megatron.core.transformer import TransformerConfig
+parallel_state.initialize_model_parallel(s["tp"], 1, expert_model_parallel_size=s["ep"])
+freq = s["moe_layer_freq"]
+cfg = TransformerConfig(num_layers=s["num_layers"], hidden_size=s["hidden_size"], ffn_hidden_size=s["ffn_hidden_size"],
+                        num_attention_heads=s["num_attention_heads"], num_query_groups=s["num_query_groups"],
+                        tensor_model_parallel_size=s["tp"], expert_model_parallel_size=s["ep"],
+                        num_moe_experts=s["num_moe_experts"], moe_router_topk=s["moe_router_topk"],
+                        moe_ffn_hidden_size=s["moe_ffn_hidden_size"],
+                        moe_shared_expert_intermediate_size=s["moe_shared_expert_intermediate_size"],
+                        moe_shared_expert_gate=s["moe_shared_expert_gate"], moe_layer_freq=freq,
+                        gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, normalization="RMSNorm",
+                        qk_layernorm=s["qk_layernorm"], use_cpu_initialization=True, init_model_with_meta_device=True)
+with torch.device("meta"):
+    model = GPTModel(cfg, get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization="RMSNorm"),
+                     vocab_size=s["vocab_size"], max_sequence_length=4096, position_embedding_type="rope",
+                     share_embeddings_and_output_weights=False)
+if rank == 0:  # DistributedDataParallel puts a parameter whose allreduce is False in the expert-parallel buffers
+    print(json.dumps([[n, p.numel(), not getattr(p, "allreduce", True)] for n, p in model.named_parameters()]))
+"""
+
+
+def _as_te_builds_them(theirs: list) -> list:
+    """The local spec's parameters (Transformer Engine's spec needs CUDA) named and ordered as Transformer Engine's
+    spec builds the same tensors: the input norm fused into linear_qkv (TELayerNormColumnParallelLinear, built after
+    linear_proj), a dense layer's pre-MLP norm into linear_fc1; SequentialMLP's experts as TEGroupedMLP's
+    (GroupedLinear linear_fc1 with weight0..N, then linear_fc2)."""
+    import re
+
+    out, norm, fc = [], None, {"1": [], "2": []}
+
+    def flush():
+        out.extend(fc["1"] + fc["2"])
+        fc["1"].clear()
+        fc["2"].clear()
+
+    for name, n, expert in theirs:
+        m = re.fullmatch(r"(.*\.mlp\.experts\.)local_experts\.(\d+)\.linear_fc([12])\.weight", name)
+        if m:
+            fc[m[3]].append([f"{m[1]}linear_fc{m[3]}.weight{m[2]}", n, expert])
+            continue
+        flush()
+        if name.endswith(".input_layernorm.weight"):
+            norm = [name.replace("input_layernorm.weight", "self_attention.linear_qkv.layer_norm_weight"), n, expert]
+            continue
+        if name.endswith(".self_attention.linear_qkv.weight"):
+            out.append(norm)
+        if name.endswith(".mlp.linear_fc1.weight") and out[-1][0].endswith(".pre_mlp_layernorm.weight"):
+            out[-1][0] = out[-1][0].replace("pre_mlp_layernorm.weight", "mlp.linear_fc1.layer_norm_weight")
+        out.append([name, n, expert])
+    flush()
+    return out
+
+
+MOE_SHAPES = [  # TP, EP, and a shape: shared experts with a gate and every 2nd layer MoE; a list pattern, no gate
+    (2, 2, {"num_layers": 4, "moe_layer_freq": 2, "moe_shared_expert_intermediate_size": 384, "moe_shared_expert_gate": True}),
+    (2, 1, {"num_layers": 5, "moe_layer_freq": [0, 1, 1, 0, 1], "moe_shared_expert_intermediate_size": 256,
+            "qk_layernorm": True}),
+]
+
+
+@pytest.mark.parametrize("tp, ep, given", MOE_SHAPES)
+def test_shared_experts_and_dense_layers_are_megatron_core_s_parameters_and_buckets(tp, ep, given):
+    """Megatron-Core's GPT model with MoE layers where moe_layer_freq puts them and a shared expert in each (built on
+    the meta device by TP x EP gloo processes on the CPU, rank 0's parameters): the budget's stage parameters are its
+    parameters (names, elements on the rank, which are expert-parallel: a shared expert is not), in its order; and
+    the budget's DP buckets of both buffers (dense and expert) are the ones Megatron-Core's own layout functions make of
+    its parameters."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from mbridge_overlap.budget import dp as budget_dp
+
+    base = {"hidden_size": 256, "ffn_hidden_size": 1024, "num_attention_heads": 8, "num_query_groups": 4,
+            "num_moe_experts": 8, "moe_router_topk": 2, "moe_ffn_hidden_size": 128, "vocab_size": 1024,
+            "moe_shared_expert_gate": False, "qk_layernorm": False}
+    s = {**base, **given}
+    sh, _ = shapes.of(None, {k: tuple(v) if isinstance(v, list) else v for k, v in s.items()})
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    world = tp * ep
+    procs = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", _BUILD_MOE, port, json.dumps({**s, "tp": tp, "ep": ep}),
+                               str(r), str(world)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(world)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs[0][1][-2000:]
+    theirs = _as_te_builds_them(json.loads(outs[0][0].strip().splitlines()[-1]))
+    mine = [list(p) for p in shapes.stage_params(sh, tp, ep, s["num_layers"], first=True, last=True)]
+    assert mine == theirs
+    assert any("shared_experts.linear_fc1" in n for n, _, _ in mine) and any(".mlp.linear_fc1." in n for n, _, _ in mine)
+    assert not any(x for n, _, x in mine if "shared_experts" in n)
+    assert any(x for _, _, x in mine) == (ep > 1)  # EP 1 with expert TP = TP: the experts' weights in the dense buffer
+
+    from megatron.core.distributed.distributed_data_parallel_config import DistributedDataParallelConfig
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    lay = SimpleNamespace(ddp={}, quantized=None)
+    for expert in (False, True)[:1 + (ep > 1)]:
+        tensors = [torch.nn.Parameter(torch.empty(n, device="meta")) for _, n, x in theirs if x == expert]
+        cfg = DistributedDataParallelConfig(use_distributed_optimizer=True)
+        layout = DistributedOptimizer._compute_per_buffer_param_layout(tensors, 200_000, 4, cfg)
+        groups = budget_dp._bucket_groups(lay, [p for p in mine if p[2] == expert], 200_000, True, 4, False, lambda name: False)
+        assert [n for g in groups for n, _ in g] == [e - s for s, e in layout.bucket_indices]
+        assert len(groups) > 1
