@@ -184,6 +184,8 @@ _RAISED_IN = {
     "num_query_groups": "TransformerConfig.__post_init__ (ValueError, at Bridge's finalize)",
     "ffn_hidden_size": "the MLP's column-parallel linear layer (divide(), an AssertionError building the model)",
     "num_moe_experts": "BaseMoELayer.__init__ (an assert building the model)",
+    "moe_shared_expert_intermediate_size": "the shared expert's column-parallel linear layer (divide(), an AssertionError "
+                                           "building the model)",
 }
 
 
@@ -197,6 +199,8 @@ def _fits(values: dict, lay) -> None:
               ("ffn_hidden_size", values["ffn_hidden_size"], lay.tp, "TP")]
     if values.get("num_moe_experts"):
         checks.append(("num_moe_experts", values["num_moe_experts"], lay.ep, "EP"))
+        if values.get("moe_shared_expert_intermediate_size"):
+            checks.append(("moe_shared_expert_intermediate_size", values["moe_shared_expert_intermediate_size"], lay.tp, "TP"))
     for name, value, by, what in checks:
         if value % by and not (name == "num_query_groups" and by % value == 0):  # fewer KV groups than TP: replicated
             raise ShapeRefused(name, value, by, what, _RAISED_IN[name])
