@@ -76,7 +76,7 @@ MOE_ASSUMPTION = ("MoE: the MoE layers moe_layer_freq makes (get_gpt_decoder_lay
                   "permutation and small grouped GEMMs are not counted, so where the all-to-all stays inside an NVLink domain the "
                   "iteration time is a lower bound: on Bridge's "
                   "published Qwen3 MoE rows the predicted throughput is 2x the published or more where the all-to-all stays "
-                  "inside the NVLink domain (docs/budget.md); TP: only the attention's collectives (the experts' grouped "
+                  "inside the NVLink domain (docs/budget.md); TP: a MoE layer's routed experts run none of TP's collectives (their grouped "
                   "GEMMs take no userbuffers, and the alltoall dispatcher sends each TP rank's own tokens), the "
                   "expert-TP group's gathers (expert_tensor_parallel_size > 1) not counted; DP: the dense "
                   "and the experts' buffers (two communicators, which can run side by side) priced one after the other, an "
