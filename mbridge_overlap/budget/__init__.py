@@ -2,8 +2,8 @@
 the effective config makes, their message sizes, the time they take on the system's links, what each overlap setting
 hides, and what flipping it would change (estimate.py: CP, PP and EP there; TP in tp.py with Transformer Engine's
 userbuffers in userbuffers.py; DP in dp.py with Megatron-Core's gradient buckets in buckets.py); the run as the budget
-sees it and where its ranks lie (layout.py); the model's shape and FLOPs (shape.py); the systems' measured rates with
-their sources (system.py, data/budget_systems.yaml)."""
+sees it and where its ranks lie (layout.py); the model's shape and FLOPs (shape.py), by kind of layer (dense, MoE:
+kinds.py); the systems' measured rates with their sources (system.py, data/budget_systems.yaml)."""
 
 from __future__ import annotations
 

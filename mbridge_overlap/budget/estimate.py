@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from . import dp, shape as shapes, tp
+from . import dp, kinds as layer_kinds, shape as shapes, tp
 from .collective import ACT_BYTES, Item, ms
-from .layout import Layout, fewest_local, link_of, recomputed, spans_domains, stage_numbers
+from .layout import Layout, fewest_local, link_of, spans_domains
 from .system import System
 from .. import safeio
 from ..errors import UsageError
@@ -250,8 +250,8 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     attn_rate = system.gemm_tflops("bf16") * 1e12 * system.efficiency
     # LoRA's adapters run in BF16 (Megatron-Core's own parallel linears, not Transformer Engine's)
     adapter_s = shapes.adapter_flops(shape, lay.peft.gemms, lay.peft.dim, tokens, lay.tp, lay.cp) / attn_rate if lay.peft else 0.0
-    kinds = {moe: _kind(lay, shape, tokens, rate, attn_rate, adapter_s, layers, moe) for moe in {False, shape.moe}}
-    counts = _stage_kinds(lay, shape, layers, kinds)
+    kinds = {moe: layer_kinds.kind(lay, shape, tokens, rate, attn_rate, adapter_s, layers, moe) for moe in {False, shape.moe}}
+    counts = layer_kinds.stage_counts(lay, shape, layers, kinds)
     attn_s = kinds[False]["attn_s"]
     logits_s = shapes.logits_flops(shape, tokens, lay.tp, lay.cp) / rate / max(1, lay.pp)  # spread: no stage is apart
     stage_fwd = sum(n * kinds[k]["fwd"] for k, n in counts.items()) + logits_s
@@ -265,7 +265,7 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
                assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ())
                + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + _uneven_split(shape.num_layers, lay)
-               + _cp_exchange(lay) + _not_modelled(lay, shape) + _mixed(shape, counts))
+               + _cp_exchange(lay) + _not_modelled(lay, shape) + layer_kinds.said(shape, counts))
     b.items += tp.collectives(lay, shape, system, [(n, *kinds[k]["tp"]) for k, n in counts.items()], m, tokens)
     if tp.userbuffers_run(lay):
         b.overlap_cost["tp_comm_overlap"] = sum(n * m * tp.sm_margin_s(lay, kinds[k]["tp"][2], system, kinds[k]["tp"][0])
@@ -277,49 +277,6 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     if counts.get(True):
         b.items += _ep(lay, shape, system, counts[True], m, tokens, kinds[True]["fwd"], kinds[True]["again"])
     return b
-
-
-def _kind(lay, shape, tokens, rate, attn_rate, adapter_s, layers, moe: bool) -> dict:
-    """One kind of layer (dense, or MoE): its GEMMs' and attention's forward time, its forward, what recompute runs of
-    it again, and what TP sees of it: (GEMM times with fc1 and fc2 the MLP's that runs on TP, recompute, whether its
-    MLP runs on TP)."""
-    per_layer = shapes.layer_flops(shape, tokens, lay.seq, lay.tp, lay.cp, moe)
-    gemm_s = {k: v / rate for k, v in per_layer.items() if k != "attention"}
-    attn_s = per_layer["attention"] / attn_rate
-    fwd = sum(gemm_s.values()) + attn_s + adapter_s
-    again = recomputed(lay, layers, moe)
-    shared = moe and "shared_fc1" in gemm_s
-    again_s = (again["layer"] * fwd + again["core_attn"] * attn_s
-               + again["mlp"] * (gemm_s["fc1"] + gemm_s["fc2"] + gemm_s.get("router", 0.0))
-               + again["shared"] * (gemm_s.get("shared_fc1", 0.0) + gemm_s.get("shared_fc2", 0.0)))
-    tp_gemms = {**gemm_s, "fc1": gemm_s["shared_fc1"], "fc2": gemm_s["shared_fc2"]} if shared else gemm_s
-    tp_again = {**again, "mlp": again["shared"]} if moe else again  # a MoE layer's TP fc1 and fc2: its shared expert's
-    return {"gemm_s": gemm_s, "attn_s": attn_s, "fwd": fwd, "again": again, "again_s": again_s,
-            "tp": (tp_gemms, tp_again, not moe or shared)}
-
-
-def _stage_kinds(lay, shape, layers: int, kinds: dict) -> dict:
-    """How many of the costed stage's layers are dense (False) and MoE (True): moe_layer_freq's pattern on the
-    pipeline stage with the most forward compute (the one the others wait for), over `layers` layers."""
-    if not shape.mixed:
-        return {shape.moe: layers}
-    best = None
-    for rank in range(lay.pp):
-        numbers = stage_numbers(lay, shape.num_layers, rank)
-        moe = sum(map(shape.is_moe_layer, numbers))
-        dense = max(0, layers - moe)
-        work = moe * kinds[True]["fwd"] + dense * kinds[False]["fwd"]
-        if best is None or work > best[0]:
-            best = (work, {False: dense, True: moe})
-    return best[1]
-
-
-def _mixed(shape, counts: dict) -> tuple:
-    if not shape.mixed:
-        return ()
-    return (f"dense and MoE layers as moe_layer_freq places them: the pipeline stage costed (the one with the most "
-            f"compute) holds {counts.get(True, 0)} MoE and {counts.get(False, 0)} dense layers; EP's all-to-alls run on "
-            "the MoE layers only, a dense layer's MLP runs TP's collectives",)
 
 
 def _cp(lay, shape, system, layers, m, tokens, attn_s, again) -> list:
