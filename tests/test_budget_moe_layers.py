@@ -158,3 +158,13 @@ def test_a_shape_megatron_core_refuses_is_refused(given, match):
 def test_a_shared_expert_tp_cannot_split_is_refused_as_megatron_core_refuses_it():
     with pytest.raises(UsageError, match=r"moe_shared_expert_intermediate_size \(1537\) is not a multiple of TP \(2\)"):
         _budget({"moe_shared_expert_intermediate_size": 1537})
+
+
+@pytest.mark.parametrize("modules, again", [(["shared_experts"], 1), (["core_attn"], 0)])
+def test_a_recomputed_shared_expert_gathers_and_scatters_again(modules, again):
+    """Selective recompute of shared_experts runs each MoE layer's shared expert forward again in its backward: its
+    fc1's input all-gather and fc2's output reduce-scatter once more a layer (the attention's are not recomputed)."""
+    over = {"model.recompute_granularity": "selective", "model.recompute_modules": modules}
+    base, m = _per_layer(_budget({"moe_shared_expert_intermediate_size": SHARED}), "tp")
+    more, _ = _per_layer(_budget({"moe_shared_expert_intermediate_size": SHARED}, over), "tp")
+    assert more == {c: n + again * LAYERS * m for c, n in base.items()}

@@ -51,8 +51,29 @@ def test_the_budget_reads_them_so():
 
     assert recomputed(lay(("full", "uniform", 1, ("core_attn",))), 20, False)["layer"] == 1.0
     assert recomputed(lay(("full", "block", 2, ("core_attn",)), vp=5), 20, False)["layer"] == 0.5  # 2 of 4 a virtual stage
-    assert recomputed(lay(("selective", None, None, ("core_attn",))), 20, False) == {"layer": 0.0, "core_attn": 1.0, "mlp": 0.0}
+    assert recomputed(lay(("selective", None, None, ("core_attn",))), 20, False) == {"layer": 0.0, "core_attn": 1.0, "mlp": 0.0,
+                                                                                     "shared": 0.0}
     assert recomputed(lay(("selective", None, None, ("mlp",))), 20, True)["mlp"] == 0.0  # mlp is the dense layers'
+    # a MoE layer's shared expert: inside the moe checkpoint, or one of its own (shared_experts)
+    assert recomputed(lay(("selective", None, None, ("moe",))), 20, True)["shared"] == 1.0
+    assert recomputed(lay(("selective", None, None, ("shared_experts",))), 20, True) == {"layer": 0.0, "core_attn": 0.0, "mlp": 0.0,
+                                                                                        "shared": 1.0}
+    assert recomputed(lay(("selective", None, None, ("shared_experts", "mlp"))), 20, False)["shared"] == 0.0
+
+
+def test_a_shared_expert_is_recomputed_with_the_moe_layer_or_on_its_own():
+    """MoELayer.forward's checkpointed custom_forward (moe in recompute_modules) computes the shared expert first;
+    shared_experts in recompute_modules checkpoints the shared expert alone (MoELayer.shared_experts_compute)."""
+    import inspect
+
+    from megatron.core.transformer.moe.moe_layer import MoELayer
+
+    init = inspect.getsource(MoELayer.__init__)
+    assert 'and "shared_experts" in config.recompute_modules' in init and 'and "moe" in config.recompute_modules' in init
+    forward = inspect.getsource(MoELayer.forward)
+    assert "shared_expert_output = self.shared_experts_compute(hidden_states)" in forward
+    assert "if self.moe_layer_recompute and self.training:" in forward
+    assert "if self.shared_experts_recompute:" in inspect.getsource(MoELayer.shared_experts_compute)
 
 
 def test_the_recompute_modules_megatron_core_accepts_are_the_resolver_s():
