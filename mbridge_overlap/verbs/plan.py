@@ -233,6 +233,7 @@ def make_plan(
                          "--model gives one: pass --model NAME of an MoE model or --recipe of one")
     if other_precision:
         asked["mixed_precision"] = prec["recipe"] or "bf16_mixed"
+        notes += _precision_drops(entry, asked["mixed_precision"], release)
     if megatron_fsdp:
         asked.update({"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"})
         if str(start.request.env_vars.get("CUDA_DEVICE_MAX_CONNECTIONS")) == "1":  # a Hopper TP recipe's (recheck N1)
@@ -372,6 +373,20 @@ def _recipe_layout(entry: dict | None) -> dict:
     m = entry["request"]["model"]
     return {"tp": m["tensor_model_parallel_size"], "pp": m["pipeline_model_parallel_size"], "vpp": m["virtual_pipeline_model_parallel_size"],
             "cp": m["context_parallel_size"], "ep": m.get("expert_model_parallel_size", 1)}
+
+
+def _precision_drops(entry: dict, name: str, release) -> list:
+    """The fields the recipe's mixed precision sets that the named recipe replacing it sets otherwise (evalV Z1: a perf
+    recipe's grad_reduce_in_fp32=False, which _perf_precision sets and bf16_with_mxfp8_mixed() has True)."""
+    own = (entry["request"].get("mixed_precision") or {}).get("fields") or {}
+    named = release.mixed_precision(name)
+    lost = {k: v for k, v in own.items() if k in named and named[k] != v}
+    if not lost:
+        return []
+    said = ", ".join(f"{k}={fmt(named[k])} (the recipe's: {fmt(v)})" for k, v in lost.items())
+    keep = "; ".join(f"cfg.mixed_precision.{k} = {v!r}" for k, v in lost.items())
+    return [findings.make("PLAN_PRECISION_DROPS_RECIPE_FIELDS", knobs=[f"mixed_precision.{k}" for k in lost], recipe=entry["name"],
+                          name=name, fields=said, keep=keep)]
 
 
 def _given(overrides: dict | None) -> dict:
