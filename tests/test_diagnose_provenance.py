@@ -46,3 +46,15 @@ def test_the_watchdog_s_companion_line_goes_with_its_timeout():
     assert [c["id"] for c in d["causes"]] == ["DP_COLLECTIVE_TIMEOUT"] and len(d["causes"][0]["evidence"]) == 2
     assert not d["other"]
     assert _diagnose(timeout + companion.format(n=9999))["other"]  # another work's: another failure
+
+
+def test_another_release_s_wording_is_not_called_a_gap_in_the_rules(tmp_path):
+    """evalV Z3: Megatron-Core 0.14-0.18.2's "MTP layernum only supports 1" assert, from a run on an older core, was
+    called a gap in the rules of the 0.6.2 analysis (whose core accepts mtp_num_layers=0); it is the other release's."""
+    log = tmp_path / "rank0.log"
+    log.write_text('[rank0]:   File "/opt/Megatron-LM/megatron/core/transformer/transformer_config.py", line 1921, in '
+                   "__post_init__\n[rank0]:     assert self.mtp_num_layers is None or self.mtp_num_layers == 1, (\n"
+                   "[rank0]: AssertionError: MTP layernum only supports 1 when enabling overlap_moe_expert_parallel_comm.\n")
+    d = api.diagnose([log], recipe="gpt_oss_120b_pretrain_64gpu_gb200_bf16_config").to_dict()
+    (cause,) = [c for c in d["causes"] if any("MTP layernum" in e["logged"] for e in c["evidence"])]
+    assert "gap in the rules" not in cause["analysis"] and "megatron-core 0.19.2" in cause["analysis"]

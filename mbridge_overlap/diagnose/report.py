@@ -34,6 +34,23 @@ def _declare() -> None:
 _declare()
 
 
+def _other_release_wording(cause, release) -> str | None:
+    """Where every line of a cause is another release's wording, which the analysed release's packages do not print:
+    the run used that release, whose check this analysis (of the release asked) need not have."""
+    said = [g.entry.releases for g in cause.groups]
+    if not said or not all(said):
+        return None
+    ours = {f"megatron-core {release.megatron_core}", f"transformer-engine {release.transformer_engine}",
+            f"megatron-bridge {release.version}"}
+    if any(ours & set(r) for r in said):
+        return None
+    first, last = said[0][0], said[0][-1]
+    return (f"the log's wording is {first}" + (f" to {last.rsplit(' ', 1)[-1]}" if last != first else "")
+            + f"'s, not that of Megatron-Bridge {release.version}'s packages (megatron-core {release.megatron_core}): "
+            "the run used another release, whose check the analysis of this one need not predict (pass --bridge-version "
+            "for the release the run used, where this skill has it)")
+
+
 @dataclass
 class Cause:
     finding: Finding
@@ -318,6 +335,10 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
         if env and not any(n in scenario.request.env_vars or n in scenario.launcher_env for n in env):  # (evalQ Q2)
             cause.how = (f"it rests on {', '.join(env)} in the launch environment, which the config does not set: the "
                          "launcher's export, which no run config records (pass --launcher-env NAME=VALUE to check it)")
+            continue
+        other = _other_release_wording(cause, scenario.release)
+        if other:  # (evalV Z3: an older Megatron-Core's check, which the analysed release does not have, is no gap)
+            cause.how = other
             continue
         cause.predicted = False
         cause.how = ("the config analysis did not predict it: a gap in the rules (please report it with this log)")
