@@ -97,3 +97,13 @@ def test_a_decisive_variable_the_0_5_launcher_exports_otherwise_is_a_warning(exp
     assert bool(found) == warned
     if warned:
         assert found[0].severity == "warning" and "export CUDA_DEVICE_MAX_CONNECTIONS=1 in the launcher" in found[0].fix
+
+
+def test_the_launch_environment_listed_keeps_a_topology_override():
+    """recheck55 AB8: an explicit ++env_vars override of HybridEP's topology is kept by the 0.6 perf launcher (its
+    protected names), and no finding said otherwise, yet the listing of what the launcher uses gave its own rule's 8."""
+    name = "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"
+    recipe = "qwen3_30b_a3b_pretrain_32gpu_gb200_bf16_config"
+    plain = api.resolve(recipe=recipe).launch_env[name]["value"]
+    kept = api.resolve({f"env_vars.{name}": 4}, recipe=recipe).launch_env[name]
+    assert plain != "4" and kept["value"] == "4" and plain in kept["why"]

@@ -76,7 +76,13 @@ class Analysis:
     @property
     def launch_env(self) -> dict:
         """What Bridge's own launchers set for this layout: {name: {value, why}}."""
-        return {name: {"value": value, "why": why} for name, value, why in launch_env.rules(self.scenario.release, self.launch_layout)}
+        out = {name: {"value": value, "why": why} for name, value, why in launch_env.rules(self.scenario.release, self.launch_layout)}
+        req = self.state.request
+        for name in set(out) & set(launch_env.TOPOLOGY):  # (recheck55 AB8: the 0.6 perf launcher keeps an explicit one)
+            if req.origin.get(f"env_vars.{name}") == "override":
+                out[name] = {"value": str(req.env_vars[name]), "why": f"your env_vars override, which the 0.6 perf launcher "
+                             f"keeps (its protected names; its own rule: {out[name]['value']})"}
+        return out
 
     def modes(self) -> dict:
         return modes(self.effective, layout.Layout.of(self.state.model, self.scenario.gpus), self.scenario.te, self.findings,
