@@ -85,8 +85,8 @@ def test_the_three_harmful_answers_of_issue_30_now_hold():
                        launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": "32"})
     f = _one(wins, "LAUNCHER_ENV_WINS")
     assert f.fix_overrides == {"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 32} and "=1" not in f.fix
-    batched = api.resolve({"model.pipeline_model_parallel_size": 2, "comm_overlap.tp_comm_overlap": False,
-                           "comm_overlap.batch_p2p_comm": True}, gpus=8)
+    batched = api.resolve({"model.pipeline_model_parallel_size": 2, "comm_overlap.tp_comm_overlap": False,  # (a layer count
+                           "comm_overlap.batch_p2p_comm": True, "model.num_layers": 32}, gpus=8)  # proves a VPP: AB7)
     f = _one(batched, "PP_OVERLAP_NOT_SELECTED")
     assert f.fix_overrides.get("model.virtual_pipeline_model_parallel_size") == 2 and "comm_overlap.batch_p2p_comm" in f.fix_overrides
     after = _applied(batched, f)
@@ -276,6 +276,7 @@ def test_a_fix_that_creates_the_comm_overlap_section_is_written_as_hydra_creates
                 continue
             seen += 1
             assert not re.search(r"(?<![+\w])comm_overlap\.\w+=", fix), (name, fix)
+            assert re.search(r"'\+\+comm_overlap=\{[^']*tp_comm_overlap:", fix), (name, fix)  # (AC1: no default)
             read = _section_word(fix)
             assert set(read) == {"comm_overlap"} | {k for k in overrides if not k.startswith("comm_overlap.")}, (name, fix)
             assert api.resolve(read, recipe=name).effective == api.resolve(overrides, recipe=name).effective, (name, fix)

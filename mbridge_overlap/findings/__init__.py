@@ -124,9 +124,13 @@ def overrides_text(overrides: dict, sectionless: bool | None = None) -> Shell:
 
 
 def _section_made(comm: dict) -> str:
+    """CommOverlapConfig has no default for tp_comm_overlap: a section without it is not instantiated, and Bridge keeps
+    a dict that runtime_config_update() fails on (recheck56 AC1); where the fix does not set it, the section made gets
+    the value the resolver's made section has (schema's default, false)."""
     from ..output.snippets import hydra_overrides
+    from ..run.schema import COMM_OVERLAP
 
-    return hydra_overrides(comm)[0]
+    return hydra_overrides({"comm_overlap.tp_comm_overlap": COMM_OVERLAP["tp_comm_overlap"].default, **comm})[0]
 
 
 def config_part(overrides: dict) -> dict:

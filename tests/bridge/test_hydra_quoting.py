@@ -197,6 +197,39 @@ def test_a_literal_interpolation_text_goes_through_bridge_as_text(text):
     assert request.env_value("env_vars.X", word) == text
 
 
+@pytest.mark.parametrize("name", ["llama3_70b_sft_config", "gpt_oss_120b_pretrain_64gpu_b300_bf16_config"])
+def test_each_fix_that_creates_the_section_applies_alone(name):
+    """recheck56 AC1: a ++comm_overlap={...} word without tp_comm_overlap (CommOverlapConfig has no default for it)
+    was not instantiated, and Bridge kept a dict its runtime_config_update() fails on; every fix word of the answer,
+    applied alone to the recipe's real config, now makes a CommOverlapConfig with the fields the fix names."""
+    import re
+    import shlex
+    import tempfile
+    from pathlib import Path
+
+    from megatron.bridge.training.comm_overlap import CommOverlapConfig
+    from megatron.bridge.training.utils.omegaconf_utils import (apply_overrides, create_omegaconf_dict_config,
+                                                                 parse_hydra_overrides)
+    from omegaconf import OmegaConf
+
+    from mbridge_overlap import api
+    from mbridge_overlap.bridge import recipes
+    from mbridge_overlap.upstream import catalog
+
+    r = api.resolve(recipe=name, gpus=64)
+    made = [f for f in r.findings if "'++comm_overlap={" in f.fix]
+    assert made
+    for f in made:
+        word = next(w for w in shlex.split(re.sub(r"[;()]", " ", f.fix)) if w.startswith("++comm_overlap="))
+        cfg = recipes.rebuild(catalog.lookup(name, "0.6.2"), Path(tempfile.mkdtemp()))
+        omega, excluded = create_omegaconf_dict_config(cfg)
+        apply_overrides(cfg, OmegaConf.to_container(parse_hydra_overrides(omega, [word]), resolve=True), excluded)
+        assert isinstance(cfg.comm_overlap, CommOverlapConfig), (f.id, word)
+        for key, value in f.fix_overrides.items():
+            if key.startswith("comm_overlap."):
+                assert getattr(cfg.comm_overlap, key.partition(".")[2]) == value, (f.id, key)
+
+
 # recheck55 AB1, AB2 and fuzzQ Q6 (rest): backslash runs before ${ and before trailing blanks, blanks after a colon and
 # after a closing quote, as command-line words
 WORDS = ["'\\\\${x}'", "'\\\\\\${x}'", "'a\\\\\\\\\\${x}'", "\\\\\\${x}", "\\${x}", "'\\${x}'", "a\\\\ ", "\\\\ ", "a\\\\\t",
