@@ -521,3 +521,20 @@ def test_a_plan_takes_the_fix_of_its_own_finding_as_overrides():
                            "3", "--gpus", "24", "--format", "hydra", *(f"{k}={str(v).lower()}" for k, v in uneven.fix_overrides.items())],
                           capture_output=True, text=True, cwd=Path(mbridge_overlap.__file__).parent.parent)
     assert proc.returncode == 0 and all(f"{k}=" in proc.stdout for k in uneven.fix_overrides), proc.stderr
+
+
+def test_a_plan_s_own_overrides_are_typed_and_written_as_bridge_takes_them():
+    """recheck56 AC2, evalW W2-1/W2-4: the command line's KEY=VALUE went into the snippets as strings ('10' beside
+    Megatron-Core's ints, "false" that Python reads as true), a launch variable as env_vars.NAME (Hydra's struct mode
+    refuses a new name) and as an attribute of cfg.env_vars (a dict)."""
+    from mbridge_overlap.output import snippets
+
+    given = {"model.num_layers_in_first_pipeline_stage": "10", "model.num_layers_in_last_pipeline_stage": "11",
+             "model.sequence_parallel": "false", "env_vars.NCCL_NVLS_ENABLE": "1"}
+    plan = api.plan(recipe="llama3_8b_pretrain_config", pp=3, gpus=24, overrides=given)
+    assert plan.overrides["model.num_layers_in_first_pipeline_stage"] == 10
+    assert plan.overrides["model.sequence_parallel"] is False and plan.overrides["env_vars.NCCL_NVLS_ENABLE"] == 1
+    hydra = snippets.of_plan("hydra", plan).splitlines()
+    assert "++env_vars.NCCL_NVLS_ENABLE=1" in hydra and "model.num_layers_in_first_pipeline_stage=10" in hydra
+    python = snippets.of_plan("python", plan)
+    assert 'cfg.env_vars["NCCL_NVLS_ENABLE"] = 1' in python and "cfg.model.sequence_parallel = False" in python

@@ -64,6 +64,7 @@ def parser() -> argparse.ArgumentParser:
     lay.add_argument("--no-te", dest="te", action="store_false")
     lay.add_argument("--recipe")
     lay.add_argument("--task", default="pretrain")
+    lay.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="plan's own KEY=VALUE overrides beside the flags")
     p.add_argument("--mbridge-src", metavar="PATH", help="Megatron-Bridge checkout for the upstream suites (or MBRIDGE_SRC)")
     p.add_argument("--expect-passed", action="append", default=[], metavar="[SUITE=]N",
                    help="expected passed count; bare N is for test_comm_overlap.py")
@@ -90,7 +91,7 @@ def layout_of(args) -> dict:
     return dict(given, hidden_size=args.hidden_size, seq_length=args.seq_length, micro_batch_size=args.micro_batch_size,
                 lora=args.lora, te=args.te, recipe=args.recipe, task=args.task, moe=args.moe,
                 moe_a2a_overlap=args.moe_a2a_overlap, moe_flex_dispatcher_backend=args.moe_flex_backend,
-                megatron_fsdp=args.megatron_fsdp, model=args.model)
+                megatron_fsdp=args.megatron_fsdp, model=args.model, overrides=options.overrides_of(args.overrides))
 
 
 def expectations(values: list[str]) -> dict:

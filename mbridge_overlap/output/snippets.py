@@ -102,6 +102,8 @@ def python_snippet(overrides: dict, purpose: str, release: str, tp_comm_overlap:
                 lines.append(("mixed_precision", f"{_identifier(value)}()"))
         elif section == "mixed_precision":
             raise UsageError(f"{key}: the snippet sets recipes by name only; set fields on the recipe in your code")
+        elif section == "env_vars":  # a dict, not attributes (evalW W2-4)
+            lines.append((f"env_vars[{json.dumps(name)}]", py_value(value)))
         else:
             lines.append((f"{section}.{name}", py_value(value)))
     if comm:
@@ -183,8 +185,8 @@ def hydra_overrides(overrides: dict) -> list[str]:
             out.append(f"{section}={_hydra_scalar(yaml_value(value))}")
         elif section == "mixed_precision":
             raise UsageError(f"{key}: YAML and Hydra overrides can only name a mixed-precision recipe; use --format python")
-        else:
-            out.append(f"{section}.{name}={_hydra_scalar(yaml_value(value))}")
+        else:  # a launch variable with ++: struct mode refuses env_vars.NAME for a name the config lacks (evalW W2-1)
+            out.append(f"{safeio.ENV_PREFIX if section == 'env_vars' else ''}{section}.{name}={_hydra_scalar(yaml_value(value))}")
     if comm:
         # One assignment per key: a preset is written out in full (every GEMM, null for the ones it leaves alone), so
         # merged into a preset the recipe already has it leaves nothing of the old one.

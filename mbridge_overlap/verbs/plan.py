@@ -11,7 +11,7 @@ import functools
 
 from ..upstream import catalog, releases, presets as ub_presets
 from .. import findings
-from ..run import launch_env, layout, scenario
+from ..run import launch_env, layers, layout, scenario
 from ..run.resolver import bucket_size_a_section_replaces
 from ..run.peft import LORA
 from .. import budget as budgets
@@ -28,7 +28,8 @@ MOE_OVERLAP_DISPATCHERS = ("alltoall", "flex")  # what CommOverlapConfig accepts
 EXPERT_TP_BLOCKS = frozenset({"MOE_BIAS_NEEDS_EXPERT_TP_ONE", "EXPERT_GRID_NOT_DIVIDING_WORLD"})
 
 declare("planner", ["TP_OVERLAP_NOT_RECOMMENDED", "TP_PRESET_MATCHED", "SHIPPED_RECIPES_DIFFER", "PLAN_LEAVES_KEY_AS_SHIPPED",
-                    "PLAN_SETS_MOE_DISPATCHER", "PLAN_SETS_EXPERT_TP", "PLAN_TP_OVERLAP_COSTS_MORE"])
+                    "PLAN_SETS_MOE_DISPATCHER", "PLAN_SETS_EXPERT_TP", "PLAN_TP_OVERLAP_COSTS_MORE",
+                    "PLAN_PRECISION_DROPS_RECIPE_FIELDS"])
 
 _OPTIONAL_SIZES = ("vpp",)
 
@@ -154,6 +155,7 @@ def make_plan(
         family = _family_of(model, family, release)
     shape_given = dict(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
     start = scenario.build(recipe=entry, family=family, shape=shape_given, overrides=given, **inputs)
+    given = {k: start.request.explicit[k] if k in start.request.explicit else _hydra_value(v) for k, v in given.items()}
     scenario.with_model(start, model, shape)
     base = _recipe_layout(entry)
     tp, pp, cp, ep = (x if x is not None else base.get(k, 1) for x, k in ((tp, "tp"), (pp, "pp"), (cp, "cp"), (ep, "ep")))
@@ -398,6 +400,14 @@ def _given(overrides: dict | None) -> dict:
         if key in flags:
             raise UsageError(f"{key}: plan takes the layout from its flags: use {flags[key]}")
     return dict(overrides or {})
+
+
+def _hydra_value(value):
+    """A command-line value the request keeps as given (a field no rule types), as Hydra types it: the snippets write
+    it so (recheck56 AC2: '10' went out as a string, which Bridge compares with ints)."""
+    if isinstance(value, str) and value.strip().lower() == "null":
+        return None
+    return layers.hydra_typed(value)
 
 
 def _layout_overrides(base: dict, tp: int, pp: int, vpp, cp: int, ep: int = 1) -> dict:
