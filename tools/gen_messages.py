@@ -96,6 +96,7 @@ SCAN = {
         ("megatron/core/model_parallel_config.py", "all"),
         ("megatron/core/transformer/transformer_config.py", "topic"),
         ("megatron/core/transformer/transformer_block.py", "overlap"),
+        ("megatron/core/models/hybrid/hybrid_layer_allocation.py", "topic"),  # a hybrid model's pipeline split (recheck55 AB5)
         ("megatron/core/transformer/transformer_layer.py", "overlap"),
         ("megatron/core/transformer/moe/token_dispatcher.py", "all"),  # the EP exchange itself: every message is EP's
         ("megatron/core/transformer/moe/fused_a2a.py", "all"),

@@ -64,7 +64,7 @@ def pp_overlap(state: State):
     # a VPP must split each stage's layers evenly, which only a known layer count checks (evalU V1: VPP 2 was offered
     # for Gemma 3 VL's 31 layers a stage, which the model build refuses)
     unchecked = (ask is not None and "model.virtual_pipeline_model_parallel_size" not in req.explicit and (vpp or 1) <= 1
-                 and req.recipe is not None and layers.known(req) is None and not layers.flexible(req))
+                 and layers.known(req) is None and not layers.flexible(req))
     change = {} if (vpp or 1) > 1 and not from_layout else {"model.virtual_pipeline_model_parallel_size": ask} if ask else {}
     if req.comm_overlap is None:
         why = "no comm_overlap section"
@@ -84,7 +84,7 @@ def pp_overlap(state: State):
     otherwise = shell("or keep the non-interleaved schedule (VPP must split the layers evenly over PP x VPP chunks)")
     if unchecked:
         otherwise = Shell("a virtual pipeline size of 2 or more that divides each stage's layers: this answer does not "
-                          "know the recipe's num_layers, so it offers none as proven (--shape num_layers=N or --model "
+                          "know the model's num_layers, so it offers none as proven (--shape num_layers=N or --model "
                           "NAME has it checked)")
     elif refused:  # (evalT U1: VPP was offered to a hybrid model, whose provider asserts it is None)
         otherwise = Shell(f"none: P2P overlap needs the interleaved schedule (VPP >= 2), which {refused[0]} refuses "
