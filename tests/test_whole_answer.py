@@ -175,3 +175,16 @@ def test_a_megatron_fsdp_plan_of_a_recipe_that_exports_one_connection_sets_what_
     assert not plan.errors and str(d["overrides"]["env_vars.CUDA_DEVICE_MAX_CONNECTIONS"]) != "1"
     assert "FSDP_WITH_ONE_CONNECTION" in {f.id for f in api.resolve(
         {**d["overrides"], "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 1}, recipe=LLAMA, bridge_version=version).findings}
+
+
+def test_the_all_fixes_line_says_the_budget_comes_once_the_config_runs():
+    """evalW W2-2: TP 16 across two NVLink domains fails at setup, so no budget is priced; with the fixes applied the
+    budget's WORTH_TP_ACROSS_NETWORK warning came and MODE_LEFT_OFF went, which `then` could not say."""
+    from mbridge_overlap.output import text
+
+    over = {"model.tensor_model_parallel_size": 16, "model.context_parallel_size": 1}
+    r = api.resolve(over, recipe="llama31_405b_pretrain_512gpu_h100_bf16_config", gpus=128)
+    lines = text.resolution(r.to_dict()).splitlines()
+    assert any("may add or settle findings" in li for li in lines)
+    fixed = api.resolve({**over, **r.all_fixes()["overrides"]}, recipe="llama31_405b_pretrain_512gpu_h100_bf16_config", gpus=128)
+    assert "may add or settle findings" not in text.resolution(fixed.to_dict())

@@ -82,11 +82,12 @@ def _inputs(d: dict) -> list[str]:
 
 def resolution(d: dict) -> str:
     lines = [_head(d, "resolve")] + _inputs(d) + [""] + _modes(d["modes"]) + [""] + _requested(d) + [""] + _effective(d["effective"]) + _env(d)
-    fixes = _all_fixes(d.get("all_fixes"), d["requested"]["comm_overlap"] is None)
+    budgetless = "config does not run" in str((d.get("budget") or {}).get("unavailable", ""))
+    fixes = _all_fixes(d.get("all_fixes"), d["requested"]["comm_overlap"] is None, budgetless)
     return _lines(lines + [""] + _findings(d["findings"]) + fixes + _budget_brief(d.get("budget")))
 
 
-def _all_fixes(a: dict | None, sectionless: bool) -> list[str]:
+def _all_fixes(a: dict | None, sectionless: bool, budgetless: bool = False) -> list[str]:
     if not a:
         return []
     # the one quoting of every fix (fuzzP P3: this line wrote env_vars.NAME=V, which struct mode refuses for a new name;
@@ -98,7 +99,9 @@ def _all_fixes(a: dict | None, sectionless: bool) -> list[str]:
         then = ("then: " + ", ".join(f"{t['id']} ({t['severity']})" for t in a["then"]) + " (resolve again to read them)"
                 if a["then"] else "nothing new comes with them")
     still = [f"  still: {', '.join(a['still'])} (no config change fixes them, or resolve again)"] if a.get("still") else []
-    return ["", f"every fix at once: {' '.join(given)}", f"  {then}"] + still
+    # (evalW W2-2: a worth warning came, and MODE_LEFT_OFF went, once the budget could be priced)
+    later = ["  and the budget, which needs a config that runs, may add or settle findings: resolve again with them"] if budgetless else []
+    return ["", f"every fix at once: {' '.join(given)}", f"  {then}"] + still + later
 
 
 def plan(d: dict) -> str:
