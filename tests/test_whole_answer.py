@@ -188,3 +188,16 @@ def test_the_all_fixes_line_says_the_budget_comes_once_the_config_runs():
     assert any("may add or settle findings" in li for li in lines)
     fixed = api.resolve({**over, **r.all_fixes()["overrides"]}, recipe="llama31_405b_pretrain_512gpu_h100_bf16_config", gpus=128)
     assert "may add or settle findings" not in text.resolution(fixed.to_dict())
+
+
+def test_a_fix_with_nothing_before_it_does_not_start_with_or():
+    """evalW W2-6: a layout's PP with no VPP to prove left the alternatives' text starting "or set VPP ..."."""
+    r = api.resolve(recipe="deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config", gpus=512)
+    assert all(not f.fix.startswith("or ") for f in r.findings), [f.fix for f in r.findings if f.fix.startswith("or ")]
+
+
+def test_the_fields_of_a_whole_section_word_are_the_override_s():
+    """evalW W2-7: the ++comm_overlap={...} word SKILL.md says to paste set fields labelled 'set by the default'."""
+    word = "{_target_:megatron.bridge.training.comm_overlap.CommOverlapConfig,tp_comm_overlap:false,overlap_grad_reduce:true}"
+    set_by = api.resolve({"comm_overlap": word}, recipe="qwen25_32b_sft_16gpu_h100_bf16_config", gpus=32).requested()["set_by"]
+    assert set_by["comm_overlap.overlap_grad_reduce"] == "override" and set_by["comm_overlap.tp_comm_overlap"] == "override"

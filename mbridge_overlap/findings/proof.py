@@ -191,8 +191,8 @@ def unproven(state: State, candidates: list[dict], otherwise: Shell, finding_id:
     """The text of a fix that re-resolution did not prove: no single change settles it, and each candidate with
     what it brings (the warnings and errors of the whole analysis that were not there), then `otherwise`."""
     candidates = [c for c in candidates if c]
-    if not candidates:
-        return otherwise
+    if not candidates:  # nothing before it: an alternative's "or ..." stands alone (evalW W2-6)
+        return Shell(otherwise[3:]) if otherwise.startswith("or ") else otherwise
     target = None
     if finding_id is not None:
         target = (finding_id, tuple(sorted(knobs if knobs is not None else findings.record(finding_id).get("knobs") or [])))

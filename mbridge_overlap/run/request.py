@@ -363,6 +363,8 @@ def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
         if pairs is None:
             raise UsageError("comm_overlap: only comm_overlap=null or {KEY:VALUE,...} can be set as a whole; set its fields instead")
         for field_name, text in pairs:
+            if field_name != "_target_":  # the section's origin is its fields' (evalW W2-7: "set by the default")
+                req.origin[f"comm_overlap.{field_name}"] = req.origin.get("comm_overlap", "override")
             if field_name == "_target_":
                 if text != _COMM_OVERLAP_TARGET:
                     raise UsageError(f"comm_overlap._target_: expected {_COMM_OVERLAP_TARGET}, got {safeio.shown(text)}")
