@@ -181,3 +181,11 @@ def test_an_nccl_failure_on_another_group_is_no_overlap_cause(desc):
     text = (f"[rank1]:[E804 ProcessGroupNCCL.cpp:1849] [PG ID 0 PG GUID 0({desc}) Rank 1] Process group watchdog thread "
             "terminated with exception: NCCL error: remote process exited or there was a network error, NCCL version 2.21.5\n")
     assert not [c for c in _diagnose(text)["causes"] if c["overlap_related"]]
+
+
+def test_a_cuda_error_the_watchdog_caught_on_a_described_group_is_not_nccl_s():
+    """recheck56 AC3: a sticky CUDA error (an illegal memory access, any kernel's) that the watchdog's event query
+    surfaced on the expert group was called an NCCL failure on the EP path."""
+    text = ("[rank0]:[E512 ProcessGroupNCCL.cpp:1595] [PG ID 12 PG GUID 35(EXPERT_MODEL_PARALLEL_GROUP) Rank 0] Process group "
+            "watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n")
+    assert not [c for c in _diagnose(text)["causes"] if c["id"] == "NCCL_FAILURE_ON_OVERLAP_PATH"]

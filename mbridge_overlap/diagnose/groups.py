@@ -141,6 +141,11 @@ _FIELDS = {"dp": frames.DP_FIELDS, "pp": frames.PP_FIELDS, "tp": frames.TP_FIELD
            "ep": frames.EP_FIELDS}
 
 
+# NCCL's own failure, not a CUDA error the watchdog's event query surfaced (any kernel's: "might be asynchronously
+# reported")
+_NCCL_ERROR = re.compile(r"NCCL error|nccl(?:Internal|System|Remote)Error|ncclInvalidUsage", re.I)
+
+
 def failed_on(text: str) -> tuple | None:
     """(place, None, what, dimension, fields, None), the form of a traceback's overlap-path frame, for an NCCL failure's
     line that names a process group of a dimension (torch 2.4+'s tag, Megatron-Core's group_desc): the watchdog
@@ -148,8 +153,8 @@ def failed_on(text: str) -> tuple | None:
     terminated with exception: NCCL error: ...`). None for a timeout (the dimension's timeout finding says it, by the
     group too) and for a group of none of the dimensions."""
     m = _DESCRIBED.search(text)
-    if m is None or "collective operation timeout" in text:
-        return None
+    if m is None or "collective operation timeout" in text or not _NCCL_ERROR.search(text):
+        return None  # (recheck56 AC3: a sticky CUDA error the watchdog caught is any kernel's, not NCCL's)
     dim = dimension_of(m[1])
     if dim not in _FIELDS:
         return None
