@@ -332,3 +332,12 @@ def test_nccl_ub_s_launch_variables_are_its_fix_where_the_allocator_setting_stay
     fixed = api.resolve({**over, **f.fix_overrides}, gpus=8)
     (g,) = [f for f in fixed.findings if f.id == "NCCL_UB_LAUNCH_ENV"]
     assert g.fix_overrides == {} and "torch" in g.fix and "nothing to change" in g.fix
+
+
+def test_a_restore_of_a_mixed_precision_field_says_how_hydra_takes_it():
+    """recheck56 AC4: llama3_70b_sft_config's mixed_precision is the name 'bf16_mixed', and Bridge's Hydra refuses
+    mixed_precision.grad_reduce_in_fp32=false on it; the restore says so and gives the Python way."""
+    r = mbridge_overlap.api.diff(recipe_before="llama3_70b_pretrain_64gpu_h100_bf16_config", recipe_after="llama3_70b_sft_config",
+                                 gpus=64).to_dict()
+    fixes = [c["fix"] for c in r["overlap_changes"] + r.get("other_changes", []) if "mixed_precision." in (c.get("fix") or "")]
+    assert fixes and all("get_mixed_precision_config" in f for f in fixes)

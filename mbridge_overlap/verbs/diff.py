@@ -440,6 +440,11 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     removes = [k for k, v in (fix or {}).items() if k.startswith("env_vars.") and v is None]
     fix = {k: v for k, v in (fix or {}).items() if k not in removes} or None
     text = findings.overrides_text(fix, b.analysis.state.request.comm_overlap is None) if fix else None
+    fields = [k for k in fix or {} if k.startswith("mixed_precision.")]
+    if fields:  # (recheck56 AC4: Hydra refuses a field of a mixed precision given by name)
+        text += ("; where AFTER's mixed_precision is a recipe name (a string), Bridge's Hydra overrides refuse "
+                 + ", ".join(fields) + ": in Python, cfg.mixed_precision = get_mixed_precision_config(NAME), then set "
+                 "the field on it")
     if removes:
         names = [safeio.shown(k.partition(".")[2], 1 << 10) for k in removes]
         code = ("; ".join(f"del cfg.env_vars[{n}]" for n in names) + " in Python, ~env_vars.NAME in Hydra"
