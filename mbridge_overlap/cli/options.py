@@ -191,13 +191,13 @@ def _is_override(token: str) -> bool:
 def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
     """Positional inputs: up to `files` file paths first, then KEY=VALUE overrides (a token with '=' after a dotted
     key, or naming no file, is an override)."""
-    from ..run.request import parse_override
+    from ..run.request import command_line_value, parse_override
 
     paths, overrides = [], {}
     for token in tokens:
         if _is_override(token):
             k, v = parse_override(token)
-            overrides[k] = v
+            overrides[k] = command_line_value(k, v)
         elif overrides or len(paths) >= files:
             raise UsageError(f"{safeio.shown(token)}: expected KEY=VALUE here (files come first, at most {files})")
         else:
@@ -206,9 +206,9 @@ def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
 
 
 def overrides_of(tokens: list[str]) -> dict:
-    from ..run.request import parse_override
+    from ..run.request import command_line_value, parse_override
 
-    return dict(parse_override(o) for o in tokens)
+    return {k: command_line_value(k, v) for k, v in map(parse_override, tokens)}
 
 
 def emit(args, payload: str) -> None:
@@ -271,10 +271,10 @@ def split_overrides(tokens: list[str]) -> tuple[list[str], dict]:
     paths, overrides = [], {}
     for token in tokens:
         if _is_override(token):
-            from ..run.request import parse_override  # (only here: it loads the release data)
+            from ..run.request import command_line_value, parse_override  # (only here: it loads the release data)
 
             k, v = parse_override(token)
-            overrides[k] = v
+            overrides[k] = command_line_value(k, v)
         else:
             paths.append(token)
     return paths, overrides

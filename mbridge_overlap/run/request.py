@@ -167,6 +167,28 @@ def parse_override(text: str) -> tuple[str, str]:
 _BLANKS_AFTER_QUOTE = re.compile(r"['\"][ \t]+\Z")
 
 
+def command_line_value(key: str, text: str) -> str:
+    """A command-line value of any key but a launch variable's (env_value reads those) as Hydra and OmegaConf leave it
+    for Bridge: a sweep, a function call or an interpolation is refused in one line (fuzzR R7: model.cp_comm_type=p2p,a2a
+    and model.fp8_recipe=${x} were answered; Bridge's parse_hydra_overrides refuses the first, OmegaConf resolves the
+    second where Bridge runs)."""
+    if key.startswith("env_vars.") or not isinstance(text, str):
+        return text
+    if live_interpolation(text):
+        raise UsageError(f"{key}: {safeio.shown(text)} holds an OmegaConf interpolation, which Bridge resolves where it "
+                         "runs and this skill does not: give the value itself")
+    plain = text.strip()
+    if plain[:1] in ("'", '"', "[", "{"):
+        return text
+    if _HYDRA_FUNCTION.match(plain):
+        raise UsageError(f"{key}: {safeio.shown(plain)} is a Hydra function call, which Bridge evaluates and this skill "
+                         "does not: give the value itself")
+    if "," in _HYDRA_ESC.sub("", plain):
+        raise UsageError(f"{key}: {safeio.shown(plain)} is a sweep to Hydra, which Bridge's overrides refuse; a list is "
+                         "written [a,b], a text with a comma quoted")
+    return text
+
+
 # trailing blanks Hydra drops: not an escaped one (`Ring\\ ` is "Ring ": fuzzQ Q3)
 _BLANKS_AT_END = re.compile(r"[ \t]+\Z")
 

@@ -36,3 +36,16 @@ def test_trace_compare_of_many_steps_is_not_quadratic(tmp_path):
         json.dump({"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": events}, f)
     proc = run_cli("trace", "--compare", path, path, "--format", "json", timeout=60)
     assert proc.returncode == 0 and json.loads(proc.stdout)["kind"] == "trace_comparison"
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("word, what", [("model.cp_comm_type=p2p,a2a", b"sweep"), ("model.fp8=a,b", b"sweep"),
+                                        ("model.fp8_recipe=${x}", b"interpolation"), ("model.fp4=int(1)", b"function")])
+def test_a_command_line_value_hydra_or_omegaconf_would_not_pass_as_text_is_refused(word, what):
+    # R7: answered (exit 0) for any key but a launch variable; Bridge's parse_hydra_overrides refuses a sweep, and
+    # OmegaConf resolves an interpolation (or fails) where Bridge runs
+    proc = run_cli("resolve", "--recipe", "llama3_8b_pretrain_config", "--gpus", "16", "model.context_parallel_size=2", word)
+    assert proc.returncode == 2 and what in proc.stderr
+    assert_one_line(proc)
