@@ -45,6 +45,14 @@ def collective_of(name: str) -> str:
     return m.group(1) if m else "unknown"
 
 
+def reduced(name: str) -> str:
+    """A long kernel name as what the analysis reads of it (kind, collective, userbuffers): one string for many."""
+    if is_userbuffers(name):
+        return "userbuffers"
+    m = _NCCL_OP.match(name)
+    return f"ncclDevKernel_{m.group(1)}" if m else name[:64]
+
+
 class Merged:
     """The union of [start, end) intervals added in order of start (hta merge_kernel_intervals: touching intervals
     join), kept as two int64 arrays: 16 bytes an interval."""

@@ -204,7 +204,12 @@ class RankTrace:
                 return  # annotations are ranges, not kernels (HTA would count one that carried a stream)
             known = kinds.get(name)
             if known is None:
-                known = kinds[name] = (kernels.kind_of(name), name)
+                known = (kernels.kind_of(name), name)
+                if len(name) > MAX_LABEL:  # kept only as what the analysis reads of it (fuzzR R4: 2 KB names, 2.3 GB)
+                    short = kernels.reduced(name)
+                    known = kinds.setdefault((known[0], short), (known[0], short))
+                else:
+                    kinds[name] = known
             kind, name = known  # one string object per distinct kernel name
             if kind == COMM:
                 comm.append(CommKernel(len(kind_rows), name, _int(args.get("External id")), _group(args, groups)))
