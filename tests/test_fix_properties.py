@@ -281,3 +281,20 @@ def test_a_fix_that_creates_the_comm_overlap_section_is_written_as_hydra_creates
             assert set(read) == {"comm_overlap"} | {k for k in overrides if not k.startswith("comm_overlap.")}, (name, fix)
             assert api.resolve(read, recipe=name).effective == api.resolve(overrides, recipe=name).effective, (name, fix)
     assert seen >= 10
+
+
+def test_a_list_valued_fix_is_offered_and_its_words_read_back():
+    """evalV Z2: dropping 'moe' from recompute_modules fixes MOE_OVERLAP_REJECTED with the overlap kept, but a list was
+    no value the fix wrote ("set model.recompute_modules by hand"); it is written [a,b], one quoted shell word."""
+    import shlex
+
+    from mbridge_overlap.cli.options import overrides_of
+
+    name = "nemotron_3_nano_pretrain_16gpu_h100_bf16_config"
+    over = {"comm_overlap.overlap_moe_expert_parallel_comm": True, "comm_overlap.delay_wgrad_compute": True}
+    f = _one(api.resolve(over, recipe=name), "MOE_OVERLAP_REJECTED")
+    modules = f.fix_overrides.get("model.recompute_modules")
+    assert isinstance(modules, list) and "moe" not in modules
+    read = overrides_of([w for w in shlex.split(f.fix) if "=" in w])
+    after = api.resolve({**over, **read}, recipe=name)
+    assert not after.errors and after.effective["model"]["overlap_moe_expert_parallel_comm"] is True

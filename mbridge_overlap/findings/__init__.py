@@ -7,6 +7,7 @@ and the effective values its message states (`asserts`, checked against `effecti
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
@@ -116,11 +117,19 @@ def overrides_text(overrides: dict, sectionless: bool | None = None) -> Shell:
     comm = {k: config.pop(k) for k in list(config) if k.startswith("comm_overlap.")} \
         if (SECTIONLESS.get() if sectionless is None else sectionless) else {}
     words = [sh_quote(_section_made(comm))] if comm else []
-    words += [override_arg(k, fmt(v), isinstance(v, str)) for k, v in config.items()]
+    words += [override_arg(k, _list_text(v) if isinstance(v, list) else fmt(v), isinstance(v, str)) for k, v in config.items()]
     launcher = [(k[len(LAUNCHER):], v) for k, v in overrides.items() if k.startswith(LAUNCHER)]
     said = [f"unset {sh_quote(name)} in the launcher" if value is None else f"export {override_arg(name, fmt(value), False)} in the launcher"
             for name, value in launcher]
     return Shell("; ".join(([" ".join(words)] if words else []) + said))
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _list_text(items: list) -> str:
+    """A list of plain names as Hydra takes it, [a,b] (evalV Z2: recompute_modules' fix was left to the user)."""
+    return "[" + ",".join(items) + "]"
 
 
 def _section_made(comm: dict) -> str:
@@ -142,7 +151,8 @@ def paste_safe(overrides: dict) -> bool:
     """Every value of a fix_overrides mapping is safe to paste into a shell as written (a number, true/false/null, or
     text that shlex.quote leaves bare)."""
     return all(v is None or isinstance(v, (bool, int)) or isinstance(v, float) and v == v and abs(v) != float("inf")
-               or isinstance(v, str) and bare_word(v) for v in overrides.values())
+               or isinstance(v, str) and bare_word(v)
+               or isinstance(v, list) and all(isinstance(i, str) and _NAME.match(i) for i in v) for v in overrides.values())
 
 
 def when_said(when: str | None) -> str:
