@@ -540,6 +540,9 @@ def _as_yaml_typed(key: str, value: Any) -> None:
     (fuzzF F16). A command line's KEY=VALUE is text and is converted."""
     if not isinstance(value, str) or is_null(value):
         return
+    if live_interpolation(value) and not key.startswith("env_vars."):  # (recheck55 AB10; env_value names env_vars')
+        raise UsageError(f"{key}: the file holds the OmegaConf interpolation {safeio.shown(value)}, which Bridge resolves "
+                         "when it loads the config and this skill does not: write the value itself")
     section, _, name = key.partition(".")
     fields = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP, "mixed_precision": schema.MIXED_PRECISION}
     spec = (fields.get(section) or {}).get(name)

@@ -49,3 +49,14 @@ def test_a_command_line_value_hydra_or_omegaconf_would_not_pass_as_text_is_refus
     proc = run_cli("resolve", "--recipe", "llama3_8b_pretrain_config", "--gpus", "16", "model.context_parallel_size=2", word)
     assert proc.returncode == 2 and what in proc.stderr
     assert_one_line(proc)
+
+
+@pytest.mark.parametrize("line", ["  pipeline_model_parallel_layout: ${x}", '  cp_comm_type: "${oc.env:CP}"'])
+def test_an_interpolation_in_a_config_file_s_text_field_is_refused(tmp_path, line):
+    # recheck55 AB10: a layout ${x} was analysed as a one-stage layout; OmegaConf resolves it (or fails) when Bridge
+    # loads the config
+    config = tmp_path / "c.yaml"
+    config.write_text("model:\n  pipeline_model_parallel_size: 2\n" + line + "\n")
+    proc = run_cli("resolve", "--config", config, "--gpus", "8")
+    assert proc.returncode == 2 and b"interpolation" in proc.stderr
+    assert_one_line(proc)
