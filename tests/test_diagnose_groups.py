@@ -189,3 +189,14 @@ def test_a_cuda_error_the_watchdog_caught_on_a_described_group_is_not_nccl_s():
     text = ("[rank0]:[E512 ProcessGroupNCCL.cpp:1595] [PG ID 12 PG GUID 35(EXPERT_MODEL_PARALLEL_GROUP) Rank 0] Process group "
             "watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n")
     assert not [c for c in _diagnose(text)["causes"] if c["id"] == "NCCL_FAILURE_ON_OVERLAP_PATH"]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_dp_timeout_s_test_is_offered_only_where_the_config_runs_the_overlap(overlap):
+    """evalW W2-3: the DP timeout's fix said to turn the DP overlaps off as a test on a config that runs them off."""
+    over = {"ddp.overlap_grad_reduce": overlap, "ddp.overlap_param_gather": overlap}
+    (cause,) = [c for c in _diagnose(_line("_REDUCE_SCATTER_BASE", 1 << 26, 1 << 22, "DATA_PARALLEL_GROUP"),
+                                     recipe="qwen25_72b_pretrain_32gpu_h100_bf16_config", gpus=512, overrides=over)["causes"]
+                if c["id"] == "DP_COLLECTIVE_TIMEOUT"]
+    assert ("overlap_grad_reduce=false for a reduce-scatter" in cause["fix"]) == overlap
+    assert ("runs neither DP overlap" in cause["fix"]) != overlap

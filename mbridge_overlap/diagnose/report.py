@@ -307,6 +307,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
         if not checked:
             _from_log_only(cause, rec, found, analysis.effective)
             _fix_on_config(cause, analysis)
+            _dp_without_overlap(cause, analysis)
             continue
         if fid in found:
             cause.finding, cause.predicted, cause.how = found[fid], True, "the config analysis predicts it"
@@ -484,6 +485,19 @@ def _from_log_only(cause: Cause, rec: dict, found: dict, effective: dict) -> Non
             cause.finding = replace(cause.finding, fix=findings.Shell(alt["fix"]))
             cause.how += "; the fix is the one the resolved config leaves"
             return
+
+
+def _dp_without_overlap(cause: Cause, analysis) -> None:
+    """A DP timeout on a config that runs neither DP overlap: the record's test (turn the overlap off) cannot be
+    taken, and the collective ran unoverlapped after the backward (evalW W2-3)."""
+    ddp = analysis.effective["ddp"]
+    if cause.finding.id != "DP_COLLECTIVE_TIMEOUT" or ddp["overlap_grad_reduce"] or ddp["overlap_param_gather"]:
+        return
+    cause.finding = replace(cause.finding, fix=shell(
+        "find the DP rank that did not join (the one without this line, or the first traceback); if every rank waits "
+        "in the same collective on a slow network, raise dist.distributed_timeout_minutes. This config runs neither DP "
+        "overlap (ddp.overlap_grad_reduce and overlap_param_gather are false), so the collective ran unoverlapped after "
+        "the backward (finalize_model_grads) or in the optimizer step: no overlap order is involved"))
 
 
 def _fix_on_config(cause: Cause, analysis) -> None:
