@@ -7,6 +7,8 @@ gpu, te, bridge_version, launcher_env, task, machine_facts), and answers from on
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Mapping
 
 from .contract import SCHEMA_VERSION
@@ -101,6 +103,8 @@ def diagnose(logs, *, compare: bool = False, **inputs):
     compare: logs are BEFORE and AFTER; the iteration-time change between them, and the config changes."""
     from .verbs.diagnose import diagnose as run_diagnose
 
+    if isinstance(logs, (str, bytes, os.PathLike)):  # one path, not its characters (fuzzR R9: "x.log" read "/")
+        logs = [logs]
     return run_diagnose(logs, compare=compare, **inputs)
 
 

@@ -217,9 +217,9 @@ def _bounds(values: dict) -> None:
     elif freq is not None and (not isinstance(freq, int) or isinstance(freq, bool) or not 1 <= freq <= BOUNDS["num_layers"]):
         raise UsageError(f"moe_layer_freq: must be a whole number from 1 to {BOUNDS['num_layers']:,} or a list of 0s "
                          f"and 1s, got {safeio.shown(freq)}")
-    for key in ("gated_linear_unit", "share_embeddings_and_output_weights", "moe_shared_expert_gate"):
+    for key in (f.name for f in fields(Shape) if f.type in (bool, "bool")):  # (fuzzR R8: qk_layernorm=2 read as true)
         if key in values and not isinstance(values[key], bool):
-            raise UsageError(f"{key}: must be true or false, got {values[key]!r}")
+            raise UsageError(f"{key}: must be true or false, got {safeio.shown(values[key])}")
 
 
 def _check(values: dict) -> None:

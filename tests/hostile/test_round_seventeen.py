@@ -60,3 +60,20 @@ def test_an_interpolation_in_a_config_file_s_text_field_is_refused(tmp_path, lin
     proc = run_cli("resolve", "--config", config, "--gpus", "8")
     assert proc.returncode == 2 and b"interpolation" in proc.stderr
     assert_one_line(proc)
+
+
+def test_a_shape_flag_that_is_no_bool_is_refused():
+    # R8: --shape qk_layernorm=2 (any truthy value) was costed as true; Megatron-Core types it bool
+    proc = run_cli("budget", "--model", "llama3_8b", "--gpus", "8", "model.seq_length=8192", "dataset.seq_length=8192",
+                   "train.global_batch_size=128", "--shape", "qk_layernorm=2")
+    assert proc.returncode == 2 and b"qk_layernorm: must be true or false" in proc.stderr
+    assert_one_line(proc)
+
+
+def test_the_api_takes_one_log_path_as_one_log(tmp_path):
+    # R9: api.diagnose("x.log") read its characters as paths, "/" first
+    from mbridge_overlap import api
+
+    log = tmp_path / "rank0.log"
+    log.write_text("> initialized data parallel with size 8\n")
+    assert [s["path"] for s in api.diagnose(str(log)).to_dict()["sources"]] == [str(log)]
