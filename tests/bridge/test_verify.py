@@ -178,3 +178,14 @@ def test_a_hostile_snippet_is_reported_escaped_and_a_non_utf8_one_refused(tmp_pa
     (binary / "python.py").write_bytes(b'x = "\xff\xfe"\n')
     with pytest.raises(verify.UsageError, match="not UTF-8"):
         run("--skip-suites", "--snippets", binary)
+
+
+def test_a_plan_with_its_own_overrides_is_verified_as_applied():
+    """recheck56 AC2/AC6, evalW W2-1/W2-4: plan's KEY=VALUE words (pipeline counts, a bool, a launch variable the recipe
+    lacks) go into every snippet typed and written as Bridge takes them; applied to the real recipe, each matches."""
+    report = run("--skip-suites", "--recipe", "llama3_8b_pretrain_config", "--pp", "3", "--gpus", "24",
+                 "model.num_layers_in_first_pipeline_stage=10", "model.num_layers_in_last_pipeline_stage=11",
+                 "model.sequence_parallel=false", "++env_vars.NCCL_NVLS_ENABLE=1")
+    assert report["exit_code"] == 0, report["checks"]
+    applied = {name: s for name, s in statuses(report).items() if name.startswith("apply ")}
+    assert len(applied) >= 4 and set(applied.values()) == {"PASS"}, report["checks"]
