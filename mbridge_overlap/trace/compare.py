@@ -16,7 +16,7 @@ from ..contract import SCHEMA_VERSION
 from ..errors import UsageError
 from ..safeio import same_files
 from .job import analyze, trace_files
-from .report import DEFINITION, TraceReport, percent
+from .report import DEFINITION, TraceReport, percent, ranks_said
 
 
 def _mean(values: list[float]) -> float:
@@ -132,7 +132,8 @@ def _notes(before: TraceReport, after: TraceReport) -> list[str]:
     notes = []
     b_ranks, a_ranks = [r.rank for r in before.ranks], [r.rank for r in after.ranks]
     if sorted(map(str, b_ranks)) != sorted(map(str, a_ranks)):
-        notes.append(f"BEFORE has ranks {b_ranks} and AFTER ranks {a_ranks}: each side is the mean over its own ranks")
+        notes.append(f"BEFORE has ranks {ranks_said(b_ranks)} and AFTER ranks {ranks_said(a_ranks)}: each side is the "
+                     "mean over its own ranks")
     if before.world_size != after.world_size:
         notes.append(f"world sizes differ: {before.world_size} before, {after.world_size} after")
     b_steps = max((len(s) for s in Side(before).in_totals), default=0)

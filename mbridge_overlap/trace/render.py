@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from ..safeio import esc
+from .report import ranks_said
 
 
 def _lines(out: list[str]) -> str:
@@ -114,7 +115,7 @@ def _predicted(p: dict) -> list[str]:
 
 
 def _side(s: dict) -> str:
-    return f"ranks {s['ranks']} (world size {s['world_size'] if s['world_size'] is not None else 'unknown'})"
+    return f"ranks {ranks_said(s['ranks'])} (world size {s['world_size'] if s['world_size'] is not None else 'unknown'})"
 
 
 def comparison(d: dict) -> str:

@@ -143,3 +143,13 @@ class TraceReport:
             "notes": self.notes,
             **({"predicted": self.predicted} if self.predicted is not None else {}),
         }
+
+
+SHOWN_RANKS = 8
+
+
+def ranks_said(ranks: list) -> str:
+    """A side's ranks in a bounded line (fuzzR R1: 3,000 ranks printed whole, unknown ones as None): the first few, the
+    count, '?' for a rank the trace does not give."""
+    said = ", ".join("?" if r is None else str(r) for r in ranks[:SHOWN_RANKS])
+    return f"[{said}{f', ... {len(ranks):,} in all' if len(ranks) > SHOWN_RANKS else ''}]"

@@ -77,3 +77,12 @@ def test_the_api_takes_one_log_path_as_one_log(tmp_path):
     log = tmp_path / "rank0.log"
     log.write_text("> initialized data parallel with size 8\n")
     assert [s["path"] for s in api.diagnose(str(log)).to_dict()["sources"]] == [str(log)]
+
+
+def test_trace_compare_says_many_ranks_in_a_bounded_line_and_unknown_ones_as_unknown():
+    # R1: 3,000 ranks were printed whole on one line (34 KB), a rank the trace does not give as Python's None
+    from mbridge_overlap.trace.report import ranks_said
+
+    assert ranks_said([None, None]) == "[?, ?]"
+    said = ranks_said(list(range(3000)))
+    assert len(said) < 60 and "3,000 in all" in said and said.startswith("[0, 1, 2")
