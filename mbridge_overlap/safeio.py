@@ -765,3 +765,13 @@ def _write_reason(exc: OSError, target: Path) -> str:
     if exc.errno == errno.ENOENT and not os.path.isdir(target.parent):
         return f"the folder {target.parent} does not exist"
     return reason(exc)
+
+
+# Compressions other than gzip, by their magic bytes (diagnose and trace read plain and gzip input only)
+COMPRESSED_OTHERWISE = ((b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4"))
+
+
+def compressed_otherwise(first: bytes) -> str | None:
+    """The compression other than gzip the first bytes of a file show, or None (bzip2's BZh is followed by a digit)."""
+    packed = next((name for magic, name in COMPRESSED_OTHERWISE if first.startswith(magic)), None)
+    return None if packed == "bzip2" and not first[3:4].isdigit() else packed

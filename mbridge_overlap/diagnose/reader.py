@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple
 
 from ..errors import UsageError
-from ..safeio import check_inflation, esc, file_identity, open_input, reason
+from ..safeio import check_inflation, compressed_otherwise, esc, file_identity, open_input, reason
 
 MAX_LINE = 1 << 17  # bytes of a line kept at each end (the matcher looks at 64 Ki characters of each)
 CHUNK = 1 << 20
@@ -31,7 +31,6 @@ _LOG_STEM = r"(?:\.(?:log|txt|out|err|stdout|stderr)|^(?:stdout|stderr|output|lo
 LOG_NAMES = re.compile(_LOG_STEM + r"(?:\.gz)?\Z", re.I)
 # compressed otherwise than gzip: named, but not read (fuzzO F6: their bytes were read as text, "causes: none")
 _PACKED = re.compile(_LOG_STEM + r"\.(?:xz|bz2|zst|lz4)\Z", re.I)
-_MAGIC = ((b"\xfd7zXZ\x00", "xz"), (b"BZh", "bzip2"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"\x04\x22\x4d\x18", "lz4"))
 CUT = " [... {n:,} bytes left out ...] "
 _GZIP = 16 + zlib.MAX_WBITS
 
@@ -226,8 +225,8 @@ def _chunks(stream, source: str, notes: list) -> Iterator[bytes]:
     read = _bounded(stream)
     try:
         first = read(CHUNK)
-        packed = next((name for magic, name in _MAGIC if first.startswith(magic)), None)
-        if packed and (packed != "bzip2" or first[3:4].isdigit()):
+        packed = compressed_otherwise(first)
+        if packed:
             raise UsageError(f"{esc(source)}: {packed} data: decompress it first (diagnose reads plain and gzip logs)")
         if first[:2] != b"\x1f\x8b":
             while first:

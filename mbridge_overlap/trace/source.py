@@ -10,7 +10,7 @@ import zlib
 from pathlib import Path
 
 from ..errors import UsageError
-from ..safeio import check_inflation, esc, open_input
+from ..safeio import check_inflation, compressed_otherwise, esc, open_input
 
 # A trace on disk may be large (a long multi-GPU capture is gigabytes of JSON): the reader streams it, so the limit
 # only stops a file that cannot be a trace; a gzip file's text is limited by how far it inflates.
@@ -27,10 +27,14 @@ class Source:
     def __init__(self, path: Path):
         self.raw = os.fdopen(open_input(path, MAX_TRACE_BYTES), "rb")
         try:
-            magic = self.raw.peek(2)[:2]
+            first = self.raw.peek(6)[:6]
         except OSError as exc:
             self.raw.close()
             raise UsageError(f"{esc(path)}: cannot read ({esc(exc.strerror or exc)})") from None
+        packed, magic = compressed_otherwise(first), first[:2]
+        if packed:  # (fuzzR R2: "not UTF-8 text" said of a zstd trace)
+            self.raw.close()
+            raise UsageError(f"{esc(path)}: {packed} data: decompress it first (trace reads plain and gzip traces)")
         self.path = path
         self.gzip = zlib.decompressobj(_GZIP) if magic == b"\x1f\x8b" else None
         self.pending = b""  # compressed input not inflated yet

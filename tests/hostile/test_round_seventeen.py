@@ -86,3 +86,12 @@ def test_trace_compare_says_many_ranks_in_a_bounded_line_and_unknown_ones_as_unk
     assert ranks_said([None, None]) == "[?, ?]"
     said = ranks_said(list(range(3000)))
     assert len(said) < 60 and "3,000 in all" in said and said.startswith("[0, 1, 2")
+
+
+def test_a_trace_compressed_otherwise_than_gzip_is_named_so(tmp_path):
+    # R2: a zstd trace was "not UTF-8 text (byte 1)"; diagnose says what it is, and now trace does too
+    path = tmp_path / "rank-0.json.zst"
+    path.write_bytes(b"\x28\xb5\x2f\xfd" + bytes(32))
+    proc = run_cli("trace", path)
+    assert proc.returncode == 2 and b"zstd data: decompress it first" in proc.stderr
+    assert_one_line(proc)
