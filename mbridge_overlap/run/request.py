@@ -167,12 +167,21 @@ def parse_override(text: str) -> tuple[str, str]:
 _BLANKS_AFTER_QUOTE = re.compile(r"['\"][ \t]+\Z")
 
 
+_HYDRA_DIGITS = 4300  # sys.get_int_max_str_digits()'s default, which Hydra's int() of a token meets
+
+
 def command_line_value(key: str, text: str) -> str:
     """A command-line value of any key but a launch variable's (env_value reads those) as Hydra and OmegaConf leave it
     for Bridge: a sweep, a function call or an interpolation is refused in one line (fuzzR R7: model.cp_comm_type=p2p,a2a
     and model.fp8_recipe=${x} were answered; Bridge's parse_hydra_overrides refuses the first, OmegaConf resolves the
     second where Bridge runs)."""
-    if key.startswith("env_vars.") or not isinstance(text, str):
+    if not isinstance(text, str):
+        return text
+    digits = text.strip().lstrip("+-").replace("_", "")
+    if len(digits) > _HYDRA_DIGITS and safeio.HYDRA_INT.match(text.strip()):  # (recheck55 AB9)
+        raise UsageError(f"{key}: a number of {len(digits):,} digits, which Hydra refuses past {_HYDRA_DIGITS:,} (Python's "
+                         "integer conversion limit): Bridge's overrides refuse it")
+    if key.startswith("env_vars."):
         return text
     if live_interpolation(text):
         raise UsageError(f"{key}: {safeio.shown(text)} holds an OmegaConf interpolation, which Bridge resolves where it "

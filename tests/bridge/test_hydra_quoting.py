@@ -256,3 +256,23 @@ def test_a_launch_variable_word_is_what_bridge_exports_or_refused_as_bridge_refu
     except UsageError:
         ours = None
     assert ours == theirs
+
+
+@pytest.mark.parametrize("digits", [4300, 4301])
+def test_a_number_hydra_cannot_convert_is_refused_as_hydra_refuses_it(digits):
+    """recheck55 AB9: past Python's 4,300-digit limit Hydra's parser raises; the skill exported the digits as text."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from mbridge_overlap import UsageError
+
+    try:
+        OverridesParser.create().parse_overrides(["k=" + "1" * digits])
+        theirs = True
+    except Exception:  # noqa: BLE001 - Hydra's refusal
+        theirs = False
+    try:
+        request.command_line_value("env_vars.X", "1" * digits)
+        ours = True
+    except UsageError:
+        ours = False
+    assert ours == theirs
