@@ -6,6 +6,7 @@ distributed optimizer, fp8_param_gather comes from the mixed-precision recipe.""
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -341,3 +342,14 @@ def test_a_restore_of_a_mixed_precision_field_says_how_hydra_takes_it():
                                  gpus=64).to_dict()
     fixes = [c["fix"] for c in r["overlap_changes"] + r.get("other_changes", []) if "mixed_precision." in (c.get("fix") or "")]
     assert fixes and all("get_mixed_precision_config" in f for f in fixes)
+
+
+def test_a_restore_between_logged_summaries_does_not_create_a_section():
+    """evalX X2-3: Bridge's logged summary does not print comm_overlap, so diagnose --compare's configs looked
+    section-less and the restore was the ++comm_overlap={...} word, which replaces a tuned preset the run has (Bridge's
+    asdict() TypeError); with the section not known, the restore is the plain key."""
+    logs = Path(__file__).parent / "data" / "logs" / "bridge-0.6.2"
+    d = mbridge_overlap.api.diagnose([logs / "tp_overlap_default_ub_cfg.log", logs / "tp_overlap_no_sequence_parallel.log"],
+                                     compare=True, gpus=8).to_dict()
+    fixes = [c["fix"] for c in d["compare"]["config_changes"] if c.get("fix")]
+    assert any("comm_overlap." in f for f in fixes) and not any("++comm_overlap" in f for f in fixes), fixes

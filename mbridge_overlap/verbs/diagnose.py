@@ -209,7 +209,7 @@ def _config_changes(diag, scans, release, gpus) -> None:
     diag.compare["gpus"] = {"before": worlds[0], "after": worlds[1],
                             "from": "the logs" if gpus is None or stated == [gpus, gpus] else "--gpus, for both runs"}
     same = shapes[0] == shapes[1]
-    result = diff(*sides, labels=("before", "after"), shape=shapes[0] if same else None)
+    result = diff(*sides, labels=("before", "after"), shape=shapes[0] if same else None, sections_known=False)
     _bridge_said_why(result, diag.causes)
     diag.compare["config_changes"] = [c.to_dict() for c in result.changes]
     moved = {c.key for c in result.changes}

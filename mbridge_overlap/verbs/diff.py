@@ -150,6 +150,7 @@ class Side:
     analysis: Analysis
     items: dict  # the request's inputs: dotted keys -> value, "comm_overlap" (present or None) and "gpus"
     written: frozenset = frozenset()  # keys a saved config holds as Bridge wrote them, not as requested
+    sectionless: bool = False  # known to have no comm_overlap section (a fix creates it as a whole)
 
     @property
     def saved(self) -> bool:
@@ -195,7 +196,7 @@ def inputs_of(sc: Scenario) -> dict:
 
 
 def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = None, model: str | None = None,
-         shape: dict | None = None) -> DiffResult:
+         shape: dict | None = None, sections_known: bool = True) -> DiffResult:
     """The overlap-relevant changes from one scenario to another (two run configs, two recipes, one recipe at two GPU
     counts, before and after overrides), each with its cause, ranked by expected impact; and what the change does to
     the communication budget (model, shape: as for api.budget; each side's own where not given)."""
@@ -203,6 +204,9 @@ def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = Non
         raise UsageError("diff: both sides are answered for one release (--bridge-version)")
     labels = labels or (label_of(before), label_of(after))
     a, b = side(labels[0], before), side(labels[1], after)
+    # a summary Bridge logged does not print comm_overlap: whether AFTER has the section is not known, and the word
+    # that creates one would replace a tuned preset it has (evalX X2-3: Bridge's asdict() TypeError)
+    b.sectionless = sections_known and b.analysis.state.request.comm_overlap is None
     warnings = ([f"BEFORE fails at {f.when or 'config'} as it is given: {f.id}: {f.message}" for f in a.analysis.errors]
                 + list(before.notes) + list(after.notes) + _model_warning(a, b) + _launchers_of_another_release(a, b))
     changed_inputs = _changed_inputs(a, b)
@@ -439,7 +443,7 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     # a launch variable BEFORE did not set is deleted, not set to null, which Bridge refuses (evalR S2: TypeError)
     removes = [k for k, v in (fix or {}).items() if k.startswith("env_vars.") and v is None]
     fix = {k: v for k, v in (fix or {}).items() if k not in removes} or None
-    text = findings.overrides_text(fix, b.analysis.state.request.comm_overlap is None) if fix else None
+    text = findings.overrides_text(fix, b.sectionless) if fix else None
     fields = [k for k in fix or {} if k.startswith("mixed_precision.")]
     if fields:  # (recheck56 AC4: Hydra refuses a field of a mixed precision given by name)
         text += ("; where AFTER's mixed_precision is a recipe name (a string), Bridge's Hydra overrides refuse "
