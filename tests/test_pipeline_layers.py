@@ -114,3 +114,15 @@ def test_a_hybrid_model_s_split_fix_unsets_what_megatron_core_refuses_beside_it(
     assert "model.num_layers_in_first_pipeline_stage" in f.fix_overrides
     after = api.resolve({**over, **f.fix_overrides}, recipe="nemotronh_8b_pretrain_config", gpus=24)
     assert not after.errors
+
+
+def test_a_first_stage_count_vpp_does_not_divide_is_refused_without_the_layer_count():
+    """evalX X2-1: TransformerConfig refuses a first/last stage count that VPP does not divide at config time; the
+    check waited for a known layer count (Qwen3 14B's recipe reads its model from Hugging Face), so VPP 2 was offered
+    as proven beside counts of 9."""
+    over = {"model.tensor_model_parallel_size": 4, "model.pipeline_model_parallel_size": 4, "model.sequence_parallel": True,
+            "model.num_layers_in_first_pipeline_stage": 9, "model.num_layers_in_last_pipeline_stage": 9}
+    with_vpp = api.resolve({**over, "model.virtual_pipeline_model_parallel_size": 2}, recipe="qwen3_14b_pretrain_config", gpus=32)
+    assert any(f.id == "PIPELINE_LAYOUT_REJECTED" and "first stage: 9" in f.message for f in with_vpp.errors)
+    plain = api.resolve(over, recipe="qwen3_14b_pretrain_config", gpus=32)
+    assert all(f.fix_overrides.get("model.virtual_pipeline_model_parallel_size") != 2 for f in plain.findings)

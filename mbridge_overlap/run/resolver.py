@@ -650,22 +650,26 @@ def validate_layer_layout(state: State) -> None:
     if _split_conflicts(state) or _layout_string(state):
         return
     known = layers.known(state.request)
-    if known is None or ctx.get("model.pipeline_model_parallel_layout") not in (None, "null", "None"):
+    if ctx.get("model.pipeline_model_parallel_layout") not in (None, "null", "None"):
         return
-    n, pp, vpp = known[0], m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"]
+    pp, vpp = m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"]
     first, last = (given.integer(f"model.num_layers_in_{k}_pipeline_stage", ctx.get(f"model.num_layers_in_{k}_pipeline_stage"))
                    for k in ("first", "last"))
     where = "TransformerConfig.__post_init__"
+    for name, count in (("first", first), ("last", last)):  # (no layer count needed: evalX X2-1)
+        if count is not None and count <= 0:
+            return _reject(state, "PIPELINE_LAYOUT_REJECTED", f"num_layers_in_{name}_pipeline_stage must be larger than 0", where)
+        if count is not None and vpp is not None and count % vpp:
+            return _reject(state, "PIPELINE_LAYOUT_REJECTED", f"number of layers at {name} stage: {count}must be divisible "
+                           f"by virtual pipelineparallel degree {vpp}", where)
+    if known is None:
+        return
+    n = known[0]
     if first is not None or last is not None:
         stages = pp
-        for name, count in (("first", first), ("last", last)):
+        for count in (first, last):
             if count is None:
                 continue
-            if count <= 0:
-                return _reject(state, "PIPELINE_LAYOUT_REJECTED", f"num_layers_in_{name}_pipeline_stage must be larger than 0", where)
-            if vpp is not None and count % vpp:
-                return _reject(state, "PIPELINE_LAYOUT_REJECTED", f"number of layers at {name} stage: {count}must be divisible "
-                               f"by virtual pipelineparallel degree {vpp}", where)
             n, stages = n - count, stages - 1
         if bool(n) != bool(stages):
             return _reject(state, "PIPELINE_LAYOUT_REJECTED", f"Mismatch: {n} middle layers remaining but {stages} middle PP "
