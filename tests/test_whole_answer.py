@@ -201,3 +201,16 @@ def test_the_fields_of_a_whole_section_word_are_the_override_s():
     word = "{_target_:megatron.bridge.training.comm_overlap.CommOverlapConfig,tp_comm_overlap:false,overlap_grad_reduce:true}"
     set_by = api.resolve({"comm_overlap": word}, recipe="qwen25_32b_sft_16gpu_h100_bf16_config", gpus=32).requested()["set_by"]
     assert set_by["comm_overlap.overlap_grad_reduce"] == "override" and set_by["comm_overlap.tp_comm_overlap"] == "override"
+
+
+def test_moe_overlap_s_vpp_fix_needs_the_layer_count_as_every_vpp_fix_does():
+    """evalX X2-5: MOE_OVERLAP_REJECTED offered VPP 2 as proven for GLM-4.5-Air (its layers read from Hugging Face:
+    46, so 23 a stage at PP 2), while PP_OVERLAP_NOT_SELECTED of the same answer said no VPP could be."""
+    over = {"model.pipeline_model_parallel_size": 2, "comm_overlap.overlap_moe_expert_parallel_comm": True,
+            "comm_overlap.tp_comm_overlap": False}
+    recipe = "glm45_air_106b_pretrain_32gpu_h100_bf16_config"
+    (f,) = [f for f in api.resolve(over, recipe=recipe).findings if f.id == "MOE_OVERLAP_REJECTED"]
+    assert "model.virtual_pipeline_model_parallel_size" not in f.fix_overrides
+    (g,) = [f for f in api.resolve({**over, "model.num_layers": 46}, recipe=recipe).findings if f.id == "MOE_OVERLAP_REJECTED"]
+    vpp = g.fix_overrides.get("model.virtual_pipeline_model_parallel_size")
+    assert vpp is None or 23 % vpp == 0
