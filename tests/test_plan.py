@@ -538,3 +538,13 @@ def test_a_plan_s_own_overrides_are_typed_and_written_as_bridge_takes_them():
     assert "++env_vars.NCCL_NVLS_ENABLE=1" in hydra and "model.num_layers_in_first_pipeline_stage=10" in hydra
     python = snippets.of_plan("python", plan)
     assert 'cfg.env_vars["NCCL_NVLS_ENABLE"] = 1' in python and "cfg.model.sequence_parallel = False" in python
+
+
+def test_a_plan_s_own_list_and_quoted_overrides_mean_what_hydra_reads():
+    """fuzzS S2-1: plan wrote [p2p,a2a] as the text '[p2p,a2a]' and a quoted 'a,b' with its quotes."""
+    from mbridge_overlap.cli.options import overrides_of
+
+    plan = api.plan(recipe="llama3_8b_pretrain_config", gpus=16, cp=2,
+                    overrides=overrides_of(["model.cp_comm_type=[p2p,a2a]", "model.num_layers_in_first_pipeline_stage=null"]))
+    assert plan.overrides["model.cp_comm_type"] == ["p2p", "a2a"]
+    assert plan.overrides["model.num_layers_in_first_pipeline_stage"] is None

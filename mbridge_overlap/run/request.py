@@ -167,6 +167,36 @@ def parse_override(text: str) -> tuple[str, str]:
 _BLANKS_AFTER_QUOTE = re.compile(r"['\"][ \t]+\Z")
 
 
+def hydra_value(key: str, text: str) -> Any:
+    """A command-line value as Hydra types it for Bridge: null, a number or a bool, a quoted text, a list of such
+    (one level), or an unquoted text with its escapes undone; refused in one line where Hydra's grammar refuses it."""
+    plain = text.strip()
+    if plain[:1] in ("'", '"'):
+        if not (len(plain) >= 2 and plain[-1] == plain[0] and _one_quoted(plain)):
+            raise UsageError(f"{key}: {safeio.shown(plain)} is not one quoted value to Hydra (Bridge refuses the override)")
+        return safeio.hydra_unquoted(plain)
+    if plain[:1] == "[":
+        inner = plain[1:-1] if plain.endswith("]") else None
+        if inner is None or "[" in inner or "]" in inner:
+            raise UsageError(f"{key}: {safeio.shown(plain)} is not a list Hydra's grammar takes (one level, [a,b]): Bridge "
+                             "refuses the override")
+        return [hydra_value(key, item) for item in inner.split(",")] if inner.strip() else []
+    if not plain:
+        raise UsageError(f"{key}: an empty item is not a value Hydra takes (Bridge refuses the override)")
+    if plain.lower() == "null":  # (Hydra's only null: ~ and none are not)
+        return None
+    if plain.lower() in ("true", "false"):
+        return plain.lower() == "true"
+    if safeio.HYDRA_INT.match(plain) or safeio.HYDRA_FLOAT.match(plain):
+        return hydra_number(plain)
+    return _hydra_text(key, plain)
+
+
+def hydra_number(text: str):
+    """A number Hydra reads, as its int or float."""
+    return int(text.replace("_", "")) if safeio.HYDRA_INT.match(text) else float(text.replace("_", ""))
+
+
 _HYDRA_DIGITS = 4300  # sys.get_int_max_str_digits()'s default, which Hydra's int() of a token meets
 
 
@@ -187,7 +217,10 @@ def command_line_value(key: str, text: str) -> str:
         raise UsageError(f"{key}: {safeio.shown(text)} holds an OmegaConf interpolation, which Bridge resolves where it "
                          "runs and this skill does not: give the value itself")
     plain = text.strip()
-    if plain[:1] in ("'", '"', "[", "{"):
+    if plain[:1] in ("'", '"', "["):
+        hydra_value(key, plain)  # refused where Hydra's grammar refuses it (fuzzS S2-2: '[p2p,a2a' was answered)
+        return text
+    if plain[:1] == "{":
         return text
     if _HYDRA_FUNCTION.match(plain):
         raise UsageError(f"{key}: {safeio.shown(plain)} is a Hydra function call, which Bridge evaluates and this skill "
@@ -229,6 +262,10 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     _not_blank(key, value)
     if isinstance(value, str):
         text = _unquoted(value.strip())
+        if text != value.strip() and spec.kind in (BOOL, OPT_BOOL, INT, OPT_INT) and text.lower() not in _NULLS:
+            # (fuzzS S2-3: 'false' quoted is the text "false" to Hydra, which Python reads as true)
+            raise UsageError(f"{key}: {safeio.shown(value.strip())} is quoted, so text to Hydra where Bridge's field holds "
+                             f"{'an integer' if spec.kind in (INT, OPT_INT) else 'true or false'}: write it without quotes")
         if spec.kind == STR_LIST and text.startswith("[") and text.endswith("]"):
             value = [item.strip().strip("'\"") for item in text[1:-1].split(",") if item.strip()]
         elif spec.kind in (CHOICE, OPT_CHOICE) and text in spec.choices:

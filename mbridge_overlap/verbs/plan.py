@@ -11,7 +11,8 @@ import functools
 
 from ..upstream import catalog, releases, presets as ub_presets
 from .. import findings
-from ..run import launch_env, layers, layout, scenario
+from ..run import launch_env, layout, scenario
+from ..run.request import hydra_value
 from ..run.resolver import bucket_size_a_section_replaces
 from ..run.peft import LORA
 from .. import budget as budgets
@@ -155,7 +156,7 @@ def make_plan(
         family = _family_of(model, family, release)
     shape_given = dict(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
     start = scenario.build(recipe=entry, family=family, shape=shape_given, overrides=given, **inputs)
-    given = {k: start.request.explicit[k] if k in start.request.explicit else _hydra_value(v) for k, v in given.items()}
+    given = {k: start.request.explicit[k] if k in start.request.explicit else _hydra_value(k, v) for k, v in given.items()}
     scenario.with_model(start, model, shape)
     base = _recipe_layout(entry)
     tp, pp, cp, ep = (x if x is not None else base.get(k, 1) for x, k in ((tp, "tp"), (pp, "pp"), (cp, "cp"), (ep, "ep")))
@@ -402,12 +403,11 @@ def _given(overrides: dict | None) -> dict:
     return dict(overrides or {})
 
 
-def _hydra_value(value):
+def _hydra_value(key: str, value):
     """A command-line value the request keeps as given (a field no rule types), as Hydra types it: the snippets write
-    it so (recheck56 AC2: '10' went out as a string, which Bridge compares with ints)."""
-    if isinstance(value, str) and value.strip().lower() == "null":
-        return None
-    return layers.hydra_typed(value)
+    it so (recheck56 AC2: '10' went out as a string; fuzzS S2-1: [p2p,a2a] as the text '[p2p,a2a]', a quoted 'a,b'
+    with its quotes)."""
+    return hydra_value(key, value) if isinstance(value, str) else value
 
 
 def _layout_overrides(base: dict, tp: int, pp: int, vpp, cp: int, ep: int = 1) -> dict:

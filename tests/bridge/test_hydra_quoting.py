@@ -276,3 +276,24 @@ def test_a_number_hydra_cannot_convert_is_refused_as_hydra_refuses_it(digits):
     except UsageError:
         ours = False
     assert ours == theirs
+
+
+@pytest.mark.parametrize("word", ["[p2p,a2a]", "[p2p,a2a", "[a2a]]", "[a,b],[c]", "'a", "'a'x", "[a=b]", "[a,~]", "'a,b'",
+                                  "[1, 2.5, true, null]", "[]", "a\\,b", "10", "'10'", "1_000", "[ 'x y' ,z]"])
+def test_a_command_line_value_is_typed_or_refused_as_hydra_types_or_refuses_it(word):
+    """fuzzS S2-1, S2-2: plan wrote a list as the text '[p2p,a2a]' and a quoted value with its quotes, and malformed
+    lists and quotes were answered; the skill's reading of a word is Hydra's."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from mbridge_overlap import UsageError
+
+    try:
+        parsed = OverridesParser.create().parse_override(f"k={word}")
+        theirs = "refused" if parsed.is_sweep_override() else parsed.value()  # (Bridge's overrides refuse a sweep)
+    except Exception:  # noqa: BLE001 - Hydra's refusal
+        theirs = "refused"
+    try:
+        ours = request.hydra_value("model.x", word)
+    except UsageError:
+        ours = "refused"
+    assert ours == theirs

@@ -95,3 +95,13 @@ def test_a_trace_compressed_otherwise_than_gzip_is_named_so(tmp_path):
     proc = run_cli("trace", path)
     assert proc.returncode == 2 and b"zstd data: decompress it first" in proc.stderr
     assert_one_line(proc)
+
+
+@pytest.mark.parametrize("word", ["comm_overlap.tp_comm_overlap='false'", "model.tensor_model_parallel_size='8'",
+                                  "model.cp_comm_type=[p2p,a2a", "model.fp8='a'x"])
+def test_a_quoted_typed_value_or_a_malformed_one_is_refused(word):
+    # S2-3: 'false' quoted is the text "false" to Hydra (true to Python), answered as false; S2-2: malformed lists and
+    # quotes were answered, which Bridge refuses
+    proc = run_cli("resolve", "--gpus", "8", word)
+    assert proc.returncode == 2
+    assert_one_line(proc)
