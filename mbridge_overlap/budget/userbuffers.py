@@ -3,6 +3,9 @@ preset gives it, and what a method leaves exposed beside its GEMM."""
 
 from __future__ import annotations
 
+from .. import safeio
+from ..errors import UsageError
+
 
 # Transformer Engine's userbuffers GEMMs of a layer whose collective runs in the GEMM's stream of work
 # (transformer_engine/pytorch/module/base.py initialize_ub): GEMM -> (collective, the layer it computes). Backward
@@ -40,6 +43,9 @@ def userbuffers(preset: str | None, tp: int) -> dict:
         method = mine["method"]
         ring = method == "ring_exchange"
         margin = mine.get("set_sm_margin", not ring) and mine.get("num_sm", 1 if ring else COMM_SMS)
+        for name, value in (("num_sm", margin), ("num_splits", mine.get("num_splits"))):  # (fuzzS S2-5: a traceback)
+            if value not in (None, False) and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise UsageError(f"tp_comm_overlap_cfg.{gemm}.{name}: expected a whole number, got {safeio.shown(value)}")
         out[gemm] = (method, mine.get("num_splits") or (tp if ring else PIPELINE_SPLITS), int(margin or 0))
     return out
 

@@ -105,3 +105,14 @@ def test_a_quoted_typed_value_or_a_malformed_one_is_refused(word):
     proc = run_cli("resolve", "--gpus", "8", word)
     assert proc.returncode == 2
     assert_one_line(proc)
+
+
+@pytest.mark.parametrize("value", ['"abc"', '"${x}"', "[1]", "1e400"])
+def test_a_custom_userbuffers_num_sm_that_is_no_count_is_one_line(tmp_path, value):
+    # S2-5: a traceback in the budget's userbuffers pricing
+    config = tmp_path / "c.yaml"
+    config.write_text(f"comm_overlap:\n  tp_comm_overlap: true\n  tp_comm_overlap_cfg:\n    qkv_dgrad: {{num_sm: {value}, method: bulk}}\n")
+    proc = run_cli("budget", "--recipe", "llama3_8b_pretrain_config", "--gpus", "16", "model.tensor_model_parallel_size=2",
+                   "model.sequence_parallel=true", "--config", config)
+    assert proc.returncode == 2 and b"num_sm" in proc.stderr
+    assert_one_line(proc)
