@@ -648,3 +648,14 @@ def test_torch_async_tp_s_fused_ops_are_the_tp_overlap_path():
     (cause,) = _diagnose_text("\n".join(frames_) + "\n")["causes"]
     assert cause["id"] == "OVERLAP_PATH_TRACEBACK" and "model.tensor_model_parallel_size" in cause["knobs"]
     assert _diagnose_text("\n".join(frames_[2:]) + "\n")["causes"] == []
+
+
+def test_torchrun_s_own_traceback_does_not_make_a_job_foreign(tmp_path):
+    """fuzzS S2-4: the elastic agent's ChildFailedError traceback (bin/torchrun, torch/distributed/run.py), which
+    nearly every failed job prints, made the folder's words-only causes another trainer's."""
+    (tmp_path / "rank0.log").write_text("[rank0]: ValueError: context parallel size 3 is not supported by this attention backend\n")
+    (tmp_path / "launcher.log").write_text(
+        'Traceback (most recent call last):\n  File "/usr/local/bin/torchrun", line 8, in <module>\n    sys.exit(main())\n'
+        '  File "/usr/local/lib/python3.12/dist-packages/torch/distributed/run.py", line 919, in main\n    run(args)\n'
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    assert "OVERLAP_TERMS_IN_ERROR" in [c["id"] for c in api.diagnose([tmp_path]).to_dict()["causes"]]

@@ -83,7 +83,7 @@ MODEL_CALLS = [(re.compile(r"megatron/core/pipeline_parallel/schedules\.py$"),
 # names megatron.
 MEGATRON_FAMILY = re.compile(r"megatron|mcore|transformer_engine|(?:^|/)nemo(?:_\w+)?/|(?:^|/)apex/|(?:^|/)slime(?:_plugins)?/"
                              r"|(?:^|/)flagscale/", re.I)
-NEUTRAL = re.compile(r"(?:^|/)torch/|/lib/python3[\d.]*/(?!(?:site|dist)-packages/)|^<|megatron/core/utils\.py$"
+NEUTRAL = re.compile(r"(?:^|/)torch/|(?:^|/)bin/torchrun$|/lib/python3[\d.]*/(?!(?:site|dist)-packages/)|^<|megatron/core/utils\.py$"
                      r"|transformer_engine/pytorch/distributed\.py$")
 
 # Attributes whose absence (AttributeError: ... has no attribute 'X') is an overlap setting or structure another
