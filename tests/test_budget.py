@@ -671,3 +671,13 @@ def test_distributed_optimizer_instances_are_said_unmodelled():
     assert any("num_distributed_optimizer_instances=2 is not modelled" in a for a in b["assumptions"])
     plain = api.resolve(recipe="llama3_8b_pretrain_config", gpus=16, model="llama3_8b").budget
     assert not any("num_distributed_optimizer_instances" in a for a in plain["assumptions"])
+
+
+def test_a_recipe_s_own_unmodelled_field_is_said():
+    """evalX X2-2: GLM-4.5-Air's recipe sets mtp_num_layers=1, which the budget does not model; only an override of it
+    was said."""
+    shape = {"num_layers": 46, "hidden_size": 4096, "ffn_hidden_size": 10944, "num_attention_heads": 96, "num_query_groups": 8,
+             "kv_channels": 128, "vocab_size": 151552, "num_moe_experts": 128, "moe_router_topk": 8, "moe_ffn_hidden_size": 1408}
+    b = api.budget({"model.pipeline_model_parallel_size": 2}, recipe="glm45_air_106b_pretrain_32gpu_h100_bf16_config",
+                   shape=shape).to_dict()["budget"]
+    assert any("model.mtp_num_layers=1" in a for a in b["assumptions"])
