@@ -548,3 +548,12 @@ def test_a_plan_s_own_list_and_quoted_overrides_mean_what_hydra_reads():
                     overrides=overrides_of(["model.cp_comm_type=[p2p,a2a]", "model.num_layers_in_first_pipeline_stage=null"]))
     assert plan.overrides["model.cp_comm_type"] == ["p2p", "a2a"]
     assert plan.overrides["model.num_layers_in_first_pipeline_stage"] is None
+
+
+def test_a_snippet_says_the_preset_s_own_batch_not_the_run_s():
+    """evalX X2-4: a recipe's kept preset (..._mbs1_seqlen2048) was said to be tuned for the run's micro-batch 2."""
+    from mbridge_overlap.output import snippets
+
+    plan = api.plan(recipe="gpt3_175b_pretrain_config", gpus=128, micro_batch_size=2)
+    assert plan.preset.endswith("_mbs1_seqlen2048")  # the recipe's own, kept
+    assert "micro_batch_size 1" in snippets.of_plan("python", plan).splitlines()[0]

@@ -264,8 +264,10 @@ def of_plan(fmt: str, plan) -> str:
     start = f" on {lay['recipe']}" if lay["recipe"] else ""
     purpose = f"Comm overlap for TP={lay['tp']} PP={lay['pp']} VPP={lay['vpp']} CP={lay['cp']} on {lay['gpus']} {lay['gpu']} GPUs{start}"
     if d.get("preset"):  # a preset is tuned for one sequence length and micro-batch size, which the snippet does not set
-        batch = [f"{k} {lay[k]}" for k in ("seq_length", "micro_batch_size") if lay.get(k)]
-        purpose += f"; the preset {d['preset']} is tuned for " + (" and ".join(batch) if batch else "the batch its name gives")
+        # the preset's own sizes, from its name (evalX X2-4: the run's were said to be the preset's)
+        m = re.search(r"_mbs(\d+)_seqlen(\d+)", d["preset"])
+        batch = f"seq_length {m[2]} and micro_batch_size {m[1]}" if m else "the batch its name gives"
+        purpose += f"; the preset {d['preset']} is tuned for {batch}"
     release = plan.analysis.scenario.release
     return snippet(fmt, overrides=d["overrides"], env={name: rule["value"] for name, rule in d["launch_env"].items()},
                    env_why={name: rule["why"] for name, rule in d["launch_env"].items()}, purpose=purpose, release=release.version,
