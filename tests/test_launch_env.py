@@ -107,3 +107,13 @@ def test_the_launch_environment_listed_keeps_a_topology_override():
     plain = api.resolve(recipe=recipe).launch_env[name]["value"]
     kept = api.resolve({f"env_vars.{name}": 4}, recipe=recipe).launch_env[name]
     assert plain != "4" and kept["value"] == "4" and plain in kept["why"]
+
+
+@pytest.mark.parametrize("fmt", ["env", "nemo_run"])
+def test_the_0_5_launcher_snippets_carry_what_its_executor_exports(fmt):
+    """evalX X2-6: 0.5's perf executor exports TORCH_NCCL_HIGH_PRIORITY=1 and NCCL_NVLS_ENABLE=0 beside PerfEnvPlugin;
+    the JSON said so, the snippets for the launcher did not."""
+    from mbridge_overlap.output import snippets
+
+    text = snippets.of_plan(fmt, api.plan(tp=4, gpus=16, gpu="h100", bridge_version="0.5.1"))
+    assert "TORCH_NCCL_HIGH_PRIORITY=1" in text and "NCCL_NVLS_ENABLE=0" in text

@@ -269,6 +269,8 @@ def of_plan(fmt: str, plan) -> str:
         batch = f"seq_length {m[2]} and micro_batch_size {m[1]}" if m else "the batch its name gives"
         purpose += f"; the preset {d['preset']} is tuned for {batch}"
     release = plan.analysis.scenario.release
+    if fmt in ("env", "nemo_run") and (note := launch_env.executor_note(release)):  # (evalX X2-6: 0.5's executor)
+        purpose += f". Note: {note}"
     return snippet(fmt, overrides=d["overrides"], env={name: rule["value"] for name, rule in d["launch_env"].items()},
                    env_why={name: rule["why"] for name, rule in d["launch_env"].items()}, purpose=purpose, release=release.version,
                    env_vars_field=release.env_vars, plugin_args=plan.perf_env_plugin_args(),
