@@ -659,3 +659,10 @@ def test_torchrun_s_own_traceback_does_not_make_a_job_foreign(tmp_path):
         '  File "/usr/local/lib/python3.12/dist-packages/torch/distributed/run.py", line 919, in main\n    run(args)\n'
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
     assert "OVERLAP_TERMS_IN_ERROR" in [c["id"] for c in api.diagnose([tmp_path]).to_dict()["causes"]]
+
+
+def test_a_small_3d_gradient_shape_mismatch_is_no_pipeline_s():
+    """recheck56 AC5: torchdiffeq's [1, 2404, 4] against [1, 1963, 4] (hidden 4) was PP_GRAD_SHAPE_MISMATCH."""
+    line = ("RuntimeError: Mismatch in shape: grad_output[0] has a shape of torch.Size([1, 2404, 4]) and output[0] has a "
+            "shape of torch.Size([1, 1963, 4]).\n")
+    assert not [c for c in _diagnose_text(line)["causes"] if c["id"] == "PP_GRAD_SHAPE_MISMATCH"]
