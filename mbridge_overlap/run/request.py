@@ -201,10 +201,10 @@ _HYDRA_DIGITS = 4300  # sys.get_int_max_str_digits()'s default, which Hydra's in
 
 
 def command_line_value(key: str, text: str) -> str:
-    """A command-line value of any key but a launch variable's (env_value reads those) as Hydra and OmegaConf leave it
-    for Bridge: a sweep, a function call or an interpolation is refused in one line (fuzzR R7: model.cp_comm_type=p2p,a2a
-    and model.fp8_recipe=${x} were answered; Bridge's parse_hydra_overrides refuses the first, OmegaConf resolves the
-    second where Bridge runs)."""
+    """A command-line value as Hydra and OmegaConf leave it for Bridge, or refused in one line: a number past Hydra's
+    digit limit, and for any key but a launch variable's (env_value reads those) a sweep, a function call, an
+    interpolation or a malformed list or quote (fuzzR R7: model.cp_comm_type=p2p,a2a and model.fp8_recipe=${x} were
+    answered; Bridge's parse_hydra_overrides refuses the first, OmegaConf resolves the second where Bridge runs)."""
     if not isinstance(text, str):
         return text
     digits = text.strip().lstrip("+-").replace("_", "")
