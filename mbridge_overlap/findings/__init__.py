@@ -57,7 +57,7 @@ class Finding:
 PROBING: ContextVar[bool] = ContextVar("probing", default=False)
 # The answer's config has no comm_overlap section (recheck54 Y5): a fix of comm_overlap.* keys creates one, which
 # Bridge's Hydra overrides do only as the whole ++comm_overlap={...} that plan --format hydra writes (they refuse
-# comm_overlap.KEY=VALUE on a None section). Set by analyze() while its findings are made.
+# comm_overlap.KEY=VALUE on a None section). Set by written_for: analyze() and the budget, while their findings are made.
 SECTIONLESS: ContextVar[bool] = ContextVar("sectionless", default=False)
 
 
