@@ -59,17 +59,19 @@ def _rank_block(r: dict) -> list[str]:
           pct(d["hidden_pct"]), _collectives(d["collectives"])] for d in r["dimensions"]],
     ) if r["dimensions"] else ["  no communication kernels in the totals"]
     if r["steps"]:
+        steps = r["steps"][:SHOWN_STEPS]  # (fuzzR R5: 200,000 steps were 200,000 lines)
         out.append("")
         out += table(
             ["step", "in totals", "compute", "communication", "hidden", "exposed", "hidden %"],
             [[s["step"], "yes" if s["in_totals"] else "no", us(s["compute_us"]), us(s["communication_us"]),
-              us(s["hidden_us"]), us(s["exposed_us"]), pct(s["hidden_pct"])] for s in r["steps"]],
+              us(s["hidden_us"]), us(s["exposed_us"]), pct(s["hidden_pct"])] for s in steps],
         )
         rows = [[s["step"], d["dimension"], us(d["hidden_us"]), us(d["exposed_us"])]
-                for s in r["steps"] for d in s["dimensions"]]
+                for s in steps for d in s["dimensions"]]
         if rows:
             out.append("")
             out += table(["step", "dimension", "hidden", "exposed"], rows)
+        out += _more_steps(len(r["steps"]))
     out += [f"  note: {esc(n)}" for n in r["notes"]]
     return out
 
@@ -114,6 +116,13 @@ def _predicted(p: dict) -> list[str]:
     return out + [f"note: {esc(n)}" for n in p["notes"]]
 
 
+SHOWN_STEPS = 100  # a profile window is a handful of steps: past this many the text shows the first
+
+
+def _more_steps(count: int, what: str = "steps") -> list[str]:
+    return [f"  ... {count - SHOWN_STEPS:,} more {what} (--format json has them all)"] if count > SHOWN_STEPS else []
+
+
 def _side(s: dict) -> str:
     return f"ranks {ranks_said(s['ranks'])} (world size {s['world_size'] if s['world_size'] is not None else 'unknown'})"
 
@@ -140,8 +149,9 @@ def comparison(d: dict) -> str:
                 ["#", "step before", "step after", "dimension", "before", "after", "delta", "change"],
                 [[r["position"], ",".join(map(str, r["steps_before"])), ",".join(map(str, r["steps_after"])),
                   r["dimension"], us(r["exposed_before_us"]), us(r["exposed_after_us"]), signed(r["exposed_delta_us"]),
-                  r["change"]] for r in d["steps"]],
+                  r["change"]] for r in d["steps"][:SHOWN_STEPS]],
             ),
+            *_more_steps(len(d["steps"]), "rows"),
         ]
     out += [f"note: {esc(n)}" for n in d["notes"]]
     return _lines(out)

@@ -116,3 +116,23 @@ def test_a_custom_userbuffers_num_sm_that_is_no_count_is_one_line(tmp_path, valu
                    "model.sequence_parallel=true", "--config", config)
     assert proc.returncode == 2 and b"num_sm" in proc.stderr
     assert_one_line(proc)
+
+
+def test_trace_s_text_shows_a_bounded_number_of_steps(tmp_path):
+    # R5: every ProfilerStep was a row (200,000 steps: 200,011 lines); the JSON keeps them all
+    import json
+
+    from mbridge_overlap.trace import render
+
+    events = []
+    for s in range(500):
+        events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{s}", "pid": 1, "tid": 1, "ts": s * 100, "dur": 100},
+                   {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(x)", "pid": 0, "tid": 20,
+                    "ts": s * 100 + 20, "dur": 50, "args": {"stream": 20, "correlation": s,
+                                                            "Process Group Description": "DATA_PARALLEL_GROUP"}}]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "distributedInfo": {"rank": 0, "world_size": 2}, "traceEvents": events}))
+    proc = run_cli("trace", path)
+    assert proc.returncode == 0 and proc.stdout.count(b"\n") < render.SHOWN_STEPS + 60
+    assert b"more steps (--format json has them all)" in proc.stdout
+    assert len(json.loads(run_cli("trace", path, "--format", "json").stdout)["ranks"][0]["steps"]) == 500
