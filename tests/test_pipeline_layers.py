@@ -126,3 +126,14 @@ def test_a_first_stage_count_vpp_does_not_divide_is_refused_without_the_layer_co
     assert any(f.id == "PIPELINE_LAYOUT_REJECTED" and "first stage: 9" in f.message for f in with_vpp.errors)
     plain = api.resolve(over, recipe="qwen3_14b_pretrain_config", gpus=32)
     assert all(f.fix_overrides.get("model.virtual_pipeline_model_parallel_size") != 2 for f in plain.findings)
+
+
+def test_first_and_last_counts_without_a_layer_count_leave_the_vpp_unchecked():
+    """recheck57 AD4: counts for the first and last stages leave the middle stages' layers unknown without a layer
+    count, so no VPP is proven there (Qwen3 14B: 6 and 8 of 40 leave 13 a middle stage, which VPP 2 does not split)."""
+    over = {"model.tensor_model_parallel_size": 4, "model.pipeline_model_parallel_size": 4, "model.sequence_parallel": True,
+            "model.num_layers_in_first_pipeline_stage": 6, "model.num_layers_in_last_pipeline_stage": 8}
+    r = api.resolve(over, recipe="qwen3_14b_pretrain_config", gpus=32)
+    assert all("model.virtual_pipeline_model_parallel_size" not in f.fix_overrides for f in r.findings)
+    set_vpp = api.resolve({**over, "model.virtual_pipeline_model_parallel_size": 2}, recipe="qwen3_14b_pretrain_config", gpus=32)
+    assert "PIPELINE_LAYERS_NOT_CHECKED" in {f.id for f in set_vpp.findings}

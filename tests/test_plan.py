@@ -557,3 +557,14 @@ def test_a_snippet_says_the_preset_s_own_batch_not_the_run_s():
     plan = api.plan(recipe="gpt3_175b_pretrain_config", gpus=128, micro_batch_size=2)
     assert plan.preset.endswith("_mbs1_seqlen2048")  # the recipe's own, kept
     assert "micro_batch_size 1" in snippets.of_plan("python", plan).splitlines()[0]
+
+
+def test_a_list_override_renders_in_every_snippet_and_nan_is_a_float():
+    """recheck57 AD1, AD3: a list stopped the Python snippet (TypeError); nan and inf are Hydra's floats, not text."""
+    from mbridge_overlap.cli.options import overrides_of
+    from mbridge_overlap.output import snippets
+    from mbridge_overlap.run.request import hydra_value
+
+    plan = api.plan(recipe="llama3_8b_pretrain_config", gpus=16, cp=2, overrides=overrides_of(["model.cp_comm_type=[p2p,a2a]"]))
+    assert 'cfg.model.cp_comm_type = ["p2p", "a2a"]' in snippets.of_plan("python", plan)
+    assert hydra_value("optimizer.clip_grad", "inf") == float("inf") and hydra_value("k", "[nan]")[0] != hydra_value("k", "[nan]")[0]

@@ -55,6 +55,8 @@ def py_value(value) -> str:
         return repr(value)
     if isinstance(value, str):
         return json.dumps(value) if value.isascii() else ascii(value)  # ascii() keeps astral characters whole
+    if isinstance(value, list):  # (recheck57 AD1: a list override stopped the Python snippet)
+        return "[" + ", ".join(py_value(v) for v in value) + "]"
     raise TypeError(f"cannot render {type(value).__name__}")
 
 

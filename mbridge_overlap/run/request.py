@@ -189,6 +189,8 @@ def hydra_value(key: str, text: str) -> Any:
         return plain.lower() == "true"
     if safeio.HYDRA_INT.match(plain) or safeio.HYDRA_FLOAT.match(plain):
         return hydra_number(plain)
+    if safeio.HYDRA_NOT_FINITE.match(plain):  # (recheck57 AD3: nan and inf are Hydra's floats)
+        return float(plain)
     return _hydra_text(key, plain)
 
 
@@ -262,7 +264,7 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     _not_blank(key, value)
     if isinstance(value, str):
         text = _unquoted(value.strip())
-        if text != value.strip() and spec.kind in (BOOL, OPT_BOOL, INT, OPT_INT) and text.lower() not in _NULLS:
+        if text != value.strip() and spec.kind in (BOOL, OPT_BOOL, INT, OPT_INT):  # ('null' quoted too: AD2)
             # (fuzzS S2-3: 'false' quoted is the text "false" to Hydra, which Python reads as true)
             raise UsageError(f"{key}: {safeio.shown(value.strip())} is quoted, so text to Hydra where Bridge's field holds "
                              f"{'an integer' if spec.kind in (INT, OPT_INT) else 'true or false'}: write it without quotes")

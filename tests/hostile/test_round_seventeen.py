@@ -136,3 +136,10 @@ def test_trace_s_text_shows_a_bounded_number_of_steps(tmp_path):
     assert proc.returncode == 0 and proc.stdout.count(b"\n") < render.SHOWN_STEPS + 60
     assert b"more steps (--format json has them all)" in proc.stdout
     assert len(json.loads(run_cli("trace", path, "--format", "json").stdout)["ranks"][0]["steps"]) == 500
+
+
+def test_a_quoted_null_for_a_typed_field_is_refused():
+    # recheck57 AD2: 'null' quoted is the text "null" to Hydra, which Bridge receives as a string
+    proc = run_cli("resolve", "--gpus", "8", "model.virtual_pipeline_model_parallel_size='null'")
+    assert proc.returncode == 2
+    assert_one_line(proc)

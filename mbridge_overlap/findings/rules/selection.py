@@ -64,7 +64,7 @@ def pp_overlap(state: State):
     # a VPP must split each stage's layers evenly, which only a known layer count checks (evalU V1: VPP 2 was offered
     # for Gemma 3 VL's 31 layers a stage, which the model build refuses)
     unchecked = (ask is not None and "model.virtual_pipeline_model_parallel_size" not in req.explicit and (vpp or 1) <= 1
-                 and layers.known(req) is None and not layers.flexible(req))
+                 and layers.known(req) is None and not layers.layout_set(req))  # (AD4: counts leave the middle unknown)
     change = {} if (vpp or 1) > 1 and not from_layout else {"model.virtual_pipeline_model_parallel_size": ask} if ask else {}
     if req.comm_overlap is None:
         why = "no comm_overlap section"
