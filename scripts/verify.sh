@@ -3,9 +3,10 @@
 # compare every effective field with the resolver's prediction, check the code anchors, and run the upstream
 # overlap suites with a pass-count check.
 #
-#   scripts/verify.sh [--mbridge-src CHECKOUT] [plan layout flags] [--conformance] [--json] [--help]
+#   scripts/verify.sh [--mbridge-src CHECKOUT] [plan layout flags] [KEY=VALUE ...] [--conformance] [--json] [--help]
 #   scripts/verify.sh --which-python      the Python verify runs with (the venv built or checked first), and nothing else
 #
+# Bad arguments are refused by any python3 before an interpreter with Bridge is picked or built.
 # Python: $MBRIDGE_VERIFY_PYTHON if set; else python3 when megatron.bridge already imports there (a NeMo
 # container); else the venv scripts/bridge_env.sh builds (or reuses) from the package registries.
 set -euo pipefail

@@ -77,17 +77,13 @@ def _provider_dispatcher(lay, sc, model: str | None) -> tuple:
                                             f"({source}), not the recipe baseline model's {lay.dispatcher}",)
 
 
-def shapes_unmodelled() -> dict:
-    from .shape import UNMODELLED
-
-    return UNMODELLED
-
-
 def _model_fields(sc) -> dict:
     """The model fields the run sets: its config's model section, then the recipe's recorded ones and the overrides."""
+    from .shape import UNMODELLED
+
     out = dict((sc.config.raw.get("model") or {}) if sc.config is not None else {})
     # (evalX X2-2: a recipe's own modelled field, GLM-4.5-Air's mtp_num_layers=1, was not said to be left out)
-    out.update({k: v for k, v in sc.request.model.items() if k in shapes_unmodelled() and v is not None})
+    out.update({k: v for k, v in sc.request.model.items() if k in UNMODELLED and v is not None})
     out.update({k.partition(".")[2]: v for k, v in sc.request.context.items() if k.startswith("model.")})
     out.update({k.partition(".")[2]: v for k, v in (sc.overrides or {}).items() if k.startswith("model.")})
     return out

@@ -191,13 +191,11 @@ def _is_override(token: str) -> bool:
 def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
     """Positional inputs: up to `files` file paths first, then KEY=VALUE overrides (a token with '=' after a dotted
     key, or naming no file, is an override)."""
-    from ..run.request import command_line_value, parse_override
-
     paths, overrides = [], {}
     for token in tokens:
         if _is_override(token):
-            k, v = parse_override(token)
-            overrides[k] = command_line_value(k, v)
+            k, v = override_of(token)
+            overrides[k] = v
         elif overrides or len(paths) >= files:
             raise UsageError(f"{safeio.shown(token)}: expected KEY=VALUE here (files come first, at most {files})")
         else:
@@ -205,10 +203,17 @@ def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
     return paths, overrides
 
 
-def overrides_of(tokens: list[str]) -> dict:
-    from ..run.request import command_line_value, parse_override
+def override_of(token: str) -> tuple[str, str]:
+    """One command-line KEY=VALUE as the request takes it: split as Hydra splits it, and refused where Hydra or
+    OmegaConf would not pass it to Bridge as its text (request.command_line_value)."""
+    from ..run.request import command_line_value, parse_override  # (only here: it loads the release data)
 
-    return {k: command_line_value(k, v) for k, v in map(parse_override, tokens)}
+    key, value = parse_override(token)
+    return key, command_line_value(key, value)
+
+
+def overrides_of(tokens: list[str]) -> dict:
+    return dict(map(override_of, tokens))
 
 
 def emit(args, payload: str) -> None:
@@ -271,10 +276,8 @@ def split_overrides(tokens: list[str]) -> tuple[list[str], dict]:
     paths, overrides = [], {}
     for token in tokens:
         if _is_override(token):
-            from ..run.request import command_line_value, parse_override  # (only here: it loads the release data)
-
-            k, v = parse_override(token)
-            overrides[k] = command_line_value(k, v)
+            k, v = override_of(token)
+            overrides[k] = v
         else:
             paths.append(token)
     return paths, overrides

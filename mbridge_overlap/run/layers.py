@@ -49,18 +49,24 @@ def _known_model(name: str | None) -> dict:
     return load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(name or "") or {}
 
 
+def split_fields(req: Request) -> tuple:
+    """(first, last, embedding, loss): the first and last stages' layer counts (None: not set) and whether the
+    embedding and the loss are counted as layers, as the request gives them."""
+    ctx = req.context
+    first, last = (given.integer(f"model.num_layers_in_{k}_pipeline_stage", ctx.get(f"model.num_layers_in_{k}_pipeline_stage"))
+                   for k in ("first", "last"))
+    embedding, loss = (bool(given.flag(f"model.account_for_{k}_in_pipeline_split", ctx.get(f"model.account_for_{k}_in_pipeline_split")))
+                       for k in ("embedding", "loss"))
+    return first, last, embedding, loss
+
+
 def flexible(req: Request, hybrid: bool = False) -> bool:
     """Whether a field lays the layers unevenly (a layout, first/last stage counts, the embedding or loss counted). A
     hybrid model's split (Megatron-Core's select_pipeline_segment) reads only the first and last stages' counts: a
     layout or account_for_* leaves it even (recheck54 Y1, recheck55 AB4)."""
-    ctx = req.context
-    first_last = any(given.integer(f"model.{n}", ctx.get(f"model.{n}")) is not None
-                     for n in ("num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"))
-    if hybrid:
-        return first_last
-    return (first_last or layout_set(req)
-            or any(given.flag(f"model.{n}", ctx.get(f"model.{n}"))
-                   for n in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")))
+    first, last, embedding, loss = split_fields(req)
+    counts = first is not None or last is not None
+    return counts if hybrid else counts or layout_set(req) or embedding or loss
 
 
 def layout_set(req: Request) -> bool:

@@ -584,11 +584,7 @@ def _split_conflicts(state: State) -> bool:
     """TransformerConfig.__post_init__ refuses the first and last stages' counts beside account_for_*, and a layout
     beside any of them, before it reads any (recheck55 AB3: a fix on top of account_for_* was said to run). True
     where it rejected the config."""
-    ctx = state.request.context
-    first, last = (given.integer(f"model.num_layers_in_{k}_pipeline_stage", ctx.get(f"model.num_layers_in_{k}_pipeline_stage"))
-                   for k in ("first", "last"))
-    embedding, loss = (bool(given.flag(f"model.account_for_{k}_in_pipeline_split", ctx.get(f"model.account_for_{k}_in_pipeline_split")))
-                       for k in ("embedding", "loss"))
+    first, last, embedding, loss = layers.split_fields(state.request)
     where = "TransformerConfig.__post_init__"
     if (first is not None or last is not None) and (embedding or loss):
         _reject(state, "PIPELINE_LAYOUT_REJECTED", "num_layers_in_first_pipeline_stage and num_layers_in_last_pipeline_stage "
@@ -653,8 +649,7 @@ def validate_layer_layout(state: State) -> None:
     if ctx.get("model.pipeline_model_parallel_layout") not in (None, "null", "None"):
         return
     pp, vpp = m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"]
-    first, last = (given.integer(f"model.num_layers_in_{k}_pipeline_stage", ctx.get(f"model.num_layers_in_{k}_pipeline_stage"))
-                   for k in ("first", "last"))
+    first, last, embedding, loss = layers.split_fields(state.request)
     where = "TransformerConfig.__post_init__"
     for name, count in (("first", first), ("last", last)):  # (no layer count needed: evalX X2-1)
         if count is not None and count <= 0:
@@ -681,8 +676,7 @@ def validate_layer_layout(state: State) -> None:
             _reject(state, "PIPELINE_LAYOUT_REJECTED", f"number of layers on each middle pipeline rank:{n // stages} must be "
                     f"divisible by virtualpipeline parallel degree {vpp}", where)
         return
-    extra = sum(bool(given.flag(f"model.account_for_{k}_in_pipeline_split", ctx.get(f"model.account_for_{k}_in_pipeline_split")))
-                for k in ("embedding", "loss"))
+    extra = embedding + loss
     if not extra:
         return
     n += extra

@@ -8,7 +8,7 @@ from ...run.resolver import State
 from ...values import fmt
 from ..registry import check
 from .common import every_request, owner_key, tp_overlap_precision_problem
-from ...run import given, layers
+from ...run import layers
 from ...run.vpp import hybrid as vpp_hybrid, refusal_of as vpp_refusal
 
 @check("VPP_WITHOUT_PP")
@@ -85,13 +85,9 @@ def pipeline_layers_uneven(state: State):
 def _other_split_keys(state: State) -> dict:
     """The layout and account_for_* a request sets, unset: TransformerConfig refuses either beside the first and last
     stages' counts (transformer_config.py, __post_init__)."""
-    ctx, out = state.request.context, {}
-    if layers.layout_set(state.request):
-        out["model.pipeline_model_parallel_layout"] = None
-    for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
-        if given.flag(f"model.{k}", ctx.get(f"model.{k}")):
-            out[f"model.{k}"] = False
-    return out
+    _first, _last, *counted = layers.split_fields(state.request)
+    out = {"model.pipeline_model_parallel_layout": None} if layers.layout_set(state.request) else {}
+    return out | {f"model.account_for_{k}_in_pipeline_split": False for k, on in zip(("embedding", "loss"), counted) if on}
 
 
 def _first_last(n: int, pp: int) -> list[dict]:
