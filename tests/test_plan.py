@@ -367,7 +367,7 @@ def test_the_plan_s_hydra_lines_given_back_resolve_as_its_overrides(flags):
     it) was refused when given back as an override."""
     from mbridge_overlap import api
     from mbridge_overlap.output import snippets
-    from mbridge_overlap.run.request import parse_override
+    from mbridge_overlap.run.hydra import parse_override
 
     plan = api.plan(**flags)
     lines = [line for line in snippets.of_plan("hydra", plan).splitlines() if line and not line.startswith("#")]
@@ -563,7 +563,7 @@ def test_a_list_override_renders_in_every_snippet_and_nan_is_a_float():
     """recheck57 AD1, AD3: a list stopped the Python snippet (TypeError); nan and inf are Hydra's floats, not text."""
     from mbridge_overlap.cli.options import overrides_of
     from mbridge_overlap.output import snippets
-    from mbridge_overlap.run.request import hydra_value
+    from mbridge_overlap.run.hydra import value_of as hydra_value
 
     plan = api.plan(recipe="llama3_8b_pretrain_config", gpus=16, cp=2, overrides=overrides_of(["model.cp_comm_type=[p2p,a2a]"]))
     assert 'cfg.model.cp_comm_type = ["p2p", "a2a"]' in snippets.of_plan("python", plan)

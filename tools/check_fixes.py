@@ -100,7 +100,7 @@ def text_settings(fix: str) -> dict:
     global _TEXT_SETTING
     import re
 
-    from mbridge_overlap.run.request import _brace_fields, parse_override
+    from mbridge_overlap.run.hydra import brace_fields, parse_override
 
     if _TEXT_SETTING is None:
         _TEXT_SETTING = re.compile(r"(?<![\w.])((?:model|ddp|optimizer|comm_overlap|mixed_precision|dist|train|env_vars|checkpoint|dataset)"
@@ -109,7 +109,7 @@ def text_settings(fix: str) -> dict:
         fix = fix.split("no single change settles it", 1)[0]
     out = {}
     for section in re.findall(r"'\+\+comm_overlap=(\{[^']*\})'", fix):  # the word that creates the section (Y5)
-        fields = [(k, v) for k, v in _brace_fields(section) if k != "_target_"]
+        fields = [(k, v) for k, v in brace_fields(section) if k != "_target_"]
         if all(isinstance(v, str) for _k, v in fields):
             out.update((f"comm_overlap.{k}", v) for k, v in fields)
         else:  # a preset spelled out: the section as the command line takes it
@@ -286,7 +286,7 @@ def check_grid(tally: Tally | None = None, plans: Tally | None = None, limit: in
 
 def _launch_rows_fail(an, rows: dict) -> str | None:
     """A plan's launch environment, set in env_vars: no warning or error that the plan did not have."""
-    from mbridge_overlap.run.request import parse_override
+    from mbridge_overlap.run.hydra import parse_override
 
     typed = {k: v for k, v in rows.items() if k.startswith("launcher:")}
     typed.update(parse_override(f"{k}={v}") for k, v in rows.items() if not k.startswith("launcher:"))

@@ -12,6 +12,7 @@ import sys
 
 from .. import safeio
 from ..errors import UsageError
+from ..run.hydra import command_line_value, parse_override
 
 PROG = "mbridge-overlap"  # the name every message starts with
 
@@ -205,9 +206,7 @@ def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
 
 def override_of(token: str) -> tuple[str, str]:
     """One command-line KEY=VALUE as the request takes it: split as Hydra splits it, and refused where Hydra or
-    OmegaConf would not pass it to Bridge as its text (request.command_line_value)."""
-    from ..run.request import command_line_value, parse_override  # (only here: it loads the release data)
-
+    OmegaConf would not pass it to Bridge as its text (hydra.command_line_value)."""
     key, value = parse_override(token)
     return key, command_line_value(key, value)
 

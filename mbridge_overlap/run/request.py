@@ -6,14 +6,13 @@ the field they set; anything else is a UsageError that names the field.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..upstream import catalog
 from .. import safeio
-from . import schema
+from . import hydra, schema
 from ..errors import UsageError
 from dataclasses import dataclass, field
 from ..upstream.releases import Release, bridge_fields, preset_content
@@ -26,15 +25,6 @@ if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about
 
 _NULLS = {"null", "none", "~"}
 _INT = re.compile(r"^[+-]?[0-9]{1,%d}\Z" % safeio.MAX_INT_CHARS)  # ASCII digits: int() also takes "８" and "1_0"
-_DIGITS = re.compile(r"^[+-]?[0-9]+\Z")
-_HYDRA_FUNCTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*[ \t]*\(")  # int(1), glob(x): Hydra's grammar functions
-# the rest of an unquoted value: escape runs (each unescaped to every other character), interpolations, and the
-# characters Hydra's lexer takes outside quotes (VALUE_MODE's ID, UNQUOTED_CHAR, COLON, WS); anything else it refuses
-# (one escape a token, and a backslash that escapes nothing apart: no two ways to read a text, which made the match
-# exponential in a run of escapes before a refused character: fuzzQ Q1)
-_HYDRA_ESC = re.compile(r"\\[()\[\]{}:=, \t\\]")
-_HYDRA_UNQUOTED = re.compile(r"(?:" + _HYDRA_ESC.pattern + r"|\\(?![()\[\]{}:=, \t\\])|\$\{[^}]+\}|[A-Za-z0-9_/+.$%*@?|: \t-])*\Z")
-_FLOAT = re.compile(r"^[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?\Z")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -151,111 +141,6 @@ class Request:
         setter(self, key, name, value)
 
 
-def parse_override(text: str) -> tuple[str, str]:
-    """Split `section.field=value` (a leading '+' or '++' as Hydra allows) into key and raw value."""
-    body = text[2:] if text.startswith("++") else text[1:] if text.startswith("+") else text
-    key, sep, value = body.partition("=")
-    if not sep or not key or " " in key.strip():
-        raise UsageError(f"override {safeio.shown(text)}: expected KEY=VALUE, e.g. model.tensor_model_parallel_size=4")
-    value = value.lstrip(" \t")
-    if value[:1] in ("'", '"') and _BLANKS_AFTER_QUOTE.search(value):  # (fuzzQ Q6: Hydra's lexer refuses them)
-        raise UsageError(f"override {safeio.shown(text)}: blanks after a quoted value are refused by Hydra's override "
-                         "grammar (Bridge refuses the override): drop them")
-    return key.strip(), _trailing_dropped(value).strip("\r\n\f\v")
-
-
-_BLANKS_AFTER_QUOTE = re.compile(r"['\"][ \t]+\Z")
-
-
-def hydra_value(key: str, text: str) -> Any:
-    """A command-line value as Hydra types it for Bridge: null, a number or a bool, a quoted text, a list of such
-    (one level), or an unquoted text with its escapes undone; refused in one line where Hydra's grammar refuses it."""
-    plain = text.strip()
-    if plain[:1] in ("'", '"'):
-        if not (len(plain) >= 2 and plain[-1] == plain[0] and _one_quoted(plain)):
-            raise UsageError(f"{key}: {safeio.shown(plain)} is not one quoted value to Hydra (Bridge refuses the override)")
-        return safeio.hydra_unquoted(plain)
-    if plain[:1] == "[":
-        inner = plain[1:-1] if plain.endswith("]") else None
-        if inner is None or "[" in inner or "]" in inner:
-            raise UsageError(f"{key}: {safeio.shown(plain)} is not a list Hydra's grammar takes (one level, [a,b]): Bridge "
-                             "refuses the override")
-        return [hydra_value(key, item) for item in inner.split(",")] if inner.strip() else []
-    if not plain:
-        raise UsageError(f"{key}: an empty item is not a value Hydra takes (Bridge refuses the override)")
-    if plain.lower() == "null":  # (Hydra's only null: ~ and none are not)
-        return None
-    if plain.lower() in ("true", "false"):
-        return plain.lower() == "true"
-    if safeio.HYDRA_INT.match(plain) or safeio.HYDRA_FLOAT.match(plain):
-        return hydra_number(plain)
-    if safeio.HYDRA_NOT_FINITE.match(plain):  # (recheck57 AD3: nan and inf are Hydra's floats)
-        return float(plain)
-    return _hydra_text(key, plain)
-
-
-def hydra_number(text: str):
-    """A number Hydra reads, as its int or float."""
-    return int(text.replace("_", "")) if safeio.HYDRA_INT.match(text) else float(text.replace("_", ""))
-
-
-_HYDRA_DIGITS = 4300  # sys.get_int_max_str_digits()'s default, which Hydra's int() of a token meets
-
-
-def command_line_value(key: str, text: str) -> str:
-    """A command-line value as Hydra and OmegaConf leave it for Bridge, or refused in one line: a number past Hydra's
-    digit limit, and for any key but a launch variable's (env_value reads those) a sweep, a function call, an
-    interpolation or a malformed list or quote (fuzzR R7: model.cp_comm_type=p2p,a2a and model.fp8_recipe=${x} were
-    answered; Bridge's parse_hydra_overrides refuses the first, OmegaConf resolves the second where Bridge runs)."""
-    if not isinstance(text, str):
-        return text
-    digits = text.strip().lstrip("+-").replace("_", "")
-    if len(digits) > _HYDRA_DIGITS and safeio.HYDRA_INT.match(text.strip()):  # (recheck55 AB9)
-        raise UsageError(f"{key}: a number of {len(digits):,} digits, which Hydra refuses past {_HYDRA_DIGITS:,} (Python's "
-                         "integer conversion limit): Bridge's overrides refuse it")
-    if key.startswith("env_vars."):
-        return text
-    if live_interpolation(text):
-        raise UsageError(f"{key}: {safeio.shown(text)} holds an OmegaConf interpolation, which Bridge resolves where it "
-                         "runs and this skill does not: give the value itself")
-    plain = text.strip()
-    if plain[:1] in ("'", '"', "["):
-        hydra_value(key, plain)  # refused where Hydra's grammar refuses it (fuzzS S2-2: '[p2p,a2a' was answered)
-        return text
-    if plain[:1] == "{":
-        return text
-    if _HYDRA_FUNCTION.match(plain):
-        raise UsageError(f"{key}: {safeio.shown(plain)} is a Hydra function call, which Bridge evaluates and this skill "
-                         "does not: give the value itself")
-    if "," in _HYDRA_ESC.sub("", plain):
-        raise UsageError(f"{key}: {safeio.shown(plain)} is a sweep to Hydra, which Bridge's overrides refuse; a list is "
-                         "written [a,b], a text with a comma quoted")
-    return text
-
-
-# trailing blanks Hydra drops: not an escaped one (`Ring\\ ` is "Ring ": fuzzQ Q3)
-_BLANKS_AT_END = re.compile(r"[ \t]+\Z")
-
-
-def _trailing_dropped(text: str) -> str:
-    """Hydra's trailing blanks dropped: not an escaped one (`Ring\\ ` is "Ring ": fuzzQ Q3), which an odd run of
-    backslashes makes, nor those after an unescaped colon, which its lexer keeps (VALUE_COLON: WS? ':' WS?;
-    recheck55 AB2)."""
-    m = _BLANKS_AT_END.search(text)
-    if m is None:
-        return text
-    head = text[:m.start()]
-    if _backslashes_before(head, len(head)) % 2:
-        return head + m[0][0]
-    if head.endswith(":") and _backslashes_before(head, len(head) - 1) % 2 == 0:
-        return text
-    return head
-
-
-def _backslashes_before(text: str, end: int) -> int:
-    return end - len(text[:end].rstrip("\\"))
-
-
 def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     """Type a value for a field, from Python or from its command-line string."""
     if isinstance(value, CustomUbCfg):
@@ -263,7 +148,7 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     raw = value
     _not_blank(key, value)
     if isinstance(value, str):
-        text = _unquoted(value.strip())
+        text = hydra.unquoted(value.strip())
         if text != value.strip() and spec.kind in (BOOL, OPT_BOOL, INT, OPT_INT):  # ('null' quoted too: AD2)
             # (fuzzS S2-3: 'false' quoted is the text "false" to Hydra, which Python reads as true)
             raise UsageError(f"{key}: {safeio.shown(value.strip())} is quoted, so text to Hydra where Bridge's field holds "
@@ -325,102 +210,11 @@ def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
 
 
 _COMM_OVERLAP_TARGET = "megatron.bridge.training.comm_overlap.CommOverlapConfig"
-_SCALAR_END = re.compile(r"[,}\]]")
-_BRACE_DEPTH = 4  # comm_overlap > tp_comm_overlap_cfg > a GEMM's config > a list: as plan --format hydra nests them
-
-
-def _brace_fields(value: Any) -> list[tuple[str, Any]] | None:
-    """The KEY:VALUE pairs of a Hydra brace value as plan --format hydra writes comm_overlap ({_target_:...,k:v}, a
-    preset's fields nested as {...} and [...]); a top-level value stays text, a nested one is typed. None where the
-    value is not one (fuzzH H8, recheck N2: the tool's own hydra lines were refused)."""
-    text = value.strip() if isinstance(value, str) else ""
-    if not (text.startswith("{") and text.endswith("}")):
-        return None
-    try:
-        pairs, end = _brace_pairs(text, 1, 1)
-    except (IndexError, ValueError):
-        pairs, end = None, -1
-    if pairs is None or end != len(text):
-        raise UsageError(f"comm_overlap={safeio.shown(text)}: expected {{KEY:VALUE,...}} as plan --format hydra writes it")
-    return pairs
-
-
-def _brace_pairs(text: str, i: int, depth: int) -> tuple[list | None, int]:
-    """KEY:VALUE pairs from text[i] (after a '{') to the matching '}'; (pairs, the index after it)."""
-    pairs = []
-    while text[i] != "}":
-        colon = text.index(":", i)
-        name = text[i:colon].strip()
-        if not re.fullmatch(r"[A-Za-z_]\w*", name):
-            return None, -1
-        value, i = _brace_value(text, colon + 1, depth)
-        pairs.append((name, value))
-        if text[i] == ",":
-            i += 1
-        elif text[i] != "}":
-            return None, -1
-    return pairs, i + 1
-
-
-def _brace_value(text: str, i: int, depth: int) -> tuple[Any, int]:
-    while text[i] == " ":
-        i += 1
-    if text[i] in "{[":
-        if depth >= _BRACE_DEPTH:
-            raise ValueError("nested too deep")
-        if text[i] == "{":
-            pairs, end = _brace_pairs(text, i + 1, depth + 1)
-            if pairs is None:
-                raise ValueError("not KEY:VALUE pairs")
-            return dict(pairs), end
-        items, i = [], i + 1
-        while text[i] != "]":
-            item, i = _brace_value(text, i, depth + 1)
-            items.append(item)
-            if text[i] == ",":
-                i += 1
-            elif text[i] != "]":  # an item must end at "," or "]" (fuzzK K1: "[}" looped on the "}" for ever)
-                raise ValueError("a list item not followed by ',' or ']'")
-        return items, i + 1
-    found = _SCALAR_END.search(text, i)  # the nearest, so a long line is read once (three finds would rescan it)
-    end = found.start() if found else len(text)
-    raw = text[i:end].strip()
-    return (raw if depth == 1 else _typed(raw)), end
-
-
 def _not_blank(key: str, value: Any) -> None:
     """An empty value is a mistake, never "unset" (fuzzH H9: '' became [''] or null for some kinds), quoted or not
     (fuzzI I4: "" and '' passed)."""
-    if isinstance(value, str) and not _unquoted(value.strip()).strip():
+    if isinstance(value, str) and not hydra.unquoted(value.strip()).strip():
         raise UsageError(f"{key}: an empty value; write null to unset it")
-
-
-def _unquoted(text: str) -> str:
-    """The text inside one matching pair of quotes around it (an unmatched quote stays: Hydra refuses it)."""
-    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" else text
-
-
-def _one_quoted(text: str) -> bool:
-    """Whether the quoted text is one QUOTED_VALUE to Hydra's lexer: its first quote after the opening one that an
-    even run of backslashes precedes is the closing one."""
-    i = 1
-    while i < len(text):
-        if text[i] == "\\":
-            i += 2
-        elif text[i] == text[0]:
-            return i == len(text) - 1
-        else:
-            i += 1
-    return False
-
-
-def _typed(raw: str) -> Any:
-    lowered = raw.lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    if lowered in _NULLS:
-        return None
-    return int(raw) if _INT.match(raw) else raw
 
 
 def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
@@ -429,7 +223,7 @@ def _set_comm_overlap(req: Request, key: str, name: str, value: Any) -> None:
             req.comm_overlap = None
             req.explicit["comm_overlap"] = None
             return
-        pairs = _brace_fields(value)
+        pairs = hydra.brace_fields(value)
         if pairs is None:
             raise UsageError("comm_overlap: only comm_overlap=null or {KEY:VALUE,...} can be set as a whole; set its fields instead")
         for field_name, text in pairs:
@@ -495,75 +289,8 @@ def _set_env_var(req: Request, key: str, name: str, value: Any) -> None:
     if isinstance(value, str) and "\x00" in value:  # (fuzzQ Q7)
         raise UsageError(f"{key}: the value holds a NUL byte, which the environment cannot hold (Bridge's os.environ "
                          "raises ValueError: embedded null byte)")
-    req.env_vars[name] = env_value(key, value, typed)
+    req.env_vars[name] = hydra.env_value(key, value, typed)
     req.explicit[key] = req.env_vars[name]
-
-
-def env_value(key: str, value: Any, typed: bool = False) -> Any:
-    """Type an env_vars value as Hydra's override grammar would (null, in any case, is its only null: "none" and "~"
-    are text), unless YAML already typed it (`typed`); Bridge stores str(value) in os.environ."""
-    text = None
-    if isinstance(value, str) and typed:
-        return _interpolated(key, value)  # (OmegaConf resolves a config file's too: recheck54 Y3)
-    if isinstance(value, str) and _unquoted(value.strip()) != value.strip():
-        if not _one_quoted(value.strip()):  # (fuzzQ Q6: """ and 'a\' were read as text; Hydra's lexer refuses them)
-            raise UsageError(f"{key}: {safeio.shown(value.strip())} is not one quoted value to Hydra (a quote inside it "
-                             "ends it: Bridge refuses the override); escape the quote with a backslash")
-        return _interpolated(key, safeio.hydra_unquoted(value.strip()))  # quoted: text, as Hydra reads it
-    if isinstance(value, str):
-        text = _trailing_dropped(value.strip("\r\n\f\v").lstrip(" \t"))
-        if text.lower() == "null":
-            value = None
-        elif text.lower() in ("true", "false"):
-            return text.lower() == "true"
-        elif text[:1] in ("[", "{") or "," in _HYDRA_ESC.sub("", text):  # (recheck52 W5: a list, a mapping, a sweep)
-            raise UsageError(f"{key}: {safeio.shown(text)} is a list, a mapping or a sweep to Hydra, which Bridge "
-                             "refuses (environment values must be scalars); quote it to give the text")
-        elif safeio.HYDRA_INT.match(text):  # (010 is text to Hydra, 1_000 the number 1000)
-            digits = text.replace("_", "").lstrip("+")
-            return int(digits) if len(digits) <= 18 else digits  # (past 18 digits no count: its text, as Bridge exports it)
-        elif safeio.HYDRA_FLOAT.match(text):
-            value = float(text.replace("_", ""))
-        elif safeio.HYDRA_NOT_FINITE.match(text):
-            value = float(text)  # ("NaN" goes as nan, below)
-        else:
-            return _hydra_text(key, text)
-    if value is None or not isinstance(value, (str, int, float, bool)):
-        raise UsageError(f"{key}: environment values must be scalars (Bridge raises TypeError otherwise)")
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # what Bridge exports: str() of it (a config's .inf, 1e999; fuzzQ Q8)
-    return value
-
-
-def _hydra_text(key: str, text: str) -> str:
-    """An unquoted value's text as Hydra reads it (escapes undone: a\\ b is "a b"), or refused as Hydra's lexer
-    refuses it (~, a=b, a quote inside, a non-ASCII letter: Bridge's parse_hydra_overrides raises)."""
-    if _HYDRA_FUNCTION.match(text):  # (fuzzP P2: taken as their text)
-        raise UsageError(f"{key}: {safeio.shown(text)} is a Hydra function call, which Bridge evaluates before it "
-                         "exports the value and this skill does not: give the value itself")
-    if not _HYDRA_UNQUOTED.match(text):
-        raise UsageError(f"{key}: {safeio.shown(text)} is not a value Hydra's override grammar takes unquoted (Bridge "
-                         "refuses the override); quote it to give the text")
-    return _interpolated(key, _HYDRA_ESC.sub(lambda m: m[0][1], text))
-
-
-# a ${ after a run of backslashes: OmegaConf reads each \\ before it as one backslash, and a ${ after an odd run as
-# the literal ${ (recheck55 AB1: \\${x} is a backslash and a live interpolation)
-_INTERPOLATION = re.compile(r"(?<!\\)((?:\\\\)*)(\\?)\$\{")
-
-
-def live_interpolation(text: str) -> bool:
-    return any(not m[2] for m in _INTERPOLATION.finditer(text))
-
-
-def _interpolated(key: str, text: str) -> str:
-    """A launch variable's text as OmegaConf leaves it (Bridge resolves the config with to_container(resolve=True)):
-    an escaped \\${ is a literal ${; an interpolation is refused, for it is resolved where Bridge runs (fuzzP P2,
-    recheck54 Y3: a quoted one, or a config file's, was taken as its text)."""
-    if live_interpolation(text):
-        raise UsageError(f"{key}: {safeio.shown(text)} holds an OmegaConf interpolation, which Bridge resolves where it "
-                         "runs and this skill does not: give the value itself (\\${ for a literal ${)")
-    return _INTERPOLATION.sub(lambda m: "\\" * (len(m[1]) // 2) + "${", text)
 
 
 _SETTERS = {
@@ -588,7 +315,7 @@ def _as_yaml_typed(key: str, value: Any) -> None:
     (fuzzF F16). A command line's KEY=VALUE is text and is converted."""
     if not isinstance(value, str) or is_null(value):
         return
-    if live_interpolation(value) and not key.startswith("env_vars."):  # (recheck55 AB10; env_value names env_vars')
+    if hydra.live_interpolation(value) and not key.startswith("env_vars."):  # (recheck55 AB10; env_value names env_vars')
         raise UsageError(f"{key}: the file holds the OmegaConf interpolation {safeio.shown(value)}, which Bridge resolves "
                          "when it loads the config and this skill does not: write the value itself")
     section, _, name = key.partition(".")
@@ -602,7 +329,7 @@ def quoted_in_file(key: str, value: Any, want: str) -> UsageError:
     """The one line for a file's text where Bridge's config holds a number or a bool (_as_yaml_typed, and the shape
     keys only the budget reads: budget.shape.in_config)."""
     plain = isinstance(value, str) and _YAML_TEXT_NUMBER.fullmatch(value.strip())  # unquoted, yet text to YAML 1.1
-    if isinstance(value, str) and live_interpolation(value):  # (fuzzQ Q5: "without quotes" said of none)
+    if isinstance(value, str) and hydra.live_interpolation(value):  # (fuzzQ Q5: "without quotes" said of none)
         return UsageError(f"{key}: the file holds the OmegaConf interpolation {safeio.shown(value)}, which Bridge "
                           f"resolves when it loads the config and this skill does not: write {want} itself")
     return UsageError(f"{key}: the file holds the text {safeio.shown(value)} where Bridge's config holds {want}: "

@@ -12,7 +12,7 @@ import functools
 from ..upstream import catalog, releases, presets as ub_presets
 from .. import findings
 from ..run import launch_env, layout, scenario
-from ..run.request import hydra_value
+from ..run import hydra
 from ..run.resolver import bucket_size_a_section_replaces
 from ..run.peft import LORA
 from .. import budget as budgets
@@ -407,7 +407,7 @@ def _hydra_value(key: str, value):
     """A command-line value the request keeps as given (a field no rule types), as Hydra types it: the snippets write
     it so (recheck56 AC2: '10' went out as a string; fuzzS S2-1: [p2p,a2a] as the text '[p2p,a2a]', a quoted 'a,b'
     with its quotes)."""
-    return hydra_value(key, value) if isinstance(value, str) else value
+    return hydra.value_of(key, value) if isinstance(value, str) else value
 
 
 def _layout_overrides(base: dict, tp: int, pp: int, vpp, cp: int, ep: int = 1) -> dict:

@@ -1,13 +1,13 @@
 """A string value as our fixes and restores write it for Hydra (safeio.hydra_quote, override_arg) is the same string
 to Hydra's own override parser (fuzzO F2: backslashes doubled; true, 8 or null left bare and retyped), and our
-command-line reading of a quoted value (request.env_value) is Hydra's."""
+command-line reading of a quoted value (grammar.env_value) is Hydra's."""
 
 from __future__ import annotations
 
 import pytest
 
 from mbridge_overlap import safeio
-from mbridge_overlap.run import request
+from mbridge_overlap.run import hydra as grammar
 
 TEXTS = ["1e1_0", "01.5", "Ring\\Tree", "a\\", "a\\\\", "it's", "\\'", "x\\\\'y", "true", "False", "123", "1.5", "-3", "1e5", ".5",
          "1_000", "null", "NULL", "inf", "nan", "plain", "a b", "expandable_segments:True", "{x}", "$HOME"]
@@ -26,7 +26,7 @@ def test_we_read_a_quoted_launch_variable_as_hydra_does(text):
     word = safeio.hydra_quote(text)
     if not word.startswith("'"):
         return  # bare: typed alike (numbers, bools and null are quoted)
-    assert request.env_value("env_vars.X", word) == hydra.OverridesParser.create().parse_override(f"k={word}").value()
+    assert grammar.env_value("env_vars.X", word) == hydra.OverridesParser.create().parse_override(f"k={word}").value()
 
 
 @pytest.mark.parametrize("name", ["A", "NEW"])
@@ -58,7 +58,7 @@ def test_we_type_a_command_line_launch_variable_as_hydra_does(text):
     """recheck52 W5: 010 was read as 10 (Hydra: text), 1_000 as text (Hydra: 1000)."""
     hydra = pytest.importorskip("hydra.core.override_parser.overrides_parser")
     theirs = hydra.OverridesParser.create().parse_override(f"k={text}").value()
-    ours = request.env_value("env_vars.X", text)
+    ours = grammar.env_value("env_vars.X", text)
     if isinstance(theirs, float) and theirs != theirs or theirs in (float("inf"), float("-inf")):
         assert ours == str(theirs)  # what Bridge exports: str() of Hydra's float
     else:
@@ -77,7 +77,7 @@ def test_a_launch_variable_hydra_s_lexer_refuses_is_refused(text):
     with pytest.raises(HydraException):
         hydra.OverridesParser.create().parse_override(f"k={text}")
     with pytest.raises(UsageError, match="Hydra"):
-        request.env_value("env_vars.X", text)
+        grammar.env_value("env_vars.X", text)
 
 
 @pytest.mark.parametrize("text", ["[1,2]", "{a:1}", "a,b"])
@@ -85,7 +85,7 @@ def test_a_list_mapping_or_sweep_launch_variable_is_refused(text):
     from mbridge_overlap import UsageError
 
     with pytest.raises(UsageError, match="list, a mapping or a sweep"):
-        request.env_value("env_vars.X", text)
+        grammar.env_value("env_vars.X", text)
 
 
 def test_every_fix_at_once_applies_through_bridge_s_hydra_overrides():
@@ -187,14 +187,14 @@ def test_a_config_file_is_typed_as_omegaconf_types_it(text):
 @pytest.mark.parametrize("text", ["${x}", "a${b}c", "cost $5"])
 def test_a_literal_interpolation_text_goes_through_bridge_as_text(text):
     """recheck54 Y3: a restore of text holding ${ was single-quoted, and OmegaConf interpolated it again; written \\${
-    it is the literal text, and our reading of it (request.env_value) is Bridge's."""
+    it is the literal text, and our reading of it (grammar.env_value) is Bridge's."""
     from omegaconf import OmegaConf
     from megatron.bridge.training.utils.omegaconf_utils import parse_hydra_overrides
 
     word = safeio.hydra_quote(text)
     cfg = parse_hydra_overrides(OmegaConf.create({"env_vars": {"A": 1}}), [f"++env_vars.X={word}"])
     assert OmegaConf.to_container(cfg, resolve=True)["env_vars"]["X"] == text
-    assert request.env_value("env_vars.X", word) == text
+    assert grammar.env_value("env_vars.X", word) == text
 
 
 @pytest.mark.parametrize("name", ["llama3_70b_sft_config", "gpt_oss_120b_pretrain_64gpu_b300_bf16_config"])
@@ -251,8 +251,8 @@ def test_a_launch_variable_word_is_what_bridge_exports_or_refused_as_bridge_refu
     except Exception:  # noqa: BLE001 - Hydra's or OmegaConf's refusal, whichever
         theirs = None
     try:
-        key, raw = request.parse_override(f"++env_vars.X={word}")
-        ours = str(request.env_value(key, raw))
+        key, raw = grammar.parse_override(f"++env_vars.X={word}")
+        ours = str(grammar.env_value(key, raw))
     except UsageError:
         ours = None
     assert ours == theirs
@@ -271,7 +271,7 @@ def test_a_number_hydra_cannot_convert_is_refused_as_hydra_refuses_it(digits):
     except Exception:  # noqa: BLE001 - Hydra's refusal
         theirs = False
     try:
-        request.command_line_value("env_vars.X", "1" * digits)
+        grammar.command_line_value("env_vars.X", "1" * digits)
         ours = True
     except UsageError:
         ours = False
@@ -293,7 +293,7 @@ def test_a_command_line_value_is_typed_or_refused_as_hydra_types_or_refuses_it(w
     except Exception:  # noqa: BLE001 - Hydra's refusal
         theirs = "refused"
     try:
-        ours = request.hydra_value("model.x", word)
+        ours = grammar.value_of("model.x", word)
     except UsageError:
         ours = "refused"
     assert ours == theirs

@@ -12,20 +12,20 @@ import pytest
 from hostile_kit import ROOT, assert_one_line, count_findall, run_cli
 
 from mbridge_overlap import UsageError, api
-from mbridge_overlap.run import request
+from mbridge_overlap.run import hydra
 from mbridge_overlap.trace import attribution
 
 
 def test_every_short_brace_value_ends():
     # K1: comm_overlap={x:[} looped for ever (5.5 MB/s): a list item ending at "}" was read again at the same place.
     # Every text of up to 5 of these characters inside {x:...} ends, in a process of its own with a time limit.
-    code = ("import itertools\nfrom mbridge_overlap.run import request\nfrom mbridge_overlap import UsageError\n"
+    code = ("import itertools\nfrom mbridge_overlap.run import hydra\nfrom mbridge_overlap import UsageError\n"
             "for n in range(6):\n    for t in itertools.product('{}[],:a', repeat=n):\n"
-            "        try:\n            request._brace_fields('{x:' + ''.join(t) + '}')\n"
+            "        try:\n            hydra.brace_fields('{x:' + ''.join(t) + '}')\n"
             "        except UsageError:\n            pass\nprint('ended')\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "ended", proc.stderr[-1000:]
-    assert request._brace_fields("{a:[1,2],b:{c:x}}") == [("a", [1, 2]), ("b", {"c": "x"})]
+    assert hydra.brace_fields("{a:[1,2],b:{c:x}}") == [("a", [1, 2]), ("b", {"c": "x"})]
 
 
 def test_a_brace_value_that_loops_is_one_line_and_exit_2():

@@ -205,9 +205,9 @@ def test_a_run_of_escapes_before_a_refused_character_is_refused_at_once():
 def test_an_escaped_trailing_blank_is_kept_and_a_huge_layout_number_is_an_int():
     # fuzzQ Q3: `Ring\ ` was read as `Ring\` (trimmed before the escape was undone); Q2: a layout of 5,000 digits
     # ended in int()'s digit-limit traceback
-    from mbridge_overlap.run import request
+    from mbridge_overlap.run import hydra
 
-    assert request.env_value("env_vars.X", request.parse_override("env_vars.X=Ring\\ ")[1]) == "Ring "
+    assert hydra.env_value("env_vars.X", hydra.parse_override("env_vars.X=Ring\\ ")[1]) == "Ring "
     proc = run_cli("resolve", "--gpus", "16", "model.pipeline_model_parallel_size=2",
                    "model.pipeline_model_parallel_layout=" + "9" * 4000, "--format", "json")
     assert proc.returncode == 1 and b"'int' object has no attribute" in proc.stdout
