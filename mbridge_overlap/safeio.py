@@ -192,8 +192,12 @@ def hydra_quoted(text: str) -> str:
     quote or the closing quote are doubled, and the quote escaped; any other backslash is itself (fuzzO F2); a ${ is
     written \\${, which OmegaConf reads as the literal ${ instead of an interpolation (recheck54 Y3), and each
     backslash before it doubled, which OmegaConf reads as one (recheck55 AB1)."""
-    literal = re.sub(r"(\\*)\$\{", lambda m: m[1] * 2 + "\\${", text)
-    return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), literal) + "'"
+    return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m[1] * 2 + ("\\'" if m[2] else ""), omegaconf_literal(text)) + "'"
+
+
+def omegaconf_literal(text: str) -> str:
+    """The text OmegaConf resolves to `text`: each ${ written \\${ (its literal), each backslash before it doubled."""
+    return re.sub(r"(\\*)\$\{", lambda m: m[1] * 2 + "\\${", text)
 
 
 def yaml_quote(text: str) -> str:

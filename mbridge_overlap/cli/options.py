@@ -185,7 +185,7 @@ _SECTION_KEYS = ("comm_overlap", "mixed_precision")
 
 def _is_override(token: str) -> bool:
     """A KEY=VALUE token that names no file: a dotted key, or a whole section."""
-    key = token.partition("=")[0]
+    key = token.partition("=")[0].lstrip("+")  # (fuzzT T3-6: ++comm_overlap={...}, a fix's own word, was a file)
     return "=" in token and ("." in key or key in _SECTION_KEYS) and "/" not in key and not os.path.exists(token)
 
 
@@ -235,7 +235,9 @@ _LONE_SURROGATE = re.compile(r"\\ud[89ab][0-9a-f]{2}(?!\\ud[c-f][0-9a-f]{2})|(?<
 def to_json(data, compact_over: int | None = COMPACT_OVER) -> str:
     """Indented JSON; one line when it is over compact_over bytes (the standard library indents in Python, ten times
     slower than its C encoder: a 1.4 MB recipe listing took 200 ms to indent; None: always indented). Always valid
-    JSON: a number that is not finite is null, a lone surrogate the bytes it stands for, escaped as text (\\xff)."""
+    JSON: a number that is not finite is its text (inf, -inf, nan: what Hydra reads back as it, and Bridge exports;
+    recheck58 AE4: an override optimizer.clip_grad=inf was null), a lone surrogate the bytes it stands for, escaped as
+    text (\\xff)."""
     try:
         compact = json.dumps(data, separators=(",", ":"), default=str, allow_nan=False)
     except ValueError:
@@ -249,7 +251,7 @@ def to_json(data, compact_over: int | None = COMPACT_OVER) -> str:
 
 def _valid(value):
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        return value if math.isfinite(value) else str(value)
     if isinstance(value, str):
         try:
             return value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -23,7 +24,6 @@ COMM_OVERLAP_MODULE = "megatron.bridge.training.comm_overlap"
 MIXED_PRECISION_MODULE = "megatron.bridge.training.mixed_precision"
 _PRESET = re.compile(r"^userbuffers_[a-z0-9_]+\Z")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
-_HYDRA_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*\Z")
 
 
 def template_dir() -> Path:
@@ -51,6 +51,8 @@ def render(template: str, **context) -> str:
 
 
 def py_value(value) -> str:
+    if isinstance(value, float) and not math.isfinite(value):  # (recheck58 AE4: `= inf` is a NameError)
+        return f'float("{value}")'
     if isinstance(value, (bool, int, float)) or value is None:
         return repr(value)
     if isinstance(value, str):
@@ -65,9 +67,14 @@ def yaml_value(value) -> str:
         return "true" if value else "false"
     if value is None:
         return "null"
+    if isinstance(value, float) and not math.isfinite(value):  # (YAML's own: a bare inf is text to YAML)
+        return {"inf": ".inf", "-inf": "-.inf"}.get(str(value), ".nan")
     if isinstance(value, (int, float)):
         return repr(value)
-    return safeio.yaml_quote(value) if isinstance(value, str) else json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(yaml_value(v) for v in value) + "]"
+    # (Bridge loads the file through OmegaConf, which resolves a ${ in it)
+    return safeio.yaml_quote(safeio.omegaconf_literal(value)) if isinstance(value, str) else json.dumps(value)
 
 
 def _identifier(name: str) -> str:
@@ -139,16 +146,9 @@ def preset_items(name: str) -> list:
             items.append((_identifier(gemm), "null"))
             continue
         sub = [("_target_", yaml_value(f"{COMM_OVERLAP_MODULE}.{_UB_CLASSES[cfg['method']]}"))]
-        sub += [(_identifier(k), _flow(v)) for k, v in cfg.items()]
+        sub += [(_identifier(k), yaml_value(v)) for k, v in cfg.items()]  # (a list: fp8_buf=(False,))
         items.append((_identifier(gemm), sub))
     return items
-
-
-def _flow(value) -> str:
-    """A YAML scalar, or a flow list for PipelineOverlapCfg's tuple default fp8_buf=(False,)."""
-    if isinstance(value, list):
-        return "[" + ", ".join(yaml_value(v) for v in value) + "]"
-    return yaml_value(value)
 
 
 def yaml_sections(overrides: dict) -> list:
@@ -184,11 +184,11 @@ def hydra_overrides(overrides: dict) -> list[str]:
         if section == "comm_overlap":
             comm[name] = value
         elif not name:
-            out.append(f"{section}={_hydra_scalar(yaml_value(value))}")
+            out.append(f"{section}={_hydra_value(value)}")
         elif section == "mixed_precision":
             raise UsageError(f"{key}: YAML and Hydra overrides can only name a mixed-precision recipe; use --format python")
         else:  # a launch variable with ++: struct mode refuses env_vars.NAME for a name the config lacks (evalW W2-1)
-            out.append(f"{safeio.ENV_PREFIX if section == 'env_vars' else ''}{section}.{name}={_hydra_scalar(yaml_value(value))}")
+            out.append(f"{safeio.ENV_PREFIX if section == 'env_vars' else ''}{section}.{name}={_hydra_value(value)}")
     if comm:
         # One assignment per key: a preset is written out in full (every GEMM, null for the ones it leaves alone), so
         # merged into a preset the recipe already has it leaves nothing of the old one.
@@ -208,11 +208,19 @@ def _hydra_dict(items) -> str:
 
 
 def _hydra_scalar(text: str) -> str:
-    """A YAML scalar as a Hydra value: plain names stay bare, other strings single-quoted."""
-    if not text.startswith('"'):
-        return text
-    inner = safeio.parse_yaml(text, "a Hydra value")
-    return inner if _HYDRA_BARE.match(inner) else safeio.hydra_quote(inner)
+    """A YAML scalar as a Hydra value: a string as the text Hydra reads back (a plain name bare; 'true', '10' or a
+    blank quoted: fuzzT T3-1), anything else as YAML writes it."""
+    return safeio.hydra_quote(safeio.parse_yaml(text, "a Hydra value")) if text.startswith('"') else text
+
+
+def _hydra_value(value) -> str:
+    """An override's value as a Hydra word: a list [a,b] with each item so, without blanks (one shell word once
+    quoted; JSON's escapes are no Hydra's: fuzzT T3-3, T3-7)."""
+    if isinstance(value, list):
+        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # (Hydra's inf, -inf, nan)
+    return safeio.hydra_quote(value) if isinstance(value, str) else yaml_value(value)
 
 
 def hydra_snippet(overrides: dict, purpose: str, release: str) -> str:
@@ -273,8 +281,23 @@ def of_plan(fmt: str, plan) -> str:
     release = plan.analysis.scenario.release
     if fmt in ("env", "nemo_run") and (note := launch_env.executor_note(release)):  # (evalX X2-6: 0.5's executor)
         purpose += f". Note: {note}"
-    return snippet(fmt, overrides=d["overrides"], env={name: rule["value"] for name, rule in d["launch_env"].items()},
-                   env_why={name: rule["why"] for name, rule in d["launch_env"].items()}, purpose=purpose, release=release.version,
+    env, why = _launch_env(d)
+    return snippet(fmt, overrides=d["overrides"], env=env, env_why=why, purpose=purpose, release=release.version,
                    env_vars_field=release.env_vars, plugin_args=plan.perf_env_plugin_args(),
                    plugin_refused=plan.perf_env_plugin_refused(),
                    tp_comm_overlap=bool(d["effective"]["model"]["tp_comm_overlap"]))
+
+
+def _launch_env(d: dict) -> tuple[dict, dict]:
+    """The launch environment a plan's env snippets export: its launcher rules', with the plan's own env_vars overrides
+    (the user's among them) in their place, as the Hydra and Python snippets set them: an export wins over cfg.env_vars
+    (Bridge's setdefault), so the rule's value pasted beside them undid the user's (fuzzT T3-4)."""
+    env = {name: rule["value"] for name, rule in d["launch_env"].items()}
+    why = {name: rule["why"] for name, rule in d["launch_env"].items()}
+    for key, value in d["overrides"].items():
+        if key.startswith("env_vars."):
+            name = key.partition(".")[2]
+            env.pop(name, None)
+            if value is not None:
+                env[name], why[name] = value, f"asked for ({key})"
+    return env, why

@@ -48,15 +48,18 @@ def value_of(key: str, text: str) -> Any:
     if plain[:1] in ("'", '"'):
         if not (len(plain) >= 2 and plain[-1] == plain[0] and _one_quoted(plain)):
             raise UsageError(f"{key}: {safeio.shown(plain)} is not one quoted value to Hydra (Bridge refuses the override)")
-        return safeio.hydra_unquoted(plain)
+        return _interpolated(key, safeio.hydra_unquoted(plain))  # (as OmegaConf leaves it: \${ is the literal ${)
     if plain[:1] == "[":
         inner = plain[1:-1] if plain.endswith("]") else None
         if inner is None or "[" in inner or "]" in inner:
             raise UsageError(f"{key}: {safeio.shown(plain)} is not a list Hydra's grammar takes (one level, [a,b]): Bridge "
                              "refuses the override")
-        return [value_of(key, item) for item in inner.split(",")] if inner.strip() else []
+        return [value_of(key, item) for item in _items(inner)] if inner.strip() else []
     if not plain:
         raise UsageError(f"{key}: an empty item is not a value Hydra takes (Bridge refuses the override)")
+    if plain[:1] == "{":  # (fuzzT T3-6: it was said to be refused by Hydra, which takes it as a mapping)
+        raise UsageError(f"{key}: {safeio.shown(plain)} is a mapping to Hydra, which this skill takes for comm_overlap "
+                         "only: give the fields one by one (KEY.FIELD=VALUE), or quote it to give the text")
     if plain.lower() == "null":  # (Hydra's only null: ~ and none are not)
         return None
     if plain.lower() in ("true", "false"):
@@ -66,6 +69,24 @@ def value_of(key: str, text: str) -> Any:
     if safeio.HYDRA_NOT_FINITE.match(plain):  # (recheck57 AD3: nan and inf are Hydra's floats)
         return float(plain)
     return _text(key, plain)
+
+
+def _items(inner: str) -> list[str]:
+    """A list's items: split at the commas outside quotes that no backslash escapes (recheck57 AD5: ['x,y'] is one)."""
+    items, start, quote, i = [], 0, None, 0
+    while i < len(inner):
+        c = inner[i]
+        if c == "\\":
+            i += 1
+        elif quote:
+            quote = None if c == quote else quote
+        elif c in "'\"":
+            quote = c
+        elif c == ",":
+            items.append(inner[start:i])
+            start = i + 1
+        i += 1
+    return items + [inner[start:]]
 
 
 def number(text: str):

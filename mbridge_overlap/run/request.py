@@ -131,7 +131,7 @@ class Request:
                     hint = closest(name, list(known[section]))
                     raise UsageError(f"{key}: '{safeio.esc(name)}' is not a field of {section} in Megatron-Bridge "
                                      f"{self.release.version}" + (f"; did you mean '{section}.{hint}'?" if hint else ""))
-                self.unmodeled.append(key)
+                self.unmodeled += [key] if key not in self.unmodeled else []
                 self.context[key] = value  # as given (not typed): read only where a rule names it (peft's regather)
                 return
             hint = closest(section, list(_SETTERS) + list(bridge_fields(self.release.version)))
@@ -141,13 +141,16 @@ class Request:
         setter(self, key, name, value)
 
 
-def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
-    """Type a value for a field, from Python or from its command-line string."""
+def convert(key: str, spec: schema.Field, value: Any, release: Release, command_line: bool = False) -> Any:
+    """Type a value for a field, from Python or from its string (`command_line`: a KEY=VALUE word's, which Hydra reads
+    for Bridge: a path's or a list's escapes and quotes undone, fuzzT T3-2)."""
     if isinstance(value, CustomUbCfg):
         return value  # a run config's own userbuffers config, read already
     raw = value
     _not_blank(key, value)
-    if isinstance(value, str):
+    if isinstance(value, str) and command_line and spec.kind in (OPT_PATH, STR_LIST):
+        value = _hydra_text_or_list(key, spec, value)  # typed: no null or list is read into its text below
+    elif isinstance(value, str):
         text = hydra.unquoted(value.strip())
         if text != value.strip() and spec.kind in (BOOL, OPT_BOOL, INT, OPT_INT):  # ('null' quoted too: AD2)
             # (fuzzS S2-3: 'false' quoted is the text "false" to Hydra, which Python reads as true)
@@ -163,6 +166,11 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
             if text.lower() not in ("true", "false"):
                 raise UsageError(f"{key}: expected true or false, got {safeio.shown(raw)}")
             value = text.lower() == "true"
+        elif spec.kind in (INT, OPT_INT) and command_line:  # (recheck58 AE2: 08 is text to Hydra, 1_6 the number 16)
+            if not (safeio.HYDRA_INT.match(text) and len(text) <= safeio.MAX_INT_CHARS):
+                raise UsageError(f"{key}: expected an integer, got {safeio.shown(raw)}"
+                                 + (" (text to Hydra, which Bridge's field refuses)" if _INT.match(text) else ""))
+            value = hydra.number(text)
         elif spec.kind in (INT, OPT_INT):
             if not _INT.match(text):
                 raise UsageError(f"{key}: expected an integer, got {safeio.shown(raw)}")
@@ -184,6 +192,9 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     if spec.kind in (CHOICE, OPT_CHOICE) and value not in spec.choices:
         raise UsageError(f"{key}: expected one of {', '.join(spec.choices)}, got {safeio.shown(raw)}")
     if spec.kind == STR_LIST:
+        if isinstance(value, str) and not spec.text:  # (set("mlp") is m, l, p to Megatron-Core's check)
+            raise UsageError(f"{key}: {safeio.shown(value)} is one text to Bridge where Megatron-Core takes a list of "
+                             f"names (it reads a text letter by letter): write [{safeio.esc(value)}]")
         if isinstance(value, str):
             value = [value]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -198,13 +209,31 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release) -> Any:
     return value
 
 
+def _hydra_text_or_list(key: str, spec: schema.Field, text: str) -> Any:
+    """A path's or a list of names' command-line word as Hydra hands it to Bridge: a text, a list of texts or null;
+    refused where Hydra gives another type (a number, a bool, a list for a path) or refuses the word."""
+    value = hydra.value_of(key, text)
+    items = value if isinstance(value, list) and spec.kind == STR_LIST else [value]
+    if value is not None and not all(isinstance(v, str) for v in items):
+        want = "a path" if spec.kind == OPT_PATH else "a list of names, e.g. [attn,mlp]"
+        raise UsageError(f"{key}: Hydra reads {safeio.shown(text.strip())} as {_hydra_kind(value)}, where Bridge's field "
+                         f"holds {want}" + (": quote it to give the text" if not isinstance(value, (list, dict)) else ""))
+    return value
+
+
+def _hydra_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list" if all(isinstance(v, str) for v in value) else "a list holding a number, bool or null"
+    return {bool: "a bool", int: "a number", float: "a number", dict: "a mapping"}.get(type(value), "a value")
+
+
 def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
     section = key.partition(".")[0]
     fields = schema.SECTIONS[section]
     if name not in fields or fields[name].since and name not in bridge_fields(req.release.version).get(section, ()):
         _unmodeled_or_unknown(req, key, section, name, {k: f for k, f in fields.items() if k != name}, value)
         return
-    typed = convert(key, fields[name], value, req.release)
+    typed = convert(key, fields[name], value, req.release, command_line=req.origin.get(key) == "override")
     getattr(req, section)[name] = typed
     req.explicit[key] = typed
 
@@ -345,6 +374,18 @@ def is_null(value: Any) -> bool:
     return value is None or (isinstance(value, str) and value.strip().lower() in _NULLS)
 
 
+def as_overrides(values: Mapping[str, Any]) -> dict:
+    """Typed values as the overrides that set them again (derive reads a text as a command-line word): the text of a
+    launch variable or a path in Hydra's quoting, which reads back exactly ('a,b' bare is a sweep: fuzzT T3-5)."""
+    return {k: safeio.hydra_quoted(v) if isinstance(v, str) and _read_by_hydra(k) else v for k, v in values.items()}
+
+
+def _read_by_hydra(key: str) -> bool:
+    section, _, name = key.partition(".")
+    spec = schema.SECTIONS.get(section, {}).get(name)
+    return section == "env_vars" or spec is not None and spec.kind == OPT_PATH
+
+
 def _env_names() -> set:
     return set(schema.LAUNCH_ENV_NAMES.values())
 
@@ -356,7 +397,7 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
             _not_blank(key, value)
         if not (req.origin.get(key) == "config" and name in schema.CONTEXT.get(section, ())
                 or section == "model" and name in schema.PIPELINE_LAYOUT):
-            req.unmodeled.append(key)  # (a config's own value of a field a rule reads is no request to flag, nor a
+            req.unmodeled += [key] if key not in req.unmodeled else []  # (a config's own value of a field a rule reads is no request to flag, nor a
             # pipeline layout's field: the resolver checks it as Megatron-Core does, the budget costs its largest stage)
         req.context[key] = value  # as given (not typed): read only where a rule or the budget names it
         return

@@ -25,6 +25,7 @@ class Field:
     choices: tuple = ()
     minimum: int | None = 1  # for integers: the smallest value Bridge accepts (None: any)
     since: str | None = None  # the first release whose config has the field (None: every release listed)
+    text: bool = False  # for a list: one name is taken too (Megatron-Core makes it a list)
 
 
 _BACKENDS = ("nccl", "mpi", "gloo")
@@ -54,8 +55,8 @@ MODEL = {
     "overlap_moe_expert_parallel_comm": Field(BOOL, False),
     "delay_wgrad_compute": Field(BOOL, False),
     "cuda_graph_impl": Field(CHOICE, "none", _CUDA_GRAPH_IMPLS),
-    "cuda_graph_scope": Field(STR_LIST, None),
-    "cuda_graph_modules": Field(STR_LIST, "full"),  # Megatron-Core's default: the legacy "full" (no per-layer modules)
+    "cuda_graph_scope": Field(STR_LIST, None, text=True),
+    "cuda_graph_modules": Field(STR_LIST, "full", text=True),  # Megatron-Core's default: the legacy "full" (no per-layer modules)
     "defer_embedding_wgrad_compute": Field(BOOL, False),
     "wgrad_deferral_limit": Field(INT, 0, minimum=None),
     "gradient_accumulation_fusion": Field(BOOL, True),

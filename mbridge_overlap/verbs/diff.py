@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 from .. import budget as budgets, findings, safeio
-from ..run import runconfig, schema
+from ..run import request, runconfig, schema
 from ..findings.rules.common import on_overlap_path
 from ..findings.analysis import Analysis, analyze, state_of
 from ..contract import SCHEMA_VERSION
@@ -249,7 +249,7 @@ def restore_all(changes: list, new_errors: list, a: Side, b: Side) -> dict | Non
         return None
     said = {"overrides": union, **({"remove_keys": removes} if removes else {})}
     try:
-        an = analyze(b.scenario.derive({**{k: _as_given(k, v) for k, v in union.items()}, **dict.fromkeys(removes)}))
+        an = analyze(b.scenario.derive({**request.as_overrides(union), **dict.fromkeys(removes)}))
     except UsageError:
         return {**said, "holds": False, "not_restored": [c.key for c in changes], "clears": [], "brings": []}
     state, found = an.state, {f.id: f for f in an.findings}
@@ -364,21 +364,13 @@ def _with_all(values: dict, side: Side, other: Side):
             section = {k: v for k, v in other.items.items() if k.startswith("comm_overlap.")}
             over.update({"comm_overlap": None} if value is None else section or {"comm_overlap.tp_comm_overlap": False})
         else:
-            over[input_key] = _as_given(input_key, value)
+            over.update(request.as_overrides({input_key: value}))
             if input_key in MIRRORS and side.saved:
                 over[MIRRORS[input_key]] = value  # in a saved config the pair moved together
     try:
         return state_of(sc.derive(over) if over else sc)
     except UsageError:
         return None  # not a valid request on its own (e.g. GPUs not divisible by the old TP x PP x CP)
-
-
-def _as_given(key: str, value):
-    """A side's value as an override gives it: a launch variable's text always in Hydra's quoting (read back exactly,
-    whatever it holds), for a command line's true or 8 is typed and a config's 'true' is text (fuzzO F1)."""
-    from ..safeio import hydra_quoted
-
-    return hydra_quoted(value) if key.startswith("env_vars.") and isinstance(value, str) else value
 
 
 def _new_kind(f) -> bool:

@@ -11,8 +11,7 @@ import functools
 
 from ..upstream import catalog, releases, presets as ub_presets
 from .. import findings
-from ..run import launch_env, layout, scenario
-from ..run import hydra
+from ..run import hydra, launch_env, layout, request, scenario
 from ..run.resolver import bucket_size_a_section_replaces
 from ..run.peft import LORA
 from .. import budget as budgets
@@ -156,7 +155,7 @@ def make_plan(
         family = _family_of(model, family, release)
     shape_given = dict(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
     start = scenario.build(recipe=entry, family=family, shape=shape_given, overrides=given, **inputs)
-    given = {k: start.request.explicit[k] if k in start.request.explicit else _hydra_value(k, v) for k, v in given.items()}
+    given = _typed_given(start.request, given)
     scenario.with_model(start, model, shape)
     base = _recipe_layout(entry)
     tp, pp, cp, ep = (x if x is not None else base.get(k, 1) for x, k in ((tp, "tp"), (pp, "pp"), (cp, "cp"), (ep, "ep")))
@@ -255,13 +254,13 @@ def make_plan(
 
     @functools.cache
     def known() -> frozenset:  # the errors of the layout as asked (which, not their fixes): needed only where the plan has any
-        return frozenset(f.id for f in probe(start.derive(dict(asked)).resolve()) if f.severity == "error")
+        return frozenset(f.id for f in probe(start.derive(request.as_overrides(asked)).resolve()) if f.severity == "error")
 
     if ep > 1 and tp > 1 and start.request.model.get("expert_tensor_parallel_size") is None and not release.expert_tp_one_with_ep:
         overrides["model.expert_tensor_parallel_size"] = 1  # what Bridge 0.6 defaults to, and its MoE recipes set
         notes.append(_expert_tp_note(start, asked, known(), tp, entry))
 
-    overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(chosen)), overrides, asked, known, entry)
+    overrides, an, kept = _no_new_errors(lambda chosen: analyze(start.derive(request.as_overrides(chosen))), overrides, asked, known, entry)
     notes = [n for n in notes if n.id != "PLAN_SETS_MOE_DISPATCHER" or "model.moe_token_dispatcher_type" in overrides] + kept
     notes += _shipped_recipes_differ(release, an, grid, gpu_info["name"], precision, moe, entry)
     eff = an.effective
@@ -282,7 +281,8 @@ def _expert_tp_note(start, asked: dict, errors: set, tp: int, entry):
     """Why the plan sets expert TP 1 on a release that leaves it at TP: what expert TP = TP brings that 1 does not
     (evalM M1: an expert grid that did not divide the world), else that a model with linear biases in its experts
     cannot run it, which a recipe that loads its model from a checkpoint does not show (recheck47 R1: GPT-OSS)."""
-    one = {f.id for f in probe(start.derive({**asked, "model.expert_tensor_parallel_size": 1}).resolve()) if f.severity == "error"}
+    one = request.as_overrides({**asked, "model.expert_tensor_parallel_size": 1})
+    one = {f.id for f in probe(start.derive(one).resolve()) if f.severity == "error"}
     cleared = sorted((errors & EXPERT_TP_BLOCKS) - one)
     origin = f"recipe {entry['name']}" if entry else "the recipe baseline"
     why = (f", which {origin} could not run ({', '.join(cleared)})" if cleared else
@@ -401,6 +401,18 @@ def _given(overrides: dict | None) -> dict:
         if key in flags:
             raise UsageError(f"{key}: plan takes the layout from its flags: use {flags[key]}")
     return dict(overrides or {})
+
+
+def _typed_given(asked, given: dict) -> dict:
+    """The user's overrides as the request typed them, else as Hydra types them; the whole-section word
+    comm_overlap={...} (a fix's own, for a config without the section) as the fields it sets (fuzzT T3-6)."""
+    typed = {}
+    for key, value in given.items():
+        if key == "comm_overlap" and key not in asked.explicit:
+            typed.update({k: v for k, v in asked.explicit.items() if k.startswith("comm_overlap.")})
+        else:
+            typed[key] = asked.explicit[key] if key in asked.explicit else _hydra_value(key, value)
+    return typed
 
 
 def _hydra_value(key: str, value):
