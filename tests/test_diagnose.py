@@ -666,3 +666,32 @@ def test_a_small_3d_gradient_shape_mismatch_is_no_pipeline_s():
     line = ("RuntimeError: Mismatch in shape: grad_output[0] has a shape of torch.Size([1, 2404, 4]) and output[0] has a "
             "shape of torch.Size([1, 1963, 4]).\n")
     assert not [c for c in _diagnose_text(line)["causes"] if c["id"] == "PP_GRAD_SHAPE_MISMATCH"]
+
+
+def _entry_starting(text: str, file: str | None = None):
+    cat = messages.load("0.6.2")
+    return next(e for e in cat.entries if (e.template or "").startswith(text) and (file is None or e.file == file))
+
+
+def test_a_message_records_the_tests_of_the_branches_it_sits_under():
+    """Megatron-LM #750: the message names no knob; the interleaved schedule is the enclosing if's test (a Megatron-LM
+    argument that Bridge calls virtual_pipeline_model_parallel_size), and an else branch records the test negated."""
+    yaml_check = _entry_starting("pipeline-model-parallel size should be greater than 2 with interleaved")
+    assert yaml_check.branch == ("args.num_layers_per_virtual_pipeline_stage is not None",)
+    assert causes.knobs_of(yaml_check, "0.6.2") == ["model.pipeline_model_parallel_size",
+                                                   "model.virtual_pipeline_model_parallel_size"]
+    assert causes.under_setting(yaml_check, "0.6.2") == ["model.virtual_pipeline_model_parallel_size"]
+    newer = _entry_starting("When interleaved schedule is used and p2p communication overlap is disabled")
+    assert newer.branch == ("args.virtual_pipeline_model_parallel_size is not None", "not (args.overlap_p2p_comm)")
+    assert "comm_overlap.overlap_p2p_comm" in causes.knobs_of(newer, "0.6.2")
+    assert causes.under_setting(newer, "0.6.2") == ["model.virtual_pipeline_model_parallel_size"]  # not the negated test
+    d = _diagnose_text("AssertionError: pipeline-model-parallel size should be greater than 2 with interleaved schedule\n")
+    (cause,) = d["causes"]
+    assert cause["overlap_related"] and "model.virtual_pipeline_model_parallel_size" in cause["knobs"]
+
+
+def test_a_layer_split_check_under_no_overlap_setting_stays_arithmetic():
+    """The even-split check of Megatron-LM's validate_args sits in the else of the pipeline layout and VPP branches:
+    its knobs lay layers out, no overlap setting is on where it runs (slime #1486, a negative control)."""
+    d = _diagnose_text("AssertionError: Number of layers should be divisible by the pipeline-model-parallel size\n")
+    assert all(not c["overlap_related"] for c in d["causes"] if c["id"] == "OVERLAP_PATH_ERROR")

@@ -9,7 +9,9 @@ log_on_each_pipeline_stage) and print / print_rank_0 / print_rank_last / barrier
 message is a literal, an f-string, a .format() or %-format of a literal, or a concatenation (f-string fields become
 pattern groups), read with `ast` (nothing is imported from the packages); raises and asserts without a message, or with
 one computed at run time, are recorded too (template null), since a traceback's last frame names them. Each entry
-gets a topic; files marked "topic" keep only the messages that fall in an overlap topic. The native messages of
+records the tests of the if/elif statements it sits under in its function (`branch`, outermost first; in an else or
+elif branch the tests before it as `not (TEST)`), as an assert records its own test (`condition`): the config fields
+that decide whether it runs, where its words name none. Each entry gets a topic; files marked "topic" keep only the messages that fall in an overlap topic. The native messages of
 mbridge_overlap/data/native_messages.yaml (not in Python source) are checked (each example matches its pattern, each
 cites a source) and copied in. The file holds message templates, patterns and locations only, no source code.
 --check regenerates in memory and exits 1 when the committed file differs (tests/bridge/test_messages_catalog.py).
@@ -211,6 +213,7 @@ PRINT_CALLS = {"print", "print_rank_0", "print_rank_last", "barrier_and_log"}
 LEVELS = {"DEBUG": "debug", "INFO": "info", "WARNING": "warning", "WARN": "warning", "ERROR": "error",
           "CRITICAL": "critical", "FATAL": "critical"}
 MAX_EXPR = 80
+MAX_CONDITION = 200  # an assert's condition and an enclosing if's test are recorded up to this many characters
 
 
 # -- message text from the AST ------------------------------------------------------------------------------------
@@ -352,6 +355,9 @@ class Scanner(ast.NodeVisitor):
         self.sites: list[dict] = []
         self.skipped = 0  # messages that are neither literal nor recoverable (a variable, a call's result)
         self.warn_names: set[str] = set()
+        # the tests of the if/elif statements around the node being visited, outermost first, per function (a
+        # message in an else or elif branch is under the tests before it too: they decide that it runs)
+        self.branches: list[list[str]] = [[]]
 
     # scopes
     def _fn(self) -> str:
@@ -367,7 +373,9 @@ class Scanner(ast.NodeVisitor):
         self.stack.append(node.name)
         self.envs.append({})
         self.lists.append({})
+        self.branches.append([])
         self.generic_visit(node)
+        self.branches.pop()
         self.lists.pop()
         self.envs.pop()
         self.stack.pop()
@@ -401,9 +409,24 @@ class Scanner(ast.NodeVisitor):
             else:
                 self.envs[-1][node.target.id] = self.envs[-1][node.target.id] + tokens
 
+    def visit_If(self, node):
+        self.visit(node.test)
+        test = self._code(node.test)
+        for part, branch in ((node.body, test), (node.orelse, f"not ({test})")):
+            self.branches[-1].append(branch)
+            for child in part:
+                self.visit(child)
+            self.branches[-1].pop()
+
+    def _code(self, node) -> str:
+        """An expression as written, whitespace folded, at most MAX_CONDITION characters."""
+        code = " ".join((ast.get_source_segment(self.source, node) or ast.unparse(node)).split())
+        return code if len(code) <= MAX_CONDITION else code[:MAX_CONDITION - 3] + "..."
+
     def add(self, node, kind: str, tokens, **kw):
+        branch = list(dict.fromkeys(self.branches[-1]))
         self.sites.append(dict(line=node.lineno, col=node.col_offset, function=self._fn(), kind=kind,
-                               tokens=_merge(tokens) if tokens is not None else None, **kw))
+                               tokens=_merge(tokens) if tokens is not None else None, branch=branch, **kw))
 
     def visit_Raise(self, node):
         exc = node.exc
@@ -420,8 +443,7 @@ class Scanner(ast.NodeVisitor):
 
     def visit_Assert(self, node):
         # the condition as written (a traceback shows the source line), whitespace folded
-        cond = " ".join((ast.get_source_segment(self.source, node.test) or ast.unparse(node.test)).split())
-        cond = cond if len(cond) <= 200 else cond[:197] + "..."
+        cond = self._code(node.test)
         if node.msg is None:
             self.add(node, "assert", None, exception="AssertionError", condition=cond)
         else:
@@ -641,6 +663,8 @@ def scan(pkg: str, root: Path, version: str) -> tuple[list, dict]:
             }
             if s.get("condition") is not None:
                 entry["condition"] = s["condition"]
+            if s["branch"]:
+                entry["branch"] = s["branch"]
             if s.get("dynamic") and not tokens:
                 entry["dynamic"] = True
             text = normalised(tokens) if tokens else ("assert " + s["condition"] if s.get("condition")

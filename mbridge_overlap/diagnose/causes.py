@@ -146,11 +146,12 @@ KNOB_SECTIONS = ("model", "ddp", "optimizer", "comm_overlap", "dist", "train", "
 def knobs_of(entry: Entry, version: str | None) -> list[str]:
     """The config fields (Bridge's dotted keys, in the release's ConfigContainer) an entry's code reads: the names in
     its assert condition and its message's fields, and the names with an underscore in its message's words
-    (`overlap_grad_reduce` in "... when overlap_grad_reduce is True"). A name that more than one section has is
-    given for each, unless the code says whose it is (ddp_config., model_cfg., ...)."""
+    (`overlap_grad_reduce` in "... when overlap_grad_reduce is True"); then the names in the tests of the if/elif
+    branches it sits under (`branch`: a message whose words name no knob is raised because of them). A name that more
+    than one section has is given for each, unless the code says whose it is (ddp_config., model_cfg., ...)."""
     out: list[str] = []
     code = " ".join(filter(None, (entry.condition, " ".join(entry.fields))))
-    for text, any_name in ((code, True), (entry.template or "", False)):
+    for text, any_name in ((code, True), (entry.template or "", False), (" ".join(entry.branch), True)):
         for m in _FIELD.finditer(text):
             if not any_name and "_" not in m["name"]:
                 continue
@@ -160,8 +161,35 @@ def knobs_of(entry: Entry, version: str | None) -> list[str]:
     return out
 
 
+def under_setting(entry: Entry, version: str | None) -> list[str]:
+    """The overlap settings a message runs under: the knobs read by the tests of the if/elif branches it sits in
+    (`branch`, not an else's negated test) that are a communication-overlap setting (a comm_overlap field, a field
+    named for an overlap) or the interleaved schedule (the virtual pipeline size: Megatron turns overlap_p2p_comm off
+    without it). A message raised only where such a setting is on is about that setting, whatever its own words
+    name."""
+    out: list[str] = []
+    for test in entry.branch:
+        if test.startswith("not ("):
+            continue
+        for m in _FIELD.finditer(test):
+            for key in _keys(m["name"], _OWNERS.get(m["owner"] or ""), version):
+                if key not in out and (key.startswith("comm_overlap.") or "overlap" in key
+                                       or key.endswith(".virtual_pipeline_model_parallel_size")):
+                    out.append(key)
+    return out
+
+
+# Megatron-LM's arguments for what Bridge's config names otherwise: validate_args (megatron/training/arguments.py,
+# yaml_arguments.py) derives args.virtual_pipeline_model_parallel_size from either
+ARGUMENTS = {"num_layers_per_virtual_pipeline_stage": "virtual_pipeline_model_parallel_size",
+             "num_virtual_stages_per_pipeline_rank": "virtual_pipeline_model_parallel_size"}
+
+
 def _keys(name: str, owner: str | None, version: str | None) -> list[str]:
     sections = _sections_of(version).get(name, ())
+    if not sections and name in ARGUMENTS:
+        name = ARGUMENTS[name]
+        sections = _sections_of(version).get(name, ())
     if owner in sections:
         return [f"{owner}.{name}"]
     return [f"{s}.{name}" for s in sections]

@@ -204,6 +204,7 @@ class Entry:
     level: str | None = None  # log: debug | info | warning | error | critical | exception; warn: the category
     call: str | None = None  # how it is written out: warnings.warn, logger.warning, print_rank_0, ...
     condition: str | None = None  # assert: the asserted expression (a traceback shows it)
+    branch: tuple = ()  # python: the tests of the if/elif statements the message sits under, outermost first
     dynamic: bool = False  # the message is computed (not recoverable from source): only frame() finds it
     fingerprint: str | None = None  # hash of the normalised template (or condition) and kind, stable across moves
     example: str | None = None  # native: a line as logged (example_kind: verbatim from a thread, or instantiated)
@@ -225,6 +226,7 @@ class Entry:
         d["contains"] = list(self.contains)
         d["more_examples"] = list(self.more_examples)
         d["releases"] = list(self.releases)
+        d["branch"] = list(self.branch)
         return d
 
 
@@ -793,6 +795,7 @@ def _entry(row: dict, origin: str) -> Entry:
     d["origin"] = origin
     d["releases"] = tuple(d.get("releases") or ())
     d["fields"] = tuple(d.get("fields") or ())
+    d["branch"] = tuple(d.get("branch") or ())
     d["anchors"] = tuple(d.get("anchors") or ())
     d["contains"] = tuple(d.get("contains") or ())
     d["more_examples"] = tuple(d.get("more_examples") or ())

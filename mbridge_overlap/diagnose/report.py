@@ -265,14 +265,21 @@ def _path_error(groups: list, cat: messages.Catalog) -> Cause:
         knobs = (frames.overlap_frame(e.file, e.function or "") or ((), []))[1]
     f = findings.make("OVERLAP_PATH_ERROR", knobs=knobs, package=e.package, topic=e.topic.replace("_", " "), where=where,
                       condition=condition)
-    return Cause(f, groups, not knobs or not all(_layout_size(k) for k in knobs))
+    related = not knobs or not all(_layout_size(k) for k in knobs) or bool(causes.under_setting(e, cat.requested or cat.version))
+    return Cause(f, groups, related)
+
+
+# The fields that lay the layers out across pipeline stages (the layout, the first and last stages' counts, the
+# embedding or loss counted as a layer: run/layers.py reads the same)
+_LAYER_SPLIT = ("pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage",
+                "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 
 
 def _layout_size(knob: str) -> bool:
-    """A knob that only sizes the layout (a parallel size, the layer count): an error about it alone is arithmetic of
-    the process grid, not an overlap setting."""
+    """A knob that only sizes the layout (a parallel size, the layer count, the layers' split across stages): an error
+    about it alone is arithmetic of the process grid, not an overlap setting."""
     name = knob.partition(".")[2]
-    return name.endswith("_parallel_size") or name in ("num_layers", "num_moe_experts", "seq_length")
+    return name.endswith("_parallel_size") or name in ("num_layers", "num_moe_experts", "seq_length", *_LAYER_SPLIT)
 
 
 # -- the config ------------------------------------------------------------------------------------------------------
