@@ -695,3 +695,24 @@ def test_a_layer_split_check_under_no_overlap_setting_stays_arithmetic():
     its knobs lay layers out, no overlap setting is on where it runs (slime #1486, a negative control)."""
     d = _diagnose_text("AssertionError: Number of layers should be divisible by the pipeline-model-parallel size\n")
     assert all(not c["overlap_related"] for c in d["causes"] if c["id"] == "OVERLAP_PATH_ERROR")
+
+
+def test_a_fragment_without_the_messages_level_word_matches_it():
+    """Megatron-LM #1069's title quotes the print without its "WARNING: " and cuts it off."""
+    for text in ("Setting args.overlap_p2p_comm to False since non-interleaved",
+                 "[rank0]: WARNING: Setting args.overlap_p2p_comm to False since non-interleaved schedule does not "
+                 "support overlapping p2p communication"):
+        ids = [c["id"] for c in _diagnose_text(text + "\n")["causes"]]
+        assert ids == ["PP_OVERLAP_NOT_SELECTED"], (text, ids)
+    assert _diagnose_text("Setting args.overlap_p2p\n")["causes"] == []  # under MIN_CUT_CHARS
+
+
+def test_a_fragment_that_begins_two_messages_is_neither():
+    cat = messages.load("0.6.2")
+    texts = sorted({e.template for e in cat.entries if e.template and e.matchable and not e.fields and "\n" not in e.template})
+    pair = next((a, b) for a, b in zip(texts, texts[1:])
+                if len(a) > 40 and len(b) > 40 and a[:messages.MIN_CUT_CHARS + 6] == b[:messages.MIN_CUT_CHARS + 6]
+                and a[:len(a) - 1] != b[:len(a) - 1] and [h.entry.template for h in cat.match(a[:-1])] == [a])
+    common = next(i for i, (x, y) in enumerate(zip(*pair)) if x != y)
+    assert cat.match(pair[0][:common]) == []
+    assert [h.entry.template for h in cat.match(pair[0][:common + 1])] == [pair[0]]

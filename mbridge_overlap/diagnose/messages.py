@@ -426,6 +426,23 @@ def _place(text: str, pieces: list, head: bool, lo: int, hi: int, lines: bool = 
         pos = nl + 1
 
 
+# The level a message's own text starts with (print("WARNING: ...")): a line quoted without it is still the message
+_LEVEL = re.compile(r"(?:WARNING|Warning|WARN|ERROR|INFO|NOTE|Note) ?: +")
+
+
+def _unlevelled(tokens: list) -> list:
+    """A message's tokens without the level word its text starts with (_LEVEL): the pattern without it matches the
+    lines with it too (patterns are searched anywhere in a line), and a quote or a cut-off fragment that leaves it
+    out."""
+    if not tokens or isinstance(tokens[0], Group):
+        return tokens
+    m = _LEVEL.match(tokens[0])
+    if m is None or len(tokens[0]) == m.end() and len(tokens) > 1 and isinstance(tokens[1], Group):
+        return tokens
+    rest = tokens[0][m.end():]
+    return ([rest] if rest else []) + list(tokens[1:])
+
+
 def _run_start(text: str, q: int, lo: int) -> int:
     """Where the whitespace-delimited token that ends at q starts (a leading field's leftmost start)."""
     i = q
@@ -539,8 +556,9 @@ class Catalog:
             tokens = tokens_of(e.pattern)
             if tokens is None:
                 raise ValueError(f"{e.id}: pattern not in generated form")
+            tokens = _unlevelled(tokens)
             if not any("\n" in t for t in tokens if not isinstance(t, Group)):
-                matchers.append(_Matcher(e, 0, tokens, e.pattern, len(matchers)))  # generated with its edges
+                matchers.append(_Matcher(e, 0, tokens, pattern_of(tokens), len(matchers)))  # generated with its edges
                 continue
             for part, seg in enumerate(_segments(tokens)):
                 matchers.append(_Matcher(e, part, seg, pattern_of(seg), len(matchers)))
@@ -708,6 +726,8 @@ class Catalog:
                                           m.part)))
         if len(hits) > 1:
             hits.sort(key=lambda x: (x[0], -x[1].literal, x[2].span[0], x[1].order))
+            if hits[0][0] and len({h.entry.template for _, _, h in hits}) > 1:
+                return []  # a cut-off line that begins several messages is none of them
         return [h for _, _, h in hits]
 
     def frame(self, path: str, function: str, source_line: str | None = None, line: int | None = None) -> list[Entry]:
