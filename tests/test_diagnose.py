@@ -716,3 +716,14 @@ def test_a_fragment_that_begins_two_messages_is_neither():
     common = next(i for i, (x, y) in enumerate(zip(*pair)) if x != y)
     assert cat.match(pair[0][:common]) == []
     assert [h.entry.template for h in cat.match(pair[0][:common + 1])] == [pair[0]]
+
+
+def test_a_short_message_is_matched_by_its_words():
+    """TransformerEngine #827: every TE release (0.9 to 2.20) words it "UB manager is not initialized."; the
+    reporter wrote "ub_manager not initialized"."""
+    for text in ('"ub_manager not initialized"', "AssertionError: ub_manager not initialized",
+                 "[rank3]: RuntimeError: UB manager is not initialized."):
+        (cause,) = _diagnose_text(text + "\n")["causes"]
+        assert cause["id"] == "OVERLAP_PATH_ERROR" and "comm_overlap.tp_comm_overlap" in cause["knobs"], text
+    for text in ("manager not initialized", "the ub_manager was not initialized because the job stopped early before"):
+        assert _diagnose_text(text + "\n")["causes"] == [], text

@@ -9,6 +9,12 @@ MIN_SHARED distinctive words are shared, and the line holds no more than LONGER 
 that merely mentions several of them is not the message). Only lines that read as an error are compared
 (ERRORISH), and only messages of the overlap topics with enough words of their own (MIN_WORDS).
 
+A short message (fewer than MIN_WORDS words) is matched another way: a line whose words end with all of the message's
+words, in order, identifiers read as words (`ub_manager` is "ub manager"), case, punctuation and the fillers of
+FILLER left out ("ub_manager not initialized" is TE's "UB manager is not initialized."), where the line holds at most
+MAX_LEAD words before them (a rank prefix, an exception's name) and no other message has those words. It needs no
+ERRORISH word: the line is the whole message.
+
 The threshold was set on the development part of tests/data/diagnose_corpus/corpus.yaml and the project's own
 logs: no negative control matches at it (tests/test_diagnose_corpus.py holds the dev part to that).
 """
@@ -37,6 +43,11 @@ THRESHOLD = 0.8
 MIN_SHARED = 4
 MIN_WORDS = 5
 LONGER = 3.0
+# words a paraphrase drops or adds without changing what a short message says
+FILLER = frozenset("the a an is are was were be been has have".split())
+SAME_MIN = 3  # a short message is matched by its words when it has at least this many (fillers left out)
+MAX_LEAD = 4  # and the line holds at most this many words before them
+_TOKEN = re.compile(r"[a-z0-9]+")
 
 
 def words_of(text: str) -> set[str]:
@@ -57,8 +68,40 @@ class Fuzzy:
             for w in ws:
                 self.index.setdefault(w, []).append(eid)
 
+        # short messages without fields, by their words in order (same())
+        by_words: dict = {}
+        for e in catalog.entries:
+            if (e.template and not e.fields and e.severity == "error" and causes.overlap_related(e)
+                    and len(words_of(e.template)) < MIN_WORDS):
+                key = tokens_of(e.template)
+                if len(key) >= SAME_MIN:
+                    by_words.setdefault(key, set()).add(e.id)
+        self.same_words = {k: catalog.by_id(min(ids)) for k, ids in by_words.items()
+                           if len({catalog.by_id(i).template for i in ids}) == 1}
+        self.same_lengths = sorted({len(k) for k in self.same_words})
+        self.same_masked = {tuple(w.translate(_MASK) for w in k) for k in self.same_words}
+
+    def same(self, text: str, masked: bool = False) -> Entry | None:
+        """The short message whose words, in order, end this line (see the module's doc); with `masked`, whether a
+        line of this shape (digits written 0) may be one (True or None)."""
+        words = tokens_of(text)
+        if not words or len(words) > MAX_LEAD + (self.same_lengths[-1] if self.same_lengths else 0):
+            return None
+        for n in self.same_lengths:
+            if n <= len(words) <= n + MAX_LEAD:
+                key = tuple(words[-n:])
+                if masked:
+                    if tuple(w.translate(_MASK) for w in key) in self.same_masked:
+                        return True
+                elif key in self.same_words:
+                    return self.same_words[key]
+        return None
+
     def match(self, text: str) -> tuple[Entry, float] | None:
         """The catalog message this error line is, worded otherwise, and how close (0..1); None when none is close."""
+        short = self.same(text)
+        if short is not None:
+            return short, 1.0
         if not errorish(text):
             return None
         line = words_of(text)
@@ -86,6 +129,14 @@ def errorish(text: str) -> bool:
         return True
     only = _ONLY.search(text)
     return only is not None and _WITH.search(text, only.end()) is not None
+
+
+_MASK = str.maketrans("0123456789", "0000000000")
+
+
+def tokens_of(text: str) -> tuple:
+    """A text's words in order, lower-cased, identifiers split at their underscores, fillers (FILLER) left out."""
+    return tuple(w for w in _TOKEN.findall(text.lower()) if w not in FILLER)
 
 
 def _literal(template: str) -> str:

@@ -83,6 +83,7 @@ class Shapes:
 
     def __init__(self, catalog: Catalog, title: str | None):
         index, contains = catalog.finders()
+        self.catalog = catalog
         self.anchors = _masked(index)  # masked anchor word -> the matchers it finds
         self.contains = _masked(contains)  # masked contains key -> the same
         self._tests: dict = {}  # id(matcher) -> its test (_test), made when a shape first shows its key
@@ -137,7 +138,8 @@ class Shapes:
         found += [ms for k, ms in self.contains.items() if k in text or k in cleaned]
         if any(self._test(m)(t) for ms in found for m in ms for t in {text, cleaned}):
             return True
-        return patterns.EXCEPTION.match(cleaned) is not None or fuzzy.errorish(cleaned)
+        return (patterns.EXCEPTION.match(cleaned) is not None or fuzzy.errorish(cleaned)
+                or fuzzy.for_catalog(self.catalog).same(cleaned, masked=True) is not None)
 
 
 def _masked(finders: dict) -> dict:
