@@ -12,8 +12,9 @@ one computed at run time, are recorded too (template null), since a traceback's 
 records the tests of the if/elif statements it sits under in its function (`branch`, outermost first; in an else or
 elif branch the tests before it as `not (TEST)`), as an assert records its own test (`condition`): the config fields
 that decide whether it runs, where its words name none. Each entry gets a topic; files marked "topic" keep only the
-messages that fall in an overlap topic. The native messages of mbridge_overlap/data/native_messages.yaml (not in Python source) are checked (each example matches its pattern, each
-cites a source) and copied in. The file holds message templates, patterns and locations only, no source code.
+messages that fall in an overlap topic. The native messages of mbridge_overlap/data/native_messages.yaml (not in Python
+source) are checked (each example matches its pattern, each cites a source) and copied in. The file holds message
+templates, patterns and locations only, no source code.
 --check regenerates in memory and exits 1 when the committed file differs (tests/bridge/test_messages_catalog.py).
 """
 
