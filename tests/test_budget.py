@@ -596,9 +596,11 @@ def test_a_config_s_architecture_the_budget_does_not_model_is_named(tmp_path):
         return [a for a in shown if a.startswith("not modelled")]
 
     assert said(ROOT / "tests/data/run_configs/baseline.yaml") == []
-    (line,) = said(mla)
-    assert "model.multi_latent_attention=true" in line
-    assert "moe_layer_freq" not in line  # modelled now (tests/test_budget_moe_layers.py)
+    assert said(mla) == []  # both modelled now (tests/test_budget_moe_layers.py, tests/test_budget_mla.py)
+    mtp = tmp_path / "mtp.yaml"
+    mtp.write_text(mla.read_text().replace("  mtp_num_layers: null\n", "  mtp_num_layers: 1\n"))
+    (line,) = said(mtp)
+    assert "model.mtp_num_layers=1" in line and "multi_latent_attention" not in line
 
 
 def _dp_reduce(mbs: int, gpus: int = 64) -> tuple:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from . import dp, kinds as layer_kinds, shape as shapes, tp
+from . import dp, kinds as layer_kinds, mla, shape as shapes, tp
 from .collective import ACT_BYTES, Item, ms
 from .layout import Layout, fewest_local, link_of, spans_domains
 from .system import System
@@ -191,7 +191,7 @@ def _not_modelled(lay: Layout, shape) -> tuple:
     the alltoall one's all-to-all; Megatron-FSDP (its reduce-scatter every micro-batch, its all-gathers per unit in
     forward and backward) as the distributed optimizer's once-an-iteration collectives."""
     out = ()
-    if shape.groups < lay.tp:
+    if shape.groups < lay.tp and not shape.multi_latent_attention:
         out += (f"TP: with fewer KV groups ({shape.groups}) than TP ({lay.tp}) Megatron-Core all-gathers each layer's fused "
                 "QKV output over TP to pick its heads (attention.py); that all-gather is not counted",)
     if shape.moe and lay.ep > 1 and lay.dispatcher == "flex":
@@ -264,10 +264,12 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     m = lay.micro_batches
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
                assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ())
-               + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + _uneven_split(shape.num_layers, lay)
+               + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + ((mla.ASSUMPTION,) if shape.multi_latent_attention else ()) + _uneven_split(shape.num_layers, lay)
                + _cp_exchange(lay) + _not_modelled(lay, shape) + layer_kinds.said(shape, counts))
     b.items += tp.collectives(lay, shape, system, [(n, *kinds[k]["tp"]) for k, n in counts.items()], m, tokens)
-    if tp.userbuffers_run(lay):
+    if shape.multi_latent_attention:
+        b.items += mla.grad_all_reduce(lay, shape, system, link_of(lay, 1, lay.tp), layers)
+    if tp.userbuffers_run(lay, shape):
         b.overlap_cost["tp_comm_overlap"] = sum(n * m * tp.sm_margin_s(lay, kinds[k]["tp"][2], system, kinds[k]["tp"][0])
                                                 for k, n in counts.items())
     again = kinds[False]["again"]  # (the attention's recompute: the same in either kind of layer)
@@ -283,7 +285,10 @@ def _cp(lay, shape, system, layers, m, tokens, attn_s, again) -> list:
     if lay.cp < 2:
         return []
     # p2p ring (TE's default cp_comm_type): cp-1 exchanges of the local K and V chunk forward, of K, V, dK and dV backward
-    kv = 2 * tokens // lay.cp * max(shape.groups // lay.tp, 1) * shape.head_dim * ACT_BYTES  # fewer groups than TP: one each
+    if shape.multi_latent_attention:  # the up projections' K and V of the rank's heads
+        kv = mla.attention_kv(shape, tokens // lay.cp, lay.tp) * ACT_BYTES
+    else:  # fewer groups than TP: one each
+        kv = 2 * tokens // lay.cp * max(shape.groups // lay.tp, 1) * shape.head_dim * ACT_BYTES
     link = link_of(lay, lay.tp, lay.cp)
     step_fwd = system.seconds("send_recv", kv, 2, link)
     step_bwd = system.seconds("send_recv", 2 * kv, 2, link)

@@ -11,7 +11,7 @@ def kind(lay, shape, tokens, rate, attn_rate, adapter_s, layers, moe: bool) -> d
     """One kind of layer (dense, or MoE): its GEMMs' and attention's forward time, its forward, what recompute runs of
     it again, and what TP sees of it: (GEMM times with fc1 and fc2 the MLP's that runs on TP, recompute, whether its
     MLP runs on TP)."""
-    per_layer = shapes.layer_flops(shape, tokens, lay.seq, lay.tp, lay.cp, moe)
+    per_layer = shapes.layer_flops(shape, tokens, lay.seq, lay.tp, lay.cp, moe, lay.sp)
     gemm_s = {k: v / rate for k, v in per_layer.items() if k != "attention"}
     attn_s = per_layer["attention"] / attn_rate
     fwd = sum(gemm_s.values()) + attn_s + adapter_s

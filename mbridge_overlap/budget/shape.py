@@ -7,6 +7,7 @@ import re
 
 from dataclasses import dataclass, fields
 
+from . import mla
 from .. import safeio
 from ..errors import NotKnown, UsageError
 from ..upstream.releases import DATA_DIR, load_yaml
@@ -32,6 +33,13 @@ class Shape:
     moe_shared_expert_intermediate_size: int | None = None  # a shared expert in each MoE layer: its FFN size
     moe_shared_expert_gate: bool = False  # the shared expert's sigmoid gate (one hidden-size weight)
     moe_layer_freq: int | tuple = 1  # which layers are MoE: every N-th (0, N, 2N, ...) or a 0/1 pattern per layer
+    # multi-latent attention (mla.py), MLATransformerConfig's fields and defaults (transformer_config.py)
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = 512  # None: no query down projection (linear_q_proj)
+    kv_lora_rank: int = 512
+    qk_head_dim: int = 128
+    qk_pos_emb_head_dim: int = 64
+    v_head_dim: int = 128
 
     @property
     def head_dim(self) -> int:
@@ -45,6 +53,16 @@ class Shape:
     def qkv_out(self) -> int:
         """Output features of the fused QKV projection (all heads)."""
         return (self.num_attention_heads + 2 * self.groups) * self.head_dim
+
+    @property
+    def q_head_dim(self) -> int:
+        """MLA's query and key head width (MultiLatentAttention.q_head_dim)."""
+        return self.qk_head_dim + self.qk_pos_emb_head_dim
+
+    @property
+    def attn_out(self) -> int:
+        """Input features of linear_proj (all heads): MLA's heads are v_head_dim wide."""
+        return self.num_attention_heads * (self.v_head_dim if self.multi_latent_attention else self.head_dim)
 
     @property
     def moe(self) -> bool:
@@ -71,7 +89,6 @@ class Shape:
 # expert, dense and MoE layers as moe_layer_freq places them); a budget of a config that sets one says so (evalN N2:
 # DeepSeek-V3's run config was costed as plain attention)
 UNMODELLED = {
-    "multi_latent_attention": (False, "multi-latent attention (its down- and up-projections, not QKV)"),
     "mtp_num_layers": (None, "multi-token prediction layers"),
 }
 
@@ -102,6 +119,9 @@ def in_config(model: dict | None, source: str | None = None) -> dict:
     names = {f.name for f in fields(Shape)}
     out = {}
     for k, v in (model or {}).items():
+        if k in NULLABLE and v is None and k in (model or {}):
+            out[k] = None  # (MLA's q_lora_rank: null is no query down projection, not unset)
+            continue
         if k not in names or v is None:
             continue
         if isinstance(v, (int, bool)):
@@ -145,11 +165,17 @@ def of(model: str | None, given: dict, said: str | None = None, fits=None) -> tu
     return Shape(**values), "; ".join(origin)
 
 
+# Shape keys whose null is a value (not Bridge's unset): MLATransformerConfig's q_lora_rank None builds linear_q_proj
+NULLABLE = frozenset({"q_lora_rank"})
+
+
 # Plausibility bounds of a transformer's shape (well above any published model): a budget of a shape beyond them
 # is a typo, and a shape's layers and experts are listed one by one.
 BOUNDS = {"num_layers": 4096, "hidden_size": 1 << 18, "ffn_hidden_size": 1 << 21, "num_attention_heads": 4096,
           "num_query_groups": 4096, "kv_channels": 1 << 12, "vocab_size": 1 << 24, "num_moe_experts": 4096,
-          "moe_router_topk": 4096, "moe_ffn_hidden_size": 1 << 21, "moe_shared_expert_intermediate_size": 1 << 21}
+          "moe_router_topk": 4096, "moe_ffn_hidden_size": 1 << 21, "moe_shared_expert_intermediate_size": 1 << 21,
+          "q_lora_rank": 1 << 18, "kv_lora_rank": 1 << 18, "qk_head_dim": 1 << 12, "qk_pos_emb_head_dim": 1 << 12,
+          "v_head_dim": 1 << 12}
 
 
 def check_given(model: str | None, given: dict | None) -> None:
@@ -241,17 +267,22 @@ def _check(values: dict) -> None:
 # -- FLOPs of one micro-batch on one GPU (forward; backward is twice) -------------------------------------------------
 
 
-def layer_flops(shape: Shape, tokens: int, seq: int, tp: int, cp: int, moe: bool | None = None) -> dict:
+def layer_flops(shape: Shape, tokens: int, seq: int, tp: int, cp: int, moe: bool | None = None, sp: bool = True) -> dict:
     """Forward FLOPs of one transformer layer on one GPU for `tokens` tokens of sequences `seq` long, by GEMM
     (what TP's collectives overlap with) and the attention core (causal: half the score matrix). moe: a MoE layer's
-    (default: the shape's kind), with its shared expert's fc1 and fc2 (shared_fc1, shared_fc2) where it has one."""
+    (default: the shape's kind), with its shared expert's fc1 and fc2 (shared_fc1, shared_fc2) where it has one.
+    MLA's attention GEMMs (mla.flops) in place of qkv; sp: sequence parallel (MLA's duplicated down projections run
+    on the rank's sequence shard with it, on every token of every TP rank without)."""
     h, split = shape.hidden_size, tp * cp
     moe = shape.moe if moe is None else moe and shape.moe
-    out = {
-        "qkv": 2 * tokens * h * shape.qkv_out / split,
-        "attention": 2 * 2 * tokens * seq * shape.num_attention_heads * shape.head_dim * 0.5 / split,
-        "proj": 2 * tokens * shape.num_attention_heads * shape.head_dim * h / split,
-    }
+    if shape.multi_latent_attention:
+        out = mla.flops(shape, tokens, seq, tp, cp, sp)
+    else:
+        out = {
+            "qkv": 2 * tokens * h * shape.qkv_out / split,
+            "attention": 2 * 2 * tokens * seq * shape.num_attention_heads * shape.head_dim * 0.5 / split,
+            "proj": 2 * tokens * shape.num_attention_heads * shape.head_dim * h / split,
+        }
     if moe:
         ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
         routed = tokens * shape.moe_router_topk
@@ -321,11 +352,13 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
     numbers = range(layers) if numbers is None else numbers
     for i, number in zip(range(layers), numbers):
         p = f"decoder.layers.{i}."
-        # Attention.__init__ builds linear_proj before SelfAttention builds linear_qkv (TE fuses the input norm into it)
-        out += [(p + "self_attention.linear_proj.weight", h * (shape.num_attention_heads * shape.head_dim // tp), False),
-                (p + "self_attention.linear_qkv.layer_norm_weight", h, False),
-                (p + "self_attention.linear_qkv.weight", shape.qkv_out // tp * h, False)]
-        if shape.qk_layernorm:  # SelfAttention builds them after linear_qkv, one head wide
+        if shape.multi_latent_attention:
+            out += mla.params(shape, tp, p)
+        else:  # Attention.__init__ builds linear_proj before SelfAttention builds linear_qkv (TE fuses the input norm into it)
+            out += [(p + "self_attention.linear_proj.weight", h * (shape.num_attention_heads * shape.head_dim // tp), False),
+                    (p + "self_attention.linear_qkv.layer_norm_weight", h, False),
+                    (p + "self_attention.linear_qkv.weight", shape.qkv_out // tp * h, False)]
+        if shape.qk_layernorm and not shape.multi_latent_attention:  # SelfAttention builds them after linear_qkv
             out += [(p + "self_attention.q_layernorm.weight", shape.head_dim, False),
                     (p + "self_attention.k_layernorm.weight", shape.head_dim, False)]
         if shape.is_moe_layer(number):  # the router, then grouped experts (TEGroupedMLP: every fc1, then every fc2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from . import mla
 from .collective import ACT_BYTES, GATHER_BYTES, Item
 from .layout import link_of
 from .userbuffers import ASYNC_GEMMS, UB_GEMMS, ub_exposed
@@ -36,19 +37,20 @@ def _collectives(lay, shape, system, layers, m, tokens, gemm_s, again, mlp) -> l
     times = layers * m
     if lay.sp:
         ub = {g: c for g, (c, _) in UB_GEMMS.items()}
-        gemms = {g: gemm_s[layer] for g, (_, layer) in UB_GEMMS.items()}
-        backward = {g: (c, gemm_s[layer]) for g, (c, layer) in ASYNC_GEMMS.items()}
+        gemms = {g: gemm_s.get(layer, 0.0) for g, (_, layer) in UB_GEMMS.items()}
+        backward = {g: (c, gemm_s.get(layer, 0.0)) for g, (c, layer) in ASYNC_GEMMS.items()}
         what = {"all_gather": "sequence-parallel inputs (forward) and output gradients (backward)",
                 "reduce_scatter": "row-parallel outputs (forward)"}
     else:  # the row-parallel outputs' all-reduce forward; the input gradients' beside wgrad, async
         ub = {"proj_fprop": "all_reduce", "fc2_fprop": "all_reduce"}
         gemms = {g: gemm_s[UB_GEMMS[g][1]] for g in ub}
-        backward = {"qkv_wgrad": ("all_reduce", gemm_s["qkv"]), "fc1_wgrad": ("all_reduce", gemm_s["fc1"])}
+        backward = {"qkv_wgrad": ("all_reduce", gemm_s.get("qkv", 0.0)), "fc1_wgrad": ("all_reduce", gemm_s["fc1"])}
         what = {"all_reduce": "row-parallel partial sums (forward)"}
     experts = frozenset() if mlp else MLP_GEMMS  # a MoE layer's routed experts: no TP collectives of a dense MLP's
+    experts |= QKV_GEMMS if shape.multi_latent_attention else frozenset()  # MLA's: mla.tp_collectives
     ub = {g: c for g, c in ub.items() if g not in experts}
     backward = {g: v for g, v in backward.items() if g not in experts}
-    on = userbuffers_run(lay)
+    on = userbuffers_run(lay, shape)
     frozen = lay.peft is not None
     if frozen:  # no wgrad GEMM: the input gradient's collective has nothing beside it; the re-gather for wgrad is
         # skipped (TE: ln_out_needs_gather needs weight.requires_grad) unless userbuffers' bulk dgrad runs it anyway
@@ -81,6 +83,8 @@ def _collectives(lay, shape, system, layers, m, tokens, gemm_s, again, mlp) -> l
                           else "input gradients, beside wgrad (async)")
         out.append(item(c, [g for g, (x, _) in backward.items() if x == c], lambda one, g: min(one, backward[g][1]),
                         what_it_is, None))
+    if shape.multi_latent_attention:
+        out += mla.tp_collectives(lay, shape, system, link, times, gemm_s, runs["qkv_fprop"])
     return out + _adapter_collectives(lay, system, link, elements * ACT_BYTES, times)
 
 
@@ -111,9 +115,11 @@ def _plain_gemms(lay) -> frozenset:
     return frozenset(f"{g}_fprop" for g in lay.peft.layernorm_fused) if lay.peft else frozenset()
 
 
-def userbuffers_run(lay) -> bool:
-    """TP overlap on, with sequence parallel and the TP group inside one NVLink domain: what userbuffers need."""
-    return lay.tp > 1 and lay.settings["tp_comm_overlap"] and lay.sp and link_of(lay, 1, lay.tp) == "nvlink"
+def userbuffers_run(lay, shape=None) -> bool:
+    """TP overlap on, with sequence parallel and the TP group inside one NVLink domain: what userbuffers need; not
+    with MLA, whose first down projection turns the model's tp_comm_overlap off as it is built (mla.ASSUMPTION)."""
+    mla_model = shape is not None and shape.multi_latent_attention
+    return lay.tp > 1 and lay.settings["tp_comm_overlap"] and lay.sp and link_of(lay, 1, lay.tp) == "nvlink" and not mla_model
 
 
 # The dense MLP's TP GEMMs that a MoE layer without a shared expert does not run: its experts are grouped GEMMs
@@ -122,6 +128,7 @@ def userbuffers_run(lay) -> bool:
 # (megatron/core/transformer/moe/token_dispatcher.py). A shared expert is an MLP (SharedExpertMLP, its linears named
 # fc1 and fc2 as the dense MLP's: the same userbuffers) and runs them.
 MLP_GEMMS = frozenset(g for g in (*UB_GEMMS, *ASYNC_GEMMS) if g.startswith(("fc1", "fc2")))
+QKV_GEMMS = frozenset(g for g in (*UB_GEMMS, *ASYNC_GEMMS) if g.startswith("qkv"))  # MLA has no linear_qkv
 
 
 def sm_margin_s(lay, mlp: bool, system, gemm_s) -> float:
