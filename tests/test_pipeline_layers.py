@@ -137,3 +137,18 @@ def test_first_and_last_counts_without_a_layer_count_leave_the_vpp_unchecked():
     assert all("model.virtual_pipeline_model_parallel_size" not in f.fix_overrides for f in r.findings)
     set_vpp = api.resolve({**over, "model.virtual_pipeline_model_parallel_size": 2}, recipe="qwen3_14b_pretrain_config", gpus=32)
     assert "PIPELINE_LAYERS_NOT_CHECKED" in {f.id for f in set_vpp.findings}
+
+
+@pytest.mark.parametrize("over", [{"model.overlap_p2p_comm": True},
+                                  {"model.overlap_p2p_comm": True, "comm_overlap.tp_comm_overlap": True}])
+def test_no_finding_offers_an_unchecked_vpp(over):
+    """recheck58 AE1: MODEL_KNOB_OVERWRITTEN offered VPP 2 as proven for DeepSeek-V2 (60 layers at PP 4: 15 a stage,
+    which GPTModelProvider.provide refuses to chunk in two) beside PP_OVERLAP_NOT_SELECTED's "none as proven"; with
+    the layer count given, the VPP offered divides each stage's layers."""
+    name = "deepseek_v2_pretrain_128gpu_h100_bf16_config"
+    found = api.resolve(over, recipe=name).findings
+    assert not [f.id for f in found if "model.virtual_pipeline_model_parallel_size" in (f.fix_overrides or {})]
+    counted = api.resolve({**over, "model.num_layers": 60}, recipe=name).findings
+    offered = {f.fix_overrides["model.virtual_pipeline_model_parallel_size"] for f in counted
+               if "model.virtual_pipeline_model_parallel_size" in (f.fix_overrides or {})}
+    assert offered and all((60 // 4) % vpp == 0 for vpp in offered)

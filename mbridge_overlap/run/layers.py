@@ -69,6 +69,12 @@ def flexible(req: Request, hybrid: bool = False) -> bool:
     return counts if hybrid else counts or layout_set(req) or embedding or loss
 
 
+def vpp_checked(req: Request) -> bool:
+    """Whether a VPP is checked against each stage's layers (evalU V1): the layer count is known, or a layout gives
+    the stages; first/last stage counts alone leave the middle stages' unknown (recheck57 AD4)."""
+    return known(req) is not None or layout_set(req)
+
+
 def layout_set(req: Request) -> bool:
     return str(req.context.get("model.pipeline_model_parallel_layout")).strip().lower() not in ("none", "null", "")
 

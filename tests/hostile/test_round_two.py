@@ -459,7 +459,7 @@ DIGITS = dict(count("digits", {
     "gpus_fullwidth": ["plan", "--gpus", "\uff18"], "gpus_arabic": ["plan", "--gpus", "\u0668"], "gpus_underscore": ["plan", "--gpus", "1_6"],
     "tp_fullwidth": ["plan", "--gpus", "8", "--tp", "\uff12"],
     "override_fullwidth": ["resolve", "--gpus", "8", "model.tensor_model_parallel_size=\uff12"],
-    "override_underscore": ["resolve", "--gpus", "8", "model.tensor_model_parallel_size=1_0"],
+    # (an override's 1_0 is Hydra's number 10, as Bridge takes it: recheck58 AE2, tests/hostile/test_round_eighteen.py)
     "bidi_in_key": ["resolve", "--gpus", "8", "model.tensor_model_parallel_size\u202e=2"],
     "zero_width_in_key": ["resolve", "--gpus", "8", "model.tensor_\u200bmodel_parallel_size=2"],
     "cyrillic_a_in_key": ["resolve", "--gpus", "8", "model.tensor_model_p\u0430rallel_size=2"],

@@ -37,7 +37,7 @@ def pipeline_layers_not_checked(state: State):
     model = state.model
     pp, vpp = model["pipeline_model_parallel_size"], model["virtual_pipeline_model_parallel_size"]
     req = state.request
-    if pp > 1 and (vpp or 1) > 1 and layers.known(req) is None and not layers.layout_set(req):
+    if pp > 1 and (vpp or 1) > 1 and not layers.vpp_checked(req):
         yield make("PIPELINE_LAYERS_NOT_CHECKED", pp=pp, vpp=vpp)
 
 

@@ -20,8 +20,8 @@ _MOE_PRECONDITION_FIXES = {
     "overlap_moe_expert_parallel_comm is only supported when moe_token_dispatcher_type == 'alltoall' or 'flex'":
         lambda s: {"model.moe_token_dispatcher_type": "alltoall"},
     "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1":
-        lambda s: {"model.virtual_pipeline_model_parallel_size": vpp} if (vpp := layers.interleaved_vpp(s)) and (
-            layers.known(s.request) is not None or layers.layout_set(s.request)) else None,  # (evalX X2-5, AD4)
+        lambda s: {"model.virtual_pipeline_model_parallel_size": vpp} if (vpp := layers.interleaved_vpp(s))
+        and layers.vpp_checked(s.request) else None,  # (evalX X2-5)
     "disable full recomputation when enabling overlap_moe_expert_parallel_comm":
         lambda s: {"model.recompute_granularity": None, "model.recompute_method": None, "model.recompute_num_layers": None},
     "disable recomputation method when enabling overlap_moe_expert_parallel_comm":

@@ -64,7 +64,7 @@ def pp_overlap(state: State):
     # a VPP must split each stage's layers evenly, which only a known layer count checks (evalU V1: VPP 2 was offered
     # for Gemma 3 VL's 31 layers a stage, which the model build refuses)
     unchecked = (ask is not None and "model.virtual_pipeline_model_parallel_size" not in req.explicit and (vpp or 1) <= 1
-                 and layers.known(req) is None and not layers.layout_set(req))  # (AD4: counts leave the middle unknown)
+                 and not layers.vpp_checked(req))
     change = {} if (vpp or 1) > 1 and not from_layout else {"model.virtual_pipeline_model_parallel_size": ask} if ask else {}
     if req.comm_overlap is None:
         why = "no comm_overlap section"
@@ -149,7 +149,8 @@ def _by_comm_overlap_model(state, key, name, requested, effective):
     m = state.model
     if name == "overlap_p2p_comm" and requested and m["pipeline_model_parallel_size"] > 1 \
             and (m["virtual_pipeline_model_parallel_size"] or 1) == 1:
-        if vpp := layers.interleaved_vpp(state):  # the schedule that overlaps P2P: as asked
+        # the schedule that overlaps P2P: as asked, where the VPP is checked (recheck58 AE1) and no provider refuses it
+        if (vpp := layers.interleaved_vpp(state)) and layers.vpp_checked(state.request) and not vpp_refusal(state):
             candidates.insert(0, {"model.virtual_pipeline_model_parallel_size": vpp})
     return "MODEL_KNOB_OVERWRITTEN", candidates
 
