@@ -214,3 +214,16 @@ def test_moe_overlap_s_vpp_fix_needs_the_layer_count_as_every_vpp_fix_does():
     (g,) = [f for f in api.resolve({**over, "model.num_layers": 46}, recipe=recipe).findings if f.id == "MOE_OVERLAP_REJECTED"]
     vpp = g.fix_overrides.get("model.virtual_pipeline_model_parallel_size")
     assert vpp is None or 23 % vpp == 0
+
+
+def test_a_shape_megatron_core_refuses_is_no_config_that_does_not_run():
+    """recheck58 AE3: a shared expert of 1001 at TP 2 runs through Bridge's config step; the budget refuses the shape
+    (SHAPE_REFUSED_BY_MEGATRON_CORE, an error it adds itself), and none of the fixes changes the shape: the all-fixes
+    line said the budget 'may add or settle findings' once the config runs."""
+    from mbridge_overlap.output import text
+
+    over = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True,
+            "model.moe_shared_expert_intermediate_size": 1001}
+    d = api.resolve(over, recipe="qwen3_30b_a3b_pretrain_config", gpus=16).to_dict()
+    assert [f["id"] for f in d["findings"] if f["severity"] == "error"] == ["SHAPE_REFUSED_BY_MEGATRON_CORE"]
+    assert "may add or settle findings" not in text.resolution(d)

@@ -82,8 +82,10 @@ def _inputs(d: dict) -> list[str]:
 
 def resolution(d: dict) -> str:
     lines = [_head(d, "resolve")] + _inputs(d) + [""] + _modes(d["modes"]) + [""] + _requested(d) + [""] + _effective(d["effective"]) + _env(d)
-    # (no budget because the config does not run: budget.needs's first reason, an error of the answer)
-    budgetless = "unavailable" in (d.get("budget") or {}) and any(f["severity"] == "error" for f in d["findings"])
+    # (no budget because the config does not run: budget.needs's first reason, an error of the answer other than the
+    # budget's own refusal of the shape, which none of the fixes changes: recheck58 AE3)
+    budgetless = "unavailable" in (d.get("budget") or {}) and any(
+        f["severity"] == "error" and f["id"] != "SHAPE_REFUSED_BY_MEGATRON_CORE" for f in d["findings"])
     fixes = _all_fixes(d.get("all_fixes"), d["requested"]["comm_overlap"] is None, budgetless)
     return _lines(lines + [""] + _findings(d["findings"]) + fixes + _budget_brief(d.get("budget")))
 
