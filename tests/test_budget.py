@@ -683,3 +683,14 @@ def test_a_recipe_s_own_unmodelled_field_is_said():
     b = api.budget({"model.pipeline_model_parallel_size": 2}, recipe="glm45_air_106b_pretrain_32gpu_h100_bf16_config",
                    shape=shape).to_dict()["budget"]
     assert any("model.mtp_num_layers=1" in a for a in b["assumptions"])
+
+
+@pytest.mark.parametrize("off", [{"model.mtp_num_layers": "null"}, {"model.mtp_num_layers": "0"}])
+def test_an_override_that_turns_an_unmodelled_field_off_is_not_said(off):
+    """recheck58 AE7: model.mtp_num_layers=null (the command line's text) was said 'not modelled' (Megatron-Core
+    builds no MTP block for None: get_mtp_ranks returns [])."""
+    shape = {"num_layers": 46, "hidden_size": 4096, "ffn_hidden_size": 10944, "num_attention_heads": 96, "num_query_groups": 8,
+             "kv_channels": 128, "vocab_size": 151552, "num_moe_experts": 128, "moe_router_topk": 8, "moe_ffn_hidden_size": 1408}
+    b = api.budget({"model.pipeline_model_parallel_size": 2, **off},
+                   recipe="glm45_air_106b_pretrain_32gpu_h100_bf16_config", shape=shape).to_dict()["budget"]
+    assert not any("mtp_num_layers" in a for a in b["assumptions"])

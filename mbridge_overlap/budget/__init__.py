@@ -84,9 +84,20 @@ def _model_fields(sc) -> dict:
     out = dict((sc.config.raw.get("model") or {}) if sc.config is not None else {})
     # (evalX X2-2: a recipe's own modelled field, GLM-4.5-Air's mtp_num_layers=1, was not said to be left out)
     out.update({k: v for k, v in sc.request.model.items() if k in UNMODELLED and v is not None})
-    out.update({k.partition(".")[2]: v for k, v in sc.request.context.items() if k.startswith("model.")})
-    out.update({k.partition(".")[2]: v for k, v in (sc.overrides or {}).items() if k.startswith("model.")})
+    for given in (sc.request.context, sc.overrides or {}):  # (as given: a command line's text, typed as Hydra types it)
+        out.update({k.partition(".")[2]: _as_hydra_types(k, v) for k, v in given.items() if k.startswith("model.")})
     return out
+
+
+def _as_hydra_types(key: str, value):
+    """A command-line text as Hydra types it (recheck58 AE7: model.mtp_num_layers=null, =false were 'not modelled'),
+    else the value as it is."""
+    from ..run import hydra
+
+    try:
+        return hydra.value_of(key, value) if isinstance(value, str) else value
+    except UsageError:
+        return value
 
 
 def _overridden(sc, shapes) -> dict:
