@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from mbridge_overlap import api
 
 
@@ -58,3 +60,32 @@ def test_another_release_s_wording_is_not_called_a_gap_in_the_rules(tmp_path):
     d = api.diagnose([log], recipe="gpt_oss_120b_pretrain_64gpu_gb200_bf16_config").to_dict()
     (cause,) = [c for c in d["causes"] if any("MTP layernum" in e["logged"] for e in c["evidence"])]
     assert "gap in the rules" not in cause["analysis"] and "megatron-core 0.19.2" in cause["analysis"]
+
+
+_VERL = """Traceback (most recent call last):
+  File "/opt/verl/verl/workers/actor/megatron_actor.py", line 533, in forward_backward_batch
+    losses_reduced = forward_backward_func(
+{bridge}  File "/usr/local/lib/python3.10/dist-packages/megatron/core/pipeline_parallel/schedules.py", line 466, in backward_step
+    custom_backward(output_tensor[0], output_tensor_grad[0])
+  File "/usr/local/lib/python3.10/dist-packages/megatron/core/distributed/distributed_data_parallel.py", line 489, in hook
+    assert (
+AssertionError: param.grad being None is not safe when overlap_grad_reduce is True
+"""
+_BRIDGE_FRAME = """  File "/opt/Megatron-Bridge/src/megatron/bridge/training/train.py", line 310, in train_step
+    losses_reduced = forward_backward_func(
+"""
+
+
+@pytest.mark.parametrize("bridge, said", [("", True), (_BRIDGE_FRAME, False)])
+def test_a_run_another_framework_drives_is_said_not_to_be_bridge_s(tmp_path, bridge, said):
+    """evalY Y3-1: a verl run's DDP assert got Bridge's comm_overlap.overlap_grad_reduce=false as its fix with nothing
+    said; its knob is Megatron-Core's DistributedDataParallelConfig.overlap_grad_reduce, which verl sets. A traceback
+    through Bridge's training loop is Bridge's."""
+    log = tmp_path / "worker.log"
+    log.write_text(_VERL.format(bridge=bridge))
+    d = api.diagnose(str(log)).to_dict()
+    assert "GRAD_NONE_WITH_OVERLAP_GRAD_REDUCE" in {c["id"] for c in d["causes"]}
+    notes = [n for n in d["notes"] if n.startswith("not a Bridge run")]
+    assert bool(notes) is said
+    if said:
+        assert "verl/workers/actor/megatron_actor.py" in notes[0] and "DistributedDataParallelConfig" in notes[0]

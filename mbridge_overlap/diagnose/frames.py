@@ -83,6 +83,10 @@ MODEL_CALLS = [(re.compile(r"megatron/core/pipeline_parallel/schedules\.py$"),
 # names megatron.
 MEGATRON_FAMILY = re.compile(r"megatron|mcore|transformer_engine|(?:^|/)nemo(?:_\w+)?/|(?:^|/)apex/|(?:^|/)slime(?:_plugins)?/"
                              r"|(?:^|/)flagscale/", re.I)
+# Megatron-Core's own code and what it calls (Transformer Engine, apex), and Bridge's: a traceback through Megatron-Core
+# from code of neither is a run another framework drives (evalY Y3-1: verl's Megatron workers), not Bridge's.
+CORE = re.compile(r"megatron/core/|(?:^|/)transformer_engine/|(?:^|/)apex/")
+BRIDGE = re.compile(r"megatron/bridge/")
 NEUTRAL = re.compile(r"(?:^|/)torch/|(?:^|/)bin/torchrun$|/lib/python3[\d.]*/(?!(?:site|dist)-packages/)|^<|megatron/core/utils\.py$"
                      r"|transformer_engine/pytorch/distributed\.py$")
 

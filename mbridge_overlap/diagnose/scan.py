@@ -98,6 +98,8 @@ class Scan:
     times: int = 0  # iteration times kept, all sources
     megatron_frames: bool = False  # a traceback frame of Megatron's family's code was seen (_owner)
     foreign_frames: bool = False  # and one of another trainer's
+    bridge_frames: bool = False  # a frame of Megatron-Bridge's code
+    driver: str | None = None  # the first frame's path of code other than Megatron-Core's, TE's and Bridge's
     sources: dict = field(default_factory=dict)  # source -> {"lines": n, "ranks": set, "text": any line not blank}
     _frames: dict = field(default_factory=dict)  # (source, rank) -> [path, line, function, source line or None]
     _on_path: dict = field(default_factory=dict)  # (source, rank) -> the innermost overlap-path frame of its traceback
@@ -295,6 +297,8 @@ class Scan:
         self._merge_facts(part.facts)
         self.megatron_frames |= part.megatron_frames
         self.foreign_frames |= part.foreign_frames
+        self.bridge_frames |= part.bridge_frames
+        self.driver = self.driver or part.driver
         if part.summary is not None and part.summary.done:
             if self.summary is not None and self.summary.done:
                 self._compare_summary(part.summary, part.summary_from)
@@ -310,6 +314,10 @@ class Scan:
             self.megatron_frames = True
         elif not frames.neutral(path):
             self.foreign_frames = True
+        if frames.BRIDGE.search(path):
+            self.bridge_frames = True
+        elif self.driver is None and not frames.CORE.search(path) and not frames.neutral(path):
+            self.driver = path
 
     @property
     def foreign(self) -> bool:

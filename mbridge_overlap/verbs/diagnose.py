@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from ..upstream import releases
 from ..errors import UsageError
-from ..safeio import esc, same_files
+from ..safeio import esc, same_files, shown
 from ..diagnose import messages, parallel, reader, report
 from ..diagnose.summary import MAX_BLOCK_LINES
 from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, Scan
@@ -139,6 +139,15 @@ def _tp_across_domains(diag, scans) -> None:
                                        f"{diag.facts['tp_groups_across_domains'][:4]}"))
 
 
+def _not_bridge(driver: str) -> str:
+    """evalY Y3-1: a verl run's fix was given as Bridge's comm_overlap.overlap_grad_reduce=false, with nothing said."""
+    return (f"not a Bridge run as far as the log shows: its tracebacks reach Megatron-Core from other code (first: "
+            f"{shown(driver[-120:])}), through no Megatron-Bridge frame, and it prints no Bridge configuration "
+            "summary. There the knobs are Megatron-Core's own fields, set through that framework's config: ddp.NAME and "
+            "comm_overlap.overlap_grad_reduce or overlap_param_gather are DistributedDataParallelConfig.NAME, model.NAME "
+            "and comm_overlap.tp_comm_overlap TransformerConfig.NAME; the fixes are written in Bridge's keys")
+
+
 def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inputs) -> None:
     from ..run import scenario
 
@@ -171,6 +180,8 @@ def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inp
                            + (f" after {MAX_BLOCK_LINES:,} lines" if summary.truncated else "") if cut else
                            "no config: the log holds no Bridge configuration summary")
                           + "; pass --config run_config.yaml or --recipe to link each cause to the config analysis")
+        if scan.driver and scan.megatron_frames and not scan.bridge_frames:
+            diag.notes.append(_not_bridge(scan.driver))
         return
     report.link(diag, sc, origin, unknown)
     diag.notes.extend(sc.notes)  # what the scenario says of itself (recheck53 X5: a recipe's dispatcher by the GPU)
