@@ -362,7 +362,7 @@ def test_cut_off_instances_match_while_they_show_the_anchor(release):
     for e in cat.entries:
         if e.origin != "python" or not e.matchable or "\n" in (e.template or ""):
             continue
-        tokens = M.tokens_of(e.pattern)
+        tokens = M._unlevelled(M.tokens_of(e.pattern))  # (as the matcher reads it: without a leading level word)
         if isinstance(tokens[-1], M.Group) or len(tokens[-1]) < 12:
             continue
         (part, anchor, end), *_ = cat.anchors(e.id)
@@ -375,9 +375,16 @@ def test_cut_off_instances_match_while_they_show_the_anchor(release):
         if literal - (len(line) - len(cut)) < max(M.MIN_CUT_CHARS, end):
             continue
         hits = [h for h in cat.match(cut) if h.entry.id == e.id]
+        if not hits and _begins_another(cat, e, e.template[:len(e.template) - drop].rstrip()):
+            continue  # a cut-off line that begins two messages is neither (Megatron-LM #1069's title)
         assert hits and hits[0].truncated, (e.id, cut)
         checked += 1
     assert checked > 500
+
+
+def _begins_another(cat, entry, head: str) -> bool:
+    return any(x.template and x.template != entry.template and x.template.startswith(head) for x in cat.entries
+               if x.matchable)
 
 
 # -- lines that are no overlap message ---------------------------------------------------------------------------------

@@ -426,6 +426,13 @@ def _place(text: str, pieces: list, head: bool, lo: int, hi: int, lines: bool = 
         pos = nl + 1
 
 
+def _read(h: "Hit") -> int:
+    """How much of a line a hit reads as its message's text (a placeholder that swallows the rest reads none of it)."""
+    return h.span[1] - h.span[0] - sum(len(g) for g in h.groups)
+
+
+_FIELD = re.compile(r"\{[^{}]*\}")  # a template's placeholder, whatever it names
+
 # The level a message's own text starts with (print("WARNING: ...")): a line quoted without it is still the message
 _LEVEL = re.compile(r"(?:WARNING|Warning|WARN|ERROR|INFO|NOTE|Note) ?: +")
 
@@ -634,6 +641,15 @@ class Catalog:
         self._by_base = by_base
 
     # -- queries -------------------------------------------------------------------------------------------------
+    def _one_message(self, a: Entry, b: Entry) -> bool:
+        """Whether two entries print one message: the same text (placeholders' names aside: one text raised in two
+        places, or by two packages), or wordings of one message (another release's, as the one it is a variant of)."""
+        def texts(e: Entry) -> set:
+            base = self._by_id.get(e.current) if e.current else None
+            return {_FIELD.sub("{}", x.template or x.id) for x in (e, base) if x is not None}
+
+        return bool(texts(a) & texts(b))
+
     def by_id(self, entry_id: str) -> Entry | None:
         return self._by_id.get(entry_id)
 
@@ -726,8 +742,10 @@ class Catalog:
                                           m.part)))
         if len(hits) > 1:
             hits.sort(key=lambda x: (x[0], -x[1].literal, x[2].span[0], x[1].order))
-            if hits[0][0] and len({h.entry.template for _, _, h in hits}) > 1:
-                return []  # a cut-off line that begins several messages is none of them
+            if hits[0][0]:  # a cut-off line: the message it reads most of, and none where two read as much
+                hits.sort(key=lambda x: -_read(x[2]))
+                if _read(hits[1][2]) == _read(hits[0][2]) and not self._one_message(hits[0][2].entry, hits[1][2].entry):
+                    return []
         return [h for _, _, h in hits]
 
     def frame(self, path: str, function: str, source_line: str | None = None, line: int | None = None) -> list[Entry]:
