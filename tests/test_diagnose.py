@@ -727,3 +727,21 @@ def test_a_short_message_is_matched_by_its_words():
         assert cause["id"] == "OVERLAP_PATH_ERROR" and "comm_overlap.tp_comm_overlap" in cause["knobs"], text
     for text in ("manager not initialized", "the ub_manager was not initialized because the job stopped early before"):
         assert _diagnose_text(text + "\n")["causes"] == [], text
+
+
+@pytest.mark.parametrize("lines, crashed", [
+    (["!!! [UBP2P] UBuf 1", "Fatal Python error: Aborted"], True),
+    (["!!! [UB] Create Userbuffers Communicator", "pybind11::handle::dec_ref() is being called while the GIL is either "
+      "not held or invalid."], True),
+    (["Fatal Python error: Aborted"], False),  # no userbuffers setup began
+    (["!!! [UB] Register UBuf 1", " iteration        1/  100 | consumed samples:           64 | elapsed time per "
+      "iteration (ms): 9000.1 |", "Fatal Python error: Segmentation fault"], False),  # it trained: not the setup
+])
+def test_a_native_crash_during_the_userbuffers_setup_is_tp_overlap_s(lines, crashed):
+    """Corpus batch 13's TE #3199: TE 2.17's initialize_ub aborted after '!!! [UBP2P] UBuf 1' and diagnose said 'none
+    on the overlap path'; a crash with no userbuffers setup, or after iterations, stays unattributed."""
+    d = _diagnose_text("\n".join(lines) + "\n")
+    ids = [c["id"] for c in d["causes"]]
+    assert ("UB_SETUP_CRASHED" in ids) is crashed, ids
+    if crashed:
+        assert d["causes"][0]["knobs"] == ["comm_overlap.tp_comm_overlap"]

@@ -469,7 +469,7 @@ class Scan:
             sizes = [_size(g) for g in m.groups()] if m else []
             if sizes and all(sizes):
                 self.facts.setdefault("world_size", sizes[0] * sizes[1] * sizes[2] * sizes[3])
-        elif entry.id == "native.ub_create_communicator":
+        elif entry.id in ("native.ub_create_communicator", "native.ub_register_ubuf", "native.ub_p2p_ubuf"):
             self.facts["ub_started"] = True
         elif entry.id == "native.ub_mc_initialized":
             self.facts["ub_multicast"] = True

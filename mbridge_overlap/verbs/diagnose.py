@@ -10,8 +10,10 @@ else Bridge's configuration summary in the log (printed by rank 0 after runtime_
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
+from .. import findings
 from ..upstream import releases
 from ..errors import UsageError
 from ..safeio import esc, same_files, shown
@@ -63,6 +65,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
         diag.notes.extend(_summaries_differ(scan))
     report.classify(diag)
     _tp_across_domains(diag, scans)
+    _ub_setup_crashed(diag, scans)
     if compare:
         same = same_files(*listed)  # one file (or folder) as BEFORE and AFTER (fuzzH H12), or some files of both
         if same:
@@ -146,6 +149,23 @@ def _not_bridge(driver: str) -> str:
             "summary. There the knobs are Megatron-Core's own fields, set through that framework's config: ddp.NAME and "
             "comm_overlap.overlap_grad_reduce or overlap_param_gather are DistributedDataParallelConfig.NAME, model.NAME "
             "and comm_overlap.tp_comm_overlap TransformerConfig.NAME; the fixes are written in Bridge's keys")
+
+
+_FATAL = ("native.python_fatal_error", "native.pybind11_gil_not_held")
+
+
+def _ub_setup_crashed(diag, scans) -> None:
+    """A process that died in native code after the userbuffers start-up lines and before any iteration: the
+    userbuffers setup of TP overlap (UB_SETUP_CRASHED; corpus batch 13's TE #3199)."""
+    for _label, scan in scans:
+        fatal = [g for g in scan.groups.values() if g.entry.id in _FATAL]
+        if scan.facts.get("ub_started") and fatal and not scan.times:
+            what = "; ".join(esc(g.text.strip()[:60]) if g.entry.id == _FATAL[0] else "pybind11's GIL check failed"
+                             for g in fatal[:2])
+            finding = report.generic("UB_SETUP_CRASHED")
+            finding = replace(finding, message=findings.record("UB_SETUP_CRASHED")["message"].format(fatal=what))
+            diag.causes.insert(0, report.Cause(finding, fatal, True))
+            return
 
 
 def _link_config(diag, scan: Scan, release, config, recipe, overrides, gpus, inputs) -> None:
