@@ -745,3 +745,25 @@ def test_a_native_crash_during_the_userbuffers_setup_is_tp_overlap_s(lines, cras
     assert ("UB_SETUP_CRASHED" in ids) is crashed, ids
     if crashed:
         assert d["causes"][0]["knobs"] == ["comm_overlap.tp_comm_overlap"]
+
+
+def test_a_short_message_s_words_inside_a_longer_sentence_are_not_it():
+    """recheck59 AF1, AF2: TE's own "ONNX export of quantized output is not supported" (module/linear.py) ended with
+    the userbuffers "Quantized output is not supported" and was read as it; the lead words joined a sentence."""
+    assert not _diagnose_text("NotImplementedError: ONNX export of quantized output is not supported\n")["causes"]
+    assert [c["id"] for c in _diagnose_text('"ub_manager not initialized"\n')["causes"]] == ["OVERLAP_PATH_ERROR"]
+    named = _diagnose_text("[rank0]: RuntimeError: UB manager is not initialized.\n")["causes"]
+    assert [c["id"] for c in named] == ["OVERLAP_PATH_ERROR"]
+
+
+def test_a_message_under_a_branch_keeps_the_knobs_its_code_reads():
+    """recheck59 AF3: TE's "Delayed weight grad computation is not supported with Userbuffers" (raised where a
+    userbuffers GEMM runs and delay_wgrad_compute is on) lost comm_overlap.tp_comm_overlap to its branch's knobs."""
+    text = "".join(f"[rank3]: {line}\n" for line in (
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/dist-packages/transformer_engine/pytorch/module/linear.py", line 1642, in backward',
+        "    raise NotImplementedError(",
+        "NotImplementedError: Delayed weight grad computation is not supported with Userbuffers (tensor-parallel "
+        "communication overlapping)"))
+    (cause,) = _diagnose_text(text)["causes"]
+    assert "comm_overlap.tp_comm_overlap" in cause["knobs"] and "model.delay_wgrad_compute" in cause["knobs"]

@@ -143,7 +143,7 @@ _OWNERS = {"ddp_config": "ddp", "ddp": "ddp", "optimizer_config": "optimizer", "
 KNOB_SECTIONS = ("model", "ddp", "optimizer", "comm_overlap", "dist", "train", "checkpoint", "dataset", "mixed_precision")
 
 
-def knobs_of(entry: Entry, version: str | None) -> list[str]:
+def knobs_of(entry: Entry, version: str | None, branch: bool = True) -> list[str]:
     """The config fields (Bridge's dotted keys, in the release's ConfigContainer) an entry's code reads: the names in
     its assert condition and its message's fields, and the names with an underscore in its message's words
     (`overlap_grad_reduce` in "... when overlap_grad_reduce is True"); then the names in the tests of the if/elif
@@ -151,7 +151,7 @@ def knobs_of(entry: Entry, version: str | None) -> list[str]:
     than one section has is given for each, unless the code says whose it is (ddp_config., model_cfg., ...)."""
     out: list[str] = []
     code = " ".join(filter(None, (entry.condition, " ".join(entry.fields))))
-    for text, any_name in ((code, True), (entry.template or "", False), (" ".join(entry.branch), True)):
+    for text, any_name in ((code, True), (entry.template or "", False), (" ".join(entry.branch) if branch else "", True)):
         for m in _FIELD.finditer(text):
             if not any_name and "_" not in m["name"]:
                 continue

@@ -12,7 +12,8 @@ that merely mentions several of them is not the message). Only lines that read a
 A short message (fewer than MIN_WORDS words) is matched another way: a line whose words end with all of the message's
 words, in order, identifiers read as words (`ub_manager` is "ub manager"), case, punctuation and the fillers of
 FILLER left out ("ub_manager not initialized" is TE's "UB manager is not initialized."), where the line holds at most
-MAX_LEAD words before them (a rank prefix, an exception's name) and no other message has those words. It needs no
+MAX_LEAD words before them, each a rank, a time, an exception's or a level's name (_LEAD), and no other message of the
+catalog has those words or ends with them. It needs no
 ERRORISH word: the line is the whole message.
 
 The threshold was set on the development part of tests/data/diagnose_corpus/corpus.yaml and the project's own
@@ -48,6 +49,9 @@ FILLER = frozenset("the a an is are was were be been has have".split())
 SAME_MIN = 3  # a short message is matched by its words when it has at least this many (fillers left out)
 MAX_LEAD = 4  # and the line holds at most this many words before them
 _TOKEN = re.compile(r"[a-z0-9]+")
+# a word before a short message that is no part of a sentence: a rank or time (digits), an exception's or a level's
+# name (recheck59 AF1: "ONNX export of" and cuDNN's "FP4 input with" joined a longer sentence to the message)
+_LEAD = re.compile(r"\d|(?:error|exception|warning)$|^(?:rank|default|info|warn|fatal|critical|e|w|i)$")
 
 
 def words_of(text: str) -> set[str]:
@@ -76,8 +80,14 @@ class Fuzzy:
                 key = tokens_of(e.template)
                 if len(key) >= SAME_MIN:
                     by_words.setdefault(key, set()).add(e.id)
+        # no other message of the catalog, of any topic, has those words or ends with them (recheck59 AF2: TE's "ONNX
+        # export of quantized output is not supported" ends with the userbuffers "Quantized output is not supported")
+        ends: dict = {}
+        for e in catalog.entries:
+            for n in {len(k) for k in by_words} if e.template else ():
+                ends.setdefault(tokens_of(_literal(e.template))[-n:], set()).add(FIELD.sub("{}", e.template))
         self.same_words = {k: catalog.by_id(min(ids)) for k, ids in by_words.items()
-                           if len({catalog.by_id(i).template for i in ids}) == 1}
+                           if len(texts := {catalog.by_id(i).template for i in ids}) == 1 and ends[k] <= texts}
         self.same_lengths = sorted({len(k) for k in self.same_words})
         self.same_masked = {tuple(w.translate(_MASK) for w in k) for k in self.same_words}
 
@@ -88,7 +98,7 @@ class Fuzzy:
         if not words or len(words) > MAX_LEAD + (self.same_lengths[-1] if self.same_lengths else 0):
             return None
         for n in self.same_lengths:
-            if n <= len(words) <= n + MAX_LEAD:
+            if n <= len(words) <= n + MAX_LEAD and all(_LEAD.search(w) for w in words[:-n]):
                 key = tuple(words[-n:])
                 if masked:
                     if tuple(w.translate(_MASK) for w in key) in self.same_masked:

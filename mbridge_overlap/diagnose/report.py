@@ -260,9 +260,11 @@ def _path_error(groups: list, cat: messages.Catalog) -> Cause:
     e = groups[0].entry
     condition = f" (it checks {e.condition})" if e.condition else ""
     where = " ".join(filter(None, (e.file, e.function))) or "its native code"
-    knobs = causes.knobs_of(e, cat.requested or cat.version) or causes.native_knobs(e)
+    version = cat.requested or cat.version
+    knobs = causes.knobs_of(e, version, branch=False) or causes.native_knobs(e)
     if not knobs and e.file:  # a message that names no field: the fields its code reads (frames.py)
-        knobs = (frames.overlap_frame(e.file, e.function or "") or ((), []))[1]
+        knobs = list((frames.overlap_frame(e.file, e.function or "") or ((), []))[1])
+    knobs += [k for k in causes.knobs_of(e, version) if k not in knobs]  # and its branches' (recheck59 AF3: in place of them)
     f = findings.make("OVERLAP_PATH_ERROR", knobs=knobs, package=e.package, topic=e.topic.replace("_", " "), where=where,
                       condition=condition)
     related = not knobs or not all(_layout_size(k) for k in knobs) or bool(causes.under_setting(e, cat.requested or cat.version))
