@@ -43,6 +43,25 @@ def model_provider(name: str | None) -> dict:
     return _known_model(name).get("provider") or {}
 
 
+def multi_latent_attention(req: Request, family: str | None) -> str | None:
+    """Where the run is known to build multi-latent attention (model.multi_latent_attention set true by an override or
+    the config; else the recipe's or --model's family, whose Bridge model bridge sets it: budget_models.yaml
+    mla_families), or None: not known to (set false, or a family not listed)."""
+    key = "model.multi_latent_attention"
+    if req.origin.get(key) in ("override", "config") and req.context.get(key) is not None:
+        on = given.flag(key, req.context[key])
+        return (key + "=true " + ("as given" if req.origin[key] == "override" else "in the config")) if on else None
+    found = mla_families().get(family or "")
+    return f"{family}: Bridge 0.6.2's model bridge sets it, {found['source']}" if found else None
+
+
+def mla_families() -> dict:
+    """The recipe model families whose Bridge model bridge builds multi-latent attention, each with its source."""
+    from ..upstream.releases import DATA_DIR, load_yaml
+
+    return load_yaml(DATA_DIR / "budget_models.yaml").get("mla_families") or {}
+
+
 def _known_model(name: str | None) -> dict:
     from ..upstream.releases import DATA_DIR, load_yaml
 

@@ -171,8 +171,9 @@ _OFF_PATH_DDP = ("check_for_nan_in_grad", "check_for_large_grads")
 def accounted_for(state: State, key: str) -> bool:
     """A field the resolver does not model but the answer accounts for all the same: the CP exchange when it is the
     ring (p2p, the budget's; validate() checks the type), and the hierarchical CP sizes, which only a2a+p2p reads
-    (validate() checks them, and that type is itself not modelled)."""
-    if key in ("model.hierarchical_context_parallel_sizes", "dataset.seq_length"):
+    (validate() checks them, and that type is itself not modelled); multi-latent attention, which the budget's shape
+    and TP_OVERLAP_OFF_MLA read."""
+    if key in ("model.hierarchical_context_parallel_sizes", "dataset.seq_length", "model.multi_latent_attention"):
         return True
     return key == "model.cp_comm_type" and str(state.request.context.get(key)).strip().lower() in ("p2p", "none", "null")
 

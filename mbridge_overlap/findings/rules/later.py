@@ -145,3 +145,18 @@ def unsupported_tp_overlap_precision(state: State):
         recipe = state.request.mixed_precision.recipe if state.request.mixed_precision else "the model's precision"
         yield make("TP_OVERLAP_UNSUPPORTED_PRECISION", fix_overrides=o, what=f"{why[0]} ({recipe})", why=why[1],
                    fix=shell("{fix}, as Bridge's recipes with this precision and TP > 1 have it", fix=fix))
+
+
+@check("TP_OVERLAP_OFF_MLA")
+def tp_overlap_off_mla(state: State):
+    """Megatron-Core's TELinear sets the model's shared tp_comm_overlap to False as it builds a linear whose userbuffers
+    name is not qkv, proj, fc1 or fc2: MLASelfAttention's q_down_proj (q_proj without a query down projection), so
+    every module built after the first MLA layer's runs without userbuffers (tests/bridge/test_mla_tp_overlap.py)."""
+    if not state.model["tp_comm_overlap"]:
+        return
+    where = layers.multi_latent_attention(state.request, state.scenario.family)
+    if where is None:
+        return
+    o, fix = fixed(state, "TP_OVERLAP_OFF_MLA", [{owner_key(state, "tp_comm_overlap"): False}])
+    yield make("TP_OVERLAP_OFF_MLA", fix_overrides=o, where=where, tp=state.model["tensor_model_parallel_size"],
+               fix=shell("{fix}, as every Bridge recipe of an MLA model has it (CommOverlapConfig(tp_comm_overlap=False))", fix=fix))
