@@ -11,7 +11,7 @@ import functools
 
 from ..upstream import catalog, releases, presets as ub_presets
 from .. import findings
-from ..run import hydra, launch_env, layout, request, scenario
+from ..run import hydra, launch_env, layers, layout, request, scenario
 from ..run.resolver import bucket_size_a_section_replaces
 from ..run.peft import LORA
 from .. import budget as budgets
@@ -181,7 +181,7 @@ def make_plan(
     else:
         # the MoE practice is that of recipes with expert parallelism; --moe on a layout without it is a dense one here
         # (as the config's own MODE_LEFT_OFF reads it)
-        tp_on, notes = _tp_rule(tp, start.te, blocked, moe and ep > 1)
+        tp_on, notes = _tp_rule(tp, start.te, blocked, moe and ep > 1, layers.multi_latent_attention(start.request, family))
     sizes = {"tp": tp, "cp": cp, **start.shape}
     preset = None
     if tp_on:
@@ -357,12 +357,16 @@ def _blocked_precision(release, entry, prec: dict) -> str | None:
     return problem[0] if problem else None
 
 
-def _tp_rule(tp: int, te: bool, blocked: str | None, moe: bool) -> tuple[bool, list]:
-    """TP overlap by Bridge's rules and its recipes' practice, with the note that says why when it stays off."""
+def _tp_rule(tp: int, te: bool, blocked: str | None, moe: bool, mla: str | None = None) -> tuple[bool, list]:
+    """TP overlap by Bridge's rules and its recipes' practice, with the note that says why when it stays off. mla: where
+    the model is known to build multi-latent attention (layers.multi_latent_attention)."""
     if not layout.tp_overlap_applies(tp, te):
         return False, []
     if blocked:
         why = f"{blocked} cannot go through Transformer Engine's userbuffers (see explain TP_OVERLAP_UNSUPPORTED_PRECISION)"
+    elif mla:
+        why = (f"a multi-latent attention model ({mla}): Megatron-Core turns TP overlap off as it builds the first MLA "
+               "layer, and every Bridge recipe of an MLA model leaves it off (see explain TP_OVERLAP_OFF_MLA)")
     elif moe:
         why = "an MoE model with expert parallelism: none of Bridge's MoE perf recipes with TP > 1 uses it (no code forbids it)"
     else:

@@ -3,7 +3,7 @@ were off, the tuned preset, the launch environment of Bridge's own launchers; an
 
 from __future__ import annotations
 
-from ...run import launch_env, layout, peft
+from ...run import launch_env, layers, layout, peft
 from ...upstream import catalog, releases, presets as ub_presets
 from .. import make, overrides_text, shell
 from ..proof import fails, fixed, probing, proven
@@ -24,8 +24,8 @@ def modes_left_off(state: State):
     moe = model.get("expert_model_parallel_size", 1) > 1 or (state.request.model.get("expert_model_parallel_size") or 1) > 1
     blocked = tp_overlap_precision_problem(state.model)
     if layout.tp_overlap_applies(model["tensor_model_parallel_size"], state.te) and not model["tp_comm_overlap"] and not requested_tp \
-            and not blocked and not moe:
-        o = {"comm_overlap.tp_comm_overlap": True}
+            and not blocked and not moe and layers.multi_latent_attention(state.request, state.scenario.family) is None:
+        o = {"comm_overlap.tp_comm_overlap": True}  # (an MLA model runs none: TP_OVERLAP_OFF_MLA)
         if not model["sequence_parallel"]:
             o["model.sequence_parallel"] = True
         if state.request.comm_overlap is None:
