@@ -492,7 +492,7 @@ def _flatten_section(section: str, body: Mapping, release: Release, strict: bool
             if name not in known and name.lower() not in schema.LAUNCH_ENV_NAMES:
                 _unknown(f"{section}.{name}", strict, skipped, list(modeled) + list(known))
                 continue
-            if name in schema.CONTEXT.get(section, ()):
+            if name in schema.CONTEXT.get(section, ()) or f"{section}.{name}" in schema.CONFIG_READ:
                 out.append((f"{section}.{name}", value))  # read where a rule names it (the layer split, CP, sequence length)
                 continue
             if name.lower() not in schema.LAUNCH_ENV_NAMES:

@@ -256,4 +256,8 @@ CONTEXT = {
     # offline_packing_specs: whether the recipe sets them (validate() checks the packing flags against it)
     "dataset": ["sft", "seq_length", "seq_length_checked", "offline_packing_specs"],
 }
+# Fields a config's value of is read (a rule names it) but the recipe catalog does not record: a recipe's model comes
+# from its checkpoint's config, which the offline stand-in lacks (multi-latent attention: TP_OVERLAP_OFF_MLA, which
+# knows a recipe's from its model family instead).
+CONFIG_READ = frozenset({"model.multi_latent_attention"})
 RECORDED = {s: sorted(set(SECTIONS.get(s, {})) | set(CONTEXT.get(s, ()))) for s in dict.fromkeys([*SECTIONS, *CONTEXT])}
