@@ -71,3 +71,35 @@ def test_a_config_s_mla_fields_are_read_and_q_lora_rank_null_is_none():
     read = shapes.in_config({"multi_latent_attention": True, "q_lora_rank": None, "kv_lora_rank": 512, "v_head_dim": 128})
     assert read == {"multi_latent_attention": True, "q_lora_rank": None, "kv_lora_rank": 512, "v_head_dim": 128}
     assert shapes.of("deepseek_v3", {})[0].multi_latent_attention
+
+
+def test_the_mla_up_projections_recompute_runs_them_and_their_gathers_again():
+    """recheck59 AF4: recompute_modules mla_up_proj (DeepSeek-V3's recipes set it) reruns the up projections in the
+    backward (MLASelfAttention's qkv_up_checkpoint), with sequence parallel their input all-gathers too; the budget
+    gave the same numbers with and without it."""
+    from mbridge_overlap import api
+
+    recipe = "perf_recipes.deepseek_v3_pretrain_1024gpu_h100_bf16_config"
+
+    def budget(modules):
+        return api.budget({"model.recompute_modules": modules}, recipe=recipe).to_dict()["budget"]
+
+    def gathers(b):
+        return next(i["count"] for i in b["collectives"] if i["what"].startswith("MLA up projections' inputs (forward"))
+
+    up, plain = budget(["mla_up_proj", "mlp"]), budget(["mlp"])
+    assert gathers(up) == 2 * gathers(plain)
+    assert up["compute_ms"] > plain["compute_ms"]
+
+
+def test_no_worth_finding_blames_the_compute_for_tp_overlap_megatron_core_turns_off():
+    """recheck59 AF6: on DeepSeek-V3 with tp_comm_overlap=true, WORTH_OVERLAP_CANNOT_PAY said the collectives were
+    longer than the compute (fix: a larger micro-batch); Megatron-Core turns the overlap off at the first down
+    projection (TP_OVERLAP_OFF_MLA says so, with the fix that holds)."""
+    from mbridge_overlap import api
+
+    r = api.resolve({"comm_overlap.tp_comm_overlap": True}, recipe="perf_recipes.deepseek_v3_pretrain_1024gpu_h100_bf16_config")
+    ids = [f.id for f in r.findings]
+    assert "TP_OVERLAP_OFF_MLA" in ids
+    worth = [f for f in r.findings if f.id.startswith("WORTH_") and "tp_comm_overlap" in f.message]
+    assert not worth, [f.message for f in worth]

@@ -66,7 +66,8 @@ RECOMPUTE_ASSUMPTION = (
     "recompute (Megatron-Core's activation checkpointing): a recomputed layer's forward runs again in its backward, "
     "its forward collectives (TP, CP, EP) again too; full with method uniform recomputes every layer, block the first "
     "recompute_num_layers of each virtual stage's layers; selective recomputes the modules named (core_attn, the default: "
-    "the attention core; mlp: a dense layer's MLP); layernorm and activation recompute are not counted")
+    "the attention core; mlp: a dense layer's MLP; moe and shared_experts: a MoE layer's; mla_up_proj: MLA's up "
+    "projections, their sequence-parallel input all-gathers again); layernorm and activation recompute are not counted")
 
 
 MOE_ASSUMPTION = ("MoE: the MoE layers moe_layer_freq makes (get_gpt_decoder_layer_specs), a shared expert in each where "

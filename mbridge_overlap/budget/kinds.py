@@ -19,7 +19,8 @@ def kind(lay, shape, tokens, rate, attn_rate, adapter_s, layers, moe: bool) -> d
     shared = moe and "shared_fc1" in gemm_s
     again_s = (again["layer"] * fwd + again["core_attn"] * attn_s
                + again["mlp"] * (gemm_s["fc1"] + gemm_s["fc2"] + gemm_s.get("router", 0.0))
-               + again["shared"] * (gemm_s.get("shared_fc1", 0.0) + gemm_s.get("shared_fc2", 0.0)))
+               + again["shared"] * (gemm_s.get("shared_fc1", 0.0) + gemm_s.get("shared_fc2", 0.0))
+               + again["mla_up"] * sum(gemm_s.get(g, 0.0) for g in ("q_up", "q_proj", "kv_up")))
     tp_gemms = {**gemm_s, "fc1": gemm_s["shared_fc1"], "fc2": gemm_s["shared_fc2"]} if shared else gemm_s
     tp_again = {**again, "mlp": again["shared"]} if moe else again  # a MoE layer's TP fc1 and fc2: its shared expert's
     return {"gemm_s": gemm_s, "attn_s": attn_s, "fwd": fwd, "again": again, "again_s": again_s,

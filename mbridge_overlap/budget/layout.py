@@ -141,17 +141,20 @@ def recomputed(lay: Layout, layers: int, moe: bool) -> dict:
     layer's shared expert (moe or shared_experts):
     Megatron-Core's checkpointed_forward (recompute.py), the layer's recompute_mlp and MoE checkpoint, the
     attention's checkpoint_core_attention."""
+    none = {"layer": 0.0, "core_attn": 0.0, "mlp": 0.0, "shared": 0.0, "mla_up": 0.0}
     if not lay.recompute:
-        return {"layer": 0.0, "core_attn": 0.0, "mlp": 0.0, "shared": 0.0}
+        return none
     granularity, method, num_layers, modules = lay.recompute
     if granularity == "full":
         chunk = max(1, -(-layers // lay.vp))  # a virtual stage's layers: each is a TransformerBlock of its own
         share = 1.0 if method == "uniform" else min(num_layers or 0, chunk) / chunk
-        return {"layer": share, "core_attn": 0.0, "mlp": 0.0, "shared": 0.0}
+        return {**none, "layer": share}
     # a MoE layer's shared expert: inside the moe checkpoint (MoELayer.forward's custom_forward), or its own
-    # (shared_experts: MoELayer.shared_experts_compute)
-    return {"layer": 0.0, "core_attn": float("core_attn" in modules), "mlp": float(("moe" if moe else "mlp") in modules),
-            "shared": float(moe and ("moe" in modules or "shared_experts" in modules))}
+    # (shared_experts: MoELayer.shared_experts_compute); MLA's up projections and rope (mla_up_proj:
+    # MLASelfAttention's qkv_up_checkpoint, multi_latent_attention.py; recheck59 AF4)
+    return {**none, "core_attn": float("core_attn" in modules), "mlp": float(("moe" if moe else "mlp") in modules),
+            "shared": float(moe and ("moe" in modules or "shared_experts" in modules)),
+            "mla_up": float("mla_up_proj" in modules)}
 
 
 def stage_numbers(lay: Layout, num_layers: int, rank: int) -> list[int]:

@@ -58,14 +58,15 @@ def flops(shape, tokens: int, seq: int, tp: int, cp: int, sp: bool) -> dict:
     return out
 
 
-def tp_collectives(lay, shape, system, link, times: int, gemm_s: dict, runs_fwd: float) -> list:
+def tp_collectives(lay, shape, system, link, times: int, gemm_s: dict, runs_fwd: float, up_again: float = 0.0) -> list:
     """MLA's TP collectives in place of linear_qkv's: each column-parallel up projection (linear_q_up_proj or
     linear_q_proj, linear_kv_up_proj) all-gathers its input (q_lora_rank or hidden_size, and kv_lora_rank wide) with
     sequence parallel forward and, backward, gathers it again for wgrad beside dgrad and reduce-scatters its input
     gradient beside wgrad (async, as linear_qkv's); without sequence parallel the input gradient's all-reduce. With
     sequence parallel the rotary key part (qk_pos_emb_head_dim wide) is all-gathered forward and its gradient
     reduce-scattered backward (gather_from_sequence_parallel_region: NCCL, nothing beside it). runs_fwd: how many
-    times a layer's forward runs (recompute)."""
+    times a layer's forward runs (recompute); up_again: the up projections' share run again in the backward
+    (recompute_modules mla_up_proj: their inputs gathered again, not the rotary part's, gathered before them)."""
     rows = lay.seq * lay.mbs // lay.cp
     q_in = shape.hidden_size if shape.q_lora_rank is None else shape.q_lora_rank
     up = [(q_in, gemm_s.get("q_up", gemm_s.get("q_proj", 0.0))), (shape.kv_lora_rank, gemm_s["kv_up"])]
@@ -83,7 +84,7 @@ def tp_collectives(lay, shape, system, link, times: int, gemm_s: dict, runs_fwd:
 
     if lay.sp:
         item("all_gather", "MLA up projections' inputs (forward, no userbuffers)", up, GATHER_BYTES[lay.precision],
-             runs_fwd, False)
+             runs_fwd + up_again, False)
         item("all_gather", "MLA up projections' inputs gathered again for wgrad, beside dgrad (async)", up,
              GATHER_BYTES[lay.precision], 1, True)
         item("reduce_scatter", "MLA up projections' input gradients, beside wgrad (async)", up, ACT_BYTES, 1, True)

@@ -73,7 +73,10 @@ def _collectives(lay, shape, system, layers, m, tokens, gemm_s, again, mlp) -> l
 
     out = []
     for c in dict.fromkeys(ub.values()):
-        out.append(item(c, [g for g, x in ub.items() if x == c], by_userbuffers, what[c], "tp_comm_overlap"))
+        # (with MLA no setting hides them: Megatron-Core turns tp_comm_overlap off at the model build, TP_OVERLAP_OFF_MLA;
+        # recheck59 AF6: WORTH_OVERLAP_CANNOT_PAY blamed the compute)
+        setting = None if shape.multi_latent_attention else "tp_comm_overlap"
+        out.append(item(c, [g for g, x in ub.items() if x == c], by_userbuffers, what[c], setting))
     for c in dict.fromkeys(x for x, _ in backward.values()):
         if c == "all_gather":
             what_it_is = ("userbuffers' bulk all-gather beside dgrad (frozen weights: no wgrad reads it)" if frozen
@@ -84,7 +87,7 @@ def _collectives(lay, shape, system, layers, m, tokens, gemm_s, again, mlp) -> l
         out.append(item(c, [g for g, (x, _) in backward.items() if x == c], lambda one, g: min(one, backward[g][1]),
                         what_it_is, None))
     if shape.multi_latent_attention:
-        out += mla.tp_collectives(lay, shape, system, link, times, gemm_s, runs["qkv_fprop"])
+        out += mla.tp_collectives(lay, shape, system, link, times, gemm_s, runs["qkv_fprop"], again["mla_up"])
     return out + _adapter_collectives(lay, system, link, elements * ACT_BYTES, times)
 
 

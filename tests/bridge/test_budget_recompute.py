@@ -52,12 +52,13 @@ def test_the_budget_reads_them_so():
     assert recomputed(lay(("full", "uniform", 1, ("core_attn",))), 20, False)["layer"] == 1.0
     assert recomputed(lay(("full", "block", 2, ("core_attn",)), vp=5), 20, False)["layer"] == 0.5  # 2 of 4 a virtual stage
     assert recomputed(lay(("selective", None, None, ("core_attn",))), 20, False) == {"layer": 0.0, "core_attn": 1.0, "mlp": 0.0,
-                                                                                     "shared": 0.0}
+                                                                                     "shared": 0.0, "mla_up": 0.0}
     assert recomputed(lay(("selective", None, None, ("mlp",))), 20, True)["mlp"] == 0.0  # mlp is the dense layers'
     # a MoE layer's shared expert: inside the moe checkpoint, or one of its own (shared_experts)
     assert recomputed(lay(("selective", None, None, ("moe",))), 20, True)["shared"] == 1.0
     assert recomputed(lay(("selective", None, None, ("shared_experts",))), 20, True) == {"layer": 0.0, "core_attn": 0.0, "mlp": 0.0,
-                                                                                        "shared": 1.0}
+                                                                                        "shared": 1.0, "mla_up": 0.0}
+    assert recomputed(lay(("selective", None, None, ("mla_up_proj", "mlp"))), 20, False)["mla_up"] == 1.0
     assert recomputed(lay(("selective", None, None, ("shared_experts", "mlp"))), 20, False)["shared"] == 0.0
 
 
@@ -97,3 +98,20 @@ def test_the_recompute_modules_megatron_core_accepts_are_the_resolver_s():
     known = sorted(resolver.RECOMPUTE_MODULES, key=releases.version_key)
     since = [k for k in known if releases.version_key(k) <= releases.version_key(core_version)]
     assert set(resolver.RECOMPUTE_MODULES[since[-1]]) == first
+
+
+def test_mla_up_proj_checkpoints_the_up_projections_and_not_the_rotary_gather():
+    """recheck59 AF4: MLASelfAttention checkpoints qkv_up_proj_and_rope_apply (the up projections: linear_q_up_proj or
+    linear_q_proj, linear_kv_up_proj) where recompute_modules holds mla_up_proj; the rotary key part's sequence-parallel
+    gather runs before it, once (the budget's mla.tp_collectives)."""
+    import inspect
+
+    from megatron.core.transformer.multi_latent_attention import MLASelfAttention, MultiLatentAttention
+
+    init = inspect.getsource(MultiLatentAttention.__init__)
+    assert '"mla_up_proj" in self.config.recompute_modules' in init
+    qkv = inspect.getsource(MLASelfAttention.get_query_key_value_tensors)
+    up = qkv.index("def qkv_up_proj_and_rope_apply(")
+    assert "self.linear_kv_up_proj(" in qkv[up:] and "self.linear_q_up_proj(" in qkv[up:]
+    assert qkv.index("gather_from_sequence_parallel_region(k_pos_emb") < up
+    assert "self.qkv_up_checkpoint.checkpoint(" in qkv and "qkv_up_proj_and_rope_apply, q_compressed" in qkv
