@@ -694,3 +694,17 @@ def test_an_override_that_turns_an_unmodelled_field_off_is_not_said(off):
     b = api.budget({"model.pipeline_model_parallel_size": 2, **off},
                    recipe="glm45_air_106b_pretrain_32gpu_h100_bf16_config", shape=shape).to_dict()["budget"]
     assert not any("mtp_num_layers" in a for a in b["assumptions"])
+
+
+def test_the_budget_costs_the_rank_a_config_s_layout_loads_most():
+    """evalZ Z3-2: DeepSeek-V3's recipe sets a pipeline_model_parallel_layout (8 decoder layers on each of 7 ranks, 5
+    on the last); the budget said the split is one Megatron-Core refuses unless the config sets one, and did not read
+    it. A layout that loads one rank with more is costed at that rank's."""
+    b = api.budget(recipe="deepseek_v3_pretrain_256gpu_b200_bf16_config").to_dict()["budget"]
+    said = [a for a in b["assumptions"] if "pipeline_model_parallel_layout" in a]
+    assert len(said) == 1 and "8, 8, 8, 8, 8, 8, 8, 5" in said[0] and "do not split evenly" not in " ".join(b["assumptions"])
+    over = {"model.pipeline_model_parallel_size": 2, "model.context_parallel_size": 1}
+    even = api.budget(over, recipe="llama3_8b_pretrain_config", gpus=16).to_dict()["budget"]
+    lopsided = api.budget({**over, "model.pipeline_model_parallel_layout": "Et*8|t*24L"}, recipe="llama3_8b_pretrain_config",
+                          gpus=16).to_dict()["budget"]
+    assert lopsided["compute_ms"] > even["compute_ms"] * 1.4  # 24 layers on a rank against 16

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from . import dp, kinds as layer_kinds, mla, shape as shapes, tp
 from .collective import ACT_BYTES, Item, ms
-from .layout import Layout, fewest_local, link_of, spans_domains
+from .layout import Layout, fewest_local, link_of, rank_layers, spans_domains
 from .system import System
 from .. import safeio
 from ..errors import UsageError
@@ -152,6 +152,11 @@ def _uneven_split(layers: int, lay: Layout) -> tuple:
     split (transformer_block.py: layers over PP, each stage's over VPP) unless the config counts the embedding and
     the loss as layers (account_for_*_in_pipeline_split) or sets uneven first and last stages, which the budget does
     not read; no such count makes this split even, so say so."""
+    if lay.stages:
+        per = [rank_layers(lay, r) for r in range(lay.pp)]
+        return (f"the config's pipeline_model_parallel_layout places the decoder layers ({', '.join(map(str, per))} on the "
+                f"{lay.pp} pipeline ranks): the budget costs the rank with the most, {max(per)}; the embedding, the loss "
+                "and an MTP layer the layout places are not costed apart",)
     if lay.pp < 2:
         return ()
     vp = lay.vp if lay.vp > 1 else 1
@@ -242,7 +247,8 @@ MAX_EXPERT_LAYERS = 1 << 15
 
 def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str) -> Budget:
     tokens = lay.seq * lay.mbs  # one micro-batch of one DP rank
-    layers = -(-shape.num_layers // lay.pp)  # the largest stage
+    # the largest stage: the config's layout's, or an even split's
+    layers = max(rank_layers(lay, r) for r in range(lay.pp)) if lay.stages else -(-shape.num_layers // lay.pp)
     if shape.moe and shape.num_moe_experts // lay.ep * layers > MAX_EXPERT_LAYERS:
         raise UsageError(f"{shape.num_moe_experts // lay.ep:,} experts on each of a stage's {layers:,} layers: past the "
                          f"{MAX_EXPERT_LAYERS:,} expert-layers a budget costs one by one (expert parallelism or more "

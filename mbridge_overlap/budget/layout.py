@@ -48,6 +48,7 @@ class Layout:
     align_grad_reduce: bool = True  # dist.align_grad_reduce: the grad_sync_func of each chunk (Bridge's default)
     layer_slots: tuple = (False, False)  # account_for_embedding / account_for_loss_in_pipeline_split
     chunk_offset: int = 0  # layer slots before the first stage's first layer (the embedding counted as one)
+    stages: tuple = ()  # a pipeline_model_parallel_layout's decoder layers per stage (stage k on rank k mod PP); ()
 
     @property
     def micro_batches(self) -> int:
@@ -94,10 +95,24 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         dispatcher=m.get("moe_token_dispatcher_type"), fsdp=bool(d.get("use_megatron_fsdp")),
         quantized=quantized_params(m), bf16_layers=_bf16_layers(m), vp_group=m.get("microbatch_group_size_per_vp_stage") or pp,
         align_grad_reduce=given.flag("dist.align_grad_reduce", state.request.context.get("dist.align_grad_reduce")) is not False,
+        stages=_layout_stages(state.request.context.get("model.pipeline_model_parallel_layout"), pp),
         layer_slots=tuple(bool(given.flag(f"model.account_for_{k}_in_pipeline_split",
                                           state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
                           for k in ("embedding", "loss")),
     )
+
+
+def _layout_stages(layout, pp: int) -> tuple:
+    """A layout's decoder layers per stage where its stages split over PP (evalZ Z3-2: DeepSeek-V3's recipes set one)."""
+    from ..run.layers import stage_decoders
+
+    stages = stage_decoders(layout) if layout is not None else None
+    return stages if stages and len(stages) % max(1, pp) == 0 else ()
+
+
+def rank_layers(lay: "Layout", rank: int) -> int:
+    """The decoder layers pipeline rank `rank` holds under the config's layout (its virtual stages' together)."""
+    return sum(n for k, n in enumerate(lay.stages) if k % lay.pp == rank)
 
 
 # Transformer Engine's GEMM weights (grouped experts' weight0..N too): what fp8_param / fp4_param builds quantized
@@ -161,6 +176,9 @@ def stage_numbers(lay: Layout, num_layers: int, rank: int) -> list[int]:
     """The global numbers of pipeline rank `rank`'s layers, its model chunks in order (get_transformer_layer_offset:
     virtual stage k of rank r starts (k x PP + r) layer slots in, the embedding and the loss each a slot where
     account_for_*_in_pipeline_split counts them); a split Megatron-Core refuses is taken as ceil(layers / PP) each."""
+    if lay.stages:  # the config's layout: its stages' decoders numbered in order, rank r's stages r, r + PP, ...
+        first = [sum(lay.stages[:k]) for k in range(len(lay.stages))]
+        return [first[k] + i for k, n in enumerate(lay.stages) if k % lay.pp == rank for i in range(n)]
     slots = lay.layer_slots if lay.pp > 1 else (False, False)
     total, chunks = num_layers + sum(slots), lay.pp * max(1, lay.vp)
     if total % chunks:

@@ -1,0 +1,35 @@
+"""evalZ Z3-2: the budget costs the pipeline rank a config's pipeline_model_parallel_layout loads most (DeepSeek-V3's
+recipes set one: 8 decoder layers on each rank but the last, which holds 5 with the MTP layer and the loss); the
+decoder layers each rank builds, and their global numbers, are Megatron-Core's PipelineParallelLayerLayout's."""
+
+from __future__ import annotations
+
+import pytest
+
+from mbridge_overlap.budget.layout import Layout, rank_layers, stage_numbers
+from mbridge_overlap.run.layers import stage_decoders
+
+DEEPSEEK = [["embedding"] + ["decoder"] * 8] + [["decoder"] * 8] * 6 + [["decoder"] * 5 + ["mtp", "loss"]]
+
+
+@pytest.mark.parametrize("layout, pp, layers", [
+    (DEEPSEEK, 8, 61),
+    ("Et*3|t*4|t*4|t*5L", 2, 16),  # VPP 2 from a string
+    ("E|(t|)*6tL", 4, 7),  # a first stage of the embedding alone, then one decoder a stage (VPP 2)
+])
+def test_each_rank_builds_the_decoders_megatron_core_s_layout_gives_it(monkeypatch, layout, pp, layers):
+    from megatron.core import parallel_state
+    from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    theirs = PipelineParallelLayerLayout(layout, pp)
+    vpp = theirs.virtual_pipeline_model_parallel_size
+    monkeypatch.setattr(parallel_state, "get_virtual_pipeline_model_parallel_world_size", lambda: vpp)
+    stages = stage_decoders(layout)
+    assert stages is not None and len(stages) == pp * vpp
+    lay = Layout(tp=1, pp=pp, vp=vpp, cp=1, ep=1, dp=1, sp=False, seq=4096, mbs=1, gbs=8, precision="bf16", domain=8,
+                 settings={}, ddp={}, stages=stages)
+    for rank in range(pp):
+        ids = [i for v in range(vpp) for i in theirs.get_layer_id_list(LayerType.decoder, vp_stage=v, pp_rank=rank)]
+        assert rank_layers(lay, rank) == len(ids)
+        assert stage_numbers(lay, layers, rank) == ids
