@@ -9,7 +9,7 @@ import re
 
 from . import buckets, shape as shapes
 from .collective import Item
-from .layout import QUANTIZED_WEIGHT, Layout, link_of
+from .layout import QUANTIZED_WEIGHT, Layout, link_of, rank_layers, stage_numbers
 
 
 def collectives(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
@@ -73,6 +73,8 @@ def _first_stage(shape, lay, layers: int) -> tuple:
     """The first pipeline stage's layers, where the split counts the embedding as a layer
     (account_for_embedding_in_pipeline_split: TransformerBlock gives the first virtual stage one layer fewer); and the
     layout with where its first chunk starts."""
+    if lay.stages:  # the config's layout: its first rank's (evalZ Z3-2)
+        return rank_layers(lay, 0), lay
     if lay.pp < 2 or not lay.layer_slots[0]:
         return layers, lay
     slots = shape.num_layers + sum(lay.layer_slots)
@@ -145,6 +147,8 @@ def numbers(lay, layers: int) -> list[int]:
     rank 0: model chunk k, as _chunks places a layer, starts k x PP x the layers of a chunk in, each earlier chunk of
     the other stages between; recheck47 R3: with VPP or a short last stage the model's last layers can sit on the
     first stage): which of them are MoE (moe_layer_freq), which in BF16 (first_last_layers_bf16)."""
+    if lay.stages:
+        return stage_numbers(lay, layers, 0)
     return [_number(lay, layers, i) for i in range(layers)]
 
 

@@ -229,6 +229,8 @@ def _not_modelled(lay: Layout, shape) -> tuple:
 
 
 def estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str = "") -> Budget:
+    if lay.stages and sum(lay.stages) != shape.num_layers:  # a layout of another layer count: not this model's split
+        lay = Layout(**{**lay.__dict__, "stages": ()})
     budget = _estimate(lay, shape, system, shape_from)
     for setting, on in lay.settings.items():
         other = Layout(**{**lay.__dict__, "settings": {**lay.settings, setting: not on}})

@@ -83,7 +83,7 @@ def test_the_moe_layers_of_each_pipeline_stage_are_megatron_core_s(freq, embeddi
                             moe_layer_freq=freq, **extra)
     sh, _ = shapes.of(None, {"num_layers": n, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 128,
                              "num_moe_experts": 4, "moe_layer_freq": tuple(freq) if isinstance(freq, list) else freq})
-    lay = SimpleNamespace(pp=4, vp=2, layer_slots=(embedding_counted, False), chunk_offset=int(embedding_counted))
+    lay = SimpleNamespace(pp=4, vp=2, layer_slots=(embedding_counted, False), chunk_offset=int(embedding_counted), stages=())
     for rank in range(4):
         theirs = [getattr(s.submodules.mlp, "func", None) is MoELayer
                   for vp in range(2) for s in get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization="RMSNorm",
