@@ -47,7 +47,8 @@ def calculon_system(cfg: dict):
     from mbridge_overlap.budget import system
 
     class CalculonSystem(system.System):
-        def seconds(self, collective: str, size: int, group: int, link: str) -> float:
+        def seconds(self, collective: str, size: int, group: int, link: str, local: int | None = None) -> float:
+            # (local, the group's ranks per NVLink domain, is not Calculon's: its second network is one rate per GPU)
             if group < 2 or size <= 0:
                 return 0.0
             net = cfg["networks"][0 if link == "nvlink" else 1]

@@ -32,12 +32,23 @@ class Item:
     last_bytes: int = 0  # that last bucket's message
     bytes_vary: bool = False  # the messages differ in size (DP's buckets): `bytes` is the largest
     first_chunk: bool = False  # `last` is model chunk 0's whole reduce or gather (the interleaved schedule's)
+    local: int = 0  # across the network: the fewest of a group's ranks in one NVLink domain (0: inside one)
+    gbps: float = 0.0  # across the network: the large-message bus bandwidth it is priced at (System.network_gbps)
 
     def to_dict(self) -> dict:
         return {"dimension": self.dimension, "collective": self.collective, "what": self.what, "bytes": self.bytes,
                 "count": self.count, "group": self.group, "link": self.link, "ms": ms(self.seconds),
                 "hidden_ms": ms(self.hidden), "exposed_ms": ms(self.seconds - self.hidden), "setting": self.setting,
-                **({"bytes_vary": True} if self.bytes_vary else {})}
+                **({"bytes_vary": True} if self.bytes_vary else {}),
+                **({"network_gbps": round(self.gbps, 1)} if self.link == "network" and self.gbps else {})}
+
+
+def across(system, collective: str, link: str, local: int | None) -> dict:
+    """An Item's network fields: for a collective across the network, the fewest of its group's ranks in one NVLink
+    domain and the bus bandwidth that prices it (a ring's NICs aggregate over those ranks: System.network_gbps)."""
+    if link != "network":
+        return {}
+    return {"local": local or 1, "gbps": system.network_gbps(collective, local)}
 
 
 def ms(seconds: float) -> float:

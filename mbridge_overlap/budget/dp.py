@@ -8,8 +8,8 @@ import math
 import re
 
 from . import buckets, shape as shapes
-from .collective import Item
-from .layout import QUANTIZED_WEIGHT, Layout, link_of, rank_layers, stage_numbers
+from .collective import Item, across
+from .layout import QUANTIZED_WEIGHT, Layout, fewest_local, link_of, rank_layers, stage_numbers
 
 
 def collectives(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
@@ -31,9 +31,9 @@ def collectives(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     expert_dp = world // (lay.etp * lay.ep * lay.pp) if experts else 1
     # one bucket size for every buffer: the DP group's default (DistributedDataParallel.__init__)
     size = buckets.default_bucket_size(_bucket_size(lay, shape, layers, params), lay.settings["overlap_grad_reduce"], lay.dp * lay.cp)
-    bufs = [_buffer(lay, system, dense, lay.dp * lay.cp, link_of(lay, lay.tp, lay.cp * lay.dp), "", layers, size,
+    bufs = [_buffer(lay, system, dense, lay.dp * lay.cp, _placed(lay, lay.tp, lay.cp * lay.dp), "", layers, size,
                     tied=lay.pp > 1 and bool(shape.share_embeddings_and_output_weights)),
-            _buffer(lay, system, experts, expert_dp, link_of(lay, lay.etp * lay.ep, expert_dp),
+            _buffer(lay, system, experts, expert_dp, _placed(lay, lay.etp * lay.ep, expert_dp),
                     f"expert ({expert_dp}-rank expert-DP group) ", layers, size)]
     bufs = [b for b in bufs if b]
     out: dict = {}
@@ -48,6 +48,13 @@ def collectives(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
             exposed_before = exposed or 0.0
             out[i, kind] = _item(lay, b, kind, total, hidden, setting)
     return [out[key] for key in sorted(out, key=lambda k: (k[0], k[1] != "reduce"))]
+
+
+def _placed(lay, stride: int, size: int) -> tuple[str, int | None]:
+    """(link, local) of a DP group of `size` ranks `stride` apart: local, across the network, the fewest of its ranks
+    in one NVLink domain (the NICs its rings run over: a group of whole nodes moves over all of their NICs)."""
+    link = link_of(lay, stride, size)
+    return link, fewest_local(lay, stride, size) if link == "network" else None
 
 
 def _bucket_size(lay, shape, layers: int, params: list) -> int | None:
@@ -83,11 +90,12 @@ def _first_stage(shape, lay, layers: int) -> tuple:
     return slots // lay.pp - 1, Layout(**{**lay.__dict__, "chunk_offset": 1})
 
 
-def _buffer(lay, system, params, group, link, whose, layers, size, tied=False) -> dict | None:
+def _buffer(lay, system, params, group, placed, whose, layers, size, tied=False) -> dict | None:
     """One kind of DDP buffer: its bucket groups per model chunk (chunk 0 first) and each group's time to reduce
     (`reduce`) and, with the distributed optimizer, to gather (`gather`)."""
     if group < 2 or not params:
         return None
+    link, local = placed
     d = lay.ddp
     distopt = bool(d.get("use_distributed_optimizer"))
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
@@ -99,12 +107,13 @@ def _buffer(lay, system, params, group, link, whose, layers, size, tied=False) -
         quantized = quantized or any(weight(p[0]) for p in chunk)
         chunks.append(_bucket_groups(lay, chunk, size if bucketed else None, distopt, group, tied, weight))
     sizes = [n for groups in chunks for g in groups for n, _ in g]
-    return {"whose": whose, "group": group, "link": link, "distopt": distopt, "grad_bytes": grad_bytes, "quantized": quantized,
+    return {"whose": whose, "group": group, "link": link, "local": local, "distopt": distopt, "grad_bytes": grad_bytes, "quantized": quantized,
             "reduce_collective": reduce, "chunks": chunks, "sizes": sizes,
-            "reduce": [[sum(system.seconds(reduce, n * grad_bytes, group, link) for n, _ in g) for g in groups]
+            "reduce": [[sum(system.seconds(reduce, n * grad_bytes, group, link, local) for n, _ in g) for g in groups]
                        for groups in chunks],
-            "gather": [[sum(system.seconds("all_gather", math.ceil(n * b), group, link) for n, b in g) for g in groups]
-                       for groups in chunks]}
+            "gather": [[sum(system.seconds("all_gather", math.ceil(n * b), group, link, local) for n, b in g) for g in groups]
+                       for groups in chunks],
+            "across": {c: across(system, c, link, local) for c in (reduce, "all_gather")}}
 
 
 def _quantized(lay, name: str, chunk: int, layers: int) -> bool:
@@ -237,13 +246,14 @@ def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str) ->
         gb = b["grad_bytes"]
         return Item("dp", b["reduce_collective"], f"{b['whose']}gradients ({len(sizes)} bucket{'s' if len(sizes) != 1 else ''}, "
                     f"{'FP32' if gb == 4 else 'BF16'})", max(sizes) * gb, len(sizes), b["group"], b["link"], total, hidden,
-                    setting, last=last, last_bytes=last_bytes * gb, bytes_vary=vary, first_chunk=chunk0)
+                    setting, last=last, last_bytes=last_bytes * gb, bytes_vary=vary, first_chunk=chunk0,
+                    **b["across"][b["reduce_collective"]])
     what = f"{lay.quantized[0]}, BF16 others" if b["quantized"] else "BF16"
     biggest = max(math.ceil(n * e) for g in groups for n, e in g)
     gathered = sum(math.ceil(n * e) for g in (b["chunks"][0] if chunk0 else b["chunks"][0][-1:]) for n, e in g)
     return Item("dp", "all_gather", f"{b['whose']}parameters ({what})", biggest, len(sizes), b["group"], b["link"], total,
                 hidden, setting, last=last if chunk0 else 0.0, last_bytes=gathered, bytes_vary=vary or "," in what,
-                first_chunk=chunk0)
+                first_chunk=chunk0, **b["across"]["all_gather"])
 
 
 def _chunks(params: list, layers: int, vp: int, offset: int = 0) -> list[list]:

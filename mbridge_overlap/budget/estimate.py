@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from . import dp, kinds as layer_kinds, mla, shape as shapes, tp
-from .collective import ACT_BYTES, Item, ms
+from .collective import ACT_BYTES, Item, across, ms
 from .layout import Layout, fewest_local, link_of, rank_layers, spans_domains
 from .system import System
 from .. import safeio
@@ -288,7 +288,40 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     b.items += dp.collectives(lay, shape, system, layers, stage_fwd, stage_bwd)
     if counts.get(True):
         b.items += _ep(lay, shape, system, counts[True], m, tokens, kinds[True]["fwd"], kinds[True]["again"])
+    b.assumptions += network_rates(b.items, system)
     return b
+
+
+def network_rates(items: list, system: System) -> tuple:
+    """One line per dimension whose collectives cross the network: the bus bandwidth each kind got and why (the
+    group's ranks per NVLink domain, the NICs they drive, the NVLink cap: System.network_gbps)."""
+    nic, per_gpu = system.record["network"]["value"], system.record["nics_per_gpu"]["value"]
+    cap = system.record["nvlink"]["other"]["value"]
+    own = f"one GPU's NIC ({nic:g} GB/s)" if per_gpu == 1 else f"one GPU's {per_gpu:g} NICs ({per_gpu * nic:g} GB/s)"
+    kinds: dict = {}
+    for i in items:
+        if i.link == "network" and i.gbps:
+            kind = "p2p" if i.collective in ("all_to_all", "send_recv") else "ring"
+            kinds.setdefault((i.dimension.upper(), kind, i.group, i.local, i.gbps), dict.fromkeys(()))[i.collective] = None
+    said: dict = {}
+    for (dim, kind, group, local, gbps), collectives in kinds.items():
+        names = " and ".join(collectives)
+        if "all_to_all" in collectives:
+            why = (f"all_to_all over {group} ranks, as few as {local} in one NVLink domain: each rank's parts for the other "
+                   f"domains at {own} (an all-to-all cannot aggregate NICs: nccltests_267)")
+        elif kind == "p2p":
+            why = f"{names}: {own}"
+        elif local < 2:
+            why = f"{names} over {group} ranks, one in each NVLink domain: {own}"
+        else:
+            total = local * per_gpu * nic
+            limit = f"capped by the NVLink ring's {cap:g} GB/s" if gbps < total else f"under the NVLink ring's {cap:g}"
+            why = (f"{names} over {group} ranks, {local} in each NVLink domain at fewest: NCCL runs a ring channel over "
+                   f"each of their GPUs' NICs, {local} x {own} = {total:g} GB/s, {limit}: {gbps:g} GB/s "
+                   "(nccl_812, nccltests_319)")
+        said.setdefault(dim, []).append(why)
+    return tuple(f"{dim} across the network, priced at large-message bus bandwidths plus a fixed cost per message: "
+                 + "; ".join(whys) for dim, whys in said.items())
 
 
 def _cp(lay, shape, system, layers, m, tokens, attn_s, again) -> list:
@@ -307,9 +340,10 @@ def _cp(lay, shape, system, layers, m, tokens, attn_s, again) -> list:
     compute_step = attn_s / lay.cp  # one block of the causal attention per exchange
     # the backward's messages are twice the forward's (TE's context_parallel.py: K and V with dK and dV): two rows
     return [Item("cp", "send_recv", "K/V chunks of the attention ring (forward)", kv, round(fwd_runs * steps), 2, link,
-                 steps * fwd_runs * step_fwd, steps * fwd_runs * min(step_fwd, compute_step), None),
+                 steps * fwd_runs * step_fwd, steps * fwd_runs * min(step_fwd, compute_step), None,
+                 **across(system, "send_recv", link, 1)),
             Item("cp", "send_recv", "K/V and dK/dV chunks of the attention ring (backward)", 2 * kv, round(steps), 2, link,
-                 steps * step_bwd, steps * min(step_bwd, 2 * compute_step), None)]
+                 steps * step_bwd, steps * min(step_bwd, 2 * compute_step), None, **across(system, "send_recv", link, 1))]
 
 
 def _pp(lay, shape, system, m, tokens, stage_fwd) -> list:
@@ -324,7 +358,7 @@ def _pp(lay, shape, system, m, tokens, stage_fwd) -> list:
     on = lay.settings["overlap_p2p_comm"] and lay.vp > 1
     hidden = count * min(one, chunk_fwd) if on else 0.0
     return [Item("pp", "send_recv", "activations and their gradients between stages", size, count, 2, link, total, hidden,
-                 "overlap_p2p_comm")]
+                 "overlap_p2p_comm", **across(system, "send_recv", link, 1))]
 
 
 def _ep(lay, shape, system, layers, m, tokens, layer_fwd, again) -> list:
@@ -333,7 +367,8 @@ def _ep(lay, shape, system, layers, m, tokens, layer_fwd, again) -> list:
     local = tokens // lay.cp // (lay.tp if lay.sp else 1)
     size = round(local * copies_per_token(lay, shape) * shape.hidden_size * ACT_BYTES)
     link = link_of(lay, lay.etp, lay.ep)  # the expert grid's order: tp-ep-dp-pp, TP the expert TP
-    one = system.seconds("all_to_all", size, lay.ep, link, fewest_local(lay, lay.etp, lay.ep) if link == "network" else None)
+    local = fewest_local(lay, lay.etp, lay.ep) if link == "network" else None
+    one = system.seconds("all_to_all", size, lay.ep, link, local)
     count = round((4 + 2 * (again["layer"] + again["mlp"])) * layers * m)  # dispatch and combine, forward (again where recomputed) and backward
     total = one * count
     on = lay.settings["overlap_moe_expert_parallel_comm"]
@@ -341,5 +376,5 @@ def _ep(lay, shape, system, layers, m, tokens, layer_fwd, again) -> list:
     # the last one's backward alone (pipeline_parallel/combined_1f1b.py): their dispatch and combine stay exposed
     hidden = max(0, count - 4 * layers) * min(one, layer_fwd / 2) if on else 0.0
     return [Item("ep", "all_to_all", "routed tokens (dispatch and combine)", size, count, lay.ep, link, total, hidden,
-                 "overlap_moe_expert_parallel_comm")]
+                 "overlap_moe_expert_parallel_comm", **across(system, "all_to_all", link, local))]
 

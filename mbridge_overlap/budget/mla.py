@@ -4,7 +4,8 @@ its parameters, FLOPs and TP collectives, in place of the fused QKV projection's
 
 from __future__ import annotations
 
-from .collective import ACT_BYTES, GATHER_BYTES, Item
+from .collective import ACT_BYTES, GATHER_BYTES, Item, across
+from .layout import fewest_local
 
 
 def params(shape, tp: int, p: str) -> list[tuple[str, int, bool]]:
@@ -71,16 +72,18 @@ def tp_collectives(lay, shape, system, link, times: int, gemm_s: dict, runs_fwd:
     q_in = shape.hidden_size if shape.q_lora_rank is None else shape.q_lora_rank
     up = [(q_in, gemm_s.get("q_up", gemm_s.get("q_proj", 0.0))), (shape.kv_lora_rank, gemm_s["kv_up"])]
     out = []
+    local = fewest_local(lay, 1, lay.tp) if link == "network" else None
 
     def item(collective, what, widths, nbytes_each, count_each, hide):
         total = hidden = 0.0
         for w, beside in widths:
-            one = system.seconds(collective, rows * w * nbytes_each, lay.tp, link)
+            one = system.seconds(collective, rows * w * nbytes_each, lay.tp, link, local)
             total += one * count_each * times
             hidden += min(one, beside) * count_each * times if hide else 0.0
         biggest = max(rows * w * nbytes_each for w, _ in widths)
         out.append(Item("tp", collective, what, int(biggest), round(len(widths) * count_each * times), lay.tp, link,
-                        total, hidden, None, bytes_vary=len({w for w, _ in widths}) > 1))
+                        total, hidden, None, bytes_vary=len({w for w, _ in widths}) > 1,
+                        **across(system, collective, link, local)))
 
     if lay.sp:
         item("all_gather", "MLA up projections' inputs (forward, no userbuffers)", up, GATHER_BYTES[lay.precision],
@@ -104,9 +107,10 @@ def grad_all_reduce(lay, shape, system, link, layers: int) -> list:
     if not (lay.sp and lay.tp > 1):
         return []
     nbytes = duplicated(shape) * layers * (4 if lay.ddp.get("grad_reduce_in_fp32") else 2)
-    one = system.seconds("all_reduce", nbytes, lay.tp, link)
+    local = fewest_local(lay, 1, lay.tp) if link == "network" else None
+    one = system.seconds("all_reduce", nbytes, lay.tp, link, local)
     return [Item("tp", "all_reduce", "gradients of the weights duplicated across TP (MLA's down projections, the norms), "
-                 "once after the backward", nbytes, 1, lay.tp, link, one, 0.0, None)]
+                 "once after the backward", nbytes, 1, lay.tp, link, one, 0.0, None, **across(system, "all_reduce", link, local))]
 
 
 ASSUMPTION = (

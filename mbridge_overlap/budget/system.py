@@ -41,27 +41,46 @@ class System:
 
     def busbw(self, collective: str, size: int, link: str) -> float:
         """GB/s for one message of `size` bytes (the buffer) on `link` (nvlink or network): inside the NVLink domain the
-        measured shape scaled to the system's large-message value; across it the NIC's rate less a fixed cost per
+        measured shape scaled to the system's large-message value; across it one GPU's NICs less a fixed cost per
         message (overhead())."""
         if link == "network":
-            peak = self.record["network"]["value"]
+            peak = self.nic_gbps
             moved = size * FACTOR["all_reduce"](_shape_group())
             return moved / (moved / (peak * 1e9) + overhead(size)) / 1e9
         return self.record["nvlink"]["all_reduce" if collective == "all_reduce" else "other"]["value"] * _fraction(size)
 
+    @property
+    def nic_gbps(self) -> float:
+        """One GPU's own network bandwidth: its NICs (nics_per_gpu) at one NIC's measured bus bandwidth (network)."""
+        return self.record["network"]["value"] * self.record["nics_per_gpu"]["value"]
+
+    def network_gbps(self, collective: str, local: int | None = 1) -> float:
+        """The large-message bus bandwidth of a collective across the network whose group has (at fewest) `local` ranks
+        in one NVLink domain. NCCL runs a ring collective as one ring per channel and each channel through a NIC of
+        its own: the group's `local` ranks of a domain drive `local` GPUs' NICs at once, so the ring moves up to
+        local x one GPU's NICs, capped by the NVLink ring it also runs through (nvlink.other); with one rank in a
+        domain, one GPU's NICs. A send/recv crosses one GPU's NICs; an all-to-all cannot aggregate NICs (each rank
+        sends its own parts: seconds() prices it apart). Every rank of the node runs its own group's collective at
+        the same time (SPMD), so a group's ranks have their own GPUs' NICs, not their neighbours' idle ones."""
+        if collective in ("all_to_all", "send_recv") or not local or local < 2:
+            return self.nic_gbps
+        return min(self.record["nvlink"]["other"]["value"], local * self.nic_gbps)
+
     def seconds(self, collective: str, size: int, group: int, link: str, local: int | None = None) -> float:
-        """One collective of a `size`-byte buffer over `group` ranks; local: for an all-to-all across the network, the
-        fewest of a group's ranks that share an NVLink domain with one of them (the slowest rank sets its time)."""
+        """One collective of a `size`-byte buffer over `group` ranks; local: across the network, the fewest of a
+        group's ranks that share an NVLink domain with one of them (layout.fewest_local: the slowest rank, or the
+        domain with the fewest NICs on the ring, sets its time). Not given: an all-to-all takes min(domain, group), a
+        ring collective one rank (one GPU's NICs)."""
         if group < 2 or size <= 0:
             return 0.0
         if collective == "all_to_all" and link == "network":
             # each rank sends to every other: the part for ranks in its own NVLink domain does not cross the network
             domain = min(self.domain, group) if local is None else local
             nvlink = size * (domain - 1) / group / (self.busbw(collective, size, "nvlink") * 1e9)
-            return max(nvlink, size * (group - domain) / group / (self.record["network"]["value"] * 1e9) + overhead(size))
+            return max(nvlink, size * (group - domain) / group / (self.nic_gbps * 1e9) + overhead(size))
         moved = size * FACTOR[collective](group)
-        if link == "network":  # the NIC's line rate, plus what a message of this size costs above it (evalK K5)
-            return moved / (self.record["network"]["value"] * 1e9) + overhead(size)
+        if link == "network":  # the NICs' rate the group's ranks drive, plus what a message of this size costs above it (evalK K5)
+            return moved / (self.network_gbps(collective, local) * 1e9) + overhead(size)
         return moved / (self.busbw(collective, size, link) * 1e9)
 
     def sources(self) -> dict:
@@ -70,6 +89,7 @@ class System:
         out = {f"gemm_tflops.{k}": v for k, v in r["gemm_tflops"].items()}
         out.update({f"nvlink.{k}": v for k, v in r["nvlink"].items()})
         out["network"] = r["network"]
+        out["nics_per_gpu"] = r["nics_per_gpu"]
         out["sms"] = r["sms"]
         out["efficiency"] = r["efficiency"]
         return out

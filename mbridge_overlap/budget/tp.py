@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import mla
-from .collective import ACT_BYTES, GATHER_BYTES, Item
-from .layout import link_of
+from .collective import ACT_BYTES, GATHER_BYTES, Item, across
+from .layout import fewest_local, link_of
 from .userbuffers import ASYNC_GEMMS, UB_GEMMS, ub_exposed
 
 
@@ -28,12 +28,18 @@ def collectives(lay, shape, system, kinds, m, tokens) -> list:
     return list(merged.values())
 
 
+def tp_local(lay, link: str) -> int | None:
+    """Across the network, the fewest of a TP group's ranks in one NVLink domain (their NICs carry its rings)."""
+    return fewest_local(lay, 1, lay.tp) if link == "network" else None
+
+
 def _collectives(lay, shape, system, layers, m, tokens, gemm_s, again, mlp) -> list:
     if lay.tp < 2:
         return []
     elements = tokens // lay.cp * shape.hidden_size
     size = {"all_gather": int(elements * GATHER_BYTES[lay.precision])}
     link = link_of(lay, 1, lay.tp)
+    local = tp_local(lay, link)
     times = layers * m
     if lay.sp:
         ub = {g: c for g, (c, _) in UB_GEMMS.items()}
@@ -63,10 +69,10 @@ def _collectives(lay, shape, system, layers, m, tokens, gemm_s, again, mlp) -> l
 
     def item(collective, mine, hide, what_it_is, setting):
         nbytes = size.get(collective, elements * ACT_BYTES)
-        one = system.seconds(collective, nbytes, lay.tp, link)
+        one = system.seconds(collective, nbytes, lay.tp, link, local)
         n = sum(runs[g] for g in mine)
         return Item("tp", collective, what_it_is, nbytes, round(n * times), lay.tp, link, one * n * times,
-                    sum(hide(one, g) * runs[g] for g in mine) * times, setting)
+                    sum(hide(one, g) * runs[g] for g in mine) * times, setting, **across(system, collective, link, local))
 
     def by_userbuffers(one, g):
         return one - ub_exposed(one, gemms[g], *lay.userbuffers[g][:2]) if on and g not in plain else 0.0
@@ -105,9 +111,10 @@ def _adapter_collectives(lay, system, link, nbytes: int, times: int) -> list:
     out = []
     for collective, n in (("all_gather", len(column) + 2 * len(row)), ("reduce_scatter", len(column))):
         if n:
-            one = system.seconds(collective, nbytes, lay.tp, link)
+            local = tp_local(lay, link)
+            one = system.seconds(collective, nbytes, lay.tp, link, local)
             out.append(Item("tp", collective, "LoRA adapters' own sequence-parallel collectives (BF16)", nbytes, n * times,
-                            lay.tp, link, one * n * times, 0.0, None))
+                            lay.tp, link, one * n * times, 0.0, None, **across(system, collective, link, local)))
     return out
 
 
