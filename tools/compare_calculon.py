@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -210,6 +211,16 @@ def _dp_apart(rows: list[dict]) -> str:
             "node (NVLink) in the budget, where Calculon places data parallelism outermost, across the network")
 
 
+def _dp_by_tp(rows: list[dict]) -> str:
+    """The median of our DP link time over Calculon's, per TP size of the layouts (the NICs a DP group's rings get)."""
+    by: dict = {}
+    for r in rows:
+        m = re.search(r"\|tp(\d+)pp", r["name"])
+        if "error" not in r and r["dp"][1] and m:
+            by.setdefault(int(m[1]), []).append(r["dp"][0] / r["dp"][1])
+    return ", ".join(f"{statistics.median(v):.2f} at TP {tp}" for tp, v in sorted(by.items(), reverse=True))
+
+
 def _median(rows: list[dict], key: str) -> float:
     """The median of our value over Calculon's for one quantity, where Calculon's is not zero."""
     return statistics.median(r[key][0] / r[key][1] for r in rows if "error" not in r and r[key][1])
@@ -283,7 +294,11 @@ def main(argv=None) -> int:
             "figure), Calculon at 450 GB/s x 0.65 = 256 GB/s (its assumption): a collective takes about 0.7 of its "
             "time, the 10 collectives of a layer against its 8 about 0.9.",
             "- DP: the budget reduces gradients in FP32 where the mixed-precision recipe says so (Bridge's bf16_mixed "
-            "does) and gathers BF16 parameters, 6 bytes a parameter; Calculon moves 2 bytes each way, 4: about 1.5.",
+            "does) and gathers BF16 parameters, 6 bytes a parameter; Calculon moves 2 bytes each way, 4: about 1.5. "
+            "Across the network the budget runs a DP group's rings over the NICs of every GPU it has in a node (NCCL's "
+            "rings, a channel a NIC: 8 / TP of them on these 8-GPU nodes, at 47 GB/s each, up to NVLink's 370), "
+            "Calculon every group larger than a node at its second network's 50 GB/s x 0.9 a GPU, one NIC: about "
+            "1.5 x 45 / (8 / TP x 47), " + _dp_by_tp(rows) + ".",
             "- PP: the same message sizes and counts, across the network: both price a message at the NIC's rate plus a "
             "fixed cost, the budget's the measured NVLink curve's cost above its line rate at that size (about 40 us for "
             "a few MiB), Calculon's 20 us: about 1.1 at these sizes.",
