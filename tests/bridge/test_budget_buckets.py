@@ -208,6 +208,24 @@ if rank == 0:  # DistributedDataParallel puts a parameter whose allreduce is Fal
 """
 
 
+def rank0_of(code: str, spec: dict, world: int, timeout: int) -> list:
+    """Run `code` as `world` gloo ranks (argv: port, the spec as JSON, rank, world) and read rank 0's last line of
+    JSON: what Megatron-Core built there."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    procs = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", code, port, json.dumps(spec), str(r), str(world)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
+    outs = [p.communicate(timeout=timeout) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs[0][1][-3000:]
+    return json.loads(outs[0][0].strip().splitlines()[-1])
+
+
 def _as_te_builds_them(theirs: list) -> list:
     """The local spec's parameters (Transformer Engine's spec needs CUDA) named and ordered as Transformer Engine's
     spec builds the same tensors: the input norm fused into linear_qkv (TELayerNormColumnParallelLinear, built after
@@ -254,10 +272,6 @@ def test_shared_experts_and_dense_layers_are_megatron_core_s_parameters_and_buck
     parameters (names, elements on the rank, which are expert-parallel: a shared expert is not), in its order; and
     the budget's DP buckets of both buffers (dense and expert) are the ones Megatron-Core's own layout functions make of
     its parameters."""
-    import json
-    import socket
-    import subprocess
-    import sys
     from types import SimpleNamespace
 
     from mbridge_overlap.budget import dp as budget_dp
@@ -267,16 +281,7 @@ def test_shared_experts_and_dense_layers_are_megatron_core_s_parameters_and_buck
             "moe_shared_expert_gate": False, "qk_layernorm": False}
     s = {**base, **given}
     sh, _ = shapes.of(None, {k: tuple(v) if isinstance(v, list) else v for k, v in s.items()})
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
-    world = tp * ep
-    procs = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", _BUILD_MOE, port, json.dumps({**s, "tp": tp, "ep": ep}),
-                               str(r), str(world)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(world)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs[0][1][-2000:]
-    theirs = _as_te_builds_them(json.loads(outs[0][0].strip().splitlines()[-1]))
+    theirs = _as_te_builds_them(rank0_of(_BUILD_MOE, {**s, "tp": tp, "ep": ep}, tp * ep, timeout=300))
     mine = [list(p) for p in shapes.stage_params(sh, tp, ep, s["num_layers"], first=True, last=True)]
     assert mine == theirs
     assert any("shared_experts.linear_fc1" in n for n, _, _ in mine) and any(".mlp.linear_fc1." in n for n, _, _ in mine)

@@ -3,10 +3,6 @@ MLASelfAttention on the meta device by TP x EP gloo ranks (parameter names, size
 both DP buffers' buckets) for a DeepSeek-like small shape, one without a query down projection, and DeepSeek-V3's
 real layer sizes; and the tp_comm_overlap switch-off Megatron-Core's TELinear makes as it builds a down projection."""
 
-import json
-import socket
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +10,7 @@ import torch
 
 from mbridge_overlap.budget import dp as budget_dp, mla, shape as shapes
 
-from test_budget_buckets import _as_te_builds_them  # (rootdir-relative: tests/bridge has no __init__)
+from test_budget_buckets import _as_te_builds_them, rank0_of  # (rootdir-relative: tests/bridge has no __init__)
 
 _BUILD_MLA = """
 import json, os, sys
@@ -96,16 +92,7 @@ def test_mla_parameters_and_buckets_are_megatron_core_s(tp, ep, s, bucket):
     expert flag, order), and both DP buffers' buckets Megatron-Core's layout makes of them are the budget's."""
     given = {k: tuple(v) if isinstance(v, list) else v for k, v in s.items() if k in {f for f in shapes.Shape.__dataclass_fields__}}
     sh, _ = shapes.of(None, {**given, "multi_latent_attention": True})
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
-    world = tp * ep
-    procs = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", _BUILD_MLA, port, json.dumps({**s, "tp": tp, "ep": ep}),
-                               str(r), str(world)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for r in range(world)]
-    outs = [p.communicate(timeout=600) for p in procs]
-    assert all(p.returncode == 0 for p in procs), outs[0][1][-3000:]
-    theirs = _as_te_builds_mla(json.loads(outs[0][0].strip().splitlines()[-1]))
+    theirs = _as_te_builds_mla(rank0_of(_BUILD_MLA, {**s, "tp": tp, "ep": ep}, tp * ep, timeout=600))
     mine = [list(p) for p in shapes.stage_params(sh, tp, ep, s["num_layers"], first=True, last=True)]
     assert mine == theirs
     names = {n.partition("self_attention.")[2] for n, _, _ in mine if "self_attention." in n}
