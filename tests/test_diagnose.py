@@ -736,6 +736,8 @@ def test_a_short_message_is_matched_by_its_words():
     (["Fatal Python error: Aborted"], False),  # no userbuffers setup began
     (["!!! [UB] Register UBuf 1", " iteration        1/  100 | consumed samples:           64 | elapsed time per "
       "iteration (ms): 9000.1 |", "Fatal Python error: Segmentation fault"], False),  # it trained: not the setup
+    (["!!! [UB] Register UBuf 1", "time to initialize megatron (seconds): 41.220", "done with setup ...",
+      "Fatal Python error: Segmentation fault"], False),  # Bridge's setup was done (recheck60 AG2)
 ])
 def test_a_native_crash_during_the_userbuffers_setup_is_tp_overlap_s(lines, crashed):
     """Corpus batch 13's TE #3199: TE 2.17's initialize_ub aborted after '!!! [UBP2P] UBuf 1' and diagnose said 'none
@@ -767,3 +769,13 @@ def test_a_message_under_a_branch_keeps_the_knobs_its_code_reads():
         "communication overlapping)"))
     (cause,) = _diagnose_text(text)["causes"]
     assert "comm_overlap.tp_comm_overlap" in cause["knobs"] and "model.delay_wgrad_compute" in cause["knobs"]
+
+
+@pytest.mark.parametrize("name, mla", [("q_down_proj", True), ("kv_up_proj", True), ("mtp_eh_proj", False)])
+def test_telinear_s_switch_off_is_multi_latent_attention_s_only_for_its_buffers(name, mla):
+    """recheck60 AG1: Megatron-Core's MTP layer builds eh_proj with the userbuffers name mtp_eh_proj, which TELinear
+    turns TP overlap off for too (Nemotron-3-Super, GLM-4.5: no MLA); it was read as TP_OVERLAP_OFF_MLA."""
+    line = ("[rank0]: /usr/local/lib/python3.12/dist-packages/megatron/core/extensions/transformer_engine.py:928: UserWarning: "
+            f"The user buffer name {name} is not supported inTransformer Engine. Disabling TP communication overlap for this layer\n")
+    ids = [c["id"] for c in _diagnose_text(line)["causes"]]
+    assert ("TP_OVERLAP_OFF_MLA" in ids) is mla, ids

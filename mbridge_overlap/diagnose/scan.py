@@ -44,6 +44,8 @@ _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|Runtim
 TRACEBACK = "traceback"  # the pseudo-topic of a traceback group: OVERLAP_PATH_TRACEBACK
 NCCL_ON_PATH = "NCCL_FAILURE_ON_OVERLAP_PATH"  # ... whose exception is NCCL's failure (TRANSPORT)
 _TP_SIZE = "> initialized tensor model parallel with size "
+# what Bridge prints once its setup (initialize_megatron, which runs initialize_ub) is done: training/setup.py, train.py
+_SETUP_DONE = ("time to initialize megatron (seconds)", "done with setup ...", "Starting training loop at iteration")
 _WORLD = "using world size: "  # Megatron-LM's validate_args / validate_yaml
 _GRID = re.compile(r"> initialized HyperCommGrid (?:for language model )?with tp=(\d+), pp=(\d+), cp=(\d+), dp=(\d+)")
 
@@ -331,8 +333,9 @@ class Scan:
         for key in ("tp_size", "world_size"):
             if key in facts:
                 self.facts.setdefault(key, facts[key])
-        if facts.get("ub_started"):
-            self.facts["ub_started"] = True
+        for key in ("ub_started", "setup_done"):
+            if facts.get(key):
+                self.facts[key] = True
         if facts.get("ub_multicast"):
             self.facts["ub_multicast"] = True
         elif "ub_multicast" in facts:
@@ -469,6 +472,8 @@ class Scan:
             sizes = [_size(g) for g in m.groups()] if m else []
             if sizes and all(sizes):
                 self.facts.setdefault("world_size", sizes[0] * sizes[1] * sizes[2] * sizes[3])
+        elif entry.template and entry.template.startswith(_SETUP_DONE):
+            self.facts["setup_done"] = True  # (Bridge prints these after initialize_ub returned: recheck60 AG2)
         elif entry.id in ("native.ub_create_communicator", "native.ub_register_ubuf", "native.ub_p2p_ubuf"):
             self.facts["ub_started"] = True
         elif entry.id == "native.ub_mc_initialized":

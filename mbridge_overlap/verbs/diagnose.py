@@ -159,7 +159,7 @@ def _ub_setup_crashed(diag, scans) -> None:
     userbuffers setup of TP overlap (UB_SETUP_CRASHED; corpus batch 13's TE #3199)."""
     for _label, scan in scans:
         fatal = [g for g in scan.groups.values() if g.entry.id in _FATAL]
-        if scan.facts.get("ub_started") and fatal and not scan.times:
+        if scan.facts.get("ub_started") and fatal and not scan.times and not scan.facts.get("setup_done"):
             what = "; ".join(esc(g.text.strip()[:60]) if g.entry.id == _FATAL[0] else "pybind11's GIL check failed"
                              for g in fatal[:2])
             finding = report.generic("UB_SETUP_CRASHED")
