@@ -116,3 +116,18 @@ def test_an_all_to_all_across_the_network_is_priced_as_before_at_one_gpu_s_nics(
     assert network > nvlink and ep["ms"] == pytest.approx(ep["count"] * network * 1e3, rel=1e-6)
     said = [a for a in b["assumptions"] if a.startswith("EP across the network")]
     assert said and "cannot aggregate NICs" in said[0]
+
+
+def test_tp_across_the_network_is_priced_against_the_same_tp_inside_one_domain():
+    """recheck60 AG3: WORTH_TP_ACROSS_NETWORK blamed the network for all of TP's 5.6 s while the budget priced the
+    network ring at the NVLink ring's rate (8 NICs a node); it now says how much more than inside one domain, which is
+    the per-message network cost, a small part of the whole."""
+    from mbridge_overlap import api
+
+    over = {"model.tensor_model_parallel_size": 16, "model.pipeline_model_parallel_size": 1, "model.context_parallel_size": 1,
+            "model.virtual_pipeline_model_parallel_size": None, "train.global_batch_size": 64, "comm_overlap.tp_comm_overlap": False}
+    b = api.budget(over, recipe="llama3_70b_pretrain_64gpu_h100_bf16_config").to_dict()["budget"]
+    (f,) = [f for f in b["findings"] if f["id"] == "WORTH_TP_ACROSS_NETWORK"]
+    total = sum(c["ms"] for c in b["collectives"] if c["dimension"] == "tp")
+    extra = float(f["message"].split("about ")[2].split(" ms more")[0].replace(",", ""))
+    assert 0 < extra < total / 5

@@ -81,7 +81,7 @@ def test_turning_tp_overlap_on_in_an_mla_recipe_raises_it(recipe):
     r = api.resolve({"comm_overlap.tp_comm_overlap": True}, recipe=recipe)
     f = _finding(r)
     (entry,) = [e for e in catalog.entries("0.6.2") if e["name"] == recipe]
-    assert f"{entry['model']}: Bridge 0.6.2's model bridge sets it" in f["message"]
+    assert f"{entry['model']}: Bridge's model bridge sets it" in f["message"] and ".provider_bridge" in f["message"]
     assert f["fix_overrides"] == {"comm_overlap.tp_comm_overlap": False}
     back = api.resolve({"comm_overlap.tp_comm_overlap": True, "model.multi_latent_attention": False}, recipe=recipe)
     assert ID not in _ids(back)  # the config's own word wins over the family's

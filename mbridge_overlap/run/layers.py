@@ -52,7 +52,7 @@ def multi_latent_attention(req: Request, family: str | None) -> str | None:
         on = given.flag(key, req.context[key])
         return (key + "=true " + ("as given" if req.origin[key] == "override" else "in the config")) if on else None
     found = mla_families().get(family or "")
-    return f"{family}: Bridge 0.6.2's model bridge sets it, {found['source']}" if found else None
+    return f"{family}: Bridge's model bridge sets it, {found['source']}" if found else None  # (no line: releases differ, AG6)
 
 
 def mla_families() -> dict:

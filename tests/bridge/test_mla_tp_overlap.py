@@ -136,14 +136,19 @@ def test_bridge_s_cited_mla_bridges_and_no_handling_of_it():
 
     import megatron.bridge as mb
 
+    import ast
+
     root = Path(mb.__file__).resolve().parent.parent.parent  # site-packages: the cited paths start with megatron/
-    cited = importlib.metadata.version("megatron-bridge") == "0.6.2"  # the release the sources cite (other: set anywhere)
+    cited = importlib.metadata.version("megatron-bridge") == "0.6.2"  # every cited file is 0.6.2's (others: where present)
     for family, rec in layers.mla_families().items():
-        path, _, line = rec["source"].partition(",")[0].partition(":")
-        lines = [t.strip() for t in (root / path).read_text().splitlines()] if cited or (root / path).exists() else None
-        if lines is not None:
-            assert (lines[int(line) - 1] if cited else next((t for t in lines if "multi_latent_attention = True" in t), None)) \
-                == "provider.multi_latent_attention = True", family
+        path, method = (part.strip() for part in rec["source"].split(",")[:2])
+        if not (cited or (root / path).exists()):
+            continue
+        cls, _, fn = method.partition(".")
+        tree = ast.parse((root / path).read_text())
+        (func,) = [f for c in ast.walk(tree) if isinstance(c, ast.ClassDef) and c.name == cls
+                   for f in c.body if isinstance(f, ast.FunctionDef) and f.name == fn]
+        assert "provider.multi_latent_attention = True" in ast.unparse(func), family
     comm_overlap = (root / "megatron/bridge/training/comm_overlap.py").read_text()
     assert "multi_latent_attention" not in comm_overlap and "q_down_proj" not in comm_overlap
     assert "tp_comm_overlap" not in (root / "megatron/bridge/models/mla_provider.py").read_text()

@@ -74,8 +74,8 @@ def _left_off(state, mode: str, why: str, what: str, candidates: list[dict], kno
 def preset(state: State):
     """With TP overlap on: the tuned preset that matches the run's known shape, the one it uses, and how they differ."""
     model = state.model
-    if not model["tp_comm_overlap"]:
-        return
+    if not model["tp_comm_overlap"] or layers.multi_latent_attention(state.request, state.scenario.family):
+        return  # (MLA: Megatron-Core turns it off at the model build, TP_OVERLAP_OFF_MLA: no preset to tune; recheck60 AG5)
     release, gpu_info = state.request.release, releases.gpu(state.gpu)
     precision, sizes, lora = ub_presets.precision_class(state.precision or {"bf16": True}), ub_presets.shape(state), peft.of(state) is not None
     best, why = ub_presets.match(release, gpu_info, precision, sizes, lora)
