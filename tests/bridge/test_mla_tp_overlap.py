@@ -103,7 +103,8 @@ def test_the_first_mla_down_projection_turns_tp_overlap_off_for_everything_built
     (entry,) = [e for e in M.load("0.6.2").entries if e.id == "mcore.warn.849ffe4d90"]
     assert re.fullmatch(entry.pattern, warning)
     (logged,) = findings.record("TP_OVERLAP_OFF_MLA")["logged"]
-    assert warning.startswith(logged.replace("{tp_comm_buffer_name}", flips))
+    assert warning.startswith(logged["message"].replace("{tp_comm_buffer_name}", flips))
+    assert re.search(logged["line"], warning)  # (MLA's buffer names only: recheck60 AG1)
 
 
 # The line of `self.config.tp_comm_overlap = False` in TELinear.__init__, per Megatron-Core release (the record's
