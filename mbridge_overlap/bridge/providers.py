@@ -1,0 +1,165 @@
+"""The model provider class each shipped recipe's `cfg.model` really is, and the fields of each such class, read from
+the installed megatron-bridge (tools/gen_bridge_data.py writes them to data/releases/VERSION/model_providers.json).
+
+A recipe that builds its provider itself (HybridModelProvider(...), a Moonlight helper) is built offline and its
+model's class read. A recipe that asks AutoBridge.from_hf_pretrained(HF_ID) gets the provider of the model bridge
+Bridge registers for that checkpoint's architecture (register_bridge(source=..., provider=...); none named:
+GPTModelProvider, as MegatronModelBridge.provider_bridge builds): the offline build records HF_ID, and HF_ARCHITECTURES
+below says which architecture the checkpoint's config.json names (the one thing not in the package); an HF id it does
+not list stops the generator rather than guessing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from unittest import mock
+
+from . import adapter
+
+BASE = "GPTModelProvider"
+
+# architectures[0] of the config.json of each checkpoint a shipped recipe asks AutoBridge for, on the Hugging Face Hub
+# (AutoBridge dispatches on it). The one input not read from the package: an HF id missing here stops the generator.
+_ARCH = {
+    "DeepseekV2ForCausalLM": ["deepseek-ai/DeepSeek-V2", "deepseek-ai/DeepSeek-V2-Lite"],
+    "DeepseekV3ForCausalLM": ["deepseek-ai/DeepSeek-V3", "moonshotai/Kimi-K2-Instruct", "moonshotai/Moonlight-16B-A3B"],
+    "DeepseekV4ForCausalLM": ["deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro"],
+    "KimiK25ForConditionalGeneration": ["moonshotai/Kimi-K2.5"],
+    "GlmMoeDsaForCausalLM": ["zai-org/GLM-5.1", "zai-org/GLM-5.2"],
+    "Glm4MoeForCausalLM": ["zai-org/GLM-4.5", "zai-org/GLM-4.5-Air"],
+    "Glm4vMoeForConditionalGeneration": ["zai-org/GLM-4.5V"],
+    "NemotronHForCausalLM": ["nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16",
+                             "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16"],
+    "NemotronH_Nano_VL_V2": ["nvidia/NVIDIA-Nemotron-Nano-12B-v2-VL-BF16"],
+    "NemotronH_Nano_Omni_Reasoning_V3": ["nvidia/Nemotron-3-Nano-Omni-30B-A3B-Reasoning-BF16"],
+    "Exaone4ForCausalLM": ["LGAI-EXAONE/EXAONE-4.0-1.2B"],
+    "Exaone4_5_ForConditionalGeneration": ["LGAI-EXAONE/EXAONE-4.5-33B"],
+    "ExaoneMoeForCausalLM": ["LGAI-EXAONE/K-EXAONE-236B-A23B"],
+    "MiniMaxM3SparseForConditionalGeneration": ["MiniMaxAI/MiniMax-M3"],
+    "Gemma2ForCausalLM": ["google/gemma-2-2b", "google/gemma-2-9b", "google/gemma-2-27b"],
+    "Gemma3ForCausalLM": ["google/gemma-3-1b-pt"],
+    "Gemma3ForConditionalGeneration": ["google/gemma-3-4b-it", "google/gemma-3-12b-it", "google/gemma-3-27b-it"],
+    "Gemma4ForConditionalGeneration": ["google/gemma-4-26B-A4B-it", "google/gemma-4-E4B-it"],
+    "LlamaForCausalLM": ["meta-llama/Llama-2-7b-hf", "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-3B",
+                         "meta-llama/Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-70B", "meta-llama/Meta-Llama-3.1-8B",
+                         "meta-llama/Meta-Llama-3.1-70B", "meta-llama/Meta-Llama-3.1-405B"],
+    "Mistral3ForConditionalGeneration": ["mistralai/Ministral-3-3B-Instruct-2512", "mistralai/Ministral-3-8B-Instruct-2512",
+                                         "mistralai/Ministral-3-14B-Instruct-2512"],
+    "GptOssForCausalLM": ["openai/gpt-oss-20b", "openai/gpt-oss-120b"],
+    "Step3p5ForCausalLM": ["stepfun-ai/Step-3.5-Flash"],
+    "Step3p7ForConditionalGeneration": ["stepfun-ai/Step-3.7-Flash"],
+    "Qwen2ForCausalLM": [f"Qwen/Qwen2-{s}" for s in ("0.5B", "1.5B", "7B", "72B")]
+                        + [f"Qwen/Qwen2.5-{s}" for s in ("0.5B", "1.5B", "7B", "14B", "32B", "72B")],
+    "Qwen2AudioForConditionalGeneration": ["Qwen/Qwen2-Audio-7B-Instruct"],
+    "Qwen2_5_VLForConditionalGeneration": [f"Qwen/Qwen2.5-VL-{s}-Instruct" for s in ("3B", "7B", "32B", "72B")],
+    "Qwen3ForCausalLM": [f"Qwen/Qwen3-{s}" for s in ("0.6B", "1.7B", "4B", "8B", "14B", "32B")],
+    "Qwen3MoeForCausalLM": ["Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-235B-A22B"],
+    "Qwen3NextForCausalLM": ["Qwen/Qwen3-Next-80B-A3B-Instruct"],
+    "Qwen3OmniMoeForConditionalGeneration": ["Qwen/Qwen3-Omni-30B-A3B-Instruct"],
+    "Qwen3VLForConditionalGeneration": ["Qwen/Qwen3-VL-8B-Instruct"],
+    "Qwen3VLMoeForConditionalGeneration": ["Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen/Qwen3-VL-235B-A22B-Instruct"],
+    "Qwen3_5ForConditionalGeneration": [f"Qwen/Qwen3.5-{s}" for s in ("0.8B", "2B", "4B", "9B", "27B")],
+    "Qwen3_5MoeForConditionalGeneration": ["Qwen/Qwen3.5-35B-A3B", "Qwen/Qwen3.5-122B-A10B", "Qwen/Qwen3.5-397B-A17B"],
+}
+HF_ARCHITECTURES = {hf_id: arch for arch, ids in _ARCH.items() for hf_id in ids}
+
+
+def field_names(cls) -> list[str]:
+    return sorted(f.name for f in dataclasses.fields(cls) if not f.name.startswith("_"))
+
+
+class _Recorder:
+    """AutoBridge.from_hf_pretrained offline: records the checkpoint asked for, gives the catalog's stand-in."""
+
+    def __init__(self, asked: list):
+        self.asked = asked
+
+    def __call__(self, cls, path=None, *args, **kwargs):
+        from .recipes import _StandIn
+
+        self.asked.append(str(path))
+        return _StandIn()
+
+
+def recipe_class(entry: dict) -> tuple[type | None, str | None]:
+    """(provider class, HF id asked for) of one catalog entry's recipe, built offline as the catalog built it;
+    the class is None where it comes from AutoBridge (the HF id says which)."""
+    import importlib
+
+    from megatron.bridge.models.conversion import auto_bridge
+
+    from .recipes import offline
+
+    fn = getattr(importlib.import_module(entry["module"]), entry.get("alias_of") or entry["name"])
+    asked: list = []
+    cfg = None
+    with offline(entry.get("gpu")), mock.patch.object(auto_bridge.AutoBridge, "from_hf_pretrained", classmethod(_Recorder(asked))):
+        with contextlib.suppress(Exception):
+            cfg = fn()
+    if asked:
+        return None, asked[-1]
+    if cfg is None or not hasattr(cfg, "model"):
+        return None, None
+    return type(cfg.model), None
+
+
+def bridge_provider(architecture: str) -> list:
+    """The provider classes Bridge's model bridge for an HF architecture builds: its registered provider
+    (register_bridge(provider=...)), else what its provider_bridge is annotated to return (a union: each of them, as
+    Gemma 4's dense or MoE class), else GPTModelProvider, which MegatronModelBridge.provider_bridge builds."""
+    import inspect
+    import typing
+
+    from megatron.bridge.models import GPTModelProvider
+    from megatron.bridge.models.conversion import model_bridge
+
+    for cls in _subclasses(model_bridge.MegatronModelBridge):
+        if vars(cls).get("SOURCE_NAME") != architecture:
+            continue
+        if cls.PROVIDER_CLASS is not None:
+            return [cls.PROVIDER_CLASS]
+        try:
+            ann = inspect.signature(cls.provider_bridge, eval_str=True).return_annotation
+        except Exception:  # an annotation that does not evaluate: the default provider
+            ann = inspect.Signature.empty
+        members = [a for a in (typing.get_args(ann) or (ann,)) if isinstance(a, type) and dataclasses.is_dataclass(a)]
+        return members or [GPTModelProvider]
+    raise SystemExit(f"no model bridge of megatron-bridge {adapter.bridge_version()} is registered for {architecture}")
+
+
+def _subclasses(c):
+    for s in c.__subclasses__():
+        yield s
+        yield from _subclasses(s)
+
+
+
+def collect(entries, reference) -> dict:
+    """{"base": GPTModelProvider, "classes": {name: {"adds": [...], "lacks": [...]}} (fields against the base's), "recipes":
+    {name: [recipe references]}} for the catalog entries whose model is not a GPTModelProvider; a recipe whose class
+    cannot be known offline (it does not build, and asks AutoBridge for nothing) is left out: the base's fields."""
+    from megatron.bridge.models import GPTModelProvider
+
+    base = set(field_names(GPTModelProvider))
+    classes, recipes = {}, {}
+    for entry in entries:
+        name, hf_id = recipe_class(entry)
+        if hf_id is not None:
+            if hf_id not in HF_ARCHITECTURES:
+                raise SystemExit(f"{entry['name']} asks AutoBridge for {hf_id}: add its config.json's architecture to "
+                                 "mbridge_overlap/bridge/providers.py HF_ARCHITECTURES")
+            found = bridge_provider(HF_ARCHITECTURES[hf_id])
+        elif name is not None:
+            found = [name]
+        else:
+            continue
+        label = " | ".join(c.__name__ for c in found)
+        if label == BASE:
+            continue
+        if label not in classes:
+            own = set().union(*(field_names(c) for c in found))
+            classes[label] = {"adds": sorted(own - base), "lacks": sorted(base - own)}
+        recipes.setdefault(label, []).append(reference(entry))
+    return {"base": BASE, "classes": classes, "recipes": {k: sorted(v) for k, v in sorted(recipes.items())}}
+
