@@ -108,9 +108,19 @@ def _overridden(sc, shapes) -> dict:
     from ..run.request import is_null
 
     names = {f.name for f in fields(shapes.Shape)}
-    # null (Bridge's unset, as a saved config's null is read: the known model's value stands; fuzzK K6) sets nothing
-    return {key.partition(".")[2]: shapes.value_of(key, value) for key, value in (sc.overrides or {}).items()
-            if key.partition(".")[0] == "model" and key.partition(".")[2] in names and not is_null(value)}
+    # null (Bridge's unset, as a saved config's null is read: the known model's value stands; fuzzK K6) sets nothing,
+    # but for a key whose null is a value (MLA's q_lora_rank=null: no query down projection; recheck59 AF5)
+    out = {}
+    for key, value in (sc.overrides or {}).items():
+        section, _, name = key.partition(".")
+        if section != "model" or name not in names:
+            continue
+        if is_null(value):
+            if name in shapes.NULLABLE:
+                out[name] = None
+            continue
+        out[name] = shapes.value_of(key, value)
+    return out
 
 
 def needs(analysis) -> str | None:

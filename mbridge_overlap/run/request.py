@@ -15,7 +15,7 @@ from .. import safeio
 from . import hydra, schema
 from ..errors import UsageError
 from dataclasses import dataclass, field
-from ..upstream.releases import Release, bridge_fields, preset_content
+from ..upstream.releases import Release, bridge_fields, model_provider, preset_content
 from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
 from ..suggest import closest
 
@@ -392,6 +392,10 @@ def _env_names() -> set:
 
 def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping, value: Any = None) -> None:
     known = bridge_fields(req.release.version).get(section, ())
+    provider = None
+    if section == "model" and req.recipe is not None:  # (recheck59 AF5, recheck55 AB6: the recipe's own provider class,
+        # such as MLAModelProvider's q_lora_rank or HybridModelProvider's hybrid_layer_pattern, which Bridge takes)
+        provider, known = model_provider(req.release.version, req.recipe)
     if name in known:
         if req.origin.get(key) != "config":
             _not_blank(key, value)
@@ -402,8 +406,9 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
         req.context[key] = value  # as given (not typed): read only where a rule or the budget names it
         return
     hint = closest(name, list(modeled) + list(known))
+    whose = f" ({provider}, the model of {req.recipe['name']})" if provider else ""
     raise UsageError(  # a look-alike letter would read as the suggestion itself (fuzzH H11): shown escaped, and said
-        f"{safeio.shown(key)}: {safeio.shown(name)} is not a field of {section} in Megatron-Bridge {req.release.version}"
+        f"{safeio.shown(key)}: {safeio.shown(name)} is not a field of {section}{whose} in Megatron-Bridge {req.release.version}"
         + ("" if key.isascii() else " (it holds non-ASCII characters)")
         + (f"; did you mean '{section}.{hint}'?" if hint else "")
     )

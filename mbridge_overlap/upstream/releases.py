@@ -121,6 +121,35 @@ def bridge_fields(version: str | None = None) -> dict:
     return {k: frozenset(v or ()) for k, v in load_yaml(path)["sections"].items()}
 
 
+@lru_cache(maxsize=None)
+def _model_providers(data_version: str) -> tuple[dict, dict]:
+    """({recipe reference: provider class}, {class: (adds, lacks)}) of data/releases/VERSION/model_providers.json."""
+    import json
+
+    path = DATA_DIR / "releases" / data_version / "model_providers.json"
+    if not path.is_file():
+        return {}, {}
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    recipes = {ref: cls for cls, refs in raw["recipes"].items() for ref in refs}
+    return recipes, {cls: (frozenset(v["adds"]), frozenset(v["lacks"])) for cls, v in raw["classes"].items()}
+
+
+def model_provider(version: str | None, entry: dict | None) -> tuple[str, frozenset]:
+    """(provider class, its model field names) of a recipe catalog entry's model in a release, as Bridge builds it
+    (data/releases/VERSION/model_providers.json, generated from the installed package: the recipe's own provider class,
+    such as MLAModelProvider for DeepSeek-V3 or HybridModelProvider for Nemotron-H); Bridge's baseline GPTModelProvider
+    and bridge_fields.yaml's model fields without a recipe, or for one the file does not list."""
+    base = bridge_fields(version)["model"]
+    if entry is None:
+        return "GPTModelProvider", base
+    recipes, classes = _model_providers(get(version).data_version)
+    cls = recipes.get(f"{entry.get('package')}.{entry.get('name')}") or recipes.get(entry.get("name"))
+    if cls is None or cls not in classes:
+        return "GPTModelProvider", base
+    adds, lacks = classes[cls]
+    return cls, (base | adds) - lacks
+
+
 @dataclass(frozen=True)
 class Preset:
     """A tuned TP userbuffers config of comm_overlap.py, with what its name says it was tuned for."""
