@@ -423,7 +423,7 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
     not have instead of failing; they are listed in `request.skipped`. `written`: keys of the config that hold what
     Bridge wrote (a saved run config's outputs), taken as values but not as requests."""
     req = Request.from_recipe(release, catalog.require_built(base)) if base is not None else Request.baseline(release)
-    items, req.skipped = flatten_config(config or {}, release, strict)
+    items, req.skipped = flatten_config(config or {}, release, strict, recipe=req.recipe)
     for key, value in items:
         _as_yaml_typed(key, value)
         req.set(key, value, "config")
@@ -438,11 +438,12 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
     return req
 
 
-def flatten_config(config: Mapping, release: Release, strict: bool = True) -> tuple[list, list]:
+def flatten_config(config: Mapping, release: Release, strict: bool = True, recipe: dict | None = None) -> tuple[list, list]:
     """Dotted (key, value) pairs from a ConfigContainer-shaped mapping, `_target_` keys dropped, and the keys
     skipped because this release has no such section or field (strict: a UsageError instead).
 
-    Only the sections the resolver models are read; a dumped run config carries every field of every section."""
+    Only the sections the resolver models are read; a dumped run config carries every field of every section. recipe:
+    the catalog entry the request starts from, whose provider class's fields the model section may hold."""
     if not isinstance(config, Mapping):
         raise UsageError("config: expected a mapping of sections (model:, ddp:, ...) at the top level")
     items, skipped = [], []
@@ -466,7 +467,7 @@ def flatten_config(config: Mapping, release: Release, strict: bool = True) -> tu
         elif section == "env_vars" and isinstance(body, Mapping):
             items += [(f"env_vars.{k}", v) for k, v in body.items()]
         elif isinstance(body, Mapping):
-            items += _flatten_section(section, body, release, strict, skipped)
+            items += _flatten_section(section, body, release, strict, skipped, recipe)
         elif section in ("comm_overlap", "mixed_precision") or body is not None:
             items.append((section, body))
     return items, skipped
@@ -485,10 +486,12 @@ def _unknown(key: str, strict: bool, skipped: list, choices) -> None:
     skipped.append(key)
 
 
-def _flatten_section(section: str, body: Mapping, release: Release, strict: bool, skipped: list) -> list:
+def _flatten_section(section: str, body: Mapping, release: Release, strict: bool, skipped: list, recipe: dict | None = None) -> list:
     modeled = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP}[section]
     extra = set(schema.COMM_OVERLAP_COMPUTED) if section == "comm_overlap" else set()
     known = bridge_fields(release.version).get(section, frozenset())
+    if section == "model" and recipe is not None:  # (recheck59 AF5: the recipe's own provider class's fields)
+        known = model_provider(release.version, recipe)[1]
     out = []
     for name, value in body.items():
         if name == "_target_":
