@@ -5,8 +5,6 @@ class adds to GPTModelProvider's (and one it lacks, and one of another class) se
 create_omegaconf_dict_config + parse_hydra_overrides + apply_overrides: a word the skill takes, Bridge takes and sets;
 a word the skill refuses, Bridge refuses."""
 
-import contextlib
-import dataclasses
 import json
 import sys
 
