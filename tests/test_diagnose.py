@@ -779,3 +779,21 @@ def test_telinear_s_switch_off_is_multi_latent_attention_s_only_for_its_buffers(
             f"The user buffer name {name} is not supported inTransformer Engine. Disabling TP communication overlap for this layer\n")
     ids = [c["id"] for c in _diagnose_text(line)["causes"]]
     assert ("TP_OVERLAP_OFF_MLA" in ids) is mla, ids
+
+
+def test_a_native_crash_logged_before_the_userbuffers_lines_is_not_their_setup_s():
+    """fuzzU U2-4: a relaunch's log, the first attempt's crash before the second attempt's userbuffers lines, was
+    UB_SETUP_CRASHED."""
+    text = "Fatal Python error: Segmentation fault\n\n!!! [UBP2P] UBuf 1\n!!! [UB] Register UBuf 2\n"
+    assert "UB_SETUP_CRASHED" not in [c["id"] for c in _diagnose_text(text)["causes"]]
+
+
+def test_the_not_bridge_note_shows_a_long_frame_path_s_end():
+    """fuzzU U2-5: a 132-character path was cut to its start, without the file name."""
+    path = ("/lustre/fsw/portfolios/coreai/users/jdoe/miniconda3/envs/verl-megatron/lib/python3.10/site-packages/verl/"
+            "workers/megatron_workers.py")
+    text = (f'Traceback (most recent call last):\n  File "{path}", line 10, in init_model\n    self.model = build()\n'
+            '  File "/usr/local/lib/python3.10/site-packages/megatron/core/distributed/distributed_data_parallel.py", '
+            "line 489, in hook\n    assert (\nAssertionError: param.grad being None is not safe when overlap_grad_reduce is True\n")
+    (note,) = [n for n in _diagnose_text(text)["notes"] if n.startswith("not a Bridge run")]
+    assert "verl/workers/megatron_workers.py" in note

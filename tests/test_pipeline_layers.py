@@ -152,3 +152,20 @@ def test_no_finding_offers_an_unchecked_vpp(over):
     offered = {f.fix_overrides["model.virtual_pipeline_model_parallel_size"] for f in counted
                if "model.virtual_pipeline_model_parallel_size" in (f.fix_overrides or {})}
     assert offered and all((60 // 4) % vpp == 0 for vpp in offered)
+
+
+@pytest.mark.parametrize("layout, why", [("Ex*8|t*24L", "Invalid layer character: x"),
+                                         ("Et*8|t*25L", "Number of decoder layers 33must match num_layers 32"),
+                                         ("t*8E|t*24L", "The first layer must be embedding"),
+                                         ("Et*16|t*16L*2", "Loss must be specified exactly once"),
+                                         ("Et*8|t*24mL", "Number of mtp layers in layout must match mtp_num_layers")])
+def test_a_layout_s_layers_megatron_core_refuses_are_refused(layout, why):
+    """fuzzU U2-1: only a layout's stage count was checked; these were answered and costed (tier 2 holds each to
+    PipelineParallelLayerLayout)."""
+    over = {"model.pipeline_model_parallel_size": 2, "model.context_parallel_size": 1,
+            "model.pipeline_model_parallel_layout": layout}
+    (f,) = [f for f in api.resolve(over, recipe="llama3_8b_pretrain_config", gpus=16).findings
+            if f.id == "PIPELINE_LAYOUT_REJECTED"]
+    assert why in f.message and "num_layers" in f.fix
+    assert "PIPELINE_LAYOUT_REJECTED" not in {f.id for f in api.resolve(
+        {**over, "model.pipeline_model_parallel_layout": "Et*8|t*24L"}, recipe="llama3_8b_pretrain_config", gpus=16).findings}

@@ -229,9 +229,14 @@ def _not_modelled(lay: Layout, shape) -> tuple:
 
 
 def estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str = "") -> Budget:
+    dropped = ()
     if lay.stages and sum(lay.stages) != shape.num_layers:  # a layout of another layer count: not this model's split
+        dropped = (f"the config's pipeline_model_parallel_layout places {sum(lay.stages)} decoder layers where the model "
+                   f"has {shape.num_layers} (Megatron-Core refuses it: validate_layer_layout): not read, an even split "
+                   "costed",)
         lay = Layout(**{**lay.__dict__, "stages": ()})
     budget = _estimate(lay, shape, system, shape_from)
+    budget.assumptions += dropped
     for setting, on in lay.settings.items():
         other = Layout(**{**lay.__dict__, "settings": {**lay.settings, setting: not on}})
         flip = _estimate(other, shape, system, shape_from)
@@ -312,7 +317,7 @@ def network_rates(items: list, system: System) -> tuple:
         elif kind == "p2p":
             why = f"{names}: {own}"
         elif local < 2:
-            why = f"{names} over {group} ranks, one in each NVLink domain: {own}"
+            why = f"{names} over {group} ranks, as few as one in an NVLink domain (its NICs set the ring's pace): {own}"
         else:
             total = local * per_gpu * nic
             limit = f"capped by the NVLink ring's {cap:g} GB/s" if gbps < total else f"under the NVLink ring's {cap:g}"

@@ -172,6 +172,49 @@ def list_refusal(layout) -> str | None:
     return None
 
 
+_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}  # parse_str_to_list's char2layer_type
+
+
+def layout_names(layout) -> list | None:
+    """A layout's stages as lists of layer names (Megatron-Core's LayerType names), or None where it is not read; a
+    string's characters outside parse_str_to_list's are kept as they are (layout_refusal names them)."""
+    if layout_stages(layout) is None:
+        return None
+    if isinstance(layout, str) and layout.lstrip().startswith("["):
+        layout = _list_text(layout)
+    if isinstance(layout, (list, tuple)):
+        return [[name.strip().lower() for name in stage] for stage in layout]
+    text = layout.replace(",", "")
+    for rx in _UNROLL:
+        text = rx.sub(lambda m: m.group(1) * int(m.group(2)), text)
+    return [[_CHARS.get(c, c) for c in stage] for stage in text.split("|")]
+
+
+def layout_refusal(layout, string: bool, num_layers: int | None, mtp_num_layers: int | None) -> str | None:
+    """What PipelineParallelLayerLayout refuses of a layout's layers at config time (parse_str_to_list's characters;
+    validate_layer_layout's embedding first and loss last, once each, the decoder count where the layer count is known,
+    the MTP count and place, no encoder), in its order and words; None where it takes them (fuzzU U2-1)."""
+    stages = layout_names(layout)
+    if stages is None:
+        return None
+    flat = [name for stage in stages for name in stage]
+    if string and (bad := next((n for n in flat if n not in _CHARS.values()), None)) is not None:
+        return f"Invalid layer character: {bad}, known layer characters: {list(_CHARS)}"
+    if not flat:
+        return "IndexError: list index out of range (the layout's stages hold no layer)"
+    count = flat.count
+    checks = [(flat[0] == "embedding", f"The first layer must be embedding, but got LayerType.{flat[0]}"),
+              (flat[-1] == "loss", f"The last layer must be loss, but got LayerType.{flat[-1]}"),
+              (count("embedding") == 1, "Embedding must be specified exactly once"),
+              (count("loss") == 1, "Loss must be specified exactly once"),
+              (num_layers is None or count("decoder") == num_layers,
+               f"Number of decoder layers {count('decoder')}must match num_layers {num_layers}"),
+              (count("mtp") == (mtp_num_layers or 0), "Number of mtp layers in layout must match mtp_num_layers"),
+              ("mtp" not in flat or "decoder" not in flat[flat.index("mtp"):], "decoder layers must be placed before MTP layers"),
+              ("encoder" not in flat, "Encoder layer is not supported for flexible pipeline layout")]
+    return next((why for ok, why in checks if not ok), None)
+
+
 def stage_decoders(layout) -> tuple | None:
     """The decoder layers of each stage of a pipeline_model_parallel_layout, in its order (stage k on pipeline rank k
     mod PP: PipelineParallelLayerLayout), for a list of stages or a string ("t" a decoder layer); None where it is not

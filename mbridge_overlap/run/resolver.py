@@ -631,6 +631,12 @@ def _layout_string(state: State) -> bool:
         # Megatron-Core sets the VPP the layout gives, at the model's finalize: after Bridge chose the P2P overlap
         # with none (the effective VPP, not the overlap, follows the layout; held to real Bridge in tier 2)
         state.model["virtual_pipeline_model_parallel_size"] = stages // pp
+    known = layers.known(state.request)
+    refusal = layers.layout_refusal(layout, isinstance(layout, str) and not layout.lstrip().startswith("["),
+                                    known[0] if known else None, state.model.get("mtp_num_layers"))
+    if refusal:  # (then validate_layer_layout: the layers it places, fuzzU U2-1)
+        _reject(state, "PIPELINE_LAYOUT_REJECTED", refusal, where)
+        return True
     return False
 
 

@@ -142,24 +142,35 @@ def _tp_across_domains(diag, scans) -> None:
                                        f"{diag.facts['tp_groups_across_domains'][:4]}"))
 
 
+def _tail(path: str, keep: int = 76) -> str:
+    """A long path's end, where its file name is (fuzzU U2-5: shown() keeps a text's start)."""
+    return shown(path) if len(path) <= keep else "..." + shown(path[-keep:])
+
+
 def _not_bridge(driver: str) -> str:
     """evalY Y3-1: a verl run's fix was given as Bridge's comm_overlap.overlap_grad_reduce=false, with nothing said."""
     return (f"not a Bridge run as far as the log shows: its tracebacks reach Megatron-Core from other code (first: "
-            f"{shown(driver[-120:])}), through no Megatron-Bridge frame, and it prints no Bridge configuration "
+            f"{_tail(driver)}), through no Megatron-Bridge frame, and it prints no Bridge configuration "
             "summary. There the knobs are Megatron-Core's own fields, set through that framework's config: ddp.NAME and "
             "comm_overlap.overlap_grad_reduce or overlap_param_gather are DistributedDataParallelConfig.NAME, model.NAME "
             "and comm_overlap.tp_comm_overlap TransformerConfig.NAME; the fixes are written in Bridge's keys")
 
 
 _FATAL = ("native.python_fatal_error", "native.pybind11_gil_not_held")
+_UB_STARTED = ("native.ub_create_communicator", "native.ub_register_ubuf", "native.ub_p2p_ubuf")
 
 
 def _ub_setup_crashed(diag, scans) -> None:
     """A process that died in native code after the userbuffers start-up lines and before any iteration: the
     userbuffers setup of TP overlap (UB_SETUP_CRASHED; corpus batch 13's TE #3199)."""
     for _label, scan in scans:
-        fatal = [g for g in scan.groups.values() if g.entry.id in _FATAL]
-        if scan.facts.get("ub_started") and fatal and not scan.times and not scan.facts.get("setup_done"):
+        started = {}  # source -> the first userbuffers start-up line's number
+        for g in scan.groups.values():
+            if g.entry.id in _UB_STARTED:
+                started[g.source] = min(started.get(g.source, g.number), g.number)
+        # a fatal line after them in its log (fuzzU U2-4: one logged before them, a relaunch's, was blamed on them)
+        fatal = [g for g in scan.groups.values() if g.entry.id in _FATAL and g.number > started.get(g.source, g.number)]
+        if fatal and not scan.times and not scan.facts.get("setup_done"):
             what = "; ".join(esc(g.text.strip()[:60]) if g.entry.id == _FATAL[0] else "pybind11's GIL check failed"
                              for g in fatal[:2])
             finding = report.generic("UB_SETUP_CRASHED")

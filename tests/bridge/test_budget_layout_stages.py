@@ -33,3 +33,30 @@ def test_each_rank_builds_the_decoders_megatron_core_s_layout_gives_it(monkeypat
         ids = [i for v in range(vpp) for i in theirs.get_layer_id_list(LayerType.decoder, vp_stage=v, pp_rank=rank)]
         assert rank_layers(lay, rank) == len(ids)
         assert stage_numbers(lay, layers, rank) == ids
+
+
+@pytest.mark.parametrize("layout, pp, layers, mtp", [
+    ("Ex*8|t*24L", 2, 32, None), ("ET*8|T*24L", 2, 32, None), ("Et*8|t*25L", 2, 32, None), ("t*8E|t*24L", 2, 32, None),
+    ("Et*16|t*16L*2", 2, 32, None), ("Et*8|t*24mL", 2, 32, None), ("Et*8|t*24mL", 2, 32, 1), ("Et*8|t*24L", 2, 32, None),
+    ("Et*8|t*24L", 2, None, None), ("Et*8|mt*24L", 2, 32, 1), ([["embedding", "decoder"], ["decoder", "loss"]], 2, 2, None),
+    ([["embedding", "encoder"], ["decoder", "loss"]], 2, 1, None), (DEEPSEEK, 8, 61, 1), (DEEPSEEK, 8, 61, 2),
+    (DEEPSEEK, 8, 61, None),
+])
+def test_a_layout_s_layers_are_refused_as_megatron_core_refuses_them(layout, pp, layers, mtp):
+    """fuzzU U2-1: only the stages' count was checked; a layout with another character, the embedding or the loss
+    misplaced or twice, another decoder or MTP count, was answered (and costed) though TransformerConfig refuses it."""
+    from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+    from mbridge_overlap.run.layers import layout_refusal
+
+    try:
+        theirs = PipelineParallelLayerLayout(layout, pp)
+        if layers is not None:  # (without the layer count the skill leaves the decoder count unchecked)
+            theirs.validate_layer_layout(num_layers=layers, mtp_num_layers=mtp)
+        refused = None
+    except (AssertionError, NotImplementedError, IndexError) as exc:
+        refused = str(exc)
+    ours = layout_refusal(layout, isinstance(layout, str), layers, mtp)
+    assert (ours is None) == (refused is None), (ours, refused)
+    if ours is not None:
+        assert refused.startswith(ours.split(",")[0].split(" but got")[0]), (ours, refused)

@@ -136,6 +136,10 @@ def _flex_backend(state: State, r) -> tuple[list, dict]:
     return [{"model.moe_flex_dispatcher_backend": b} for b in backends] + _constant(state, r)[0], {}
 
 
+_LAYERS_REFUSED = re.compile(r"Invalid layer character|must be embedding|must be loss|specified exactly once|"
+                             r"must match num_layers|mtp layers|before MTP|Encoder layer|hold no layer")
+
+
 def _layout(state: State, r) -> tuple[list, dict]:
     """With a pipeline_model_parallel_layout, the VPP its stages give (or none: the layout sets it), which the message
     names (evalT U2: no fix was offered, and the text named keys Megatron-Core refuses beside a layout); without one,
@@ -149,6 +153,11 @@ def _layout(state: State, r) -> tuple[list, dict]:
         return [], {"otherwise": shell(
             "layer counts for the first and last stages (model.num_layers_in_first/last_pipeline_stage) that leave the "
             "middle stages an even share, each a multiple of the virtual pipeline size")}
+    if _LAYERS_REFUSED.search(r.message):  # the layers it places (validate_layer_layout, parse_str_to_list: fuzzU U2-1)
+        return [], {"otherwise": shell(
+            "a layout whose layers Megatron-Core takes: only E, L, t and m in a string; the embedding first and the loss "
+            "last, once each; as many decoder layers (t) as model.num_layers and MTP layers (m) as model.mtp_num_layers, "
+            "after the decoders")}
     detected = re.search(r"detected_vpp_size=(\d+)", r.message)
     vpp = [{"model.virtual_pipeline_model_parallel_size": int(detected[1])},
            {"model.virtual_pipeline_model_parallel_size": None}] if detected else []
