@@ -83,3 +83,15 @@ def test_the_budget_reads_the_mla_shape_from_the_overrides():
     small = _budget({"model.v_head_dim": 64, "model.qk_head_dim": 64})
     assert "model.qk_head_dim, model.v_head_dim" in small["shape_from"] and small["compute_ms"] < base["compute_ms"]
     assert _budget({"model.kv_lora_rank": 128})["compute_ms"] < base["compute_ms"]
+
+
+def test_a_saved_config_s_model_target_names_its_provider_class(tmp_path):
+    """fuzzU U2-2: a saved DeepSeek run config (model._target_ MLAModelProvider) without --recipe had its q_lora_rank
+    'not in Megatron-Bridge's config, ignored (saved by another release?)', though the budget reads it."""
+    config = tmp_path / "run_config.yaml"
+    config.write_text("model:\n  _target_: megatron.bridge.models.mla_provider.MLAModelProvider\n"
+                      "  tensor_model_parallel_size: 2\n  sequence_parallel: true\n  q_lora_rank: null\n")
+    r = api.lint(str(config), gpus=8)
+    assert not any("q_lora_rank" in n for n in r.to_dict().get("notes", []))
+    config.write_text("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  q_lora_rank: null\n")
+    assert any("q_lora_rank" in n for n in api.lint(str(config), gpus=8).to_dict().get("notes", []))

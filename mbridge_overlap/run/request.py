@@ -66,6 +66,7 @@ class Request:
     context: dict = field(default_factory=dict)  # dotted key -> value a recipe records but the resolver does not set
     origin: dict = field(default_factory=dict)  # dotted key -> who set it: "recipe", "config" or "override"
     recipe: dict | None = None  # the catalog entry the request starts from (None: Bridge's _pretrain_common baseline)
+    model_target: str | None = None  # a config's model._target_ (its provider class), where no recipe names one
 
     @classmethod
     def baseline(cls, release: Release) -> "Request":
@@ -393,9 +394,10 @@ def _env_names() -> set:
 def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, modeled: Mapping, value: Any = None) -> None:
     known = bridge_fields(req.release.version).get(section, ())
     provider = None
-    if section == "model" and req.recipe is not None:  # (recheck59 AF5, recheck55 AB6: the recipe's own provider class,
-        # such as MLAModelProvider's q_lora_rank or HybridModelProvider's hybrid_layer_pattern, which Bridge takes)
-        provider, known = model_provider(req.release.version, req.recipe)
+    if section == "model":  # (recheck59 AF5, recheck55 AB6: the recipe's or the config's own provider class, such as
+        # MLAModelProvider's q_lora_rank or HybridModelProvider's hybrid_layer_pattern, which Bridge takes)
+        provider, known = model_provider(req.release.version, req.recipe, req.model_target)
+        provider = None if provider == "GPTModelProvider" else provider
     if name in known:
         if req.origin.get(key) != "config":
             _not_blank(key, value)
@@ -406,7 +408,7 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
         req.context[key] = value  # as given (not typed): read only where a rule or the budget names it
         return
     hint = closest(name, list(modeled) + list(known))
-    whose = f" ({provider}, the model of {req.recipe['name']})" if provider else ""
+    whose = f" ({provider}, the model of {req.recipe['name'] if req.recipe else 'the config'})" if provider else ""
     raise UsageError(  # a look-alike letter would read as the suggestion itself (fuzzH H11): shown escaped, and said
         f"{safeio.shown(key)}: {safeio.shown(name)} is not a field of {section}{whose} in Megatron-Bridge {req.release.version}"
         + ("" if key.isascii() else " (it holds non-ASCII characters)")
@@ -423,6 +425,8 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
     not have instead of failing; they are listed in `request.skipped`. `written`: keys of the config that hold what
     Bridge wrote (a saved run config's outputs), taken as values but not as requests."""
     req = Request.from_recipe(release, catalog.require_built(base)) if base is not None else Request.baseline(release)
+    if base is None and isinstance(config, Mapping) and isinstance(config.get("model"), Mapping):
+        req.model_target = config["model"].get("_target_")
     items, req.skipped = flatten_config(config or {}, release, strict, recipe=req.recipe)
     for key, value in items:
         _as_yaml_typed(key, value)
@@ -490,8 +494,8 @@ def _flatten_section(section: str, body: Mapping, release: Release, strict: bool
     modeled = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP}[section]
     extra = set(schema.COMM_OVERLAP_COMPUTED) if section == "comm_overlap" else set()
     known = bridge_fields(release.version).get(section, frozenset())
-    if section == "model" and recipe is not None:  # (recheck59 AF5: the recipe's own provider class's fields)
-        known = model_provider(release.version, recipe)[1]
+    if section == "model":  # (recheck59 AF5: the recipe's own provider class's fields, or the config's own: U2-2)
+        known = model_provider(release.version, recipe, body.get("_target_") if recipe is None else None)[1]
     out = []
     for name, value in body.items():
         if name == "_target_":

@@ -134,15 +134,16 @@ def _model_providers(data_version: str) -> tuple[dict, dict]:
     return recipes, {cls: (frozenset(v["adds"]), frozenset(v["lacks"])) for cls, v in raw["classes"].items()}
 
 
-def model_provider(version: str | None, entry: dict | None) -> tuple[str, frozenset]:
+def model_provider(version: str | None, entry: dict | None, target: str | None = None) -> tuple[str, frozenset]:
     """(provider class, its model field names) of a recipe catalog entry's model in a release, as Bridge builds it
     (data/releases/VERSION/model_providers.json, generated from the installed package: the recipe's own provider class,
     such as MLAModelProvider for DeepSeek-V3 or HybridModelProvider for Nemotron-H); Bridge's baseline GPTModelProvider
     and bridge_fields.yaml's model fields without a recipe, or for one the file does not list."""
     base = bridge_fields(version)["model"]
-    if entry is None:
-        return "GPTModelProvider", base
     recipes, classes = _model_providers(get(version).data_version)
+    if entry is None:  # a saved config's model._target_ names its class (fuzzU U2-2: an MLA run config's q_lora_rank)
+        cls = target.rsplit(".", 1)[-1] if isinstance(target, str) else None
+        return (cls, (base | classes[cls][0]) - classes[cls][1]) if cls in classes else ("GPTModelProvider", base)
     cls = recipes.get(f"{entry.get('package')}.{entry.get('name')}") or recipes.get(entry.get("name"))
     if cls is None or cls not in classes:
         return "GPTModelProvider", base
