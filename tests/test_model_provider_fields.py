@@ -4,6 +4,7 @@ override path: tests/bridge/test_model_provider_fields.py). recheck59 AF5 (MLAMo
 (HybridModelProvider)."""
 
 import json
+import re
 
 import pytest
 
@@ -95,3 +96,13 @@ def test_a_saved_config_s_model_target_names_its_provider_class(tmp_path):
     assert not any("q_lora_rank" in n for n in r.to_dict().get("notes", []))
     config.write_text("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  q_lora_rank: null\n")
     assert any("q_lora_rank" in n for n in api.lint(str(config), gpus=8).to_dict().get("notes", []))
+
+
+@pytest.mark.parametrize("body, said", [("q_lora_rank: 1.5", "expected an integer (or null), got 1.5"),
+                                        ("kv_lora_rank: [512]", "expected an integer, got [512]")])
+def test_a_config_s_non_integer_mla_field_is_named_so(tmp_path, body, said):
+    """fuzzU U2-3: a float or a list in q_lora_rank was 'the text ... write it without quotes'."""
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model:\n  {body}\n")
+    with pytest.raises(UsageError, match=re.escape(said)):
+        api.resolve(config=str(config), recipe="deepseek_v3_pretrain_256gpu_b200_bf16_config")

@@ -131,8 +131,18 @@ def in_config(model: dict | None, source: str | None = None) -> dict:
         elif source is not None:
             from ..run.request import quoted_in_file
 
-            raise quoted_in_file(f"{source}: model.{k}", v, "a whole number or true/false")
+            flag = _is_flag(k)
+            if not isinstance(v, str):  # (fuzzU U2-3: a float, list or mapping is no quoted text)
+                raise UsageError(f"{source}: model.{k}: expected {'true or false' if flag else 'an integer'}"
+                                 f"{' (or null)' if k in NULLABLE else ''}, got {safeio.shown(v)}")
+            raise quoted_in_file(f"{source}: model.{k}", v, "true or false" if flag else "a whole number")
     return out
+
+
+def _is_flag(name: str) -> bool:
+    """Whether a Shape field is a boolean (its default's type)."""
+    field_of = {f.name: f for f in fields(Shape)}.get(name)
+    return field_of is not None and isinstance(field_of.default, bool)
 
 
 def of(model: str | None, given: dict, said: str | None = None, fits=None) -> tuple[Shape, str]:
@@ -210,7 +220,9 @@ def value_of(key: str, value) -> int | bool | tuple:
     name = key.rpartition(".")[2] if isinstance(key, str) else ""
     if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value) and name in BOUNDS:
         raise UsageError(f"{name}: must be a whole number from 1 to {BOUNDS[name]:,}, got {safeio.shown(value)}")
-    raise UsageError(f"{safeio.shown(key)}: expected a whole number or true/false, got {safeio.shown(value)}")
+    want = "true or false" if _is_flag(name) else "a whole number" + (" or null" if name in NULLABLE else "") \
+        if name in {f.name for f in fields(Shape)} else "a whole number or true/false"
+    raise UsageError(f"{safeio.shown(key)}: expected {want}, got {safeio.shown(value)}")
 
 
 def layer_pattern(key: str, value) -> tuple:
