@@ -68,8 +68,9 @@ def test_a_flexible_layout_is_refused_as_megatron_core_refuses_it(layout):
                                     "Et|(tt|)*6,L", "tttt"])
 def test_a_layout_string_s_stages_are_megatron_core_s(layout):
     """The stages run/layers.layout_stages counts are PipelineParallelLayerLayout.parse_str_to_list's; with PP and a
-    VPP the resolver rejects exactly where TransformerConfig.__post_init__ does (the recipe catalog's
+    VPP the resolver rejects exactly where TransformerConfig.__post_init__ does, the layers it places included (the recipe catalog's
     deepseek_v3_pretrain_256gpu_gb200_fp8mx_partial_cg_dev_config: 16 stages, PP 4, VPP 2)."""
+    from megatron.core.transformer.enums import LayerType
     from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
 
     from mbridge_overlap.run import layers
@@ -79,9 +80,13 @@ def test_a_layout_string_s_stages_are_megatron_core_s(layout):
     for pp in (1, 2, 4):
         for vpp in (None, 1, 2, 4):
             try:
-                PipelineParallelLayerLayout(layout, pp)
+                theirs = PipelineParallelLayerLayout(layout, pp)
                 detected = stages // pp
                 megatron_ok = vpp is None or vpp == detected
+                # then validate_layer_layout (fuzzU U2-1): the baseline's mtp_num_layers None; its layer count is
+                # not known to the skill, so the layout's own decoder count
+                flat = [t for stage in PipelineParallelLayerLayout.parse_str_to_list(layout) for t in stage]
+                theirs.validate_layer_layout(num_layers=flat.count(LayerType.decoder), mtp_num_layers=None)
             except AssertionError:
                 megatron_ok = False
             over = {"model.pipeline_model_parallel_size": pp, "model.virtual_pipeline_model_parallel_size": vpp,
