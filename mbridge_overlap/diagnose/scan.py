@@ -45,6 +45,7 @@ TRACEBACK = "traceback"  # the pseudo-topic of a traceback group: OVERLAP_PATH_T
 NCCL_ON_PATH = "NCCL_FAILURE_ON_OVERLAP_PATH"  # ... whose exception is NCCL's failure (TRANSPORT)
 _TP_SIZE = "> initialized tensor model parallel with size "
 # what Bridge prints once its setup (initialize_megatron, which runs initialize_ub) is done: training/setup.py, train.py
+UB_STARTED = ("native.ub_create_communicator", "native.ub_register_ubuf", "native.ub_p2p_ubuf")  # TE's start-up lines
 _SETUP_DONE = ("time to initialize megatron (seconds)", "done with setup ...", "Starting training loop at iteration")
 _WORLD = "using world size: "  # Megatron-LM's validate_args / validate_yaml
 _GRID = re.compile(r"> initialized HyperCommGrid (?:for language model )?with tp=(\d+), pp=(\d+), cp=(\d+), dp=(\d+)")
@@ -474,7 +475,7 @@ class Scan:
                 self.facts.setdefault("world_size", sizes[0] * sizes[1] * sizes[2] * sizes[3])
         elif entry.template and entry.template.startswith(_SETUP_DONE):
             self.facts["setup_done"] = True  # (Bridge prints these after initialize_ub returned: recheck60 AG2)
-        elif entry.id in ("native.ub_create_communicator", "native.ub_register_ubuf", "native.ub_p2p_ubuf"):
+        elif entry.id in UB_STARTED:
             self.facts["ub_started"] = True
         elif entry.id == "native.ub_mc_initialized":
             self.facts["ub_multicast"] = True

@@ -219,16 +219,8 @@ def stage_decoders(layout) -> tuple | None:
     """The decoder layers of each stage of a pipeline_model_parallel_layout, in its order (stage k on pipeline rank k
     mod PP: PipelineParallelLayerLayout), for a list of stages or a string ("t" a decoder layer); None where it is not
     one Megatron-Core takes or not read (layout_stages)."""
-    if layout_stages(layout) is None:
-        return None
-    if isinstance(layout, str) and layout.lstrip().startswith("["):
-        layout = _list_text(layout)
-    if isinstance(layout, (list, tuple)):
-        return tuple(sum(1 for name in stage if name.strip().lower() == "decoder") for stage in layout)
-    text = layout.replace(",", "")
-    for rx in _UNROLL:
-        text = rx.sub(lambda m: m.group(1) * int(m.group(2)), text)
-    return tuple(stage.count("t") for stage in text.split("|"))
+    stages = layout_names(layout)
+    return None if stages is None else tuple(stage.count("decoder") for stage in stages)
 
 
 def layout_stages(layout) -> int | None:

@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..safeio import esc, same_files, shown
 from ..diagnose import messages, parallel, reader, report
 from ..diagnose.summary import MAX_BLOCK_LINES
-from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, Scan
+from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, UB_STARTED, Scan
 
 
 def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = None, overrides: Mapping[str, Any] | None = None,
@@ -157,7 +157,6 @@ def _not_bridge(driver: str) -> str:
 
 
 _FATAL = ("native.python_fatal_error", "native.pybind11_gil_not_held")
-_UB_STARTED = ("native.ub_create_communicator", "native.ub_register_ubuf", "native.ub_p2p_ubuf")
 
 
 def _ub_setup_crashed(diag, scans) -> None:
@@ -166,7 +165,7 @@ def _ub_setup_crashed(diag, scans) -> None:
     for _label, scan in scans:
         started = {}  # source -> the first userbuffers start-up line's number
         for g in scan.groups.values():
-            if g.entry.id in _UB_STARTED:
+            if g.entry.id in UB_STARTED:
                 started[g.source] = min(started.get(g.source, g.number), g.number)
         # a fatal line after them in its log (fuzzU U2-4: one logged before them, a relaunch's, was blamed on them)
         fatal = [g for g in scan.groups.values() if g.entry.id in _FATAL and g.number > started.get(g.source, g.number)]
