@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from . import mla
 from .. import safeio
 from ..errors import NotKnown, UsageError
-from ..upstream.releases import DATA_DIR, load_yaml
+from ..upstream.releases import budget_models
 
 REQUIRED = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size")
 
@@ -109,7 +109,7 @@ def unmodelled(model: dict) -> list[str]:
 
 
 def models() -> dict:
-    return load_yaml(DATA_DIR / "budget_models.yaml")["models"]
+    return budget_models()["models"]
 
 
 def in_config(model: dict | None, source: str | None = None) -> dict:

@@ -57,15 +57,15 @@ def multi_latent_attention(req: Request, family: str | None) -> str | None:
 
 def mla_families() -> dict:
     """The recipe model families whose Bridge model bridge builds multi-latent attention, each with its source."""
-    from ..upstream.releases import DATA_DIR, load_yaml
+    from ..upstream.releases import budget_models
 
-    return load_yaml(DATA_DIR / "budget_models.yaml").get("mla_families") or {}
+    return budget_models().get("mla_families") or {}
 
 
 def _known_model(name: str | None) -> dict:
-    from ..upstream.releases import DATA_DIR, load_yaml
+    from ..upstream.releases import budget_models
 
-    return load_yaml(DATA_DIR / "budget_models.yaml")["models"].get(name or "") or {}
+    return budget_models()["models"].get(name or "") or {}
 
 
 def split_fields(req: Request) -> tuple:

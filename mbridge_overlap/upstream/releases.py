@@ -107,6 +107,12 @@ def data() -> dict:
 
 
 @lru_cache(maxsize=None)
+def budget_models() -> dict:
+    """data/budget_models.yaml: the published shapes of known models, and the recipe families that build MLA."""
+    return load_yaml(DATA_DIR / "budget_models.yaml")
+
+
+@lru_cache(maxsize=None)
 def preset_content() -> dict:
     """Each userbuffers preset's fields (dataclasses.asdict), generated from Bridge by tools/gen_bridge_data.py."""
     return load_yaml(DATA_DIR / "tp_overlap_presets.yaml")
