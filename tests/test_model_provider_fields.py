@@ -106,3 +106,16 @@ def test_a_config_s_non_integer_mla_field_is_named_so(tmp_path, body, said):
     config.write_text(f"model:\n  {body}\n")
     with pytest.raises(UsageError, match=re.escape(said)):
         api.resolve(config=str(config), recipe="deepseek_v3_pretrain_256gpu_b200_bf16_config")
+
+
+def test_plan_for_a_model_family_takes_its_recipes_provider_fields():
+    """A question that names an MLA model without a recipe (plan --model deepseek_v3, or --recipe deepseek_v3 as a
+    family) plans the model its recipes build, MLAModelProvider: its q_lora_rank was 'not a field of model'. A Llama
+    family's recipes build GPTModelProvider, which has none."""
+    for named in ({"model": "deepseek_v3"}, {"recipe": "deepseek_v3"}):
+        out = api.plan(gpus=64, overrides={"model.q_lora_rank": "null"}, **named).to_dict()
+        assert "model.q_lora_rank" in json.dumps(out)
+        with pytest.raises(UsageError, match=r"MLAModelProvider, the model of deepseek_v3's recipes.*'model\.q_lora_rank'"):
+            api.plan(gpus=64, overrides={"model.q_lora_rnak": 1}, **named)
+    with pytest.raises(UsageError, match=r"'q_lora_rank' is not a field of model in Megatron-Bridge"):
+        api.plan(gpus=8, model="llama3_8b", overrides={"model.q_lora_rank": 1})

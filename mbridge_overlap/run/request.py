@@ -67,6 +67,7 @@ class Request:
     origin: dict = field(default_factory=dict)  # dotted key -> who set it: "recipe", "config" or "override"
     recipe: dict | None = None  # the catalog entry the request starts from (None: Bridge's _pretrain_common baseline)
     model_target: str | None = None  # a config's model._target_ (its provider class), where no recipe names one
+    model_target_of: str = "the config"  # whose provider class model_target is
 
     @classmethod
     def baseline(cls, release: Release) -> "Request":
@@ -408,7 +409,7 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
         req.context[key] = value  # as given (not typed): read only where a rule or the budget names it
         return
     hint = closest(name, list(modeled) + list(known))
-    whose = f" ({provider}, the model of {req.recipe['name'] if req.recipe else 'the config'})" if provider else ""
+    whose = f" ({provider}, the model of {req.recipe['name'] if req.recipe else req.model_target_of})" if provider else ""
     raise UsageError(  # a look-alike letter would read as the suggestion itself (fuzzH H11): shown escaped, and said
         f"{safeio.shown(key)}: {safeio.shown(name)} is not a field of {section}{whose} in Megatron-Bridge {req.release.version}"
         + ("" if key.isascii() else " (it holds non-ASCII characters)")
@@ -417,16 +418,20 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
 
 
 def build(release: Release, overrides: Mapping[str, Any] | None = None, config: Mapping | None = None, strict: bool = True,
-          base: dict | None = None, written=frozenset()) -> Request:
+          base: dict | None = None, written=frozenset(), model_target: tuple[str, str] | None = None) -> Request:
     """The request: Bridge's baseline (or the recipe catalog entry `base`), then the config file's values, then the
     overrides, in that order.
 
     strict=False (a saved run config, maybe of another release) skips config sections and fields this release does
     not have instead of failing; they are listed in `request.skipped`. `written`: keys of the config that hold what
-    Bridge wrote (a saved run config's outputs), taken as values but not as requests."""
+    Bridge wrote (a saved run config's outputs), taken as values but not as requests. model_target: (the model's
+    provider class, whose it is) where no recipe or config names one (plan --model: the class its family's recipes build)."""
     req = Request.from_recipe(release, catalog.require_built(base)) if base is not None else Request.baseline(release)
-    if base is None and isinstance(config, Mapping) and isinstance(config.get("model"), Mapping):
-        req.model_target = config["model"].get("_target_")
+    if base is None:
+        model = config.get("model") if isinstance(config, Mapping) else None
+        req.model_target = model.get("_target_") if isinstance(model, Mapping) else None
+        if req.model_target is None and model_target is not None:
+            req.model_target, req.model_target_of = model_target
     items, req.skipped = flatten_config(config or {}, release, strict, recipe=req.recipe)
     for key, value in items:
         _as_yaml_typed(key, value)

@@ -119,7 +119,7 @@ def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[s
     notes += [built] if built else []
     try:
         req = request.build(release, dict(overrides or {}), rc.raw if rc else None, strict=not (rc and rc.saved), base=entry,
-                            written=written)
+                            written=written, model_target=_family_provider(family, release) if entry is None else None)
     except UsageError as exc:
         raise UsageError(f"{rc.path}: {exc}" if rc and str(rc.path) not in str(exc) else str(exc)) from None
     notes += [_skipped_note(rc, release, req.skipped)] if req.skipped else []
@@ -136,6 +136,16 @@ def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[s
         launcher_env=dict(launcher_env or {}), task=task, family=family, request=req, shape=_shape(shape, req, entry),
         assumed=assumed, notes=notes,
     )
+
+
+def _family_provider(family: str | None, release) -> tuple[str, str] | None:
+    """The provider class every shipped recipe of a model family builds (MLAModelProvider for deepseek_v3), where it is
+    one class other than GPTModelProvider: the model fields of a question that names the family without a recipe."""
+    if family is None:
+        return None
+    version = catalog.release_of(release)
+    classes = {releases.model_provider(release.version, e)[0] for e in catalog.entries(version) if e.get("model") == family}
+    return (classes.pop(), f"{family}'s recipes") if len(classes) == 1 and "GPTModelProvider" not in classes else None
 
 
 def written_by(rc) -> list[str]:
