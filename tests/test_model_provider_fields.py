@@ -119,3 +119,19 @@ def test_plan_for_a_model_family_takes_its_recipes_provider_fields():
             api.plan(gpus=64, overrides={"model.q_lora_rnak": 1}, **named)
     with pytest.raises(UsageError, match=r"'q_lora_rank' is not a field of model in Megatron-Bridge"):
         api.plan(gpus=8, model="llama3_8b", overrides={"model.q_lora_rank": 1})
+
+
+@pytest.mark.parametrize("body, said", [
+    ("q_lora_rank: -5", "model.q_lora_rank: must be a whole number from 1 to"),
+    ("hidden_size: 99999999999", "model.hidden_size: must be a whole number from 1 to"),
+    ("moe_layer_freq: [0, 2, 1]", "model.moe_layer_freq: a list must hold a 0 (dense) or 1 (MoE) per layer")])
+def test_a_config_s_out_of_range_shape_names_its_file_and_section(tmp_path, body, said):
+    """fuzzU U2-3's rest: the bounds error said 'q_lora_rank: ...', naming neither the file nor its section; the
+    command line's own value is named as typed (model.KEY)."""
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model:\n  {body}\n")
+    with pytest.raises(UsageError, match=re.escape(f"{config}: {said}")):
+        api.budget(config=str(config), recipe="deepseek_v3_pretrain_256gpu_b200_bf16_config")
+    key, _, value = body.partition(": ")
+    with pytest.raises(UsageError, match=r"^" + re.escape(said.partition(":")[0] + ":")):
+        api.budget({f"model.{key}": value.replace(" ", "")}, recipe="deepseek_v3_pretrain_256gpu_b200_bf16_config")

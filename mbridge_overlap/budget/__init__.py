@@ -28,6 +28,9 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     if state.model.get("hidden_size") is not None and sc.request.origin.get("model.hidden_size") not in (None, "recipe"):
         given["hidden_size"] = state.model["hidden_size"]
     overridden = _overridden(sc, shapes)
+    if saved:  # (each source's value named where it is out of bounds: fuzzU U2-3's rest)
+        shapes.check_bounds(saved, f"{safeio.esc(str(sc.config.path))}: model.")
+    shapes.check_bounds(overridden, "model.")
     given.update(overridden)
     given.update(shape or {})
     if model is None and sc.family in shapes.models():

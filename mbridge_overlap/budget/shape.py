@@ -127,7 +127,7 @@ def in_config(model: dict | None, source: str | None = None) -> dict:
         if isinstance(v, (int, bool)):
             out[k] = v
         elif k == "moe_layer_freq" and isinstance(v, (list, tuple)):
-            out[k] = layer_pattern(k, v)
+            out[k] = layer_pattern(k, v, f"{source}: model." if source else "")
         elif source is not None:
             from ..run.request import quoted_in_file
 
@@ -168,7 +168,7 @@ def of(model: str | None, given: dict, said: str | None = None, fits=None) -> tu
     if missing:
         raise NotKnown("the model's shape is needed and not known: " + ", ".join(missing)
                          + " (pass --model NAME or the keys, e.g. --shape hidden_size=8192)")
-    _bounds(values)
+    check_bounds(values)
     if fits is not None:
         fits(values)
     _check(values)
@@ -200,7 +200,7 @@ def check_given(model: str | None, given: dict | None) -> None:
     for key in given or {}:
         if key not in names:
             raise UsageError(f"unknown shape key {safeio.shown(key)}; known: {', '.join(sorted(names))}")
-    _bounds(given or {})
+    check_bounds(given or {})
 
 
 def value_of(key: str, value) -> int | bool | tuple:
@@ -225,10 +225,12 @@ def value_of(key: str, value) -> int | bool | tuple:
     raise UsageError(f"{safeio.shown(key)}: expected {want}, got {safeio.shown(value)}")
 
 
-def layer_pattern(key: str, value) -> tuple:
-    """moe_layer_freq as a list: one 0 (dense) or 1 (MoE) per layer (get_gpt_decoder_layer_specs refuses any other)."""
+def layer_pattern(key: str, value, where: str = "") -> tuple:
+    """moe_layer_freq as a list: one 0 (dense) or 1 (MoE) per layer (get_gpt_decoder_layer_specs refuses any other).
+    where: as check_bounds'."""
     if len(value) > BOUNDS["num_layers"] or not all(type(x) is int and x in (0, 1) for x in value):
-        raise UsageError(f"{safeio.shown(key)}: a list must hold a 0 (dense) or 1 (MoE) per layer, got "
+        name = key if re.fullmatch(r"[A-Za-z_][\w.]*", key) else safeio.shown(key)
+        raise UsageError(f"{where}{name}: a list must hold a 0 (dense) or 1 (MoE) per layer, got "
                          f"{safeio.shown(str(list(value)))[:80]}")
     return tuple(value)
 
@@ -242,26 +244,27 @@ def experts_of(model: str | None) -> int | None:
     return models()[model]["shape"].get("num_moe_experts")
 
 
-def _bounds(values: dict) -> None:
+def check_bounds(values: dict, where: str = "") -> None:
+    """Each value within its bounds; where: what names the key in the error (a config file's "PATH: model.")."""
     for key, bound in BOUNDS.items():
         value = values.get(key)
         if value is None:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= bound:
-            raise UsageError(f"{key}: must be a whole number from 1 to {bound:,}, got {safeio.shown(value)}")
+            raise UsageError(f"{where}{key}: must be a whole number from 1 to {bound:,}, got {safeio.shown(value)}")
     freq = values.get("moe_layer_freq")
     if isinstance(freq, (list, tuple)):
-        layer_pattern("moe_layer_freq", freq)
+        layer_pattern("moe_layer_freq", freq, where)
     elif freq is not None and (not isinstance(freq, int) or isinstance(freq, bool) or not 1 <= freq <= BOUNDS["num_layers"]):
-        raise UsageError(f"moe_layer_freq: must be a whole number from 1 to {BOUNDS['num_layers']:,} or a list of 0s "
-                         f"and 1s, got {safeio.shown(freq)}")
+        raise UsageError(f"{where}moe_layer_freq: must be a whole number from 1 to {BOUNDS['num_layers']:,} or a list "
+                         f"of 0s and 1s, got {safeio.shown(freq)}")
     for key in (f.name for f in fields(Shape) if f.type in (bool, "bool")):  # (fuzzR R8: qk_layernorm=2 read as true)
         if key in values and not isinstance(values[key], bool):
-            raise UsageError(f"{key}: must be true or false, got {safeio.shown(values[key])}")
+            raise UsageError(f"{where}{key}: must be true or false, got {safeio.shown(values[key])}")
 
 
 def _check(values: dict) -> None:
-    _bounds(values)
+    check_bounds(values)
     heads, groups = values["num_attention_heads"], values.get("num_query_groups")
     if groups is not None and heads % groups:
         raise UsageError(f"num_attention_heads ({heads}) must be a multiple of num_query_groups ({groups})")
