@@ -5,6 +5,7 @@ companion line of a watchdog timeout goes with that timeout's cause."""
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 
@@ -89,3 +90,24 @@ def test_a_run_another_framework_drives_is_said_not_to_be_bridge_s(tmp_path, bri
     assert bool(notes) is said
     if said:
         assert "verl/workers/actor/megatron_actor.py" in notes[0] and "DistributedDataParallelConfig" in notes[0]
+
+
+@pytest.mark.parametrize("version, ends", [("0.6.2", "Falling back to alltoall."), ("0.5.1", "Skipping DeepEP configuration.")])
+def test_a_flex_backend_fallback_is_its_finding_in_the_release_that_says_it(version, ends):
+    """batch 14's F14-1 (Megatron-Bridge #5992): apply_flex_dispatcher_backend's warning that DeepEP does not run on
+    the GPU (a GB200) had no cause, and its cut line was called 'wording of megatron-bridge 0.4.0 to 0.5.1' though
+    0.6.2 prints the same words: a cut line both releases print is this release's."""
+    head = "DeepEP is only applicable to Ampere, Hopper, and Blackwell (B200/B300) GPUs"
+    for line in (head, f"{head}. Current GPU: NVIDIA GB200. {ends}"):
+        d = api.diagnose(["-"], stdin=io.BytesIO((line + "\n").encode()), bridge_version=version).to_dict()
+        (cause,) = d["causes"]
+        assert cause["id"] == "FLEX_DISPATCHER_FELL_BACK" and "model.moe_flex_dispatcher_backend" in cause["knobs"]
+        (e,) = cause["evidence"]
+        assert e["package_version"] == version and "wording of" not in json.dumps(cause)
+
+
+def test_a_removed_argument_s_check_in_validate_args_is_no_overlap_cause():
+    """batch 14's F14-2 (Megatron-LM #66): '--batch-size argument is no longer valid, use --micro-batch-size instead'
+    was an overlap-path error 'on the pipeline path' (the flag's 'micro-batch' read as a schedule's micro-batches)."""
+    d = _diagnose("AssertionError: --batch-size argument is no longer valid, use --micro-batch-size instead\n")
+    assert not d["causes"]

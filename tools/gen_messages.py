@@ -155,7 +155,7 @@ RULES = [
     ("tp_overlap", r"tp_comm|tp-comm|[Tt]ensor [Pp]arallel [Cc]ommunication|[Cc]omm\+GEMM|GEMM overlap|"
                    r"sequence[ _-]parallel|tp_comm_buffer_name|TP overlap|[Tt]ensor parallel overlap|overlap_rs_dgrad|"
                    r"symmetric_ar|async grad allreduce|comm_overlap|CommOverlap"),
-    ("pipeline", r"p2p|P2P|[Pp]ipeline|virtual_pipeline|micro-?batch|microbatch|vp_stage|vp_size|"
+    ("pipeline", r"p2p|P2P|[Pp]ipeline|virtual_pipeline|micro-?batch(?!-size)|microbatch|vp_stage|vp_size|"
                  r"interleaved (?:schedule|pipeline|1F1B)|interleaving|send_next|"
                  r"recv_prev|send_prev|recv_next|tensor_shape|variable_seq_lengths"),
     ("fsdp", r"fsdp|FSDP|[Ff]ully[ _][Ss]hard"),

@@ -743,7 +743,7 @@ class Catalog:
         if len(hits) > 1:
             hits.sort(key=lambda x: (x[0], -x[1].literal, x[2].span[0], x[1].order))
             if hits[0][0]:  # a cut-off line: the message it reads most of, and none where two read as much
-                hits.sort(key=lambda x: -_read(x[2]))
+                hits.sort(key=lambda x: (-_read(x[2]), bool(x[2].entry.releases)))  # (this release's wording first)
                 if _read(hits[1][2]) == _read(hits[0][2]) and not self._one_message(hits[0][2].entry, hits[1][2].entry):
                     return []
         return [h for _, _, h in hits]
