@@ -758,6 +758,18 @@ def test_a_short_message_s_words_inside_a_longer_sentence_are_not_it():
     assert [c["id"] for c in named] == ["OVERLAP_PATH_ERROR"]
 
 
+def test_a_catalog_message_inside_another_package_s_sentence_is_no_cause():
+    """recheck59 AF1's second case: cuDNN's "FP4 input with FP8 output is not supported" (cudnn/gemm/cutedsl/dense/
+    dsrelu/api.py) held TE 2.4-2.6's userbuffers "FP8 output is not supported" and was an OVERLAP_PATH_ERROR on the
+    userbuffers path; torch's sparse_adam "param_groups must be a list" held Megatron-Core's "groups must be a list"."""
+    for line in ("NotImplementedError: FP4 input with FP8 output is not supported",
+                 "ValueError: param_groups must be a list of dicts, but got 3",
+                 "AssertionError: TEDotProductAttention pg_collection must have tp pg"):
+        assert _diagnose_text(f"[rank0]: {line}\n")["causes"] == [], line
+    (cause,) = _diagnose_text("[rank0]: NotImplementedError: FP8 output is not supported\n")["causes"]
+    assert cause["id"] == "OVERLAP_PATH_ERROR" and "userbuffers" in cause["message"]
+
+
 def test_a_message_under_a_branch_keeps_the_knobs_its_code_reads():
     """recheck59 AF3: TE's "Delayed weight grad computation is not supported with Userbuffers" (raised where a
     userbuffers GEMM runs and delay_wgrad_compute is on) lost comm_overlap.tp_comm_overlap to its branch's knobs."""

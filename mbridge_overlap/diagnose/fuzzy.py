@@ -28,7 +28,7 @@ from collections import Counter
 from functools import lru_cache
 
 from . import causes
-from .messages import FIELD, Catalog, Entry
+from .messages import FIELD, LEAD, Catalog, Entry
 
 WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]+")
 ERRORISH = re.compile(r"Error\b|Exception\b|[Aa]ssert|\bmust\b|\bshould\b|\brequires?\b|not supported|\bcannot\b|\binvalid\b|"
@@ -50,8 +50,9 @@ SAME_MIN = 3  # a short message is matched by its words when it has at least thi
 MAX_LEAD = 4  # and the line holds at most this many words before them
 _TOKEN = re.compile(r"[a-z0-9]+")
 # a word before a short message that is no part of a sentence: a rank or time (digits), an exception's or a level's
-# name (recheck59 AF1: "ONNX export of" and cuDNN's "FP4 input with" joined a longer sentence to the message)
-_LEAD = re.compile(r"\d|(?:error|exception|warning)$|^(?:rank|default|info|warn|fatal|critical|e|w|i)$")
+# name (recheck59 AF1: "ONNX export of" and cuDNN's "FP4 input with" joined a longer sentence to the message); the
+# exact matcher's rule for a message's start (messages.at_boundary) reads words by it too
+_LEAD = LEAD
 
 
 def words_of(text: str) -> set[str]:

@@ -18,8 +18,8 @@ How a line is matched (Catalog.match):
 
 * Cleaning: ANSI escape sequences (colours, cursor moves, OSC titles) are removed, the line end is stripped, a carriage
   return counts as a line break. Prefixes need no stripping (`[rank3]: `, `[default0]:`, `0: `, timestamps,
-  `WARNING:root:`, `RuntimeError: `): patterns are searched anywhere in the line. Spans and groups refer to the cleaned
-  line (Hit.text). A line longer than MAX_LINE_CHARS is matched in its first and last MAX_LINE_CHARS characters.
+  `WARNING:root:`, `RuntimeError: `): patterns are searched anywhere in the line (where a message may start: below).
+  Spans and groups refer to the cleaned line (Hit.text). A line longer than MAX_LINE_CHARS is matched in its first and last MAX_LINE_CHARS characters.
 * Prefilter: every message is indexed under its anchors, pieces of its literal text that a log line split on
   whitespace shows unchanged (whitespace of the message on both sides, not glued to a field; `bucket's` and
   `(exitcode:` are pieces): the rarest piece overall, and a head anchor, the earliest rare piece of its first
@@ -33,6 +33,14 @@ How a line is matched (Catalog.match):
 * Placeholders: an f-string field in the middle of a message is `(.*?)`, at the end `(.*)`, at the start one token
   `(\\S*?)` after a delimiter; `:d` / `%d` fields are integers, `:.3f` / `%f` floats, `%x` hex. Hit.groups holds the
   captured values in the order of Entry.fields.
+* Message boundary: a message whose text starts with a letter, digit or underscore is matched only where it starts a
+  message in the line (at_boundary): at the line's start, after punctuation that ends a prefix, a sentence or a
+  quote (`:`, `]`, `.`, `'` ..., not a comma, not glued to a word), or after a word that is a rank, a time, an
+  exception's or a level's name (LEAD: `[rank3]: `, `12:00:01 `, `RuntimeError `, `WARNING `). Inside a longer
+  sentence it is another message: cuDNN's "FP4 input with FP8 output is not supported" is not TE's "FP8 output is not
+  supported", torch's "param_groups must be a list" not Megatron-Core's "groups must be a list". A message that
+  starts with a field is not held to it (the field's value may be several words: "data parallel group is not
+  initialized").
 * Cut-off lines: when a message's full pattern fails and the line ends inside the message, it still matches
   (Hit.truncated True, unseen fields "") if the visible part holds at least MIN_CUT_CHARS literal characters of the
   message, counted from its start, and its head anchor whole (so the message's first rare piece decides how early a
@@ -54,7 +62,7 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["load", "available", "Catalog", "Entry", "Hit", "clean", "parse_frame", "escape", "pattern_of",
-           "tokens_of", "MIN_CUT_CHARS", "MIN_LITERAL_CHARS", "MAX_LINE_CHARS", "SCHEMA_VERSION"]
+           "tokens_of", "at_boundary", "LEAD", "MIN_CUT_CHARS", "MIN_LITERAL_CHARS", "MAX_LINE_CHARS", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -63,6 +71,12 @@ MIN_LITERAL_CHARS = 12  # a message with fewer literal characters is not matched
 MAX_LINE_CHARS = 65536  # longer lines: their head and their tail are matched
 HEAD_CHARS = 64  # a second anchor from the first HEAD_CHARS literal characters, for cut-off lines
 RARE = 8  # a piece at most this many catalog messages have is rare enough to anchor on
+
+MAX_WORD = 64  # letters and digits: a longer run before a message is no word of a sentence
+MAX_RETRIES = 8  # later places of a message tried in one line after one that starts inside a sentence
+# A word before a message that is no part of a sentence (lower-cased, letters and digits): a rank or a time (digits),
+# an exception's or a level's name. fuzzy.py's short-message match reads the words before a message by it too.
+LEAD = re.compile(r"\d|(?:error|exception|warning)$|^(?:rank|default|debug|info|warn|fatal|critical|note|e|w|i)$")
 
 # The groups a generated pattern uses for a placeholder (and nothing else starts with an unescaped "(").
 G_HEAD = r"(?<![^\s\[\](){}<>:;,='\"])(\S*?)"  # a message's leading field: one token after a delimiter
@@ -267,19 +281,35 @@ class _Matcher:
             self._rx = re.compile(self.source)
         return self._rx
 
+    @property
+    def bounded(self) -> bool:
+        """Whether the message must start at a message boundary (at_boundary): its text starts with a word character
+        (not a field, not punctuation of its own)."""
+        t = self.tokens[0] if self.tokens else None
+        return t is not None and not isinstance(t, Group) and (t[:1].isalnum() or t[:1] == "_")
+
     def search(self, text: str):
         """rx.search(text), in time linear in the text: sre backtracks through every split of a line among several
         lazy fields when the rest fails (a line that repeats a message's delimiters without the message took hours at
-        2 KB). Here the regex runs once, anchored where _place finds the leftmost match."""
+        2 KB). Here the regex runs once, anchored where _place finds the leftmost match. A message held to a boundary
+        (bounded) is the leftmost match that starts at one (at most MAX_RETRIES later places are tried)."""
         if self.tokens is None:
             return self.rx.search(text)
         if self._plan is None:
             self._plan = _plan(self.tokens)
         pieces, head = self._plan
-        if not pieces:
-            return self.rx.search(text)
-        at = _place(text, pieces, head, 0, len(text))
-        return None if at is None else self.rx.match(text, *at)
+        bounded = self.bounded
+        lo = 0
+        for _ in range(MAX_RETRIES + 1):
+            if not pieces:
+                mt = self.rx.search(text, lo)
+            else:
+                at = _place(text, pieces, head, lo, len(text))
+                mt = None if at is None else self.rx.match(text, *at)
+            if mt is None or not bounded or at_boundary(text, mt.start()):
+                return mt
+            lo = mt.start() + 1
+        return None
 
     def head_search(self, i: int, text: str, end: int | None = None, open_field: bool = False):
         """head(i, open_field).search(text, 0, end), in time linear in the text (as search; the head's fields take
@@ -351,7 +381,7 @@ class _Matcher:
                 if seen[i] < need:
                     return None
                 m = self.head_search(i, text, open_field=True) if i else None
-                if m:
+                if m and self._starts(text, m.start()):
                     return m.start(), _pad(m.groups(), self.ngroups)
                 continue
             # cut inside this literal: the text ends with tok[:k], 0 < k < len(tok)
@@ -361,12 +391,42 @@ class _Matcher:
                 k = len(text) - p
                 if seen[i] + k >= need and tok.startswith(text[p:]):
                     if i == 0:
-                        return p, _pad((), self.ngroups)
+                        if self._starts(text, p):
+                            return p, _pad((), self.ngroups)
+                        p = text.find(tok[0], p + 1)
+                        continue
                     m = self.head_search(i, text, p) if p else None
-                    if m:
+                    if m and self._starts(text, m.start()):
                         return m.start(), _pad(m.groups(), self.ngroups)
                 p = text.find(tok[0], p + 1)
         return None
+
+
+    def _starts(self, text: str, start: int) -> bool:
+        """Whether a match of this message may start at `start` of text (at_boundary where it is bounded)."""
+        return not self.bounded or at_boundary(text, start)
+
+
+def at_boundary(text: str, start: int) -> bool:
+    """Whether a message starting at `start` of text starts a message there, not a word inside a longer sentence:
+    at the line's start (whitespace aside), after punctuation other than a comma (a prefix's `]` or `:`, a sentence's
+    end, a quote, a bracket), or after a word LEAD takes (a rank, a time, an exception's or a level's name). Never
+    glued to a letter, digit or underscore before it (`param_groups` holds no message `groups ...`)."""
+    j = start
+    while j > 0 and text[j - 1] in " \t":
+        j -= 1
+    if j == 0 or text[j - 1] == "\n":
+        return True
+    c = text[j - 1]
+    if c.isalnum() or c == "_":
+        if j == start:
+            return False
+        k = j
+        while k > 0 and j - k < MAX_WORD and text[k - 1].isascii() and text[k - 1].isalnum():
+            k -= 1
+        # (a run of MAX_WORD letters and digits is no word of a sentence: junk, a hash, a cut line's piece)
+        return k < j and (j - k >= MAX_WORD or LEAD.search(text[k:j].lower()) is not None)
+    return c != ","
 
 
 def _plan(tokens: list, at_end: bool = False) -> tuple[list, bool]:
