@@ -809,3 +809,29 @@ def test_the_not_bridge_note_shows_a_long_frame_path_s_end():
             "line 489, in hook\n    assert (\nAssertionError: param.grad being None is not safe when overlap_grad_reduce is True\n")
     (note,) = [n for n in _diagnose_text(text)["notes"] if n.startswith("not a Bridge run")]
     assert "verl/workers/megatron_workers.py" in note
+
+
+@pytest.mark.parametrize("path, function, userbuffers", [
+    (None, None, False),  # the text alone
+    ("transformer_engine/pytorch/module/linear.py", "_linear_forward_impl", False),  # both branches raise it
+    ("transformer_engine/pytorch/module/layernorm_linear.py", "forward", False),
+    ("transformer_engine/pytorch/ops/basic/basic_linear.py", "_functional_forward", False),
+    ("transformer_engine/pytorch/ops/fused/userbuffers_forward_linear.py", "_functional_forward", True),
+    ("transformer_engine/pytorch/ops/fused/userbuffers_backward_linear.py", "_functional_backward", True),
+])
+def test_a_text_raised_off_the_overlap_path_too_needs_its_frame(path, function, userbuffers):
+    """TE 2.4-2.20's "Missing quantizer for input tensor" is in the catalog from the userbuffers ops only, but
+    module/linear.py raises it in both branches of `with_input_all_gather_nccl or ub_overlap_ag_fprop` (the else has
+    no userbuffers), layernorm_linear.py and basic_linear.py with none: only a frame in the userbuffers file is the
+    userbuffers path (causes.OFF_PATH_TOO)."""
+    lines = []
+    if path:
+        lines = ["Traceback (most recent call last):", f'  File "/usr/local/lib/python3.12/dist-packages/{path}", line 181, '
+                 f"in {function}", '    raise ValueError("Missing quantizer for input tensor")']
+    d = _diagnose_text("\n".join(f"[rank0]: {x}" for x in [*lines, "ValueError: Missing quantizer for input tensor"]) + "\n")
+    ids = [c["id"] for c in d["causes"] if c["overlap_related"]]
+    assert ids == (["OVERLAP_PATH_ERROR"] if userbuffers else []), ids
+    if userbuffers:
+        assert "userbuffers" in d["causes"][0]["message"]
+    else:
+        assert any("Missing quantizer" in o["logged"] for o in d["other"]), d["other"]

@@ -180,8 +180,14 @@ class Scan:
         if iteration:
             self._iteration(line)
         hits, near = self._matches(text)
+        # a text the package raises off the overlap path too, with no traceback frame in the entry's file: another
+        # failure (causes.OFF_PATH_TOO), neither the entry's nor the frames'
+        elsewhere = bool(hits) and causes.off_path_too(hits[0].entry) is not None \
+            and not any(_in_file(frame, h.entry) for h in hits)
         gid = None
-        if hits and hits[0].entry.id in TRANSPORT and key in self._on_path and self._traceback(line, key, nccl=True):
+        if elsewhere:
+            self._unexplained(line, tuple(frame[:3]) if frame else None)
+        elif hits and hits[0].entry.id in TRANSPORT and key in self._on_path and self._traceback(line, key, nccl=True):
             pass  # NCCL's own failure, raised in a collective or send the traceback's frames place on the overlap path
         elif hits and hits[0].entry.id in ON_GROUP and (place := pg.failed_on(text)) \
                 and self._traceback(line, key, nccl=True, place=place):
@@ -676,6 +682,11 @@ def _indent(text: str) -> int:
 def _shape(entry: Entry) -> str | None:
     """A message's literal text with its fields blanked."""
     return FIELD.sub("{}", entry.template) if entry.template else entry.pattern
+
+
+def _in_file(frame, entry: Entry) -> bool:
+    """Whether the traceback's last frame is in the entry's file."""
+    return frame is not None and bool(entry.file) and frame[0].replace("\\", "/").endswith("/" + entry.file)
 
 
 def _by_frame(hits, frame) -> Entry | None:
