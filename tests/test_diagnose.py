@@ -835,3 +835,15 @@ def test_a_text_raised_off_the_overlap_path_too_needs_its_frame(path, function, 
         assert "userbuffers" in d["causes"][0]["message"]
     else:
         assert any("Missing quantizer" in o["logged"] for o in d["other"]), d["other"]
+
+
+def test_the_interleaved_schedule_s_group_error_names_the_virtual_pipeline_too():
+    """Batch 13's F13-1 (verl #1004): only forward_backward_pipelining_with_interleaving checks the micro-batch groups;
+    get_forward_backward_func runs it only where the virtual pipeline size is set (Megatron-Core 0.10 to 0.19.2), so
+    model.virtual_pipeline_model_parallel_size=null removes the constraint too."""
+    d = _diagnose_text("ValueError: The number of contiguous micro-batches in a virtual pipeline stageshould range in "
+                       "[PP=2 , M=1]\n")
+    (cause,) = d["causes"]
+    assert cause["id"] == "INTERLEAVED_MICROBATCH_GROUPS"
+    assert "model.virtual_pipeline_model_parallel_size" in cause["knobs"]
+    assert "model.virtual_pipeline_model_parallel_size=null" in cause["fix"]
