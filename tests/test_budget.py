@@ -599,8 +599,7 @@ def test_a_config_s_architecture_the_budget_does_not_model_is_named(tmp_path):
     assert said(mla) == []  # both modelled now (tests/test_budget_moe_layers.py, tests/test_budget_mla.py)
     mtp = tmp_path / "mtp.yaml"
     mtp.write_text(mla.read_text().replace("  mtp_num_layers: null\n", "  mtp_num_layers: 1\n"))
-    (line,) = said(mtp)
-    assert "model.mtp_num_layers=1" in line and "multi_latent_attention" not in line
+    assert said(mtp) == []  # modelled now (tests/test_budget_mtp.py)
 
 
 def _dp_reduce(mbs: int, gpus: int = 64) -> tuple:
@@ -675,25 +674,28 @@ def test_distributed_optimizer_instances_are_said_unmodelled():
     assert not any("num_distributed_optimizer_instances" in a for a in plain["assumptions"])
 
 
-def test_a_recipe_s_own_unmodelled_field_is_said():
-    """evalX X2-2: GLM-4.5-Air's recipe sets mtp_num_layers=1, which the budget does not model; only an override of it
-    was said."""
+def test_a_recipe_s_own_mtp_layers_are_costed():
+    """evalX X2-2: GLM-4.5-Air's recipe sets mtp_num_layers=1, which the budget did not model (only an override of it
+    was said); it is read from the run and costed now (mtp.py)."""
     shape = {"num_layers": 46, "hidden_size": 4096, "ffn_hidden_size": 10944, "num_attention_heads": 96, "num_query_groups": 8,
              "kv_channels": 128, "vocab_size": 151552, "num_moe_experts": 128, "moe_router_topk": 8, "moe_ffn_hidden_size": 1408}
     b = api.budget({"model.pipeline_model_parallel_size": 2}, recipe="glm45_air_106b_pretrain_32gpu_h100_bf16_config",
                    shape=shape).to_dict()["budget"]
-    assert any("model.mtp_num_layers=1" in a for a in b["assumptions"])
+    assert any(a.startswith("MTP (mtp_num_layers)") for a in b["assumptions"])
+    assert not any(a.startswith("not modelled") for a in b["assumptions"])
+    assert "the run's model.mtp_num_layers" in b["shape_from"]
 
 
 @pytest.mark.parametrize("off", [{"model.mtp_num_layers": "null"}, {"model.mtp_num_layers": "0"}])
-def test_an_override_that_turns_an_unmodelled_field_off_is_not_said(off):
+def test_an_override_that_turns_mtp_off_costs_none(off):
     """recheck58 AE7: model.mtp_num_layers=null (the command line's text) was said 'not modelled' (Megatron-Core
-    builds no MTP block for None: get_mtp_ranks returns [])."""
+    builds no MTP block for None: get_mtp_ranks returns []); null and 0 cost no MTP layer."""
     shape = {"num_layers": 46, "hidden_size": 4096, "ffn_hidden_size": 10944, "num_attention_heads": 96, "num_query_groups": 8,
              "kv_channels": 128, "vocab_size": 151552, "num_moe_experts": 128, "moe_router_topk": 8, "moe_ffn_hidden_size": 1408}
     b = api.budget({"model.pipeline_model_parallel_size": 2, **off},
                    recipe="glm45_air_106b_pretrain_32gpu_h100_bf16_config", shape=shape).to_dict()["budget"]
     assert not any("mtp_num_layers" in a for a in b["assumptions"])
+    assert not any("MTP" in c["what"] for c in b["collectives"])
 
 
 def test_the_budget_costs_the_rank_a_config_s_layout_loads_most():

@@ -23,7 +23,9 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
 
     state, sc = analysis.state, analysis.scenario
     saved = _saved_shape(sc)
-    given = dict(saved)
+    # the run's MTP layers (a recipe's own: DeepSeek-V3, GLM-4.5), which no known model's shape holds
+    run_mtp = {} if state.model.get("mtp_num_layers") is None else {"mtp_num_layers": state.model["mtp_num_layers"]}
+    given = {**run_mtp, **saved}
     # the only shape key the request models; a recipe's is its offline stand-in's, not the model's
     if state.model.get("hidden_size") is not None and sc.request.origin.get("model.hidden_size") not in (None, "recipe"):
         given["hidden_size"] = state.model["hidden_size"]
@@ -37,7 +39,8 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
         model = sc.family
     said = [f"{sc.config.path}'s model section" if saved else "",
             "overrides: " + ", ".join(f"model.{k}" for k in sorted(overridden)) if overridden else "",
-            "given: " + ", ".join(sorted(shape)) if shape else ""]
+            "given: " + ", ".join(sorted(shape)) if shape else "",
+            "the run's model.mtp_num_layers" if run_mtp and not ({"mtp_num_layers"} & {*saved, *overridden, *(shape or {})}) else ""]
     lay = layout.layout_of(state, sc.machine, peft)
     lay, provided = _provider_dispatcher(lay, sc, model)
     sh, origin = shapes.of(model, given, "; ".join(s for s in said if s) or None, fits=lambda values: _fits(values, lay))

@@ -32,7 +32,7 @@ def collectives(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
     # one bucket size for every buffer: the DP group's default (DistributedDataParallel.__init__)
     size = buckets.default_bucket_size(_bucket_size(lay, shape, layers, params), lay.settings["overlap_grad_reduce"], lay.dp * lay.cp)
     bufs = [_buffer(lay, system, dense, lay.dp * lay.cp, _placed(lay, lay.tp, lay.cp * lay.dp), "", layers, size,
-                    tied=lay.pp > 1 and bool(shape.share_embeddings_and_output_weights)),
+                    tied=lay.pp > 1 and bool(shape.share_embeddings_and_output_weights or shape.mtp_num_layers)),
             _buffer(lay, system, experts, expert_dp, _placed(lay, lay.etp * lay.ep, expert_dp),
                     f"expert ({expert_dp}-rank expert-DP group) ", layers, size)]
     bufs = [b for b in bufs if b]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from . import dp, kinds as layer_kinds, mla, shape as shapes, tp
+from . import dp, kinds as layer_kinds, mla, mtp as mtps, shape as shapes, tp
 from .collective import ACT_BYTES, Item, across, ms
 from .layout import Layout, fewest_local, link_of, rank_layers, spans_domains
 from .system import System
@@ -155,8 +155,8 @@ def _uneven_split(layers: int, lay: Layout) -> tuple:
     if lay.stages:
         per = [rank_layers(lay, r) for r in range(lay.pp)]
         return (f"the config's pipeline_model_parallel_layout places the decoder layers ({', '.join(map(str, per))} on the "
-                f"{lay.pp} pipeline ranks): the budget costs the rank with the most, {max(per)}; the embedding, the loss "
-                "and an MTP layer the layout places are not costed apart",)
+                f"{lay.pp} pipeline ranks): the budget costs the rank with the most, {max(per)} (or the rank of the MTP "
+                "layers where they make it busier); the embedding and the loss the layout places are not costed apart",)
     if lay.pp < 2:
         return ()
     vp = lay.vp if lay.vp > 1 else 1
@@ -234,7 +234,7 @@ def estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str =
         dropped = (f"the config's pipeline_model_parallel_layout places {sum(lay.stages)} decoder layers where the model "
                    f"has {shape.num_layers} (Megatron-Core refuses it: validate_layer_layout): not read, an even split "
                    "costed",)
-        lay = Layout(**{**lay.__dict__, "stages": ()})
+        lay = Layout(**{**lay.__dict__, "stages": (), "mtp_stage": None})
     budget = _estimate(lay, shape, system, shape_from)
     budget.assumptions += dropped
     for setting, on in lay.settings.items():
@@ -256,6 +256,7 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     tokens = lay.seq * lay.mbs  # one micro-batch of one DP rank
     # the largest stage: the config's layout's, or an even split's
     layers = max(rank_layers(lay, r) for r in range(lay.pp)) if lay.stages else -(-shape.num_layers // lay.pp)
+    n_mtp = shape.mtp_num_layers or 0
     if shape.moe and shape.num_moe_experts // lay.ep * layers > MAX_EXPERT_LAYERS:
         raise UsageError(f"{shape.num_moe_experts // lay.ep:,} experts on each of a stage's {layers:,} layers: past the "
                          f"{MAX_EXPERT_LAYERS:,} expert-layers a budget costs one by one (expert parallelism or more "
@@ -265,36 +266,65 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     # LoRA's adapters run in BF16 (Megatron-Core's own parallel linears, not Transformer Engine's)
     adapter_s = shapes.adapter_flops(shape, lay.peft.gemms, lay.peft.dim, tokens, lay.tp, lay.cp) / attn_rate if lay.peft else 0.0
     kinds = {moe: layer_kinds.kind(lay, shape, tokens, rate, attn_rate, adapter_s, layers, moe) for moe in {False, shape.moe}}
+    mtp_k, mtp_extra = mtps.moe(shape), mtps.flops(shape, tokens, lay.tp, lay.cp)
+    mtp_fwd = n_mtp * (kinds[mtp_k]["fwd"] + sum(mtp_extra.values()) / rate)  # the MTP block's forward on its rank
+    layers, with_mtp = _costed(lay, layers, n_mtp, mtp_fwd, kinds[shape.moe]["fwd"])
+    n_mtp = n_mtp if with_mtp else 0
     counts = layer_kinds.stage_counts(lay, shape, layers, kinds)
     attn_s = kinds[False]["attn_s"]
     logits_s = shapes.logits_flops(shape, tokens, lay.tp, lay.cp) / rate / max(1, lay.pp)  # spread: no stage is apart
-    stage_fwd = sum(n * kinds[k]["fwd"] for k, n in counts.items()) + logits_s
+    stage_fwd = sum(n * kinds[k]["fwd"] for k, n in counts.items()) + logits_s + (mtp_fwd if with_mtp else 0.0)
     if lay.peft:  # frozen weights: dgrad only (the attention's backward and the trained adapters' stay twice)
-        stage_bwd = sum(n * (sum(kinds[k]["gemm_s"].values()) + 2 * attn_s + 2 * adapter_s) for k, n in counts.items()) + logits_s
+        stage_bwd = (sum(n * (sum(kinds[k]["gemm_s"].values()) + 2 * attn_s + 2 * adapter_s) for k, n in counts.items())
+                     + logits_s + (mtp_fwd if with_mtp else 0.0))  # (the MTP block's: about its forward)
     else:
         stage_bwd = 2 * stage_fwd  # dgrad and wgrad
-    stage_bwd += sum(n * kinds[k]["again_s"] for k, n in counts.items())
+    stage_bwd += sum(n * kinds[k]["again_s"] for k, n in counts.items()) + n_mtp * kinds[mtp_k]["again_s"]
     mb_s = stage_fwd + stage_bwd
     m = lay.micro_batches
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
                assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ())
-               + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + ((mla.ASSUMPTION,) if shape.multi_latent_attention else ())
+               + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + ((mla.ASSUMPTION,) if shape.multi_latent_attention else ()) + _mtp_said(lay, shape, with_mtp)
                + _uneven_split(shape.num_layers, lay)
                + _cp_exchange(lay) + _not_modelled(lay, shape) + layer_kinds.said(shape, counts))
     b.items += tp.collectives(lay, shape, system, [(n, *kinds[k]["tp"]) for k, n in counts.items()], m, tokens)
+    if n_mtp:  # (its layer built after eh_proj turned tp_comm_overlap off: no userbuffers)
+        off = Layout(**{**lay.__dict__, "settings": {**lay.settings, "tp_comm_overlap": False}})
+        b.items += mtps.tp_collectives(lay, shape, system, link_of(lay, 1, lay.tp), n_mtp, m, tokens,
+                                       mtp_extra["eh_proj"] / rate, tp.collectives(off, shape, system, [(n_mtp, *kinds[mtp_k]["tp"])], m, tokens))
     if shape.multi_latent_attention:
-        b.items += mla.grad_all_reduce(lay, shape, system, link_of(lay, 1, lay.tp), layers)
+        b.items += mla.grad_all_reduce(lay, shape, system, link_of(lay, 1, lay.tp), layers + n_mtp)
     if tp.userbuffers_run(lay, shape):
         b.overlap_cost["tp_comm_overlap"] = sum(n * m * tp.sm_margin_s(lay, kinds[k]["tp"][2], system, kinds[k]["tp"][0])
                                                 for k, n in counts.items())
     again = kinds[False]["again"]  # (the attention's recompute: the same in either kind of layer)
-    b.items += _cp(lay, shape, system, layers, m, tokens, attn_s, again)
+    b.items += _cp(lay, shape, system, layers + n_mtp, m, tokens, attn_s, again)
     b.items += _pp(lay, shape, system, m, tokens, stage_fwd)
     b.items += dp.collectives(lay, shape, system, layers, stage_fwd, stage_bwd)
-    if counts.get(True):
-        b.items += _ep(lay, shape, system, counts[True], m, tokens, kinds[True]["fwd"], kinds[True]["again"])
+    if counts.get(True) or n_mtp and mtp_k:
+        b.items += _ep(lay, shape, system, counts.get(True, 0) + n_mtp * mtp_k, m, tokens, kinds[True]["fwd"], kinds[True]["again"])
     b.assumptions += network_rates(b.items, system)
     return b
+
+
+def _costed(lay: Layout, layers: int, n_mtp: int, mtp_fwd: float, layer_fwd: float) -> tuple[int, bool]:
+    """(the costed rank's decoder layers, whether it holds the MTP layers): without a layout every rank holds as many
+    and the MTP layers' (the last) is the busiest; with one, the MTP layers' rank where its decoder layers and the MTP
+    block outweigh the rank with the most decoder layers."""
+    if not n_mtp:
+        return layers, False
+    if not lay.stages:
+        return layers, True
+    mine = rank_layers(lay, mtps.rank(lay))
+    return (mine, True) if mine * layer_fwd + mtp_fwd >= layers * layer_fwd else (layers, False)
+
+
+def _mtp_said(lay: Layout, shape, with_mtp: bool) -> tuple:
+    if not shape.mtp_num_layers:
+        return ()
+    where = ("" if with_mtp else f"; the pipeline rank of the MTP layers ({mtps.rank(lay)}) is not the busiest under "
+             "the layout: the rank costed holds none")
+    return (mtps.ASSUMPTION + where,)
 
 
 def network_rates(items: list, system: System) -> tuple:

@@ -49,6 +49,7 @@ class Layout:
     layer_slots: tuple = (False, False)  # account_for_embedding / account_for_loss_in_pipeline_split
     chunk_offset: int = 0  # layer slots before the first stage's first layer (the embedding counted as one)
     stages: tuple = ()  # a pipeline_model_parallel_layout's decoder layers per stage (stage k on rank k mod PP); ()
+    mtp_stage: int | None = None  # the layout's stage holding the MTP layers ('m'); None: the last stage's (no layout)
 
     @property
     def micro_batches(self) -> int:
@@ -96,6 +97,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         quantized=quantized_params(m), bf16_layers=_bf16_layers(m), vp_group=m.get("microbatch_group_size_per_vp_stage") or pp,
         align_grad_reduce=given.flag("dist.align_grad_reduce", state.request.context.get("dist.align_grad_reduce")) is not False,
         stages=_layout_stages(state.request.context.get("model.pipeline_model_parallel_layout"), pp),
+        mtp_stage=_layout_mtp(state.request.context.get("model.pipeline_model_parallel_layout"), pp),
         layer_slots=tuple(bool(given.flag(f"model.account_for_{k}_in_pipeline_split",
                                           state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
                           for k in ("embedding", "loss")),
@@ -108,6 +110,17 @@ def _layout_stages(layout, pp: int) -> tuple:
 
     stages = stage_decoders(layout) if layout is not None else None
     return stages if stages and len(stages) % max(1, pp) == 0 else ()
+
+
+def _layout_mtp(layout, pp: int) -> int | None:
+    """The layout's stage holding its MTP layers (Megatron-Core builds them all in one: get_mtp_num_layers_to_build),
+    where the budget reads the layout (_layout_stages); None: none there (the last stage's without a layout)."""
+    from ..run.layers import layout_names
+
+    if layout is None or not _layout_stages(layout, pp):
+        return None
+    stages = layout_names(layout) or []
+    return next((k for k, stage in enumerate(stages) if "mtp" in stage), None)
 
 
 def rank_layers(lay: "Layout", rank: int) -> int:

@@ -40,6 +40,8 @@ class Shape:
     qk_head_dim: int = 128
     qk_pos_emb_head_dim: int = 64
     v_head_dim: int = 128
+    # multi-token prediction (mtp.py): MultiTokenPredictionBlock's layers (TransformerConfig.mtp_num_layers; None: none)
+    mtp_num_layers: int | None = None
 
     @property
     def head_dim(self) -> int:
@@ -88,9 +90,7 @@ class Shape:
 # shape does not model (its layers are GPT layers: attention with QKV, a dense or routed MLP with or without a shared
 # expert, dense and MoE layers as moe_layer_freq places them); a budget of a config that sets one says so (evalN N2:
 # DeepSeek-V3's run config was costed as plain attention)
-UNMODELLED = {
-    "mtp_num_layers": (None, "multi-token prediction layers"),
-}
+UNMODELLED: dict = {}  # (mtp_num_layers was here until mtp.py modelled it)
 
 
 def unmodelled(model: dict) -> list[str]:
@@ -169,6 +169,8 @@ def of(model: str | None, given: dict, said: str | None = None, fits=None) -> tu
         raise NotKnown("the model's shape is needed and not known: " + ", ".join(missing)
                          + " (pass --model NAME or the keys, e.g. --shape hidden_size=8192)")
     check_bounds(values)
+    if values.get("mtp_num_layers") == 0:  # (0, false: Megatron-Core builds none)
+        values["mtp_num_layers"] = None
     if fits is not None:
         fits(values)
     _check(values)
@@ -176,7 +178,7 @@ def of(model: str | None, given: dict, said: str | None = None, fits=None) -> tu
 
 
 # Shape keys whose null is a value (not Bridge's unset): MLATransformerConfig's q_lora_rank None builds linear_q_proj
-NULLABLE = frozenset({"q_lora_rank"})
+NULLABLE = frozenset({"q_lora_rank", "mtp_num_layers"})  # (and mtp_num_layers None: no MTP block)
 
 
 # Plausibility bounds of a transformer's shape (well above any published model): a budget of a shape beyond them
@@ -185,7 +187,7 @@ BOUNDS = {"num_layers": 4096, "hidden_size": 1 << 18, "ffn_hidden_size": 1 << 21
           "num_query_groups": 4096, "kv_channels": 1 << 12, "vocab_size": 1 << 24, "num_moe_experts": 4096,
           "moe_router_topk": 4096, "moe_ffn_hidden_size": 1 << 21, "moe_shared_expert_intermediate_size": 1 << 21,
           "q_lora_rank": 1 << 18, "kv_lora_rank": 1 << 18, "qk_head_dim": 1 << 12, "qk_pos_emb_head_dim": 1 << 12,
-          "v_head_dim": 1 << 12}
+          "v_head_dim": 1 << 12, "mtp_num_layers": 1 << 12}
 
 
 def check_given(model: str | None, given: dict | None) -> None:
@@ -248,8 +250,8 @@ def check_bounds(values: dict, where: str = "") -> None:
     """Each value within its bounds; where: what names the key in the error (a config file's "PATH: model.")."""
     for key, bound in BOUNDS.items():
         value = values.get(key)
-        if value is None:
-            continue
+        if value is None or key == "mtp_num_layers" and value == 0:
+            continue  # (0 MTP layers: none, as Megatron-Core builds none)
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= bound:
             raise UsageError(f"{where}{key}: must be a whole number from 1 to {bound:,}, got {safeio.shown(value)}")
     freq = values.get("moe_layer_freq")
@@ -345,54 +347,67 @@ def logits_flops(shape: Shape, tokens: int, tp: int, cp: int) -> float:
 
 
 def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last: bool,
-                 numbers=None, etp: int | None = None) -> list[tuple[str, int, bool]]:
+                 numbers=None, etp: int | None = None, mtp: int | None = None) -> list[tuple[str, int, bool]]:
     """(name, elements, expert) of each parameter of a pipeline stage on one rank, in registration order (Megatron-Core's
     GPT model with Transformer Engine's layer spec): embedding, then per layer the projection, QKV (with its fused
     norm), MLP (fc1 with its fused norm, fc2; a MoE layer's norm, router, experts, then its shared expert), then the
-    final norm and output layer. numbers: the global number of each of the stage's layers (default 0 to layers - 1),
-    which moe_layer_freq makes MoE or dense. An expert's weights are split across expert TP (etp, default TP) and
+    final norm, the MTP block's layers (mtp.params) and the output layer. numbers: the global number of each of the
+    stage's layers (default 0 to layers - 1), which moe_layer_freq makes MoE or dense. mtp: the MTP layers the stage
+    holds (default: all of them on the last stage, none elsewhere, as Megatron-Core places them without a layout); a
+    stage holding them builds the embedding too (GPTModel: pre_process or mtp_process). An expert's weights are split
+    across expert TP (etp, default TP) and
     are expert-parallel (reduced over the expert-DP group, in DistributedDataParallel's expert buffers) where EP > 1
     or expert TP differs from TP; otherwise Megatron-Core's layers set allreduce on them as on any dense weight
     (tensor_parallel/layers.py and extensions/transformer_engine.py: use_expert_pgs) and they share the dense buffer. The vocabulary is split across
     TP as the model config sets it (Bridge's setup uses the tokenizer's, padded to a multiple of
     make_vocab_size_divisible_by x TP, where the model sets none or tokenizer.use_tokenizer_vocab_size is on:
     training/setup.py _validate_and_set_vocab_size); rotary embeddings have no parameters."""
+    from . import mtp as mtps
+
     h = shape.hidden_size
     vocab = -(-shape.vocab_size // tp)
     etp = etp or tp
-    apart = ep > 1 or etp != tp
+    mtp = (shape.mtp_num_layers or 0) * last if mtp is None else mtp
     out = []
-    if first:
+    if first or mtp:
         out.append(("embedding.word_embeddings.weight", vocab * h, False))
     numbers = range(layers) if numbers is None else numbers
     for i, number in zip(range(layers), numbers):
-        p = f"decoder.layers.{i}."
-        if shape.multi_latent_attention:
-            out += mla.params(shape, tp, p)
-        else:  # Attention.__init__ builds linear_proj before SelfAttention builds linear_qkv (TE fuses the input norm into it)
-            out += [(p + "self_attention.linear_proj.weight", h * (shape.num_attention_heads * shape.head_dim // tp), False),
-                    (p + "self_attention.linear_qkv.layer_norm_weight", h, False),
-                    (p + "self_attention.linear_qkv.weight", shape.qkv_out // tp * h, False)]
-        if shape.qk_layernorm and not shape.multi_latent_attention:  # SelfAttention builds them after linear_qkv
-            out += [(p + "self_attention.q_layernorm.weight", shape.head_dim, False),
-                    (p + "self_attention.k_layernorm.weight", shape.head_dim, False)]
-        if shape.is_moe_layer(number):  # the router, then grouped experts (TEGroupedMLP: every fc1, then every fc2)
-            ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
-            local = shape.num_moe_experts // ep
-            out += [(p + "pre_mlp_layernorm.weight", h, False), (p + "mlp.router.weight", shape.num_moe_experts * h, False)]
-            out += [(f"{p}mlp.experts.linear_fc1.weight{e}", ffn * (2 if shape.gated_linear_unit else 1) * h // etp, apart)
-                    for e in range(local)]
-            out += [(f"{p}mlp.experts.linear_fc2.weight{e}", h * ffn // etp, apart) for e in range(local)]
-            out += _shared_expert(shape, tp, p + "mlp.shared_experts.")
-        else:
-            ffn = shape.ffn_hidden_size // tp
-            out += [(p + "mlp.linear_fc1.layer_norm_weight", h, False),
-                    (p + "mlp.linear_fc1.weight", ffn * (2 if shape.gated_linear_unit else 1) * h, False),
-                    (p + "mlp.linear_fc2.weight", h * ffn, False)]
+        out += layer_params(shape, tp, ep, etp, f"decoder.layers.{i}.", shape.is_moe_layer(number))
     if last:
         out.append(("decoder.final_layernorm.weight", h, False))
-        if not (first and shape.share_embeddings_and_output_weights):
-            out.append(("output_layer.weight", vocab * h, False))
+    out += mtps.params(shape, tp, ep, etp, mtp)
+    if last and not (first and shape.share_embeddings_and_output_weights):
+        out.append(("output_layer.weight", vocab * h, False))
+    return out
+
+
+def layer_params(shape: Shape, tp: int, ep: int, etp: int, p: str, moe: bool) -> list[tuple[str, int, bool]]:
+    """One transformer layer's parameters on one rank (stage_params), its names under the prefix p."""
+    h = shape.hidden_size
+    apart = ep > 1 or etp != tp
+    if shape.multi_latent_attention:
+        out = mla.params(shape, tp, p)
+    else:  # Attention.__init__ builds linear_proj before SelfAttention builds linear_qkv (TE fuses the input norm into it)
+        out = [(p + "self_attention.linear_proj.weight", h * (shape.num_attention_heads * shape.head_dim // tp), False),
+               (p + "self_attention.linear_qkv.layer_norm_weight", h, False),
+               (p + "self_attention.linear_qkv.weight", shape.qkv_out // tp * h, False)]
+    if shape.qk_layernorm and not shape.multi_latent_attention:  # SelfAttention builds them after linear_qkv
+        out += [(p + "self_attention.q_layernorm.weight", shape.head_dim, False),
+                (p + "self_attention.k_layernorm.weight", shape.head_dim, False)]
+    if moe:  # the router, then grouped experts (TEGroupedMLP: every fc1, then every fc2)
+        ffn = shape.moe_ffn_hidden_size or shape.ffn_hidden_size
+        local = shape.num_moe_experts // ep
+        out += [(p + "pre_mlp_layernorm.weight", h, False), (p + "mlp.router.weight", shape.num_moe_experts * h, False)]
+        out += [(f"{p}mlp.experts.linear_fc1.weight{e}", ffn * (2 if shape.gated_linear_unit else 1) * h // etp, apart)
+                for e in range(local)]
+        out += [(f"{p}mlp.experts.linear_fc2.weight{e}", h * ffn // etp, apart) for e in range(local)]
+        out += _shared_expert(shape, tp, p + "mlp.shared_experts.")
+    else:
+        ffn = shape.ffn_hidden_size // tp
+        out += [(p + "mlp.linear_fc1.layer_norm_weight", h, False),
+                (p + "mlp.linear_fc1.weight", ffn * (2 if shape.gated_linear_unit else 1) * h, False),
+                (p + "mlp.linear_fc2.weight", h * ffn, False)]
     return out
 
 
