@@ -284,7 +284,8 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     m = lay.micro_batches
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
                assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ())
-               + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + ((mla.ASSUMPTION,) if shape.multi_latent_attention else ()) + _mtp_said(lay, shape, with_mtp)
+               + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + ((mla.ASSUMPTION,) if shape.multi_latent_attention else ())
+               + _mtp_said(lay, shape, with_mtp)
                + _uneven_split(shape.num_layers, lay)
                + _cp_exchange(lay) + _not_modelled(lay, shape) + layer_kinds.said(shape, counts))
     b.items += tp.collectives(lay, shape, system, [(n, *kinds[k]["tp"]) for k, n in counts.items()], m, tokens)
