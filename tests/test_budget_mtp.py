@@ -42,13 +42,13 @@ def test_the_mtp_layer_is_of_the_model_s_last_layer_s_kind():
     moe = dict(num_moe_experts=4, moe_router_topk=2, moe_ffn_hidden_size=128, mtp_num_layers=1)
     assert mtp.moe(_shape(**moe, moe_layer_freq=(1, 0, 0, 1)))
     assert not mtp.moe(_shape(**moe, moe_layer_freq=(1, 1, 1, 0)))
-    names = [n for n, _, _ in mtp.params(_shape(**moe, moe_layer_freq=(0, 0, 0, 1)), 1, 1, 1, 1)]
+    names = [n for n, _, _ in shapes.mtp_params(_shape(**moe, moe_layer_freq=(0, 0, 0, 1)), 1, 1, 1, 1)]
     assert "mtp.layers.0.mtp_model_layer.mlp.router.weight" in names
 
 
 def test_mla_makes_the_mtp_layer_an_mla_layer():
     sh = _shape(multi_latent_attention=True, mtp_num_layers=1)
-    names = [n for n, _, _ in mtp.params(sh, 2, 1, 2, 1)]
+    names = [n for n, _, _ in shapes.mtp_params(sh, 2, 1, 2, 1)]
     assert "mtp.layers.0.mtp_model_layer.self_attention.linear_kv_down_proj.weight" in names
 
 

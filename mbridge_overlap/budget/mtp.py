@@ -12,27 +12,8 @@ from .layout import fewest_local
 
 
 def moe(shape) -> bool:
-    """Whether the MTP layer is a MoE layer: get_gpt_mtp_block_spec takes the spec of the last decoder layer of its
-    stage, which is the model's last (the layout puts every decoder layer before the MTP layers), and Bridge's
-    mtp_block_spec (gpt_provider.py) re-derives the model's last one where that stage holds none."""
-    return shape.is_moe_layer(shape.num_layers - 1)
-
-
-def params(shape, tp: int, ep: int, etp: int, layers: int) -> list[tuple[str, int, bool]]:
-    """The MTP block's parameters on one rank, in registration order, for `layers` of its layers: each
-    MultiTokenPredictionLayer's enorm and hnorm (TENorm: the hidden size), eh_proj (TEColumnParallelLinear from 2 x
-    hidden to hidden, split over TP), its transformer layer (mtp_model_layer: a decoder layer's spec, dense or MoE, MLA
-    where the model is), its final_layernorm. The embedding and the output layer are the model's (stage_params)."""
-    from .shape import layer_params
-
-    h, out = shape.hidden_size, []
-    for i in range(layers):
-        p = f"mtp.layers.{i}."
-        out += [(p + "enorm.weight", h, False), (p + "hnorm.weight", h, False),
-                (p + "eh_proj.weight", h // tp * 2 * h, False)]
-        out += layer_params(shape, tp, ep, etp, p + "mtp_model_layer.", moe(shape))
-        out.append((p + "final_layernorm.weight", h, False))
-    return out
+    """Whether the MTP layer is a MoE layer (Shape.mtp_moe)."""
+    return shape.mtp_moe
 
 
 def rank(lay) -> int:
@@ -53,7 +34,7 @@ def flops(shape, tokens: int, tp: int, cp: int) -> dict:
 def tp_collectives(lay, shape, system, link, layers: int, m: int, tokens: int, gemm_s: float, layer_items: list) -> list:
     """The MTP layers' TP collectives: their transformer layer's as a decoder layer's of its kind, but never through
     userbuffers (layer_items, built with tp_comm_overlap off: TELinear turns the model's tp_comm_overlap off as it
-    builds eh_proj, before that layer: TP_OVERLAP_OFF_MTP), with no setting to hide them; and eh_proj's: with
+    builds eh_proj, before that layer: extensions/transformer_engine.py TELinear.__init__), with no setting to hide them; and eh_proj's: with
     sequence parallel its input (2 x hidden wide) all-gathered forward (NCCL), gathered again for wgrad beside dgrad
     and its gradient reduce-scattered beside wgrad (async); its output all-gathered over the hidden dimension
     (gather_from_tensor_model_parallel_region) and, backward, the gradient of the sequence split after it
@@ -91,7 +72,7 @@ ASSUMPTION = (
     "(built again on that rank where it is not the first, and then tied to the first stage's: its embedding a DP bucket "
     "of its own there); its compute (the layer, eh_proj, its logits) counted on its rank, which is costed where it is "
     "the busiest; TP overlap: Megatron-Core's TELinear turns config.tp_comm_overlap off for the modules built after "
-    "eh_proj (its userbuffers name mtp_eh_proj is not qkv, proj, fc1 or fc2: TP_OVERLAP_OFF_MTP), so the MTP layers "
+    "eh_proj (its userbuffers name mtp_eh_proj is not qkv, proj, fc1 or fc2: extensions/transformer_engine.py), so the MTP layers "
     "run their TP collectives without userbuffers whatever the setting (the decoder layers, built before, keep them); "
     "the embedding and output layer's own TP collectives (the decoder's too), the tied embedding's all-reduce over "
     "the first and last stages, the roll of the tokens over CP and mtp_use_repeated_layer are not counted")

@@ -81,6 +81,13 @@ class Shape:
         return self.moe_layer_freq[number] == 1
 
     @property
+    def mtp_moe(self) -> bool:
+        """Whether the MTP layer is a MoE layer: get_gpt_mtp_block_spec takes the spec of the last decoder layer of its
+        stage, which is the model's last (a layout puts every decoder layer before the MTP layers), and Bridge's
+        mtp_block_spec (gpt_provider.py) re-derives the model's last one where that stage holds none."""
+        return self.is_moe_layer(self.num_layers - 1)
+
+    @property
     def mixed(self) -> bool:
         """Dense layers among the MoE ones."""
         return self.moe and not all(self.is_moe_layer(i) for i in range(self.num_layers))
@@ -351,7 +358,7 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
     """(name, elements, expert) of each parameter of a pipeline stage on one rank, in registration order (Megatron-Core's
     GPT model with Transformer Engine's layer spec): embedding, then per layer the projection, QKV (with its fused
     norm), MLP (fc1 with its fused norm, fc2; a MoE layer's norm, router, experts, then its shared expert), then the
-    final norm, the MTP block's layers (mtp.params) and the output layer. numbers: the global number of each of the
+    final norm, the MTP block's layers (mtp_params) and the output layer. numbers: the global number of each of the
     stage's layers (default 0 to layers - 1), which moe_layer_freq makes MoE or dense. mtp: the MTP layers the stage
     holds (default: all of them on the last stage, none elsewhere, as Megatron-Core places them without a layout); a
     stage holding them builds the embedding too (GPTModel: pre_process or mtp_process). An expert's weights are split
@@ -362,8 +369,6 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
     TP as the model config sets it (Bridge's setup uses the tokenizer's, padded to a multiple of
     make_vocab_size_divisible_by x TP, where the model sets none or tokenizer.use_tokenizer_vocab_size is on:
     training/setup.py _validate_and_set_vocab_size); rotary embeddings have no parameters."""
-    from . import mtp as mtps
-
     h = shape.hidden_size
     vocab = -(-shape.vocab_size // tp)
     etp = etp or tp
@@ -376,9 +381,24 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
         out += layer_params(shape, tp, ep, etp, f"decoder.layers.{i}.", shape.is_moe_layer(number))
     if last:
         out.append(("decoder.final_layernorm.weight", h, False))
-    out += mtps.params(shape, tp, ep, etp, mtp)
+    out += mtp_params(shape, tp, ep, etp, mtp)
     if last and not (first and shape.share_embeddings_and_output_weights):
         out.append(("output_layer.weight", vocab * h, False))
+    return out
+
+
+def mtp_params(shape: Shape, tp: int, ep: int, etp: int, layers: int) -> list[tuple[str, int, bool]]:
+    """The MTP block's parameters on one rank (budget/mtp.py), in registration order, for `layers` of its layers: each
+    MultiTokenPredictionLayer's enorm and hnorm (TENorm: the hidden size), eh_proj (TEColumnParallelLinear from 2 x
+    hidden to hidden, split over TP), its transformer layer (mtp_model_layer: a decoder layer's spec, dense or MoE as
+    Shape.mtp_moe says, MLA where the model is), its final_layernorm. The embedding and output layer are the model's."""
+    h, out = shape.hidden_size, []
+    for i in range(layers):
+        p = f"mtp.layers.{i}."
+        out += [(p + "enorm.weight", h, False), (p + "hnorm.weight", h, False),
+                (p + "eh_proj.weight", h // tp * 2 * h, False)]
+        out += layer_params(shape, tp, ep, etp, p + "mtp_model_layer.", shape.mtp_moe)
+        out.append((p + "final_layernorm.weight", h, False))
     return out
 
 
