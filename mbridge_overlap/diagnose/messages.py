@@ -401,7 +401,6 @@ class _Matcher:
                 p = text.find(tok[0], p + 1)
         return None
 
-
     def _starts(self, text: str, start: int) -> bool:
         """Whether a match of this message may start at `start` of text (at_boundary where it is bounded)."""
         return not self.bounded or at_boundary(text, start)
