@@ -13,12 +13,18 @@ from collections.abc import Mapping
 
 from .contract import SCHEMA_VERSION
 from .errors import UsageError
+from .keywords import checked
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about 2 ms
-    from typing import Any
+    from typing import Any, Sequence
+
+# Where each verb's **inputs go, for the check of every call's arguments (keywords.checked): scenario.build's keywords,
+# less those only the verbs pass (the model family, diff's side, plan's preset shape)
+SCENARIO = ("run.scenario:build", "family", "side", "shape")
 
 
+@checked(SCENARIO)
 def resolve(overrides: Mapping[str, Any] | None = None, *, model: str | None = None, shape: Mapping[str, Any] | None = None,
             **inputs):
     """Effective values after Bridge's runtime_config_update() for overrides on a starting config, and every finding.
@@ -38,6 +44,7 @@ def resolve(overrides: Mapping[str, Any] | None = None, *, model: str | None = N
     return analysis
 
 
+@checked(SCENARIO)
 def budget(overrides: Mapping[str, Any] | None = None, *, model: str | None = None, shape: Mapping[str, Any] | None = None,
            **inputs):
     """The communication budget of one iteration on one GPU for a requested config (resolve's inputs): per parallel
@@ -48,6 +55,7 @@ def budget(overrides: Mapping[str, Any] | None = None, *, model: str | None = No
     return run_budget(overrides, model=model, shape=shape, **inputs)
 
 
+@checked(("verbs.plan:make_plan",), SCENARIO)
 def plan(**layout):
     """The overrides that turn on every overlap mode a layout can use, checked by the resolver.
 
@@ -61,7 +69,8 @@ def plan(**layout):
     return make_plan(**layout)
 
 
-def lint(config=None, overrides: Mapping[str, Any] | None = None, *, model: str | None = None,
+@checked(SCENARIO)
+def lint(config: str | os.PathLike | Mapping | None = None, overrides: Mapping[str, Any] | None = None, *, model: str | None = None,
          shape: Mapping[str, Any] | None = None, **inputs):
     """Every finding for a saved run config (or a shipped recipe, recipe=), the overlap it left on the table, and its
     communication budget (model, shape: as for budget(); a saved run config holds the shape itself)."""
@@ -70,7 +79,9 @@ def lint(config=None, overrides: Mapping[str, Any] | None = None, *, model: str 
     return run_lint(config, overrides, model=model, shape=shape, **inputs)
 
 
-def diff(before=None, after=None, *, overrides: Mapping[str, Any] | None = None, before_overrides: Mapping[str, Any] | None = None,
+@checked((*SCENARIO, "config"))
+def diff(before: str | os.PathLike | Mapping | None = None, after: str | os.PathLike | Mapping | None = None, *,
+         overrides: Mapping[str, Any] | None = None, before_overrides: Mapping[str, Any] | None = None,
          recipe: str | None = None, recipe_before: str | None = None, recipe_after: str | None = None, gpus: int | None = None,
          gpus_before: int | None = None, gpus_after: int | None = None, model: str | None = None,
          shape: Mapping[str, Any] | None = None, **inputs):
@@ -94,7 +105,8 @@ def diff(before=None, after=None, *, overrides: Mapping[str, Any] | None = None,
     return run_diff(scenario.with_model(before_sc, model, shape), scenario.with_model(after_sc, model, shape), model=model, shape=shape)
 
 
-def diagnose(logs, *, compare: bool = False, **inputs):
+@checked(("verbs.diagnose:diagnose",), SCENARIO)
+def diagnose(logs: str | os.PathLike | Sequence[str | os.PathLike], *, compare: bool = False, **inputs):
     """The overlap causes a crashed, hung or slow run's logs show, each with its finding, the messages as logged
     (grouped across ranks), where each is raised, its knobs and fix; linked to the analysis of the run's config when
     it is known (config, recipe, overrides, as for resolve; else the summary Bridge printed at start-up).
@@ -103,11 +115,12 @@ def diagnose(logs, *, compare: bool = False, **inputs):
     compare: logs are BEFORE and AFTER; the iteration-time change between them, and the config changes."""
     from .verbs.diagnose import diagnose as run_diagnose
 
-    if isinstance(logs, (str, bytes, os.PathLike)):  # one path, not its characters (fuzzR R9: "x.log" read "/")
+    if isinstance(logs, (str, os.PathLike)):  # one path, not its characters (fuzzR R9: "x.log" read "/")
         logs = [logs]
     return run_diagnose(logs, compare=compare, **inputs)
 
 
+@checked(("verbs.recipes:list_recipes",))
 def recipes(**filters):
     """Bridge's shipped recipes with their effective overlap state; filters: model, gpu, gpus, task, precision, name,
     package, bridge_version. The rows are this process's one copy of each recipe's row, shared by every listing (as
@@ -117,7 +130,9 @@ def recipes(**filters):
     return list_recipes(**filters)
 
 
-def trace(paths, *, ranks=None, allow_partial: bool = False, jobs: int | None = None, config=None,
+@checked(SCENARIO)
+def trace(paths: str | os.PathLike | Sequence[str | os.PathLike], *, ranks: Sequence[int] | None = None,
+          allow_partial: bool = False, jobs: int | None = None, config: str | os.PathLike | Mapping | None = None,
           overrides: Mapping[str, Any] | None = None, model: str | None = None, shape: Mapping[str, Any] | None = None,
           **inputs):
     """Hidden and exposed communication per rank, dimension and step from profiler traces (see trace.analyze). With
@@ -164,12 +179,15 @@ def _layout_groups(analysis) -> tuple[int, dict] | None:
     return analysis.gpus, groups
 
 
-def compare_traces(before, after, **options):
+@checked(("trace.compare:compare",))
+def compare_traces(before: str | os.PathLike | Sequence[str | os.PathLike],
+                   after: str | os.PathLike | Sequence[str | os.PathLike], **options):
     from .trace import compare
 
     return compare(before, after, **options)
 
 
+@checked()
 def trace_snippet(form: str, steps: str | None = None, ranks: str | None = None) -> dict:
     """The cfg.profiling snippet that makes Bridge write the traces `trace` reads (form: python, yaml or hydra;
     steps START-END, default 10-13; ranks "0,8" or "all", default 0)."""
@@ -180,6 +198,7 @@ def trace_snippet(form: str, steps: str | None = None, ranks: str | None = None)
     return snippet.to_dict(form, start, end, (0,) if chosen is None else chosen)
 
 
+@checked()
 def anchors(mbridge_src: str | None = None) -> dict:
     """Where the Bridge code each rule mirrors is now, and whether it is still a verified release's code."""
     from .upstream import releases
@@ -188,6 +207,7 @@ def anchors(mbridge_src: str | None = None) -> dict:
     return {"schema_version": SCHEMA_VERSION, **report(releases.given("--mbridge-src", mbridge_src))}
 
 
+@checked()
 def explain(finding_id: str) -> dict:
     """A finding's record: severity, title, the Bridge code that decides it (and where it is now), example, explanation."""
     from . import findings
@@ -195,6 +215,7 @@ def explain(finding_id: str) -> dict:
     return {"schema_version": SCHEMA_VERSION, **findings.explain(finding_id)}
 
 
+@checked()
 def presets(bridge_version: str | None = None) -> dict:
     """The tuned TP userbuffers presets of a release, with what each name says it was tuned for and its fields: per
     GEMM (qkv_fprop, fc1_dgrad, ...) the method (ring_exchange, pipeline, bulk), num_sm, cga_size, fp8_buf, ..."""
@@ -206,7 +227,8 @@ def presets(bridge_version: str | None = None) -> dict:
             "presets": [{**p.to_dict(), "gemms": content.get(p.name, {})} for p in release.presets()]}
 
 
-def check_manifest(path=None, check_directory: bool = False) -> dict:
+@checked()
+def check_manifest(path: str | os.PathLike | None = None, check_directory: bool = False) -> dict:
     """SKILL.md against the Agent Skills rules: {"ok", "problems"}."""
     from .verbs.check_manifest import check_file
 
@@ -214,6 +236,7 @@ def check_manifest(path=None, check_directory: bool = False) -> dict:
     return {"schema_version": SCHEMA_VERSION, "ok": not problems, "problems": problems}
 
 
+@checked()
 def release_table() -> dict:
     """Per-release facts side by side."""
     from .upstream import releases
@@ -222,6 +245,7 @@ def release_table() -> dict:
     return {"schema_version": SCHEMA_VERSION, "releases": {v: releases.get(v).facts() for v in listed}}
 
 
+@checked()
 def suites() -> dict:
     """The upstream overlap suites verify runs, with the pass count expected per test-file hash and release."""
     from .upstream.suites import expected_counts

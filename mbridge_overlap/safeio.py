@@ -15,6 +15,7 @@ import re
 import reprlib
 import stat
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import UsageError
@@ -530,12 +531,17 @@ def load_config(path, label: str = "") -> dict:
     loaded = load_yaml_file(path, label, omegaconf=True)
     if loaded is None:
         return {}
-    if not isinstance(loaded, dict):
+    return check_config(loaded, where)
+
+
+def check_config(loaded, where: str) -> dict:
+    """A ConfigContainer-shaped mapping, from a file or given in Python: a mapping of sections, every key a string."""
+    if not isinstance(loaded, Mapping):
         raise UsageError(f"{where}: expected a mapping of sections at the top level, got {type(loaded).__name__}")
     _string_keys(loaded, where, "the top level")
     for section in MAPPING_SECTIONS:
         body = loaded.get(section)
-        if body is not None and not isinstance(body, dict) and not (section == "mixed_precision" and isinstance(body, str)):
+        if body is not None and not isinstance(body, Mapping) and not (section == "mixed_precision" and isinstance(body, str)):
             expected = "a recipe name or a mapping of fields" if section == "mixed_precision" else "a mapping of fields"
             raise UsageError(f"{where}: {section}: expected {expected}, got {type(body).__name__} {shown(body)}")
     return loaded
@@ -554,7 +560,7 @@ def _string_keys(mapping: dict, where, what: str) -> None:
             raise UsageError(f"{where}: {path}: key {shown(bad)} ({type(bad).__name__}) is not a name; config keys are strings")
         for key, value in current.items():
             inner = value if isinstance(value, list) else [value]
-            todo += [(v, key if path == "the top level" else f"{path}.{key}") for v in inner if isinstance(v, dict)]
+            todo += [(v, key if path == "the top level" else f"{path}.{key}") for v in inner if isinstance(v, Mapping)]
 
 
 # --- writing ---------------------------------------------------------------------------------------------------

@@ -111,7 +111,7 @@ LAYERS = (
     ("run",),  # the model of a run: request, scenario, resolver, layout, machine, launch environment
     ("findings", "output", "budget"),  # the findings (records, rules, proof, analysis); text and snippets; the budget
     ("diagnose", "trace", "verbs"),  # the verbs' own logic
-    ("api",),  # the Python API: one function per verb
+    ("api", "keywords"),  # the Python API: one function per verb, and the check of its arguments
     ("cli", "bridge", "__main__", ""),  # the command line, verify's Bridge side, the package itself
 )
 

@@ -125,8 +125,9 @@ def run(args) -> int:
         if not traces:
             raise UsageError("give at least one trace file or directory (or --snippet FORM)")
         result = api.trace(traces, ranks=ranks, allow_partial=args.allow_partial, jobs=args.jobs, config=args.config,
-                           overrides=overrides, recipe=args.recipe, gpus=args.gpus, gpu=args.gpu,
-                           **options.budget_inputs(args))
+                           overrides=overrides, **options.budget_inputs(args),
+                           **{k: v for k, v in (("recipe", args.recipe), ("gpus", args.gpus), ("gpu", args.gpu)) if v is not None})
+        # (the scenario's keywords only where given: their check reads scenario.build, which a trace alone never imports)
         data, partial, text = result.to_dict(), result.partial, render.report
     _print(options.to_json(data, compact_over=None) if args.format == "json" else text(data))
     return 1 if partial else 0

@@ -130,9 +130,9 @@ def load(path: str | Path) -> RunConfig:
 def from_mapping(raw: Mapping) -> RunConfig:
     """A ConfigContainer-shaped mapping given in Python, read like a file; named by its `label` attribute where it has
     one (a log's configuration summary: evalQ Q5), else <mapping>."""
-    if not isinstance(raw, Mapping):
-        raise UsageError("config: expected a mapping of sections (model:, ddp:, ...) at the top level")
-    return RunConfig(Path(getattr(raw, "label", "<mapping>")), dict(raw), is_saved(raw))
+    label = getattr(raw, "label", "<mapping>")
+    safeio.check_config(raw, label)  # as a file's (fuzzV V2-13: an int key of a section was an AttributeError)
+    return RunConfig(Path(label), dict(raw), is_saved(raw))
 
 
 def is_saved(raw: Mapping) -> bool:

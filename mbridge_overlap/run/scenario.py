@@ -99,9 +99,10 @@ def _section_made(entry, rc, overrides) -> list[str]:
             "hydra writes ++comm_overlap={...}), which also sets the DP knobs explain COMM_OVERLAP_ABSENT lists"]
 
 
-def build(*, recipe: str | dict | None = None, config=None, overrides: Mapping[str, Any] | None = None, gpus: int | None = None,
-          gpu: str | None = None, te: bool = True, bridge_version: str | None = None, launcher_env: Mapping[str, str] | None = None,
-          task: str | None = None, family: str | None = None, machine_facts: Mapping | None = None,
+def build(*, recipe: str | dict | None = None, config: str | os.PathLike | Mapping | runconfig.RunConfig | None = None,
+          overrides: Mapping[str, Any] | None = None, gpus: int | None = None, gpu: str | None = None, te: bool = True,
+          bridge_version: str | None = None, launcher_env: Mapping[str, str] | None = None, task: str | None = None,
+          family: str | None = None, machine_facts: Mapping[str, Any] | None = None,
           shape: Mapping | None = None, side: str | None = None) -> Scenario:
     """The scenario of a question. recipe: a recipe reference (or its catalog entry); config: a run config path, a
     RunConfig or a ConfigContainer-shaped mapping; machine_facts: machine.describe's keywords (nvlink_domain, ...);

@@ -8,6 +8,7 @@ since two runs rarely profile the same step numbers.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -156,7 +157,7 @@ def _side(label: str, path, **options):
         raise
 
 
-def compare(before, after, ranks=None, allow_partial: bool = False, jobs: int | None = None) -> TraceComparison:
+def compare(before, after, ranks: Iterable[int] | None = None, allow_partial: bool = False, jobs: int | None = None) -> TraceComparison:
     """Compare two captures (a file or a directory of one job's rank files each)."""
     b, a = (_side(label, path, ranks=ranks, allow_partial=allow_partial, jobs=jobs)
             for label, path in (("BEFORE", before), ("AFTER", after)))

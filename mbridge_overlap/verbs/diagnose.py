@@ -11,7 +11,7 @@ else Bridge's configuration summary in the log (printed by rank 0 after runtime_
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, BinaryIO, Mapping
 
 from .. import findings
 from ..upstream import releases
@@ -23,7 +23,7 @@ from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINE
 
 
 def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = None, overrides: Mapping[str, Any] | None = None,
-             gpus: int | None = None, bridge_version: str | None = None, stdin=None, jobs: int | None = None,
+             gpus: int | None = None, bridge_version: str | None = None, stdin: BinaryIO | None = None, jobs: int | None = None,
              **inputs) -> report.Diagnosis:
     """logs: file paths, directories of per-rank logs, "-" for standard input (stdin: a binary stream to read for
     it). compare: the first log (or directory) is BEFORE, the second AFTER. jobs: worker processes reading the files

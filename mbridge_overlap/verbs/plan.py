@@ -139,9 +139,9 @@ def make_plan(
     megatron_fsdp: bool = False,
     recipe: str | None = None,
     model: str | None = None,
-    shape: dict | None = None,
+    shape: dict[str, object] | None = None,
     global_batch_size: int | None = None,
-    overrides: dict | None = None,
+    overrides: dict[str, object] | None = None,
     **inputs,
 ) -> PlanResult:
     """inputs: scenario.build's keywords (gpus, gpu, te, bridge_version, task, machine_facts, launcher_env); model,

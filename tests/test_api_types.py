@@ -1,0 +1,123 @@
+"""Every public function of the Python API checks its arguments' types (fuzzV V2-13, the rest of fuzzR R9 and fuzzT
+T3-8): a list or a text where a mapping is taken, a key that is not a text, an unknown keyword or machine fact, "no"
+where a bool is taken, an int where a path is taken is one UsageError line naming the argument and what it takes;
+never a TypeError or AttributeError from inside, nor a wrong reading (multicast="no" was multicast available,
+diagnose([5]) read file descriptor 5). The check is one (mbridge_overlap.keywords), read from the signatures."""
+
+import inspect
+import io
+import re
+
+import pytest
+
+from mbridge_overlap import api
+from mbridge_overlap.errors import UsageError
+
+R = "llama3_8b_pretrain_config"
+MLA = "megatron.bridge.models.mla_provider.MLAModelProvider"
+
+# (function, positional arguments, keywords, what the one line says, as written)
+CASES = [
+    ("resolve", (["model.tensor_model_parallel_size=2"],), {}, "overrides: expected a mapping with text (str) keys or None, got"),
+    ("resolve", ("model.tensor_model_parallel_size=2",), {}, "overrides: expected a mapping"),
+    ("resolve", ({1: 2},), {}, "overrides: key 1: expected a text (str), got 1 (int)"),
+    ("resolve", ({},), {"gpus": 8, "launcher_env": ["A=1"]}, "launcher_env: expected a mapping"),
+    ("resolve", ({},), {"gpus": 8, "launcher_env": {"CUDA_DEVICE_MAX_CONNECTIONS": 1}},
+     "launcher_env['CUDA_DEVICE_MAX_CONNECTIONS']: expected a text"),
+    ("resolve", ({},), {"gpus": 8, "machine_facts": ["nvlink_domain"]}, "machine_facts: expected a mapping"),
+    ("resolve", ({},), {"gpus": 8, "machine_facts": {"nics_per_gpu": 4}},
+     "machine_facts: unknown key 'nics_per_gpu'; it takes nvlink_domain, gpus_per_node"),
+    ("resolve", ({},), {"gpus": 8, "machine_facts": {"multicast": "no"}}, "machine_facts['multicast']: expected True or False or None, got 'no'"),
+    ("resolve", ({},), {"gpus": 8, "machine_facts": {"torch_mpi": "yes"}}, "machine_facts['torch_mpi']: expected True or False"),
+    ("resolve", ({},), {"gpus": 8, "machine_facts": {"nvlink_domain": "8"}}, "machine_facts['nvlink_domain']: expected a whole number"),
+    ("resolve", ({},), {"gpus": 8, "te": "no"}, "te: expected True or False, got 'no' (str)"),
+    ("resolve", ({},), {"gpus": "8"}, "gpus: expected a whole number (int) or None, got '8' (str)"),
+    ("resolve", ({},), {"gpus": True}, "gpus: expected a whole number"),
+    ("resolve", ({},), {"recipe": 5}, "recipe: expected a text (str)"),
+    ("resolve", ({},), {"recipe": R, "shape": ["hidden_size"]}, "shape: expected a mapping with text (str) keys or None"),
+    ("resolve", ({},), {"recipe": R, "model": 5}, "model: expected a text (str) or None"),
+    ("resolve", ({},), {"gpus": 8, "config": {"model": {1: 2}}}, "<mapping>: model: key 1 (int) is not a name"),
+    ("resolve", ({},), {"gpus": 8, "config": {1: {"a": 1}}}, "<mapping>: the top level: key 1 (int) is not a name"),
+    ("resolve", ({},), {"gpus": 8, "config": {"model": [1]}}, "<mapping>: model: expected a mapping of fields, got list"),
+    ("resolve", ({},), {"gpus": 8, "config": 5}, "config: expected a path (str or os.PathLike) or a mapping"),
+    ("resolve", ({},), {"gpus": 8, "family": "llama3_70b"}, "resolve: unknown keyword 'family'; it takes"),
+    ("resolve", ({}, 5), {}, "resolve: takes 1 positional argument (overrides), got 2"),
+    ("budget", ({},), {"recipe": R, "shape": {1: 2}}, "shape: key 1: expected a text"),
+    ("budget", ({},), {"recipe": R, "foo": 1}, "budget: unknown keyword 'foo'"),
+    ("plan", (), {"tp": 2, "gpus": 8, "foo": 1}, "plan: unknown keyword 'foo'; it takes bridge_version, config, cp"),
+    ("plan", (), {"tp": 2, "gpus": 8, "overrides": ["a=b"]}, "overrides: expected a mapping with text (str) keys or None"),
+    ("plan", (), {"tp": 2, "gpus": 8, "lora": "yes"}, "lora: expected True or False, got 'yes'"),
+    ("plan", (), {"tp": 2, "gpus": 8, "moe": "yes"}, "moe: expected True or False or None, got 'yes'"),
+    ("plan", (), {"tp": "2", "gpus": 8}, "tp: expected a whole number"),
+    ("plan", (), {"tp": 2, "gpus": 8, "machine_facts": {"multicast": "no"}}, "machine_facts['multicast']"),
+    ("plan", (8,), {}, "plan: takes 0 positional arguments (none), got 1"),
+    ("lint", (5,), {}, "config: expected a path"),
+    ("lint", (), {"recipe": R, "te": "false"}, "te: expected True or False"),
+    ("diff", (), {"before": 5, "after": 6}, "before: expected a path"),
+    ("diff", (), {"recipe": R, "gpus_before": "8", "gpus_after": 16}, "gpus_before: expected a whole number"),
+    ("diff", (), {"recipe": R, "config": "x.yaml"}, "diff: unknown keyword 'config'"),
+    ("diagnose", (5,), {}, "logs: expected a path (str or os.PathLike) or a list of them, got 5 (int)"),
+    ("diagnose", ([5],), {}, "logs[0]: expected a path (str or os.PathLike), got 5 (int)"),
+    ("diagnose", (b"run.log",), {}, "logs: expected a path"),
+    ("diagnose", (["/dev/null"],), {"jobs": "2"}, "jobs: expected a whole number (int) or None, got '2'"),
+    ("diagnose", ("-",), {"stdin": "text"}, "stdin: expected a binary stream"),
+    ("diagnose", ("-",), {"stdin": io.StringIO("x\n")}, "(StringIO)"),
+    ("diagnose", (["/dev/null"],), {"compare": "yes"}, "compare: expected True or False"),
+    ("diagnose", (["/dev/null"],), {"nope": 1}, "diagnose: unknown keyword 'nope'"),
+    ("recipes", (), {"model": 5}, "model: expected a text (str) or None, got 5"),
+    ("recipes", (), {"foo": 1}, "recipes: unknown keyword 'foo'; it takes bridge_version, gpu, gpus, model, name, package, precision, task"),
+    ("trace", (5,), {}, "paths: expected a path"),
+    ("trace", (["t.json"],), {"ranks": "0"}, "ranks: expected a list (each item a whole number (int)) or None, got '0'"),
+    ("trace", (["t.json"],), {"allow_partial": "no"}, "allow_partial: expected True or False"),
+    ("compare_traces", (5, 6), {}, "before: expected a path"),
+    ("compare_traces", (["a.json"], ["b.json"]), {"ranks": [0.5]}, "ranks[0]: expected a whole number"),
+    ("compare_traces", (["a.json"], ["b.json"]), {"foo": 1}, "compare_traces: unknown keyword 'foo'"),
+    ("trace_snippet", ("python",), {"steps": 5}, "steps: expected a text (str) or None, got 5"),
+    ("trace_snippet", (5,), {}, "form: expected a text"),
+    ("trace_snippet", (), {}, "trace_snippet: form is required"),
+    ("anchors", (5,), {}, "mbridge_src: expected a text"),
+    ("explain", (5,), {}, "finding_id: expected a text (str), got 5"),
+    ("explain", (), {}, "explain: finding_id is required"),
+    ("presets", (6,), {}, "bridge_version: expected a text"),
+    ("check_manifest", (5,), {}, "path: expected a path"),
+    ("check_manifest", (), {"check_directory": "yes"}, "check_directory: expected True or False"),
+    ("release_table", (), {"bridge_version": "0.6.2"}, "release_table: unknown keyword 'bridge_version'; it takes "),
+    ("suites", (1,), {}, "suites: takes 0 positional arguments"),
+]
+
+
+def public_functions() -> list[str]:
+    return sorted(name for name, fn in vars(api).items()
+                  if not name.startswith("_") and inspect.isfunction(fn) and fn.__module__ == api.__name__ and name != "checked")
+
+
+@pytest.mark.parametrize("name, args, kwargs, message", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_a_wrong_argument_is_one_usage_line(name, args, kwargs, message):
+    with pytest.raises(UsageError, match=re.escape(message)) as raised:
+        getattr(api, name)(*args, **kwargs)
+    assert "\n" not in str(raised.value)
+
+
+def test_every_public_function_is_checked_and_in_the_table():
+    names = public_functions()
+    assert len(names) >= 15
+    assert [n for n in names if not hasattr(getattr(api, n), "checked_against")] == []
+    assert sorted({c[0] for c in CASES}) == names
+
+
+def test_what_is_right_is_still_taken():
+    """The check refuses no input the verbs take: typed values, a path object, a tuple of ranks, bools as bools."""
+    r = api.resolve({"model.tensor_model_parallel_size": 2}, gpus=8, te=True, machine_facts={"multicast": False, "nvlink_domain": 8},
+                    launcher_env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    assert r.to_dict()["inputs"]["machine"]["multicast"] is False
+    assert api.recipes(model="llama3_8b", gpus=8).to_dict()["count"] >= 0
+    assert api.trace_snippet("python", steps="3-5", ranks="0,8")["profile_step_start"] == 3
+    assert api.diagnose(["-"], stdin=io.BytesIO(b"hello\n")).to_dict()["causes"] == []
+
+
+def test_multicast_given_false_is_read_as_false():
+    """machine_facts={"multicast": "no"} was analysed as multicast available: False now is the only way to say no,
+    and it is read (UB_NEEDS_MULTICAST where TP overlap needs userbuffers)."""
+    asked = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}
+    ids = {f.id for f in api.resolve(asked, gpus=8, machine_facts={"multicast": False}).findings}
+    assert "UB_NEEDS_MULTICAST" in ids
