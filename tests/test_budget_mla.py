@@ -1,7 +1,13 @@
 """Multi-latent attention in the budget (tier 1; tier 2 holds the parameters and buckets to Megatron-Core's model:
 tests/bridge/test_budget_mla.py): parameters, FLOPs, TP collectives, CP's keys and values, the config's fields."""
 
-from mbridge_overlap import api
+import json
+import re
+
+import pytest
+
+from mbridge_overlap import api, cli
+from mbridge_overlap.errors import UsageError
 from mbridge_overlap.budget import mla, shape as shapes
 
 BASE = {"num_layers": 2, "hidden_size": 1024, "ffn_hidden_size": 4096, "num_attention_heads": 16, "vocab_size": 32000,
@@ -71,6 +77,37 @@ def test_a_config_s_mla_fields_are_read_and_q_lora_rank_null_is_none():
     read = shapes.in_config({"multi_latent_attention": True, "q_lora_rank": None, "kv_lora_rank": 512, "v_head_dim": 128})
     assert read == {"multi_latent_attention": True, "q_lora_rank": None, "kv_lora_rank": 512, "v_head_dim": 128}
     assert shapes.of("deepseek_v3", {})[0].multi_latent_attention
+
+
+DEEPSEEK = "perf_recipes.deepseek_v3_pretrain_1024gpu_h100_bf16_config"
+
+
+@pytest.mark.parametrize("key", sorted(shapes.NOT_NULL))
+def test_a_null_mla_size_megatron_core_cannot_build_is_refused(key):
+    """fuzzV V2-7: model.kv_lora_rank=null (qk_head_dim, qk_pos_emb_head_dim, v_head_dim) was dropped and the recipe's
+    own size priced; Megatron-Core's MLA layer adds and multiplies them (a TypeError at build: tier 2 builds it), so
+    null is refused as 0 is: by the budget, in --shape, in a config file, and resolve's budget says why there is none."""
+    said = f"{key}: expected a whole number, got null (only mtp_num_layers and q_lora_rank take null"
+    with pytest.raises(UsageError, match=re.escape(f"model.{said}")):
+        api.budget({f"model.{key}": "null"}, recipe=DEEPSEEK)
+    with pytest.raises(UsageError, match=re.escape(said)):
+        api.budget(recipe=DEEPSEEK, shape={key: None})
+    with pytest.raises(UsageError, match=re.escape(f"run.yaml: model.{said}")):
+        shapes.in_config({"multi_latent_attention": True, key: None}, "run.yaml")
+    assert said in api.resolve({f"model.{key}": None}, recipe=DEEPSEEK).to_dict()["budget"]["unavailable"]
+
+
+def test_q_lora_rank_null_is_taken_on_the_command_line_as_in_an_override(capsys):
+    """fuzzV V2-8: --shape q_lora_rank=null was refused with a message saying null is taken."""
+    assert shapes.value_of("q_lora_rank", "null") is None and shapes.value_of("mtp_num_layers", "NULL") is None
+    common = ["budget", "--model", "deepseek_v3", "--gpus", "1024", "model.seq_length=4096", "dataset.seq_length=4096",
+              "train.global_batch_size=8192", "--format", "json"]
+    assert cli.main(common + ["--shape", "q_lora_rank=null"]) == 0
+    flag = json.loads(capsys.readouterr().out)["budget"]
+    asked = {"model.seq_length": 4096, "dataset.seq_length": 4096, "train.global_batch_size": 8192}
+    typed = api.budget(asked, model="deepseek_v3", gpus=1024, shape={"q_lora_rank": None}).to_dict()["budget"]
+    own = api.budget(asked, model="deepseek_v3", gpus=1024).to_dict()["budget"]
+    assert flag["iteration_ms"] == typed["iteration_ms"] != own["iteration_ms"]
 
 
 def test_the_mla_up_projections_recompute_runs_them_and_their_gathers_again():

@@ -115,13 +115,16 @@ def _overridden(sc, shapes) -> dict:
 
     names = {f.name for f in fields(shapes.Shape)}
     # null (Bridge's unset, as a saved config's null is read: the known model's value stands; fuzzK K6) sets nothing,
-    # but for a key whose null is a value (MLA's q_lora_rank=null: no query down projection; recheck59 AF5)
+    # but for a key whose null is a value (MLA's q_lora_rank=null: no query down projection; recheck59 AF5) and one
+    # whose null Megatron-Core cannot build (shapes.NOT_NULL: refused, as 0 is)
     out = {}
     for key, value in (sc.overrides or {}).items():
         section, _, name = key.partition(".")
         if section != "model" or name not in names:
             continue
         if is_null(value):
+            if name in shapes.NOT_NULL:  # (fuzzV V2-7: the recipe's own size was priced)
+                raise shapes.null_refused(name, "model.")
             if name in shapes.NULLABLE:
                 out[name] = None
             continue

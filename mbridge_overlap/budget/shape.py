@@ -129,6 +129,8 @@ def in_config(model: dict | None, source: str | None = None) -> dict:
         if k in NULLABLE and v is None and k in (model or {}):
             out[k] = None  # (MLA's q_lora_rank: null is no query down projection, not unset)
             continue
+        if k in NOT_NULL and v is None and source is not None:
+            raise null_refused(k, f"{source}: model.")
         if k not in names or v is None:
             continue
         if isinstance(v, (int, bool)):
@@ -186,6 +188,16 @@ def of(model: str | None, given: dict, said: str | None = None, fits=None) -> tu
 
 # Shape keys whose null is a value (not Bridge's unset): MLATransformerConfig's q_lora_rank None builds linear_q_proj
 NULLABLE = frozenset({"q_lora_rank", "mtp_num_layers"})  # (and mtp_num_layers None: no MTP block)
+# MLA sizes whose null Megatron-Core cannot build (MLATransformerConfig types them int; MultiLatentAttention.__init__
+# adds qk_head_dim + qk_pos_emb_head_dim and multiplies v_head_dim, MLASelfAttention adds kv_lora_rank +
+# qk_pos_emb_head_dim: None is a TypeError when the model is built), where another null is Bridge's unset (fuzzK K6)
+NOT_NULL = frozenset({"kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"})
+
+
+def null_refused(key: str, where: str = "") -> UsageError:
+    """The error of a null where Megatron-Core needs a whole number (NOT_NULL): refused as 0 is (fuzzV V2-7)."""
+    return UsageError(f"{where}{key}: expected a whole number, got null (only {' and '.join(sorted(NULLABLE))} take null; "
+                      f"Megatron-Core's MLA layer computes with {key}, and None there is a TypeError when the model is built)")
 
 
 # Plausibility bounds of a transformer's shape (well above any published model): a budget of a shape beyond them
@@ -209,10 +221,12 @@ def check_given(model: str | None, given: dict | None) -> None:
     for key in given or {}:
         if key not in names:
             raise UsageError(f"unknown shape key {safeio.shown(key)}; known: {', '.join(sorted(names))}")
+        if key in NOT_NULL and given[key] is None:
+            raise null_refused(key)
     check_bounds(given or {})
 
 
-def value_of(key: str, value) -> int | bool | tuple:
+def value_of(key: str, value) -> int | bool | tuple | None:
     """A shape key's value as given on a command line (KEY=VALUE text) or typed: a whole number or true/false, or
     for moe_layer_freq a list of 0s and 1s too ("[0,1,1]")."""
     if isinstance(key, str) and key.rpartition(".")[2] == "moe_layer_freq":
@@ -222,11 +236,17 @@ def value_of(key: str, value) -> int | bool | tuple:
             return layer_pattern(key, [int(x) for x in value.strip("[] ").rstrip(",").split(",")])
     if isinstance(value, (bool, int)):
         return value
+    name = key.rpartition(".")[2] if isinstance(key, str) else ""
+    from ..run.request import is_null
+
+    if is_null(value) and name in NULLABLE | NOT_NULL:  # (fuzzV V2-8: q_lora_rank=null was "expected ... or null")
+        if name in NOT_NULL:
+            raise null_refused(name)
+        return None
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
     if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,18}", value):
         return int(value)  # (the bounds say which are taken: fuzzI I6, a tenth digit was "not a whole number")
-    name = key.rpartition(".")[2] if isinstance(key, str) else ""
     if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value) and name in BOUNDS:
         raise UsageError(f"{name}: must be a whole number from 1 to {BOUNDS[name]:,}, got {safeio.shown(value)}")
     want = "true or false" if _is_flag(name) else "a whole number" + (" or null" if name in NULLABLE else "") \

@@ -133,3 +133,35 @@ def test_a_down_projection_turns_the_model_s_tp_overlap_off_as_the_budget_says(n
     sh, _ = shapes.of(None, {**{k: v for k, v in DENSE_NO_Q_LORA.items() if k != "q_lora_rank"}, "multi_latent_attention": True})
     lay = SimpleNamespace(tp=2, sp=True, settings={"tp_comm_overlap": True}, domain=8, cp=1, dp=1, pp=1, ep=1, etp=2)
     assert not tp.userbuffers_run(lay, sh) and "tp_comm_overlap off" in mla.ASSUMPTION
+
+
+@pytest.mark.parametrize("key", sorted(shapes.NOT_NULL | {"q_lora_rank"}))
+def test_a_null_mla_size_is_refused_where_megatron_core_cannot_build_it(key):
+    """fuzzV V2-7: Megatron-Core builds its MLA layer with q_lora_rank None (linear_q_proj) and with no other size
+    None (MultiLatentAttention and MLASelfAttention add and multiply them: a TypeError), so the budget refuses a null
+    of shapes.NOT_NULL, as it refuses 0, and takes q_lora_rank's (V2-8: on the command line too)."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    s = {**DENSE_NO_Q_LORA, "q_lora_rank": 96, "num_layers": 1, "tp": 1, "ep": 1, key: None}
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", _BUILD_MLA, port, json.dumps(s), "0", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert (proc.returncode == 0) == (key in shapes.NULLABLE), proc.stderr[-2000:]
+    assert key in shapes.NULLABLE or "TypeError" in proc.stderr.strip().splitlines()[-1]
+    if key in shapes.NULLABLE:
+        assert shapes.value_of(key, "null") is None
+    else:
+        with pytest.raises(shapes.UsageError, match=f"{key}: expected a whole number, got null"):
+            shapes.value_of(key, "null")
+    # every MLA size the budget reads (a field MLATransformerConfig adds to TransformerConfig) is decided: null taken or refused
+    from dataclasses import fields
+
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+    added = {f.name for f in fields(MLATransformerConfig)} - {f.name for f in fields(TransformerConfig)}
+    assert added & set(shapes.Shape.__dataclass_fields__) == shapes.NOT_NULL | {"q_lora_rank"}
