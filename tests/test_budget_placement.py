@@ -99,3 +99,23 @@ def test_what_the_budget_prices_as_another_path_says_so():
     assert any("Megatron-FSDP" in a for a in fsdp["assumptions"])
     plain = api.budget({}, recipe="llama3_70b_pretrain_64gpu_h100_bf16_config").to_dict()["budget"]
     assert not any("Megatron-FSDP" in a or "allgather token dispatcher" in a for a in plain["assumptions"])
+
+
+def test_fewer_gpus_per_node_make_a_smaller_domain_where_nvlink_does_not_span_nodes():
+    """fuzzV V2-12: --gpus-per-node 4 on H100 kept its 8-GPU domain and called it multi-node NVLink, and TP 8 over
+    nodes of 4 was priced at NVLink's rate. An H100, B200 or B300 node's NVLink is the node (Bridge's perf scripts:
+    NVLINK_DOMAIN_SIZE 8, USE_MNNVL 0), so the domain follows the GPUs per node given, and says so; a GB200's rack
+    domain does not; a domain given stands."""
+    recipe = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+    m = api.resolve(recipe=recipe, machine_facts={"gpus_per_node": 4}).to_dict()["inputs"]["machine"]
+    assert (m["nvlink_domain"], m["mnnvl"]) == (4, False) and "4 GPUs per node given" in m["assumed"]["nvlink_domain"]
+    over = {"model.tensor_model_parallel_size": 8, "comm_overlap.tp_comm_overlap": False}
+    links = [{c["link"] for c in api.budget(over, recipe=recipe, machine_facts=facts).to_dict()["budget"]["collectives"]
+              if c["dimension"] == "tp"} for facts in ({"gpus_per_node": 4}, {})]
+    assert links == [{"network"}, {"nvlink"}]
+    assert "UB_TP_ACROSS_NVLINK_DOMAINS" in {f.id for f in api.resolve({"model.tensor_model_parallel_size": 8}, recipe=recipe,
+                                                                        machine_facts={"gpus_per_node": 4}).errors}
+    for gpu, facts, domain in (("gb200", {"gpus_per_node": 2}, 72), ("h100", {"gpus_per_node": 16}, 8),
+                               ("h100", {"gpus_per_node": 4, "nvlink_domain": 8}, 8)):
+        m = api.resolve(gpus=8, gpu=gpu, machine_facts=facts).to_dict()["inputs"]["machine"]
+        assert m["nvlink_domain"] == domain and m["mnnvl"] == (domain > facts["gpus_per_node"])

@@ -117,7 +117,9 @@ def scenario_flags(p: argparse.ArgumentParser, gpus: bool = True) -> None:
     p.add_argument("--shell-env", action="store_true",
                    help="take this shell's launch variables (CUDA_*, NCCL_*, NVTE_*, UB_*, TORCH_*, ...) as the launcher's; nothing else of it")
     m = p.add_argument_group("the machine (defaults from the GPU type and the installed packages; shown under inputs.machine)")
-    m.add_argument("--nvlink-domain", type=gpu_count, metavar="N", help="GPUs per NVLink domain (8 on H100/B200/B300 nodes, 72 in an NVL72 rack)")
+    m.add_argument("--nvlink-domain", type=gpu_count, metavar="N",
+                   help="GPUs per NVLink domain (8 on H100/B200/B300 nodes, or the --gpus-per-node given where fewer: "
+                        "their NVLink is the node; 72 in an NVL72 rack)")
     m.add_argument("--gpus-per-node", type=gpu_count, metavar="N", help="GPUs per node")
     m.add_argument("--multicast", choices=("yes", "no"), help="CUDA multicast available (driver >= 12.1 on an NVSwitch system; default yes)")
     m.add_argument("--torch-mpi", choices=("yes", "no"), help="torch.distributed has MPI (default: read from the Bridge venv's torch)")

@@ -61,7 +61,11 @@ def describe(gpu: str, release: releases.Release, *, nvlink_domain: int | None =
 
     topology = f"{info['name']} (Bridge's perf scripts: NUM_GPUS_PER_NODE_MAP, NVLINK_DOMAIN_SIZE, USE_MNNVL)"
     per_node = _positive("--gpus-per-node", pick("gpus_per_node", gpus_per_node, info["gpus_per_node"], topology))
-    domain = _positive("--nvlink-domain", pick("nvlink_domain", nvlink_domain, info["nvlink_domain"], topology))
+    own_domain = info["nvlink_domain"]
+    if not info["mnnvl"] and per_node < own_domain:  # the type's domain is its node (USE_MNNVL 0): fewer GPUs per node
+        own_domain, topology = per_node, (f"the node: a {info['name']} node's NVLink does not span nodes (USE_MNNVL 0 in "
+                                          f"Bridge's perf scripts), so its domain is the {per_node} GPUs per node given")
+    domain = _positive("--nvlink-domain", pick("nvlink_domain", nvlink_domain, own_domain, topology))
     mnnvl = domain > per_node
     sources["mnnvl"] = "nvlink_domain > gpus_per_node"
     if torch_mpi is not None:
