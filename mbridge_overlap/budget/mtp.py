@@ -72,7 +72,7 @@ ASSUMPTION = (
     "(built again on that rank where it is not the first, and then tied to the first stage's: its embedding a DP bucket "
     "of its own there); its compute (the layer, eh_proj, its logits) counted on its rank, which is costed where it is "
     "the busiest; TP overlap: Megatron-Core's TELinear turns config.tp_comm_overlap off for the modules built after "
-    "eh_proj (its userbuffers name mtp_eh_proj is not qkv, proj, fc1 or fc2: extensions/transformer_engine.py), so the MTP layers "
+    "eh_proj (its userbuffers name mtp_eh_proj is not qkv, proj, fc1 or fc2: TP_OVERLAP_OFF_MTP), so the MTP layers "
     "run their TP collectives without userbuffers whatever the setting (the decoder layers, built before, keep them); "
     "the embedding and output layer's own TP collectives (the decoder's too), the tied embedding's all-reduce over "
     "the first and last stages, the roll of the tokens over CP and mtp_use_repeated_layer are not counted")

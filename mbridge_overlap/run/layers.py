@@ -55,6 +55,22 @@ def multi_latent_attention(req: Request, family: str | None) -> str | None:
     return f"{family}: Bridge's model bridge sets it, {found['source']}" if found else None  # (no line: releases differ, AG6)
 
 
+def multi_token_prediction(req: Request, model: dict) -> str | None:
+    """Where the run's MTP layers (model.mtp_num_layers, null and 0: none) come from, or None: no MTP block."""
+    n = model.get("mtp_num_layers")
+    if not n:
+        return None
+    origin = req.origin.get("model.mtp_num_layers")
+    said = {"override": "as given", "config": "in the config"}.get(origin or "")
+    return f"model.mtp_num_layers={n} {said}" if said else f"the recipe's model.mtp_num_layers={n}"
+
+
+def te_op_fuser(req: Request) -> bool:
+    """Whether model.use_transformer_engine_op_fuser is set true (an override or the config; no recipe's is recorded)."""
+    key = "model.use_transformer_engine_op_fuser"
+    return req.origin.get(key) in ("override", "config") and bool(given.flag(key, req.context.get(key)))
+
+
 def mla_families() -> dict:
     """The recipe model families whose Bridge model bridge builds multi-latent attention, each with its source."""
     from ..upstream.releases import budget_models

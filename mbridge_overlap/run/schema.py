@@ -258,6 +258,6 @@ CONTEXT = {
 }
 # Fields a config's value of is read (a rule names it) but the recipe catalog does not record: a recipe's model comes
 # from its checkpoint's config, which the offline stand-in lacks (multi-latent attention: TP_OVERLAP_OFF_MLA, which
-# knows a recipe's from its model family instead).
-CONFIG_READ = frozenset({"model.multi_latent_attention"})
+# knows a recipe's from its model family instead); the op fuser, which TP_OVERLAP_OFF_MTP reads.
+CONFIG_READ = frozenset({"model.multi_latent_attention", "model.use_transformer_engine_op_fuser"})
 RECORDED = {s: sorted(set(SECTIONS.get(s, {})) | set(CONTEXT.get(s, ()))) for s in dict.fromkeys([*SECTIONS, *CONTEXT])}

@@ -160,3 +160,23 @@ def tp_overlap_off_mla(state: State):
     o, fix = fixed(state, "TP_OVERLAP_OFF_MLA", [{owner_key(state, "tp_comm_overlap"): False}])
     yield make("TP_OVERLAP_OFF_MLA", fix_overrides=o, where=where, tp=state.model["tensor_model_parallel_size"],
                fix=shell("{fix}, as every Bridge recipe of an MLA model has it (CommOverlapConfig(tp_comm_overlap=False))", fix=fix))
+
+
+@check("TP_OVERLAP_OFF_MTP")
+def tp_overlap_off_mtp(state: State):
+    """Megatron-Core's TELinear sets the shared tp_comm_overlap to False as it builds the first MTP layer's eh_proj
+    (userbuffers name mtp_eh_proj): the MTP layers, built after the decoder, run without userbuffers, and so do the
+    op fuser's MLPs (TEFusedMLP reads the flag at the first step) on that rank (tests/bridge/test_mtp_tp_overlap.py).
+    On an MLA model the first MLA layer turned it off already: TP_OVERLAP_OFF_MLA says it all."""
+    model = state.model
+    where = layers.multi_token_prediction(state.request, model)
+    if not model["tp_comm_overlap"] or where is None or layers.multi_latent_attention(state.request, state.scenario.family):
+        return
+    fused = ""
+    if layers.te_op_fuser(state.request) and not model["num_moe_experts"] and not vpp_hybrid(state):
+        fused = ("; with model.use_transformer_engine_op_fuser=true the decoder's fused MLPs (TEFusedMLP, which reads the "
+                 "flag when it builds its operations at the first step) on the MTP's pipeline rank run fc1 and fc2 "
+                 "without userbuffers too: turning the op fuser off keeps them, at the price of its fusions (your call)")
+    yield make("TP_OVERLAP_OFF_MTP", where=where, tp=model["tensor_model_parallel_size"], layers=model["mtp_num_layers"],
+               fused=fused, fix=shell("nothing to fix: no setting gives the MTP layers userbuffers, and "
+                                      "comm_overlap.tp_comm_overlap=false would take them from the decoder too"))
