@@ -1,0 +1,183 @@
+"""TP_OVERLAP_OFF_MTP against the installed Megatron-Bridge and Megatron-Core (tier 2): Bridge's own GPTModelProvider
+(MLAModelProvider with DeepSeek-V3's decoder block spec for the MLA case) builds a small GPT model with one MTP layer
+and tp_comm_overlap=True, through provide() as Bridge's training does. Transformer Engine's own Linear,
+LayerNormLinear and norm constructors and Megatron-Core's TEDotProductAttention need CUDA, so they are replaced by
+recorders of the userbuffers arguments Megatron-Core passes them (ub_name, ub_overlap_*): Megatron-Core's own code
+(TELinear and its subclasses, TransformerLayer, GPTModel, MultiTokenPredictionLayer) runs unchanged. What it shows:
+every decoder linear gets its userbuffers, eh_proj turns the shared flag off with the warning the catalog holds, and
+eh_proj and every MTP-layer linear get none; with the op fuser, TEFusedMLP built afterwards (as at the first step)
+passes no userbuffers to fc1 and fc2 of the decoder's MLPs either (and does without MTP); on an MLA model the first
+MLA layer turned it off already and eh_proj warns nothing. Also the cited lines of this Megatron-Core release. Runs on
+the default release (0.6.2) and on the one MBRIDGE_SKILL_SECOND_RELEASE names (0.5.1's venv)."""
+
+import importlib.metadata
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from mbridge_overlap import findings
+from mbridge_overlap.diagnose import messages as M
+
+from test_mla_tp_overlap import ASSIGNMENT_LINE
+
+_BUILD = """
+import json, os, sys, warnings
+from functools import partial
+import torch
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[1], RANK="0", WORLD_SIZE="1")
+torch.distributed.init_process_group("gloo")
+torch.cuda.current_device = lambda: "cpu"
+import transformer_engine.pytorch as te
+def linear(self, *args, **k):  # Transformer Engine's constructor (CUDA): what Megatron-Core passes it
+    torch.nn.Module.__init__(self)
+    self.weight = torch.nn.Parameter(torch.empty(k.get("out_features", 1), k.get("in_features", 1), device="meta"))
+    self.bias = None
+    self.layer_norm_weight = torch.nn.Parameter(torch.empty(k.get("in_features", 1), device="meta"))
+    self.ub_name, self.normalization = k.get("ub_name"), k.get("normalization", "RMSNorm")
+    self.eps, self.zero_centered_gamma = k.get("eps", 1e-5), k.get("zero_centered_gamma", False)
+    self.sequence_parallel, self.fuse_wgrad_accumulation, self.te_return_bias = False, False, False
+    self.recorded = {"ub_name": k.get("ub_name"),
+                     "ub": sorted(n for n, v in k.items() if n.startswith("ub_") and n != "ub_name" and v)}
+def norm(self, *args, **k):
+    torch.nn.Module.__init__(self)
+    self.weight = torch.nn.Parameter(torch.empty(k.get("hidden_size", args[0] if args else 1), device="meta"))
+te.Linear.__init__ = te.LayerNormLinear.__init__ = linear
+te.RMSNorm.__init__ = te.LayerNorm.__init__ = norm
+from megatron.core.extensions import transformer_engine as mte
+mte.TEDotProductAttention.__init__ = lambda self, *a, **k: torch.nn.Module.__init__(self)  # (no linear)
+import torch.nn.functional as F
+from megatron.core import parallel_state
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+from megatron.core.process_groups_config import ProcessGroupCollection
+from megatron.bridge.models.gpt_provider import GPTModelProvider
+from megatron.bridge.models.mla_provider import MLAModelProvider
+parallel_state.initialize_model_parallel(1, 1)
+s = json.loads(sys.argv[2])
+mla = dict(q_lora_rank=96, kv_lora_rank=64, qk_head_dim=32, qk_pos_emb_head_dim=16, v_head_dim=32, multi_latent_attention=True,
+           transformer_layer_spec=partial(get_gpt_decoder_block_spec, use_transformer_engine=True)) if s["mla"] else {}
+p = (MLAModelProvider if s["mla"] else GPTModelProvider)(
+    **mla, num_layers=2, hidden_size=256, ffn_hidden_size=512, num_attention_heads=8, vocab_size=1024, seq_length=512,
+    mtp_num_layers=s["mtp"], tp_comm_overlap=True, gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False,
+    normalization="RMSNorm", use_cpu_initialization=True, init_model_with_meta_device=True,
+    gradient_accumulation_fusion=False, use_transformer_engine_op_fuser=s["op_fuser"])
+p.finalize()
+p._pg_collection = ProcessGroupCollection.use_mpu_process_groups()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    model = p.provide(pre_process=True, post_process=True)
+after = p.tp_comm_overlap
+fused, options = {}, []
+real = te.ops.BasicLinear.__init__
+def basic_linear(self, *args, **k):  # what TEFusedMLP passes Transformer Engine's op (it builds on the meta device)
+    options.append(k.get("userbuffers_options"))
+    real(self, *args, **k)
+te.ops.BasicLinear.__init__ = basic_linear
+for n, m in model.named_modules():
+    if isinstance(m, mte.TEFusedMLP):
+        m._make_fused_impl()  # what its first forward does
+        fused[n], options[:] = list(options), []
+print(json.dumps({"linears": [[n, type(m).__name__, m.recorded] for n, m in model.named_modules() if hasattr(m, "recorded")],
+                  "after": after, "fused": fused,
+                  "warnings": [str(w.message) for w in caught if "user buffer" in str(w.message)]}))
+"""
+
+
+def _build(mtp=1, op_fuser=False, mla=False) -> dict:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = str(sock.getsockname()[1])
+    p = subprocess.run([sys.executable, "-W", "ignore", "-c", _BUILD, port,
+                        json.dumps({"mtp": mtp, "op_fuser": op_fuser, "mla": mla})], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _warning(name: str) -> str:
+    return f"The user buffer name {name} is not supported inTransformer Engine. Disabling TP communication overlap for this layer."
+
+
+UB = {"qkv": ["ub_bulk_dgrad", "ub_bulk_wgrad", "ub_overlap_ag"], "fc1": ["ub_bulk_dgrad", "ub_bulk_wgrad", "ub_overlap_ag"],
+      "proj": ["ub_overlap_ag", "ub_overlap_rs"], "fc2": ["ub_overlap_ag", "ub_overlap_rs"]}
+
+
+def test_the_installed_release_is_the_one_asked_for():
+    asked = (os.environ.get("MBRIDGE_SKILL_SECOND_RELEASE") or "").split()
+    version = importlib.metadata.version("megatron-bridge")
+    assert not asked or version in asked, f"asked for Bridge {' '.join(asked)}, this Python has {version}"
+
+
+def test_eh_proj_turns_tp_overlap_off_for_the_mtp_layers_only():
+    got = _build()
+    decoder = [(n, r) for n, _, r in got["linears"] if n.startswith("decoder.")]
+    mtp = [(n, c, r) for n, c, r in got["linears"] if n.startswith("mtp.")]
+    assert len(decoder) == 8 and all(r == {"ub_name": n.rsplit("_", 1)[-1], "ub": UB[n.rsplit("_", 1)[-1]]} for n, r in decoder)
+    assert mtp[0][:2] == ("mtp.layers.0.eh_proj", "TEColumnParallelLinear")
+    assert len(mtp) == 5 and all(r == {"ub_name": None, "ub": []} for _, _, r in mtp)  # eh_proj, qkv, proj, fc1, fc2
+    assert got["after"] is False and got["warnings"] == [_warning("mtp_eh_proj")]
+    (entry,) = [e for e in M.load("0.6.2").entries if e.id == "mcore.warn.849ffe4d90"]
+    assert re.fullmatch(entry.pattern, got["warnings"][0])
+    (logged,) = findings.record("TP_OVERLAP_OFF_MTP")["logged"]
+    assert got["warnings"][0].startswith(logged["message"].replace("{tp_comm_buffer_name}", "mtp_eh_proj"))
+    assert re.search(logged["line"], got["warnings"][0])
+    (mla_logged,) = findings.record("TP_OVERLAP_OFF_MLA")["logged"]
+    assert not re.search(mla_logged["line"], got["warnings"][0])
+
+
+def test_the_op_fuser_s_mlps_read_the_flag_after_the_build():
+    """TEFusedMLP builds its Transformer Engine ops at its first forward: after eh_proj turned the flag off, the
+    decoder's fused MLPs pass no userbuffers for fc1 and fc2 (their linears were built with them); without MTP they do."""
+    got = _build(op_fuser=True)
+    assert set(got["fused"]) == {"decoder.layers.0.mlp", "decoder.layers.1.mlp", "mtp.layers.0.mtp_model_layer.mlp"}
+    assert all(options == [None, None] for options in got["fused"].values())
+    assert [r["ub_name"] for n, _, r in got["linears"] if n.startswith("decoder.layers.0.mlp.")] == ["fc1", "fc2"]
+    plain = _build(mtp=None, op_fuser=True)
+    assert plain["after"] is True and not plain["warnings"]
+    assert plain["fused"] == {f"decoder.layers.{i}.mlp": [{"comm_name": "fc1"}, {"comm_name": "fc2"}] for i in (0, 1)}
+
+
+def test_an_mla_model_s_mtp_block_finds_it_off_already():
+    """DeepSeek-V3's case: the first MLA layer's q_down_proj turned it off (TP_OVERLAP_OFF_MLA); eh_proj warns nothing."""
+    got = _build(mla=True)
+    assert got["warnings"] == [_warning("q_down_proj")] and got["after"] is False
+    with_ub = [n for n, _, r in got["linears"] if r["ub"]]
+    assert with_ub == ["decoder.layers.0.self_attention.linear_proj"]
+    assert any(n == "mtp.layers.0.eh_proj" for n, _, _ in got["linears"])
+
+
+# The lines the record's explain cites, per Megatron-Core release (the installed one is checked).
+MTP_LINES = {"0.19": {"eh_proj": 1000, "buffer": 1010, "hybrid_stack": 1022, "mtp_model_layer": 1039, "decoder": 227, "mtp": 237,
+                      "hybrid_decoder": 275, "hybrid_mtp": 296, "fc1_read": 2787, "fc2_read": 2824},
+             "0.18": {"eh_proj": 825, "buffer": 835, "hybrid_stack": 847, "mtp_model_layer": 864, "decoder": 216, "mtp": 226,
+                      "hybrid_decoder": 260, "hybrid_mtp": 281, "fc1_read": 2569, "fc2_read": 2606}}
+
+
+def test_the_cited_megatron_core_lines_hold_for_the_installed_release():
+    from megatron.core.extensions import transformer_engine as mte
+    from megatron.core.models.gpt import gpt_model
+    from megatron.core.models.hybrid import hybrid_model
+    from megatron.core.transformer import multi_token_prediction as m
+
+    version = importlib.metadata.version("megatron-core")
+    at = MTP_LINES[version.rpartition(".")[0]]
+    te_lines = Path(mte.__file__).read_text().splitlines()
+    assert te_lines[ASSIGNMENT_LINE[version] - 1].strip() == "self.config.tp_comm_overlap = False"
+    for key, which in (("fc1_read", "fc1"), ("fc2_read", "fc2")):
+        assert te_lines[at[key] - 1].strip().startswith(f"if self.linear_{which}.config.tp_comm_overlap and")
+    lines = Path(m.__file__).read_text().splitlines()
+    assert lines[at["eh_proj"] - 1].strip() == "self.eh_proj = build_module("
+    assert lines[at["buffer"] - 1].strip() == 'tp_comm_buffer_name="mtp_eh_proj",'
+    assert lines[at["hybrid_stack"] - 1].strip() == "self.mtp_model_layer = HybridStack("
+    assert lines[at["mtp_model_layer"] - 1].strip() == "self.mtp_model_layer = build_module("
+    gpt = Path(gpt_model.__file__).read_text().splitlines()
+    assert gpt[at["decoder"] - 1].strip() == "self.decoder = TransformerBlock("
+    assert gpt[at["mtp"] - 1].strip() == "self.mtp = MultiTokenPredictionBlock("
+    hybrid = Path(hybrid_model.__file__).read_text().splitlines()
+    assert hybrid[at["hybrid_decoder"] - 1].strip() == "self.decoder = build_module("
+    assert hybrid[at["hybrid_mtp"] - 1].strip() == "self.mtp = MultiTokenPredictionBlock("
+    explain = " ".join(findings.record("TP_OVERLAP_OFF_MTP")["explain"].split())  # (the record cites them per release)
+    assert re.search(rf"multi_token_prediction\.py (eh_proj )?{at['eh_proj']} \((its buffer name )?{at['buffer']}\)", explain)
+    assert re.search(rf"gpt_model\.py (decoder )?{at['decoder']}, (MTP block )?{at['mtp']}", explain)
