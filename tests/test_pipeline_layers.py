@@ -169,3 +169,86 @@ def test_a_layout_s_layers_megatron_core_refuses_are_refused(layout, why):
     assert why in f.message and "num_layers" in f.fix
     assert "PIPELINE_LAYOUT_REJECTED" not in {f.id for f in api.resolve(
         {**over, "model.pipeline_model_parallel_layout": "Et*8|t*24L"}, recipe="llama3_8b_pretrain_config", gpus=16).findings}
+
+
+LAYOUT = "model.pipeline_model_parallel_layout"
+
+
+def _layout_refusals(layout, n: int, pp: int, mtp=None, **kw) -> list[str]:
+    over = {"model.num_layers": n, "model.pipeline_model_parallel_size": pp, "model.mtp_num_layers": mtp, LAYOUT: layout}
+    return [x.message for x in api.resolve(over, gpus=8 * pp, **kw).state.rejections if x.id == "PIPELINE_LAYOUT_REJECTED"]
+
+
+@pytest.mark.parametrize("word", ["'Et|(tt|)*2L'", '"Et|(tt|)*2L"'])
+def test_a_quoted_layout_word_is_the_text_hydra_hands_bridge(word):
+    """recheck61 AH1, fuzzV V2-5: the quotes were read as layer characters ("Invalid layer character: '"); Hydra strips
+    them, and quoting is the only way Hydra takes a layout with parentheses (tier 2: tests/bridge/test_layout_words.py)."""
+    assert _layout_refusals(word, 5, 2) == []
+    assert _layout_refusals(word, 7, 2) == ["Number of decoder layers 5must match num_layers 7"]
+
+
+def test_an_unquoted_layout_with_parentheses_is_refused_as_hydra_refuses_it():
+    """fuzzV V2-6: Hydra's override parser refuses '(' unquoted (Bridge never starts); it was analysed."""
+    from conftest import run_cli
+
+    proc = run_cli("resolve", "--gpus", "16", "model.num_layers=5", "model.pipeline_model_parallel_size=2", f"{LAYOUT}=Et|(tt|)*2L")
+    assert proc.returncode == 2 and "Hydra" in proc.stderr and "quote it" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_a_nested_list_layout_word_is_the_list_hydra_hands_bridge():
+    """fuzzV V2-4: [[embedding,decoder],[decoder,loss]] on the command line was refused as a list Hydra does not take."""
+    r = api.resolve({"model.num_layers": 2, "model.pipeline_model_parallel_size": 2,
+                     LAYOUT: "[[embedding,decoder],[decoder,'loss']]"}, gpus=16)
+    assert r.state.request.context[LAYOUT] == [["embedding", "decoder"], ["decoder", "loss"]]
+    assert "PIPELINE_LAYOUT_REJECTED" not in {f.id for f in r.findings}
+
+
+@pytest.mark.parametrize("layout, n, pp, mtp, why", [
+    ("Et|tm|L|", 2, 2, 1, "Currently we restrict that the MTP should be always in the last"),  # fuzzV V2-2
+    ("Et*8|t*8|t*8|t*8|t*8|t*8|t*13m|mL", 61, 8, 2, "All of the MTP layers must be in the same one virtual pipeline stage"),
+    ("Et|t|m|mL", 2, 2, 2, "All of the MTP layers must be in the same one virtual pipeline stage"),  # recheck61 AH3
+    ("Etx|tL|", 2, 2, None, "Invalid layer character: x"),  # AH6: the characters before the stage count
+    ([["embedding", "decoderx"], ["decoder", "loss"]], 2, 4, None, "pipeline_model_parallel_layout must be divisible"),  # AH6: a list's count first
+    ("none", 2, 2, None, "Invalid layer character: n"), ("None", 2, 2, None, "Invalid layer character: N"),  # V2-3
+])
+def test_a_layout_is_refused_in_megatron_core_s_order(layout, n, pp, mtp, why):
+    found = _layout_refusals(layout, n, pp, mtp)
+    assert found and found[0].startswith(why), found
+
+
+@pytest.mark.parametrize("layout, pp", [("Et|t|mL|", 2), ("Et|t||mL", 2), ("Et|(tt|)*30mL", 8)])
+def test_mtp_in_each_rank_s_last_virtual_stage_is_taken(layout, pp):
+    n = 61 if "30" in layout else 2
+    assert _layout_refusals(f"'{layout}'", n, pp, 1) == []
+
+
+def test_a_multiplier_of_five_digits_is_read():
+    """recheck61 AH7: \\d{1,4} read "*00030" as an invalid '0'; parse_str_to_list's \\d+ reads 30."""
+    assert _layout_refusals("Et*00030|t*31L", 61, 2) == []
+    assert _layout_refusals("Et*00030|t*31L", 60, 2) == ["Number of decoder layers 61must match num_layers 60"]
+
+
+@pytest.mark.parametrize("text", ['"   "', "none", '""'])
+def test_a_config_s_layout_text_is_a_layout(tmp_path, text):
+    """fuzzV V2-3: "none", blanks and "" in a config were taken as no layout; YAML's only null is null (and ~)."""
+    config = tmp_path / "c.yaml"
+    config.write_text(f"model:\n  pipeline_model_parallel_size: 2\n  pipeline_model_parallel_layout: {text}\n")
+    found = [f for f in api.resolve(config=str(config), gpus=16).findings if f.id == "PIPELINE_LAYOUT_REJECTED"]
+    assert found
+
+
+@pytest.mark.parametrize("layout", ["E" + "t" * 5000 + "|L", "'(t*9999999|)*9999999'"])
+def test_a_layout_past_the_reading_limits_is_refused_in_one_line(layout):
+    """fuzzV V2-1: it was taken as no layout (exit 0, and the budget costed an even split)."""
+    from conftest import run_cli
+
+    proc = run_cli("resolve", "--gpus", "16", "model.num_layers=32", "model.pipeline_model_parallel_size=2", f"{LAYOUT}={layout}")
+    assert proc.returncode == 2 and "past" in proc.stderr and proc.stderr.count("\n") == 1 and not proc.stdout
+
+
+@pytest.mark.parametrize("recipe, over", [("deepseek_v4_pro_pretrain_256gpu_gb300_fp8mx_config", {}),
+                                          ("deepseek_v4_flash_pretrain_32gpu_h100_bf16_config", {"model.mtp_num_layers": 1})])
+def test_a_stand_in_s_mtp_count_is_no_refusal(recipe, over):
+    """recheck61 AH2: the catalog's stand-in has no MTP where DeepSeek-V4's Hugging Face config has one (tier 2 holds
+    it to Bridge's deepseek_v4_bridge)."""
+    assert "PIPELINE_LAYOUT_REJECTED" not in {f.id for f in api.lint(recipe=recipe, overrides=over).findings}

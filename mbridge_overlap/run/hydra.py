@@ -41,20 +41,26 @@ def parse_override(text: str) -> tuple[str, str]:
 _BLANKS_AFTER_QUOTE = re.compile(r"['\"][ \t]+\Z")
 
 
-def value_of(key: str, text: str) -> Any:
+MAX_LIST_DEPTH = 4  # lists in lists this skill reads (a layout of stages is two deep: fuzzV V2-4)
+
+
+def value_of(key: str, text: str, depth: int = 0) -> Any:
     """A command-line value as Hydra types it for Bridge: null, a number or a bool, a quoted text, a list of such
-    (one level), or an unquoted text with its escapes undone; refused in one line where Hydra's grammar refuses it."""
+    (lists nested, as Hydra's grammar takes them, up to MAX_LIST_DEPTH), or an unquoted text with its escapes undone;
+    refused in one line where Hydra's grammar refuses it."""
     plain = text.strip()
     if plain[:1] in ("'", '"'):
         if not (len(plain) >= 2 and plain[-1] == plain[0] and _one_quoted(plain)):
             raise UsageError(f"{key}: {safeio.shown(plain)} is not one quoted value to Hydra (Bridge refuses the override)")
         return _interpolated(key, safeio.hydra_unquoted(plain))  # (as OmegaConf leaves it: \${ is the literal ${)
     if plain[:1] == "[":
-        inner = plain[1:-1] if plain.endswith("]") else None
-        if inner is None or "[" in inner or "]" in inner:
-            raise UsageError(f"{key}: {safeio.shown(plain)} is not a list Hydra's grammar takes (one level, [a,b]): Bridge "
-                             "refuses the override")
-        return [value_of(key, item) for item in _items(inner)] if inner.strip() else []
+        items = _items(plain[1:-1]) if plain.endswith("]") and len(plain) > 1 else None
+        if items is None:
+            raise UsageError(f"{key}: {safeio.shown(plain)} is not a list Hydra's grammar takes ([a,b], [[a,b],[c]]): "
+                             "Bridge refuses the override")
+        if depth >= MAX_LIST_DEPTH:
+            raise UsageError(f"{key}: lists nested more than {MAX_LIST_DEPTH} deep, past what this skill reads")
+        return [value_of(key, item, depth + 1) for item in items] if plain[1:-1].strip() else []
     if not plain:
         raise UsageError(f"{key}: an empty item is not a value Hydra takes (Bridge refuses the override)")
     if plain[:1] == "{":  # (fuzzT T3-6: it was said to be refused by Hydra, which takes it as a mapping)
@@ -71,9 +77,10 @@ def value_of(key: str, text: str) -> Any:
     return _text(key, plain)
 
 
-def _items(inner: str) -> list[str]:
-    """A list's items: split at the commas outside quotes that no backslash escapes (recheck57 AD5: ['x,y'] is one)."""
-    items, start, quote, i = [], 0, None, 0
+def _items(inner: str) -> list[str] | None:
+    """A list's items: split at the commas outside quotes and nested lists that no backslash escapes (recheck57 AD5:
+    ['x,y'] is one); None where its brackets do not pair (Hydra refuses it)."""
+    items, start, quote, depth, i = [], 0, None, 0, 0
     while i < len(inner):
         c = inner[i]
         if c == "\\":
@@ -82,11 +89,15 @@ def _items(inner: str) -> list[str]:
             quote = None if c == quote else quote
         elif c in "'\"":
             quote = c
-        elif c == ",":
+        elif c in "[]":
+            depth += 1 if c == "[" else -1
+            if depth < 0:
+                return None
+        elif c == "," and not depth:
             items.append(inner[start:i])
             start = i + 1
         i += 1
-    return items + [inner[start:]]
+    return None if depth else items + [inner[start:]]
 
 
 def number(text: str):

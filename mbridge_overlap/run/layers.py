@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from . import given
+from . import given, schema
 from ..errors import UsageError
 from .request import Request
 
@@ -23,9 +23,28 @@ def known(req: Request) -> tuple[int, str] | None:
     entry = req.recipe
     if entry is None:
         return _count(value, "the model's config") if value is not None else None
-    if (entry.get("shape") or {}).get("hidden_size") is not None:
+    if not standin(entry):
         return _count(value, f"recipe {entry['name']}")
     return _count(published_shape(entry).get("num_layers"), f"{entry['model']}'s published config")
+
+
+def standin(entry: dict | None) -> bool:
+    """Whether a recipe's catalog entry was built on the offline stand-in model (its shape then has no hidden size)."""
+    return entry is not None and (entry.get("shape") or {}).get("hidden_size") is None
+
+
+def mtp_known(req: Request) -> bool:
+    """Whether a layout's MTP layers can be checked against the run's mtp_num_layers (recheck61 AH2): not where a
+    stand-in-built entry's null is the stand-in provider's own and the model's published config is not known here
+    (Bridge's model bridges read num_nextn_predict_layers from the Hugging Face config: DeepSeek-V4's has one),
+    unless the run gives the count and the layout both; a layout the recipe derived from its model
+    (set_deepseek_v4_pipeline_model_parallel_layout) was derived from the stand-in."""
+    entry = req.recipe
+    if not standin(entry) or ((entry.get("request") or {}).get("model") or {}).get("mtp_num_layers") is not None \
+            or published_shape(entry):
+        return True
+    given = ("override", "config")
+    return req.origin.get("model.mtp_num_layers") in given and req.origin.get(schema.LAYOUT_KEY) in given
 
 
 def published_shape(entry: dict) -> dict:
@@ -111,7 +130,9 @@ def vpp_checked(req: Request) -> bool:
 
 
 def layout_set(req: Request) -> bool:
-    return str(req.context.get("model.pipeline_model_parallel_layout")).strip().lower() not in ("none", "null", "")
+    """Whether the run has a layout: any value but null (Hydra's and YAML's only one; "none" and "" are strings that
+    Megatron-Core parses and refuses: fuzzV V2-3). The request holds the command line's word as Hydra types it."""
+    return req.context.get(schema.LAYOUT_KEY) is not None
 
 
 def _count(value, where: str) -> tuple[int, str] | None:
@@ -123,110 +144,109 @@ def _count(value, where: str) -> tuple[int, str] | None:
 
 MAX_LAYOUT = 4096  # characters of a layout string read (a layout of a real model is tens)
 MAX_UNROLLED = 1 << 20  # characters of a layout unrolled: past them it is not read
-_UNROLL = (re.compile(r"\(([^)]+)\)\*(\d{1,4})"), re.compile(r"(.)\*(\d{1,4})"))  # PipelineParallelLayerLayout's
-
-
-MAX_LIST_TEXT = 1 << 16  # characters of a list layout given as text (DeepSeek-V3's 16 stages are a few hundred)
-
-
-def _list_text(text: str):
-    """A list layout given as text, read as YAML within safeio's bounds (fuzzO F3: 500 nested brackets overflowed the
-    stack); malformed or too deep is the user's to fix (one line, exit 2)."""
-    from ..safeio import parse_yaml
-
-    return parse_yaml(text, "model.pipeline_model_parallel_layout")
+# PipelineParallelLayerLayout.parse_str_to_list's patterns, in its order (recheck61 AH7: \\d+, not four digits)
+_UNROLL = (re.compile(r"\(([^)]+)\)\*(\d+)"), re.compile(r"(.)\*(\d+)"))
+LAYER_NAMES = ("embedding", "loss", "encoder", "decoder", "mtp")  # Megatron-Core's LayerType, as the layout names them
+_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}  # parse_str_to_list's char2layer_type
 
 
 def interleaved_vpp(state) -> int | None:
     """The VPP a fix asks for to run the interleaved schedule: the one a pipeline_model_parallel_layout's stages give
     (any other conflicts with it; None where its stages are PP's own, evalR S1), else 2."""
-    stages = layout_stages(state.request.context.get("model.pipeline_model_parallel_layout"))
+    stages = layout_stages(state.request.context.get(schema.LAYOUT_KEY))
     if stages is None:
         return 2
     vpp = stages // max(1, state.model["pipeline_model_parallel_size"])
     return vpp if vpp > 1 else None
 
 
-def hydra_typed(layout):
-    """A layout given as command-line text, as Hydra types it: a number or a bool is one (null stays no layout)."""
-    from .. import safeio
-
-    if not isinstance(layout, str) or not safeio.hydra_typed(text := layout.strip()) or text.lower() == "null":
-        return layout
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    # (only its type is read: a number of thousands of digits is an int too, without int()'s digit limit: fuzzQ Q2)
-    return int(text.replace("_", "")[:19]) if safeio.HYDRA_INT.match(text) else float(text.replace("_", ""))
-
-
-LAYER_NAMES = ("embedding", "loss", "encoder", "decoder", "mtp")  # Megatron-Core's LayerType, as the layout names them
-
-
-def list_refusal(layout) -> str | None:
-    """What Megatron-Core raises at config time for a list layout (or a list given as text), None where it takes it:
-    PipelineParallelLayerLayout asserts a list of lists of layer names; an empty list fails at the model's finalize
-    (IndexError, run against megatron-core 0.19.2: fuzzN N3)."""
-    if isinstance(layout, str) and layout.lstrip().startswith("[") and len(layout) <= MAX_LIST_TEXT:
-        layout = _list_text(layout)
-    if layout is not None and not isinstance(layout, (str, list, tuple)):  # 7, true, a mapping (recheck52 W6)
-        return (f"'{type(layout).__name__}' object has no attribute 'virtual_pipeline_model_parallel_size' "
-                "(pipeline_model_parallel_layout is neither a string nor a list of stages)")
-    if not isinstance(layout, (list, tuple)):
+def _unrolled(text: str) -> str | None:
+    """A layout string as parse_str_to_list unrolls it (commas dropped, "(...)*n" then "x*n"), or None past what this
+    skill reads (MAX_LAYOUT characters, MAX_UNROLLED unrolled: fuzzI I2, 4 KB of "t*9999" grew to 1.7 G)."""
+    if len(text) > MAX_LAYOUT:
         return None
-    if not layout:
-        return "pipeline_model_parallel_layout is an empty list (IndexError)"
-    if not all(isinstance(stage, (list, tuple)) for stage in layout):
-        kinds = ", ".join(sorted({type(stage).__name__ for stage in layout}))
-        return f"pipeline_model_parallel_layout must be a list of lists, but got items of type {kinds}"
-    for stage in layout:
-        for name in stage:
+    text = text.replace(",", "")
+    for rx in _UNROLL:
+        if len(text) + sum(len(m[1]) * int(m[2]) - len(m[0]) for m in rx.finditer(text)) > MAX_UNROLLED:
+            return None  # (the size the unrolling gives, counted before it is built)
+        text = rx.sub(lambda m: m.group(1) * int(m.group(2)), text)
+    return text
+
+
+def unread(layout) -> str | None:
+    """Why a layout string is past what this skill reads, None where it is read (fuzzV V2-1: it was taken as no
+    layout)."""
+    if not isinstance(layout, str) or _unrolled(layout) is not None:
+        return None
+    if len(layout) > MAX_LAYOUT:
+        return f"{len(layout):,} characters, past the {MAX_LAYOUT:,} this skill reads"
+    return f"it unrolls to more than {MAX_UNROLLED:,} characters, past what this skill reads"
+
+
+def parsed(layout, pp: int = 1) -> tuple[list | None, str | None]:
+    """PipelineParallelLayerLayout(layout, pp) as TransformerConfig.__post_init__ builds it: (its stages as lists of
+    layer names, None), or (None, what it raises), in its order (recheck61 AH6): a string's characters as
+    parse_str_to_list reads them; a list's stages lists, their count a multiple of PP, then their names (pipeline
+    rank by rank); anything else has no virtual_pipeline_model_parallel_size. (None, None): a string not read."""
+    if isinstance(layout, str):
+        text = _unrolled(layout)
+        if text is None:
+            return None, None
+        stages = text.split("|")
+        bad = next((c for stage in stages for c in stage if c not in _CHARS), None)
+        if bad is not None:
+            return None, f"Invalid layer character: {bad}, known layer characters: {list(_CHARS)}"
+        stages = [[_CHARS[c] for c in stage] for stage in stages]
+    elif isinstance(layout, (list, tuple)):
+        if not all(isinstance(stage, (list, tuple)) for stage in layout):
+            kinds = ", ".join(sorted({type(stage).__name__ for stage in layout}))
+            return None, f"pipeline_model_parallel_layout must be a list of lists, but got items of type {kinds}"
+        stages = layout
+    else:  # 7, true, a mapping (recheck52 W6)
+        return None, (f"'{type(layout).__name__}' object has no attribute 'virtual_pipeline_model_parallel_size' "
+                      "(pipeline_model_parallel_layout is neither a string nor a list of stages)")
+    pp = max(1, pp)
+    if len(stages) % pp:
+        return None, ("pipeline_model_parallel_layout must be divisible by pipeline_model_parallel_size "
+                      f"(len(layout)={len(stages)}, pipeline_model_parallel_size={pp})")
+    for k in sorted(range(len(stages)), key=lambda k: (k % pp, k // pp)):  # layout[pp_rank][vpp_rank], converted so
+        for name in stages[k]:
             if not isinstance(name, str):
-                return ("elements in pipeline_model_parallel_layout must be LayerType or str, but got "
-                        f"{type(name).__name__}")
+                return None, f"elements in pipeline_model_parallel_layout must be LayerType or str, but got {type(name).__name__}"
             if name.strip().lower() not in LAYER_NAMES:
-                return "a layer name in pipeline_model_parallel_layout is not a valid LayerType"
-    return None
-
-
-_CHARS = {"E": "embedding", "L": "loss", "t": "decoder", "m": "mtp"}  # parse_str_to_list's char2layer_type
+                return None, f"{name.strip().lower()} is not a valid LayerType"
+    return [[name.strip().lower() for name in stage] for stage in stages], None
 
 
 def layout_names(layout) -> list | None:
-    """A layout's stages as lists of layer names (Megatron-Core's LayerType names), or None where it is not read; a
-    string's characters outside parse_str_to_list's are kept as they are (layout_refusal names them)."""
-    if layout_stages(layout) is None:
-        return None
-    if isinstance(layout, str) and layout.lstrip().startswith("["):
-        layout = _list_text(layout)
-    if isinstance(layout, (list, tuple)):
-        return [[name.strip().lower() for name in stage] for stage in layout]
-    text = layout.replace(",", "")
-    for rx in _UNROLL:
-        text = rx.sub(lambda m: m.group(1) * int(m.group(2)), text)
-    return [[_CHARS.get(c, c) for c in stage] for stage in text.split("|")]
+    """A layout's stages as lists of layer names (Megatron-Core's LayerType names), or None where Megatron-Core does not
+    take it (before validate_layer_layout) or it is not read."""
+    return parsed(layout)[0]
 
 
-def layout_refusal(layout, string: bool, num_layers: int | None, mtp_num_layers: int | None) -> str | None:
-    """What PipelineParallelLayerLayout refuses of a layout's layers at config time (parse_str_to_list's characters;
-    validate_layer_layout's embedding first and loss last, once each, the decoder count where the layer count is known,
-    the MTP count and place, no encoder), in its order and words; None where it takes them (fuzzU U2-1)."""
-    stages = layout_names(layout)
-    if stages is None:
-        return None
+def layout_refusal(stages: list, pp: int, num_layers: int | None, mtp_num_layers, mtp_known: bool = True) -> str | None:
+    """What validate_layer_layout raises for the stages parsed() gives, in its order and words, None where it takes
+    them: the embedding first and the loss last, once each; the decoder count (num_layers None: not known, not
+    checked); the MTP count (mtp_known False: the run's count is not known, not checked; recheck61 AH2); no decoder
+    after an MTP layer; the MTP layers in the last virtual stage of their pipeline rank (stage k is rank k mod PP's
+    virtual stage k div PP), all in one stage (recheck61 AH3); no encoder. (Its third placement check, no MTP in the
+    first rank's other virtual stages, is one the first already makes.)"""
     flat = [name for stage in stages for name in stage]
-    if string and (bad := next((n for n in flat if n not in _CHARS.values()), None)) is not None:
-        return f"Invalid layer character: {bad}, known layer characters: {list(_CHARS)}"
     if not flat:
         return "IndexError: list index out of range (the layout's stages hold no layer)"
-    count = flat.count
+    count, last = flat.count, len(stages) - max(1, pp)  # (stages from `last` on: each rank's last virtual stage)
     checks = [(flat[0] == "embedding", f"The first layer must be embedding, but got LayerType.{flat[0]}"),
               (flat[-1] == "loss", f"The last layer must be loss, but got LayerType.{flat[-1]}"),
               (count("embedding") == 1, "Embedding must be specified exactly once"),
               (count("loss") == 1, "Loss must be specified exactly once"),
               (num_layers is None or count("decoder") == num_layers,
                f"Number of decoder layers {count('decoder')}must match num_layers {num_layers}"),
-              (count("mtp") == (mtp_num_layers or 0), "Number of mtp layers in layout must match mtp_num_layers"),
+              (not mtp_known or count("mtp") == (mtp_num_layers or 0), "Number of mtp layers in layout must match mtp_num_layers"),
               ("mtp" not in flat or "decoder" not in flat[flat.index("mtp"):], "decoder layers must be placed before MTP layers"),
+              (not any("mtp" in stage for stage in stages[:last]),
+               "Currently we restrict that the MTP should be always in the last "),  # (its words: the rest is lost)
+              (all(stage.count("mtp") in (0, count("mtp")) for stage in stages[last:]),
+               "All of the MTP layers must be in the same one virtual pipeline stage"),
               ("encoder" not in flat, "Encoder layer is not supported for flexible pipeline layout")]
     return next((why for ok, why in checks if not ok), None)
 
@@ -242,18 +262,6 @@ def stage_decoders(layout) -> tuple | None:
 def layout_stages(layout) -> int | None:
     """The PP x VPP stages a pipeline_model_parallel_layout gives, as Megatron-Core's PipelineParallelLayerLayout counts
     them: a list of stages (each a list of layer names: DeepSeek-V3's recipes) by its length (evalR S1), a string as
-    parse_str_to_list reads it (commas dropped, "(...)*n" then "x*n" unrolled, split at "|"); None for neither, or a
-    string too long to read."""
-    if isinstance(layout, str) and layout.lstrip().startswith("[") and len(layout) <= MAX_LIST_TEXT:
-        layout = _list_text(layout)  # a list given as an override's text (Hydra's [[E,t],[t,L]]: recheck51 T6)
-    if isinstance(layout, (list, tuple)):
-        return None if list_refusal(layout) else len(layout)
-    if not isinstance(layout, str) or layout.strip().lower() in ("", "none", "null") or len(layout) > MAX_LAYOUT:
-        return None
-    text = layout.replace(",", "")
-    for rx in _UNROLL:
-        # the size the unrolling gives, before it is built (fuzzI I2: 4 KB of "t*9999" grew to 1.7 G characters)
-        if len(text) + sum(len(m[1]) * int(m[2]) - len(m[0]) for m in rx.finditer(text)) > MAX_UNROLLED:
-            return None
-        text = rx.sub(lambda m: m.group(1) * int(m.group(2)), text)
-    return text.count("|") + 1
+    parse_str_to_list reads it; None for neither, or a string too long to read."""
+    stages = layout_names(layout)
+    return None if stages is None else len(stages)

@@ -225,6 +225,8 @@ def _hydra_text_or_list(key: str, spec: schema.Field, text: str) -> Any:
 
 def _hydra_kind(value: Any) -> str:
     if isinstance(value, list):
+        if any(isinstance(v, (list, dict)) for v in value):
+            return "a list of lists or mappings"
         return "a list" if all(isinstance(v, str) for v in value) else "a list holding a number, bool or null"
     return {bool: "a bool", int: "a number", float: "a number", dict: "a mapping"}.get(type(value), "a value")
 
@@ -385,7 +387,8 @@ def as_overrides(values: Mapping[str, Any]) -> dict:
 def _read_by_hydra(key: str) -> bool:
     section, _, name = key.partition(".")
     spec = schema.SECTIONS.get(section, {}).get(name)
-    return section == "env_vars" or spec is not None and spec.kind == OPT_PATH
+    return section == "env_vars" or key == schema.LAYOUT_KEY or spec is not None and spec.kind == OPT_PATH
+
 
 
 def _env_names() -> set:
@@ -406,6 +409,8 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
                 or section == "model" and name in schema.PIPELINE_LAYOUT):
             req.unmodeled += [key] if key not in req.unmodeled else []  # (a config's own value of a field a rule reads is no request to flag, nor a
             # pipeline layout's field: the resolver checks it as Megatron-Core does, the budget costs its largest stage)
+        if key == schema.LAYOUT_KEY and req.origin.get(key) == "override" and isinstance(value, str):
+            value = hydra.value_of(key, value)  # Hydra's reading, as plan's (recheck61 AH1, fuzzV V2-4..V2-6)
         req.context[key] = value  # as given (not typed): read only where a rule or the budget names it
         return
     hint = closest(name, list(modeled) + list(known))

@@ -15,6 +15,7 @@ import enum
 
 from . import given, layers, layout, schema
 from .. import safeio
+from ..errors import UsageError
 from ..safeio import MAX_GPUS
 from ..upstream import releases
 from dataclasses import dataclass, field
@@ -601,40 +602,33 @@ def _split_conflicts(state: State) -> bool:
 
 
 def _layout_string(state: State) -> bool:
-    """A pipeline_model_parallel_layout string's stages against PP and VPP, as TransformerConfig.__post_init__ checks
-    them (PipelineParallelLayerLayout: the stages a multiple of PP; a VPP given must be stages / PP). True where it
-    rejected the config."""
+    """A pipeline_model_parallel_layout as TransformerConfig.__post_init__ reads it, in its order (recheck61 AH6):
+    PipelineParallelLayerLayout's parsing (a string's characters; a list's stages, their count a multiple of PP, their
+    names), a VPP given must be the stages / PP, then validate_layer_layout (layers.layout_refusal). The request holds
+    a command-line word as Hydra hands it to Bridge (run/request.py). True where it rejected the config."""
     from . import layers
 
-    layout = state.request.context.get("model.pipeline_model_parallel_layout")
-    if state.request.origin.get("model.pipeline_model_parallel_layout") == "override":
-        layout = layers.hydra_typed(layout)  # (recheck53 X8: =7 on the command line is Hydra's int 7)
-    where = "TransformerConfig.__post_init__"
-    refusal = layers.list_refusal(layout)
-    if refusal:
-        _reject(state, "PIPELINE_LAYOUT_REJECTED", refusal, where)
-        return True
-    stages = layers.layout_stages(layout)
-    if stages is None:
+    layout = state.request.context.get(schema.LAYOUT_KEY)
+    if layout is None:
         return False
+    if why := layers.unread(layout):  # (fuzzV V2-1: it was taken as no layout)
+        raise UsageError(f"{schema.LAYOUT_KEY}: {why}: give a shorter layout (a real model's is tens of characters)")
+    where = "TransformerConfig.__post_init__"
     pp, vpp = state.model["pipeline_model_parallel_size"], state.model["virtual_pipeline_model_parallel_size"]
-    if stages % pp:
-        _reject(state, "PIPELINE_LAYOUT_REJECTED", "pipeline_model_parallel_layout must be divisible by "
-                f"pipeline_model_parallel_size (len(layout)={stages}, pipeline_model_parallel_size={pp})", where)
-        return True
-    if vpp is not None and vpp != stages // pp:
-        _reject(state, "PIPELINE_LAYOUT_REJECTED", "virtual_pipeline_model_parallel_size conflicts with "
-                f"pipeline_model_parallel_layout, (self.virtual_pipeline_model_parallel_size={vpp},  "
-                f"detected_vpp_size={stages // pp})", where)  # (two spaces: Megatron-Core's two f-strings)
-        return True
-    if vpp is None and stages // pp > 1:
-        # Megatron-Core sets the VPP the layout gives, at the model's finalize: after Bridge chose the P2P overlap
-        # with none (the effective VPP, not the overlap, follows the layout; held to real Bridge in tier 2)
-        state.model["virtual_pipeline_model_parallel_size"] = stages // pp
-    known = layers.known(state.request)
-    refusal = layers.layout_refusal(layout, isinstance(layout, str) and not layout.lstrip().startswith("["),
-                                    known[0] if known else None, state.model.get("mtp_num_layers"))
-    if refusal:  # (then validate_layer_layout: the layers it places, fuzzU U2-1)
+    stages, refusal = layers.parsed(layout, pp)
+    if refusal is None and vpp is not None and vpp != len(stages) // pp:
+        refusal = ("virtual_pipeline_model_parallel_size conflicts with pipeline_model_parallel_layout, "
+                   f"(self.virtual_pipeline_model_parallel_size={vpp},  detected_vpp_size={len(stages) // pp})")
+        # (two spaces: Megatron-Core's two f-strings)
+    if refusal is None:
+        if vpp is None and len(stages) // pp > 1:
+            # Megatron-Core sets the VPP the layout gives, at the model's finalize: after Bridge chose the P2P overlap
+            # with none (the effective VPP, not the overlap, follows the layout; held to real Bridge in tier 2)
+            state.model["virtual_pipeline_model_parallel_size"] = len(stages) // pp
+        known = layers.known(state.request)
+        refusal = layers.layout_refusal(stages, pp, known[0] if known else None, state.model.get("mtp_num_layers"),
+                                        layers.mtp_known(state.request))
+    if refusal:
         _reject(state, "PIPELINE_LAYOUT_REJECTED", refusal, where)
         return True
     return False
@@ -643,16 +637,15 @@ def _layout_string(state: State) -> bool:
 def validate_layer_layout(state: State) -> None:
     """Megatron-Core's TransformerConfig.__post_init__ (run by the model's finalize in runtime_config_update): uneven
     first and last pipeline stages, or the embedding and the loss counted as layers, must leave layers that split over
-    the stages and their virtual chunks; a pipeline_model_parallel_layout string's stages must split over PP, and give
-    the VPP set (_layout_string; the layers it places are not checked here).
-    Only where the layer count is known (run/layers.py)."""
+    the stages and their virtual chunks; a pipeline_model_parallel_layout is read as PipelineParallelLayerLayout reads
+    it (_layout_string). Only where the layer count is known (run/layers.py)."""
     from . import layers
 
-    m, ctx = state.model, state.request.context
+    m = state.model
     if _split_conflicts(state) or _layout_string(state):
         return
     known = layers.known(state.request)
-    if ctx.get("model.pipeline_model_parallel_layout") not in (None, "null", "None"):
+    if layers.layout_set(state.request):
         return
     pp, vpp = m["pipeline_model_parallel_size"], m["virtual_pipeline_model_parallel_size"]
     first, last, embedding, loss = layers.split_fields(state.request)

@@ -239,6 +239,7 @@ EFFECTIVE_FIELDS = {
 
 # The fields that lay the layers over the pipeline stages other than evenly (Bridge's GPTModelProvider.provide calls
 # such a layout flexible and leaves its VPP check to Megatron-Core's)
+LAYOUT_KEY = "model.pipeline_model_parallel_layout"  # an override's word read as Hydra reads it (run/request.py)
 PIPELINE_LAYOUT = ("pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage",
                    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split")
 

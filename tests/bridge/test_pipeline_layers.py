@@ -90,7 +90,7 @@ def test_a_layout_string_s_stages_are_megatron_core_s(layout):
             except AssertionError:
                 megatron_ok = False
             over = {"model.pipeline_model_parallel_size": pp, "model.virtual_pipeline_model_parallel_size": vpp,
-                    "model.pipeline_model_parallel_layout": layout}
+                    "model.pipeline_model_parallel_layout": f"'{layout}'"}  # (quoted, as Hydra takes it: AH1)
             r = api.resolve(overrides=over, gpus=8 * pp)
             ours = not [x for x in r.state.rejections if x.id == "PIPELINE_LAYOUT_REJECTED"]
             assert ours == megatron_ok, (layout, pp, vpp)
@@ -121,9 +121,8 @@ def test_a_list_layout_is_refused_where_megatron_core_refuses_it(layout):
     import torch
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from mbridge_overlap.run import layers
 
-    value = layers._list_text(layout) if isinstance(layout, str) else layout
+    value = _hydra(layout) if isinstance(layout, str) else layout  # (the command line's text as Bridge's Hydra reads it)
     try:
         TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=2,
                           pipeline_model_parallel_layout=value, pipeline_dtype=torch.bfloat16)
@@ -133,6 +132,15 @@ def test_a_list_layout_is_refused_where_megatron_core_refuses_it(layout):
     over = {"model.pipeline_model_parallel_size": 2, "model.num_layers": 2, "model.pipeline_model_parallel_layout": layout}
     r = api.resolve(overrides=over, gpus=16)
     assert (not [x for x in r.state.rejections if x.id == "PIPELINE_LAYOUT_REJECTED"]) == megatron_ok, layout
+
+
+def _hydra(text: str):
+    from megatron.bridge.training.utils.omegaconf_utils import parse_hydra_overrides
+    from omegaconf import OmegaConf
+
+    cfg = parse_hydra_overrides(OmegaConf.create({"model": {"pipeline_model_parallel_layout": None}}),
+                                [f"model.pipeline_model_parallel_layout={text}"])
+    return OmegaConf.to_container(cfg, resolve=True)["model"]["pipeline_model_parallel_layout"]
 
 
 @pytest.mark.parametrize("layout, pp, vpp", [("E|t|t|L", 2, 4), ("E|tt|tt|tt|tt|tt|tt|L", 2, 2)])
@@ -180,3 +188,67 @@ def test_split_fields_megatron_core_refuses_together_are_refused(fields):
     found = [f for f in api.resolve(overrides=overrides, gpus=3).findings
              if f.id == "PIPELINE_LAYOUT_REJECTED" and "cannot be" in f.message]
     assert bool(found) == refused, [f.message for f in found]
+
+
+MTP_PLACES = [  # (layout, PP, num_layers, mtp_num_layers): validate_layer_layout's MTP placement and the order of its
+    # refusals against PipelineParallelLayerLayout's parsing (recheck61 AH3, AH6, AH7; fuzzV V2-2)
+    ("Et*8|t*8|t*8|t*8|t*8|t*8|t*13m|mL", 8, 61, 2), ("Et|tm|L|", 2, 2, 1), ("Et|tm|m|L", 2, 2, 2),
+    ("Et|t|mL|", 2, 2, 1), ("Et|t|m|L", 2, 2, 1), ("Et|t||mL", 2, 2, 1), ("Et|t|mm|L", 2, 2, 2), ("Et|tmm|L|", 2, 2, 2),
+    ("Et|t|m|mL", 2, 2, 2), ("E|t|tm|L", 2, 2, 1), ("Et|tmL", 1, 2, 1), ("Et|tmL", 2, 2, 1), ("Et|tmmL", 2, 2, 1),
+    ("Et*3|" + "t*4|" * 14 + "t*2m|L" + "|" * 15, 8, 61, 1), ("Et|(tt|)*30mL", 8, 61, 1), ("Et*4|(tttt|)*14tmL", 4, 61, 1),
+    ("Etx|tL", 4, 2, None), ("Etx|tL|", 2, 2, None), ("Et*00030|t*31L", 2, 61, None), ("Et*00030|t*31L", 2, 60, None),
+    ([["embedding", "decoderx"], ["decoder", "loss"]], 4, 2, None), ([["embedding", "decoder"], [1], ["decoder", "loss"]], 3, 2, None),
+    ([["embedding", "decoder"], [1], ["decoderx"], ["loss"]], 2, 1, None),  # (rank 0's stages first: decoderx) ([], 2, 2, None),
+    ([["embedding", "decoder"], ["encoder", "loss"]], 2, 1, None), ("Et|tmL", 2, 2, 0),
+]
+
+
+@pytest.mark.parametrize("layout, pp, n, mtp", MTP_PLACES, ids=lambda c: str(c)[:40])
+def test_a_layout_is_refused_in_megatron_core_s_words_and_order(layout, pp, n, mtp):
+    """TransformerConfig with the layout (megatron-core 0.19.2 here; pipeline_parallel_layer_layout.py is byte-identical
+    in 0.18.0 to 0.19.2, the 0.5.0 to 0.6.0 venvs): refused exactly where the skill says PIPELINE_LAYOUT_REJECTED, and
+    the skill's message is Megatron-Core's first words."""
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    try:
+        TransformerConfig(num_layers=n, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=pp,
+                          pipeline_model_parallel_layout=layout, mtp_num_layers=mtp, pipeline_dtype=torch.bfloat16)
+        theirs = None
+    except (AssertionError, AttributeError, IndexError, ValueError, NotImplementedError) as exc:
+        theirs = str(exc) or type(exc).__name__
+    over = {"model.num_layers": n, "model.pipeline_model_parallel_size": pp, "model.mtp_num_layers": mtp,
+            "model.pipeline_model_parallel_layout": layout if isinstance(layout, list) else f"'{layout}'"}
+    r = api.resolve(overrides=over, gpus=8 * pp)
+    ours = [x.message for x in r.state.rejections if x.id == "PIPELINE_LAYOUT_REJECTED"]
+    assert bool(ours) == (theirs is not None), (ours, theirs)
+    if ours:
+        head = ours[0].split(" (")[0].split(",")[0].split("IndexError: ")[-1]
+        assert theirs.startswith(head) or head in theirs or theirs == "IndexError", (ours[0], theirs)
+
+
+@pytest.mark.parametrize("recipe, over", [
+    ("deepseek_v4_pro_pretrain_256gpu_gb300_fp8mx_config", {}),
+    ("deepseek_v4_flash_pretrain_32gpu_h100_bf16_config", {"model.mtp_num_layers": 1}),
+    ("deepseek_v4_flash_pretrain_32gpu_h100_bf16_config", {}),
+])
+def test_a_stand_in_s_mtp_count_decides_no_refusal(recipe, over):
+    """recheck61 AH2: DeepSeek-V4's recipes read their model from its Hugging Face config, whose
+    num_nextn_predict_layers the bridge sets as mtp_num_layers; the catalog's stand-in has none. The recipe derives its
+    layout from the real model (set_deepseek_v4_pipeline_model_parallel_layout: the MTP layers on the last stage), which
+    TransformerConfig takes with the real count; so neither the stand-in's null nor its derived layout is a refusal."""
+    import inspect
+    from types import SimpleNamespace
+
+    import torch
+    from megatron.bridge.models.deepseek import deepseek_v4_bridge
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    assert "num_nextn_predict_layers" in inspect.getsource(deepseek_v4_bridge)
+    real = SimpleNamespace(pipeline_model_parallel_size=4, num_layers=43, mtp_num_layers=1)
+    deepseek_v4_bridge.set_deepseek_v4_pipeline_model_parallel_layout(real)
+    TransformerConfig(num_layers=43, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=4,
+                      pipeline_model_parallel_layout=real.pipeline_model_parallel_layout, mtp_num_layers=1,
+                      pipeline_dtype=torch.bfloat16)  # (raises if Megatron-Core refused the real layout)
+    found = [f.message for f in api.lint(recipe=recipe, overrides=over).findings if f.id == "PIPELINE_LAYOUT_REJECTED"]
+    assert found == []

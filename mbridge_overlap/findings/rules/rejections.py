@@ -137,7 +137,8 @@ def _flex_backend(state: State, r) -> tuple[list, dict]:
 
 
 _LAYERS_REFUSED = re.compile(r"Invalid layer character|must be embedding|must be loss|specified exactly once|"
-                             r"must match num_layers|mtp layers|before MTP|Encoder layer|hold no layer")
+                             r"must match num_layers|mtp layers|before MTP|MTP should be|MTP layers must|Encoder layer|"
+                             r"hold no layer|not a valid LayerType|must be LayerType")
 
 
 def _layout(state: State, r) -> tuple[list, dict]:
@@ -149,7 +150,7 @@ def _layout(state: State, r) -> tuple[list, dict]:
         off = {f"model.account_for_{k}_in_pipeline_split": False for k in ("embedding", "loss")}
         counts = {f"model.num_layers_in_{k}_pipeline_stage": None for k in ("first", "last")}
         return [off, counts], {"otherwise": shell("either the first and last stages' layer counts or account_for_*, not both")}
-    if layout in (None, "null", "None"):
+    if layout is None:  # (null only: "none" is a layout Megatron-Core refuses, fuzzV V2-3)
         return [], {"otherwise": shell(
             "layer counts for the first and last stages (model.num_layers_in_first/last_pipeline_stage) that leave the "
             "middle stages an even share, each a multiple of the virtual pipeline size")}
@@ -157,7 +158,7 @@ def _layout(state: State, r) -> tuple[list, dict]:
         return [], {"otherwise": shell(
             "a layout whose layers Megatron-Core takes: only E, L, t and m in a string; the embedding first and the loss "
             "last, once each; as many decoder layers (t) as model.num_layers and MTP layers (m) as model.mtp_num_layers, "
-            "after the decoders")}
+            "after the decoders, all in one stage that is the last virtual stage of its pipeline rank")}
     detected = re.search(r"detected_vpp_size=(\d+)", r.message)
     vpp = [{"model.virtual_pipeline_model_parallel_size": int(detected[1])},
            {"model.virtual_pipeline_model_parallel_size": None}] if detected else []
