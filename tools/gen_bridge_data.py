@@ -61,7 +61,10 @@ def collect() -> tuple[dict, dict]:
     presets = {
         n: dataclasses.asdict(getattr(comm_overlap, n)) for n in sorted(dir(comm_overlap)) if n.startswith("userbuffers_")
     }
-    return {"bridge_version": adapter.bridge_version(), "sections": sections}, presets
+    from mbridge_overlap.bridge import recipes
+
+    return {"bridge_version": adapter.bridge_version(), "sections": sections,
+            "finetuning_datasets": recipes.finetuning_dataset_names()}, presets
 
 
 def mcore_defaults() -> dict:

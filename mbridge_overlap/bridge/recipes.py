@@ -13,6 +13,7 @@ import contextlib
 import copy
 import dataclasses
 import enum
+import functools
 import importlib
 import importlib.util
 import io
@@ -45,8 +46,6 @@ STANDIN = dict(num_layers=96, hidden_size=1024, ffn_hidden_size=4096, num_attent
                vocab_size=32768, make_vocab_size_divisible_by=128, add_bias_linear=False, add_qkv_bias=False,
                gated_linear_unit=True)
 MAX_FIXUPS = 8
-# The dataset configs ConfigContainer.validate() treats as fine-tuning (its CP check names them).
-SFT_DATASETS = ("GPTSFTDatasetConfig", "DirectHFSFTDatasetConfig", "EnergonDatasetConfig", "MockVLMSFTDatasetConfig")
 
 
 class _StandIn:
@@ -279,11 +278,46 @@ def record(cfg) -> dict:
     out["mixed_precision"] = mixed_precision(cfg.mixed_precision)
     out["env_vars"] = {k: _json(v) for k, v in (getattr(cfg, "env_vars", None) or {}).items()}
     out["peft"] = peft(getattr(cfg, "peft", None))
-    out["dataset"]["sft"] = type(cfg.dataset).__name__ in SFT_DATASETS
+    out["dataset"]["sft"] = isinstance(cfg.dataset, finetuning_dataset_classes())
     out["dataset"]["seq_length_checked"] = seq_length_checked(cfg)
     # only whether the recipe sets them matters (validate() checks packing against it); 0.5.x has no such field
     out["dataset"]["offline_packing_specs"] = getattr(cfg.dataset, "offline_packing_specs", None) is not None
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def finetuning_dataset_classes() -> tuple:
+    """The dataset config classes the installed Bridge's ConfigContainer.validate() takes as fine-tuning: those its
+    CP check (calculate_per_token_loss, average_in_collective) names with isinstance, read from validate()'s source
+    (0.6: GPTSFTDatasetConfig, DirectHFSFTDatasetConfig, EnergonDatasetConfig, MockVLMSFTDatasetConfig; 0.5.x:
+    FinetuningDatasetConfig), and every subclass of them Bridge's data package defines (isinstance takes those too)."""
+    import inspect
+
+    from megatron.bridge.training import config as bridge_config
+
+    source = inspect.getsource(bridge_config.ConfigContainer.validate)
+    m = re.search(r"isinstance\(\s*self\.dataset,\s*\(?([\w\s,]*?)\)?\s*,?\s*\):\s*(?:#[^\n]*\n\s*)*"
+                  r"assert self\.model\.calculate_per_token_loss", source)
+    if m is None:
+        raise RuntimeError("ConfigContainer.validate's fine-tuning CP check not found: read it again")
+    roots = [getattr(bridge_config, n.strip()) for n in m[1].split(",") if n.strip()]
+    import megatron.bridge.data as data
+
+    for info in pkgutil.walk_packages(data.__path__, data.__name__ + "."):
+        with contextlib.suppress(Exception):  # a builder whose optional dependency is missing defines no subclass here
+            importlib.import_module(info.name)
+    seen, todo = {}, list(roots)
+    while todo:
+        cls = todo.pop()
+        if cls not in seen:
+            seen[cls] = None
+            todo += cls.__subclasses__()
+    return tuple(seen)
+
+
+def finetuning_dataset_names() -> list[str]:
+    """finetuning_dataset_classes() by module path and name, as a saved run config's dataset._target_ writes them."""
+    return sorted(f"{c.__module__}.{c.__qualname__}" for c in finetuning_dataset_classes())
 
 
 def seq_length_checked(cfg) -> bool:

@@ -15,7 +15,7 @@ from .. import safeio
 from . import hydra, schema
 from ..errors import UsageError
 from dataclasses import dataclass, field
-from ..upstream.releases import Release, bridge_fields, model_provider, preset_content
+from ..upstream.releases import Release, bridge_fields, finetuning_dataset, model_provider, preset_content
 from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
 from ..suggest import closest
 
@@ -444,6 +444,10 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
     if config and base is None and req.origin.get("dataset.seq_length") != "config":
         for key in schema.BASELINE_CONTEXT:  # a config that holds no dataset (Bridge's summary prints none): not the baseline's
             req.context.pop(key, None)
+    dataset = config.get("dataset") if isinstance(config, Mapping) else None
+    sft = finetuning_dataset(release.version, dataset.get("_target_")) if isinstance(dataset, Mapping) else None
+    if sft is not None:  # the config's dataset class, as validate()'s fine-tuning CP check reads it (evalAA AA-1)
+        req.context["dataset.sft"] = sft
     for key in written:
         req.explicit.pop(key, None)
         req.origin.pop(key, None)

@@ -128,7 +128,10 @@ def build(*, recipe: str | dict | None = None, config: str | os.PathLike | Mappi
     if entry is not None and catalog.release_of(release) != release.version:
         notes.append(f"recipe {entry['name']} as Megatron-Bridge {catalog.release_of(release)} ships it: this skill has no "
                      f"catalog of {release.version}'s recipes")
-    task = releases.task(_pick(assumed, "task", task, (entry or {}).get("task"), "the recipe's", "pretrain", "default"))
+    if entry is None and releases.given("--task", task) is None and req.context.get("dataset.sft"):
+        task, assumed["task"] = ("peft" if rc and rc.raw.get("peft") else "sft"), "the config's dataset class"
+    task = releases.task(_pick(assumed, "task", task, (entry or {}).get("task"), "the recipe's", "pretrain", "default")
+                         if assumed.get("task") is None else task)
     family = family if family is not None else (entry or {}).get("model")
     return Scenario(
         release=release, recipe=entry, config=rc, overrides=dict(overrides or {}),

@@ -127,6 +127,17 @@ def bridge_fields(version: str | None = None) -> dict:
     return {k: frozenset(v or ()) for k, v in load_yaml(path)["sections"].items()}
 
 
+def finetuning_dataset(version: str | None, target) -> bool | None:
+    """Whether a dataset config class (a saved run config's dataset._target_) is one ConfigContainer.validate() takes
+    as fine-tuning in a release (its CP check: bridge_fields.yaml finetuning_datasets, read from validate()'s source
+    with their subclasses by tools/gen_bridge_data.py); None without a class name."""
+    if not isinstance(target, str) or not target.strip():
+        return None
+    release = get(version)
+    names = load_yaml(DATA_DIR / "releases" / release.data_version / "bridge_fields.yaml").get("finetuning_datasets") or ()
+    return target.strip() in names or target.strip().rsplit(".", 1)[-1] in {n.rsplit(".", 1)[-1] for n in names}
+
+
 @lru_cache(maxsize=None)
 def _model_providers(data_version: str) -> tuple[dict, dict]:
     """({recipe reference: provider class}, {class: (adds, lacks)}) of data/releases/VERSION/model_providers.json."""
