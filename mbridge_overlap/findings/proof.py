@@ -70,8 +70,19 @@ def coherent(state: State, found: list[Finding]) -> list[Finding]:
         now = blocking(overrides)
         return now is not None and not (now - before) and not ({s[:2] for s in now} & aimed)  # nothing new, aims gone
 
+    def cleared_by(overrides, f):
+        after = rerun(state, overrides)
+        return after is not None and aim(f) not in {aim(g) for g in probe(after)}
+
     for i in fixes:
         f = found[i]
+        if kept and cleared_by(union, f):  # moot: the fixes kept already clear it (evalAA AA-2: packing set back to fixed
+            # widths clears the variable token count, and TP overlap was turned off for nothing)
+            first = next((k.id for k in kept.values() if cleared_by(k.fix_overrides, f)), next(iter(kept.values())).id)
+            out[i] = replace(f, fix_overrides=dict(union), fix=shell("{fix} (the fix of {first} clears it too: its own "
+                                                                    "change is not needed then)", fix=overrides_text(union),
+                                                                    first=first))
+            continue
         trial, aimed = {**union, **f.fix_overrides}, targets | {aim(f)}
         if holds(trial, aimed):
             kept[i] = f  # by index: one id can be several findings (a launch variable each)

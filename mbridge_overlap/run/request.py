@@ -402,6 +402,10 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
         # MLAModelProvider's q_lora_rank or HybridModelProvider's hybrid_layer_pattern, which Bridge takes)
         provider, known = model_provider(req.release.version, req.recipe, req.model_target)
         provider = None if provider == "GPTModelProvider" else provider
+    if name in known and key in schema.SET_OR_NOT:  # only whether it is None counts, as the catalog records it
+        _not_blank(key, value)
+        req.context[key] = not is_null(value) and value is not False  # (a config's mapping, Hydra's null: evalAA AA-2)
+        return
     if name in known:
         if req.origin.get(key) != "config":
             _not_blank(key, value)

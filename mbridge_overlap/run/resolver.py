@@ -560,7 +560,7 @@ def validate_packing(state: State) -> None:
     with its specs (the recipe catalog records whether a recipe sets them). A step-time rule about packed
     micro-batches would otherwise speak of a config Bridge refuses at the start (evalI D2)."""
     offline, in_batch = state.dataset.get("enable_offline_packing"), state.dataset.get("enable_in_batch_packing")
-    specs = bool(state.request.context.get("dataset.offline_packing_specs"))
+    specs = state.request.context.get("dataset.offline_packing_specs") is True  # (schema.SET_OR_NOT)
     where = "ConfigContainer.validate"
     if offline and in_batch:
         _reject(state, "DATASET_PACKING_REJECTED", "enable_offline_packing and enable_in_batch_packing are mutually exclusive.", where)

@@ -257,6 +257,10 @@ CONTEXT = {
     # offline_packing_specs: whether the recipe sets them (validate() checks the packing flags against it)
     "dataset": ["sft", "seq_length", "seq_length_checked", "offline_packing_specs"],
 }
+# Context fields whose only fact a rule reads is whether they are set (not None), as ConfigContainer.validate() checks
+# them: held as true or false whoever sets them (the recipe catalog's record, a config's mapping or null, an override's
+# null), never read past (evalAA AA-2: the text "null" was taken as set specs).
+SET_OR_NOT = frozenset({"dataset.offline_packing_specs"})
 # Fields a config's value of is read (a rule names it) but the recipe catalog does not record: a recipe's model comes
 # from its checkpoint's config, which the offline stand-in lacks (multi-latent attention: TP_OVERLAP_OFF_MLA, which
 # knows a recipe's from its model family instead); the op fuser, which TP_OVERLAP_OFF_MTP reads.

@@ -1,0 +1,93 @@
+"""What validate() reads of the dataset, against real Bridge (evalAA AA-1, AA-2): a saved fine-tuning run config with
+CP 2 (Bridge's own to_yaml) is refused as validate() refuses it and its fix runs; null packing specs from the command
+line are no specs, and the packing fix offered then runs."""
+
+import copy
+
+import pytest
+
+from mbridge_overlap import api
+from mbridge_overlap.bridge import adapter, recipes
+from mbridge_overlap.errors import UsageError
+from mbridge_overlap.upstream import catalog, releases
+
+SFT = "perf_recipes.llama3_70b_sft_32gpu_h100_fp8cs_config"
+PRETRAIN = "perf_recipes.llama3_70b_pretrain_64gpu_h100_bf16_config"
+# 0.5.x has no perf recipe functions: its library recipes (FinetuningDatasetConfig, GPTDatasetConfig)
+OLDER = {SFT: "recipes.llama3_8b_sft_config", PRETRAIN: "recipes.llama3_8b_pretrain_config"}
+CP2 = {"model.context_parallel_size": 2, "model.seq_length": 8192, "dataset.seq_length": 8192, "train.global_batch_size": 64}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("recipes")
+    version = adapter.bridge_version()
+    out = {}
+    for name in (SFT, PRETRAIN):
+        try:
+            entry = catalog.lookup(name, version)
+        except UsageError:  # (a perf recipe function of 0.6 on)
+            entry = catalog.lookup(OLDER[name], version)
+        out[name] = (entry, recipes.rebuild(entry, scratch))
+    return out
+
+
+def _real(built, name, over: dict) -> str | None:
+    entry, cfg = built[name]
+    cfg = copy.deepcopy(cfg)
+    adapter.apply_overrides(cfg, over)
+    return recipes.runtime(cfg, 64, "h100")[0]
+
+
+def test_the_shipped_class_list_is_what_validate_reads():
+    assert releases.finetuning_dataset(adapter.bridge_version(), None) is None
+    names = recipes.finetuning_dataset_names()
+    for name in names:
+        assert releases.finetuning_dataset(adapter.bridge_version(), name) is True
+    from megatron.bridge.training.config import GPTDatasetConfig
+
+    assert releases.finetuning_dataset(adapter.bridge_version(), f"{GPTDatasetConfig.__module__}.GPTDatasetConfig") is False
+
+
+@pytest.mark.parametrize("name", [SFT, PRETRAIN])
+def test_a_saved_run_config_with_cp_2_is_refused_where_validate_refuses_it(built, tmp_path, name):
+    entry, cfg = built[name]
+    cfg = copy.deepcopy(cfg)
+    adapter.apply_overrides(cfg, CP2)
+    path = tmp_path / "run_config.yaml"
+    cfg.to_yaml(str(path))
+    error = _real(built, name, CP2)
+    mine = api.resolve(config=str(path), gpus=64, gpu="h100", bridge_version=adapter.bridge_version())
+    rejected = [r for r in mine.state.rejections if r.id == "CP_FINETUNE_AVERAGE_IN_COLLECTIVE"]
+    if name == PRETRAIN:
+        assert not rejected and (error is None or "finetuning" not in error), error
+        return
+    (r,) = rejected
+    assert error and r.message in error, (r.message, error)
+    (f,) = [f for f in mine.findings if f.id == "CP_FINETUNE_AVERAGE_IN_COLLECTIVE"]
+    assert _real(built, name, {**CP2, **f.fix_overrides}) is None
+    assert not api.resolve(f.fix_overrides, config=str(path), gpus=64, gpu="h100",
+                       bridge_version=adapter.bridge_version()).state.rejections
+
+
+@pytest.mark.parametrize("over, refused", [
+    ({"dataset.enable_offline_packing": False, "dataset.offline_packing_specs": None, "dataset.enable_in_batch_packing": True,
+      "train.micro_batch_size": 2}, False),
+    ({"dataset.offline_packing_specs": None}, True),
+])
+def test_null_packing_specs_are_read_as_validate_reads_them(built, over, refused):
+    if not hasattr(built[SFT][1].dataset, "offline_packing_specs"):
+        pytest.skip("this release has no offline packing specs (0.6 on)")
+    error = _real(built, SFT, over)
+    words = {k: "null" if v is None else str(v).lower() for k, v in over.items()}  # as the command line gives them
+    mine = api.resolve(words, recipe=f"{built[SFT][0]['package']}.{built[SFT][0]['name']}")
+    packing = [r for r in mine.state.rejections if r.id == "DATASET_PACKING_REJECTED"]
+    if not refused:
+        assert error is None and not packing, error
+        return
+    (r,) = packing
+    assert error and r.message in error, (r.message, error)
+    (f,) = [f for f in mine.findings if f.id == "DATASET_PACKING_REJECTED"]
+    assert f.fix_overrides and _real(built, SFT, {**over, **f.fix_overrides}) is None
+    every = mine.to_dict()["all_fixes"]["overrides"]
+    assert _real(built, SFT, {**over, **every}) is None

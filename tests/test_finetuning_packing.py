@@ -1,0 +1,75 @@
+"""What ConfigContainer.validate() reads of the dataset, read the same way from every input (evalAA AA-1, AA-2): a
+saved run config's dataset class decides fine-tuning as the recipe catalog's record does, and offline_packing_specs
+counts as set or not (null from the command line is not set), with no fix made moot by another fix of the answer."""
+
+import yaml
+from conftest import ROOT
+
+from mbridge_overlap import api
+from mbridge_overlap.upstream import releases
+
+BASELINE = ROOT / "tests" / "data" / "run_configs" / "baseline.yaml"
+SFT_RECIPE = "llama3_70b_sft_32gpu_h100_fp8cs_config"
+
+
+def _saved(tmp_path, dataset_class: str, cp: int = 2):
+    """The saved baseline run config (Bridge 0.6.2's own to_yaml) with CP and the dataset class changed."""
+    cfg = yaml.safe_load(BASELINE.read_text())
+    cfg["model"]["context_parallel_size"] = cp
+    cfg["dataset"]["_target_"] = dataset_class
+    path = tmp_path / "run_config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return str(path)
+
+
+def test_the_release_data_names_the_classes_validate_takes_as_fine_tuning():
+    assert releases.finetuning_dataset("0.6.2", "megatron.bridge.data.builders.gpt_sft.GPTSFTDatasetConfig") is True
+    assert releases.finetuning_dataset("0.6.2", "megatron.bridge.data.builders.gpt_sft.FinetuningDatasetConfig") is True
+    assert releases.finetuning_dataset("0.6.2", "megatron.bridge.training.config.GPTDatasetConfig") is False
+    assert releases.finetuning_dataset("0.5.1", "megatron.bridge.training.config.FinetuningDatasetConfig") is True
+    assert releases.finetuning_dataset("0.5.1", "megatron.bridge.data.builders.hf_dataset.HFDatasetConfig") is True
+    assert releases.finetuning_dataset("0.6.2", None) is None
+
+
+def test_a_saved_fine_tuning_config_with_cp_is_refused_as_validate_refuses_it(tmp_path):
+    """AA-1: only the recipe catalog set the fine-tuning flag; a saved SFT run config with CP 2 resolved clean."""
+    path = _saved(tmp_path, "megatron.bridge.data.builders.gpt_sft.GPTSFTDatasetConfig")
+    r = api.resolve(config=path, gpus=64)
+    (f,) = [f for f in r.findings if f.id == "CP_FINETUNE_AVERAGE_IN_COLLECTIVE"]
+    assert f.severity == "error" and "calculate_per_token_loss must be True" in f.message
+    assert f.fix_overrides == {"model.calculate_per_token_loss": True, "ddp.average_in_collective": False}
+    assert r.scenario.task == "sft" and r.scenario.assumed["task"] == "the config's dataset class"
+    fixed = api.resolve(f.fix_overrides, config=path, gpus=64)
+    assert not fixed.state.rejections
+
+
+def test_a_saved_pretraining_config_with_cp_is_not_fine_tuning(tmp_path):
+    r = api.resolve(config=_saved(tmp_path, "megatron.bridge.training.config.GPTDatasetConfig"), gpus=64)
+    assert "CP_FINETUNE_AVERAGE_IN_COLLECTIVE" not in {f.id for f in r.findings}
+    assert r.scenario.task == "pretrain"
+
+
+def test_null_specs_from_the_command_line_are_no_specs():
+    """AA-2: the text "null" was taken as set specs: a packing error Bridge does not raise, and a fix it rejects."""
+    over = {"dataset.enable_offline_packing": "false", "dataset.offline_packing_specs": "null",
+            "dataset.enable_in_batch_packing": "true", "train.micro_batch_size": "2"}
+    r = api.resolve(over, recipe=SFT_RECIPE)
+    ids = {f.id for f in r.findings}
+    assert "DATASET_PACKING_REJECTED" not in ids and not r.state.rejections
+    assert not any("offline_packing_specs" in f.message for f in r.findings if f.id == "UNMODELED_KEY")
+    assert "UB_VARIABLE_TOKEN_COUNT" in ids
+
+
+def test_offline_packing_without_its_specs_is_refused_and_the_fix_keeps_them_off():
+    r = api.resolve({"dataset.offline_packing_specs": "null"}, recipe=SFT_RECIPE)
+    (f,) = [f for f in r.findings if f.id == "DATASET_PACKING_REJECTED"]
+    assert "offline_packing_specs must be set when enable_offline_packing=True." in f.message
+    assert f.fix_overrides == {"dataset.enable_offline_packing": False}
+
+
+def test_a_fix_the_other_fixes_make_moot_is_not_added_to_them():
+    """AA-2: packing set back to offline (fixed widths) clears the variable token count: TP overlap stays on."""
+    r = api.resolve({"dataset.enable_in_batch_packing": "true"}, recipe=SFT_RECIPE)
+    (ub,) = [f for f in r.findings if f.id == "UB_VARIABLE_TOKEN_COUNT"]
+    assert ub.fix_overrides == {"dataset.enable_in_batch_packing": False} and "clears it too" in ub.fix
+    assert r.to_dict()["all_fixes"]["overrides"] == {"dataset.enable_in_batch_packing": False}
