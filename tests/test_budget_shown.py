@@ -271,3 +271,35 @@ def test_the_budget_verb_says_an_overlap_key_it_does_not_model():
     a2a = api.budget(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config",
                      overrides={**over, "model.cp_comm_type": "a2a"}).to_dict()["note"]
     assert "UNMODELED_OVERLAP_KEY" not in plain and "model.cp_comm_type" in a2a
+
+
+def test_diagnose_compare_gives_the_range_where_the_unseen_preset_may_be_all_that_changed(tmp_path):
+    """evalAA AA-3: both summaries with TP overlap on and the same costed overlap cost: a preset dropped between the
+    runs (the summary does not print it) was costed 0 and one number given, with no assumption; and the settings that
+    changed between the summaries (TP, here) went unlisted where no overlap setting moved."""
+    log = LOG.parent / "tp_overlap_default_ub_cfg.log"
+    text = log.read_text()
+    for small, large in (("  hidden_size: 64 ", "  hidden_size: 8192 "), ("  ffn_hidden_size: 128 ", "  ffn_hidden_size: 28672 ")):
+        text = text.replace(small, large)
+    tp4 = text.replace("  tensor_model_parallel_size: 2  (Mcore", "  tensor_model_parallel_size: 4  (Mcore")
+    assert tp4 != text
+
+    def lines(ms):
+        return "".join(iteration_line(i, 100, ms) + "\n" for i in range(1, 12))
+
+    logs = [_write(tmp_path / "before.log", text + lines(1000.0)), _write(tmp_path / "after.log", tp4 + lines(1100.0))]
+    d = api.diagnose(logs, compare=True, gpus=8).to_dict()
+    c, b = d["compare"], d["compare"]["budget"]
+    changed = {o["key"]: (o["before"], o["after"]) for o in c["settings_changed"]}
+    assert changed["model.tensor_model_parallel_size"] == (2, 4) and changed["data_parallel_size"] == (4, 2)
+    cost = b["parts"]["overlap_cost"]
+    assert cost["before"] > 0 and cost["after"] > 0
+    low, high = c["predicted_range_ms"]
+    rest = b["iteration_change_ms"] - cost["change_ms"]
+    assert (low, high) == (round(rest - cost["before"], 3), round(rest + cost["after"], 3))
+    assert "cannot see which userbuffers preset" in c["assumption"]
+    from mbridge_overlap.output import text as text_out
+
+    said = text_out.diagnosis(d)
+    assert "settings that changed between the summaries: " in said and "model.tensor_model_parallel_size 2 -> 4" in said
+    assert f"between {low:+,.1f} and {high:+,.1f} ms per iteration" in said

@@ -285,11 +285,16 @@ def diff(d: dict) -> str:
     return _lines(lines + _budget_change(d.get("budget")))
 
 
-def _share(predicted: dict, observed: float | None) -> str:
+def _share(predicted: dict, observed: float | None, span=None) -> str:
     if not observed or not predicted["iteration_ms_before"]:
         return ""
-    share = predicted["iteration_change_ms"] / predicted["iteration_ms_before"] / observed
-    return f": it explains about {share * 100:.0f}% of it" if share > 0 else ": it does not explain it"
+    shares = sorted(ms / predicted["iteration_ms_before"] / observed for ms in (span or [predicted["iteration_change_ms"]]))
+    if shares[-1] <= 0:
+        return ": it does not explain it"
+    if len(shares) == 1 or f"{shares[0] * 100:.0f}" == f"{shares[-1] * 100:.0f}":
+        return f": it explains about {shares[-1] * 100:.0f}% of it"
+    low = "none" if shares[0] <= 0 else f"{shares[0] * 100:.0f}%"  # (evalAA AA-3: one share of a range's one end)
+    return f": it explains from {low} to about {shares[-1] * 100:.0f}% of it, as the preset decides"
 
 
 def _budget_change(c: dict | None) -> list[str]:
@@ -389,6 +394,9 @@ def diagnosis(d: dict) -> str:
         lines.append(f"compare: median ms per iteration {median[0]} -> {median[1]} ({change})")
         for ch in c.get("config_changes") or []:
             lines.append(f"  changed {ch['key']}: {fmt(ch['before'])} -> {fmt(ch['after'])}: {ch['message']}")
+        if c.get("settings_changed"):
+            lines.append("  settings that changed between the summaries: " + ", ".join(
+                f"{o['key']} {fmt(o['before'])} -> {fmt(o['after'])}" for o in c["settings_changed"]))
         predicted = c.get("budget")
         if predicted and "unavailable" not in predicted:
             before, span = predicted["iteration_ms_before"], c.get("predicted_range_ms")
@@ -398,7 +406,7 @@ def diagnosis(d: dict) -> str:
                     f"{predicted['iteration_change_ms']:+,.1f} ms per iteration ({_pct(predicted['iteration_change_ms'], before)}")
             lines.append(f"  the config change predicts {said}, an estimate: "
                          f"communication budget {predicted['iteration_ms_before']:,.1f} -> {predicted['iteration_ms_after']:,.1f} ms) "
-                         f"beside the observed {change}" + _share(predicted, c["change"]))
+                         f"beside the observed {change}" + _share(predicted, c["change"], span))
             if c.get("assumption"):
                 lines.append(f"  assumption: {c['assumption']}")
             if (c.get("gpus") or {}).get("from", "").startswith("--gpus"):

@@ -253,6 +253,8 @@ def _config_changes(diag, scans, release, gpus) -> None:
     result = diff(*sides, labels=("before", "after"), shape=shapes[0] if same else None, sections_known=False)
     _bridge_said_why(result, diag.causes)
     diag.compare["config_changes"] = [c.to_dict() for c in result.changes]
+    # (evalAA AA-3: TP 4 -> 8 and CP 2 -> 1 are not overlap settings, and "which one" went unanswered)
+    diag.compare["settings_changed"] = [{k: o[k] for k in ("key", "label", "before", "after")} for o in result.other]
     moved = {c.key for c in result.changes}
     derived = sorted({x["key"] for c in result.changes for x in c.causes if x["key"] in moved and x["key"] != c.key})
     if derived:  # (evalO O5: a VPP removal's batch_p2p_comm was named a cause of align_param_gather, and restored)
@@ -262,20 +264,35 @@ def _config_changes(diag, scans, release, gpus) -> None:
             "two runs' run_config.yaml tells what was asked from what Bridge derived")
     diag.compare["budget"] = (result.budget if same else
                               {"unavailable": "the two runs' configuration summaries print different model shapes"})
+    _preset_unseen(diag, scans, release)
+
+
+def _preset_unseen(diag, scans, release) -> None:
+    """Bridge's summary does not print comm_overlap.tp_comm_overlap_cfg, so neither run's userbuffers preset, nor
+    whether it changed, is seen: the budget costs both runs with Transformer Engine's default (its SM margins). With
+    TP overlap on in either run, each run's overlap cost lies between none (a preset that leaves every GEMM its SMs) and
+    the default's: the predicted change is a range, from BEFORE at the default and AFTER at none to the reverse (evalAA
+    AA-3: a preset dropped between the runs was costed 0 and the one number explained 19 %). The bubble, the compute
+    and the exposed communication stay (evalH H2)."""
     b = diag.compare["budget"]
     tp_on = any((scan.summary.config(release).get("model") or {}).get("tp_comm_overlap") for _l, scan in scans)
-    cost = b.get("parts", {}).get("overlap_cost", {}).get("change_ms", 0.0) if "unavailable" not in b else 0.0
-    if abs(cost) >= 0.05 and tp_on and any("model.tp_comm_overlap_cfg" in scan.summary.unknown for _l, scan in scans):
-        # the summary does not print the userbuffers preset: the budget costs TE's default, whose SM margins a tuned
-        # preset leaves out; the change without TP overlap's own cost is the other end (the bubble, the compute and
-        # the exposed communication stay: evalH H2). Where the cost is the same on both sides, no preset moves it.
-        low, high = sorted((b["iteration_change_ms"], round(b["iteration_change_ms"] - cost, 3)))
-        diag.compare["predicted_range_ms"] = [low, high]
-        diag.compare["assumption"] = (
-            "Bridge's summary does not print comm_overlap.tp_comm_overlap_cfg: the budget costs Transformer Engine's "
-            "default userbuffers config (16-SM margins on the bulk and pipeline GEMMs); with a tuned preset TP overlap "
-            f"costs less, and the predicted change lies between {low:+,.1f} and {high:+,.1f} ms (`budget --recipe` with "
-            "the run's recipe gives its preset's)")
+    unseen = any("model.tp_comm_overlap_cfg" in scan.summary.unknown for _l, scan in scans)
+    if "unavailable" in b or not tp_on or not unseen:
+        return
+    cost = b.get("parts", {}).get("overlap_cost", {})
+    before, after = cost.get("before", 0.0), cost.get("after", 0.0)
+    rest = b["iteration_change_ms"] - (after - before)  # the change with no overlap cost on either side
+    low, high = round(rest - before, 3), round(rest + after, 3)
+    if high - low < 0.05:
+        return
+    diag.compare["predicted_range_ms"] = [low, high]
+    diag.compare["assumption"] = (
+        "Bridge's summary does not print comm_overlap.tp_comm_overlap_cfg, so this compare cannot see which userbuffers "
+        "preset either run used, nor whether it changed between them: the budget costs both with Transformer Engine's "
+        f"default config (16-SM margins on the bulk and pipeline GEMMs: TP overlap's own cost {before:,.1f} ms before, "
+        f"{after:,.1f} ms after), a tuned preset costs less, down to none; so the predicted change lies between "
+        f"{low:+,.1f} ms (BEFORE at the default, AFTER at none) and {high:+,.1f} ms (the reverse). `diff` of the two "
+        "runs' run_config.yaml, or `budget` with each run's preset, settles it")
 
 
 def _bridge_said_why(result, log_causes) -> None:
