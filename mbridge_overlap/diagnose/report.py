@@ -378,6 +378,36 @@ BY_GROUP = {"dp": "DP_COLLECTIVE_TIMEOUT", "cp": "CP_COLLECTIVE_TIMEOUT", "tp": 
             "ep": "EP_COLLECTIVE_TIMEOUT"}
 
 
+def after_failure(diag: Diagnosis) -> None:
+    """A watchdog timeout that follows another cause's error in the same log, on other ranks, waits on the ranks that
+    failed there: no cause of its own. It is said so (info, with that cause named) and its own fixes (a longer timeout,
+    an overlap turned off) are not offered, which cannot end such a hang (evalAA AA-4: a DP reduce-scatter on rank 0
+    after DeepEP's dispatch timed out on ranks 2 and 6, 44 lines before). Lines are compared within one file only:
+    per-rank files have no common order."""
+    timeouts = set(BY_GROUP.values())
+    for cause in diag.causes:
+        if cause.finding.id not in timeouts or not cause.groups:
+            continue
+        waiting = {r for g in cause.groups for r in g.ranks}
+        first = {}
+        for g in cause.groups:
+            first[g.source] = min(first.get(g.source, g.number), g.number)
+        earlier = sorted(((g.number, other, g) for other in diag.causes if other.finding.severity == "error"
+                          and other.finding.id not in timeouts for g in other.groups
+                          if g.source in first and g.number < first[g.source] and set(g.ranks) - waiting),
+                         key=lambda t: t[0])
+        if not earlier:
+            continue
+        _, other, g = earlier[0]
+        ranks = ", ".join(str(r) for r in rank_list({r for h in other.groups for r in h.ranks} - waiting))
+        cause.finding = replace(cause.finding, severity="info", fix_overrides={}, fix=(
+            f"the fix of {other.finding.id} (this wait ends when its ranks do not fail); a longer timeout or an overlap "
+            "turned off does not end it"), message=(
+            f"{cause.finding.message}; it follows {other.finding.id} (first at {g.source}:{g.number}, "
+            f"rank{'s' if ',' in ranks else ''} {ranks}): the "
+            "ranks it waits on failed there first, so this timeout is expected after that failure, not a cause of its own"))
+
+
 def _regroup(diag: Diagnosis, analysis) -> dict:
     """A watchdog all-gather or reduce-scatter whose line names no group is DP_COLLECTIVE_TIMEOUT from the log alone,
     an all-to-all EP_COLLECTIVE_TIMEOUT; with the config, each group's size (the element counts' ratio) or the run's

@@ -75,6 +75,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
             diag.causes.insert(0, report.Cause(drop, [], True))
         _config_changes(diag, scans, release, gpus)
     _link_config(diag, scans[-1][1], release, config, recipe, overrides, gpus, inputs)
+    report.after_failure(diag)
     return diag
 
 
