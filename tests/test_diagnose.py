@@ -800,6 +800,41 @@ def test_a_native_crash_logged_before_the_userbuffers_lines_is_not_their_setup_s
     assert "UB_SETUP_CRASHED" not in [c["id"] for c in _diagnose_text(text)["causes"]]
 
 
+@pytest.mark.parametrize("files, crashed", [
+    # TE prints its start-up lines on rank 0 to stdout; the crash goes to stderr or to another rank's file
+    ({"rank0.log": ["!!! [UB] Create Userbuffers Communicator", "!!! [UBP2P] UBuf 1"],
+      "rank3.log": ["some startup line", "Fatal Python error: Aborted"]}, True),
+    ({"job.out": ["!!! [UB] Create Userbuffers Communicator"], "job.err": ["Fatal Python error: Aborted"]}, True),
+    # a relaunch: each file's crash before its own start-up lines (the same bytes in both: no repeat skips them)
+    ({"rank0.log": ["Fatal Python error: Aborted", "!!! [UB] Register UBuf 1"],
+      "rank1.log": ["Fatal Python error: Aborted", "!!! [UB] Register UBuf 1"]}, False),
+    ({"rank0.log": ["!!! [UB] Register UBuf 1"],  # (rank1's start-up line the same bytes as rank0's)
+      "rank1.log": ["Fatal Python error: Segmentation fault", "!!! [UB] Register UBuf 1"]}, False),
+    ({"rank0.log": ["Fatal Python error: Aborted", "!!! [UB] Register UBuf 1", "Fatal Python error: Segmentation fault"],
+      "rank1.log": ["Fatal Python error: Aborted", "!!! [UB] Register UBuf 1"]}, True),
+])
+def test_the_userbuffers_start_up_lines_of_the_log_set_count(tmp_path, files, crashed):
+    """recheck61 AH5: a crash logged in another file than TE's start-up lines is UB_SETUP_CRASHED again; one logged
+    before them in the same file still is not (fuzzU U2-4)."""
+    for name, lines in files.items():
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    d = api.diagnose([tmp_path]).to_dict()
+    assert ("UB_SETUP_CRASHED" in [c["id"] for c in d["causes"]]) is crashed
+
+
+def test_only_te_s_own_start_up_line_begins_the_userbuffers_setup():
+    """fuzzV V2-14: a grep result quoting TE's start-up text (not at its line's start) was taken for TE's line; the
+    message named the fatal line's first 60 characters, not the fatal error."""
+    for head in ('$ grep -r "!!! [UB] Create" docs/', "docs/ub.md: TE prints !!! [UB] Create NVLink Communicator at start",
+                 "XYZ !!! [UB] Register UBuf 1 (echoed by a test harness)"):
+        d = _diagnose_text(f"{head}\nimporting torch\nFatal Python error: Segmentation fault\n")
+        assert "UB_SETUP_CRASHED" not in [c["id"] for c in d["causes"]] and not d["facts"].get("ub_started"), head
+    for head in ("!!! [UB] Register UBuf 1", "[rank0]: !!! [UB] Register UBuf 1", "0:     !!! [UBP2P] UBuf 1"):
+        d = _diagnose_text(f"{head}\n{'A' * 5000} Fatal Python error: Aborted\n")
+        (cause,) = d["causes"]
+        assert cause["id"] == "UB_SETUP_CRASHED" and "died (Fatal Python error: Aborted) after" in cause["message"], head
+
+
 def test_the_not_bridge_note_shows_a_long_frame_path_s_end():
     """fuzzU U2-5: a 132-character path was cut to its start, without the file name."""
     path = ("/lustre/fsw/portfolios/coreai/users/jdoe/miniconda3/envs/verl-megatron/lib/python3.10/site-packages/verl/"

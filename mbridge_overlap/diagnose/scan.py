@@ -46,6 +46,8 @@ NCCL_ON_PATH = "NCCL_FAILURE_ON_OVERLAP_PATH"  # ... whose exception is NCCL's f
 _TP_SIZE = "> initialized tensor model parallel with size "
 # what Bridge prints once its setup (initialize_megatron, which runs initialize_ub) is done: training/setup.py, train.py
 UB_STARTED = ("native.ub_create_communicator", "native.ub_register_ubuf", "native.ub_p2p_ubuf")  # TE's start-up lines
+FATAL = ("native.python_fatal_error", "native.pybind11_gil_not_held")  # a process that died in native code
+_PER_SOURCE = frozenset(UB_STARTED + FATAL)  # read in every source, never as a repeat (_hot): where each sits counts
 _SETUP_DONE = ("time to initialize megatron (seconds)", "done with setup ...", "Starting training loop at iteration")
 _WORLD = "using world size: "  # Megatron-LM's validate_args / validate_yaml
 _GRID = re.compile(r"> initialized HyperCommGrid (?:for language model )?with tp=(\d+), pp=(\d+), cp=(\d+), dp=(\d+)")
@@ -97,6 +99,8 @@ class Scan:
     groups: dict = field(default_factory=dict)  # entry id -> Group, in order of first appearance
     iterations: dict = field(default_factory=dict)  # source -> array('d') of the ms per iteration, in log order
     facts: dict = field(default_factory=dict)  # tp_size, ub_started, ub_multicast, ub_domains
+    ub_start: dict = field(default_factory=dict)  # source -> line number of TE's first userbuffers start-up line there
+    fatal: dict = field(default_factory=dict)  # source -> [its first native crash's text, the first after ub_start's]
     lines: int = 0
     times: int = 0  # iteration times kept, all sources
     megatron_frames: bool = False  # a traceback frame of Megatron's family's code was seen (_owner)
@@ -304,6 +308,10 @@ class Scan:
                 else:
                     have.ranks.add(rank)
         self._merge_facts(part.facts)
+        for source, number in part.ub_start.items():
+            self.ub_start.setdefault(source, number)
+        for source, seen in part.fatal.items():
+            self.fatal.setdefault(source, seen)
         self.megatron_frames |= part.megatron_frames
         self.foreign_frames |= part.foreign_frames
         self.bridge_frames |= part.bridge_frames
@@ -327,6 +335,16 @@ class Scan:
             self.bridge_frames = True
         elif self.driver is None and not frames.CORE.search(path) and not frames.neutral(path):
             self.driver = path
+
+    def ub_crashes(self) -> list:
+        """The native crashes (their text) logged after Transformer Engine's userbuffers start-up lines: in a log with
+        such lines, after the first of them (fuzzU U2-4: one before them, a relaunch's, is not their setup's); in a
+        log without, any, where another log of the set has them (recheck61 AH5: TE prints them on rank 0 to stdout, a
+        crash goes to stderr or to its rank's file)."""
+        if not self.ub_start:
+            return []
+        crashes = (after if source in self.ub_start else first for source, (first, after) in self.fatal.items())
+        return [what for what in crashes if what is not None]
 
     @property
     def foreign(self) -> bool:
@@ -433,7 +451,7 @@ class Scan:
                                              frame=tuple(frame[:3]) if frame else None, groups=best.groups,
                                              approximate=approximate)
         group.add(line.rank)
-        self._fact(entry, best)
+        self._fact(entry, best, line)
         return gid
 
     def _sized(self, gid: str, n: int) -> str:
@@ -469,7 +487,7 @@ class Scan:
         group.add(line.rank)
         return True
 
-    def _fact(self, entry: Entry, hit) -> None:
+    def _fact(self, entry: Entry, hit, line: Line) -> None:
         if entry.template and entry.template.startswith(_TP_SIZE) and hit.groups and _size(hit.groups[0]):
             self.facts.setdefault("tp_size", _size(hit.groups[0]))
         elif entry.template and entry.template.startswith(_WORLD) and hit.groups and _size(hit.groups[0]):
@@ -482,7 +500,15 @@ class Scan:
         elif entry.template and entry.template.startswith(_SETUP_DONE):
             self.facts["setup_done"] = True  # (Bridge prints these after initialize_ub returned: recheck60 AG2)
         elif entry.id in UB_STARTED:
-            self.facts["ub_started"] = True
+            # TE's printf, at its line's start (after the launcher's prefix): not a grep result or a doc quoting it
+            if not hit.text[:hit.span[0]].strip():
+                self.facts["ub_started"] = True
+                self.ub_start.setdefault(line.source, line.number)
+        elif entry.id in FATAL:
+            what = hit.text[hit.span[0]:hit.span[1]][:MAX_PATH] if entry.id == FATAL[0] else "pybind11's GIL check failed"
+            seen = self.fatal.setdefault(line.source, [what, None])
+            if seen[1] is None and line.source in self.ub_start:
+                seen[1] = what
         elif entry.id == "native.ub_mc_initialized":
             self.facts["ub_multicast"] = True
         elif entry.id == "native.ub_mc_not_initialized":
@@ -567,7 +593,7 @@ class Scan:
         gid = self._repeats.get(raw) if not self._frames else None
         if gid is None:
             gid = self._read_raw(source, number, raw, path_rank)
-            if gid is not None:
+            if gid is not None and gid not in _PER_SOURCE:
                 if len(self._repeats) >= MEMO:
                     self._repeats.clear()
                 self._repeats[raw] = gid

@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..safeio import esc, same_files, shown
 from ..diagnose import messages, parallel, reader, report
 from ..diagnose.summary import MAX_BLOCK_LINES
-from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, UB_STARTED, Scan
+from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, FATAL, Scan
 
 
 def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = None, overrides: Mapping[str, Any] | None = None,
@@ -157,25 +157,16 @@ def _not_bridge(driver: str) -> str:
             "and comm_overlap.tp_comm_overlap TransformerConfig.NAME; the fixes are written in Bridge's keys")
 
 
-_FATAL = ("native.python_fatal_error", "native.pybind11_gil_not_held")
-
-
 def _ub_setup_crashed(diag, scans) -> None:
     """A process that died in native code after the userbuffers start-up lines and before any iteration: the
     userbuffers setup of TP overlap (UB_SETUP_CRASHED; corpus batch 13's TE #3199)."""
     for _label, scan in scans:
-        started = {}  # source -> the first userbuffers start-up line's number
-        for g in scan.groups.values():
-            if g.entry.id in UB_STARTED:
-                started[g.source] = min(started.get(g.source, g.number), g.number)
-        # a fatal line after them in its log (fuzzU U2-4: one logged before them, a relaunch's, was blamed on them)
-        fatal = [g for g in scan.groups.values() if g.entry.id in _FATAL and g.number > started.get(g.source, g.number)]
-        if fatal and not scan.times and not scan.facts.get("setup_done"):
-            what = "; ".join(esc(g.text.strip()[:60]) if g.entry.id == _FATAL[0] else "pybind11's GIL check failed"
-                             for g in fatal[:2])
+        crashes = scan.ub_crashes()
+        if crashes and not scan.times and not scan.facts.get("setup_done"):
+            what = "; ".join(esc(t) for t in list(dict.fromkeys(crashes))[:2])  # the fatal error's words (fuzzV V2-14)
             finding = report.generic("UB_SETUP_CRASHED")
             finding = replace(finding, message=findings.record("UB_SETUP_CRASHED")["message"].format(fatal=what))
-            diag.causes.insert(0, report.Cause(finding, fatal, True))
+            diag.causes.insert(0, report.Cause(finding, [g for g in scan.groups.values() if g.entry.id in FATAL], True))
             return
 
 
