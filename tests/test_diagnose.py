@@ -846,6 +846,19 @@ def test_the_not_bridge_note_shows_a_long_frame_path_s_end():
     assert "verl/workers/megatron_workers.py" in note
 
 
+@pytest.mark.parametrize("bridge", [True, False])
+def test_a_frame_path_past_the_limit_keeps_its_end(bridge):
+    """fuzzV V2-10: a Bridge frame's 1,114-character path was cut to its start (MAX_PATH): 'not a Bridge run', and
+    the note showed the path's start; Linux allows 4,096 characters."""
+    tail = "Megatron-Bridge/src/megatron/bridge/training/pretrain.py" if bridge else "verl/workers/megatron_workers.py"
+    path = "/lustre" + "/deep" * 210 + "/" + tail
+    text = (f'Traceback (most recent call last):\n  File "{path}", line 10, in pretrain\n    self.model = build()\n'
+            '  File "/usr/local/lib/python3.10/site-packages/megatron/core/distributed/distributed_data_parallel.py", '
+            "line 489, in hook\n    assert (\nAssertionError: param.grad being None is not safe when overlap_grad_reduce is True\n")
+    notes = [n for n in _diagnose_text(text)["notes"] if n.startswith("not a Bridge run")]
+    assert (not notes) if bridge else tail in notes[0]
+
+
 @pytest.mark.parametrize("path, function, userbuffers", [
     (None, None, False),  # the text alone
     ("transformer_engine/pytorch/module/linear.py", "_linear_forward_impl", False),  # both branches raise it

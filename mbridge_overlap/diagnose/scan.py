@@ -53,6 +53,16 @@ _WORLD = "using world size: "  # Megatron-LM's validate_args / validate_yaml
 _GRID = re.compile(r"> initialized HyperCommGrid (?:for language model )?with tp=(\d+), pp=(\d+), cp=(\d+), dp=(\d+)")
 
 
+def _path_end(path: str) -> str:
+    """A traceback frame's path, its end kept where it is longer than MAX_PATH (fuzzV V2-10: a Bridge frame's 1,114
+    characters cut to their start lost megatron/bridge/ and the file): from a directory's start, after "...", so that
+    no pattern anchored at a path's start or a "/" reads a cut name as whole."""
+    if len(path) <= MAX_PATH:
+        return path
+    tail = path[-MAX_PATH:]
+    return "..." + tail[max(tail.find("/"), 0):]
+
+
 def _holds_text(data: bytes) -> bool:
     """Whether a block holds more than white space and NULs (fuzzN N2), Unicode's spaces too (recheck51 T11: a log of
     no-break and ideographic spaces); a copy of one block, once per log until it holds text."""
@@ -152,7 +162,7 @@ class Scan:
         if 'File "' in text:
             parsed = parse_frame(text)
             if parsed is not None:
-                parsed = (parsed[0][:MAX_PATH], parsed[1], parsed[2][:MAX_PATH])
+                parsed = (_path_end(parsed[0]), parsed[1], parsed[2][:MAX_PATH])
                 if key not in self._frames and len(self._frames) >= MAX_FRAMES:
                     oldest = next(iter(self._frames))
                     del self._frames[oldest]
