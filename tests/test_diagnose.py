@@ -729,6 +729,23 @@ def test_a_short_message_is_matched_by_its_words():
         assert _diagnose_text(text + "\n")["causes"] == [], text
 
 
+def test_a_message_led_by_a_field_takes_only_the_values_its_code_writes():
+    """fuzzV V2-9: Megatron-Core's f"{description} is not initialized" (get_data_parallel_group, its description from
+    a table of literals) took any word before "is not initialized": TE's "UB manager is not initialized" without its
+    period, torch's "torch.distributed is not initialized"."""
+    (cause,) = _diagnose_text("[rank3]: RuntimeError: UB manager is not initialized\n")["causes"]
+    assert cause["evidence"][0]["message_id"].startswith("te.") and "comm_overlap.tp_comm_overlap" in cause["knobs"]
+    assert _diagnose_text("RuntimeError: torch.distributed is not initialized\n")["causes"] == []
+    cat = messages.load("0.6.2")
+    for line, value in (("AssertionError: data parallel group with CP (with GTP_remat) is not initialized",
+                         "data parallel group with CP (with GTP_remat)"),
+                        ("[rank0]: AssertionError: Expert data parallel group is not initialized", "Expert data parallel group")):
+        (hit,) = [h for h in cat.match(line) if h.entry.fields == ("description",)]
+        assert hit.groups == (value,) and line[hit.span[0]:].startswith(value)
+    for line in ("AssertionError: xdata parallel group is not initialized", "the data parallel group is not initialized"):
+        assert not [h for h in cat.match(line) if h.entry.fields], line
+
+
 @pytest.mark.parametrize("lines, crashed", [
     (["!!! [UBP2P] UBuf 1", "Fatal Python error: Aborted"], True),
     (["!!! [UB] Create Userbuffers Communicator", "pybind11::handle::dec_ref() is being called while the GIL is either "

@@ -326,7 +326,7 @@ def instance(entry):
     out, values = [], []
     for i, t in enumerate(tokens):
         if isinstance(t, M.Group):
-            v = SAMPLE[str(t)].format(i)
+            v = entry.lead_values[-1] if i == 0 and entry.lead_values else SAMPLE[str(t)].format(i)  # (a value its code writes)
             out.append(v)
             values.append(v)
         else:

@@ -294,6 +294,82 @@ def _brace(text: str, args: list, keywords: list) -> list | None:
     return out
 
 
+MAX_LEAD_DEPTH = 4  # names and tables followed to a leading field's literals
+
+
+def lead_values(function, name: str) -> list | None:
+    """The strings a function's local `name` (a message's leading field) can hold, where the function writes them all
+    out: assigned literals (or conditionals of literals), or unpacked from the tuples of a literal table
+    (`group, description = group_table[key]`, Megatron-Core's get_data_parallel_group); None where a parameter, a
+    loop or any other assignment gives it a value (fuzzV V2-9)."""
+    values = _assigned(function, name, None, 0)
+    return sorted(values) if values else None
+
+
+def _assigned(function, name: str, index, depth: int) -> set | None:
+    args = function.args
+    if depth > MAX_LEAD_DEPTH or name in {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs,
+                                                            args.vararg, args.kwarg) if a is not None}:
+        return None
+    stores = sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(function))
+    found: list = []
+    for n in ast.walk(function):
+        if isinstance(n, ast.Assign):
+            for target in n.targets:
+                if isinstance(target, ast.Name) and target.id == name:
+                    found.append((n.value, index))
+                elif isinstance(target, (ast.Tuple, ast.List)) and index is None:
+                    found += [(n.value, i) for i, e in enumerate(target.elts) if isinstance(e, ast.Name) and e.id == name]
+        elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == name and n.value:
+            found.append((n.value, index))
+    if not found or len(found) != stores:  # bound otherwise too (a loop, a with, +=, a walrus)
+        return None
+    out: set = set()
+    for value, i in found:
+        got = _strings(function, value, i, depth + 1)
+        if got is None:
+            return None
+        out |= got
+    return out
+
+
+def _strings(function, node, index, depth: int) -> set | None:
+    """The strings an expression can be (its `index`-th element, where it is a tuple), or None."""
+    if depth > MAX_LEAD_DEPTH:
+        return None
+    if isinstance(node, ast.Name):
+        return _assigned(function, node.id, index, depth)
+    if isinstance(node, ast.Subscript):
+        elements = _elements(function, node.value, depth)
+        parts = [_strings(function, e, index, depth + 1) for e in elements or ()]
+        return None if not parts or None in parts else set().union(*parts)
+    if index is not None:
+        return _strings(function, node.elts[index], None, depth + 1) \
+            if isinstance(node, (ast.Tuple, ast.List)) and index < len(node.elts) else None
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.IfExp):
+        a, b = _strings(function, node.body, None, depth + 1), _strings(function, node.orelse, None, depth + 1)
+        return None if a is None or b is None else a | b
+    return None
+
+
+def _elements(function, node, depth: int) -> list | None:
+    """The values of a literal table (a dict's values, a list's or tuple's elements), or of every table a local name
+    is assigned."""
+    if isinstance(node, ast.Dict):
+        return None if None in node.keys else list(node.values)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return None if any(isinstance(e, ast.Starred) for e in node.elts) else list(node.elts)
+    if isinstance(node, ast.Name) and depth <= MAX_LEAD_DEPTH:
+        tables = [n.value for n in ast.walk(function) if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == node.id for t in n.targets)]
+        stores = sum(isinstance(n, ast.Name) and n.id == node.id and isinstance(n.ctx, ast.Store) for n in ast.walk(function))
+        parts = [_elements(function, t, depth + 1) for t in tables] if tables and len(tables) == stores else [None]
+        return None if None in parts else [e for p in parts for e in p]
+    return None
+
+
 class Text:
     """Builds a message's tokens from an expression: ("L", text) literals and ("P", expr, kind) placeholders."""
 
@@ -351,6 +427,7 @@ class Scanner(ast.NodeVisitor):
         self.rel = rel
         self.source = source
         self.stack: list[str] = []
+        self.functions: list = []  # the function nodes around the one being visited (lead_values reads the innermost)
         self.envs: list[dict] = [{}]
         self.lists: list[dict] = [{}]  # name -> [(node, tokens)] of a list of lines later written out "\n".join()ed
         self.sites: list[dict] = []
@@ -372,6 +449,7 @@ class Scanner(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node):
         self.stack.append(node.name)
+        self.functions.append(node)
         self.envs.append({})
         self.lists.append({})
         self.branches.append([])
@@ -379,6 +457,7 @@ class Scanner(ast.NodeVisitor):
         self.branches.pop()
         self.lists.pop()
         self.envs.pop()
+        self.functions.pop()
         self.stack.pop()
 
     visit_AsyncFunctionDef = visit_FunctionDef
@@ -426,8 +505,11 @@ class Scanner(ast.NodeVisitor):
 
     def add(self, node, kind: str, tokens, **kw):
         branch = list(dict.fromkeys(self.branches[-1]))
+        tokens = _merge(tokens) if tokens is not None else None
+        if tokens and tokens[0][0] == "P" and tokens[0][1].isidentifier() and self.functions:
+            kw["lead_values"] = lead_values(self.functions[-1], tokens[0][1])
         self.sites.append(dict(line=node.lineno, col=node.col_offset, function=self._fn(), kind=kind,
-                               tokens=_merge(tokens) if tokens is not None else None, branch=branch, **kw))
+                               tokens=tokens, branch=branch, **kw))
 
     def visit_Raise(self, node):
         exc = node.exc
@@ -666,6 +748,8 @@ def scan(pkg: str, root: Path, version: str) -> tuple[list, dict]:
                 entry["condition"] = s["condition"]
             if s["branch"]:
                 entry["branch"] = s["branch"]
+            if tokens and s.get("lead_values"):
+                entry["lead_values"] = s["lead_values"]
             if s.get("dynamic") and not tokens:
                 entry["dynamic"] = True
             text = normalised(tokens) if tokens else ("assert " + s["condition"] if s.get("condition")

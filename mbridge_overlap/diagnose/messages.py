@@ -32,7 +32,9 @@ How a line is matched (Catalog.match):
   substring tests. Catalog.anchors(id) tells how an entry is found.
 * Placeholders: an f-string field in the middle of a message is `(.*?)`, at the end `(.*)`, at the start one token
   `(\\S*?)` after a delimiter; `:d` / `%d` fields are integers, `:.3f` / `%f` floats, `%x` hex. Hit.groups holds the
-  captured values in the order of Entry.fields.
+  captured values in the order of Entry.fields. A leading field whose code writes every value it can hold
+  (Entry.lead_values, e.g. Megatron-Core's description table of "{description} is not initialized") matches only
+  where the text before that token's end is one of them: no other word is the message.
 * Message boundary: a message whose text starts with a letter, digit or underscore is matched only where it starts a
   message in the line (at_boundary): at the line's start, after punctuation that ends a prefix, a sentence or a
   quote (`:`, `]`, `.`, `'` ..., not a comma, not glued to a word), or after a word that is a rank, a time, an
@@ -209,6 +211,7 @@ class Entry:
     pattern: str | None = None  # the whole message's regex (None: no message text, e.g. a bare assert)
     template: str | None = None  # python: the message with {field} placeholders ({{ }} for literal braces)
     fields: tuple = ()  # python: the placeholders' expressions, in order (Hit.groups follow them)
+    lead_values: tuple = ()  # python: what a leading field can hold, where its code writes every value out
     package: str = ""
     package_version: str | None = None
     file: str | None = None  # python: relative to site-packages; native: the upstream file, if any
@@ -236,6 +239,7 @@ class Entry:
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["fields"] = list(self.fields)
+        d["lead_values"] = list(self.lead_values)
         d["anchors"] = list(self.anchors)
         d["contains"] = list(self.contains)
         d["more_examples"] = list(self.more_examples)
@@ -517,6 +521,19 @@ def _run_start(text: str, q: int, lo: int) -> int:
     return i
 
 
+def _led(entry: Entry, text: str, start: int, groups: tuple) -> tuple | None:
+    """(start, groups) of a match of a message whose leading field takes a token (G_HEAD), where the text before that
+    token's end shows one of the values its code writes (Entry.lead_values; fuzzV V2-9: Megatron-Core's "{description}
+    is not initialized" took TE's "UB manager is not initialized" and torch's "torch.distributed is not initialized"),
+    starting a message (at_boundary): the field's value is that value; else None (not the message)."""
+    end = start + len(groups[0])
+    for value in sorted(entry.lead_values, key=len, reverse=True):
+        at = end - len(value)
+        if at >= 0 and text.startswith(value, at) and at_boundary(text, at):
+            return at, (value, *groups[1:])
+    return None
+
+
 def _pad(groups, n):
     groups = tuple("" if g is None else g for g in groups)
     return groups + ("",) * (n - len(groups))
@@ -788,6 +805,11 @@ class Catalog:
         for m in candidates:
             mt = m.search(text)
             if mt is not None:
+                if m.entry.lead_values:
+                    led = _led(m.entry, text, mt.start(), _pad(mt.groups(), m.ngroups))
+                    if led is not None:
+                        hits.append((False, m, Hit(m.entry, led[1], (led[0] + offset, mt.end() + offset), text, False, m.part)))
+                    continue
                 hits.append((False, m, Hit(m.entry, _pad(mt.groups(), m.ngroups or 0) if m.tokens is not None
                                            else tuple("" if g is None else g for g in mt.groups()),
                                            (mt.start() + offset, mt.end() + offset), text, False, m.part)))
@@ -795,6 +817,8 @@ class Catalog:
             if m.tokens is None or m.anchor is None:
                 continue
             got = m.cut(text)
+            if got is not None and m.entry.lead_values:
+                got = _led(m.entry, text, *got)
             if got is not None:
                 start, groups = got
                 hits.append((True, m, Hit(m.entry, groups, (start + offset, len(text.rstrip()) + offset), text, True,
@@ -892,6 +916,7 @@ def _entry(row: dict, origin: str) -> Entry:
     d["origin"] = origin
     d["releases"] = tuple(d.get("releases") or ())
     d["fields"] = tuple(d.get("fields") or ())
+    d["lead_values"] = tuple(d.get("lead_values") or ())
     d["branch"] = tuple(d.get("branch") or ())
     d["anchors"] = tuple(d.get("anchors") or ())
     d["contains"] = tuple(d.get("contains") or ())
