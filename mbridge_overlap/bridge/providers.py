@@ -1,5 +1,6 @@
-"""The model provider class each shipped recipe's `cfg.model` really is, and the fields of each such class, read from
-the installed megatron-bridge (tools/gen_bridge_data.py writes them to data/releases/VERSION/model_providers.json).
+"""The model provider class each shipped recipe's `cfg.model` really is, and the fields of each such class and of every
+other provider class of the package (a saved config's model._target_ may name any), read from the installed
+megatron-bridge (tools/gen_bridge_data.py writes them to data/releases/VERSION/model_providers.json).
 
 A recipe that builds its provider itself (HybridModelProvider(...), a Moonlight helper) is built offline and its
 model's class read. A recipe that asks AutoBridge.from_hf_pretrained(HF_ID) gets the provider of the model bridge
@@ -161,5 +162,31 @@ def collect(entries, reference) -> dict:
             own = set().union(*(field_names(c) for c in found))
             classes[label] = {"adds": sorted(own - base), "lacks": sorted(base - own)}
         recipes.setdefault(label, []).append(reference(entry))
+    for cls in every_class():  # (a saved config's model._target_ may name any: recheck61 AH4, fuzzV V2-11)
+        own = set(field_names(cls))
+        fields = {"adds": sorted(own - base), "lacks": sorted(base - own)}
+        label = cls.__name__
+        if label == BASE or classes.get(label) == fields:
+            continue
+        if label in classes:  # two classes of one name (NemotronVLModelProvider): the other by its module's path
+            label = f"{cls.__module__}.{cls.__qualname__}"
+        classes[label] = fields
     return {"base": BASE, "classes": classes, "recipes": {k: sorted(v) for k, v in sorted(recipes.items())}}
+
+
+def every_class() -> list:
+    """Every model provider dataclass of the installed Bridge: the subclasses of ModelProviderMixin defined in
+    megatron.bridge, with every module under megatron.bridge.models imported (one that does not import is skipped),
+    in a fixed order (by module, then name)."""
+    import importlib
+    import pkgutil
+
+    import megatron.bridge.models as models
+    from megatron.bridge.models.model_provider import ModelProviderMixin
+
+    for info in pkgutil.walk_packages(models.__path__, models.__name__ + "."):
+        with contextlib.suppress(Exception):
+            importlib.import_module(info.name)
+    found = {c for c in _subclasses(ModelProviderMixin) if dataclasses.is_dataclass(c) and c.__module__.startswith("megatron.bridge.")}
+    return sorted(found, key=lambda c: (c.__module__, c.__qualname__))
 

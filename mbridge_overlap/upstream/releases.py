@@ -159,7 +159,7 @@ def model_provider(version: str | None, entry: dict | None, target: str | None =
     base = bridge_fields(version)["model"]
     recipes, classes = _model_providers(get(version).data_version)
     if entry is None:  # a saved config's model._target_ names its class (fuzzU U2-2: an MLA run config's q_lora_rank)
-        cls = target.rsplit(".", 1)[-1] if isinstance(target, str) else None
+        cls = (target if target in classes else target.rsplit(".", 1)[-1]) if isinstance(target, str) else None
         return (cls, (base | classes[cls][0]) - classes[cls][1]) if cls in classes else ("GPTModelProvider", base)
     cls = recipes.get(f"{entry.get('package')}.{entry.get('name')}") or recipes.get(entry.get("name"))
     if cls is None or cls not in classes:

@@ -138,3 +138,26 @@ def test_a_llama_recipe_s_model_is_gpt_s_and_refuses_mla_fields(tmp_path):
     assert "not a field of model" in _skill_takes(ref, "model.q_lora_rank=8")
     with pytest.raises(Exception, match="q_lora_rank"):
         _bridge_sets(cfg, "model.q_lora_rank=8")
+
+
+@pytest.mark.parametrize("cls, field, value", [("MambaModelProvider", "hybrid_layer_pattern", "M-M-"),
+                                               ("SarvamMLAModelProvider", "q_lora_rank", 512)])
+def test_a_saved_config_s_provider_class_that_no_recipe_builds_is_read(cls, field, value, tmp_path):
+    """recheck61 AH4, fuzzV V2-11: a config Bridge saved (cfg.to_yaml) whose model is a provider class no shipped
+    recipe builds had its class's own fields called another release's and their overrides refused: the skill takes
+    what Bridge's ConfigContainer.from_yaml and its override path take."""
+    import torch.nn.functional as F
+    from megatron.bridge.training.config import ConfigContainer
+
+    data = _data()
+    assert cls in data["classes"] and not any(cls in label.split(" | ") for label in data["recipes"])
+    real = _class_named(cls)
+    assert field in {f.name for f in __import__("dataclasses").fields(real)}
+    cfg = bridge_recipes.rebuild(_entry("llama32_1b_pretrain_config"), tmp_path)
+    cfg.model = real(**bridge_recipes.STANDIN, activation_func=F.silu)
+    saved = tmp_path / "run_config.yaml"
+    cfg.to_yaml(str(saved))
+    word = f"model.{field}={value}"
+    assert _bridge_sets(ConfigContainer.from_yaml(str(saved)), word) == value  # Bridge takes it
+    out = api.resolve({f"model.{field}": str(value)}, config=str(saved), gpus=8).to_dict()
+    assert not [n for n in out.get("notes", []) if "ignored" in n], out.get("notes")
