@@ -18,7 +18,7 @@ import functools
 import importlib
 import io
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from .errors import UsageError
 
@@ -42,6 +42,7 @@ def checked(*targets):
                 if "all" not in specs:
                     specs["all"] = _with_targets(spec, targets)
                 spec = specs["all"]
+            args, kwargs = _listed(spec, args, kwargs)
             _check(fn.__name__, spec, args, kwargs)
             return fn(*args, **kwargs)
 
@@ -95,6 +96,21 @@ def _split(text: str, sep: str) -> list[str]:
             parts.append(text[start:i])
             start = i + 1
     return [p.strip() for p in parts + [text[start:]]]
+
+
+def _listed(spec: tuple, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """An iterable given where a sequence is taken (a generator such as Path.glob's, a range, a set, dict keys) as a
+    list: checked, then passed on (a generator read by the check would reach the function empty; recheck62 AI1)."""
+    params, positional = spec[0], spec[1]
+
+    def listed(name, value):
+        if (any(n in _SEQUENCES for n, _ in params.get(name, ())) and isinstance(value, Iterable)
+                and not isinstance(value, (str, bytes, bytearray, Mapping, list, tuple, io.IOBase))):
+            return list(value)
+        return value
+
+    return (tuple(listed(n, v) for n, v in zip(positional, args)) + args[len(positional):],
+            {k: listed(k, v) for k, v in kwargs.items()})
 
 
 def _check(fname: str, spec: tuple, args: tuple, kwargs: dict) -> None:

@@ -121,3 +121,17 @@ def test_multicast_given_false_is_read_as_false():
     asked = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True}
     ids = {f.id for f in api.resolve(asked, gpus=8, machine_facts={"multicast": False}).findings}
     assert "UB_NEEDS_MULTICAST" in ids
+
+
+def test_an_iterable_of_paths_or_ranks_is_taken_as_its_list(tmp_path):
+    """recheck62 AI1: Path.glob's generator, a set or dict keys of logs and ranks=range(8) were refused (and a
+    generator read by the check would reach the function empty)."""
+    log = tmp_path / "r0.log"
+    log.write_text("AssertionError: Communication call has not been issued for this bucket (126/128 params have grad "
+                   "available)\n")
+    for logs in (tmp_path.glob("*.log"), {str(log)}, {str(log): 1}.keys(), (p for p in [log])):
+        assert [c["id"] for c in api.diagnose(logs).to_dict()["causes"]] == ["BUCKET_GRAD_SYNC_NOT_ISSUED"]
+    with pytest.raises(UsageError, match=re.escape("logs[0]: expected a path")):
+        api.diagnose(x for x in [5])
+    with pytest.raises(UsageError, match="ranks"):
+        api.trace([str(tmp_path)], ranks=(r for r in ["a"]))

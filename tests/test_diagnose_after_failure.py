@@ -31,3 +31,17 @@ def test_a_timeout_alone_or_first_keeps_its_own_fixes(tmp_path):
     for lines in ([WATCHDOG], [WATCHDOG] + DEEPEP):
         dp = _causes(tmp_path, lines)["DP_COLLECTIVE_TIMEOUT"]
         assert dp["severity"] == "error" and "distributed_timeout_minutes" in dp["fix"]
+
+
+ITERATION = (" [2026-11-30 10:30:00] iteration      {n}/    1000 | consumed samples:        {s} | elapsed time per "
+             "iteration (ms): 5123.4 | learning rate: 1.0E-04 | global batch size:   256 | lm loss: 2.1E+00 |")
+
+
+def test_a_timeout_after_the_run_trained_again_is_its_own_cause(tmp_path):
+    """recheck62 AI3: torchrun restarted the workers after DeepEP's failure; iterations ran again in the same log, then
+    a DP watchdog timed out: that timeout is a failure of the new attempt, with its own fixes."""
+    again = [ITERATION.format(n=n, s=256 * n) for n in (1, 2)]
+    dp = _causes(tmp_path, DEEPEP + again + [WATCHDOG])["DP_COLLECTIVE_TIMEOUT"]
+    assert dp["severity"] == "error" and "distributed_timeout_minutes" in dp["fix"]
+    dp = _causes(tmp_path, again + DEEPEP + [WATCHDOG])["DP_COLLECTIVE_TIMEOUT"]  # trained before, then failed: follows
+    assert dp["severity"] == "info"

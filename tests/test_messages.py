@@ -544,7 +544,8 @@ def test_a_message_inside_a_longer_sentence_is_not_that_message(line, template):
 
 @pytest.mark.parametrize("prefix", ["", "  ", "[rank3]: NotImplementedError: ", "[default0]:", "0: ", "12:00:01 ",
                                     "WARNING ", "2025-07-21 19:05:29,123 - WARNING - ", "E0721 19:05:29.1 12 x.py:3] ",
-                                    "RuntimeError ", "rank3 ", "Failed. ", "('", '"', "(pid=12) ", "x" * 80 + " "])
+                                    "RuntimeError ", "rank3 ", "Failed. ", "('", '"', "(pid=12) ", "x" * 80 + " ",
+                                    '{"output": "step 3\\n', '{"log":"x\\r\\n'])  # (an escaped line break: recheck62 AI2)
 def test_a_message_at_a_boundary_still_matches(prefix):
     """The lead of a message: a line's start, a launcher's or logger's prefix, an exception's or level's name, a
     sentence's end, a quote, a bracket."""

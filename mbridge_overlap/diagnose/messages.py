@@ -418,8 +418,8 @@ def at_boundary(text: str, start: int) -> bool:
     j = start
     while j > 0 and text[j - 1] in " \t":
         j -= 1
-    if j == 0 or text[j - 1] == "\n":
-        return True
+    if j == 0 or text[j - 1] == "\n" or j > 1 and text[j - 2] == "\\" and text[j - 1] in "nrt":
+        return True  # (a line break written as an escape too: a JSON-quoted log's "...\nMessage", recheck62 AI2)
     c = text[j - 1]
     if c.isalnum() or c == "_":
         if j == start:

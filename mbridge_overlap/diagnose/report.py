@@ -383,8 +383,13 @@ def after_failure(diag: Diagnosis) -> None:
     failed there: no cause of its own. It is said so (info, with that cause named) and its own fixes (a longer timeout,
     an overlap turned off) are not offered, which cannot end such a hang (evalAA AA-4: a DP reduce-scatter on rank 0
     after DeepEP's dispatch timed out on ranks 2 and 6, 44 lines before). Lines are compared within one file only:
-    per-rank files have no common order."""
+    per-rank files have no common order. A timeout with training iterations logged between the failure and it (a
+    restarted attempt in the same log: recheck62 AI3) is a cause of its own."""
     timeouts = set(BY_GROUP.values())
+    ran = {}
+    for _label, scan in diag.scans:
+        for source, numbers in scan.iteration_lines.items():
+            ran.setdefault(source, []).extend(numbers)
     for cause in diag.causes:
         if cause.finding.id not in timeouts or not cause.groups:
             continue
@@ -394,7 +399,8 @@ def after_failure(diag: Diagnosis) -> None:
             first[g.source] = min(first.get(g.source, g.number), g.number)
         earlier = sorted(((g.number, other, g) for other in diag.causes if other.finding.severity == "error"
                           and other.finding.id not in timeouts for g in other.groups
-                          if g.source in first and g.number < first[g.source] and set(g.ranks) - waiting),
+                          if g.source in first and g.number < first[g.source] and set(g.ranks) - waiting
+                          and not _between(ran.get(g.source, ()), g.number, first[g.source])),
                          key=lambda t: t[0])
         if not earlier:
             continue
@@ -406,6 +412,11 @@ def after_failure(diag: Diagnosis) -> None:
             f"{cause.finding.message}; it follows {other.finding.id} (first at {g.source}:{g.number}, "
             f"rank{'s' if ',' in ranks else ''} {ranks}): the "
             "ranks it waits on failed there first, so this timeout is expected after that failure, not a cause of its own"))
+
+
+def _between(numbers, after: int, before: int) -> bool:
+    """Whether any of the line numbers (in log order) lies strictly between after and before."""
+    return any(after < n < before for n in numbers)
 
 
 def _regroup(diag: Diagnosis, analysis) -> dict:

@@ -108,6 +108,7 @@ class Scan:
     summaries_differ: list = field(default_factory=list)  # (summary_from, source, fields) of blocks that differ
     groups: dict = field(default_factory=dict)  # entry id -> Group, in order of first appearance
     iterations: dict = field(default_factory=dict)  # source -> array('d') of the ms per iteration, in log order
+    iteration_lines: dict = field(default_factory=dict)  # source -> array('q') of those iterations' line numbers
     facts: dict = field(default_factory=dict)  # tp_size, ub_started, ub_multicast, ub_domains
     ub_start: dict = field(default_factory=dict)  # source -> line number of TE's first userbuffers start-up line there
     fatal: dict = field(default_factory=dict)  # source -> [its first native crash's text, the first after ub_start's]
@@ -289,6 +290,8 @@ class Scan:
                 mine["ranks"].add(rank)
         for source, times in part.iterations.items():
             self._times(source, times)
+        for source, numbers in part.iteration_lines.items():
+            self.iteration_lines.setdefault(source, array("q")).extend(numbers)
         room = MAX_TRACEBACKS - self._tracebacks()
         for gid, group in part.groups.items():
             have = self.groups.get(gid)
@@ -536,6 +539,7 @@ class Scan:
         span = iteration_ms_span(text)
         if span is not None:
             self._time(line.source, float(text[span[0]:span[1]]))
+            self.iteration_lines.setdefault(line.source, array("q")).append(line.number)
 
     def _capped(self, source: str) -> bool:
         times = self.iterations.get(source)
@@ -592,7 +596,7 @@ class Scan:
             end = hot[h] if h < len(hot) else n
             q0 = bisect_left(quiet, i, q)
             q = bisect_left(quiet, end, q0)
-            self._quiet(source, src, quiet[q0:q], shapes, raw, special, path_rank)
+            self._quiet(source, src, quiet[q0:q], shapes, raw, special, path_rank, number)
             if end < n:
                 self._hot(source, number + end, raw[end], special[shapes[end]], path_rank)
             i = end + 1
@@ -619,15 +623,20 @@ class Scan:
         self._count(source, 0, rank)
         return self._read(Line(source, number, rank, text, cut))
 
-    def _quiet(self, source: str, src: dict, lines: list, shapes: list, raw: list, special: dict, path_rank) -> None:
-        """Lines read by their shape's slices alone: their ranks and iteration times."""
+    def _quiet(self, source: str, src: dict, lines: list, shapes: list, raw: list, special: dict, path_rank,
+               number: int) -> None:
+        """Lines read by their shape's slices alone (lines: their indexes in the block starting at line `number`):
+        their ranks and iteration times."""
         ranks = src["ranks"]
         for i in lines:
             rule = special[shapes[i]].rank
             if rule is not None and len(ranks) < MAX_RANKS:
                 ranks.add(shapes_.rank_of(raw[i], rule, path_rank))
         if not self._capped(source):
-            self._times(source, [float(raw.part(i, sp)) for i in lines if (sp := special[shapes[i]].iteration)])
+            at = [i for i in lines if special[shapes[i]].iteration]
+            self._times(source, [float(raw.part(i, special[shapes[i]].iteration)) for i in at])
+            if at:
+                self.iteration_lines.setdefault(source, array("q")).extend(number + i for i in at)
 
     def _every_line(self, source: str, number: int) -> bool:
         """Whether the line `number` of `source` must be read in full whatever its shape: a configuration summary
