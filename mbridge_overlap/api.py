@@ -182,7 +182,7 @@ def _layout_groups(analysis) -> tuple[int, dict] | None:
 @checked(("trace.compare:compare",))
 def compare_traces(before: str | os.PathLike | Sequence[str | os.PathLike],
                    after: str | os.PathLike | Sequence[str | os.PathLike], **options):
-    from .trace import compare
+    from .trace.compare import compare  # (the submodule: the argument check imported it, binding trace.compare to it)
 
     return compare(before, after, **options)
 

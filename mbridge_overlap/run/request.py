@@ -409,7 +409,7 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
     if name in known:
         if req.origin.get(key) != "config":
             _not_blank(key, value)
-        if not (req.origin.get(key) == "config" and name in schema.CONTEXT.get(section, ())
+        if not (req.origin.get(key) == "config" and (name in schema.CONTEXT.get(section, ()) or key in schema.CONFIG_READ)
                 or section == "model" and name in schema.PIPELINE_LAYOUT):
             req.unmodeled += [key] if key not in req.unmodeled else []  # (a config's own value of a field a rule reads is no request to flag, nor a
             # pipeline layout's field: the resolver checks it as Megatron-Core does, the budget costs its largest stage)
