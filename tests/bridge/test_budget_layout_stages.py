@@ -47,7 +47,7 @@ def test_a_layout_s_layers_are_refused_as_megatron_core_refuses_them(layout, pp,
     misplaced or twice, another decoder or MTP count, was answered (and costed) though TransformerConfig refuses it."""
     from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
 
-    from mbridge_overlap.run.layers import layout_refusal
+    from mbridge_overlap.run.layers import layout_refusal, parsed
 
     try:
         theirs = PipelineParallelLayerLayout(layout, pp)
@@ -56,7 +56,9 @@ def test_a_layout_s_layers_are_refused_as_megatron_core_refuses_them(layout, pp,
         refused = None
     except (AssertionError, NotImplementedError, IndexError) as exc:
         refused = str(exc)
-    ours = layout_refusal(layout, isinstance(layout, str), layers, mtp)
+    stages, ours = parsed(layout, pp)  # (Megatron-Core's order: the layout's parse, then validate_layer_layout)
+    if ours is None and layers is not None:
+        ours = layout_refusal(stages, pp, layers, mtp)
     assert (ours is None) == (refused is None), (ours, refused)
     if ours is not None:
         assert refused.startswith(ours.split(",")[0].split(" but got")[0]), (ours, refused)
