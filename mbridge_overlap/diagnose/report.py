@@ -9,6 +9,7 @@ log shows are given (a finding's `shows`), or that it missed it: a gap in the ru
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import statistics
@@ -390,6 +391,7 @@ def after_failure(diag: Diagnosis) -> None:
     for _label, scan in diag.scans:
         for source, numbers in scan.iteration_lines.items():
             ran.setdefault(source, []).extend(numbers)
+    ran = {source: sorted(numbers) for source, numbers in ran.items()}
     for cause in diag.causes:
         if cause.finding.id not in timeouts or not cause.groups:
             continue
@@ -415,8 +417,9 @@ def after_failure(diag: Diagnosis) -> None:
 
 
 def _between(numbers, after: int, before: int) -> bool:
-    """Whether any of the line numbers (in log order) lies strictly between after and before."""
-    return any(after < n < before for n in numbers)
+    """Whether any of the sorted line numbers lies strictly between after and before."""
+    i = bisect.bisect_right(numbers, after)
+    return i < len(numbers) and numbers[i] < before
 
 
 def _regroup(diag: Diagnosis, analysis) -> dict:

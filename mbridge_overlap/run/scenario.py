@@ -14,6 +14,7 @@ takes the default below, an empty text is an error, and `assumed` says where eac
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 
@@ -145,10 +146,13 @@ def build(*, recipe: str | dict | None = None, config: str | os.PathLike | Mappi
 def _family_provider(family: str | None, release) -> tuple[str, str] | None:
     """The provider class every shipped recipe of a model family builds (MLAModelProvider for deepseek_v3), where it is
     one class other than GPTModelProvider: the model fields of a question that names the family without a recipe."""
-    if family is None:
-        return None
-    version = catalog.release_of(release)
-    classes = {releases.model_provider(release.version, e)[0] for e in catalog.entries(version) if e.get("model") == family}
+    return None if family is None else _provider_of(family, release.version)
+
+
+@functools.lru_cache(maxsize=None)
+def _provider_of(family: str, version: str) -> tuple[str, str] | None:
+    classes = {releases.model_provider(version, e)[0] for e in catalog.entries(catalog.release_of(releases.get(version)))
+               if e.get("model") == family}
     return (classes.pop(), f"{family}'s recipes") if len(classes) == 1 and "GPTModelProvider" not in classes else None
 
 
