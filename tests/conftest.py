@@ -1,6 +1,7 @@
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+# A shell's background job starts with SIGINT ignored, which every CLI the tests start inherits (Python then installs
+# no KeyboardInterrupt handler): the Ctrl-C tests would wait forever on a CLI blocked writing into a full pipe. A
+# handler here (reset to the default at exec) gives each child the SIGINT a terminal gives it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def run_cli(*args, env=None, cwd=ROOT):

@@ -162,6 +162,8 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release, command_
             value = [item.strip().strip("'\"") for item in text[1:-1].split(",") if item.strip()]
         elif spec.kind in (CHOICE, OPT_CHOICE) and text in spec.choices:
             value = text  # a choice spelled like a null ("none" for cuda_graph_impl)
+        elif command_line and text.lower() in _NULLS - {"null"} and text == value.strip():
+            value = _hydra_null_spelling(key, spec, text)
         elif text.lower() in _NULLS:
             value = None
         elif spec.kind in (BOOL, OPT_BOOL):
@@ -209,6 +211,20 @@ def convert(key: str, spec: schema.Field, value: Any, release: Release, command_
         if value != CUSTOM_UB_CFG:
             release.preset(value)
     return value
+
+
+def _hydra_null_spelling(key: str, spec: schema.Field, text: str) -> str:
+    """A command-line none or ~ as Hydra's override grammar reads it (stop 52's AD2 rest): null is its only null, so
+    none is the text "none" (refused where Bridge's field holds a number or a bool) and ~ a word its lexer refuses
+    (Bridge's parse_hydra_overrides raises)."""
+    if text == "~":
+        raise UsageError(f"{key}=~: Hydra's override grammar refuses '~' (Bridge's parse_hydra_overrides raises): "
+                         "write null")
+    if spec.kind in (BOOL, OPT_BOOL, INT, OPT_INT):
+        raise UsageError(f"{key}: {safeio.shown(text)} is the text {safeio.shown(text)} to Hydra, not null, where "
+                         f"Bridge's field holds {'an integer' if spec.kind in (INT, OPT_INT) else 'true or false'}: "
+                         "write null")
+    return text
 
 
 def _hydra_text_or_list(key: str, spec: schema.Field, text: str) -> Any:

@@ -297,3 +297,29 @@ def test_a_command_line_value_is_typed_or_refused_as_hydra_types_or_refuses_it(w
     except UsageError:
         ours = "refused"
     assert ours == theirs
+
+
+@pytest.mark.parametrize("word", ["none", "None", "NONE", "~", "null", "NULL", "nUlL"])
+def test_a_command_line_null_spelling_is_read_as_hydra_reads_it(word):
+    """AD2's rest: Hydra's only null is null in any case; none is its text, ~ refused by its lexer."""
+    from hydra.errors import HydraException
+
+    from mbridge_overlap import UsageError
+    from mbridge_overlap.run import request, schema
+    from mbridge_overlap.upstream import releases
+
+    hydra = pytest.importorskip("hydra.core.override_parser.overrides_parser")
+    release = releases.get("0.6.2")
+    spec = schema.MODEL["virtual_pipeline_model_parallel_size"]
+    try:
+        theirs = hydra.OverridesParser.create().parse_override(f"k={word}").value()
+    except HydraException:
+        with pytest.raises(UsageError, match="Hydra"):
+            request.convert("model.virtual_pipeline_model_parallel_size", spec, word, release, command_line=True)
+        return
+    if theirs is None:
+        assert request.convert("model.virtual_pipeline_model_parallel_size", spec, word, release, command_line=True) is None
+    else:
+        assert theirs == word
+        with pytest.raises(UsageError, match="text"):
+            request.convert("model.virtual_pipeline_model_parallel_size", spec, word, release, command_line=True)

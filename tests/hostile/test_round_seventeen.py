@@ -143,3 +143,18 @@ def test_a_quoted_null_for_a_typed_field_is_refused():
     proc = run_cli("resolve", "--gpus", "8", "model.virtual_pipeline_model_parallel_size='null'")
     assert proc.returncode == 2
     assert_one_line(proc)
+
+
+@pytest.mark.parametrize("word", ["model.virtual_pipeline_model_parallel_size=none", "ddp.bucket_size=None",
+                                  "model.sequence_parallel=NONE", "model.virtual_pipeline_model_parallel_size=~"])
+def test_a_bare_none_or_tilde_for_a_typed_field_is_refused(word):
+    # AD2's rest: Hydra's only null is null (any case): none is text to it and ~ a word its lexer refuses; both were
+    # read as null
+    proc = run_cli("resolve", "--gpus", "8", word)
+    assert proc.returncode == 2 and b"null" in proc.stderr
+    assert_one_line(proc)
+
+
+@pytest.mark.parametrize("word", ["model.virtual_pipeline_model_parallel_size=NULL", "model.cuda_graph_impl=none"])
+def test_hydra_s_null_and_a_choice_spelled_none_are_taken(word):
+    assert run_cli("resolve", "--gpus", "8", word).returncode == 0
