@@ -353,3 +353,41 @@ def test_a_restore_between_logged_summaries_does_not_create_a_section():
                                      compare=True, gpus=8).to_dict()
     fixes = [c["fix"] for c in d["compare"]["config_changes"] if c.get("fix")]
     assert any("comm_overlap." in f for f in fixes) and not any("++comm_overlap" in f for f in fixes), fixes
+
+
+SUMMARY = ROOT / "tests" / "data" / "summaries" / "llama3_70b_pretrain_64gpu_h100_bf16_config.txt"
+
+
+def _summary_logs(tmp_path, edit, before_ms=1000.0, after_ms=1060.0) -> list:
+    """Two logs of Bridge 0.6.2's own configuration summary of the recipe (log_non_default_values(), built with the
+    model's real Hugging Face config: tests/data/summaries), the second edited, each with iteration lines."""
+    from tools.examples import iteration_line
+
+    text = SUMMARY.read_text()
+    out = []
+    for name, body, ms in (("before.log", text, before_ms), ("after.log", edit(text), after_ms)):
+        (tmp_path / name).write_text(body + "".join(iteration_line(i, 100, ms) + "\n" for i in range(1, 12)))
+        out.append(str(tmp_path / name))
+    return out
+
+
+def test_diff_and_diagnose_compare_name_one_change_with_one_finding_and_one_restore(tmp_path):
+    """evalAB AB2-3: overlap_param_gather turned off was REQUESTED_CHANGE restored with =null in diff --recipe, and
+    DP_OVERLAP_DEFAULTS restored with =true in diagnose --compare of the two runs' summaries (which print
+    ddp.overlap_param_gather, not the comm_overlap request). One change, one rule: the setting's own input changed
+    (as asked for, or as printed) is REQUESTED_CHANGE, restored with BEFORE's effective value."""
+    recipe = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+    d = mbridge_overlap.api.diff(recipe=recipe, overrides={"comm_overlap.overlap_param_gather": False}).to_dict()
+    (by_diff,) = d["overlap_changes"]
+    lines = "  overlap_param_gather: True  (Mcore default: False)\n"
+    assert SUMMARY.read_text().count(lines) == 2  # [optimizer] and [ddp]
+    logs = _summary_logs(tmp_path, lambda t: t.replace(lines, ""))
+    (by_compare,) = mbridge_overlap.api.diagnose(logs, compare=True, gpus=64).to_dict()["compare"]["config_changes"]
+    assert by_diff["key"] == by_compare["key"] == "ddp.overlap_param_gather"
+    assert by_diff["finding_id"] == by_compare["finding_id"] == "REQUESTED_CHANGE"
+    assert by_diff["fix_overrides"] == by_compare["fix_overrides"] == {"comm_overlap.overlap_param_gather": True}
+    assert d["restore_all"]["holds"] is True
+    # a setting Bridge derived from another change keeps its own rule (the DP size: not the setting's own input)
+    dp1 = mbridge_overlap.api.diff(recipe=recipe, gpus_before=64, gpus_after=16, overrides={
+        "model.pipeline_model_parallel_size": 2, "model.virtual_pipeline_model_parallel_size": None}).to_dict()
+    assert all(c["finding_id"] != "REQUESTED_CHANGE" for c in dp1["overlap_changes"] if c["key"].startswith("ddp."))

@@ -422,7 +422,7 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     else:
         restore = _restore_set(key, restores, list(dict.fromkeys(causes + [k for k in changed if k != "gpus"])), changed, a, b)
         causes = list(dict.fromkeys(causes + [k for k in restore or () if k not in causes]))
-    fix = _fix(restore, changed, a) if restore else None
+    fix = _explicit(key, restore, changed, a, b) if restore else None
     if fix:
         fix, added = _proven(key, fix, changed, a, b)
         causes = list(dict.fromkeys(causes + added))
@@ -453,6 +453,24 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
         causes=[{"key": c, "before": changed[c][0], "after": changed[c][1]} for c in causes],
         impact=IMPACT.get(key, 1),
     )
+
+
+def _explicit(key: str, restore: list, changed: dict, a: Side, b: Side) -> dict | None:
+    """_fix with the setting's own unset input written as BEFORE's effective value, where that brings no warning or
+    error the null restore (proven by _restore_set) does not; else the null restore."""
+    from ..findings.proof import probe, signature
+
+    plain, explicit = _fix(restore, changed, a), _fix(restore, changed, a, key)
+    if explicit == plain:
+        return plain
+    had = {signature(f) for side in (a, b) for f in probe(side.analysis.state) if _new_kind(f)}
+    try:
+        state = state_of(b.scenario.derive(request.as_overrides(explicit)))
+    except UsageError:
+        return plain
+    if _effective(state, key) != a.effective(key) or any(_new_kind(f) and signature(f) not in had for f in probe(state)):
+        return plain
+    return explicit
 
 
 def _proven(key: str, fix: dict, changed: dict, a: Side, b: Side) -> tuple[dict | None, list]:
@@ -529,9 +547,21 @@ def _rule(key, old, new, a: Side, b: Side, causes) -> str:
         one = a if dp_a == 1 else b
         # DP 1 with CP > 1 still reduces gradients over the CP ranks, without Bridge's overlap defaults (evalL L6)
         return "DP_OVERLAP_OFF_WITH_CP" if one.analysis.state.model["context_parallel_size"] > 1 else "DP_SIZE_ONE"
-    if all(c.startswith("comm_overlap.") for c in causes) and causes:
+    # the setting's own printed input moved between two set values: asked for (a value that appears from unset may
+    # be Bridge's default, written where a comm_overlap section came: ddp.bucket_size)
+    if causes and all(c.startswith("comm_overlap.") or own_input(key, c) and None not in (a.items.get(c), b.items.get(c))
+                      for c in causes):
         return "REQUESTED_CHANGE"
     return "BRIDGE_SELECTS_ALIGN_PARAM_GATHER" if key == "ddp.align_param_gather" else "DP_OVERLAP_DEFAULTS"
+
+
+def own_input(setting: str, cause: str) -> bool:
+    """Is `cause` the setting's own input: the field itself, its optimizer mirror, or the comm_overlap field that
+    writes it (evalAB AB2-3: diff of a recipe sees comm_overlap.overlap_param_gather asked for, diagnose --compare of
+    the two runs' summaries sees ddp.overlap_param_gather printed; one change, one rule)."""
+    section, _, name = setting.partition(".")
+    return cause in (setting, MIRRORS.get(setting)) or (
+        section in ("model", "ddp", "optimizer") and name in schema.COMM_OVERLAP and cause == f"comm_overlap.{name}")
 
 
 def _cause_phrase(key, values, a: Side, b: Side) -> str:
@@ -543,11 +573,16 @@ def _cause_phrase(key, values, a: Side, b: Side) -> str:
     return f"{key} went {fmt(old, unset=True)} -> {fmt(new, unset=True)}"
 
 
-def _fix(causes, changed, a: Side) -> dict | None:
-    """The restore as overrides (the GPU count never is one: _explain gives no restore for it)."""
+def _fix(causes, changed, a: Side, setting: str | None = None) -> dict | None:
+    """The restore as overrides (the GPU count never is one: _explain gives no restore for it). The setting's own
+    input is restored with BEFORE's effective value where BEFORE left it unset (Bridge's default decided it): one
+    restore whether the change is read from requests (diff: comm_overlap.X unset -> false) or from what Bridge printed
+    (diagnose --compare: ddp.X true -> false); _proven holds it on AFTER (evalAB AB2-3)."""
     out: dict = {}
     for key in causes:
         old = changed[key][0]
+        if old is None and setting is not None and own_input(setting, key) and not setting.startswith("env_vars."):
+            old = a.effective(setting)
         if key == "comm_overlap":
             out.update({k: v for k, v in a.items.items()
                         if k.startswith("comm_overlap.") and v is not None and k != "comm_overlap.data_parallel_size"
