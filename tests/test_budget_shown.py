@@ -303,3 +303,47 @@ def test_diagnose_compare_gives_the_range_where_the_unseen_preset_may_be_all_tha
     said = text_out.diagnosis(d)
     assert "settings that changed between the summaries: " in said and "model.tensor_model_parallel_size 2 -> 4" in said
     assert f"between {low:+,.1f} and {high:+,.1f} ms per iteration" in said
+
+
+SUMMARY = ROOT / "tests" / "data" / "summaries" / "llama3_70b_pretrain_64gpu_h100_bf16_config.txt"
+
+
+def test_diagnose_compare_leads_with_one_preset_and_costs_the_recipe_as_budget_does(tmp_path):
+    """evalAB AB2-2: Bridge 0.6.2's own summaries of llama3_70b_pretrain_64gpu_h100_bf16_config with and without
+    overlap_param_gather (TP and TP overlap the same in both): the compare said "between -2,239.6 and +2,349.8 ms ...
+    from none to about 109 %" where diff says +55.1 ms, costed BEFORE 35,861.9 ms where budget says 34,125.7 (TE's
+    default preset, not the recipe's), and THROUGHPUT_DROP said "no config rule decides this"."""
+    from mbridge_overlap.output import text as text_out
+
+    lines = "  overlap_param_gather: True  (Mcore default: False)\n"
+    body = SUMMARY.read_text()
+    assert body.count(lines) == 2 and "  tp_comm_overlap: True  (Mcore default: False)\n" in body
+    logs = []
+    for name, text, ms in (("before.log", body, 1000.0), ("after.log", body.replace(lines, ""), 1060.0)):
+        (tmp_path / name).write_text(text + "".join(iteration_line(i, 100, ms) + "\n" for i in range(1, 12)))
+        logs.append(str(tmp_path / name))
+    d = api.diagnose(logs, compare=True, gpus=64, gpu="h100").to_dict()
+    c, b = d["compare"], d["compare"]["budget"]
+    recipe = _budget(recipe=RECIPE)
+    by_diff = api.diff(recipe=RECIPE, overrides={"comm_overlap.overlap_param_gather": False}).to_dict()["budget"]
+    assert c["preset"]["costed"] == "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192" and RECIPE in c["preset"]["recipes"]
+    assert b["iteration_ms_before"] == recipe["iteration_ms"] == by_diff["iteration_ms_before"]
+    assert b["iteration_change_ms"] == by_diff["iteration_change_ms"] > 0
+    assert c["preset_same_both_sides"] is True
+    said = text_out.diagnosis(d)
+    change = b["iteration_change_ms"]
+    assert (f"the config change predicts {change:+,.1f} ms per iteration" in said
+            and f"it explains about {change / b['iteration_ms_before'] / c['change'] * 100:.0f}% of it" in said)
+    low, high = c["predicted_range_ms"]
+    assert low < change < high and f"caveat: if the userbuffers preset also changed between the runs" in said
+    assert f"between {low:+,.1f} and {high:+,.1f} ms" in said.split("caveat:")[1]
+    # the range reaches TE's default on either side (the costlier preset), not only the recipe's
+    default = b["overlap_cost_at_te_default"]
+    assert default["before"] > b["parts"]["overlap_cost"]["before"] and low == pytest.approx(
+        change - b["parts"]["overlap_cost"]["change_ms"] - default["before"], abs=0.01)
+    (drop,) = [x for x in d["causes"] if x["id"] == "THROUGHPUT_DROP"]
+    assert "ddp.overlap_param_gather true -> false" in drop["analysis"] and "known from the log only" not in drop["analysis"]
+    assert f"{change:+,.1f} ms" in drop["analysis"]
+    # the GPU type given is the one costed (it was H100 whatever --gpu said)
+    b200 = api.diagnose(logs, compare=True, gpus=64, gpu="b200").to_dict()["compare"]["budget"]
+    assert b200["system"] == ["b200", "b200"]

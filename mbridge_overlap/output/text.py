@@ -400,6 +400,9 @@ def diagnosis(d: dict) -> str:
         predicted = c.get("budget")
         if predicted and "unavailable" not in predicted:
             before, span = predicted["iteration_ms_before"], c.get("predicted_range_ms")
+            # one preset on both sides where the summaries show TP and TP overlap unchanged: the point estimate
+            # leads, the preset's range is the assumption's caveat (evalAB AB2-2)
+            span = None if c.get("preset_same_both_sides") else span
             said = (f"between {span[0]:+,.1f} and {span[1]:+,.1f} ms per iteration ({_pct(span[0], before)} to "
                     f"{_pct(span[1], before)}: the userbuffers preset, which the summaries do not print, decides where"
                     if span else  # (evalT U9: the headline was one end, of the opposite sign to diff's)
@@ -409,6 +412,12 @@ def diagnosis(d: dict) -> str:
                          f"beside the observed {change}" + _share(predicted, c["change"], span))
             if c.get("assumption"):
                 lines.append(f"  assumption: {c['assumption']}")
+            if c.get("preset_same_both_sides") and c.get("predicted_range_ms"):
+                low, high = c["predicted_range_ms"]
+                lines.append(f"  caveat: if the userbuffers preset also changed between the runs (the summaries cannot "
+                             f"show it), the change lies between {low:+,.1f} and {high:+,.1f} ms ({_pct(low, before)} to "
+                             f"{_pct(high, before)})" + _share(predicted, c["change"], [low, high]).replace(
+                                 ": it explains", ", which explains"))
             if (c.get("gpus") or {}).get("from", "").startswith("--gpus"):
                 lines.append(f"  both runs costed at {c['gpus']['before']} GPUs (--gpus: a log does not print its world size, "
                              "so a change of GPU count is not seen; diff BEFORE AFTER --gpus-before N --gpus-after M costs it)")

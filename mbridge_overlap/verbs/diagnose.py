@@ -17,6 +17,7 @@ from .. import findings
 from ..upstream import releases
 from ..errors import UsageError
 from ..safeio import esc, same_files, shown
+from ..values import fmt
 from ..diagnose import messages, parallel, reader, report
 from ..diagnose.summary import MAX_BLOCK_LINES
 from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, FATAL, Scan
@@ -73,8 +74,10 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
         diag.compare, drop = report.compare(scans[0][1], scans[1][1])
         if drop is not None:
             diag.causes.insert(0, report.Cause(drop, [], True))
-        _config_changes(diag, scans, release, gpus)
+        _config_changes(diag, scans, release, gpus, inputs)
     _link_config(diag, scans[-1][1], release, config, recipe, overrides, gpus, inputs)
+    if compare:
+        _drop_beside_changes(diag)
     report.after_failure(diag)
     return diag
 
@@ -222,9 +225,10 @@ def _world(scan: Scan) -> int | None:
     return world if world is None or world <= MAX_GPUS else None
 
 
-def _config_changes(diag, scans, release, gpus) -> None:
+def _config_changes(diag, scans, release, gpus, inputs=None) -> None:
     """With both runs' configuration summaries: diff's overlap-relevant changes between them, and the iteration-time
-    change the budget predicts for them beside the one the logs show."""
+    change the budget predicts for them beside the one the logs show. Each side is built as every verb builds a
+    scenario (the GPU type, TE and machine facts given: evalAB AB2-2, --gpu b200 was costed on H100)."""
     from ..run import scenario
     from .diff import diff
 
@@ -234,7 +238,7 @@ def _config_changes(diag, scans, release, gpus) -> None:
         world = gpus or said
         if s is None or not s.done or world is None:
             return
-        sides.append(scenario.build(config=s.config(release), gpus=world, bridge_version=release.version))
+        sides.append(scenario.build(config=s.config(release), gpus=world, bridge_version=release.version, **(inputs or {})))
         shapes.append(_shape(s))
         worlds.append(world)
         stated.append(said)
@@ -242,7 +246,11 @@ def _config_changes(diag, scans, release, gpus) -> None:
     diag.compare["gpus"] = {"before": worlds[0], "after": worlds[1],
                             "from": "the logs" if gpus is None or stated == [gpus, gpus] else "--gpus, for both runs"}
     same = shapes[0] == shapes[1]
-    result = diff(*sides, labels=("before", "after"), shape=shapes[0] if same else None, sections_known=False)
+    preset = _recipe_preset(sides, scans, shapes[0], release) if same else None
+    result = diff(*sides, labels=("before", "after"), shape=shapes[0] if same else None, sections_known=False,
+                  preset=preset[0] if preset else None)
+    if preset:
+        diag.compare["preset"] = {"costed": preset[0], "recipes": preset[1]}
     _bridge_said_why(result, diag.causes)
     diag.compare["config_changes"] = [c.to_dict() for c in result.changes]
     # (evalAA AA-3: TP 4 -> 8 and CP 2 -> 1 are not overlap settings, and "which one" went unanswered)
@@ -259,13 +267,64 @@ def _config_changes(diag, scans, release, gpus) -> None:
     _preset_unseen(diag, scans, release)
 
 
+# The shape fields a summary's model is matched to a known model's by (the vocabulary is padded per run)
+_SHAPE_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups")
+
+
+def _recipe_preset(sides, scans, shape: dict, release) -> tuple[str, list] | None:
+    """The userbuffers preset of Bridge's perf recipes that the two summaries match, where the summaries do not
+    print one (they never do: model.tp_comm_overlap_cfg is no Megatron-Core field): TP overlap on and TP the same on
+    both sides, a known model of the summary's shape, and the recipes of that model at the run's TP, PP, VPP, CP, GPU
+    count, GPU type, precision class, micro-batch size and sequence length all naming one preset. (preset, recipe
+    names), else None. So a compare costs a recipe's run as `budget --recipe` and `diff --recipe` do (evalAB AB2-2:
+    the compare costed TE's default, 35,861.9 ms where budget said 34,125.7 for the same recipe)."""
+    from ..budget.shape import models
+    from ..findings.analysis import state_of
+    from ..upstream import catalog
+    from ..upstream.presets import precision_class
+
+    if any("model.tp_comm_overlap_cfg" not in scan.summary.unknown for _l, scan in scans):
+        return None
+    states = [state_of(sc) for sc in sides]
+    keys = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+            "context_parallel_size", "tp_comm_overlap")
+    m0, m1 = ([st.model.get(k) for k in keys] for st in states)
+    if m0 != m1 or not m0[-1] or states[0].gpus != states[1].gpus or release.version not in catalog.versions():
+        return None
+    if not {"num_layers", "hidden_size"} <= set(shape):
+        return None
+    families = {name for name, rec in models().items()
+                if all(rec["shape"].get(k) == shape[k] for k in _SHAPE_KEYS if k in shape and k in rec["shape"])}
+    st = states[0]
+    tp, pp, vpp, cp, _on = m0
+    kind = lambda name: "fp8" if str(name).startswith("fp8") else str(name)  # noqa: E731 (as catalog.shipped_preset)
+    precision = precision_class(st.precision or {"bf16": True})
+    rows = [r for r in catalog.index(release.version) if r.model in families and r.layout
+            and tuple(r.layout[:6]) == (tp, pp, vpp, cp, st.gpus, sides[0].gpu) and kind(r.precision) == precision]
+    found: dict = {}
+    for e in catalog.entries_of(release.version, rows):
+        req = e["request"]
+        run = (req.get("train") or {}).get("micro_batch_size"), (req.get("model") or {}).get("seq_length")
+        if run != (st.train.get("micro_batch_size"), st.model.get("seq_length")):
+            continue
+        found.setdefault((req.get("comm_overlap") or {}).get("tp_comm_overlap_cfg"), []).append(e["name"])
+    if len(found) != 1 or None in found or not isinstance(next(iter(found)), str):
+        return None
+    (name, names), = found.items()
+    return name, names
+
+
 def _preset_unseen(diag, scans, release) -> None:
     """Bridge's summary does not print comm_overlap.tp_comm_overlap_cfg, so neither run's userbuffers preset, nor
-    whether it changed, is seen: the budget costs both runs with Transformer Engine's default (its SM margins). With
-    TP overlap on in either run, each run's overlap cost lies between none (a preset that leaves every GEMM its SMs) and
-    the default's: the predicted change is a range, from BEFORE at the default and AFTER at none to the reverse (evalAA
-    AA-3: a preset dropped between the runs was costed 0 and the one number explained 19 %). The bubble, the compute
-    and the exposed communication stay (evalH H2)."""
+    whether it changed, is seen: the budget costs both runs with the preset of Bridge's recipes the summaries match
+    (_recipe_preset), else Transformer Engine's default (its SM margins). With TP overlap on in either run, each run's
+    overlap cost lies between none (a preset that leaves every GEMM its SMs) and the costed one's: were the preset
+    changed between the runs, the predicted change is a range, from BEFORE at the costed preset and AFTER at none to
+    the reverse (evalAA AA-3: a preset dropped between the runs was costed 0 and the one number explained 19 %). The
+    bubble, the compute and the exposed communication stay (evalH H2). Where TP and TP overlap are the same in both
+    summaries, nothing the logs show moved the preset: the answer leads with the change at one preset on both sides
+    and gives the range as a caveat (evalAB AB2-2: "explains from none to 109 %" where diff said +55.1 ms); where
+    either changed, the preset may well have changed with it, and the range leads."""
     b = diag.compare["budget"]
     tp_on = any((scan.summary.config(release).get("model") or {}).get("tp_comm_overlap") for _l, scan in scans)
     unseen = any("model.tp_comm_overlap_cfg" in scan.summary.unknown for _l, scan in scans)
@@ -274,17 +333,57 @@ def _preset_unseen(diag, scans, release) -> None:
     cost = b.get("parts", {}).get("overlap_cost", {})
     before, after = cost.get("before", 0.0), cost.get("after", 0.0)
     rest = b["iteration_change_ms"] - (after - before)  # the change with no overlap cost on either side
-    low, high = round(rest - before, 3), round(rest + after, 3)
+    default = b.get("overlap_cost_at_te_default") or {}  # a costed preset's run may have run TE's default instead
+    most = max(before, default.get("before", 0.0)), max(after, default.get("after", 0.0))
+    low, high = round(rest - most[0], 3), round(rest + most[1], 3)
     if high - low < 0.05:
         return
+    moved = {o["key"] for o in diag.compare.get("settings_changed") or ()} | {
+        c["key"] for c in diag.compare.get("config_changes") or ()}
+    same = not moved & {"model.tensor_model_parallel_size", "model.tp_comm_overlap"}
+    preset = (diag.compare.get("preset") or {}).get("costed")
+    recipes = (diag.compare.get("preset") or {}).get("recipes") or []
     diag.compare["predicted_range_ms"] = [low, high]
+    diag.compare["preset_same_both_sides"] = same
+    costed = (f"the preset of Bridge's recipes of this model and layout, {preset} ({', '.join(recipes[:3])}"
+              f"{f' and {len(recipes) - 3} more' if len(recipes) > 3 else ''}: what budget --recipe costs them with)"
+              if preset else "Transformer Engine's default config (16-SM margins on the bulk and pipeline GEMMs; no "
+              "recipe of Bridge's catalog at this model and layout names one preset)")
     diag.compare["assumption"] = (
         "Bridge's summary does not print comm_overlap.tp_comm_overlap_cfg, so this compare cannot see which userbuffers "
-        "preset either run used, nor whether it changed between them: the budget costs both with Transformer Engine's "
-        f"default config (16-SM margins on the bulk and pipeline GEMMs: TP overlap's own cost {before:,.1f} ms before, "
-        f"{after:,.1f} ms after), a tuned preset costs less, down to none; so the predicted change lies between "
-        f"{low:+,.1f} ms (BEFORE at the default, AFTER at none) and {high:+,.1f} ms (the reverse). `diff` of the two "
-        "runs' run_config.yaml, or `budget` with each run's preset, settles it")
+        f"preset either run used, nor whether it changed between them: the budget costs both with {costed}: TP "
+        f"overlap's own cost {before:,.1f} ms before, {after:,.1f} ms after"
+        + (f" (at TE's default {most[0]:,.1f} and {most[1]:,.1f} ms)" if default else "")
+        + "; another preset costs otherwise, a light one down to none"
+        + ("; TP and TP overlap are the same in both summaries, so the change above is at one preset on both sides "
+           "(the caveat below: the range were the preset changed too)" if same else
+           "; TP or TP overlap changed between the summaries, so the preset may have changed with them: the predicted "
+           f"change lies between {low:+,.1f} ms (BEFORE at the costliest preset, AFTER at none) and {high:+,.1f} ms "
+           "(the reverse)")
+        + ". `diff` of the two runs' run_config.yaml, or `budget` with each run's preset, settles it")
+
+
+def _drop_beside_changes(diag) -> None:
+    """THROUGHPUT_DROP beside the config changes the compare found between the summaries: its config line names them
+    and what the budget predicts of them (evalAB AB2-2: "no config rule decides this" under a costed change)."""
+    c = diag.compare or {}
+    changes = [f"{ch['key']} {fmt(ch['before'])} -> {fmt(ch['after'])} [{ch['finding_id']}]" for ch in c.get("config_changes") or ()]
+    changes += [f"{o['key']} {fmt(o['before'])} -> {fmt(o['after'])}" for o in c.get("settings_changed") or ()]
+    drop = next((x for x in diag.causes if x.finding.id == "THROUGHPUT_DROP"), None)
+    if drop is None or not changes:
+        return
+    b = c.get("budget") or {}
+    said = ""
+    if "iteration_change_ms" in b:
+        share = (f": {b['iteration_change_ms'] / b['iteration_ms_before'] / c['change'] * 100:.0f}% of the observed "
+                 f"{c['change'] * 100:+.1f}%" if c.get("change") and b["iteration_ms_before"] else "")
+        said = (f"; the budget predicts {b['iteration_change_ms']:+,.1f} ms per iteration for them "
+                f"({b['iteration_change_ms'] / b['iteration_ms_before'] * 100:+.1f}%{share}"
+                + (", at one userbuffers preset on both sides" if c.get("predicted_range_ms") else "") + ")"
+                if b["iteration_ms_before"] else "")
+    drop.how = (f"the summaries differ in {len(changes)} communication setting{'s' if len(changes) != 1 else ''}: "
+                + "; ".join(changes[:6]) + (f" and {len(changes) - 6} more" if len(changes) > 6 else "") + said
+                + " (compare: above; each change's restore is in config_changes)")
 
 
 def _bridge_said_why(result, log_causes) -> None:

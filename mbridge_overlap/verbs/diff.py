@@ -196,7 +196,7 @@ def inputs_of(sc: Scenario) -> dict:
 
 
 def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = None, model: str | None = None,
-         shape: dict | None = None, sections_known: bool = True) -> DiffResult:
+         shape: dict | None = None, sections_known: bool = True, preset: str | None = None) -> DiffResult:
     """The overlap-relevant changes from one scenario to another (two run configs, two recipes, one recipe at two GPU
     counts, before and after overrides), each with its cause, ranked by expected impact; and what the change does to
     the communication budget (model, shape: as for api.budget; each side's own where not given)."""
@@ -231,7 +231,7 @@ def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = Non
                   for f in b.analysis.errors if f.id not in had]
     restores = restore_all(changes, new_errors, a, b)
     return DiffResult(a.label, b.label, before.release.version, changes, other, warnings, accounting,
-                      budget_change(a.analysis, b.analysis, model, shape), new_errors, restores)
+                      budget_change(a.analysis, b.analysis, model, shape, preset), new_errors, restores)
 
 
 MAX_ENV_EXPLAINED = 32  # launch variables whose change is proven one by one (each restore a resolve of its own)
@@ -266,10 +266,14 @@ def restore_all(changes: list, new_errors: list, a: Side, b: Side) -> dict | Non
 DIMENSIONS = ("tp", "cp", "pp", "dp", "ep")
 
 
-def budget_change(before: Analysis, after: Analysis, model=None, shape=None) -> dict:
+def budget_change(before: Analysis, after: Analysis, model=None, shape=None, preset: str | None = None) -> dict:
     """Both sides' budgets, the iteration's change, each dimension's exposed time before and after, and for each
     overlap setting the change flipped: what flipping it alone on BEFORE exposes or hides (the budget's own
-    flipped estimate, so that diff, resolve and budget say one number)."""
+    flipped estimate, so that diff, resolve and budget say one number). preset: the userbuffers preset to cost a side
+    whose config does not name one with (diagnose --compare: Bridge's summary never prints it)."""
+    plain = (before, after)
+    if preset is not None:
+        before, after = _with_preset(before, preset), _with_preset(after, preset)
     sides = {"before": budgets.shown(before, model, shape), "after": budgets.shown(after, model, shape)}
     missing = [f"{label}: {b['unavailable']}" for label, b in sides.items() if "unavailable" in b]
     if missing:
@@ -294,9 +298,24 @@ def budget_change(before: Analysis, after: Analysis, model=None, shape=None) -> 
             "dimensions": {d: {**dims[d], "change_ms": round(dims[d]["exposed_ms_after"] - dims[d]["exposed_ms_before"], 3)}
                            for d in DIMENSIONS if d in dims},
             "parts": parts, "settings_flipped": flipped, "shape_from": [b0["shape_from"], b1["shape_from"]],
+            **({"preset": preset, "overlap_cost_at_te_default": {  # what each side's TP overlap costs without the preset
+                label: budgets.shown(an, model, shape).get("overlap_cost_ms", 0.0)
+                for label, an in zip(("before", "after"), plain)}} if preset is not None else {}),
             "system": [b0["system"], b1["system"]],
             "note": "estimates (`budget` lists the collectives, sources and assumptions); the truth needs a GPU: compare "
                     "with `trace` of profiled runs of both"}
+
+
+def _with_preset(an: Analysis, preset: str) -> Analysis:
+    """The analysis with its effective model.tp_comm_overlap_cfg set to `preset` where it names none (a copy: what
+    the budget reads of it; the resolved settings stay as they are)."""
+    if an.state.model.get("tp_comm_overlap_cfg") is not None:
+        return an
+    import copy
+
+    state = copy.copy(an.state)  # (attributes the resolver sets beside its fields, scenario among them, kept)
+    state.model = {**an.state.model, "tp_comm_overlap_cfg": preset}
+    return replace(an, state=state)
 
 
 def _flipped(setting: str, v: dict, after: bool, on: str, b0: dict) -> dict:
