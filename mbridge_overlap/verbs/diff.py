@@ -151,6 +151,7 @@ class Side:
     items: dict  # the request's inputs: dotted keys -> value, "comm_overlap" (present or None) and "gpus"
     written: frozenset = frozenset()  # keys a saved config holds as Bridge wrote them, not as requested
     sectionless: bool = False  # known to have no comm_overlap section (a fix creates it as a whole)
+    printed: bool = False  # read from what Bridge printed (its configuration summary), not from the request
 
     @property
     def saved(self) -> bool:
@@ -207,6 +208,7 @@ def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = Non
     # a summary Bridge logged does not print comm_overlap: whether AFTER has the section is not known, and the word
     # that creates one would replace a tuned preset it has (evalX X2-3: Bridge's asdict() TypeError)
     b.sectionless = sections_known and b.analysis.state.request.comm_overlap is None
+    a.printed = b.printed = not sections_known
     warnings = ([f"BEFORE fails at {f.when or 'config'} as it is given: {f.id}: {f.message}" for f in a.analysis.errors]
                 + list(before.notes) + list(after.notes) + _model_warning(a, b) + _launchers_of_another_release(a, b))
     changed_inputs = _changed_inputs(a, b)
@@ -566,10 +568,12 @@ def _rule(key, old, new, a: Side, b: Side, causes) -> str:
         one = a if dp_a == 1 else b
         # DP 1 with CP > 1 still reduces gradients over the CP ranks, without Bridge's overlap defaults (evalL L6)
         return "DP_OVERLAP_OFF_WITH_CP" if one.analysis.state.model["context_parallel_size"] > 1 else "DP_SIZE_ONE"
-    # the setting's own printed input moved between two set values: asked for (a value that appears from unset may
-    # be Bridge's default, written where a comm_overlap section came: ddp.bucket_size)
-    if causes and all(c.startswith("comm_overlap.") or own_input(key, c) and None not in (a.items.get(c), b.items.get(c))
-                      for c in causes):
+    # in two summaries Bridge printed (every recipe has a comm_overlap section, which writes ddp.X and model.X), the
+    # setting's own printed field moving between two set values is what comm_overlap.X asked for, as diff of the
+    # requests says it (evalAB AB2-3); a value that appears from unset may be Bridge's default, written where a
+    # comm_overlap section came (ddp.bucket_size). A request's own ddp.X is left to the rules below, as before.
+    if causes and all(c.startswith("comm_overlap.") or a.printed and own_input(key, c)
+                      and None not in (a.items.get(c), b.items.get(c)) for c in causes):
         return "REQUESTED_CHANGE"
     return "BRIDGE_SELECTS_ALIGN_PARAM_GATHER" if key == "ddp.align_param_gather" else "DP_OVERLAP_DEFAULTS"
 
