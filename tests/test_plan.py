@@ -568,3 +568,18 @@ def test_a_list_override_renders_in_every_snippet_and_nan_is_a_float():
     plan = api.plan(recipe="llama3_8b_pretrain_config", gpus=16, cp=2, overrides=overrides_of(["model.cp_comm_type=[p2p,a2a]"]))
     assert 'cfg.model.cp_comm_type = ["p2p", "a2a"]' in snippets.of_plan("python", plan)
     assert hydra_value("optimizer.clip_grad", "inf") == float("inf") and hydra_value("k", "[nan]")[0] != hydra_value("k", "[nan]")[0]
+
+
+def test_a_choice_left_out_says_where_the_run_would_fail_not_that_bridge_raises_it():
+    """evalAB AB2-6: TP 8 over 4-GPU nodes: plan said "Bridge raises UB_TP_ACROSS_NVLINK_DOMAINS", which no Bridge code
+    raises (runtime_config_update and validate() take it); Transformer Engine's initialize_ub fails at setup. A
+    config-time error is still Bridge's to raise at its config step."""
+    d = plan(tp=8, gpus=16, gpu="h100", machine_facts={"gpus_per_node": 4}, model="llama3_70b")
+    (left,) = [n for n in d["plan_notes"] if n["id"] == "PLAN_LEAVES_KEY_AS_SHIPPED"]
+    assert "Bridge raises" not in left["message"]
+    assert "it fails at setup in Transformer Engine" in left["message"] and "initialize_ub (UB_TP_ACROSS_NVLINK_DOMAINS)" in left["message"]
+    from mbridge_overlap import findings
+    from mbridge_overlap.verbs.plan import failing
+
+    config_time = findings.make("GPUS_NOT_DIVISIBLE", where="runtime_config_update", gpus=6, tp=4, pp=1, cp=1, size=4)
+    assert (config_time.when or "config") == "config" and failing(config_time) == "Bridge raises GPUS_NOT_DIVISIBLE at its config step"

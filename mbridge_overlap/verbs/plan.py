@@ -311,7 +311,7 @@ def _budget(an: Analysis, given: dict, flags: dict, model, shape, lora: bool = F
     costed = analyze(an.scenario.derive(batch)) if batch else an
     new = [f for f in costed.errors if f.id not in {e.id for e in an.errors}]
     if new:  # resolve of the plan's overrides would not show it: the batch is not among them
-        return {"unavailable": f"at the batch of the plan's flags Bridge raises ({new[0].id}): {new[0].message}"}
+        return {"unavailable": f"at the batch of the plan's flags {failing(new[0])}: {new[0].message}"}
     out = budgets.shown(costed, model, shape, LORA if lora else None)
     if costed is not an and "findings" in out:
         from ..budget.worth import reconcile
@@ -322,9 +322,25 @@ def _budget(an: Analysis, given: dict, flags: dict, model, shape, lora: bool = F
     return out
 
 
+def failing(f) -> str:
+    """Where an error finding stops the run, in its own words: Bridge's config step raises the config-time ones; the
+    setup and step ones fail where their record's source says (evalAB AB2-6: "Bridge raises
+    UB_TP_ACROSS_NVLINK_DOMAINS", which Transformer Engine's initialize_ub fails on at setup, base.py:305-317, while
+    Bridge's runtime_config_update and validate() accept TP overlap at any TP: comm_overlap.py has no such check)."""
+    when = getattr(f, "when", None) or "config"
+    if when == "config":
+        return f"Bridge raises {f.id} at its config step"
+    try:
+        where = str(findings.record(f.id).get("source") or "").split(";")[0].split(" (")[0].strip()
+    except KeyError:
+        where = ""
+    at = "at setup" if when == "setup" else "in training (its first step)" if when == "step" else f"at {when}"
+    return f"it fails {at}" + (f" in {where}" if where else "") + f" ({f.id})"
+
+
 def _no_new_errors(resolve, overrides: dict, asked: dict, known_errors, entry) -> tuple[dict, Analysis, list]:
-    """The plan's overrides without those of its own choices that make Bridge raise where the layout the user asked
-    for does not (`known_errors()`: its error ids; a plan never breaks a recipe, or the baseline, that works as
+    """The plan's overrides without those of its own choices that make the run fail (Bridge's config step, setup or
+    training) where the layout the user asked for does not (`known_errors()`: its error ids; a plan never breaks a recipe, or the baseline, that works as
     shipped): each such override is left out, with a note naming the error it would bring."""
     resolution, notes = resolve(overrides), []
     known = known_errors() if resolution.errors else set()
@@ -335,8 +351,10 @@ def _no_new_errors(resolve, overrides: dict, asked: dict, known_errors, entry) -
             left = [f for f in tried.errors if f.id not in known]
             if len(left) < len(new) and {f.id for f in left} <= {f.id for f in new}:
                 origin = f"recipe {entry['name']}" if entry else "the recipe baseline"
+                brought = sorted({f.id for f in new} - {f.id for f in left})
                 notes.append(findings.make("PLAN_LEAVES_KEY_AS_SHIPPED", knobs=[key], key=key, value=fmt(overrides[key]),
-                                           origin=origin, errors=", ".join(sorted({f.id for f in new} - {f.id for f in left}))))
+                                           origin=origin, errors=", ".join(brought),
+                                           fails="; ".join(failing(next(f for f in new if f.id == i)) for i in brought)))
                 overrides, resolution = trial, tried
                 break
         else:
