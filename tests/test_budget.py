@@ -351,7 +351,7 @@ def test_a_flip_the_config_cannot_make_is_priced_but_marked():
     tp = b["settings"]["tp_comm_overlap"]
     assert tp["effective"] is False and tp["iteration_change_ms_if_flipped"] < 0  # it would pay, were it possible
     assert tp["flip"] == {"overrides": {"comm_overlap.tp_comm_overlap": True}, "fix": "comm_overlap.tp_comm_overlap=true",
-                          "holds": False, "because": ["TP_OVERLAP_UNSUPPORTED_PRECISION"]}
+                          "holds": False, "because": ["TP_OVERLAP_UNSUPPORTED_PRECISION"], "with": []}
     with_it = api.resolve(tp["flip"]["overrides"], recipe=nvfp4).to_dict()
     assert "TP_OVERLAP_UNSUPPORTED_PRECISION" in {f["id"] for f in with_it["findings"] if f["severity"] == "error"}
     assert all(s["flip"]["holds"] for k, s in b["settings"].items() if k != "tp_comm_overlap")

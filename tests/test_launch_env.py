@@ -117,3 +117,65 @@ def test_the_0_5_launcher_snippets_carry_what_its_executor_exports(fmt):
 
     text = snippets.of_plan(fmt, api.plan(tp=4, gpus=16, gpu="h100", bridge_version="0.5.1"))
     assert "TORCH_NCCL_HIGH_PRIORITY=1" in text and "NCCL_NVLS_ENABLE=0" in text
+
+
+def test_a_budget_flip_that_brings_a_warning_holds_with_the_launch_variable_it_asks_for():
+    """evalAB AB2-5: MoE overlap flipped on DeepSeek-V3's perf recipe at 256 H100s (EP 16) brings only the warning
+    LAUNCH_ENV_DIFFERS_FROM_BRIDGE (CUDA_DEVICE_MAX_CONNECTIONS 1 where Bridge's launcher sets 32): the flip was said not
+    to hold, though real Bridge 0.6.2's runtime_config_update and validate() accept it. It holds; the warning's
+    launch variable is in its fix and its `with` list. An error still stops a flip."""
+    from mbridge_overlap.output import text
+
+    over = {"model.expert_model_parallel_size": 16}
+    d = api.budget(over, recipe="perf_recipes.deepseek_v3_pretrain_1024gpu_h100_bf16_config", gpus=256).to_dict()
+    flip = d["budget"]["settings"]["overlap_moe_expert_parallel_comm"]["flip"]
+    assert flip["holds"] is True and flip["because"] == []
+    assert flip["with"] == [{"id": "LAUNCH_ENV_DIFFERS_FROM_BRIDGE", "overrides": {"env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 32}}]
+    assert flip["fix"] == "comm_overlap.overlap_moe_expert_parallel_comm=true ++env_vars.CUDA_DEVICE_MAX_CONNECTIONS=32"
+    said = text.budget(d)
+    assert "turning it on changes the iteration" in said and "LAUNCH_ENV_DIFFERS_FROM_BRIDGE, whose launch setting" in said
+    # the fix applied as a whole brings nothing new
+    fixed = api.resolve({**over, "comm_overlap.overlap_moe_expert_parallel_comm": True,
+                         "env_vars.CUDA_DEVICE_MAX_CONNECTIONS": 32},
+                        recipe="perf_recipes.deepseek_v3_pretrain_1024gpu_h100_bf16_config", gpus=256).to_dict()
+    assert not [f for f in fixed["findings"] if f["id"] == "LAUNCH_ENV_DIFFERS_FROM_BRIDGE"]
+    assert not [f for f in fixed["findings"] if f["severity"] == "error"]
+
+
+def test_the_max_connections_reason_is_the_launcher_rule_as_it_reads():
+    """evalAB AB2-5: "the flex dispatcher runs hybridep, which needs the extra queues": on Hopper with TP/CP the rule
+    gives 1 unless MoE all-to-all overlap is on (Bridge 0.6.0 scripts/performance/utils/overrides.py:257-263; 0.5.x
+    perf_plugins.py:260-278): the same recipe with hybridep gets 1 without the overlap, 32 with it."""
+    recipe = "perf_recipes.deepseek_v3_pretrain_1024gpu_h100_bf16_config"
+    over = {"model.expert_model_parallel_size": 16}
+    off = api.resolve(over, recipe=recipe, gpus=256).to_dict()["launch_env"]["CUDA_DEVICE_MAX_CONNECTIONS"]
+    on = api.resolve({**over, "comm_overlap.overlap_moe_expert_parallel_comm": True}, recipe=recipe,
+                     gpus=256).to_dict()["launch_env"]["CUDA_DEVICE_MAX_CONNECTIONS"]
+    assert (off["value"], on["value"]) == ("1", "32")
+    assert "needs the extra queues" not in on["why"] and "unless MoE all-to-all overlap" in on["why"]
+    for version in ("0.5.1", "0.6.0"):
+        layout = launch_env.Layout(tp=2, pp=1, cp=1, dp=8, gpu="h100", moe_a2a_overlap=True, moe_flex_dispatcher_backend="deepep", flex_in_use=True)
+        value, why = dict((n, (v, w)) for n, v, w in launch_env.rules(releases.get(version), layout))["CUDA_DEVICE_MAX_CONNECTIONS"]
+        assert value == "32" and "unless MoE all-to-all overlap" in why, (version, why)
+
+
+def test_the_launcher_rule_reads_so_in_bridge_s_scripts():
+    """The rule the reason words, in the mirror's tags (the 0.6.2 wheel carries no scripts/)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    mirror = Path(os.environ.get("MBRIDGE_SKILL_MIRROR", Path(__file__).resolve().parents[2] / ".mirror" / "NVIDIA-NeMo+Megatron-Bridge" / "repo"))
+    if not mirror.exists():
+        pytest.skip(f"no Megatron-Bridge mirror at {mirror} (set MBRIDGE_SKILL_MIRROR)")
+
+    def show(tag, path):
+        return subprocess.run(["git", f"--git-dir={mirror}", "show", f"{tag}:{path}"], capture_output=True, text=True, check=True).stdout
+
+    lines = show("v0.6.0", "scripts/performance/utils/overrides.py").splitlines()
+    assert lines[257].strip() == 'max_connections = 32 if base_dispatcher_backend in {"deepep", "hybridep"} else 8'
+    assert lines[260].strip() == "elif (tp_size > 1 or cp_size > 1) and not moe_a2a_overlap:" and lines[261].strip() == "max_connections = 1"
+    for tag in ("v0.5.0", "v0.5.1"):
+        text = show(tag, "scripts/performance/perf_plugins.py").splitlines()
+        assert text[260].strip() == 'if moe_flex_dispatcher_backend in ["deepep", "hybridep"]:'
+        assert text[270].strip() == "if (tp_size > 1 or cp_size > 1) and not moe_a2a_overlap:"

@@ -519,6 +519,9 @@ def _worth(b: dict) -> list[str]:
                      f"({_pct(change, b['iteration_ms'])}): exposed communication {exposed:+,.1f} ms{cost}")
         if not flip["holds"]:
             lines.append(f"    but on this config {flip['fix']} brings {', '.join(flip['because'])} (resolve with it says why)")
+        elif flip.get("with"):
+            lines.append(f"    with {flip['fix']}: it brings {', '.join(w['id'] for w in flip['with'])}, whose launch "
+                         "setting the fix includes (resolve with it says why)")
     return lines
 
 

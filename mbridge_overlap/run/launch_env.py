@@ -181,6 +181,15 @@ def _where(release: releases.Release) -> str:
     return "PerfEnvPlugin" if release.launch_env == "perf_env_plugin" else "Bridge 0.6 perf recipes"
 
 
+# The launcher rule as it reads (Bridge 0.6.0 scripts/performance/utils/overrides.py:257-263, 0.5.0 and 0.5.1
+# scripts/performance/perf_plugins.py:260-278; the 0.6.2 wheel carries no scripts/): 32 for a DeepEP/HybridEP
+# backend, else 8; Blackwell 32; else, with TP or CP > 1 and MoE all-to-all overlap off, 1. So on Hopper with TP/CP the
+# backend's 32 stands only while MoE all-to-all overlap is on (evalAB AB2-5: "hybridep needs the extra queues" was
+# said of a 32 that the overlap, not hybridep, decides: with it off the same recipe gets 1).
+_A2A_EXEMPT = ("; on Hopper with TP or CP > 1 the rule gives 1 unless MoE all-to-all overlap "
+               "(overlap_moe_expert_parallel_comm) is on, as it is here")
+
+
 def _max_connections(release: releases.Release, style: dict, layout: Layout) -> tuple[str, str]:
     tp_or_cp = layout.tp > 1 or layout.cp > 1
     if release.launch_env == "perf_env_plugin":
@@ -198,6 +207,8 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
             value, why = FSDP_MAX_CONNECTIONS, ("not PerfEnvPlugin's 1 for Hopper with TP/CP: Megatron-FSDP asserts "
                                                 "CUDA_DEVICE_MAX_CONNECTIONS != 1 (FSDP_WITH_ONE_CONNECTION); "
                                                 f"{FSDP_MAX_CONNECTIONS} as Bridge 0.6's Megatron-FSDP recipes")
+        elif tp_or_cp and layout.moe_a2a_overlap and not layout.megatron_fsdp:
+            why += _A2A_EXEMPT
         elif tp_or_cp and not layout.moe_a2a_overlap:
             which = "Hopper" if layout.gpu == "h100" else (f"{layout.gpu}, which Bridge {release.version}'s perf launcher leaves out "
                                                            "of its SM100 list (its rule for Hopper and older),")
@@ -206,7 +217,7 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
         return str(value), why
     backend = layout.moe_flex_dispatcher_backend
     if backend in ("deepep", "hybridep") and layout.flex_in_use:
-        value, why = 32, f"the flex dispatcher runs {backend}, which needs the extra queues (Bridge's launcher rule)"
+        value, why = 32, f"Bridge's launcher rule gives 32 where the flex dispatcher's backend is {backend} (8 otherwise)"
     elif backend in ("deepep", "hybridep"):
         value, why = 32, (f"Bridge's launcher rule keys on moe_flex_dispatcher_backend={backend}, Megatron-Core's default even for a "
                           "model that does not run the flex dispatcher; this model needs only a value above 1 (CUDA's default 8 "
@@ -215,6 +226,8 @@ def _max_connections(release: releases.Release, style: dict, layout: Layout) -> 
         value, why = 8, f"CUDA's default queue depth (moe_flex_dispatcher_backend={backend}: no DeepEP/HybridEP)"
     if layout.gpu in style["blackwell_gpus"]:
         value, why = 32, "Blackwell: extra connections avoid serializing streams"
+    elif tp_or_cp and layout.moe_a2a_overlap:
+        why += _A2A_EXEMPT
     elif tp_or_cp and not layout.moe_a2a_overlap:
         if layout.megatron_fsdp:
             why += "; not 1 (the Hopper TP/CP rule): Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS != 1"
