@@ -91,8 +91,8 @@ def test_with_pp_the_first_stage_s_embedding_is_a_bucket_of_its_own():
     lay = SimpleNamespace(ddp={"use_distributed_optimizer": True}, quantized=None)
     sh = _shape(mtp_num_layers=1)
     params = shapes.stage_params(sh, 1, 1, 2, first=True, last=False)
-    alone = budget_dp._bucket_groups(lay, params, 10**9, True, 4, True, lambda name: False)
-    together = budget_dp._bucket_groups(lay, params, 10**9, True, 4, False, lambda name: False)
+    alone = budget_dp._bucket_groups(lay, params, 10**9, True, 4, "embedding.word_embeddings.weight", lambda name: False)
+    together = budget_dp._bucket_groups(lay, params, 10**9, True, 4, None, lambda name: False)
     assert len(alone) == 2 and len(together) == 1
 
 

@@ -12,42 +12,87 @@ from .collective import Item, across
 from .layout import QUANTIZED_WEIGHT, Layout, fewest_local, link_of, rank_layers, stage_numbers
 
 
-def collectives(lay, shape, system, layers, stage_fwd, stage_bwd) -> list:
-    """The DP buckets' gradient reduce and parameter gather: the dense parameters' on the DP x CP group, the experts'
-    (a buffer of their own, DistributedDataParallel's expert_parallel_buffers) on the expert-DP group, both dispatched
-    by one start_grad_sync (start_param_sync) of each model chunk, in turn."""
-    d = lay.ddp
+def collectives(lay, shape, system, layers, stage_fwd, stage_bwd, rank: int = 0, mtp: int = 0) -> list:
+    """The DP buckets' gradient reduce and parameter gather of pipeline rank `rank` (the rank the budget costs, with
+    `layers` decoder layers and `mtp` MTP layers): the dense parameters' on the DP x CP group, the experts' (a buffer
+    of their own, DistributedDataParallel's expert_parallel_buffers) on the expert-DP group, both dispatched by one
+    start_grad_sync (start_param_sync) of each model chunk, in turn. A rank after the first reduces (gathers) with
+    the pipeline's cooldown (warm-up) still running on the ranks before it: `rank` stage backwards (forwards) of one
+    micro-batch hide it; the step ends with the later of its exposed part and rank 0's (costed too)."""
+    bufs = _buffers(lay, shape, system, layers, rank, mtp)
+    zero = _buffers(lay, shape, system, layers, 0, 0) if rank else None
+    out: dict = {}
+    for kind, setting, budget in (("reduce", "overlap_grad_reduce", stage_bwd), ("gather", "overlap_param_gather", stage_fwd)):
+        if kind == "gather" and (not lay.ddp.get("use_distributed_optimizer") or unsharded(lay)):
+            break  # (Megatron-FSDP's no_shard: start_param_sync returns at once, evalL L2)
+        slack = rank * budget / lay.vp
+        mine = _cumulative(lay, bufs, kind, setting, budget, slack)
+        theirs = _cumulative(lay, zero, kind, setting, budget, 0.0) if zero else None
+        exposed_before = whole = 0.0
+        for i, b in enumerate(bufs):  # a buffer's part: what the buffers before it leave exposed, and what it adds
+            total = sum(map(sum, b[kind]))
+            whole += total
+            exposed = mine[i] if theirs is None else min(whole, max(mine[i], theirs[min(i, len(theirs) - 1)]))
+            hidden = min(total, max(0.0, total - (exposed - exposed_before)))
+            exposed_before = exposed
+            out[i, kind] = _item(lay, b, kind, total, hidden, setting, slack)
+    return [out[key] for key in sorted(out, key=lambda k: (k[0], k[1] != "reduce"))]
+
+
+def _cumulative(lay, bufs, kind, setting, budget, slack) -> list:
+    """What stays exposed of the first i + 1 buffers' `kind` collectives on the rank's own timeline (all of them
+    without the overlap setting), less the pipeline's `slack` beside them."""
+    out, whole = [], 0.0
+    for i, b in enumerate(bufs):
+        whole += sum(map(sum, b[kind]))
+        own = _exposed(lay, [x[kind] for x in bufs[:i + 1]], kind, budget) if lay.settings[setting] else whole
+        out.append(max(0.0, own - slack))
+    return out
+
+
+def _buffers(lay, shape, system, layers, rank, mtp) -> list:
+    """The dense and the experts' DDP buffers of pipeline rank `rank` (_buffer), those it has."""
     if lay.peft:  # only what trains has a gradient buffer (DistributedDataParallel skips frozen parameters)
         params = [(f"decoder.layers.{i}.{g}.adapter", n, False) for i in range(layers)
                   for g, n in shapes.adapter_params(shape, lay.peft.gemms, lay.peft.dim, lay.tp).items()]
+        nums, alone = list(range(layers)), None
+    elif rank:  # its own stage: no embedding but the MTP layers' (GPTModel: pre_process or mtp_process)
+        lay = Layout(**{**lay.__dict__, "num_layers": shape.num_layers or 0, "chunk_offset": 0})
+        nums = stage_numbers(lay, shape.num_layers, rank)
+        last = rank == lay.pp - 1
+        params = shapes.stage_params(shape, lay.tp, lay.ep, len(nums), first=False, last=last, numbers=nums, etp=lay.etp,
+                                     mtp=mtp)
+        layers = len(nums)
+        alone = shared_copy(shape, last, mtp)
     else:
         layers, lay = _first_stage(shape, lay, layers)
         lay = Layout(**{**lay.__dict__, "num_layers": shape.num_layers or 0})
-        params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1, numbers=numbers(lay, layers),
-                                     etp=lay.etp)
+        nums = numbers(lay, layers)
+        params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1, numbers=nums, etp=lay.etp,
+                                     mtp=mtp or None)
+        alone = ("embedding.word_embeddings.weight" if lay.pp > 1 and (shape.share_embeddings_and_output_weights
+                                                                      or shape.mtp_num_layers) else None)
     dense = [p for p in params if not p[2]]
     experts = [p for p in params if p[2]]
     world = lay.dp * lay.cp * lay.tp * lay.pp
     expert_dp = world // (lay.etp * lay.ep * lay.pp) if experts else 1
-    # one bucket size for every buffer: the DP group's default (DistributedDataParallel.__init__)
-    size = buckets.default_bucket_size(_bucket_size(lay, shape, layers, params), lay.settings["overlap_grad_reduce"], lay.dp * lay.cp)
-    bufs = [_buffer(lay, system, dense, lay.dp * lay.cp, _placed(lay, lay.tp, lay.cp * lay.dp), "", layers, size,
-                    tied=lay.pp > 1 and bool(shape.share_embeddings_and_output_weights or shape.mtp_num_layers)),
+    # one bucket size for every buffer: the DP group's default (DistributedDataParallel.__init__), none past rank 0
+    size = buckets.default_bucket_size(_bucket_size(lay, shape, layers, params), lay.settings["overlap_grad_reduce"],
+                                       lay.dp * lay.cp, pp_rank=rank)
+    bufs = [_buffer(lay, system, dense, lay.dp * lay.cp, _placed(lay, lay.tp, lay.cp * lay.dp), "", layers, size, nums,
+                    alone=alone, first=not rank),
             _buffer(lay, system, experts, expert_dp, _placed(lay, lay.etp * lay.ep, expert_dp),
-                    f"expert ({expert_dp}-rank expert-DP group) ", layers, size)]
-    bufs = [b for b in bufs if b]
-    out: dict = {}
-    for kind, setting, budget in (("reduce", "overlap_grad_reduce", stage_bwd), ("gather", "overlap_param_gather", stage_fwd)):
-        if kind == "gather" and (not d.get("use_distributed_optimizer") or unsharded(lay)):
-            break  # (Megatron-FSDP's no_shard: start_param_sync returns at once, evalL L2)
-        exposed_before = 0.0
-        for i, b in enumerate(bufs):  # a buffer's part: what the buffers before it leave exposed, and what it adds
-            total = sum(map(sum, b[kind]))
-            exposed = _exposed(lay, [x[kind] for x in bufs[:i + 1]], kind, budget) if lay.settings[setting] else None
-            hidden = 0.0 if exposed is None else min(total, max(0.0, total - (exposed - exposed_before)))
-            exposed_before = exposed or 0.0
-            out[i, kind] = _item(lay, b, kind, total, hidden, setting)
-    return [out[key] for key in sorted(out, key=lambda k: (k[0], k[1] != "reduce"))]
+                    f"expert ({expert_dp}-rank expert-DP group) ", layers, size, nums, first=not rank)]
+    return [b for b in bufs if b]
+
+
+def shared_copy(shape, last: bool, mtp: int) -> str | None:
+    """The parameter of a rank after the first that LanguageModule.setup_embeddings_and_output_layer marks
+    shared_embedding (a DP bucket of its own with the distributed optimizer): shared_embedding_or_output_weight, the
+    MTP layers' embedding where the rank holds them, else the last stage's tied output layer."""
+    if mtp:
+        return "embedding.word_embeddings.weight"
+    return "output_layer.weight" if last and shape.share_embeddings_and_output_weights else None
 
 
 def _placed(lay, stride: int, size: int) -> tuple[str, int | None]:
@@ -90,7 +135,7 @@ def _first_stage(shape, lay, layers: int) -> tuple:
     return slots // lay.pp - 1, Layout(**{**lay.__dict__, "chunk_offset": 1})
 
 
-def _buffer(lay, system, params, group, placed, whose, layers, size, tied=False) -> dict | None:
+def _buffer(lay, system, params, group, placed, whose, layers, size, nums, alone=None, first=True) -> dict | None:
     """One kind of DDP buffer: its bucket groups per model chunk (chunk 0 first) and each group's time to reduce
     (`reduce`) and, with the distributed optimizer, to gather (`gather`)."""
     if group < 2 or not params:
@@ -101,11 +146,11 @@ def _buffer(lay, system, params, group, placed, whose, layers, size, tied=False)
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
     reduce = "reduce_scatter" if distopt and not unsharded(lay) else "all_reduce"
     chunks, quantized = [], False
-    for k, chunk in enumerate(_chunks(params, layers, lay.vp, lay.chunk_offset)):
+    for k, chunk in enumerate(_chunks(params, layers, lay.vp, lay.chunk_offset, first)):
         bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest
-        weight = functools.partial(_quantized, lay, chunk=k, layers=layers)
+        weight = functools.partial(_quantized, lay, nums=nums, layers=layers)
         quantized = quantized or any(weight(p[0]) for p in chunk)
-        chunks.append(_bucket_groups(lay, chunk, size if bucketed else None, distopt, group, tied, weight))
+        chunks.append(_bucket_groups(lay, chunk, size if bucketed else None, distopt, group, alone, weight))
     sizes = [n for groups in chunks for g in groups for n, _ in g]
     return {"whose": whose, "group": group, "link": link, "local": local, "distopt": distopt, "grad_bytes": grad_bytes, "quantized": quantized,
             "reduce_collective": reduce, "chunks": chunks, "sizes": sizes,
@@ -116,32 +161,33 @@ def _buffer(lay, system, params, group, placed, whose, layers, size, tied=False)
             "across": {c: across(system, c, link, local) for c in (reduce, "all_gather")}}
 
 
-def _quantized(lay, name: str, chunk: int, layers: int) -> bool:
-    """Whether a parameter of the first stage's model chunk `chunk` is a quantized TE GEMM weight: not in a layer
-    first_last_layers_bf16 keeps in BF16, by Megatron-Core's global layer number (numbers)."""
+def _quantized(lay, name: str, nums: list, layers: int) -> bool:
+    """Whether a parameter of the costed stage is a quantized TE GEMM weight: not in a layer first_last_layers_bf16
+    keeps in BF16, by Megatron-Core's global layer number (nums: the stage's layers', numbers())."""
     if not (lay.quantized and QUANTIZED_WEIGHT.search(name)):
         return False
     start, end = lay.bf16_layers
     m = _LAYER.match(name)
     if m is None or not (start or end):
         return True
-    number = _number(lay, layers, int(m[1]))
+    number = nums[int(m[1])]
     total = lay.num_layers or (layers if lay.pp == 1 else None)
     return not (number < start or total is not None and number >= total - end)
 
 
-def _bucket_groups(lay, chunk, size, distopt, group, tied, quantized) -> list[list[tuple[int, float]]]:
+def _bucket_groups(lay, chunk, size, distopt, group, alone, quantized) -> list[list[tuple[int, float]]]:
     """A model chunk's bucket groups in the order backward fills them, each a list of (elements, bytes an element
     its all-gather moves) of its buckets. With quantized weights they are a buffer of their own, each of its buckets a
     group, and every other bucket joins the last group (param_and_grad_buffer.partition_buckets). quantized(name):
-    whether a parameter's storage is quantized (_quantized: TE's GEMM weights, not the layers kept in BF16)."""
+    whether a parameter's storage is quantized (_quantized: TE's GEMM weights, not the layers kept in BF16). alone: the
+    parameter marked shared_embedding (a bucket of its own), or None."""
     d = lay.ddp
 
     def spans(ps):
-        alone = frozenset(i for i, (name, _, _) in enumerate(ps) if tied and name == "embedding.word_embeddings.weight")
+        own = frozenset(i for i, (name, _, _) in enumerate(ps) if name == alone)
         return [e - s for s, e, _ in buckets.layout([n for _, n, _ in ps], size, distributed_optimizer=distopt, dp_size=group,
                                                      pad_for_high_nccl_busbw=bool(d.get("pad_buckets_for_high_nccl_busbw")),
-                                                     alone=alone)] if ps else []
+                                                     alone=own)] if ps else []
 
     weights = spans([p for p in chunk if quantized(p[0])])
     rest = spans([p for p in chunk if not quantized(p[0])])
@@ -235,12 +281,13 @@ def _gather_exposed(chunks, steps) -> float:
     return clock - len(need) * steps
 
 
-def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str) -> Item:
+def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str, slack: float = 0.0) -> Item:
     sizes, groups = b["sizes"], [g for groups in b["chunks"] for g in groups]
     vary = len(set(sizes)) > 1
-    # what no overlap hides: the last bucket group; with the interleaved schedule's sync funcs all of chunk 0's
+    # what no overlap hides: the last bucket group; with the interleaved schedule's sync funcs all of chunk 0's (less
+    # the pipeline's slack beside a later rank's)
     chunk0 = _chunk0_exposed(lay, kind)
-    last = sum(b[kind][0]) if chunk0 else b[kind][0][-1]
+    last = max(0.0, (sum(b[kind][0]) if chunk0 else b[kind][0][-1]) - slack)
     last_bytes = sum(n for g in (b["chunks"][0] if chunk0 else b["chunks"][0][-1:]) for n, _ in g)
     if kind == "reduce":
         gb = b["grad_bytes"]
@@ -256,18 +303,18 @@ def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str) ->
                 first_chunk=chunk0, **b["across"]["all_gather"])
 
 
-def _chunks(params: list, layers: int, vp: int, offset: int = 0) -> list[list]:
+def _chunks(params: list, layers: int, vp: int, offset: int = 0, first: bool = True) -> list[list]:
     """A stage's parameters by virtual-pipeline model chunk, in order (each chunk a model of its own, wrapped in a
     DistributedDataParallel of its own: megatron/training/models/dist_utils.py): layer i in chunk
-    (i + offset) // ceil((layers + offset) / vp) (offset: the embedding counted as a layer), the embedding in chunk 0,
-    the final norm and output layer in the last."""
+    (i + offset) // ceil((layers + offset) / vp) (offset: the embedding counted as a layer), the first stage's
+    embedding in chunk 0, the final norm, the output layer and the MTP layers with their embedding in the last."""
     if vp <= 1:
         return [params]
     per = -(-(layers + offset) // vp)
     out: list[list] = [[] for _ in range(vp)]
     for p in params:
         m = _LAYER.match(p[0])
-        out[min((int(m[1]) + offset) // per, vp - 1) if m else 0 if p[0].startswith("embedding") else vp - 1].append(p)
+        out[min((int(m[1]) + offset) // per, vp - 1) if m else 0 if first and p[0].startswith("embedding") else vp - 1].append(p)
     return [c for c in out if c]
 
 

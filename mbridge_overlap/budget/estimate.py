@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from . import dp, kinds as layer_kinds, mla, mtp as mtps, shape as shapes, tp
+from . import dp, embgrad, kinds as layer_kinds, mla, mtp as mtps, shape as shapes, tp
 from .collective import ACT_BYTES, Item, across, ms
 from .layout import Layout, fewest_local, link_of, rank_layers, spans_domains
 from .system import System
@@ -29,7 +29,11 @@ ASSUMPTIONS = (
     "TP overlap hides the others by the userbuffers method of the preset in effect (bulk, pipeline, ring_exchange), "
     "behind their own GEMM only, never across the network; a GEMM whose userbuffers config sets an SM margin runs on "
     "the SMs the communication kernels leave it (its time scaled by SMs / (SMs - num_sm)): TP overlap's own cost",
-    "DP, on the first pipeline stage (Megatron-Core buckets only there, and with VPP only model chunk 0: each other "
+    "DP, on the pipeline rank the budget costs (rank 0 unless a layout's busiest rank or the MTP layers' rank is "
+    "another: that rank's own buffers, its shared embedding copy a bucket of its own; it reduces beside the "
+    "cooldown of the stages before it and gathers beside their warm-up, one stage's micro-batch each, and the step "
+    "ends with the later of what it leaves exposed and what rank 0 does) (Megatron-Core buckets only on the first "
+    "stage, and with VPP only model chunk 0: each other "
     "chunk is a DDP of its own with one bucket, as Megatron's DDP wrapper sets disable_bucketing): without VPP the grad "
     "reduce-scatter runs in the last micro-batch's backward and the param all-gather in the first one's forward, the "
     "bucket that holds the embedding exposed; with VPP (Bridge's grad_sync_func and param_sync_func, "
@@ -285,7 +289,7 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
                assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ())
                + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + ((mla.ASSUMPTION,) if shape.multi_latent_attention else ())
-               + _mtp_said(lay, shape, with_mtp)
+               + _mtp_said(lay, shape, with_mtp) + embgrad.said(lay, shape)
                + _uneven_split(shape.num_layers, lay)
                + _cp_exchange(lay) + _not_modelled(lay, shape) + layer_kinds.said(shape, counts))
     b.items += tp.collectives(lay, shape, system, [(n, *kinds[k]["tp"]) for k, n in counts.items()], m, tokens)
@@ -301,7 +305,9 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     again = kinds[False]["again"]  # (the attention's recompute: the same in either kind of layer)
     b.items += _cp(lay, shape, system, layers + n_mtp, m, tokens, attn_s, again)
     b.items += _pp(lay, shape, system, m, tokens, stage_fwd)
-    b.items += dp.collectives(lay, shape, system, layers, stage_fwd, stage_bwd)
+    b.items += embgrad.collectives(lay, shape, system)
+    b.items += dp.collectives(lay, shape, system, layers, stage_fwd, stage_bwd, rank=_costed_rank(lay, layers, with_mtp),
+                              mtp=n_mtp)
     if counts.get(True) or n_mtp and mtp_k:
         b.items += _ep(lay, shape, system, counts.get(True, 0) + n_mtp * mtp_k, m, tokens, kinds[True]["fwd"], kinds[True]["again"])
     b.assumptions += network_rates(b.items, system)
@@ -318,6 +324,16 @@ def _costed(lay: Layout, layers: int, n_mtp: int, mtp_fwd: float, layer_fwd: flo
         return layers, True
     mine = rank_layers(lay, mtps.rank(lay))
     return (mine, True) if mine * layer_fwd + mtp_fwd >= layers * layer_fwd else (layers, False)
+
+
+def _costed_rank(lay: Layout, layers: int, with_mtp: bool) -> int:
+    """The pipeline rank the budget costs: the MTP layers' where it holds them, a layout's first rank with the most
+    decoder layers, else rank 0 (an even split: every rank as busy, DP on rank 0's critical path)."""
+    if lay.pp < 2:
+        return 0
+    if with_mtp:
+        return mtps.rank(lay)
+    return next((r for r in range(lay.pp) if rank_layers(lay, r) == layers), 0) if lay.stages else 0
 
 
 def _mtp_said(lay: Layout, shape, with_mtp: bool) -> tuple:

@@ -50,6 +50,7 @@ class Layout:
     chunk_offset: int = 0  # layer slots before the first stage's first layer (the embedding counted as one)
     stages: tuple = ()  # a pipeline_model_parallel_layout's decoder layers per stage (stage k on rank k mod PP); ()
     mtp_stage: int | None = None  # the layout's stage holding the MTP layers ('m'); None: the last stage's (no layout)
+    embedding_ranks: str = "first_tied_last_mtp"  # the release's word-embedding group (Release.embedding_ranks)
 
     @property
     def micro_batches(self) -> int:
@@ -98,6 +99,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         align_grad_reduce=given.flag("dist.align_grad_reduce", state.request.context.get("dist.align_grad_reduce")) is not False,
         stages=_layout_stages(state.request.context.get("model.pipeline_model_parallel_layout"), pp),
         mtp_stage=_layout_mtp(state.request.context.get("model.pipeline_model_parallel_layout"), pp),
+        embedding_ranks=state.request.release.embedding_ranks,
         layer_slots=tuple(bool(given.flag(f"model.account_for_{k}_in_pipeline_split",
                                           state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
                           for k in ("embedding", "loss")),

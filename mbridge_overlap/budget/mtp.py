@@ -74,5 +74,5 @@ ASSUMPTION = (
     "the busiest; TP overlap: Megatron-Core's TELinear turns config.tp_comm_overlap off for the modules built after "
     "eh_proj (its userbuffers name mtp_eh_proj is not qkv, proj, fc1 or fc2: TP_OVERLAP_OFF_MTP), so the MTP layers "
     "run their TP collectives without userbuffers whatever the setting (the decoder layers, built before, keep them); "
-    "the embedding and output layer's own TP collectives (the decoder's too), the tied embedding's all-reduce over "
-    "the first and last stages, the roll of the tokens over CP and mtp_use_repeated_layer are not counted")
+    "the embedding and output layer's own TP collectives (the decoder's too), the roll of the tokens over CP and "
+    "mtp_use_repeated_layer are not counted (the embedding copies' gradient all-reduce is: budget/embgrad.py)")

@@ -214,6 +214,7 @@ class Release:
     megatron_core: str
     transformer_engine: str  # the Transformer Engine version paired with it in our pinned venv
     expert_tp_one_with_ep: bool  # an unset expert TP size becomes 1 with EP > 1 (else Megatron-Core makes it TP)
+    embedding_ranks: str  # the word-embedding group's pipeline ranks (first_last, first_tied_last_mtp: budget/embgrad.py)
     eval_dp_name: str  # how validate()'s batch-size message names the data-parallel size
     data_version: str  # whose generated data (field names) stands for this release
     rules_of: str  # the release whose rules answer for this one: itself, or for a newer release our newest
@@ -334,6 +335,7 @@ def _release(version: str, r: dict, rules_of: str, changed: dict | None = None) 
         transformer_engine=r.get("transformer_engine") or of["transformer_engine"],
         transformer_engine_lock=r.get("transformer_engine_lock") or of.get("transformer_engine_lock"),
         expert_tp_one_with_ep=bool(r["expert_tp_one_with_ep"]),
+        embedding_ranks=r["embedding_ranks"],
         eval_dp_name=r["eval_dp_name"],
         data_version=r.get("data_of") or rules_of,
         rules_of=rules_of,

@@ -120,7 +120,8 @@ def _buckets_agree(theirs, mine, shared: set, expert: bool, bucket: int, tied: b
     layout = DistributedOptimizer._compute_per_buffer_param_layout(tensors, bucket, 4,
                                                                    DistributedDataParallelConfig(use_distributed_optimizer=True))
     lay = SimpleNamespace(ddp={}, quantized=None)
-    groups = budget_dp._bucket_groups(lay, [p for p in mine if p[2] == expert], bucket, True, 4, tied, lambda name: False)
+    groups = budget_dp._bucket_groups(lay, [p for p in mine if p[2] == expert], bucket, True, 4,
+                                      "embedding.word_embeddings.weight" if tied else None, lambda name: False)
     assert [n for g in groups for n, _ in g] == [e - s for s, e in layout.bucket_indices]
     return len(groups)
 
