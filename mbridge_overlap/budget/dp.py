@@ -61,7 +61,7 @@ def _buffers(lay, shape, system, layers, rank, mtp) -> list:
         nums = stage_numbers(lay, shape.num_layers, rank)
         last = rank == lay.pp - 1
         params = shapes.stage_params(shape, lay.tp, lay.ep, len(nums), first=False, last=last, numbers=nums, etp=lay.etp,
-                                     mtp=mtp)
+                                     mtp=mtp, final_norm=shapes.final_norm_here(shape, last, nums))
         layers = len(nums)
         alone = shared_copy(shape, last, mtp)
     else:

@@ -374,15 +374,17 @@ def logits_flops(shape: Shape, tokens: int, tp: int, cp: int) -> float:
 
 
 def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last: bool,
-                 numbers=None, etp: int | None = None, mtp: int | None = None) -> list[tuple[str, int, bool]]:
+                 numbers=None, etp: int | None = None, mtp: int | None = None,
+                 final_norm: bool | None = None) -> list[tuple[str, int, bool]]:
     """(name, elements, expert) of each parameter of a pipeline stage on one rank, in registration order (Megatron-Core's
     GPT model with Transformer Engine's layer spec): embedding, then per layer the projection, QKV (with its fused
     norm), MLP (fc1 with its fused norm, fc2; a MoE layer's norm, router, experts, then its shared expert), then the
     final norm, the MTP block's layers (mtp_params) and the output layer. numbers: the global number of each of the
     stage's layers (default 0 to layers - 1), which moe_layer_freq makes MoE or dense. mtp: the MTP layers the stage
     holds (default: all of them on the last stage, none elsewhere, as Megatron-Core places them without a layout); a
-    stage holding them builds the embedding too (GPTModel: pre_process or mtp_process). An expert's weights are split
-    across expert TP (etp, default TP) and
+    stage holding them builds the embedding too (GPTModel: pre_process or mtp_process). final_norm: whether the stage
+    builds the decoder's final norm (default: the last stage; with MTP layers the stage of the last decoder layer:
+    final_norm_here). An expert's weights are split across expert TP (etp, default TP) and
     are expert-parallel (reduced over the expert-DP group, in DistributedDataParallel's expert buffers) where EP > 1
     or expert TP differs from TP; otherwise Megatron-Core's layers set allreduce on them as on any dense weight
     (tensor_parallel/layers.py and extensions/transformer_engine.py: use_expert_pgs) and they share the dense buffer. The vocabulary is split across
@@ -399,12 +401,21 @@ def stage_params(shape: Shape, tp: int, ep: int, layers: int, first: bool, last:
     numbers = range(layers) if numbers is None else numbers
     for i, number in zip(range(layers), numbers):
         out += layer_params(shape, tp, ep, etp, f"decoder.layers.{i}.", shape.is_moe_layer(number))
-    if last:
+    if last if final_norm is None else final_norm:
         out.append(("decoder.final_layernorm.weight", h, False))
     out += mtp_params(shape, tp, ep, etp, mtp)
     if last and not (first and shape.share_embeddings_and_output_weights):
         out.append(("output_layer.weight", vocab * h, False))
     return out
+
+
+def final_norm_here(shape: Shape, last: bool, numbers) -> bool:
+    """Whether a stage builds the decoder's final norm (TransformerBlock.has_final_layernorm_in_this_stage): the last
+    stage's without MTP layers; with them the stage holding the model's last decoder layer (a layout can put the MTP
+    layers and that layer on a rank before the loss's)."""
+    if not shape.mtp_num_layers:
+        return last
+    return bool(numbers) and list(numbers)[-1] == shape.num_layers - 1
 
 
 def mtp_params(shape: Shape, tp: int, ep: int, etp: int, layers: int) -> list[tuple[str, int, bool]]:
