@@ -551,16 +551,27 @@ _NO_KEY = object()
 
 
 def _string_keys(mapping: dict, where, what: str) -> None:
-    """Every key of `mapping`, and of every mapping inside it, is a string (a YAML `null:` or `1:` key is not a name)."""
-    todo = [(mapping, what)]
+    """Every key of `mapping`, and of every mapping inside it, is a string (a YAML `null:` or `1:` key is not a name).
+    A mapping given in Python is a tree: one nested more than MAX_DEPTH deep, as a file may not be, or that holds
+    itself (a cycle, which no YAML file builds and OmegaConf refuses) is one line (fuzzW W2-1: the walk never ended).
+    A mapping reached twice by other paths (shared, not a cycle) is walked once."""
+    todo, done = [(mapping, what, ())], set()
     while todo:
-        current, path = todo.pop()
+        current, path, above = todo.pop()
+        if id(current) in above:
+            raise UsageError(f"{where}: {path}: refers to a mapping that holds it (a cycle); a config is a tree")
+        if id(current) in done:
+            continue
+        done.add(id(current))
+        if len(above) >= MAX_DEPTH:
+            raise UsageError(f"{where}: {path}: nested more than {MAX_DEPTH} levels deep")
         bad = next((k for k in current if not isinstance(k, str)), _NO_KEY)
         if bad is not _NO_KEY:
             raise UsageError(f"{where}: {path}: key {shown(bad)} ({type(bad).__name__}) is not a name; config keys are strings")
         for key, value in current.items():
             inner = value if isinstance(value, list) else [value]
-            todo += [(v, key if path == "the top level" else f"{path}.{key}") for v in inner if isinstance(v, Mapping)]
+            todo += [(v, key if path == "the top level" else f"{path}.{key}", (*above, id(current)))
+                     for v in inner if isinstance(v, Mapping)]
 
 
 # --- writing ---------------------------------------------------------------------------------------------------

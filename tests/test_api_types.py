@@ -135,3 +135,30 @@ def test_an_iterable_of_paths_or_ranks_is_taken_as_its_list(tmp_path):
         api.diagnose(x for x in [5])
     with pytest.raises(UsageError, match="ranks"):
         api.trace([str(tmp_path)], ranks=(r for r in ["a"]))
+
+
+def test_a_config_mapping_that_holds_itself_is_one_line():
+    """fuzzW W2-1: a cycle in a config given in Python never returned (the key walk pushed it forever); a chain deeper
+    than a file may nest is refused as a file's is; a mapping shared by two keys (no cycle) is walked once."""
+    looped = {}
+    looped["model"] = looped
+    for call in (lambda: api.lint(looped, gpus=8), lambda: api.resolve(config=looped, gpus=8),
+                 lambda: api.diff(looped, recipe=R), lambda: api.trace("/nonexistent", config=looped)):
+        with pytest.raises(UsageError, match=re.escape("<mapping>: model: refers to a mapping that holds it (a cycle)")):
+            call()
+    inner = {}
+    inner["x"] = [inner]
+    with pytest.raises(UsageError, match=re.escape("<mapping>: model.x: refers to a mapping that holds it (a cycle)")):
+        api.lint({"model": inner}, gpus=8)
+    deep = {}
+    cur = deep
+    for _ in range(10_000):
+        cur["model"] = cur = {}
+    with pytest.raises(UsageError, match="nested more than 64 levels deep") as raised:
+        api.lint(deep, gpus=8)
+    assert len(str(raised.value)) < 1000
+    shared = {}
+    for _ in range(60):  # 2**60 paths, 60 mappings
+        shared = {"a": shared, "b": shared}
+    with pytest.raises(UsageError, match=re.escape("'dataset.a' is not in Megatron-Bridge's config")):
+        api.lint({"dataset": shared}, gpus=8)
