@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib
 import io
+import itertools
 import os
 from collections.abc import Iterable, Mapping
 
@@ -24,6 +25,10 @@ from .errors import UsageError
 
 KEYWORDS_OF = {"machine_facts": "run.machine:describe"}  # a mapping given as the keywords of another function
 _MAPPINGS = ("Mapping", "dict", "MutableMapping")
+# The most items a list argument holds (ranks, logs, trace paths): a world size's bound (safeio.MAX_GPUS; a rank is
+# below it, and a log or trace file is one rank's). An iterable is read up to one past it, then refused (fuzzW W2-2:
+# range(3*10**7) took 21 s and 1.2 GB, itertools.count() every byte of memory).
+MAX_ITEMS = 1 << 20
 _SEQUENCES = {"Sequence": (list, tuple), "list": (list, tuple), "tuple": (list, tuple),
               "Iterable": (list, tuple, set, frozenset)}
 
@@ -100,13 +105,16 @@ def _split(text: str, sep: str) -> list[str]:
 
 def _listed(spec: tuple, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """An iterable given where a sequence is taken (a generator such as Path.glob's, a range, a set, dict keys) as a
-    list: checked, then passed on (a generator read by the check would reach the function empty; recheck62 AI1)."""
+    list: checked, then passed on (a generator read by the check would reach the function empty; recheck62 AI1). It
+    is read up to MAX_ITEMS + 1 items: one more is refused, unread further (an endless generator too)."""
     params, positional = spec[0], spec[1]
 
     def listed(name, value):
         if (any(n in _SEQUENCES for n, _ in params.get(name, ())) and isinstance(value, Iterable)
                 and not isinstance(value, (str, bytes, bytearray, Mapping, list, tuple, io.IOBase))):
-            return list(value)
+            items = list(itertools.islice(value, MAX_ITEMS + 1))
+            _not_too_many(name, items)
+            return items
         return value
 
     return (tuple(listed(n, v) for n, v in zip(positional, args)) + args[len(positional):],
@@ -141,13 +149,19 @@ def _value(where, value, alternatives: tuple) -> None:
                 for k, v in value.items():
                     _value(lambda k=k: f"{_said(where)}: key {_shown(k)}", k, args[0])
                     _value(lambda k=k: f"{_said(where)}[{_shown(k)}]", v, args[1])
-            elif args and name in _SEQUENCES:
-                for i, item in enumerate(value):
+            elif name in _SEQUENCES:
+                _not_too_many(where, value)
+                for i, item in enumerate(value if args else ()):
                     _value(lambda i=i: f"{_said(where)}[{i}]", item, args[0])
             if where in KEYWORDS_OF and isinstance(value, Mapping):
                 _keywords(where, value)
             return
     raise UsageError(f"{_said(where)}: expected {_expected(alternatives)}, got {_shown(value)} ({type(value).__name__})")
+
+
+def _not_too_many(where, items) -> None:
+    if len(items) > MAX_ITEMS:
+        raise UsageError(f"{_said(where)}: more than {MAX_ITEMS:,} items (a world size's bound); give the ones meant")
 
 
 def _said(where) -> str:

@@ -162,3 +162,28 @@ def test_a_config_mapping_that_holds_itself_is_one_line():
         shared = {"a": shared, "b": shared}
     with pytest.raises(UsageError, match=re.escape("'dataset.a' is not in Megatron-Bridge's config")):
         api.lint({"dataset": shared}, gpus=8)
+
+
+def test_an_iterable_is_read_up_to_its_bound_then_refused():
+    """fuzzW W2-2: an iterable where a list is taken was read whole before any check: range(3*10**7) took 21 s and
+    1.2 GB, itertools.count() all the memory. It is read to one item past a world size's bound, then refused; a list
+    longer than the bound is refused too; the bound itself is taken."""
+    import itertools
+    import resource
+    import time
+
+    from mbridge_overlap import keywords, safeio
+
+    assert keywords.MAX_ITEMS == safeio.MAX_GPUS
+    start, rss = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for call in (lambda: api.compare_traces("/nonexistent-a", "/nonexistent-b", ranks=itertools.count()),
+                 lambda: api.trace("/nonexistent", ranks=range(30_000_000)),
+                 lambda: api.trace("/nonexistent", ranks=[0] * (keywords.MAX_ITEMS + 1)),
+                 lambda: api.diagnose(itertools.repeat("/dev/null"))):
+        with pytest.raises(UsageError, match=re.escape("more than 1,048,576 items")) as raised:
+            call()
+        assert str(raised.value).split(":")[0] in ("ranks", "logs")
+    assert time.monotonic() - start < 20
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 400_000  # KB: under 400 MB more
+    with pytest.raises(UsageError, match="no such file or directory"):
+        api.trace("/nonexistent", ranks=range(keywords.MAX_ITEMS))
