@@ -20,8 +20,8 @@ if TYPE_CHECKING:  # annotations only: importing typing costs a cold start about
     from typing import Any, Sequence
 
 # Where each verb's **inputs go, for the check of every call's arguments (keywords.checked): scenario.build's keywords,
-# less those only the verbs pass (the model family, diff's side, plan's preset shape)
-SCENARIO = ("run.scenario:build", "family", "side", "shape")
+# less those only the verbs pass (the model family, diff's side, plan's preset shape, a recipe's catalog entry)
+SCENARIO = ("run.scenario:build", "family", "side", "shape", "catalog_entry")
 
 
 @checked(SCENARIO)

@@ -100,17 +100,18 @@ def _section_made(entry, rc, overrides) -> list[str]:
             "hydra writes ++comm_overlap={...}), which also sets the DP knobs explain COMM_OVERLAP_ABSENT lists"]
 
 
-def build(*, recipe: str | dict | None = None, config: str | os.PathLike | Mapping | runconfig.RunConfig | None = None,
+def build(*, recipe: str | None = None, config: str | os.PathLike | Mapping | runconfig.RunConfig | None = None,
           overrides: Mapping[str, Any] | None = None, gpus: int | None = None, gpu: str | None = None, te: bool = True,
           bridge_version: str | None = None, launcher_env: Mapping[str, str] | None = None, task: str | None = None,
           family: str | None = None, machine_facts: Mapping[str, Any] | None = None,
-          shape: Mapping | None = None, side: str | None = None) -> Scenario:
-    """The scenario of a question. recipe: a recipe reference (or its catalog entry); config: a run config path, a
+          shape: Mapping | None = None, side: str | None = None, catalog_entry: dict | None = None) -> Scenario:
+    """The scenario of a question. recipe: a recipe reference (catalog_entry: its catalog entry, passed within the
+    package, never by the API: fuzzW W2-3, a mapping given as the recipe passed the API's check); config: a run config path, a
     RunConfig or a ConfigContainer-shaped mapping; machine_facts: machine.describe's keywords (nvlink_domain, ...);
     shape: the model's hidden_size, seq_length and micro_batch_size where the config does not give them; side: which
     of diff's two scenarios this is ("before", "after"), for messages that name its flags."""
     release = releases.get(bridge_version)
-    entry = _recipe(recipe, release)
+    entry = catalog.require_built(catalog_entry) if catalog_entry is not None else _recipe(recipe, release)
     rc = _config(config)
     notes = _written_by_another_release(rc, release, bridge_version)
     assumed: dict = {}
@@ -265,8 +266,8 @@ def _pick(assumed: dict, name: str, given, from_recipe, recipe_says: str, defaul
 
 
 def _recipe(recipe, release) -> dict | None:
-    if recipe is None or isinstance(recipe, dict):
-        return catalog.require_built(recipe) if recipe else None
+    if recipe is None:
+        return None
     if not isinstance(releases.given("--recipe", recipe), str):
         raise UsageError(f"--recipe: expected a recipe function name, got {shown(recipe)}")
     return catalog.require_built(catalog.lookup(recipe, catalog.release_of(release)))

@@ -154,7 +154,7 @@ def make_plan(
     if entry is None and model is not None:  # the model --model names: its family (launcher)
         family = _family_of(model, family, release)
     shape_given = dict(hidden_size=hidden_size, seq_length=seq_length, micro_batch_size=micro_batch_size)
-    start = scenario.build(recipe=entry, family=family, shape=shape_given, overrides=given, **inputs)
+    start = scenario.build(catalog_entry=entry, family=family, shape=shape_given, overrides=given, **inputs)
     given = _typed_given(start.request, given)
     scenario.with_model(start, model, shape)
     base = _recipe_layout(entry)
