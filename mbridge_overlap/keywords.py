@@ -6,10 +6,12 @@ naming the argument and what it takes, never a TypeError or AttributeError from 
 **kwargs go to (a target: ("module:function" of this package, the keywords of it the API does not take)), with their
 annotations, and checks every call against them. An annotation is read as its text (`from __future__ import
 annotations`): alternatives joined by |, each one of
-    None  bool  int (not a bool)  float  str  os.PathLike (a str or a path object)  BinaryIO (a stream of bytes)
+    None  bool  int (not a bool)  float  str  os.PathLike (a str, or a path object whose __fspath__() gives a str)
+    BinaryIO (a stream of bytes)
     Mapping[K, V], dict[K, V] (each key and value checked)  Sequence[T], list[T], tuple[T, ...], Iterable[T]
     Any, or no annotation (anything)  another name: an object of that class
-A mapping that holds another function's keywords (KEYWORDS_OF) is checked against that function's signature.
+A mapping that holds another function's keywords (KEYWORDS_OF) is checked against that function's signature. No text
+or path holds a NUL byte; a list holds at most MAX_ITEMS items (an iterable is read no further).
 """
 
 from __future__ import annotations
@@ -145,6 +147,8 @@ def _value(where, value, alternatives: tuple) -> None:
     """where: the argument's name, or a function giving the item's (spelled only for a message)."""
     for name, args in alternatives:
         if _fits(value, name):
+            if name in ("str", "PathLike"):
+                _text(where, value, any(n == "PathLike" for n, _ in alternatives))
             if args and name in _MAPPINGS:
                 for k, v in value.items():
                     _value(lambda k=k: f"{_said(where)}: key {_shown(k)}", k, args[0])
@@ -157,6 +161,23 @@ def _value(where, value, alternatives: tuple) -> None:
                 _keywords(where, value)
             return
     raise UsageError(f"{_said(where)}: expected {_expected(alternatives)}, got {_shown(value)} ({type(value).__name__})")
+
+
+def _text(where, value, path: bool) -> None:
+    """A path object's __fspath__() gives a text (not bytes, an int, or its own error), and no text holds a NUL byte:
+    no path, name or command-line word can (fuzzW W2-4: TypeError and 'embedded null byte' tracebacks)."""
+    what, cls = ("a path" if path else "a text"), type(value).__name__
+    if not isinstance(value, str):
+        try:
+            value = os.fspath(value)
+        except Exception as exc:  # the object's own __fspath__ raised, or gave neither str nor bytes
+            raise UsageError(f"{_said(where)}: {cls}.__fspath__() failed: {_shown(str(exc))}") from None
+        if not isinstance(value, str):
+            raise UsageError(f"{_said(where)}: {cls}.__fspath__() gave {_shown(value)} ({type(value).__name__}), "
+                             f"not {what} (str)")
+    if "\x00" in value:
+        raise UsageError(f"{_said(where)}: {what} with a NUL byte ({_shown(value)}); no file name, name or "
+                         "command-line word holds one")
 
 
 def _not_too_many(where, items) -> None:

@@ -14,6 +14,23 @@ from mbridge_overlap import api
 from mbridge_overlap.errors import UsageError
 
 R = "llama3_8b_pretrain_config"
+
+
+class _IntPath:  # fuzzW W2-4: os.PathLike by its __fspath__ alone, whatever that gives
+    def __fspath__(self):
+        return 5
+
+
+class _RaisingPath:
+    def __fspath__(self):
+        raise RuntimeError("boom")
+
+
+class _BytesPath:
+    def __fspath__(self):
+        return b"/tmp/x.yaml"
+
+
 MLA = "megatron.bridge.models.mla_provider.MLAModelProvider"
 
 # (function, positional arguments, keywords, what the one line says, as written)
@@ -61,6 +78,18 @@ CASES = [
     ("lint", (), {"recipe": {"x": 1}}, "recipe: expected a text (str) or None, got {'x': 1} (dict)"),
     ("lint", (), {"recipe": R, "te": "false"}, "te: expected True or False"),
     ("diff", (), {"before": 5, "after": 6}, "before: expected a path"),
+    ("diff", (_IntPath(), _IntPath()), {}, "before: _IntPath.__fspath__() failed: 'expected _IntPath.__fspath__() to return"),
+    ("lint", (_IntPath(),), {}, "config: _IntPath.__fspath__() failed:"),
+    ("lint", (_RaisingPath(),), {}, "config: _RaisingPath.__fspath__() failed: 'boom'"),
+    ("lint", (_BytesPath(),), {}, "config: _BytesPath.__fspath__() gave b'/tmp/x.yaml' (bytes), not a path (str)"),
+    ("lint", ("/tmp/a\x00b.yaml",), {}, "config: a path with a NUL byte ('/tmp/a\\x00b.yaml')"),
+    ("diagnose", (_IntPath(),), {}, "logs: _IntPath.__fspath__() failed"),
+    ("diagnose", ([_IntPath()],), {}, "logs[0]: _IntPath.__fspath__() failed"),
+    ("diagnose", ("/tmp/a\x00b",), {}, "logs: a path with a NUL byte"),
+    ("diagnose", (["/dev/null", "/tmp/a\x00b"],), {}, "logs[1]: a path with a NUL byte"),
+    ("anchors", ("/tmp/a\x00b",), {}, "mbridge_src: a text with a NUL byte"),
+    ("check_manifest", (_IntPath(),), {}, "path: _IntPath.__fspath__() failed"),
+    ("trace", ("/tmp/a\x00b",), {}, "paths: a path with a NUL byte"),
     ("diff", (), {"recipe": R, "gpus_before": "8", "gpus_after": 16}, "gpus_before: expected a whole number"),
     ("diff", (), {"recipe": R, "config": "x.yaml"}, "diff: unknown keyword 'config'"),
     ("diagnose", (5,), {}, "logs: expected a path (str or os.PathLike) or a list of them, got 5 (int)"),
