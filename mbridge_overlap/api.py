@@ -97,10 +97,12 @@ def diff(before: str | os.PathLike | Mapping | None = None, after: str | os.Path
 
     if before is None and recipe is None and recipe_before is None:
         raise UsageError("diff: give BEFORE and AFTER run configs, or --recipe (or --recipe-before/--recipe-after)")
-    before_sc = scenario.build(config=before, recipe=recipe_before or recipe, gpus=gpus_before or gpus, overrides=before_overrides,
+    # a side's own recipe and count where given: 0 or '' is a value (refused as such), not "not given" (fuzzW W2-5)
+    before_sc = scenario.build(config=before, recipe=recipe if recipe_before is None else recipe_before,
+                               gpus=gpus if gpus_before is None else gpus_before, overrides=before_overrides,
                                side="before", **inputs)
     after_config = after if after is not None else (before if recipe_after is None and recipe is None else None)
-    after_sc = scenario.build(config=after_config, recipe=recipe_after or recipe, gpus=gpus_after or gpus,
+    after_sc = scenario.build(config=after_config, recipe=recipe if recipe_after is None else recipe_after, gpus=gpus if gpus_after is None else gpus_after,
                               overrides={**dict(before_overrides or {}), **dict(overrides or {})}, side="after", **inputs)
     return run_diff(scenario.with_model(before_sc, model, shape), scenario.with_model(after_sc, model, shape), model=model, shape=shape)
 

@@ -92,6 +92,10 @@ CASES = [
     ("trace", ("/tmp/a\x00b",), {}, "paths: a path with a NUL byte"),
     ("diff", (), {"recipe": R, "gpus_before": "8", "gpus_after": 16}, "gpus_before: expected a whole number"),
     ("diff", (), {"recipe": R, "config": "x.yaml"}, "diff: unknown keyword 'config'"),
+    # fuzzW W2-5: a side's 0 was "not given" (gpus_before=0 ran the recipe at its own count), though -1 was refused
+    ("diff", (), {"recipe": R, "gpus_before": 0, "gpus_after": 16}, "--gpus-before: must be a positive integer, got 0"),
+    ("diff", (), {"recipe": R, "gpus": 8, "gpus_after": 0}, "--gpus-after: must be a positive integer, got 0"),
+    ("diff", (), {"recipe": R, "recipe_before": ""}, "--recipe: empty"),
     ("diagnose", (5,), {}, "logs: expected a path (str or os.PathLike) or a list of them, got 5 (int)"),
     ("diagnose", ([5],), {}, "logs[0]: expected a path (str or os.PathLike), got 5 (int)"),
     ("diagnose", (b"run.log",), {}, "logs: expected a path"),
