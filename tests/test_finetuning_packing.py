@@ -2,6 +2,7 @@
 saved run config's dataset class decides fine-tuning as the recipe catalog's record does, and offline_packing_specs
 counts as set or not (null from the command line is not set), with no fix made moot by another fix of the answer."""
 
+import pytest
 import yaml
 from conftest import ROOT
 
@@ -73,3 +74,69 @@ def test_a_fix_the_other_fixes_make_moot_is_not_added_to_them():
     (ub,) = [f for f in r.findings if f.id == "UB_VARIABLE_TOKEN_COUNT"]
     assert ub.fix_overrides == {"dataset.enable_in_batch_packing": False} and "clears it too" in ub.fix
     assert r.to_dict()["all_fixes"]["overrides"] == {"dataset.enable_in_batch_packing": False}
+
+
+# fuzzW W2-6: validate() reads offline_packing_specs as set unless it is None (training/config.py:1152-1163), then reads
+# its .pad_cu_seqlens. What Bridge 0.6.2 answered for each value on llama3_8b_sft_config (a YAML file, then command-line
+# words, through process_config_with_overrides, then runtime_config_update; tests/bridge/ holds this to it):
+MUST_BE_TRUE = "enable_offline_packing must be True when offline_packing_specs is set."
+MUST_BE_SET = "offline_packing_specs must be set when enable_offline_packing=True."
+NO_ATTRIBUTE = "AttributeError: '{}' object has no attribute 'pad_cu_seqlens'"
+YAML_VALUES = [("null", None, None), ("~", None, None), ("'null'", MUST_BE_TRUE, "str"), ("none", MUST_BE_TRUE, "str"),
+               ("false", MUST_BE_TRUE, "bool"), ("0", MUST_BE_TRUE, "int"), ("''", MUST_BE_TRUE, "str"),
+               ("'x'", MUST_BE_TRUE, "str")]
+WORDS = [("null", None, None), ("'null'", MUST_BE_TRUE, "str"), ("none", MUST_BE_TRUE, "str"), ("false", MUST_BE_TRUE, "bool"),
+         ("0", MUST_BE_TRUE, "int"), ("x", MUST_BE_TRUE, "str")]
+
+
+def _packing(r):
+    return [f for f in r.findings if f.id == "DATASET_PACKING_REJECTED"]
+
+
+def _expected(enable: bool, refused, kind):
+    if not enable:
+        return refused
+    return MUST_BE_SET if kind is None and refused is None else NO_ATTRIBUTE.format(kind)
+
+
+@pytest.mark.parametrize("enable", [False, True])
+@pytest.mark.parametrize("text, refused, kind", YAML_VALUES)
+def test_specs_in_a_config_file_are_set_unless_yaml_reads_null(tmp_path, enable, text, refused, kind):
+    path = tmp_path / "over.yaml"
+    path.write_text(f"dataset:\n  enable_offline_packing: {str(enable).lower()}\n  offline_packing_specs: {text}\n")
+    r = api.resolve(config=str(path), recipe=SFT_RECIPE)
+    want = _expected(enable, refused, kind)
+    if want is None:
+        assert not _packing(r)
+        return
+    (f,) = _packing(r)
+    assert want in f.message
+    fixed = api.resolve(f.fix_overrides, config=str(path), recipe=SFT_RECIPE)
+    assert not fixed.state.rejections, (f.fix_overrides, [x.message for x in fixed.state.rejections])
+    if want != MUST_BE_SET:  # a value that is no specs: null unsets it (enable_offline_packing=true fails on it)
+        assert f.fix_overrides.get("dataset.offline_packing_specs", "kept") is None
+
+
+@pytest.mark.parametrize("enable", [False, True])
+@pytest.mark.parametrize("word, refused, kind", WORDS)
+def test_specs_on_the_command_line_are_set_unless_hydra_reads_null(enable, word, refused, kind):
+    over = {"dataset.enable_offline_packing": str(enable).lower(), "dataset.offline_packing_specs": word}
+    r = api.resolve(over, recipe=SFT_RECIPE)
+    want = _expected(enable, refused, kind)
+    if want is None:
+        assert not _packing(r)
+        return
+    (f,) = _packing(r)
+    assert want in f.message
+    assert not api.resolve({**over, **f.fix_overrides}, recipe=SFT_RECIPE).state.rejections
+
+
+def test_typed_specs_from_python_are_set_unless_none():
+    for value, kind in ((False, "bool"), (0, "int"), ("", None), ([1], "list")):
+        if kind is None:
+            with pytest.raises(Exception, match="an empty value"):
+                api.resolve({"dataset.offline_packing_specs": value}, recipe=SFT_RECIPE)
+            continue
+        (f,) = _packing(api.resolve({"dataset.offline_packing_specs": value}, recipe=SFT_RECIPE))
+        assert NO_ATTRIBUTE.format(kind) in f.message
+    assert not _packing(api.resolve({"dataset.offline_packing_specs": {"packed_sequence_size": 4096}}, recipe=SFT_RECIPE))

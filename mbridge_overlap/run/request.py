@@ -419,8 +419,7 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
         provider, known = model_provider(req.release.version, req.recipe, req.model_target)
         provider = None if provider == "GPTModelProvider" else provider
     if name in known and key in schema.SET_OR_NOT:  # only whether it is None counts, as the catalog records it
-        _not_blank(key, value)
-        req.context[key] = not is_null(value) and value is not False  # (a config's mapping, Hydra's null: evalAA AA-2)
+        _set_or_not(req, key, value)
         return
     if name in known:
         if req.origin.get(key) != "config":
@@ -440,6 +439,21 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
         + ("" if key.isascii() else " (it holds non-ASCII characters)")
         + (f"; did you mean '{section}.{hint}'?" if hint else "")
     )
+
+
+def _set_or_not(req: Request, key: str, value: Any) -> None:
+    """A field validate() reads as set unless it is None (offline_packing_specs, training/config.py: `is None`): a config
+    file's value as YAML loaded it (null and ~ are None; false, 0, '' and the text 'null' are set), a command-line word
+    as Hydra reads it (null is its only null: none is the text 'none'), a typed value as given (fuzzW W2-6: false and
+    the texts null/none were read as unset). A set value Bridge then reads as specs (.pad_cu_seqlens) that is a scalar
+    or a list, not specs (a mapping, or an object), is kept by its type name: validate() raises AttributeError on it."""
+    config = req.origin.get(key) == "config"
+    if not config:
+        _not_blank(key, value)
+    read = hydra.value_of(key, value) if isinstance(value, str) and not config else value
+    req.context[key] = read is not None  # (a config's mapping, Hydra's null: evalAA AA-2)
+    scalar = isinstance(read, (str, int, float, bool, list, tuple))
+    req.context[f"{key}.not_specs"] = type(read).__name__ if scalar else None
 
 
 def build(release: Release, overrides: Mapping[str, Any] | None = None, config: Mapping | None = None, strict: bool = True,

@@ -560,7 +560,8 @@ def validate_packing(state: State) -> None:
     with its specs (the recipe catalog records whether a recipe sets them). A step-time rule about packed
     micro-batches would otherwise speak of a config Bridge refuses at the start (evalI D2)."""
     offline, in_batch = state.dataset.get("enable_offline_packing"), state.dataset.get("enable_in_batch_packing")
-    specs = state.request.context.get("dataset.offline_packing_specs") is True  # (schema.SET_OR_NOT)
+    specs = state.request.context.get("dataset.offline_packing_specs") is True  # (schema.SET_OR_NOT: not None)
+    not_specs = state.request.context.get("dataset.offline_packing_specs.not_specs")  # a set value that is no specs
     where = "ConfigContainer.validate"
     if offline and in_batch:
         _reject(state, "DATASET_PACKING_REJECTED", "enable_offline_packing and enable_in_batch_packing are mutually exclusive.", where)
@@ -568,6 +569,8 @@ def validate_packing(state: State) -> None:
         _reject(state, "DATASET_PACKING_REJECTED", "offline_packing_specs must be set when enable_offline_packing=True.", where)
     elif specs and not offline:
         _reject(state, "DATASET_PACKING_REJECTED", "enable_offline_packing must be True when offline_packing_specs is set.", where)
+    elif specs and not_specs:  # validate() reads offline_packing_specs.pad_cu_seqlens next (fuzzW W2-6)
+        _reject(state, "DATASET_PACKING_REJECTED", f"AttributeError: '{not_specs}' object has no attribute 'pad_cu_seqlens'", where)
 
 
 def validate_seq_length(state: State) -> None:

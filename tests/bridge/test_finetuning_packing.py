@@ -91,3 +91,62 @@ def test_null_packing_specs_are_read_as_validate_reads_them(built, over, refused
     assert f.fix_overrides and _real(built, SFT, {**over, **f.fix_overrides}) is None
     every = mine.to_dict()["all_fixes"]["overrides"]
     assert _real(built, SFT, {**over, **every}) is None
+
+
+# fuzzW W2-6: offline_packing_specs is set wherever it is not None, as validate() reads it; held to Bridge's own load
+# path (process_config_with_overrides: a YAML file OmegaConf loads, then Hydra's words) and its validate()
+YAML_VALUES = ["null", "~", "'null'", "none", "false", "0", "''", "'x'"]
+WORDS = ["null", "'null'", "none", "false", "0", "x"]
+
+
+def _through_bridge(built, path=None, words=()) -> str | None:
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    cfg = copy.deepcopy(built[SFT][1])
+    process_config_with_overrides(cfg, str(path) if path else None, list(words))
+    return recipes.runtime(cfg, 64, "h100")[0]
+
+
+def _skill_packing(mine):
+    return [r for r in mine.state.rejections if r.id == "DATASET_PACKING_REJECTED"]
+
+
+@pytest.mark.parametrize("enable", ["false", "true"])
+@pytest.mark.parametrize("text", YAML_VALUES)
+def test_specs_in_a_yaml_file_are_read_as_bridge_loads_them(built, tmp_path, enable, text):
+    if not hasattr(built[SFT][1].dataset, "offline_packing_specs"):
+        pytest.skip("this release has no offline packing specs (0.6 on)")
+    path = tmp_path / "over.yaml"
+    path.write_text(f"dataset:\n  enable_offline_packing: {enable}\n  offline_packing_specs: {text}\n")
+    error = _through_bridge(built, path)
+    ref = f"{built[SFT][0]['package']}.{built[SFT][0]['name']}"
+    mine = api.resolve(config=str(path), recipe=ref, gpus=64, gpu="h100", bridge_version=adapter.bridge_version())
+    packing = _skill_packing(mine)
+    if error is None or "packing" not in error and "pad_cu_seqlens" not in error:
+        assert not packing, (text, error, [r.message for r in packing])
+        return
+    (r,) = packing
+    assert r.message in error, (r.message, error)
+    (f,) = [f for f in mine.findings if f.id == "DATASET_PACKING_REJECTED"]
+    words = [f"{k}={'null' if v is None else str(v).lower()}" for k, v in f.fix_overrides.items()]
+    assert _through_bridge(built, path, words) is None, (words, text)
+
+
+@pytest.mark.parametrize("enable", ["false", "true"])
+@pytest.mark.parametrize("word", WORDS)
+def test_specs_as_command_line_words_are_read_as_hydra_reads_them(built, enable, word):
+    if not hasattr(built[SFT][1].dataset, "offline_packing_specs"):
+        pytest.skip("this release has no offline packing specs (0.6 on)")
+    words = {"dataset.enable_offline_packing": enable, "dataset.offline_packing_specs": word}
+    error = _through_bridge(built, None, [f"{k}={v}" for k, v in words.items()])
+    ref = f"{built[SFT][0]['package']}.{built[SFT][0]['name']}"
+    mine = api.resolve(words, recipe=ref, gpus=64, gpu="h100", bridge_version=adapter.bridge_version())
+    packing = _skill_packing(mine)
+    if error is None:
+        assert not packing, (word, [r.message for r in packing])
+        return
+    (r,) = packing
+    assert r.message in error, (r.message, error)
+    (f,) = [f for f in mine.findings if f.id == "DATASET_PACKING_REJECTED"]
+    fixed = {**words, **{k: "null" if v is None else str(v).lower() for k, v in f.fix_overrides.items()}}
+    assert _through_bridge(built, None, [f"{k}={v}" for k, v in fixed.items()]) is None, fixed

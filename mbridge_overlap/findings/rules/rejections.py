@@ -198,11 +198,13 @@ REJECTION_FIXES = {
     "PIPELINE_LAYOUT_REJECTED": _layout,
     "SEQ_LENGTH_DATASET_MISMATCH": lambda state, r: ([{"dataset.seq_length": state.model["seq_length"]}], {}),
     # the first that holds: the in-batch packing asked over the recipe's offline one dropped, offline packing with its
-    # specs, without them (offline_packing_specs is an object: no override sets it)
+    # specs, without them; a value that is no specs (false, 0, a text: fuzzW W2-6) unset with null, the one value an
+    # override gives offline_packing_specs (an object: no override sets one)
     "DATASET_PACKING_REJECTED": lambda state, r: ([
         {"dataset.enable_in_batch_packing": False}, {"dataset.enable_offline_packing": True},
         {"dataset.enable_in_batch_packing": False, "dataset.enable_offline_packing": True},
-        {"dataset.enable_offline_packing": False}], {}),
+        {"dataset.enable_offline_packing": False}, {"dataset.offline_packing_specs": None},
+        {"dataset.enable_offline_packing": False, "dataset.offline_packing_specs": None}], {}),
 }
 
 
