@@ -546,7 +546,10 @@ def test_the_pipeline_shape_mismatch_beside_the_config():
     pp = {"model.pipeline_model_parallel_size": 2, "model.num_layers": 32}
     (fixed,) = _diagnose_text(line, overrides=pp, gpus=8)["causes"]
     assert "model.variable_seq_lengths=true" in fixed["fix"]
-    packed = _diagnose_text(line, overrides={**pp, "dataset.enable_in_batch_packing": True}, gpus=8)["causes"]
+    # in-batch packing: a field of the VLM fine-tuning dataset classes (DirectHFSFTDatasetConfig), not of the baseline's
+    # GPTDatasetConfig, whose override Bridge refuses (fuzzW W2-7)
+    packed = _diagnose_text(line, recipe="gemma3_vl_12b_sft_config", gpus=8,
+                            overrides={"model.pipeline_model_parallel_size": 2, "dataset.enable_in_batch_packing": True})["causes"]
     (exchanged,) = [c for c in packed if c["id"] == "PP_GRAD_SHAPE_MISMATCH"]
     assert "already exchange" in exchanged["fix"]  # Bridge sets variable_seq_lengths there: never offered again
 

@@ -8,6 +8,7 @@ import io
 from mbridge_overlap import api
 
 RECIPE = "llama3_8b_pretrain_config"
+PACKED = "gemma3_vl_12b_sft_config"  # a DirectHFSFTDatasetConfig: it has enable_in_batch_packing
 RECV_TIMEOUT = ("[rank3]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] [Rank 3] Watchdog caught collective operation "
                 "timeout: WorkNCCL(SeqNum=12, OpType=RECV, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=600000) ran "
                 "for 600008 milliseconds before timing out.\n")
@@ -24,9 +25,10 @@ def _resolve(overrides: dict, gpus: int):
 def test_a_pipeline_hang_that_the_config_explains_is_the_config_s_finding():
     overrides = {"model.pipeline_model_parallel_size": 4, "dataset.enable_in_batch_packing": True,
                  "comm_overlap.tp_comm_overlap": False}
-    resolved = {f.id: f for f in _resolve(overrides, 32).findings}
+    # in-batch packing is a field of DirectHFSFTDatasetConfig, not of the pretraining recipe's GPTDatasetConfig (fuzzW W2-7)
+    resolved = {f.id: f for f in api.resolve(recipe=PACKED, overrides=overrides, gpus=32).findings}
     assert "PP_VARIABLE_SEQ_LENGTHS_SHAPE_EXCHANGE" in resolved
-    d = _diagnose(RECV_TIMEOUT, recipe=RECIPE, overrides=overrides, gpus=32)
+    d = _diagnose(RECV_TIMEOUT, recipe=PACKED, overrides=overrides, gpus=32)
     (cause,) = [c for c in d["causes"] if c["evidence"]]
     assert cause["id"] == "PP_VARIABLE_SEQ_LENGTHS_SHAPE_EXCHANGE" and cause["predicted"] is True
     assert cause["fix"] == resolved[cause["id"]].fix

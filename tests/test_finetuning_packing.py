@@ -18,6 +18,8 @@ def _saved(tmp_path, dataset_class: str, cp: int = 2):
     cfg = yaml.safe_load(BASELINE.read_text())
     cfg["model"]["context_parallel_size"] = cp
     cfg["dataset"]["_target_"] = dataset_class
+    _, fields = releases.dataset_class("0.6.2", None, dataset_class)  # the fields that class has (fuzzW W2-7)
+    cfg["dataset"] = {k: v for k, v in cfg["dataset"].items() if k == "_target_" or fields is None or k in fields}
     path = tmp_path / "run_config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return str(path)
@@ -52,13 +54,10 @@ def test_a_saved_pretraining_config_with_cp_is_not_fine_tuning(tmp_path):
 
 def test_null_specs_from_the_command_line_are_no_specs():
     """AA-2: the text "null" was taken as set specs: a packing error Bridge does not raise, and a fix it rejects."""
-    over = {"dataset.enable_offline_packing": "false", "dataset.offline_packing_specs": "null",
-            "dataset.enable_in_batch_packing": "true", "train.micro_batch_size": "2"}
+    over = {"dataset.enable_offline_packing": "false", "dataset.offline_packing_specs": "null"}
     r = api.resolve(over, recipe=SFT_RECIPE)
-    ids = {f.id for f in r.findings}
-    assert "DATASET_PACKING_REJECTED" not in ids and not r.state.rejections
+    assert "DATASET_PACKING_REJECTED" not in {f.id for f in r.findings} and not r.state.rejections
     assert not any("offline_packing_specs" in f.message for f in r.findings if f.id == "UNMODELED_KEY")
-    assert "UB_VARIABLE_TOKEN_COUNT" in ids
 
 
 def test_offline_packing_without_its_specs_is_refused_and_the_fix_keeps_them_off():
@@ -68,12 +67,21 @@ def test_offline_packing_without_its_specs_is_refused_and_the_fix_keeps_them_off
     assert f.fix_overrides == {"dataset.enable_offline_packing": False}
 
 
-def test_a_fix_the_other_fixes_make_moot_is_not_added_to_them():
-    """AA-2: packing set back to offline (fixed widths) clears the variable token count: TP overlap stays on."""
-    r = api.resolve({"dataset.enable_in_batch_packing": "true"}, recipe=SFT_RECIPE)
-    (ub,) = [f for f in r.findings if f.id == "UB_VARIABLE_TOKEN_COUNT"]
-    assert ub.fix_overrides == {"dataset.enable_in_batch_packing": False} and "clears it too" in ub.fix
-    assert r.to_dict()["all_fixes"]["overrides"] == {"dataset.enable_in_batch_packing": False}
+def test_in_batch_packing_is_refused_where_the_dataset_class_lacks_it():
+    """fuzzW W2-7: GPTSFTDatasetConfig (the SFT recipe's) and GPTDatasetConfig (the baseline's) have no
+    enable_in_batch_packing: Bridge's override fails (Could not override), as it does here; DirectHFSFTDatasetConfig's
+    recipes take it (variable token counts per micro-batch: UB_VARIABLE_TOKEN_COUNT under TP overlap)."""
+    import re
+
+    from mbridge_overlap.errors import UsageError
+
+    for recipe in (SFT_RECIPE, "llama3_8b_pretrain_config"):
+        with pytest.raises(UsageError, match=re.escape("Could not override 'dataset.enable_in_batch_packing'")):
+            api.resolve({"dataset.enable_in_batch_packing": "true"}, recipe=recipe)
+    r = api.resolve({"dataset.enable_in_batch_packing": "true", "model.tensor_model_parallel_size": 2,
+                     "model.sequence_parallel": "true", "comm_overlap.tp_comm_overlap": "true"},
+                    recipe="gemma3_vl_12b_sft_config", gpus=8)
+    assert "UB_VARIABLE_TOKEN_COUNT" in {f.id for f in r.findings}
 
 
 # fuzzW W2-6: validate() reads offline_packing_specs as set unless it is None (training/config.py:1152-1163), then reads
@@ -140,3 +148,52 @@ def test_typed_specs_from_python_are_set_unless_none():
         (f,) = _packing(api.resolve({"dataset.offline_packing_specs": value}, recipe=SFT_RECIPE))
         assert NO_ATTRIBUTE.format(kind) in f.message
     assert not _packing(api.resolve({"dataset.offline_packing_specs": {"packed_sequence_size": 4096}}, recipe=SFT_RECIPE))
+
+
+# fuzzW W2-7: a dataset field is the run's dataset class's (bridge_fields.yaml dataset_classes, generated per release)
+BRIDGE_GPT = "megatron.bridge.training.config.GPTDatasetConfig"
+BRIDGE_SFT = "megatron.bridge.data.builders.gpt_sft.GPTSFTDatasetConfig"
+
+
+def test_the_release_data_has_each_dataset_class_s_own_fields():
+    for version in ("0.5.0", "0.5.1", "0.6.0", "0.6.2"):
+        cls, fields = releases.dataset_class(version)
+        assert cls == BRIDGE_GPT and "offline_packing_specs" not in fields and "enable_offline_packing" not in fields, version
+    _, sft = releases.dataset_class("0.6.2", None, BRIDGE_SFT)
+    assert {"offline_packing_specs", "enable_offline_packing"} <= sft and "enable_in_batch_packing" not in sft
+    assert releases.dataset_class("0.6.2", None, "myproj.data.MySFTDatasetConfig") == ("myproj.data.MySFTDatasetConfig", None)
+
+
+@pytest.mark.parametrize("word", ["dataset.enable_offline_packing=true", "dataset.offline_packing_specs=null",
+                                  "dataset.enable_in_batch_packing=true", "dataset.pad_to_max_length=true"])
+def test_a_field_the_baseline_dataset_class_lacks_is_refused_as_bridge_refuses_the_override(word):
+    import re
+
+    from mbridge_overlap.errors import UsageError
+
+    key, _, value = word.partition("=")
+    with pytest.raises(UsageError, match=re.escape(f"is not a field of GPTDatasetConfig (the dataset of Bridge's baseline) "
+                                                   f"in Megatron-Bridge 0.6.2: Bridge's override fails (Could not override '{key}')")):
+        api.resolve({key: value}, gpus=8)
+
+
+def test_a_config_file_carrying_a_field_its_class_lacks_is_refused_as_apply_overrides_refuses_it(tmp_path):
+    """The saved baseline (GPTDatasetConfig) with the SFT class's packing fields: Bridge raises AttributeError; the
+    skill answered with DATASET_PACKING_REJECTED and a fix (enable_offline_packing=...) Bridge refuses too."""
+    import re
+
+    from mbridge_overlap.errors import UsageError
+
+    cfg = yaml.safe_load(BASELINE.read_text())
+    cfg["dataset"].update(enable_offline_packing=False, offline_packing_specs=True)
+    path = tmp_path / "run_config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    with pytest.raises(UsageError, match=re.escape("'GPTDatasetConfig' object has no attribute 'enable_offline_packing'")):
+        api.lint(str(path), gpus=16)
+    over = tmp_path / "over.yaml"
+    over.write_text("dataset:\n  offline_packing_specs: null\n")
+    with pytest.raises(UsageError, match=re.escape("'GPTDatasetConfig' object has no attribute 'offline_packing_specs'")):
+        api.resolve(config=str(over), gpus=8)
+    (f,) = _packing(api.resolve(config=str(over), recipe=SFT_RECIPE))  # the SFT recipe's class has it: validate() reads it
+    assert MUST_BE_SET in f.message
+

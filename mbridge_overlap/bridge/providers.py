@@ -83,9 +83,10 @@ class _Recorder:
         return _StandIn()
 
 
-def recipe_class(entry: dict) -> tuple[type | None, str | None]:
+def recipe_class(entry: dict, datasets: dict | None = None) -> tuple[type | None, str | None]:
     """(provider class, HF id asked for) of one catalog entry's recipe, built offline as the catalog built it;
-    the class is None where it comes from AutoBridge (the HF id says which)."""
+    the class is None where it comes from AutoBridge (the HF id says which). datasets: {entry name: its cfg.dataset's
+    class}, filled where the recipe builds (fuzzW W2-7: a dataset field is the recipe's class's or refused)."""
     import importlib
 
     from megatron.bridge.models.conversion import auto_bridge
@@ -98,6 +99,8 @@ def recipe_class(entry: dict) -> tuple[type | None, str | None]:
     with offline(entry.get("gpu")), mock.patch.object(auto_bridge.AutoBridge, "from_hf_pretrained", classmethod(_Recorder(asked))):
         with contextlib.suppress(Exception):
             cfg = fn()
+    if datasets is not None and cfg is not None and getattr(cfg, "dataset", None) is not None:
+        datasets[entry["name"]] = type(cfg.dataset)
     if asked:
         return None, asked[-1]
     if cfg is None or not hasattr(cfg, "model"):
@@ -136,7 +139,7 @@ def _subclasses(c):
 
 
 
-def collect(entries, reference) -> dict:
+def collect(entries, reference, datasets: dict | None = None) -> dict:
     """{"base": GPTModelProvider, "classes": {name: {"adds": [...], "lacks": [...]}} (fields against the base's), "recipes":
     {name: [recipe references]}} for the catalog entries whose model is not a GPTModelProvider; a recipe whose class
     cannot be known offline (it does not build, and asks AutoBridge for nothing) is left out: the base's fields."""
@@ -145,7 +148,9 @@ def collect(entries, reference) -> dict:
     base = set(field_names(GPTModelProvider))
     classes, recipes = {}, {}
     for entry in entries:
-        name, hf_id = recipe_class(entry)
+        name, hf_id = recipe_class(entry, datasets)
+        if datasets is not None and entry["name"] in datasets:
+            datasets[reference(entry)] = datasets.pop(entry["name"])
         if hf_id is not None:
             if hf_id not in HF_ARCHITECTURES:
                 raise SystemExit(f"{entry['name']} asks AutoBridge for {hf_id}: add its config.json's architecture to "

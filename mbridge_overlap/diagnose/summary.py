@@ -450,6 +450,8 @@ class Summary:
             body = {k: v for k, v in known[section].items() if k in modelled}
             if body:
                 cfg[section] = body
+        if "dataset" in cfg:  # the block does not name its dataset class: its fields are not held to the baseline's
+            cfg["dataset"] = {"_target_": releases.UNNAMED_DATASET, **cfg["dataset"]}  # (fuzzW W2-7)
         cfg["mixed_precision"] = precision
         for what, why in self._not_printed(rel).items():
             section, _, name = what.partition(".")

@@ -15,7 +15,7 @@ from .. import safeio
 from . import hydra, schema
 from ..errors import UsageError
 from dataclasses import dataclass, field
-from ..upstream.releases import Release, bridge_fields, finetuning_dataset, model_provider, preset_content
+from ..upstream.releases import Release, bridge_fields, dataset_class, finetuning_dataset, model_provider, preset_content
 from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
 from ..suggest import closest
 
@@ -68,6 +68,7 @@ class Request:
     recipe: dict | None = None  # the catalog entry the request starts from (None: Bridge's _pretrain_common baseline)
     model_target: str | None = None  # a config's model._target_ (its provider class), where no recipe names one
     model_target_of: str = "the config"  # whose provider class model_target is
+    dataset_target: str | None = None  # a config's dataset._target_ (its dataset config class)
 
     @classmethod
     def baseline(cls, release: Release) -> "Request":
@@ -249,6 +250,8 @@ def _hydra_kind(value: Any) -> str:
 
 def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
     section = key.partition(".")[0]
+    if section == "dataset":
+        not_in_dataset_class(req.release, req.recipe, req.dataset_target, key, req.origin.get(key, "override"))
     fields = schema.SECTIONS[section]
     if name not in fields or fields[name].since and name not in bridge_fields(req.release.version).get(section, ()):
         _unmodeled_or_unknown(req, key, section, name, {k: f for k, f in fields.items() if k != name}, value)
@@ -441,6 +444,33 @@ def _unmodeled_or_unknown(req: Request, key: str, section: str, name: str, model
     )
 
 
+def not_in_dataset_class(release: Release, recipe: dict | None, target, key: str, origin: str) -> None:
+    """A dataset field the run's dataset config class lacks, though another class of the release has it, refused as
+    Bridge refuses it (fuzzW W2-7: enable_offline_packing on the baseline's GPTDatasetConfig was taken, and the packing
+    rules answered with a fix Bridge refuses too): an override Hydra cannot apply (Could not override), a config
+    file's field apply_overrides sets on the object (AttributeError). The class is the config's dataset._target_, the
+    recipe's, or the baseline's (releases.dataset_class); one the release does not define takes any class's field."""
+    name = key.partition(".")[2].partition(".")[0]
+    cls, fields = dataset_class(release.version, recipe, target)
+    if fields is None or not name or name in fields or name not in bridge_fields(release.version).get("dataset", ()):
+        return
+    short = cls.rsplit(".", 1)[-1]
+    whose = ("the config's dataset._target_" if isinstance(target, str) and target.strip()
+             else f"the dataset of {recipe['name']}" if recipe else "the dataset of Bridge's baseline")
+    said = (f"Bridge's override fails (Could not override '{key}')" if origin == "override"
+            else f"Bridge's apply_overrides raises AttributeError: '{short}' object has no attribute '{name}'")
+    others = sorted(c.rsplit(".", 1)[-1] for c, f in _dataset_classes_with(release.version, name))
+    raise UsageError(f"{safeio.shown(key)}: {name} is not a field of {short} ({whose}) in Megatron-Bridge "
+                     f"{release.version}: {said}; " + (f"{', '.join(others[:3])}{' ...' if len(others) > 3 else ''} "
+                                                      "ha" + ("s" if len(others) == 1 else "ve") + " it" if others else ""))
+
+
+def _dataset_classes_with(version: str, name: str) -> list:
+    from ..upstream.releases import _bridge_data, get
+
+    return [(c, f) for c, f in (_bridge_data(get(version).data_version).get("dataset_classes") or {}).items() if name in f]
+
+
 def _set_or_not(req: Request, key: str, value: Any) -> None:
     """A field validate() reads as set unless it is None (offline_packing_specs, training/config.py: `is None`): a config
     file's value as YAML loaded it (null and ~ are None; false, 0, '' and the text 'null' are set), a command-line word
@@ -471,6 +501,8 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
         req.model_target = model.get("_target_") if isinstance(model, Mapping) else None
         if req.model_target is None and model_target is not None:
             req.model_target, req.model_target_of = model_target
+    dataset = config.get("dataset") if isinstance(config, Mapping) else None
+    req.dataset_target = dataset.get("_target_") if isinstance(dataset, Mapping) else None
     items, req.skipped = flatten_config(config or {}, release, strict, recipe=req.recipe)
     for key, value in items:
         _as_yaml_typed(key, value)
@@ -542,6 +574,10 @@ def _flatten_section(section: str, body: Mapping, release: Release, strict: bool
     modeled = {**schema.SECTIONS, "comm_overlap": schema.COMM_OVERLAP}[section]
     extra = set(schema.COMM_OVERLAP_COMPUTED) if section == "comm_overlap" else set()
     known = bridge_fields(release.version).get(section, frozenset())
+    if section == "dataset":  # a field of another dataset class than the run's (fuzzW W2-7)
+        for name in body:
+            if name != "_target_":
+                not_in_dataset_class(release, recipe, body.get("_target_"), f"dataset.{name}", "config")
     if section == "model":  # (recheck59 AF5: the recipe's own provider class's fields, or the config's own: U2-2)
         known = model_provider(release.version, recipe, body.get("_target_") if recipe is None else None)[1]
     out = []

@@ -138,6 +138,40 @@ def finetuning_dataset(version: str | None, target) -> bool | None:
     return target.strip() in names or target.strip().rsplit(".", 1)[-1] in {n.rsplit(".", 1)[-1] for n in names}
 
 
+# The dataset._target_ of a config read from a log's configuration summary, which does not name the dataset class:
+# any dataset class's field is taken (dataset_class), and the class is neither said fine-tuning nor reported unknown
+UNNAMED_DATASET = "<the dataset class, which the log's configuration summary does not name>"
+
+
+@lru_cache(maxsize=None)
+def _bridge_data(data_version: str) -> dict:
+    return load_yaml(DATA_DIR / "releases" / data_version / "bridge_fields.yaml")
+
+
+def dataset_class(version: str | None, entry: dict | None = None, target=None) -> tuple[str, frozenset | None]:
+    """(the dataset config class, by module path and name, its field names) of a request in a release, as Bridge
+    builds it (bridge_fields.yaml dataset_classes, dataset_recipes, baseline_dataset: generated from the installed
+    package by tools/gen_bridge_data.py, fuzzW W2-7): a config's dataset._target_ (target), else the recipe's class
+    (entry), else Bridge's baseline's (GPTDatasetConfig). Fields None: the class is not one the release defines (a
+    project's own), or a recipe that does not build offline, or a release file without the classes: any dataset
+    class's field is taken (bridge_fields' dataset section)."""
+    data = _bridge_data(get(version).data_version)
+    classes, baseline = data.get("dataset_classes"), data.get("baseline_dataset")
+    if isinstance(target, str) and target.strip():
+        name = target.strip()
+    elif entry is not None:
+        refs = {r: c for c, rs in (data.get("dataset_recipes") or {}).items() for r in rs}
+        ref = next((r for r in (f"{entry.get('package')}.{entry.get('name')}", entry.get("name")) if r in refs), None)
+        unbuilt = set(data.get("dataset_recipes_unbuilt") or ())
+        built = ref is not None or not {f"{entry.get('package')}.{entry.get('name')}", entry.get("name")} & unbuilt
+        name = refs[ref] if ref is not None else (baseline if built else None)
+    else:
+        name = baseline
+    if not classes or name is None or name not in classes:
+        return name or "the recipe's dataset class", None
+    return name, frozenset(classes[name])
+
+
 @lru_cache(maxsize=None)
 def _model_providers(data_version: str) -> tuple[dict, dict]:
     """({recipe reference: provider class}, {class: (adds, lacks)}) of data/releases/VERSION/model_providers.json."""

@@ -71,8 +71,8 @@ def test_a_saved_run_config_with_cp_2_is_refused_where_validate_refuses_it(built
 
 
 @pytest.mark.parametrize("over, refused", [
-    ({"dataset.enable_offline_packing": False, "dataset.offline_packing_specs": None, "dataset.enable_in_batch_packing": True,
-      "train.micro_batch_size": 2}, False),
+    # (in-batch packing is no field of GPTSFTDatasetConfig: Bridge's override refuses it, as the skill does, fuzzW W2-7)
+    ({"dataset.enable_offline_packing": False, "dataset.offline_packing_specs": None, "train.micro_batch_size": 2}, False),
     ({"dataset.offline_packing_specs": None}, True),
 ])
 def test_null_packing_specs_are_read_as_validate_reads_them(built, over, refused):
@@ -150,3 +150,52 @@ def test_specs_as_command_line_words_are_read_as_hydra_reads_them(built, enable,
     (f,) = [f for f in mine.findings if f.id == "DATASET_PACKING_REJECTED"]
     fixed = {**words, **{k: "null" if v is None else str(v).lower() for k, v in f.fix_overrides.items()}}
     assert _through_bridge(built, None, [f"{k}={v}" for k, v in fixed.items()]) is None, fixed
+
+
+# fuzzW W2-7: a dataset field is the run's dataset class's, per release, from data generated from the real classes
+def test_the_dataset_classes_fields_are_the_installed_classes():
+    import dataclasses
+    import importlib
+
+    version = adapter.bridge_version()
+    data = releases._bridge_data(releases.get(version).data_version)
+    for name, fields in data["dataset_classes"].items():
+        module, _, cls = name.rpartition(".")
+        try:
+            real = getattr(importlib.import_module(module), cls)
+        except Exception:  # (a module whose optional dependency this venv lacks)
+            continue
+        assert sorted(f.name for f in dataclasses.fields(real) if not f.name.startswith("_")) == fields, name
+    assert data["baseline_dataset"] == f"{type(adapter.baseline_config().dataset).__module__}.GPTDatasetConfig"
+
+
+def _hydra_refuses(cfg, key: str) -> bool:
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    try:
+        process_config_with_overrides(copy.deepcopy(cfg), None, [f"{key}=null"])
+    except Exception as exc:
+        return "Could not override" in str(exc)
+    return False
+
+
+@pytest.mark.parametrize("which", ["baseline", SFT])
+def test_a_dataset_field_is_refused_where_bridge_s_override_is(built, which):
+    version = adapter.bridge_version()
+    if which == "baseline":
+        cfg, kwargs = adapter.baseline_config(), {"gpus": 8}
+    else:
+        entry, cfg = built[SFT]
+        kwargs = {"recipe": f"{entry['package']}.{entry['name']}", "gpus": 64, "gpu": "h100"}
+    checked = 0
+    for name in sorted(releases.bridge_fields(version)["dataset"]):
+        key = f"dataset.{name}"
+        try:
+            api.resolve({key: "null"}, bridge_version=version, **kwargs)
+            refused = False
+        except UsageError as exc:
+            refused = "Could not override" in str(exc)
+        assert refused == _hydra_refuses(cfg, key), (which, key)
+        checked += refused
+    assert checked > 0  # some field of another class is refused
+
