@@ -197,3 +197,26 @@ def test_a_config_file_carrying_a_field_its_class_lacks_is_refused_as_apply_over
     (f,) = _packing(api.resolve(config=str(over), recipe=SFT_RECIPE))  # the SFT recipe's class has it: validate() reads it
     assert MUST_BE_SET in f.message
 
+
+# fuzzW W2-8: the fine-tuning class list is matched by full path; a class the release does not define is said
+def test_a_dataset_class_is_fine_tuning_by_its_full_path_only():
+    assert releases.finetuning_dataset("0.6.2", "evil.GPTSFTDatasetConfig") is None
+    assert releases.finetuning_dataset("0.6.2", "myproj.data.MySFTDatasetConfig") is None
+    assert releases.finetuning_dataset("0.6.2", BRIDGE_SFT) is True
+    assert releases.finetuning_dataset("0.6.2", BRIDGE_GPT) is False
+    assert releases.finetuning_dataset("0.5.1", "megatron.bridge.data.builders.hf_dataset.HFDatasetConfig") is True
+
+
+@pytest.mark.parametrize("target", ["myproj.data.MySFTDatasetConfig", "evil.GPTSFTDatasetConfig"])
+def test_a_dataset_class_the_skill_cannot_import_is_said_and_task_decides(tmp_path, target):
+    path = _saved(tmp_path, target)
+    r = api.resolve(config=path, gpus=64)
+    assert "CP_FINETUNE_AVERAGE_IN_COLLECTIVE" not in {f.id for f in r.findings}
+    said = r.scenario.assumed["task"]
+    assert said.startswith("default: the dataset class") and target in said and "pass --task sft" in said
+    assert "GPTSFTDatasetConfig" in said
+    for task in ("sft", "peft"):
+        r = api.resolve(config=path, gpus=64, task=task)
+        (f,) = [f for f in r.findings if f.id == "CP_FINETUNE_AVERAGE_IN_COLLECTIVE"]
+        assert any("taken as fine-tuning, as --task" in n for n in r.scenario.notes)
+    assert "CP_FINETUNE_AVERAGE_IN_COLLECTIVE" not in {f.id for f in api.resolve(config=path, gpus=64, task="pretrain").findings}

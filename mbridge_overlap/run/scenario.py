@@ -134,6 +134,7 @@ def build(*, recipe: str | None = None, config: str | os.PathLike | Mapping | ru
         task, assumed["task"] = ("peft" if rc and rc.raw.get("peft") else "sft"), "the config's dataset class"
     task = releases.task(_pick(assumed, "task", task, (entry or {}).get("task"), "the recipe's", "pretrain", "default")
                          if assumed.get("task") is None else task)
+    notes += _unknown_dataset_class(req, release, task, assumed)
     family = family if family is not None else (entry or {}).get("model")
     return Scenario(
         release=release, recipe=entry, config=rc, overrides=dict(overrides or {}),
@@ -252,6 +253,25 @@ def _positive(name: str, value):
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise UsageError(f"--{name.replace('_', '-')}: must be a positive integer, got {shown(value)}")
     return value
+
+
+def _unknown_dataset_class(req, release, task: str, assumed: dict) -> list[str]:
+    """A config's dataset._target_ that is no class of the release (a project's own, which may subclass a fine-tuning
+    dataset config: validate()'s isinstance takes a subclass, fuzzW W2-8). The skill cannot import it: it says what it
+    took the class for, and --task sft or peft makes it fine-tuning (the CP check validate() makes of fine-tuning)."""
+    target = req.dataset_target
+    if (not (isinstance(target, str) and target.strip()) or target == releases.UNNAMED_DATASET
+            or releases.finetuning_dataset(release.version, target) is not None):
+        return []
+    fine = [n.rsplit(".", 1)[-1] for n in releases.finetuning_dataset_names(release.version)]
+    said = (f"the dataset class {shown(target.strip())} is not one of Megatron-Bridge {release.version}'s, and this skill "
+            "cannot import it")
+    if assumed.get("task") == "given" and task in ("sft", "peft"):
+        req.context["dataset.sft"] = True
+        return [f"{said}: taken as fine-tuning, as --task {task} says (validate()'s fine-tuning checks apply)"]
+    assumed["task"] = (f"default: {said}; taken as pretraining (validate()'s fine-tuning checks off): pass --task sft "
+                       f"(or peft) if it subclasses {', '.join(fine)}")
+    return []
 
 
 def _pick(assumed: dict, name: str, given, from_recipe, recipe_says: str, default, default_says: str):

@@ -129,18 +129,29 @@ def bridge_fields(version: str | None = None) -> dict:
 
 def finetuning_dataset(version: str | None, target) -> bool | None:
     """Whether a dataset config class (a saved run config's dataset._target_) is one ConfigContainer.validate() takes
-    as fine-tuning in a release (its CP check: bridge_fields.yaml finetuning_datasets, read from validate()'s source
-    with their subclasses by tools/gen_bridge_data.py); None without a class name."""
+    as fine-tuning in a release (its CP check's isinstance: bridge_fields.yaml finetuning_datasets, read from
+    validate()'s source with their subclasses by tools/gen_bridge_data.py), by its full path only (fuzzW W2-8:
+    evil.GPTSFTDatasetConfig is no subclass); None without a class name, or for a class the release does not define
+    (a project's own, which may subclass either: the caller says what it assumed)."""
     if not isinstance(target, str) or not target.strip():
         return None
-    release = get(version)
-    names = load_yaml(DATA_DIR / "releases" / release.data_version / "bridge_fields.yaml").get("finetuning_datasets") or ()
-    return target.strip() in names or target.strip().rsplit(".", 1)[-1] in {n.rsplit(".", 1)[-1] for n in names}
+    names = _bridge_data(get(version).data_version).get("finetuning_datasets") or ()
+    if target.strip() in names:
+        return True
+    classes = _bridge_data(get(version).data_version).get("dataset_classes")
+    if classes is None:  # (a release file from before dataset_classes: the baseline's class only)
+        return False if target.strip() == "megatron.bridge.training.config.GPTDatasetConfig" else None
+    return False if target.strip() in classes else None
 
 
 # The dataset._target_ of a config read from a log's configuration summary, which does not name the dataset class:
 # any dataset class's field is taken (dataset_class), and the class is neither said fine-tuning nor reported unknown
 UNNAMED_DATASET = "<the dataset class, which the log's configuration summary does not name>"
+
+
+def finetuning_dataset_names(version: str | None) -> list[str]:
+    """The dataset config classes validate() takes as fine-tuning in a release (bridge_fields.yaml finetuning_datasets)."""
+    return list(_bridge_data(get(version).data_version).get("finetuning_datasets") or ())
 
 
 @lru_cache(maxsize=None)

@@ -199,3 +199,31 @@ def test_a_dataset_field_is_refused_where_bridge_s_override_is(built, which):
         checked += refused
     assert checked > 0  # some field of another class is refused
 
+
+# fuzzW W2-8: validate()'s isinstance takes a user's subclass of a fine-tuning class; the skill cannot import it:
+# it says so, and --task sft makes it fine-tuning, which is then refused as validate() refuses it
+def test_a_users_subclass_of_a_fine_tuning_class_is_said_and_task_sft_holds_to_validate(built, tmp_path):
+    import dataclasses
+
+    entry, cfg = built[SFT]
+    cfg = copy.deepcopy(cfg)
+    base = type(cfg.dataset)
+    mine = dataclasses.make_dataclass("MySFTDatasetConfig", [], bases=(base,))
+    mine.__module__ = "myproj.data"
+    cfg.dataset = mine(**{f.name: getattr(cfg.dataset, f.name) for f in dataclasses.fields(base) if f.init})
+    adapter.apply_overrides(cfg, CP2)
+    error = recipes.runtime(copy.deepcopy(cfg), 64, "h100")[0]
+    assert error and "finetuning" in error  # isinstance took the subclass
+    import yaml
+
+    path = tmp_path / "run_config.yaml"
+    cfg.to_yaml(str(path))
+    saved = yaml.safe_load(path.read_text())
+    assert saved["dataset"]["_target_"] == "myproj.data.MySFTDatasetConfig"
+    version = adapter.bridge_version()
+    plain = api.resolve(config=str(path), gpus=64, gpu="h100", bridge_version=version)
+    assert not [r for r in plain.state.rejections if r.id == "CP_FINETUNE_AVERAGE_IN_COLLECTIVE"]
+    assert "myproj.data.MySFTDatasetConfig" in plain.scenario.assumed["task"] and "--task sft" in plain.scenario.assumed["task"]
+    told = api.resolve(config=str(path), gpus=64, gpu="h100", bridge_version=version, task="sft")
+    (r,) = [r for r in told.state.rejections if r.id == "CP_FINETUNE_AVERAGE_IN_COLLECTIVE"]
+    assert r.message in error
