@@ -102,7 +102,8 @@ def diff(before: str | os.PathLike | Mapping | None = None, after: str | os.Path
                                gpus=gpus if gpus_before is None else gpus_before, overrides=before_overrides,
                                side="before", **inputs)
     after_config = after if after is not None else (before if recipe_after is None and recipe is None else None)
-    after_sc = scenario.build(config=after_config, recipe=recipe if recipe_after is None else recipe_after, gpus=gpus if gpus_after is None else gpus_after,
+    after_sc = scenario.build(config=after_config, recipe=recipe if recipe_after is None else recipe_after,
+                              gpus=gpus if gpus_after is None else gpus_after,
                               overrides={**dict(before_overrides or {}), **dict(overrides or {})}, side="after", **inputs)
     return run_diff(scenario.with_model(before_sc, model, shape), scenario.with_model(after_sc, model, shape), model=model, shape=shape)
 

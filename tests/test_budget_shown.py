@@ -335,7 +335,7 @@ def test_diagnose_compare_leads_with_one_preset_and_costs_the_recipe_as_budget_d
     assert (f"the config change predicts {change:+,.1f} ms per iteration" in said
             and f"it explains about {change / b['iteration_ms_before'] / c['change'] * 100:.0f}% of it" in said)
     low, high = c["predicted_range_ms"]
-    assert low < change < high and f"caveat: if the userbuffers preset also changed between the runs" in said
+    assert low < change < high and "caveat: if the userbuffers preset also changed between the runs" in said
     assert f"between {low:+,.1f} and {high:+,.1f} ms" in said.split("caveat:")[1]
     # the range reaches TE's default on either side (the costlier preset), not only the recipe's
     default = b["overlap_cost_at_te_default"]

@@ -340,8 +340,8 @@ def failing(f) -> str:
 
 def _no_new_errors(resolve, overrides: dict, asked: dict, known_errors, entry) -> tuple[dict, Analysis, list]:
     """The plan's overrides without those of its own choices that make the run fail (Bridge's config step, setup or
-    training) where the layout the user asked for does not (`known_errors()`: its error ids; a plan never breaks a recipe, or the baseline, that works as
-    shipped): each such override is left out, with a note naming the error it would bring."""
+    training) where the layout the user asked for does not (`known_errors()`: its error ids; a plan never breaks a recipe,
+    or the baseline, that works as shipped): each such override is left out, with a note naming the error it would bring."""
     resolution, notes = resolve(overrides), []
     known = known_errors() if resolution.errors else set()
     while new := [f for f in resolution.errors if f.id not in known]:
