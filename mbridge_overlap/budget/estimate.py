@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from . import dp, embgrad, kinds as layer_kinds, mla, mtp as mtps, shape as shapes, tp
 from .collective import ACT_BYTES, Item, across, ms
-from .layout import Layout, fewest_local, link_of, rank_layers, spans_domains
+from .layout import Layout, fewest_local, link_of, rank_layers, spans_domains, stage_numbers
 from .system import System
 from .. import safeio
 from ..errors import UsageError
@@ -156,11 +156,8 @@ def _uneven_split(layers: int, lay: Layout) -> tuple:
     split (transformer_block.py: layers over PP, each stage's over VPP) unless the config counts the embedding and
     the loss as layers (account_for_*_in_pipeline_split) or sets uneven first and last stages, which the budget does
     not read; no such count makes this split even, so say so."""
-    if lay.stages:
-        per = [rank_layers(lay, r) for r in range(lay.pp)]
-        return (f"the config's pipeline_model_parallel_layout places the decoder layers ({', '.join(map(str, per))} on the "
-                f"{lay.pp} pipeline ranks): the budget costs the rank with the most, {max(per)} (or the rank of the MTP "
-                "layers where they make it busier); the embedding and the loss the layout places are not costed apart",)
+    if lay.stages:  # (_rank_said says where the layout puts the layers, and which rank is costed)
+        return ()
     if lay.pp < 2:
         return ()
     vp = lay.vp if lay.vp > 1 else 1
@@ -269,21 +266,28 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     attn_rate = system.gemm_tflops("bf16") * 1e12 * system.efficiency
     # LoRA's adapters run in BF16 (Megatron-Core's own parallel linears, not Transformer Engine's)
     adapter_s = shapes.adapter_flops(shape, lay.peft.gemms, lay.peft.dim, tokens, lay.tp, lay.cp) / attn_rate if lay.peft else 0.0
-    kinds = {moe: layer_kinds.kind(lay, shape, tokens, rate, attn_rate, adapter_s, layers, moe) for moe in {False, shape.moe}}
+
+    def kinds_of(n: int) -> dict:  # (a stage of n layers: what recompute's block method runs again depends on it)
+        return {moe: layer_kinds.kind(lay, shape, tokens, rate, attn_rate, adapter_s, n, moe) for moe in {False, shape.moe}}
+
     mtp_k, mtp_extra = mtps.moe(shape), mtps.flops(shape, tokens, lay.tp, lay.cp)
-    mtp_fwd = n_mtp * (kinds[mtp_k]["fwd"] + sum(mtp_extra.values()) / rate)  # the MTP block's forward on its rank
-    layers, with_mtp = _costed(lay, layers, n_mtp, mtp_fwd, kinds[shape.moe]["fwd"])
+    logits_fwd = shapes.logits_flops(shape, tokens, lay.tp, lay.cp) / rate  # the output layer's forward, whole vocabulary
+    candidates = _candidates(lay, shape, layers, n_mtp, kinds_of, mtp_k, mtp_extra, rate, logits_fwd, adapter_s)
+    built = [(_at(lay, shape, system, shape_from, c, n_mtp, mtp_k, mtp_extra, rate, tokens), c) for c in candidates]
+    b, costed = max(built, key=lambda bc: (bc[0].iteration_s, -bc[1].rank))
+    if lay.stages:
+        b.assumptions += (_rank_said(lay, costed, b, built),)
+    b.assumptions += network_rates(b.items, system)
+    return b
+
+
+def _at(lay: Layout, shape: shapes.Shape, system: System, shape_from: str, costed: "Costed", n_mtp: int, mtp_k: bool,
+        mtp_extra: dict, rate: float, tokens: int) -> Budget:
+    """The budget of one iteration costed at pipeline rank costed.rank (what it holds: Costed)."""
+    rank, layers, counts, kinds, with_mtp = costed.rank, costed.layers, costed.counts, costed.kinds, costed.with_mtp
     n_mtp = n_mtp if with_mtp else 0
-    counts = layer_kinds.stage_counts(lay, shape, layers, kinds)
     attn_s = kinds[False]["attn_s"]
-    logits_s = shapes.logits_flops(shape, tokens, lay.tp, lay.cp) / rate / max(1, lay.pp)  # spread: no stage is apart
-    stage_fwd = sum(n * kinds[k]["fwd"] for k, n in counts.items()) + logits_s + (mtp_fwd if with_mtp else 0.0)
-    if lay.peft:  # frozen weights: dgrad only (the attention's backward and the trained adapters' stay twice)
-        stage_bwd = (sum(n * (sum(kinds[k]["gemm_s"].values()) + 2 * attn_s + 2 * adapter_s) for k, n in counts.items())
-                     + logits_s + (mtp_fwd if with_mtp else 0.0))  # (the MTP block's: about its forward)
-    else:
-        stage_bwd = 2 * stage_fwd  # dgrad and wgrad
-    stage_bwd += sum(n * kinds[k]["again_s"] for k, n in counts.items()) + n_mtp * kinds[mtp_k]["again_s"]
+    stage_fwd, stage_bwd = costed.fwd, costed.bwd
     mb_s = stage_fwd + stage_bwd
     m = lay.micro_batches
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
@@ -306,34 +310,108 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     b.items += _cp(lay, shape, system, layers + n_mtp, m, tokens, attn_s, again)
     b.items += _pp(lay, shape, system, m, tokens, stage_fwd)
     b.items += embgrad.collectives(lay, shape, system)
-    b.items += dp.collectives(lay, shape, system, layers, stage_fwd, stage_bwd, rank=_costed_rank(lay, layers, with_mtp),
-                              mtp=n_mtp)
+    b.items += dp.collectives(lay, shape, system, layers, stage_fwd, stage_bwd, rank=rank, mtp=n_mtp)
     if counts.get(True) or n_mtp and mtp_k:
         b.items += _ep(lay, shape, system, counts.get(True, 0) + n_mtp * mtp_k, m, tokens, kinds[True]["fwd"], kinds[True]["again"])
-    b.assumptions += network_rates(b.items, system)
     return b
 
 
-def _costed(lay: Layout, layers: int, n_mtp: int, mtp_fwd: float, layer_fwd: float) -> tuple[int, bool]:
-    """(the costed rank's decoder layers, whether it holds the MTP layers): without a layout every rank holds as many
-    and the MTP layers' (the last) is the busiest; with one, the MTP layers' rank where its decoder layers and the MTP
-    block outweigh the rank with the most decoder layers."""
-    if not n_mtp:
-        return layers, False
+@dataclass
+class Costed:
+    """The pipeline rank the budget costs: its number, decoder layers (and of each kind: counts), whether it holds the
+    MTP layers, one micro-batch's forward and backward there, and the layer kinds' costs at its size."""
+    rank: int
+    layers: int
+    counts: dict
+    with_mtp: bool
+    fwd: float
+    bwd: float
+    kinds: dict
+
+
+def _stage_time(lay: Layout, kinds: dict, counts: dict, n_mtp: int, mtp_k: bool, mtp_fwd: float, logits_s: float,
+                adapter_s: float) -> tuple[float, float]:
+    """One micro-batch's forward and backward on a stage of `counts` decoder layers (dense False, MoE True), `n_mtp`
+    MTP layers (their forward mtp_fwd) and `logits_s` of the output layer's forward."""
+    attn_s = kinds[False]["attn_s"]
+    fwd = sum(n * kinds[k]["fwd"] for k, n in counts.items()) + logits_s + mtp_fwd
+    if lay.peft:  # frozen weights: dgrad only (the attention's backward and the trained adapters' stay twice)
+        bwd = (sum(n * (sum(kinds[k]["gemm_s"].values()) + 2 * attn_s + 2 * adapter_s) for k, n in counts.items())
+               + logits_s + mtp_fwd)  # (the MTP block's: about its forward)
+    else:
+        bwd = 2 * fwd  # dgrad and wgrad
+    bwd += sum(n * kinds[k]["again_s"] for k, n in counts.items()) + n_mtp * kinds[mtp_k]["again_s"]
+    return fwd, bwd
+
+
+def _rank_counts(lay: Layout, shape, rank: int) -> dict:
+    """A layout's pipeline rank's decoder layers by kind (dense False, MoE True: moe_layer_freq on their global
+    numbers, stage_numbers)."""
+    nums = stage_numbers(lay, shape.num_layers, rank)
+    if not shape.mixed:
+        return {shape.moe: len(nums)}
+    moe = sum(map(shape.is_moe_layer, nums))
+    return {False: len(nums) - moe, True: moe}
+
+
+def _candidates(lay: Layout, shape, layers: int, n_mtp: int, kinds_of, mtp_k: bool, mtp_extra: dict, rate: float,
+                logits_fwd: float, adapter_s: float) -> list:
+    """The pipeline ranks the budget may cost (Costed), the busiest of which it costs (_estimate: the longest
+    iteration, compute, bubble and exposed communication together; the first of equals). Without a layout one: every
+    rank holds as many decoder layers (of each kind as moe_layer_freq loads the busiest: stage_counts), the output
+    layer's logits spread over the stages, the MTP layers on the last rank, costed with them (DP on that rank, else on
+    rank 0). With a layout each rank with what it really holds: its decoder layers by kind (their global numbers:
+    stage_numbers), the MTP block where the layout's 'm' is, the output layer and loss on the last rank (GPTModel builds
+    output_layer where post_process; the layout's 'L' is its last layer), the embedding on the first (its lookup no
+    GEMM: not counted); of ranks that hold alike only the first (the least of the pipeline's slack beside its DP)."""
+    mtp_fwd = lambda kinds, n: n * (kinds[mtp_k]["fwd"] + sum(mtp_extra.values()) / rate)  # noqa: E731
     if not lay.stages:
-        return layers, True
-    mine = rank_layers(lay, mtps.rank(lay))
-    return (mine, True) if mine * layer_fwd + mtp_fwd >= layers * layer_fwd else (layers, False)
+        kinds = kinds_of(layers)
+        counts = layer_kinds.stage_counts(lay, shape, layers, kinds)
+        fwd, bwd = _stage_time(lay, kinds, counts, n_mtp, mtp_k, mtp_fwd(kinds, n_mtp),
+                               logits_fwd / max(1, lay.pp), adapter_s)  # spread: no stage is apart
+        rank = mtps.rank(lay) if n_mtp and lay.pp > 1 else 0
+        return [Costed(rank, layers, counts, bool(n_mtp), fwd, bwd, kinds)]
+    out, seen = [], set()
+    for r in range(lay.pp):
+        counts, mine = _rank_counts(lay, shape, r), n_mtp if r == mtps.rank(lay) else 0
+        key = (tuple(sorted(counts.items())), mine, r == 0, r == lay.pp - 1)
+        if key in seen:
+            continue
+        seen.add(key)
+        kinds = kinds_of(sum(counts.values()))
+        fwd, bwd = _stage_time(lay, kinds, counts, mine, mtp_k, mtp_fwd(kinds, mine),
+                               logits_fwd if r == lay.pp - 1 else 0.0, adapter_s)
+        out.append(Costed(r, sum(counts.values()), counts, bool(mine), fwd, bwd, kinds))
+    return out
 
 
-def _costed_rank(lay: Layout, layers: int, with_mtp: bool) -> int:
-    """The pipeline rank the budget costs: the MTP layers' where it holds them, a layout's first rank with the most
-    decoder layers, else rank 0 (an even split: every rank as busy, DP on rank 0's critical path)."""
-    if lay.pp < 2:
-        return 0
-    if with_mtp:
-        return mtps.rank(lay)
-    return next((r for r in range(lay.pp) if rank_layers(lay, r) == layers), 0) if lay.stages else 0
+def _holds(lay: Layout, c: Costed) -> str:
+    """What a layout's pipeline rank holds, in words."""
+    kinds = {False: "dense", True: "MoE"}
+    parts = [(n, kinds[k]) for k, n in sorted(c.counts.items()) if n] if len(c.counts) > 1 else []
+    kind = f"{parts[0][1]} " if len(parts) == 1 else ""  # (a model of both kinds: which this rank's are)
+    layers = f"{c.layers} {kind}decoder layer{'s' * (c.layers != 1)}" + (
+        f" ({', '.join(f'{n} {k}' for n, k in parts)})" if len(parts) > 1 else "")
+    extra = (["the embedding"] if c.rank == 0 else []) + (["the MTP layers"] if c.with_mtp else []) + (
+        ["the output layer and loss"] if c.rank == lay.pp - 1 else [])
+    return ", ".join([layers] + extra[:-1]) + (f" and {extra[-1]}" if extra else "")
+
+
+def _rank_said(lay: Layout, c: Costed, b: Budget, built: list) -> str:
+    """Which rank a layout's budget costs and why: what it holds, its micro-batch and iteration against the next
+    busiest rank's."""
+    per = ", ".join(str(rank_layers(lay, r)) for r in range(lay.pp))
+    line = (f"the config's pipeline_model_parallel_layout places the decoder layers ({per} on the {lay.pp} pipeline "
+            f"ranks): the budget costs pipeline rank {c.rank}, the busiest: it holds {_holds(lay, c)}; one micro-batch's "
+            f"forward and backward {(c.fwd + c.bwd) * 1e3:,.1f} ms there, the iteration {b.iteration_s * 1e3:,.1f} ms")
+    others = [(ob, o) for ob, o in built if o.rank != c.rank]
+    if others:
+        ob, o = max(others, key=lambda bc: (bc[0].iteration_s, -bc[1].rank))
+        line += (f"; next, rank {o.rank} ({_holds(lay, o)}): {(o.fwd + o.bwd) * 1e3:,.1f} ms and "
+                 f"{ob.iteration_s * 1e3:,.1f} ms")
+    return (line + "; the output layer's logits (the whole vocabulary over TP) run on the last rank alone (GPTModel "
+            "builds output_layer where post_process), the EP all-to-alls on each rank's MoE layers")
 
 
 def _mtp_said(lay: Layout, shape, with_mtp: bool) -> tuple:

@@ -1,0 +1,107 @@
+"""The pipeline rank the budget costs under a config's pipeline_model_parallel_layout, and that rank's model chunks
+(tier 1). recheck63 AJ1: the output layer's logits run on the last rank alone (GPTModel builds output_layer where
+post_process; the layout's 'L' is its last layer), yet were spread over every stage, so on DeepSeek-V3's layout
+recipes an 8-layer rank was costed where the rank of the MTP block and the loss is the busiest."""
+
+import pytest
+
+from mbridge_overlap import api
+from mbridge_overlap.budget import estimate, shape as shapes
+
+
+def _costed(monkeypatch, overrides=None, **kw):
+    """(the budget as the config leaves it, [(budget, Costed) of each candidate rank of that budget])."""
+    got = []
+    orig = estimate._at
+
+    def spy(lay, shape, system, shape_from, costed, *rest):
+        b = orig(lay, shape, system, shape_from, costed, *rest)
+        got.append((b, costed, lay, shape, system))
+        return b
+
+    monkeypatch.setattr(estimate, "_at", spy)
+    api.budget(overrides or {}, **kw)
+    lay = got[0][2]
+    first = [g for g in got if g[2].settings == lay.settings]
+    first = first[:len({c.rank for _, c, *_ in first})]
+    return max(first, key=lambda g: (g[0].iteration_s, -g[1].rank))[0], first
+
+
+def _said(b) -> str:
+    (line,) = [a for a in b.assumptions if "pipeline_model_parallel_layout" in a]
+    return line
+
+
+@pytest.mark.parametrize("recipe, rank", [
+    ("deepseek_v3_pretrain_256gpu_b200_bf16_config", 7),  # PP 8: 8 MoE layers a rank, 5 with the MTP layer and loss
+    ("deepseek_v3_pretrain_256gpu_b300_bf16_config", 7),  # PP 8 x VPP 2
+])
+def test_deepseek_v3_s_mtp_and_loss_rank_is_costed_with_its_whole_output_layer(monkeypatch, recipe, rank):
+    """With the output layer's whole-vocabulary logits on the last rank (the budget's own rates: 53.6 ms of forward
+    against 48.1 ms on an 8-layer rank, B200) the MTP block's and the loss's rank is the busiest, and is costed."""
+    b, built = _costed(monkeypatch, recipe=recipe)
+    by = {c.rank: (bb, c) for bb, c, *_ in built}
+    _, _, lay, shape, system = built[0]
+    assert set(by) == {0, 1, 7}  # (ranks 2-6 hold what rank 1 holds: the first of equals stands for them)
+    c7, c1 = by[7][1], by[1][1]
+    assert (c7.layers, c7.with_mtp, c7.counts) == (5, True, {False: 0, True: 5})
+    assert (c1.layers, c1.with_mtp, c1.counts) == (8, False, {False: 0, True: 8})
+    rate = system.gemm_tflops(lay.precision) * 1e12 * system.efficiency
+    logits = shapes.logits_flops(shape, lay.seq * lay.mbs, lay.tp, lay.cp) / rate
+    layer = c1.fwd / 8
+    mtp_block = c7.fwd - 5 * layer - logits
+    assert mtp_block > layer  # the MTP block: a MoE layer, eh_proj and its own logits
+    assert c7.fwd == pytest.approx(5 * layer + mtp_block + logits) and c7.fwd > c1.fwd
+    assert 5 * layer + mtp_block < c1.fwd  # (without the output layer the 8-layer rank would be the busier)
+    assert b.compute_s == pytest.approx(lay.micro_batches * (c7.fwd + c7.bwd))
+    assert b.iteration_s == max(bb.iteration_s for bb, *_ in built)
+    said = _said(b)
+    assert f"costs pipeline rank {rank}, the busiest: it holds 5 MoE decoder layers, the MTP layers and the output layer and loss" in said
+    assert "next, rank 1 (8 MoE decoder layers)" in said
+    assert not any("is not the busiest" in a for a in b.assumptions)
+
+
+def test_a_rank_whose_ep_all_to_alls_cross_the_network_can_outweigh_the_loss_rank(monkeypatch):
+    """DeepSeek-V3's GB200 recipe (PP 4 x VPP 4, EP 64 across the network): the loss's rank 3 computes longest
+    (13 MoE layers, the MTP block, the output layer), but rank 1's 16 MoE layers' all-to-alls over the network make its
+    iteration the longer one: the budget costs it, and says both."""
+    b, built = _costed(monkeypatch, recipe="deepseek_v3_pretrain_256gpu_gb200_bf16_config")
+    by = {c.rank: (bb, c) for bb, c, *_ in built}
+    (b1, c1), (b3, c3) = by[1], by[3]
+    assert c3.fwd + c3.bwd > c1.fwd + c1.bwd and b1.iteration_s > b3.iteration_s
+    assert b.iteration_s == b1.iteration_s
+    said = _said(b)
+    assert "costs pipeline rank 1, the busiest: it holds 16 MoE decoder layers;" in said
+    assert "next, rank 3 (13 MoE decoder layers, the MTP layers and the output layer and loss)" in said
+    assert any("the pipeline rank of the MTP layers (3) is not the busiest" in a for a in b.assumptions)
+
+
+def test_without_a_layout_the_output_layer_is_spread_as_before_and_with_one_it_is_the_last_rank_s(monkeypatch):
+    """No layout: every rank as many layers, the logits spread over PP (the published rows' fit rests on it). The
+    same split as a layout (Et*16|t*16L) puts the whole output layer on rank 1, which is costed: half the logits'
+    forward more a micro-batch, three times over with the backward."""
+    over = {"model.pipeline_model_parallel_size": 2, "model.context_parallel_size": 1}
+    even, (only,) = _costed(monkeypatch, over, recipe="llama3_8b_pretrain_config", gpus=16)
+    assert only[1].rank == 0 and not any("pipeline_model_parallel_layout" in a for a in even.assumptions)
+    laid, built = _costed(monkeypatch, {**over, "model.pipeline_model_parallel_layout": "Et*16|t*16L"},
+                          recipe="llama3_8b_pretrain_config", gpus=16)
+    _, _, lay, shape, system = built[0]
+    rate = system.gemm_tflops(lay.precision) * 1e12 * system.efficiency
+    logits = shapes.logits_flops(shape, lay.seq * lay.mbs, lay.tp, lay.cp) / rate
+    assert laid.compute_s - even.compute_s == pytest.approx(lay.micro_batches * 3 * logits / 2)
+    assert "costs pipeline rank 1, the busiest: it holds 16 decoder layers and the output layer and loss" in _said(laid)
+    assert "next, rank 0 (16 decoder layers and the embedding)" in _said(laid)
+
+
+def test_the_mtp_block_is_costed_where_the_layout_s_m_is_not_where_the_loss_is(monkeypatch):
+    """A layout with the MTP layers on a middle rank and the loss alone on the last (Et*3|t*3,m|L's shape): the middle
+    rank holds the decoder layers and the MTP block, the last only the output layer."""
+    shape = {"num_layers": 8, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32,
+             "num_query_groups": 8, "vocab_size": 128256, "mtp_num_layers": 1}
+    over = {"model.pipeline_model_parallel_size": 3, "model.context_parallel_size": 1, "model.mtp_num_layers": 1, "model.num_layers": 8,
+            "model.pipeline_model_parallel_layout": "'Et*4|t*4,m|L'"}
+    b, built = _costed(monkeypatch, over, recipe="llama3_8b_pretrain_config", gpus=24, shape=shape)
+    by = {c.rank: c for _, c, *_ in built}
+    assert (by[1].layers, by[1].with_mtp, by[2].layers, by[2].with_mtp) == (4, True, 0, False)
+    assert by[2].fwd < by[0].fwd < by[1].fwd
+    assert "costs pipeline rank 1, the busiest: it holds 4 decoder layers and the MTP layers;" in _said(b)
