@@ -69,7 +69,7 @@ def _buffers(lay, shape, system, layers, rank, mtp) -> list:
         lay = Layout(**{**lay.__dict__, "num_layers": shape.num_layers or 0})
         nums = numbers(lay, layers)
         params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1, numbers=nums, etp=lay.etp,
-                                     mtp=mtp or None)
+                                     mtp=mtp or None, final_norm=shapes.final_norm_here(shape, lay.pp == 1, nums))
         alone = ("embedding.word_embeddings.weight" if lay.pp > 1 and (shape.share_embeddings_and_output_weights
                                                                       or shape.mtp_num_layers) else None)
     dense = [p for p in params if not p[2]]
