@@ -1,12 +1,16 @@
 """The pipeline rank the budget costs under a config's pipeline_model_parallel_layout, and that rank's model chunks
 (tier 1). recheck63 AJ1: the output layer's logits run on the last rank alone (GPTModel builds output_layer where
 post_process; the layout's 'L' is its last layer), yet were spread over every stage, so on DeepSeek-V3's layout
-recipes an 8-layer rank was costed where the rank of the MTP block and the loss is the busiest."""
+recipes an 8-layer rank was costed where the rank of the MTP block and the loss is the busiest. evalAB AB2-1: the DP
+buckets split the costed rank's layers into model chunks evenly, not as the layout places them (DeepSeek-V3's
+Et|(tt|)*30mL: chunk 0 of rank 0 holds the embedding and dense layer 0 alone). Tier 2
+(tests/bridge/test_budget_layout_chunks.py) holds the chunks' buckets to Megatron-Core's DDP."""
 
 import pytest
 
 from mbridge_overlap import api
-from mbridge_overlap.budget import estimate, shape as shapes
+from mbridge_overlap.budget import dp as budget_dp, estimate, shape as shapes
+from mbridge_overlap.budget.layout import Layout, chunk_layers, stage_numbers
 
 
 def _costed(monkeypatch, overrides=None, **kw):
@@ -105,3 +109,49 @@ def test_the_mtp_block_is_costed_where_the_layout_s_m_is_not_where_the_loss_is(m
     assert (by[1].layers, by[1].with_mtp, by[2].layers, by[2].with_mtp) == (4, True, 0, False)
     assert by[2].fwd < by[0].fwd < by[1].fwd
     assert "costs pipeline rank 1, the busiest: it holds 4 decoder layers and the MTP layers;" in _said(b)
+
+
+
+def _lay(stages, pp, **kw):
+    return Layout(tp=1, pp=pp, vp=len(stages) // pp, cp=1, ep=1, dp=8, sp=False, seq=4096, mbs=1, gbs=64,
+                  precision="bf16", domain=8, settings={"overlap_grad_reduce": True}, ddp={}, stages=tuple(stages), **kw)
+
+
+def test_a_layout_s_chunks_are_its_own_an_empty_one_kept():
+    """chunk_layers is get_num_layers_to_build(vp_stage=k, pp_rank=r) (tier 2 holds that); _chunks puts each layer in
+    the layout's chunk, the embedding in chunk 0, the MTP layers and the output layer in the last; a chunk without
+    layers stays a chunk of its own (its index decides its bucketing)."""
+    deepseek = [1] + [2] * 30 + [0]  # Et|(tt|)*30mL on PP 8: VPP 4
+    lay = _lay(deepseek, 8)
+    assert chunk_layers(lay, 0) == (1, 2, 2, 2) and chunk_layers(lay, 7) == (2, 2, 2, 0) and chunk_layers(lay, 6) == (2,) * 4
+    assert chunk_layers(_lay([8, 8], 2), 1) == (8,) and chunk_layers(Layout(**{**lay.__dict__, "stages": ()}), 0) == ()
+    params = [("embedding.word_embeddings.weight", 1, False)] + [(f"decoder.layers.{i}.x", 1, False) for i in range(3)]
+    assert budget_dp._chunks(params, 3, 3, split=(0, 1, 2)) == [params[:1], params[1:2], params[2:]]
+    assert budget_dp._chunks(params[1:], 3, 3, split=(0, 3, 0)) == [[], params[1:], []]
+    tail = [("decoder.final_layernorm.weight", 1, False), ("mtp.layers.0.enorm.weight", 1, False),
+            ("output_layer.weight", 1, False)]
+    got = budget_dp._chunks(params + tail, 3, 3, split=(1, 2, 0), final=1)
+    assert got == [params[:2], params[2:] + tail[:1], tail[1:]]
+    # the even split, as before, where there is no layout (the empty chunks kept now)
+    assert budget_dp._chunks(params, 3, 2) == [params[:3], params[3:]]
+
+
+def test_deepseek_v3_s_rank_0_has_no_expert_bucket_in_chunk_0(monkeypatch):
+    """evalAB AB2-1: on DeepSeek-V3's H100 perf recipe at 256 GPUs with EP 16 (Et|(tt|)*30mL) rank 0's chunk 0 holds
+    the embedding and dense layer 0: its DDP has no expert buffer, and the experts' three chunks are a bucket each
+    (disable_bucketing past chunk 0), 3 expert buckets where the even split made 4 (8 with overlap_grad_reduce)."""
+    over = {"model.expert_model_parallel_size": 16}
+    for grad in (False, True):
+        b, built = _costed(monkeypatch, {**over, "comm_overlap.overlap_grad_reduce": grad},
+                           recipe="perf_recipes.deepseek_v3_pretrain_1024gpu_h100_bf16_config", gpus=256)
+        _, _, lay, shape, system = built[0]
+        dense, experts = budget_dp._buffers(lay, shape, system, 0, 0, 0)
+        assert [len(c) for c in experts["chunks"]] == [0, 1, 1, 1]
+        one_layer = sum(n for _, n, x in shapes.layer_params(shape, lay.tp, lay.ep, lay.etp, "", True) if x)
+        assert experts["sizes"] == [2 * one_layer] * 3
+        first = [n for g in dense["chunks"][0] for n, _ in g]
+        assert len(first) == (3 if grad else 2)  # the embedding alone (shared with the MTP rank's), then layer 0's
+        vocab = -(-shape.vocab_size // lay.tp) * shape.hidden_size
+        assert vocab in first and sum(first) == vocab + sum(
+            n for _, n, _ in shapes.layer_params(shape, lay.tp, lay.ep, lay.etp, "", False))
+        assert stage_numbers(lay, shape.num_layers, 0)[:3] == [0, 15, 16]

@@ -9,7 +9,7 @@ import re
 
 from . import buckets, shape as shapes
 from .collective import Item, across
-from .layout import QUANTIZED_WEIGHT, Layout, fewest_local, link_of, rank_layers, stage_numbers
+from .layout import QUANTIZED_WEIGHT, Layout, chunk_layers, fewest_local, link_of, rank_layers, stage_numbers
 
 
 def collectives(lay, shape, system, layers, stage_fwd, stage_bwd, rank: int = 0, mtp: int = 0) -> list:
@@ -72,6 +72,9 @@ def _buffers(lay, shape, system, layers, rank, mtp) -> list:
                                      mtp=mtp or None, final_norm=shapes.final_norm_here(shape, lay.pp == 1, nums))
         alone = ("embedding.word_embeddings.weight" if lay.pp > 1 and (shape.share_embeddings_and_output_weights
                                                                       or shape.mtp_num_layers) else None)
+    split = chunk_layers(lay, rank)  # a layout's own chunks (evalAB AB2-1), else an even split (_chunks)
+    split = split if sum(split) == layers else ()
+    final = _final_norm_chunk(split, nums, shape) if split else None
     dense = [p for p in params if not p[2]]
     experts = [p for p in params if p[2]]
     world = lay.dp * lay.cp * lay.tp * lay.pp
@@ -79,11 +82,21 @@ def _buffers(lay, shape, system, layers, rank, mtp) -> list:
     # one bucket size for every buffer: the DP group's default (DistributedDataParallel.__init__), none past rank 0
     size = buckets.default_bucket_size(_bucket_size(lay, shape, layers, params), lay.settings["overlap_grad_reduce"],
                                        lay.dp * lay.cp, pp_rank=rank)
+    chunking = {"first": not rank, "split": split, "final": final}
     bufs = [_buffer(lay, system, dense, lay.dp * lay.cp, _placed(lay, lay.tp, lay.cp * lay.dp), "", layers, size, nums,
-                    alone=alone, first=not rank),
+                    alone=alone, **chunking),
             _buffer(lay, system, experts, expert_dp, _placed(lay, lay.etp * lay.ep, expert_dp),
-                    f"expert ({expert_dp}-rank expert-DP group) ", layers, size, nums, first=not rank)]
+                    f"expert ({expert_dp}-rank expert-DP group) ", layers, size, nums, **chunking)]
     return [b for b in bufs if b]
+
+
+def _final_norm_chunk(split: tuple, nums: list, shape) -> int | None:
+    """The model chunk that builds the decoder's final norm where the rank builds it (stage_params): with MTP layers
+    the chunk of the model's last decoder layer (TransformerBlock.has_final_layernorm_in_this_stage), else the last;
+    None: the last."""
+    if not shape.mtp_num_layers or not nums or nums[-1] != shape.num_layers - 1:
+        return None
+    return next(k for k in reversed(range(len(split))) if split[k])
 
 
 def shared_copy(shape, last: bool, mtp: int) -> str | None:
@@ -135,9 +148,11 @@ def _first_stage(shape, lay, layers: int) -> tuple:
     return slots // lay.pp - 1, Layout(**{**lay.__dict__, "chunk_offset": 1})
 
 
-def _buffer(lay, system, params, group, placed, whose, layers, size, nums, alone=None, first=True) -> dict | None:
-    """One kind of DDP buffer: its bucket groups per model chunk (chunk 0 first) and each group's time to reduce
-    (`reduce`) and, with the distributed optimizer, to gather (`gather`)."""
+def _buffer(lay, system, params, group, placed, whose, layers, size, nums, alone=None, first=True, split=(),
+            final=None) -> dict | None:
+    """One kind of DDP buffer: its bucket groups per model chunk (chunk 0 first; a chunk without this kind of
+    parameter none: its DDP has no such buffer) and each group's time to reduce (`reduce`) and, with the distributed
+    optimizer, to gather (`gather`). split, final: _chunks'."""
     if group < 2 or not params:
         return None
     link, local = placed
@@ -146,7 +161,7 @@ def _buffer(lay, system, params, group, placed, whose, layers, size, nums, alone
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
     reduce = "reduce_scatter" if distopt and not unsharded(lay) else "all_reduce"
     chunks, quantized = [], False
-    for k, chunk in enumerate(_chunks(params, layers, lay.vp, lay.chunk_offset, first)):
+    for k, chunk in enumerate(_chunks(params, layers, lay.vp, lay.chunk_offset, first, split, final)):
         bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest
         weight = functools.partial(_quantized, lay, nums=nums, layers=layers)
         quantized = quantized or any(weight(p[0]) for p in chunk)
@@ -212,6 +227,12 @@ def _number(lay, layers: int, i: int) -> int:
     return i + min((i + lay.chunk_offset) // per, lay.vp - 1) * (lay.pp - 1) * per if per else i
 
 
+def _lead(chunks: list) -> list:
+    """A buffer's first model chunk that has some of it (a layout's chunk 0 can hold none of a kind: its DDP then has
+    no such buffer), its bucket groups (or their times) in backward order: the last of them is dispatched last."""
+    return next((c for c in chunks if c), [0.0])
+
+
 def _interleaved(lay) -> bool:
     return lay.pp > 1 and lay.vp > 1
 
@@ -236,7 +257,7 @@ def _exposed(lay, times: list, kind: str, budget: float) -> float:
     if not _interleaved(lay) or kind == "gather" and not lay.ddp.get("align_param_gather"):
         # each buffer's last bucket group in backward order (chunk 0's, the embedding's) is dispatched last, with
         # nothing left to run behind it; the others load behind one micro-batch's compute
-        return total - max(0.0, min(total - sum(buf[0][-1] for buf in times), budget))
+        return total - max(0.0, min(total - sum(_lead(buf)[-1] for buf in times), budget))
     chunks = [[t for buf in times for t in (buf[k] if k < len(buf) else [])] for k in range(max(len(b) for b in times))]
     per = budget / lay.vp  # one micro-batch of one model chunk
     steps = min(lay.vp_group, lay.micro_batches) * per  # a chunk runs a group of micro-batches before the next
@@ -287,8 +308,8 @@ def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str, sl
     # what no overlap hides: the last bucket group; with the interleaved schedule's sync funcs all of chunk 0's (less
     # the pipeline's slack beside a later rank's)
     chunk0 = _chunk0_exposed(lay, kind)
-    last = max(0.0, (sum(b[kind][0]) if chunk0 else b[kind][0][-1]) - slack)
-    last_bytes = sum(n for g in (b["chunks"][0] if chunk0 else b["chunks"][0][-1:]) for n, _ in g)
+    last = max(0.0, (sum(b[kind][0]) if chunk0 else _lead(b[kind])[-1]) - slack)
+    last_bytes = sum(n for g in (b["chunks"][0] if chunk0 else _lead(b["chunks"])[-1:]) for n, _ in g)
     if kind == "reduce":
         gb = b["grad_bytes"]
         return Item("dp", b["reduce_collective"], f"{b['whose']}gradients ({len(sizes)} bucket{'s' if len(sizes) != 1 else ''}, "
@@ -297,25 +318,40 @@ def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str, sl
                     **b["across"][b["reduce_collective"]])
     what = f"{lay.quantized[0]}, BF16 others" if b["quantized"] else "BF16"
     biggest = max(math.ceil(n * e) for g in groups for n, e in g)
-    gathered = sum(math.ceil(n * e) for g in (b["chunks"][0] if chunk0 else b["chunks"][0][-1:]) for n, e in g)
+    gathered = sum(math.ceil(n * e) for g in (b["chunks"][0] if chunk0 else _lead(b["chunks"])[-1:]) for n, e in g)
     return Item("dp", "all_gather", f"{b['whose']}parameters ({what})", biggest, len(sizes), b["group"], b["link"], total,
                 hidden, setting, last=last if chunk0 else 0.0, last_bytes=gathered, bytes_vary=vary or "," in what,
                 first_chunk=chunk0, **b["across"]["all_gather"])
 
 
-def _chunks(params: list, layers: int, vp: int, offset: int = 0, first: bool = True) -> list[list]:
+def _chunks(params: list, layers: int, vp: int, offset: int = 0, first: bool = True, split: tuple = (),
+            final: int | None = None) -> list[list]:
     """A stage's parameters by virtual-pipeline model chunk, in order (each chunk a model of its own, wrapped in a
-    DistributedDataParallel of its own: megatron/training/models/dist_utils.py): layer i in chunk
-    (i + offset) // ceil((layers + offset) / vp) (offset: the embedding counted as a layer), the first stage's
-    embedding in chunk 0, the final norm, the output layer and the MTP layers with their embedding in the last."""
-    if vp <= 1:
+    DistributedDataParallel of its own: megatron/training/models/dist_utils.py), every chunk kept, an empty one
+    too (the chunk's index decides its bucketing: disable_bucketing for model_chunk_idx > 0). split: a layout's
+    decoder layers per chunk (chunk_layers), layer i in the chunk the layout places it; without one layer i in chunk
+    (i + offset) // ceil((layers + offset) / vp) (offset: the embedding counted as a layer). The first stage's
+    embedding in chunk 0; the output layer and the MTP layers with their embedding in the last (the layout's 'L' and
+    'm' are in their rank's last virtual stage: validate_layer_layout); the final norm in the last, or in `final`."""
+    if vp <= 1 and len(split) <= 1:
         return [params]
+    chunks = len(split) or vp
+    ends = [sum(split[:k + 1]) for k in range(len(split))]
     per = -(-(layers + offset) // vp)
-    out: list[list] = [[] for _ in range(vp)]
+    out: list[list] = [[] for _ in range(chunks)]
     for p in params:
         m = _LAYER.match(p[0])
-        out[min((int(m[1]) + offset) // per, vp - 1) if m else 0 if first and p[0].startswith("embedding") else vp - 1].append(p)
-    return [c for c in out if c]
+        if m:
+            i = int(m[1])
+            k = next((k for k, e in enumerate(ends) if i < e), chunks - 1) if split else min((i + offset) // per, chunks - 1)
+        elif first and p[0].startswith("embedding"):
+            k = 0
+        elif p[0].startswith("decoder.final_layernorm") and final is not None:
+            k = final
+        else:
+            k = chunks - 1
+        out[k].append(p)
+    return out
 
 
 _LAYER = re.compile(r"decoder\.layers\.(\d+)\.")

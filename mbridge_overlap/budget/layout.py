@@ -130,6 +130,15 @@ def rank_layers(lay: "Layout", rank: int) -> int:
     return sum(n for k, n in enumerate(lay.stages) if k % lay.pp == rank)
 
 
+def chunk_layers(lay: "Layout", rank: int) -> tuple:
+    """The decoder layers of each of pipeline rank `rank`'s model chunks under the config's layout, chunk 0 first
+    (PipelineParallelLayerLayout.get_num_layers_to_build(vp_stage=k, pp_rank=rank): stage k x PP + rank); () without
+    a layout. A chunk can hold none (DeepSeek-V3's Et|(tt|)*30mL: rank 0's chunk 0 the embedding and one layer)."""
+    if not lay.stages:
+        return ()
+    return tuple(lay.stages[k * lay.pp + rank] for k in range(len(lay.stages) // lay.pp))
+
+
 # Transformer Engine's GEMM weights (grouped experts' weight0..N too): what fp8_param / fp4_param builds quantized
 QUANTIZED_WEIGHT = re.compile(r"\.(linear_proj|linear_qkv|linear_fc1|linear_fc2)\.weight\d*$")
 
