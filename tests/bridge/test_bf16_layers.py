@@ -68,11 +68,11 @@ def test_the_first_stage_s_bf16_layers_are_megatron_core_s(num_layers, pp, vp, s
 
     layers = num_layers - last if last else num_layers // pp  # the first stage's (a short last stage leaves it the rest)
     lay = SimpleNamespace(quantized=("FP8 weights", 1), bf16_layers=(start, end), pp=pp, vp=vp, chunk_offset=0,
-                          num_layers=num_layers)
+                          num_layers=num_layers, stages=())
     params = [(f"decoder.layers.{i}.mlp.linear_fc1.weight", 1, False) for i in range(layers)]
     kept = 0
     for k, chunk in enumerate(budget_dp._chunks(params, layers, vp)):
-        weight = functools.partial(budget_dp._quantized, lay, chunk=k, layers=layers)
+        weight = functools.partial(budget_dp._quantized, lay, nums=budget_dp.numbers(lay, layers), layers=layers)
         for name, _, _ in chunk:
             local = int(name.split(".")[2])
             bf16 = _mcore_bf16(num_layers, pp, vp, start, end, local, last)
