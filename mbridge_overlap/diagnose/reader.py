@@ -6,10 +6,16 @@ bytes keeps its first and its last MAX_LINE bytes (the middle is dropped and the
 rank where the launcher prefixed one: torch's `[rank3]:`, torchrun's `[default3]:` (a local rank), srun -l's
 `3: `, mpirun --tag-output's `[1,3]<stderr>:`; else the rank its file's path names (rank3.log, torchrun's
 log_dir/.../attempt_0/3/stderr.log).
+
+A log of one JSON object a line (docker's json-file driver `{"log":"...\\n","stream":"stderr","time":"..."}`,
+fluentd / fluent-bit, a structured logger's `{"message": ...}`) is read as its records' text: a line that is such a
+record is the string value of its first RECORD_KEYS key, JSON-unescaped, its final newline dropped (record_lines); a
+value holding more lines is those lines, each numbered as the record's line. Other lines are read as they are.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -42,6 +48,15 @@ _PREFIX = re.compile(
     r"|(?P<task>\d{1,7}): )",  # srun -l / --label
     re.A,
 )
+# The keys whose string value is a JSON log record's text, the first present: docker json-file and fluentd ("log"),
+# structured loggers (python-json-logger, structlog renderers: "message", "msg"), journald's export ("MESSAGE"),
+# Google Cloud Logging ("textPayload")
+RECORD_KEYS = ("log", "message", "msg", "MESSAGE", "textPayload")
+_RECORD = re.compile(rb'^[ \t]*\{[ \t]*"[^\n]*', re.M)  # a line that may be a JSON record (starts with {")
+# a record the JSON reader refuses (a line cut in its middle, a record split by docker at 16 KiB): its key's value, as
+# far as it goes, where that key comes first
+_RECORD_HEAD = re.compile(r'\{\s*"(?:' + "|".join(RECORD_KEYS) + r')"\s*:\s*"((?:[^"\\]|\\.)*)')
+_ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt])')
 _INNER_RANK = re.compile(r"\[rank(\d{1,7})\]:", re.A)
 _PATH_RANK = re.compile(r"rank[_-]?(\d{1,7})(?!\d)", re.I | re.A)
 
@@ -176,8 +191,77 @@ def _numbered(source: str, number: int, texts, path_rank: str | None) -> Iterato
     for lines_, cuts in texts:
         for i, text in enumerate(lines_):
             number += 1
-            rank, text = split_prefix(text)
-            yield Line(source, number, rank if rank is not None else path_rank, text, cuts[i] if cuts else 0)
+            for part in (record_lines(text) if text[:1] in "{ \t" else None) or (text,):
+                rank, part = split_prefix(part)
+                yield Line(source, number, rank if rank is not None else path_rank, part, cuts[i] if cuts else 0)
+
+
+def record_lines(text: str) -> list[str] | None:
+    """The text of a line that is a JSON log record (RECORD_KEYS: docker json-file's "log", a structured logger's
+    "message"), as lines: the key's string value JSON-unescaped, without its final newline, split at the others (a
+    record of a multi-line print); None for any other line (not JSON, or no such key with a string value). A record
+    the JSON reader refuses (cut in its middle: MAX_LINE) gives its key's value as far as it goes, where the key
+    comes first."""
+    line = text.strip()
+    if not line.startswith("{"):
+        return None
+    value = None
+    if line.endswith("}"):
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):  # not JSON; nested past the parser's depth; an integer of too many digits
+            record = None
+        if isinstance(record, dict):
+            value = next((record[k] for k in RECORD_KEYS if isinstance(record.get(k), str)), None)
+            if value is None:
+                return None
+    if value is None:
+        m = _RECORD_HEAD.match(line)
+        if m is None:
+            return None
+        value = _ESCAPE.sub(_unescape, m[1])
+    value = value[:-1] if value.endswith("\n") else value
+    return value.replace("\r\n", "\n").split("\n")
+
+
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescape(m: re.Match) -> str:
+    e = m.group()[1:]
+    return chr(int(e[1:], 16)) if e[0] == "u" else _ESCAPES[e]
+
+
+def _records(source: str, number: int, block: bytes, path_rank: str | None) -> Iterator[tuple[int, bytes] | Line]:
+    """A block of complete lines (the first numbered `number`) with its JSON log records read as their text
+    (record_lines): a record of one line is replaced in the block by its text (the block keeps its line count), one
+    of several lines comes as Lines, each numbered as the record's line, between the block's parts before and after
+    it. A block without `{"` is as it is: a plain log pays a search for one byte a block (memchr: a search for the
+    two bytes `{"` costs 5% of a plain log's whole scan), two where it holds braces."""
+    if b"{" not in block or b'{"' not in block:
+        yield number, block
+        return
+    start, out = 0, []  # where the block's part not yet given starts, and its pieces before that (records' texts)
+    first, base = number, 0  # that part's first line: its number, and where it starts in the block
+    for m in _RECORD.finditer(block):
+        lines_ = record_lines(m.group().decode("utf-8", "replace"))
+        if lines_ is None:
+            continue
+        if len(lines_) == 1:
+            out += [block[start:m.start()], lines_[0].encode("utf-8", "replace")]
+            start = m.end()
+            continue
+        at = first + block.count(b"\n", base, m.start())
+        if out or start < m.start():
+            yield first, b"".join(out) + block[start:m.start()]
+        for part in lines_:
+            rank, part = split_prefix(part)
+            yield Line(source, at, rank if rank is not None else path_rank, part)
+        start = base = m.end() + 1
+        out, first = [], at + 1
+    rest = b"".join(out) + block[start:]
+    if rest:
+        yield first, rest
 
 
 def blocks(source: str, stdin=None, notes: list | None = None) -> Iterator[tuple[int, bytes] | Line]:
@@ -200,11 +284,11 @@ def blocks(source: str, stdin=None, notes: list | None = None) -> Iterator[tuple
             while start <= last:  # blocks of about BLOCK bytes: a block's work stays in the CPU's cache
                 end = data.rfind(b"\n", start, start + BLOCK) if last - start >= BLOCK else last
                 end = data.find(b"\n", start + BLOCK) if end == -1 else end  # (a line longer than BLOCK)
-                yield number, data[start:end + 1]
+                yield from _records(source, number, data[start:end + 1], path_rank)
                 number += data.count(b"\n", start, end + 1)
                 start = end + 1
         if carry:
-            yield number, carry
+            yield from _records(source, number, carry, path_rank)
     finally:
         if stream is not stdin and source != "-":
             stream.close()

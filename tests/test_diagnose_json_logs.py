@@ -1,0 +1,96 @@
+"""diagnose reads a log of one JSON record a line (docker's json-file driver, fluentd, a structured logger) as the
+records' text: the "log" / "message" value, JSON-unescaped (recheck62 AI4: a docker record's message glued to its
+escaped newline and the JSON tail was matched by its words to another function's message)."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from mbridge_overlap import api
+from mbridge_overlap.diagnose import reader
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "tests" / "data" / "logs"
+
+
+def _diagnose(data: bytes) -> dict:
+    return api.diagnose(["-"], stdin=io.BytesIO(data)).to_dict()
+
+
+def _docker(line: str, stream: str = "stderr") -> str:
+    return json.dumps({"log": line + "\n", "stream": stream, "time": "2025-01-01T00:00:00.000000000Z"},
+                      separators=(",", ":")) + "\n"
+
+
+def test_a_docker_record_is_its_message():
+    """The record of recheck62 AI4: Megatron-Core's get_data_parallel_group assertion, matched verbatim, not by its
+    words to get_tensor_and_data_parallel_group's; its rank from the [rank0]: inside the record."""
+    plain = "[rank0]: AssertionError: data parallel group is not initialized"
+    for data in (_docker(plain), plain + "\n"):
+        (cause,) = _diagnose(data.encode())["causes"]
+        ev = cause["evidence"][0]
+        assert ev["function"] == "get_data_parallel_group" and ev["ranks"] == ["0"], ev
+        assert ev["first_seen"]["line"] == 1 and ev["logged"] == plain[9:] and not ev.get("approximate"), ev
+    # structured loggers' records: the key's value, escapes undone (a quote, a tab, \u escapes)
+    line = json.dumps({"asctime": "12:00", "levelname": "ERROR", "message": 'x\t"q" \u00e9\n' + plain[10:]})
+    got = list(reader.lines(["-"], stdin=io.BytesIO(line.encode() + b"\n")))
+    assert [(g.number, g.text) for g in got] == [(1, 'x\t"q" \u00e9'), (1, plain[10:])]
+
+
+def test_a_record_of_several_lines_is_read_line_by_line():
+    """A record holding a whole traceback (a multi-line print): its frames are read as frames, each line numbered as
+    the record's line; the lines after it keep their numbers."""
+    frames = ["Traceback (most recent call last):",
+              '  File "/opt/megatron-lm/megatron/core/distributed/param_and_grad_buffer.py", line 400, in start_grad_sync',
+              "    torch.distributed.reduce_scatter_tensor(",
+              "RuntimeError: unexpected tensor layout"]
+    data = "starting\n" + json.dumps({"message": "\n".join(frames) + "\n", "level": "error"}) + "\nafter\n"
+    (cause,) = _diagnose(data.encode())["causes"]
+    assert cause["id"] == "OVERLAP_PATH_TRACEBACK" and "ddp.overlap_grad_reduce" in cause["knobs"]
+    assert cause["evidence"][0]["first_seen"]["line"] == 2
+    got = list(reader.lines(["-"], stdin=io.BytesIO(data.encode())))
+    assert [g.number for g in got] == [1, 2, 2, 2, 2, 3] and got[-1].text == "after"
+
+
+@pytest.mark.parametrize("name", ["bridge-0.6.2/distributed_optimizer_flags_disagree.log",
+                                  "bridge-0.6.2/tp_overlap_no_sequence_parallel.log", "bridge-0.6.2/gpus_not_divisible.log",
+                                  "bridge-0.6.2/fsdp_one_connection_launcher_export.log",
+                                  "upstream/mlm1129_param_grad_none_overlap_grad_reduce.log"])
+def test_a_log_through_docker_gives_the_plain_log_s_answer(name, tmp_path):
+    """Every line of a real log written as docker's json-file driver writes it: the same causes, counts and ranks
+    (read by blocks and by lines alike)."""
+    text = (LOGS / name).read_text(encoding="utf-8")
+    wrapped = tmp_path / "container-json.log"
+    wrapped.write_text("".join(_docker(x) for x in text.splitlines()), encoding="utf-8")
+
+    def answer(path):  # the whole answer but the file's name
+        d = api.diagnose([str(path)]).to_dict()
+        d.pop("sources")
+        return json.loads(json.dumps(d).replace(json.dumps(str(path))[1:-1], "LOG"))
+
+    plain = answer(LOGS / name)
+    assert plain["causes"] and answer(wrapped) == plain
+    assert [x.text for x in reader.lines([str(wrapped)])] == [x.text for x in reader.lines([str(LOGS / name)])]
+
+
+@pytest.mark.parametrize("line", [
+    '{"model": {"tensor_model_parallel_size": 2}, "log": 3}',  # JSON, but its keys' values are no text
+    '{"config": "x"}',
+    '{"log": ' + "[" * 100_000 + "]" * 100_000 + "}",  # past the JSON reader's depth
+    '{"log": "a", "n": ' + "9" * 10_000 + "}",  # an integer of more digits than int() reads
+    '{"log":"never closed',
+    "{not json at all",
+])
+def test_other_json_and_broken_records(line):
+    """Lines that are no record (or a record of no text) stay as they are; a record cut short gives its text as far
+    as it goes; nothing raises."""
+    got = list(reader.lines(["-"], stdin=io.BytesIO(line.encode() + b"\nnext\n")))
+    assert [g.number for g in got] == [1, 2]
+    record = {'{"log":"never closed': "never closed", '{"log": "a", "n": 9': "a"}
+    assert got[0].text == next((v for k, v in record.items() if line.startswith(k)), line)
+    d = _diagnose(line.encode() + b"\n")
+    assert not d["causes"]
