@@ -30,6 +30,7 @@ import re
 import string
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 sys.dont_write_bytecode = True
@@ -300,17 +301,138 @@ MAX_LEAD_DEPTH = 4  # names and tables followed to a leading field's literals
 def lead_values(function, name: str) -> list | None:
     """The strings a function's local `name` (a message's leading field) can hold, where the function writes them all
     out: assigned literals (or conditionals of literals), or unpacked from the tuples of a literal table
-    (`group, description = group_table[key]`, Megatron-Core's get_data_parallel_group); None where a parameter, a
-    loop or any other assignment gives it a value (fuzzV V2-9)."""
+    (`group, description = group_table[key]`, Megatron-Core's get_data_parallel_group); a parameter's, where every
+    call of the function in the package's sources passes a literal or leaves its literal default (CALLS); None where
+    a loop or any other assignment, or a call with another value, gives it one (fuzzV V2-9)."""
     values = _assigned(function, name, None, 0)
     return sorted(values) if values else None
 
 
+def lead_of(function, expr: str) -> list | None:
+    """The strings a message's leading field can be (its expression as the message's tokens hold it, written out in
+    `function`, None at a module's level): lead_values for a name; the literals of a literal or a conditional of
+    literals (TE's `'AG+GEMM' if ... else 'GEMM+RS'`); None where the source does not say (open: an attribute, a
+    call's result, a class's name, an expression cut at MAX_EXPR characters)."""
+    if len(expr) >= MAX_EXPR:
+        return None
+    try:
+        node = ast.parse(expr, mode="eval").body
+    except SyntaxError:
+        return None
+    if isinstance(node, ast.Name):
+        return lead_values(function, node.id) if function is not None else None
+    values = _literals(node)
+    return sorted(values) if values else None
+
+
+def _literals(node) -> set | None:
+    """The strings a literal, or a conditional expression of literals, can be; None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.IfExp):
+        a, b = _literals(node.body), _literals(node.orelse)
+        return None if a is None or b is None else a | b
+    return None
+
+
+class Calls:
+    """The package sources under a site-packages root (every .py file of its megatron/ and transformer_engine/
+    folders: the three packages and Megatron-LM's training code beside Megatron-Core), parsed on demand, to find every
+    use of a function by its name."""
+
+    FOLDERS = ("megatron", "transformer_engine")
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._texts: dict | None = None
+        self._trees: dict = {}
+
+    def texts(self) -> dict:
+        if self._texts is None:
+            self._texts = {}
+            for folder in self.FOLDERS:
+                for p in sorted((self.root / folder).rglob("*.py")):
+                    if "__pycache__" in p.parts:
+                        continue
+                    try:
+                        self._texts[p.relative_to(self.root).as_posix()] = p.read_text(encoding="utf-8")
+                    except (OSError, UnicodeDecodeError):
+                        self._texts[p.relative_to(self.root).as_posix()] = None  # unread: its uses are unknown
+        return self._texts
+
+    def trees(self, name: str):
+        """The parsed files whose text holds `name` (None for one that cannot be read or parsed)."""
+        for rel, text in self.texts().items():
+            if text is not None and name not in text:
+                continue
+            if rel not in self._trees:
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", SyntaxWarning)
+                        self._trees[rel] = ast.parse(text, filename=rel) if text is not None else None
+                except SyntaxError:
+                    self._trees[rel] = None
+            yield self._trees[rel]
+
+
+CALLS: Calls | None = None  # the package sources of the scan under way (scan() sets it)
+# Whether a scan sees every source file of its packages (a site-packages install); tools/gen_variant_messages.py reads
+# only the SCAN files it extracts from an archive, and turns it off: a call from another file would go unseen there
+WHOLE_PACKAGES = True
+
+
+def _parameter(function, name: str) -> set | None:
+    """The strings a parameter can hold: the literal each call of the function passes for it (positionally, past
+    self or cls where a method is called on an object, or by keyword), or its literal default where a call leaves it
+    out; None where any use of the function's name is not a plain call (passed on, stored: who calls it is not seen),
+    a call passes anything else or unpacks *args / **kwargs, or no call is found (a public function a user calls)."""
+    if CALLS is None or not WHOLE_PACKAGES or any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+                            for n in ast.walk(function)):
+        return None
+    args = function.args
+    positional = [*args.posonlyargs, *args.args]
+    names = [a.arg for a in positional]
+    defaults = dict(zip(names[len(names) - len(args.defaults):], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    index = names.index(name) if name in names else None
+    bound = bool(names) and names[0] in ("self", "cls")
+    fname = function.name
+    values: set = set()
+    calls = 0
+    for tree in CALLS.trees(fname):
+        if tree is None:
+            return None
+        callees = set()
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and (isinstance(n.func, ast.Name) and n.func.id == fname
+                                            or isinstance(n.func, ast.Attribute) and n.func.attr == fname):
+                callees.add(id(n.func))
+                if any(isinstance(a, ast.Starred) for a in n.args) or any(k.arg is None for k in n.keywords):
+                    return None
+                given = next((k.value for k in n.keywords if k.arg == name), None)
+                at = None if index is None else index - (1 if bound and isinstance(n.func, ast.Attribute) else 0)
+                if given is None and at is not None and 0 <= at < len(n.args):
+                    given = n.args[at]
+                if given is None:
+                    given = defaults.get(name)
+                got = _literals(given) if given is not None else None
+                if got is None:
+                    return None
+                values |= got
+                calls += 1
+        for n in ast.walk(tree):
+            if (isinstance(n, ast.Name) and n.id == fname or isinstance(n, ast.Attribute) and n.attr == fname) \
+                    and id(n) not in callees:
+                return None  # a use that is no call: passed on or stored, called where this does not see
+    return values if calls else None
+
+
 def _assigned(function, name: str, index, depth: int) -> set | None:
     args = function.args
-    if depth > MAX_LEAD_DEPTH or name in {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs,
-                                                            args.vararg, args.kwarg) if a is not None}:
+    if depth > MAX_LEAD_DEPTH or name in {a.arg for a in (args.vararg, args.kwarg) if a is not None}:
         return None
+    if name in {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}:
+        return _parameter(function, name) if index is None else None
     stores = sum(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(function))
     found: list = []
     for n in ast.walk(function):
@@ -506,8 +628,9 @@ class Scanner(ast.NodeVisitor):
     def add(self, node, kind: str, tokens, **kw):
         branch = list(dict.fromkeys(self.branches[-1]))
         tokens = _merge(tokens) if tokens is not None else None
-        if tokens and tokens[0][0] == "P" and tokens[0][1].isidentifier() and self.functions:
-            kw["lead_values"] = lead_values(self.functions[-1], tokens[0][1])
+        if tokens and tokens[0][0] == "P" and tokens[0][2] == "any":  # a message led by a field of any text
+            kw["lead_values"] = lead_of(self.functions[-1] if self.functions else None, tokens[0][1])
+            kw["lead_open"] = not kw["lead_values"]
         self.sites.append(dict(line=node.lineno, col=node.col_offset, function=self._fn(), kind=kind,
                                tokens=tokens, branch=branch, **kw))
 
@@ -702,6 +825,9 @@ def site_packages() -> dict:
 
 
 def scan(pkg: str, root: Path, version: str) -> tuple[list, dict]:
+    global CALLS
+    if CALLS is None or CALLS.root != root:
+        CALLS = Calls(root)
     short = PACKAGES[pkg][1]
     seen_files: dict[str, str] = {}
     missing = []
@@ -750,6 +876,8 @@ def scan(pkg: str, root: Path, version: str) -> tuple[list, dict]:
                 entry["branch"] = s["branch"]
             if tokens and s.get("lead_values"):
                 entry["lead_values"] = s["lead_values"]
+            elif tokens and s.get("lead_open") and tokens[0][0] == "P":
+                entry["lead_open"] = True  # led by a field whose values the source does not say: any word there
             if s.get("dynamic") and not tokens:
                 entry["dynamic"] = True
             text = normalised(tokens) if tokens else ("assert " + s["condition"] if s.get("condition")

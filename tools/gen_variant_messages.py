@@ -51,6 +51,8 @@ if str(ROOT) not in sys.path:
 
 from tools import gen_messages as G  # noqa: E402
 
+G.WHOLE_PACKAGES = False  # only the SCAN files are extracted: a parameter's callers elsewhere are not seen
+
 M = G.M
 DATA = ROOT / "mbridge_overlap" / "data"
 OUT = DATA / "message_variants.json"

@@ -33,8 +33,10 @@ How a line is matched (Catalog.match):
 * Placeholders: an f-string field in the middle of a message is `(.*?)`, at the end `(.*)`, at the start one token
   `(\\S*?)` after a delimiter; `:d` / `%d` fields are integers, `:.3f` / `%f` floats, `%x` hex. Hit.groups holds the
   captured values in the order of Entry.fields. A leading field whose code writes every value it can hold
-  (Entry.lead_values, e.g. Megatron-Core's description table of "{description} is not initialized") matches only
-  where the text before that token's end is one of them: no other word is the message.
+  (Entry.lead_values, e.g. Megatron-Core's description table of "{description} is not initialized", a parameter
+  every call passes a literal for, a conditional of literals) matches only where the text before that token's end is
+  one of them: no other word is the message. tools/gen_messages.py marks every other leading field of any text
+  open (Entry.lead_open: a class's name, an attribute, a call's result): any word there.
 * Message boundary: a message whose text starts with a letter, digit or underscore is matched only where it starts a
   message in the line (at_boundary): at the line's start, after punctuation that ends a prefix, a sentence or a
   quote (`:`, `]`, `.`, `'` ..., not a comma, not glued to a word), or after a word that is a rank, a time, an
@@ -212,6 +214,7 @@ class Entry:
     template: str | None = None  # python: the message with {field} placeholders ({{ }} for literal braces)
     fields: tuple = ()  # python: the placeholders' expressions, in order (Hit.groups follow them)
     lead_values: tuple = ()  # python: what a leading field can hold, where its code writes every value out
+    lead_open: bool = False  # python: a leading field whose values the source does not say (any word there)
     package: str = ""
     package_version: str | None = None
     file: str | None = None  # python: relative to site-packages; native: the upstream file, if any
