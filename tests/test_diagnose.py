@@ -891,7 +891,7 @@ def test_a_text_raised_off_the_overlap_path_too_needs_its_frame(path, function, 
     """TE 2.4-2.20's "Missing quantizer for input tensor" is in the catalog from the userbuffers ops only, but
     module/linear.py raises it in both branches of `with_input_all_gather_nccl or ub_overlap_ag_fprop` (the else has
     no userbuffers), layernorm_linear.py and basic_linear.py with none: only a frame in the userbuffers file is the
-    userbuffers path (causes.OFF_PATH_TOO)."""
+    userbuffers path (causes.off_path_too: the catalog's Entry.off_path_too)."""
     lines = []
     if path:
         lines = ["Traceback (most recent call last):", f'  File "/usr/local/lib/python3.12/dist-packages/{path}", line 181, '

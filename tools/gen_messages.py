@@ -779,12 +779,17 @@ OVERLAP_TOPICS = {"tp_overlap", "userbuffers", "dp_overlap", "distributed_optimi
                   "moe_overlap"}
 
 
+def words_topic(function: str, tokens, condition) -> str | None:
+    """The topic a message's own words name (its text, its assert's condition, its function's name), or None."""
+    words = " ".join(filter(None, [
+        " ".join(t[1] for t in tokens) if tokens else None, condition, function.rsplit(".", 1)[-1]]))
+    return next((t for t, rx in RULES if rx.search(words)), None)
+
+
 def topic_of(rel: str, function: str, tokens, condition) -> tuple[str, str | None]:
     """(topic, the topic the message's own words name or None): a forced file or function topic; else a strong
     keyword topic; else the file's default; else the keyword topic; else "other"."""
-    words = " ".join(filter(None, [
-        " ".join(t[1] for t in tokens) if tokens else None, condition, function.rsplit(".", 1)[-1]]))
-    keyword = next((t for t, rx in RULES if rx.search(words)), None)
+    keyword = words_topic(function, tokens, condition)
     for prefix, topic in FORCED.items():
         if rel.startswith(prefix):
             return topic, topic
@@ -842,6 +847,7 @@ def scan(pkg: str, root: Path, version: str) -> tuple[list, dict]:
             seen_files.setdefault(rel, mode)  # the first (most specific) rule for a file wins
     entries = []
     skipped = 0
+    texts: dict = {}  # a message's normalised text -> every site that writes it: [file, function, line, on the path]
     for rel, mode in sorted(seen_files.items()):
         source = (root / rel).read_text(encoding="utf-8")
         sc = Scanner(rel, source)
@@ -853,7 +859,10 @@ def scan(pkg: str, root: Path, version: str) -> tuple[list, dict]:
                 tokens = None  # only fields: nothing to match, like a computed message
                 s["dynamic"] = True
             topic, keyword = topic_of(rel, s["function"], tokens, s.get("condition"))
-            if not keep(mode, s["function"], keyword):
+            kept = keep(mode, s["function"], keyword)
+            if tokens:
+                texts.setdefault(normalised(tokens), []).append([rel, s["function"], s["line"], kept])
+            if not kept:
                 continue
             entry = {
                 "package": pkg,
@@ -886,7 +895,21 @@ def scan(pkg: str, root: Path, version: str) -> tuple[list, dict]:
             where = hashlib.sha1(f"{rel}\0{s['function']}\0{s['kind']}\0{text}".encode()).hexdigest()[:10]
             entry["id"] = f"{short}.{s['kind']}.{where}"
             entry["_order"] = (rel, s["line"], s["col"])
+            entry["_text"] = text
+            entry["_own"] = words_topic(s["function"], tokens, s.get("condition"))
             entries.append(entry)
+    unread = _off_scan_sites(pkg, root, seen_files, texts)
+    for e in entries:  # where else the package writes the message's text, and whether that place is on the path
+        if e["template"]:
+            here = [e["file"], e["function"], e["line"]]
+            others = sorted(x for x in texts[e["_text"]] if x[:3] != here)
+            if others:
+                e["raised_elsewhere"] = others
+            # the text alone does not place the message on the path: it is written off the path too, and its own
+            # words name no overlap topic (it is in the catalog for its file's or function's sake)
+            if any(not x[3] for x in others) and e["_own"] not in OVERLAP_TOPICS:
+                e["off_path_too"] = True
+        del e["_text"], e["_own"]
     # the same message twice in one function: number them in source order
     entries.sort(key=lambda e: e["_order"])
     counts: dict[str, int] = {}
@@ -896,7 +919,46 @@ def scan(pkg: str, root: Path, version: str) -> tuple[list, dict]:
         if n > 1:
             e["id"] = f"{e['id']}.{n}"
         del e["_order"]
-    return entries, {"files": dict(sorted(seen_files.items())), "missing": missing, "skipped_non_literal": skipped}
+    info = {"files": dict(sorted(seen_files.items())), "missing": missing, "skipped_non_literal": skipped}
+    if unread:
+        info["unread"] = unread
+    return entries, info
+
+
+# The folders of a package's own sources (Megatron-LM's training code ships in the megatron-core wheel)
+PACKAGE_FOLDERS = {"megatron-bridge": ("megatron/bridge/",), "megatron-core": ("megatron/core/", "megatron/training/"),
+                   "transformer-engine": ("transformer_engine/",)}
+
+
+def _off_scan_sites(pkg: str, root: Path, seen_files: dict, texts: dict) -> list:
+    """Add to `texts` the sites of the package's files that SCAN does not read (off the overlap path: the catalog does
+    not know them) writing a text the catalog keeps, where the scan sees the whole package (WHOLE_PACKAGES); returns
+    the files that could not be parsed."""
+    if not WHOLE_PACKAGES or CALLS is None:
+        return []
+    unread = []
+    kept = {t for t, sites in texts.items() if any(x[3] for x in sites)}
+    for rel, source in CALLS.texts().items():
+        if not rel.startswith(PACKAGE_FOLDERS[pkg]) or rel in seen_files or "/tests/" in rel:
+            continue
+        if source is None:
+            unread.append(rel)
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SyntaxWarning)
+                tree = ast.parse(source, filename=rel)
+        except SyntaxError:
+            unread.append(rel)
+            continue
+        sc = Scanner(rel, source)
+        sc.visit(tree)
+        for s in sc.sites:
+            if s["tokens"] and any(t[0] == "L" and t[1].strip() for t in s["tokens"]):
+                text = normalised(s["tokens"])
+                if text in kept:
+                    texts[text].append([rel, s["function"], s["line"], False])
+    return sorted(unread)
 
 
 # -- native messages ----------------------------------------------------------------------------------------------

@@ -121,23 +121,19 @@ def conditional(cat: Catalog, entry: Entry) -> bool:
     return any(link.line is not None or link.group is not None for link in index(cat).get(entry.id, ()))
 
 
-# Messages the catalog holds from an overlap-path file whose text the package raises off the path too, in every release
-# that prints it: the text alone does not place the error there; a traceback's last frame in the entry's own file does.
-# (package, template) -> where else, read from each release's source.
-OFF_PATH_TOO = {
-    # TE 2.4 to 2.20.2 (the releases with ops/fused/userbuffers_*_linear.py): module/linear.py raises it in both
-    # branches of `if with_input_all_gather_nccl or ub_overlap_ag_fprop:` (the else too: no all-gather, no
-    # userbuffers), under `fp8 or debug` with no input quantizer; module/layernorm_linear.py under fp8, and
-    # ops/basic/basic_linear.py under with_quantized_compute, raise it with no userbuffers at all (2.1 to 2.20.2 alike)
-    ("transformer-engine", "Missing quantizer for input tensor"):
-        "module/linear.py (with and without the input all-gather or userbuffers), module/layernorm_linear.py and "
-        "ops/basic/basic_linear.py: wherever FP8 (or debug) compute runs without an input quantizer",
-}
-
-
+# Messages the catalog holds for their file's or function's sake (their own words name no overlap topic) whose text the
+# package also writes off the overlap path: the text alone does not place the error there; a traceback's last frame in
+# the entry's own file does. tools/gen_messages.py records it per release from the package's sources (every place
+# writing the text: Entry.raised_elsewhere; Entry.off_path_too), e.g. Transformer Engine 2.20.2's "Missing quantizer
+# for input tensor", raised by its userbuffers ops and, without userbuffers, by module/linear.py (both branches of its
+# input all-gather), module/layernorm_linear.py and ops/basic/basic_linear.py.
 def off_path_too(entry: Entry) -> str | None:
-    """Where else the package raises this entry's text, off the overlap path (OFF_PATH_TOO); None: nowhere known."""
-    return OFF_PATH_TOO.get((entry.package, entry.template)) if entry.template else None
+    """Where else the package writes this entry's text, off the overlap path ("file function, ..."); None: the
+    text places the message on the path (nowhere else, or its own words name an overlap topic)."""
+    if not entry.off_path_too:
+        return None
+    places = dict.fromkeys(f"{x[0]} {x[1]}" for x in entry.raised_elsewhere if not x[3])
+    return ", ".join(places) or None
 
 
 def overlap_related(entry: Entry) -> bool:

@@ -215,6 +215,9 @@ class Entry:
     fields: tuple = ()  # python: the placeholders' expressions, in order (Hit.groups follow them)
     lead_values: tuple = ()  # python: what a leading field can hold, where its code writes every value out
     lead_open: bool = False  # python: a leading field whose values the source does not say (any word there)
+    # python: every other place of its package writing the same text, [file, function, line, on the overlap path]
+    raised_elsewhere: tuple = ()
+    off_path_too: bool = False  # python: written off the overlap path too, its own words naming no overlap topic
     package: str = ""
     package_version: str | None = None
     file: str | None = None  # python: relative to site-packages; native: the upstream file, if any
@@ -243,6 +246,7 @@ class Entry:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["fields"] = list(self.fields)
         d["lead_values"] = list(self.lead_values)
+        d["raised_elsewhere"] = [list(x) for x in self.raised_elsewhere]
         d["anchors"] = list(self.anchors)
         d["contains"] = list(self.contains)
         d["more_examples"] = list(self.more_examples)
@@ -920,6 +924,7 @@ def _entry(row: dict, origin: str) -> Entry:
     d["releases"] = tuple(d.get("releases") or ())
     d["fields"] = tuple(d.get("fields") or ())
     d["lead_values"] = tuple(d.get("lead_values") or ())
+    d["raised_elsewhere"] = tuple(tuple(x) for x in d.get("raised_elsewhere") or ())
     d["branch"] = tuple(d.get("branch") or ())
     d["anchors"] = tuple(d.get("anchors") or ())
     d["contains"] = tuple(d.get("contains") or ())

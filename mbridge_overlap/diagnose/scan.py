@@ -196,7 +196,7 @@ class Scan:
             self._iteration(line)
         hits, near = self._matches(text)
         # a text the package raises off the overlap path too, with no traceback frame in the entry's file: another
-        # failure (causes.OFF_PATH_TOO), neither the entry's nor the frames'
+        # failure (causes.off_path_too: Entry.off_path_too, generated), neither the entry's nor the frames'
         elsewhere = bool(hits) and causes.off_path_too(hits[0].entry) is not None \
             and not any(_in_file(frame, h.entry) for h in hits)
         gid = None
