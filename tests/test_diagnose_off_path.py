@@ -82,3 +82,26 @@ def test_texts_the_hand_table_lacked_need_their_frame_too(text, path, function, 
         assert ids == ["OVERLAP_PATH_ERROR"] and "userbuffers" in d["causes"][0]["message"], d["causes"]
     else:
         assert ids == [] and any(text in o["logged"] for o in d["other"]), (ids, d["other"])
+
+
+def test_a_finding_s_message_is_that_finding_wherever_it_is_raised():
+    """Bridge 0.6.2 raises 'offline_packing_specs must be set when enable_offline_packing=True.' in
+    ConfigContainer.validate and, off the overlap path, in GPTSFTDatasetConfig.validate: DATASET_PACKING_REJECTED
+    names the text, so the text alone is that finding (the off-path rule is for messages no finding names)."""
+    row = next(r for r in _rows("0.6.2") if (r["template"] or "").startswith("offline_packing_specs must be set when"))
+    assert any(x[0].endswith("gpt_sft.py") and not x[3] for x in row["raised_elsewhere"])
+    d = _diagnose(["ValueError: offline_packing_specs must be set when enable_offline_packing=True."])
+    assert [c["id"] for c in d["causes"]] == ["DATASET_PACKING_REJECTED"]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_only_messages_reported_on_the_path_are_marked(release):
+    """off_path_too only where diagnose would report the text as the path's (an overlap topic) and the words name none
+    (Megatron-Core 0.19.2's 'DSAttention context parallelism currently supports cp_comm_type=allgather', written in
+    dsa.py too, names context parallelism: it stays)."""
+    topics = causes.OVERLAP_TOPICS
+    for r in _rows(release):
+        if r.get("off_path_too"):
+            assert r["topic"] in topics and any(not x[3] for x in r["raised_elsewhere"]), r["id"]
+    assert not [r["id"] for r in _rows(release) if (r["template"] or "").startswith("DSAttention context parallelism")
+                and r.get("off_path_too")]

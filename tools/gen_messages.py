@@ -777,6 +777,9 @@ def pattern_tokens(tokens: list) -> list:
 
 OVERLAP_TOPICS = {"tp_overlap", "userbuffers", "dp_overlap", "distributed_optimizer", "pipeline", "fsdp", "launch_env",
                   "moe_overlap"}
+# The topics diagnose reports as the overlap path's (mbridge_overlap/diagnose/causes.py OVERLAP_TOPICS): a message whose
+# own words name one is about it wherever it is written (not off_path_too)
+DIAGNOSED_TOPICS = OVERLAP_TOPICS | {"parallel_state", "mixed_precision", "context_parallel"}
 
 
 def words_topic(function: str, tokens, condition) -> str | None:
@@ -905,9 +908,10 @@ def scan(pkg: str, root: Path, version: str) -> tuple[list, dict]:
             others = sorted(x for x in texts[e["_text"]] if x[:3] != here)
             if others:
                 e["raised_elsewhere"] = others
-            # the text alone does not place the message on the path: it is written off the path too, and its own
-            # words name no overlap topic (it is in the catalog for its file's or function's sake)
-            if any(not x[3] for x in others) and e["_own"] not in OVERLAP_TOPICS:
+            # the text alone does not place the message on the path diagnose reports it on (its topic): it is
+            # written off the path too, and its own words name no overlap topic (it is in the catalog for its file's
+            # or function's sake)
+            if e["topic"] in DIAGNOSED_TOPICS and any(not x[3] for x in others) and e["_own"] not in DIAGNOSED_TOPICS:
                 e["off_path_too"] = True
         del e["_text"], e["_own"]
     # the same message twice in one function: number them in source order

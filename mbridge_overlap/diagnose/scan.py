@@ -197,7 +197,10 @@ class Scan:
         hits, near = self._matches(text)
         # a text the package raises off the overlap path too, with no traceback frame in the entry's file: another
         # failure (causes.off_path_too: Entry.off_path_too, generated), neither the entry's nor the frames'
+        # (a message a finding names is that finding wherever it is raised: DATASET_PACKING_REJECTED's texts, which
+        # Bridge's dataset config raises too)
         elsewhere = bool(hits) and causes.off_path_too(hits[0].entry) is not None \
+            and not any(causes.index(self.catalog).get(h.entry.id) for h in hits) \
             and not any(_in_file(frame, h.entry) for h in hits)
         gid = None
         if elsewhere:
