@@ -94,3 +94,22 @@ def test_other_json_and_broken_records(line):
     assert got[0].text == next((v for k, v in record.items() if line.startswith(k)), line)
     d = _diagnose(line.encode() + b"\n")
     assert not d["causes"]
+
+
+def test_the_block_reader_and_the_line_reader_read_a_record_alike():
+    """Docker records are read from their bytes by blocks (reader._DOCKER, no JSON reader) and by the JSON reader
+    line by line: the same texts for escaped quotes, an escaped backslash before an n (no newline), ANSI escapes, a
+    surrogate pair, a record without its final newline, another key order, a nested value, a multi-line record."""
+    values = ['say "hi"\n', "C:\\new\\n", "\x1b[31mred\x1b[0m\n", "emoji \U0001F600\n", "no newline", "a\nb\n", "tab\there\n"]
+    lines = [_docker(v[:-1] if v.endswith("\n") else v).rstrip("\n") if v.endswith("\n") else
+             json.dumps({"log": v, "stream": "stdout"}, separators=(",", ":")) for v in values]
+    lines += ['{"stream":"stderr","log":"later key\\n"}', '{"log":"nested\\n","attrs":{"tag":"x"}}', "plain line"]
+    block = ("\n".join(lines) + "\n").encode()
+    by_blocks = []
+    for part in reader._records("-", 1, block, None):
+        by_blocks += [part.text] if isinstance(part, reader.Line) else part[1].decode().split("\n")[:-1]
+    by_lines = [x.text for x in reader.lines(["-"], stdin=io.BytesIO(block))]
+    assert by_blocks == by_lines
+    assert by_lines[:8] == ['say "hi"', "C:\\new\\n", "\x1b[31mred\x1b[0m", "emoji \U0001F600", "no newline", "a", "b",
+                            "tab\there"]
+    assert by_lines[8:] == ["later key", "nested", "plain line"]

@@ -52,10 +52,11 @@ _PREFIX = re.compile(
 # structured loggers (python-json-logger, structlog renderers: "message", "msg"), journald's export ("MESSAGE"),
 # Google Cloud Logging ("textPayload")
 RECORD_KEYS = ("log", "message", "msg", "MESSAGE", "textPayload")
-_RECORD = re.compile(rb'^[ \t]*\{[ \t]*"[^\n]*', re.M)  # a line that may be a JSON record (starts with {")
 # a record the JSON reader refuses (a line cut in its middle, a record split by docker at 16 KiB): its key's value, as
 # far as it goes, where that key comes first
-_RECORD_HEAD = re.compile(r'\{\s*"(?:' + "|".join(RECORD_KEYS) + r')"\s*:\s*"((?:[^"\\]|\\.)*)')
+_RECORD_HEAD = re.compile(r'\{"(?:' + "|".join(RECORD_KEYS) + r')"\s*:\s*"((?:[^"\\]+|\\.)*)')
+# docker's json-file record, {"log":"...","stream":"stderr","time":"..."}: "log" first, then fields of strings or scalars
+_DOCKER = re.compile(rb'\{"log":"((?:[^"\\\n]+|\\.)*)"(?:,"[^"\\\n]*":(?:"(?:[^"\\\n]+|\\.)*"|[-+.\w]*))*\}[ \t\r]*')
 _ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt])')
 _INNER_RANK = re.compile(r"\[rank(\d{1,7})\]:", re.A)
 _PATH_RANK = re.compile(r"rank[_-]?(\d{1,7})(?!\d)", re.I | re.A)
@@ -191,7 +192,7 @@ def _numbered(source: str, number: int, texts, path_rank: str | None) -> Iterato
     for lines_, cuts in texts:
         for i, text in enumerate(lines_):
             number += 1
-            for part in (record_lines(text) if text[:1] in "{ \t" else None) or (text,):
+            for part in (record_lines(text) if text[:2] == '{"' else None) or (text,):
                 rank, part = split_prefix(part)
                 yield Line(source, number, rank if rank is not None else path_rank, part, cuts[i] if cuts else 0)
 
@@ -202,9 +203,9 @@ def record_lines(text: str) -> list[str] | None:
     record of a multi-line print); None for any other line (not JSON, or no such key with a string value). A record
     the JSON reader refuses (cut in its middle: MAX_LINE) gives its key's value as far as it goes, where the key
     comes first."""
-    line = text.strip()
-    if not line.startswith("{"):
+    if not text.startswith('{"'):
         return None
+    line = text.rstrip()
     value = None
     if line.endswith("}"):
         try:
@@ -219,9 +220,18 @@ def record_lines(text: str) -> list[str] | None:
         m = _RECORD_HEAD.match(line)
         if m is None:
             return None
-        value = _ESCAPE.sub(_unescape, m[1])
+        value = _unescaped(m[1])
     value = value[:-1] if value.endswith("\n") else value
     return value.replace("\r\n", "\n").split("\n")
+
+
+def _unescaped(value: str) -> str:
+    """A JSON string's inside with its escapes undone (a surrogate pair is one character); an escape the JSON reader
+    refuses (a cut line) is undone where it is whole, kept as it is where not."""
+    try:
+        return json.loads(f'"{value}"')
+    except ValueError:
+        return _ESCAPE.sub(_unescape, value)
 
 
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -232,32 +242,58 @@ def _unescape(m: re.Match) -> str:
     return chr(int(e[1:], 16)) if e[0] == "u" else _ESCAPES[e]
 
 
+def _record_lines(block: bytes) -> Iterator[tuple[int, int]]:
+    """(start, end) of the lines of a block that start with `{"` (found by the byte search, not by a regular
+    expression tried at every position), their newline left out."""
+    at = 0 if block.startswith(b'{"') else block.find(b'\n{"') + 1 or -1
+    while at >= 0:
+        end = block.find(b"\n", at)
+        if end == -1:
+            yield at, len(block)
+            return
+        yield at, end
+        at = block.find(b'\n{"', end)
+        at = at + 1 if at != -1 else -1
+
+
 def _records(source: str, number: int, block: bytes, path_rank: str | None) -> Iterator[tuple[int, bytes] | Line]:
     """A block of complete lines (the first numbered `number`) with its JSON log records read as their text
     (record_lines): a record of one line is replaced in the block by its text (the block keeps its line count), one
     of several lines comes as Lines, each numbered as the record's line, between the block's parts before and after
     it. A block without `{"` is as it is: a plain log pays a search for one byte a block (memchr: a search for the
-    two bytes `{"` costs 5% of a plain log's whole scan), two where it holds braces."""
+    two bytes `{"` costs 5% of a plain log's whole scan), two where it holds braces. A docker json-file record
+    (_DOCKER: "log" first, flat) is read from its bytes, without the JSON reader."""
     if b"{" not in block or b'{"' not in block:
         yield number, block
         return
     start, out = 0, []  # where the block's part not yet given starts, and its pieces before that (records' texts)
     first, base = number, 0  # that part's first line: its number, and where it starts in the block
-    for m in _RECORD.finditer(block):
-        lines_ = record_lines(m.group().decode("utf-8", "replace"))
-        if lines_ is None:
-            continue
+    for a, b in _record_lines(block):
+        docker = _DOCKER.fullmatch(block, a, b)
+        if docker is not None:
+            value = docker.group(1)
+            if value.endswith(b"\\n") and (len(value) - len(value[:-1].rstrip(b"\\"))) % 2 == 0:
+                value = value[:-2]  # the final newline (an odd run of backslashes before the n: not an escaped one)
+            if b"\\" not in value:
+                out += [block[start:a], value]
+                start = b
+                continue
+            lines_ = _unescaped(value.decode("utf-8", "replace")).replace("\r\n", "\n").split("\n")
+        else:
+            lines_ = record_lines(block[a:b].decode("utf-8", "replace"))
+            if lines_ is None:
+                continue
         if len(lines_) == 1:
-            out += [block[start:m.start()], lines_[0].encode("utf-8", "replace")]
-            start = m.end()
+            out += [block[start:a], lines_[0].encode("utf-8", "replace")]
+            start = b
             continue
-        at = first + block.count(b"\n", base, m.start())
-        if out or start < m.start():
-            yield first, b"".join(out) + block[start:m.start()]
+        at = first + block.count(b"\n", base, a)
+        if out or start < a:
+            yield first, b"".join(out) + block[start:a]
         for part in lines_:
             rank, part = split_prefix(part)
             yield Line(source, at, rank if rank is not None else path_rank, part)
-        start = base = m.end() + 1
+        start = base = b + 1
         out, first = [], at + 1
     rest = b"".join(out) + block[start:]
     if rest:
