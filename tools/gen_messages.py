@@ -12,7 +12,13 @@ one computed at run time, are recorded too (template null), since a traceback's 
 records the tests of the if/elif statements it sits under in its function (`branch`, outermost first; in an else or
 elif branch the tests before it as `not (TEST)`), as an assert records its own test (`condition`): the config fields
 that decide whether it runs, where its words name none. Each entry gets a topic; files marked "topic" keep only the
-messages that fall in an overlap topic. The native messages of mbridge_overlap/data/native_messages.yaml (not in Python
+messages that fall in an overlap topic. A message whose text starts with a field of any text records the values its
+code can put there where the source says (`lead_values`: literals, a conditional of literals, a literal table, a
+parameter every call in the package passes a literal for), else `lead_open`. Each entry records every other place of
+its package writing the same text (`raised_elsewhere`: file, function, line, whether the catalog keeps it there, i.e.
+on the overlap path; in a site-packages scan every file of the package is read for it), and `off_path_too` where one
+is off the path while the message's topic is the path's and its own words name no overlap topic (the text alone does
+not place it: diagnose/causes.py off_path_too). The native messages of mbridge_overlap/data/native_messages.yaml (not in Python
 source) are checked (each example matches its pattern, each cites a source) and copied in. The file holds message
 templates, patterns and locations only, no source code.
 --check regenerates in memory and exits 1 when the committed file differs (tests/bridge/test_messages_catalog.py).
