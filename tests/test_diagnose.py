@@ -855,6 +855,38 @@ def test_only_te_s_own_start_up_line_begins_the_userbuffers_setup():
         assert cause["id"] == "UB_SETUP_CRASHED" and "died (Fatal Python error: Aborted) after" in cause["message"], head
 
 
+_DEEPEP = ("DeepEP is only applicable to Ampere, Hopper, and Blackwell (B200/B300) GPUs. Current GPU: NVIDIA GB200. "
+           "Falling back to alltoall.")
+
+
+@pytest.mark.parametrize("prefix", [
+    "2025-01-01T00:00:00.123Z stdout F ", "2025-01-01T00:00:00.123456789Z stderr F ",
+    "2025-01-01T00:00:00.123456789Z stdout P ", "2025-01-01T00:00:00.123456789+02:00 stderr F [rank0]: ",
+])
+def test_a_word_led_message_after_a_cri_prefix_is_matched(prefix):
+    """recheck63 AJ2: Kubernetes' CRI lines (containerd's redirectLogs writes `<RFC3339Nano> <stream> <F|P> `) lost
+    every message that starts with a word: the tag `F` before it is no word LEAD takes. messages.LAUNCH_PREFIX reads
+    the prefix; inside a sentence, the message stays refused."""
+    assert "FLEX_DISPATCHER_FELL_BACK" in [c["id"] for c in _diagnose_text(prefix + _DEEPEP + "\n")["causes"]]
+    for head in ("the stdout F said ", "2025-01-01T00:00:00Z stdout F the log said ", "stdout F "):
+        assert not _diagnose_text(head + _DEEPEP + "\n")["causes"], head
+
+
+@pytest.mark.parametrize("prefix", ["(WorkerDict pid=1234, ip=10.0.0.1) ", "(TaskRunner pid=123) ",
+                                    "(head, rank=0, pid=1234) ", "2025-01-01T00:00:00.123456789Z stdout F ",
+                                    "2025-01-01 12:00:00 ", "[2025-01-01 12:00:00,123] ",
+                                    "(WorkerDict pid=1234, ip=10.0.0.1) [rank0]: "])
+def test_te_s_start_up_lines_behind_a_launcher_prefix_begin_the_userbuffers_setup(prefix):
+    """recheck63 AJ4: TE's `!!! [UB]` lines behind Ray's worker prefix (verl runs Megatron-Core under Ray), CRI's or a
+    time did not start the setup: UB_SETUP_CRASHED was lost. The same prefix rule as the message boundary's; the
+    grep results of V2-14 stay refused (test_only_te_s_own_start_up_line_begins_the_userbuffers_setup)."""
+    text = "".join(f"{prefix}{x}\n" for x in ("!!! [UB] Create Userbuffers Communicator", "!!! [UBP2P] UBuf 1",
+                                               "Fatal Python error: Aborted"))
+    assert [c["id"] for c in _diagnose_text(text)["causes"]] == ["UB_SETUP_CRASHED"]
+    d = _diagnose_text(f'{prefix}$ grep -r "!!! [UB] Create" docs/\n{prefix}Fatal Python error: Aborted\n')
+    assert not d["facts"].get("ub_started")
+
+
 def test_the_not_bridge_note_shows_a_long_frame_path_s_end():
     """fuzzU U2-5: a 132-character path was cut to its start, without the file name."""
     path = ("/lustre/fsw/portfolios/coreai/users/jdoe/miniconda3/envs/verl-megatron/lib/python3.10/site-packages/verl/"

@@ -66,7 +66,7 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["load", "available", "Catalog", "Entry", "Hit", "clean", "parse_frame", "escape", "pattern_of",
-           "tokens_of", "at_boundary", "LEAD", "MIN_CUT_CHARS", "MIN_LITERAL_CHARS", "MAX_LINE_CHARS", "SCHEMA_VERSION"]
+           "tokens_of", "at_boundary", "after_prefix", "LAUNCH_PREFIX", "LEAD", "MIN_CUT_CHARS", "MIN_LITERAL_CHARS", "MAX_LINE_CHARS", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -81,6 +81,20 @@ MAX_RETRIES = 8  # later places of a message tried in one line after one that st
 # A word before a message that is no part of a sentence (lower-cased, letters and digits): a rank or a time (digits),
 # an exception's or a level's name. fuzzy.py's short-message match reads the words before a message by it too.
 LEAD = re.compile(r"\d|(?:error|exception|warning)$|^(?:rank|default|debug|info|warn|fatal|critical|note|e|w|i)$")
+# What a launcher or a log collector writes before a line's own text, past the rank prefixes reader.split_prefix takes
+# off (and those again, behind another): one or more of a time (RFC 3339, or `2025-01-01 12:00:00,123`, bracketed or
+# not), Kubernetes' CRI `<RFC3339Nano time> stdout|stderr F|P ` (containerd's internal/cri/io/logger.go redirectLogs
+# writes time, stream and tag, each followed by one space; CRI-O the same), Ray's worker `(WorkerDict pid=1234,
+# ip=10.0.0.1) ` and SkyPilot's `(head, rank=0, pid=1234) `, torch's `[rank3]:`, torchrun's `[default0]:`, mpirun's
+# `[1,0]<stdout>:`, srun's `0: `. A line's text starts after it: at_boundary's message start (AJ2: `stdout F DeepEP
+# is ...`) and TE's userbuffers start-up lines (scan, AJ4) read it alike; a grep result, a quote or a sentence before
+# either is none of these.
+LAUNCH_PREFIX = re.compile(
+    r"(?:[ \t]*(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?"
+    r"(?: (?:stdout|stderr) [FP](?= ))?"
+    r"|\([A-Za-z_][\w.-]{0,63}(?:,? [^()\n]{0,160})?\bpid=\d{1,9}(?:, ?[^()\n]{0,160})?\)"
+    r"|\[rank\d{1,7}\]:|\[[A-Za-z_]{1,32}\d{1,7}\]:|\[\d{1,7},\d{1,7}\]<(?:stdout|stderr)>:|\d{1,7}:(?= )"
+    r"))+[ \t]*", re.A)
 
 # The groups a generated pattern uses for a placeholder (and nothing else starts with an unescaped "(").
 G_HEAD = r"(?<![^\s\[\](){}<>:;,='\"])(\S*?)"  # a message's leading field: one token after a delimiter
@@ -435,8 +449,18 @@ def at_boundary(text: str, start: int) -> bool:
         while k > 0 and j - k < MAX_WORD and text[k - 1].isascii() and text[k - 1].isalnum():
             k -= 1
         # (a run of MAX_WORD letters and digits is no word of a sentence: junk, a hash, a cut line's piece)
-        return k < j and (j - k >= MAX_WORD or LEAD.search(text[k:j].lower()) is not None)
+        return k < j and (j - k >= MAX_WORD or LEAD.search(text[k:j].lower()) is not None) or after_prefix(text, start)
     return c != ","
+
+
+def after_prefix(text: str, start: int) -> bool:
+    """Whether `start` of text is where its line's own text starts: nothing but white space before it on its line, or
+    only a launcher's or collector's prefix (LAUNCH_PREFIX)."""
+    line = text.rfind("\n", 0, start) + 1
+    if not text[line:start].strip():
+        return True
+    m = LAUNCH_PREFIX.match(text, line, start)
+    return m is not None and m.end() == start
 
 
 def _plan(tokens: list, at_end: bool = False) -> tuple[list, bool]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from . import causes, frames, fuzzy, groups as pg, reader, terms
 from . import shapes as shapes_
 from .patterns import EXCEPTION, ITERATION_PHRASE, STOPPED, iteration_ms_span
-from .messages import FIELD, Catalog, Entry, Hit, clean, parse_frame
+from .messages import FIELD, Catalog, Entry, Hit, after_prefix, clean, parse_frame
 from .reader import CUT, Line, line_text, split_prefix
 
 MAX_RANKS = 4096  # rank labels kept per message (the count goes on)
@@ -516,8 +516,9 @@ class Scan:
         elif entry.template and entry.template.startswith(_SETUP_DONE):
             self.facts["setup_done"] = True  # (Bridge prints these after initialize_ub returned: recheck60 AG2)
         elif entry.id in UB_STARTED:
-            # TE's printf, at its line's start (after the launcher's prefix): not a grep result or a doc quoting it
-            if not hit.text[:hit.span[0]].strip():
+            # TE's printf, at its line's start (after a launcher's or collector's prefix, messages.LAUNCH_PREFIX: Ray's
+            # worker, CRI's, a time; recheck63 AJ4): not a grep result or a doc quoting it
+            if after_prefix(hit.text, hit.span[0]):
                 self.facts["ub_started"] = True
                 self.ub_start.setdefault(line.source, line.number)
         elif entry.id in FATAL:
