@@ -749,6 +749,22 @@ def test_a_message_led_by_a_field_takes_only_the_values_its_code_writes():
         assert not [h for h in cat.match(line) if h.entry.fields], line
 
 
+@pytest.mark.parametrize("line", ["[rank2]: AssertionError: data parallel group is not initialized",
+                                  "AssertionError: data parallel group is not initialized" + " x" * 40000])
+def test_a_line_this_release_prints_is_this_release_s(line):
+    """recheck63 AJ5: Megatron-Core 0.19.2 raises f"{description} is not initialized" with description "data parallel
+    group" (get_data_parallel_group, parallel_state.py:1798/1806); the line was attributed to 0.8.0-0.18.2's verbatim
+    `assert _DATA_PARALLEL_GROUP is not None` text ("wording of megatron-core 0.8.0 to 0.18.2"). A field-led match
+    counts the value its code writes as its literal text; where two read as much, this release's wording wins (the
+    over-long line: match()'s head-and-tail order, _specificity)."""
+    (cause,) = _diagnose_text(line + "\n")["causes"]
+    ev = cause["evidence"][0]
+    assert ev["function"] == "get_data_parallel_group" and ev["package_version"] == "0.19.2", ev
+    assert ev["condition"] == "group is not None" and not ev.get("releases"), ev
+    (hit,) = messages.load("0.6.2").match(line)[:1]
+    assert not hit.entry.releases and hit.entry.fields == ("description",) and hit.groups[0] == "data parallel group"
+
+
 @pytest.mark.parametrize("lines, crashed", [
     (["!!! [UBP2P] UBuf 1", "Fatal Python error: Aborted"], True),
     (["!!! [UB] Create Userbuffers Communicator", "pybind11::handle::dec_ref() is being called while the GIL is either "

@@ -839,11 +839,12 @@ class Catalog:
                 if m.entry.lead_values:
                     led = _led(m.entry, text, mt.start(), _pad(mt.groups(), m.ngroups))
                     if led is not None:
-                        hits.append((False, m, Hit(m.entry, led[1], (led[0] + offset, mt.end() + offset), text, False, m.part)))
+                        hits.append((False, m, Hit(m.entry, led[1], (led[0] + offset, mt.end() + offset), text, False, m.part),
+                                     m.literal + len(led[1][0])))  # (the value its code writes is its literal text too)
                     continue
                 hits.append((False, m, Hit(m.entry, _pad(mt.groups(), m.ngroups or 0) if m.tokens is not None
                                            else tuple("" if g is None else g for g in mt.groups()),
-                                           (mt.start() + offset, mt.end() + offset), text, False, m.part)))
+                                           (mt.start() + offset, mt.end() + offset), text, False, m.part), m.literal))
                 continue
             if m.tokens is None or m.anchor is None:
                 continue
@@ -853,14 +854,17 @@ class Catalog:
             if got is not None:
                 start, groups = got
                 hits.append((True, m, Hit(m.entry, groups, (start + offset, len(text.rstrip()) + offset), text, True,
-                                          m.part)))
+                                          m.part), m.literal + (len(groups[0]) if m.entry.lead_values else 0)))
         if len(hits) > 1:
-            hits.sort(key=lambda x: (x[0], -x[1].literal, x[2].span[0], x[1].order))
+            # most literal text first; where two read as much, this release's wording before another's (recheck63 AJ5:
+            # Megatron-Core 0.19.2's "{description} is not initialized" with its value "data parallel group" is the
+            # line 0.19.2 prints, not 0.8.0-0.18.2's verbatim text)
+            hits.sort(key=lambda x: (x[0], -x[3], x[2].span[0], bool(x[2].entry.releases), x[1].order))
             if hits[0][0]:  # a cut-off line: the message it reads most of, and none where two read as much
                 hits.sort(key=lambda x: (-_read(x[2]), bool(x[2].entry.releases)))  # (this release's wording first)
                 if _read(hits[1][2]) == _read(hits[0][2]) and not self._one_message(hits[0][2].entry, hits[1][2].entry):
                     return []
-        return [h for _, _, h in hits]
+        return [h for _, _, h, _ in hits]
 
     def frame(self, path: str, function: str, source_line: str | None = None, line: int | None = None) -> list[Entry]:
         """The entries raised or logged in `function` of the file at `path` (a traceback's `File "...", line N, in
@@ -920,6 +924,8 @@ def _lead(template: str) -> str:
 
 def _specificity(h: Hit) -> int:
     t = h.entry.template
+    if t and h.entry.lead_values and h.entry.fields and h.groups and h.groups[0] in h.entry.lead_values:
+        t = t.replace("{" + h.entry.fields[0] + "}", h.groups[0], 1)  # (the value its code writes: as _match counts)
     return len(t) if t else len(h.entry.pattern or "")
 
 
