@@ -113,3 +113,27 @@ def test_the_block_reader_and_the_line_reader_read_a_record_alike():
     assert by_lines[:8] == ['say "hi"', "C:\\new\\n", "\x1b[31mred\x1b[0m", "emoji \U0001F600", "no newline", "a", "b",
                             "tab\there"]
     assert by_lines[8:] == ["later key", "nested", "plain line"]
+
+
+@pytest.mark.parametrize("separators", [(",", ":"), (", ", ": ")])
+def test_a_userbuffers_traceback_in_docker_records_keeps_its_frame(separators):
+    """recheck63 AJ3: TE's 'Missing quantizer for input tensor' is the userbuffers path only with a frame in
+    ops/fused/userbuffers_{forward,backward}_linear.py (off_path_too); in docker records the frame was quoted
+    `File \\"path\\"` and never read, so the failure was reported nowhere. The records are read as their text (78c4dd8,
+    985f26e): the traceback is an OVERLAP_PATH_ERROR as in the plain log; the ValueError alone is an other failure."""
+    lines = ["Traceback (most recent call last):", '  File "/opt/megatron/pretrain.py", line 10, in <module>', "    main()",
+             '  File "/usr/local/lib/python3.12/dist-packages/transformer_engine/pytorch/ops/fused/'
+             'userbuffers_forward_linear.py", line 181, in _functional_forward',
+             '    raise ValueError("Missing quantizer for input tensor")', "ValueError: Missing quantizer for input tensor"]
+
+    def records(texts):
+        return "".join(json.dumps({"log": f"[rank0]: {t}\n", "stream": "stderr", "time": "2025-01-01T00:00:00.0Z"},
+                                  separators=separators) + "\n" for t in texts).encode()
+
+    for data in (records(lines), "".join(f"[rank0]: {t}\n" for t in lines).encode()):
+        d = _diagnose(data)
+        (cause,) = [c for c in d["causes"] if c["overlap_related"]]
+        assert cause["id"] == "OVERLAP_PATH_ERROR" and cause["evidence"][0]["file"].endswith("userbuffers_forward_linear.py")
+    for data in (records(lines[-1:]), lines[-1].encode() + b"\n"):
+        d = _diagnose(data)
+        assert not d["causes"] and [o["logged"] for o in d["other"]] == [lines[-1]], d["other"]
