@@ -963,3 +963,24 @@ def test_the_interleaved_schedule_s_group_error_names_the_virtual_pipeline_too()
     assert cause["id"] == "INTERLEAVED_MICROBATCH_GROUPS"
     assert "model.virtual_pipeline_model_parallel_size" in cause["knobs"]
     assert "model.virtual_pipeline_model_parallel_size=null" in cause["fix"]
+
+
+_PP_WATCHDOG = ("(MegatronPolicyWorker[rank=107] pid=3340050, ip=10.1.107.221) [2026-03-23 05:15:22,428 E 3340050 3341761] "
+                "logging.cc:118: Unhandled exception: N3c1016DistBackendErrorE. what(): [PG ID 6 PG GUID "
+                "266(PIPELINE_MODEL_PARALLEL_GROUP) Rank 6] Process group watchdog thread terminated with exception: [Rank 6] "
+                "Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn=0, NumelOut=0, "
+                "Timeout(ms)=600000) ran for 651125 milliseconds before timing out.\n")
+
+
+@pytest.mark.parametrize("op, seq", [("COALESCED", 1), ("COALESCED", 7), ("RECV", 1), ("SEND", 3)])
+def test_a_pipeline_watchdog_timeout_is_read_by_its_op_type(op, seq):
+    """evalAB AB2-4 (NeMo-RL #2140's line): torch prints c10d::OpType; batch_isend_irecv's ops end as one COALESCED
+    work, unbatched isend/irecv as SEND/RECV. Batching is offered only for an unbatched op; a COALESCED one names the
+    shape exchange, and at SeqNum=1 torch's first-call rule of batch_isend_irecv."""
+    (cause,) = _diagnose_text(_PP_WATCHDOG.format(op=op, seq=seq))["causes"]
+    assert cause["id"] == "PIPELINE_P2P_TIMEOUT"
+    batched = op == "COALESCED"
+    assert ("try overlap_p2p_comm=false with batch_p2p_comm=true" in cause["fix"]) is not batched, cause["fix"]
+    assert ("PP_VARIABLE_SEQ_LENGTHS_SHAPE_EXCHANGE" in cause["fix"]) is batched
+    assert ("unbatched P2P ops" in cause["message"]) is not batched
+    assert ("first batch_isend_irecv" in cause["message"]) is (batched and seq == 1), cause["message"]

@@ -379,6 +379,36 @@ BY_GROUP = {"dp": "DP_COLLECTIVE_TIMEOUT", "cp": "CP_COLLECTIVE_TIMEOUT", "tp": 
             "ep": "EP_COLLECTIVE_TIMEOUT"}
 
 
+_SEQ_ONE = re.compile(r"WorkNCCL\(SeqNum=1\b")
+
+
+def p2p_op_type(diag: Diagnosis) -> None:
+    """A pipeline watchdog timeout read by its OpType (evalAB AB2-4). torch's ProcessGroupNCCL prints the work's
+    c10d::OpType (torch/csrc/distributed/c10d/Work.hpp: SEND 12, RECV 13, COALESCED 17): an unbatched isend/irecv is
+    SEND or RECV, torch's batch_isend_irecv runs its ops in a _coalescing_manager and ends as one COALESCED work. So a
+    COALESCED pipeline op was batched already (Megatron-Core's p2p_communication.py: _communicate_shapes, the
+    variable_seq_lengths shape exchange, always batches; the activations with batch_p2p_comm=true): the fix to batch
+    unbatched ops is not offered for it. SeqNum=1 is the group's first op, where batch_isend_irecv needs every rank of
+    the group (its docstring: otherwise "the behavior is undefined")."""
+    for cause in diag.causes:
+        if cause.finding.id != "PIPELINE_P2P_TIMEOUT" or not cause.groups \
+                or not all(_COALESCED.search(g.text) for g in cause.groups):
+            continue
+        first = any(_SEQ_ONE.search(g.text) for g in cause.groups)
+        message = ("a batched pipeline send/recv (OpType=COALESCED: torch's batch_isend_irecv, which Megatron-Core "
+                   "uses for the variable_seq_lengths shape exchange (_communicate_shapes) and, with "
+                   "batch_p2p_comm=true, for the activations) ran into the NCCL watchdog: the stages disagree about the "
+                   "schedule (a stage that stopped, a different number of micro-batches)")
+        if first:
+            message += ("; SeqNum=1: it was the first op on its group, and torch requires every rank of the group to "
+                        "take part in a group's first batch_isend_irecv (otherwise the behavior is undefined)")
+        fix = ("look for the stage that failed first or never reached its first pipeline step; every stage must run "
+               "the same number of micro-batches; the op was batched already, so batch_p2p_comm=true does not apply; "
+               "with model.variable_seq_lengths=true (in-batch packing, dynamic padding) the first pipeline op is the "
+               "shape exchange: see PP_VARIABLE_SEQ_LENGTHS_SHAPE_EXCHANGE (pass --config to link it)")
+        cause.finding = replace(cause.finding, message=message, fix=findings.Shell(fix))
+
+
 def after_failure(diag: Diagnosis) -> None:
     """A watchdog timeout that follows another cause's error in the same log, on other ranks, waits on the ranks that
     failed there: no cause of its own. It is said so (info, with that cause named) and its own fixes (a longer timeout,

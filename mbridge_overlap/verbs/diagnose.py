@@ -78,6 +78,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     _link_config(diag, scans[-1][1], release, config, recipe, overrides, gpus, inputs)
     if compare:
         _drop_beside_changes(diag)
+    report.p2p_op_type(diag)
     report.after_failure(diag)
     return diag
 
