@@ -66,7 +66,8 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["load", "available", "Catalog", "Entry", "Hit", "clean", "parse_frame", "escape", "pattern_of",
-           "tokens_of", "at_boundary", "after_prefix", "LAUNCH_PREFIX", "LEAD", "MIN_CUT_CHARS", "MIN_LITERAL_CHARS", "MAX_LINE_CHARS", "SCHEMA_VERSION"]
+           "tokens_of", "at_boundary", "after_prefix", "LAUNCH_PREFIX", "LEAD", "MIN_CUT_CHARS", "MIN_LITERAL_CHARS",
+           "MAX_LINE_CHARS", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
