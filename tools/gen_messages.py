@@ -110,6 +110,9 @@ SCAN = {
         ("megatron/core/transformer/transformer_layer.py", "overlap"),
         ("megatron/core/transformer/moe/token_dispatcher.py", "all"),  # the EP exchange itself: every message is EP's
         ("megatron/core/transformer/moe/fused_a2a.py", "all"),
+        # Megatron-Core 0.9-0.12's alltoall_seq dispatcher (MoEAlltoAllSEQTokenDispatcher, moe_token_dispatcher_type
+        # "alltoall_seq"): the same EP all-to-all over get_expert_model_parallel_group(), every message is EP's
+        ("megatron/core/transformer/moe/legacy_a2a_token_dispatcher.py", "all"),
         ("megatron/core/transformer/moe/*.py", "overlap"),
         ("megatron/core/models/common/model_chunk_schedule_plan.py", "overlap"),
         ("megatron/core/extensions/transformer_engine.py", "overlap"),
@@ -216,6 +219,7 @@ DEFAULTS = {
     "megatron/core/tensor_parallel/mappings.py": "tp_overlap",  # the TP / sequence-parallel collectives themselves
     "megatron/core/transformer/moe/token_dispatcher.py": "moe_overlap",  # the expert-parallel token exchange
     "megatron/core/transformer/moe/fused_a2a.py": "moe_overlap",
+    "megatron/core/transformer/moe/legacy_a2a_token_dispatcher.py": "moe_overlap",  # Megatron-Core 0.9-0.12's EP exchange
     "transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py": "context_parallel",
     "transformer_engine/pytorch/attention.py": "context_parallel",  # its CP functions only (SCAN)
 }

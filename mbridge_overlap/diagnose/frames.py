@@ -40,7 +40,9 @@ ROWS = [
     (r"megatron/core/models/common/model_chunk_schedule_plan\.py$", None, "ep", _EP_OVERLAP),
     (r"megatron/core/pipeline_parallel/(?:schedules|p2p_communication)\.py$", None, "pp", _PP + ["model.variable_seq_lengths"]),
     (r"megatron/core/tensor_parallel/(?:mappings|layers)\.py$", None, "tp", _TP),
-    (r"megatron/core/transformer/moe/(?:token_dispatcher|fused_a2a|moe_layer|moe_utils)\.py$", None, "ep", _EP),
+    # legacy_a2a_token_dispatcher.py: Megatron-Core 0.9-0.12's alltoall_seq dispatcher, the same EP all-to-all
+    (r"megatron/core/transformer/moe/(?:token_dispatcher|legacy_a2a_token_dispatcher|fused_a2a|moe_layer|moe_utils)\.py$",
+     None, "ep", _EP),
     (r"(?:^|/)(?:deep_ep|hybrid_ep|DeepEP)/", None, "ep", _EP),
     (r"transformer_engine/pytorch/module/base\.py$", r"(?:initialize_ub|get_ub|destroy_ub|fill_userbuffers)", "tp", _UB),
     (r"transformer_engine/pytorch/(?:cpp_extensions/gemm|module/(?:linear|layernorm_linear|layernorm_mlp))\.py$", None, "tp",
