@@ -68,6 +68,27 @@ def dataset_classes() -> dict:
             if dataclasses.is_dataclass(c) and c.__module__.startswith("megatron.bridge.")}
 
 
+def settable_properties(classes: dict) -> dict:
+    """Each dataset class's properties with a setter, where it has any (0.5.x GPTDatasetConfig.seq_length, an alias of
+    Megatron-Core's sequence_length): a config file's value of one is set by apply_overrides' setattr, though Hydra's
+    command line cannot name it (the OmegaConf dict holds dataclass fields only)."""
+    import importlib
+    import inspect
+
+    out = {}
+    for path in classes:
+        module, _, name = path.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except Exception:  # (a nested qualname or a module that no longer imports: no properties recorded)
+            continue
+        names = sorted(n for n in dir(cls) if not n.startswith("_") and isinstance(inspect.getattr_static(cls, n), property)
+                       and inspect.getattr_static(cls, n).fset is not None)
+        if names:
+            out[path] = names
+    return out
+
+
 def class_name(cls) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -177,6 +198,7 @@ def outputs() -> dict:
         if class_name(cls) not in fields["dataset_classes"] and dataclasses.is_dataclass(cls):
             fields["dataset_classes"][class_name(cls)] = field_names(cls)
     fields["dataset_recipes"] = recipes_of
+    fields["dataset_class_properties"] = settable_properties(fields["dataset_classes"])
     from mbridge_overlap.upstream import catalog
 
     fields["dataset_recipes_unbuilt"] = sorted(r for r in (catalog.reference(e, adapter.bridge_version())

@@ -15,7 +15,8 @@ from .. import safeio
 from . import hydra, schema
 from ..errors import UsageError
 from dataclasses import dataclass, field
-from ..upstream.releases import Release, bridge_fields, dataset_class, finetuning_dataset, model_provider, preset_content
+from ..upstream.releases import (Release, bridge_fields, dataset_class, dataset_properties, finetuning_dataset, model_provider,
+                                 preset_content)
 from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
 from ..suggest import closest
 
@@ -454,6 +455,8 @@ def not_in_dataset_class(release: Release, recipe: dict | None, target, key: str
     cls, fields = dataset_class(release.version, recipe, target)
     if fields is None or not name or name in fields or name not in bridge_fields(release.version).get("dataset", ()):
         return
+    if origin != "override" and name in dataset_properties(release.version, cls):
+        return  # a property with a setter: apply_overrides sets it (0.5.x GPTDatasetConfig.seq_length)
     short = cls.rsplit(".", 1)[-1]
     whose = ("the config's dataset._target_" if isinstance(target, str) and target.strip()
              else f"the dataset of {recipe['name']}" if recipe else "the dataset of Bridge's baseline")

@@ -159,6 +159,12 @@ def _bridge_data(data_version: str) -> dict:
     return load_yaml(DATA_DIR / "releases" / data_version / "bridge_fields.yaml")
 
 
+def dataset_properties(version: str | None, name: str) -> frozenset:
+    """A dataset class's properties with a setter (bridge_fields.yaml dataset_class_properties): what a config file may
+    set on it beside its fields."""
+    return frozenset((_bridge_data(get(version).data_version).get("dataset_class_properties") or {}).get(name) or ())
+
+
 def dataset_class(version: str | None, entry: dict | None = None, target=None) -> tuple[str, frozenset | None]:
     """(the dataset config class, by module path and name, its field names) of a request in a release, as Bridge
     builds it (bridge_fields.yaml dataset_classes, dataset_recipes, baseline_dataset: generated from the installed
