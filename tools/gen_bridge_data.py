@@ -43,28 +43,17 @@ def dataset_fields(baseline: list[str]) -> list[str]:
 def dataset_classes() -> dict:
     """Every dataset config class a ConfigContainer's dataset may be, by module path and name (as a saved run config's
     dataset._target_ writes it) with its fields: the members of ConfigContainer.dataset's annotation and every subclass
-    of them megatron.bridge defines (every module under megatron.bridge.data imported; one that does not import is
-    skipped), dataclasses only (a field is a dataclass field). fuzzW W2-7: a field one class has is not every class's."""
-    import contextlib
-    import importlib
-    import pkgutil
+    of them megatron.bridge defines, dataclasses only (a field is a dataclass field). fuzzW W2-7: a field one class has
+    is not every class's."""
     import typing
 
-    import megatron.bridge.data as data
     import megatron.bridge.training.config as config_mod
+
+    from mbridge_overlap.bridge.recipes import dataset_classes_under
 
     hint = typing.get_type_hints(config_mod.ConfigContainer)["dataset"]
     roots = [c for c in (typing.get_args(hint) or (hint,)) if isinstance(c, type)]
-    for info in pkgutil.walk_packages(data.__path__, data.__name__ + "."):
-        with contextlib.suppress(Exception):
-            importlib.import_module(info.name)
-    seen, todo = {}, list(roots)
-    while todo:
-        cls = todo.pop()
-        if cls not in seen:
-            seen[cls] = None
-            todo += cls.__subclasses__()
-    return {f"{c.__module__}.{c.__qualname__}": field_names(c) for c in seen
+    return {f"{c.__module__}.{c.__qualname__}": field_names(c) for c in dataset_classes_under(roots)
             if dataclasses.is_dataclass(c) and c.__module__.startswith("megatron.bridge.")}
 
 

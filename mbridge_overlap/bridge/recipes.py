@@ -300,11 +300,16 @@ def finetuning_dataset_classes() -> tuple:
                   r"assert self\.model\.calculate_per_token_loss", source)
     if m is None:
         raise RuntimeError("ConfigContainer.validate's fine-tuning CP check not found: read it again")
-    roots = [getattr(bridge_config, n.strip()) for n in m[1].split(",") if n.strip()]
+    return dataset_classes_under([getattr(bridge_config, n.strip()) for n in m[1].split(",") if n.strip()])
+
+
+def dataset_classes_under(roots) -> tuple:
+    """The classes and every subclass of them Bridge defines, with every module of megatron.bridge.data imported (a
+    builder whose optional dependency is missing defines no subclass here)."""
     import megatron.bridge.data as data
 
     for info in pkgutil.walk_packages(data.__path__, data.__name__ + "."):
-        with contextlib.suppress(Exception):  # a builder whose optional dependency is missing defines no subclass here
+        with contextlib.suppress(Exception):
             importlib.import_module(info.name)
     seen, todo = {}, list(roots)
     while todo:

@@ -37,9 +37,9 @@ def test_a_recipe_that_reads_its_checkpoint_s_experts_while_it_builds_decides_as
 
 
 @pytest.mark.parametrize("overrides", [
-    {"dataset.enable_in_batch_packing": True},
+    # (in-batch packing on this recipe's GPTSFTDatasetConfig, which lacks the field, is refused before the resolver as
+    # Bridge's overrides refuse it: tests/bridge/test_finetuning_packing.py, fuzzW W2-7)
     {"dataset.enable_offline_packing": False},
-    {"dataset.enable_offline_packing": False, "dataset.enable_in_batch_packing": True},
 ])
 def test_packing_flags_bridge_refuses_are_refused_with_its_message_and_the_fix_resolves(tmp_path, overrides):
     """evalI D2: the SFT recipe packs offline with its specs; in-batch packing on top of it, or offline packing off
