@@ -132,6 +132,13 @@ def _overridden(sc, shapes) -> dict:
     return out
 
 
+def _dataset_seq(analysis) -> str:
+    from ..upstream.releases import dataset_seq_length_key
+
+    req = analysis.state.request
+    return dataset_seq_length_key(req.release.version, req.recipe, req.dataset_target)
+
+
 def needs(analysis) -> str | None:
     """Why a config has no budget (it does not run, or lacks the batch), else None."""
     if analysis.errors:
@@ -142,7 +149,8 @@ def needs(analysis) -> str | None:
         ("train.global_batch_size", "--global-batch-size", analysis.state.train.get("global_batch_size"))) if not value]
     if missing:
         return (f"the budget needs {' and '.join(k for k, _ in missing)} (resolve and budget: as KEY=VALUE, "
-                f"model.seq_length with dataset.seq_length, which Bridge holds equal; plan: {' and '.join(f for _, f in missing)})")
+                f"model.seq_length with {_dataset_seq(analysis)}, which Bridge holds equal; plan: "
+                f"{' and '.join(f for _, f in missing)})")
     gbs, mbs, dp = (analysis.state.train.get("global_batch_size"), analysis.state.train.get("micro_batch_size"),
                     analysis.state.data_parallel_size)
     if mbs is None and dp and gbs % dp:  # (fuzzO F4: the micro-batch of 1 the budget takes would not split it either)

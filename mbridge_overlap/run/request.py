@@ -15,7 +15,8 @@ from .. import safeio
 from . import hydra, schema
 from ..errors import UsageError
 from dataclasses import dataclass, field
-from ..upstream.releases import (Release, bridge_fields, dataset_class, dataset_properties, finetuning_dataset, model_provider,
+from ..upstream.releases import (Release, bridge_fields, dataset_class, dataset_properties, dataset_seq_length_key,
+                                 finetuning_dataset, model_provider,
                                  preset_content)
 from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
 from ..suggest import closest
@@ -252,7 +253,11 @@ def _hydra_kind(value: Any) -> str:
 def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
     section = key.partition(".")[0]
     if section == "dataset":
-        not_in_dataset_class(req.release, req.recipe, req.dataset_target, key, req.origin.get(key, "override"))
+        origin = req.origin.get(key, "override")
+        not_in_dataset_class(req.release, req.recipe, req.dataset_target, key, origin)
+        if key == "dataset.sequence_length" == dataset_seq_length_key(req.release.version, req.recipe, req.dataset_target):
+            key, name = "dataset.seq_length", "seq_length"  # the value validate() reads through 0.5.x's seq_length alias
+            req.origin[key] = origin
     fields = schema.SECTIONS[section]
     if name not in fields or fields[name].since and name not in bridge_fields(req.release.version).get(section, ()):
         _unmodeled_or_unknown(req, key, section, name, {k: f for k, f in fields.items() if k != name}, value)
@@ -455,15 +460,17 @@ def not_in_dataset_class(release: Release, recipe: dict | None, target, key: str
     cls, fields = dataset_class(release.version, recipe, target)
     if fields is None or not name or name in fields or name not in bridge_fields(release.version).get("dataset", ()):
         return
-    if name in dataset_properties(release.version, cls):
-        # a property with a setter: apply_overrides sets a config file's (0.5.x GPTDatasetConfig.seq_length). Hydra's
-        # command line cannot name one (Could not override: the OmegaConf dict holds dataclass fields only; 0.5.1 takes
-        # dataset.sequence_length), yet plan's snippets and the seq-length fix write dataset.seq_length on 0.5.x too:
-        # taken until they write the field the release has (stop 55, left)
-        return
+    prop = name in dataset_properties(release.version, cls)
+    if prop and origin != "override":
+        return  # a property with a setter: apply_overrides sets a config file's (0.5.x GPTDatasetConfig.seq_length)
     short = cls.rsplit(".", 1)[-1]
     whose = ("the config's dataset._target_" if isinstance(target, str) and target.strip()
              else f"the dataset of {recipe['name']}" if recipe else "the dataset of Bridge's baseline")
+    if prop:  # Hydra's command line sets the OmegaConf dict of the dataclass fields only
+        word = dataset_seq_length_key(release.version, recipe, target) if name == "seq_length" else None
+        raise UsageError(f"{safeio.shown(key)}: {name} is a property of {short} ({whose}) in Megatron-Bridge "
+                         f"{release.version}, not a field: Bridge's override fails (Could not override '{key}')"
+                         + (f"; write {word}=VALUE, the field it sets" if word and word != key else ""))
     said = (f"Bridge's override fails (Could not override '{key}')" if origin == "override"
             else f"Bridge's apply_overrides raises AttributeError: '{short}' object has no attribute '{name}'")
     others = sorted(c.rsplit(".", 1)[-1] for c, f in _dataset_classes_with(release.version, name))

@@ -189,6 +189,17 @@ def dataset_class(version: str | None, entry: dict | None = None, target=None) -
     return name, frozenset(classes[name])
 
 
+def dataset_seq_length_key(version: str | None, entry: dict | None = None, target=None) -> str:
+    """The override that sets the dataset's sequence length validate() compares with model.seq_length, for the run's
+    dataset class: dataset.seq_length where the class has that field (0.6.x's GPTDatasetConfig, every fine-tuning
+    class), dataset.sequence_length where seq_length is a property only, an alias of Megatron-Core's sequence_length
+    (0.5.x's GPTDatasetConfig, training/config.py:409-416): Hydra's command line sets fields only, and refuses
+    dataset.seq_length there (Could not override)."""
+    fields = dataset_class(version, entry, target)[1]
+    alias = fields is not None and "seq_length" not in fields and "sequence_length" in fields
+    return "dataset.sequence_length" if alias else "dataset.seq_length"
+
+
 @lru_cache(maxsize=None)
 def _model_providers(data_version: str) -> tuple[dict, dict]:
     """({recipe reference: provider class}, {class: (adds, lacks)}) of data/releases/VERSION/model_providers.json."""

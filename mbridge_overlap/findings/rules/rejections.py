@@ -11,6 +11,7 @@ from .. import Shell, make, shell
 from ..proof import fixed
 from ...run.request import Request
 from ...run.resolver import State
+from ...upstream.releases import dataset_seq_length_key
 from ..registry import check
 from .common import deferral_kept, every_request, owner_key
 
@@ -196,7 +197,7 @@ REJECTION_FIXES = {
     "CP_SEQUENCE_NOT_DIVISIBLE": _constant,
     "CP_HIERARCHICAL_SIZES_INVALID": _cp_comm_type,
     "PIPELINE_LAYOUT_REJECTED": _layout,
-    "SEQ_LENGTH_DATASET_MISMATCH": lambda state, r: ([{"dataset.seq_length": state.model["seq_length"]}], {}),
+    "SEQ_LENGTH_DATASET_MISMATCH": lambda state, r: ([{_dataset_seq_key(state): state.model["seq_length"]}], {}),
     # the first that holds: the in-batch packing asked over the recipe's offline one dropped, offline packing with its
     # specs, without them; a value that is no specs (false, 0, a text: fuzzW W2-6) unset with null, the one value an
     # override gives offline_packing_specs (an object: no override sets one)
@@ -206,6 +207,11 @@ REJECTION_FIXES = {
         {"dataset.enable_offline_packing": False}, {"dataset.offline_packing_specs": None},
         {"dataset.enable_offline_packing": False, "dataset.offline_packing_specs": None}], {}),
 }
+
+
+def _dataset_seq_key(state: State) -> str:
+    req = state.request
+    return dataset_seq_length_key(req.release.version, req.recipe, req.dataset_target)
 
 
 @check(*REJECTION_FIXES)

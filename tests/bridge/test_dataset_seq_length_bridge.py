@@ -1,0 +1,48 @@
+"""The dataset's sequence-length word against the installed Bridge's own command line (Hydra through
+omegaconf_utils, as Bridge's scripts apply overrides) and validate(): the fix the skill writes for
+SEQ_LENGTH_DATASET_MISMATCH is taken and clears the error; the other word is refused by the skill exactly where Hydra
+refuses it. tests/bridge/test_second_release.py runs the same test on a second release (0.5.x: a property there)."""
+
+from mbridge_overlap import UsageError, api
+from mbridge_overlap.bridge import adapter
+
+WORDS = ("dataset.seq_length", "dataset.sequence_length")
+
+
+def _bridge_takes(words: list) -> tuple[bool, str | None]:
+    """(Bridge's command line takes the words, then runtime_config_update's error or None)."""
+    from omegaconf import OmegaConf
+    from megatron.bridge.training.utils.omegaconf_utils import (
+        apply_overrides, create_omegaconf_dict_config, parse_hydra_overrides)
+
+    cfg = adapter.baseline_config()
+    cfg.train.global_batch_size = cfg.train.micro_batch_size * 8
+    omega, excluded = create_omegaconf_dict_config(cfg)
+    try:
+        omega = parse_hydra_overrides(omega, words)
+    except Exception:
+        return False, None
+    apply_overrides(cfg, OmegaConf.to_container(omega, resolve=True), excluded)
+    return True, adapter.runtime_config_update(cfg, 8, True)[0]
+
+
+def _mismatch(overrides: dict, version: str):
+    return [f for f in api.resolve(overrides, gpus=8, bridge_version=version).findings
+            if f.id == "SEQ_LENGTH_DATASET_MISMATCH"]
+
+
+def test_the_sequence_length_fix_is_one_this_release_s_command_line_takes():
+    version = adapter.bridge_version()
+    (f,) = _mismatch({"model.seq_length": 8192}, version)
+    (word,) = f.fix_overrides
+    assert _bridge_takes(["model.seq_length=8192"])[1], "Bridge took a model.seq_length alone"
+    assert _bridge_takes(["model.seq_length=8192", f"{word}=8192"]) == (True, None)
+    (other,) = set(WORDS) - {word}
+    taken, error = _bridge_takes(["model.seq_length=8192", f"{other}=8192"])
+    try:
+        ours = _mismatch({"model.seq_length": 8192, other: 8192}, version)
+    except UsageError:
+        assert not taken, f"{other}: Bridge {version} takes it, the skill refuses it"
+        return
+    assert taken, f"{other}: Bridge {version} refuses it, the skill takes it"
+    assert bool(ours) == bool(error), (other, ours, error)

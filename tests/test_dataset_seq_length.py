@@ -1,0 +1,67 @@
+"""The dataset's sequence length by the word each release's dataset class takes (stop 55, left): Bridge 0.5.x's
+GPTDatasetConfig holds seq_length as a property over Megatron-Core's sequence_length field (training/config.py:409-416
+of 0.5.1), which Hydra's command line cannot set; 0.6.x's has a seq_length field of its own, and every fine-tuning
+class has one. Real Bridge's side: tests/bridge/test_second_release.py (0.5.x, tier 3) and
+tests/bridge/test_dataset_seq_length_bridge.py (the default release, tier 2)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from mbridge_overlap import UsageError, api
+from mbridge_overlap.upstream.releases import dataset_seq_length_key
+
+LONGER = {"model.seq_length": 8192}
+SFT = "megatron.bridge.training.config.FinetuningDatasetConfig"
+
+
+def _mismatch(res):
+    return [f for f in res.findings if f.id == "SEQ_LENGTH_DATASET_MISMATCH"]
+
+
+@pytest.mark.parametrize("version, word", [("0.5.0", "dataset.sequence_length"), ("0.5.1", "dataset.sequence_length"),
+                                           ("0.6.0", "dataset.seq_length"), ("0.6.2", "dataset.seq_length")])
+def test_each_release_s_baseline_dataset_takes_its_own_word(version, word):
+    assert dataset_seq_length_key(version) == word
+    assert dataset_seq_length_key(version, target=SFT) == "dataset.seq_length"  # a field of every release's
+
+
+@pytest.mark.parametrize("version", ["0.5.1", "0.6.2"])
+def test_the_mismatch_fix_writes_the_release_s_word_and_clears_it(version):
+    (f,) = _mismatch(api.resolve(LONGER, gpus=8, bridge_version=version))
+    assert f.fix_overrides == {dataset_seq_length_key(version): 8192}
+    assert not _mismatch(api.resolve({**LONGER, **f.fix_overrides}, gpus=8, bridge_version=version))
+
+
+def test_sequence_length_is_the_length_validate_compares_on_0_5():
+    assert not _mismatch(api.resolve({**LONGER, "dataset.sequence_length": 8192}, gpus=8, bridge_version="0.5.1"))
+    (f,) = _mismatch(api.resolve({**LONGER, "dataset.sequence_length": 2048}, gpus=8, bridge_version="0.5.1"))
+    assert "dataset config: 2048" in f.message
+
+
+def test_0_6_s_sequence_length_is_not_the_one_validate_compares():
+    """0.6.x's finalize() copies seq_length over sequence_length: the mismatch stands."""
+    assert _mismatch(api.resolve({**LONGER, "dataset.sequence_length": 8192}, gpus=8, bridge_version="0.6.2"))
+
+
+def test_the_property_is_refused_on_the_command_line_with_the_field_to_write():
+    with pytest.raises(UsageError) as exc:
+        api.resolve({**LONGER, "dataset.seq_length": 8192}, gpus=8, bridge_version="0.5.1")
+    assert "Could not override 'dataset.seq_length'" in str(exc.value)
+    assert "write dataset.sequence_length=VALUE" in str(exc.value)
+    proc = subprocess.run([sys.executable, "-m", "mbridge_overlap", "resolve", "--gpus", "8", "--bridge-version", "0.5.1",
+                           "model.seq_length=8192", "dataset.seq_length=8192"], capture_output=True, text=True)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_config_file_sets_the_property_as_apply_overrides_does(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("model:\n  seq_length: 8192\ndataset:\n  seq_length: 8192\n")
+    assert not _mismatch(api.resolve(config=str(cfg), gpus=8, bridge_version="0.5.1"))
+
+
+def test_plan_s_budget_at_a_longer_sequence_on_0_5():
+    res = api.plan(tp=2, gpus=16, model="llama3_8b", seq_length=8192, global_batch_size=64, bridge_version="0.5.1")
+    budget = res.to_dict()["budget"]
+    assert budget.get("iteration_ms") and "unavailable" not in budget, budget
