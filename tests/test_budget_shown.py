@@ -347,3 +347,26 @@ def test_diagnose_compare_leads_with_one_preset_and_costs_the_recipe_as_budget_d
     # the GPU type given is the one costed (it was H100 whatever --gpu said)
     b200 = api.diagnose(logs, compare=True, gpus=64, gpu="b200").to_dict()["compare"]["budget"]
     assert b200["system"] == ["b200", "b200"]
+
+
+def test_diagnose_compare_finds_the_recipe_s_preset_where_the_layout_changed(tmp_path):
+    """evalAC AC2-2: Bridge 0.6.2's own summaries of llama3_70b_pretrain_64gpu_h100_bf16_config as shipped and with
+    model.virtual_pipeline_model_parallel_size=null (the second: tests/data/summaries/..._vpp_null.txt, Bridge's
+    log_non_default_values output of that run): the compare found no recipe at "this model and layout" (the layouts
+    differ in VPP, which no preset is tuned for) and costed TE's default, 35,861.9 ms where budget said 34,125.7."""
+    after = SUMMARY.with_name(SUMMARY.stem + "_vpp_null.txt").read_text()
+    assert "virtual_pipeline_model_parallel_size: 5" in SUMMARY.read_text() and "virtual_pipeline_model_parallel" not in after
+    logs = []
+    for name, text, ms in (("before.log", SUMMARY.read_text(), 1000.0), ("after.log", after, 1060.0)):
+        (tmp_path / name).write_text(text + "".join(iteration_line(i, 100, ms) + "\n" for i in range(1, 12)))
+        logs.append(str(tmp_path / name))
+    c = api.diagnose(logs, compare=True, gpus=64, gpu="h100").to_dict()["compare"]
+    by_diff = api.diff(recipe=RECIPE, overrides={"model.virtual_pipeline_model_parallel_size": None}).to_dict()["budget"]
+    assert c["preset"]["costed"] == "userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192" and RECIPE in c["preset"]["recipes"]
+    assert c["budget"]["iteration_ms_before"] == _budget(recipe=RECIPE)["iteration_ms"] == by_diff["iteration_ms_before"]
+    assert c["budget"]["iteration_change_ms"] == by_diff["iteration_change_ms"]
+    # a side whose TP differs is no longer at one preset: none is named
+    tp8 = after.replace("  tensor_model_parallel_size: 4  (Mcore default: 1)", "  tensor_model_parallel_size: 8  (Mcore default: 1)")
+    assert tp8 != after
+    (tmp_path / "after.log").write_text(tp8 + "".join(iteration_line(i, 100, 1060.0) + "\n" for i in range(1, 12)))
+    assert not (api.diagnose(logs, compare=True, gpus=64, gpu="h100").to_dict()["compare"].get("preset") or {}).get("costed")

@@ -274,45 +274,59 @@ _SHAPE_KEYS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_he
 
 def _recipe_preset(sides, scans, shape: dict, release) -> tuple[str, list] | None:
     """The userbuffers preset of Bridge's perf recipes that the two summaries match, where the summaries do not
-    print one (they never do: model.tp_comm_overlap_cfg is no Megatron-Core field): TP overlap on and TP the same on
-    both sides, a known model of the summary's shape, and the recipes of that model at the run's TP, PP, VPP, CP, GPU
-    count, GPU type, precision class, micro-batch size and sequence length all naming one preset. (preset, recipe
-    names), else None. So a compare costs a recipe's run as `budget --recipe` and `diff --recipe` do (evalAB AB2-2:
-    the compare costed TE's default, 35,861.9 ms where budget said 34,125.7 for the same recipe)."""
+    print one (they never do: model.tp_comm_overlap_cfg is no Megatron-Core field): TP overlap on and TP, CP,
+    micro-batch size and sequence length (what a preset is tuned for) the same on both sides, a known model of the
+    summary's shape, and the recipes of that model at either side's TP, PP, VPP, CP, GPU count, GPU type and precision
+    class all naming one preset (a change of PP, VPP or the GPU count leaves the recipe's preset in place: evalAC
+    AC2-2). (preset, recipe names), else None. So a compare costs a recipe's run as `budget --recipe` and `diff
+    --recipe` do (evalAB AB2-2: the compare costed TE's default, 35,861.9 ms where budget said 34,125.7)."""
     from ..budget.shape import models
     from ..findings.analysis import state_of
     from ..upstream import catalog
-    from ..upstream.presets import precision_class
 
     if any("model.tp_comm_overlap_cfg" not in scan.summary.unknown for _l, scan in scans):
         return None
     states = [state_of(sc) for sc in sides]
-    keys = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
-            "context_parallel_size", "tp_comm_overlap")
-    m0, m1 = ([st.model.get(k) for k in keys] for st in states)
-    if m0 != m1 or not m0[-1] or states[0].gpus != states[1].gpus or release.version not in catalog.versions():
+    tuned = [(st.model.get("tensor_model_parallel_size"), st.model.get("context_parallel_size"),
+              st.model.get("tp_comm_overlap"), st.train.get("micro_batch_size"), st.model.get("seq_length"))
+             for st in states]
+    if tuned[0] != tuned[1] or not tuned[0][2] or release.version not in catalog.versions():
         return None
     if not {"num_layers", "hidden_size"} <= set(shape):
         return None
     families = {name for name, rec in models().items()
                 if all(rec["shape"].get(k) == shape[k] for k in _SHAPE_KEYS if k in shape and k in rec["shape"])}
-    st = states[0]
-    tp, pp, vpp, cp, _on = m0
-    kind = lambda name: "fp8" if str(name).startswith("fp8") else str(name)  # noqa: E731 (as catalog.shipped_preset)
-    precision = precision_class(st.precision or {"bf16": True})
-    rows = [r for r in catalog.index(release.version) if r.model in families and r.layout
-            and tuple(r.layout[:6]) == (tp, pp, vpp, cp, st.gpus, sides[0].gpu) and kind(r.precision) == precision]
     found: dict = {}
-    for e in catalog.entries_of(release.version, rows):
-        req = e["request"]
-        run = (req.get("train") or {}).get("micro_batch_size"), (req.get("model") or {}).get("seq_length")
-        if run != (st.train.get("micro_batch_size"), st.model.get("seq_length")):
-            continue
-        found.setdefault((req.get("comm_overlap") or {}).get("tp_comm_overlap_cfg"), []).append(e["name"])
+    for side, st in zip(sides, states):
+        for name, preset in _presets_at(st, side.gpu, families, release):
+            names = found.setdefault(preset, [])
+            names += [] if name in names else [name]
     if len(found) != 1 or None in found or not isinstance(next(iter(found)), str):
         return None
     (name, names), = found.items()
     return name, names
+
+
+def _presets_at(st, gpu, families: set, release) -> list:
+    """(recipe name, its userbuffers preset) of the recipes of these model families at one side's layout, GPU count,
+    GPU type, precision class, micro-batch size and sequence length."""
+    from ..upstream import catalog
+    from ..upstream.presets import precision_class
+
+    m = st.model
+    layout = tuple(m.get(k) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                      "virtual_pipeline_model_parallel_size", "context_parallel_size"))
+    kind = lambda name: "fp8" if str(name).startswith("fp8") else str(name)  # noqa: E731 (as catalog.shipped_preset)
+    precision = precision_class(st.precision or {"bf16": True})
+    rows = [r for r in catalog.index(release.version) if r.model in families and r.layout
+            and tuple(r.layout[:6]) == (*layout, st.gpus, gpu) and kind(r.precision) == precision]
+    out = []
+    for e in catalog.entries_of(release.version, rows):
+        req = e["request"]
+        run = (req.get("train") or {}).get("micro_batch_size"), (req.get("model") or {}).get("seq_length")
+        if run == (st.train.get("micro_batch_size"), m.get("seq_length")):
+            out.append((e["name"], (req.get("comm_overlap") or {}).get("tp_comm_overlap_cfg")))
+    return out
 
 
 def _preset_unseen(diag, scans, release) -> None:
@@ -346,10 +360,11 @@ def _preset_unseen(diag, scans, release) -> None:
     recipes = (diag.compare.get("preset") or {}).get("recipes") or []
     diag.compare["predicted_range_ms"] = [low, high]
     diag.compare["preset_same_both_sides"] = same
-    costed = (f"the preset of Bridge's recipes of this model and layout, {preset} ({', '.join(recipes[:3])}"
+    costed = (f"the preset of Bridge's recipes of this model at the runs' layouts, {preset} ({', '.join(recipes[:3])}"
               f"{f' and {len(recipes) - 3} more' if len(recipes) > 3 else ''}: what budget --recipe costs them with)"
               if preset else "Transformer Engine's default config (16-SM margins on the bulk and pipeline GEMMs; no "
-              "recipe of Bridge's catalog at this model and layout names one preset)")
+              "recipe of Bridge's catalog at this model and either run's layout names one preset for the TP, CP, micro-batch and "
+              "sequence length both runs have)")
     diag.compare["assumption"] = (
         "Bridge's summary does not print comm_overlap.tp_comm_overlap_cfg, so this compare cannot see which userbuffers "
         f"preset either run used, nor whether it changed between them: the budget costs both with {costed}: TP "
