@@ -155,3 +155,24 @@ def test_deepseek_v3_s_rank_0_has_no_expert_bucket_in_chunk_0(monkeypatch):
         assert vocab in first and sum(first) == vocab + sum(
             n for _, n, _ in shapes.layer_params(shape, lay.tp, lay.ep, lay.etp, "", False))
         assert stage_numbers(lay, shape.num_layers, 0)[:3] == [0, 15, 16]
+
+
+UNEVEN = {"model.tensor_model_parallel_size": 2, "model.pipeline_model_parallel_size": 4, "model.seq_length": 8192,
+          "dataset.seq_length": 8192, "train.global_batch_size": 128}
+
+
+def test_the_first_and_last_stages_counts_put_the_busiest_rank_s_layers_in_the_budget():
+    """recheck64 AK2: num_layers_in_first/last_pipeline_stage 2 and 2 on Llama-3-8B's 32 layers over PP 4 build
+    2, 14, 14, 2 decoder layers (Megatron-Core's get_num_layers_to_build: tests/bridge/test_budget_layout_stages.py);
+    the budget costed 8 a rank, as the even split, and said nothing."""
+    even = api.budget(UNEVEN, model="llama3_8b", gpus=64).to_dict()["budget"]
+    uneven = api.budget({**UNEVEN, "model.num_layers_in_first_pipeline_stage": 2,
+                         "model.num_layers_in_last_pipeline_stage": 2}, model="llama3_8b", gpus=64).to_dict()["budget"]
+
+    def tp_count(b):
+        return next(c["count"] for c in b["collectives"] if c["dimension"] == "tp" and c["collective"] == "all_reduce")
+
+    assert tp_count(even) == 8 * 16 * 2 and tp_count(uneven) == 14 * 16 * 2  # layers x micro-batches x fwd/bwd
+    assert uneven["compute_ms"] > even["compute_ms"]
+    said = [a for a in uneven["assumptions"] if "num_layers_in_first/last_pipeline_stage place" in a]
+    assert said and "(2, 14, 14, 2 on the 4 pipeline ranks)" in said[0] and "costs pipeline rank 1" in said[0]

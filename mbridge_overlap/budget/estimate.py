@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from . import dp, embgrad, kinds as layer_kinds, mla, mtp as mtps, shape as shapes, tp
 from .collective import ACT_BYTES, Item, across, ms
-from .layout import Layout, fewest_local, link_of, rank_layers, spans_domains, stage_numbers
+from .layout import Layout, fewest_local, first_last_stages, link_of, rank_layers, spans_domains, stage_numbers
 from .system import System
 from .. import safeio
 from ..errors import UsageError
@@ -233,6 +233,8 @@ def _not_modelled(lay: Layout, shape) -> tuple:
 
 def estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str = "") -> Budget:
     dropped = ()
+    if not lay.stages and first_last_stages(lay, shape.num_layers):  # costed as a layout's stages
+        lay = Layout(**{**lay.__dict__, "stages": first_last_stages(lay, shape.num_layers)})
     if lay.stages and sum(lay.stages) != shape.num_layers:  # a layout of another layer count: not this model's split
         dropped = (f"the config's pipeline_model_parallel_layout places {sum(lay.stages)} decoder layers where the model "
                    f"has {shape.num_layers} (Megatron-Core refuses it: validate_layer_layout): not read, an even split "
@@ -404,7 +406,9 @@ def _rank_said(lay: Layout, c: Costed, b: Budget, built: list) -> str:
     """Which rank a layout's budget costs and why: what it holds, its micro-batch and iteration against the next
     busiest rank's."""
     per = ", ".join(str(rank_layers(lay, r)) for r in range(lay.pp))
-    line = (f"the config's pipeline_model_parallel_layout places the decoder layers ({per} on the {lay.pp} pipeline "
+    what = ("num_layers_in_first/last_pipeline_stage place" if lay.first_last != (None, None)
+            else "pipeline_model_parallel_layout places")
+    line = (f"the config's {what} the decoder layers ({per} on the {lay.pp} pipeline "
             f"ranks): the budget costs pipeline rank {c.rank}, the busiest: it holds {_holds(lay, c)}; one micro-batch's "
             f"forward and backward {(c.fwd + c.bwd) * 1e3:,.1f} ms there, the iteration {b.iteration_s * 1e3:,.1f} ms")
     others = [(ob, o) for ob, o in built if o.rank != c.rank]

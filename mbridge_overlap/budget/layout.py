@@ -50,6 +50,7 @@ class Layout:
     chunk_offset: int = 0  # layer slots before the first stage's first layer (the embedding counted as one)
     stages: tuple = ()  # a pipeline_model_parallel_layout's decoder layers per stage (stage k on rank k mod PP); ()
     mtp_stage: int | None = None  # the layout's stage holding the MTP layers ('m'); None: the last stage's (no layout)
+    first_last: tuple = (None, None)  # num_layers_in_first/last_pipeline_stage (None: not set): first_last_stages
     embedding_ranks: str = "first_tied_last_mtp"  # the release's word-embedding group (Release.embedding_ranks)
 
     @property
@@ -100,10 +101,38 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         stages=_layout_stages(state.request.context.get("model.pipeline_model_parallel_layout"), pp),
         mtp_stage=_layout_mtp(state.request.context.get("model.pipeline_model_parallel_layout"), pp),
         embedding_ranks=state.request.release.embedding_ranks,
+        first_last=_first_last(state.request),
         layer_slots=tuple(bool(given.flag(f"model.account_for_{k}_in_pipeline_split",
                                           state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
                           for k in ("embedding", "loss")),
     )
+
+
+def _first_last(req) -> tuple:
+    from ..run.layers import split_fields
+
+    return split_fields(req)[:2]
+
+
+def first_last_stages(lay: "Layout", num_layers: int) -> tuple:
+    """The decoder layers per stage (stage k x PP + rank, as a layout's) where the config sets the first or the last
+    pipeline stage's count, as Megatron-Core builds them (transformer_block.py get_num_layers_to_build: those ranks
+    their counts, the middle ranks the rest evenly, each rank's over its VPP chunks; get_transformer_layer_offset
+    numbers them in that order: recheck64 AK2, an even split was costed); () where neither is set or Megatron-Core
+    refuses the split (the resolver and _uneven_split say so)."""
+    first, last = lay.first_last
+    if lay.pp < 2 or first is None and last is None or any(n is not None and n < 1 for n in (first, last)):
+        return ()
+    middle = lay.pp - (first is not None) - (last is not None)
+    rest = num_layers - (first or 0) - (last or 0)
+    if rest < 0 or (rest % middle if middle else rest) or not middle and lay.vp > 1:
+        return ()  # (no middle stage with VPP: get_transformer_layer_offset divides by their count, transformer_layer.py)
+    per = [rest // middle if middle else 0] * lay.pp
+    per[0] = per[0] if first is None else first
+    per[-1] = per[-1] if last is None else last
+    if any(n % lay.vp for n in per):
+        return ()
+    return tuple(per[r] // lay.vp for _k in range(lay.vp) for r in range(lay.pp))
 
 
 def _layout_stages(layout, pp: int) -> tuple:

@@ -5,6 +5,7 @@ decoder layers each rank builds, and their global numbers, are Megatron-Core's P
 from __future__ import annotations
 
 import pytest
+import torch
 
 from mbridge_overlap.budget.layout import Layout, rank_layers, stage_numbers
 from mbridge_overlap.run.layers import stage_decoders
@@ -62,3 +63,44 @@ def test_a_layout_s_layers_are_refused_as_megatron_core_refuses_them(layout, pp,
     assert (ours is None) == (refused is None), (ours, refused)
     if ours is not None:
         assert refused.startswith(ours.split(",")[0].split(" but got")[0]), (ours, refused)
+
+
+@pytest.mark.parametrize("pp, vpp, layers, first, last", [
+    (4, None, 32, 2, 2), (4, None, 30, None, 3), (4, None, 31, 4, None), (4, 2, 32, 4, 4), (8, None, 61, 5, 0),
+    (2, None, 32, 10, None), (2, None, 32, 10, 22), (4, 2, 40, 2, 6), (4, None, 32, 3, 3), (4, 2, 32, 3, 5),
+    (3, None, 30, 0, None), (2, 2, 8, 2, 6),
+])
+def test_the_first_and_last_stages_counts_split_the_layers_as_megatron_core_builds_them(monkeypatch, pp, vpp, layers,
+                                                                                          first, last):
+    """recheck64 AK2: num_layers_in_first/last_pipeline_stage were not read when the layers also split evenly (an
+    8-layer rank costed where Megatron-Core builds 14): each rank's decoders, by chunk, and their global numbers are
+    Megatron-Core's get_num_layers_to_build and get_transformer_layer_offset; a split TransformerConfig refuses is
+    none (the budget's even split, said by _uneven_split)."""
+    from megatron.core import parallel_state
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    from mbridge_overlap.budget.layout import chunk_layers, first_last_stages
+
+    lay = Layout(tp=1, pp=pp, vp=vpp or 1, cp=1, ep=1, dp=1, sp=False, seq=4096, mbs=1, gbs=8, precision="bf16",
+                 domain=8, settings={}, ddp={}, first_last=(first, last))
+    stages = first_last_stages(lay, layers)
+    try:
+        cfg = TransformerConfig(num_layers=layers, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=pp,
+                                virtual_pipeline_model_parallel_size=vpp, num_layers_in_first_pipeline_stage=first,
+                                num_layers_in_last_pipeline_stage=last, pipeline_dtype=torch.bfloat16)
+        per = [[get_num_layers_to_build(cfg, vp_stage=v if vpp else None, pp_rank=r) for v in range(vpp or 1)]
+               for r in range(pp)]
+        assert sum(map(sum, per)) == layers
+        monkeypatch.setattr(parallel_state, "get_virtual_pipeline_model_parallel_world_size", lambda: vpp)
+        monkeypatch.setattr(parallel_state, "get_pipeline_model_parallel_world_size", lambda: pp)
+        ids = [[get_transformer_layer_offset(cfg, vp_stage=v if vpp else None, pp_rank=r) + i
+                for v in range(vpp or 1) for i in range(per[r][v])] for r in range(pp)]
+    except (AssertionError, ValueError, ZeroDivisionError):  # (PP 2, both counts and VPP: the offset divides by 0)
+        assert stages == (), (pp, vpp, layers, first, last)
+        return
+    lay = Layout(**{**lay.__dict__, "stages": stages})
+    for r in range(pp):
+        assert list(chunk_layers(lay, r)) == per[r]
+        assert stage_numbers(lay, layers, r) == ids[r]
