@@ -99,10 +99,11 @@ def test_other_json_and_broken_records(line):
 def test_the_block_reader_and_the_line_reader_read_a_record_alike():
     """Docker records are read from their bytes by blocks (reader._DOCKER, no JSON reader) and by the JSON reader
     line by line: the same texts for escaped quotes, an escaped backslash before an n (no newline), ANSI escapes, a
-    surrogate pair, a record without its final newline, another key order, a nested value, a multi-line record."""
+    surrogate pair, a record without its final newline, another key order, a nested value, a multi-line record. (The
+    records without a final newline have no stream: docker's own are pieces of one line, tests/test_diagnose_partial_records.py.)"""
     values = ['say "hi"\n', "C:\\new\\n", "\x1b[31mred\x1b[0m\n", "emoji \U0001F600\n", "no newline", "a\nb\n", "tab\there\n"]
     lines = [_docker(v[:-1] if v.endswith("\n") else v).rstrip("\n") if v.endswith("\n") else
-             json.dumps({"log": v, "stream": "stdout"}, separators=(",", ":")) for v in values]
+             json.dumps({"log": v, "time": "2025-01-01T00:00:00Z"}, separators=(",", ":")) for v in values]
     lines += ['{"stream":"stderr","log":"later key\\n"}', '{"log":"nested\\n","attrs":{"tag":"x"}}', "plain line"]
     block = ("\n".join(lines) + "\n").encode()
     by_blocks = []

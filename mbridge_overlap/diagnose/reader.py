@@ -11,6 +11,11 @@ A log of one JSON object a line (docker's json-file driver `{"log":"...\\n","str
 fluentd / fluent-bit, a structured logger's `{"message": ...}`) is read as its records' text: a line that is such a
 record is the string value of its first RECORD_KEYS key, JSON-unescaped, its final newline dropped (record_lines); a
 value holding more lines is those lines, each numbered as the record's line. Other lines are read as they are.
+
+A line that its writer split into partial records is read whole, per stream (stdout and stderr apart): Kubernetes'
+CRI lines (`<time> stdout P <text>`, continued by the next record of that stream up to the one tagged F) and docker
+json-file records whose "log" lacks its final newline (a line of over 16 KiB). The joined line is numbered as its
+first record and kept to MAX_LINE bytes at each end like any long line; a run that never ends is read at the end.
 """
 
 from __future__ import annotations
@@ -52,11 +57,31 @@ _PREFIX = re.compile(
 # structured loggers (python-json-logger, structlog renderers: "message", "msg"), journald's export ("MESSAGE"),
 # Google Cloud Logging ("textPayload")
 RECORD_KEYS = ("log", "message", "msg", "MESSAGE", "textPayload")
-# a record the JSON reader refuses (a line cut in its middle, a record split by docker at 16 KiB): its key's value, as
-# far as it goes, where that key comes first
+# a record the JSON reader refuses (a line cut in its middle: MAX_LINE): its key's value, as far as it goes, where that
+# key comes first
 _RECORD_HEAD = re.compile(r'\{"(?:' + "|".join(RECORD_KEYS) + r')"\s*:\s*"((?:[^"\\]+|\\.)*)')
 # docker's json-file record, {"log":"...","stream":"stderr","time":"..."}: "log" first, then fields of strings or scalars
-_DOCKER = re.compile(rb'\{"log":"((?:[^"\\\n]+|\\.)*)"(?:,"[^"\\\n]*":(?:"(?:[^"\\\n]+|\\.)*"|[-+.\w]*))*\}[ \t\r]*')
+# (moby daemon/logger/jsonfilelog/jsonlog/jsonlogbytes.go MarshalJSONBuf writes log, stream, attrs, time: the stream,
+# group 2, second)
+_DOCKER = re.compile(rb'\{"log":"((?:[^"\\\n]+|\\.)*)"(?:,"stream":"(stdout|stderr)")?'
+                     rb'(?:,"[^"\\\n]*":(?:"(?:[^"\\\n]+|\\.)*"|[-+.\w]*))*\}[ \t\r]*')
+# Partial records. Docker (moby daemon/logger/copier.go copySrc) reads a container's stream into a 16 KiB buffer
+# (defaultBufSize; json-file sets no other) and logs a line that fills it in pieces of PartialLogMetaData, every one
+# but the last without the newline (jsonfilelog.go marshalMessage appends "\n" only to a whole line or a last piece);
+# so does a stream's unfinished line at its end. Kubernetes' CRI log line (the files under /var/log/pods that kubelet
+# reads for `kubectl logs`) is `<time> <stdout|stderr> <tag> <text>`, one space after each: containerd
+# (internal/cri/io/logger.go redirectLogs) writes time.RFC3339Nano and tag P for a piece of a line longer than
+# max_container_log_line_size (16 KiB by default) or one its stream ended without a newline, F for a line's end;
+# CRI-O's conmon (src/ctr_logging.c) the same with a numeric UTC offset (set_k8s_timestamp), a piece being what its
+# read buffer held. kubelet (pkg/kubelet/kuberuntime/logs/logs.go parseCRILog) takes the tag's first ':'-separated
+# part, P meaning partial, and writes a P record's text without its newline: the line is the texts of its stream's P
+# records up to and with the next F record's. A record is read as its text, as kubelet writes it (a docker record is
+# read as its "log"): the prefix goes (_CRI_LINES, where a block's first or last line is a record: see _parts).
+_CRI_HEAD = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) (stdout|stderr) ([^ :\n]*)(?::[^ \n]*)? "
+_CRI = re.compile(_CRI_HEAD)
+_CRI_TEXT = re.compile(_CRI_HEAD.decode(), re.A)
+_CRI_LINES = re.compile(b"\n" + _CRI_HEAD)  # (a literal first: the regex engine finds the line ends at memchr's speed)
+_CRI_PARTIAL = (b" stdout P", b" stderr P")  # where a P record may be (checked by _CRI at its line's start)
 _ESCAPE = re.compile(r'\\(?:u[0-9a-fA-F]{4}|["\\/bfnrt])')
 _INNER_RANK = re.compile(r"\[rank(\d{1,7})\]:", re.A)
 _PATH_RANK = re.compile(r"rank[_-]?(\d{1,7})(?!\d)", re.I | re.A)
@@ -162,7 +187,9 @@ def lines(sources: Iterable[str], stdin=None, notes: list | None = None) -> Iter
 def _lines(source: str, stdin, notes: list) -> Iterator[Line]:
     stream, path_rank = _open(source, stdin)
     try:
-        yield from _numbered(source, 0, _texts(_normalised(_chunks(stream, source, notes), source, notes)), path_rank)
+        runs = _Runs(source, path_rank)
+        yield from _numbered(source, 0, _texts(_normalised(_chunks(stream, source, notes), source, notes)), path_rank, runs)
+        yield from runs.rest()
     finally:
         if stream is not stdin and source != "-":
             stream.close()
@@ -188,13 +215,81 @@ def _a_device(stream) -> bool:
         return False
 
 
-def _numbered(source: str, number: int, texts, path_rank: str | None) -> Iterator[Line]:
+def _numbered(source: str, number: int, texts, path_rank: str | None, runs: _Runs) -> Iterator[Line]:
+    """The lines as Lines, partial records joined in `runs` (whose rest the caller takes at the source's end)."""
     for lines_, cuts in texts:
         for i, text in enumerate(lines_):
             number += 1
-            for part in (record_lines(text) if text[:2] == '{"' else None) or (text,):
+            cut = cuts[i] if cuts else 0
+            if text[:1].isdigit() or runs.cri:
+                m = _CRI_TEXT.match(text)
+                if m is not None:
+                    if m[2] == "P" or m[1] in runs.cri:
+                        piece = text[m.end():].encode("utf-8", "replace")
+                        if m[2] == "P":
+                            runs.add(runs.cri, m[1], number, piece, cut)
+                        else:
+                            yield from runs.end(runs.cri, m[1], piece, cut)
+                        continue
+                    text = text[m.end():]
+            record = _record(text) if text[:2] == '{"' else None
+            if record is not None and record[2] is not None and (not record[1] or record[2] in runs.docker):
+                value, ended, key = record
+                if ended:
+                    yield from runs.end(runs.docker, key, value.encode("utf-8", "replace"), cut)
+                else:
+                    runs.add(runs.docker, key, number, value.encode("utf-8", "replace"), cut)
+                continue
+            for part in (record[0].replace("\r\n", "\n").split("\n") if record is not None else (text,)):
                 rank, part = split_prefix(part)
-                yield Line(source, number, rank if rank is not None else path_rank, part, cuts[i] if cuts else 0)
+                yield Line(source, number, rank if rank is not None else path_rank, part, cut)
+
+
+class _Runs:
+    """The lines under way in partial records of one source (module docstring: CRI's P records, docker's records
+    without their final newline), one a stream: [the first record's line number, head, tail, bytes dropped], kept as
+    _grow keeps a long line, so a run that never ends holds at most 2 x MAX_LINE bytes a stream. A line is its
+    records' texts, a docker one's several lines (or a CRI one's JSON log record) read as those lines."""
+
+    __slots__ = ("source", "path_rank", "cri", "docker", "seen")
+
+    def __init__(self, source: str, path_rank: str | None):
+        self.source, self.path_rank = source, path_rank
+        self.cri: dict = {}  # stream (str) -> run
+        self.docker: dict = {}
+        self.seen = False  # a block of CRI records read: the source's later blocks are read as such too
+
+    def add(self, runs: dict, key: str, number: int, piece: bytes, cut: int = 0) -> None:
+        run = runs.get(key)
+        if run is None:
+            run = runs[key] = [number, b"", b"", 0]
+        run[1], run[2], run[3] = _grow(run[1], run[2], run[3], piece)
+        run[3] += cut
+
+    def end(self, runs: dict, key: str, piece: bytes, cut: int = 0) -> Iterator[Line]:
+        """The run of `key` ended by its last piece, as Lines (a docker record's text of several lines: one each)."""
+        self.add(runs, key, 0, piece, cut)
+        return self._lines(runs.pop(key), runs is self.docker)
+
+    def rest(self) -> Iterator[Line]:
+        """The runs the source leaves under way (a stream that ended without a newline, a hostile log), in order."""
+        left = sorted([(run, False) for run in self.cri.values()] + [(run, True) for run in self.docker.values()])
+        self.cri, self.docker = {}, {}
+        for run, docker in left:
+            yield from self._lines(run, docker)
+
+    def _lines(self, run: list, docker: bool) -> Iterator[Line]:
+        number, head, tail, dropped = run
+        text = _text(head, tail, dropped)
+        if docker:
+            parts = text.replace("\r\n", "\n").split("\n") if "\n" in text else (text,)
+        else:
+            parts = (record_lines(text) if text[:2] == '{"' else None) or (text,)
+        mark = CUT.format(n=dropped) if dropped else None
+        for part in parts:
+            rank, part = split_prefix(part)
+            yield Line(self.source, number, rank if rank is not None else self.path_rank, part,
+                       dropped if mark is not None and mark in part else 0)
 
 
 def record_lines(text: str) -> list[str] | None:
@@ -203,26 +298,37 @@ def record_lines(text: str) -> list[str] | None:
     record of a multi-line print); None for any other line (not JSON, or no such key with a string value). A record
     the JSON reader refuses (cut in its middle: MAX_LINE) gives its key's value as far as it goes, where the key
     comes first."""
+    record = _record(text)
+    return None if record is None else record[0].replace("\r\n", "\n").split("\n")
+
+
+def _record(text: str) -> tuple[str, bool, str | None] | None:
+    """(record_lines' value before it is split, whether it ended with a newline, the docker stream of a record that
+    may be a piece of a line: its "log" key's, with "stream" stdout or stderr) of a JSON log record; None for
+    another line."""
     if not text.startswith('{"'):
         return None
     line = text.rstrip()
-    value = None
+    value, stream = None, None
     if line.endswith("}"):
         try:
             record = json.loads(line)
         except (ValueError, RecursionError):  # not JSON; nested past the parser's depth; an integer of too many digits
             record = None
         if isinstance(record, dict):
-            value = next((record[k] for k in RECORD_KEYS if isinstance(record.get(k), str)), None)
-            if value is None:
+            key = next((k for k in RECORD_KEYS if isinstance(record.get(k), str)), None)
+            if key is None:
                 return None
+            value = record[key]
+            if key == "log" and record.get("stream") in ("stdout", "stderr"):
+                stream = record["stream"]
     if value is None:
         m = _RECORD_HEAD.match(line)
         if m is None:
             return None
         value = _unescaped(m[1])
-    value = value[:-1] if value.endswith("\n") else value
-    return value.replace("\r\n", "\n").split("\n")
+    ended = value.endswith("\n")
+    return (value[:-1] if ended else value), ended, stream
 
 
 def _unescaped(value: str) -> str:
@@ -256,33 +362,103 @@ def _record_lines(block: bytes) -> Iterator[tuple[int, int]]:
         at = at + 1 if at != -1 else -1
 
 
-def _records(source: str, number: int, block: bytes, path_rank: str | None) -> Iterator[tuple[int, bytes] | Line]:
+def _parts(source: str, number: int, block: bytes, path_rank: str | None, runs: _Runs) -> Iterator[tuple[int, bytes] | Line]:
+    """A block of complete lines as _records gives it, CRI records read as their text first (_cri: partial records
+    joined, the prefixes of the others taken off) where its first or last line is a CRI record or a CRI line is under
+    way, or was in an earlier block of the source: a plain log pays two anchored matches a block. (CRI records only
+    between plain lines in a source's blocks before are read as plain text.)"""
+    if runs.cri or runs.seen or _CRI.match(block) or _CRI.match(block, block.rfind(b"\n", 0, len(block) - 1) + 1):
+        runs.seen = True
+        for part in _cri(number, block, runs):
+            if isinstance(part, Line):
+                yield part
+            else:
+                data = _CRI_LINES.sub(b"\n", b"\n" + part[1])[1:]
+                yield from _records(source, part[0], data, path_rank, runs)
+    else:
+        yield from _records(source, number, block, path_rank, runs)
+
+
+def _cri(number: int, block: bytes, runs: _Runs) -> Iterator[tuple[int, bytes] | Line]:
+    """The block with its CRI P records and the F records that end their runs taken out (a run ended: its Lines in
+    their place), the rest as (number of the first line, bytes) parts. Lines are read one by one only while a run is
+    under way; else the next P record is found by a byte search (each of _CRI_PARTIAL's places kept until passed)."""
+    cri, size = runs.cri, len(block)
+    start, first = 0, number  # the block's part not yet given: where it starts, its first line's number
+    at, n = 0, number  # the line read next
+    hits = [block.find(p) for p in _CRI_PARTIAL]
+    while at < size:
+        if not cri:
+            for k, p in enumerate(_CRI_PARTIAL):
+                if -1 < hits[k] < at:
+                    hits[k] = block.find(p, at)
+            found = [h for h in hits if h != -1]
+            if not found:
+                break
+            line = block.rfind(b"\n", at, min(found)) + 1 or at
+            n += block.count(b"\n", at, line)
+            at = line
+        end = block.find(b"\n", at)
+        end = size if end == -1 else end
+        m = _CRI.match(block, at, end)
+        if m is not None and (m[2] == b"P" or m[1].decode() in cri):
+            if start < at:
+                yield first, block[start:at]
+            if m[2] == b"P":
+                runs.add(cri, m[1].decode(), n, block[m.end():end])
+            else:
+                yield from runs.end(cri, m[1].decode(), block[m.end():end])
+            start, first = end + 1, n + 1
+        at, n = end + 1, n + 1
+    if start < size:
+        yield first, block[start:]
+
+
+def _records(source: str, number: int, block: bytes, path_rank: str | None,
+             runs: _Runs | None = None) -> Iterator[tuple[int, bytes] | Line]:
     """A block of complete lines (the first numbered `number`) with its JSON log records read as their text
     (record_lines): a record of one line is replaced in the block by its text (the block keeps its line count), one
     of several lines comes as Lines, each numbered as the record's line, between the block's parts before and after
     it. A block without `{"` is as it is: a plain log pays a search for one byte a block (memchr: a search for the
     two bytes `{"` costs 5% of a plain log's whole scan), two where it holds braces. A docker json-file record
-    (_DOCKER: "log" first, flat) is read from its bytes, without the JSON reader."""
+    (_DOCKER: "log" first, flat) is read from its bytes, without the JSON reader. A docker record that is a piece of
+    a line (no final newline) is taken out, into `runs`; the one that ends the line gives it, as Lines, in its place."""
     if b"{" not in block or b'{"' not in block:
         yield number, block
         return
+    runs = runs if runs is not None else _Runs(source, path_rank)
     start, out = 0, []  # where the block's part not yet given starts, and its pieces before that (records' texts)
     first, base = number, 0  # that part's first line: its number, and where it starts in the block
     for a, b in _record_lines(block):
         docker = _DOCKER.fullmatch(block, a, b)
         if docker is not None:
-            value = docker.group(1)
-            if value.endswith(b"\\n") and (len(value) - len(value[:-1].rstrip(b"\\"))) % 2 == 0:
+            value, stream = docker.group(1), docker.group(2)
+            ended = value.endswith(b"\\n") and (len(value) - len(value[:-1].rstrip(b"\\"))) % 2 == 0
+            if ended:
                 value = value[:-2]  # the final newline (an odd run of backslashes before the n: not an escaped one)
-            if b"\\" not in value:
+            stream = stream.decode() if stream is not None and (not ended or runs.docker) else None
+            if b"\\" not in value and (stream is None or (ended and stream not in runs.docker)):
                 out += [block[start:a], value]
                 start = b
                 continue
-            lines_ = _unescaped(value.decode("utf-8", "replace")).replace("\r\n", "\n").split("\n")
+            text = _unescaped(value.decode("utf-8", "replace")) if b"\\" in value else value.decode("utf-8", "replace")
         else:
-            lines_ = record_lines(block[a:b].decode("utf-8", "replace"))
-            if lines_ is None:
+            record = _record(block[a:b].decode("utf-8", "replace"))
+            if record is None:
                 continue
+            text, ended, stream = record
+        if stream is not None and (not ended or stream in runs.docker):
+            at = first + block.count(b"\n", base, a)
+            if out or start < a:
+                yield first, b"".join(out) + block[start:a]
+            if ended:
+                yield from runs.end(runs.docker, stream, text.encode("utf-8", "replace"))
+            else:
+                runs.add(runs.docker, stream, at, text.encode("utf-8", "replace"))
+            start = base = b + 1
+            out, first = [], at + 1
+            continue
+        lines_ = text.replace("\r\n", "\n").split("\n")
         if len(lines_) == 1:
             out += [block[start:a], lines_[0].encode("utf-8", "replace")]
             start = b
@@ -309,22 +485,25 @@ def blocks(source: str, stdin=None, notes: list | None = None) -> Iterator[tuple
         notes = notes if notes is not None else []
         chunks = _normalised(_chunks(stream, source, notes), source, notes)
         number, carry = 1, b""
+        runs = _Runs(source, path_rank)
         for chunk in chunks:
             data = carry + chunk if carry else chunk
             last = data.rfind(b"\n")
             if last == -1 and len(data) > 2 * MAX_LINE:
-                yield from _numbered(source, number - 1, _texts(_chain(data, chunks)), path_rank)
-                return
+                yield from _numbered(source, number - 1, _texts(_chain(data, chunks)), path_rank, runs)
+                carry = b""
+                break
             carry = data[last + 1:]
             start = 0
             while start <= last:  # blocks of about BLOCK bytes: a block's work stays in the CPU's cache
                 end = data.rfind(b"\n", start, start + BLOCK) if last - start >= BLOCK else last
                 end = data.find(b"\n", start + BLOCK) if end == -1 else end  # (a line longer than BLOCK)
-                yield from _records(source, number, data[start:end + 1], path_rank)
+                yield from _parts(source, number, data[start:end + 1], path_rank, runs)
                 number += data.count(b"\n", start, end + 1)
                 start = end + 1
         if carry:
-            yield from _records(source, number, carry, path_rank)
+            yield from _parts(source, number, carry, path_rank, runs)
+        yield from runs.rest()
     finally:
         if stream is not stdin and source != "-":
             stream.close()
