@@ -225,7 +225,8 @@ def test_mixed_with_plain_lines():
     assert _both(data) == [(1, None, "+ torchrun --nproc-per-node 8 pretrain.py"), (3, None, "plain line between"),
                            (2, "0", line[8:]), (7, None, "done")]
     assert _causes(data) == _causes(line.encode() + b"\n")
-    quoted = f"grep found: {CONTAINERD_TIME} stdout P half a line\nnext\n".encode()
+    quoted = (f"grep found: {CONTAINERD_TIME} stdout P half a line\nnext\n"
+              f"{CONTAINERD_TIME} stderr WARNING a plain log's own time and words (no P or F tag)\n").encode()
     assert [t for _, _, t in _both(quoted)] == quoted.decode().splitlines()
     structured = (json.dumps({"message": "first", "level": "info"}) + "\n" + json.dumps({"log": "no end"}) + "\n"
                   + json.dumps({"message": "second"}) + "\n").encode()

@@ -74,10 +74,11 @@ _DOCKER = re.compile(rb'\{"log":"((?:[^"\\\n]+|\\.)*)"(?:,"stream":"(stdout|stde
 # max_container_log_line_size (16 KiB by default) or one its stream ended without a newline, F for a line's end;
 # CRI-O's conmon (src/ctr_logging.c) the same with a numeric UTC offset (set_k8s_timestamp), a piece being what its
 # read buffer held. kubelet (pkg/kubelet/kuberuntime/logs/logs.go parseCRILog) takes the tag's first ':'-separated
-# part, P meaning partial, and writes a P record's text without its newline: the line is the texts of its stream's P
+# part, P meaning partial (the writers write P or F: no other tag is read as one, so a plain log's
+# `<time> stderr WARNING ...` stays as it is), and writes a P record's text without its newline: the line is the texts of its stream's P
 # records up to and with the next F record's. A record is read as its text, as kubelet writes it (a docker record is
 # read as its "log"): the prefix goes (_CRI_LINES, where a block's first or last line is a record: see _parts).
-_CRI_HEAD = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) (stdout|stderr) ([^ :\n]*)(?::[^ \n]*)? "
+_CRI_HEAD = rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) (stdout|stderr) ([PF])(?::[^ \n]*)? "
 _CRI = re.compile(_CRI_HEAD)
 _CRI_TEXT = re.compile(_CRI_HEAD.decode(), re.A)
 _CRI_LINES = re.compile(b"\n" + _CRI_HEAD)  # (a literal first: the regex engine finds the line ends at memchr's speed)
