@@ -9,6 +9,14 @@ MIN_SHARED distinctive words are shared, and the line holds no more than LONGER 
 that merely mentions several of them is not the message). Only lines that read as an error are compared
 (ERRORISH), and only messages of the overlap topics with enough words of their own (MIN_WORDS).
 
+Words alone are not a message (fresh16 F16-2: a thread's sentence naming "--overlap-grad-reduce --overlap-param-gather"
+matched "Must use --overlap-param-gather with --overlap-grad-reduce"): a line without an exception's, an assert's or a
+log level's mark (MARKER) matches only where it reads as the message (Fuzzy.ordered: the shared words in the message's
+order carry THRESHOLD of its weight, and nothing but stop words, ranks, times and level names stand before them). And
+a message raised only while a setting is off (required(): an assert of `args.Y`, a raise under `X and not Y`) is not a
+line that shows that setting on (contradicted(): `Y=true`, `Y: true`, Megatron-LM's arguments dump, a command line's
+`--a --y`); Scan applies this to exact matches too, to the line beside the message.
+
 A short message (fewer than MIN_WORDS words) is matched another way: a line whose words end with all of the message's
 words, in order, identifiers read as words (`ub_manager` is "ub manager"), case, punctuation and the fillers of
 FILLER left out ("ub_manager not initialized" is TE's "UB manager is not initialized."), where the line holds at most
@@ -109,7 +117,10 @@ class Fuzzy:
         return None
 
     def match(self, text: str) -> tuple[Entry, float] | None:
-        """The catalog message this error line is, worded otherwise, and how close (0..1); None when none is close."""
+        """The catalog message this error line is, worded otherwise, and how close (0..1); None when none is close.
+        A line without an exception's, an assert's or a log level's mark (MARKER) must read as the message (ordered():
+        its words in the message's order, from the line's start); a message whose raise condition the line shows
+        unmet (contradicted()) is not the line's."""
         short = self.same(text)
         if short is not None:
             return short, 1.0
@@ -117,7 +128,8 @@ class Fuzzy:
             return None
         line = words_of(text)
         shared = Counter(eid for w in line for eid in self.index.get(w, ()))
-        best = None
+        marked = None
+        found = []
         for eid, count in shared.items():
             if count < MIN_SHARED:
                 continue
@@ -125,9 +137,118 @@ class Fuzzy:
             if len(line) > LONGER * len(ws) + 8:
                 continue
             score = sum(self.idf[w] for w in ws & line) / sum(self.idf[w] for w in ws)
-            if score >= THRESHOLD and (best is None or score > best[1]):
-                best = (eid, score)
-        return (self.catalog.by_id(best[0]), round(best[1], 3)) if best else None
+            if score >= THRESHOLD:
+                found.append((score, eid))
+        for score, eid in sorted(found, key=lambda x: (-x[0], x[1])):
+            if marked is None:
+                marked = MARKER.search(text) is not None
+            if not marked and not self.ordered(eid, text):
+                continue  # prose that names the message's words (fresh16 F16-2): not the message
+            entry = self.catalog.by_id(eid)
+            if contradicted(entry, text):
+                continue
+            return entry, round(score, 3)
+        return None
+
+    def ordered(self, eid: str, text: str) -> bool:
+        """Whether a line reads as the message: the message's words, in its order, carry THRESHOLD of its weight
+        (a weighted longest common subsequence), and the line holds before the first of them only words LEAD takes
+        (a rank, a time, an exception's or a level's name) and stop words (a message's "Using" or "the")."""
+        entry = self.catalog.by_id(eid)
+        msg = [w.lower() for w in WORD.findall(_literal(entry.template)) if w.lower() not in STOP]
+        seq = [w.lower() for w in WORD.findall(text)]
+        if len(seq) > LONGER * len(msg) + 8:
+            return False
+        weight = [self.idf.get(w, 0.0) for w in msg]
+        total = sum(weight[i] for i, w in enumerate(msg) if w not in msg[:i])
+        if not total:
+            return False
+        # best[j][i]: (weight, first line index) of the best alignment of msg[:i] with seq[:j]
+        prev = [(0.0, None)] * (len(msg) + 1)
+        for j, w in enumerate(seq):
+            cur = [(0.0, None)]
+            for i, m in enumerate(msg):
+                options = [prev[i + 1], cur[i]]
+                if m == w:
+                    got, first = prev[i]
+                    options.append((got + weight[i], j if first is None else first))
+                cur.append(max(options, key=lambda x: (x[0], -(x[1] if x[1] is not None else 1 << 30))))
+            prev = cur
+        got, first = prev[-1]
+        if got < THRESHOLD * total or first is None:
+            return False
+        return all(w.lower() in STOP or _LEAD.search(w.lower()) for w in WORD.findall(text[:_nth_word(text, first)]))
+
+
+# an exception's, an assert's or a log level's mark on a line: it reports an error, whatever order its words are in
+MARKER = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning)\b|\bassert\b|\bAssertion\b|\b(?:ERROR|WARNING|WARN|CRITICAL|FATAL)\b"
+                    r"|\[NeMo [EWC] |(?:^|\s)[EWF]\d{4} \d\d:")
+
+
+def _nth_word(text: str, n: int) -> int:
+    """Where the n-th word (WORD) of text starts."""
+    for i, m in enumerate(WORD.finditer(text)):
+        if i == n:
+            return m.start()
+    return len(text)
+
+
+# A setting shown on: `name=true`, `name: true`, Megatron-LM's arguments dump (`name ...... True`), or a command
+# line's flag beside another flag (`--a --name`); not a message's own "use --name".
+_ON = r"(?:[Tt]rue|TRUE|1|[Yy]es)\b"
+
+
+@lru_cache(maxsize=512)
+def _shown_on(name: str):
+    flag = re.escape("--" + name.replace("_", "-"))
+    key = re.escape(name)
+    return re.compile(rf"(?<![\w-]){key}[\"']?\s*[=:]\s*[\"']?{_ON}|(?<![\w-]){key} \.{{3,}} {_ON}"
+                      rf"|--[A-Za-z][\w-]*\s+{flag}(?![\w-])|(?<![\w-]){flag}\s+--[A-Za-z]")
+
+
+def required(entry: Entry) -> tuple:
+    """The settings a message is raised without: the names its assert requires (a condition `args.Y`, or one of an
+    `or` of such: `not args.X or args.Y`), or that its raise's innermost branch tests false (`X and not Y`). The
+    message is raised only while each of them is off."""
+    if entry.kind not in ("assert", "raise"):
+        return ()
+    return _required(entry.kind, entry.condition, entry.branch[-1] if entry.branch else None)
+
+
+@lru_cache(maxsize=4096)
+def _required(kind: str, condition: str | None, branch: str | None) -> tuple:
+    import ast
+
+    def name(node) -> str | None:
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        return node.id if isinstance(node, ast.Name) else None
+
+    def parse(code: str):
+        try:
+            return ast.parse(code, mode="eval").body
+        except (SyntaxError, ValueError):
+            return None
+
+    out = []
+    if kind == "assert" and condition and (node := parse(condition)) is not None:
+        terms_ = node.values if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or) else [node]
+        out = [n for t in terms_ if (n := name(t))]
+    elif kind == "raise" and branch and (node := parse(branch)) is not None:
+        terms_ = node.values if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.And) else [node]
+        out = [n for t in terms_ if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not) and (n := name(t.operand))]
+    return tuple(n for n in out if "_" in n and n.islower())  # a setting's name, not a local (`ok`) nor HAVE_TE
+
+
+def contradicted(entry: Entry, text: str) -> str | None:
+    """The setting a line shows on that the message is raised only without (required()): the line is not that
+    message (fresh16 F16-2: "Must use --overlap-param-gather with --overlap-grad-reduce" is raised when
+    overlap_grad_reduce is off; a text running `--overlap-grad-reduce --overlap-param-gather` has it on)."""
+    for name in required(entry):
+        rx = _shown_on(name)
+        if rx.search(text) and not (entry.template and rx.search(entry.template)):
+            return name
+    return None
 
 
 def errorish(text: str) -> bool:

@@ -261,6 +261,9 @@ class Scan:
         got = self._memo.get(text)
         if got is None:
             hits, near = self.catalog.match(text), None
+            if hits:  # a message raised only without a setting the line shows on is not the line's (fuzzy.contradicted)
+                hits = [h for h in hits if not fuzzy.required(h.entry)
+                        or not fuzzy.contradicted(h.entry, f"{h.text[:h.span[0]]} {h.text[h.span[1]:]}")]
             if not hits:
                 cleaned = clean(text)
                 near = fuzzy.for_catalog(self.catalog).match(cleaned)
