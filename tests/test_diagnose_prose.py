@@ -67,3 +67,41 @@ def test_a_raise_under_a_negated_test_requires_that_setting_off():
     local = messages.Entry(id="y", origin="python", kind="assert", severity="error", topic="dp_overlap",
                            template="a message", condition="ok or HAVE_TE")
     assert fuzzy.required(local) == ()
+
+
+def test_an_assert_s_message_quoted_from_source_is_read_as_python_joins_it(tmp_path):
+    """Adjacent string literals over several lines (an assert's message in parentheses, a raise's argument) are the
+    one message Python concatenates, recorded at the first literal's line; neither half matches alone."""
+    log = tmp_path / "pasted.txt"
+    log.write_text('    assert not cfg.fp8_param_gather or cfg.fp8_recipe == "delayed", (\n'
+                   '        "When `--fp8-param-gather` is enabled, the optimizer cpu offload "\n'
+                   "        'must be used in conjunction with `--fp8-recipe delayed`.'\n"
+                   "    )\n", encoding="utf-8")
+    d = api.diagnose([str(log)]).to_dict()
+    ev = [e for c in d["causes"] for e in c["evidence"]]
+    assert ev and ev[0]["logged"].startswith("When `--fp8-param-gather` is enabled, the optimizer cpu offload must be")
+    assert ev[0]["first_seen"]["line"] == 2 and ev[0]["file"] == "megatron/training/arguments.py"
+    # through the block reader and line by line alike (stdin), and a comma ends the join: a tuple, not one message
+    assert [c["id"] for c in causes(log.read_text())] == [c["id"] for c in d["causes"]]
+    assert ids('x = (\n    "When `--fp8-param-gather` is enabled, the optimizer cpu offload ",\n'
+               '    "must be used in conjunction with `--fp8-recipe delayed`."\n)\n') == []
+
+
+def test_a_traceback_s_code_line_that_is_a_literal_stays_its_frame_s():
+    text = ('Traceback (most recent call last):\n  File "/opt/x/megatron/core/distributed/param_and_grad_buffer.py", '
+            'line 10, in start_grad_sync\n    "some literal"\nTypeError: unsupported operand\n')
+    assert ids(text) == ["OVERLAP_PATH_TRACEBACK"]
+
+
+def test_a_message_several_packages_raise_names_every_place():
+    """Bridge's setup.py and Megatron-LM's training.py write the same no_sync_func assert: both are named."""
+    d = api.diagnose(["-"], stdin=io.BytesIO(
+        b"AssertionError: When overlap_grad_reduce is True, config.no_sync_func must be None; a custom no_sync_func "
+        b"is not supported when overlapping grad-reduce\n")).to_dict()
+    ev = d["causes"][0]["evidence"][0]
+    places = {ev["file"]} | {x["file"] for x in ev.get("also_raised", ())}
+    assert {"megatron/bridge/training/setup.py", "megatron/training/training.py"} <= places, ev
+    from mbridge_overlap.output.text import diagnosis
+
+    shown = diagnosis(d)
+    assert "also    megatron/training/training.py train" in shown or "also    megatron/bridge/training/setup.py" in shown

@@ -747,6 +747,20 @@ class Catalog:
             if e.origin == "python" and e.file:
                 by_base.setdefault(e.file.rsplit("/", 1)[-1], []).append(e)
         self._by_base = by_base
+        self._by_text: dict | None = None
+
+    def same_text(self, entry: Entry) -> list[Entry]:
+        """The other Python entries that write this entry's text (its fields' names aside): one message raised by
+        several packages (Bridge's copy of Megatron-LM's check) or files."""
+        if self._by_text is None:
+            by_text: dict = {}
+            for e in self.entries:
+                if e.origin == "python" and e.template and not e.releases:
+                    by_text.setdefault(_FIELD.sub("{}", e.template), []).append(e)
+            self._by_text = by_text
+        if not entry.template:
+            return []
+        return [e for e in self._by_text.get(_FIELD.sub("{}", entry.template), ()) if e.id != entry.id]
 
     # -- queries -------------------------------------------------------------------------------------------------
     def _one_message(self, a: Entry, b: Entry) -> bool:

@@ -30,3 +30,8 @@ def iteration_ms_span(text: str) -> tuple[int, int] | None:
             return m.span(1)
         pos = m.start()  # (no head can hold the ms text: every head before it has been seen)
     return None
+
+
+# A line that is Python string literals only (adjacent ones, any prefix), as source quoted in a log or a thread shows
+# an assert's or a raise's message: `end` is a comma or closing bracket after them, which ends what Python joins
+LITERAL = re.compile(r"""^\s*(?:[rRuUfF]{0,2}(?:"(?:[^"\\\n]|\\.){0,2000}"|'(?:[^'\\\n]|\\.){0,2000}')\s*)+(?P<end>[,)\]]*)\s*$""")

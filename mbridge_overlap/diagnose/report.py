@@ -122,6 +122,8 @@ def evidence(g: Group) -> dict:
         out["wording_of"] = list(e.releases)
     if (origin := printed_by(g)) is not None:
         out["printed_by"] = origin
+    if g.elsewhere:
+        out["also_raised"] = [dict(zip(("package", "package_version", "file", "function", "line"), x)) for x in g.elsewhere]
     if e.id in pg.SIZED and (n := pg.size(g.text)):
         out["group_ranks"] = n
     if g.approximate is not None:

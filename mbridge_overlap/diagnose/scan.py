@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from . import causes, frames, fuzzy, groups as pg, reader, terms
 from . import shapes as shapes_
-from .patterns import EXCEPTION, ITERATION_PHRASE, STOPPED, iteration_ms_span
+from .patterns import EXCEPTION, ITERATION_PHRASE, LITERAL, STOPPED, iteration_ms_span
 from .messages import FIELD, Catalog, Entry, Hit, after_prefix, clean, parse_frame
 from .reader import CUT, Line, line_text, split_prefix
 
@@ -87,6 +87,7 @@ class Group:
     groups: tuple = ()
     approximate: float | None = None  # matched by words, not by its pattern (fuzzy.py): how close; None: matched exactly
     first_rank: str | None = None  # the rank of the line `text` is
+    elsewhere: tuple = ()  # every other place writing the same text: (package, version, file, function, line)
 
     def add(self, rank: str | None) -> None:
         if not self.count:
@@ -127,6 +128,8 @@ class Scan:
     _repeats: dict = field(default_factory=dict)  # a hot line's bytes -> the group reading it again only adds to
     _wrapped: dict = field(default_factory=dict)  # source -> an exception line no message matched, which its next
     # line may continue (a message a paste or a terminal wrapped over two lines)
+    _literals: dict = field(default_factory=dict)  # source -> the lines of Python string literals read so far, which
+    # Python joins into one message (an assert's or a raise's message quoted from source, _literal_line)
 
     def feed(self, line: Line) -> None:
         """One line, read in full."""
@@ -148,6 +151,43 @@ class Scan:
     def _read(self, line: Line) -> str | None:
         """Read one line in full. Returns the group it was recorded in when reading the same text again, with no
         traceback open anywhere, can only add its rank to that group (read_block's repeats)."""
+        pending = self._literals.get(line.source) if self._literals else None
+        if pending is not None or LITERAL.match(line.text):
+            frame = self._frames.get((line.source, line.rank))
+            if not (frame is not None and frame[3] is None):  # (a traceback frame's code line is that frame's)
+                return self._literal(line, pending)
+        return self._read_one(line)
+
+    def _literal(self, line: Line, pending: list | None) -> str | None:
+        """Python source quoted in a log or a thread: a message written as adjacent string literals over several
+        lines (`assert cond, (` / `"part one "` / `"part two"`) is read as the one message Python makes of them
+        (fresh16 F16-1), recorded at the first; where the joined text matches nothing, each line is read as before."""
+        m = LITERAL.match(line.text)
+        if pending is not None and (m is None or pending[-1].rank != line.rank or pending[-1].number + 1 != line.number):
+            self._flush_literals(line.source)
+            pending = None
+        if m is None:
+            return self._read_one(line)
+        if pending is None:
+            pending = self._literals[line.source] = []
+        pending.append(line)
+        if m["end"] or len(pending) >= MAX_LITERALS:  # a comma or a bracket ends what Python joins
+            self._flush_literals(line.source)
+        return None
+
+    def _flush_literals(self, source: str) -> None:
+        lines = self._literals.pop(source, None) or []
+        if len(lines) > 1:
+            joined = "".join(_literal_text(x.text) for x in lines)
+            hits, _near = self._matches(joined)
+            if hits:
+                first = lines[0]
+                self._read_one(Line(first.source, first.number, first.rank, joined, first.cut))
+                return
+        for x in lines:
+            self._read_one(x)
+
+    def _read_one(self, line: Line) -> str | None:
         text = line.text
         wrapped = self._wrapped.pop(line.source, None) if self._wrapped else None
         if wrapped is not None:
@@ -281,6 +321,8 @@ class Scan:
             if source is None or key[0] == source:
                 self._traceback(on_path[-1], key, cut=True)  # the frame's own line is the evidence
                 del self._on_path[key]
+        for name in [n for n in self._literals if source is None or n == source]:
+            self._flush_literals(name)
         for name in [n for n in self._wrapped if source is None or n == source]:
             self._unexplained(*self._wrapped.pop(name))
 
@@ -468,10 +510,23 @@ class Scan:
             group = self.groups[gid] = Group(entry, linked if linked is not None else self._linked(same), best.text[:MAX_SHOWN],
                                              line.source, line.number, best.truncated,
                                              frame=tuple(frame[:3]) if frame else None, groups=best.groups,
-                                             approximate=approximate)
+                                             approximate=approximate, elsewhere=self._elsewhere(entry))
         group.add(line.rank)
         self._fact(entry, best, line)
         return gid
+
+    def _elsewhere(self, entry: Entry) -> tuple:
+        """Every other place that writes the entry's text: the other packages' and files' entries of the same text
+        (Megatron-LM's training.py and Bridge's setup.py: fresh16 F16-1) and each one's raised_elsewhere."""
+        if entry.origin != "python":
+            return ()
+        out = []
+        for e in (entry, *self.catalog.same_text(entry)):
+            if e is not entry:
+                out.append((e.package, e.package_version, e.file, e.function, e.line))
+            out += [(e.package, e.package_version, x[0], x[1], x[2]) for x in e.raised_elsewhere]
+        own = (entry.file, entry.function)
+        return tuple(dict.fromkeys(x for x in out if (x[2], x[3]) != own))[:MAX_PLACES]
 
     def _sized(self, gid: str, n: int) -> str:
         """The group of a sized watchdog message for a group size: one per size up to MAX_SIZES sizes (a run has a few
@@ -652,6 +707,9 @@ class Scan:
         wrapped = self._wrapped.get(source) if self._wrapped else None
         if wrapped is not None and number == wrapped[0].number + 1:
             return True
+        literals = self._literals.get(source) if self._literals else None
+        if literals is not None and number == literals[-1].number + 1:
+            return True
         if self._awaiting:
             for key, at in list(self._awaiting.items()):
                 if key[0] == source and number - at <= CODE_WITHIN:
@@ -725,6 +783,17 @@ def _size(text: str, least: int = 1) -> int | None:
         return None
     value = int(text)
     return value if least <= value < MAX_SIZE else None
+
+
+_LITERAL_PART = re.compile(r"""[rRuUfF]{0,2}(?:"((?:[^"\\\n]|\\.)*)"|'((?:[^'\\\n]|\\.)*)')""")
+MAX_LITERALS = 16  # string literal lines joined into one message at most
+MAX_PLACES = 16  # other places of a message's text kept
+
+
+def _literal_text(text: str) -> str:
+    """The text Python makes of a line of adjacent string literals (their quotes' escapes undone)."""
+    return "".join(m[m.lastindex].replace('\\"', '"').replace("\\'", "'") if m.lastindex else ""
+                   for m in _LITERAL_PART.finditer(text))
 
 
 def _indent(text: str) -> int:

@@ -9,7 +9,8 @@ in its literal text is matched on the shape itself, a native regex only where no
 pieces is hot. So a shape is read once (`Shapes.of`) and told:
 
 * hot: some line of this shape may be a catalog message, a traceback line, an exception, an error the fuzzy matcher
-  compares, the configuration summary's title, or a line too long to judge: every such line is read in full;
+  compares, a line of Python string literals (scan joins adjacent ones into the message Python makes), the
+  configuration summary's title, or a line too long to judge: every such line is read in full;
 * iteration: where in the line Bridge's iteration record puts the ms per iteration (a slice of the line: the digits
   differ, their places do not), or None;
 * rank: where the launcher's prefix puts the rank (a slice, read with int()), None when the line names none (its
@@ -139,6 +140,7 @@ class Shapes:
         if any(self._test(m)(t) for ms in found for m in ms for t in {text, cleaned}):
             return True
         return (patterns.EXCEPTION.match(cleaned) is not None or fuzzy.errorish(cleaned)
+                or patterns.LITERAL.match(cleaned) is not None
                 or fuzzy.for_catalog(self.catalog).same(cleaned, masked=True) is not None)
 
 

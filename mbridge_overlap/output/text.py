@@ -351,7 +351,14 @@ def _evidence(e: dict) -> list[str]:
             (f"    raised  {e['printed_by']} (the same words are {where}{version})" if e.get("printed_by") else
              f"    raised  {where}{version}") + (f": assert {e['condition']}" if e.get("condition") else "")
             + (f": reads {', '.join(e['reads'])}" if e.get("reads") else "")
-            ] + _group(e) + _wording(e)
+            ] + _also(e) + _group(e) + _wording(e)
+
+
+def _also(e: dict) -> list[str]:
+    """Every other place that writes the same text (another package's copy of the check, another function)."""
+    return [f"    also    {x['file']} {x['function']}" + (f" ({x['package']} {x['package_version']})" if x.get("package_version")
+                                                           else f" ({x['package']})" if x.get("package") else "")
+            for x in e.get("also_raised") or ()]
 
 
 def _group(e: dict) -> list[str]:
