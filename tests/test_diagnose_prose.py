@@ -105,3 +105,20 @@ def test_a_message_several_packages_raise_names_every_place():
 
     shown = diagnosis(d)
     assert "also    megatron/training/training.py train" in shown or "also    megatron/bridge/training/setup.py" in shown
+
+
+def test_a_code_line_calling_an_overlap_function_is_a_frame_inside_it():
+    """A model's frame (off the path) whose printed code calls Megatron-Core's sequence-parallel scatter: the
+    traceback is on the TP path as a frame inside scatter_to_sequence_parallel_region would be, cut or ended by a
+    generic exception; a bare call of a catalog function's name through another module is not."""
+    head = ('Traceback (most recent call last):\n  File "/work/mine/model/embed.py", line 12, in forward\n'
+            "    hidden = tensor_parallel.scatter_to_sequence_parallel_region(hidden)\n")
+    cut = causes(head)
+    assert [c["id"] for c in cut] == ["OVERLAP_PATH_TRACEBACK_CUT"] and "model.sequence_parallel" in cut[0]["knobs"]
+    ended = causes(head + "RuntimeError: shape mismatch\n")
+    assert [c["id"] for c in ended] == ["OVERLAP_PATH_TRACEBACK"] and "model.sequence_parallel" in ended[0]["knobs"]
+    assert ids(head.replace("tensor_parallel.scatter_to_sequence_parallel_region", "my_scatter") + "RuntimeError: x\n") == []
+    assert ids('Traceback (most recent call last):\n  File "/work/mine/model/grid.py", line 3, in setup\n'
+               "    mymodule.initialize_model_parallel(2)\nRuntimeError: x\n") == []
+    assert ids('Traceback (most recent call last):\n  File "/work/mine/model/grid.py", line 3, in setup\n'
+               "    parallel_state.initialize_model_parallel(2)\nRuntimeError: x\n") == ["OVERLAP_PATH_TRACEBACK"]

@@ -119,6 +119,70 @@ CLASSES = [
 ]
 
 
+# Megatron-Core's tensor-parallel communication functions that models call (megatron/core/tensor_parallel/mappings.py
+# of 0.19.2, lines 492-595): a traceback's code line calling one is on the TP path as a frame inside it would be
+MAPPINGS = "megatron/core/tensor_parallel/mappings.py"
+MAPPING_FUNCTIONS = ("copy_to_tensor_model_parallel_region", "reduce_from_tensor_model_parallel_region",
+                     "scatter_to_tensor_model_parallel_region", "gather_from_tensor_model_parallel_region",
+                     "scatter_to_sequence_parallel_region", "gather_from_sequence_parallel_region",
+                     "reduce_scatter_to_sequence_parallel_region", "all_gather_last_dim_from_tensor_parallel_region",
+                     "reduce_scatter_last_dim_to_tensor_parallel_region", "all_to_all_sp2hp", "all_to_all_hp2sp")
+_CALL = re.compile(r"(?:([A-Za-z_]\w{0,80})\.)?([A-Za-z_]\w{5,80})\s*\(")
+# torch.distributed's collectives, which Megatron-Core's functions share names with (torch's own calls are no path's)
+TORCH_NAMES = frozenset({"all_to_all", "all_to_all_single", "all_gather_into_tensor", "reduce_scatter_tensor",
+                         "all_gather_object", "batch_isend_irecv"})
+MIN_CALLED = 10  # a function name this long (with an underscore) names one function, not a common word (forward)
+
+
+def called_functions(catalog) -> dict:
+    """Function name -> (file, dimension, fields) of the functions on the overlap path that a model's code calls by
+    name: MAPPING_FUNCTIONS, and the catalog's functions in files on the path (ROWS) whose name is distinctive (an
+    underscore, MIN_CALLED characters, one file only)."""
+    cached = _CALLED.get(id(catalog))
+    if cached is not None and cached[0] is catalog:
+        return cached[1]
+    out: dict = {}
+    seen: dict = {}
+    for e in catalog.entries:
+        if e.origin != "python" or not e.file or not e.function:
+            continue
+        name = e.function.rsplit(".", 1)[-1]
+        if len(name) < MIN_CALLED or "_" not in name.strip("_") or name.startswith("__") or name in TORCH_NAMES:
+            continue
+        seen.setdefault(name, set()).add(e.file)
+    for name, files in seen.items():
+        if len(files) == 1 and (where := overlap_frame(next(iter(files)), name)) is not None:
+            out[name] = (next(iter(files)), *where)
+    for name in MAPPING_FUNCTIONS:
+        out[name] = (MAPPINGS, *overlap_frame(MAPPINGS, name))
+    _CALLED[id(catalog)] = (catalog, out)
+    return out
+
+
+_CALLED: dict = {}
+
+
+def call_on_path(code: str, catalog) -> tuple[str, str, str, list] | None:
+    """(file, function, dimension, fields) of the first function on the overlap path (called_functions) that a
+    traceback's code line calls (fresh16 F16-5: `embeddings = tensor_parallel.scatter_to_sequence_parallel_region(x)`
+    in a model's frame): a MAPPING_FUNCTIONS name however called, another only through its module or package's name
+    (`parallel_state.initialize_model_parallel(`); None when it calls none."""
+    if "(" not in code:
+        return None
+    known = called_functions(catalog)
+    for m in _CALL.finditer(code):
+        got = known.get(m[2])
+        if got is None:
+            continue
+        # a name the catalog knows a function of, called through its module (`parallel_state.f(`, `tensor_parallel.f(`):
+        # a bare or a method's call of the name may be another package's function of that name
+        if got[0] != MAPPINGS or m[2] not in MAPPING_FUNCTIONS:
+            if m[1] is None or m[1] not in got[0].rsplit(".", 1)[0].split("/")[-2:]:
+                continue
+        return got[0], m[2], got[1], list(got[2])
+    return None
+
+
 def overlap_frame(path: str, function: str) -> tuple[str, list] | None:
     """(dimension, fields) of a traceback frame on the overlap path; None for a frame elsewhere."""
     path = path.replace("\\", "/")

@@ -230,6 +230,10 @@ class Scan:
         if frame is not None and frame[3] is None and _indent(text) > frame[4] and line.number - frame[5] <= CODE_WITHIN:
             frame[3] = text.strip()  # the frame's code line: kept for frame(), not matched (it holds the literal)
             self._awaiting.pop(key, None)
+            # a frame off the path whose code calls a function on it (a model's scatter_to_sequence_parallel_region):
+            # what is raised below is that function's, as if the log showed a frame inside it (fresh16 F16-5)
+            if frames.overlap_frame(frame[0], frame[2]) is None and (call := frames.call_on_path(frame[3], self.catalog)):
+                self._on_path[key] = (f"{frame[0]}, calling {call[0]}", frame[1], call[1], call[2], call[3], line)
             return None
         iteration = ITERATION_PHRASE in text
         if iteration:
