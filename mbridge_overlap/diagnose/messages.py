@@ -27,9 +27,10 @@ How a line is matched (Catalog.match):
   common in any training log only when nothing else does). A log or print message whose only piece is its first one
   (which `WARNING:root:` or `[default0]:` may be glued to) is found by substring instead. Native messages are indexed
   under the pieces their regex requires (the generator derives them, or the YAML names them), or under substrings
-  (`contains`, e.g. inside a mangled C++ symbol). A line is split on whitespace and the pieces are looked up; only the
-  candidates' patterns run, so a line that matches nothing costs one str.split(), a set lookup per piece and a few
-  substring tests. Catalog.anchors(id) tells how an entry is found.
+  (`contains`, e.g. inside a mangled C++ symbol). A line is split on whitespace and the pieces are looked up, with
+  the piece after a launcher's prefix stack where the stack is glued to the line's text (`0: [default0]:Fatal`:
+  `Fatal`; LAUNCH_PREFIX, pieces()); only the candidates' patterns run, so a line that matches nothing costs one
+  str.split(), a set lookup per piece and a few substring tests. Catalog.anchors(id) tells how an entry is found.
 * Placeholders: an f-string field in the middle of a message is `(.*?)`, at the end `(.*)`, at the start one token
   `(\\S*?)` after a delimiter; `:d` / `%d` fields are integers, `:.3f` / `%f` floats, `%x` hex. Hit.groups holds the
   captured values in the order of Entry.fields. A leading field whose code writes every value it can hold
@@ -96,6 +97,13 @@ LAUNCH_PREFIX = re.compile(
     r"|\([A-Za-z_][\w.-]{0,63}(?:,? [^()\n]{0,160})?\bpid=\d{1,9}(?:, ?[^()\n]{0,160})?\)"
     r"|\[rank\d{1,7}\]:|\[[A-Za-z_]{1,32}\d{1,7}\]:|\[\d{1,7},\d{1,7}\]<(?:stdout|stderr)>:|\d{1,7}:(?= )"
     r"))+[ \t]*", re.A)
+# A line's text glued to its prefix (`[default0]:Fatal ...`): the prefix as LAUNCH_PREFIX.match takes it (without its
+# trailing white space; taken whole, atomically: a lookahead's capture, then a backreference, so that no shorter stack
+# is tried after the longest one), ending in no white space, then the piece str.split() gives (Unicode white space
+# ends it, as it ends a piece): group 2.
+_GLUED_BODY = "(?=(" + "(?a:" + LAUNCH_PREFIX.pattern[:-len("[ \\t]*")] + r")))\1(?<![ \t])(\S+)"
+_GLUED_FIRST = re.compile(_GLUED_BODY)
+_GLUED = re.compile(r"[\n\r](?=[\[(\d \t])" + _GLUED_BODY)  # (a line break before no prefix's first character: one test)
 
 # The groups a generated pattern uses for a placeholder (and nothing else starts with an unescaped "(").
 G_HEAD = r"(?<![^\s\[\](){}<>:;,='\"])(\S*?)"  # a message's leading field: one token after a delimiter
@@ -192,11 +200,28 @@ def tokens_of(pattern: str) -> list | None:
 
 def pieces(text: str) -> list[str]:
     """A line's whitespace-separated pieces as the anchors are looked up by, with their quotes stripped too: an
-    exception's message shows quoted (KeyError's str() is the repr of its argument: 'UB for ... registered.')."""
+    exception's message shows quoted (KeyError's str() is the repr of its argument: 'UB for ... registered.'); and
+    the first piece of each line's own text where a launcher's prefix (LAUNCH_PREFIX, any stack of them) is glued to
+    it: torchrun's `[default0]:Fatal` behind srun's `0: `, CRI's, Ray's or torch's `[rank0]:` is the piece `Fatal`
+    (recheck64 AK1: reader.split_prefix takes one prefix off, and a native message anchored on its first word was lost
+    behind two)."""
     words = text.split()
+    words += _unglued(text)
     if "'" in text or '"' in text:
         words += [w.strip("'\"") for w in words]
     return words
+
+
+def _unglued(text: str) -> list[str]:
+    """The first piece of each line's own text (after LAUNCH_PREFIX, at the text's start or after a line break; a
+    carriage return starts a line too, as clean() reads it) where the prefix is glued to it (no white space between).
+    The regex's search skips to a line break in C, and each match stays on its line (no alternative of the prefix
+    takes a line break), so the work is linear in the text however many prefixes a line stacks."""
+    m = _GLUED_FIRST.match(text)
+    out = [] if m is None else [m[2]]
+    if "\n" in text or "\r" in text:
+        out += [m[2] for m in _GLUED.finditer(text)]
+    return out
 
 
 def clean(line: str) -> str:
