@@ -8,7 +8,7 @@ import pytest
 
 from mbridge_overlap import api, cli
 from mbridge_overlap.errors import UsageError
-from mbridge_overlap.budget import mla, shape as shapes
+from mbridge_overlap.budget import finalize, mla, shape as shapes
 
 BASE = {"num_layers": 2, "hidden_size": 1024, "ffn_hidden_size": 4096, "num_attention_heads": 16, "vocab_size": 32000,
         "multi_latent_attention": True, "q_lora_rank": 384, "kv_lora_rank": 256, "qk_head_dim": 64,
@@ -43,7 +43,9 @@ def test_mla_flops_and_duplicated_down_projections():
     assert f["q_down"] == 2 * 4096 * 1024 * 384 / 2  # the rank's sequence shard
     assert shapes.layer_flops(_shape(), 4096, 4096, 2, 1, sp=False)["q_down"] == 2 * f["q_down"]  # every token again
     assert f["attention"] == 2 * 4096 * 4096 * 16 * (96 + 96) * 0.5 / 2
-    assert mla.duplicated(_shape()) == 1024 + 384 * 1024 + 384 + 288 * 1024 + 256 + 1024
+    params = shapes.stage_params(_shape(), 2, 1, 1, first=False, last=False)  # (finalize.py sums them over TP)
+    assert sum(n for name, n, _ in params if finalize.tp_summed(name, _shape(), True)) == \
+        1024 + 384 * 1024 + 384 + 288 * 1024 + 256 + 1024
 
 
 def _budget(over=None, shape=None):
@@ -57,7 +59,7 @@ def test_mla_tp_collectives_replace_qkv_s_and_userbuffers_run_none():
     b = _budget()
     tp = [c for c in b["collectives"] if c["dimension"] == "tp"]
     whats = " | ".join(c["what"] for c in tp)
-    assert "MLA up projections' inputs" in whats and "rotary key part" in whats and "duplicated across TP" in whats
+    assert "MLA up projections' inputs" in whats and "rotary key part" in whats and "every TP rank holds whole" in whats
     assert all(c["hidden_ms"] == 0 for c in tp if c["setting"] == "tp_comm_overlap")  # no userbuffers with MLA
     (up,) = [c for c in tp if c["what"].startswith("MLA up projections' inputs (forward")]
     assert up["bytes"] == 4096 * 384 * 2 and up["count"] == 2 * 2 * 4  # q (384 wide) and kv (256) per layer, 4 micro-batches (DP 4)

@@ -56,22 +56,8 @@ def _buffers(lay, shape, system, layers, rank, mtp) -> list:
         params = [(f"decoder.layers.{i}.{g}.adapter", n, False) for i in range(layers)
                   for g, n in shapes.adapter_params(shape, lay.peft.gemms, lay.peft.dim, lay.tp).items()]
         nums, alone = list(range(layers)), None
-    elif rank:  # its own stage: no embedding but the MTP layers' (GPTModel: pre_process or mtp_process)
-        lay = Layout(**{**lay.__dict__, "num_layers": shape.num_layers or 0, "chunk_offset": 0})
-        nums = stage_numbers(lay, shape.num_layers, rank)
-        last = rank == lay.pp - 1
-        params = shapes.stage_params(shape, lay.tp, lay.ep, len(nums), first=False, last=last, numbers=nums, etp=lay.etp,
-                                     mtp=mtp, final_norm=shapes.final_norm_here(shape, last, nums))
-        layers = len(nums)
-        alone = shared_copy(shape, last, mtp)
     else:
-        layers, lay = _first_stage(shape, lay, layers)
-        lay = Layout(**{**lay.__dict__, "num_layers": shape.num_layers or 0})
-        nums = numbers(lay, layers)
-        params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1, numbers=nums, etp=lay.etp,
-                                     mtp=mtp or None, final_norm=shapes.final_norm_here(shape, lay.pp == 1, nums))
-        alone = ("embedding.word_embeddings.weight" if lay.pp > 1 and (shape.share_embeddings_and_output_weights
-                                                                      or shape.mtp_num_layers) else None)
+        lay, params, nums, layers, alone = rank_params(lay, shape, layers, rank, mtp)
     split = chunk_layers(lay, rank)  # a layout's own chunks (evalAB AB2-1), else an even split (_chunks)
     split = split if sum(split) == layers else ()
     final = _final_norm_chunk(split, nums, shape) if split else None
@@ -106,6 +92,29 @@ def shared_copy(shape, last: bool, mtp: int) -> str | None:
     if mtp:
         return "embedding.word_embeddings.weight"
     return "output_layer.weight" if last and shape.share_embeddings_and_output_weights else None
+
+
+def rank_params(lay, shape, layers, rank, mtp) -> tuple:
+    """Pipeline rank `rank`'s parameters (shapes.stage_params, every model chunk's) as DDP's buffers hold them: (the
+    layout as that rank reads it, the parameters, its layers' global numbers, its layer count, the shared embedding
+    copy a bucket of its own or None)."""
+    if rank:  # its own stage: no embedding but the MTP layers' (GPTModel: pre_process or mtp_process)
+        lay = Layout(**{**lay.__dict__, "num_layers": shape.num_layers or 0, "chunk_offset": 0})
+        nums = stage_numbers(lay, shape.num_layers, rank)
+        last = rank == lay.pp - 1
+        params = shapes.stage_params(shape, lay.tp, lay.ep, len(nums), first=False, last=last, numbers=nums, etp=lay.etp,
+                                     mtp=mtp, final_norm=shapes.final_norm_here(shape, last, nums))
+        layers = len(nums)
+        alone = shared_copy(shape, last, mtp)
+    else:
+        layers, lay = _first_stage(shape, lay, layers)
+        lay = Layout(**{**lay.__dict__, "num_layers": shape.num_layers or 0})
+        nums = numbers(lay, layers)
+        params = shapes.stage_params(shape, lay.tp, lay.ep, layers, first=True, last=lay.pp == 1, numbers=nums, etp=lay.etp,
+                                     mtp=mtp or None, final_norm=shapes.final_norm_here(shape, lay.pp == 1, nums))
+        alone = ("embedding.word_embeddings.weight" if lay.pp > 1 and (shape.share_embeddings_and_output_weights
+                                                                      or shape.mtp_num_layers) else None)
+    return lay, params, nums, layers, alone
 
 
 def _placed(lay, stride: int, size: int) -> tuple[str, int | None]:

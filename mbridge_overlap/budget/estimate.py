@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from . import dp, embgrad, kinds as layer_kinds, mla, mtp as mtps, shape as shapes, tp
+from . import dp, embgrad, finalize, kinds as layer_kinds, mla, mtp as mtps, shape as shapes, tp
 from .collective import ACT_BYTES, Item, across, ms
 from .layout import Layout, fewest_local, first_last_stages, link_of, rank_layers, spans_domains, stage_numbers
 from .system import System
@@ -297,7 +297,7 @@ def _at(lay: Layout, shape: shapes.Shape, system: System, shape_from: str, coste
     b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
                assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ())
                + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + ((mla.ASSUMPTION,) if shape.multi_latent_attention else ())
-               + _mtp_said(lay, shape, with_mtp) + embgrad.said(lay, shape)
+               + _mtp_said(lay, shape, with_mtp) + embgrad.said(lay, shape) + finalize.said(lay, shape)
                + _uneven_split(shape.num_layers, lay)
                + _cp_exchange(lay) + _not_modelled(lay, shape) + layer_kinds.said(shape, counts))
     b.items += tp.collectives(lay, shape, system, [(n, *kinds[k]["tp"]) for k, n in counts.items()], m, tokens)
@@ -305,8 +305,6 @@ def _at(lay: Layout, shape: shapes.Shape, system: System, shape_from: str, coste
         off = Layout(**{**lay.__dict__, "settings": {**lay.settings, "tp_comm_overlap": False}})
         b.items += mtps.tp_collectives(lay, shape, system, link_of(lay, 1, lay.tp), n_mtp, m, tokens,
                                        mtp_extra["eh_proj"] / rate, tp.collectives(off, shape, system, [(n_mtp, *kinds[mtp_k]["tp"])], m, tokens))
-    if shape.multi_latent_attention:
-        b.items += mla.grad_all_reduce(lay, shape, system, link_of(lay, 1, lay.tp), layers + n_mtp)
     if tp.userbuffers_run(lay, shape):
         b.overlap_cost["tp_comm_overlap"] = sum(n * m * tp.sm_margin_s(lay, kinds[k]["tp"][2], system, kinds[k]["tp"][0])
                                                 for k, n in counts.items())
@@ -314,6 +312,7 @@ def _at(lay: Layout, shape: shapes.Shape, system: System, shape_from: str, coste
     b.items += _cp(lay, shape, system, layers + n_mtp, m, tokens, attn_s, again)
     b.items += _pp(lay, shape, system, m, tokens, stage_fwd)
     b.items += embgrad.collectives(lay, shape, system)
+    b.items += finalize.collectives(lay, shape, system, layers, rank=rank, mtp=n_mtp)
     b.items += dp.collectives(lay, shape, system, layers, stage_fwd, stage_bwd, rank=rank, mtp=n_mtp)
     if counts.get(True) or n_mtp and mtp_k:
         b.items += _ep(lay, shape, system, counts.get(True, 0) + n_mtp * mtp_k, m, tokens, kinds[True]["fwd"], kinds[True]["again"])

@@ -52,6 +52,7 @@ class Layout:
     mtp_stage: int | None = None  # the layout's stage holding the MTP layers ('m'); None: the last stage's (no layout)
     first_last: tuple = (None, None)  # num_layers_in_first/last_pipeline_stage (None: not set): first_last_stages
     embedding_ranks: str = "first_tied_last_mtp"  # the release's word-embedding group (Release.embedding_ranks)
+    per_token_loss: bool = False  # model.calculate_per_token_loss: finalize_model_grads' num_tokens (finalize.py)
 
     @property
     def micro_batches(self) -> int:
@@ -102,6 +103,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         mtp_stage=_layout_mtp(state.request.context.get("model.pipeline_model_parallel_layout"), pp),
         embedding_ranks=state.request.release.embedding_ranks,
         first_last=_first_last(state.request),
+        per_token_loss=bool(m.get("calculate_per_token_loss")),
         layer_slots=tuple(bool(given.flag(f"model.account_for_{k}_in_pipeline_split",
                                           state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
                           for k in ("embedding", "loss")),

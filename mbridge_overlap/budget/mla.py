@@ -32,14 +32,6 @@ def params(shape, tp: int, p: str) -> list[tuple[str, int, bool]]:
     return out + column("linear_kv_up_proj", s.kv_lora_rank, heads * (s.qk_head_dim + s.v_head_dim))
 
 
-def duplicated(shape) -> int:
-    """Elements of one layer's weights that every TP rank holds whole and, with sequence parallel, computes a partial
-    gradient of from its own tokens (TELinear parallel_mode "duplicated" sets sequence_parallel on them): the down
-    projections, and the norms (whose gradients join the same all-reduce, finalize_model_grads.py
-    _allreduce_non_tensor_model_parallel_grads), the pre-MLP norm's too (pre_mlp_layernorm, or fused into linear_fc1)."""
-    return sum(n for name, n, _ in params(shape, 1, "") if "down_proj" in name or "norm" in name) + shape.hidden_size
-
-
 def flops(shape, tokens: int, seq: int, tp: int, cp: int, sp: bool) -> dict:
     """Forward FLOPs of MLA on one GPU: the down projections run on the rank's own tokens (its sequence shard with
     sequence parallel, all of them again on every TP rank without), the up projections and linear_proj split across
@@ -100,27 +92,14 @@ def tp_collectives(lay, shape, system, link, times: int, gemm_s: dict, runs_fwd:
     return out
 
 
-def grad_all_reduce(lay, shape, system, link, layers: int) -> list:
-    """With sequence parallel, the one all-reduce over TP of the gradients of the weights each TP rank holds whole
-    (finalize_model_grads, after the backward, before the optimizer step: nothing beside it), in the DDP buffer's
-    gradient precision (main_grad): MLA's down projections make it large."""
-    if not (lay.sp and lay.tp > 1):
-        return []
-    nbytes = duplicated(shape) * layers * (4 if lay.ddp.get("grad_reduce_in_fp32") else 2)
-    local = fewest_local(lay, 1, lay.tp) if link == "network" else None
-    one = system.seconds("all_reduce", nbytes, lay.tp, link, local)
-    return [Item("tp", "all_reduce", "gradients of the weights duplicated across TP (MLA's down projections, the norms), "
-                 "once after the backward", nbytes, 1, lay.tp, link, one, 0.0, None, **across(system, "all_reduce", link, local))]
-
-
 ASSUMPTION = (
     "MLA (multi_latent_attention): its parameters, FLOPs and TP collectives as MLASelfAttention builds them with "
     "Transformer Engine's spec (down projections duplicated on every TP rank, up projections and linear_proj split); "
     "TP overlap: Megatron-Core's TELinear turns config.tp_comm_overlap off for the whole model when it builds a layer "
     "whose userbuffers name is not qkv, proj, fc1 or fc2 (the first layer's q_down_proj: extensions/transformer_engine.py), "
     "so no userbuffers GEMM runs after it: the budget counts none (the first layer's linear_proj, built before, keeps "
-    "them: not counted); the duplicated weights' gradient all-reduce over TP (with sequence parallel) counted once an "
-    "iteration, exposed; the MLA up projections' collectives are not userbuffers' and run as NCCL's")
+    "them: not counted); the duplicated down projections' gradients join finalize_model_grads' TP all-reduce "
+    "(budget/finalize.py); the MLA up projections' collectives are not userbuffers' and run as NCCL's")
 
 
 def attention_kv(shape, tokens: int, tp: int) -> int:

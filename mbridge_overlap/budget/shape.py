@@ -42,6 +42,8 @@ class Shape:
     v_head_dim: int = 128
     # multi-token prediction (mtp.py): MultiTokenPredictionBlock's layers (TransformerConfig.mtp_num_layers; None: none)
     mtp_num_layers: int | None = None
+    # the routers' expert bias (aux-loss-free balancing): finalize_model_grads all-reduces their token counts (finalize.py)
+    moe_router_enable_expert_bias: bool = False
 
     @property
     def head_dim(self) -> int:

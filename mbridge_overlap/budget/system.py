@@ -13,7 +13,8 @@ from ..upstream.releases import DATA_DIR, load_yaml
 
 # bytes a collective moves through each rank's link, per byte of its buffer, for a group of n (nccl-tests' busbw)
 FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-          "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0}
+          "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "send_recv": lambda n: 1.0,
+          "broadcast": lambda n: 1.0}
 
 
 @lru_cache(maxsize=None)
