@@ -8,7 +8,7 @@ import pytest
 
 from mbridge_overlap import api, cli
 from mbridge_overlap.errors import UsageError
-from mbridge_overlap.budget import finalize, mla, shape as shapes
+from mbridge_overlap.budget import finalize, shape as shapes
 
 BASE = {"num_layers": 2, "hidden_size": 1024, "ffn_hidden_size": 4096, "num_attention_heads": 16, "vocab_size": 32000,
         "multi_latent_attention": True, "q_lora_rank": 384, "kv_lora_rank": 256, "qk_head_dim": 64,
