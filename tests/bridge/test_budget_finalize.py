@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from mbridge_overlap.budget import dp as budget_dp, finalize, shape as shapes, system as systems
+from mbridge_overlap.budget import dp as budget_dp, embgrad, finalize, shape as shapes, system as systems
 from mbridge_overlap.budget.layout import Layout
 
 from test_budget_buckets import _as_te_builds_them  # (rootdir-relative: tests/bridge has no __init__)
@@ -55,17 +55,18 @@ cfg = Config(num_layers=s["num_layers"], hidden_size=s["hidden_size"], ffn_hidde
              expert_model_parallel_size=s.get("ep", 1), sequence_parallel=s["sp"], qk_layernorm=s.get("qk_layernorm", False),
              mtp_num_layers=s.get("mtp_num_layers"), calculate_per_token_loss=s.get("per_token_loss", False),
              gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, normalization="RMSNorm",
-             use_cpu_initialization=True, bf16=True, params_dtype=torch.bfloat16, pipeline_dtype=torch.bfloat16, **moe, **mla)
+             use_cpu_initialization=True, init_model_with_meta_device=True, bf16=True, params_dtype=torch.bfloat16,
+             pipeline_dtype=torch.bfloat16, **moe, **mla)
 parallel_state.initialize_model_parallel(s["tp"], s["pp"], context_parallel_size=s.get("cp", 1),
                                          expert_model_parallel_size=s.get("ep", 1))
 spec = specs.get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization="RMSNorm")
-if mla:
-    from megatron.core.post_training.modelopt.layers import Linear
-    from megatron.core.transformer.identity_op import IdentityOp
-    for layer in spec.layer_specs:  # TE's spec: the down projections duplicated (TELinear), as Linear is
-        sub = layer.submodules.self_attention.submodules
+from megatron.core.post_training.modelopt.layers import Linear
+from megatron.core.transformer.identity_op import IdentityOp
+for layer in spec.layer_specs:
+    sub = layer.submodules.self_attention.submodules
+    sub.core_attention = IdentityOp  # (no parameters; the local one refuses CP, TE's MLA core takes k_channels)
+    if mla:  # TE's spec: the down projections duplicated (TELinear), as Linear is
         sub.linear_q_down_proj = sub.linear_kv_down_proj = Linear
-        sub.core_attention = IdentityOp
 mtp_spec = specs.get_gpt_mtp_block_spec(cfg, spec, use_transformer_engine=False) if s.get("mtp_num_layers") else None
 first, last = parallel_state.is_pipeline_first_stage(), parallel_state.is_pipeline_last_stage()
 with torch.device("meta"):
@@ -153,7 +154,8 @@ def _groups(s: dict, rank: int) -> dict:
 @pytest.mark.parametrize("case", list(CASES))
 def test_finalize_model_grads_collectives_are_megatron_core_s(case, fp32):
     """Every rank's finalize_model_grads all-reduces and broadcasts are the budget's for that pipeline rank (kind, group,
-    elements, dtype), and none runs that the budget does not price (groups of one rank cost nothing: left out)."""
+    elements, dtype; with PP the word embedding's too, embgrad.py's), and none runs that the budget does not price (groups of one rank cost
+    nothing: left out)."""
     if not fp32 and case not in ("dense_sp_qk_tokens", "moe_bias_ep2"):
         pytest.skip("the gradient dtype is held on two cases")
     s = {**CASES[case], "fp32": fp32}
@@ -166,8 +168,9 @@ def test_finalize_model_grads_collectives_are_megatron_core_s(case, fp32):
         items = finalize.collectives(lay, sh, systems.get("h100"), per_stage, rank=pp_rank, mtp=mtp)
         groups = _groups(s, rank)
         real = [c for c in out["calls"] if len(c[3]) > 1]
-        want = []
-        for item in items:
+        want = [["all_reduce", e.bytes // (4 if fp32 else 2), "float32" if fp32 else "bfloat16", groups["pp"]]
+                for e in embgrad.collectives(lay, sh, systems.get("h100")) if pp_rank in embgrad.ranks(lay, sh)]
+        for item in items:  # (the word embedding's all-reduce above: budget/embgrad.py, tests/bridge/test_budget_embgrad.py)
             if item.dimension == "tp":
                 want.append(["all_reduce", item.bytes // (4 if fp32 else 2), "float32" if fp32 else "bfloat16", groups["tp"]])
             elif "expert bias" in item.what:
