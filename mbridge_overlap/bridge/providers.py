@@ -8,6 +8,11 @@ Bridge registers for that checkpoint's architecture (register_bridge(source=...,
 GPTModelProvider, as MegatronModelBridge.provider_bridge builds): the offline build records HF_ID, and HF_ARCHITECTURES
 below says which architecture the checkpoint's config.json names (the one thing not in the package); an HF id it does
 not list stops the generator rather than guessing.
+
+decoder_rebuilt: the provider classes whose provide() builds a model that hands GPTModel.__init__ an MTP block spec
+and then builds its decoder again from the same config (Qwen3VLGPTModel, Exaone45GPTModel), read from the sources:
+the MTP block's eh_proj has turned the shared tp_comm_overlap off by then, so the rebuilt decoder gets no
+userbuffers (TP_OVERLAP_OFF_MTP).
 """
 
 from __future__ import annotations
@@ -146,7 +151,7 @@ def collect(entries, reference, datasets: dict | None = None) -> dict:
     from megatron.bridge.models import GPTModelProvider
 
     base = set(field_names(GPTModelProvider))
-    classes, recipes = {}, {}
+    classes, recipes, members = {}, {}, {}
     for entry in entries:
         name, hf_id = recipe_class(entry, datasets)
         if datasets is not None and entry["name"] in datasets:
@@ -166,6 +171,7 @@ def collect(entries, reference, datasets: dict | None = None) -> dict:
         if label not in classes:
             own = set().union(*(field_names(c) for c in found))
             classes[label] = {"adds": sorted(own - base), "lacks": sorted(base - own)}
+            members[label] = found
         recipes.setdefault(label, []).append(reference(entry))
     for cls in every_class():  # (a saved config's model._target_ may name any: recheck61 AH4, fuzzV V2-11)
         own = set(field_names(cls))
@@ -176,7 +182,12 @@ def collect(entries, reference, datasets: dict | None = None) -> dict:
         if label in classes:  # two classes of one name (NemotronVLModelProvider): the other by its module's path
             label = f"{cls.__module__}.{cls.__qualname__}"
         classes[label] = fields
-    return {"base": BASE, "classes": classes, "recipes": {k: sorted(v) for k, v in sorted(recipes.items())}}
+        members[label] = [cls]
+    rebuilders = decoder_rebuilders()
+    rebuilt = {label: hit for label, found in members.items()
+               for hit in [next(filter(None, (decoder_rebuilt(c, rebuilders) for c in found)), None)] if hit}
+    return {"base": BASE, "classes": classes, "recipes": {k: sorted(v) for k, v in sorted(recipes.items())},
+            "decoder_rebuilt": rebuilt}
 
 
 def every_class() -> list:
@@ -195,3 +206,124 @@ def every_class() -> list:
     found = {c for c in _subclasses(ModelProviderMixin) if dataclasses.is_dataclass(c) and c.__module__.startswith("megatron.bridge.")}
     return sorted(found, key=lambda c: (c.__module__, c.__qualname__))
 
+
+
+def decoder_rebuilders() -> dict:
+    """{model class: (file, line of its GPTModel.__init__ call, line of the rebuild)} for each GPTModel subclass of the
+    installed Bridge whose __init__ hands GPTModel.__init__ an mtp_block_spec (GPTModel builds its decoder, then the
+    MTP block, whose eh_proj sets the shared config.tp_comm_overlap to False: TP_OVERLAP_OFF_MTP) and then assigns
+    self.decoder again, a second decoder built from that config (Qwen3VLGPTModel, text_model.py)."""
+    import ast
+    import inspect
+
+    from megatron.core.models.gpt import GPTModel
+
+    every_class()  # (imports every module under megatron.bridge.models)
+    found = {}
+    for cls in sorted(_subclasses(GPTModel), key=lambda c: (c.__module__, c.__qualname__)):
+        init = vars(cls).get("__init__")
+        if not cls.__module__.startswith("megatron.bridge.") or init is None:
+            continue
+        lines, first = inspect.getsourcelines(init)
+        body = ast.parse(inspect.cleandoc("\n" + "".join(lines)) if lines[0][:1].isspace() else "".join(lines)).body[0].body
+        built = None
+        for stmt in body:
+            for node in ast.walk(stmt):
+                if built is None and isinstance(node, ast.Call) and _is_super_init(node) \
+                        and any(k.arg == "mtp_block_spec" or k.arg is None for k in node.keywords):
+                    built = first + node.lineno - 1
+                elif built is not None and isinstance(node, ast.Assign) and any(
+                        isinstance(t, ast.Attribute) and t.attr == "decoder" and isinstance(t.value, ast.Name)
+                        and t.value.id == "self" for t in node.targets):
+                    found[cls] = (_package_path(inspect.getsourcefile(cls)), built, first + node.lineno - 1)
+    return found
+
+
+def _is_super_init(node) -> bool:
+    """super().__init__(...) or GPTModel.__init__(self, ...)."""
+    import ast
+
+    f = node.func
+    return isinstance(f, ast.Attribute) and f.attr == "__init__" and (
+        (isinstance(f.value, ast.Call) and getattr(f.value.func, "id", None) == "super")
+        or getattr(f.value, "id", None) == "GPTModel")
+
+
+def _package_path(path: str) -> str:
+    """A source file's path from its package root (megatron/bridge/...)."""
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[parts.index("megatron"):]) if "megatron" in parts else path
+
+
+def decoder_rebuilt(cls, rebuilders: dict) -> dict | None:
+    """Where a provider class's provide() builds a model of `rebuilders` (decoder_rebuilders()) with an MTP block, or
+    None. Read from the sources: each call its provide() makes of a Bridge class or function (the provider's own
+    methods too), followed a few levels deep into their constructors and bodies. A call into a callee that takes an
+    mtp_block_spec parameter counts only where it passes one (not None): Qwen3VLModelProvider builds Qwen3VLModel with
+    none, so no MTP block is built and its decoder is not affected; a callee without one builds its own
+    (Exaone45Model from config.mtp_num_layers)."""
+    import ast
+    import importlib
+    import inspect
+
+    seen: set = set()
+
+    def passes_mtp(call, target) -> bool:
+        try:
+            params = inspect.signature(target).parameters
+        except (TypeError, ValueError):
+            return True
+        if "mtp_block_spec" not in params:
+            return True
+        for k in call.keywords:
+            if k.arg is None:  # (**kwargs: may carry it)
+                return True
+            if k.arg == "mtp_block_spec":
+                return not (isinstance(k.value, ast.Constant) and k.value.value is None)
+        return False
+
+    def calls(fn) -> list:
+        try:
+            text = inspect.getsource(fn)
+        except (OSError, TypeError):
+            return []
+        tree = ast.parse(inspect.cleandoc("\n" + text) if text[:1].isspace() else text)
+        local = dict(getattr(fn, "__globals__", {}))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    with contextlib.suppress(Exception):
+                        local[a.asname or a.name] = getattr(importlib.import_module(node.module), a.name)
+        out = []
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in local:
+                out.append((node, local[f.id]))
+            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+                out.append((node, getattr(cls, f.attr, None)))
+        return out
+
+    def reach(fn, depth: int):
+        for call, obj in calls(fn):
+            target = vars(obj).get("__init__") if isinstance(obj, type) else obj
+            if isinstance(obj, type):
+                for model, where in rebuilders.items():
+                    if issubclass(obj, model) and passes_mtp(call, obj.__init__):
+                        return model, where
+            if depth == 0 or id(obj) in seen or not str(getattr(obj, "__module__", "")).startswith("megatron.bridge."):
+                continue
+            if not (inspect.isfunction(target) or inspect.ismethod(target)) or not passes_mtp(call, target):
+                continue
+            seen.add(id(obj))
+            hit = reach(target, depth - 1)
+            if hit:
+                return hit
+        return None
+
+    hit = reach(cls.provide, 3)
+    if hit is None:
+        return None
+    model, (path, built, rebuilt) = hit
+    return {"model": model.__name__, "file": path, "gpt_init_line": built, "decoder_line": rebuilt}

@@ -161,8 +161,18 @@ def modes(effective: dict, shape: layout.Layout, te: bool, found, sharding: str 
     serialisation) takes that one."""
     out = layout.modes(effective, shape, te, sharding)
     blocked: dict = {}
+    model = effective["model"]
+    whole = model["pipeline_model_parallel_size"] == 1 and (model["virtual_pipeline_model_parallel_size"] or 1) == 1
     for f in found:
         blocks = findings.record(f.id).get("blocks")
+        if f.id == "TP_OVERLAP_OFF_MTP_DECODER":  # (no decoder layer of the MTP's model chunk gets userbuffers: with
+            # PP = 1 that is the whole model; with PP > 1 the other ranks keep theirs, and the mode is said so)
+            if whole:
+                blocked.setdefault("tp", []).append(f)
+            elif out["tp"]["configured"]:
+                out["tp"]["why"] += (" on the ranks without the MTP block; the MTP's model chunk runs without "
+                                     "userbuffers (TP_OVERLAP_OFF_MTP_DECODER)")
+            continue
         for mode in ("tp", "pp", "dp") if f.severity == "error" else [blocks] if blocks else []:
             blocked.setdefault(mode, []).append(f)
     for name, mode in out.items():

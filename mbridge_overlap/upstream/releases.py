@@ -230,6 +230,28 @@ def model_provider(version: str | None, entry: dict | None, target: str | None =
     return cls, (base | adds) - lacks
 
 
+@lru_cache(maxsize=None)
+def _decoder_rebuilt(data_version: str) -> dict:
+    import json
+
+    path = DATA_DIR / "releases" / data_version / "model_providers.json"
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8")).get("decoder_rebuilt") or {}
+
+
+def decoder_rebuilt(version: str | None, entry: dict | None, target: str | None = None) -> tuple[str, dict] | None:
+    """(provider class, where) where the recipe's model (or a saved config's model._target_) is built by a provider
+    whose model hands GPTModel.__init__ an MTP block spec and then builds its decoder again from the same config
+    (data/releases/VERSION/model_providers.json decoder_rebuilt: Qwen3VLGPTModel, text_model.py), else None."""
+    cls = model_provider(version, entry, target)[0]
+    found = _decoder_rebuilt(get(version).data_version)
+    for name in (target, cls):
+        if isinstance(name, str) and name in found:
+            return name.rsplit(".", 1)[-1], found[name]
+    return None
+
+
 @dataclass(frozen=True)
 class Preset:
     """A tuned TP userbuffers config of comm_overlap.py, with what its name says it was tuned for."""

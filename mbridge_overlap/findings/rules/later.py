@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import make, shell
+from .. import Shell, make, shell
 from ..proof import fixed
 from ...run.resolver import State
 from ...values import fmt
@@ -162,7 +162,7 @@ def tp_overlap_off_mla(state: State):
                fix=shell("{fix}, as every Bridge recipe of an MLA model has it (CommOverlapConfig(tp_comm_overlap=False))", fix=fix))
 
 
-@check("TP_OVERLAP_OFF_MTP")
+@check("TP_OVERLAP_OFF_MTP", "TP_OVERLAP_OFF_MTP_DECODER")
 def tp_overlap_off_mtp(state: State):
     """Megatron-Core's TELinear sets the shared tp_comm_overlap to False as it builds the first MTP layer's eh_proj
     (userbuffers name mtp_eh_proj): the MTP layers, built after the decoder, run without userbuffers, and so do the
@@ -172,6 +172,10 @@ def tp_overlap_off_mtp(state: State):
     where = layers.multi_token_prediction(state.request, model)
     if not model["tp_comm_overlap"] or where is None or layers.multi_latent_attention(state.request, state.scenario.family):
         return
+    rebuilt = decoder_rebuilt(state)
+    if rebuilt is not None:
+        yield from _mtp_rebuilt_decoder(state, where, *rebuilt)
+        return
     fused = ""
     if layers.te_op_fuser(state.request) and not model["num_moe_experts"] and not vpp_hybrid(state):
         fused = ("; with model.use_transformer_engine_op_fuser=true the decoder's fused MLPs (TEFusedMLP, which reads the "
@@ -180,3 +184,36 @@ def tp_overlap_off_mtp(state: State):
     yield make("TP_OVERLAP_OFF_MTP", where=where, tp=model["tensor_model_parallel_size"], layers=model["mtp_num_layers"],
                fused=fused, fix=shell("nothing to fix: no setting gives the MTP layers userbuffers, and "
                                       "comm_overlap.tp_comm_overlap=false would take them from the decoder too"))
+
+
+def decoder_rebuilt(state: State) -> tuple[str, dict] | None:
+    """(provider class, where) where the run's model builds its decoder again after GPTModel.__init__ built the MTP
+    block (data/releases/VERSION/model_providers.json decoder_rebuilt), else None."""
+    from ...upstream import releases
+
+    req = state.request
+    return releases.decoder_rebuilt(req.release.version, req.recipe, req.model_target)
+
+
+def _mtp_rebuilt_decoder(state: State, where: str, provider: str, at: dict):
+    """Bridge's Qwen3VLGPTModel (and Exaone45GPTModel) call GPTModel.__init__, which builds the decoder and then the
+    MTP block, whose eh_proj sets the shared tp_comm_overlap to False, and then build the decoder again from that
+    config: no layer of it gets userbuffers (tests/bridge/test_mtp_tp_overlap.py)."""
+    model = state.model
+    pp, vpp = model["pipeline_model_parallel_size"], model["virtual_pipeline_model_parallel_size"]
+    off = shell("{key}=false", key=Shell(owner_key(state, "tp_comm_overlap")))
+    o, fix = fixed(state, "TP_OVERLAP_OFF_MTP_DECODER", [{"model.mtp_num_layers": None}])
+    if pp > 1 or (vpp or 1) > 1:
+        scope = ("on the pipeline rank that holds the MTP block, the decoder layers of its model chunk and the MTP layers "
+                 "run their TP all-gathers and reduce-scatters without userbuffers (that rank's earlier VPP chunks and "
+                 "the other pipeline ranks, which build no eh_proj, keep theirs)")
+        fix = shell("{fix} (no MTP block: that chunk's decoder keeps its userbuffers); {off} would take them from the "
+                    "other pipeline ranks too", fix=fix, off=off)
+    else:
+        scope = ("every decoder layer and the MTP layers run their TP all-gathers and reduce-scatters without "
+                 "userbuffers: TP overlap does nothing anywhere in the model")
+        fix = shell("{fix} (no MTP block: the decoder keeps its userbuffers), or, keeping MTP, {off}: the same run, "
+                    "said as it runs, without the userbuffers' memory", fix=fix, off=off)
+    yield make("TP_OVERLAP_OFF_MTP_DECODER", fix_overrides=o, where=where, tp=model["tensor_model_parallel_size"],
+               layers=model["mtp_num_layers"], provider=provider, model_class=at["model"],
+               rebuilt=f"{at['file']}:{at['decoder_line']}", scope=scope, fix=fix)
