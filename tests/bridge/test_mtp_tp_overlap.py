@@ -67,7 +67,16 @@ p.finalize()
 p._pg_collection = ProcessGroupCollection.use_mpu_process_groups()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    model = p.provide(pre_process=True, post_process=True)
+    if s.get("qwen3vl"):  # Bridge's Qwen3VLGPTModel, the language model of Qwen3VLModel, as Qwen3VLModel builds it
+        from megatron.bridge.models.qwen_vl.modelling_qwen3_vl.text_model import Qwen3VLGPTModel
+        from megatron.bridge.models.gpt_provider import mtp_block_spec
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_with_transformer_engine_spec
+        p.mrope_section = [8, 4, 4]
+        model = Qwen3VLGPTModel(config=p, transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
+                                vocab_size=1024, max_sequence_length=512, position_embedding_type="mrope",
+                                mtp_block_spec=mtp_block_spec(p) if s["mtp"] else None, pg_collection=p._pg_collection)
+    else:
+        model = p.provide(pre_process=True, post_process=True)
 after = p.tp_comm_overlap
 fused, options = {}, []
 real = te.ops.BasicLinear.__init__
@@ -85,12 +94,12 @@ print(json.dumps({"linears": [[n, type(m).__name__, m.recorded] for n, m in mode
 """
 
 
-def _build(mtp=1, op_fuser=False, mla=False) -> dict:
+def _build(mtp=1, op_fuser=False, mla=False, qwen3vl=False) -> dict:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])
     p = subprocess.run([sys.executable, "-W", "ignore", "-c", _BUILD, port,
-                        json.dumps({"mtp": mtp, "op_fuser": op_fuser, "mla": mla})], capture_output=True, text=True, timeout=600)
+                        json.dumps({"mtp": mtp, "op_fuser": op_fuser, "mla": mla, "qwen3vl": qwen3vl})], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -139,6 +148,36 @@ def test_an_mla_model_s_mtp_block_finds_it_off_already():
     with_ub = [n for n, _, r in got["linears"] if r["ub"]]
     assert with_ub == ["decoder.layers.0.self_attention.linear_proj"]
     assert any(n == "mtp.layers.0.eh_proj" for n, _, _ in got["linears"])
+
+
+def test_qwen3vl_s_rebuilt_decoder_gets_no_userbuffers_with_mtp():
+    """Bridge's Qwen3VLGPTModel calls GPTModel.__init__ (decoder, then the MTP block: eh_proj turns the shared flag
+    off) and builds its decoder again from that config: with MTP no decoder linear gets userbuffers
+    (TP_OVERLAP_OFF_MTP_DECODER); without MTP every one does. The release data names its providers."""
+    got = _build(qwen3vl=True)
+    decoder = [(n, r) for n, _, r in got["linears"] if n.startswith("decoder.")]
+    assert len(decoder) == 8 and all(r == {"ub_name": None, "ub": []} for _, r in decoder)
+    assert got["after"] is False and got["warnings"] == [_warning("mtp_eh_proj")]
+    assert all(r == {"ub_name": None, "ub": []} for n, _, r in got["linears"] if n.startswith("mtp."))
+    plain = _build(mtp=None, qwen3vl=True)
+    decoder = [(n, r) for n, _, r in plain["linears"] if n.startswith("decoder.")]
+    assert plain["after"] is True and not plain["warnings"]
+    assert len(decoder) == 8 and all(r == {"ub_name": n.rsplit("_", 1)[-1], "ub": UB[n.rsplit("_", 1)[-1]]} for n, r in decoder)
+    from megatron.bridge.models.qwen_vl.modelling_qwen3_vl import text_model
+
+    from mbridge_overlap.bridge import adapter
+    from mbridge_overlap.upstream import releases
+
+    version = adapter.bridge_version()
+    at = releases._decoder_rebuilt(releases.get(version).data_version)
+    assert {"Qwen35VLModelProvider", "Qwen35VLMoEModelProvider"} <= set(at)
+    assert not {"Qwen3VLModelProvider", "Qwen3VLMoEModelProvider"} & set(at)  # (Qwen3VLModel gets no MTP spec)
+    lines = Path(text_model.__file__).read_text().splitlines()
+    where = at["Qwen35VLModelProvider"]
+    assert lines[where["decoder_line"] - 1].strip() == "self.decoder = Qwen3VLTransformerBlock("
+    assert lines[where["gpt_init_line"] - 1].strip() == "super().__init__("
+    record = findings.record("TP_OVERLAP_OFF_MTP_DECODER")
+    assert f"{where['gpt_init_line']}, the rebuild at {where['decoder_line']}" in " ".join(record["explain"].split())
 
 
 # The lines the record's explain cites, per Megatron-Core release (the installed one is checked).

@@ -1,0 +1,77 @@
+"""TP overlap with multi-token prediction on a model that builds its decoder again after the MTP block
+(TP_OVERLAP_OFF_MTP_DECODER, tier 1; tier 2: tests/bridge/test_mtp_tp_overlap.py builds Bridge's Qwen3VLGPTModel):
+Bridge's Qwen3.5-VL providers (Qwen3VLGPTModel) and EXAONE 4.5 (Exaone45GPTModel) call GPTModel.__init__, whose MTP
+block's eh_proj turns the shared tp_comm_overlap off, then build the decoder again from that config. The release data
+(model_providers.json decoder_rebuilt, generated from the installed sources) names them; a warning with a proven fix
+(model.mtp_num_layers=null), modes.tp off with PP = 1 and said partial with PP > 1, and diagnose's mtp_eh_proj line
+with such a recipe is this finding."""
+
+import pytest
+
+from mbridge_overlap import api
+from mbridge_overlap.upstream import releases
+
+ID = "TP_OVERLAP_OFF_MTP_DECODER"
+R = "qwen35_vl_9b_pretrain_mock_config"  # Qwen35VLModelProvider, TP 4, PP 1
+ON = {"comm_overlap.tp_comm_overlap": True, "model.sequence_parallel": True}
+PP = "qwen35_vl_122b_a10b_pretrain_128gpu_h100_bf16_config"  # Qwen35VLMoEModelProvider, TP 2, PP 8, VPP 2
+
+
+def _answer(overrides, recipe=R, **kw) -> dict:
+    return api.resolve(overrides, recipe=recipe, **kw).to_dict()
+
+
+def _found(d) -> dict:
+    return {f["id"]: f for f in d["findings"]}
+
+
+@pytest.mark.parametrize("release,line", [("0.6.2", 119), ("0.5.1", 100)])
+def test_the_release_data_names_the_rebuilding_providers(release, line):
+    at = releases._decoder_rebuilt(releases.get(release).data_version)
+    assert {"Qwen35VLModelProvider", "Qwen35VLMoEModelProvider"} <= set(at)
+    assert not {"Qwen3VLModelProvider", "Qwen3VLMoEModelProvider", "GPTModelProvider"} & set(at)
+    assert at["Qwen35VLModelProvider"]["decoder_line"] == line
+    assert ("Exaone45ModelProvider" in at) is (release == "0.6.2")
+
+
+def test_with_pp_1_tp_overlap_is_off_for_the_whole_model():
+    d = _answer({**ON, "model.mtp_num_layers": 1})
+    found = _found(d)
+    f = found[ID]
+    assert "TP_OVERLAP_OFF_MTP" not in found
+    assert f["severity"] == "warning" and f["fix_overrides"] == {"model.mtp_num_layers": None}
+    assert "every decoder layer and the MTP layers run" in f["message"] and "text_model.py:119" in f["message"]
+    assert "comm_overlap.tp_comm_overlap=false" in f["fix"]
+    assert d["modes"]["tp"]["enabled"] is False and ID in d["modes"]["tp"]["why"]
+
+
+def test_without_mtp_tp_overlap_stays_on():
+    d = _answer({**ON, "model.mtp_num_layers": None})
+    assert ID not in _found(d) and "TP_OVERLAP_OFF_MTP" not in _found(d)
+    assert d["modes"]["tp"]["enabled"] is True
+
+
+def test_with_pp_the_mtp_s_chunk_loses_them_and_the_mode_says_so():
+    d = _answer({"comm_overlap.tp_comm_overlap": True, "model.mtp_num_layers": 1}, recipe=PP)
+    f = _found(d)[ID]
+    assert "on the pipeline rank that holds the MTP block" in f["message"]
+    assert f["fix_overrides"] == {"model.mtp_num_layers": None} and "other pipeline ranks too" in f["fix"]
+    assert d["modes"]["tp"]["enabled"] is True and ID in d["modes"]["tp"]["why"]
+
+
+def test_the_older_release_cites_its_own_line():
+    f = _found(_answer({**ON, "model.mtp_num_layers": 1}, bridge_version="0.5.1"))[ID]
+    assert "text_model.py:100" in f["message"]
+
+
+def test_diagnose_s_mtp_eh_proj_line_with_such_a_recipe_is_this_finding(tmp_path):
+    log = tmp_path / "run.log"
+    log.write_text("/opt/venv/lib/python3.12/site-packages/megatron/core/extensions/transformer_engine.py:928: "
+                   "UserWarning: The user buffer name mtp_eh_proj is not supported inTransformer Engine. Disabling TP "
+                   "communication overlap for this layer.\n  warnings.warn(\n")
+    causes = api.diagnose(str(log), recipe=R, overrides={**ON, "model.mtp_num_layers": 1}).to_dict()["causes"]
+    (cause,) = [c for c in causes if c["id"] == ID]
+    assert cause["fix"].startswith("model.mtp_num_layers=null")
+    alone = api.diagnose(str(log)).to_dict()["causes"]
+    (plain,) = [c for c in alone if c["id"] == "TP_OVERLAP_OFF_MTP"]
+    assert "TP_OVERLAP_OFF_MTP_DECODER" in plain["fix"]
