@@ -232,7 +232,8 @@ def model_providers(version: str, path: Path, datasets: dict | None = None) -> s
         theirs = {r: c for c, refs in shipped["recipes"].items() for r in refs}
         if all(theirs.get(r) == c for r, c in mine.items()) and all(
                 shipped["classes"].get(c) == data["classes"][c]
-                and (shipped.get("decoder_rebuilt") or {}).get(c) == data["decoder_rebuilt"].get(c) for c in set(mine.values())):
+                and (shipped.get("decoder_rebuilt") or {}).get(c) == data["decoder_rebuilt"].get(c)
+                and (shipped.get("mtp_unbuilt") or {}).get(c) == data["mtp_unbuilt"].get(c) for c in set(mine.values())):
             return path.read_text(encoding="utf-8")
     return text
 
@@ -244,7 +245,8 @@ def _json_lines(data: dict) -> str:
     def block(d: dict) -> str:
         return "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(d.items())) + "\n }"
 
-    parts = [f"{json.dumps(k)}: {block(v) if k in ('classes', 'recipes', 'decoder_rebuilt') else json.dumps(v)}" for k, v in sorted(data.items())]
+    blocks = ("classes", "recipes", "decoder_rebuilt", "mtp_unbuilt")
+    parts = [f"{json.dumps(k)}: {block(v) if k in blocks else json.dumps(v)}" for k, v in sorted(data.items())]
     return "{" + ",\n".join(parts) + "}\n"
 
 

@@ -186,8 +186,10 @@ def collect(entries, reference, datasets: dict | None = None) -> dict:
     rebuilders = decoder_rebuilders()
     rebuilt = {label: hit for label, found in members.items()
                for hit in [next(filter(None, (decoder_rebuilt(c, rebuilders) for c in found)), None)] if hit}
+    unbuilt = {label: hit for label, found in members.items()
+               for hit in [next(filter(None, (mtp_unbuilt(c) for c in found)), None)] if hit}
     return {"base": BASE, "classes": classes, "recipes": {k: sorted(v) for k, v in sorted(recipes.items())},
-            "decoder_rebuilt": rebuilt}
+            "decoder_rebuilt": rebuilt, "mtp_unbuilt": unbuilt}
 
 
 def every_class() -> list:
@@ -327,3 +329,89 @@ def decoder_rebuilt(cls, rebuilders: dict) -> dict | None:
         return None
     model, (path, built, rebuilt) = hit
     return {"model": model.__name__, "file": path, "gpt_init_line": built, "decoder_line": rebuilt}
+
+
+def mtp_unbuilt(cls) -> dict | None:
+    """Where a provider class's provide() builds its model without an MTP block whatever model.mtp_num_layers says, or
+    None: every model construction its provide() reaches (a class whose __init__ takes an mtp_block_spec: GPTModel,
+    Qwen3VLModel, ...) passes none, and at least one is reached. Read from the sources as decoder_rebuilt reads them
+    (super().provide() followed too: GPTModelProvider.provide passes mtp_block_spec(self)). Qwen3VLModelProvider builds
+    Qwen3VLModel(...) with no mtp_block_spec (qwen3_vl_provider.py), so GPTModel's mtp_process is False and no eh_proj
+    is built: TP_OVERLAP_OFF_MTP does not happen there. None where the walk reaches no construction (not known)."""
+    import ast
+    import importlib
+    import inspect
+
+    seen: set = set()
+    built: list = []
+
+    def passes_mtp(call, target) -> bool:
+        try:
+            params = inspect.signature(target).parameters
+        except (TypeError, ValueError):
+            return True
+        if "mtp_block_spec" not in params:
+            return True
+        for k in call.keywords:
+            if k.arg is None:
+                return True
+            if k.arg == "mtp_block_spec":
+                return not (isinstance(k.value, ast.Constant) and k.value.value is None)
+        return False
+
+    def calls(fn) -> list:
+        try:
+            lines, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError):
+            return []
+        text = "".join(lines)
+        tree = ast.parse(inspect.cleandoc("\n" + text) if text[:1].isspace() else text)
+        local = dict(getattr(fn, "__globals__", {}))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for a in node.names:
+                    with contextlib.suppress(Exception):
+                        local[a.asname or a.name] = getattr(importlib.import_module(node.module), a.name)
+        owner = fn.__qualname__.rsplit(".", 1)[0]
+        at = lambda node: first + node.lineno - 1  # noqa: E731  (cleandoc drops the leading blank line)
+        out = []
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in local:
+                out.append((node, local[f.id], at(node)))
+            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+                out.append((node, getattr(cls, f.attr, None), at(node)))
+            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and isinstance(local.get(f.value.id), type):
+                out.append((node, getattr(local[f.value.id], f.attr, None), at(node)))
+            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and getattr(f.value.func, "id", None) == "super":
+                mro = cls.__mro__
+                idx = next((i for i, c in enumerate(mro) if c.__qualname__ == owner), None)
+                nxt = None if idx is None else next((vars(c)[f.attr] for c in mro[idx + 1:] if f.attr in vars(c)), None)
+                out.append((node, nxt, at(node)))
+        return out
+
+    def reach(fn, depth: int):
+        for call, obj, line in calls(fn):
+            if isinstance(obj, type):
+                try:
+                    params = inspect.signature(obj.__init__).parameters
+                except (TypeError, ValueError):
+                    params = {}
+                if "mtp_block_spec" in params:
+                    built.append((obj, passes_mtp(call, obj.__init__), fn, line))
+                    continue
+            target = vars(obj).get("__init__") if isinstance(obj, type) else obj
+            if depth == 0 or id(obj) in seen or not str(getattr(obj, "__module__", "")).startswith("megatron.bridge."):
+                continue
+            if not (inspect.isfunction(target) or inspect.ismethod(target)) or not passes_mtp(call, target):
+                continue
+            seen.add(id(obj))
+            reach(target, depth - 1)
+
+    reach(cls.provide, 3)
+    if not built or any(passes for _, passes, _, _ in built):
+        return None
+    model, _, fn, line = built[0]
+    return {"model": model.__name__, "file": _package_path(inspect.getsourcefile(fn)), "line": line}

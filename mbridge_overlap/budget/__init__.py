@@ -47,14 +47,33 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     sysinfo = system.get(sc.gpu, domain=lay.domain)
     if efficiency is not None:  # tools/check_budget.py fits it
         sysinfo = system.System(sysinfo.name, {**sysinfo.record, "efficiency": {"value": efficiency}}, lay.domain)
+    unbuilt = _mtp_unbuilt(sc.request) if sh.mtp_num_layers else None
+    if unbuilt:  # (its provider builds no MTP block: none costed)
+        from dataclasses import replace
+
+        sh = replace(sh, mtp_num_layers=None)
     budget = estimate.estimate(lay, sh, sysinfo, origin)
-    budget.assumptions += tuple(shapes.unmodelled(_model_fields(sc))) + provided + _instances(state)
+    budget.assumptions += tuple(shapes.unmodelled(_model_fields(sc))) + provided + _instances(state) + (
+        (unbuilt,) if unbuilt else ())
     if provided:  # the flips are proven on the run the budget prices (recheck49 Q4)
         state = sc.derive({"model.moe_token_dispatcher_type": lay.dispatcher}).resolve()
     with findings.written_for(state.request):  # their fixes written for the config (recheck54 Y5)
         budget.flips = flips.check(state, {k: v for k, v in lay.settings.items() if k in budget.flipped})
         budget.findings = worth.check(budget)
     return budget
+
+
+def _mtp_unbuilt(req) -> str | None:
+    """Why no MTP layer is costed where the run's provider builds its model without an MTP block whatever
+    model.mtp_num_layers says (releases.mtp_unbuilt), else None."""
+    from ..upstream import releases
+
+    found = releases.mtp_unbuilt(req.release.version, req.recipe, req.model_target)
+    if found is None:
+        return None
+    provider, at = found
+    return (f"MTP: no MTP layers costed: {provider}'s provide() builds {at['model']} with no mtp_block_spec "
+            f"({at['file']}:{at['line']}), so Megatron-Core builds no MTP block whatever model.mtp_num_layers says")
 
 
 def _instances(state) -> tuple:

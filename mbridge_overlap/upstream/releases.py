@@ -231,13 +231,29 @@ def model_provider(version: str | None, entry: dict | None, target: str | None =
 
 
 @lru_cache(maxsize=None)
-def _decoder_rebuilt(data_version: str) -> dict:
+def _provider_key(data_version: str, key: str) -> dict:
     import json
 
     path = DATA_DIR / "releases" / data_version / "model_providers.json"
     if not path.is_file():
         return {}
-    return json.loads(path.read_text(encoding="utf-8")).get("decoder_rebuilt") or {}
+    return json.loads(path.read_text(encoding="utf-8")).get(key) or {}
+
+
+def _decoder_rebuilt(data_version: str) -> dict:
+    return _provider_key(data_version, "decoder_rebuilt")
+
+
+def mtp_unbuilt(version: str | None, entry: dict | None, target: str | None = None) -> tuple[str, dict] | None:
+    """(provider class, where it builds its model) where the recipe's model (or a saved config's model._target_) is
+    built by a provider whose provide() builds no MTP block whatever model.mtp_num_layers says (data/releases/VERSION/
+    model_providers.json mtp_unbuilt: Qwen3VLModelProvider builds Qwen3VLModel with no mtp_block_spec), else None."""
+    cls = model_provider(version, entry, target)[0]
+    found = _provider_key(get(version).data_version, "mtp_unbuilt")
+    for name in (target, cls):
+        if isinstance(name, str) and name in found:
+            return name.rsplit(".", 1)[-1], found[name]
+    return None
 
 
 def decoder_rebuilt(version: str | None, entry: dict | None, target: str | None = None) -> tuple[str, dict] | None:

@@ -172,6 +172,8 @@ def tp_overlap_off_mtp(state: State):
     where = layers.multi_token_prediction(state.request, model)
     if not model["tp_comm_overlap"] or where is None or layers.multi_latent_attention(state.request, state.scenario.family):
         return
+    if mtp_unbuilt(state) is not None:  # (its provider builds no MTP block: no eh_proj, nothing turned off)
+        return
     rebuilt = decoder_rebuilt(state)
     if rebuilt is not None:
         yield from _mtp_rebuilt_decoder(state, where, *rebuilt)
@@ -193,6 +195,15 @@ def decoder_rebuilt(state: State) -> tuple[str, dict] | None:
 
     req = state.request
     return releases.decoder_rebuilt(req.release.version, req.recipe, req.model_target)
+
+
+def mtp_unbuilt(state: State) -> tuple[str, dict] | None:
+    """(provider class, where) where the run's provider builds its model without an MTP block whatever
+    model.mtp_num_layers says (data/releases/VERSION/model_providers.json mtp_unbuilt), else None."""
+    from ...upstream import releases
+
+    req = state.request
+    return releases.mtp_unbuilt(req.release.version, req.recipe, req.model_target)
 
 
 def _mtp_rebuilt_decoder(state: State, where: str, provider: str, at: dict):
