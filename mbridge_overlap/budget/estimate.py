@@ -6,11 +6,11 @@ spread the sources allow; the assumptions are listed with the result."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import dp, embgrad, finalize, kinds as layer_kinds, mla, mtp as mtps, shape as shapes, tp
 from .collective import ACT_BYTES, Item, across, ms
-from .layout import Layout, fewest_local, first_last_stages, link_of, rank_layers, spans_domains, stage_numbers
+from .layout import Layout, chunk_numbers, fewest_local, first_last_stages, link_of, rank_layers, spans_domains, stage_numbers
 from .system import System
 from .. import safeio
 from ..errors import UsageError
@@ -300,14 +300,20 @@ def _at(lay: Layout, shape: shapes.Shape, system: System, shape_from: str, coste
                + _mtp_said(lay, shape, with_mtp) + embgrad.said(lay, shape) + finalize.said(lay, shape)
                + _uneven_split(shape.num_layers, lay)
                + _cp_exchange(lay) + _not_modelled(lay, shape) + layer_kinds.said(shape, counts))
-    b.items += tp.collectives(lay, shape, system, [(n, *kinds[k]["tp"]) for k, n in counts.items()], m, tokens)
+    off = Layout(**{**lay.__dict__, "settings": {**lay.settings, "tp_comm_overlap": False}})
+    lost = rebuilt_without_userbuffers(lay, shape, costed)
+    kept = {k: n - lost.get(k, 0) for k, n in counts.items()}
+    b.items += tp.collectives(lay, shape, system, [(n, *kinds[k]["tp"]) for k, n in kept.items()], m, tokens)
+    if lost:  # (TP_OVERLAP_OFF_MTP_DECODER: built again after eh_proj turned tp_comm_overlap off, no setting hides them)
+        b.items += [replace(i, what=REBUILT_WHAT + i.what, setting=None)
+                    for i in tp.collectives(off, shape, system, [(n, *kinds[k]["tp"]) for k, n in lost.items()], m, tokens)]
+        b.assumptions += (_rebuilt_said(lay, lost, counts),)
     if n_mtp:  # (its layer built after eh_proj turned tp_comm_overlap off: no userbuffers)
-        off = Layout(**{**lay.__dict__, "settings": {**lay.settings, "tp_comm_overlap": False}})
         b.items += mtps.tp_collectives(lay, shape, system, link_of(lay, 1, lay.tp), n_mtp, m, tokens,
                                        mtp_extra["eh_proj"] / rate, tp.collectives(off, shape, system, [(n_mtp, *kinds[mtp_k]["tp"])], m, tokens))
     if tp.userbuffers_run(lay, shape):
         b.overlap_cost["tp_comm_overlap"] = sum(n * m * tp.sm_margin_s(lay, kinds[k]["tp"][2], system, kinds[k]["tp"][0])
-                                                for k, n in counts.items())
+                                                for k, n in kept.items())
     again = kinds[False]["again"]  # (the attention's recompute: the same in either kind of layer)
     b.items += _cp(lay, shape, system, layers + n_mtp, m, tokens, attn_s, again)
     b.items += _pp(lay, shape, system, m, tokens, stage_fwd)
@@ -317,6 +323,37 @@ def _at(lay: Layout, shape: shapes.Shape, system: System, shape_from: str, coste
     if counts.get(True) or n_mtp and mtp_k:
         b.items += _ep(lay, shape, system, counts.get(True, 0) + n_mtp * mtp_k, m, tokens, kinds[True]["fwd"], kinds[True]["again"])
     return b
+
+
+REBUILT_WHAT = "decoder layers built again after the MTP block (no userbuffers: TP_OVERLAP_OFF_MTP_DECODER): "
+
+
+def rebuilt_without_userbuffers(lay: Layout, shape, costed: "Costed") -> dict:
+    """The costed rank's decoder layers by kind (dense False, MoE True) that run TP without userbuffers where the
+    provider's model builds its decoder again after GPTModel.__init__ built the MTP block (lay.mtp_decoder_rebuilt:
+    Bridge's Qwen3VLGPTModel, Exaone45GPTModel): eh_proj turned the shared tp_comm_overlap off before, so on the MTP's
+    rank the decoder of the model chunk holding the MTP block (and of any chunk built after it) gets none; with PP 1
+    and no VPP the whole model. Nothing where TP overlap would not run anyway ({})."""
+    if not (lay.mtp_decoder_rebuilt and costed.with_mtp and shape.mtp_num_layers and tp.userbuffers_run(lay, shape)):
+        return {}
+    if lay.vp <= 1:
+        return dict(costed.counts)
+    chunks = chunk_numbers(lay, shape.num_layers, costed.rank)
+    first = lay.mtp_stage // lay.pp if lay.mtp_stage is not None else len(chunks) - 1
+    nums = [n for chunk in chunks[first:] for n in chunk]
+    moe = sum(map(shape.is_moe_layer, nums)) if shape.mixed else (len(nums) if shape.moe else 0)
+    found = {False: len(nums) - moe, True: moe}
+    return {k: min(n, found.get(k, 0)) for k, n in costed.counts.items()}
+
+
+def _rebuilt_said(lay: Layout, lost: dict, counts: dict) -> str:
+    n, of = sum(lost.values()), sum(counts.values())
+    where = ("all the decoder layers of the model" if lay.pp == 1 and lay.vp <= 1 else
+             f"{n} of the {of} decoder layers of pipeline rank {mtps.rank(lay)} (those of the model chunk holding the "
+             "MTP block)")
+    return (f"TP overlap: the model's provider builds its decoder again after the MTP block (Bridge's Qwen3VLGPTModel, "
+            f"Exaone45GPTModel: TP_OVERLAP_OFF_MTP_DECODER), after eh_proj turned tp_comm_overlap off: {where} run "
+            "their TP collectives without userbuffers, priced so, and their GEMMs give no SMs to communication")
 
 
 @dataclass

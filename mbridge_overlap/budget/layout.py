@@ -53,6 +53,9 @@ class Layout:
     first_last: tuple = (None, None)  # num_layers_in_first/last_pipeline_stage (None: not set): first_last_stages
     embedding_ranks: str = "first_tied_last_mtp"  # the release's word-embedding group (Release.embedding_ranks)
     per_token_loss: bool = False  # model.calculate_per_token_loss: finalize_model_grads' num_tokens (finalize.py)
+    # the provider's model builds its decoder again after GPTModel.__init__ built the MTP block (model_providers.json
+    # decoder_rebuilt): on the MTP's rank that chunk's decoder layers get no userbuffers (TP_OVERLAP_OFF_MTP_DECODER)
+    mtp_decoder_rebuilt: bool = False
 
     @property
     def micro_batches(self) -> int:
@@ -104,10 +107,19 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         embedding_ranks=state.request.release.embedding_ranks,
         first_last=_first_last(state.request),
         per_token_loss=bool(m.get("calculate_per_token_loss")),
+        mtp_decoder_rebuilt=_decoder_rebuilt(state.request),
         layer_slots=tuple(bool(given.flag(f"model.account_for_{k}_in_pipeline_split",
                                           state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
                           for k in ("embedding", "loss")),
     )
+
+
+def _decoder_rebuilt(req) -> bool:
+    """Whether the run's provider builds a model that builds its decoder again after the MTP block
+    (releases.decoder_rebuilt: TP_OVERLAP_OFF_MTP_DECODER's data)."""
+    from ..upstream import releases
+
+    return releases.decoder_rebuilt(req.release.version, req.recipe, req.model_target) is not None
 
 
 def _first_last(req) -> tuple:
@@ -242,6 +254,26 @@ def stage_numbers(lay: Layout, num_layers: int, rank: int) -> list[int]:
     per = total // chunks
     return [s - slots[0] for k in range(max(1, lay.vp)) for s in range((k * lay.pp + rank) * per, (k * lay.pp + rank + 1) * per)
             if 0 <= s - slots[0] < num_layers]
+
+
+def chunk_numbers(lay: Layout, num_layers: int, rank: int) -> list[list[int]]:
+    """stage_numbers(...) by model chunk, chunk 0 first (a layout's stages k x PP + rank, else the even split's
+    virtual stages); a split Megatron-Core refuses is one chunk."""
+    nums = stage_numbers(lay, num_layers, rank)
+    if lay.stages:
+        sizes = chunk_layers(lay, rank)
+    else:
+        total, chunks = num_layers + sum(lay.layer_slots if lay.pp > 1 else (False, False)), lay.pp * max(1, lay.vp)
+        if total % chunks:
+            return [nums]
+        per, first = total // chunks, lay.layer_slots[0] if lay.pp > 1 else False
+        sizes = [sum(1 for s in range((k * lay.pp + rank) * per, (k * lay.pp + rank + 1) * per) if 0 <= s - first < num_layers)
+                 for k in range(max(1, lay.vp))]
+    out, at = [], 0
+    for n in sizes:
+        out.append(nums[at:at + n])
+        at += n
+    return out
 
 
 def spans_domains(lay: Layout, stride: int, size: int) -> bool:
