@@ -450,6 +450,10 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     rule = _rule(key, old, new, a, b, causes)
     unset = key.startswith("env_vars.")  # a launch variable's null is "unset", as its cause says it (fuzzO F8)
     effect = EFFECTS.get((key, old, new), f"{key} went {fmt(old, unset=unset)} -> {fmt(new, unset=unset)}")
+    built_off = _tp_off_at_build(b if new else a) if key == "model.tp_comm_overlap" and old != new else None
+    if built_off:  # (TP overlap on where the model's build turns it off: not 'turned on' where it does nothing)
+        effect = built_off[0] if new else f"{effect} ({built_off[0].replace('configured on', 'configured on before')})"
+        causes += [k for k in built_off[1] if k in changed and k not in causes]
     because = "; ".join(_cause_phrase(c, changed[c], a, b) for c in causes) or "no input change found"
     # a setting changed as asked, or a launch variable by its own input (recheck52 W7): said once
     message = effect if because == effect or key.startswith("env_vars.") and causes == [key] else f"{because}: {effect}"
@@ -474,6 +478,30 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
         causes=[{"key": c, "before": changed[c][0], "after": changed[c][1]} for c in causes],
         impact=IMPACT.get(key, 1),
     )
+
+
+# The findings whose model build turns the shared tp_comm_overlap off (TELinear, a userbuffers name it does not know),
+# with what each leaves of TP overlap: TP_OVERLAP_OFF_MTP_DECODER's scope depends on the pipeline (PP 1: nothing)
+TP_OFF_AT_BUILD = ("TP_OVERLAP_OFF_MTP_DECODER", "TP_OVERLAP_OFF_MLA")
+
+
+def _tp_off_at_build(side: Side) -> tuple[str, list] | None:
+    """(what TP overlap does on this side, the finding's other inputs) where the side has TP overlap on and a finding
+    says Megatron-Core turns it off as the model is built (TP_OFF_AT_BUILD), else None."""
+    found = {f.id: f for f in side.analysis.findings}
+    fid = next((i for i in TP_OFF_AT_BUILD if i in found), None)
+    if fid is None:
+        return None
+    knobs = [k for k in findings.record(fid).get("knobs") or [] if not k.endswith("tp_comm_overlap")]
+    if fid == "TP_OVERLAP_OFF_MLA":
+        return (f"TP overlap configured on, but it does almost nothing ({fid}): Megatron-Core turns it off as it builds "
+                "the first MLA layer's down projection, so every module built after it runs without userbuffers"), knobs
+    model = side.analysis.state.model
+    if model["pipeline_model_parallel_size"] == 1 and (model["virtual_pipeline_model_parallel_size"] or 1) == 1:
+        return (f"TP overlap configured on, but it does nothing ({fid}): the MTP block's eh_proj turns it off before "
+                "the model builds its decoder again, so no layer runs with userbuffers"), knobs
+    return (f"TP overlap turned on, except on the MTP block's pipeline rank ({fid}): the decoder of the model chunk "
+            "holding the MTP block, built again after eh_proj turned it off, runs without userbuffers"), knobs
 
 
 def _explicit(key: str, restore: list, changed: dict, a: Side, b: Side) -> dict | None:

@@ -182,6 +182,10 @@ def make_plan(
         # the MoE practice is that of recipes with expert parallelism; --moe on a layout without it is a dense one here
         # (as the config's own MODE_LEFT_OFF reads it)
         tp_on, notes = _tp_rule(tp, start.te, blocked, moe and ep > 1, layers.multi_latent_attention(start.request, family))
+    rebuilt = _mtp_rebuilt_decoder(start.request, pp, vpp)
+    if rebuilt and layout.tp_overlap_applies(tp, start.te) and (tp_on or not notes):
+        # (TP_OVERLAP_OFF_MTP_DECODER: with PP 1 no layer gets userbuffers; turning it on would do nothing)
+        tp_on, notes = False, [findings.make("TP_OVERLAP_NOT_RECOMMENDED", tp=tp, why=rebuilt)]
     sizes = {"tp": tp, "cp": cp, **start.shape}
     preset = None
     if tp_on:
@@ -391,6 +395,23 @@ def _tp_rule(tp: int, te: bool, blocked: str | None, moe: bool, mla: str | None 
     else:
         return True, []
     return False, [findings.make("TP_OVERLAP_NOT_RECOMMENDED", tp=tp, why=why)]
+
+
+def _mtp_rebuilt_decoder(req, pp: int, vpp: int | None) -> str | None:
+    """Why TP overlap would do nothing, where the run has MTP layers, PP 1 and no VPP, and its provider's model builds
+    its decoder again after the MTP block (releases.decoder_rebuilt: TP_OVERLAP_OFF_MTP_DECODER); else None. With PP > 1
+    the ranks without the MTP block keep their userbuffers, and plan turns it on as it would."""
+    n = req.model.get("mtp_num_layers")
+    if not n or pp != 1 or (vpp or 1) != 1:
+        return None
+    found = releases.decoder_rebuilt(req.release.version, req.recipe, req.model_target)
+    if found is None:
+        return None
+    provider, at = found
+    return (f"with {n} multi-token prediction layer(s) on {provider}, whose model ({at['model']}) builds its decoder again "
+            f"after the MTP block ({at['file']}:{at['decoder_line']}), the MTP block's eh_proj turns TP overlap off "
+            "before any decoder layer is built: with PP = 1 it would do nothing (see explain TP_OVERLAP_OFF_MTP_DECODER; "
+            "model.mtp_num_layers=null keeps the decoder's userbuffers)")
 
 
 def _recipe_layout(entry: dict | None) -> dict:

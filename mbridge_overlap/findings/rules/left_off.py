@@ -24,7 +24,8 @@ def modes_left_off(state: State):
     moe = model.get("expert_model_parallel_size", 1) > 1 or (state.request.model.get("expert_model_parallel_size") or 1) > 1
     blocked = tp_overlap_precision_problem(state.model)
     if layout.tp_overlap_applies(model["tensor_model_parallel_size"], state.te) and not model["tp_comm_overlap"] and not requested_tp \
-            and not blocked and not moe and layers.multi_latent_attention(state.request, state.scenario.family) is None:
+            and not blocked and not moe and layers.multi_latent_attention(state.request, state.scenario.family) is None \
+            and not _tp_does_nothing_with_mtp(state):
         o = {"comm_overlap.tp_comm_overlap": True}  # (an MLA model runs none: TP_OVERLAP_OFF_MLA)
         if not model["sequence_parallel"]:
             o["model.sequence_parallel"] = True
@@ -47,6 +48,17 @@ def modes_left_off(state: State):
             candidates = [{**plain, **({"optimizer.overlap_param_gather": True} if "overlap_param_gather" in off else {})}]
         what = f"{' and '.join(off)} {'was' if len(off) == 1 else 'were'} off{_set_off_by(state, off)}"
         yield from _left_off(state, "DP", f"DP={dp}", what, candidates, knobs)
+
+
+def _tp_does_nothing_with_mtp(state: State) -> bool:
+    """PP 1, no VPP, MTP layers, and a provider whose model builds its decoder again after the MTP block: TP overlap
+    would do nothing (TP_OVERLAP_OFF_MTP_DECODER), so it is not left on the table."""
+    model = state.model
+    if model["pipeline_model_parallel_size"] != 1 or (model["virtual_pipeline_model_parallel_size"] or 1) != 1:
+        return False
+    req = state.request
+    return bool(layers.multi_token_prediction(req, model)) and releases.decoder_rebuilt(
+        req.release.version, req.recipe, req.model_target) is not None
 
 
 _SET_BY = {"override": "your override", "config": "your config file", "recipe": "the recipe"}
