@@ -75,3 +75,69 @@ def test_diagnose_s_mtp_eh_proj_line_with_such_a_recipe_is_this_finding(tmp_path
     alone = api.diagnose(str(log)).to_dict()["causes"]
     (plain,) = [c for c in alone if c["id"] == "TP_OVERLAP_OFF_MTP"]
     assert "TP_OVERLAP_OFF_MTP_DECODER" in plain["fix"]
+
+
+# -- the budget, diff and plan (vlmtp2), and the providers that build no MTP block --------------------------------
+
+
+def test_the_budget_prices_the_whole_model_s_tp_without_userbuffers_with_pp_1():
+    on = {**ON, "model.mtp_num_layers": 1, "model.tensor_model_parallel_size": 2}
+    b = api.budget(on, recipe=R, model="llama3_8b").budget
+    off = api.budget({**on, "comm_overlap.tp_comm_overlap": False}, recipe=R, model="llama3_8b").budget
+    tp = [i for i in b.items if i.dimension == "tp"]
+    assert all(i.setting is None for i in tp)  # (no setting hides any of them)
+    assert sum(1 for i in tp if ID in i.what) == 4
+    assert abs(b.iteration_s - off.iteration_s) < 1e-9 and not b.overlap_cost.get("tp_comm_overlap")
+    assert any(ID in a and "all the decoder layers of the model" in a for a in b.assumptions)
+    plain = api.budget({**on, "model.mtp_num_layers": None}, recipe=R, model="llama3_8b").budget  # (no MTP: userbuffers)
+    assert not any(ID in i.what for i in plain.items) and plain.overlap_cost["tp_comm_overlap"] > 0
+
+
+def test_the_budget_prices_only_the_mtp_chunk_s_decoder_with_pp_and_vpp():
+    b = api.budget({**ON, "model.mtp_num_layers": 1}, recipe=PP, model="qwen3_30b_a3b").budget  # 48 layers: 3 a chunk
+    lost = [i for i in b.items if ID in i.what]
+    kept = [i for i in b.items if i.dimension == "tp" and i.setting == "tp_comm_overlap"]
+    assert lost and kept and {i.count for i in lost if i.collective == "reduce_scatter"} == {
+        i.count for i in kept if i.collective == "reduce_scatter"}  # (half the rank's 6 layers each way)
+    assert any("3 of the 6 decoder layers of pipeline rank 7" in a for a in b.assumptions)
+
+
+def test_diff_names_the_finding_and_does_not_say_turned_on():
+    d = api.diff(recipe=R, overrides={**ON, "model.mtp_num_layers": 1}).to_dict()
+    tp = next(c for c in d["overlap_changes"] if c["key"] == "model.tp_comm_overlap")
+    assert ID in tp["message"] and "does nothing" in tp["message"] and "TP overlap turned on" not in tp["message"]
+    assert "model.mtp_num_layers" in {c["key"] for c in tp["causes"]}
+    d = api.diff(recipe=PP, overrides={"comm_overlap.tp_comm_overlap": True, "model.mtp_num_layers": 1}).to_dict()
+    tp = next(c for c in d["overlap_changes"] if c["key"] == "model.tp_comm_overlap")
+    assert ID in tp["message"] and "except on the MTP block's pipeline rank" in tp["message"]
+
+
+def test_plan_leaves_tp_overlap_off_where_it_would_do_nothing():
+    p = api.plan(recipe=R, tp=2, overrides={"model.mtp_num_layers": 1}).to_dict()
+    assert p["overrides"]["comm_overlap.tp_comm_overlap"] is False
+    notes = {n["id"]: n for n in p["plan_notes"]}
+    assert ID in notes["TP_OVERLAP_NOT_RECOMMENDED"]["message"]
+    assert "MODE_LEFT_OFF" not in {f["id"] for f in p["findings"]}
+    p = api.plan(recipe=R, tp=2).to_dict()  # (no MTP: on, as before)
+    assert p["overrides"]["comm_overlap.tp_comm_overlap"] is True
+
+
+Q3D = "qwen3_vl_8b_pretrain_mock_config"  # Qwen3VLModelProvider
+Q3 = "qwen3_vl_235b_a22b_pretrain_256gpu_h100_bf16_config"  # Qwen3VLMoEModelProvider: Qwen3VLModel with no MTP spec
+
+
+@pytest.mark.parametrize("release", ["0.6.2", "0.5.1", "0.5.0"])
+def test_the_release_data_names_the_providers_that_build_no_mtp_block(release):
+    at = releases._provider_key(releases.get(release).data_version, "mtp_unbuilt")
+    assert {"Qwen3VLModelProvider", "Qwen3VLMoEModelProvider"} <= set(at)
+    assert not {"Qwen35VLModelProvider", "Qwen35VLMoEModelProvider", "GPTModelProvider"} & set(at)
+    assert at["Qwen3VLModelProvider"]["model"] == "Qwen3VLModel"
+
+
+def test_qwen3_vl_with_mtp_layers_gets_no_mtp_finding_and_no_mtp_budget():
+    o = {**ON, "model.mtp_num_layers": 1}
+    found = _found(_answer(o, recipe=Q3))
+    assert not {"TP_OVERLAP_OFF_MTP", ID} & set(found)
+    b = api.budget({**o, "model.tensor_model_parallel_size": 2}, recipe=Q3D, model="llama3_8b").budget
+    assert not any("MTP" in i.what for i in b.items)
+    assert any("no MTP layers costed" in a and "Qwen3VLModelProvider" in a for a in b.assumptions)

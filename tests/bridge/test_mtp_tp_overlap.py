@@ -75,6 +75,17 @@ with warnings.catch_warnings(record=True) as caught:
         model = Qwen3VLGPTModel(config=p, transformer_layer_spec=get_gpt_layer_with_transformer_engine_spec(),
                                 vocab_size=1024, max_sequence_length=512, position_embedding_type="mrope",
                                 mtp_block_spec=mtp_block_spec(p) if s["mtp"] else None, pg_collection=p._pg_collection)
+    elif s.get("qwen3vl_provider"):  # Bridge's Qwen3VLModelProvider.provide() itself, its fields as the GPT one's
+        from megatron.bridge.models.qwen_vl.qwen3_vl_provider import Qwen3VLModelProvider
+        from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+        fields = {f: getattr(p, f) for f in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                  "vocab_size", "seq_length", "mtp_num_layers", "tp_comm_overlap", "gated_linear_unit", "add_bias_linear",
+                  "normalization", "use_cpu_initialization", "init_model_with_meta_device", "gradient_accumulation_fusion")}
+        p = Qwen3VLModelProvider(**fields, activation_func=F.silu, vision_config=Qwen3VLVisionConfig(deepstack_visual_indexes=[0]),
+                                 add_encoder=False)
+        p.finalize()
+        p._pg_collection = ProcessGroupCollection.use_mpu_process_groups()
+        model = p.provide(pre_process=True, post_process=True)
     else:
         model = p.provide(pre_process=True, post_process=True)
 after = p.tp_comm_overlap
@@ -94,12 +105,13 @@ print(json.dumps({"linears": [[n, type(m).__name__, m.recorded] for n, m in mode
 """
 
 
-def _build(mtp=1, op_fuser=False, mla=False, qwen3vl=False) -> dict:
+def _build(mtp=1, op_fuser=False, mla=False, qwen3vl=False, qwen3vl_provider=False) -> dict:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = str(sock.getsockname()[1])
     p = subprocess.run([sys.executable, "-W", "ignore", "-c", _BUILD, port,
-                        json.dumps({"mtp": mtp, "op_fuser": op_fuser, "mla": mla, "qwen3vl": qwen3vl})], capture_output=True, text=True, timeout=600)
+                        json.dumps({"mtp": mtp, "op_fuser": op_fuser, "mla": mla, "qwen3vl": qwen3vl,
+                                                  "qwen3vl_provider": qwen3vl_provider})], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -178,6 +190,27 @@ def test_qwen3vl_s_rebuilt_decoder_gets_no_userbuffers_with_mtp():
     assert lines[where["gpt_init_line"] - 1].strip() == "super().__init__("
     record = findings.record("TP_OVERLAP_OFF_MTP_DECODER")
     assert f"{where['gpt_init_line']}, the rebuild at {where['decoder_line']}" in " ".join(record["explain"].split())
+
+
+def test_qwen3vl_s_provider_builds_no_mtp_block_and_keeps_userbuffers():
+    """Bridge's Qwen3VLModelProvider.provide() builds Qwen3VLModel with no mtp_block_spec: with mtp_num_layers=1 and
+    tp_comm_overlap on no MTP module is built, no eh_proj warns, the flag stays on and every decoder linear gets its
+    userbuffers. The release data (model_providers.json mtp_unbuilt) names it, and TP_OVERLAP_OFF_MTP is not raised."""
+    got = _build(qwen3vl_provider=True)
+    names = [n for n, _, _ in got["linears"]]
+    assert not [n for n in names if ".mtp." in f".{n}"] and got["after"] is True and not got["warnings"]
+    decoder = [(n, r) for n, _, r in got["linears"] if ".decoder." in f".{n}"]
+    assert len(decoder) == 8 and all(r == {"ub_name": n.rsplit("_", 1)[-1], "ub": UB[n.rsplit("_", 1)[-1]]} for n, r in decoder)
+    from megatron.bridge.models.qwen_vl import qwen3_vl_provider
+
+    from mbridge_overlap.bridge import adapter
+    from mbridge_overlap.upstream import releases
+
+    at = releases._provider_key(releases.get(adapter.bridge_version()).data_version, "mtp_unbuilt")
+    assert {"Qwen3VLModelProvider", "Qwen3VLMoEModelProvider"} <= set(at)
+    assert not {"Qwen35VLModelProvider", "Qwen35VLMoEModelProvider", "GPTModelProvider"} & set(at)
+    lines = Path(qwen3_vl_provider.__file__).read_text().splitlines()
+    assert lines[at["Qwen3VLModelProvider"]["line"] - 1].strip() == "model = Qwen3VLModel("
 
 
 # The lines the record's explain cites, per Megatron-Core release (the installed one is checked).
