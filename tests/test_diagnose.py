@@ -891,11 +891,14 @@ def test_a_word_led_message_after_a_cri_prefix_is_matched(prefix):
 @pytest.mark.parametrize("prefix", ["(WorkerDict pid=1234, ip=10.0.0.1) ", "(TaskRunner pid=123) ",
                                     "(head, rank=0, pid=1234) ", "2025-01-01T00:00:00.123456789Z stdout F ",
                                     "2025-01-01 12:00:00 ", "[2025-01-01 12:00:00,123] ",
-                                    "(WorkerDict pid=1234, ip=10.0.0.1) [rank0]: "])
+                                    "(WorkerDict pid=1234, ip=10.0.0.1) [rank0]: ", "(pid=1234) ",
+                                    "(pid=1234, ip=10.0.0.1) ", "\x1b[2m\x1b[36m(pid=1234, ip=10.0.0.1)\x1b[0m "])
 def test_te_s_start_up_lines_behind_a_launcher_prefix_begin_the_userbuffers_setup(prefix):
     """recheck63 AJ4: TE's `!!! [UB]` lines behind Ray's worker prefix (verl runs Megatron-Core under Ray), CRI's or a
     time did not start the setup: UB_SETUP_CRASHED was lost. The same prefix rule as the message boundary's; the
-    grep results of V2-14 stay refused (test_only_te_s_own_start_up_line_begins_the_userbuffers_setup)."""
+    grep results of V2-14 stay refused (test_only_te_s_own_start_up_line_begins_the_userbuffers_setup). fuzzX X2-1:
+    Ray's prefix without an actor or task name, `(pid=1234)` (ray/_private/worker.py print_worker_logs' prefix_for
+    writes the name only when the record has one), was no launcher prefix."""
     text = "".join(f"{prefix}{x}\n" for x in ("!!! [UB] Create Userbuffers Communicator", "!!! [UBP2P] UBuf 1",
                                                "Fatal Python error: Aborted"))
     assert [c["id"] for c in _diagnose_text(text)["causes"]] == ["UB_SETUP_CRASHED"]

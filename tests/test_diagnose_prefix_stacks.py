@@ -31,6 +31,7 @@ STACKS = {
     "ray+torchrun": "(MegatronWorker pid=1234) [default0]:",
     "ray-ip+torchrun": "(WorkerDict pid=1234, ip=10.0.0.1) [default0]:",
     "skypilot+torchrun": "(head, rank=0, pid=1234) [default0]:",
+    "ray-noname+torchrun": "(pid=1234, ip=10.0.0.1) [default0]:",  # (no actor or task name: fuzzX X2-1)
     "mpirun+torchrun": "[1,0]<stdout>:[default0]:",
     "time+srun+torch+torchrun": "[2025-01-01 12:00:00,123] 7: [rank7]:[default7]:",
     "repeated": "0: [rank0]:[default0]:[default0]:[rank0]:[default0]:",

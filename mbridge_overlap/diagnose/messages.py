@@ -87,14 +87,15 @@ LEAD = re.compile(r"\d|(?:error|exception|warning)$|^(?:rank|default|debug|info|
 # off (and those again, behind another): one or more of a time (RFC 3339, or `2025-01-01 12:00:00,123`, bracketed or
 # not), Kubernetes' CRI `<RFC3339Nano time> stdout|stderr F|P ` (containerd's internal/cri/io/logger.go redirectLogs
 # writes time, stream and tag, each followed by one space; CRI-O the same), Ray's worker `(WorkerDict pid=1234,
-# ip=10.0.0.1) ` and SkyPilot's `(head, rank=0, pid=1234) `, torch's `[rank3]:`, torchrun's `[default0]:`, mpirun's
-# `[1,0]<stdout>:`, srun's `0: `. A line's text starts after it: at_boundary's message start (AJ2: `stdout F DeepEP
-# is ...`) and TE's userbuffers start-up lines (scan, AJ4) read it alike; a grep result, a quote or a sentence before
-# either is none of these.
+# ip=10.0.0.1) ` (ray/_private/worker.py print_worker_logs: `({prefix_for}{pid}[, ip={ip}])`, where prefix_for is `pid=`
+# with the actor's or task's name before it only when the record has one: `(pid=1234) ` too) and SkyPilot's `(head,
+# rank=0, pid=1234) `, torch's `[rank3]:`, torchrun's `[default0]:`, mpirun's `[1,0]<stdout>:`, srun's `0: `. A line's
+# text starts after it: at_boundary's message start (AJ2: `stdout F DeepEP is ...`) and TE's userbuffers start-up lines
+# (scan, AJ4) read it alike; a grep result, a quote or a sentence before either is none of these.
 LAUNCH_PREFIX = re.compile(
     r"(?:[ \t]*(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?"
     r"(?: (?:stdout|stderr) [FP](?= ))?"
-    r"|\([A-Za-z_][\w.-]{0,63}(?:,? [^()\n]{0,160})?\bpid=\d{1,9}(?:, ?[^()\n]{0,160})?\)"
+    r"|\((?:[A-Za-z_][\w.-]{0,63}(?:,? [^()\n]{0,160})?)?\bpid=\d{1,9}(?:, ?[^()\n]{0,160})?\)"
     r"|\[rank\d{1,7}\]:|\[[A-Za-z_]{1,32}\d{1,7}\]:|\[\d{1,7},\d{1,7}\]<(?:stdout|stderr)>:|\d{1,7}:(?= )"
     r"))+[ \t]*", re.A)
 # A line's text glued to its prefix (`[default0]:Fatal ...`): the prefix as LAUNCH_PREFIX.match takes it (without its
