@@ -345,6 +345,16 @@ def test_nothing_overlap_related_exits_zero(capsys, tmp_path):
     assert "causes: none" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("count", [1, 2])
+def test_the_header_counts_lines_in_the_singular_and_plural(capsys, tmp_path, count):
+    """fuzzX X2-5: one line's log was "1 lines"."""
+    log = tmp_path / "one.log"
+    log.write_text("hello\n" * count)
+    assert cli.main(["diagnose", str(log)]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert head.startswith(f"diagnose: 1 log, {count} line{'s' if count > 1 else ''} ("), head
+
+
 def test_text_output_escapes_what_the_log_holds(capsys, tmp_path):
     log = tmp_path / "evil.log"
     log.write_bytes(b"AssertionError: FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset. \x1b]0;pwned\x07\x1b[2J\n")

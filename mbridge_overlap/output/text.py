@@ -383,7 +383,7 @@ def _wording(e: dict) -> list[str]:
 def diagnosis(d: dict) -> str:
     sources = d["sources"]
     ranks = sorted({r for s in sources for r in s["ranks"]}, key=lambda r: (not r.isdigit(), int(r) if r.isdigit() else 0, r))
-    lines = [f"diagnose: {len(sources)} log{'s' if len(sources) != 1 else ''}, {d['lines']:,} lines"
+    lines = [f"diagnose: {len(sources)} log{'s' if len(sources) != 1 else ''}, {d['lines']:,} line{'s' if d['lines'] != 1 else ''}"
              + (f", {_ranks(ranks, len(ranks))}" if ranks else "")
              + f" (messages of Megatron-Bridge {d['catalog']['release']}'s packages: {d['catalog']['messages']:,}"
              + f", other releases' wordings: {d['catalog'].get('other_wordings', 0):,})"]
