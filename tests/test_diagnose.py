@@ -6,12 +6,14 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from mbridge_overlap import api, cli, findings
+from mbridge_overlap.errors import UsageError
 from mbridge_overlap.diagnose import causes, messages, reader
 from mbridge_overlap.diagnose.scan import Scan
 from tools.examples import iteration_line
@@ -369,6 +371,36 @@ def test_bad_input_is_one_line_and_exit_two(capsys, tmp_path):
     assert cli.main(["diagnose", "--compare", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 3 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--gpu", "a100"], "--gpu: unknown GPU type 'a100'"),
+    (["--gpu", "h100\x1b]0;x\x07"], "--gpu: unknown GPU type 'h100\\x1b]0;x\\x07'"),
+    (["--task", "nonsense"], "--task: expected one of pretrain, sft, peft, got 'nonsense'"),
+    (["--te-version", "zzz"], "--te-version: expected a Transformer Engine version such as 2.20.2, got 'zzz'"),
+])
+@pytest.mark.parametrize("compare", [False, True])
+def test_scenario_flags_are_checked_without_a_config_to_analyse(capsys, tmp_path, flags, said, compare):
+    """fuzzX X2-3: diagnose checked --gpu, --task, --te-version only inside the scenario it builds for a linked
+    config; a log without one (or --compare of two) took any value silently. resolve refuses each in one line."""
+    logs = []
+    for name in ("before.log", "after.log")[:1 + compare]:
+        (tmp_path / name).write_text("hello\n")
+        logs.append(str(tmp_path / name))
+    assert cli.main(["diagnose", *(["--compare"] if compare else []), *logs, *flags]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and said in err and "\x1b" not in err
+    assert cli.main(["resolve", "--gpus", "8", *flags]) == 2
+    assert said in capsys.readouterr().err
+    with pytest.raises(UsageError, match=re.escape(said)):
+        api.diagnose(logs, compare=compare, **{"--gpu": {"gpu": flags[1]}, "--task": {"task": flags[1]},
+                                               "--te-version": {"machine_facts": {"te_version": flags[1]}}}[flags[0]])
+
+
+def test_right_scenario_flags_without_a_config_are_taken(capsys, tmp_path):
+    (tmp_path / "x.log").write_text("hello\n")
+    assert cli.main(["diagnose", str(tmp_path / "x.log"), "--gpu", "B200", "--task", "sft", "--te-version", "2.8.0",
+                     "--nvlink-domain", "72", "--gpus", "64"]) == 0
 
 
 # -- the config --------------------------------------------------------------------------------------------------------

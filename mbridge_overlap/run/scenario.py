@@ -145,6 +145,19 @@ def build(*, recipe: str | None = None, config: str | os.PathLike | Mapping | ru
     )
 
 
+def check(release, *, gpus: int | None = None, gpu: str | None = None, task: str | None = None,
+          machine_facts: Mapping[str, Any] | None = None, **_others) -> None:
+    """The scenario's inputs checked as build checks them, for a verb that may build no scenario (diagnose of a log
+    without a config to analyse: fuzzX X2-3, --gpu a100, --task nonsense and --te-version zzz were taken silently):
+    one UsageError line for the first wrong one. The recipe, config and overrides are build's own to check."""
+    if gpus is not None:
+        _gpus(gpus, None, None, {}, "--gpus", release)
+    gpu_name = releases.gpu(gpu)["name"] if gpu is not None else "h100"
+    if task is not None:
+        releases.task(task)
+    machine.describe(gpu_name, release, **dict(machine_facts or {}))
+
+
 def _family_provider(family: str | None, release) -> tuple[str, str] | None:
     """The provider class every shipped recipe of a model family builds (MLAModelProvider for deepseek_v3), where it is
     one class other than GPTModelProvider: the model fields of a question that names the family without a recipe."""

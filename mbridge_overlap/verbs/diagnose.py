@@ -38,6 +38,9 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     if compare and len(logs) != 2:
         raise UsageError(f"diagnose --compare: give exactly two logs (BEFORE AFTER), got {len(logs)}")
     release = releases.get(bridge_version)
+    from ..run import scenario
+
+    scenario.check(release, gpus=gpus, **inputs)  # (whether or not a config is linked: fuzzX X2-3)
     catalog = messages.load(release.version)
     sides = [[p] for p in logs] if compare else [logs]
     scans, read_notes, listed = [], [], []
