@@ -3,7 +3,9 @@ reduce and parameter all-gather, and what overlap_grad_reduce and overlap_param_
 
 from __future__ import annotations
 
+import bisect
 import functools
+import itertools
 import math
 import re
 
@@ -345,14 +347,14 @@ def _chunks(params: list, layers: int, vp: int, offset: int = 0, first: bool = T
     if vp <= 1 and len(split) <= 1:
         return [params]
     chunks = len(split) or vp
-    ends = [sum(split[:k + 1]) for k in range(len(split))]
+    ends = list(itertools.accumulate(split))  # (each chunk's end: prefix sums, fuzzX X2-2)
     per = -(-(layers + offset) // vp)
     out: list[list] = [[] for _ in range(chunks)]
     for p in params:
         m = _LAYER.match(p[0])
         if m:
             i = int(m[1])
-            k = next((k for k, e in enumerate(ends) if i < e), chunks - 1) if split else min((i + offset) // per, chunks - 1)
+            k = min(bisect.bisect_right(ends, i), chunks - 1) if split else min((i + offset) // per, chunks - 1)
         elif first and p[0].startswith("embedding"):
             k = 0
         elif p[0].startswith("decoder.final_layernorm") and final is not None:

@@ -8,6 +8,8 @@ model's published config (data/budget_models.yaml) by the recipe's model name, o
 
 from __future__ import annotations
 
+import functools
+import itertools
 import re
 
 from . import given, schema
@@ -160,6 +162,7 @@ def interleaved_vpp(state) -> int | None:
     return vpp if vpp > 1 else None
 
 
+@functools.lru_cache(maxsize=8)  # (once per layout text: unread and parsed both ask, a request many times: fuzzX X2-2)
 def _unrolled(text: str) -> str | None:
     """A layout string as parse_str_to_list unrolls it (commas dropped, "(...)*n" then "x*n"), or None past what this
     skill reads (MAX_LAYOUT characters, MAX_UNROLLED unrolled: fuzzI I2, 4 KB of "t*9999" grew to 1.7 G)."""
@@ -187,35 +190,78 @@ def parsed(layout, pp: int = 1) -> tuple[list | None, str | None]:
     """PipelineParallelLayerLayout(layout, pp) as TransformerConfig.__post_init__ builds it: (its stages as lists of
     layer names, None), or (None, what it raises), in its order (recheck61 AH6): a string's characters as
     parse_str_to_list reads them; a list's stages lists, their count a multiple of PP, then their names (pipeline
-    rank by rank); anything else has no virtual_pipeline_model_parallel_size. (None, None): a string not read."""
-    if isinstance(layout, str):
-        text = _unrolled(layout)
-        if text is None:
-            return None, None
-        stages = text.split("|")
-        bad = next((c for stage in stages for c in stage if c not in _CHARS), None)
-        if bad is not None:
-            return None, f"Invalid layer character: {bad}, known layer characters: {list(_CHARS)}"
-        stages = [[_CHARS[c] for c in stage] for stage in stages]
-    elif isinstance(layout, (list, tuple)):
-        if not all(isinstance(stage, (list, tuple)) for stage in layout):
-            kinds = ", ".join(sorted({type(stage).__name__ for stage in layout}))
-            return None, f"pipeline_model_parallel_layout must be a list of lists, but got items of type {kinds}"
-        stages = layout
-    else:  # 7, true, a mapping (recheck52 W6)
-        return None, (f"'{type(layout).__name__}' object has no attribute 'virtual_pipeline_model_parallel_size' "
-                      "(pipeline_model_parallel_layout is neither a string nor a list of stages)")
+    rank by rank); anything else has no virtual_pipeline_model_parallel_size. (None, None): a string not read.
+    A layout is read once (a request asks some thirty times, at two PPs: fuzzX X2-2, 10^6 empty stages took 129 s):
+    the stages are shared, read them only."""
+    key = _key(layout)
+    read = _READ.get(key) if key is not None else None
+    if read is None:
+        read = _read(layout)
+        if key is not None:
+            _READ[key] = read
+            while len(_READ) > _READ_KEPT:
+                del _READ[next(iter(_READ))]
+    stages, refusal, names_ok = read
+    if stages is None:
+        return None, refusal
     pp = max(1, pp)
     if len(stages) % pp:
         return None, ("pipeline_model_parallel_layout must be divisible by pipeline_model_parallel_size "
                       f"(len(layout)={len(stages)}, pipeline_model_parallel_size={pp})")
-    for k in sorted(range(len(stages)), key=lambda k: (k % pp, k // pp)):  # layout[pp_rank][vpp_rank], converted so
-        for name in stages[k]:
-            if not isinstance(name, str):
-                return None, f"elements in pipeline_model_parallel_layout must be LayerType or str, but got {type(name).__name__}"
-            if name.strip().lower() not in LAYER_NAMES:
-                return None, f"{name.strip().lower()} is not a valid LayerType"
-    return [[name.strip().lower() for name in stage] for stage in stages], None
+    return (stages, None) if names_ok else (None, _name_refusal(stages, pp))
+
+
+_READ: dict = {}  # a layout's key (_key) -> _read's answer, the latest _READ_KEPT
+_READ_KEPT = 4
+
+
+def _key(layout):
+    """A layout's value as a key of _read's answers: a string itself; a list of lists of strings as tuples (a name of
+    another type is read each time: 1 and True would be one key); None for anything else."""
+    if isinstance(layout, str):
+        return layout
+    if isinstance(layout, (list, tuple)) and set(map(type, layout)) <= {list, tuple}:  # (map, set: C's loops)
+        key = tuple(map(tuple, layout))
+        if set(map(type, itertools.chain.from_iterable(key))) <= {str}:
+            return (type(layout).__name__, key)
+    return None
+
+
+def _read(layout) -> tuple[list | None, str | None, bool]:
+    """A layout's stages before PP is known: (stages, None, whether every name is a LayerType's: the stages as their
+    names then, else as given), or (None, what PipelineParallelLayerLayout raises first, True), (None, None, True) for
+    a string not read."""
+    if isinstance(layout, str):
+        text = _unrolled(layout)
+        if text is None:
+            return None, None, True
+        bad = next((c for c in text if c not in _CHARS and c != "|"), None)
+        if bad is not None:
+            return None, f"Invalid layer character: {bad}, known layer characters: {list(_CHARS)}", True
+        return [[_CHARS[c] for c in stage] for stage in text.split("|")], None, True
+    if isinstance(layout, (list, tuple)):
+        if not all(isinstance(stage, (list, tuple)) for stage in layout):
+            kinds = ", ".join(sorted({type(stage).__name__ for stage in layout}))
+            return None, f"pipeline_model_parallel_layout must be a list of lists, but got items of type {kinds}", True
+        if all(isinstance(name, str) and name.strip().lower() in LAYER_NAMES for stage in layout for name in stage):
+            return [[name.strip().lower() for name in stage] for stage in layout], None, True
+        return layout, None, False
+    # 7, true, a mapping (recheck52 W6)
+    return None, (f"'{type(layout).__name__}' object has no attribute 'virtual_pipeline_model_parallel_size' "
+                  "(pipeline_model_parallel_layout is neither a string nor a list of stages)"), True
+
+
+def _name_refusal(stages, pp: int) -> str | None:
+    """The first name Megatron-Core refuses, pipeline rank by rank (layout[pp_rank][vpp_rank], converted so: stage k
+    is rank k mod PP's virtual stage k div PP)."""
+    for rank in range(pp):
+        for k in range(rank, len(stages), pp):
+            for name in stages[k]:
+                if not isinstance(name, str):
+                    return f"elements in pipeline_model_parallel_layout must be LayerType or str, but got {type(name).__name__}"
+                if name.strip().lower() not in LAYER_NAMES:
+                    return f"{name.strip().lower()} is not a valid LayerType"
+    return None
 
 
 def layout_names(layout) -> list | None:
@@ -225,6 +271,24 @@ def layout_names(layout) -> list | None:
 
 
 def layout_refusal(stages: list, pp: int, num_layers: int | None, mtp_num_layers, mtp_known: bool = True) -> str | None:
+    """_refusal's answer, once per stages (parsed's shared list) and counts: a request asks some twenty times (fuzzX
+    X2-2). The stages are kept with the answer, so that their id is no other list's while it is kept."""
+    key = (id(stages), pp, num_layers, mtp_num_layers, mtp_known)
+    try:
+        hit = _REFUSED.get(key)
+    except TypeError:  # (a count of no hashable type: read each time)
+        return _refusal(stages, pp, num_layers, mtp_num_layers, mtp_known)
+    if hit is None or hit[0] is not stages:
+        hit = _REFUSED[key] = (stages, _refusal(stages, pp, num_layers, mtp_num_layers, mtp_known))
+        while len(_REFUSED) > _READ_KEPT:
+            del _REFUSED[next(iter(_REFUSED))]
+    return hit[1]
+
+
+_REFUSED: dict = {}  # (id(stages), PP, counts) -> (the stages, layout_refusal's answer), the latest _READ_KEPT
+
+
+def _refusal(stages: list, pp: int, num_layers: int | None, mtp_num_layers, mtp_known: bool = True) -> str | None:
     """What validate_layer_layout raises for the stages parsed() gives, in its order and words, None where it takes
     them: the embedding first and the loss last, once each; the decoder count (num_layers None: not known, not
     checked); the MTP count (mtp_known False: the run's count is not known, not checked; recheck61 AH2); no decoder
