@@ -138,3 +138,53 @@ def test_a_userbuffers_traceback_in_docker_records_keeps_its_frame(separators):
     for data in (records(lines[-1:]), lines[-1].encode() + b"\n"):
         d = _diagnose(data)
         assert not d["causes"] and [o["logged"] for o in d["other"]] == [lines[-1]], d["other"]
+
+
+_PRETRAIN = ("Pretrain failed on rank=0 with ValueError: Missing quantizer for input tensor. Bridge is aborting "
+             "framework-owned distributed resources because peer ranks may be blocked in collectives.")
+_UB_TRACEBACK = "\n".join([
+    "Traceback (most recent call last):",
+    '  File "/opt/Megatron-Bridge/src/megatron/bridge/training/pretrain.py", line 180, in pretrain', "    train(...)",
+    '  File "/usr/local/lib/python3.12/dist-packages/transformer_engine/pytorch/ops/fused/userbuffers_forward_linear.py", '
+    "line 181, in _functional_forward", '    raise ValueError("Missing quantizer for input tensor")',
+    "ValueError: Missing quantizer for input tensor"])
+_NAME = "megatron.bridge.training.pretrain"
+
+
+@pytest.mark.parametrize("logger, record", [
+    # python-json-logger's JsonFormatter: the traceback under exc_info (formatException), the text under message
+    ("python-json-logger", {"asctime": "2025-01-01 00:00:00,000", "levelname": "ERROR", "name": _NAME,
+                            "message": _PRETRAIN, "exc_info": _UB_TRACEBACK}),
+    # its stack_info beside (formatStack) and exc_text where no exc_info was formatted
+    ("python-json-logger exc_text", {"message": _PRETRAIN, "exc_text": _UB_TRACEBACK, "stack_info": "Stack (most recent call last):"}),
+    # structlog's JSONRenderer: the text under event, format_exc_info's traceback under exception
+    ("structlog", {"event": _PRETRAIN, "level": "error", "logger": _NAME, "exception": _UB_TRACEBACK + "\n"}),
+    # loguru serialize=True: {"text": the formatted line with its traceback, "record": {...}}
+    ("loguru", {"text": f"2025-01-01 00:00:00.000 | ERROR    | {_NAME}:pretrain:202 - {_PRETRAIN}\n{_UB_TRACEBACK}\n",
+                "record": {"message": _PRETRAIN, "exception": {"type": "ValueError", "value": "Missing quantizer for input "
+                                                                 "tensor", "traceback": True}}}),
+    # a text that holds its traceback already, the traceback beside it too: read once
+    ("both", {"message": f"{_PRETRAIN}\n{_UB_TRACEBACK}", "exc_info": _UB_TRACEBACK}),
+])
+def test_a_structured_logger_s_traceback_is_read_with_its_record(logger, record):
+    """fuzzX X2-4: Bridge's pretrain() logs a failure with logger.exception (the traceback goes with the record); as
+    a structured logger writes it, only the first text key was read: no frame, no cause, where the plain log's same
+    text is an OVERLAP_PATH_ERROR. The text keys (structlog's event, loguru's text) and the traceback keys beside them
+    (reader.TRACE_KEYS) are read as the record's lines."""
+    for data in (json.dumps(record) + "\n", f"ERROR:{_NAME}:{_PRETRAIN}\n{_UB_TRACEBACK}\n"):
+        d = _diagnose(data.encode())
+        (cause,) = [c for c in d["causes"] if c["overlap_related"]]
+        assert cause["id"] == "OVERLAP_PATH_ERROR" and cause["evidence"][0]["file"].endswith("userbuffers_forward_linear.py")
+        assert cause["evidence"][0]["count"] == 1, cause["evidence"][0]
+    got = [x.text for x in reader.lines(["-"], stdin=io.BytesIO(json.dumps(record).encode() + b"\n"))]
+    assert got.count("ValueError: Missing quantizer for input tensor") == 1 and got[-1] != "", got
+    assert all(x.number == 1 for x in reader.lines(["-"], stdin=io.BytesIO(json.dumps(record).encode() + b"\n")))
+
+
+def test_a_traceback_key_of_no_text_is_not_read():
+    """A traceback key whose value is no string (loguru's record.exception is a mapping; structlog's dict_tracebacks a
+    list) or blank adds nothing."""
+    for extra in ({"exception": {"type": "ValueError"}}, {"exception": [{"frames": []}]}, {"exc_info": "  "},
+                  {"exc_info": None}):
+        got = [x.text for x in reader.lines(["-"], stdin=io.BytesIO(json.dumps({"message": "hello", **extra}).encode() + b"\n"))]
+        assert got == ["hello"], (extra, got)

@@ -9,8 +9,9 @@ log_dir/.../attempt_0/3/stderr.log).
 
 A log of one JSON object a line (docker's json-file driver `{"log":"...\\n","stream":"stderr","time":"..."}`,
 fluentd / fluent-bit, a structured logger's `{"message": ...}`) is read as its records' text: a line that is such a
-record is the string value of its first RECORD_KEYS key, JSON-unescaped, its final newline dropped (record_lines); a
-value holding more lines is those lines, each numbered as the record's line. Other lines are read as they are.
+record is the string value of its first RECORD_KEYS key, JSON-unescaped, its final newline dropped (record_lines),
+with the traceback a structured logger writes beside it (TRACE_KEYS) as its further lines; a value holding more
+lines is those lines, each numbered as the record's line. Other lines are read as they are.
 
 A line that its writer split into partial records is read whole, per stream (stdout and stderr apart): Kubernetes'
 CRI lines (`<time> stdout P <text>`, continued by the next record of that stream up to the one tagged F) and docker
@@ -54,9 +55,18 @@ _PREFIX = re.compile(
     re.A,
 )
 # The keys whose string value is a JSON log record's text, the first present: docker json-file and fluentd ("log"),
-# structured loggers (python-json-logger, structlog renderers: "message", "msg"), journald's export ("MESSAGE"),
-# Google Cloud Logging ("textPayload")
-RECORD_KEYS = ("log", "message", "msg", "MESSAGE", "textPayload")
+# structured loggers ("message": python-json-logger's JsonFormatter; "msg"), journald's export ("MESSAGE"), Google
+# Cloud Logging ("textPayload"), structlog's JSONRenderer ("event": BoundLoggerBase._process_event puts a call's text
+# there, src/structlog/_base.py), loguru's serialize=True ("text": Handler._serialize_record writes {"text": the
+# formatted line, its traceback with it, "record": {...}}, loguru/_handler.py)
+RECORD_KEYS = ("log", "message", "msg", "MESSAGE", "textPayload", "event", "text")
+# The keys whose string value is the traceback (or stack) a structured logger writes beside the record's text, which
+# plain logging prints as the record's next lines (fuzzX X2-4): python-json-logger's "exc_info" (formatException, or
+# the record's exc_text) and "stack_info" (pythonjsonlogger core.py BaseJsonFormatter.format), structlog's "exception"
+# (format_exc_info, ExceptionRenderer) and "stack" (StackInfoRenderer, src/structlog/processors.py), and the
+# "exc_text", "stack_trace" of other formatters. Each is read as further lines of the record, in this order.
+TRACE_KEYS = ("exc_info", "exc_text", "exception", "stack_trace", "stack_info", "stack")
+_TRACE_SET = frozenset(TRACE_KEYS)
 # a record the JSON reader refuses (a line cut in its middle: MAX_LINE): its key's value, as far as it goes, where that
 # key comes first
 _RECORD_HEAD = re.compile(r'\{"(?:' + "|".join(RECORD_KEYS) + r')"\s*:\s*"((?:[^"\\]+|\\.)*)')
@@ -323,6 +333,8 @@ def _record(text: str) -> tuple[str, bool, str | None] | None:
             value = record[key]
             if key == "log" and record.get("stream") in ("stdout", "stderr"):
                 stream = record["stream"]
+            if not _TRACE_SET.isdisjoint(record):  # (one C loop over the record's keys where it has none)
+                value = _with_traces(value, record)
     if value is None:
         m = _RECORD_HEAD.match(line)
         if m is None:
@@ -330,6 +342,16 @@ def _record(text: str) -> tuple[str, bool, str | None] | None:
         value = _unescaped(m[1])
     ended = value.endswith("\n")
     return (value[:-1] if ended else value), ended, stream
+
+
+def _with_traces(value: str, record: dict) -> str:
+    """A record's text with the string values of its TRACE_KEYS after it, as the lines plain logging prints after the
+    message (a text that holds one already: once; a blank or non-string value: none)."""
+    traces = [t for k in TRACE_KEYS if isinstance(t := record.get(k), str) and t.strip() and t not in value]
+    if not traces:
+        return value
+    return "\n".join([value[:-1] if value.endswith("\n") else value,
+                      *(t[:-1] if t.endswith("\n") else t for t in traces)]) + "\n"
 
 
 def _unescaped(value: str) -> str:
