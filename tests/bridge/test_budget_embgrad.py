@@ -10,9 +10,6 @@ distributed optimizer's bucket layout of the rank the budget costs."""
 import functools
 import inspect
 import json
-import socket
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -20,7 +17,8 @@ import torch
 from mbridge_overlap.budget import dp as budget_dp, embgrad, shape as shapes, system as systems
 from mbridge_overlap.budget.layout import Layout
 
-from test_budget_buckets import _as_te_builds_them  # (rootdir-relative: tests/bridge has no __init__)
+import gloo_ranks  # (rootdir-relative: tests/bridge has no __init__)
+from test_budget_buckets import _as_te_builds_them
 
 _BUILD = """
 import json, os, sys
@@ -89,16 +87,7 @@ def _ranks(s: dict) -> list:
 @functools.lru_cache(maxsize=None)
 def _built(spec: str) -> str:
     s = json.loads(spec)
-    world = s["tp"] * s["pp"]
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
-    procs = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", _BUILD, port, json.dumps(s), str(r), str(world)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
-    outs = [p.communicate(timeout=900) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
-    return json.dumps([json.loads(out.strip().splitlines()[-1]) for out, _ in outs])
+    return json.dumps(gloo_ranks.run(_BUILD, json.dumps(s), s["tp"] * s["pp"]))
 
 
 def _lay(s: dict, dp: int = 1, stages: tuple = (), mtp_stage=None) -> Layout:

@@ -11,16 +11,14 @@ finish_grad_sync is stubbed (tests/bridge/test_budget_buckets.py holds them). Ru
 import functools
 import inspect
 import json
-import socket
-import subprocess
-import sys
 
 import pytest
 
 from mbridge_overlap.budget import dp as budget_dp, embgrad, finalize, shape as shapes, system as systems
 from mbridge_overlap.budget.layout import Layout
 
-from test_budget_buckets import _as_te_builds_them  # (rootdir-relative: tests/bridge has no __init__)
+import gloo_ranks  # (rootdir-relative: tests/bridge has no __init__)
+from test_budget_buckets import _as_te_builds_them
 
 _BUILD = r'''
 import json, os, sys
@@ -114,15 +112,7 @@ WORLD = 4
 
 @functools.lru_cache(maxsize=None)
 def _built(spec: str) -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
-    procs = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", _BUILD, port, spec, str(r), str(WORLD)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(WORLD)]
-    outs = [p.communicate(timeout=900) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
-    return json.dumps([json.loads(out.strip().splitlines()[-1]) for out, _ in outs])
+    return json.dumps(gloo_ranks.run(_BUILD, spec, WORLD))
 
 
 def _lay(s: dict) -> Layout:

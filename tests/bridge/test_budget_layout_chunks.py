@@ -19,7 +19,8 @@ import torch
 from mbridge_overlap.budget import dp as budget_dp, estimate, shape as shapes, system as systems
 from mbridge_overlap.budget.layout import Layout, chunk_layers
 
-from test_budget_buckets import _as_te_builds_them  # (rootdir-relative: tests/bridge has no __init__)
+import gloo_ranks  # (rootdir-relative: tests/bridge has no __init__)
+from test_budget_buckets import _as_te_builds_them
 
 _BUILD = """
 import json, os, sys
@@ -111,20 +112,7 @@ SPEC = {"num_layers": 9, "hidden_size": 256, "ffn_hidden_size": 1024, "num_atten
 def _built(spec: str) -> dict:
     """Each pipeline rank's chunks (rank 0 and the first rank of PP stride answer), as the build script records them."""
     s = json.loads(spec)
-    world = s["pp"] * s["dp"]
-    import socket
-    import subprocess
-    import sys
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = str(sock.getsockname()[1])
-    procs = [subprocess.Popen([sys.executable, "-W", "ignore", "-c", _BUILD, port, spec, str(r), str(world)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
-    outs = [p.communicate(timeout=900) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
-    got = [json.loads(o.strip().splitlines()[-1]) for o, _ in outs if o.strip()]
+    got = gloo_ranks.run(_BUILD, spec, s["pp"] * s["dp"])
     return {g["pp_rank"]: g["chunks"] for g in got}
 
 
