@@ -257,6 +257,66 @@ def _package_path(path: str) -> str:
     return "/".join(parts[parts.index("megatron"):]) if "megatron" in parts else path
 
 
+def _passes_mtp(call, target) -> bool:
+    """Whether a call passes its callee an MTP block spec: not where the callee takes an mtp_block_spec parameter and
+    the call leaves it out or passes None (a **kwargs may carry one)."""
+    import ast
+    import inspect
+
+    try:
+        params = inspect.signature(target).parameters
+    except (TypeError, ValueError):
+        return True
+    if "mtp_block_spec" not in params:
+        return True
+    for k in call.keywords:
+        if k.arg is None:
+            return True
+        if k.arg == "mtp_block_spec":
+            return not (isinstance(k.value, ast.Constant) and k.value.value is None)
+    return False
+
+
+def _calls(fn, cls) -> list:
+    """(call node, the object it calls, its source line) of each call in fn's source that names a module-level object,
+    a method of cls (self.X), an attribute of a class (C.X) or the next class's method (super().X)."""
+    import ast
+    import importlib
+    import inspect
+
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return []
+    text = "".join(lines)
+    tree = ast.parse(inspect.cleandoc("\n" + text) if text[:1].isspace() else text)
+    local = dict(getattr(fn, "__globals__", {}))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                with contextlib.suppress(Exception):
+                    local[a.asname or a.name] = getattr(importlib.import_module(node.module), a.name)
+    owner = fn.__qualname__.rsplit(".", 1)[0]
+    at = lambda node: first + node.lineno - 1  # noqa: E731  (cleandoc drops the leading blank line)
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in local:
+            out.append((node, local[f.id], at(node)))
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+            out.append((node, getattr(cls, f.attr, None), at(node)))
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and isinstance(local.get(f.value.id), type):
+            out.append((node, getattr(local[f.value.id], f.attr, None), at(node)))
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and getattr(f.value.func, "id", None) == "super":
+            mro = cls.__mro__
+            idx = next((i for i, c in enumerate(mro) if c.__qualname__ == owner), None)
+            nxt = None if idx is None else next((vars(c)[f.attr] for c in mro[idx + 1:] if f.attr in vars(c)), None)
+            out.append((node, nxt, at(node)))
+    return out
+
+
 def decoder_rebuilt(cls, rebuilders: dict) -> dict | None:
     """Where a provider class's provide() builds a model of `rebuilders` (decoder_rebuilders()) with an MTP block, or
     None. Read from the sources: each call its provide() makes of a Bridge class or function (the provider's own
@@ -264,59 +324,20 @@ def decoder_rebuilt(cls, rebuilders: dict) -> dict | None:
     mtp_block_spec parameter counts only where it passes one (not None): Qwen3VLModelProvider builds Qwen3VLModel with
     none, so no MTP block is built and its decoder is not affected; a callee without one builds its own
     (Exaone45Model from config.mtp_num_layers)."""
-    import ast
-    import importlib
     import inspect
 
     seen: set = set()
 
-    def passes_mtp(call, target) -> bool:
-        try:
-            params = inspect.signature(target).parameters
-        except (TypeError, ValueError):
-            return True
-        if "mtp_block_spec" not in params:
-            return True
-        for k in call.keywords:
-            if k.arg is None:  # (**kwargs: may carry it)
-                return True
-            if k.arg == "mtp_block_spec":
-                return not (isinstance(k.value, ast.Constant) and k.value.value is None)
-        return False
-
-    def calls(fn) -> list:
-        try:
-            text = inspect.getsource(fn)
-        except (OSError, TypeError):
-            return []
-        tree = ast.parse(inspect.cleandoc("\n" + text) if text[:1].isspace() else text)
-        local = dict(getattr(fn, "__globals__", {}))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                for a in node.names:
-                    with contextlib.suppress(Exception):
-                        local[a.asname or a.name] = getattr(importlib.import_module(node.module), a.name)
-        out = []
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            f = node.func
-            if isinstance(f, ast.Name) and f.id in local:
-                out.append((node, local[f.id]))
-            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
-                out.append((node, getattr(cls, f.attr, None)))
-        return out
-
     def reach(fn, depth: int):
-        for call, obj in calls(fn):
+        for call, obj, _line in _calls(fn, cls):
             target = vars(obj).get("__init__") if isinstance(obj, type) else obj
             if isinstance(obj, type):
                 for model, where in rebuilders.items():
-                    if issubclass(obj, model) and passes_mtp(call, obj.__init__):
+                    if issubclass(obj, model) and _passes_mtp(call, obj.__init__):
                         return model, where
             if depth == 0 or id(obj) in seen or not str(getattr(obj, "__module__", "")).startswith("megatron.bridge."):
                 continue
-            if not (inspect.isfunction(target) or inspect.ismethod(target)) or not passes_mtp(call, target):
+            if not (inspect.isfunction(target) or inspect.ismethod(target)) or not _passes_mtp(call, target):
                 continue
             seen.add(id(obj))
             hit = reach(target, depth - 1)
@@ -338,74 +359,25 @@ def mtp_unbuilt(cls) -> dict | None:
     (super().provide() followed too: GPTModelProvider.provide passes mtp_block_spec(self)). Qwen3VLModelProvider builds
     Qwen3VLModel(...) with no mtp_block_spec (qwen3_vl_provider.py), so GPTModel's mtp_process is False and no eh_proj
     is built: TP_OVERLAP_OFF_MTP does not happen there. None where the walk reaches no construction (not known)."""
-    import ast
-    import importlib
     import inspect
 
     seen: set = set()
     built: list = []
 
-    def passes_mtp(call, target) -> bool:
-        try:
-            params = inspect.signature(target).parameters
-        except (TypeError, ValueError):
-            return True
-        if "mtp_block_spec" not in params:
-            return True
-        for k in call.keywords:
-            if k.arg is None:
-                return True
-            if k.arg == "mtp_block_spec":
-                return not (isinstance(k.value, ast.Constant) and k.value.value is None)
-        return False
-
-    def calls(fn) -> list:
-        try:
-            lines, first = inspect.getsourcelines(fn)
-        except (OSError, TypeError):
-            return []
-        text = "".join(lines)
-        tree = ast.parse(inspect.cleandoc("\n" + text) if text[:1].isspace() else text)
-        local = dict(getattr(fn, "__globals__", {}))
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                for a in node.names:
-                    with contextlib.suppress(Exception):
-                        local[a.asname or a.name] = getattr(importlib.import_module(node.module), a.name)
-        owner = fn.__qualname__.rsplit(".", 1)[0]
-        at = lambda node: first + node.lineno - 1  # noqa: E731  (cleandoc drops the leading blank line)
-        out = []
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            f = node.func
-            if isinstance(f, ast.Name) and f.id in local:
-                out.append((node, local[f.id], at(node)))
-            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
-                out.append((node, getattr(cls, f.attr, None), at(node)))
-            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and isinstance(local.get(f.value.id), type):
-                out.append((node, getattr(local[f.value.id], f.attr, None), at(node)))
-            elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Call) and getattr(f.value.func, "id", None) == "super":
-                mro = cls.__mro__
-                idx = next((i for i, c in enumerate(mro) if c.__qualname__ == owner), None)
-                nxt = None if idx is None else next((vars(c)[f.attr] for c in mro[idx + 1:] if f.attr in vars(c)), None)
-                out.append((node, nxt, at(node)))
-        return out
-
     def reach(fn, depth: int):
-        for call, obj, line in calls(fn):
+        for call, obj, line in _calls(fn, cls):
             if isinstance(obj, type):
                 try:
                     params = inspect.signature(obj.__init__).parameters
                 except (TypeError, ValueError):
                     params = {}
                 if "mtp_block_spec" in params:
-                    built.append((obj, passes_mtp(call, obj.__init__), fn, line))
+                    built.append((obj, _passes_mtp(call, obj.__init__), fn, line))
                     continue
             target = vars(obj).get("__init__") if isinstance(obj, type) else obj
             if depth == 0 or id(obj) in seen or not str(getattr(obj, "__module__", "")).startswith("megatron.bridge."):
                 continue
-            if not (inspect.isfunction(target) or inspect.ismethod(target)) or not passes_mtp(call, target):
+            if not (inspect.isfunction(target) or inspect.ismethod(target)) or not _passes_mtp(call, target):
                 continue
             seen.add(id(obj))
             reach(target, depth - 1)
