@@ -65,3 +65,29 @@ def test_plan_s_budget_at_a_longer_sequence_on_0_5():
     res = api.plan(tp=2, gpus=16, model="llama3_8b", seq_length=8192, global_batch_size=64, bridge_version="0.5.1")
     budget = res.to_dict()["budget"]
     assert budget.get("iteration_ms") and "unavailable" not in budget, budget
+
+
+def _config(tmp_path, text: str) -> str:
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_config_file_s_sequence_length_is_the_length_on_0_5(tmp_path):
+    """recheck65 AL1: a config file's dataset.sequence_length was dropped (the dataset section kept seq_length only), so
+    a run real 0.5.1 validates was refused with SEQ_LENGTH_DATASET_MISMATCH; AL2: and a mismatch it sets was missed."""
+    both = _config(tmp_path, "model:\n  seq_length: 16384\ndataset:\n  sequence_length: 16384\n")
+    for version in ("0.5.1", "0.5.0"):
+        res = api.resolve(config=both, recipe="llama3_8b_pretrain_config", gpus=8, bridge_version=version)
+        assert not _mismatch(res), version
+    only = _config(tmp_path, "dataset:\n  sequence_length: 16384\n")
+    (f,) = _mismatch(api.resolve(config=only, recipe="llama3_8b_pretrain_config", gpus=8, bridge_version="0.5.1"))
+    assert "dataset config: 16384" in f.message
+
+
+def test_a_config_file_s_sequence_length_leaves_0_6_s_seq_length_as_it_was(tmp_path):
+    """recheck65 AL2: on 0.6.x finalize() copies seq_length over sequence_length; a config file that sets only
+    sequence_length keeps the baseline's seq_length (4096), which validate() compares: the mismatch stands."""
+    both = _config(tmp_path, "model:\n  seq_length: 16384\ndataset:\n  sequence_length: 16384\n")
+    (f,) = _mismatch(api.resolve(config=both, gpus=8, bridge_version="0.6.2"))
+    assert "dataset config: 4096" in f.message

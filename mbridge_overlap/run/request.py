@@ -521,7 +521,7 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
     for key, value in items:
         _as_yaml_typed(key, value)
         req.set(key, value, "config")
-    if config and base is None and req.origin.get("dataset.seq_length") != "config":
+    if config and base is None and req.origin.get("dataset.seq_length") != "config" and not _baseline_dataset(release, dataset):
         for key in schema.BASELINE_CONTEXT:  # a config that holds no dataset (Bridge's summary prints none): not the baseline's
             req.context.pop(key, None)
     dataset = config.get("dataset") if isinstance(config, Mapping) else None
@@ -534,6 +534,16 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
     for key, value in (overrides or {}).items():
         req.set(key, value)
     return req
+
+
+def _baseline_dataset(release: Release, dataset) -> bool:
+    """A config's dataset section that leaves the baseline's dataset class (no _target_ or the baseline's own): the
+    fields it does not set keep the baseline's values, its sequence length among them (recheck65 AL2: a config setting
+    only sequence_length on 0.6.x, whose finalize() copies seq_length over it, was taken to hold no length at all)."""
+    if not isinstance(dataset, Mapping):
+        return False
+    target = dataset.get("_target_")
+    return target is None or (isinstance(target, str) and target.strip() == dataset_class(release.version)[0])
 
 
 def flatten_config(config: Mapping, release: Release, strict: bool = True, recipe: dict | None = None) -> tuple[list, list]:
@@ -592,6 +602,8 @@ def _flatten_section(section: str, body: Mapping, release: Release, strict: bool
         for name in body:
             if name != "_target_":
                 not_in_dataset_class(release, recipe, body.get("_target_"), f"dataset.{name}", "config")
+        seq = dataset_seq_length_key(release.version, recipe, body.get("_target_")).partition(".")[2]
+        extra = {seq}  # the length validate() compares, by this class's word (recheck65 AL1: 0.5.x's sequence_length)
     if section == "model":  # (recheck59 AF5: the recipe's own provider class's fields, or the config's own: U2-2)
         known = model_provider(release.version, recipe, body.get("_target_") if recipe is None else None)[1]
     out = []

@@ -46,3 +46,31 @@ def test_the_sequence_length_fix_is_one_this_release_s_command_line_takes():
         return
     assert taken, f"{other}: Bridge {version} refuses it, the skill takes it"
     assert bool(ours) == bool(error), (other, ours, error)
+
+
+def _bridge_file(text: str) -> str | None:
+    """Bridge's way with a YAML config file (OmegaConf.merge onto its config's dict, then apply_overrides): the
+    runtime_config_update error, or None."""
+    from omegaconf import OmegaConf
+    from megatron.bridge.training.utils.omegaconf_utils import apply_overrides, create_omegaconf_dict_config
+
+    cfg = adapter.baseline_config()
+    cfg.train.global_batch_size = cfg.train.micro_batch_size * 8
+    omega, excluded = create_omegaconf_dict_config(cfg)
+    omega = OmegaConf.merge(omega, OmegaConf.create(text))
+    apply_overrides(cfg, OmegaConf.to_container(omega, resolve=True), excluded)
+    return adapter.runtime_config_update(cfg, 8, True)[0]
+
+
+def test_a_config_file_s_sequence_length_words_agree_with_bridge(tmp_path):
+    """recheck65 AL1/AL2: a config file's dataset.sequence_length was dropped. Each word in a config file beside
+    model.seq_length: the mismatch the skill reports is the one this release's validate() raises (0.5.x: both words
+    set the one length; 0.6.x: sequence_length alone leaves seq_length's 4096, which validate() compares)."""
+    version = adapter.bridge_version()
+    for word in ("seq_length", "sequence_length"):
+        text = f"model:\n  seq_length: 8192\ndataset:\n  {word}: 8192\n"
+        (tmp_path / "run.yaml").write_text(text)
+        ours = [f for f in api.resolve(config=str(tmp_path / "run.yaml"), gpus=8, bridge_version=version).findings
+                if f.id == "SEQ_LENGTH_DATASET_MISMATCH"]
+        error = _bridge_file(text)
+        assert bool(ours) == bool(error and "sequence length configuration" in error), (word, ours, error)

@@ -11,7 +11,10 @@ from mbridge_overlap.upstream import anchors, releases
 from mbridge_overlap.run import launch_env
 from mbridge_overlap.bridge import adapter, apply, conformance
 from test_apply import LAYOUTS
-from test_dataset_seq_length_bridge import test_the_sequence_length_fix_is_one_this_release_s_command_line_takes  # noqa: F401
+from test_dataset_seq_length_bridge import (  # noqa: F401
+    test_a_config_file_s_sequence_length_words_agree_with_bridge,
+    test_the_sequence_length_fix_is_one_this_release_s_command_line_takes,
+)
 
 try:
     VERSION = adapter.bridge_version()
