@@ -77,6 +77,7 @@ class Diagnosis:
     facts: dict = field(default_factory=dict)
     compare: dict | None = None
     notes: list = field(default_factory=list)
+    settings_named: dict | None = None  # the settings the text names, never a cause (settings.py)
 
     @property
     def found(self) -> bool:
@@ -103,6 +104,7 @@ class Diagnosis:
             "facts": self.facts,
             "compare": self.compare,
             "notes": list(self.notes),
+            **({"settings_named": self.settings_named} if self.settings_named else {}),
         }
 
 

@@ -447,9 +447,31 @@ def diagnosis(d: dict) -> str:
             lines += ["", f"{title}:"]
             for m in items:
                 lines += [f"  {m['severity'].upper():7} {m['topic']}"] + _evidence(m)
+    lines += _settings_named(d.get("settings_named"))
     if d["notes"]:
         lines += [""] + [f"note: {n}" for n in d["notes"]]
     return _lines(lines)
+
+
+def _settings_named(n: dict | None) -> list[str]:
+    """diagnose's "settings the text names" (diagnose/settings.py): never a cause."""
+    if not n:
+        return []
+    lines = ["", "settings the text names (not causes: the text names them, nothing here says one is wrong):"]
+    for e in n["settings"]:
+        value = f" = {' / '.join(e['values'])}" if e["values"] else ""
+        lines.append(f"  {', '.join(e['spelled'])}{value}  ->  {', '.join(e['keys'])}  ({', '.join(e['families'])}; "
+                     f"first at {e['first_seen']['source']}:{e['first_seen']['line']})")
+    if n["more_settings"]:
+        lines.append(f"  and {n['more_settings']:,} more")
+    if n["findings"]:
+        lines.append("  findings that involve these settings: run resolve/lint with them to check:")
+        lines += [f"    {f['id']} (reads {', '.join(f['reads'])}): {f['title']}" for f in n["findings"]]
+        if n["more_findings"]:
+            lines.append(f"    and {n['more_findings']:,} more")
+    if n["lines_cut"]:
+        lines.append(f"  (looked for in the first {n['lines_read']:,} lines only)")
+    return lines
 
 
 def _trains(lay: dict) -> str:

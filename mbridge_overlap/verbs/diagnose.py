@@ -18,7 +18,7 @@ from ..upstream import releases
 from ..errors import UsageError
 from ..safeio import esc, same_files, shown
 from ..values import fmt
-from ..diagnose import messages, parallel, reader, report
+from ..diagnose import messages, parallel, reader, report, settings
 from ..diagnose.summary import MAX_BLOCK_LINES
 from ..diagnose.scan import MAX_RANKS, MAX_SIZES, MAX_TRACEBACKS, MAX_UNEXPLAINED, FATAL, Scan
 
@@ -43,6 +43,8 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     scenario.check(release, gpus=gpus, **inputs)  # (whether or not a config is linked: fuzzX X2-3)
     catalog = messages.load(release.version)
     sides = [[p] for p in logs] if compare else [logs]
+    tee = _tee(logs, stdin)
+    stdin = tee or stdin
     scans, read_notes, listed = [], [], []
     for label, paths in zip(("before", "after") if compare else ("log",), sides):
         listed.append(reader.files(paths, read_notes))
@@ -83,7 +85,19 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
         _drop_beside_changes(diag)
     report.p2p_op_type(diag)
     report.after_failure(diag)
+    diag.settings_named = settings.named([p for paths in listed for p in paths], release.version,
+                                         bytes(tee.kept) if tee else None)
     return diag
+
+
+def _tee(logs: list, stdin):
+    """Standard input, keeping its start for the settings the text names (diagnose/settings.py); None without "-"
+    (or with standard input closed: the reader says so)."""
+    import sys
+
+    if "-" not in logs or (stdin is None and sys.stdin is None):
+        return None
+    return settings.Tee(stdin if stdin is not None else sys.stdin.buffer)
 
 
 def _empty(paths: list[str], scan: Scan, side: str | None) -> list[str]:

@@ -1,0 +1,118 @@
+"""diagnose's "settings the text names" (diagnose/settings.py, issue 31 batch 17): each overlap setting a line names in
+Bridge's, Megatron-LM's, NeMo 1's or the environment's spelling, mapped to Bridge's fields, never a cause; dumps are
+not naming. The texts here are written for these tests."""
+
+from __future__ import annotations
+
+import io
+
+from mbridge_overlap import api
+from mbridge_overlap.diagnose import settings
+from mbridge_overlap.output import text as text_out
+from test_schemas import errors
+
+
+def diagnosed(text: str) -> dict:
+    return api.diagnose(["-"], stdin=io.BytesIO(text.encode("utf-8"))).to_dict()
+
+
+def named(text: str) -> dict:
+    """{first Bridge key of each setting: the entry}."""
+    section = diagnosed(text).get("settings_named") or {"settings": []}
+    return {e["keys"][0]: e for e in section["settings"]}
+
+
+def test_each_spelling_family_maps_to_bridge_s_fields():
+    text = ("After the upgrade, model.cp_comm_type=a2a+p2p trains much faster than before.\n"  # Bridge key
+            "We kept overlap_param_gather: true and the loss diverged after the first save.\n"  # field name
+            "Our launcher passes --overlap-grad-reduce --no-overlap-p2p-communication --cp-comm-type p2p\n"  # Megatron-LM
+            "The NeMo 1 job had ub_tp_comm_overlap=True in its model section.\n"  # NeMo 1
+            "export CUDA_DEVICE_MAX_CONNECTIONS=1 before launching, as the docs say.\n")  # environment
+    got = named(text)
+    cp = got["model.cp_comm_type"]
+    assert cp["values"][:2] == ["a2a+p2p", "p2p"] and set(cp["families"]) == {"Bridge key", "Megatron-LM flag"}
+    gather = got["comm_overlap.overlap_param_gather"]
+    assert set(gather["keys"]) == {"comm_overlap.overlap_param_gather", "ddp.overlap_param_gather",
+                                   "optimizer.overlap_param_gather"} and gather["values"] == ["true"]
+    assert got["comm_overlap.overlap_grad_reduce"]["values"] == ["true"]  # a store_true flag
+    p2p = got["comm_overlap.overlap_p2p_comm"]
+    assert p2p["values"] == ["false"] and p2p["spelled"] == ["--no-overlap-p2p-communication"]  # store_false: its dest
+    tp = got["comm_overlap.tp_comm_overlap"]
+    assert tp["families"] == ["NeMo 1 name"] and tp["values"] == ["True"]
+    env = got["env_vars.CUDA_DEVICE_MAX_CONNECTIONS"]
+    assert env["values"] == ["1"] and env["first_seen"]["line"] == 5
+
+
+def test_named_settings_are_never_a_cause_and_list_the_findings_that_read_them():
+    text = ("Setting `cp_comm_type: a2a+p2p` without `hierarchical_context_parallel_sizes` makes the throughput look "
+            "too good to be true.\n")
+    d = diagnosed(text)
+    assert d["causes"] == [] and not d["found"]
+    section = d["settings_named"]
+    assert {e["keys"][0] for e in section["settings"]} == {"model.cp_comm_type", "model.hierarchical_context_parallel_sizes"}
+    assert section["findings"][0]["id"] == "CP_HIERARCHICAL_SIZES_INVALID"
+    assert section["findings"][0]["reads"] == ["model.cp_comm_type", "model.hierarchical_context_parallel_sizes"]
+    out = text_out.diagnosis(d)
+    assert "causes: none on the overlap path" in out
+    assert "settings the text names (not causes" in out and "run resolve/lint with them to check" in out
+
+
+def test_dumps_and_config_files_name_nothing():
+    mlm = ("------------------------ arguments ------------------------\n"
+           "  overlap_grad_reduce ............................. True\n"
+           "  overlap_param_gather ............................ True\n"
+           "  tp_comm_overlap ................................. False\n"
+           "-------------------- end of arguments ---------------------\n")
+    summary = ("======================================================================\n"
+               "Configuration Summary (Non-Default Values vs Megatron Core)\n"
+               "======================================================================\n\n"
+               "[ddp] Non-default values (vs Mcore DistributedDataParallelConfig):\n"
+               "  overlap_grad_reduce: True  (Mcore default: False)\n"
+               "  use_distributed_optimizer: True  (Mcore default: False)\n\n"
+               "[model] Non-default values (vs Mcore TransformerConfig):\n"
+               "  sequence_parallel: True  (Mcore default: False)\n")
+    yaml_file = ("comm_overlap:\n  tp_comm_overlap: true\n  overlap_grad_reduce: true\n\n  bucket_size: 40000000\n"
+                 "model:\n  cp_comm_type: a2a+p2p\n")
+    namespace = ("Namespace(tensor_model_parallel_size=2, sequence_parallel=True, overlap_grad_reduce=True, "
+                 "tp_comm_overlap=True, cp_comm_type=['p2p'])\n")
+    for dump in (mlm, summary, yaml_file, namespace):
+        assert "settings_named" not in diagnosed(dump), dump
+    # a line beside a dump is still read
+    assert list(named(mlm + "Then I turned off overlap_grad_reduce and it hung.\n")) == ["comm_overlap.overlap_grad_reduce"]
+
+
+def test_absent_when_nothing_is_named():
+    d = diagnosed("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+                  "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert "settings_named" not in d
+    assert "settings the text names" not in text_out.diagnosis(d)
+    # words that merely resemble a setting are not one: prose, an unknown flag, a field with no overlap relevance
+    assert "settings_named" not in diagnosed("overlap param gather hurts; --overlap-everything; learning_rate=3e-4\n")
+
+
+def test_hostile_text_is_escaped():
+    text = "overlap_grad_reduce=\x1b[31mtrue\u202e and NCCL_ALGO='Ring\x07' with ub_tp_comm_overlap=" + "x" * 500 + "\n"
+    d = diagnosed(text)
+    values = [v for e in d["settings_named"]["settings"] for v in e["values"]]
+    assert values and all(v.isprintable() and "\x1b" not in v and "\u202e" not in v for v in values)
+    assert all(len(v) <= settings.MAX_VALUE for v in values)
+    out = text_out.diagnosis(d)
+    assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+
+
+def test_the_section_is_capped():
+    flags = [f for f, (_keys, kind) in settings.vocabulary(None).flags.items() if kind == "true"]
+    d = diagnosed("we pass " + " ".join(f"--{f}" for f in flags[:40]) + "\n")
+    section = d["settings_named"]
+    assert len(section["settings"]) == settings.MAX_SETTINGS and section["more_settings"] > 0
+    assert len(section["findings"]) <= settings.MAX_FINDINGS
+
+
+def test_json_shape():
+    d = diagnosed("We set --overlap-param-gather with --use-distributed-optimizer and NCCL_NVLS_ENABLE=0.\n")
+    assert errors("diagnose.schema.json", d) == []
+    section = d["settings_named"]
+    assert set(section) == {"settings", "more_settings", "findings", "more_findings", "lines_read", "lines_cut",
+                            "megatron_lm_flags_of"}
+    assert section["megatron_lm_flags_of"].startswith("megatron-core ")
+    assert set(section["settings"][0]) == {"spelled", "families", "keys", "values", "count", "first_seen"}
