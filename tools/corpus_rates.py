@@ -8,6 +8,10 @@ the variable of a launcher:NAME knob, in the cause's knobs or fix); where the th
 software, or no knob, when a cause is on the entry's parallel dimension. A negative control is kept when no overlap
 cause is reported for it (a cause marked not overlap-related does not count against it). Prints the rate per split
 and every miss and false match; exit 0 (a report, not a check: tests/test_diagnose_corpus.py holds the dev part).
+
+Beside it, never in it: "knob among the settings named" counts the overlap entries one of whose config knobs (or a
+launcher:NAME knob's env_vars.NAME) is among the keys of diagnose's settings_named section (the settings the text
+names, diagnose/settings.py), and "controls with a settings section" the negative controls that get one.
 """
 
 from __future__ import annotations
@@ -62,7 +66,25 @@ def judge(entry: dict, causes: list[dict]) -> tuple[bool, str]:
     return bool(overlap) and (not dims or any(dimension_of(c.get("knobs") or []) & dims for c in overlap)), shown
 
 
+def among_named(entry: dict, result: dict) -> bool:
+    """Whether the settings the text names (settings_named, never a cause) hold a knob the entry's thread
+    established; for a negative control, whether it has the section at all."""
+    section = result.get("settings_named")
+    if not section:
+        return False
+    if not entry["overlap_related"]:
+        return True
+    keys = {k for s in section["settings"] for k in s["keys"]}
+    return any(k in keys or f"env_vars.{k}" in keys for k in config_knobs(entry["knobs"]))
+
+
 def run(entries: list[dict]) -> list[tuple[dict, bool, str]]:
+    """(entry, right, what was reported) of each entry."""
+    return [(e, right, shown) for e, right, shown, _named in judged(entries)]
+
+
+def judged(entries: list[dict]) -> list[tuple[dict, bool, str, bool]]:
+    """run's, with whether among_named."""
     import io
 
     from mbridge_overlap import api
@@ -71,7 +93,7 @@ def run(entries: list[dict]) -> list[tuple[dict, bool, str]]:
     for e in entries:
         result = api.diagnose(["-"], stdin=io.BytesIO(e["quote"].encode("utf-8"))).to_dict()
         right, shown = judge(e, result["causes"])
-        out.append((e, right, shown))
+        out.append((e, right, shown, among_named(e, result)))
     return out
 
 
@@ -86,15 +108,20 @@ def main(argv=None) -> int:
     entries = yaml.safe_load(Path(args.corpus).read_text(encoding="utf-8"))["entries"]
     for split in (("dev", "held_out") if args.split == "all" else (args.split,)):
         part = [e for e in entries if e.get("split", "held_out") == split]
-        results = run(part)
-        on = [(e, r, s) for e, r, s in results if e["overlap_related"]]
-        off = [(e, r, s) for e, r, s in results if not e["overlap_related"]]
+        results = judged(part)
+        on = [(e, r, s) for e, r, s, _n in results if e["overlap_related"]]
+        off = [(e, r, s) for e, r, s, _n in results if not e["overlap_related"]]
         print(f"{split}: named the knob for {sum(r for _, r, _ in on)} of {len(on)} on the overlap path; "
               f"no overlap cause for {sum(r for _, r, _ in off)} of {len(off)} negative controls")
-        for e, right, shown in results:
+        print(f"{split}: knob among the settings named for {sum(n for e, _r, _s, n in results if e['overlap_related'])} "
+              f"of {len(on)} on the overlap path; controls with a settings section: "
+              f"{sum(n for e, _r, _s, n in results if not e['overlap_related'])} of {len(off)}")
+        for e, right, shown, among in results:
             if args.verbose or not right:
                 mark = "ok  " if right else ("MISS" if e["overlap_related"] else "FALSE")
-                print(f"  {mark} {e['id']} [{e['kind']}; wants {', '.join(e['knobs']) or e.get('dimension')}]: {shown}")
+                print(f"  {mark} {e['id']} [{e['kind']}; wants {', '.join(e['knobs']) or e.get('dimension')}]: {shown}"
+                      + ("; among the settings named" if among and e["overlap_related"] else
+                         "; has a settings section" if among else ""))
     return 0
 
 
