@@ -116,3 +116,11 @@ def test_json_shape():
                             "megatron_lm_flags_of"}
     assert section["megatron_lm_flags_of"].startswith("megatron-core ")
     assert set(section["settings"][0]) == {"spelled", "families", "keys", "values", "count", "first_seen"}
+
+
+def test_a_word_after_a_flag_in_prose_is_not_its_value_and_layout_words_are_not_overlap_settings():
+    got = named("Please pass --moe-token-dispatcher-type instead of the old flag, e.g. --moe-token-dispatcher-type "
+                "alltoall --overlap-grad-reduce\n")
+    assert got["model.moe_token_dispatcher_type"]["values"] == ["alltoall"]  # not "instead": a value before a flag only
+    # a finding reads num_layers and the batch size for the layout; a text naming them names no overlap setting
+    assert "settings_named" not in diagnosed("AssertionError: num_layers=60 should be divisible by 8 (micro_batch_size=2)\n")

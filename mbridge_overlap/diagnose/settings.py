@@ -19,7 +19,9 @@ Spellings read (the vocabulary, VOCABULARY):
     names for TE's userbuffers overlap, read by initialize_ub_func; native_messages.yaml cites the same file);
   - the environment variables the findings read (env_vars.NAME: CUDA_DEVICE_MAX_CONNECTIONS, NCCL_NVLS_ENABLE, ...).
 The fields are those of the release's bridge_fields.yaml that a finding reads (its knobs), every comm_overlap and
-ddp field, and the model fields named for overlap or communication (OVERLAP_WORDS).
+ddp field, and the model fields named for overlap or communication (MODEL_WORDS); of a finding's knobs only those
+whose name says parallelism or communication (OVERLAP_WORDS: a finding reads num_layers for the layout, and a text
+naming num_layers names no overlap setting).
 
 Not "named": a line of a dump. RUN key-value lines in a row (blank lines, rules and headers ending in ':' between
 them) are an argument dump, Bridge's configuration summary or a config file, and a line of PAIRS key=value pairs
@@ -49,7 +51,12 @@ MAX_VALUE = 60
 KEEP_BYTES = 4 << 20  # bytes of standard input kept for this (Tee): MAX_LINES short lines
 RUN = 3
 PAIRS = 4
-OVERLAP_WORDS = re.compile(r"overlap|_comm\b|comm_|p2p|a2a|dispatcher|bucket|param_gather|grad_reduce")
+# a field is an overlap setting where its name says parallelism or communication (a finding that reads the number of
+# layers or the batch size reads them for the layout: a text naming num_layers names no overlap setting)
+OVERLAP_WORDS = re.compile(r"parallel|overlap|comm|p2p|a2a|dispatcher|bucket|param_gather|grad_reduce|distributed|fsdp|"
+                           r"nccl|ub_|userbuffer")
+# the model fields named for overlap or communication, beside those a finding reads
+MODEL_WORDS = re.compile(r"overlap|_comm\b|comm_|p2p|a2a|dispatcher")
 SECTIONS_FIRST = ("comm_overlap", "ddp", "optimizer", "mixed_precision", "model", "dist")
 # NeMo 1's names for Bridge's fields (NVIDIA/NeMo nemo/collections/nlp/models/language_modeling/megatron_base_model.py)
 NEMO1 = {"ub_tp_comm_overlap": "tp_comm_overlap", "ub_tp_comm_overlap_cfg": "tp_comm_overlap_cfg"}
@@ -61,6 +68,10 @@ FAMILIES = {"key": "Bridge key", "field": "field name", "flag": "Megatron-LM fla
 _TOKEN = re.compile(r"(?<![\w.\-])(--)?([A-Za-z_][\w]*(?:[.\-][A-Za-z0-9_]+)*)")
 _AFTER = re.compile(r"""[ \t]*(?:=|:(?!:))[ \t]*(?:"([^"\n]{0,200})"|'([^'\n]{0,200})'|(\[[^\]\n]{0,200}\])|([^\s,;`'"()\]}]+))""")
 _FLAG_VALUE = re.compile(r"""(?:=|[ \t]+)(?!-)(?:"([^"\n]{0,200})"|'([^'\n]{0,200})'|(\[[^\]\n]{0,200}\])|([^\s,;`'"()\]}]+))""")
+# a word after a flag is its value where it cannot be prose: a digit or a sign in it, a boolean, or another flag next
+# ("use --micro-batch-size instead" sets nothing to "instead"; "--cp-comm-type a2a+p2p", "--x alltoall --y" do)
+_PLAIN_WORD = re.compile(r"[A-Za-z]+\Z")
+_NEXT_FLAG = re.compile(r"[ \t]+(?:--|\\$)")
 _LEAD = re.compile(r"^\s*(?:\[[^\]\n]{0,120}\]:?\s*|\d{4}-\d\d-\d\d[T ][\d:.,]+\S*\s*(?:-\s*)?|(?:INFO|WARNING|ERROR|DEBUG|"
                    r"CRITICAL)\b\s*[:\-]?\s*)*")
 _KV = re.compile(r"^(?:[-*]\s+)?[\"']?[A-Za-z_][\w.\-]*[\"']?\s*(?:[:=]\s*(.*)|\s\.{2,}\s*(.*)|\s{2,}(\S.*))$")
@@ -96,13 +107,13 @@ def vocabulary(version: str | None) -> Vocabulary:
     for rec in findings.records().values():
         for knob in rec.get("knobs") or ():
             sec, dot, name = knob.partition(".")
-            if dot and name in fields.get(sec, ()):
+            if dot and name in fields.get(sec, ()) and OVERLAP_WORDS.search(name):
                 keys.add(knob)
             elif sec == "env_vars" and dot:
                 envs.add(name)
     for sec in ("comm_overlap", "ddp"):
         keys |= {f"{sec}.{n}" for n in fields.get(sec, ())}
-    keys |= {f"model.{n}" for n in fields.get("model", ()) if OVERLAP_WORDS.search(n)}
+    keys |= {f"model.{n}" for n in fields.get("model", ()) if MODEL_WORDS.search(n) and not n.startswith("inference_")}
     by_name: dict = {}
     for key in sorted(keys, key=_order):
         by_name.setdefault(key.partition(".")[2], []).append(key)
@@ -121,6 +132,14 @@ def _value(m: re.Match | None) -> str | None:
     return esc(text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 3] + "...")
 
 
+def _flag_value(text: str, end: int) -> str | None:
+    m = _FLAG_VALUE.match(text, end)
+    if m is None or text[end] == "=" or not _PLAIN_WORD.match(m.group(4) or ""):
+        return _value(m)
+    plain = m.group(4).lower() in ("true", "false", "none") or _NEXT_FLAG.match(text, m.end())
+    return _value(m) if plain else None
+
+
 def mentions(text: str, vocab: Vocabulary) -> list[tuple]:
     """(family, spelled, keys, value or None) of each setting a line names."""
     if "_" not in text and "--" not in text:
@@ -131,7 +150,7 @@ def mentions(text: str, vocab: Vocabulary) -> list[tuple]:
         hit = None
         if dashes and tok in vocab.flags:
             keys, kind = vocab.flags[tok]
-            value = kind if kind != "value" else _value(_FLAG_VALUE.match(text, m.end()))
+            value = kind if kind != "value" else _flag_value(text, m.end())
             hit = ("flag", f"--{tok}", keys, value)
         elif "." in tok:
             parts = tok.split(".")
