@@ -119,3 +119,20 @@ def test_anchors_import_no_megatron_and_no_torch():
             "print(d['counts'], bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=releases.DATA_DIR.parents[1])
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+
+
+def test_megatron_lm_flags_are_the_installed_parsers():
+    """tools/gen_mlm_flags.py --check: diagnose's Megatron-LM flag names (data/megatron_lm_flags.json) are the parser
+    the installed megatron-core builds, where it is the megatron-core the file was generated from."""
+    import json
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    recorded = json.loads((releases.DATA_DIR / "megatron_lm_flags.json").read_text())["megatron_core_version"]
+    if version("megatron-core") != recorded:
+        pytest.skip(f"the flag names are megatron-core {recorded}'s; installed {version('megatron-core')}")
+    script = releases.DATA_DIR.parents[1] / "tools" / "gen_mlm_flags.py"
+    proc = subprocess.run([sys.executable, "-W", "ignore", str(script), "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    assert proc.stdout.strip().endswith("up to date")
