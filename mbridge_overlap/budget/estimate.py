@@ -5,10 +5,9 @@ spread the sources allow; the assumptions are listed with the result."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 
-from . import dp, embgrad, finalize, kinds as layer_kinds, mla, mtp as mtps, shape as shapes, tp
+from . import dp, embgrad, finalize, kinds as layer_kinds, mla, mtp as mtps, routing, shape as shapes, tp
 from .collective import ACT_BYTES, Item, across, ms
 from .layout import Layout, chunk_numbers, fewest_local, first_last_stages, link_of, rank_layers, spans_domains, stage_numbers
 from .system import System
@@ -186,11 +185,42 @@ def _cp_exchange(lay: Layout) -> tuple:
 def copies_per_token(lay: Layout, shape) -> float:
     """How many copies of a token the dispatch sends: the alltoall dispatcher one per routed expert (top-k); the flex
     dispatcher (DeepEP, HybridEP: fused_a2a.py's is_token_in_rank) one per EP rank that holds one of its experts, under
-    uniform routing ep x (1 - C(E - E/ep, k) / C(E, k))."""
+    uniform routing (routing.py: ep x (1 - C(E - E/ep, k) / C(E, k)), or with group-limited routing the ranks of the
+    chosen groups its top-k reach)."""
     k, experts = shape.moe_router_topk, shape.num_moe_experts
     if lay.dispatcher != "flex" or lay.ep < 2 or experts % lay.ep:
         return k
-    return lay.ep * (1 - math.comb(experts - experts // lay.ep, k) / math.comb(experts, k))
+    groups = None if routing.unmodelled(shape) else routing.grouping(shape)
+    return routing.ranks_per_token(experts, k, lay.ep, *(groups or ()))
+
+
+def _grouped_routing(lay: Layout, shape) -> tuple:
+    """What group-limited routing does to the EP all-to-all: which ranks a token can reach (and, where the groups
+    are whole NVLink domains, which domains), or why the budget does not follow it."""
+    if not shape.moe or lay.ep < 2 or routing.grouping(shape) is None:
+        return ()
+    why = routing.unmodelled(shape)
+    if why:
+        return (f"EP: group-limited routing not modelled: {why}; a token's ranks are priced as if it routed over all "
+                f"{shape.num_moe_experts} experts",)
+    groups, pick = routing.grouping(shape)
+    per_group, per_rank = shape.num_moe_experts // groups, shape.num_moe_experts // lay.ep
+    where = (f"a group is {per_group // per_rank} EP rank{'s' * (per_group != per_rank)}, so a token reaches at most "
+             f"{pick * per_group // per_rank} of the {lay.ep}" if per_group % per_rank == 0 else
+             f"an EP rank holds {per_rank // per_group} group{'s' * (per_rank != per_group)}" if per_rank % per_group == 0 else
+             "groups and EP ranks do not align")
+    said = (f"EP: group-limited routing (moe_router_num_groups {groups}, moe_router_group_topk {pick}: Megatron-Core's "
+            f"group_limited_topk picks each token's top-{shape.moe_router_topk} inside its {pick} best of {groups} "
+            f"groups of {per_group} experts): {where}")
+    if lay.dispatcher == "flex" and shape.num_moe_experts % lay.ep == 0:
+        plain = routing.ranks_per_token(shape.num_moe_experts, shape.moe_router_topk, lay.ep)
+        said += (f"; the flex dispatcher's copies per token {copies_per_token(lay, shape):.2f} (a fixed-seed sample of "
+                 f"the router's rule on uniform scores), {plain:.2f} without the groups")
+    span = per_group // per_rank * lay.etp if per_group % per_rank == 0 else 0  # GPUs of one group's ranks, in a row
+    if span and span % lay.domain == 0 and lay.ep * lay.etp % lay.domain == 0 and spans_domains(lay, lay.etp, lay.ep):
+        said += (f"; each group spans whole NVLink domains of {lay.domain} GPUs, so a token's parts go to at most {pick} "
+                 "groups' domains; the all-to-all is still priced as the EP group's over the network")
+    return (said,)
 
 
 def _not_modelled(lay: Layout, shape) -> tuple:
@@ -207,6 +237,7 @@ def _not_modelled(lay: Layout, shape) -> tuple:
         out += (f"EP: the flex dispatcher (DeepEP, HybridEP) sends a token once to each EP rank that holds one of its "
                 f"experts: {copies_per_token(lay, shape):.2f} ranks of its top-{shape.moe_router_topk} under uniform routing "
                 "(a skewed router sends more or fewer); priced at the all-to-all's bus bandwidth, not DeepEP's own kernels'",)
+    out += _grouped_routing(lay, shape)
     if shape.moe and lay.ep > 1 and spans_domains(lay, lay.etp, lay.ep):
         local = fewest_local(lay, lay.etp, lay.ep)
         if local < min(lay.domain, lay.ep):

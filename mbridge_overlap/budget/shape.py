@@ -28,6 +28,11 @@ class Shape:
     share_embeddings_and_output_weights: bool = False
     num_moe_experts: int | None = None
     moe_router_topk: int = 2
+    # group-limited routing (moe_utils.group_limited_topk): experts in num_groups contiguous groups, each token's top-k
+    # inside its group_topk best groups (routing.py; DeepSeek-V3's n_group 8, topk_group 4 through Bridge's
+    # model_bridge.py CONFIG_MAPPING); None: not grouped
+    moe_router_num_groups: int | None = None
+    moe_router_group_topk: int | None = None
     moe_ffn_hidden_size: int | None = None
     qk_layernorm: bool = False  # a norm of each head's queries and keys (Qwen3): head_dim weights each
     moe_shared_expert_intermediate_size: int | None = None  # a shared expert in each MoE layer: its FFN size
@@ -189,7 +194,8 @@ def of(model: str | None, given: dict, said: str | None = None, fits=None) -> tu
 
 
 # Shape keys whose null is a value (not Bridge's unset): MLATransformerConfig's q_lora_rank None builds linear_q_proj
-NULLABLE = frozenset({"q_lora_rank", "mtp_num_layers"})  # (and mtp_num_layers None: no MTP block)
+NULLABLE = frozenset({"q_lora_rank", "mtp_num_layers",  # (and mtp_num_layers None: no MTP block)
+                      "moe_router_num_groups", "moe_router_group_topk"})  # (None: routing not grouped)
 # MLA sizes whose null Megatron-Core cannot build (MLATransformerConfig types them int; MultiLatentAttention.__init__
 # adds qk_head_dim + qk_pos_emb_head_dim and multiplies v_head_dim, MLASelfAttention adds kv_lora_rank +
 # qk_pos_emb_head_dim: None is a TypeError when the model is built), where another null is Bridge's unset (fuzzK K6)
@@ -198,7 +204,7 @@ NOT_NULL = frozenset({"kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_h
 
 def null_refused(key: str, where: str = "") -> UsageError:
     """The error of a null where Megatron-Core needs a whole number (NOT_NULL): refused as 0 is (fuzzV V2-7)."""
-    return UsageError(f"{where}{key}: expected a whole number, got null (only {' and '.join(sorted(NULLABLE))} take null; "
+    return UsageError(f"{where}{key}: expected a whole number, got null (only {', '.join(sorted(NULLABLE)[:-1])} and {sorted(NULLABLE)[-1]} take null; "
                       f"Megatron-Core's MLA layer computes with {key}, and None there is a TypeError when the model is built)")
 
 
@@ -208,7 +214,7 @@ BOUNDS = {"num_layers": 4096, "hidden_size": 1 << 18, "ffn_hidden_size": 1 << 21
           "num_query_groups": 4096, "kv_channels": 1 << 12, "vocab_size": 1 << 24, "num_moe_experts": 4096,
           "moe_router_topk": 4096, "moe_ffn_hidden_size": 1 << 21, "moe_shared_expert_intermediate_size": 1 << 21,
           "q_lora_rank": 1 << 18, "kv_lora_rank": 1 << 18, "qk_head_dim": 1 << 12, "qk_pos_emb_head_dim": 1 << 12,
-          "v_head_dim": 1 << 12, "mtp_num_layers": 1 << 12}
+          "v_head_dim": 1 << 12, "mtp_num_layers": 1 << 12, "moe_router_num_groups": 4096, "moe_router_group_topk": 4096}
 
 
 def check_given(model: str | None, given: dict | None) -> None:
@@ -308,6 +314,24 @@ def _check(values: dict) -> None:
                          "(Megatron-Core's get_gpt_decoder_layer_specs asserts one per layer)")
     if values.get("num_moe_experts") is not None and values.get("moe_router_topk", 2) > values["num_moe_experts"]:
         raise UsageError(f"moe_router_topk ({values.get('moe_router_topk', 2)}) exceeds num_moe_experts ({values['num_moe_experts']})")
+    _check_groups(values)
+
+
+def _check_groups(values: dict) -> None:
+    """Megatron-Core's own refusals of group-limited routing (TransformerConfig.__post_init__, 0.19.2
+    transformer_config.py:2338-2356), in its words."""
+    pick, groups, experts = values.get("moe_router_group_topk"), values.get("moe_router_num_groups"), values.get("num_moe_experts")
+    if not pick or not experts:
+        return
+    if not groups:
+        raise UsageError("When using group limited routing, moe_router_num_groups must be specified. "
+                         f"(moe_router_group_topk is {pick}; Megatron-Core's TransformerConfig refuses it)")
+    if experts % groups:
+        raise UsageError(f"num_moe_experts ({experts}) should be divisible by moe_router_num_groups ({groups}). "
+                         "(Megatron-Core's TransformerConfig asserts it)")
+    if pick > groups:
+        raise UsageError(f"moe_router_group_topk ({pick}) should be smaller than moe_router_num_groups ({groups}). "
+                         "(Megatron-Core's TransformerConfig asserts it)")
 
 
 # -- FLOPs of one micro-batch on one GPU (forward; backward is twice) -------------------------------------------------
