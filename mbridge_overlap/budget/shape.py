@@ -204,7 +204,8 @@ NOT_NULL = frozenset({"kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_h
 
 def null_refused(key: str, where: str = "") -> UsageError:
     """The error of a null where Megatron-Core needs a whole number (NOT_NULL): refused as 0 is (fuzzV V2-7)."""
-    return UsageError(f"{where}{key}: expected a whole number, got null (only {', '.join(sorted(NULLABLE)[:-1])} and {sorted(NULLABLE)[-1]} take null; "
+    *some, last = sorted(NULLABLE)
+    return UsageError(f"{where}{key}: expected a whole number, got null (only {', '.join(some)} and {last} take null; "
                       f"Megatron-Core's MLA layer computes with {key}, and None there is a TypeError when the model is built)")
 
 
