@@ -61,7 +61,7 @@ def test_deepseek_v3_s_mtp_and_loss_rank_is_costed_with_its_whole_output_layer(m
     assert b.iteration_s == max(bb.iteration_s for bb, *_ in built)
     said = _said(b)
     assert f"costs pipeline rank {rank}, the busiest: it holds 5 MoE decoder layers, the MTP layers and the output layer and loss" in said
-    assert "next, rank 1 (8 MoE decoder layers)" in said
+    assert "next, ranks 1, 2, 3, 4, 5 and 6 (8 MoE decoder layers each)" in said  # (evalAD AD2-3: alike ranks named)
     assert not any("is not the busiest" in a for a in b.assumptions)
 
 
@@ -75,7 +75,8 @@ def test_a_rank_whose_ep_all_to_alls_cross_the_network_can_outweigh_the_loss_ran
     assert c3.fwd + c3.bwd > c1.fwd + c1.bwd and b1.iteration_s > b3.iteration_s
     assert b.iteration_s == b1.iteration_s
     said = _said(b)
-    assert "costs pipeline rank 1, the busiest: it holds 16 MoE decoder layers;" in said
+    assert "costs pipeline rank 1, the busiest with rank 2, which holds the same (rank 1 the first, with the least " \
+        "pipeline slack beside its DP): each holds 16 MoE decoder layers;" in said
     assert "next, rank 3 (13 MoE decoder layers, the MTP layers and the output layer and loss)" in said
     assert any("the pipeline rank of the MTP layers (3) is not the busiest" in a for a in b.assumptions)
 
@@ -176,3 +177,16 @@ def test_the_first_and_last_stages_counts_put_the_busiest_rank_s_layers_in_the_b
     assert uneven["compute_ms"] > even["compute_ms"]
     said = [a for a in uneven["assumptions"] if "num_layers_in_first/last_pipeline_stage place" in a]
     assert said and "(2, 14, 14, 2 on the 4 pipeline ranks)" in said[0] and "costs pipeline rank 1" in said[0]
+
+
+def test_ranks_tied_as_the_busiest_are_named_and_next_is_below_them():
+    """evalAD AD2-3: Llama-3-70B, PP 4 x VPP 5, first and last stages 15 layers: Megatron-Core's get_num_layers_to_build
+    gives ranks 1 and 2 (80 - 30) / 2 = 25 layers each, neither with the embedding nor the output layer; the budget
+    named rank 1 alone, and rank 3 (15 layers and the loss) as next, as if rank 2 were faster."""
+    b = api.budget({"model.num_layers_in_first_pipeline_stage": 15, "model.num_layers_in_last_pipeline_stage": 15},
+                   recipe="llama3_70b_pretrain_64gpu_h100_bf16_config").to_dict()["budget"]
+    (said,) = [a for a in b["assumptions"] if "(15, 25, 25, 15 on the 4 pipeline ranks)" in a]
+    assert ("the budget costs pipeline rank 1, the busiest with rank 2, which holds the same (rank 1 the first, with "
+            "the least pipeline slack beside its DP): each holds 25 decoder layers;") in said
+    assert "next, rank 3 (15 decoder layers and the output layer and loss)" in said
+    assert "next, rank 2" not in said

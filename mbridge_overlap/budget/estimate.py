@@ -311,7 +311,7 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     built = [(_at(lay, shape, system, shape_from, c, n_mtp, mtp_k, mtp_extra, rate, tokens), c) for c in candidates]
     b, costed = max(built, key=lambda bc: (bc[0].iteration_s, -bc[1].rank))
     if lay.stages:
-        b.assumptions += (_rank_said(lay, costed, b, built),)
+        b.assumptions += (_rank_said(lay, costed, b, built, lambda r: _twins(lay, shape, n_mtp, r)),)
     b.assumptions += network_rates(b.items, system)
     return b
 
@@ -425,6 +425,13 @@ def _rank_counts(lay: Layout, shape, rank: int) -> dict:
     return {False: len(nums) - moe, True: moe}
 
 
+def _alike(lay: Layout, shape, n_mtp: int, rank: int) -> tuple:
+    """What a layout's pipeline rank holds, as _candidates compares ranks: its decoder layers by kind, its MTP layers,
+    the embedding (first rank), the output layer and loss (last rank)."""
+    return (tuple(sorted(_rank_counts(lay, shape, rank).items())), n_mtp if rank == mtps.rank(lay) else 0, rank == 0,
+            rank == lay.pp - 1)
+
+
 def _candidates(lay: Layout, shape, layers: int, n_mtp: int, kinds_of, mtp_k: bool, mtp_extra: dict, rate: float,
                 logits_fwd: float, adapter_s: float) -> list:
     """The pipeline ranks the budget may cost (Costed), the busiest of which it costs (_estimate: the longest
@@ -446,7 +453,7 @@ def _candidates(lay: Layout, shape, layers: int, n_mtp: int, kinds_of, mtp_k: bo
     out, seen = [], set()
     for r in range(lay.pp):
         counts, mine = _rank_counts(lay, shape, r), n_mtp if r == mtps.rank(lay) else 0
-        key = (tuple(sorted(counts.items())), mine, r == 0, r == lay.pp - 1)
+        key = _alike(lay, shape, n_mtp, r)
         if key in seen:
             continue
         seen.add(key)
@@ -469,20 +476,38 @@ def _holds(lay: Layout, c: Costed) -> str:
     return ", ".join([layers] + extra[:-1]) + (f" and {extra[-1]}" if extra else "")
 
 
-def _rank_said(lay: Layout, c: Costed, b: Budget, built: list) -> str:
-    """Which rank a layout's budget costs and why: what it holds, its micro-batch and iteration against the next
-    busiest rank's."""
+def _twins(lay: Layout, shape, n_mtp: int, rank: int) -> list:
+    """The pipeline ranks that hold what `rank` holds (_alike), itself among them: as busy as it."""
+    key = _alike(lay, shape, n_mtp, rank)
+    return [r for r in range(lay.pp) if _alike(lay, shape, n_mtp, r) == key]
+
+
+def _ranks(ranks: list) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks[:-1]))} and {ranks[-1]}"
+
+
+def _rank_said(lay: Layout, c: Costed, b: Budget, built: list, twins_of) -> str:
+    """Which rank a layout's budget costs and why: what it holds (and every rank that holds the same, as busy: evalAD
+    AD2-3), its micro-batch and iteration against the next busiest rank's, one that holds otherwise."""
     per = ", ".join(str(rank_layers(lay, r)) for r in range(lay.pp))
     what = ("num_layers_in_first/last_pipeline_stage place" if lay.first_last != (None, None)
             else "pipeline_model_parallel_layout places")
+    twins = twins_of(c.rank)
+    if len(twins) > 1:  # (evalAD AD2-3: its twin was left out, and a rank below called "next")
+        rest = [r for r in twins if r != c.rank]
+        busiest = (f"the budget costs pipeline rank {c.rank}, the busiest with {_ranks(rest)}, which hold{'s' * (len(rest) == 1)} "
+                   f"the same (rank {c.rank} the first, with the least pipeline slack beside its DP): each holds {_holds(lay, c)}")
+    else:
+        busiest = f"the budget costs pipeline rank {c.rank}, the busiest: it holds {_holds(lay, c)}"
     line = (f"the config's {what} the decoder layers ({per} on the {lay.pp} pipeline "
-            f"ranks): the budget costs pipeline rank {c.rank}, the busiest: it holds {_holds(lay, c)}; one micro-batch's "
+            f"ranks): {busiest}; one micro-batch's "
             f"forward and backward {(c.fwd + c.bwd) * 1e3:,.1f} ms there, the iteration {b.iteration_s * 1e3:,.1f} ms")
-    others = [(ob, o) for ob, o in built if o.rank != c.rank]
+    others = [(ob, o) for ob, o in built if o.rank not in twins]
     if others:
         ob, o = max(others, key=lambda bc: (bc[0].iteration_s, -bc[1].rank))
-        line += (f"; next, rank {o.rank} ({_holds(lay, o)}): {(o.fwd + o.bwd) * 1e3:,.1f} ms and "
-                 f"{ob.iteration_s * 1e3:,.1f} ms")
+        alike = twins_of(o.rank)
+        line += (f"; next, {_ranks(alike)} ({_holds(lay, o)}{' each' if len(alike) > 1 else ''}): "
+                 f"{(o.fwd + o.bwd) * 1e3:,.1f} ms and {ob.iteration_s * 1e3:,.1f} ms")
     return (line + "; the output layer's logits (the whole vocabulary over TP) run on the last rank alone (GPTModel "
             "builds output_layer where post_process), the EP all-to-alls on each rank's MoE layers")
 
