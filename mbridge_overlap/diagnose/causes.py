@@ -154,6 +154,12 @@ _FIELD = re.compile(r"\b(?:(?P<owner>[A-Za-z_][A-Za-z_0-9]*)\.)?(?P<name>[a-z][a
 _OWNERS = {"ddp_config": "ddp", "ddp": "ddp", "optimizer_config": "optimizer", "optimizer": "optimizer",
            "config": "model", "model_cfg": "model", "model": "model", "transformer_config": "model",
            "comm_overlap": "comm_overlap", "train": "train", "dataset": "dataset", "checkpoint": "checkpoint"}
+# TransformerConfig's callbacks Megatron installs at run time, no config field a user sets (evalAD AD2-2: model.no_sync_func
+# was given as a knob): Bridge's training/setup.py _update_model_config_funcs assigns each once the model is wrapped
+# (0.6.2 lines 560-578: no_sync_func right after asserting it is None, with ddp.overlap_grad_reduce on), Megatron-LM's
+# training.py train() the same; tests/bridge/test_runtime_callbacks.py reads the assignments from the installed source
+RUNTIME_FIELDS = frozenset({"no_sync_func", "grad_sync_func", "param_sync_func", "finalize_model_grads_func",
+                            "grad_scale_func"})
 # The sections a knob is looked for in, most likely first (a ConfigContainer's other sections are not on the path).
 KNOB_SECTIONS = ("model", "ddp", "optimizer", "comm_overlap", "dist", "train", "checkpoint", "dataset", "mixed_precision")
 
@@ -168,12 +174,17 @@ def knobs_of(entry: Entry, version: str | None, branch: bool = True) -> list[str
     code = " ".join(filter(None, (entry.condition, " ".join(entry.fields))))
     for text, any_name in ((code, True), (entry.template or "", False), (" ".join(entry.branch) if branch else "", True)):
         for m in _FIELD.finditer(text):
-            if not any_name and "_" not in m["name"]:
+            if not any_name and "_" not in m["name"] or m["name"] in RUNTIME_FIELDS:
                 continue
             for key in _keys(m["name"], _OWNERS.get(m["owner"] or ""), version):
                 if key not in out:
                     out.append(key)
     return out
+
+
+def runtime_fields(entry: Entry) -> list[str]:
+    """The run-time callbacks (RUNTIME_FIELDS) an entry's assert condition names, in order."""
+    return list(dict.fromkeys(m["name"] for m in _FIELD.finditer(entry.condition or "") if m["name"] in RUNTIME_FIELDS))
 
 
 def under_setting(entry: Entry, version: str | None) -> list[str]:

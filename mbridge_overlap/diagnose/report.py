@@ -266,6 +266,7 @@ def _path_error(groups: list, cat: messages.Catalog) -> Cause:
     condition = f" (it checks {e.condition})" if e.condition else ""
     where = " ".join(filter(None, (e.file, e.function))) or "its native code"
     version = cat.requested or cat.version
+    condition += _runtime_said(e, version)
     knobs = causes.knobs_of(e, version, branch=False) or causes.native_knobs(e)
     if not knobs and e.file:  # a message that names no field: the fields its code reads (frames.py)
         knobs = list((frames.overlap_frame(e.file, e.function or "") or ((), []))[1])
@@ -274,6 +275,25 @@ def _path_error(groups: list, cat: messages.Catalog) -> Cause:
                       condition=condition)
     related = not knobs or not all(_layout_size(k) for k in knobs) or bool(causes.under_setting(e, cat.requested or cat.version))
     return Cause(f, groups, related)
+
+
+def _runtime_said(e, version: str | None) -> str:
+    """Where the assert checks a callback Megatron installs at run time (causes.RUNTIME_FIELDS): that it is none of
+    the user's fields, which overlap setting makes the check reachable (its branch's test), and that the code itself
+    installs the callback after the check, so it fails where one was installed before (evalAD AD2-2)."""
+    names = causes.runtime_fields(e)
+    if not names or not re.search(r"\bis None\b", e.condition or ""):
+        return ""
+    settings = causes.under_setting(e, version)
+    on = f", reached only with {' or '.join(settings)} on" if settings else ""
+    said = f"; {', '.join(names)} is no config field to set but a callback Megatron installs at run time{on}"
+    if names != ["no_sync_func"]:
+        return said
+    return (said + ": the "
+            "code that checks it installs it right after the check (Bridge's training/setup.py "
+            "_update_model_config_funcs, Megatron-LM's training.py train()), so it fails where one is installed "
+            "already: the same process setting up a model and entering training a second time (a framework that calls "
+            "its train() once per rollout or stage), or the framework's own code setting it")
 
 
 # The fields that lay the layers out across pipeline stages (the layout, the first and last stages' counts, the

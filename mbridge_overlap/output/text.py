@@ -348,8 +348,10 @@ def _evidence(e: dict) -> list[str]:
     return [f"    logged  {logged}",
             f"            {e['count']} line{'s' if e['count'] != 1 else ''}, {_ranks(e['ranks'], e['rank_count'])}; first at "
             f"{e['first_seen']['source']}:{e['first_seen']['line']}",
-            (f"    raised  {e['printed_by']} (the same words are {where}{version})" if e.get("printed_by") else
-             f"    raised  {where}{version}") + (f": assert {e['condition']}" if e.get("condition") else "")
+            # (evalAD AD2-2: the catalog's condition is its own copy's, not the printing frame's code)
+            (f"    raised  {e['printed_by']} (the same words are {where}{version}"
+             + (f", which asserts {e['condition']}" if e.get("condition") else "") + ")" if e.get("printed_by") else
+             f"    raised  {where}{version}" + (f": assert {e['condition']}" if e.get("condition") else ""))
             + (f": reads {', '.join(e['reads'])}" if e.get("reads") else "")
             ] + _also(e) + _group(e) + _wording(e)
 
