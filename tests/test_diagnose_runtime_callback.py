@@ -38,7 +38,7 @@ def test_a_run_time_callback_is_no_knob_and_the_cause_says_what_installs_it(tmp_
     said = cause["message"]
     assert "no_sync_func is no config field to set but a callback Megatron installs at run time, reached only with " \
         "ddp.overlap_grad_reduce on" in said
-    assert "entering training a second time" in said
+    assert "a second pass through such code in one process" in said
     shown = render.diagnosis(d)
     assert "(megatron-bridge 0.6.2), which asserts model_config.no_sync_func is None)" in shown
     assert "): assert model_config.no_sync_func is None" not in shown  # (not as the slime frame's own code)

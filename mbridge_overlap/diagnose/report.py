@@ -292,8 +292,8 @@ def _runtime_said(e, version: str | None) -> str:
     return (said + ": the "
             "code that checks it installs it right after the check (Bridge's training/setup.py "
             "_update_model_config_funcs, Megatron-LM's training.py train()), so it fails where one is installed "
-            "already: the same process setting up a model and entering training a second time (a framework that calls "
-            "its train() once per rollout or stage), or the framework's own code setting it")
+            "already: a second pass through such code in one process (a framework whose train() installs it on "
+            "each call, per step or rollout), or the framework's own code setting it")
 
 
 # The fields that lay the layers out across pipeline stages (the layout, the first and last stages' counts, the
