@@ -113,3 +113,39 @@ def test_the_budget_shows_them_exposed_with_their_source():
 def test_deepseek_v3_s_routers_carry_an_expert_bias():
     assert shapes.models()["deepseek_v3"]["shape"]["moe_router_enable_expert_bias"] is True
     assert shapes.of("deepseek_v3", {})[0].moe_router_enable_expert_bias
+
+
+def test_the_quantile_balancing_average_runs_over_dp_x_cp():
+    """_update_router_qb_beta (Megatron-Core 0.19): every router's qb_beta_accum / qb_beta_count, stacked (routers x
+    experts, FP32), all-reduced (AVG) over the DP x CP group, TP ranks apart."""
+    lay = _lay(tp=2, dp=4, cp=2, sp=False, router_qb=True)
+    (item,) = [i for i in _items(lay, _shape(MOE)) if "quantile" in i.what]
+    assert (item.dimension, item.collective, item.bytes, item.group) == ("dp", "all_reduce", 8 * 16 * 4, 8)
+    assert item.link == "network" and item.hidden == 0.0  # 8 ranks of stride 2: over two 8-GPU domains
+    assert not [i for i in _items(replace(lay, router_qb=False), _shape(MOE)) if "quantile" in i.what]
+    assert not [i for i in _items(_lay(tp=2, dp=1, sp=False, router_qb=True), _shape(MOE)) if "quantile" in i.what]
+    assert not [i for i in _items(lay, _shape()) if "quantile" in i.what]  # no routers
+    (half,) = [i for i in _items(lay, _shape(MOE, moe_layer_freq=2)) if "quantile" in i.what]
+    assert half.bytes == 4 * 16 * 4
+
+
+def _moe_budget(extra, version=None):
+    over = {"model.expert_model_parallel_size": 8, "model.moe_token_dispatcher_type": "alltoall",
+            "train.global_batch_size": 64, **extra}
+    kw = {"bridge_version": version} if version else {}
+    return api.budget(over, recipe="qwen3_30b_a3b_pretrain_config", gpus=16, **kw)
+
+
+def test_quantile_balancing_is_read_from_the_run_where_its_megatron_core_has_it():
+    qb = {"model.moe_router_load_balancing_type": "quantile_balancing", "model.moe_aux_loss_coeff": 0.0}
+    rows = [c for c in _moe_budget(qb).to_dict()["budget"]["collectives"] if "quantile" in c["what"]]
+    assert [(c["dimension"], c["bytes"], c["group"]) for c in rows] == [("dp", 48 * 128 * 4, 16)]
+    (said,) = [a for a in _moe_budget(qb).to_dict()["budget"]["assumptions"] if a.startswith("finalize_model_grads")]
+    assert "_update_router_qb_beta" in said and "gtp_remat" in said and "flextron" in said
+    old = _moe_budget(qb, "0.5.1").to_dict()["budget"]  # Megatron-Core 0.18: no quantile balancing
+    assert not [c for c in old["collectives"] if "quantile" in c["what"]]
+    plain = _moe_budget({}).to_dict()["budget"]
+    assert not [c for c in plain["collectives"] if "quantile" in c["what"]]
+    (said,) = [a for a in plain["assumptions"] if a.startswith("finalize_model_grads")]  # said why the rest is not run
+    assert "gtp_remat" in said and "_update_router_qb_beta" not in said
+

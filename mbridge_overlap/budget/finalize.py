@@ -1,7 +1,8 @@
 """The collectives of Megatron-Core's finalize_model_grads (distributed/finalize_model_grads.py) besides the DP buckets
 and the word embedding's (embgrad.py): the TP all-reduce of the gradients every TP rank holds whole
 (_allreduce_non_tensor_model_parallel_grads), the MoE routers' token counts for the expert bias
-(_update_router_expert_bias) and the per-token loss's token count (num_tokens). Each runs once an iteration, after
+(_update_router_expert_bias), their quantile-balancing bias (_update_router_qb_beta, Megatron-Core 0.19) and the
+per-token loss's token count (num_tokens). Each runs once an iteration, after
 finish_grad_sync has waited for every DP bucket, blocking on the current stream before the optimizer step: exposed,
 and no overlap setting moves it."""
 
@@ -61,6 +62,9 @@ def collectives(lay, shape, system, layers: int, rank: int = 0, mtp: int = 0) ->
     if getattr(shape, "moe_router_enable_expert_bias", False) and routers and group > 1:
         out.append(_item(lay, system, "dp", "all_reduce", f"MoE routers' token counts for the expert bias ({routers} "
                          "routers x experts, FP32, over TP x CP x DP)", routers * shape.num_moe_experts * 4, group, 1))
+    if lay.router_qb and routers and lay.dp * lay.cp > 1:  # (the stacked qb_beta_accum / qb_beta_count, FP32 buffers)
+        out.append(_item(lay, system, "dp", "all_reduce", f"MoE routers' quantile-balancing averages ({routers} routers "
+                         "x experts, FP32, over DP x CP)", routers * shape.num_moe_experts * 4, lay.dp * lay.cp, lay.tp))
     if lay.per_token_loss:  # (an int32 scalar: Megatron-Core's schedules' total_num_tokens)
         if lay.pp > 1:
             out.append(_item(lay, system, "pp", "broadcast", "per-token loss's token count from the last stage", 4,
@@ -85,11 +89,25 @@ def said(lay, shape) -> tuple:
     if getattr(shape, "moe_router_enable_expert_bias", False):
         parts.append("MoE: moe_router_enable_expert_bias all-reduces every router's local_tokens_per_expert (FP32, "
                      "stacked: routers x experts) over the TP x CP x DP group (_update_router_expert_bias)")
+    if lay.router_qb and shape.moe:
+        parts.append("MoE: moe_router_load_balancing_type=quantile_balancing all-reduces (AVG) every router's averaged "
+                     "quantile (qb_beta_accum / qb_beta_count, FP32, stacked: routers x experts) over the DP x CP group "
+                     "(_update_router_qb_beta)")
     if lay.per_token_loss:
         parts.append("calculate_per_token_loss: the int32 token count broadcast from the last pipeline stage and "
                      "all-reduced over DP x CP (num_tokens)")
-    if not parts:
+    if not parts and not shape.moe:
         return ()
     return ("finalize_model_grads, once an iteration after every DP bucket is reduced, blocking before the optimizer "
-            "step (exposed, no overlap setting hides them): " + "; ".join(parts) + "; Megatron-Core 0.19's "
-            "quantile_balancing router bias and gtp_weight_remat reductions are not priced",)
+            "step (exposed, no overlap setting hides them): " + "; ".join(parts + [_NOT_RUN]),)
+
+
+# finalize_model_grads' other reductions (Megatron-Core 0.19.2, distributed/finalize_model_grads.py) and why none is
+# priced: none runs in a Bridge run (held in tests/bridge/test_budget_finalize.py)
+_NOT_RUN = ("not run under Bridge: _allreduce_replicated_grads_over_gtp_remat_group (gtp_weight_remat_size, 0.19): "
+            "it reduces over the gtp_remat groups, which Bridge 0.6.x's initialize_distributed never builds (it calls "
+            "initialize_model_parallel without gtp_remat_size), so each is one rank and it returns; "
+            "_allreduce_router_grads (config.flextron) and _allreduce_conditional_embedding_grads (config."
+            "has_cond_embedder): read with getattr, neither is a field of Megatron-Core's TransformerConfig nor of a "
+            "Bridge provider, so no Bridge config turns them on; quantile_balancing's reduction is Megatron-Core 0.19's "
+            "(Bridge 0.6.x), absent from 0.18 (0.5.x)")

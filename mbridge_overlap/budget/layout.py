@@ -54,6 +54,9 @@ class Layout:
     first_last: tuple = (None, None)  # num_layers_in_first/last_pipeline_stage (None: not set): first_last_stages
     embedding_ranks: str = "first_tied_last_mtp"  # the release's word-embedding group (Release.embedding_ranks)
     per_token_loss: bool = False  # model.calculate_per_token_loss: finalize_model_grads' num_tokens (finalize.py)
+    # model.moe_router_load_balancing_type="quantile_balancing" where the release's Megatron-Core has it (0.19: Bridge
+    # 0.6.x): finalize_model_grads' _update_router_qb_beta (finalize.py)
+    router_qb: bool = False
     # the provider's model builds its decoder again after GPTModel.__init__ built the MTP block (model_providers.json
     # decoder_rebuilt): on the MTP's rank that chunk's decoder layers get no userbuffers (TP_OVERLAP_OFF_MTP_DECODER)
     mtp_decoder_rebuilt: bool = False
@@ -108,11 +111,24 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         embedding_ranks=state.request.release.embedding_ranks,
         first_last=_first_last(state.request),
         per_token_loss=bool(m.get("calculate_per_token_loss")),
+        router_qb=_router_qb(state.request),
         mtp_decoder_rebuilt=_decoder_rebuilt(state.request),
         layer_slots=tuple(bool(given.flag(f"model.account_for_{k}_in_pipeline_split",
                                           state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
                           for k in ("embedding", "loss")),
     )
+
+
+def _router_qb(req) -> bool:
+    """Whether the run sets model.moe_router_load_balancing_type to quantile_balancing (a config's or an override's
+    text; finalize_model_grads compares the string) on a release whose Megatron-Core has it: its model config has
+    moe_router_quantile_balancing_ema (Bridge 0.6.x's Megatron-Core 0.19; 0.5.x's 0.18 has neither)."""
+    from ..upstream.releases import bridge_fields
+
+    value = req.context.get("model.moe_router_load_balancing_type")
+    if not isinstance(value, str) or value.strip().strip("'\"") != "quantile_balancing":
+        return False
+    return "moe_router_quantile_balancing_ema" in bridge_fields(req.release.version).get("model", ())
 
 
 def _decoder_rebuilt(req) -> bool:

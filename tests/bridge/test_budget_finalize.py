@@ -42,7 +42,8 @@ from megatron.core.models.backends import LocalSpecProvider
 LocalSpecProvider.layer_norm = lambda self, *a, **k: TENorm
 specs.LNImpl = TENorm  # Transformer Engine's norm (it sets sequence_parallel on its weight) in the local spec
 moe = {k: s[k] for k in ("num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
-                         "moe_layer_freq", "moe_shared_expert_gate", "moe_router_enable_expert_bias") if k in s}
+                         "moe_layer_freq", "moe_shared_expert_gate", "moe_router_enable_expert_bias",
+                         "moe_router_load_balancing_type", "moe_aux_loss_coeff") if k in s}
 if s.get("moe_router_enable_expert_bias"):
     moe["moe_router_score_function"] = "sigmoid"
 mla = {k: s[k] for k in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim") if k in s}
@@ -50,33 +51,44 @@ Config = MLATransformerConfig if mla else TransformerConfig
 cfg = Config(num_layers=s["num_layers"], hidden_size=s["hidden_size"], ffn_hidden_size=s["ffn_hidden_size"],
              num_attention_heads=s["num_attention_heads"], num_query_groups=s.get("num_query_groups"),
              tensor_model_parallel_size=s["tp"], pipeline_model_parallel_size=s["pp"], context_parallel_size=s.get("cp", 1),
-             expert_model_parallel_size=s.get("ep", 1), sequence_parallel=s["sp"], qk_layernorm=s.get("qk_layernorm", False),
+             expert_model_parallel_size=s.get("ep", 1), sequence_parallel=s["sp"],
+             virtual_pipeline_model_parallel_size=s.get("vp"), qk_layernorm=s.get("qk_layernorm", False),
              mtp_num_layers=s.get("mtp_num_layers"), calculate_per_token_loss=s.get("per_token_loss", False),
              gated_linear_unit=True, activation_func=F.silu, add_bias_linear=False, normalization="RMSNorm",
              use_cpu_initialization=True, init_model_with_meta_device=True, bf16=True, params_dtype=torch.bfloat16,
              pipeline_dtype=torch.bfloat16, **moe, **mla)
-parallel_state.initialize_model_parallel(s["tp"], s["pp"], context_parallel_size=s.get("cp", 1),
-                                         expert_model_parallel_size=s.get("ep", 1))
-spec = specs.get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization="RMSNorm")
+# (Bridge's initialize_distributed passes these, and no gtp_remat_size: training/initialize.py)
+parallel_state.initialize_model_parallel(s["tp"], s["pp"], virtual_pipeline_model_parallel_size=s.get("vp"),
+                                         context_parallel_size=s.get("cp", 1), expert_model_parallel_size=s.get("ep", 1))
 from megatron.core.post_training.modelopt.layers import Linear
 from megatron.core.transformer.identity_op import IdentityOp
-for layer in spec.layer_specs:
-    sub = layer.submodules.self_attention.submodules
-    sub.core_attention = IdentityOp  # (no parameters; the local one refuses CP, TE's MLA core takes k_channels)
-    if mla:  # TE's spec: the down projections duplicated (TELinear), as Linear is
-        sub.linear_q_down_proj = sub.linear_kv_down_proj = Linear
-mtp_spec = specs.get_gpt_mtp_block_spec(cfg, spec, use_transformer_engine=False) if s.get("mtp_num_layers") else None
-first, last = parallel_state.is_pipeline_first_stage(), parallel_state.is_pipeline_last_stage()
-with torch.device("meta"):
-    model = GPTModel(cfg, spec, vocab_size=s["vocab_size"], max_sequence_length=4096, position_embedding_type="rope",
-                     share_embeddings_and_output_weights=False, pre_process=first, post_process=last, mtp_block_spec=mtp_spec)
-params = [p for p in model.parameters() if p.requires_grad]
-for key, (ps, _) in group_params_for_buffers(params, s["fp32"]).items():
-    for p in ps:
-        p.main_grad = torch.empty(p.shape, dtype=key.grad_dtype, device="meta")
-model.ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=s["fp32"], use_distributed_optimizer=True)
-model.finish_grad_sync = lambda force_all_reduce=False: None  # (the DP buckets: budget/dp.py, held elsewhere)
-model.scale_gradients = lambda scaling: None
+chunks = []
+for vp_stage in (range(s["vp"]) if s.get("vp") else [None]):  # (VPP: one model chunk per virtual stage)
+    spec = specs.get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, normalization="RMSNorm", vp_stage=vp_stage)
+    for layer in spec.layer_specs:
+        sub = layer.submodules.self_attention.submodules
+        sub.core_attention = IdentityOp  # (no parameters; the local one refuses CP, TE's MLA core takes k_channels)
+        if mla:  # TE's spec: the down projections duplicated (TELinear), as Linear is
+            sub.linear_q_down_proj = sub.linear_kv_down_proj = Linear
+    mtp_spec = specs.get_gpt_mtp_block_spec(cfg, spec, use_transformer_engine=False) if s.get("mtp_num_layers") else None
+    first = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
+    last = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
+    with torch.device("meta"):
+        model = GPTModel(cfg, spec, vocab_size=s["vocab_size"], max_sequence_length=4096, position_embedding_type="rope",
+                         share_embeddings_and_output_weights=False, pre_process=first, post_process=last,
+                         mtp_block_spec=mtp_spec, **({} if vp_stage is None else {"vp_stage": vp_stage}))
+    params = [p for p in model.parameters() if p.requires_grad]
+    for key, (ps, _) in group_params_for_buffers(params, s["fp32"]).items():
+        for p in ps:
+            p.main_grad = torch.empty(p.shape, dtype=key.grad_dtype, device="meta")
+    model.ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=s["fp32"], use_distributed_optimizer=True)
+    model.finish_grad_sync = lambda force_all_reduce=False: None  # (the DP buckets: budget/dp.py, held elsewhere)
+    model.scale_gradients = lambda scaling: None
+    chunks.append(model)
+gtp = [1, 1]  # (Megatron-Core 0.18 has no gtp_remat groups)
+if hasattr(fmg, "_allreduce_replicated_grads_over_gtp_remat_group"):
+    pgs = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["gtp_remat", "expt_gtp_remat"])
+    gtp = [1 if g is None else g.size() for g in (pgs.gtp_remat, pgs.expt_gtp_remat)]
 calls = []
 def record(kind):
     def call(tensor, *a, group=None, **k):
@@ -86,10 +98,10 @@ def record(kind):
 torch.distributed.all_reduce = record("all_reduce")
 torch.distributed.broadcast = record("broadcast")
 num_tokens = torch.zeros([], dtype=torch.int) if s.get("per_token_loss") else None  # (schedules.py total_num_tokens)
-fmg.finalize_model_grads([model], num_tokens, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
-print(json.dumps({"calls": calls, "params": [[n, p.numel(), not getattr(p, "allreduce", True),
-                                              bool(getattr(p, "sequence_parallel", False))]
-                                             for n, p in model.named_parameters()]}))
+fmg.finalize_model_grads(chunks, num_tokens, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
+print(json.dumps({"calls": calls, "gtp": gtp, "qb": hasattr(fmg, "_update_router_qb_beta"),
+                  "params": [[n, p.numel(), not getattr(p, "allreduce", True), bool(getattr(p, "sequence_parallel", False))]
+                             for n, p in chunks[0].named_parameters()]}))
 '''
 
 SMALL = {"num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 128, "num_attention_heads": 4, "num_query_groups": 2,
@@ -106,6 +118,15 @@ CASES = {  # (TP, PP, CP, EP, sequence parallel and the rest)
     "cp2_tokens_bias": {**SMALL, **MOE, "tp": 1, "pp": 1, "cp": 2, "sp": False, "moe_router_enable_expert_bias": True,
                         "per_token_loss": True},
     "mla_sp": {**SMALL, **MLA, "tp": 2, "pp": 1, "sp": True, "qk_layernorm": True},
+    # quantile-balancing router bias (Megatron-Core 0.19): over DP x CP (here CP 2, the TP ranks apart)
+    "qb_cp2_dp2": {**SMALL, **MOE, "tp": 1, "pp": 1, "cp": 2, "sp": False, "moe_router_load_balancing_type": "quantile_balancing",
+                   "moe_aux_loss_coeff": 0.0},
+    "qb_tp2_dp2": {**SMALL, **MOE, "tp": 2, "pp": 1, "sp": True, "moe_router_load_balancing_type": "quantile_balancing",
+                   "moe_aux_loss_coeff": 0.0, "per_token_loss": True},
+    # PP 2 x VPP 2: two model chunks on each rank, their norms in one all-reduce, the embedding on the first
+    "pp2_vp2_sp": {**SMALL, "num_layers": 4, "tp": 2, "pp": 2, "vp": 2, "sp": True, "qk_layernorm": True, "per_token_loss": True},
+    "pp2_vp2_moe_bias": {**SMALL, **MOE, "num_layers": 4, "moe_layer_freq": [0, 1, 1, 1], "tp": 2, "pp": 2, "vp": 2,
+                         "sp": True, "moe_router_enable_expert_bias": True},
 }
 WORLD = 4
 
@@ -115,13 +136,39 @@ def _built(spec: str) -> str:
     return json.dumps(gloo_ranks.run(_BUILD, spec, WORLD))
 
 
+def _has_qb() -> bool:
+    """Whether this release's Megatron-Core has quantile balancing's finalize step (0.19: Bridge 0.6.x)."""
+    import importlib
+
+    return hasattr(importlib.import_module("megatron.core.distributed.finalize_model_grads"), "_update_router_qb_beta")
+
+
+def test_the_budget_prices_what_finalize_model_grads_runs():
+    """The budget prices quantile balancing where the release's Megatron-Core runs it: the skill's release data (the
+    model config's moe_router_quantile_balancing_ema) agrees with the installed finalize_model_grads; and Bridge's
+    initialize_distributed passes no gtp_remat_size (its gtp_remat groups are one rank); no TransformerConfig field
+    turns on flextron's or the conditional embedders' reductions."""
+    import megatron.bridge
+    from megatron.bridge.training import initialize
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from mbridge_overlap.upstream.releases import bridge_fields
+
+    version = megatron.bridge.__version__
+    assert ("moe_router_quantile_balancing_ema" in bridge_fields(version)["model"]) is _has_qb()
+    assert "gtp_remat" not in inspect.getsource(initialize)
+    names = set(TransformerConfig.__dataclass_fields__)
+    assert not {"flextron", "has_cond_embedder"} & names
+
+
 def _lay(s: dict) -> Layout:
     tp, pp, cp = s["tp"], s["pp"], s.get("cp", 1)
     off = dict.fromkeys(("tp_comm_overlap", "overlap_p2p_comm", "overlap_grad_reduce", "overlap_param_gather",
                          "overlap_moe_expert_parallel_comm"), False)
-    return Layout(tp=tp, pp=pp, vp=1, cp=cp, ep=s.get("ep", 1), dp=WORLD // (tp * pp * cp), sp=s["sp"], seq=4096, mbs=1,
+    return Layout(tp=tp, pp=pp, vp=s.get("vp") or 1, cp=cp, ep=s.get("ep", 1), dp=WORLD // (tp * pp * cp), sp=s["sp"], seq=4096, mbs=1,
                   gbs=64, precision="bf16", domain=8, settings=off, ddp={"grad_reduce_in_fp32": s["fp32"]},
-                  per_token_loss=s.get("per_token_loss", False))
+                  per_token_loss=s.get("per_token_loss", False),
+                  router_qb=s.get("moe_router_load_balancing_type") == "quantile_balancing")
 
 
 def _shape(s: dict):
@@ -146,9 +193,12 @@ def test_finalize_model_grads_collectives_are_megatron_core_s(case, fp32):
     """Every rank's finalize_model_grads all-reduces and broadcasts are the budget's for that pipeline rank (kind, group,
     elements, dtype; with PP the word embedding's too, embgrad.py's), and none runs that the budget does not price (groups of one rank cost
     nothing: left out)."""
-    if not fp32 and case not in ("dense_sp_qk_tokens", "moe_bias_ep2"):
-        pytest.skip("the gradient dtype is held on two cases")
+    if not fp32 and case not in ("dense_sp_qk_tokens", "moe_bias_ep2", "pp2_vp2_sp"):
+        pytest.skip("the gradient dtype is held on three cases")
     s = {**CASES[case], "fp32": fp32}
+    if "moe_router_load_balancing_type" in s and not _has_qb():
+        pytest.skip("Megatron-Core 0.18 (Bridge 0.5.x) has no quantile balancing (test_the_budget_prices_what_"
+                    "finalize_model_grads_runs holds that the budget prices none there)")
     got = json.loads(_built(json.dumps(s, sort_keys=True)))
     lay, sh = _lay(s), _shape(s)
     per_stage = sh.num_layers // s["pp"]
@@ -165,15 +215,19 @@ def test_finalize_model_grads_collectives_are_megatron_core_s(case, fp32):
                 want.append(["all_reduce", item.bytes // (4 if fp32 else 2), "float32" if fp32 else "bfloat16", groups["tp"]])
             elif "expert bias" in item.what:
                 want.append(["all_reduce", item.bytes // 4, "float32", groups["tp_dp_cp"]])
+            elif "quantile" in item.what:
+                want.append(["all_reduce", item.bytes // 4, "float32", groups["dp_cp"]])
             elif item.collective == "broadcast":
                 want.append(["broadcast", 1, "int32", groups["pp"]])
             else:
                 want.append(["all_reduce", 1, "int32", groups["dp_cp"]])
             assert item.hidden == 0.0 and item.setting is None and item.group == len(want[-1][3])
         assert sorted(real) == sorted(want), (case, rank, out["calls"])
+        assert out["gtp"] == [1, 1]  # (Bridge builds no gtp_remat axis: _allreduce_replicated_grads_over_gtp_remat_group returns)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c != "mla_sp"])
+@pytest.mark.parametrize("case", [c for c in CASES if c != "mla_sp" and "vp" not in CASES[c]
+                                  and "moe_router_load_balancing_type" not in CASES[c]])
 def test_the_parameters_marked_sequence_parallel_are_the_budget_s(case):
     """The parameters whose gradients Megatron-Core sums over TP (marked sequence_parallel with it on, q/k norms by
     name), named as Transformer Engine's spec builds them, are those finalize.tp_summed picks from the budget's own
