@@ -149,3 +149,11 @@ def test_quantile_balancing_is_read_from_the_run_where_its_megatron_core_has_it(
     (said,) = [a for a in plain["assumptions"] if a.startswith("finalize_model_grads")]  # said why the rest is not run
     assert "gtp_remat" in said and "_update_router_qb_beta" not in said
 
+
+def test_the_expert_bias_the_run_sets_is_accounted_for():
+    """model.moe_router_enable_expert_bias from an override is priced (finalize.py), so no UNMODELED_OVERLAP_KEY says
+    the answer does not model it."""
+    res = _moe_budget({"model.moe_router_enable_expert_bias": True, "model.moe_router_score_function": "sigmoid"})
+    assert [c for c in res.to_dict()["budget"]["collectives"] if "expert bias" in c["what"]]
+    assert not [f for f in res.analysis.findings if f.id == "UNMODELED_OVERLAP_KEY"
+                and "model.moe_router_enable_expert_bias" in f.knobs]

@@ -172,8 +172,10 @@ def accounted_for(state: State, key: str) -> bool:
     """A field the resolver does not model but the answer accounts for all the same: the CP exchange when it is the
     ring (p2p, the budget's; validate() checks the type), and the hierarchical CP sizes, which only a2a+p2p reads
     (validate() checks them, and that type is itself not modelled); multi-latent attention, which the budget's shape
-    and TP_OVERLAP_OFF_MLA read; the op fuser where TP_OVERLAP_OFF_MTP reads it (MTP layers with TP overlap)."""
-    if key in ("model.hierarchical_context_parallel_sizes", "dataset.seq_length", "model.multi_latent_attention"):
+    and TP_OVERLAP_OFF_MLA read; the op fuser where TP_OVERLAP_OFF_MTP reads it (MTP layers with TP overlap); the
+    routers' expert bias, whose one reduction the budget's shape prices (budget/finalize.py)."""
+    if key in ("model.hierarchical_context_parallel_sizes", "dataset.seq_length", "model.multi_latent_attention",
+               "model.moe_router_enable_expert_bias"):
         return True
     if key == "model.use_transformer_engine_op_fuser":
         return bool(state.model["tp_comm_overlap"] and state.model.get("mtp_num_layers"))
