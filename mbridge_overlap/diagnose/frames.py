@@ -10,6 +10,7 @@ Transformer Engine 2.20.2; DeepEP main; torch 2.11.0): the fields are the ones t
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _DP = ["ddp.overlap_grad_reduce", "ddp.overlap_param_gather", "ddp.bucket_size", "ddp.use_distributed_optimizer"]
 _PP = ["comm_overlap.overlap_p2p_comm", "comm_overlap.batch_p2p_comm", "model.virtual_pipeline_model_parallel_size",
@@ -134,13 +135,11 @@ TORCH_NAMES = frozenset({"all_to_all", "all_to_all_single", "all_gather_into_ten
 MIN_CALLED = 10  # a function name this long (with an underscore) names one function, not a common word (forward)
 
 
+@lru_cache(maxsize=8)
 def called_functions(catalog) -> dict:
     """Function name -> (file, dimension, fields) of the functions on the overlap path that a model's code calls by
     name: MAPPING_FUNCTIONS, and the catalog's functions in files on the path (ROWS) whose name is distinctive (an
-    underscore, MIN_CALLED characters, one file only)."""
-    cached = _CALLED.get(id(catalog))
-    if cached is not None and cached[0] is catalog:
-        return cached[1]
+    underscore, MIN_CALLED characters, one file only). Built once a catalog (as fuzzy.for_catalog is)."""
     out: dict = {}
     seen: dict = {}
     for e in catalog.entries:
@@ -155,11 +154,7 @@ def called_functions(catalog) -> dict:
             out[name] = (next(iter(files)), *where)
     for name in MAPPING_FUNCTIONS:
         out[name] = (MAPPINGS, *overlap_frame(MAPPINGS, name))
-    _CALLED[id(catalog)] = (catalog, out)
     return out
-
-
-_CALLED: dict = {}
 
 
 def call_on_path(code: str, catalog) -> tuple[str, str, str, list] | None:
