@@ -99,6 +99,7 @@ class Fuzzy:
                            if len(texts := {catalog.by_id(i).template for i in ids}) == 1 and ends[k] <= texts}
         self.same_lengths = sorted({len(k) for k in self.same_words})
         self.same_masked = {tuple(w.translate(_MASK) for w in k) for k in self.same_words}
+        self._ordered: dict = {}  # message id -> ordered()'s words of it (_in_order)
 
     def same(self, text: str, masked: bool = False) -> Entry | None:
         """The short message whose words, in order, end this line (see the module's doc); with `masked`, whether a
@@ -154,14 +155,9 @@ class Fuzzy:
         """Whether a line reads as the message: the message's words, in its order, carry THRESHOLD of its weight
         (a weighted longest common subsequence), and the line holds before the first of them only words LEAD takes
         (a rank, a time, an exception's or a level's name) and stop words (a message's "Using" or "the")."""
-        entry = self.catalog.by_id(eid)
-        msg = [w.lower() for w in WORD.findall(_literal(entry.template)) if w.lower() not in STOP]
+        msg, weight, total = self._in_order(eid)
         seq = [w.lower() for w in WORD.findall(text)]
-        if len(seq) > LONGER * len(msg) + 8:
-            return False
-        weight = [self.idf.get(w, 0.0) for w in msg]
-        total = sum(weight[i] for i, w in enumerate(msg) if w not in msg[:i])
-        if not total:
+        if len(seq) > LONGER * len(msg) + 8 or not total:
             return False
         # best[j][i]: (weight, first line index) of the best alignment of msg[:i] with seq[:j]
         prev = [(0.0, None)] * (len(msg) + 1)
@@ -178,6 +174,17 @@ class Fuzzy:
         if got < THRESHOLD * total or first is None:
             return False
         return all(w.lower() in STOP or _LEAD.search(w.lower()) for w in WORD.findall(text[:_nth_word(text, first)]))
+
+    def _in_order(self, eid: str) -> tuple[list, list, float]:
+        """(the message's words in order, stop words left out; each one's weight; the weight of its distinct words),
+        for ordered(): worked out once a message, where first needed."""
+        got = self._ordered.get(eid)
+        if got is None:
+            msg = [w.lower() for w in WORD.findall(_literal(self.catalog.by_id(eid).template)) if w.lower() not in STOP]
+            weight = [self.idf.get(w, 0.0) for w in msg]
+            total = sum(weight[i] for i, w in enumerate(msg) if w not in msg[:i])
+            got = self._ordered[eid] = (msg, weight, total)
+        return got
 
 
 # an exception's, an assert's or a log level's mark on a line: it reports an error, whatever order its words are in
