@@ -235,12 +235,9 @@ def _numbered(source: str, number: int, texts, path_rank: str | None, runs: _Run
             if text[:1].isdigit() or runs.cri:
                 m = _CRI_TEXT.match(text)
                 if m is not None:
-                    if m[2] == "P" or m[1] in runs.cri:
-                        piece = text[m.end():].encode("utf-8", "replace")
-                        if m[2] == "P":
-                            runs.add(runs.cri, m[1], number, piece, cut)
-                        else:
-                            yield from runs.end(runs.cri, m[1], piece, cut)
+                    joined = runs.cri_record(m[1], m[2] == "P", number, text[m.end():].encode("utf-8", "replace"), cut)
+                    if joined is not None:
+                        yield from joined
                         continue
                     text = text[m.end():]
             record = _record(text) if text[:2] == '{"' else None
@@ -281,6 +278,15 @@ class _Runs:
         """The run of `key` ended by its last piece, as Lines (a docker record's text of several lines: one each)."""
         self.add(runs, key, 0, piece, cut)
         return self._lines(runs.pop(key), runs is self.docker)
+
+    def cri_record(self, stream: str, partial: bool, number: int, piece: bytes, cut: int = 0) -> Iterator[Line] | None:
+        """A CRI record (line `number`, its text `piece`) read by kubelet's rule (module docstring), for both readers:
+        a P record (`partial`) adds to its stream's run (no Lines yet), an F record ends its stream's run (the joined
+        line's Lines); None for an F record with no run of its stream under way (a whole line, read in its place)."""
+        if partial:
+            self.add(self.cri, stream, number, piece, cut)
+            return iter(())
+        return self.end(self.cri, stream, piece, cut) if stream in self.cri else None
 
     def rest(self) -> Iterator[Line]:
         """The runs the source leaves under way (a stream that ended without a newline, a hostile log), in order."""
@@ -424,13 +430,11 @@ def _cri(number: int, block: bytes, runs: _Runs) -> Iterator[tuple[int, bytes] |
         end = block.find(b"\n", at)
         end = size if end == -1 else end
         m = _CRI.match(block, at, end)
-        if m is not None and (m[2] == b"P" or m[1].decode() in cri):
+        joined = None if m is None else runs.cri_record(m[1].decode(), m[2] == b"P", n, block[m.end():end])
+        if joined is not None:
             if start < at:
                 yield first, block[start:at]
-            if m[2] == b"P":
-                runs.add(cri, m[1].decode(), n, block[m.end():end])
-            else:
-                yield from runs.end(cri, m[1].decode(), block[m.end():end])
+            yield from joined
             start, first = end + 1, n + 1
         at, n = end + 1, n + 1
     if start < size:
