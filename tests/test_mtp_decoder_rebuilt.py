@@ -6,6 +6,8 @@ block's eh_proj turns the shared tp_comm_overlap off, then build the decoder aga
 (model.mtp_num_layers=null), modes.tp off with PP = 1 and said partial with PP > 1, and diagnose's mtp_eh_proj line
 with such a recipe is this finding."""
 
+import re
+
 import pytest
 
 from mbridge_overlap import api
@@ -141,3 +143,20 @@ def test_qwen3_vl_with_mtp_layers_gets_no_mtp_finding_and_no_mtp_budget():
     b = api.budget({**o, "model.tensor_model_parallel_size": 2}, recipe=Q3D, model="llama3_8b").budget
     assert not any("MTP" in i.what for i in b.items)
     assert any("no MTP layers costed" in a and "Qwen3VLModelProvider" in a for a in b.assumptions)
+
+
+def test_explain_tp_overlap_off_mtp_names_the_providers_that_build_no_mtp_block_per_release():
+    """stop 56 left: explain TP_OVERLAP_OFF_MTP did not name the providers whose provide() builds no MTP block (no
+    eh_proj: nothing turned off, the finding not raised); its explanation names them per release, from
+    model_providers.json mtp_unbuilt, in explain and in references/findings.md."""
+    from mbridge_overlap.findings import explanation
+
+    text = " ".join(api.explain("TP_OVERLAP_OFF_MTP")["explain"].split())
+    assert text == " ".join(explanation("TP_OVERLAP_OFF_MTP").split())
+    groups = dict(re.findall(r"Megatron-Bridge ([0-9. and,]+?): (.*?)(?=; Megatron-Bridge |\.$)", text.partition("mtp_unbuilt")[2]))
+    for release in releases.versions():
+        at = releases._provider_key(releases.get(release).data_version, "mtp_unbuilt")
+        (said,) = [v for k, v in groups.items() if release in re.split(r", | and ", k)]
+        assert at and all(f"{cls} ({v['model']}, {v['file'].rpartition('/')[2]} {v['line']})" in said for cls, v in at.items()), (release, said)
+        assert len(said.split("), ")) == len(at), said
+    assert "Gemma4DenseProvider" in text and "Gemma4DenseProvider" not in next(v for k, v in groups.items() if "0.5.1" in k)

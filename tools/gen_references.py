@@ -68,7 +68,7 @@ def findings_page() -> str:
             lines += [f"### {fid}", "", f"*{rec['title']}* ({severity}{when}). Decided by: {decided}."]
             if rec.get("skill"):
                 lines.append(f"Tuning it belongs to the `{rec['skill']}` skill.")
-            lines += ["", " ".join(rec["explain"].split()), ""]
+            lines += ["", " ".join(findings.explanation(fid).split()), ""]
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ and the effective values its message states (`asserts`, checked against `effecti
 from __future__ import annotations
 
 import re
+import textwrap
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
@@ -212,9 +213,37 @@ def explain(finding_id: str) -> dict:
     out = {"id": key, "severity": rec["severity"], "title": rec["title"], "when": rec.get("when"),
            "anchor": rec.get("anchor"), "source": rec.get("source"), "skill": rec.get("skill"),
            "knobs": rec.get("knobs") or [], "fixable": rec.get("fixable"), "example": command(rec["example"]),
-           "counter_example": command(rec["counter_example"]), "explain": rec["explain"].strip()}
+           "counter_example": command(rec["counter_example"]), "explain": explanation(key)}
     out["location"] = _location(rec.get("anchor"))
     return out
+
+
+def explanation(finding_id: str) -> str:
+    """A record's explain text, with the paragraph generated from the release data where the record has one
+    (_GENERATED): what explain prints and references/findings.md shows."""
+    text = records()[finding_id]["explain"].strip()
+    more = _GENERATED.get(finding_id)
+    return text + "\n" + "\n".join(textwrap.wrap(more(), 116)) if more else text
+
+
+def _mtp_unbuilt() -> str:
+    """stop 56: the providers whose provide() builds no MTP block, per release (model_providers.json mtp_unbuilt),
+    releases whose data say the same together."""
+    from ..upstream import releases
+
+    groups: dict = {}
+    for version in sorted(releases.versions(), key=releases.version_key, reverse=True):
+        at = releases._provider_key(releases.get(version).data_version, "mtp_unbuilt")
+        said = ", ".join(f"{cls} ({v['model']}, {v['file'].rpartition('/')[2]} {v['line']})" for cls, v in sorted(at.items()))
+        groups.setdefault(said or "none", []).append(version)
+    each = "; ".join(f"Megatron-Bridge {' and '.join(vs) if len(vs) < 3 else ', '.join(vs[:-1]) + ' and ' + vs[-1]}: {said}"
+                     for said, vs in groups.items())
+    return ("Providers whose provide() builds no MTP block whatever model.mtp_num_layers says (no eh_proj: nothing is "
+            "turned off, and this finding is not raised), read from each release's sources by tools/gen_bridge_data.py "
+            f"(data/releases/VERSION/model_providers.json mtp_unbuilt; the model each builds, the file and line): {each}.")
+
+
+_GENERATED = {"TP_OVERLAP_OFF_MTP": _mtp_unbuilt}
 
 
 def _location(anchor_id: str | None) -> dict | None:

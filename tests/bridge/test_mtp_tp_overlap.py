@@ -246,3 +246,18 @@ def test_the_cited_megatron_core_lines_hold_for_the_installed_release():
     explain = " ".join(findings.record("TP_OVERLAP_OFF_MTP")["explain"].split())  # (the record cites them per release)
     assert re.search(rf"multi_token_prediction\.py (eh_proj )?{at['eh_proj']} \((its buffer name )?{at['buffer']}\)", explain)
     assert re.search(rf"gpt_model\.py (decoder )?{at['decoder']}, (MTP block )?{at['mtp']}", explain)
+
+
+def test_explain_names_each_provider_the_installed_release_builds_without_an_mtp_block():
+    """stop 56 left: explain TP_OVERLAP_OFF_MTP names, under the installed release, exactly the provider classes whose
+    provide() the installed package's sources show building no MTP block (providers.mtp_unbuilt over every class)."""
+    from mbridge_overlap.bridge import adapter, providers
+
+    version = adapter.bridge_version()
+    text = " ".join(findings.explanation("TP_OVERLAP_OFF_MTP").split()).partition("mtp_unbuilt")[2]
+    groups = dict(re.findall(r"Megatron-Bridge ([0-9. and,]+?): (.*?)(?=; Megatron-Bridge |\.$)", text))
+    (said,) = [v for k, v in groups.items() if version in re.split(r", | and ", k)]
+    real = {c.__name__: hit for c in providers.every_class() for hit in [providers.mtp_unbuilt(c)] if hit}
+    assert real and set(re.findall(r"(\w+) \(\w+, ", said)) == set(real), (said, real)
+    for name, hit in real.items():
+        assert f"{name} ({hit['model']}, {hit['file'].rpartition('/')[2]} {hit['line']})" in said
