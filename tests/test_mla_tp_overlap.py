@@ -116,3 +116,17 @@ def test_the_te_linear_warning_is_in_every_catalog_and_maps_to_the_finding(relea
     assert "comm_overlap.tp_comm_overlap=false" in cause["fix"]
     assert any(e.get("function") == "TELinear.__init__" and "user buffer name" in (e.get("template") or "")
                               for e in cat["entries"])
+
+
+def test_the_tp_mode_says_off_but_for_the_first_mla_layer_s_linear_proj():
+    """stop 56 left: the TP mode said on for an MLA model with TP overlap asked for, where Megatron-Core keeps
+    userbuffers on the first MLA layer's linear_proj only (tests/bridge/test_mla_tp_overlap.py builds the layer and
+    reads each linear's userbuffers arguments): the mode is off, configured on, and says which GEMM keeps them."""
+    for answer in (api.resolve({**ON, "model.multi_latent_attention": True}, gpus=8),
+                   api.resolve({"comm_overlap.tp_comm_overlap": True}, recipe="moonlight_16b_pretrain_8gpu_h100_bf16_config")):
+        assert ID in _ids(answer)
+        tp = answer.to_dict()["modes"]["tp"]
+        assert tp["configured"] is True and tp["enabled"] is False, tp
+        assert ID in tp["why"] and "linear_proj" in tp["why"] and "linear_q_down_proj" in tp["why"], tp
+    tp = api.resolve(ON, gpus=8).to_dict()["modes"]["tp"]  # (not MLA: on, as before)
+    assert tp["enabled"] is True and ID not in tp["why"]

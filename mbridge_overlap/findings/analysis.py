@@ -163,6 +163,7 @@ def modes(effective: dict, shape: layout.Layout, te: bool, found, sharding: str 
     blocked: dict = {}
     model = effective["model"]
     whole = model["pipeline_model_parallel_size"] == 1 and (model["virtual_pipeline_model_parallel_size"] or 1) == 1
+    mla: list = []
     for f in found:
         blocks = findings.record(f.id).get("blocks")
         if f.id == "TP_OVERLAP_OFF_MTP_DECODER":  # (no decoder layer of the MTP's model chunk gets userbuffers: with
@@ -172,6 +173,9 @@ def modes(effective: dict, shape: layout.Layout, te: bool, found, sharding: str 
             elif out["tp"]["configured"]:
                 out["tp"]["why"] += (" on the ranks without the MTP block; the MTP's model chunk runs without "
                                      "userbuffers (TP_OVERLAP_OFF_MTP_DECODER)")
+            continue
+        if f.id == "TP_OVERLAP_OFF_MLA":  # (stop 56 left: the mode said on; tests/bridge/test_mla_tp_overlap.py builds it)
+            mla.append(f)
             continue
         for mode in ("tp", "pp", "dp") if f.severity == "error" else [blocks] if blocks else []:
             blocked.setdefault(mode, []).append(f)
@@ -184,7 +188,13 @@ def modes(effective: dict, shape: layout.Layout, te: bool, found, sharding: str 
                 mode[part]["why"] = f"configured, but {stopped[0].id}"
         if name == "dp":
             against = against or [f for part in ("grad_reduce", "param_gather") for f in blocked.get(f"dp.{part}", [])]
-        mode["enabled"] = mode["configured"] and not against
+        mode["enabled"] = mode["configured"] and not against and not (name == "tp" and mla)
+        if name == "tp" and mode["configured"] and mla and not against:
+            mode["why"] = (f"configured on, but a multi-latent attention model ({mla[0].id}): Megatron-Core turns the "
+                           "model's tp_comm_overlap off as it builds the first MLA layer's linear_q_down_proj (linear_q_proj "
+                           "where q_lora_rank is null), so only that layer's linear_proj, built before it, keeps its "
+                           "userbuffers reduce-scatter on each pipeline rank; every other TP all-gather and "
+                           "reduce-scatter (q/kv projections, linear_proj of later layers, fc1, fc2, MTP) runs without")
         if mode["configured"] and against:
             f = against[0]
             mode["why"] = (f"configured on, but the run as a whole fails at {f.when or 'config'} ({f.id}) before it gets this overlap"

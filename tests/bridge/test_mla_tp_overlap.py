@@ -39,6 +39,7 @@ def recorder(init_of):
         self.layer_norm_weight = torch.nn.Parameter(torch.empty(k.get("in_features", 1), device="meta"))
         built.append({"class": type(self).__name__, "ub_name": k.get("ub_name"),
                       "ub": sorted(n for n, v in k.items() if n.startswith("ub_") and n != "ub_name" and v)})
+        self.ub_args = built[-1]  # (read off the built layer's modules below)
     return init
 te.Linear.__init__ = recorder(te.Linear.__init__)
 te.LayerNormLinear.__init__ = recorder(te.LayerNormLinear.__init__)
@@ -60,10 +61,12 @@ spec.submodules.input_layernorm = spec.submodules.pre_mlp_layernorm = IdentityOp
 spec.submodules.self_attention.submodules.core_attention = IdentityOp  # (TEDotProductAttention: CUDA; no linear)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
+    modules = {}
     for n in (1, 2):
         built.append({"layer": n, "tp_comm_overlap": cfg.tp_comm_overlap})
-        build_module(spec, config=cfg, layer_number=n)
-print(json.dumps({"built": built, "after": cfg.tp_comm_overlap,
+        layer = build_module(spec, config=cfg, layer_number=n)
+        modules.update({f"layer{n}.{name}": m.ub_args for name, m in layer.named_modules() if hasattr(m, "ub_args")})
+print(json.dumps({"built": built, "after": cfg.tp_comm_overlap, "modules": modules,
                   "warnings": [str(w.message) for w in caught if "user buffer" in str(w.message)]}))
 """
 
@@ -153,3 +156,25 @@ def test_bridge_s_cited_mla_bridges_and_no_handling_of_it():
     comm_overlap = (root / "megatron/bridge/training/comm_overlap.py").read_text()
     assert "multi_latent_attention" not in comm_overlap and "q_down_proj" not in comm_overlap
     assert "tp_comm_overlap" not in (root / "megatron/bridge/models/mla_provider.py").read_text()
+
+
+@pytest.mark.parametrize("q_lora_rank", [96, None], ids=["q_down_proj", "no_q_lora_q_proj"])
+def test_the_tp_mode_says_what_the_built_mla_layers_get(q_lora_rank):
+    """stop 56 left: the TP mode said on for an MLA model with TP overlap. Two MLA layers built by Megatron-Core's own
+    code: of every Transformer Engine linear the layers hold, only the first layer's linear_proj has userbuffers; the
+    skill's mode is off (configured on) and names that linear and the projection that turns the flag off."""
+    from mbridge_overlap import api
+
+    got = _build(q_lora_rank, q_lora_rank is not None)
+    modules = got["modules"]
+    assert len(modules) >= 10, modules
+    kept = sorted(name for name, r in modules.items() if r["ub"] or r["ub_name"])
+    assert kept == ["layer1.self_attention.linear_proj"], modules
+    assert modules[kept[0]]["ub_name"] == "proj" and modules[kept[0]]["ub"]
+    flips = "linear_q_down_proj" if q_lora_rank else "linear_q_proj"
+    assert any(name.endswith(f".{flips}") for name in modules)
+    on = {"model.tensor_model_parallel_size": 2, "model.sequence_parallel": True, "comm_overlap.tp_comm_overlap": True,
+          "model.multi_latent_attention": True}
+    tp = api.resolve(on, gpus=8).to_dict()["modes"]["tp"]
+    assert tp["configured"] is True and tp["enabled"] is False, tp
+    assert "only that layer's linear_proj" in tp["why"] and flips in tp["why"], tp
