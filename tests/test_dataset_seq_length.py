@@ -91,3 +91,39 @@ def test_a_config_file_s_sequence_length_leaves_0_6_s_seq_length_as_it_was(tmp_p
     both = _config(tmp_path, "model:\n  seq_length: 16384\ndataset:\n  sequence_length: 16384\n")
     (f,) = _mismatch(api.resolve(config=both, gpus=8, bridge_version="0.6.2"))
     assert "dataset config: 4096" in f.message
+
+
+GPT = "megatron.bridge.models.gpt_provider.GPTModelProvider"
+MAMBA = "megatron.bridge.models.mamba.mamba_provider.MambaModelProvider"
+
+
+@pytest.mark.parametrize("version", ["0.6.2", "0.6.0", "0.5.1", "0.5.0"])
+def test_a_config_s_provider_class_gives_model_seq_length_its_default(version, tmp_path):
+    """stop 56 left: without a recipe model.seq_length was unknown, so a config file naming its model's class and
+    setting only the dataset's length was never checked; Bridge's model is an instance of that class, whose
+    seq_length default (GPTModelProvider 1024, MambaModelProvider 8192 in every release: model_providers.json
+    seq_length) validate() compares with the dataset's."""
+    word = dataset_seq_length_key(version).partition(".")[2]
+    for target, default in ((GPT, 1024), (MAMBA, 8192)):
+        path = _config(tmp_path, f"model:\n  _target_: {target}\ndataset:\n  {word}: 2048\n")
+        res = api.resolve(config=path, gpus=8, bridge_version=version)
+        (f,) = _mismatch(res)
+        assert f"model config: {default}, " in f.message and "dataset config: 2048" in f.message
+        assert any(f"model.seq_length {default}: the default of {target.rsplit('.', 1)[-1]}" in n for n in res.to_dict()["notes"])
+        path = _config(tmp_path, f"model:\n  _target_: {target}\ndataset:\n  {word}: {default}\n")
+        assert not _mismatch(api.resolve(config=path, gpus=8, bridge_version=version))
+    path = _config(tmp_path, f"model:\n  _target_: {GPT}\n  seq_length: 2048\ndataset:\n  {word}: 2048\n")
+    assert not _mismatch(api.resolve(config=path, gpus=8, bridge_version=version))  # (its own: as before)
+
+
+def test_an_unknown_model_class_says_the_dataset_s_length_is_not_checked(tmp_path):
+    """stop 56 left: where no class is named (the baseline has no model) or the class is not the release's, the
+    answer says model.seq_length is unknown and the dataset's length is checked against nothing."""
+    res = api.resolve({"dataset.seq_length": 8192}, gpus=8)
+    (note,) = [n for n in res.to_dict()["notes"] if "model.seq_length is unknown" in n]
+    assert "no model provider class" in note and "dataset.seq_length is not checked" in note
+    path = _config(tmp_path, "model:\n  _target_: my.own.ModelProvider\ndataset:\n  seq_length: 8192\n")
+    res = api.resolve(config=path, gpus=8)
+    assert not _mismatch(res)
+    assert any("'my.own.ModelProvider' is no model provider class" in n for n in res.to_dict()["notes"])
+    assert not [n for n in api.resolve(gpus=8).to_dict()["notes"] if "seq_length" in n]  # (nothing given: nothing said)

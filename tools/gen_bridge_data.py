@@ -1,6 +1,6 @@
 """Regenerate mbridge_overlap/data/releases/VERSION/bridge_fields.yaml, .../mcore_defaults.yaml, .../model_providers.json
 (the model provider class of each shipped recipe whose model is not a GPTModelProvider, and that class's fields
-against GPTModelProvider's: mbridge_overlap/bridge/providers.py) and
+against GPTModelProvider's, and every provider class's default seq_length: mbridge_overlap/bridge/providers.py) and
 mbridge_overlap/data/tp_overlap_presets.yaml from the installed megatron-bridge and megatron-core (names, preset values
 and dataclass defaults only; no Bridge code is copied). Run with the Python of the release's venv:
 
@@ -233,7 +233,8 @@ def model_providers(version: str, path: Path, datasets: dict | None = None) -> s
         if all(theirs.get(r) == c for r, c in mine.items()) and all(
                 shipped["classes"].get(c) == data["classes"][c]
                 and (shipped.get("decoder_rebuilt") or {}).get(c) == data["decoder_rebuilt"].get(c)
-                and (shipped.get("mtp_unbuilt") or {}).get(c) == data["mtp_unbuilt"].get(c) for c in set(mine.values())):
+                and (shipped.get("mtp_unbuilt") or {}).get(c) == data["mtp_unbuilt"].get(c) for c in set(mine.values())) \
+                and all((shipped.get("seq_length") or {}).get(c, v) == v for c, v in data["seq_length"].items()):
             return path.read_text(encoding="utf-8")
     return text
 
@@ -245,7 +246,7 @@ def _json_lines(data: dict) -> str:
     def block(d: dict) -> str:
         return "{\n" + ",\n".join(f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(d.items())) + "\n }"
 
-    blocks = ("classes", "recipes", "decoder_rebuilt", "mtp_unbuilt")
+    blocks = ("classes", "recipes", "decoder_rebuilt", "mtp_unbuilt", "seq_length")
     parts = [f"{json.dumps(k)}: {block(v) if k in blocks else json.dumps(v)}" for k, v in sorted(data.items())]
     return "{" + ",\n".join(parts) + "}\n"
 

@@ -189,7 +189,24 @@ def collect(entries, reference, datasets: dict | None = None) -> dict:
     unbuilt = {label: hit for label, found in members.items()
                for hit in [next(filter(None, (mtp_unbuilt(c) for c in found)), None)] if hit}
     return {"base": BASE, "classes": classes, "recipes": {k: sorted(v) for k, v in sorted(recipes.items())},
-            "decoder_rebuilt": rebuilt, "mtp_unbuilt": unbuilt}
+            "decoder_rebuilt": rebuilt, "mtp_unbuilt": unbuilt, "seq_length": seq_length_defaults()}
+
+
+def seq_length_defaults() -> dict:
+    """{provider class: its dataclass default of seq_length} for GPTModelProvider and every provider class of the
+    installed Bridge that has the field with a default: what a config naming the class in model._target_ runs with
+    where it sets no seq_length (validate() compares it with the dataset's). A class name two modules define is
+    keyed by each module's path."""
+    from megatron.bridge.models import GPTModelProvider
+
+    found = [c for c in dict.fromkeys([GPTModelProvider, *every_class()])]
+    twice = {n for n in (c.__name__ for c in found) if sum(c.__name__ == n for c in found) > 1}
+    out = {}
+    for cls in found:
+        field = next((f for f in dataclasses.fields(cls) if f.name == "seq_length"), None)
+        if field is not None and isinstance(field.default, int):
+            out[f"{cls.__module__}.{cls.__qualname__}" if cls.__name__ in twice else cls.__name__] = field.default
+    return out
 
 
 def every_class() -> list:

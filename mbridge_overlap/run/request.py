@@ -16,7 +16,7 @@ from . import hydra, schema
 from ..errors import UsageError
 from dataclasses import dataclass, field
 from ..upstream.releases import (Release, bridge_fields, dataset_class, dataset_properties, dataset_seq_length_key,
-                                 finetuning_dataset, model_provider,
+                                 finetuning_dataset, model_provider, provider_seq_length,
                                  preset_content)
 from .schema import BOOL, CHOICE, INT, OPT_BOOL, OPT_CHOICE, OPT_INT, OPT_PATH, PRESET, STR_LIST
 from ..suggest import closest
@@ -70,6 +70,7 @@ class Request:
     recipe: dict | None = None  # the catalog entry the request starts from (None: Bridge's _pretrain_common baseline)
     model_target: str | None = None  # a config's model._target_ (its provider class), where no recipe names one
     model_target_of: str = "the config"  # whose provider class model_target is
+    model_seq_length_of: str | None = None  # the provider class whose default model.seq_length is (a config's _target_)
     dataset_target: str | None = None  # a config's dataset._target_ (its dataset config class)
 
     @classmethod
@@ -524,6 +525,11 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
     if config and base is None and req.origin.get("dataset.seq_length") != "config" and not _baseline_dataset(release, dataset):
         for key in schema.BASELINE_CONTEXT:  # a config that holds no dataset (Bridge's summary prints none): not the baseline's
             req.context.pop(key, None)
+    if base is None and req.model_target_of == "the config" and req.model["seq_length"] is None \
+            and "model.seq_length" not in req.origin:
+        known = provider_seq_length(release.version, req.model_target)
+        if known is not None:  # (stop 56 left: unknown here, so a dataset length alone was never checked against it)
+            req.model["seq_length"], req.model_seq_length_of = known[1], known[0]
     dataset = config.get("dataset") if isinstance(config, Mapping) else None
     sft = finetuning_dataset(release.version, dataset.get("_target_")) if isinstance(dataset, Mapping) else None
     if sft is not None:  # the config's dataset class, as validate()'s fine-tuning CP check reads it (evalAA AA-1)

@@ -135,6 +135,7 @@ def build(*, recipe: str | None = None, config: str | os.PathLike | Mapping | ru
     task = releases.task(_pick(assumed, "task", task, (entry or {}).get("task"), "the recipe's", "pretrain", "default")
                          if assumed.get("task") is None else task)
     notes += _unknown_dataset_class(req, release, task, assumed)
+    notes += _model_seq_length(req, release) if entry is None else []
     family = family if family is not None else (entry or {}).get("model")
     return Scenario(
         release=release, recipe=entry, config=rc, overrides=dict(overrides or {}),
@@ -285,6 +286,26 @@ def _unknown_dataset_class(req, release, task: str, assumed: dict) -> list[str]:
     assumed["task"] = (f"default: {said}; taken as pretraining (validate()'s fine-tuning checks off): pass --task sft "
                        f"(or peft) if it subclasses {', '.join(fine)}")
     return []
+
+
+def _model_seq_length(req, release) -> list[str]:
+    """Without a recipe the model's sequence length is its provider class's default where a config names the class
+    (model._target_; request.build takes it from model_providers.json seq_length): said, as validate() compares it with
+    the dataset's. Where no class is named (Bridge's baseline, _pretrain_common(), has no model) or the release has no
+    such class, it is unknown: said where the dataset's length is given, which then is checked against nothing."""
+    if req.model_seq_length_of is not None:
+        return [f"model.seq_length {req.model['seq_length']}: the default of {req.model_seq_length_of} (the config's "
+                f"model._target_), which the config does not set; validate() compares it with the dataset's"]
+    given = [k for k in ("dataset.seq_length", "dataset.sequence_length") if req.origin.get(k) in ("config", "override")]
+    if req.model["seq_length"] is not None or not given or not req.context.get("dataset.seq_length_checked"):
+        return []
+    target = req.model_target if req.model_target_of == "the config" else None
+    why = (f"the config's model._target_ {shown(target.strip())} is no model provider class of Megatron-Bridge "
+           f"{release.version} with a seq_length default" if isinstance(target, str) and target.strip() else
+           "no recipe, and the config names no model provider class (model._target_) whose default is known (Bridge's "
+           "baseline, _pretrain_common(), has no model)")
+    return [f"model.seq_length is unknown: {why}, so {given[0]} is not checked against the model's (validate()'s "
+            "SEQ_LENGTH_DATASET_MISMATCH): pass model.seq_length, or --recipe"]
 
 
 def _pick(assumed: dict, name: str, given, from_recipe, recipe_says: str, default, default_says: str):

@@ -244,6 +244,20 @@ def _decoder_rebuilt(data_version: str) -> dict:
     return _provider_key(data_version, "decoder_rebuilt")
 
 
+def provider_seq_length(version: str | None, target) -> tuple[str, int] | None:
+    """(provider class, its default seq_length) of the class a config's model._target_ names (module path and name, or
+    the name alone where one module defines it), as data/releases/VERSION/model_providers.json seq_length records it
+    from the installed package; None where the release has no such class with the field (a project's own class)."""
+    if not isinstance(target, str) or not target.strip():
+        return None
+    found = _provider_key(get(version).data_version, "seq_length")
+    name = target.strip()
+    for key in (name, name.rsplit(".", 1)[-1]):
+        if key in found:
+            return key.rsplit(".", 1)[-1], found[key]
+    return None
+
+
 def mtp_unbuilt(version: str | None, entry: dict | None, target: str | None = None) -> tuple[str, dict] | None:
     """(provider class, where it builds its model) where the recipe's model (or a saved config's model._target_) is
     built by a provider whose provide() builds no MTP block whatever model.mtp_num_layers says (data/releases/VERSION/

@@ -13,6 +13,7 @@ from mbridge_overlap.bridge import adapter, apply, conformance
 from test_apply import LAYOUTS
 from test_dataset_seq_length_bridge import (  # noqa: F401
     test_a_config_file_s_sequence_length_words_agree_with_bridge,
+    test_a_config_s_provider_class_default_seq_length_is_the_one_bridge_validates,
     test_the_sequence_length_fix_is_one_this_release_s_command_line_takes,
 )
 
