@@ -127,3 +127,17 @@ def test_an_unknown_model_class_says_the_dataset_s_length_is_not_checked(tmp_pat
     assert not _mismatch(res)
     assert any("'my.own.ModelProvider' is no model provider class" in n for n in res.to_dict()["notes"])
     assert not [n for n in api.resolve(gpus=8).to_dict()["notes"] if "seq_length" in n]  # (nothing given: nothing said)
+
+
+@pytest.mark.parametrize("version", ["0.5.1", "0.6.2"])
+def test_a_dataset_length_set_to_null_is_the_mismatch_validate_raises(version, tmp_path):
+    """fuzzY Y2-4: null is a value validate() compares (no None exemption), not "unset"; a config file's null too."""
+    word = dataset_seq_length_key(version)
+    (f,) = _mismatch(api.resolve({"model.seq_length": 4096, word: "null"}, gpus=8, bridge_version=version))
+    assert "dataset config: None" in f.message and f.fix_overrides == {word: 4096}
+    (typed,) = _mismatch(api.resolve({"model.seq_length": 4096, word: None}, gpus=8, bridge_version=version))
+    assert typed.message == f.message
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model:\n  seq_length: 4096\ndataset:\n  {word.partition('.')[2]}: ~\n")
+    assert _mismatch(api.resolve({}, gpus=8, bridge_version=version, config=str(config)))
+    assert not _mismatch(api.resolve({"model.seq_length": 4096}, gpus=8, bridge_version=version))

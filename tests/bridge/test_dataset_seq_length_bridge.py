@@ -109,3 +109,20 @@ def test_a_config_s_provider_class_default_seq_length_is_the_one_bridge_validate
         if error:
             said = "Sequence length in model config: 1024, Sequence length in dataset config: 2048"
             assert said in error and said in ours[0].message, (error, ours[0].message)
+
+
+def test_a_dataset_length_set_to_null_is_refused_as_bridge_refuses_it(tmp_path):
+    """fuzzY Y2-4: the installed Bridge takes `<word>=null` (and a config file's null) and validate() then raises its
+    mismatch assert; the skill reports that mismatch."""
+    version = adapter.bridge_version()
+    (f,) = _mismatch({"model.seq_length": 8192}, version)
+    (word,) = f.fix_overrides
+    taken, error = _bridge_takes(["model.seq_length=4096", f"{word}=null"])
+    assert taken and error and "sequence length configuration" in error, error
+    assert _mismatch({"model.seq_length": 4096, word: "null"}, version)
+    text = f"model:\n  seq_length: 4096\ndataset:\n  {word.partition('.')[2]}: null\n"
+    (tmp_path / "run.yaml").write_text(text)
+    error = _bridge_file(text)
+    ours = [f for f in api.resolve(config=str(tmp_path / "run.yaml"), gpus=8, bridge_version=version).findings
+            if f.id == "SEQ_LENGTH_DATASET_MISMATCH"]
+    assert bool(ours) == bool(error and "sequence length configuration" in error), (ours, error)
