@@ -200,3 +200,16 @@ def test_a_dp_timeout_s_test_is_offered_only_where_the_config_runs_the_overlap(o
                 if c["id"] == "DP_COLLECTIVE_TIMEOUT"]
     assert ("overlap_grad_reduce=false for a reduce-scatter" in cause["fix"]) == overlap
     assert ("runs neither DP overlap" in cause["fix"]) != overlap
+
+
+@pytest.mark.parametrize("op, numel_in, numel_out", [("ALLGATHER", 1, 4), ("_ALLGATHER_BASE", 1, 8),
+                                                     ("REDUCE_SCATTER", 4, 1), ("_REDUCE_SCATTER_BASE", 8, 1)])
+def test_a_one_element_share_is_no_dp_bucket(op, numel_in, numel_out):
+    """fresh18 F18-1: a watchdog gather or scatter of one element per rank is a scalar exchange (a checkpoint
+    consolidation's flag), not a DP bucket (padded to a multiple of lcm(DP, 128) with the distributed optimizer): no
+    overlap cause, as the same line's ALLREDUCE has none; two elements per rank stay DP's."""
+    d = _diagnose(_line(op, numel_in, numel_out))
+    assert not d["causes"], d["causes"]
+    assert not _diagnose(_line("ALLREDUCE", 1, 1))["causes"]
+    two = _line(op, numel_in * 2, numel_out * 2)
+    assert [c["id"] for c in _diagnose(two)["causes"]] == ["DP_COLLECTIVE_TIMEOUT"]
