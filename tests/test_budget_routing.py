@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from mbridge_overlap import UsageError, api
-from mbridge_overlap.budget.routing import ranks_per_token
+from mbridge_overlap.budget.routing import ranks_per_token, split
 
 DSV3 = "perf_recipes.deepseek_v3_pretrain_256gpu_b200_bf16_config"
 
@@ -72,3 +72,41 @@ def test_megatron_cores_refusals_of_the_groups(groups, pick, words):
     with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
         api.budget({}, recipe="perf_recipes.qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config", model="qwen3_30b_a3b",
                    gpus=16, shape=shape)
+
+
+# (experts, top-k, EP, EP ranks in the sender's NVLink domain, groups, chosen groups): the sender EP rank 0's copies
+# kept, sent to the rest of its domain and across the network, and the other domains a token reaches, by Megatron-Core
+# 0.19.2's group_limited_topk on 40,000 tokens (tests/bridge/test_budget_routing.py runs it)
+MEASURED_SPLIT = [((256, 8, 64, 8, 8, 4), (0.115, 0.816, 6.549, 3.473)),  # DeepSeek-V3: a group is a node
+                  ((256, 8, 32, 8, 4, 2), (0.214, 1.462, 4.997, 1.498)),
+                  ((256, 8, 8, 8, 8, 4), (0.491, 3.473, 0.0, None))]  # one node: nothing crosses the network
+
+
+@pytest.mark.parametrize("args,measured", MEASURED_SPLIT)
+def test_the_copies_inside_the_domain_and_across_the_network(args, measured):
+    experts, k, ep, local, groups, pick = args
+    sp = split(experts, k, ep, local, True, groups, pick)
+    for key, value in zip(("own", "nvlink", "network"), measured):
+        assert sp[key] == pytest.approx(value, rel=0.03, abs=0.01), key
+    assert sp.get("remote_domains") == (None if measured[3] is None else pytest.approx(measured[3], rel=0.02))
+    # uniform routing: every rank as likely reached, so the network's share is the EP group's, groups or not
+    assert sp["network"] / sp["copies"] == pytest.approx((ep - local) / ep, abs=0.002)
+
+
+def test_deepseek_v3s_all_to_all_is_split_by_link():
+    b = _budget()
+    said = [a for a in b["assumptions"] if "group-limited routing" in a][0]
+    assert ("of a token's 7.49 copies the sender with 8 of the 64 EP ranks in its NVLink domain keeps 0.12, sends 0.82 "
+            "over NVLink and 6.55 across the network (87.5%; without the groups 6.72 of 7.68, 87.5%)") in said
+    assert "the other NVLink domains a token reaches: 3.46 of 7 (4.63 without the groups)" in said
+    assert "still priced as the EP group's over the network" not in said
+    # each part on its link: the network part (6.55 of the 7.49 copies) sets the time, as the EP group's share did
+    from mbridge_overlap.budget import system
+    gpu = system.get("b200")
+    item = _ep(b)
+    sp = split(256, 8, 64, 8, True, 8, 4)
+    parts = (sp["nvlink"] / sp["copies"], sp["network"] / sp["copies"])
+    one = gpu.seconds("all_to_all", item["bytes"], 64, "network", 8, parts)
+    assert item["ms"] == pytest.approx(one * item["count"] * 1e3, rel=1e-6)
+    assert one == pytest.approx(gpu.seconds("all_to_all", item["bytes"], 64, "network", 8), rel=1e-3)
+

@@ -194,6 +194,14 @@ def copies_per_token(lay: Layout, shape) -> float:
     return routing.ranks_per_token(experts, k, lay.ep, *(groups or ()))
 
 
+def ep_split(lay: Layout, shape, local: int) -> dict:
+    """Where the EP dispatch's copies of a token go from the sender whose NVLink domain holds `local` of its EP group's
+    ranks: kept, over NVLink, across the network (routing.split, with the groups where the budget follows them)."""
+    flex = lay.dispatcher == "flex" and shape.num_moe_experts % lay.ep == 0
+    groups = None if routing.unmodelled(shape) else routing.grouping(shape)
+    return routing.split(shape.num_moe_experts, shape.moe_router_topk, lay.ep, local, flex, *(groups or ()))
+
+
 def _grouped_routing(lay: Layout, shape) -> tuple:
     """What group-limited routing does to the EP all-to-all: which ranks a token can reach (and, where the groups
     are whole NVLink domains, which domains), or why the budget does not follow it."""
@@ -216,10 +224,21 @@ def _grouped_routing(lay: Layout, shape) -> tuple:
         plain = routing.ranks_per_token(shape.num_moe_experts, shape.moe_router_topk, lay.ep)
         said += (f"; the flex dispatcher's copies per token {copies_per_token(lay, shape):.2f} (a fixed-seed sample of "
                  f"the router's rule on uniform scores), {plain:.2f} without the groups")
-    span = per_group // per_rank * lay.etp if per_group % per_rank == 0 else 0  # GPUs of one group's ranks, in a row
-    if span and span % lay.domain == 0 and lay.ep * lay.etp % lay.domain == 0 and spans_domains(lay, lay.etp, lay.ep):
-        said += (f"; each group spans whole NVLink domains of {lay.domain} GPUs, so a token's parts go to at most {pick} "
-                 "groups' domains; the all-to-all is still priced as the EP group's over the network")
+    if spans_domains(lay, lay.etp, lay.ep):
+        local = fewest_local(lay, lay.etp, lay.ep)
+        sp, free = ep_split(lay, shape, local), routing.split(shape.num_moe_experts, shape.moe_router_topk, lay.ep, local,
+                                                              lay.dispatcher == "flex" and shape.num_moe_experts % lay.ep == 0)
+        said += (f"; of a token's {sp['copies']:.2f} copies the sender with {local} of the {lay.ep} EP ranks in its NVLink "
+                 f"domain keeps {sp['own']:.2f}, sends {sp['nvlink']:.2f} over NVLink and {sp['network']:.2f} across the "
+                 f"network ({sp['network'] / sp['copies']:.1%}; without the groups {free['network']:.2f} of "
+                 f"{free['copies']:.2f}, {free['network'] / free['copies']:.1%}), each part priced on its link: under "
+                 "uniform routing every expert is as likely chosen with the groups as without, so the groups cut the "
+                 "copies, not the share that crosses the network")
+        if "remote_domains" in sp:
+            said += (f"; they bound the other NVLink domains a token reaches: {sp['remote_domains']:.2f} of "
+                     f"{sp['domains'] - 1} ({free['remote_domains']:.2f} without the groups), which a dispatcher that "
+                     "crosses the network once per domain and forwards inside it over NVLink would send; the budget "
+                     "prices one copy per rank (or expert) across the network")
     return (said,)
 
 
@@ -596,7 +615,9 @@ def _ep(lay, shape, system, layers, m, tokens, layer_fwd, again) -> list:
     size = round(local * copies_per_token(lay, shape) * shape.hidden_size * ACT_BYTES)
     link = link_of(lay, lay.etp, lay.ep)  # the expert grid's order: tp-ep-dp-pp, TP the expert TP
     local = fewest_local(lay, lay.etp, lay.ep) if link == "network" else None
-    one = system.seconds("all_to_all", size, lay.ep, link, local)
+    sp = ep_split(lay, shape, local) if local else None  # (the copies kept, over NVLink, across the network)
+    parts = (sp["nvlink"] / sp["copies"], sp["network"] / sp["copies"]) if sp else None
+    one = system.seconds("all_to_all", size, lay.ep, link, local, parts)
     count = round((4 + 2 * (again["layer"] + again["mlp"])) * layers * m)  # dispatch and combine, forward (again where recomputed) and backward
     total = one * count
     on = lay.settings["overlap_moe_expert_parallel_comm"]

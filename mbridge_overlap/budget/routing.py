@@ -11,7 +11,16 @@ experts, so the k spread more evenly than a uniform k-subset of the chosen group
 DeepSeek-V3 at EP 64, not 7.36), and has no closed form; inside a group the chosen ones are a uniform subset (its
 experts are exchangeable). So the counts per group are drawn by a fixed-seed sample of the router's own rule and
 the ranks they reach are computed exactly from them. tests/bridge/test_budget_routing.py holds the result against a
-Monte Carlo of Megatron-Core's group_limited_topk itself."""
+Monte Carlo of Megatron-Core's group_limited_topk itself.
+
+Where the copies go (split): a sender's NVLink domain holds a run of consecutive EP ranks (layout.fewest_local: the
+expert grid's order), so the expected copies that stay inside it are the sum of those ranks' chances of being reached
+(reach: from the same sample, a run of experts missed by each chosen group's uniform subset), the rest cross the
+network. Under uniform routing every expert is as likely chosen, groups or not (the groups are exchangeable, and so
+are a group's experts), so where the groups align with the ranks each rank is as likely reached and the network's
+share is the EP group's (ep - local) / ep either way: the groups cut the copies (ranks_per_token) and bound the
+remote NVLink domains a token reaches (at most group_topk where a group is a domain: DeepSeek-V3's node-limited
+routing), not the share of the copies that crosses the network."""
 
 from __future__ import annotations
 
@@ -53,30 +62,80 @@ def ranks_per_token(experts: int, k: int, ep: int, groups: int | None = None, pi
     """Expected distinct EP ranks among a token's top-k experts under uniform routing (module doc)."""
     if not groups or not pick or pick >= groups:
         return ep * (1 - math.comb(experts - experts // ep, k) / math.comb(experts, k))
-    return _grouped(experts, k, ep, groups, pick)
+    per_rank = experts // ep
+    return sum(reach(experts, k, tuple((r * per_rank, (r + 1) * per_rank) for r in range(ep)), groups, pick))
 
 
-@lru_cache(maxsize=32)
-def _grouped(experts: int, k: int, ep: int, groups: int, pick: int) -> float:
-    per_group, per_rank = experts // groups, experts // ep
-    # each group's overlap with each rank: (rank, experts of the group it holds)
-    overlaps = [[(r, min((j + 1) * per_group, (r + 1) * per_rank) - max(j * per_group, r * per_rank))
-                 for r in range((j * per_group) // per_rank, -(-(j + 1) * per_group // per_rank))]
-                for j in range(groups)]
+def reach(experts: int, k: int, spans: tuple, groups: int | None = None, pick: int | None = None) -> tuple:
+    """Each span's (a run of experts, (first, end)) chance of holding one of a token's top-k under uniform routing:
+    without groups 1 - C(E - s, k) / C(E, k); with groups the mean over routing.py's sample of 1 less the chance
+    that every chosen group's uniform subset misses the span's experts in it."""
+    if not groups or not pick or pick >= groups:
+        return tuple(1 - math.comb(experts - (end - first), k) / math.comb(experts, k) for first, end in spans)
+    return _reach(experts, k, tuple(spans), groups, pick)
+
+
+@lru_cache(maxsize=64)
+def _reach(experts: int, k: int, spans: tuple, groups: int, pick: int) -> tuple:
+    """The groups are exchangeable, so each sampled token counts once for each of the `groups` rotations of its
+    groups' labels (a span's chance then depends on how it meets the groups, not on which: no rank drawn luckier
+    than another), each pattern of overlaps computed once."""
+    per_group = experts // groups
+    vectors = []
+    for counts in _counts(experts, k, groups, pick):
+        v = [0] * groups
+        for j, n in counts:
+            v[j] = n
+        vectors.append(v)
 
     @lru_cache(maxsize=None)
-    def missed(held: int, n: int) -> float:  # a rank holding `held` of a group's experts gets none of n chosen there
+    def missed(held: int, n: int) -> float:  # a span holding `held` of a group's experts gets none of n chosen there
         return math.comb(per_group - held, n) / math.comb(per_group, n)
 
-    samples = _counts(experts, k, groups, pick)
-    total = 0.0
-    for counts in samples:
-        miss: dict = {}
-        for j, n in counts:
-            for r, held in overlaps[j]:
-                miss[r] = miss.get(r, 1.0) * missed(held, n)
-        total += len(miss) - sum(miss.values())
-    return total / len(samples)
+    @lru_cache(maxsize=None)
+    def chance(pattern: tuple) -> float:  # pattern: (groups after the first met, experts of the span in it)
+        miss = 0.0
+        for v in vectors:
+            for g in range(groups):
+                m = 1.0
+                for dj, held in pattern:
+                    m *= missed(held, v[(g + dj) % groups])
+                miss += m
+        return 1 - miss / (len(vectors) * groups)
+
+    out = []
+    for first, end in spans:
+        j0 = first // per_group
+        out.append(chance(tuple((j - j0, min(end, (j + 1) * per_group) - max(first, j * per_group))
+                                for j in range(j0, -(-end // per_group)))))
+    return tuple(out)
+
+
+def split(experts: int, k: int, ep: int, local: int, flex: bool, groups: int | None = None,
+          pick: int | None = None) -> dict:
+    """Where a token's dispatched copies go from the sender that sends the most across the network, whose NVLink
+    domain holds `local` consecutive EP ranks of the `ep` (where local divides ep, one of the runs that tile them;
+    moe_layer.py local_expert_indices: rank r holds experts r x E/ep onward): expected copies kept by the sender
+    (`own`), sent to the rest of its domain (`nvlink`) and across the network (`network`), per token; the flex
+    dispatcher sends one per rank reached, the alltoall one one per chosen expert (each expert k/E likely: k/ep a
+    rank). Where ep is a multiple of local, also the NVLink domains a token reaches besides the sender's
+    (`remote_domains`, of `domains` - 1)."""
+    per_rank = experts // ep
+    ranks = tuple((r * per_rank, (r + 1) * per_rank) for r in range(ep))
+    chance = reach(experts, k, ranks, groups, pick) if flex else (k / ep,) * ep
+    local = max(1, min(local, ep))
+    # its domain's ranks, reached least: domains of local ranks in a row where they tile the group, else any run
+    starts = range(0, ep, local) if ep % local == 0 else range(ep - local + 1)
+    start = min(starts, key=lambda i: sum(chance[i:i + local]))
+    inside = chance[start:start + local]
+    out = {"copies": sum(chance), "own": min(inside), "nvlink": sum(inside) - min(inside),
+           "network": sum(chance) - sum(inside)}
+    if ep % local == 0 and ep > local:
+        domains = tuple((d * local * per_rank, (d + 1) * local * per_rank) for d in range(ep // local))
+        own = (start * per_rank, (start + local) * per_rank)
+        out.update(domains=ep // local, remote_domains=sum(reach(experts, k, domains, groups, pick))
+                   - reach(experts, k, (own,), groups, pick)[0])
+    return out
 
 
 @lru_cache(maxsize=32)

@@ -67,18 +67,22 @@ class System:
             return self.nic_gbps
         return min(self.record["nvlink"]["other"]["value"], local * self.nic_gbps)
 
-    def seconds(self, collective: str, size: int, group: int, link: str, local: int | None = None) -> float:
+    def seconds(self, collective: str, size: int, group: int, link: str, local: int | None = None,
+                parts: tuple | None = None) -> float:
         """One collective of a `size`-byte buffer over `group` ranks; local: across the network, the fewest of a
         group's ranks that share an NVLink domain with one of them (layout.fewest_local: the slowest rank, or the
         domain with the fewest NICs on the ring, sets its time). Not given: an all-to-all takes min(domain, group), a
-        ring collective one rank (one GPU's NICs)."""
+        ring collective one rank (one GPU's NICs). parts: an all-to-all across the network, the shares of the buffer
+        that go to the rest of the sender's NVLink domain and across the network (routing.split), else (local - 1) /
+        group and (group - local) / group: every rank's part alike."""
         if group < 2 or size <= 0:
             return 0.0
         if collective == "all_to_all" and link == "network":
             # each rank sends to every other: the part for ranks in its own NVLink domain does not cross the network
             domain = min(self.domain, group) if local is None else local
-            nvlink = size * (domain - 1) / group / (self.busbw(collective, size, "nvlink") * 1e9)
-            return max(nvlink, size * (group - domain) / group / (self.nic_gbps * 1e9) + overhead(size))
+            inside, across = parts or ((domain - 1) / group, (group - domain) / group)
+            nvlink = size * inside / (self.busbw(collective, size, "nvlink") * 1e9)
+            return max(nvlink, size * across / (self.nic_gbps * 1e9) + overhead(size))
         moved = size * FACTOR[collective](group)
         if link == "network":  # the NICs' rate the group's ranks drive, plus what a message of this size costs above it (evalK K5)
             return moved / (self.network_gbps(collective, local) * 1e9) + overhead(size)

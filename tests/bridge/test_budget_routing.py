@@ -8,7 +8,7 @@ import pytest
 
 from mbridge_overlap import UsageError
 from mbridge_overlap.budget import shape as shapes
-from mbridge_overlap.budget.routing import ranks_per_token
+from mbridge_overlap.budget.routing import ranks_per_token, split
 
 SHAPES = [(256, 8, 64, 8, 4), (256, 8, 32, 8, 4), (256, 8, 8, 8, 4), (160, 6, 16, 8, 3), (64, 6, 8, 4, 2),
           (128, 8, 32, 16, 2), (96, 6, 12, 8, 2), (256, 8, 4, 8, 4), (256, 8, 64, 8, 1)]
@@ -25,6 +25,38 @@ def test_ranks_per_token_against_group_limited_topk(experts, k, ep, groups, pick
     ranks = torch.zeros(tokens, ep).scatter_(1, index // (experts // ep), 1).sum(1)
     measured, error = ranks.mean().item(), ranks.std().item() / tokens ** 0.5
     assert abs(ranks_per_token(experts, k, ep, groups, pick) - measured) < max(4 * error, 0.01 * measured)
+
+
+# (experts, top-k, EP, EP ranks per NVLink domain, groups, chosen groups): DeepSeek-V3 at EP 64 with 8 GPUs a node (a
+# group is a node), EP 32 with 4 groups of two nodes, EP 8 in one node; and 6 groups that do not align with 8 ranks
+SPLITS = [(256, 8, 64, 8, 8, 4), (256, 8, 32, 8, 4, 2), (256, 8, 8, 8, 8, 4), (48, 6, 8, 2, 6, 2), (256, 8, 64, 8, None, None)]
+
+
+@pytest.mark.parametrize("experts,k,ep,local,groups,pick", SPLITS)
+def test_split_against_group_limited_topk(experts, k, ep, local, groups, pick):
+    """Each sender's copies inside its NVLink domain (EP ranks local x d onward, as the expert grid places them) and
+    across the network, and the other domains a token reaches, by the router's own code on random scores."""
+    import torch
+    from megatron.core.transformer.moe.moe_utils import group_limited_topk
+
+    torch.manual_seed(0)
+    tokens = 40_000
+    scores = torch.randn(tokens, experts).sigmoid()
+    index = (group_limited_topk(scores, k, tokens, experts, groups, pick)[1] if groups
+             else torch.topk(scores, k, dim=-1)[1])
+    hit = torch.zeros(tokens, ep).scatter_(1, index // (experts // ep), 1)
+    sp = split(experts, k, ep, local, True, groups, pick)
+    worst = None
+    for sender in range(ep):
+        home = hit[:, sender // local * local:(sender // local + 1) * local].sum(1)
+        network = (hit.sum(1) - home).mean().item()
+        if worst is None or network > worst[2]:
+            worst = (hit[:, sender].mean().item(), home.mean().item() - hit[:, sender].mean().item(), network)
+    assert sp["network"] == pytest.approx(worst[2], rel=0.01, abs=0.01)
+    assert sp["own"] + sp["nvlink"] == pytest.approx(worst[0] + worst[1], rel=0.02, abs=0.01)
+    if ep > local:
+        nodes = hit.view(tokens, ep // local, local).amax(2)
+        assert sp["remote_domains"] == pytest.approx((nodes.sum(1) - nodes[:, 0]).mean().item(), rel=0.02)
 
 
 @pytest.mark.parametrize("groups,pick", [(None, 2), (6, 2), (4, 8), (8, 4), (8, None), (16, 16)])
