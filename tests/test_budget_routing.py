@@ -110,3 +110,12 @@ def test_deepseek_v3s_all_to_all_is_split_by_link():
     assert item["ms"] == pytest.approx(one * item["count"] * 1e3, rel=1e-6)
     assert one == pytest.approx(gpu.seconds("all_to_all", item["bytes"], 64, "network", 8), rel=1e-3)
 
+
+def test_the_bubble_says_how_it_is_counted():
+    b = _budget()
+    said = [a for a in b["assumptions"] if a.startswith("PP: the bubble")]
+    assert said and "as if every stage took the costed (busiest) rank's time" in said[0]
+    assert "forward_backward_pipelining_without_interleaving" in said[0]
+    # DeepSeek-V3's layout: 8 layers on ranks 0-6, 5 and the MTP and output layers on rank 7
+    assert said[0].endswith("here 1,036.5 ms, where the other 7 stages' micro-batch forward and backward take "
+                            "1,052.1 ms summed")

@@ -152,6 +152,29 @@ class Budget:
         }
 
 
+BUBBLE_ASSUMPTION = (
+    "PP: the bubble is (pp - 1) / vp micro-batches of the costed rank's forward and backward (Megatron-Core's 1F1B, "
+    "schedules.py forward_backward_pipelining_without_interleaving: rank r runs pp - r - 1 warm-up forwards before its "
+    "first backward, the interleaved schedule 1/vp of that fill), as if every stage took the costed (busiest) rank's "
+    "time; 1F1B is not paced so: each forward waits on the previous stage's (recv_forward), each backward on the next "
+    "stage's (send_forward_recv_backward), so the fill and drain run through the other stages at their own pace, and "
+    "where the stages are uneven the bubble is not the one counted")
+
+
+def _bubble_said(lay: Layout, costed: "Costed", b: Budget, built: list, alike) -> tuple:
+    """The bubble's assumption; with a layout's uneven stages (no VPP) what the other stages would take instead."""
+    if lay.pp < 2:
+        return ()
+    if not lay.stages or lay.vp > 1:
+        return (BUBBLE_ASSUMPTION,)
+    times = {alike(c.rank): c.fwd + c.bwd for _, c in built}
+    others = sum(times[alike(r)] for r in range(lay.pp) if r != costed.rank)
+    if abs(others - (lay.pp - 1) * (costed.fwd + costed.bwd)) < 1e-9:
+        return (BUBBLE_ASSUMPTION,)
+    return (BUBBLE_ASSUMPTION + f": here {b.bubble_s * 1e3:,.1f} ms, where the other {lay.pp - 1} stages' micro-batch "
+            f"forward and backward take {others * 1e3:,.1f} ms summed",)
+
+
 def _uneven_split(layers: int, lay: Layout) -> tuple:
     """The assumption where the layers split unevenly over PP x VPP: Megatron-Core's TransformerBlock asserts an even
     split (transformer_block.py: layers over PP, each stage's over VPP) unless the config counts the embedding and
@@ -331,6 +354,7 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     b, costed = max(built, key=lambda bc: (bc[0].iteration_s, -bc[1].rank))
     if lay.stages:
         b.assumptions += (_rank_said(lay, costed, b, built, lambda r: _twins(lay, shape, n_mtp, r)),)
+    b.assumptions += _bubble_said(lay, costed, b, built, lambda r: _alike(lay, shape, n_mtp, r))
     b.assumptions += network_rates(b.items, system)
     return b
 
