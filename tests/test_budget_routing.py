@@ -119,3 +119,28 @@ def test_the_bubble_says_how_it_is_counted():
     # DeepSeek-V3's layout: 8 layers on ranks 0-6, 5 and the MTP and output layers on rank 7
     assert said[0].endswith("here 1,036.5 ms, where the other 7 stages' micro-batch forward and backward take "
                             "1,052.1 ms summed")
+
+
+def test_limited_devices_is_group_limited_routing_over_the_ep_ranks():
+    """recheck66 AM-2: Megatron-Core's TransformerConfig (0.19.2 transformer_config.py:2357-2363, 0.18.2 :2133-2139)
+    turns the deprecated moe_router_topk_limited_devices into group_topk = it, num_groups = EP where the groups are
+    unset: priced as those groups, and said; beside moe_router_group_topk it raises ValueError, in its words."""
+    over = {"model.expert_model_parallel_size": 16, "model.moe_token_dispatcher_type": "flex",
+            "model.moe_flex_dispatcher_backend": "deepep", "model.num_moe_experts": 128, "model.moe_router_topk": 8}
+    kw = {"recipe": "perf_recipes.qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config", "model": "qwen3_30b_a3b", "gpus": 64}
+    limited = api.budget({**over, "model.moe_router_topk_limited_devices": 2}, **kw).to_dict()["budget"]
+    grouped = api.budget({**over, "model.moe_router_num_groups": 16, "model.moe_router_group_topk": 2},
+                         **kw).to_dict()["budget"]
+    plain = api.budget(over, **kw).to_dict()["budget"]
+    assert _ep(limited)["bytes"] == _ep(grouped)["bytes"] < _ep(plain)["bytes"]  # (was the plain one's 105.5 MiB)
+    assert any("moe_router_topk_limited_devices=2 is deprecated" in a and "moe_router_num_groups 16 (the EP size)" in a
+               for a in limited["assumptions"])
+    with pytest.raises(UsageError, match="moe_router_topk_limited_devices is deprecated and replaced by "
+                                         "moe_router_group_topk and moe_router_num_groups"):
+        api.budget({**over, "model.moe_router_topk_limited_devices": 2, "model.moe_router_num_groups": 16,
+                    "model.moe_router_group_topk": 2}, **kw)
+    # resolve without --model: the config does not run, said as the budget's refusal
+    out = api.resolve({**over, "model.moe_router_topk_limited_devices": 2, "model.moe_router_num_groups": 16,
+                       "model.moe_router_group_topk": 2, "model.seq_length": 4096, "dataset.seq_length": 4096,
+                       "train.global_batch_size": 512}, recipe=kw["recipe"], gpus=64).to_dict()
+    assert "moe_router_topk_limited_devices is deprecated and replaced by" in out["budget"]["unavailable"]

@@ -44,6 +44,7 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     lay = layout.layout_of(state, sc.machine, peft)
     lay, provided = _provider_dispatcher(lay, sc, model)
     sh, origin = shapes.of(model, given, "; ".join(s for s in said if s) or None, fits=lambda values: _fits(values, lay))
+    sh, limited = shapes.limited_devices(sh, lay.ep)
     sysinfo = system.get(sc.gpu, domain=lay.domain)
     if efficiency is not None:  # tools/check_budget.py fits it
         sysinfo = system.System(sysinfo.name, {**sysinfo.record, "efficiency": {"value": efficiency}}, lay.domain)
@@ -53,7 +54,7 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
 
         sh = replace(sh, mtp_num_layers=None)
     budget = estimate.estimate(lay, sh, sysinfo, origin)
-    budget.assumptions += tuple(shapes.unmodelled(_model_fields(sc))) + provided + _instances(state) + (
+    budget.assumptions += limited + tuple(shapes.unmodelled(_model_fields(sc))) + provided + _instances(state) + (
         (unbuilt,) if unbuilt else ())
     if provided:  # the flips are proven on the run the budget prices (recheck49 Q4)
         state = sc.derive({"model.moe_token_dispatcher_type": lay.dispatcher}).resolve()

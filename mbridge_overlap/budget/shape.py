@@ -33,6 +33,9 @@ class Shape:
     # model_bridge.py CONFIG_MAPPING); None: not grouped
     moe_router_num_groups: int | None = None
     moe_router_group_topk: int | None = None
+    # the deprecated moe_router_topk_limited_devices (device-limited routing): TransformerConfig.__post_init__ makes it
+    # group_topk with num_groups = EP where group_topk is unset, and refuses it beside group_topk (limited_devices)
+    moe_router_topk_limited_devices: int | None = None
     moe_ffn_hidden_size: int | None = None
     qk_layernorm: bool = False  # a norm of each head's queries and keys (Qwen3): head_dim weights each
     moe_shared_expert_intermediate_size: int | None = None  # a shared expert in each MoE layer: its FFN size
@@ -195,7 +198,8 @@ def of(model: str | None, given: dict, said: str | None = None, fits=None) -> tu
 
 # Shape keys whose null is a value (not Bridge's unset): MLATransformerConfig's q_lora_rank None builds linear_q_proj
 NULLABLE = frozenset({"q_lora_rank", "mtp_num_layers",  # (and mtp_num_layers None: no MTP block)
-                      "moe_router_num_groups", "moe_router_group_topk"})  # (None: routing not grouped)
+                      "moe_router_num_groups", "moe_router_group_topk",  # (None: routing not grouped)
+                      "moe_router_topk_limited_devices"})
 # MLA sizes whose null Megatron-Core cannot build (MLATransformerConfig types them int; MultiLatentAttention.__init__
 # adds qk_head_dim + qk_pos_emb_head_dim and multiplies v_head_dim, MLASelfAttention adds kv_lora_rank +
 # qk_pos_emb_head_dim: None is a TypeError when the model is built), where another null is Bridge's unset (fuzzK K6)
@@ -215,7 +219,8 @@ BOUNDS = {"num_layers": 4096, "hidden_size": 1 << 18, "ffn_hidden_size": 1 << 21
           "num_query_groups": 4096, "kv_channels": 1 << 12, "vocab_size": 1 << 24, "num_moe_experts": 4096,
           "moe_router_topk": 4096, "moe_ffn_hidden_size": 1 << 21, "moe_shared_expert_intermediate_size": 1 << 21,
           "q_lora_rank": 1 << 18, "kv_lora_rank": 1 << 18, "qk_head_dim": 1 << 12, "qk_pos_emb_head_dim": 1 << 12,
-          "v_head_dim": 1 << 12, "mtp_num_layers": 1 << 12, "moe_router_num_groups": 4096, "moe_router_group_topk": 4096}
+          "v_head_dim": 1 << 12, "mtp_num_layers": 1 << 12, "moe_router_num_groups": 4096, "moe_router_group_topk": 4096,
+          "moe_router_topk_limited_devices": 4096}
 
 
 def check_given(model: str | None, given: dict | None) -> None:
@@ -320,8 +325,14 @@ def _check(values: dict) -> None:
 
 def _check_groups(values: dict) -> None:
     """Megatron-Core's own refusals of group-limited routing (TransformerConfig.__post_init__, 0.19.2
-    transformer_config.py:2338-2356), in its words."""
+    transformer_config.py:2338-2356; 0.18.2 :2114-2132), in its words: first the deprecated
+    moe_router_topk_limited_devices beside moe_router_group_topk (a ValueError, whatever the experts)."""
     pick, groups, experts = values.get("moe_router_group_topk"), values.get("moe_router_num_groups"), values.get("num_moe_experts")
+    if pick and values.get("moe_router_topk_limited_devices"):
+        raise UsageError("moe_router_topk_limited_devices is deprecated and replaced by moe_router_group_topk and "
+                         f"moe_router_num_groups. (moe_router_topk_limited_devices is "
+                         f"{values['moe_router_topk_limited_devices']} with moe_router_group_topk {pick}; Megatron-Core's "
+                         "TransformerConfig refuses it: set the groups alone)")
     if not pick or not experts:
         return
     if not groups:
@@ -333,6 +344,23 @@ def _check_groups(values: dict) -> None:
     if pick > groups:
         raise UsageError(f"moe_router_group_topk ({pick}) should be smaller than moe_router_num_groups ({groups}). "
                          "(Megatron-Core's TransformerConfig asserts it)")
+
+
+def limited_devices(shape: Shape, ep: int) -> tuple[Shape, tuple]:
+    """The shape's routing as Megatron-Core runs it: a moe_router_topk_limited_devices without moe_router_group_topk
+    is group-limited routing over the EP ranks (TransformerConfig.__post_init__, 0.19.2 transformer_config.py:2357-2363,
+    0.18.2 :2133-2139: "moe_router_topk_limited_devices is deprecated ...", group_topk = it, num_groups = EP);
+    (shape, what the budget says of it)."""
+    from dataclasses import replace
+
+    limited = shape.moe_router_topk_limited_devices
+    if not limited or shape.moe_router_group_topk or not shape.moe:
+        return shape, ()
+    return (replace(shape, moe_router_group_topk=limited, moe_router_num_groups=ep),
+            (f"EP: model.moe_router_topk_limited_devices={limited} is deprecated; Megatron-Core's TransformerConfig "
+             f"makes it group-limited routing, moe_router_group_topk {limited} of moe_router_num_groups {ep} (the EP "
+             "size), and warns 'moe_router_topk_limited_devices is deprecated. Use moe_router_group_topk and "
+             "moe_router_num_groups instead.'",))
 
 
 # -- FLOPs of one micro-batch on one GPU (forward; backward is twice) -------------------------------------------------

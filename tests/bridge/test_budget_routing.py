@@ -78,3 +78,34 @@ def test_the_budget_refuses_groups_where_transformer_config_does(groups, pick):
     except UsageError:
         ours = False
     assert ours == taken, fields
+
+
+@pytest.mark.parametrize("groups,pick,limited", [(None, None, 2), (16, 2, 2), (None, 2, 2), (8, None, 4), (None, None, 1)])
+def test_limited_devices_as_transformer_config_reads_it(groups, pick, limited):
+    """recheck66 AM-2: moe_router_topk_limited_devices is group_topk = it, num_groups = EP where group_topk is unset,
+    and a ValueError beside group_topk, as the installed Megatron-Core's TransformerConfig says (its words)."""
+    import warnings
+
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    fields = {"moe_router_num_groups": groups, "moe_router_group_topk": pick, "moe_router_topk_limited_devices": limited}
+    ep = 16
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            config = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=8, num_moe_experts=128,
+                                       moe_router_topk=8, moe_ffn_hidden_size=32, expert_model_parallel_size=ep, **fields)
+        theirs = (config.moe_router_num_groups, config.moe_router_group_topk)
+    except (ValueError, AssertionError) as exc:
+        theirs = str(exc)
+    values = {"num_layers": 2, "hidden_size": 64, "ffn_hidden_size": 256, "num_attention_heads": 8, "vocab_size": 1024,
+              "num_moe_experts": 128, "moe_router_topk": 8, **{k: v for k, v in fields.items() if v is not None}}
+    try:
+        sh, _ = shapes.limited_devices(shapes.of(None, values)[0], ep)
+        ours = (sh.moe_router_num_groups, sh.moe_router_group_topk)
+    except UsageError as exc:
+        ours = str(exc)
+    if isinstance(theirs, str):
+        assert isinstance(ours, str) and ours.startswith(theirs), (ours, theirs)
+    else:
+        assert ours == theirs
