@@ -89,7 +89,8 @@ def test_a_null_mla_size_megatron_core_cannot_build_is_refused(key):
     """fuzzV V2-7: model.kv_lora_rank=null (qk_head_dim, qk_pos_emb_head_dim, v_head_dim) was dropped and the recipe's
     own size priced; Megatron-Core's MLA layer adds and multiplies them (a TypeError at build: tier 2 builds it), so
     null is refused as 0 is: by the budget, in --shape, in a config file, and resolve's budget says why there is none."""
-    said = f"{key}: expected a whole number, got null (only moe_router_group_topk, moe_router_num_groups, mtp_num_layers and q_lora_rank take null"
+    said = (f"{key}: expected a whole number, got null (only moe_router_group_topk, moe_router_num_groups, "
+            "moe_router_topk_limited_devices, mtp_num_layers and q_lora_rank take null")
     with pytest.raises(UsageError, match=re.escape(f"model.{said}")):
         api.budget({f"model.{key}": "null"}, recipe=DEEPSEEK)
     with pytest.raises(UsageError, match=re.escape(said)):
