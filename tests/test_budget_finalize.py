@@ -150,6 +150,16 @@ def test_quantile_balancing_is_read_from_the_run_where_its_megatron_core_has_it(
     assert "gtp_remat" in said and "_update_router_qb_beta" not in said
 
 
+def test_gtp_remat_is_named_only_where_the_release_s_megatron_core_has_it():
+    """recheck66 AM-9: _allreduce_replicated_grads_over_gtp_remat_group is Megatron-Core 0.19's (Bridge 0.6.x);
+    0.18.2's finalize_model_grads (Bridge 0.5.x) has no gtp_remat code, so a 0.5.x budget does not name it."""
+    for version, named in (("0.5.1", False), ("0.5.0", False), ("0.6.0", True), ("0.6.2", True)):
+        (said,) = [a for a in _moe_budget({}, version).to_dict()["budget"]["assumptions"]
+                   if a.startswith("finalize_model_grads")]
+        assert ("gtp_remat" in said) is named, version
+        assert "flextron" in said and "has_cond_embedder" in said
+
+
 def test_the_expert_bias_the_run_sets_is_accounted_for():
     """model.moe_router_enable_expert_bias from an override is priced (finalize.py), so no UNMODELED_OVERLAP_KEY says
     the answer does not model it."""

@@ -99,14 +99,16 @@ def said(lay, shape) -> tuple:
     if not parts and not shape.moe:
         return ()
     return ("finalize_model_grads, once an iteration after every DP bucket is reduced, blocking before the optimizer "
-            "step (exposed, no overlap setting hides them): " + "; ".join(parts + [_NOT_RUN]),)
+            "step (exposed, no overlap setting hides them): " + "; ".join(parts + [_NOT_RUN.format(gtp=_GTP_REMAT if lay.gtp_remat else "")]),)
 
 
 # finalize_model_grads' other reductions (Megatron-Core 0.19.2, distributed/finalize_model_grads.py) and why none is
-# priced: none runs in a Bridge run (held in tests/bridge/test_budget_finalize.py)
-_NOT_RUN = ("not run under Bridge: _allreduce_replicated_grads_over_gtp_remat_group (gtp_weight_remat_size, 0.19): "
-            "it reduces over the gtp_remat groups, which Bridge 0.6.x's initialize_distributed never builds (it calls "
-            "initialize_model_parallel without gtp_remat_size), so each is one rank and it returns; "
+# priced: none runs in a Bridge run (held in tests/bridge/test_budget_finalize.py); the gtp_remat one only where the
+# release's Megatron-Core has it (0.19: Bridge 0.6.x; 0.18.x, Bridge 0.5.x, has no gtp_remat code)
+_GTP_REMAT = ("_allreduce_replicated_grads_over_gtp_remat_group (gtp_weight_remat_size, 0.19): it reduces over the "
+              "gtp_remat groups, which Bridge 0.6.x's initialize_distributed never builds (it calls "
+              "initialize_model_parallel without gtp_remat_size), so each is one rank and it returns; ")
+_NOT_RUN = ("not run under Bridge: {gtp}"
             "_allreduce_router_grads (config.flextron) and _allreduce_conditional_embedding_grads (config."
             "has_cond_embedder): read with getattr, neither is a field of Megatron-Core's TransformerConfig nor of a "
             "Bridge provider, so no Bridge config turns them on; quantile_balancing's reduction is Megatron-Core 0.19's "

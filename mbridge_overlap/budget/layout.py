@@ -57,6 +57,9 @@ class Layout:
     # model.moe_router_load_balancing_type="quantile_balancing" where the release's Megatron-Core has it (0.19: Bridge
     # 0.6.x): finalize_model_grads' _update_router_qb_beta (finalize.py)
     router_qb: bool = False
+    # the release's Megatron-Core has gtp_weight_remat_size and finalize_model_grads' reduction over the gtp_remat
+    # groups (0.19: Bridge 0.6.x; 0.18, Bridge 0.5.x, has neither): what finalize.said names as not run
+    gtp_remat: bool = True
     # the provider's model builds its decoder again after GPTModel.__init__ built the MTP block (model_providers.json
     # decoder_rebuilt): on the MTP's rank that chunk's decoder layers get no userbuffers (TP_OVERLAP_OFF_MTP_DECODER)
     mtp_decoder_rebuilt: bool = False
@@ -112,6 +115,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         first_last=_first_last(state.request),
         per_token_loss=bool(m.get("calculate_per_token_loss")),
         router_qb=_router_qb(state.request),
+        gtp_remat=_gtp_remat(state.request),
         mtp_decoder_rebuilt=_decoder_rebuilt(state.request),
         layer_slots=tuple(bool(given.flag(f"model.account_for_{k}_in_pipeline_split",
                                           state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
@@ -129,6 +133,14 @@ def _router_qb(req) -> bool:
     if not isinstance(value, str) or value.strip().strip("'\"") != "quantile_balancing":
         return False
     return "moe_router_quantile_balancing_ema" in bridge_fields(req.release.version).get("model", ())
+
+
+def _gtp_remat(req) -> bool:
+    """Whether the release's Megatron-Core has the gtp_remat groups (its model config has gtp_weight_remat_size:
+    0.19, Bridge 0.6.x; 0.18's finalize_model_grads has no gtp_remat code, recheck66 AM-9)."""
+    from ..upstream.releases import bridge_fields
+
+    return "gtp_weight_remat_size" in bridge_fields(req.release.version).get("model", ())
 
 
 def _decoder_rebuilt(req) -> bool:

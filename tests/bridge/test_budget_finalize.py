@@ -161,6 +161,28 @@ def test_the_budget_prices_what_finalize_model_grads_runs():
     assert not {"flextron", "has_cond_embedder"} & names
 
 
+def test_the_budget_names_gtp_remat_where_finalize_model_grads_has_it():
+    """recheck66 AM-9: the budget's "not run under Bridge" names the gtp_remat reduction only where the installed
+    Megatron-Core's finalize_model_grads has it (0.19.x: Bridge 0.6.x; 0.18.x: Bridge 0.5.x has no gtp_remat code)."""
+    import importlib
+
+    import megatron.bridge
+
+    from mbridge_overlap import api
+
+    fmg = importlib.import_module("megatron.core.distributed.finalize_model_grads")
+    has = hasattr(fmg, "_allreduce_replicated_grads_over_gtp_remat_group")
+    assert has is ("gtp" in inspect.getsource(fmg))
+    over = {"model.expert_model_parallel_size": 8, "model.moe_token_dispatcher_type": "alltoall",
+            "train.global_batch_size": 64}
+    budget = api.budget(over, recipe="qwen3_30b_a3b_pretrain_config", gpus=16,
+                        bridge_version=megatron.bridge.__version__).to_dict()["budget"]
+    (said,) = [a for a in budget["assumptions"] if a.startswith("finalize_model_grads")]
+    assert ("_allreduce_replicated_grads_over_gtp_remat_group" in said) is has
+    for name in ("_allreduce_router_grads", "_allreduce_conditional_embedding_grads"):
+        assert (name in said) is hasattr(fmg, name)
+
+
 def _lay(s: dict) -> Layout:
     tp, pp, cp = s["tp"], s["pp"], s.get("cp", 1)
     off = dict.fromkeys(("tp_comm_overlap", "overlap_p2p_comm", "overlap_grad_reduce", "overlap_param_gather",
