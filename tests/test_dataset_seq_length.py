@@ -141,3 +141,32 @@ def test_a_dataset_length_set_to_null_is_the_mismatch_validate_raises(version, t
     config.write_text(f"model:\n  seq_length: 4096\ndataset:\n  {word.partition('.')[2]}: ~\n")
     assert _mismatch(api.resolve({}, gpus=8, bridge_version=version, config=str(config)))
     assert not _mismatch(api.resolve({"model.seq_length": 4096}, gpus=8, bridge_version=version))
+
+
+@pytest.mark.parametrize("version", ["0.5.1", "0.6.2"])
+def test_a_model_length_set_to_null_is_the_mismatch_validate_raises(version, tmp_path):
+    """recheck66 AM-4: model.seq_length=null (an override, or a config file's null) makes the provider's field None
+    whatever its class's default, and validate() compares None with the dataset's (no None exemption): the mismatch,
+    fixed by the model's set to the dataset's; not "unknown ... no model provider class"."""
+    gpt = "megatron.bridge.models.gpt_provider.GPTModelProvider"
+    (f,) = _mismatch(api.resolve({"model.seq_length": "null"}, gpus=8, bridge_version=version))
+    assert "model config: None, Sequence length in dataset config: 4096" in f.message
+    assert f.fix_overrides == {"model.seq_length": 4096}
+    assert not _mismatch(api.resolve(f.fix_overrides, gpus=8, bridge_version=version))
+    (typed,) = _mismatch(api.resolve({"model.seq_length": None}, gpus=8, bridge_version=version))
+    assert typed.message == f.message
+    word = dataset_seq_length_key(version)
+    for text, over in ((f"model:\n  _target_: {gpt}\n  seq_length: 4096\n", {"model.seq_length": "null"}),
+                       (f"model:\n  _target_: {gpt}\n  seq_length: null\n", {}),
+                       (f"model:\n  _target_: {gpt}\n  seq_length: ~\n", {})):
+        config = tmp_path / "run.yaml"
+        config.write_text(text + f"dataset:\n  {word.partition('.')[2]}: 4096\n")
+        res = api.resolve(over, gpus=8, bridge_version=version, config=str(config))
+        (m,) = _mismatch(res)
+        assert "model config: None" in m.message and m.fix_overrides == {"model.seq_length": 4096}, text
+        assert not [n for n in res.to_dict()["notes"] if "seq_length is unknown" in n], text
+    # both null: validate()'s None == None holds
+    assert not _mismatch(api.resolve({"model.seq_length": "null", word: "null"}, gpus=8, bridge_version=version))
+    # a recipe's dataset length
+    (r,) = _mismatch(api.resolve({"model.seq_length": "null"}, recipe="llama3_8b_pretrain_config", bridge_version=version))
+    assert r.fix_overrides == {"model.seq_length": 8192}

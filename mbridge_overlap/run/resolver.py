@@ -578,12 +578,20 @@ def validate_seq_length(state: State) -> None:
     dataset config; the recipe catalog records which a recipe has, the baseline's is a GPTDatasetConfig of 4096)."""
     ctx, seq = state.request.context, state.model["seq_length"]
     data = given.integer("dataset.seq_length", ctx.get("dataset.seq_length"))
-    if not ctx.get("dataset.seq_length_checked") or seq is None or seq == data:
+    if not ctx.get("dataset.seq_length_checked") or seq == data:
+        return
+    if seq is None and not model_seq_length_null(state.request):  # (unset: unknown, scenario._model_seq_length says so)
         return
     if data is not None or _set_to_null(state.request, "dataset.seq_length"):
         _reject(state, "SEQ_LENGTH_DATASET_MISMATCH", "Please ensure sequence length configuration in model config and dataset "
                 f"config match.\nSequence length in model config: {seq}, Sequence length in dataset config: {data}",
                 "ConfigContainer.validate")
+
+
+def model_seq_length_null(request: Request) -> bool:
+    """model.seq_length set to null by the config file or the command line (recheck66 AM-4): the provider's field is
+    None whatever its class's default, and validate() compares None with the dataset's (no None exemption)."""
+    return request.origin.get("model.seq_length") in ("config", "override") and request.model.get("seq_length") is None
 
 
 def _set_to_null(request: Request, key: str) -> bool:

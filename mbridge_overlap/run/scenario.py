@@ -299,6 +299,8 @@ def _model_seq_length(req, release) -> list[str]:
     given = [k for k in ("dataset.seq_length", "dataset.sequence_length") if req.origin.get(k) in ("config", "override")]
     if req.model["seq_length"] is not None or not given or not req.context.get("dataset.seq_length_checked"):
         return []
+    if req.origin.get("model.seq_length") in ("config", "override"):
+        return []  # (set to null: None, compared by validate(), resolver.validate_seq_length; recheck66 AM-4)
     target = req.model_target if req.model_target_of == "the config" else None
     why = (f"the config's model._target_ {shown(target.strip())} is no model provider class of Megatron-Bridge "
            f"{release.version} with a seq_length default" if isinstance(target, str) and target.strip() else

@@ -126,3 +126,32 @@ def test_a_dataset_length_set_to_null_is_refused_as_bridge_refuses_it(tmp_path):
     ours = [f for f in api.resolve(config=str(tmp_path / "run.yaml"), gpus=8, bridge_version=version).findings
             if f.id == "SEQ_LENGTH_DATASET_MISMATCH"]
     assert bool(ours) == bool(error and "sequence length configuration" in error), (ours, error)
+
+
+def test_a_model_length_set_to_null_is_refused_as_bridge_refuses_it(tmp_path):
+    """recheck66 AM-4: the installed Bridge takes model.seq_length=null (and a config file's null, over a
+    GPTModelProvider of 4096) and validate() then raises its mismatch assert with None; the skill reports that mismatch
+    with the same words, and its fix (the model's set to the dataset's) is one Bridge takes and clears."""
+    from megatron.bridge.models import GPTModelProvider
+
+    from mbridge_overlap.upstream.releases import dataset_seq_length_key
+
+    version = adapter.bridge_version()
+    taken, error = _bridge_takes(["model.seq_length=null"])
+    assert taken and error and "Sequence length in model config: None" in error, error
+    (f,) = _mismatch({"model.seq_length": "null"}, version)
+    said = error[error.index("Sequence length in model config"):].strip()
+    assert said in f.message.replace("\\n", "\n"), (said, f.message)
+    fix = [f"{k}={v}" for k, v in f.fix_overrides.items()]
+    assert _bridge_takes(["model.seq_length=null", *fix]) == (True, None), fix
+    word = dataset_seq_length_key(version).partition(".")[2]
+    model = GPTModelProvider(**{**adapter.MODEL_KWARGS, "seq_length": 4096})
+    for text in ("model:\n  seq_length: null\n", "model:\n  seq_length: ~\n"):
+        full = f"{text}dataset:\n  {word}: 4096\n"
+        error = _bridge_file(full, model)
+        (tmp_path / "run.yaml").write_text(f"model:\n  _target_: {GPTModelProvider.__module__}.GPTModelProvider\n"
+                                           + full.partition("\n")[2])
+        ours = [f for f in api.resolve(config=str(tmp_path / "run.yaml"), gpus=8, bridge_version=version).findings
+                if f.id == "SEQ_LENGTH_DATASET_MISMATCH"]
+        assert error and "Sequence length in model config: None" in error, error
+        assert ours and "model config: None" in ours[0].message, (text, ours)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from ... import findings
-from ...run import layers, layout, resolver
+from ...run import given, layers, layout, resolver
 from ...run.launch_env import FSDP_MAX_CONNECTIONS
 from .. import Shell, make, shell
 from ..proof import fixed
@@ -197,7 +197,7 @@ REJECTION_FIXES = {
     "CP_SEQUENCE_NOT_DIVISIBLE": _constant,
     "CP_HIERARCHICAL_SIZES_INVALID": _cp_comm_type,
     "PIPELINE_LAYOUT_REJECTED": _layout,
-    "SEQ_LENGTH_DATASET_MISMATCH": lambda state, r: ([{_dataset_seq_key(state): state.model["seq_length"]}], {}),
+    "SEQ_LENGTH_DATASET_MISMATCH": lambda state, r: _seq_length_fix(state),
     # the first that holds: the in-batch packing asked over the recipe's offline one dropped, offline packing with its
     # specs, without them; a value that is no specs (false, 0, a text: fuzzW W2-6) unset with null, the one value an
     # override gives offline_packing_specs (an object: no override sets one)
@@ -207,6 +207,16 @@ REJECTION_FIXES = {
         {"dataset.enable_offline_packing": False}, {"dataset.offline_packing_specs": None},
         {"dataset.enable_offline_packing": False, "dataset.offline_packing_specs": None}], {}),
 }
+
+
+def _seq_length_fix(state: State):
+    """The dataset's length set to the model's; where the model's was set to null (recheck66 AM-4), the model's set to
+    the dataset's."""
+    seq = state.model["seq_length"]
+    if seq is None:
+        data = given.integer("dataset.seq_length", state.request.context.get("dataset.seq_length"))
+        return [{"model.seq_length": data}], {}
+    return [{_dataset_seq_key(state): seq}], {}
 
 
 def _dataset_seq_key(state: State) -> str:
