@@ -160,3 +160,27 @@ def test_explain_tp_overlap_off_mtp_names_the_providers_that_build_no_mtp_block_
         assert at and all(f"{cls} ({v['model']}, {v['file'].rpartition('/')[2]} {v['line']})" in said for cls, v in at.items()), (release, said)
         assert len(said.split("), ")) == len(at), said
     assert "Gemma4DenseProvider" in text and "Gemma4DenseProvider" not in next(v for k, v in groups.items() if "0.5.1" in k)
+
+
+FALCON = "megatron.bridge.models.falcon_h1.falconh1_provider.FalconH1ModelProvider"
+
+
+@pytest.mark.parametrize("release", ["0.6.2", "0.6.0", "0.5.1", "0.5.0"])
+def test_falcon_h1_builds_no_mtp_block(release, tmp_path):
+    """recheck66 AM-5: FalconH1ModelProvider.provide() builds FalconH1Model, whose __init__ takes no mtp_block_spec
+    and whose module has no MTP code (a LanguageModule, not a GPTModel): no eh_proj, so no TP_OVERLAP_OFF_MTP and no
+    MTP layers costed; the walk had left it unknown (it reached no construction that takes an mtp_block_spec)."""
+    at = releases._provider_key(releases.get(release).data_version, "mtp_unbuilt")
+    assert at["FalconH1ModelProvider"] == {"file": "megatron/bridge/models/falcon_h1/falconh1_provider.py", "line": 138,
+                                           "model": "FalconH1Model"}
+    assert not {"MambaModelProvider", "NemotronHModelProvider"} & set(at)  # (MambaModel is a HybridModel: MTP)
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model:\n  _target_: {FALCON}\n  seq_length: 4096\n  tensor_model_parallel_size: 2\n"
+                      "  sequence_parallel: true\n  mtp_num_layers: 1\ndataset:\n  seq_length: 4096\n"
+                      "comm_overlap:\n  tp_comm_overlap: true\n")
+    found = [f.id for f in api.resolve({}, gpus=8, config=str(config), bridge_version=release).findings]
+    assert "TP_OVERLAP_OFF_MTP" not in found and ID not in found
+    b = api.budget({"train.global_batch_size": 64}, gpus=8, config=str(config), model="llama3_8b",
+                   bridge_version=release).budget
+    assert not any("MTP" in i.what for i in b.items)
+    assert any("no MTP layers costed" in a and "FalconH1ModelProvider" in a and "FalconH1Model" in a for a in b.assumptions)

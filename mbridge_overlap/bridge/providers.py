@@ -369,17 +369,45 @@ def decoder_rebuilt(cls, rebuilders: dict) -> dict | None:
     return {"model": model.__name__, "file": path, "gpt_init_line": built, "decoder_line": rebuilt}
 
 
+def _builds_no_mtp(model) -> bool:
+    """A model class that builds no MTP block whatever its config says (recheck66 AM-5): a language model (Megatron-Core's
+    LanguageModule, as GPTModel is) whose __init__ takes no mtp_block_spec, whose own module's source names no MTP
+    ("mtp", MultiTokenPrediction) and none of whose bases builds a MultiTokenPredictionBlock (GPTModel and HybridModel
+    do: MambaModel is a HybridModel).
+    FalconH1Model (falcon_h1/modeling_falconh1/falconh1_model.py, a LanguageModule) is one: FalconH1ModelProvider
+    builds it and no eh_proj is ever built. mtp_unbuilt counts it only where the walk reaches no construction that
+    takes an mtp_block_spec."""
+    import inspect
+    import re
+    import sys
+
+    module = sys.modules.get("megatron.core.models.common.language_module.language_module")
+    if module is None or not isinstance(model, type) or not issubclass(model, module.LanguageModule):
+        return False
+    try:
+        if "mtp_block_spec" in inspect.signature(model.__init__).parameters:
+            return False
+        own = inspect.getsource(sys.modules[model.__module__])
+        bases = [inspect.getsource(c) for c in model.__mro__[1:] if c.__module__.startswith("megatron.")]
+    except (OSError, TypeError, KeyError, ValueError):
+        return False
+    return not re.search(r"mtp|MultiTokenPrediction", own, re.I) and not any("MultiTokenPredictionBlock(" in b
+                                                                                for b in bases)
+
+
 def mtp_unbuilt(cls) -> dict | None:
     """Where a provider class's provide() builds its model without an MTP block whatever model.mtp_num_layers says, or
     None: every model construction its provide() reaches (a class whose __init__ takes an mtp_block_spec: GPTModel,
     Qwen3VLModel, ...) passes none, and at least one is reached. Read from the sources as decoder_rebuilt reads them
     (super().provide() followed too: GPTModelProvider.provide passes mtp_block_spec(self)). Qwen3VLModelProvider builds
     Qwen3VLModel(...) with no mtp_block_spec (qwen3_vl_provider.py), so GPTModel's mtp_process is False and no eh_proj
-    is built: TP_OVERLAP_OFF_MTP does not happen there. None where the walk reaches no construction (not known)."""
+    is built: TP_OVERLAP_OFF_MTP does not happen there; nor where it builds a model that builds none whatever it is given
+    (_builds_no_mtp: FalconH1ModelProvider's FalconH1Model). None where the walk reaches no construction (not known)."""
     import inspect
 
     seen: set = set()
     built: list = []
+    plain: list = []
 
     def reach(fn, depth: int):
         for call, obj, line in _calls(fn, cls):
@@ -391,6 +419,9 @@ def mtp_unbuilt(cls) -> dict | None:
                 if "mtp_block_spec" in params:
                     built.append((obj, _passes_mtp(call, obj.__init__), fn, line))
                     continue
+                if _builds_no_mtp(obj):  # (recheck66 AM-5: FalconH1Model; counted where nothing else is reached)
+                    plain.append((obj, False, fn, line))
+                    continue
             target = vars(obj).get("__init__") if isinstance(obj, type) else obj
             if depth == 0 or id(obj) in seen or not str(getattr(obj, "__module__", "")).startswith("megatron.bridge."):
                 continue
@@ -400,6 +431,7 @@ def mtp_unbuilt(cls) -> dict | None:
             reach(target, depth - 1)
 
     reach(cls.provide, 3)
+    built = built or plain
     if not built or any(passes for _, passes, _, _ in built):
         return None
     model, _, fn, line = built[0]

@@ -261,3 +261,32 @@ def test_explain_names_each_provider_the_installed_release_builds_without_an_mtp
     assert real and set(re.findall(r"(\w+) \(\w+, ", said)) == set(real), (said, real)
     for name, hit in real.items():
         assert f"{name} ({hit['model']}, {hit['file'].rpartition('/')[2]} {hit['line']})" in said
+
+
+def test_falcon_h1_s_model_has_no_mtp_block_and_the_data_says_so():
+    """recheck66 AM-5: the installed FalconH1ModelProvider.provide() builds FalconH1Model (at the line the release data
+    cites), a LanguageModule whose __init__ takes no mtp_block_spec, no class of its MRO is GPTModel or HybridModel
+    (Megatron-Core's builders of a MultiTokenPredictionBlock), and no file of its modeling package names MTP: no
+    eh_proj is ever built. model_providers.json mtp_unbuilt names it; the Mamba providers (MambaModel is a HybridModel,
+    which builds an MTP block from its pattern) are not named."""
+    import importlib
+    import inspect
+    import re
+
+    from megatron.bridge.models.falcon_h1 import falconh1_provider
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.mamba import MambaModel
+
+    from mbridge_overlap.bridge import adapter
+    from mbridge_overlap.upstream import releases
+
+    model = importlib.import_module(falconh1_provider.__name__).FalconH1Model
+    assert "mtp_block_spec" not in inspect.signature(model.__init__).parameters
+    assert not {GPTModel, *MambaModel.__mro__[1:2]} & set(model.__mro__)
+    package = Path(inspect.getsourcefile(model)).parent
+    assert not [p for p in package.glob("*.py") if re.search(r"mtp|MultiTokenPrediction", p.read_text(), re.I)]
+    at = releases._provider_key(releases.get(adapter.bridge_version()).data_version, "mtp_unbuilt")
+    lines = Path(falconh1_provider.__file__).read_text().splitlines()
+    assert at["FalconH1ModelProvider"]["model"] == "FalconH1Model"
+    assert lines[at["FalconH1ModelProvider"]["line"] - 1].strip() == "return FalconH1Model("
+    assert "MambaModelProvider" not in at and "MultiTokenPredictionBlock(" in inspect.getsource(MambaModel.__mro__[1])
