@@ -30,7 +30,9 @@ def test_every_entry_is_split_by_the_rule_on_its_id():
 
 def test_every_entry_cites_its_thread_and_says_what_it_established():
     for e in entries():
-        assert e["url"].startswith("https://github.com/") and e["repo"] in e["url"], e["id"]
+        # a thread of the repository, or a public page with the log pasted (batch 18: a blog's NeMo Automodel timeout)
+        github = e["url"].startswith("https://github.com/")
+        assert e["url"].startswith("https://") and (e["repo"] in e["url"] or not github), e["id"]
         assert e["quote"].strip() and e["cause"].strip() and e["kind"] in KINDS, e["id"]
         assert isinstance(e["knobs"], list) and isinstance(e["overlap_related"], bool), e["id"]
         assert (e["kind"] == "negative_control") == (not e["overlap_related"]), e["id"]
