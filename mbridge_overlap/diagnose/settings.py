@@ -1,4 +1,5 @@
-"""The settings a text names: a section of diagnose's answer that is never a cause (issue 31, batch 17).
+"""The settings a text names: a section of diagnose's answer that is never a cause, given where it finds none (issue
+31, batch 17).
 
 A user's text is often prose ("overlap_param_gather=True together with use_distributed_optimizer=True may cause
 abnormal parameter updates", "Setting `cp_comm_type: a2a+p2p` without `hierarchical_context_parallel_sizes` ...")
@@ -48,6 +49,7 @@ MAX_LINES = 20_000
 MAX_SETTINGS = 12
 MAX_FINDINGS = 8
 MAX_VALUE = 60
+MAX_TEXT = 4096  # a line's first characters read for settings (a prose line is shorter; a 200 MB line is no prose)
 KEEP_BYTES = 4 << 20  # bytes of standard input kept for this (Tee): MAX_LINES short lines
 RUN = 3
 PAIRS = 4
@@ -77,7 +79,8 @@ _LEAD = re.compile(r"^\s*(?:\[[^\]\n]{0,120}\]:?\s*|\d{4}-\d\d-\d\d[T ][\d:.,]+\
 _KV = re.compile(r"^(?:[-*]\s+)?[\"']?[A-Za-z_][\w.\-]*[\"']?\s*(?:[:=]\s*(.*)|\s\.{2,}\s*(.*)|\s{2,}(\S.*))$")
 _RULE = re.compile(r"^[\s=\-_*#~+]*$")
 _COMMENT = re.compile(r"\s#.*$")
-_PAIR = re.compile(r"[A-Za-z_][\w.]*[\"']?\s*[=:]\s*[^\s,:=]")
+# a name's start only, its run taken whole (the lookahead-backreference is an atomic group): linear in the line
+_PAIR = re.compile(r"(?<![\w.])[A-Za-z_](?=([\w.]*))\1[\"']?\s*[=:]\s*[^\s,:=]")
 
 
 @dataclass
@@ -231,11 +234,12 @@ def scan_lines(lines, vocab: Vocabulary, named: Named) -> None:
         if line.source != source:
             flush()
             source = line.source
-        kind = _kind(line.text)
-        hits = mentions(line.text, vocab) if kind != "neutral" or "_" in line.text else []
+        text = line.text[:MAX_TEXT]  # (the pair and token patterns backtrack over a long run of word characters)
+        kind = _kind(text)
+        hits = mentions(text, vocab) if kind != "neutral" or "_" in text else []
         if kind == "other":
             flush()
-            if hits and len(_PAIR.findall(line.text)) < PAIRS:
+            if hits and len(_PAIR.findall(text)) < PAIRS:
                 named.add(hits, line.source, line.number)
         else:
             if hits:

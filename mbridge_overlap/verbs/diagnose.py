@@ -85,8 +85,9 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
         _drop_beside_changes(diag)
     report.p2p_op_type(diag)
     report.after_failure(diag)
-    diag.settings_named = settings.named([p for paths in listed for p in paths], release.version,
-                                         bytes(tee.kept) if tee else None)
+    if not diag.found:  # a fallback for a text with no cause (prose, other spellings): a log with one is not read twice
+        kept = bytes(tee.kept) if tee else None
+        diag.settings_named = settings.named([p for paths in listed for p in paths], release.version, kept)
     return diag
 
 

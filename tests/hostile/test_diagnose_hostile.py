@@ -138,6 +138,13 @@ LINES_MEMBER = gz((b"y" * 4095 + b"\n") * 4096, 9)  # 16 MiB of 4 KiB lines
 
 add("size", "line_of_200_MB", log("rank7.log", _huge_line), status=(1,), cause=GRAD_ID, ranks=("7",), seconds=120,
     formats=("json",), check=lambda d, _f: d["lines"] == 1)
+# a text with no cause is read for the settings it names (diagnose/settings.py): a 200 MB line, and 20,000 lines of
+# 4,000 word characters each, cost it linear time (its pair pattern backtracked over a word run: 600 s and more)
+add("size", "no_cause_line_of_200_MB", log("big.log", lambda p: p.write_bytes(b"overlap_grad_reduce " + b"x" * (200 << 20)
+                                                                               + b"\n")), seconds=120, formats=("json",),
+    check=lambda d, _f: d["lines"] == 1)
+add("size", "no_cause_long_word_runs", log("runs.log", (b"ERROR overlap_grad_reduce " + b"x" * 4000 + b"\n") * 20_000),
+    seconds=120, formats=("json",), check=lambda d, _f: d["lines"] == 20_000)
 add("size", "100k_short_lines", log("rank0.log", b"a\n" * 100_000 + (GRAD + "\n").encode() + b"b\n" * 100_000),
     status=(1,), cause=GRAD_ID, check=lambda d, _f: d["lines"] == 200_001)
 add("size", "million_empty_lines", log("rank0.log", b"\n" * 1_000_000 + b"one line of text\n"), seconds=120, formats=("json",),
