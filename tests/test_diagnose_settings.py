@@ -124,3 +124,35 @@ def test_a_word_after_a_flag_in_prose_is_not_its_value_and_layout_words_are_not_
     assert got["model.moe_token_dispatcher_type"]["values"] == ["alltoall"]  # not "instead": a value before a flag only
     # a finding reads num_layers and the batch size for the layout; a text naming them names no overlap setting
     assert "settings_named" not in diagnosed("AssertionError: num_layers=60 should be divisible by 8 (micro_batch_size=2)\n")
+
+
+def test_megatron_lm_flags_whose_dest_is_not_bridge_s_field_and_flags_of_several_values():
+    """recheck66 AM-1: Megatron-LM maps --ddp-bucket-size & co. onto DDP's fields by hand (training.py
+    get_megatron_ddp_config, data/megatron_lm_flags.json dest_fields); --no-align-grad-reduce is dist.align_grad_reduce;
+    --cp-comm-type takes several values (nargs '+')."""
+    got = named("torchrun pretrain_gpt.py --overlap-grad-reduce --ddp-bucket-size 40000000 --ddp-num-buckets 4 "
+                "--ddp-average-in-collective --no-align-grad-reduce --accumulate-allreduce-grads-in-fp32 "
+                "--cp-comm-type p2p a2a --use-distributed-optimizer\nthe step time got much worse\n")
+    assert got["ddp.bucket_size"]["values"] == ["40000000"] and got["ddp.bucket_size"]["keys"] == ["ddp.bucket_size"]
+    assert got["ddp.num_buckets"]["values"] == ["4"]
+    assert got["ddp.average_in_collective"]["values"] == ["true"]
+    assert got["ddp.grad_reduce_in_fp32"]["spelled"] == ["--accumulate-allreduce-grads-in-fp32"]
+    assert got["dist.align_grad_reduce"]["values"] == ["false"]
+    assert got["model.cp_comm_type"]["values"] == ["p2p a2a"]
+    flags = settings.megatron_lm_flags()
+    assert flags["dest_fields"]["ddp_bucket_size"] == "ddp.bucket_size" and flags["flags"]["cp-comm-type"][1] == "values"
+    # several values end where prose starts; a dest that is a Bridge field of its own is not renamed
+    assert named("we pass --cp-comm-type p2p and it hangs\n")["model.cp_comm_type"]["values"] == ["p2p"]
+    assert "--use-precision-aware-optimizer" not in {f"--{f}" for f in settings.vocabulary(None).flags}
+
+
+def test_a_flag_last_on_its_line_keeps_its_plain_word_value():
+    """recheck66 AM-7: a command's last argument (end of line, before a closing quote) is a value, as the parser
+    reads it; prose after a flag still is not."""
+    got = named("torchrun --nproc-per-node 8 pretrain_gpt.py --expert-model-parallel-size 8 "
+                "--moe-token-dispatcher-type flex\nit hangs at the first step\n"
+                "cmd=\"pretrain_gpt.py --moe-flex-dispatcher-backend hybridep\"\n")
+    assert got["model.moe_token_dispatcher_type"]["values"] == ["flex"]
+    assert got["model.moe_flex_dispatcher_backend"]["values"] == ["hybridep"]
+    assert named("Use --moe-token-dispatcher-type only with EP, said the docs\n")[
+        "model.moe_token_dispatcher_type"]["values"] == []

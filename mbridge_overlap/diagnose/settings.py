@@ -59,6 +59,7 @@ OVERLAP_WORDS = re.compile(r"parallel|overlap|comm|p2p|a2a|dispatcher|bucket|par
                            r"nccl|ub_|userbuffer")
 # the model fields named for overlap or communication, beside those a finding reads
 MODEL_WORDS = re.compile(r"overlap|_comm\b|comm_|p2p|a2a|dispatcher")
+DIST_WORDS = re.compile(r"overlap|grad_reduce|param_gather")
 SECTIONS_FIRST = ("comm_overlap", "ddp", "optimizer", "mixed_precision", "model", "dist")
 # NeMo 1's names for Bridge's fields (NVIDIA/NeMo nemo/collections/nlp/models/language_modeling/megatron_base_model.py)
 NEMO1 = {"ub_tp_comm_overlap": "tp_comm_overlap", "ub_tp_comm_overlap_cfg": "tp_comm_overlap_cfg"}
@@ -73,7 +74,11 @@ _FLAG_VALUE = re.compile(r"""(?:=|[ \t]+)(?!-)(?:"([^"\n]{0,200})"|'([^'\n]{0,20
 # a word after a flag is its value where it cannot be prose: a digit or a sign in it, a boolean, or another flag next
 # ("use --micro-batch-size instead" sets nothing to "instead"; "--cp-comm-type a2a+p2p", "--x alltoall --y" do)
 _PLAIN_WORD = re.compile(r"[A-Za-z]+\Z")
-_NEXT_FLAG = re.compile(r"[ \t]+(?:--|\\$)")
+# ... or at the end of its line or before a closing quote (a command's last argument: `... --moe-token-dispatcher-type
+# flex`, `cmd="... --moe-flex-dispatcher-backend hybridep"`)
+_NEXT_FLAG = re.compile(r"[ \t]+(?:--|\\(?:\r?\n|\Z))|[ \t]*(?:\r?\n|\Z|[\"'`])")
+# a further word of a flag taking several (nargs '+': `--cp-comm-type p2p a2a`)
+_NEXT_WORD = re.compile(r"""[ \t]+(?!-)([^\s,;`'"()\]}]+)""")
 _LEAD = re.compile(r"^\s*(?:\[[^\]\n]{0,120}\]:?\s*|\d{4}-\d\d-\d\d[T ][\d:.,]+\S*\s*(?:-\s*)?|(?:INFO|WARNING|ERROR|DEBUG|"
                    r"CRITICAL)\b\s*[:\-]?\s*)*")
 _KV = re.compile(r"^(?:[-*]\s+)?[\"']?[A-Za-z_][\w.\-]*[\"']?\s*(?:[:=]\s*(.*)|\s\.{2,}\s*(.*)|\s{2,}(\S.*))$")
@@ -116,31 +121,54 @@ def vocabulary(version: str | None) -> Vocabulary:
                 envs.add(name)
     for sec in ("comm_overlap", "ddp"):
         keys |= {f"{sec}.{n}" for n in fields.get(sec, ())}
+    # dist's overlap field: align_grad_reduce (Bridge's setup.py hands it to the grad_sync_func install; Megatron-LM's
+    # --no-align-grad-reduce sets the same name)
+    keys |= {f"dist.{n}" for n in fields.get("dist", ()) if DIST_WORDS.search(n)}
     keys |= {f"model.{n}" for n in fields.get("model", ()) if MODEL_WORDS.search(n) and not n.startswith("inference_")}
     by_name: dict = {}
     for key in sorted(keys, key=_order):
         by_name.setdefault(key.partition(".")[2], []).append(key)
     by_name = {n: tuple(ks) for n, ks in by_name.items() if "_" in n}
     data = megatron_lm_flags()
-    flags = {flag: (by_name[dest], kind) for flag, (dest, kind) in data["flags"].items() if dest in by_name}
+    # a dest that is no Bridge field's name but one Megatron-LM maps by hand onto DDP's (dest_fields: --ddp-bucket-size
+    # sets ddp.bucket_size); a dest that is a Bridge field of its own (use_precision_aware_optimizer) keeps its name
+    every = set().union(*fields.values()) if fields else set()
+    renamed = {dest: (key,) for dest, key in (data.get("dest_fields") or {}).items() if key in keys and dest not in every}
+    flags = {flag: (by_name.get(dest) or renamed[dest], kind) for flag, (dest, kind) in data["flags"].items()
+             if dest in by_name or dest in renamed}
     return Vocabulary(frozenset(keys), by_name, flags, frozenset(envs), data.get("megatron_core_version"))
 
 
 def _value(m: re.Match | None) -> str | None:
     if m is None:
         return None
-    text = next((g for g in m.groups() if g is not None), "").strip().rstrip(".")
+    return _clean(next((g for g in m.groups() if g is not None), ""))
+
+
+def _clean(text: str) -> str | None:
+    text = text.strip().rstrip(".")
     if not text or not re.search(r"[\w\[]", text):
         return None
     return esc(text if len(text) <= MAX_VALUE else text[:MAX_VALUE - 3] + "...")
 
 
-def _flag_value(text: str, end: int) -> str | None:
+def _taken(word: str, text: str, end: int) -> bool:
+    """Whether a word after a flag (ending at end) is a value: not a plain word, or one that cannot be prose."""
+    return (not _PLAIN_WORD.match(word) or word.lower() in ("true", "false", "none")
+            or _NEXT_FLAG.match(text, end) is not None)
+
+
+def _flag_value(text: str, end: int, several: bool = False) -> str | None:
     m = _FLAG_VALUE.match(text, end)
-    if m is None or text[end] == "=" or not _PLAIN_WORD.match(m.group(4) or ""):
+    if m is None or m.group(4) is None or text[end] == "=":
         return _value(m)
-    plain = m.group(4).lower() in ("true", "false", "none") or _NEXT_FLAG.match(text, m.end())
-    return _value(m) if plain else None
+    if not _taken(m.group(4), text, m.end()):
+        return None
+    words, pos = [m.group(4)], m.end()
+    while several and (n := _NEXT_WORD.match(text, pos)) and _taken(n.group(1), text, n.end()):
+        words.append(n.group(1))
+        pos = n.end()
+    return _clean(" ".join(words))
 
 
 def mentions(text: str, vocab: Vocabulary) -> list[tuple]:
@@ -153,7 +181,7 @@ def mentions(text: str, vocab: Vocabulary) -> list[tuple]:
         hit = None
         if dashes and tok in vocab.flags:
             keys, kind = vocab.flags[tok]
-            value = kind if kind != "value" else _flag_value(text, m.end())
+            value = kind if kind not in ("value", "values") else _flag_value(text, m.end(), kind == "values")
             hit = ("flag", f"--{tok}", keys, value)
         elif "." in tok:
             parts = tok.split(".")
