@@ -5,11 +5,14 @@ not naming. The texts here are written for these tests."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from mbridge_overlap import api
 from mbridge_overlap.diagnose import settings
 from mbridge_overlap.output import text as text_out
 from test_schemas import errors
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def diagnosed(text: str) -> dict:
@@ -156,3 +159,26 @@ def test_a_flag_last_on_its_line_keeps_its_plain_word_value():
     assert got["model.moe_flex_dispatcher_backend"]["values"] == ["hybridep"]
     assert named("Use --moe-token-dispatcher-type only with EP, said the docs\n")[
         "model.moe_token_dispatcher_type"]["values"] == []
+
+
+def test_bridge_s_summary_with_a_long_value_is_a_dump_and_a_list_value_is_whole():
+    """recheck66 AM-6: Bridge's configuration summary prints a pipeline layout on one long line; it is a dump line
+    by its shape (`  name: value  (Mcore default: ...)`), whatever the value's length. The summary is Bridge 0.6.2's
+    own: tests/data/summaries/moe_layout_pp2_bridge062_summary.txt, printed by ConfigContainer.log_non_default_values()
+    (print_rank_0 captured) for the skill's baseline config (mbridge_overlap.bridge.adapter.baseline_config()) with a
+    MoE model (8 layers, 64 experts, top-6, EP 8, TP 2 with SP, PP 2, pipeline_model_parallel_layout
+    [['embedding'] + ['decoder'] * 4, ['decoder'] * 4 + ['loss']], dataset.seq_length 4096, comm_overlap None), run
+    with the 0.6.2 venv's Python from /tmp/fixamd_run (the checkpoint paths it prints)."""
+    body = (ROOT / "tests" / "data" / "summaries" / "moe_layout_pp2_bridge062_summary.txt").read_text()
+    layout = next(line for line in body.splitlines() if line.startswith("  pipeline_model_parallel_layout: [["))
+    assert len(layout) > 120 and layout.endswith("(Mcore default: None)")
+    assert "settings_named" not in diagnosed(body)
+    # an argparse dump's long value, and a long literal in a config dump, likewise
+    mlm = ("  pipeline_model_parallel_layout .................. " + "Et*4|" * 30 + "L\n"
+           "  overlap_grad_reduce ............................. True\n"
+           "  overlap_param_gather ............................ True\n")
+    assert "settings_named" not in diagnosed(mlm)
+    # a value with lists in it is read whole, not to its first ']'
+    got = named("I set pipeline_model_parallel_layout: [['embedding', 'decoder'], ['decoder', 'loss']] and the p2p "
+                "send of the last stage hangs\n")
+    assert got["model.pipeline_model_parallel_layout"]["values"] == ["[['embedding', 'decoder'], ['decoder', 'loss']]"]

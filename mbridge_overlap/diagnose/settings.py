@@ -68,9 +68,12 @@ CONFIG_VERBS = frozenset({"resolve", "lint", "lint_saved", "plan", "diff", "budg
 FAMILIES = {"key": "Bridge key", "field": "field name", "flag": "Megatron-LM flag", "nemo1": "NeMo 1 name",
             "env": "environment variable"}
 
+# a bracketed value, lists in it kept whole (a layout [['embedding', 'decoder'], ['decoder', 'loss']] is not cut at
+# its first ']')
+_LIST = r"\[(?:[^\[\]\n]|\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]){0,400}\]"
 _TOKEN = re.compile(r"(?<![\w.\-])(--)?([A-Za-z_][\w]*(?:[.\-][A-Za-z0-9_]+)*)")
-_AFTER = re.compile(r"""[ \t]*(?:=|:(?!:))[ \t]*(?:"([^"\n]{0,200})"|'([^'\n]{0,200})'|(\[[^\]\n]{0,200}\])|([^\s,;`'"()\]}]+))""")
-_FLAG_VALUE = re.compile(r"""(?:=|[ \t]+)(?!-)(?:"([^"\n]{0,200})"|'([^'\n]{0,200})'|(\[[^\]\n]{0,200}\])|([^\s,;`'"()\]}]+))""")
+_AFTER = re.compile(r"""[ \t]*(?:=|:(?!:))[ \t]*(?:"([^"\n]{0,200})"|'([^'\n]{0,200})'|(""" + _LIST + r""")|([^\s,;`'"()\]}]+))""")
+_FLAG_VALUE = re.compile(r"""(?:=|[ \t]+)(?!-)(?:"([^"\n]{0,200})"|'([^'\n]{0,200})'|(""" + _LIST + r""")|([^\s,;`'"()\]}]+))""")
 # a word after a flag is its value where it cannot be prose: a digit or a sign in it, a boolean, or another flag next
 # ("use --micro-batch-size instead" sets nothing to "instead"; "--cp-comm-type a2a+p2p", "--x alltoall --y" do)
 _PLAIN_WORD = re.compile(r"[A-Za-z]+\Z")
@@ -84,6 +87,8 @@ _LEAD = re.compile(r"^\s*(?:\[[^\]\n]{0,120}\]:?\s*|\d{4}-\d\d-\d\d[T ][\d:.,]+\
 _KV = re.compile(r"^(?:[-*]\s+)?[\"']?[A-Za-z_][\w.\-]*[\"']?\s*(?:[:=]\s*(.*)|\s\.{2,}\s*(.*)|\s{2,}(\S.*))$")
 _RULE = re.compile(r"^[\s=\-_*#~+]*$")
 _COMMENT = re.compile(r"\s#.*$")
+_MCORE_DEFAULT = re.compile(r"\s\(Mcore default: .*\)$")
+_LITERAL = re.compile(r"\[.*\]|\{.*\}|\(.*\)|'[^'\n]*'|\"[^\"\n]*\"")
 # a name's start only, its run taken whole (the lookahead-backreference is an atomic group): linear in the line
 _PAIR = re.compile(r"(?<![\w.])[A-Za-z_](?=([\w.]*))\1[\"']?\s*[=:]\s*[^\s,:=]")
 
@@ -216,7 +221,15 @@ def _kind(text: str) -> str:
     if m is None:
         return "other"
     value = next((g for g in m.groups() if g is not None), "")
-    return "kv" if len(value) <= 120 and len(value.split()) <= 5 else "other"
+    if len(value) <= 120 and len(value.split()) <= 5:
+        return "kv"
+    # a dump's line by its shape whatever its value's length (recheck66 AM-6: Bridge's summary prints a layout as
+    # `  pipeline_model_parallel_layout: [[...], [...]]  (Mcore default: None)`): argparse's dot leaders, Bridge's
+    # "(Mcore default: ...)", or a value that is one Python literal (a list, a dict, a tuple, a quoted string)
+    value = value.strip()
+    if m.group(2) is not None or _MCORE_DEFAULT.search(value) or _LITERAL.fullmatch(value):
+        return "kv"
+    return "other"
 
 
 @dataclass
