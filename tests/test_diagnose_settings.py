@@ -182,3 +182,27 @@ def test_bridge_s_summary_with_a_long_value_is_a_dump_and_a_list_value_is_whole(
     got = named("I set pipeline_model_parallel_layout: [['embedding', 'decoder'], ['decoder', 'loss']] and the p2p "
                 "send of the last stage hangs\n")
     assert got["model.pipeline_model_parallel_layout"]["values"] == ["[['embedding', 'decoder'], ['decoder', 'loss']]"]
+
+
+def test_what_a_traceback_s_code_assigns_and_an_object_s_own_attributes_are_not_settings():
+    """recheck66 AM-8: under a traceback frame (`File "...", line N, in f`) the lines indented deeper are the program's
+    source; what a statement there assigns to (Bridge's config.py `self.data_parallel_size =
+    self.get_data_parallel_size(world_size)`, comm_overlap.py's `model_config.tp_comm_overlap_cfg = asdict(...)`) is
+    the program filling its objects in, and `self.x = ...` is an object's own attribute: neither is a setting the user
+    names, nor code a value. What the code tests is named, and the exception's line is read."""
+    text = ("[rank0]: Traceback (most recent call last):\n"
+            "[rank0]:   File \"/opt/src/megatron/bridge/training/config.py\", line 1037, in set_data_parallel_size\n"
+            "[rank0]:     self.data_parallel_size = self.get_data_parallel_size(world_size)\n"
+            "[rank0]:   File \"/opt/src/megatron/bridge/training/comm_overlap.py\", line 549, in setup\n"
+            "[rank0]:     model_config.tp_comm_overlap_cfg = asdict(user_cfg)\n"
+            "[rank0]:   File \"/opt/src/megatron/core/distributed/param_and_grad_buffer.py\", line 10, in start\n"
+            "[rank0]:     assert not self.ddp_config.overlap_param_gather\n"
+            "[rank0]:            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+            "[rank0]: AssertionError: with tp_comm_overlap=True the buffer was freed\n")
+    got = named(text)
+    assert list(got) == ["comm_overlap.overlap_param_gather", "comm_overlap.tp_comm_overlap"]
+    assert got["comm_overlap.overlap_param_gather"]["values"] == [] and got["comm_overlap.tp_comm_overlap"]["values"] == ["True"]
+    assert got["comm_overlap.tp_comm_overlap"]["first_seen"]["line"] == 9
+    # pasted code: an object's own attribute is none; the user's config object's is one
+    assert "settings_named" not in diagnosed("    self.data_parallel_size = self.get_data_parallel_size(world_size)\n")
+    assert named("cfg.ddp.overlap_grad_reduce = True and the loss spikes\n")["ddp.overlap_grad_reduce"]["values"] == ["True"]

@@ -26,7 +26,10 @@ naming num_layers names no overlap setting).
 
 Not "named": a line of a dump. RUN key-value lines in a row (blank lines, rules and headers ending in ':' between
 them) are an argument dump, Bridge's configuration summary or a config file, and a line of PAIRS key=value pairs
-or more is one printed on a line (argparse's Namespace, a dict); otherwise every log would name every setting.
+or more is one printed on a line (argparse's Namespace, a dict); otherwise every log would name every setting. A
+key-value line is one by its value's shortness or, whatever its length, by a dump's shape (argparse's dot leaders,
+Bridge's "(Mcore default: ...)", one Python literal). Nor is what code assigns to: `self.x = ...`, or the target of a
+traceback's source line (the lines under `File "...", line N`, indented deeper).
 At most MAX_LINES lines are read (a user's text is short; a log's settings are in its summary, which `diagnose`
 reads on its own), MAX_SETTINGS settings and MAX_FINDINGS findings shown. Values and spellings are escaped
 (safeio.esc) and cut to MAX_VALUE characters.
@@ -89,6 +92,10 @@ _RULE = re.compile(r"^[\s=\-_*#~+]*$")
 _COMMENT = re.compile(r"\s#.*$")
 _MCORE_DEFAULT = re.compile(r"\s\(Mcore default: .*\)$")
 _LITERAL = re.compile(r"\[.*\]|\{.*\}|\(.*\)|'[^'\n]*'|\"[^\"\n]*\"")
+# a traceback's frame line: the lines under it indented deeper are its source (code, carets), not settings
+# an assignment statement's target: the name is followed by `=` (or `+=`, ...), not `==`
+_ASSIGNS = re.compile(r"[ \t]*[-+*/|&]?=(?!=)")
+_FRAME = re.compile(r'File "[^"\n]+", line \d+')
 # a name's start only, its run taken whole (the lookahead-backreference is an atomic group): linear in the line
 _PAIR = re.compile(r"(?<![\w.])[A-Za-z_](?=([\w.]*))\1[\"']?\s*[=:]\s*[^\s,:=]")
 
@@ -176,13 +183,18 @@ def _flag_value(text: str, end: int, several: bool = False) -> str | None:
     return _clean(" ".join(words))
 
 
-def mentions(text: str, vocab: Vocabulary) -> list[tuple]:
-    """(family, spelled, keys, value or None) of each setting a line names."""
+def mentions(text: str, vocab: Vocabulary, statement: int | None = None) -> list[tuple]:
+    """(family, spelled, keys, value or None) of each setting a line names. Not named: what a statement assigns to,
+    `self.x = ...` anywhere, and a traceback's source line's target (statement: where its code starts; `model_config.x
+    = asdict(...)` is the program filling its object in, recheck66 AM-8); a name the code tests or passes (`assert
+    args.sequence_parallel`) is named."""
     if "_" not in text and "--" not in text:
         return []
     out = []
     for m in _TOKEN.finditer(text):
         dashes, tok = m.group(1), m.group(2)
+        if not dashes and _ASSIGNS.match(text, m.end()) and (tok.startswith("self.") or m.start() == statement):
+            continue
         hit = None
         if dashes and tok in vocab.flags:
             keys, kind = vocab.flags[tok]
@@ -254,6 +266,29 @@ class Named:
             e["count"] += 1
 
 
+def _frame_code(text: str, frame: tuple | None) -> tuple[int | None, tuple | None]:
+    """(where the code starts where the line is a traceback frame's source line, else None; the frame state after
+    it). A frame line
+    `  File "...", line N, in f` (after any prefix: `[rank0]:   File ...`) is followed by its source lines, indented
+    deeper under the same prefix (recheck66 AM-8: `    self.data_parallel_size = self.get_data_parallel_size(...)`
+    is Bridge's code, not a setting); the frame ends at a line indented no deeper (the exception's line)."""
+    m = _FRAME.search(text)
+    if m is not None:
+        head = text[:m.start()]
+        lead = head.rstrip()
+        return None, (lead, len(head) - len(lead))
+    if frame is None:
+        return None, None
+    lead, indent = frame
+    if not text.startswith(lead):
+        return None, None
+    rest = text[len(lead):]
+    body = rest.lstrip()
+    if body and len(rest) - len(body) > indent:
+        return len(text) - len(body), frame
+    return None, None
+
+
 def scan_lines(lines, vocab: Vocabulary, named: Named) -> None:
     """Each line's settings, save those of dumps (RUN key-value lines in a row, or PAIRS pairs on one line)."""
     run: list = []  # (hits, source, number) of the key-value run going on
@@ -267,6 +302,7 @@ def scan_lines(lines, vocab: Vocabulary, named: Named) -> None:
         run, kv = [], 0
 
     source = None
+    frame = None  # (prefix, indent) of the traceback frame line whose source lines may follow
     for line in lines:
         if named.lines >= MAX_LINES:
             named.cut = True
@@ -274,8 +310,15 @@ def scan_lines(lines, vocab: Vocabulary, named: Named) -> None:
         named.lines += 1
         if line.source != source:
             flush()
-            source = line.source
+            source, frame = line.source, None
         text = line.text[:MAX_TEXT]  # (the pair and token patterns backtrack over a long run of word characters)
+        statement, frame = _frame_code(text, frame)
+        if statement is not None:  # a traceback's source line: no dump's
+            flush()
+            hits = mentions(text, vocab, statement)
+            if hits:
+                named.add(hits, line.source, line.number)
+            continue
         kind = _kind(text)
         hits = mentions(text, vocab) if kind != "neutral" or "_" in text else []
         if kind == "other":
