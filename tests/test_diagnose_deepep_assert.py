@@ -33,3 +33,36 @@ def test_a_deepep_kernel_assert_is_the_dispatcher_s_failure(line):
 ])
 def test_the_format_or_the_file_alone_is_not(line):
     assert "MOE_DISPATCHER_COMM_FAILED" not in ids(line + "\n"), line
+
+
+def causes(text: str) -> list[dict]:
+    return api.diagnose(["-"], stdin=io.BytesIO(text.encode("utf-8"))).to_dict()["causes"]
+
+
+@pytest.mark.parametrize("line", [
+    # the layout kernel (get_dispatch_layout, which Megatron-Core's fused_a2a.py runs first): an EP group across nodes
+    # whose size is not a multiple of 8 (DeepEP 567632d csrc/kernels/layout.cu:55; dd758ca csrc/kernels/legacy/layout.cu:56)
+    "[rank3]: Assertion failed: csrc/kernels/layout.cu:55, condition: num_ranks % NUM_MAX_NVL_PEERS == 0 and "
+    "num_ranks > NUM_MAX_NVL_PEERS",
+    "Assertion failed: /workspace/DeepEP/csrc/kernels/legacy/layout.cu:56, condition: num_ranks % "
+    "LEGACY_NUM_MAX_NVL_PEERS == 0 and num_ranks > LEGACY_NUM_MAX_NVL_PEERS",
+    # barrier_block's (567632d csrc/kernels/utils.cuh:519)
+    "Assertion failed: /opt/DeepEP/csrc/kernels/utils.cuh:519, condition: kNumRanks <= blockDim.x",
+])
+def test_the_layout_kernel_s_and_the_barrier_s_asserts_are_the_dispatcher_s(line):
+    """recheck66 AM-3: the layout kernel's EP_DEVICE_ASSERT gave causes: none (a bare path) or the generic entry's
+    (a /DeepEP/ path); its entry is the kernel assert's, whose note says what the condition means."""
+    found = causes(line + "\n")
+    assert [c["id"] for c in found] == ["MOE_DISPATCHER_COMM_FAILED"], line
+    assert found[0]["evidence"][0]["message_id"] == "native.deepep_kernel_assert"
+
+
+def test_the_generic_deepep_entry_claims_no_file_the_line_does_not_name():
+    """recheck66 AM-3: with a /DeepEP/ path a kernel assert went to the generic entry, whose 'raised' named
+    csrc/kernels/internode.cu for any line (layout.cu's, intranode.cu's)."""
+    line = "[rank3]: Assertion failed: /workspace/DeepEP/csrc/kernels/intranode.cu:237, condition: num_topk <= 32\n"
+    ev = causes(line)[0]["evidence"][0]
+    assert ev["message_id"] == "native.deepep_kernel_assert" and "internode.cu" not in ev["file"]
+    ev = causes("RuntimeError: DeepEP error: timeout (dispatch CPU)\n")[0]["evidence"][0]
+    assert ev["message_id"] == "native.moe_dispatcher_failure"
+    assert "the file a path on the line names" in ev["file"] and not ev["file"].startswith("csrc/kernels/internode.cu")
