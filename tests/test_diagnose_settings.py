@@ -189,13 +189,14 @@ def test_what_a_traceback_s_code_assigns_and_an_object_s_own_attributes_are_not_
     source; what a statement there assigns to (Bridge's config.py `self.data_parallel_size =
     self.get_data_parallel_size(world_size)`, comm_overlap.py's `model_config.tp_comm_overlap_cfg = asdict(...)`) is
     the program filling its objects in, and `self.x = ...` is an object's own attribute: neither is a setting the user
-    names, nor code a value. What the code tests is named, and the exception's line is read."""
+    names, nor code a value. What the code tests is named, and the exception's line is read. (A framework's frames:
+    a traceback through Bridge's or Megatron-Core's overlap code is a cause, and then no settings section is given.)"""
     text = ("[rank0]: Traceback (most recent call last):\n"
-            "[rank0]:   File \"/opt/src/megatron/bridge/training/config.py\", line 1037, in set_data_parallel_size\n"
+            "[rank0]:   File \"/opt/rl/trainer/config.py\", line 1037, in set_data_parallel_size\n"
             "[rank0]:     self.data_parallel_size = self.get_data_parallel_size(world_size)\n"
-            "[rank0]:   File \"/opt/src/megatron/bridge/training/comm_overlap.py\", line 549, in setup\n"
+            "[rank0]:   File \"/opt/rl/trainer/setup.py\", line 549, in setup\n"
             "[rank0]:     model_config.tp_comm_overlap_cfg = asdict(user_cfg)\n"
-            "[rank0]:   File \"/opt/src/megatron/core/distributed/param_and_grad_buffer.py\", line 10, in start\n"
+            "[rank0]:   File \"/opt/rl/trainer/step.py\", line 10, in start\n"
             "[rank0]:     assert not self.ddp_config.overlap_param_gather\n"
             "[rank0]:            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
             "[rank0]: AssertionError: with tp_comm_overlap=True the buffer was freed\n")
