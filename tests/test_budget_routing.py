@@ -114,11 +114,10 @@ def test_deepseek_v3s_all_to_all_is_split_by_link():
 def test_the_bubble_says_how_it_is_counted():
     b = _budget()
     said = [a for a in b["assumptions"] if a.startswith("PP: the bubble")]
-    assert said and "as if every stage took the costed (busiest) rank's time" in said[0]
+    assert said and "the costed rank's wait in an event simulation of Megatron-Core's schedule" in said[0]
     assert "forward_backward_pipelining_without_interleaving" in said[0]
-    # DeepSeek-V3's layout: 8 layers on ranks 0-6, 5 and the MTP and output layers on rank 7
-    assert said[0].endswith("here 1,036.5 ms, where the other 7 stages' micro-batch forward and backward take "
-                            "1,052.1 ms summed")
+    # DeepSeek-V3's layout: 8 layers on ranks 0-6, 5 and the MTP and output layers on rank 7 (tests/test_budget_pipeline.py)
+    assert "so the costed rank 1 waits" in said[0]
 
 
 def test_limited_devices_is_group_limited_routing_over_the_ep_ranks():

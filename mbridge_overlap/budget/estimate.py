@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from . import dp, embgrad, finalize, kinds as layer_kinds, mla, mtp as mtps, routing, shape as shapes, tp
+from . import dp, embgrad, finalize, kinds as layer_kinds, mla, mtp as mtps, pipeline, routing, shape as shapes, tp
 from .collective import ACT_BYTES, Item, across, ms
 from .layout import Layout, chunk_numbers, fewest_local, first_last_stages, link_of, rank_layers, spans_domains, stage_numbers
 from .system import System
@@ -102,6 +102,8 @@ class Budget:
     findings: list = field(default_factory=list)  # worth.check(): what the budget says about worth (Finding)
     assumptions: tuple = ASSUMPTIONS
     overlap_cost: dict = field(default_factory=dict)  # setting -> seconds it adds to compute (GEMMs on fewer SMs)
+    costed_rank: int = 0
+    pipeline: "pipeline.Bubble | None" = None  # each rank's wait under the schedule (PP > 1)
 
     @property
     def exposed_s(self) -> float:
@@ -149,30 +151,28 @@ class Budget:
             "shape_from": self.shape_from, "system": self.system.name, "sources": self.system.sources(),
             "assumptions": list(self.assumptions), "range": list(RANGE),
             "findings": [f.to_dict() for f in self.findings],
+            **({"pipeline": self.pipeline.to_dict(self.costed_rank)} if self.pipeline is not None else {}),
         }
 
 
-BUBBLE_ASSUMPTION = (
-    "PP: the bubble is (pp - 1) / vp micro-batches of the costed rank's forward and backward (Megatron-Core's 1F1B, "
-    "schedules.py forward_backward_pipelining_without_interleaving: rank r runs pp - r - 1 warm-up forwards before its "
-    "first backward, the interleaved schedule 1/vp of that fill), as if every stage took the costed (busiest) rank's "
-    "time; 1F1B is not paced so: each forward waits on the previous stage's (recv_forward), each backward on the next "
-    "stage's (send_forward_recv_backward), so the fill and drain run through the other stages at their own pace, and "
-    "where the stages are uneven the bubble is not the one counted")
-
-
-def _bubble_said(lay: Layout, costed: "Costed", b: Budget, built: list, alike) -> tuple:
-    """The bubble's assumption; with a layout's uneven stages (no VPP) what the other stages would take instead."""
-    if lay.pp < 2:
+def _bubble_said(lay: Layout, costed: "Costed", b: Budget) -> tuple:
+    """The bubble's assumption (pipeline.ASSUMPTION), and what it is here where the stages are uneven."""
+    if lay.pp < 2 or b.pipeline is None:
         return ()
-    if not lay.stages or lay.vp > 1:
-        return (BUBBLE_ASSUMPTION,)
-    times = {alike(c.rank): c.fwd + c.bwd for _, c in built}
-    others = sum(times[alike(r)] for r in range(lay.pp) if r != costed.rank)
-    if abs(others - (lay.pp - 1) * (costed.fwd + costed.bwd)) < 1e-9:
-        return (BUBBLE_ASSUMPTION,)
-    return (BUBBLE_ASSUMPTION + f": here {b.bubble_s * 1e3:,.1f} ms, where the other {lay.pp - 1} stages' micro-batch "
-            f"forward and backward take {others * 1e3:,.1f} ms summed",)
+    return (pipeline.ASSUMPTION + b.pipeline.said(costed.rank, lay.vp, lay.pp, lay.micro_batches),)
+
+
+def _stage_times(lay: Layout, shape, n_mtp: int, built: list) -> tuple:
+    """Each pipeline rank's micro-batch forward and backward, and the same with its exposed communication of one
+    micro-batch (pipeline.per_microbatch) spread over them: a layout's from the candidate that holds alike (_alike),
+    else every rank the one candidate's."""
+    def both(b: Budget, c: "Costed") -> tuple:
+        grow = 1 + pipeline.per_microbatch(b.items, b.overlap_cost, lay.micro_batches) / (c.fwd + c.bwd)
+        return (c.fwd, c.bwd), (c.fwd * grow, c.bwd * grow)
+    if not lay.stages:
+        return tuple(zip(*[both(*built[0])] * lay.pp))
+    by = {_alike(lay, shape, n_mtp, c.rank): both(b, c) for b, c in built}
+    return tuple(zip(*[by[_alike(lay, shape, n_mtp, r)] for r in range(lay.pp)]))
 
 
 def _uneven_split(layers: int, lay: Layout) -> tuple:
@@ -351,10 +351,18 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     logits_fwd = shapes.logits_flops(shape, tokens, lay.tp, lay.cp) / rate  # the output layer's forward, whole vocabulary
     candidates = _candidates(lay, shape, layers, n_mtp, kinds_of, mtp_k, mtp_extra, rate, logits_fwd, adapter_s)
     built = [(_at(lay, shape, system, shape_from, c, n_mtp, mtp_k, mtp_extra, rate, tokens), c) for c in candidates]
+    if lay.pp > 1:  # (the busiest rank as the even-stage count has it, _rank_said; then each rank's wait: its bubble)
+        for bb, c in built:
+            bb.bubble_s = (lay.pp - 1) / lay.vp * (c.fwd + c.bwd)
     b, costed = max(built, key=lambda bc: (bc[0].iteration_s, -bc[1].rank))
+    if lay.pp > 1:
+        paced = pipeline.bubble(*_stage_times(lay, shape, n_mtp, built), lay.micro_batches, lay.vp, lay.vp_group,
+                                int(lay.vp > 1 and bool(lay.settings.get("overlap_moe_expert_parallel_comm"))))
+        for bb, c in built:
+            bb.bubble_s, bb.pipeline = paced.waits[c.rank], paced
     if lay.stages:
         b.assumptions += (_rank_said(lay, costed, b, built, lambda r: _twins(lay, shape, n_mtp, r)),)
-    b.assumptions += _bubble_said(lay, costed, b, built, lambda r: _alike(lay, shape, n_mtp, r))
+    b.assumptions += _bubble_said(lay, costed, b)
     b.assumptions += network_rates(b.items, system)
     return b
 
@@ -368,7 +376,7 @@ def _at(lay: Layout, shape: shapes.Shape, system: System, shape_from: str, coste
     stage_fwd, stage_bwd = costed.fwd, costed.bwd
     mb_s = stage_fwd + stage_bwd
     m = lay.micro_batches
-    b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=(lay.pp - 1) / lay.vp * mb_s if lay.pp > 1 else 0.0,
+    b = Budget(lay, shape_from, system, compute_s=m * mb_s, bubble_s=0.0, costed_rank=rank,  # (bubble: _estimate)
                assumptions=ASSUMPTIONS + ((MOE_ASSUMPTION,) if shape.moe else ()) + ((PEFT_ASSUMPTION,) if lay.peft else ())
                + ((RECOMPUTE_ASSUMPTION,) if lay.recompute else ()) + ((mla.ASSUMPTION,) if shape.multi_latent_attention else ())
                + _mtp_said(lay, shape, with_mtp) + embgrad.said(lay, shape) + finalize.said(lay, shape)
