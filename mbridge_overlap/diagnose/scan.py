@@ -130,6 +130,8 @@ class Scan:
     # line may continue (a message a paste or a terminal wrapped over two lines)
     _literals: dict = field(default_factory=dict)  # source -> the lines of Python string literals read so far, which
     # Python joins into one message (an assert's or a raise's message quoted from source, _literal_line)
+    _opened: dict = field(default_factory=dict)  # source -> the number of a line ending with "(" (a call or a
+    # parenthesis opened: `assert cond, (`, `raise ValueError(`), after which a run of literal lines is joined
 
     def feed(self, line: Line) -> None:
         """One line, read in full."""
@@ -137,6 +139,8 @@ class Scan:
         if not src["text"] and _CUT_MARK.sub("", line.text).strip(" \t\r\n\x0b\x0c\x00"):
             src["text"] = True
         self._read(line)
+        if line.text.rstrip().endswith("("):
+            self._opened[line.source] = line.number
 
     def _count(self, source: str, n: int, rank: str | None) -> dict:
         self.lines += n
@@ -152,7 +156,7 @@ class Scan:
         """Read one line in full. Returns the group it was recorded in when reading the same text again, with no
         traceback open anywhere, can only add its rank to that group (read_block's repeats)."""
         pending = self._literals.get(line.source) if self._literals else None
-        if pending is not None or LITERAL.match(line.text):
+        if pending is not None or (self._opened.get(line.source) == line.number - 1 and LITERAL.match(line.text)):
             frame = self._frames.get((line.source, line.rank))
             if not (frame is not None and frame[3] is None):  # (a traceback frame's code line is that frame's)
                 return self._literal(line, pending)
@@ -161,7 +165,10 @@ class Scan:
     def _literal(self, line: Line, pending: list | None) -> str | None:
         """Python source quoted in a log or a thread: a message written as adjacent string literals over several
         lines (`assert cond, (` / `"part one "` / `"part two"`) is read as the one message Python makes of them
-        (fresh16 F16-1), recorded at the first; where the joined text matches nothing, each line is read as before."""
+        (fresh16 F16-1), recorded at the first; where the joined text matches nothing, each line is read as before.
+        A run starts only right after a line ending with "(" (the call or parenthesis holding the message): a literal
+        line elsewhere (a list of strings, pprint's output) is an ordinary line, on the block reader's fast path
+        (fuzzY Y2-1)."""
         m = LITERAL.match(line.text)
         if pending is not None and (m is None or pending[-1].rank != line.rank or pending[-1].number + 1 != line.number):
             self._flush_literals(line.source)
@@ -644,17 +651,23 @@ class Scan:
             src["text"] = True
         if path_rank is not None and src["text"] and any(info[s].rank is None for s in distinct):  # (recheck51 T11)
             self._count(source, 0, path_rank)
-        special = {s: info[s] for s in distinct if info[s] is not shapes_.COLD}
-        if not special and not self._every_line(source, number):
+        special = {s: x for s in distinct if (x := info[s]) is not shapes_.COLD and (x.hot or x.rank or x.iteration)}
+        joins = self._joins(source, number, shapes, distinct, info)
+        if not special and not joins and not self._every_line(source, number):
+            self._last_opens(source, number, shapes)
             return
         raw = _Lines(data, shapes)
         hot_shapes = {s for s, shape in special.items() if shape.hot}
         quiet_shapes = special.keys() - hot_shapes
         hot = [i for i, s in enumerate(shapes) if s in hot_shapes] if hot_shapes else []
+        if joins:
+            hot = sorted(joins.union(hot))
         quiet = [i for i, s in enumerate(shapes) if s in quiet_shapes] if quiet_shapes else []
         i, h, q, n = 0, 0, 0, len(shapes)
         while i < n:
-            if self._every_line(source, number + i):
+            if self._every_line(source, number + i) or i in joins:
+                if i in joins:
+                    self._opened[source] = number + i - 1
                 self._read_raw(source, number + i, raw[i], path_rank)
                 i += 1
                 continue
@@ -663,9 +676,32 @@ class Scan:
             q0 = bisect_left(quiet, i, q)
             q = bisect_left(quiet, end, q0)
             self._quiet(source, src, quiet[q0:q], shapes, raw, special, path_rank, number)
-            if end < n:
+            if end < n and end not in joins:
                 self._hot(source, number + end, raw[end], special[shapes[end]], path_rank)
-            i = end + 1
+                i = end + 1
+            else:
+                i = end
+        self._last_opens(source, number, shapes)
+
+    def _last_opens(self, source: str, number: int, shapes: list) -> None:
+        if shapes and shapes[-1].rstrip().endswith(b"("):
+            self._opened[source] = number + len(shapes) - 1
+
+    def _joins(self, source: str, number: int, shapes: list, distinct: set, info: dict) -> set:
+        """The lines of a block (indexes) that are Python string literals right after a line ending with "(" (the
+        block's line before, or the source's last line read before the block): each may start a run of literals that
+        Python joins into one message (_literal), and is read in full."""
+        openers = {s for s in distinct if s.rstrip().endswith(b"(")}
+        before = self._opened.get(source) == number - 1
+        if not openers and not before:
+            return set()
+        literal = {s for s in distinct if info[s].literal}
+        if not literal:
+            return set()
+        out = {i for i in range(1, len(shapes)) if shapes[i] in literal and shapes[i - 1] in openers}
+        if before and shapes[0] in literal:
+            out.add(0)
+        return out
 
     def _hot(self, source: str, number: int, raw: bytes, shape, path_rank: str | None) -> None:
         """A hot line: read in full, unless the same bytes were read before to the same end (a warning that every

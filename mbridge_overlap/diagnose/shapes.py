@@ -9,8 +9,11 @@ in its literal text is matched on the shape itself, a native regex only where no
 pieces is hot. So a shape is read once (`Shapes.of`) and told:
 
 * hot: some line of this shape may be a catalog message, a traceback line, an exception, an error the fuzzy matcher
-  compares, a line of Python string literals (scan joins adjacent ones into the message Python makes), the
-  configuration summary's title, or a line too long to judge: every such line is read in full;
+  compares, the configuration summary's title, or a line too long to judge: every such line is read in full;
+* literal: the line is Python string literals only; scan reads it in full where the line before it opens a call or a
+  parenthesis (ends with "(": `assert cond, (`, `raise ValueError(`, `logger.warning(`), since a run of adjacent
+  literals there is the one message Python joins; a literal line anywhere else (a list of strings, pprint's output,
+  quoted samples) stays on the fast path (fuzzY Y2-1);
 * iteration: where in the line Bridge's iteration record puts the ms per iteration (a slice of the line: the digits
   differ, their places do not), or None;
 * rank: where the launcher's prefix puts the rank (a slice, read with int()), None when the line names none (its
@@ -46,6 +49,7 @@ class Shape:
     hot: bool
     iteration: tuple | None = None  # (start, end) of the ms in the line's bytes
     rank: object = None  # None | PARSE | (start, end, "" or "local ")
+    literal: bool = False  # a line of Python string literals only: read in full only after a line ending with "("
 
 
 COLD = Shape(False)
@@ -112,16 +116,17 @@ class Shapes:
             return Shape(True)
         line = shape.decode("utf-8", "replace")
         rank, text = _split(line)
+        literal = patterns.LITERAL.match(text) is not None or patterns.LITERAL.match(clean(text)) is not None
         if self._hot(text):
-            return Shape(True, rank=rank)
+            return Shape(True, rank=rank, literal=literal)
         iteration = None
         if patterns.ITERATION_PHRASE in text:
             iteration = _iteration_span(shape, line, text)
             if iteration is None:  # a record the slice cannot read (ANSI codes, other scripts): read in full
                 return Shape(True, rank=rank)
-        if iteration is None and rank is None:
+        if iteration is None and rank is None and not literal:
             return COLD
-        return Shape(False, iteration, rank)
+        return Shape(False, iteration, rank, literal)
 
     def _test(self, m):
         test = self._tests.get(id(m))
@@ -140,7 +145,6 @@ class Shapes:
         if any(self._test(m)(t) for ms in found for m in ms for t in {text, cleaned}):
             return True
         return (patterns.EXCEPTION.match(cleaned) is not None or fuzzy.errorish(cleaned)
-                or patterns.LITERAL.match(cleaned) is not None
                 or fuzzy.for_catalog(self.catalog).same(cleaned, masked=True) is not None)
 
 

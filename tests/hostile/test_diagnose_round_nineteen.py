@@ -1,0 +1,67 @@
+"""Hostile input, round nineteen (fuzzY's Y2 report on the diagnose surfaces of fresh16): each case failed before its
+fix. Speed is not timed here: the cases count what is read in full or copied, which is what made the logs slow."""
+
+from __future__ import annotations
+
+import io
+
+from mbridge_overlap import api
+from mbridge_overlap.diagnose import reader, scan as scan_
+
+MESSAGE = ('    assert not cfg.fp8_param_gather or cfg.fp8_recipe == "delayed", (\n'
+           '        "When `--fp8-param-gather` is enabled, the optimizer cpu offload "\n'
+           "        'must be used in conjunction with `--fp8-recipe delayed`.'\n"
+           "    )\n")
+
+
+def _diagnose(path=None, text=None) -> dict:
+    if path is not None:
+        return api.diagnose([str(path)]).to_dict()
+    return api.diagnose(["-"], stdin=io.BytesIO(text.encode("utf-8"))).to_dict()
+
+
+def _reads(monkeypatch) -> list:
+    """The lines Scan._read reads in full, from now on."""
+    seen: list = []
+    real = scan_.Scan._read
+
+    def counted(self, line):
+        seen.append(line.text)
+        return real(self, line)
+
+    monkeypatch.setattr(scan_.Scan, "_read", counted)
+    return seen
+
+
+def test_lines_of_quoted_strings_stay_on_the_fast_path(tmp_path, monkeypatch):
+    # Y2-1: every line that was a Python string literal left the block fast path (a million '"step N"' lines: 1 s -> 31 s)
+    logs = {"var.log": "".join(f'    "step {i}"\n' for i in range(3000)),
+            "json.log": "[\n" + "".join(f'  "sample text number {i}",\n' for i in range(3000)) + '  "end"\n]\n',
+            "pprint.log": "".join(f"['a {i}',\n 'b {i}']\n" for i in range(1000))}
+    for name, text in logs.items():
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        seen = _reads(monkeypatch)
+        assert _diagnose(path)["causes"] == []
+        assert len(seen) <= 2, (name, len(seen), seen[:3])
+
+
+def test_a_message_joined_after_an_opening_parenthesis_is_still_read(tmp_path, monkeypatch):
+    # Y2-1's fix keeps 038808e's join (fresh16 F16-1): after `assert cond, (` / `raise X(` / `logger.warning(`, on
+    # either side of a block's end, through the block reader and line by line alike
+    pad = "".join(f'    "step {i}"\n' for i in range(50))
+    raise_form = MESSAGE.replace('    assert not cfg.fp8_param_gather or cfg.fp8_recipe == "delayed", (\n',
+                                 "    raise ValueError(\n")
+    for text in (MESSAGE, pad + MESSAGE + pad, pad + raise_form, "x = 1\n" + MESSAGE):
+        path = tmp_path / "pasted.log"
+        path.write_text(text, encoding="utf-8")
+        want = [c["id"] for c in _diagnose(path)["causes"]]
+        assert want and want == [c["id"] for c in _diagnose(text=text)["causes"]], text[:80]
+        for block in (16, 64, 100, 200):  # the opener the last line of one block, its literals in the next
+            monkeypatch.setattr(reader, "BLOCK", block)
+            assert [c["id"] for c in _diagnose(path)["causes"]] == want, block
+        monkeypatch.undo()
+    # the same two literals with no line opening them (a list's items, samples) are two lines, not one message
+    bare = "".join(MESSAGE.splitlines(keepends=True)[1:3])
+    assert _diagnose(text=bare)["causes"] == []
+
