@@ -256,8 +256,11 @@ def _numbered(source: str, number: int, texts, path_rank: str | None, runs: _Run
 class _Runs:
     """The lines under way in partial records of one source (module docstring: CRI's P records, docker's records
     without their final newline), one a stream: [the first record's line number, head, tail, bytes dropped], kept as
-    _grow keeps a long line, so a run that never ends holds at most 2 x MAX_LINE bytes a stream. A line is its
-    records' texts, a docker one's several lines (or a CRI one's JSON log record) read as those lines."""
+    _grow keeps a long line (its first and its last MAX_LINE bytes, the same CUT note between them). A line is its
+    records' texts, a docker one's several lines (or a CRI one's JSON log record) read as those lines. Head and tail
+    are bytearrays added to in place: a piece costs its own bytes, not a copy of the kept tail (fuzzY Y2-6: a chain of
+    a million one-byte P records copied up to 128 KiB a piece); the tail is cut to its last MAX_LINE bytes once it
+    holds MAX_LINE more (and when the run ends), so a run that never ends holds at most 3 x MAX_LINE bytes a stream."""
 
     __slots__ = ("source", "path_rank", "cri", "docker", "seen")
 
@@ -270,8 +273,20 @@ class _Runs:
     def add(self, runs: dict, key: str, number: int, piece: bytes, cut: int = 0) -> None:
         run = runs.get(key)
         if run is None:
-            run = runs[key] = [number, b"", b"", 0]
-        run[1], run[2], run[3] = _grow(run[1], run[2], run[3], piece)
+            run = runs[key] = [number, bytearray(), bytearray(), 0]
+        head, tail = run[1], run[2]
+        if not tail:
+            room = MAX_LINE - len(head)
+            if len(piece) <= room:
+                head += piece
+                piece = b""
+            elif room > 0:
+                head += piece[:room]
+                piece = piece[room:]
+        if piece:
+            tail += piece
+            if len(tail) >= 2 * MAX_LINE:  # (amortised: a cut every MAX_LINE bytes; bytearray drops its front in place)
+                _trim(run)
         run[3] += cut
 
     def end(self, runs: dict, key: str, piece: bytes, cut: int = 0) -> Iterator[Line]:
@@ -296,6 +311,7 @@ class _Runs:
             yield from self._lines(run, docker)
 
     def _lines(self, run: list, docker: bool) -> Iterator[Line]:
+        _trim(run)
         number, head, tail, dropped = run
         text = _text(head, tail, dropped)
         if docker:
@@ -307,6 +323,14 @@ class _Runs:
             rank, part = split_prefix(part)
             yield Line(self.source, number, rank if rank is not None else self.path_rank, part,
                        dropped if mark is not None and mark in part else 0)
+
+
+def _trim(run: list) -> None:
+    """A run's tail cut to its last MAX_LINE bytes, the bytes cut counted as dropped."""
+    excess = len(run[2]) - MAX_LINE
+    if excess > 0:
+        del run[2][:excess]
+        run[3] += excess
 
 
 def record_lines(text: str) -> list[str] | None:

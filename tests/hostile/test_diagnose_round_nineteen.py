@@ -65,3 +65,42 @@ def test_a_message_joined_after_an_opening_parenthesis_is_still_read(tmp_path, m
     bare = "".join(MESSAGE.splitlines(keepends=True)[1:3])
     assert _diagnose(text=bare)["causes"] == []
 
+
+def _reference(pieces: list) -> str:
+    """What the run's line was before Y2-6's change: _grow over every piece (its first and last MAX_LINE bytes)."""
+    head, tail, dropped = b"", b"", 0
+    for p in pieces:
+        head, tail, dropped = reader._grow(head, tail, dropped, p)
+    return reader._text(head, tail, dropped)
+
+
+def test_a_never_closed_chain_of_tiny_partial_records_adds_in_place():
+    # Y2-6: each piece of a run past MAX_LINE copied the whole kept tail (2e6 one-byte CRI P records: 14 s, 13x a plain
+    # log); the tail is now added to in place, the same first and last MAX_LINE bytes and the same cut note kept
+    runs = reader._Runs("x.log", None)
+    pieces = [bytes([97 + i % 26]) * (1 + i % 7) for i in range(3 * reader.MAX_LINE // 4)]
+    tails, longest = set(), 0
+    for p in pieces:
+        runs.add(runs.cri, "stderr", 1, p)
+        tail = runs.cri["stderr"][2]
+        longest = max(longest, len(tail))
+        if len(tail) > reader.MAX_LINE:
+            tails.add(id(tail))
+    assert len(tails) == 1  # one buffer for the whole run, not one copy a piece
+    assert longest <= 2 * reader.MAX_LINE
+    (line,) = list(runs.rest())
+    assert line.text == _reference(pieces) and line.number == 1
+    assert line.cut == sum(map(len, pieces)) - 2 * reader.MAX_LINE
+
+
+def test_partial_records_over_the_caps_read_as_before(tmp_path):
+    # the block reader's CRI runs and docker runs, ended and never ended, equal _grow's line (the same cut note)
+    stamp = "2025-03-04T05:06:07.123456789Z"
+    big = ["AssertionError: " + "y" * 70_000] + ["z" * 90_000] * 4 + ["end of it"]
+    cri = "".join(f"{stamp} stderr P {p}\n" for p in big[:-1]) + f"{stamp} stderr F {big[-1]}\n"
+    path = tmp_path / "cri.log"
+    path.write_text(cri + f"{stamp} stdout F tail\n" + "".join(f"{stamp} stderr P {p}\n" for p in big), encoding="utf-8")
+    got = [x for part in reader.blocks(str(path)) for x in ([part] if isinstance(part, reader.Line) else [])]
+    want = _reference([p.encode() for p in big])
+    assert [x.text for x in got if x.text.startswith("AssertionError")] == [want, want]
+
