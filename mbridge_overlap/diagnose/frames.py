@@ -9,6 +9,7 @@ Transformer Engine 2.20.2; DeepEP main; torch 2.11.0): the fields are the ones t
 
 from __future__ import annotations
 
+import ast
 import re
 from functools import lru_cache
 
@@ -165,17 +166,52 @@ def call_on_path(code: str, catalog) -> tuple[str, str, str, list] | None:
     if "(" not in code:
         return None
     known = called_functions(catalog)
-    for m in _CALL.finditer(code):
-        got = known.get(m[2])
+    if not any(m[2] in known for m in _CALL.finditer(code)):  # (the raw line names none: no need to read it as code)
+        return None
+    for owner, name in calls(code):
+        got = known.get(name)
         if got is None:
             continue
         # a name the catalog knows a function of, called through its module (`parallel_state.f(`, `tensor_parallel.f(`):
         # a bare or a method's call of the name may be another package's function of that name
-        if got[0] != MAPPINGS or m[2] not in MAPPING_FUNCTIONS:
-            if m[1] is None or m[1] not in got[0].rsplit(".", 1)[0].split("/")[-2:]:
+        if got[0] != MAPPINGS or name not in MAPPING_FUNCTIONS:
+            if owner is None or owner not in got[0].rsplit(".", 1)[0].split("/")[-2:]:
                 continue
-        return got[0], m[2], got[1], list(got[2])
+        return got[0], name, got[1], list(got[2])
     return None
+
+
+def calls(code: str) -> list[tuple[str | None, str]]:
+    """(the name before the dot or None, the function's name) of every call a traceback's code line makes, in the
+    line's order: read by Python's own parser where the line parses alone (fuzzY Y2-2: a name in a comment or inside
+    a string is no call: `x = my_fn(x)  # was tensor_parallel.scatter_to_sequence_parallel_region(x)`); where it does
+    not (a statement's first line, `if f(x):`), its comments and string literals are taken out first."""
+    try:
+        tree = ast.parse(code.strip())
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return [(m[1], m[2]) for m in _CALL.finditer(_code_only(code))]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name):
+                found.append((f.lineno, f.col_offset, None, f.id))
+            elif isinstance(f, ast.Attribute):
+                v = f.value
+                owner = v.id if isinstance(v, ast.Name) else v.attr if isinstance(v, ast.Attribute) else None
+                found.append((f.lineno, f.col_offset, owner, f.attr))
+    return [(owner, name) for _, _, owner, name in sorted(found, key=lambda x: x[:2])]
+
+
+_STRING_OR_COMMENT = re.compile(r"[rRbBuUfF]{0,2}(?:'''(?:[^\\]|\\.)*?(?:'''|$)"
+                                r'|"""(?:[^\\]|\\.)*?(?:"""|$)'
+                                r"""|'(?:[^'\\\n]|\\.)*'?|"(?:[^"\\\n]|\\.)*"?)|#.*""", re.S)
+
+
+def _code_only(code: str) -> str:
+    """A code line without its comment and with each string literal's inside taken out (an unclosed one to the
+    line's end, a triple quote as an empty string): what is left are the names and operators Python runs."""
+    return _STRING_OR_COMMENT.sub(lambda m: "" if m[0].startswith("#") else '""', code)
 
 
 def overlap_frame(path: str, function: str) -> tuple[str, list] | None:

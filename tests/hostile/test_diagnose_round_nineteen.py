@@ -104,3 +104,36 @@ def test_partial_records_over_the_caps_read_as_before(tmp_path):
     want = _reference([p.encode() for p in big])
     assert [x.text for x in got if x.text.startswith("AssertionError")] == [want, want]
 
+
+def _frame(code: str, exc: str = "KeyError: foo") -> str:
+    return f'Traceback (most recent call last):\n  File "/work/mine/train.py", line 12, in main\n    {code}\n{exc}\n'
+
+
+def test_an_overlap_function_named_in_a_comment_or_a_string_is_no_call():
+    # Y2-2: `_CALL.finditer` over the raw code line counted names inside `# ...` and inside string literals
+    for code in ("x = my_fn(x)  # was tensor_parallel.scatter_to_sequence_parallel_region(x)",
+                 'logger.info("not using gather_from_sequence_parallel_region() here, %s", cfg[k])',
+                 'print("see parallel_state.initialize_model_parallel(...) docs", cfg["x"])',
+                 "msg = 'tensor_parallel.scatter_to_sequence_parallel_region(x)' if a else b",
+                 # lines Python does not parse alone: their comments and strings are taken out first
+                 'logger.info("see tensor_parallel.scatter_to_sequence_parallel_region(x)",',
+                 "if ok:  # parallel_state.initialize_model_parallel(2)",
+                 'x = f("""tensor_parallel.gather_from_sequence_parallel_region(x)'):
+        assert _diagnose(text=_frame(code))["causes"] == [], code
+    # a real call still is one, whether the line parses (a statement) or not (a call's first line, an if)
+    for code in ("hidden = tensor_parallel.scatter_to_sequence_parallel_region(hidden)  # 'sp'",
+                 "hidden = tensor_parallel.scatter_to_sequence_parallel_region(",
+                 'if parallel_state.initialize_model_parallel(2) and name == "x":',
+                 'y = g("a", tensor_parallel.scatter_to_sequence_parallel_region(x))'):
+        assert [c["id"] for c in _diagnose(text=_frame(code))["causes"]] == ["OVERLAP_PATH_TRACEBACK"], code
+
+
+def test_a_dump_line_s_pairs_start_at_a_word():
+    # found beside Y2-6: settings._PAIR tried a match at every character of a long word, each scanning the rest of
+    # it (a docker chain of 40,000 one-byte pieces joined into one line: 44 s, a 128 KiB word: minutes)
+    from mbridge_overlap.diagnose import settings
+
+    assert settings._PAIR.search("x" * 5000 + "=1") is not None
+    assert settings._PAIR.search("x" * 5000 + "=1", 1) is None  # (inside the word: no start)
+    for line, n in (("lr=0.1, wd=0.01, tp=2, pp=4", 4), ("a.b.c = 4, d:e", 2), ("--tp=2 --cp=1", 2)):
+        assert len(settings._PAIR.findall(line)) == n, line
