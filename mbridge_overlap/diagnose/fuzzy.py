@@ -100,6 +100,7 @@ class Fuzzy:
         self.same_lengths = sorted({len(k) for k in self.same_words})
         self.same_masked = {tuple(w.translate(_MASK) for w in k) for k in self.same_words}
         self._ordered: dict = {}  # message id -> ordered()'s words of it (_in_order)
+        self._stops: dict = {}  # message id -> the stop words of its text (_own_stops)
 
     def same(self, text: str, masked: bool = False) -> Entry | None:
         """The short message whose words, in order, end this line (see the module's doc); with `masked`, whether a
@@ -154,7 +155,9 @@ class Fuzzy:
     def ordered(self, eid: str, text: str) -> bool:
         """Whether a line reads as the message: the message's words, in its order, carry THRESHOLD of its weight
         (a weighted longest common subsequence), and the line holds before the first of them only words LEAD takes
-        (a rank, a time, an exception's or a level's name) and stop words (a message's "Using" or "the")."""
+        (a rank, a time, an exception's or a level's name) and the message's own stop words (its "Using" or "the").
+        Every word before them counts, one letter long too (_lead_ok: fuzzY Y2-3, "I use --overlap-param-gather with
+        --overlap-grad-reduce ..." is a sentence, not the message)."""
         msg, weight, total = self._in_order(eid)
         seq = [w.lower() for w in WORD.findall(text)]
         if len(seq) > LONGER * len(msg) + 8 or not total:
@@ -173,7 +176,14 @@ class Fuzzy:
         got, first = prev[-1]
         if got < THRESHOLD * total or first is None:
             return False
-        return all(w.lower() in STOP or _LEAD.search(w.lower()) for w in WORD.findall(text[:_nth_word(text, first)]))
+        return _lead_ok(text[:_nth_word(text, first)], self._own_stops(eid))
+
+    def _own_stops(self, eid: str) -> frozenset:
+        got = self._stops.get(eid)
+        if got is None:
+            words = {w.lower() for w in _LEAD_WORD.findall(_literal(self.catalog.by_id(eid).template))}
+            got = self._stops[eid] = frozenset(words & STOP)
+        return got
 
     def _in_order(self, eid: str) -> tuple[list, list, float]:
         """(the message's words in order, stop words left out; each one's weight; the weight of its distinct words),
@@ -190,6 +200,30 @@ class Fuzzy:
 # an exception's, an assert's or a log level's mark on a line: it reports an error, whatever order its words are in
 MARKER = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Warning)\b|\bassert\b|\bAssertion\b|\b(?:ERROR|WARNING|WARN|CRITICAL|FATAL)\b"
                     r"|\[NeMo [EWC] |(?:^|\s)[EWF]\d{4} \d\d:")
+
+
+# every word of a line's lead, one letter long too ("I", "a"), not a letter glued to digits (a time's T or Z)
+_LEAD_WORD = re.compile(r"(?<![A-Za-z0-9_])[A-Za-z][A-Za-z0-9_]*")
+_LEVEL_LETTERS = frozenset("ewi")  # LEAD's level letters (NeMo's `[NeMo W 2025-...`, glog's): a prefix's where a time follows
+_DIGIT = re.compile(r"\d")
+
+
+def _lead_ok(lead: str, own_stops: frozenset) -> bool:
+    """Whether the words before a line's first word of the message are a prefix's (a rank, a time, an exception's or a
+    level's name: LEAD) or the message's own stop words: a one-letter level name only where a time or a rank follows it
+    in the lead (the pronoun "I" is no NeMo level letter), another stop word only where the message has it ("a", "it",
+    "this" start a sentence that quotes the message)."""
+    for m in _LEAD_WORD.finditer(lead):
+        w = m[0].lower()
+        if w in _LEVEL_LETTERS:
+            if _DIGIT.search(lead, m.end()) is None:
+                return False
+        elif w in STOP:
+            if w not in own_stops:
+                return False
+        elif not _LEAD.search(w):
+            return False
+    return True
 
 
 def _nth_word(text: str, n: int) -> int:

@@ -137,3 +137,16 @@ def test_a_dump_line_s_pairs_start_at_a_word():
     assert settings._PAIR.search("x" * 5000 + "=1", 1) is None  # (inside the word: no start)
     for line, n in (("lr=0.1, wd=0.01, tp=2, pp=4", 4), ("a.b.c = 4, d:e", 2), ("--tp=2 --cp=1", 2)):
         assert len(settings._PAIR.findall(line)) == n, line
+
+
+def test_a_sentence_led_by_a_one_letter_word_or_a_pronoun_is_not_the_message():
+    # Y2-3: WORD reads no one-letter word, so "I" (and "a") before the message's words passed fresh16 F16-2's lead
+    # check that "we" fails; "i" was also LEAD's level letter, and any stop word ("it", "this") passed
+    tail = "use --overlap-param-gather with --overlap-grad-reduce and it works, but expected more speedup.\n"
+    for lead in ("I ", "a ", "We ", "it must ", "this must ", "Q: must I ", "I: "):
+        assert "PARAM_GATHER_NEEDS_GRAD_REDUCE" not in [c["id"] for c in _diagnose(text=lead + tail)["causes"]], lead
+    # a prefix's level letter before a time, an exception's name, and the message's own words still read as it
+    for line in ("[NeMo E 2025-03-04 05:06:07 arguments:12] must use overlap param gather with overlap grad reduce\n",
+                 "E0304 05:06:07.123 must use overlap param gather only with overlap grad reduce\n",
+                 "must use overlap param gather only with overlap grad reduce\n"):
+        assert "PARAM_GATHER_NEEDS_GRAD_REDUCE" in [c["id"] for c in _diagnose(text=line)["causes"]], line
