@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, replace
 
 from . import dp, embgrad, finalize, kinds as layer_kinds, mla, mtp as mtps, pipeline, routing, shape as shapes, tp
 from .collective import ACT_BYTES, Item, across, ms
-from .layout import Layout, chunk_numbers, fewest_local, first_last_stages, link_of, rank_layers, spans_domains, stage_numbers
+from .layout import (Layout, chunk_numbers, fewest_local, first_last_stages, link_of, over_counted, rank_layers, spans_domains,
+                     stage_numbers)
 from .system import System
 from .. import safeio
 from ..errors import UsageError
@@ -306,9 +307,13 @@ def _not_modelled(lay: Layout, shape) -> tuple:
 
 def estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str = "") -> Budget:
     dropped = ()
-    if not lay.stages and first_last_stages(lay, shape.num_layers):  # costed as a layout's stages
+    over = over_counted(lay, shape.num_layers) if not lay.stages else None
+    if over is not None:  # (fuzzY Y2-5: first and last stages summing past num_layers, which Megatron-Core takes)
+        lay = Layout(**{**lay.__dict__, "stages": over[0]})
+        dropped = (over[1],)
+    elif not lay.stages and first_last_stages(lay, shape.num_layers):  # costed as a layout's stages
         lay = Layout(**{**lay.__dict__, "stages": first_last_stages(lay, shape.num_layers)})
-    if lay.stages and sum(lay.stages) != shape.num_layers:  # a layout of another layer count: not this model's split
+    if over is None and lay.stages and sum(lay.stages) != shape.num_layers:  # a layout of another layer count: not this model's split
         dropped = (f"the config's pipeline_model_parallel_layout places {sum(lay.stages)} decoder layers where the model "
                    f"has {shape.num_layers} (Megatron-Core refuses it: validate_layer_layout): not read, an even split "
                    "costed",)

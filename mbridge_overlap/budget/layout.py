@@ -178,6 +178,37 @@ def first_last_stages(lay: "Layout", num_layers: int) -> tuple:
     return tuple(per[r] // lay.vp for _k in range(lay.vp) for r in range(lay.pp))
 
 
+def over_counted(lay: "Layout", num_layers: int) -> tuple[tuple, str] | None:
+    """(the stages as Megatron-Core builds them, what to say) where the first and last pipeline stages' counts sum past
+    num_layers and Megatron-Core still takes the split (fuzzY Y2-5): TransformerConfig checks only that the middle
+    stages' count (negative) divides over them, and get_num_layers_to_build (transformer_block.py) gives each middle
+    rank that negative count, which builds no layer, while the first and last ranks build their own counts
+    (get_transformer_layer_offset numbers the last rank's layers again). Costed: the first and last ranks' counts, at
+    most num_layers each, the middle ranks none; None where the counts do not sum past num_layers or Megatron-Core
+    refuses them (first_last_stages and the resolver's rules)."""
+    first, last = lay.first_last
+    if lay.pp < 2 or first is None and last is None or any(n is not None and n < 1 for n in (first, last)):
+        return None
+    middle = lay.pp - (first is not None) - (last is not None)
+    rest = num_layers - (first or 0) - (last or 0)
+    if rest >= 0 or not middle or rest % middle or (lay.vp > 1 and any(n is not None and n % lay.vp for n in (first, last))):
+        return None
+    per = [0] * lay.pp
+    per[0] = min(first, num_layers) if first is not None else 0
+    per[-1] = min(last, num_layers) if last is not None else 0
+    vp = max(1, lay.vp)
+    stages = tuple(per[r] // vp for _k in range(vp) for r in range(lay.pp))
+    said = (f"num_layers_in_first/last_pipeline_stage ({first if first is not None else 'unset'}, "
+            f"{last if last is not None else 'unset'}) take more than the model's {num_layers} layers over PP {lay.pp}: "
+            f"Megatron-Core's TransformerConfig takes it, and get_num_layers_to_build gives "
+            f"{f'each of the {middle} middle pipeline ranks' if middle > 1 else 'the middle pipeline rank'} "
+            f"{rest // middle} layers (none built) while the first and last ranks "
+            f"build their own counts, the last numbering layers the first already holds: the model built is not the "
+            f"config's {num_layers} layers. The budget costs the first and last ranks' counts (at most {num_layers} each) "
+            "and no layer on the middle ranks, not an even split")
+    return stages, said
+
+
 def _layout_stages(layout, pp: int) -> tuple:
     """A layout's decoder layers per stage where its stages split over PP (evalZ Z3-2: DeepSeek-V3's recipes set one)."""
     from ..run.layers import stage_decoders

@@ -104,3 +104,36 @@ def test_the_first_and_last_stages_counts_split_the_layers_as_megatron_core_buil
     for r in range(pp):
         assert list(chunk_layers(lay, r)) == per[r]
         assert stage_numbers(lay, layers, r) == ids[r]
+
+
+@pytest.mark.parametrize("pp, vpp, layers, first, last", [
+    (3, None, 32, 32, 2), (4, None, 32, 20, 20), (2, None, 32, 40, None), (4, 2, 32, 30, 10), (3, None, 32, None, 36),
+    (4, None, 32, 33, None), (2, None, 32, 20, 20), (5, None, 32, 2, 38), (3, None, 32, 30, 2),
+])
+def test_first_and_last_counts_past_num_layers_are_megatron_core_s(pp, vpp, layers, first, last):
+    """fuzzY Y2-5: where the first and last stages' counts sum past num_layers, TransformerConfig takes the split
+    wherever the (negative) middle count divides over the middle stages, and get_num_layers_to_build gives those ranks
+    that count: over_counted says so and costs the first and last ranks' counts; where Megatron-Core refuses, None."""
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from mbridge_overlap.budget.layout import over_counted
+
+    lay = Layout(tp=1, pp=pp, vp=vpp or 1, cp=1, ep=1, dp=1, sp=False, seq=4096, mbs=1, gbs=8, precision="bf16",
+                 domain=8, settings={}, ddp={}, first_last=(first, last))
+    got = over_counted(lay, layers)
+    try:
+        cfg = TransformerConfig(num_layers=layers, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=pp,
+                                virtual_pipeline_model_parallel_size=vpp, num_layers_in_first_pipeline_stage=first,
+                                num_layers_in_last_pipeline_stage=last, pipeline_dtype=torch.bfloat16)
+    except ValueError:
+        assert got is None
+        return
+    per = [sum(get_num_layers_to_build(cfg, vp_stage=v if vpp else None, pp_rank=r) for v in range(vpp or 1))
+           for r in range(pp)]
+    if min(per) >= 0:
+        assert got is None
+        return
+    assert got is not None and str(min(per) // (vpp or 1) * (vpp or 1)) in got[1] and "get_num_layers_to_build" in got[1]
+    stages, _ = got
+    assert [sum(stages[k * pp + r] for k in range(vpp or 1)) for r in range(pp)] == [min(max(n, 0), layers) for n in per]

@@ -150,3 +150,18 @@ def test_a_sentence_led_by_a_one_letter_word_or_a_pronoun_is_not_the_message():
                  "E0304 05:06:07.123 must use overlap param gather only with overlap grad reduce\n",
                  "must use overlap param gather only with overlap grad reduce\n"):
         assert "PARAM_GATHER_NEEDS_GRAD_REDUCE" in [c["id"] for c in _diagnose(text=line)["causes"]], line
+
+
+def test_first_and_last_stage_counts_past_num_layers_are_said_and_costed_so():
+    # Y2-5: PP 3 with first 32 and last 2 on a 32-layer model (Megatron-Core's middle rank gets -2 layers) was costed
+    # as an even split of about 11 layers a rank, and nothing said it
+    words = {"model.tensor_model_parallel_size": 1, "model.context_parallel_size": 1,
+             "model.pipeline_model_parallel_size": 3, "model.virtual_pipeline_model_parallel_size": None}
+    over = api.budget({**words, "model.num_layers_in_first_pipeline_stage": 32, "model.num_layers_in_last_pipeline_stage": 2},
+                      recipe="llama3_8b_pretrain_config", model="llama3_8b", gpus=24).to_dict()["budget"]
+    said = [a for a in over["assumptions"] if "get_num_layers_to_build" in a]
+    assert len(said) == 1 and "the middle pipeline rank -2 layers" in said[0] and "not an even split" in said[0]
+    assert any("(32, 0, 2 on the 3 pipeline ranks): the budget costs pipeline rank 0" in a for a in over["assumptions"])
+    huge = api.budget({**words, "model.pipeline_model_parallel_size": 4, "model.num_layers_in_first_pipeline_stage": 10**30 + 1},
+                      recipe="llama3_8b_pretrain_config", model="llama3_8b", gpus=32).to_dict()["budget"]
+    assert any("get_num_layers_to_build" in a for a in huge["assumptions"])
