@@ -168,7 +168,10 @@ def _stage_times(lay: Layout, shape, n_mtp: int, built: list) -> tuple:
     micro-batch (pipeline.per_microbatch) spread over them: a layout's from the candidate that holds alike (_alike),
     else every rank the one candidate's."""
     def both(b: Budget, c: "Costed") -> tuple:
-        grow = 1 + pipeline.per_microbatch(b.items, b.overlap_cost, lay.micro_batches) / (c.fwd + c.bwd)
+        comm = pipeline.per_microbatch(b.items, b.overlap_cost, lay.micro_batches)
+        if c.fwd + c.bwd <= 0:  # a stage that builds no layer (first/last counts past num_layers): its traffic, split
+            return (0.0, 0.0), (comm / 2, comm / 2)
+        grow = 1 + comm / (c.fwd + c.bwd)
         return (c.fwd, c.bwd), (c.fwd * grow, c.bwd * grow)
     if not lay.stages:
         return tuple(zip(*[both(*built[0])] * lay.pp))
