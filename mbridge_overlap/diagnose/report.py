@@ -191,6 +191,66 @@ def classify(diag: Diagnosis) -> None:
         else:
             rec = findings.record(key)
             diag.causes.append(Cause(generic(key), groups, rec.get("overlap_related", True)))
+    for cause in diag.causes:
+        _deepep_reading(cause)
+
+
+_DEEPEP_ASSERT = "native.deepep_kernel_assert"
+_DEEPEP_FILE = re.compile(r"Assertion failed: (?:\S*/)?(\w+\.cuh?):\d+, condition: (.+)")
+
+
+def deepep_condition(text: str) -> str | None:
+    """What a DeepEP kernel assert's file and condition say failed (the catalog note of native.deepep_kernel_assert,
+    read from the DeepEP mirror: 567632d / dd758ca csrc/kernels/), None where the line is not one."""
+    m = _DEEPEP_FILE.search(text)
+    if not m:
+        return None
+    file, cond = m[1], m[2]
+    if file == "internode_ll.cu":  # low-latency kernels: csrc/legacy/buffer.hpp asserts low_latency_mode before them
+        return ("DeepEP's low-latency kernels (internode_ll.cu, which a Buffer runs only when built with "
+                "low_latency_mode=True: DeepEP csrc/legacy/buffer.hpp EP_HOST_ASSERT(low_latency_mode) before "
+                "internode_ll's dispatch and combine) asserted; Megatron-Core's flex dispatcher never builds such a buffer "
+                "(0.19.2 fused_a2a.py: Buffer(group, num_nvl_bytes, num_rdma_bytes), low_latency_mode left False), so the "
+                "line comes from another component's DeepEP low-latency kernels in this log (an inference or rollout "
+                "engine's decode, say), not from the training run's token dispatcher"
+                + ("; its condition says a peer's token count had not landed when its RDMA completion was polled: "
+                   "the network between the nodes (adaptive routing must be off)" if "num_recv_tokens" in cond else ""))
+    if "num_rc_per_pe" in cond:
+        what = ("the NVSHMEM IBGDA queue pairs per peer (deep_ep Buffer's num_qps_per_rank, default 24, which "
+                "Megatron-Core's get_buffer does not set) are fewer than the kernel's channels or SMs "
+                "(model.moe_deepep_num_sms)")
+    elif file == "layout.cu":
+        what = ("the layout kernel (get_dispatch_layout, run first) found an internode EP group (ETP x EP ranks: "
+                "model.expert_tensor_parallel_size x model.expert_model_parallel_size) whose size is not a multiple of 8")
+    elif "num_recv_tokens" in cond:
+        what = "a peer's token count had not landed when its RDMA completion was polled: the network between the EP nodes"
+    else:
+        what = ("a limit of the kernels on the exchange (top-k, hidden size, ranks) that this run's MoE layout passes; "
+                "the condition names it")
+    return f"DeepEP's {file} kernel asserted `{cond.strip()}`: {what}"
+
+
+def _deepep_reading(cause: Cause) -> None:
+    """A DeepEP kernel assert's cause says what its condition means (evalAE AE2-4: the catalog note's reading never
+    reached the user), in the message that text and JSON both show."""
+    if cause.finding.id != "MOE_DISPATCHER_COMM_FAILED":
+        return
+    said = list(dict.fromkeys(r for g in cause.groups if g.entry.id == _DEEPEP_ASSERT
+                              and (r := deepep_condition(g.text))))
+    if said:
+        head = "" if low_latency_only(cause) else f"{cause.finding.message}; "  # not the flex dispatcher's exchange
+        cause.finding = replace(cause.finding, message=head + "; ".join(said))
+        if not head:
+            cause.finding = replace(cause.finding, fix_overrides={}, fix=shell(
+                "find the component that runs DeepEP's low-latency kernels (not Megatron-Core's dispatcher) and check the "
+                "network between its nodes (RDMA / RoCE, NVSHMEM IBGDA, adaptive routing off) and its DeepEP build"))
+
+
+def low_latency_only(cause: Cause) -> bool:
+    """Every DeepEP line of the cause is a low-latency kernel's assert (internode_ll.cu), none of which Megatron-Core
+    runs."""
+    return bool(cause.groups) and all(g.entry.id == _DEEPEP_ASSERT and (m := _DEEPEP_FILE.search(g.text))
+                                      and m[1] == "internode_ll.cu" for g in cause.groups)
 
 
 _WORK = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (\d{1,15})")
@@ -341,6 +401,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
         if not checked:
             _from_log_only(cause, rec, found, analysis.effective)
             _fix_on_config(cause, analysis)
+            _deepep_against_config(cause, analysis.effective)
             _dp_without_overlap(cause, analysis)
             continue
         if fid in found:
@@ -592,6 +653,28 @@ def _from_log_only(cause: Cause, rec: dict, found: dict, effective: dict) -> Non
             cause.finding = replace(cause.finding, fix=findings.Shell(alt["fix"]))
             cause.how += "; the fix is the one the resolved config leaves"
             return
+
+
+def _deepep_against_config(cause: Cause, effective: dict) -> None:
+    """A DeepEP kernel assert beside a config whose dispatcher runs no DeepEP kernel (alltoall, allgather, or flex with
+    HybridEP: Megatron-Core's fused_a2a.py builds deep_ep's Buffer only for flex with the deepep backend): the log
+    contradicts the config, and the fix offers no dispatcher the config already has (evalAE AE2-5)."""
+    if cause.finding.id != "MOE_DISPATCHER_COMM_FAILED" or not any(g.entry.id == _DEEPEP_ASSERT for g in cause.groups):
+        return
+    dispatcher = _effective(effective, "model.moe_token_dispatcher_type")
+    backend = _effective(effective, "model.moe_flex_dispatcher_backend")
+    if dispatcher == "flex" and backend == "deepep":
+        return
+    runs = f"moe_token_dispatcher_type={fmt(dispatcher)}" + (f" with moe_flex_dispatcher_backend={fmt(backend)}"
+                                                             if dispatcher == "flex" else "")
+    cause.how = (f"the log's DeepEP kernel contradicts the config: it runs {runs}, under which Megatron-Core builds no "
+                 "DeepEP Buffer (fused_a2a.py: flex with the deepep backend only), so the line is another process's "
+                 "DeepEP (or the log is not of this config)")
+    if low_latency_only(cause):
+        cause.how += "; DeepEP's low-latency kernels are no dispatcher of Megatron-Core's in any case"
+    cause.finding = replace(cause.finding, fix_overrides={}, fix=shell(
+        "check that the log is of this config (its dispatcher runs no DeepEP), else find the process that runs DeepEP "
+        "and check the network its EP group crosses (RDMA / RoCE, NVSHMEM IBGDA) and the DeepEP build"))
 
 
 def _dp_without_overlap(cause: Cause, analysis) -> None:

@@ -173,12 +173,15 @@ def accounted_for(state: State, key: str) -> bool:
     ring (p2p, the budget's; validate() checks the type), and the hierarchical CP sizes, which only a2a+p2p reads
     (validate() checks them, and that type is itself not modelled); multi-latent attention, which the budget's shape
     and TP_OVERLAP_OFF_MLA read; the op fuser where TP_OVERLAP_OFF_MTP reads it (MTP layers with TP overlap); the
-    routers' expert bias, whose one reduction the budget's shape prices (budget/finalize.py)."""
+    routers' expert bias, whose one reduction the budget's shape prices (budget/finalize.py); the CP exchange's type
+    where validate() refuses the run on the hierarchical sizes it needs (CP_HIERARCHICAL_SIZES_INVALID reads it)."""
     if key in ("model.hierarchical_context_parallel_sizes", "dataset.seq_length", "model.multi_latent_attention",
                "model.moe_router_enable_expert_bias"):
         return True
     if key == "model.use_transformer_engine_op_fuser":
         return bool(state.model["tp_comm_overlap"] and state.model.get("mtp_num_layers"))
+    if key == "model.cp_comm_type" and any(r.id == "CP_HIERARCHICAL_SIZES_INVALID" for r in state.rejections):
+        return True  # validate() refuses the run on it: the answer's error reads it, no exchange runs (evalAE AE2-6)
     return key == "model.cp_comm_type" and str(state.request.context.get(key)).strip().lower() in ("p2p", "none", "null")
 
 
