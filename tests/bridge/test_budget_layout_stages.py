@@ -13,6 +13,16 @@ from mbridge_overlap.run.layers import stage_decoders
 DEEPSEEK = [["embedding"] + ["decoder"] * 8] + [["decoder"] * 8] * 6 + [["decoder"] * 5 + ["mtp", "loss"]]
 
 
+
+def _config(layers: int, pp: int, vpp, first, last):
+    """Megatron-Core's TransformerConfig of a pipeline split (its checks run in __post_init__)."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    return TransformerConfig(num_layers=layers, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=pp,
+                             virtual_pipeline_model_parallel_size=vpp, num_layers_in_first_pipeline_stage=first,
+                             num_layers_in_last_pipeline_stage=last, pipeline_dtype=torch.bfloat16)
+
+
 @pytest.mark.parametrize("layout, pp, layers", [
     (DEEPSEEK, 8, 61),
     ("Et*3|t*4|t*4|t*5L", 2, 16),  # VPP 2 from a string
@@ -78,7 +88,6 @@ def test_the_first_and_last_stages_counts_split_the_layers_as_megatron_core_buil
     none (the budget's even split, said by _uneven_split)."""
     from megatron.core import parallel_state
     from megatron.core.transformer.transformer_block import get_num_layers_to_build
-    from megatron.core.transformer.transformer_config import TransformerConfig
     from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
     from mbridge_overlap.budget.layout import chunk_layers, first_last_stages
@@ -87,9 +96,7 @@ def test_the_first_and_last_stages_counts_split_the_layers_as_megatron_core_buil
                  domain=8, settings={}, ddp={}, first_last=(first, last))
     stages = first_last_stages(lay, layers)
     try:
-        cfg = TransformerConfig(num_layers=layers, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=pp,
-                                virtual_pipeline_model_parallel_size=vpp, num_layers_in_first_pipeline_stage=first,
-                                num_layers_in_last_pipeline_stage=last, pipeline_dtype=torch.bfloat16)
+        cfg = _config(layers, pp, vpp, first, last)
         per = [[get_num_layers_to_build(cfg, vp_stage=v if vpp else None, pp_rank=r) for v in range(vpp or 1)]
                for r in range(pp)]
         assert sum(map(sum, per)) == layers
@@ -115,7 +122,6 @@ def test_first_and_last_counts_past_num_layers_are_megatron_core_s(pp, vpp, laye
     wherever the (negative) middle count divides over the middle stages, and get_num_layers_to_build gives those ranks
     that count: over_counted says so and costs the first and last ranks' counts; where Megatron-Core refuses, None."""
     from megatron.core.transformer.transformer_block import get_num_layers_to_build
-    from megatron.core.transformer.transformer_config import TransformerConfig
 
     from mbridge_overlap.budget.layout import over_counted
 
@@ -123,9 +129,7 @@ def test_first_and_last_counts_past_num_layers_are_megatron_core_s(pp, vpp, laye
                  domain=8, settings={}, ddp={}, first_last=(first, last))
     got = over_counted(lay, layers)
     try:
-        cfg = TransformerConfig(num_layers=layers, hidden_size=64, num_attention_heads=4, pipeline_model_parallel_size=pp,
-                                virtual_pipeline_model_parallel_size=vpp, num_layers_in_first_pipeline_stage=first,
-                                num_layers_in_last_pipeline_stage=last, pipeline_dtype=torch.bfloat16)
+        cfg = _config(layers, pp, vpp, first, last)
     except ValueError:
         assert got is None
         return
