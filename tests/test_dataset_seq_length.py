@@ -170,3 +170,32 @@ def test_a_model_length_set_to_null_is_the_mismatch_validate_raises(version, tmp
     # a recipe's dataset length
     (r,) = _mismatch(api.resolve({"model.seq_length": "null"}, recipe="llama3_8b_pretrain_config", bridge_version=version))
     assert r.fix_overrides == {"model.seq_length": 8192}
+
+
+_TP_FILE = ("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  tensor_model_parallel_size: 2\n"
+            "  sequence_parallel: true\ndataset:\n  seq_length: 8192\n")
+
+
+@pytest.mark.parametrize("extra", ["", "  sequence_length: 1024\n"])
+def test_a_file_s_seq_length_property_is_written_last_and_its_word_is_the_fix(tmp_path, extra):
+    """evalAE AE2-1: on 0.5.x a config file's dataset.seq_length (the property over sequence_length) puts that key in
+    Bridge's merged dict after the base's sequence_length: apply_overrides writes it last, so neither a sequence_length
+    beside it in the file nor dataset.sequence_length= on the command line changes the length, and Hydra takes
+    dataset.seq_length= (the key exists). Real 0.5.1: only dataset.seq_length=1024 clears the mismatch."""
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(_TP_FILE + extra)
+    (f,) = _mismatch(api.resolve(config=str(cfg), gpus=16, bridge_version="0.5.1"))
+    assert "dataset config: 8192" in f.message
+    assert f.fix_overrides == {"dataset.seq_length": 1024}
+    assert not _mismatch(api.resolve(f.fix_overrides, config=str(cfg), gpus=16, bridge_version="0.5.1"))
+    (still,) = _mismatch(api.resolve({"dataset.sequence_length": 1024}, config=str(cfg), gpus=16, bridge_version="0.5.1"))
+    assert "dataset config: 8192" in still.message
+
+
+def test_without_the_file_s_key_the_property_stays_refused_on_0_5(tmp_path):
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(_TP_FILE.replace("seq_length: 8192", "sequence_length: 8192"))
+    (f,) = _mismatch(api.resolve(config=str(cfg), gpus=16, bridge_version="0.5.1"))
+    assert f.fix_overrides == {"dataset.sequence_length": 1024}
+    with pytest.raises(UsageError, match="Could not override 'dataset.seq_length'"):
+        api.resolve({"dataset.seq_length": 1024}, config=str(cfg), gpus=16, bridge_version="0.5.1")

@@ -153,10 +153,7 @@ def _overridden(sc, shapes) -> dict:
 
 
 def _dataset_seq(analysis) -> str:
-    from ..upstream.releases import dataset_seq_length_key
-
-    req = analysis.state.request
-    return dataset_seq_length_key(req.release.version, req.recipe, req.dataset_target)
+    return analysis.state.request.dataset_seq_word()
 
 
 def needs(analysis) -> str | None:

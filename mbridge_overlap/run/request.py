@@ -72,6 +72,15 @@ class Request:
     model_target_of: str = "the config"  # whose provider class model_target is
     model_seq_length_of: str | None = None  # the provider class whose default model.seq_length is (a config's _target_)
     dataset_target: str | None = None  # a config's dataset._target_ (its dataset config class)
+    # the config file sets dataset.seq_length where it is a property over sequence_length (0.5.x's GPTDatasetConfig):
+    # its key is then in Bridge's merged dict, so Hydra takes dataset.seq_length=, and apply_overrides writes it after
+    # the dict's sequence_length (the base's key, ahead of the file's), so it wins over any sequence_length (evalAE AE2-1)
+    dataset_seq_property: bool = False
+
+    def dataset_seq_word(self) -> str:
+        """The override that sets the dataset length validate() compares, as this request's Bridge command line takes it."""
+        return "dataset.seq_length" if self.dataset_seq_property else dataset_seq_length_key(
+            self.release.version, self.recipe, self.dataset_target)
 
     @classmethod
     def baseline(cls, release: Release) -> "Request":
@@ -255,8 +264,12 @@ def _set_plain(req: Request, key: str, name: str, value: Any) -> None:
     section = key.partition(".")[0]
     if section == "dataset":
         origin = req.origin.get(key, "override")
-        not_in_dataset_class(req.release, req.recipe, req.dataset_target, key, origin)
+        if not (key == "dataset.seq_length" and req.dataset_seq_property):  # the file's key: Hydra takes it (AE2-1)
+            not_in_dataset_class(req.release, req.recipe, req.dataset_target, key, origin)
         if key == "dataset.sequence_length" == dataset_seq_length_key(req.release.version, req.recipe, req.dataset_target):
+            if req.dataset_seq_property:  # the file's seq_length (the property) is written after it: it has no effect
+                req.context["dataset.sequence_length.overwritten"] = True
+                return
             key, name = "dataset.seq_length", "seq_length"  # the value validate() reads through 0.5.x's seq_length alias
             req.origin[key] = origin
     fields = schema.SECTIONS[section]
@@ -519,6 +532,10 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
     dataset = config.get("dataset") if isinstance(config, Mapping) else None
     req.dataset_target = dataset.get("_target_") if isinstance(dataset, Mapping) else None
     items, req.skipped = flatten_config(config or {}, release, strict, recipe=req.recipe)
+    req.dataset_seq_property = (isinstance(dataset, Mapping) and "seq_length" in dataset and dataset_seq_length_key(
+        release.version, req.recipe, req.dataset_target) == "dataset.sequence_length")
+    if req.dataset_seq_property:  # (after flatten_config: its sequence_length is dropped, the property sets the length)
+        items = [(k, v) for k, v in items if k != "dataset.sequence_length"]
     for key, value in items:
         _as_yaml_typed(key, value)
         req.set(key, value, "config")

@@ -312,7 +312,7 @@ def _budget(an: Analysis, given: dict, flags: dict, model, shape, lora: bool = F
                 replaced.append(f"{key} {fmt(value)} (the recipe's: {fmt(current)})")
     if "model.seq_length" in batch:
         req = an.state.request  # validate() holds the two equal
-        batch[releases.dataset_seq_length_key(req.release.version, req.recipe, req.dataset_target)] = batch["model.seq_length"]
+        batch[req.dataset_seq_word()] = batch["model.seq_length"]
     costed = analyze(an.scenario.derive(batch)) if batch else an
     new = [f for f in costed.errors if f.id not in {e.id for e in an.errors}]
     if new:  # resolve of the plan's overrides would not show it: the batch is not among them

@@ -155,3 +155,54 @@ def test_a_model_length_set_to_null_is_refused_as_bridge_refuses_it(tmp_path):
                 if f.id == "SEQ_LENGTH_DATASET_MISMATCH"]
         assert error and "Sequence length in model config: None" in error, error
         assert ours and "model config: None" in ours[0].message, (text, ours)
+
+
+def _bridge_file_words(text: str, words: list, model) -> tuple[bool, str | None]:
+    """A config file merged as Bridge merges one, then command-line words (process_config_with_overrides' order):
+    (Hydra took the words, runtime_config_update's error or None)."""
+    from omegaconf import OmegaConf
+    from megatron.bridge.training.utils.omegaconf_utils import (
+        apply_overrides, create_omegaconf_dict_config, parse_hydra_overrides)
+
+    cfg = adapter.baseline_config()
+    cfg.model = model
+    cfg.train.global_batch_size = cfg.train.micro_batch_size * 8
+    omega, excluded = create_omegaconf_dict_config(cfg)
+    omega = OmegaConf.merge(omega, OmegaConf.create(text))
+    try:
+        omega = parse_hydra_overrides(omega, words)
+    except Exception:
+        return False, None
+    apply_overrides(cfg, OmegaConf.to_container(omega, resolve=True), excluded)
+    return True, adapter.runtime_config_update(cfg, 8, True)[0]
+
+
+def test_a_file_s_seq_length_with_each_word_agrees_with_bridge(tmp_path):
+    """evalAE AE2-1: a config file that sets dataset.seq_length (0.5.x: the property, written after sequence_length),
+    alone or with sequence_length beside it, then each word on the command line: the skill's mismatch and its refusals
+    agree with the installed Bridge, and the skill's fix is taken and clears the error."""
+    from megatron.bridge.models.gpt_provider import GPTModelProvider
+
+    def model():
+        return GPTModelProvider(**{k: v for k, v in adapter.MODEL_KWARGS.items() if k != "seq_length"})
+
+    version = adapter.bridge_version()
+    head = f"model:\n  _target_: {GPTModelProvider.__module__}.GPTModelProvider\n"
+    for extra in ("", "  sequence_length: 1024\n"):
+        text = "dataset:\n  seq_length: 8192\n" + extra
+        (tmp_path / "run.yaml").write_text(head + text)
+        (f,) = [x for x in api.resolve(config=str(tmp_path / "run.yaml"), gpus=8, bridge_version=version).findings
+                if x.id == "SEQ_LENGTH_DATASET_MISMATCH"]
+        assert _bridge_file_words(text, [], model())[1], "Bridge validated the mismatch"
+        (word, value), = f.fix_overrides.items()
+        assert _bridge_file_words(text, [f"{word}={value}"], model()) == (True, None), f.fix_overrides
+        for other in WORDS:
+            taken, error = _bridge_file_words(text, [f"{other}=1024"], model())
+            try:
+                ours = [x for x in api.resolve({other: 1024}, config=str(tmp_path / "run.yaml"), gpus=8,
+                                               bridge_version=version).findings if x.id == "SEQ_LENGTH_DATASET_MISMATCH"]
+            except UsageError:
+                assert not taken, f"{other}: Bridge {version} takes it, the skill refuses it"
+                continue
+            assert taken, f"{other}: Bridge {version} refuses it, the skill takes it"
+            assert bool(ours) == bool(error and "sequence length configuration" in error), (extra, other, ours, error)

@@ -11,7 +11,6 @@ from .. import Shell, make, shell
 from ..proof import fixed
 from ...run.request import Request
 from ...run.resolver import State
-from ...upstream.releases import dataset_seq_length_key
 from ..registry import check
 from .common import deferral_kept, every_request, owner_key
 
@@ -220,8 +219,7 @@ def _seq_length_fix(state: State):
 
 
 def _dataset_seq_key(state: State) -> str:
-    req = state.request
-    return dataset_seq_length_key(req.release.version, req.recipe, req.dataset_target)
+    return state.request.dataset_seq_word()
 
 
 @check(*REJECTION_FIXES)
