@@ -143,3 +143,27 @@ def test_limited_devices_is_group_limited_routing_over_the_ep_ranks():
                        "model.moe_router_group_topk": 2, "model.seq_length": 4096, "dataset.seq_length": 4096,
                        "train.global_batch_size": 512}, recipe=kw["recipe"], gpus=64).to_dict()
     assert "moe_router_topk_limited_devices is deprecated and replaced by" in out["budget"]["unavailable"]
+
+
+def test_deepeps_internode_dispatch_crosses_the_network_once_per_node():
+    """evalAE AE2-3: with backend deepep Megatron-Core's flex dispatcher runs DeepEP's normal internode kernels
+    (fused_a2a.py deep_ep.Buffer, normal mode): a token crosses the network once per other node reached (3.46 of 7 for
+    DeepSeek-V3 at EP 64), forwarded over NVLink there, not once per EP rank (6.55); hybridep and alltoall keep per-rank."""
+    from mbridge_overlap.budget import system
+    gpu = system.get("b200")
+    deepep, hybrid = _budget("model.moe_flex_dispatcher_backend=deepep"), _budget()
+    item, per_rank = _ep(deepep), _ep(hybrid)
+    sp = split(256, 8, 64, 8, True, 8, 4)
+    assert sp["remote_domains"] == pytest.approx(3.46, abs=0.01) and sp["landing"] == pytest.approx(0.94, abs=0.01)
+    parts = ((sp["copies"] - sp["landing"]) / sp["copies"], sp["remote_domains"] / sp["copies"])
+    one = gpu.seconds("all_to_all", item["bytes"], 64, "network", 8, parts)
+    assert item["bytes"] == per_rank["bytes"]
+    assert item["ms"] == pytest.approx(one * item["count"] * 1e3, rel=1e-6)
+    assert item["ms"] < 0.6 * per_rank["ms"]
+    said = [a for a in deepep["assumptions"] if "DeepEP's normal internode kernels" in a]
+    assert said and "3.46 cross the network (one per other domain reached, of 7)" in said[0]
+    assert not [a for a in hybrid["assumptions"] if "DeepEP's normal internode kernels" in a]
+    grouped = [a for a in deepep["assumptions"] if "group-limited routing" in a][0]
+    assert "the budget prices one copy per rank" not in grouped
+    alltoall = _budget("model.moe_token_dispatcher_type=alltoall", "model.moe_flex_dispatcher_backend=deepep")
+    assert not [a for a in alltoall["assumptions"] if "DeepEP's normal internode kernels" in a]

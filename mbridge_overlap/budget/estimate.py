@@ -229,6 +229,53 @@ def ep_split(lay: Layout, shape, local: int) -> dict:
     return routing.split(shape.num_moe_experts, shape.moe_router_topk, lay.ep, local, flex, *(groups or ()))
 
 
+DEEPEP_NVL_PEERS = 8  # DeepEP's legacy internode kernels: an RDMA rank is 8 NVLink peers (compiled.cuh LEGACY_NUM_MAX_NVL_PEERS)
+
+
+def deepep_forwards(lay: Layout, shape, local: int | None) -> bool:
+    """Whether the EP dispatch is DeepEP's normal internode one: the flex dispatcher with backend deepep (Megatron-Core
+    0.19.2 fused_a2a.py:67 deep_ep.Buffer(group, num_nvl_bytes, num_rdma_bytes), normal mode; buffer.dispatch :115)
+    over an EP group that crosses the network with DeepEP's 8 NVLink peers of an RDMA rank in each domain. Its RDMA
+    sender sends a token once to each destination RDMA rank whose 8 NVL peers hold one of its experts (DeepEP
+    csrc/kernels/legacy/internode.cu (dd758ca) :634-638, is_token_in_rank of the 8 peers read as one uint64_t) and
+    the kRDMAAndNVLForwarder warps (:487, :849-978) forward it over NVLink to the peers that need it: the network
+    carries one copy per other domain reached, NVLink the forwarded ones. Other placements, and hybridep, stay priced
+    as one copy per rank."""
+    return (bool(local) and lay.dispatcher == "flex" and lay.flex_backend == "deepep" and shape.moe
+            and local == DEEPEP_NVL_PEERS and lay.ep > local and lay.ep % local == 0
+            and shape.num_moe_experts % lay.ep == 0)
+
+
+def ep_parts(lay: Layout, shape, local: int) -> tuple:
+    """The shares of the EP dispatch's buffer (its copies per token) sent over NVLink and across the network from the
+    sender that sends the most across it: one copy per rank reached, or DeepEP's once per domain (deepep_forwards)."""
+    sp = ep_split(lay, shape, local)
+    if deepep_forwards(lay, shape, local):
+        return (sp["copies"] - sp["landing"]) / sp["copies"], sp["remote_domains"] / sp["copies"]
+    return sp["nvlink"] / sp["copies"], sp["network"] / sp["copies"]
+
+
+def _deepep_path(lay: Layout, shape) -> tuple:
+    """The assumption that prices the EP dispatch as DeepEP's internode kernels run it, with its copies per link."""
+    if not shape.moe or lay.ep < 2 or not spans_domains(lay, lay.etp, lay.ep):
+        return ()
+    local = fewest_local(lay, lay.etp, lay.ep)
+    if lay.dispatcher != "flex" or lay.flex_backend != "deepep":
+        return ()
+    if not deepep_forwards(lay, shape, local):
+        return (f"EP: the flex dispatcher's deepep backend with {local} of the {lay.ep} EP ranks in an NVLink domain "
+                f"(DeepEP's internode kernels group {DEEPEP_NVL_PEERS} NVLink peers to an RDMA rank): priced as one copy "
+                "per rank reached across the network, not DeepEP's once-per-domain path",)
+    sp = ep_split(lay, shape, local)
+    return (f"EP: the flex dispatcher's deepep backend runs DeepEP's normal internode kernels (Megatron-Core fused_a2a.py "
+            "deep_ep.Buffer, normal mode): the RDMA sender sends a token once to each other node (RDMA rank) whose "
+            f"{DEEPEP_NVL_PEERS} NVLink peers hold one of its experts and the node's forwarder warps pass it on over "
+            "NVLink (DeepEP csrc/kernels/legacy/internode.cu: is_token_in_rank of the peers read as one uint64_t, "
+            f"kRDMAAndNVLForwarder); of a token's {sp['copies']:.2f} copies {sp['remote_domains']:.2f} cross the network "
+            f"(one per other domain reached, of {sp['domains'] - 1}) and {sp['copies'] - sp['landing']:.2f} are forwarded "
+            "over NVLink, each part priced on its link; the combine returns the same way",)
+
+
 def _grouped_routing(lay: Layout, shape) -> tuple:
     """What group-limited routing does to the EP all-to-all: which ranks a token can reach (and, where the groups
     are whole NVLink domains, which domains), or why the budget does not follow it."""
@@ -264,8 +311,9 @@ def _grouped_routing(lay: Layout, shape) -> tuple:
         if "remote_domains" in sp:
             said += (f"; they bound the other NVLink domains a token reaches: {sp['remote_domains']:.2f} of "
                      f"{sp['domains'] - 1} ({free['remote_domains']:.2f} without the groups), which a dispatcher that "
-                     "crosses the network once per domain and forwards inside it over NVLink would send; the budget "
-                     "prices one copy per rank (or expert) across the network")
+                     "crosses the network once per domain and forwards inside it over NVLink sends" +
+                     ("" if deepep_forwards(lay, shape, local) else
+                      "; the budget prices one copy per rank (or expert) across the network"))
     return (said,)
 
 
@@ -284,6 +332,7 @@ def _not_modelled(lay: Layout, shape) -> tuple:
                 f"experts: {copies_per_token(lay, shape):.2f} ranks of its top-{shape.moe_router_topk} under uniform routing "
                 "(a skewed router sends more or fewer); priced at the all-to-all's bus bandwidth, not DeepEP's own kernels'",)
     out += _grouped_routing(lay, shape)
+    out += _deepep_path(lay, shape)
     if shape.moe and lay.ep > 1 and spans_domains(lay, lay.etp, lay.ep):
         local = fewest_local(lay, lay.etp, lay.ep)
         if local < min(lay.domain, lay.ep):
@@ -655,8 +704,7 @@ def _ep(lay, shape, system, layers, m, tokens, layer_fwd, again) -> list:
     size = round(local * copies_per_token(lay, shape) * shape.hidden_size * ACT_BYTES)
     link = link_of(lay, lay.etp, lay.ep)  # the expert grid's order: tp-ep-dp-pp, TP the expert TP
     local = fewest_local(lay, lay.etp, lay.ep) if link == "network" else None
-    sp = ep_split(lay, shape, local) if local else None  # (the copies kept, over NVLink, across the network)
-    parts = (sp["nvlink"] / sp["copies"], sp["network"] / sp["copies"]) if sp else None
+    parts = ep_parts(lay, shape, local) if local else None  # (the shares over NVLink and across the network)
     one = system.seconds("all_to_all", size, lay.ep, link, local, parts)
     count = round((4 + 2 * (again["layer"] + again["mlp"])) * layers * m)  # dispatch and combine, forward (again where recomputed) and backward
     total = one * count

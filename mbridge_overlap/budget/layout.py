@@ -41,6 +41,7 @@ class Layout:
     param_gather_with_step: bool = False  # optimizer.overlap_param_gather_with_optimizer_step: no chunk is bucketed
     etp: int = 1  # expert_tensor_parallel_size (Megatron-Core's default: the TP size)
     dispatcher: str | None = None  # model.moe_token_dispatcher_type
+    flex_backend: str | None = None  # model.moe_flex_dispatcher_backend (the flex dispatcher's: deepep, hybridep)
     fsdp: bool = False  # ddp.use_megatron_fsdp
     quantized: tuple | None = None  # (what, bytes an element the all-gather moves) of quantized weights (quantized_params)
     bf16_layers: tuple = (0, 0)  # first_last_layers_bf16's layers at the start and the end, built unquantized
@@ -106,7 +107,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         cp_comm_type=state.request.context.get("model.cp_comm_type"),
         param_gather_with_step=bool(state.optimizer.get("overlap_param_gather_with_optimizer_step")),
         etp=m.get("expert_tensor_parallel_size") or tp,
-        dispatcher=m.get("moe_token_dispatcher_type"), fsdp=bool(d.get("use_megatron_fsdp")),
+        dispatcher=m.get("moe_token_dispatcher_type"), flex_backend=m.get("moe_flex_dispatcher_backend"), fsdp=bool(d.get("use_megatron_fsdp")),
         quantized=quantized_params(m), bf16_layers=_bf16_layers(m), vp_group=m.get("microbatch_group_size_per_vp_stage") or pp,
         align_grad_reduce=given.flag("dist.align_grad_reduce", state.request.context.get("dist.align_grad_reduce")) is not False,
         stages=_layout_stages(state.request.context.get("model.pipeline_model_parallel_layout"), pp),

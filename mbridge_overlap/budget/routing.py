@@ -119,7 +119,8 @@ def split(experts: int, k: int, ep: int, local: int, flex: bool, groups: int | N
     (`own`), sent to the rest of its domain (`nvlink`) and across the network (`network`), per token; the flex
     dispatcher sends one per rank reached, the alltoall one one per chosen expert (each expert k/E likely: k/ep a
     rank). Where ep is a multiple of local, also the NVLink domains a token reaches besides the sender's
-    (`remote_domains`, of `domains` - 1)."""
+    (`remote_domains`, of `domains` - 1) and the copies for the ranks at the sender's place in each domain, its own
+    kept copy among them (`landing`: where a dispatcher that crosses the network once per domain lands a token)."""
     per_rank = experts // ep
     ranks = tuple((r * per_rank, (r + 1) * per_rank) for r in range(ep))
     chance = reach(experts, k, ranks, groups, pick) if flex else (k / ep,) * ep
@@ -133,7 +134,9 @@ def split(experts: int, k: int, ep: int, local: int, flex: bool, groups: int | N
     if ep % local == 0 and ep > local:
         domains = tuple((d * local * per_rank, (d + 1) * local * per_rank) for d in range(ep // local))
         own = (start * per_rank, (start + local) * per_rank)
-        out.update(domains=ep // local, remote_domains=sum(reach(experts, k, domains, groups, pick))
+        place = inside.index(min(inside))
+        out.update(domains=ep // local, landing=sum(chance[d * local + place] for d in range(ep // local)),
+                   remote_domains=sum(reach(experts, k, domains, groups, pick))
                    - reach(experts, k, (own,), groups, pick)[0])
     return out
 
