@@ -172,8 +172,10 @@ def test_a_model_length_set_to_null_is_the_mismatch_validate_raises(version, tmp
     assert r.fix_overrides == {"model.seq_length": 8192}
 
 
+# (the model's length set in the file too: both sides the user's, so the fix is the dataset's word; with the model's
+# left to its class's default the fix is ++model.seq_length, test_the_fix_moves_the_side_the_user_did_not_set)
 _TP_FILE = ("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  tensor_model_parallel_size: 2\n"
-            "  sequence_parallel: true\ndataset:\n  seq_length: 8192\n")
+            "  sequence_parallel: true\n  seq_length: 1024\ndataset:\n  seq_length: 8192\n")
 
 
 @pytest.mark.parametrize("extra", ["", "  sequence_length: 1024\n"])
@@ -199,3 +201,34 @@ def test_without_the_file_s_key_the_property_stays_refused_on_0_5(tmp_path):
     assert f.fix_overrides == {"dataset.sequence_length": 1024}
     with pytest.raises(UsageError, match="Could not override 'dataset.seq_length'"):
         api.resolve({"dataset.seq_length": 1024}, config=str(cfg), gpus=16, bridge_version="0.5.1")
+
+
+_Q4 = ("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  num_layers: 32\n  hidden_size: 4096\n"
+       "  num_attention_heads: 32\n  tensor_model_parallel_size: 2\n  sequence_parallel: true\n")
+
+
+@pytest.mark.parametrize("version", ["0.5.1", "0.6.2"])
+def test_the_fix_moves_the_side_the_user_did_not_set(version, tmp_path):
+    """evalAE AE2-2: where the user set only the dataset's length (the model's is its class's default or the recipe's),
+    the fix sets the model's to it (the run trains at the length asked for), not the user's change reverted; for a
+    model a config file's model._target_ builds the word is ++model.seq_length (real 0.6.2: the bare word is refused,
+    Could not override 'model.seq_length'). Where the user set the model's (or both, or neither): the dataset's moves."""
+    word = dataset_seq_length_key(version)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(_Q4 + f"dataset:\n  {word.partition('.')[2]}: 8192\n")
+    res = api.resolve(config=str(cfg), gpus=16, gpu="h100", bridge_version=version)
+    (f,) = _mismatch(res)
+    assert f.fix_overrides == {"model.seq_length": 8192}
+    assert f.fix.startswith("++model.seq_length=8192"), f.fix
+    assert not _mismatch(api.resolve(f.fix_overrides, config=str(cfg), gpus=16, gpu="h100", bridge_version=version))
+    (r,) = _mismatch(api.resolve({word: 4096}, recipe="llama3_8b_pretrain_config", bridge_version=version))
+    assert r.fix_overrides == {"model.seq_length": 4096} and r.fix.startswith("model.seq_length=4096"), r.fix
+    # the model's set by the user (the file or the command line), or both: the dataset's moves, as before
+    cfg.write_text(_Q4 + "  seq_length: 2048\n" + f"dataset:\n  {word.partition('.')[2]}: 8192\n")
+    (m,) = _mismatch(api.resolve(config=str(cfg), gpus=16, gpu="h100", bridge_version=version))
+    assert m.fix_overrides == {word: 2048}
+    (b,) = _mismatch(api.resolve({"model.seq_length": 8192, word: 4096}, recipe="llama3_8b_pretrain_config",
+                                 bridge_version=version))
+    assert b.fix_overrides == {word: 8192}
+    (o,) = _mismatch(api.resolve(LONGER, gpus=8, bridge_version=version))
+    assert o.fix_overrides == {word: 8192}

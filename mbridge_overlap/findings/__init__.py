@@ -60,15 +60,21 @@ PROBING: ContextVar[bool] = ContextVar("probing", default=False)
 # Bridge's Hydra overrides do only as the whole ++comm_overlap={...} that plan --format hydra writes (they refuse
 # comm_overlap.KEY=VALUE on a None section). Set by written_for: analyze() and the budget, while their findings are made.
 SECTIONLESS: ContextVar[bool] = ContextVar("sectionless", default=False)
+# Keys Bridge's struct config lacks, so the command line takes them only with ++ (evalAE AE2-2): a model that a config
+# file's model._target_ builds holds only the file's keys (real 0.6.2: model.seq_length=8192 -> OverridesError "Could
+# not override 'model.seq_length'"; ++model.seq_length=8192 is taken). Set by written_for: the request's predicate.
+APPENDED: ContextVar = ContextVar("appended", default=None)
 
 
 @contextmanager
 def written_for(request):
     """Fix texts made inside are written for this request's config (SECTIONLESS where it has no comm_overlap)."""
     token = SECTIONLESS.set(request.comm_overlap is None)
+    appended = APPENDED.set(getattr(request, "needs_append", None))
     try:
         yield
     finally:
+        APPENDED.reset(appended)
         SECTIONLESS.reset(token)
 
 
@@ -118,7 +124,9 @@ def overrides_text(overrides: dict, sectionless: bool | None = None) -> Shell:
     comm = {k: config.pop(k) for k in list(config) if k.startswith("comm_overlap.")} \
         if (SECTIONLESS.get() if sectionless is None else sectionless) else {}
     words = [sh_quote(_section_made(comm))] if comm else []
-    words += [override_arg(k, _list_text(v) if isinstance(v, list) else fmt(v), isinstance(v, str)) for k, v in config.items()]
+    appended = APPENDED.get()
+    words += [("++" if appended is not None and appended(k) else "") + override_arg(
+        k, _list_text(v) if isinstance(v, list) else fmt(v), isinstance(v, str)) for k, v in config.items()]
     launcher = [(k[len(LAUNCHER):], v) for k, v in overrides.items() if k.startswith(LAUNCHER)]
     said = [f"unset {sh_quote(name)} in the launcher" if value is None else f"export {override_arg(name, fmt(value), False)} in the launcher"
             for name, value in launcher]

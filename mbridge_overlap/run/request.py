@@ -82,6 +82,13 @@ class Request:
         return "dataset.seq_length" if self.dataset_seq_property else dataset_seq_length_key(
             self.release.version, self.recipe, self.dataset_target)
 
+    def needs_append(self, key: str) -> bool:
+        """Whether Bridge's command line takes `key` only as ++KEY=VALUE (evalAE AE2-2): a model built from a config
+        file's model._target_ (no recipe) is in Bridge's struct config with the file's keys only, so Hydra refuses
+        model.KEY=VALUE for a key the file does not hold (OverridesError: Could not override)."""
+        return (self.recipe is None and self.model_target_of == "the config" and isinstance(self.model_target, str)
+                and key.startswith("model.") and self.origin.get(key) != "config")
+
     @classmethod
     def baseline(cls, release: Release) -> "Request":
         sections = {s: {k: f.default for k, f in fields.items()} for s, fields in schema.SECTIONS.items()}

@@ -5,6 +5,7 @@ refuses it. tests/bridge/test_second_release.py runs the same test on a second r
 
 from mbridge_overlap import UsageError, api
 from mbridge_overlap.bridge import adapter
+from mbridge_overlap.upstream.releases import dataset_seq_length_key
 
 WORDS = ("dataset.seq_length", "dataset.sequence_length")
 
@@ -206,3 +207,43 @@ def test_a_file_s_seq_length_with_each_word_agrees_with_bridge(tmp_path):
                 continue
             assert taken, f"{other}: Bridge {version} refuses it, the skill takes it"
             assert bool(ours) == bool(error and "sequence length configuration" in error), (extra, other, ours, error)
+
+
+def _bridge_process(path: str, words: list) -> tuple[bool, str | None, int | None]:
+    """Bridge's own way with a config file and command-line words, process_config_with_overrides over
+    _pretrain_common() (its scripts' order: the file merged, then Hydra's words in struct mode), then
+    runtime_config_update: (Hydra took the words, the error or None, the model's seq_length)."""
+    from megatron.bridge.recipes.common import _pretrain_common
+    from megatron.bridge.training.config import TokenizerConfig
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    try:
+        cfg = process_config_with_overrides(_pretrain_common(), config_filepath=path, cli_overrides=words)
+    except Exception as exc:
+        assert "Could not override" in str(exc), exc
+        return False, None, None
+    cfg.tokenizer = TokenizerConfig(tokenizer_type="NullTokenizer", vocab_size=32000)
+    cfg.train.global_batch_size = cfg.train.micro_batch_size * 8
+    return True, adapter.runtime_config_update(cfg, 16, True)[0], cfg.model.seq_length
+
+
+def test_the_fix_moves_the_side_the_user_did_not_set_as_bridge_takes_it(tmp_path):
+    """evalAE AE2-2: a config file naming GPTModelProvider (no seq_length) that sets only the dataset's 8192: the fix
+    is the model's length set to 8192 in the word Bridge's command line takes (++model.seq_length; the bare word is
+    refused: the file's model dict holds only its own keys), and the run then validates at 8192."""
+    import shlex
+
+    version = adapter.bridge_version()
+    word = dataset_seq_length_key(version).partition(".")[2]
+    path = tmp_path / "run.yaml"
+    path.write_text("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  num_layers: 32\n"
+                    "  hidden_size: 4096\n  num_attention_heads: 32\n  tensor_model_parallel_size: 2\n"
+                    f"  sequence_parallel: true\ndataset:\n  {word}: 8192\n")
+    taken, error, _ = _bridge_process(str(path), [])
+    assert taken and "Sequence length in model config: 1024, Sequence length in dataset config: 8192" in error, error
+    (f,) = [x for x in api.resolve(config=str(path), gpus=16, gpu="h100", bridge_version=version).findings
+            if x.id == "SEQ_LENGTH_DATASET_MISMATCH"]
+    words = shlex.split(f.fix.split(" (")[0])
+    assert words == ["++model.seq_length=8192"], f.fix
+    assert _bridge_process(str(path), words) == (True, None, 8192)
+    assert _bridge_process(str(path), ["model.seq_length=8192"])[0] is False  # (the bare word: Could not override)

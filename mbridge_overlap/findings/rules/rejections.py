@@ -209,13 +209,26 @@ REJECTION_FIXES = {
 
 
 def _seq_length_fix(state: State):
-    """The dataset's length set to the model's; where the model's was set to null (recheck66 AM-4), the model's set to
-    the dataset's."""
-    seq = state.model["seq_length"]
+    """The side the user did not set moved to the side the user set (evalAE AE2-2): where the config file or the command
+    line set only the dataset's length (the model's is its provider class's default or the recipe's), the model's set to
+    the dataset's (for a model a config file's model._target_ builds, the word is ++model.seq_length: Bridge's struct
+    config holds only the file's model keys, findings.overrides_text); where the user set only the model's, or both,
+    or neither, the dataset's set to the model's (then the model's as the other candidate). Where the model's was set
+    to null (recheck66 AM-4), the model's set to the dataset's."""
+    req, seq = state.request, state.model["seq_length"]
+    data = given.integer("dataset.seq_length", req.context.get("dataset.seq_length"))
     if seq is None:
-        data = given.integer("dataset.seq_length", state.request.context.get("dataset.seq_length"))
         return [{"model.seq_length": data}], {}
-    return [{_dataset_seq_key(state): seq}], {}
+    to_model, to_data = {"model.seq_length": data}, {_dataset_seq_key(state): seq}
+    if dataset_seq_set(req) and req.origin.get("model.seq_length") not in ("config", "override") and data is not None:
+        return [to_model, to_data], {}
+    return [to_data], {}
+
+
+def dataset_seq_set(request) -> bool:
+    """Whether the config file or the command line set the length validate() compares with the model's (0.5.x's
+    dataset.sequence_length is recorded under dataset.seq_length, request._set_plain)."""
+    return request.origin.get("dataset.seq_length") in ("config", "override")
 
 
 def _dataset_seq_key(state: State) -> str:
