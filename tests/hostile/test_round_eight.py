@@ -115,7 +115,7 @@ def test_ever_new_group_sizes_are_bounded_and_said():
 
     from mbridge_overlap.diagnose.scan import MAX_SIZES
 
-    text = "".join(_watchdog(i % 8, "undefined", "_ALLGATHER_BASE", 1, i + 2) for i in range(400))
+    text = "".join(_watchdog(i % 8, "undefined", "_ALLGATHER_BASE", 2, 2 * (i + 2)) for i in range(400))  # (not 1 a rank: F18-1)
     d = api.diagnose(["-"], stdin=io.BytesIO(text.encode())).to_dict()
     evidence = [e for c in d["causes"] for e in c["evidence"]]
     assert len(evidence) <= MAX_SIZES + 1 and sum(e["count"] for e in evidence) == 400
