@@ -137,6 +137,8 @@ def test_a_dataset_length_set_to_null_is_the_mismatch_validate_raises(version, t
     assert "dataset config: None" in f.message and f.fix_overrides == {word: 4096}
     (typed,) = _mismatch(api.resolve({"model.seq_length": 4096, word: None}, gpus=8, bridge_version=version))
     assert typed.message == f.message
+    (upper,) = _mismatch(api.resolve({"model.seq_length": 4096, word: "NULL"}, gpus=8, bridge_version=version))
+    assert upper.message == f.message  # (Hydra's null in any case, as for the model's length)
     config = tmp_path / "run.yaml"
     config.write_text(f"model:\n  seq_length: 4096\ndataset:\n  {word.partition('.')[2]}: ~\n")
     assert _mismatch(api.resolve({}, gpus=8, bridge_version=version, config=str(config)))

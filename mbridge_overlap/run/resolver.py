@@ -13,7 +13,7 @@ import math
 import enum
 
 
-from . import given, layers, layout, schema
+from . import given, hydra, layers, layout, schema
 from .. import safeio
 from ..errors import UsageError
 from ..safeio import MAX_GPUS
@@ -580,27 +580,24 @@ def validate_seq_length(state: State) -> None:
     data = given.integer("dataset.seq_length", ctx.get("dataset.seq_length"))
     if not ctx.get("dataset.seq_length_checked") or seq == data:
         return
-    if seq is None and not model_seq_length_null(state.request):  # (unset: unknown, scenario._model_seq_length says so)
+    if seq is None and not set_to_null(state.request, "model.seq_length", seq):  # (unset: unknown, scenario says so)
         return
-    if data is not None or _set_to_null(state.request, "dataset.seq_length"):
+    null = "dataset.seq_length" in ctx and set_to_null(state.request, "dataset.seq_length", ctx["dataset.seq_length"])
+    if data is not None or null:
         _reject(state, "SEQ_LENGTH_DATASET_MISMATCH", "Please ensure sequence length configuration in model config and dataset "
                 f"config match.\nSequence length in model config: {seq}, Sequence length in dataset config: {data}",
                 "ConfigContainer.validate")
 
 
-def model_seq_length_null(request: Request) -> bool:
-    """model.seq_length set to null by the config file or the command line (recheck66 AM-4): the provider's field is
-    None whatever its class's default, and validate() compares None with the dataset's (no None exemption)."""
-    return request.origin.get("model.seq_length") in ("config", "override") and request.model.get("seq_length") is None
-
-
-def _set_to_null(request: Request, key: str) -> bool:
-    """A field the config file or the command line set to null (YAML's null or ~, Hydra's null), not one left unset:
-    validate()'s assert has no None exemption (fuzzY Y2-4: dataset.seq_length=null was said to run)."""
-    if request.origin.get(key) not in ("config", "override") or key not in request.context:
-        return False
-    value = request.context[key]
-    return value is None or isinstance(value, str) and value.strip() == "null"
+def set_to_null(request: Request, key: str, value) -> bool:
+    """A field the config file or the command line set to null, not one left unset: validate()'s sequence-length
+    assert has no None exemption (fuzzY Y2-4: dataset.seq_length=null was said to run; recheck66 AM-4: the model's).
+    value: as the request holds it (a config file's as YAML loaded it, where null and ~ are None; a command-line word
+    typed or as given, read as Hydra reads it, whose null is `null` in any case)."""
+    origin = request.origin.get(key)
+    if origin == "config":
+        return value is None
+    return origin == "override" and (value is None or isinstance(value, str) and hydra.value_of(key, value) is None)
 
 
 def _split_conflicts(state: State) -> bool:

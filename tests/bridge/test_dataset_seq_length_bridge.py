@@ -10,22 +10,32 @@ from mbridge_overlap.upstream.releases import dataset_seq_length_key
 WORDS = ("dataset.seq_length", "dataset.sequence_length")
 
 
-def _bridge_takes(words: list) -> tuple[bool, str | None]:
-    """(Bridge's command line takes the words, then runtime_config_update's error or None)."""
+def _bridge(words=(), text: str | None = None, model=None) -> tuple[bool, str | None]:
+    """Bridge's own way with a config (process_config_with_overrides' order): the baseline ConfigContainer (its model
+    `model` where given, else the adapter's stand-in), a YAML config file's text merged onto its dict (OmegaConf.merge),
+    then the command-line words through Hydra, applied with apply_overrides: (Hydra took the words,
+    runtime_config_update's error or None)."""
     from omegaconf import OmegaConf
     from megatron.bridge.training.utils.omegaconf_utils import (
         apply_overrides, create_omegaconf_dict_config, parse_hydra_overrides)
 
     cfg = adapter.baseline_config()
+    cfg.model = model if model is not None else cfg.model
     cfg.train.global_batch_size = cfg.train.micro_batch_size * 8
     omega, excluded = create_omegaconf_dict_config(cfg)
+    if text is not None:
+        omega = OmegaConf.merge(omega, OmegaConf.create(text))
     try:
-        omega = parse_hydra_overrides(omega, words)
+        omega = parse_hydra_overrides(omega, list(words))
     except Exception:
         return False, None
     apply_overrides(cfg, OmegaConf.to_container(omega, resolve=True), excluded)
     return True, adapter.runtime_config_update(cfg, 8, True)[0]
 
+
+def _bridge_takes(words: list) -> tuple[bool, str | None]:
+    """(Bridge's command line takes the words, then runtime_config_update's error or None)."""
+    return _bridge(words)
 
 def _mismatch(overrides: dict, version: str):
     return [f for f in api.resolve(overrides, gpus=8, bridge_version=version).findings
@@ -50,19 +60,9 @@ def test_the_sequence_length_fix_is_one_this_release_s_command_line_takes():
 
 
 def _bridge_file(text: str, model=None) -> str | None:
-    """Bridge's way with a YAML config file (OmegaConf.merge onto its config's dict, then apply_overrides): the
-    runtime_config_update error, or None. model: the config's model provider (default: the adapter's stand-in)."""
-    from omegaconf import OmegaConf
-    from megatron.bridge.training.utils.omegaconf_utils import apply_overrides, create_omegaconf_dict_config
-
-    cfg = adapter.baseline_config()
-    cfg.model = model if model is not None else cfg.model
-    cfg.train.global_batch_size = cfg.train.micro_batch_size * 8
-    omega, excluded = create_omegaconf_dict_config(cfg)
-    omega = OmegaConf.merge(omega, OmegaConf.create(text))
-    apply_overrides(cfg, OmegaConf.to_container(omega, resolve=True), excluded)
-    return adapter.runtime_config_update(cfg, 8, True)[0]
-
+    """Bridge's way with a YAML config file: the runtime_config_update error, or None. model: the config's model
+    provider (default: the adapter's stand-in)."""
+    return _bridge((), text, model)[1]
 
 def test_a_config_file_s_sequence_length_words_agree_with_bridge(tmp_path):
     """recheck65 AL1/AL2: a config file's dataset.sequence_length was dropped. Each word in a config file beside
@@ -118,9 +118,10 @@ def test_a_dataset_length_set_to_null_is_refused_as_bridge_refuses_it(tmp_path):
     version = adapter.bridge_version()
     (f,) = _mismatch({"model.seq_length": 8192}, version)
     (word,) = f.fix_overrides
-    taken, error = _bridge_takes(["model.seq_length=4096", f"{word}=null"])
-    assert taken and error and "sequence length configuration" in error, error
-    assert _mismatch({"model.seq_length": 4096, word: "null"}, version)
+    for null in ("null", "NULL"):  # (Hydra's null in any case)
+        taken, error = _bridge_takes(["model.seq_length=4096", f"{word}={null}"])
+        assert taken and error and "sequence length configuration" in error, (null, error)
+        assert _mismatch({"model.seq_length": 4096, word: null}, version), null
     text = f"model:\n  seq_length: 4096\ndataset:\n  {word.partition('.')[2]}: null\n"
     (tmp_path / "run.yaml").write_text(text)
     error = _bridge_file(text)
@@ -159,24 +160,9 @@ def test_a_model_length_set_to_null_is_refused_as_bridge_refuses_it(tmp_path):
 
 
 def _bridge_file_words(text: str, words: list, model) -> tuple[bool, str | None]:
-    """A config file merged as Bridge merges one, then command-line words (process_config_with_overrides' order):
-    (Hydra took the words, runtime_config_update's error or None)."""
-    from omegaconf import OmegaConf
-    from megatron.bridge.training.utils.omegaconf_utils import (
-        apply_overrides, create_omegaconf_dict_config, parse_hydra_overrides)
-
-    cfg = adapter.baseline_config()
-    cfg.model = model
-    cfg.train.global_batch_size = cfg.train.micro_batch_size * 8
-    omega, excluded = create_omegaconf_dict_config(cfg)
-    omega = OmegaConf.merge(omega, OmegaConf.create(text))
-    try:
-        omega = parse_hydra_overrides(omega, words)
-    except Exception:
-        return False, None
-    apply_overrides(cfg, OmegaConf.to_container(omega, resolve=True), excluded)
-    return True, adapter.runtime_config_update(cfg, 8, True)[0]
-
+    """A config file merged as Bridge merges one, then command-line words: (Hydra took the words, runtime_config_update's
+    error or None)."""
+    return _bridge(words, text, model)
 
 def test_a_file_s_seq_length_with_each_word_agrees_with_bridge(tmp_path):
     """evalAE AE2-1: a config file that sets dataset.seq_length (0.5.x: the property, written after sequence_length),
