@@ -225,6 +225,21 @@ def test_a_paste_that_starts_in_torch_s_coalescing_manager_is_the_dp_buckets():
     assert not _diagnose_text(_frames(_ATTENTION, cm) + error)["causes"]
 
 
+def test_a_name_torch_never_bound_in_its_own_frame_is_torch_s_bug_not_an_overlap_cause():
+    """fresh19 F19-2: torch 2.7.1's _coalescing_manager raises UnboundLocalError ('work') with NCCL's socket transport,
+    a path Megatron-Core's grad sync takes with overlap_grad_reduce off too: no DP setting explains it. Raised below
+    a Megatron-Core frame on the path, the same exception is still that frame's."""
+    cm = ("/usr/local/lib/python3.12/dist-packages/torch/distributed/distributed_c10d.py", "_coalescing_manager", "cm.append(work)")
+    for error in ("UnboundLocalError: local variable 'work' referenced before assignment\n",
+                  "UnboundLocalError: cannot access local variable 'work' where it is not associated with a value\n",
+                  "NameError: name 'work' is not defined\n"):
+        d = _diagnose_text(_frames(cm) + error)
+        assert not d["causes"] and d["other"], error
+    bucket = ("/x/megatron/core/distributed/param_and_grad_buffer.py", "start_grad_sync", "with stream_context, _coalescing_manager(")
+    (cause,) = _diagnose_text(_frames(bucket, cm) + "NameError: name 'work' is not defined\n")["causes"]
+    assert cause["id"] == "OVERLAP_PATH_TRACEBACK" and "ddp.overlap_grad_reduce" in cause["knobs"]
+
+
 def test_the_code_line_of_a_frame_is_not_a_second_message():
     text = ('  File "/x/site-packages/megatron/bridge/training/config.py", line 1102, in _validate_and_apply_megatron_fsdp_configs\n'
             '    assert os.getenv("CUDA_DEVICE_MAX_CONNECTIONS") != "1", "FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset."\n'

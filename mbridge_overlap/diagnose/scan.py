@@ -480,6 +480,9 @@ class Scan:
         on_path = place or self._on_path.get(key)
         if on_path is not None:
             path, number, function, dim, fields, _line = on_path
+            if m and frames.TORCH_BUG.match(exception) and frames.fallback_frame(path.split(",")[0], function):
+                self._on_path.pop(key, None)
+                return False
         else:
             attr = frames.missing_attribute(text)
             if attr is None:
