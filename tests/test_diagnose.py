@@ -235,7 +235,13 @@ def test_a_name_torch_never_bound_in_its_own_frame_is_torch_s_bug_not_an_overlap
                   "NameError: name 'work' is not defined\n"):
         d = _diagnose_text(_frames(cm) + error)
         assert not d["causes"] and d["other"], error
+    # the order some docs print: the exception line first, then its frames (no "Traceback" line): not a cut traceback
+    lead = "UnboundLocalError: local variable 'work' referenced before assignment\n"
+    d = _diagnose_text(lead + _frames(cm).split("\n", 1)[1])
+    assert not d["causes"] and d["other"]
     bucket = ("/x/megatron/core/distributed/param_and_grad_buffer.py", "start_grad_sync", "with stream_context, _coalescing_manager(")
+    (cause,) = _diagnose_text("RuntimeError: boom\n" + _frames(bucket).split("\n", 1)[1])["causes"]
+    assert cause["id"] == "OVERLAP_PATH_TRACEBACK" and cause["evidence"][0]["logged"] == "RuntimeError: boom"
     (cause,) = _diagnose_text(_frames(bucket, cm) + "NameError: name 'work' is not defined\n")["causes"]
     assert cause["id"] == "OVERLAP_PATH_TRACEBACK" and "ddp.overlap_grad_reduce" in cause["knobs"]
 

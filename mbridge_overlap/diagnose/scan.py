@@ -128,6 +128,8 @@ class Scan:
     _repeats: dict = field(default_factory=dict)  # a hot line's bytes -> the group reading it again only adds to
     _wrapped: dict = field(default_factory=dict)  # source -> an exception line no message matched, which its next
     # line may continue (a message a paste or a terminal wrapped over two lines)
+    _lead: dict = field(default_factory=dict)  # (source, rank) -> an exception line printed right before its
+    # traceback's first frame, with no "Traceback" line (a doc's order, fresh19 F19-2): the exception of a block cut after
     _literals: dict = field(default_factory=dict)  # source -> the lines of Python string literals read so far, which
     # Python joins into one message (an assert's or a raise's message quoted from source, _literal_line)
     _opened: dict = field(default_factory=dict)  # source -> the number of a line ending with "(" (a call or a
@@ -202,6 +204,9 @@ class Scan:
             if first.rank == line.rank and first.number + 1 == line.number and self._joined(first, line):
                 return None
             self._unexplained(*wrapped)
+            if wrapped[1] is None and first.rank == line.rank and first.number + 1 == line.number and 'File "' in text \
+                    and len(self._lead) < MAX_FRAMES:
+                self._lead[(line.source, line.rank)] = first
         if self.summary is not None and self._summary_line(line.source, clean(text)):
             return None
         quiet = not self._frames
@@ -232,6 +237,7 @@ class Scan:
                 return None
         elif "Traceback (most recent call last)" in text:
             self._on_path.pop(key, None)
+            self._lead.pop(key, None)
             if frame is not None:
                 frame[6] = False  # a new traceback: no frame of its own above yet
         if frame is not None and frame[3] is None and _indent(text) > frame[4] and line.number - frame[5] <= CODE_WITHIN:
@@ -269,6 +275,7 @@ class Scan:
             return None
         self._frames.pop(key, None)  # an exception line ends its traceback
         self._on_path.pop(key, None)
+        self._lead.pop(key, None)
         self._awaiting.pop(key, None)
         return gid if quiet and not iteration else None
 
@@ -330,8 +337,14 @@ class Scan:
         exception line (a paste, a killed process) is still its innermost such frame's group."""
         for key, on_path in list(self._on_path.items()):
             if source is None or key[0] == source:
-                self._traceback(on_path[-1], key, cut=True)  # the frame's own line is the evidence
-                del self._on_path[key]
+                lead = self._lead.pop(key, None)
+                if lead is not None:  # its exception, printed before its frames
+                    self._traceback(lead, key)
+                else:
+                    self._traceback(on_path[-1], key, cut=True)  # the frame's own line is the evidence
+                self._on_path.pop(key, None)
+        for key in [k for k in self._lead if source is None or k[0] == source]:
+            del self._lead[key]
         for name in [n for n in self._literals if source is None or n == source]:
             self._flush_literals(name)
         for name in [n for n in self._wrapped if source is None or n == source]:
