@@ -408,20 +408,34 @@ def _estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str)
     logits_fwd = shapes.logits_flops(shape, tokens, lay.tp, lay.cp) / rate  # the output layer's forward, whole vocabulary
     candidates = _candidates(lay, shape, layers, n_mtp, kinds_of, mtp_k, mtp_extra, rate, logits_fwd, adapter_s)
     built = [(_at(lay, shape, system, shape_from, c, n_mtp, mtp_k, mtp_extra, rate, tokens), c) for c in candidates]
-    if lay.pp > 1:  # (the busiest rank as the even-stage count has it, _rank_said; then each rank's wait: its bubble)
-        for bb, c in built:
-            bb.bubble_s = (lay.pp - 1) / lay.vp * (c.fwd + c.bwd)
-    b, costed = max(built, key=lambda bc: (bc[0].iteration_s, -bc[1].rank))
-    if lay.pp > 1:
+    if lay.pp > 1:  # (each rank's wait under the schedule: its bubble)
         paced = pipeline.bubble(*_stage_times(lay, shape, n_mtp, built), lay.micro_batches, lay.vp, lay.vp_group,
                                 int(lay.vp > 1 and bool(lay.settings.get("overlap_moe_expert_parallel_comm"))))
         for bb, c in built:
             bb.bubble_s, bb.pipeline = paced.waits[c.rank], paced
+    b, costed = max(built, key=lambda bc: _slowest(bc, built))
     if lay.stages:
         b.assumptions += (_rank_said(lay, costed, b, built, lambda r: _twins(lay, shape, n_mtp, r)),)
     b.assumptions += _bubble_said(lay, costed, b)
     b.assumptions += network_rates(b.items, system)
     return b
+
+
+TIE = 1e-9  # iterations this close (relative) are equal: the ranks' sums of the same times differ in the last bits
+
+
+def _tied(b: Budget, built: list) -> bool:
+    """Whether a candidate's iteration is the longest of the candidates' (within TIE)."""
+    return b.iteration_s >= max(bb.iteration_s for bb, _ in built) * (1 - TIE)
+
+
+def _slowest(bc: tuple, built: list) -> tuple:
+    """The order in which _estimate picks the rank it costs: the longest iteration under the schedule (every rank's
+    step ends with the optimizer's gradient-norm all-reduce over all of them: the step is the slowest rank's), of
+    equal ones (TIE) the slowest stage (its micro-batch with its exposed communication), then the first."""
+    b, c = bc
+    stage = b.pipeline.stages[c.rank] if b.pipeline is not None else 0.0
+    return (_tied(b, built), b.iteration_s if not _tied(b, built) else 0.0, stage, -c.rank)
 
 
 def _at(lay: Layout, shape: shapes.Shape, system: System, shape_from: str, costed: "Costed", n_mtp: int, mtp_k: bool,
@@ -596,7 +610,8 @@ def _ranks(ranks: list) -> str:
 
 def _rank_said(lay: Layout, c: Costed, b: Budget, built: list, twins_of) -> str:
     """Which rank a layout's budget costs and why: what it holds (and every rank that holds the same, as busy: evalAD
-    AD2-3), its micro-batch and iteration against the next busiest rank's, one that holds otherwise."""
+    AD2-3), its micro-batch and iteration; the ranks that hold otherwise and end their iteration as late (_tied); the
+    next busiest rank's, below them."""
     per = ", ".join(str(rank_layers(lay, r)) for r in range(lay.pp))
     what = ("num_layers_in_first/last_pipeline_stage place" if lay.first_last != (None, None)
             else "pipeline_model_parallel_layout places")
@@ -609,8 +624,17 @@ def _rank_said(lay: Layout, c: Costed, b: Budget, built: list, twins_of) -> str:
         busiest = f"the budget costs pipeline rank {c.rank}, the busiest: it holds {_holds(lay, c)}"
     line = (f"the config's {what} the decoder layers ({per} on the {lay.pp} pipeline "
             f"ranks): {busiest}; one micro-batch's "
-            f"forward and backward {(c.fwd + c.bwd) * 1e3:,.1f} ms there, the iteration {b.iteration_s * 1e3:,.1f} ms")
+            f"forward and backward {(c.fwd + c.bwd) * 1e3:,.1f} ms there, the iteration {b.iteration_s * 1e3:,.1f} ms "
+            "(the longest under the schedule, its wait included: the step is the slowest rank's)")
     others = [(ob, o) for ob, o in built if o.rank not in twins]
+    tied = [(ob, o) for ob, o in others if _tied(ob, built)]
+    if tied:  # (other holdings whose iterations end as late: the step waits on the pipeline, not on their own tail)
+        names = [r for _, o in tied for r in twins_of(o.rank)]
+        line += (f"; {_ranks(sorted(names))} ({'; '.join(_holds(lay, o) for _, o in tied)}) end theirs as late, "
+                 f"{max(ob.iteration_s for ob, _ in tied) * 1e3:,.1f} ms (the pipeline's end and the same once-an-iteration "
+                 f"tail): rank {c.rank} is costed as the slowest stage of them (its micro-batch with its exposed "
+                 f"communication {b.pipeline.stages[c.rank] * 1e3:,.1f} ms)")
+        others = [(ob, o) for ob, o in others if not _tied(ob, built)]
     if others:
         ob, o = max(others, key=lambda bc: (bc[0].iteration_s, -bc[1].rank))
         alike = twins_of(o.rank)

@@ -118,7 +118,13 @@ ASSUMPTION = (
     "the next stage's (send_forward_recv_backward), every stage at its own pace: its micro-batch forward and backward "
     "with its exposed TP, CP and EP communication and PP transfers of one micro-batch (with VPP a rank's chunks 1/vp "
     "of it each), the step ending with the last stage's; with even stages it is (pp - 1) / vp micro-batches of the "
-    "stage's forward and backward (their exposed communication not counted in the fill and drain)")
+    "stage's forward and backward with that exposed communication (the simulation's own result there: "
+    "tests/test_budget_pipeline.py), so a nearly even layout and an even one agree; the budget costs the rank whose "
+    "iteration is the longest under the schedule (the pipeline's end, then its own once-an-iteration DP, embedding "
+    "and finalize_model_grads time): every rank ends its step with the optimizer's gradient-norm all-reduce over the "
+    "model-parallel group, or the whole instance with the distributed optimizer (Megatron-Core optimizer.py "
+    "clip_grad_norm, clip_grads.py get_grad_norm_fp32; Bridge train.py reduce_max_stat_across_model_parallel_group), "
+    "so the step users see is the slowest rank's; of ranks whose iterations are equal, the slowest stage")
 
 
 def per_microbatch(items: list, overlap_cost: dict, m: int) -> float:
@@ -136,7 +142,7 @@ class Bubble:
     waits: tuple
     stages: tuple
     paced: bool
-    even_s: tuple  # (pp - 1) / vp micro-batches of each rank's own forward and backward
+    even_s: tuple  # (pp - 1) / vp micro-batches of each rank's own forward and backward with its exposed communication
 
     def said(self, rank: int, vp: int, pp: int, m: int) -> str:
         """What the bubble is here: the costed rank's wait, the busiest stage's, against the even-stage count."""
@@ -152,7 +158,7 @@ class Bubble:
                 f"costed rank {rank} waits {self.waits[rank] * 1e3:,.1f} ms (the even-stage count of its micro-batch "
                 f"{self.even_s[rank] * 1e3:,.1f} ms)")
         if busiest != rank:
-            line += (f", the busiest stage, rank {busiest}, {self.waits[busiest] * 1e3:,.1f} ms (its even-stage count "
+            line += (f", the slowest stage, rank {busiest}, {self.waits[busiest] * 1e3:,.1f} ms (its even-stage count "
                      f"{self.even_s[busiest] * 1e3:,.1f} ms)")
         return line
 
@@ -167,12 +173,13 @@ class Bubble:
 
 def bubble(times: list, paced: list, m: int, vp: int = 1, group: int | None = None, extra_warmup: int = 0) -> Bubble:
     """Each rank's wait under the schedule, rank r's micro-batch forward and backward times[r] (paced[r] with its
-    exposed communication of one micro-batch): with even stages the closed count (pp - 1) / vp micro-batches of
-    times (the simulation gives it: tests/test_budget_pipeline.py), else simulated at paced."""
+    exposed communication of one micro-batch): simulated at paced; where the paced stages are even the closed count
+    (pp - 1) / vp micro-batches of paced, which is the simulation's result (tests/test_budget_pipeline.py), so the
+    two agree in the limit of nearly even stages (the exposed communication in the fill and drain either way)."""
     pp, vp = len(times), max(1, vp)
-    mb = tuple(f + b for f, b in times)
+    mb = tuple(f + b for f, b in paced)
     even = tuple((pp - 1) / vp * x for x in mb) if pp > 1 else (0.0,) * pp
-    if pp < 2 or len(set(times)) == 1 or steps(pp, m, vp) > MAX_STEPS:
+    if pp < 2 or len(set(paced)) == 1 or steps(pp, m, vp) > MAX_STEPS:
         return Bubble(even, mb, False, even)
     run = simulate([f for f, _ in paced], [b for _, b in paced], m, vp, group, extra_warmup=extra_warmup)
-    return Bubble(tuple(run.wait(r) for r in range(pp)), tuple(f + b for f, b in paced), True, even)
+    return Bubble(tuple(run.wait(r) for r in range(pp)), mb, True, even)
