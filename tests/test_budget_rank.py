@@ -28,13 +28,9 @@ def _costed(monkeypatch, overrides=None, **kw):
     lay = got[0][2]
     first = [g for g in got if g[2].settings == lay.settings]
     first = first[:len({c.rank for _, c, *_ in first})]
-    return max(first, key=lambda g: (_even(g[0], g[1]), -g[1].rank))[0], first
-
-
-def _even(b, c) -> float:
-    """A rank's iteration with the even-stage bubble count, by which _estimate picks the rank it costs (its bubble
-    then the rank's wait under the schedule: budget/pipeline.py)."""
-    return b.iteration_s - b.bubble_s + (b.pipeline.even_s[c.rank] if b.pipeline is not None else 0.0)
+    # (the one the budget returned: the only one its rank line is added to, where there is a layout)
+    said = [g for g in first if any("the budget costs pipeline rank" in a for a in g[0].assumptions)]
+    return (said or first)[0][0], first
 
 
 def _said(b) -> str:
@@ -42,13 +38,22 @@ def _said(b) -> str:
     return line
 
 
-@pytest.mark.parametrize("recipe, rank", [
-    ("deepseek_v3_pretrain_256gpu_b200_bf16_config", 7),  # PP 8: 8 MoE layers a rank, 5 with the MTP layer and loss
-    ("deepseek_v3_pretrain_256gpu_b300_bf16_config", 7),  # PP 8 x VPP 2
+def _once(b) -> float:
+    """A candidate's once-an-iteration exposed time (DP, the embedding's all-reduce, finalize), from its rows."""
+    return sum(i.seconds - i.hidden for i in b.items
+               if i.dimension not in ("tp", "cp", "ep") and not (i.dimension == "pp" and i.collective == "send_recv"))
+
+
+@pytest.mark.parametrize("recipe, rank, after", [
+    # PP 8: 8 MoE layers a rank, 5 with the MTP layer and loss; next the rank whose tail is the next longest
+    ("deepseek_v3_pretrain_256gpu_b200_bf16_config", 1, "next, rank 0 (8 decoder layers (3 dense, 5 MoE) and the embedding)"),
+    ("deepseek_v3_pretrain_256gpu_b300_bf16_config", 1,  # PP 8 x VPP 2
+     "next, rank 7 (5 MoE decoder layers, the MTP layers and the output layer and loss)"),
 ])
-def test_deepseek_v3_s_mtp_and_loss_rank_is_costed_with_its_whole_output_layer(monkeypatch, recipe, rank):
+def test_deepseek_v3_s_mtp_and_loss_rank_is_costed_with_its_whole_output_layer(monkeypatch, recipe, rank, after):
     """With the output layer's whole-vocabulary logits on the last rank (the budget's own rates: 53.6 ms of forward
-    against 48.1 ms on an 8-layer rank, B200) the MTP block's and the loss's rank is the busiest, and is costed."""
+    against 48.1 ms on an 8-layer rank, B200) the MTP block's and the loss's rank is the slowest stage; it was costed
+    until the costed rank became the longest iteration under the schedule (costrank): rank 1's DP tail is longer."""
     b, built = _costed(monkeypatch, recipe=recipe)
     by = {c.rank: (bb, c) for bb, c, *_ in built}
     _, _, lay, shape, system = built[0]
@@ -63,12 +68,19 @@ def test_deepseek_v3_s_mtp_and_loss_rank_is_costed_with_its_whole_output_layer(m
     assert mtp_block > layer  # the MTP block: a MoE layer, eh_proj and its own logits
     assert c7.fwd == pytest.approx(5 * layer + mtp_block + logits) and c7.fwd > c1.fwd
     assert 5 * layer + mtp_block < c1.fwd  # (without the output layer the 8-layer rank would be the busier)
-    assert b.compute_s == pytest.approx(lay.micro_batches * (c7.fwd + c7.bwd))
-    assert _even(b, c7) == max(_even(bb, cc) for bb, cc, *_ in built)
+    # the slowest stage is rank 7, but under the schedule every rank's steps and waits end together, so a rank's
+    # iteration is that end plus its once-an-iteration tail: rank 1's 8 MoE layers' DP buffers make it the longest,
+    # and the step is the slowest rank's (the optimizer's gradient-norm all-reduce): rank 1 is costed
+    p = b.pipeline
+    assert max(range(8), key=lambda r: p.stages[r]) == 7
+    tails = {c.rank: _once(bb) for bb, c, *_ in built}
+    assert max(tails, key=tails.get) == rank and tails[1] > tails[7]
+    assert b.compute_s == pytest.approx(lay.micro_batches * (c1.fwd + c1.bwd))
     said = _said(b)
-    assert f"costs pipeline rank {rank}, the busiest: it holds 5 MoE decoder layers, the MTP layers and the output layer and loss" in said
-    assert "next, ranks 1, 2, 3, 4, 5 and 6 (8 MoE decoder layers each)" in said  # (evalAD AD2-3: alike ranks named)
-    assert not any("is not the busiest" in a for a in b.assumptions)
+    assert (f"costs pipeline rank {rank}, the busiest with ranks 2, 3, 4, 5 and 6, which hold the same (rank 1 the first, "
+            "with the least pipeline slack beside its DP): each holds 8 MoE decoder layers;") in said
+    assert after in said and max((t, r) for r, t in tails.items() if r != rank)[1] == int(after.split()[2])
+    assert any("the pipeline rank of the MTP layers (7) is not the busiest" in a for a in b.assumptions)
 
 
 def test_a_rank_whose_ep_all_to_alls_cross_the_network_can_outweigh_the_loss_rank(monkeypatch):
@@ -78,12 +90,16 @@ def test_a_rank_whose_ep_all_to_alls_cross_the_network_can_outweigh_the_loss_ran
     b, built = _costed(monkeypatch, recipe="deepseek_v3_pretrain_256gpu_gb200_bf16_config")
     by = {c.rank: (bb, c) for bb, c, *_ in built}
     (b1, c1), (b3, c3) = by[1], by[3]
-    assert c3.fwd + c3.bwd > c1.fwd + c1.bwd and b1.iteration_s > b3.iteration_s
-    assert b.iteration_s == b1.iteration_s
+    # under the schedule every rank ends together and their once-an-iteration tails are equal (to the microsecond):
+    # the iterations tie, and the slowest stage (its micro-batch with its exposed all-to-alls) is costed
+    assert c3.fwd + c3.bwd > c1.fwd + c1.bwd and b.pipeline.stages[1] > b.pipeline.stages[3]
+    assert round(_once(b1), 6) == round(_once(b3), 6) == round(_once(by[0][0]), 6)
+    assert b.iteration_s == b1.iteration_s == pytest.approx(b3.iteration_s, rel=1e-9)
     said = _said(b)
     assert "costs pipeline rank 1, the busiest with rank 2, which holds the same (rank 1 the first, with the least " \
         "pipeline slack beside its DP): each holds 16 MoE decoder layers;" in said
-    assert "next, rank 3 (13 MoE decoder layers, the MTP layers and the output layer and loss)" in said
+    assert ("ranks 0 and 3 (16 decoder layers (3 dense, 13 MoE) and the embedding; 13 MoE decoder layers, the MTP layers "
+            "and the output layer and loss) end theirs as late") in said and "rank 1 is costed as the slowest stage" in said
     assert any("the pipeline rank of the MTP layers (3) is not the busiest" in a for a in b.assumptions)
 
 
@@ -101,7 +117,8 @@ def test_without_a_layout_the_output_layer_is_spread_as_before_and_with_one_it_i
     logits = shapes.logits_flops(shape, lay.seq * lay.mbs, lay.tp, lay.cp) / rate
     assert laid.compute_s - even.compute_s == pytest.approx(lay.micro_batches * 3 * logits / 2)
     assert "costs pipeline rank 1, the busiest: it holds 16 decoder layers and the output layer and loss" in _said(laid)
-    assert "next, rank 0 (16 decoder layers and the embedding)" in _said(laid)
+    # (both ranks end with the pipeline and the same tail: rank 0 named as ending as late, rank 1 the slower stage)
+    assert "rank 0 (16 decoder layers and the embedding) ends its as late" in _said(laid)
 
 
 def test_the_mtp_block_is_costed_where_the_layout_s_m_is_not_where_the_loss_is(monkeypatch):
@@ -194,5 +211,8 @@ def test_ranks_tied_as_the_busiest_are_named_and_next_is_below_them():
     (said,) = [a for a in b["assumptions"] if "(15, 25, 25, 15 on the 4 pipeline ranks)" in a]
     assert ("the budget costs pipeline rank 1, the busiest with rank 2, which holds the same (rank 1 the first, with "
             "the least pipeline slack beside its DP): each holds 25 decoder layers;") in said
-    assert "next, rank 3 (15 decoder layers and the output layer and loss)" in said
-    assert "next, rank 2" not in said
+    # ranks 0 and 3 end their iterations with the pipeline too (the same once-an-iteration tail): named, rank 1 the
+    # slowest stage of them (25 layers); no rank is below them, so none is "next"
+    assert ("ranks 0 and 3 (15 decoder layers and the embedding; 15 decoder layers and the output layer and loss) end "
+            "theirs as late") in said and "rank 1 is costed as the slowest stage of them" in said
+    assert "next, " not in said

@@ -630,7 +630,8 @@ def _rank_said(lay: Layout, c: Costed, b: Budget, built: list, twins_of) -> str:
     tied = [(ob, o) for ob, o in others if _tied(ob, built)]
     if tied:  # (other holdings whose iterations end as late: the step waits on the pipeline, not on their own tail)
         names = [r for _, o in tied for r in twins_of(o.rank)]
-        line += (f"; {_ranks(sorted(names))} ({'; '.join(_holds(lay, o) for _, o in tied)}) end theirs as late, "
+        line += (f"; {_ranks(sorted(names))} ({'; '.join(_holds(lay, o) for _, o in tied)}) "
+                 f"{'end theirs' if len(names) > 1 else 'ends its'} as late, "
                  f"{max(ob.iteration_s for ob, _ in tied) * 1e3:,.1f} ms (the pipeline's end and the same once-an-iteration "
                  f"tail): rank {c.rank} is costed as the slowest stage of them (its micro-batch with its exposed "
                  f"communication {b.pipeline.stages[c.rank] * 1e3:,.1f} ms)")

@@ -161,7 +161,10 @@ def test_first_and_last_stage_counts_past_num_layers_are_said_and_costed_so():
                       recipe="llama3_8b_pretrain_config", model="llama3_8b", gpus=24).to_dict()["budget"]
     said = [a for a in over["assumptions"] if "get_num_layers_to_build" in a]
     assert len(said) == 1 and "the middle pipeline rank -2 layers" in said[0] and "not an even split" in said[0]
-    assert any("(32, 0, 2 on the 3 pipeline ranks): the budget costs pipeline rank 0" in a for a in over["assumptions"])
+    # (costrank: the longest iteration under the schedule is costed: every rank ends with the pipeline, then its own
+    # once-an-iteration tail; the last rank's, with the output layer's gradients in its DP buffers, is the longer)
+    assert any("(32, 0, 2 on the 3 pipeline ranks): the budget costs pipeline rank 2" in a for a in over["assumptions"])
+    assert over["pipeline"]["costed_rank"] == 2 and over["pipeline"]["busiest_rank"] == 0
     huge = api.budget({**words, "model.pipeline_model_parallel_size": 4, "model.num_layers_in_first_pipeline_stage": 10**30 + 1},
                       recipe="llama3_8b_pretrain_config", model="llama3_8b", gpus=32).to_dict()["budget"]
     assert any("get_num_layers_to_build" in a for a in huge["assumptions"])
