@@ -98,7 +98,7 @@ class Budget:
     compute_s: float
     bubble_s: float
     items: list = field(default_factory=list)
-    flipped: dict = field(default_factory=dict)  # setting -> (exposed seconds, overlap cost seconds) change flipped
+    flipped: dict = field(default_factory=dict)  # setting -> (exposed, overlap cost, bubble) seconds change flipped
     flips: dict = field(default_factory=dict)  # setting -> whether the config can make that flip (flips.check)
     findings: list = field(default_factory=list)  # worth.check(): what the budget says about worth (Finding)
     assumptions: tuple = ASSUMPTIONS
@@ -376,7 +376,8 @@ def estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str =
         other = Layout(**{**lay.__dict__, "settings": {**lay.settings, setting: not on}})
         flip = _estimate(other, shape, system, shape_from)
         delta = (flip.exposed_s - budget.exposed_s,
-                 sum(flip.overlap_cost.values()) - sum(budget.overlap_cost.values()))
+                 sum(flip.overlap_cost.values()) - sum(budget.overlap_cost.values()),
+                 flip.bubble_s - budget.bubble_s)  # (the fill and drain carry the stages' exposed communication)
         if any(delta) or on:
             budget.flipped[setting] = delta
     return budget

@@ -70,8 +70,8 @@ def check(budget) -> list:
             out.append(findings.make("WORTH_OVERLAP_PARTLY_HIDDEN", setting=item.setting, what=f"{item.dimension.upper()} {item.collective}",
                                      hidden=_ms(item.hidden), ms=_ms(item.seconds), exposed=_ms(exposed), pct=_pct(exposed, it),
                                      part=part))
-    for setting, (exposed, cost) in budget.flipped.items():
-        net = -(exposed + cost)  # what turning it off saves
+    for setting, (exposed, cost, bubble) in budget.flipped.items():
+        net = -(exposed + cost + bubble)  # what turning it off saves (the bubble carries the stages' exposed time)
         flip = budget.flips.get(setting) or {}
         if not settings.get(setting) and -net >= SHARE * it and flip.get("holds"):  # (evalR S4: MODE_LEFT_OFF's on)
             out.append(findings.make("WORTH_TURNING_ON_COSTS_MORE", setting=setting, hidden=_ms(-exposed), cost=_ms(cost),
