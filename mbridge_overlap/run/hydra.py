@@ -25,9 +25,35 @@ ESC = re.compile(r"\\[()\[\]{}:=, \t\\]")
 _UNQUOTED = re.compile(r"(?:" + ESC.pattern + r"|\\(?![()\[\]{}:=, \t\\])|\$\{[^}]+\}|[A-Za-z0-9_/+.$%*@?|: \t-])*\Z")
 
 
+class Key(str):
+    """A command-line word's key with the prefix it was written with ("" bare, "+" or "++"): Bridge's Hydra overrides
+    take each in its own way (Request.judge), so the prefix stays with the key through the request. A plain str key
+    (the API's, a fix's) carries none and is taken as setting the field."""
+
+    prefix: str
+
+    def __new__(cls, key: str, prefix: str = ""):
+        out = super().__new__(cls, key)
+        out.prefix = prefix
+        return out
+
+    def __reduce__(self):
+        return Key, (str(self), self.prefix)
+
+
+def prefixed(key: str) -> tuple[str, str]:
+    """(Hydra's prefix, the key): '++model.x' -> ('++', 'model.x'); a Key gives its own prefix."""
+    if isinstance(key, Key):
+        return key.prefix, str(key)
+    prefix = "++" if key.startswith("++") else "+" if key.startswith("+") else ""
+    return prefix, key[len(prefix):]
+
+
 def parse_override(text: str) -> tuple[str, str]:
-    """Split `section.field=value` (a leading '+' or '++' as Hydra allows) into key and raw value."""
-    body = text[2:] if text.startswith("++") else text[1:] if text.startswith("+") else text
+    """Split `section.field=value` (a leading '+' or '++' as Hydra allows) into key and raw value; the key is a Key
+    that keeps the prefix."""
+    prefix = "++" if text.startswith("++") else "+" if text.startswith("+") else ""
+    body = text[len(prefix):]
     key, sep, value = body.partition("=")
     if not sep or not key or " " in key.strip():
         raise UsageError(f"override {safeio.shown(text)}: expected KEY=VALUE, e.g. model.tensor_model_parallel_size=4")
@@ -35,7 +61,7 @@ def parse_override(text: str) -> tuple[str, str]:
     if value[:1] in ("'", '"') and _BLANKS_AFTER_QUOTE.search(value):  # (fuzzQ Q6: Hydra's lexer refuses them)
         raise UsageError(f"override {safeio.shown(text)}: blanks after a quoted value are refused by Hydra's override "
                          "grammar (Bridge refuses the override): drop them")
-    return key.strip(), _trailing_dropped(value).strip("\r\n\f\v")
+    return Key(key.strip(), prefix), _trailing_dropped(value).strip("\r\n\f\v")
 
 
 _BLANKS_AFTER_QUOTE = re.compile(r"['\"][ \t]+\Z")

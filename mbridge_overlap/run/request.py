@@ -76,6 +76,11 @@ class Request:
     # its key is then in Bridge's merged dict, so Hydra takes dataset.seq_length=, and apply_overrides writes it after
     # the dict's sequence_length (the base's key, ahead of the file's), so it wins over any sequence_length (evalAE AE2-1)
     dataset_seq_property: bool = False
+    # the keys Bridge's merged config holds in the sections whose keys are a config file's own (held): a model that the
+    # file's model._target_ builds (no recipe: the baseline's model is None), a comm_overlap section the file makes
+    held_keys: set = field(default_factory=set)
+    held_sections: frozenset = frozenset()  # which of model and comm_overlap hold only the file's keys
+    file_keys: frozenset = frozenset()  # those the file holds (held_keys adds the + and ++ words' keys after them)
 
     def dataset_seq_word(self) -> str:
         """The override that sets the dataset length validate() compares, as this request's Bridge command line takes it."""
@@ -85,9 +90,57 @@ class Request:
     def needs_append(self, key: str) -> bool:
         """Whether Bridge's command line takes `key` only as ++KEY=VALUE (evalAE AE2-2): a model built from a config
         file's model._target_ (no recipe) is in Bridge's struct config with the file's keys only, so Hydra refuses
-        model.KEY=VALUE for a key the file does not hold (OverridesError: Could not override)."""
-        return (self.recipe is None and self.model_target_of == "the config" and isinstance(self.model_target, str)
-                and key.startswith("model.") and self.origin.get(key) != "config")
+        model.KEY=VALUE for a key the file does not hold (OverridesError: Could not override); so is a comm_overlap
+        section only the file makes (tests/bridge/test_hydra_prefix.py). The file's keys, not the words': a plan's
+        or a restore's words stand for the whole command line, the user's + and ++ words among them."""
+        return key.partition(".")[0] in self.held_sections and key not in self.file_keys
+
+    def held(self, key: str) -> bool | None:
+        """Whether Bridge's config holds `key` where its command line meets it (process_config_with_overrides: the
+        start config as a dict, the file merged, then Hydra's words in struct mode): in a section holding only a
+        config file's keys, whether the file (or a + / ++ word before) holds it; elsewhere every field is held
+        (a start config's dataclass); None for comm_overlap where no section is made (the note of scenario's
+        _section_made says how Bridge takes those)."""
+        section = key.partition(".")[0]
+        if section in self.held_sections:
+            return key in self.held_keys
+        if section == "comm_overlap" and self.comm_overlap is None:
+            return None
+        return True
+
+    def judge(self, key: str, value: Any) -> None:
+        """A command-line word (a hydra.Key with its prefix) refused where Bridge's Hydra overrides refuse it
+        (hydra's ConfigLoaderImpl._apply_overrides_to_config, in struct mode): a bare KEY=VALUE on a key the config
+        does not hold (Could not override), +KEY=VALUE on one it holds with a value other than null (Could not
+        append; a list or a mapping is merged); ++KEY=VALUE always taken. A plain key (the API's, a fix's) sets
+        the field as asked."""
+        prefix, name = hydra.prefixed(key)
+        if not isinstance(key, hydra.Key) and not prefix:
+            return
+        held = self.held(name)
+        word = f"{prefix}{name}={value}"
+        if prefix == "" and held is False:
+            whose = ("a model the config file's model._target_ builds holds only the file's keys"
+                     if name.startswith("model.") else "a comm_overlap section the config file makes holds only its keys")
+            raise UsageError(f"{safeio.shown(word)}: Bridge's Hydra overrides refuse it (Could not override "
+                             f"'{safeio.esc(name)}'. To append to your config use +{safeio.esc(word)}): {whose}; write "
+                             f"++{safeio.esc(word)}")
+        if prefix == "+" and held and not _merged(value) and self._current(name) is not None:
+            raise UsageError(f"{safeio.shown(word)}: Bridge's Hydra overrides refuse it (Could not append to config. An "
+                             f"item is already at '{safeio.esc(name)}'. Either remove + prefix: '{safeio.esc(word[1:])}' "
+                             f"Or add a second + to add or override '{safeio.esc(name)}': '+{safeio.esc(word)}')")
+        if prefix and held is False:
+            self.held_keys.add(name)
+
+    def _current(self, key: str) -> Any:
+        """The value the config holds at `key` before the word, where this request knows it (None: null or unknown)."""
+        section, _, name = key.partition(".")
+        if section == "dataset" and key == dataset_seq_length_key(self.release.version, self.recipe, self.dataset_target):
+            key, name = "dataset.seq_length", "seq_length"  # (0.5.x: sequence_length is the field, kept as seq_length)
+        body = self.comm_overlap if section == "comm_overlap" else getattr(self, section, None)
+        if isinstance(body, dict) and name in body:
+            return body[name]
+        return self.context.get(key)
 
     @classmethod
     def baseline(cls, release: Release) -> "Request":
@@ -536,6 +589,7 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
         req.model_target = model.get("_target_") if isinstance(model, Mapping) else None
         if req.model_target is None and model_target is not None:
             req.model_target, req.model_target_of = model_target
+    _held(req, config)
     dataset = config.get("dataset") if isinstance(config, Mapping) else None
     req.dataset_target = dataset.get("_target_") if isinstance(dataset, Mapping) else None
     items, req.skipped = flatten_config(config or {}, release, strict, recipe=req.recipe)
@@ -562,8 +616,30 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
         req.explicit.pop(key, None)
         req.origin.pop(key, None)
     for key, value in (overrides or {}).items():
-        req.set(key, value)
+        req.judge(key, value)
+        req.set(hydra.prefixed(key)[1], value)
     return req
+
+
+def _merged(value: Any) -> bool:
+    """A value Hydra's +KEY= merges into a held key (a list or a mapping), rather than refusing it."""
+    return isinstance(value, (list, dict)) or isinstance(value, str) and value.strip()[:1] in ("[", "{")
+
+
+def _held(req: Request, config) -> None:
+    """The sections whose keys are the config file's own, and those keys (Request.held)."""
+    if not isinstance(config, Mapping):
+        config = {}
+    model, comm = config.get("model"), config.get("comm_overlap")
+    sections = set()
+    if req.recipe is None and isinstance(req.model_target, str) and req.model_target_of == "the config":
+        sections.add("model")
+    if req.comm_overlap is None and isinstance(comm, Mapping):
+        sections.add("comm_overlap")
+    req.held_sections = frozenset(sections)
+    req.held_keys = {f"{s}.{k}" for s, body in (("model", model), ("comm_overlap", comm))
+                     if s in sections and isinstance(body, Mapping) for k in body if k != "_target_"}
+    req.file_keys = frozenset(req.held_keys)
 
 
 def _baseline_dataset(release: Release, dataset) -> bool:

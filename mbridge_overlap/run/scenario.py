@@ -252,6 +252,8 @@ def _shape(given: Mapping | None, req: Request, entry: dict | None) -> dict:
         if value is None and key in req.origin and req.origin[key] != "recipe":
             section, _, field_name = key.partition(".")
             value = req.section(section).get(field_name)
+        if value is None and key == "model.seq_length" and req.model_seq_length_of is not None:
+            value = req.model["seq_length"]  # the config's model._target_'s default, the length it runs at (said in a note)
         _positive(name, value)
         if value is None and entry is not None:
             recorded = (entry.get("shape") or {}).get(name)
@@ -293,7 +295,7 @@ def _model_seq_length(req, release) -> list[str]:
     (model._target_; request.build takes it from model_providers.json seq_length): said, as validate() compares it with
     the dataset's. Where no class is named (Bridge's baseline, _pretrain_common(), has no model) or the release has no
     such class, it is unknown: said where the dataset's length is given, which then is checked against nothing."""
-    if req.model_seq_length_of is not None:
+    if req.model_seq_length_of is not None and req.origin.get("model.seq_length") not in ("config", "override"):
         return [f"model.seq_length {req.model['seq_length']}: the default of {req.model_seq_length_of} (the config's "
                 f"model._target_), which the config does not set; validate() compares it with the dataset's"]
     given = [k for k in ("dataset.seq_length", "dataset.sequence_length") if req.origin.get(k) in ("config", "override")]

@@ -1,0 +1,77 @@
+"""Each command-line word's prefix judged as Bridge's own override path judges it: process_config_with_overrides over
+_pretrain_common() (the start config as a dict, the config file merged, then Hydra's words in struct mode) on real
+config files, bare / + / ++ x key held or not x model / dataset / ddp / comm_overlap. The skill refuses exactly the
+words Bridge refuses, with Hydra's own text (tests/test_hydra_prefix.py holds the rules offline)."""
+
+import pytest
+
+from mbridge_overlap import UsageError, api
+from mbridge_overlap.bridge import adapter
+from mbridge_overlap.cli import options
+from mbridge_overlap.upstream.releases import dataset_seq_length_key
+
+MODEL = ("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  num_layers: 4\n  hidden_size: 256\n"
+         "  num_attention_heads: 4\n  seq_length: 2048\n  tensor_model_parallel_size: 2\n")
+
+
+def _bridge(path: str, word: str) -> str | None:
+    """None where Bridge's override path takes the word, else Hydra's reason."""
+    from megatron.bridge.recipes.common import _pretrain_common
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    try:
+        process_config_with_overrides(_pretrain_common(), config_filepath=path, cli_overrides=[word])
+    except Exception as exc:  # OverridesError: Failed to parse Hydra overrides: ...
+        return str(exc)
+    return None
+
+
+def _skill(path: str, word: str, version: str) -> str | None:
+    try:
+        api.resolve(options.overrides_of([word]), config=path, gpus=16, gpu="h100", bridge_version=version)
+    except UsageError as exc:
+        return str(exc)
+    return None
+
+
+def test_each_prefix_on_each_section_as_bridge_takes_it(tmp_path):
+    version = adapter.bridge_version()
+    seq = dataset_seq_length_key(version)
+    files = {"co": MODEL + f"dataset:\n  {seq.partition('.')[2]}: 2048\ncomm_overlap:\n  tp_comm_overlap: true\n",
+             "none": MODEL + f"dataset:\n  {seq.partition('.')[2]}: 2048\n"}
+    cases = [("co", "model.seq_length", "2048"),  # held by the file
+             ("co", "model.sequence_parallel", "true"),  # not held: the file's model holds only its keys
+             ("co", seq, "2048"),  # a dataclass field set
+             ("co", "dataset.blend", "null"),  # a dataclass field that is null
+             ("co", "ddp.overlap_grad_reduce", "true"),
+             ("co", "ddp.bucket_size", "1000000"),  # null in the start config
+             ("co", "comm_overlap.tp_comm_overlap", "true"),  # held by the file's section
+             ("co", "comm_overlap.overlap_p2p_comm", "false"),  # not held by it
+             ("none", "model.seq_length", "2048")]
+    seen = []
+    for name, key, value in cases:
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(files[name])
+        for prefix in ("", "+", "++"):
+            word = f"{prefix}{key}={value}"
+            theirs, ours = _bridge(str(path), word), _skill(str(path), word, version)
+            assert (theirs is None) == (ours is None), (version, word, theirs, ours)
+            if theirs is not None:  # Hydra's own reason, said
+                reason = "Could not override" if "Could not override" in theirs else "Could not append"
+                assert reason in theirs and reason in ours, (word, theirs, ours)
+            seen.append((word, theirs is None))
+    refused = sorted(w for w, taken in seen if not taken)
+    assert refused == sorted(["model.sequence_parallel=true", f"+{seq}=2048", "+model.seq_length=2048",
+                              "+ddp.overlap_grad_reduce=true", "+comm_overlap.tp_comm_overlap=true",
+                              "comm_overlap.overlap_p2p_comm=false", "+model.seq_length=2048"]), refused
+
+
+@pytest.mark.parametrize("word", ["++comm_overlap.tp_comm_overlap=true"])
+def test_a_word_on_a_null_comm_overlap_is_taken_by_hydra(tmp_path, word):
+    """No comm_overlap section: Hydra takes + and ++ (the section becomes a dict, as scenario's note says of a
+    section made), refuses the bare word; the skill answers the made section and says so (_section_made)."""
+    version = adapter.bridge_version()
+    path = tmp_path / "run.yaml"
+    path.write_text(MODEL + f"dataset:\n  {dataset_seq_length_key(version).partition('.')[2]}: 2048\n")
+    assert _bridge(str(path), word) is None
+    assert "Could not override" in _bridge(str(path), word.lstrip("+"))

@@ -1,0 +1,99 @@
+"""A command-line word's + / ++ prefix, kept through the request and judged as Bridge's Hydra overrides judge it
+(process_config_with_overrides: the start config as a dict, the file merged, then the words in struct mode). A model
+a config file's model._target_ builds holds only the file's keys, and so does a comm_overlap section only the file
+makes: a bare word on a key they lack is refused (Could not override), +KEY= on a key holding a value other than null
+is refused (Could not append), ++ is always taken. Each rule is held to the real Bridge in
+tests/bridge/test_hydra_prefix_bridge.py (0.6.2 and 0.5.1)."""
+
+import pytest
+
+from conftest import run_cli
+from mbridge_overlap import UsageError, api
+from mbridge_overlap.cli import options
+from mbridge_overlap.upstream.releases import dataset_seq_length_key
+
+MODEL = ("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  num_layers: 32\n  hidden_size: 4096\n"
+         "  num_attention_heads: 32\n  tensor_model_parallel_size: 2\n")
+
+
+def _file(tmp_path, version, extra="", seq=8192):
+    path = tmp_path / "run.yaml"
+    path.write_text(MODEL + extra + f"dataset:\n  {dataset_seq_length_key(version).partition('.')[2]}: {seq}\n")
+    return str(path)
+
+
+def _resolve(path, version, *words):
+    return api.resolve(options.overrides_of(list(words)), config=path, gpus=16, gpu="h100", bridge_version=version)
+
+
+@pytest.mark.parametrize("version", ["0.5.1", "0.6.2"])
+def test_a_bare_word_on_a_key_the_file_s_model_lacks_is_refused(version, tmp_path):
+    path = _file(tmp_path, version)
+    with pytest.raises(UsageError, match=r"Could not override 'model.seq_length'\. To append to your config use "
+                                         r"\+model.seq_length=8192.*write \+\+model.seq_length=8192"):
+        _resolve(path, version, "model.seq_length=8192")
+    for word in ("++model.seq_length=8192", "+model.seq_length=8192"):
+        res = _resolve(path, version, word)
+        assert res.state.model["seq_length"] == 8192 and not res.errors, word
+    # a key the file holds: bare and ++ taken, + refused (its value is not null)
+    assert _resolve(path, version, "model.tensor_model_parallel_size=4").state.model["tensor_model_parallel_size"] == 4
+    assert _resolve(path, version, "++model.tensor_model_parallel_size=4").state.model["tensor_model_parallel_size"] == 4
+    with pytest.raises(UsageError, match="Could not append to config. An item is already at "
+                                         "'model.tensor_model_parallel_size'"):
+        _resolve(path, version, "+model.tensor_model_parallel_size=4")
+    # a word makes the key: a bare word after it is taken, as Hydra applies them in order
+    assert _resolve(path, version, "++model.seq_length=4096", "model.seq_length=8192").state.model["seq_length"] == 8192
+
+
+@pytest.mark.parametrize("version", ["0.5.1", "0.6.2"])
+def test_sections_whose_every_field_is_held(version, tmp_path):
+    """dataset and ddp start as Bridge's dataclasses: every field held, + refused where its value is not null."""
+    path, word = _file(tmp_path, version), dataset_seq_length_key(version)
+    with pytest.raises(UsageError, match=f"An item is already at '{word}'"):
+        _resolve(path, version, f"+{word}=4096")
+    with pytest.raises(UsageError, match="An item is already at 'ddp.overlap_grad_reduce'"):
+        _resolve(path, version, "+ddp.overlap_grad_reduce=true")
+    assert _resolve(path, version, "+ddp.bucket_size=1000000").state.ddp["bucket_size"] == 1000000  # (null: taken)
+    assert _resolve(path, version, f"++{word}=1024", "ddp.overlap_grad_reduce=true").state.ddp["overlap_grad_reduce"]
+
+
+@pytest.mark.parametrize("version", ["0.5.1", "0.6.2"])
+def test_a_comm_overlap_section_the_file_makes_holds_only_its_keys(version, tmp_path):
+    path = _file(tmp_path, version, "comm_overlap:\n  tp_comm_overlap: false\n")
+    with pytest.raises(UsageError, match="Could not override 'comm_overlap.overlap_p2p_comm'"):
+        _resolve(path, version, "comm_overlap.overlap_p2p_comm=true")
+    assert _resolve(path, version, "+comm_overlap.overlap_p2p_comm=true").state.request.comm_overlap["overlap_p2p_comm"]
+    assert _resolve(path, version, "comm_overlap.tp_comm_overlap=true").state.request.comm_overlap["tp_comm_overlap"]
+    with pytest.raises(UsageError, match="An item is already at 'comm_overlap.tp_comm_overlap'"):
+        _resolve(path, version, "+comm_overlap.tp_comm_overlap=true")
+
+
+def test_a_recipe_s_model_holds_every_field(tmp_path):
+    """A recipe's model is its provider dataclass: every field held (bare taken, + refused on a set value)."""
+    res = api.resolve(options.overrides_of(["model.seq_length=8192", "dataset.seq_length=8192"]),
+                      recipe="llama3_8b_pretrain_config", bridge_version="0.6.2")
+    assert res.state.model["seq_length"] == 8192
+    with pytest.raises(UsageError, match="An item is already at 'model.seq_length'"):
+        api.resolve(options.overrides_of(["+model.seq_length=8192"]), recipe="llama3_8b_pretrain_config",
+                    bridge_version="0.6.2")
+
+
+def test_the_api_s_plain_keys_set_the_field(tmp_path):
+    """A plain key (the API's, a finding's fix_overrides) says what to set, not how a word is written: taken."""
+    res = api.resolve({"model.seq_length": 8192}, config=_file(tmp_path, "0.6.2"), gpus=16, bridge_version="0.6.2")
+    assert res.state.model["seq_length"] == 8192 and not res.errors
+    assert api.resolve({"++model.seq_length": 8192}, config=_file(tmp_path, "0.6.2"), gpus=16,
+                       bridge_version="0.6.2").state.model["seq_length"] == 8192
+    with pytest.raises(UsageError, match="Could not append"):
+        api.resolve({"+model.tensor_model_parallel_size": 4}, config=_file(tmp_path, "0.6.2"), gpus=16,
+                    bridge_version="0.6.2")
+
+
+def test_the_cli_refuses_the_bare_word_and_says_no_default_for_a_set_length(tmp_path):
+    path = _file(tmp_path, "0.6.2")
+    proc = run_cli("resolve", "--config", path, "--gpus", "16", "model.seq_length=8192")
+    assert proc.returncode == 2 and "Could not override 'model.seq_length'" in proc.stderr, proc.stderr
+    proc = run_cli("resolve", "--config", path, "--gpus", "16", "++model.seq_length=8192")
+    assert proc.returncode == 0, proc.stderr
+    assert "the default of GPTModelProvider" not in proc.stdout  # (the word set it: no class default to say)
+
