@@ -97,3 +97,25 @@ def test_the_cli_refuses_the_bare_word_and_says_no_default_for_a_set_length(tmp_
     assert proc.returncode == 0, proc.stderr
     assert "the default of GPTModelProvider" not in proc.stdout  # (the word set it: no class default to say)
 
+
+def test_diff_s_restore_is_the_word_after_s_file_takes(tmp_path):
+    """AFTER's file-built model lacks sequence_parallel: the restore is ++model.sequence_parallel=true."""
+    body = MODEL + "  seq_length: 4096\n{sp}dataset:\n  seq_length: 4096\ncomm_overlap:\n  tp_comm_overlap: true\n"
+    before, after = tmp_path / "before.yaml", tmp_path / "after.yaml"
+    before.write_text(body.format(sp="  sequence_parallel: true\n"))
+    after.write_text(body.format(sp=""))
+    res = api.diff(str(before), str(after), gpus=16, bridge_version="0.6.2")
+    (c,) = [c for c in res.changes if c.fix_overrides == {"model.sequence_parallel": True}]
+    assert c.fix == "++model.sequence_parallel=true", c.fix
+
+
+def test_the_preset_finding_knows_the_provider_s_default_length(tmp_path):
+    """TP_OVERLAP_DEFAULT_UB_CFG: the length is the class default the note names (1024), not 'not known'; a hint for a
+    key the file's model lacks is the ++ word."""
+    path = tmp_path / "run.yaml"
+    path.write_text(MODEL.replace("  hidden_size: 4096\n", "") + "  sequence_parallel: true\ndataset:\n  seq_length: 1024\n"
+                    "comm_overlap:\n  tp_comm_overlap: true\n")
+    res = api.resolve(config=str(path), gpus=16, gpu="h100", bridge_version="0.6.2")
+    (f,) = [f for f in res.findings if f.id == "TP_OVERLAP_DEFAULT_UB_CFG"]
+    assert "sequence length" not in f.message.partition("presets for")[0], f.message
+    assert "(++model.hidden_size=N, plan --hidden-size N" in f.message, f.message

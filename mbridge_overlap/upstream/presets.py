@@ -45,8 +45,9 @@ def precision_class(precision: dict) -> str | None:
     return "fp8" if precision.get("fp8") else "bf16"
 
 
-def match(release, gpu_info: dict, precision: str | None, sizes: dict, lora: bool):
-    """(the preset whose name matches the shape exactly or None, why none does: a clause, '' when one does)."""
+def match(release, gpu_info: dict, precision: str | None, sizes: dict, lora: bool, needs_append=None):
+    """(the preset whose name matches the shape exactly or None, why none does: a clause, '' when one does).
+    needs_append: the request's (Request.needs_append), so a KEY=N hint is the word Bridge's command line takes."""
     want = dict(gpu=gpu_info["preset_gpu"], precision=precision, tp=sizes["tp"], cp=sizes["cp"], lora=lora)
     close = release.presets_for(**want)
     exact = [p for p in close
@@ -59,7 +60,8 @@ def match(release, gpu_info: dict, precision: str | None, sizes: dict, lora: boo
         if not missing:
             return None, f"presets for this GPU, precision, TP and CP: {listed}"
         unknown = " and ".join(SIZES[k][0] for k in missing)
-        how = ", ".join(SIZES[k][1] for k in missing)
+        how = ", ".join(("++" if needs_append and needs_append(SIZES[k][1].partition("=")[0]) else "") + SIZES[k][1]
+                        for k in missing)
         return None, (f"this run's {unknown} {'is' if len(missing) == 1 else 'are'} not known ({how}); "
                       f"presets for this GPU, precision, TP and CP: {listed}")
     if gpu_info["preset_gpu"] is None:

@@ -460,7 +460,11 @@ def _explain(key, old, new, a: Side, b: Side, changed: dict) -> Change:
     # a launch variable BEFORE did not set is deleted, not set to null, which Bridge refuses (evalR S2: TypeError)
     removes = [k for k, v in (fix or {}).items() if k.startswith("env_vars.") and v is None]
     fix = {k: v for k, v in (fix or {}).items() if k not in removes} or None
-    text = findings.overrides_text(fix, b.sectionless) if fix else None
+    if fix:  # the words AFTER's command line takes (++ for a key a file-built model lacks: Request.needs_append)
+        with findings.written_for(b.scenario.request):
+            text = findings.overrides_text(fix, b.sectionless)
+    else:
+        text = None
     fields = [k for k in fix or {} if k.startswith("mixed_precision.")]
     if fields:  # (recheck56 AC4: Hydra refuses a field of a mixed precision given by name)
         text += ("; where AFTER's mixed_precision is a recipe name (a string), Bridge's Hydra overrides refuse "

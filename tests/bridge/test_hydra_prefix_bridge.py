@@ -66,6 +66,21 @@ def test_each_prefix_on_each_section_as_bridge_takes_it(tmp_path):
                               "comm_overlap.overlap_p2p_comm=false", "+model.seq_length=2048"]), refused
 
 
+def test_the_skill_s_fix_for_a_file_built_model_is_a_word_bridge_takes(tmp_path):
+    """diff's restore for a key AFTER's file-built model lacks: ++model.sequence_parallel=true, which Bridge takes
+    (the bare word it refuses)."""
+    body = MODEL + "{sp}dataset:\n  {seq}: 2048\ncomm_overlap:\n  tp_comm_overlap: true\n"
+    version = adapter.bridge_version()
+    seq = dataset_seq_length_key(version).partition(".")[2]
+    before, after = tmp_path / "before.yaml", tmp_path / "after.yaml"
+    before.write_text(body.format(sp="  sequence_parallel: true\n", seq=seq))
+    after.write_text(body.format(sp="", seq=seq))
+    res = api.diff(str(before), str(after), gpus=16, bridge_version=version)
+    (c,) = [c for c in res.changes if c.fix_overrides == {"model.sequence_parallel": True}]
+    assert _bridge(str(after), c.fix) is None, c.fix
+    assert "Could not override" in _bridge(str(after), c.fix.lstrip("+"))
+
+
 @pytest.mark.parametrize("word", ["++comm_overlap.tp_comm_overlap=true"])
 def test_a_word_on_a_null_comm_overlap_is_taken_by_hydra(tmp_path, word):
     """No comm_overlap section: Hydra takes + and ++ (the section becomes a dict, as scenario's note says of a

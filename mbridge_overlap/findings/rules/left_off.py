@@ -90,7 +90,7 @@ def preset(state: State):
         return  # (MLA: Megatron-Core turns it off at the model build, TP_OVERLAP_OFF_MLA: no preset to tune; recheck60 AG5)
     release, gpu_info = state.request.release, releases.gpu(state.gpu)
     precision, sizes, lora = ub_presets.precision_class(state.precision or {"bf16": True}), ub_presets.shape(state), peft.of(state) is not None
-    best, why = ub_presets.match(release, gpu_info, precision, sizes, lora)
+    best, why = ub_presets.match(release, gpu_info, precision, sizes, lora, state.request.needs_append)
     used = model["tp_comm_overlap_cfg"]
     if used == CUSTOM_UB_CFG:
         return  # the run's own tuned config (UNMODELED_OVERLAP_KEY says the answer does not model it)
