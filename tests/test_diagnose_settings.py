@@ -207,3 +207,18 @@ def test_what_a_traceback_s_code_assigns_and_an_object_s_own_attributes_are_not_
     # pasted code: an object's own attribute is none; the user's config object's is one
     assert "settings_named" not in diagnosed("    self.data_parallel_size = self.get_data_parallel_size(world_size)\n")
     assert named("cfg.ddp.overlap_grad_reduce = True and the loss spikes\n")["ddp.overlap_grad_reduce"]["values"] == ["True"]
+
+
+def test_the_words_read_are_those_every_word_was_before():
+    # fuzzZ Z-1: the regex engine now finds only the words that may be a setting; each line's answer is what reading
+    # every word gave (the answers of the rule before, which read every word: 50e1fdc..de6572e)
+    vocab = settings.vocabulary(None)
+    lines = ["--overlap-grad-reduce --tp_comm_overlap x", "a.b-overlap_grad_reduce", "foo-bar.overlap_grad_reduce=1",
+             "ddp.overlap_grad_reduce\u00e9", "overlap_grad_reduce\u00e9", "x.ddp.overlap_grad_reduce: true",
+             "NCCL_NVLS_ENABLE=0 ub_tp_comm_overlap", "self.overlap_grad_reduce = 1", "--cp-comm-type p2p a2a",
+             "overlap_grad_reduce-x model.cp_comm_type.", "_overlap_grad_reduce 3overlap_grad_reduce a" * 3]
+    got = [[h[:2] for h in settings.mentions(t, vocab)] for t in lines]
+    assert got == [[("flag", "--overlap-grad-reduce"), ("field", "tp_comm_overlap")], [],
+                   [("field", "foo-bar.overlap_grad_reduce")], [("key", "ddp.overlap_grad_reduce")], [],
+                   [("key", "x.ddp.overlap_grad_reduce")], [("env", "NCCL_NVLS_ENABLE"), ("nemo1", "ub_tp_comm_overlap")],
+                   [], [("flag", "--cp-comm-type")], [("key", "model.cp_comm_type")], []]

@@ -30,8 +30,8 @@ or more is one printed on a line (argparse's Namespace, a dict); otherwise every
 key-value line is one by its value's shortness or, whatever its length, by a dump's shape (argparse's dot leaders,
 Bridge's "(Mcore default: ...)", one Python literal). Nor is what code assigns to: `self.x = ...`, or the target of a
 traceback's source line (the lines under `File "...", line N`, indented deeper).
-At most MAX_LINES lines are read (a user's text is short; a log's settings are in its summary, which `diagnose`
-reads on its own), MAX_SETTINGS settings and MAX_FINDINGS findings shown. Values and spellings are escaped
+At most MAX_LINES lines and MAX_CHARS characters are read (a user's text is short; a log's settings are in its
+summary, which `diagnose` reads on its own), MAX_SETTINGS settings and MAX_FINDINGS findings shown. Values and spellings are escaped
 (safeio.esc) and cut to MAX_VALUE characters.
 """
 
@@ -54,6 +54,9 @@ MAX_FINDINGS = 8
 MAX_VALUE = 60
 MAX_TEXT = 4096  # a line's first characters read for settings (a prose line is shorter; a 200 MB line is no prose)
 KEEP_BYTES = 4 << 20  # bytes of standard input kept for this (Tee): MAX_LINES short lines
+# characters read for settings in all (MAX_TEXT of each line): as many as standard input keeps, so that a file and the
+# same text piped in are read alike, and MAX_LINES lines of MAX_TEXT (82 MB of short words, fuzzZ Z-1) are not read
+MAX_CHARS = KEEP_BYTES
 RUN = 3
 PAIRS = 4
 # a field is an overlap setting where its name says parallelism or communication (a finding that reads the number of
@@ -74,7 +77,12 @@ FAMILIES = {"key": "Bridge key", "field": "field name", "flag": "Megatron-LM fla
 # a bracketed value, lists in it kept whole (a layout [['embedding', 'decoder'], ['decoder', 'loss']] is not cut at
 # its first ']')
 _LIST = r"\[(?:[^\[\]\n]|\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]){0,400}\]"
-_TOKEN = re.compile(r"(?<![\w.\-])(--)?([A-Za-z_][\w]*(?:[.\-][A-Za-z0-9_]+)*)")
+# a word as the scan reads it: a run of word characters, its later pieces after a '.' or a '-' (`ddp.overlap_grad_reduce`,
+# `overlap-grad-reduce`); a word ends where no further piece follows: TOK_END after a first piece (any word
+# character), PIECE_END after a later one (ASCII, as _WORD's later pieces are)
+_WORD = r"[A-Za-z_]\w*(?:[.\-][A-Za-z0-9_]+)*"
+_TOK_END = r"(?!\w|[.\-][A-Za-z0-9_])"
+_PIECE_END = r"(?![A-Za-z0-9_]|[.\-][A-Za-z0-9_])"
 _AFTER = re.compile(r"""[ \t]*(?:=|:(?!:))[ \t]*(?:"([^"\n]{0,200})"|'([^'\n]{0,200})'|(""" + _LIST + r""")|([^\s,;`'"()\]}]+))""")
 _FLAG_VALUE = re.compile(r"""(?:=|[ \t]+)(?!-)(?:"([^"\n]{0,200})"|'([^'\n]{0,200})'|(""" + _LIST + r""")|([^\s,;`'"()\]}]+))""")
 # a word after a flag is its value where it cannot be prose: a digit or a sign in it, a boolean, or another flag next
@@ -107,6 +115,7 @@ class Vocabulary:
     flags: dict  # Megatron-LM flag (without --) -> (keys, kind)
     envs: frozenset
     mcore: str | None  # the megatron-core version Megatron-LM's flags were read from
+    token: re.Pattern = field(default=None, repr=False)  # the words that may be one of these (token_pattern)
 
 
 def _order(key: str) -> tuple:
@@ -148,7 +157,47 @@ def vocabulary(version: str | None) -> Vocabulary:
     renamed = {dest: (key,) for dest, key in (data.get("dest_fields") or {}).items() if key in keys and dest not in every}
     flags = {flag: (by_name.get(dest) or renamed[dest], kind) for flag, (dest, kind) in data["flags"].items()
              if dest in by_name or dest in renamed}
-    return Vocabulary(frozenset(keys), by_name, flags, frozenset(envs), data.get("megatron_core_version"))
+    vocab = Vocabulary(frozenset(keys), by_name, flags, frozenset(envs), data.get("megatron_core_version"))
+    vocab.token = token_pattern(vocab)
+    return vocab
+
+
+def _trie(words) -> str:
+    """One regex alternation of the words, as a trie (a common start written once): the regex engine tries a place
+    in time by the word's length, not by how many words there are."""
+    tree: dict = {}
+    for w in words:
+        node = tree
+        for c in w:
+            node = node.setdefault(c, {})
+        node[""] = {}
+
+    def alt(node) -> str:
+        ends = "" in node
+        branches = [re.escape(c) + alt(rest) for c, rest in sorted(node.items()) if c]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if ends else body
+
+    return alt(tree) if words else "(?!)"
+
+
+def token_pattern(vocab: Vocabulary) -> re.Pattern:
+    """The words of a line that may name a setting, found by the regex engine alone (fuzzZ Z-1: a Python step for
+    every word made a 4,096-character line of short words cost 5 ms): a word (_WORD, whole, `--` before it kept)
+    that is a flag after `--`, or whose last '.'-piece, or which whole, is a name of the vocabulary (a field's name,
+    a Bridge key's field, NeMo 1's name, an environment variable). mentions() decides on each word found exactly as
+    on every word before; no word it takes is passed over (a word whose last piece is no name is none of its hits)."""
+    names = set(vocab.by_name) | set(NEMO1) | set(vocab.envs) | {k.rpartition(".")[2] for k in vocab.keys}
+    plain = sorted(n for n in names if n.isidentifier())
+    flags_first = sorted(f for f in vocab.flags if re.fullmatch(r"[A-Za-z_]\w*", f))  # one piece: ends as a first piece
+    flags_more = sorted(f for f in vocab.flags if re.fullmatch(_WORD, f) and f not in flags_first)
+    may = (r"--(?:" + _trie(flags_first) + _TOK_END + "|" + _trie(flags_more) + _PIECE_END + ")"
+           r"|(?:--)?(?:" + _trie(plain) + _TOK_END + "|" + _WORD + r"\.(?:" + _trie(plain) + ")" + _PIECE_END + ")")
+    # the word taken whole (a lookahead's capture, then a backreference: no shorter word is tried after it)
+    # (first the shape any of them has, cheaply: `--` before it, or a '_' or a '.' in it; most words fail there)
+    return re.compile(r"(?<![\w.\-])(?=--|[\w\-]*[_.])(?=" + may + r")(--)?(?=(" + _WORD + r"))\2")
 
 
 def _value(m: re.Match | None) -> str | None:
@@ -191,8 +240,8 @@ def mentions(text: str, vocab: Vocabulary, statement: int | None = None) -> list
     if "_" not in text and "--" not in text:
         return []
     out = []
-    for m in _TOKEN.finditer(text):
-        dashes, tok = m.group(1), m.group(2)
+    for m in vocab.token.finditer(text):
+        dashes, tok = m.groups()
         if not dashes and _ASSIGNS.match(text, m.end()) and (tok.startswith("self.") or m.start() == statement):
             continue
         hit = None
@@ -248,6 +297,7 @@ def _kind(text: str) -> str:
 class Named:
     settings: dict = field(default_factory=dict)  # keys -> entry
     lines: int = 0
+    chars: int = 0  # of the lines read, each cut to MAX_TEXT, with its line end
     cut: bool = False
 
     def add(self, hits: list, source: str, number: int) -> None:
@@ -304,7 +354,7 @@ def scan_lines(lines, vocab: Vocabulary, named: Named) -> None:
     source = None
     frame = None  # (prefix, indent) of the traceback frame line whose source lines may follow
     for line in lines:
-        if named.lines >= MAX_LINES:
+        if named.lines >= MAX_LINES or named.chars >= MAX_CHARS:
             named.cut = True
             break
         named.lines += 1
@@ -312,6 +362,7 @@ def scan_lines(lines, vocab: Vocabulary, named: Named) -> None:
             flush()
             source, frame = line.source, None
         text = line.text[:MAX_TEXT]  # (the pair and token patterns backtrack over a long run of word characters)
+        named.chars += len(text) + 1
         statement, frame = _frame_code(text, frame)
         if statement is not None:  # a traceback's source line: no dump's
             flush()
