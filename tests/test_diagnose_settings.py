@@ -209,6 +209,35 @@ def test_what_a_traceback_s_code_assigns_and_an_object_s_own_attributes_are_not_
     assert named("cfg.ddp.overlap_grad_reduce = True and the loss spikes\n")["ddp.overlap_grad_reduce"]["values"] == ["True"]
 
 
+RAY_PREFIXES = ("(pid=4242) ", "(MegatronPolicyWorker pid=4242, ip=10.0.0.3) ", "(head, rank=0, pid=1234) ",
+                "(worker1, rank=1, pid=5678, ip=10.0.0.2) ", "(task, pid=9) ", "\x1b[36m(pid=4242)\x1b[0m ")
+
+
+def test_a_dump_and_bridge_s_summary_behind_ray_s_or_skypilot_s_prefix_are_read_as_without_it():
+    # fuzzZ Z-4: behind Ray's worker prefix (ray/_private/worker.py print_worker_logs) or SkyPilot's (its Ray task named
+    # `head, rank=0,`), Megatron-LM's argument dump named every setting and Bridge's summary was not found
+    mlm = ("------------------------ arguments ------------------------\n"
+           "  overlap_grad_reduce ............................. True\n"
+           "  overlap_param_gather ............................ True\n"
+           "  tp_comm_overlap ................................. False\n"
+           "-------------------- end of arguments ---------------------\n")
+    summary = (ROOT / "tests/data/summaries/moe_layout_pp2_bridge062_summary.txt").read_text(encoding="utf-8")
+    bare = api.diagnose(["-"], stdin=io.BytesIO(summary.encode()), gpus=8).to_dict()
+    assert bare["config"]["from"]
+    for prefix in RAY_PREFIXES:
+        assert "settings_named" not in diagnosed("".join(prefix + x + "\n" for x in mlm.splitlines())), prefix
+        text = "".join(prefix + x + "\n" for x in summary.splitlines())
+        d = api.diagnose(["-"], stdin=io.BytesIO(text.encode()), gpus=8).to_dict()
+        assert d["config"] == bare["config"] and "settings_named" not in d, prefix
+    # a line's own text after the prefix is read; a rank prefix after it gives the line's rank
+    from mbridge_overlap.diagnose.reader import split_prefix
+    assert split_prefix("(pid=4242) overlap_grad_reduce hung") == (None, "overlap_grad_reduce hung")
+    assert split_prefix("(head, rank=0, pid=1234) [rank3]: x") == ("3", " x")  # (as after `[rank3]:` alone)
+    assert split_prefix("(Worker pid=1, ip=10.0.0.1) [default5]:x") == ("local 5", "x")
+    assert split_prefix("(not a prefix) x") == (None, "(not a prefix) x")
+    assert list(named("(pid=1) Then I turned off overlap_grad_reduce and it hung.\n")) == ["comm_overlap.overlap_grad_reduce"]
+
+
 def test_the_words_read_are_those_every_word_was_before():
     # fuzzZ Z-1: the regex engine now finds only the words that may be a setting; each line's answer is what reading
     # every word gave (the answers of the rule before, which read every word: 50e1fdc..de6572e)

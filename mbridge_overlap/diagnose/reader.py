@@ -54,6 +54,17 @@ _PREFIX = re.compile(
     r"|(?P<task>\d{1,7}): )",  # srun -l / --label
     re.A,
 )
+# Ray's prefix on a worker's line, as the driver prints it (ray-project/ray python/ray/_private/worker.py
+# print_worker_logs: f"{color_pre}({prefix_for(data)}{pid}{ip_prefix}){color_post} {line}", prefix_for giving "pid="
+# with the actor's or task's name and a space before it where the record has one, ip_prefix ", ip=<ip>" for another
+# node's worker, color_pre a colorama foreground code and color_post RESET_ALL unless RAY_COLOR_PREFIX=0): `(pid=4242) `,
+# `(MegatronPolicyWorker pid=4242, ip=10.0.0.3) `. SkyPilot's is Ray's with its task named `head, rank=0,` or
+# `worker1, rank=1,` (skypilot-org/skypilot sky/backends/task_codegen.py RayCodeGen._add_ray_task: name_str
+# f'{node_name}, rank={rank},', or '{task_name},' on one node): `(head, rank=0, pid=1234) `, `(task, pid=1234) `. The
+# same shape as messages.LAUNCH_PREFIX's Ray branch; its rank= is a node's, no process's: the line names no rank by it,
+# and a rank prefix after it (`(pid=1) [rank3]: `) is read as without it (fuzzZ Z-4).
+_RAY = re.compile(r"(?:\x1b\[[0-9;]{0,16}m){0,4}\((?:[A-Za-z_][\w.-]{0,63}(?:,? [^()\n]{0,160})?)?\bpid=\d{1,9}"
+                  r"(?:, ?[^()\n]{0,160})?\)(?:\x1b\[[0-9;]{0,16}m){0,4}(?: |\Z)", re.A)
 # The keys whose string value is a JSON log record's text, the first present: docker json-file and fluentd ("log"),
 # structured loggers ("message": python-json-logger's JsonFormatter; "msg"), journald's export ("MESSAGE"), Google
 # Cloud Logging ("textPayload"), structlog's JSONRenderer ("event": BoundLoggerBase._process_event puts a call's text
@@ -801,7 +812,18 @@ def split_prefix(text: str) -> tuple[str | None, str]:
 
 def prefix_of(text: str) -> tuple[tuple[int, int] | None, str, int]:
     """Where a line's launcher prefix puts its rank: (the span of the rank's digits or None, "local " for torchrun's
-    local rank else "", where the text after the prefix starts)."""
+    local rank else "", where the text after the prefix starts). Ray's or SkyPilot's prefix (_RAY) goes first, with
+    no rank of its own."""
+    if text.startswith(("(", "\x1b")):
+        ray = _RAY.match(text)
+        if ray is not None:
+            at = ray.end()
+            span, label, start = _rank_prefix(text[at:])
+            return (None if span is None else (span[0] + at, span[1] + at)), label, start + at
+    return _rank_prefix(text)
+
+
+def _rank_prefix(text: str) -> tuple[tuple[int, int] | None, str, int]:
     m = _PREFIX.match(text)
     if m is None:
         if "[rank" in text[:160]:
