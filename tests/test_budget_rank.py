@@ -216,3 +216,25 @@ def test_ranks_tied_as_the_busiest_are_named_and_next_is_below_them():
     assert ("ranks 0 and 3 (15 decoder layers and the embedding; 15 decoder layers and the output layer and loss) end "
             "theirs as late") in said and "rank 1 is costed as the slowest stage of them" in said
     assert "next, " not in said
+
+
+def test_the_bottleneck_stage_is_named_by_the_stages_own_pace():
+    """evalAF AF-1: Llama-3-70B PP 4 x VPP 2, first 18 and last 22 layers (Megatron-Core 0.19.2's get_num_layers_to_build:
+    18, 20, 20, 22): every rank's iteration ends with the pipeline, so 'next' by iteration named the lowest rank (0,
+    18 layers) where ranks 1 and 2 (20) are the slower stages by the budget's own stage times. The line now ranks
+    the stages by their micro-batch with its exposed communication and says what to move."""
+    over = {"model.tensor_model_parallel_size": 8, "model.sequence_parallel": True, "model.pipeline_model_parallel_size": 4,
+            "model.virtual_pipeline_model_parallel_size": 2, "model.num_layers_in_first_pipeline_stage": 18,
+            "model.num_layers_in_last_pipeline_stage": 22, "comm_overlap.tp_comm_overlap": True, "model.seq_length": 8192,
+            "dataset.seq_length": 8192, "train.global_batch_size": 128, "train.micro_batch_size": 1}
+    b = api.budget(over, model="llama3_70b", gpus=128, gpu="h100").to_dict()["budget"]
+    (said,) = [a for a in b["assumptions"] if "(18, 20, 20, 22 on the 4 pipeline ranks)" in a]
+    s = b["pipeline"]["stages_ms"]
+    assert s[3] > s[1] == s[2] > s[0]  # (the budget's own stage times)
+    assert (f"slowest first: rank 3 {s[3]:,.1f} ms, ranks 1 and 2 {s[1]:,.1f} ms, rank 0 {s[0]:,.1f} ms: the pipeline "
+            "runs at the slowest stage's pace (rank 3: the others wait on it), so moving decoder layers off rank 3 toward "
+            "rank 0 (num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage)") in said
+    # and the budget agrees: the even split (20 each) is the shorter step
+    even = api.budget({**over, "model.num_layers_in_first_pipeline_stage": 20, "model.num_layers_in_last_pipeline_stage": 20},
+                      model="llama3_70b", gpus=128, gpu="h100").to_dict()["budget"]
+    assert even["iteration_ms"] < b["iteration_ms"]

@@ -637,13 +637,48 @@ def _rank_said(lay: Layout, c: Costed, b: Budget, built: list, twins_of) -> str:
                  f"tail): rank {c.rank} is costed as the slowest stage of them (its micro-batch with its exposed "
                  f"communication {b.pipeline.stages[c.rank] * 1e3:,.1f} ms)")
         others = [(ob, o) for ob, o in others if not _tied(ob, built)]
-    if others:
-        ob, o = max(others, key=lambda bc: (bc[0].iteration_s, -bc[1].rank))
+    if others:  # (the next longest iteration; of equal ones (TIE) the slower stage, not the lower rank: evalAF AF-1)
+        top = max(ob.iteration_s for ob, _ in others)
+        ob, o = max(others, key=lambda bc: (bc[0].iteration_s >= top * (1 - TIE), _stage(bc), -bc[1].rank))
         alike = twins_of(o.rank)
         line += (f"; next, {_ranks(alike)} ({_holds(lay, o)}{' each' if len(alike) > 1 else ''}): "
                  f"{(o.fwd + o.bwd) * 1e3:,.1f} ms and {ob.iteration_s * 1e3:,.1f} ms")
+    line += _pace_said(lay, b, what)
     return (line + "; the output layer's logits (the whole vocabulary over TP) run on the last rank alone (GPTModel "
             "builds output_layer where post_process), the EP all-to-alls on each rank's MoE layers")
+
+
+def _stage(bc: tuple) -> float:
+    b, c = bc
+    return b.pipeline.stages[c.rank] if b.pipeline is not None else 0.0
+
+
+def _pace_said(lay: Layout, b: Budget, what: str) -> str:
+    """evalAF AF-1: the ranks by their stages' own pace (Bubble.stages: a micro-batch's forward and backward with its
+    exposed communication), slowest first, and what to move: every rank's iteration ends with the pipeline, so the
+    iterations cannot say which stage holds the others up; the stage times can (the schedule runs at the slowest's)."""
+    if b.pipeline is None or len(b.pipeline.stages) < 2:
+        return ""
+    stages = b.pipeline.stages
+    groups: list = []
+    for r in sorted(range(lay.pp), key=lambda r: (-stages[r], r)):
+        if groups and stages[groups[-1][0]] <= stages[r] * (1 + TIE):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    if len(groups) < 2:
+        return ""
+    per = ", ".join(f"{_ranks(sorted(g))} {stages[g[0]] * 1e3:,.1f} ms" for g in groups)
+    slow, fast = sorted(groups[0]), sorted(groups[-1])
+    line = (f"; the stages by their own pace (a micro-batch's forward and backward with its exposed communication), "
+            f"slowest first: {per}: the pipeline runs at the slowest stage's pace ({_ranks(slow)}: the others wait on "
+            f"it)")
+    if all(rank_layers(lay, r) > 0 for r in slow):
+        knob = ("num_layers_in_first_pipeline_stage / num_layers_in_last_pipeline_stage" if lay.first_last != (None, None)
+                else "pipeline_model_parallel_layout")
+        line += (f", so moving decoder layers off {_ranks(slow)} toward {_ranks(fast)} ({knob}) shortens the step "
+                 "until the stages are even")
+    return line
 
 
 def _mtp_said(lay: Layout, shape, with_mtp: bool) -> tuple:
