@@ -361,6 +361,11 @@ def estimate(lay: Layout, shape: shapes.Shape, system: System, shape_from: str =
     dropped = ()
     over = over_counted(lay, shape.num_layers) if not lay.stages else None
     if over is not None:  # (fuzzY Y2-5: first and last stages summing past num_layers, which Megatron-Core takes)
+        most = max(rank_layers(Layout(**{**lay.__dict__, "stages": over[0]}), r) for r in range(lay.pp))
+        if most > shapes.BOUNDS["num_layers"]:  # (recheck67 AN-2: built as counted, not capped at num_layers)
+            raise UsageError(f"num_layers_in_first/last_pipeline_stage: a pipeline rank builds {most:,} decoder layers "
+                             f"(Megatron-Core's get_num_layers_to_build, one layer's spec), past the "
+                             f"{shapes.BOUNDS['num_layers']:,} layers a budget costs")
         lay = Layout(**{**lay.__dict__, "stages": over[0]})
         dropped = (over[1],)
     elif not lay.stages and first_last_stages(lay, shape.num_layers):  # costed as a layout's stages

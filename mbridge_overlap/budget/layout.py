@@ -183,10 +183,14 @@ def over_counted(lay: "Layout", num_layers: int) -> tuple[tuple, str] | None:
     """(the stages as Megatron-Core builds them, what to say) where the first and last pipeline stages' counts sum past
     num_layers and Megatron-Core still takes the split (fuzzY Y2-5): TransformerConfig checks only that the middle
     stages' count (negative) divides over them, and get_num_layers_to_build (transformer_block.py) gives each middle
-    rank that negative count, which builds no layer, while the first and last ranks build their own counts
-    (get_transformer_layer_offset numbers the last rank's layers again). Costed: the first and last ranks' counts, at
-    most num_layers each, the middle ranks none; None where the counts do not sum past num_layers or Megatron-Core
-    refuses them (first_last_stages and the resolver's rules)."""
+    rank that negative count and the first and last ranks their own counts. What a rank builds then depends on the
+    provider's transformer_layer_spec (recheck67 AN-2): one layer's ModuleSpec (Bridge's GPTModelProvider
+    default_layer_spec, gpt_provider.py: get_gpt_layer_with_transformer_engine_spec) becomes [spec] x that count
+    (_get_block_submodules, transformer_block.py): the first and last ranks' whole counts, past num_layers, the
+    middle ranks none; Megatron-Core's get_gpt_decoder_block_spec (DeepSeek-V2/V3's and other MoE bridges) slices the
+    model's num_layers layer specs at get_transformer_layer_offset (gpt_layer_specs.py), so no rank builds past them.
+    Costed: the former (Bridge's default), the latter said; None where the counts do not sum past num_layers or
+    Megatron-Core refuses them (first_last_stages and the resolver's rules)."""
     first, last = lay.first_last
     if lay.pp < 2 or first is None and last is None or any(n is not None and n < 1 for n in (first, last)):
         return None
@@ -194,20 +198,52 @@ def over_counted(lay: "Layout", num_layers: int) -> tuple[tuple, str] | None:
     rest = num_layers - (first or 0) - (last or 0)
     if rest >= 0 or not middle or rest % middle or (lay.vp > 1 and any(n is not None and n % lay.vp for n in (first, last))):
         return None
-    per = [0] * lay.pp
-    per[0] = min(first, num_layers) if first is not None else 0
-    per[-1] = min(last, num_layers) if last is not None else 0
     vp = max(1, lay.vp)
-    stages = tuple(per[r] // vp for _k in range(vp) for r in range(lay.pp))
+    stages = tuple(max(0, n) for n in _built(lay, first, last, rest // middle, vp))
+    block = _block_built(lay, first, last, rest, middle, vp, num_layers)
+    per = ", ".join(str(sum(stages[k * lay.pp + r] for k in range(vp))) for r in range(lay.pp))
+    sliced = ", ".join(str(sum(block[k * lay.pp + r] for k in range(vp))) for r in range(lay.pp))
     said = (f"num_layers_in_first/last_pipeline_stage ({first if first is not None else 'unset'}, "
             f"{last if last is not None else 'unset'}) take more than the model's {num_layers} layers over PP {lay.pp}: "
             f"Megatron-Core's TransformerConfig takes it, and get_num_layers_to_build gives "
             f"{f'each of the {middle} middle pipeline ranks' if middle > 1 else 'the middle pipeline rank'} "
-            f"{rest // middle} layers (none built) while the first and last ranks "
-            f"build their own counts, the last numbering layers the first already holds: the model built is not the "
-            f"config's {num_layers} layers. The budget costs the first and last ranks' counts (at most {num_layers} each) "
-            "and no layer on the middle ranks, not an even split")
+            f"{rest // middle} layers (none built) and the first and last ranks their own counts: with one layer's spec "
+            f"(Bridge's GPTModelProvider default: [spec] x that count) the ranks build {per} decoder layers, "
+            f"{sum(stages)} in all where the model has {num_layers}"
+            f"{' (get_transformer_layer_offset numbers the last rank' + chr(39) + 's again)' if first and last else ''}: "
+            "the budget costs those; a provider whose transformer_layer_spec is Megatron-Core's "
+            f"get_gpt_decoder_block_spec slices the model's {num_layers} layer specs at each rank's offset instead: "
+            f"{sliced}, not an even split either way")
     return stages, said
+
+
+def _built(lay: "Layout", first, last, middle_count: int, vp: int) -> list:
+    """get_num_layers_to_build of each stage (stage k x PP + rank) where the first or last count is set."""
+    per = [middle_count] * lay.pp
+    if first is not None:
+        per[0] = first
+    if last is not None:
+        per[-1] = last
+    return [per[r] // vp for _k in range(vp) for r in range(lay.pp)]
+
+
+def _block_built(lay: "Layout", first, last, rest: int, middle: int, vp: int, num_layers: int) -> list:
+    """The layer specs get_gpt_decoder_block_spec keeps on each stage: layer_specs[offset : offset + n] of num_layers
+    (get_transformer_layer_offset's first/last branch, Python's slice of a list)."""
+    f, l_ = (first or 0), (last or 0)
+    built = _built(lay, first, last, rest // middle, vp)
+    out = []
+    for k in range(vp):
+        for r in range(lay.pp):
+            mid_rank = r if first is None else r - 1
+            if vp > 1:
+                total = f // vp + rest // vp + l_ // vp
+                offset = k * total + (0 if r == 0 else f // vp + mid_rank * (rest // vp // middle))
+            else:
+                offset = 0 if r == 0 else mid_rank * (rest // middle) + f
+            n = built[k * lay.pp + r]
+            out.append(len(range(num_layers)[offset:offset + n]))
+    return out
 
 
 def _layout_stages(layout, pp: int) -> tuple:

@@ -139,5 +139,27 @@ def test_first_and_last_counts_past_num_layers_are_megatron_core_s(pp, vpp, laye
         assert got is None
         return
     assert got is not None and str(min(per) // (vpp or 1) * (vpp or 1)) in got[1] and "get_num_layers_to_build" in got[1]
-    stages, _ = got
-    assert [sum(stages[k * pp + r] for k in range(vpp or 1)) for r in range(pp)] == [min(max(n, 0), layers) for n in per]
+    stages, said = got
+    # recheck67 AN-2: not capped at num_layers: what each spec path really builds, from Megatron-Core's own builders
+    # on the CPU: one layer's ModuleSpec (Bridge's GPTModelProvider default) through _get_block_submodules, and
+    # get_gpt_decoder_block_spec's slice of the model's layer specs
+    single, block = _built_by_spec(cfg, pp, vpp)
+    assert list(stages) == [single[k * pp + r] for k in range(vpp or 1) for r in range(pp)] and max(single) > 0
+    by_rank = lambda per_stage: ", ".join(str(sum(per_stage[k * pp + r] for k in range(vpp or 1))) for r in range(pp))  # noqa: E731
+    assert f"the ranks build {by_rank(single)} decoder layers" in said
+    assert f"at each rank's offset instead: {by_rank(block)}, not an even split" in said
+    assert "at most" not in said
+
+
+def _built_by_spec(cfg, pp: int, vpp) -> tuple:
+    """The decoder layers each stage (k x PP + rank) builds with one layer's spec and with the decoder block spec."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec, get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_block import _get_block_submodules
+
+    single, block = [], []
+    for k in range(vpp or 1):
+        for r in range(pp):
+            v = k if vpp else None
+            single.append(len(_get_block_submodules(cfg, get_gpt_layer_local_spec(), vp_stage=v, pp_rank=r).layer_specs))
+            block.append(len(get_gpt_decoder_block_spec(cfg, use_transformer_engine=False, vp_stage=v, pp_rank=r).layer_specs))
+    return single, block

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from mbridge_overlap import api
 from mbridge_overlap.diagnose import reader, scan as scan_
+from mbridge_overlap.errors import UsageError
 
 MESSAGE = ('    assert not cfg.fp8_param_gather or cfg.fp8_recipe == "delayed", (\n'
            '        "When `--fp8-param-gather` is enabled, the optimizer cpu offload "\n'
@@ -165,6 +168,21 @@ def test_first_and_last_stage_counts_past_num_layers_are_said_and_costed_so():
     # once-an-iteration tail; the last rank's, with the output layer's gradients in its DP buffers, is the longer)
     assert any("(32, 0, 2 on the 3 pipeline ranks): the budget costs pipeline rank 2" in a for a in over["assumptions"])
     assert over["pipeline"]["costed_rank"] == 2 and over["pipeline"]["busiest_rank"] == 0
-    huge = api.budget({**words, "model.pipeline_model_parallel_size": 4, "model.num_layers_in_first_pipeline_stage": 10**30 + 1},
-                      recipe="llama3_8b_pretrain_config", model="llama3_8b", gpus=32).to_dict()["budget"]
-    assert any("get_num_layers_to_build" in a for a in huge["assumptions"])
+    # recheck67 AN-2: Megatron-Core builds the first rank's whole count (one layer's spec: [spec] x the count), not
+    # num_layers at most: 10**30 + 1 layers are past what a budget costs, refused in bounded time and memory
+    with pytest.raises(UsageError, match="builds 1,000,000,000,000,000,000,000,000,000,001 decoder layers"):
+        api.budget({**words, "model.pipeline_model_parallel_size": 4, "model.num_layers_in_first_pipeline_stage": 10**30 + 1},
+                   recipe="llama3_8b_pretrain_config", model="llama3_8b", gpus=32)
+
+
+def test_a_first_stage_count_past_num_layers_is_costed_as_built():
+    # recheck67 AN-2: llama3_8b PP 2, num_layers_in_first_pipeline_stage=40: Megatron-Core 0.19.2 and 0.18.2 build 40
+    # layers on rank 0 with Bridge's one-layer spec (tests/bridge/test_budget_layout_stages.py builds it), the decoder
+    # block spec 32 (its slice of the model's 32 layer specs); the budget capped rank 0 at 32 and said "at most 32"
+    words = {"model.pipeline_model_parallel_size": 2, "model.num_layers_in_first_pipeline_stage": 40,
+             "model.seq_length": 4096, "dataset.seq_length": 4096, "train.global_batch_size": 64, "train.micro_batch_size": 1}
+    b = api.budget(words, model="llama3_8b", gpus=16, gpu="h100").to_dict()["budget"]
+    (said,) = [a for a in b["assumptions"] if "get_num_layers_to_build" in a]
+    assert "the ranks build 40, 0 decoder layers, 40 in all where the model has 32" in said and "at most" not in said
+    assert "get_gpt_decoder_block_spec slices the model's 32 layer specs at each rank's offset instead: 32, 0" in said
+    assert any("(40, 0 on the 2 pipeline ranks)" in a for a in b["assumptions"])
