@@ -23,6 +23,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools import generated  # noqa: E402
+
 OUT = ROOT / "mbridge_overlap" / "data" / "megatron_lm_flags.json"
 
 
@@ -85,14 +90,10 @@ def main(argv=None) -> int:
     p.add_argument("--check", action="store_true", help="exit 1 when the shipped file differs from the installed package")
     args = p.parse_args(argv)
     data = collect()
-    text = render(data)
-    if args.check:
-        same = OUT.is_file() and OUT.read_text(encoding="utf-8") == text
-        print(f"{OUT.relative_to(ROOT)}: {'up to date' if same else 'OUT OF DATE'}")
-        return 0 if same else 1
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {OUT.relative_to(ROOT)} ({len(data['flags'])} flags, {len(data['dest_fields'])} dest renames)")
-    return 0
+    rel = OUT.relative_to(ROOT)
+    return generated.check_or_write(OUT, render(data), args.check,
+                                    verdict=lambda same: f"{rel}: {'up to date' if same else 'OUT OF DATE'}",
+                                    wrote=f"wrote {rel} ({len(data['flags'])} flags, {len(data['dest_fields'])} dest renames)")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,8 @@ if os.environ.get("PYTHONHASHSEED") != "0":
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tools import generated  # noqa: E402
+
 
 def dumps(data: dict) -> str:
     """One recipe per line (small, and a regeneration diffs recipe by recipe)."""
@@ -73,42 +75,27 @@ def main(argv=None) -> int:
     text = dumps(data)
     index = catalog.index_text(text.encode("utf-8"))
     index_path = catalog.index_path(data["bridge_version"])
-    if args.check:
-        same = path.is_file() and path.read_text(encoding="utf-8") == text
-        print(f"{'catalog matches' if same else 'catalog DIFFERS from'} {rel}: {summary(data)}")
-        same_index = index_path.is_file() and index_path.read_text(encoding="utf-8") == index
-        print(f"{'index matches' if same_index else 'index DIFFERS from'} {index_path.relative_to(ROOT)}")
-        return 0 if same and same_index else 1
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    index_path.write_text(index, encoding="utf-8")
-    print(f"wrote {rel} and {index_path.name}: {summary(data)}")
-    return _indexes(catalog, check=False)  # and the listing, read from what was written
+    status = max(generated.check_or_write(path, text, args.check, mkdir=True, wrote=None,
+                                          verdict=lambda same: f"{'catalog matches' if same else 'catalog DIFFERS from'} {rel}: {summary(data)}"),
+                 generated.check_or_write(index_path, index, args.check, wrote=f"wrote {rel} and {index_path.name}: {summary(data)}",
+                                          verdict=lambda same: f"{'index matches' if same else 'index DIFFERS from'} {index_path.relative_to(ROOT)}"))
+    return status if args.check else _indexes(catalog, check=False)  # and the listing, read from what was written
 
 
 def _indexes(catalog, check: bool) -> int:
     """Each committed catalog's index and listing (verbs/recipes.listing_text), written or compared."""
     from mbridge_overlap.verbs import recipes
 
-    stale = []
-    for version in catalog.versions():
-        catalog.index.cache_clear()  # (an index written here is read back for the listing)
-        for path, make in ((catalog.index_path(version), lambda v: catalog.index_text(catalog.catalog_path(v).read_bytes())),
-                           (recipes.listing_path(version), recipes.listing_text)):
-            text = make(version)
-            if path.is_file() and path.read_text(encoding="utf-8") == text:
-                continue
-            if check:
-                stale.append(str(path.relative_to(ROOT)))
-            else:
-                path.write_text(text, encoding="utf-8")
-                print(f"wrote {path.relative_to(ROOT)}")
-    if stale:
-        print(f"index DIFFERS from its catalog: {', '.join(stale)} (run tools/gen_recipe_catalog.py --index)")
-        return 1
-    if check:
-        print(f"indexes match their catalogs: {', '.join(catalog.versions())} (and the listings)")
-    return 0
+    def files():
+        for version in catalog.versions():
+            catalog.index.cache_clear()  # (an index written here is read back for the listing)
+            yield catalog.index_path(version), catalog.index_text(catalog.catalog_path(version).read_bytes())
+            yield recipes.listing_path(version), recipes.listing_text(version)
+
+    stale = generated.check_or_write_all(files(), check, changed_only=True, wrote=lambda path: f"wrote {path.relative_to(ROOT)}")
+    return generated.verdict(stale, f"index DIFFERS from its catalog: {', '.join(str(p.relative_to(ROOT)) for p in stale)} "
+                                    "(run tools/gen_recipe_catalog.py --index)",
+                             f"indexes match their catalogs: {', '.join(catalog.versions())} (and the listings)" if check else None)
 
 
 if __name__ == "__main__":

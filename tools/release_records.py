@@ -18,6 +18,8 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tools import generated  # noqa: E402
+
 # record -> (the bridge module that generates it, the run module that reads it, what its recipes are)
 RECORDS = {
     "flex_builders": ("flex_builders", "flex", "recipes call apply_flex_dispatcher_backend"),
@@ -35,11 +37,6 @@ def main(record: str, doc: str, argv=None) -> int:
         data = generator.generate()
     path = importlib.import_module(f"mbridge_overlap.run.{reader}").data_path(data["bridge_version"])
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-    rel = path.relative_to(ROOT)
-    if args.check:
-        same = path.is_file() and path.read_text(encoding="utf-8") == text
-        print(f"{'matches' if same else 'DIFFERS from'} {rel}: {len(data['recipes'])} {what}")
-        return 0 if same else 1
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {rel}: {len(data['recipes'])} {what}")
-    return 0
+    said = f"{path.relative_to(ROOT)}: {len(data['recipes'])} {what}"
+    return generated.check_or_write(path, text, args.check, verdict=lambda same: f"{'matches' if same else 'DIFFERS from'} {said}",
+                                    wrote=f"wrote {said}")
