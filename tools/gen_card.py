@@ -37,6 +37,7 @@ from mbridge_overlap.run import flex  # noqa: E402
 from mbridge_overlap import findings  # noqa: E402
 from mbridge_overlap import resolve as resolve_request  # noqa: E402
 from mbridge_overlap.upstream.releases import DATA_DIR, load_yaml  # noqa: E402
+from tools import generated  # noqa: E402
 
 CARD = ROOT / "card.yaml"
 # The day scripts/verify.sh --conformance last passed in full (PASS: every snippet form, the anchors, 2000/2000
@@ -332,14 +333,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="exit 1 when card.yaml is not what this would write")
     args = p.parse_args(argv)
-    text = render()
-    if args.check:
-        same = CARD.is_file() and CARD.read_text(encoding="utf-8") == text
-        print("card.yaml is up to date" if same else "card.yaml is stale: run python3 tools/gen_card.py", file=sys.stderr)
-        return 0 if same else 1
-    CARD.write_text(text, encoding="utf-8")
-    print(f"wrote {CARD}", file=sys.stderr)
-    return 0
+    return generated.check_or_write(CARD, render(), args.check, wrote=f"wrote {CARD}", file=sys.stderr,
+                                    verdict=lambda same: "card.yaml is up to date" if same else "card.yaml is stale: run python3 tools/gen_card.py")
 
 
 if __name__ == "__main__":

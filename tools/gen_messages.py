@@ -42,6 +42,11 @@ from pathlib import Path
 sys.dont_write_bytecode = True
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "mbridge_overlap" / "data"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools import generated  # noqa: E402  (standard library only)
+
 NATIVE = DATA / "native_messages.yaml"
 
 _spec = importlib.util.spec_from_file_location("_mbo_messages", ROOT / "mbridge_overlap" / "diagnose" / "messages.py")
@@ -1206,16 +1211,10 @@ def main(argv=None) -> int:
     release, text, counts = generate()
     path = DATA / "releases" / release / "messages.json"
     rel = path.relative_to(ROOT)
-    if args.check:
-        same = path.is_file() and path.read_text(encoding="utf-8") == text
-        print(f"{'messages catalog matches' if same else 'messages catalog DIFFERS from'} {rel}")
-        print(summary(counts))
-        return 0 if same else 1
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {rel} ({len(text.encode()) / 1e6:.2f} MB)")
+    status = generated.check_or_write(path, text, args.check, mkdir=True, wrote=f"wrote {rel} ({len(text.encode()) / 1e6:.2f} MB)",
+                                      verdict=lambda same: f"{'messages catalog matches' if same else 'messages catalog DIFFERS from'} {rel}")
     print(summary(counts))
-    return 0
+    return status
 
 
 if __name__ == "__main__":

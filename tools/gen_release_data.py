@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mbridge_overlap.upstream import anchors, releases  # noqa: E402
+from tools import generated  # noqa: E402
 
 OUT = ROOT / "mbridge_overlap" / "data" / "fingerprints.yaml"
 SCRIPTS = ROOT / "scripts"
@@ -275,17 +276,13 @@ def main(argv=None) -> int:
         per_release, info, per_package, package_info = collect(releases_, args.mirror, Path(tmp), extra)
     pairs = {v: {n: facts.get(anchors.PACKAGES[n]["field"]) for n in DISTS} for v, facts in info.items()}
     table = anchors.record(per_release, per_package, pairs)
-    text = dump(info, package_info, table)
-    if args.check:
-        same = OUT.exists() and OUT.read_text(encoding="utf-8") == text
-        print(f"{OUT.relative_to(ROOT)}: {'up to date' if same else 'OUT OF DATE: run tools/gen_release_data.py'}")
-        return 0 if same else 1
-    OUT.write_text(text, encoding="utf-8")
-    releases.write_compiled(OUT)  # its JSON twin, which the skill loads (tools/gen_compiled_data.py --check covers it)
+    rel = OUT.relative_to(ROOT)
     versions = sum(len(v) for v in package_info.values())
-    print(f"wrote {OUT.relative_to(ROOT)}: {len(info)} releases, {versions} package versions, "
-          f"{sum(map(len, table.values()))} fingerprints")
-    return 0
+    return generated.check_or_write(
+        OUT, dump(info, package_info, table), args.check,
+        verdict=lambda same: f"{rel}: {'up to date' if same else 'OUT OF DATE: run tools/gen_release_data.py'}",
+        wrote=f"wrote {rel}: {len(info)} releases, {versions} package versions, {sum(map(len, table.values()))} fingerprints",
+        then=releases.write_compiled)  # its JSON twin, which the skill loads (tools/gen_compiled_data.py --check covers it)
 
 
 if __name__ == "__main__":

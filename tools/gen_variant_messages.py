@@ -50,6 +50,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tools import gen_messages as G  # noqa: E402
+from tools import generated  # noqa: E402
 
 G.WHOLE_PACKAGES = False  # only the SCAN files are extracted: a parameter's callers elsewhere are not seen
 
@@ -457,15 +458,10 @@ def main(argv=None) -> int:
         return discover(pip)
     text, header = generate(pip, args.offline)
     rel = OUT.relative_to(ROOT)
-    if args.check:
-        same = OUT.is_file() and OUT.read_text(encoding="utf-8") == text
-        print(f"{'message variants match' if same else 'message variants DIFFER from'} {rel}")
-        print(summary(header, len(text.encode())))
-        return 0 if same else 1
-    OUT.write_text(text, encoding="utf-8")
-    print(f"wrote {rel}")
+    status = generated.check_or_write(OUT, text, args.check, wrote=f"wrote {rel}",
+                                      verdict=lambda same: f"{'message variants match' if same else 'message variants DIFFER from'} {rel}")
     print(summary(header, len(text.encode())))
-    return 0
+    return status
 
 
 if __name__ == "__main__":
