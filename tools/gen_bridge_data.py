@@ -24,6 +24,8 @@ for _name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tools import generated  # noqa: E402  (standard library only: Bridge is imported where it is needed)
+
 
 def field_names(obj) -> list[str]:
     return sorted(f.name for f in dataclasses.fields(obj) if not f.name.startswith("_"))
@@ -266,7 +268,6 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with the committed files instead of writing them")
     args = ap.parse_args(argv)
-    stale = []
     from mbridge_overlap.bridge import adapter
     from mbridge_overlap.upstream import releases
 
@@ -276,23 +277,11 @@ def main(argv=None) -> int:
         print(f"megatron-bridge {installed}'s data is {stands_in}'s (releases.yaml data_of): --check holds it "
               "to the installed package; remove data_of to give the release files of its own")
         return 1
-    for path, text in outputs().items():
-        rel = path.relative_to(ROOT)
-        if args.check:
-            if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                stale.append(str(rel))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {rel}")
-            if path.suffix == ".yaml":
-                _write_compiled(path)
-    if stale:
-        print(f"out of date: {', '.join(stale)} (run tools/gen_bridge_data.py with that release's Python)")
-        return 1
-    if args.check:
-        print("bridge data matches the installed megatron-bridge")
-    return 0
+    stale = generated.check_or_write_all(outputs().items(), args.check, mkdir=True, wrote=lambda path: f"wrote {path.relative_to(ROOT)}",
+                                         then=lambda path: _write_compiled(path) if path.suffix == ".yaml" else None)
+    return generated.verdict(stale, f"out of date: {', '.join(str(path.relative_to(ROOT)) for path in stale)} "
+                                    "(run tools/gen_bridge_data.py with that release's Python)",
+                             "bridge data matches the installed megatron-bridge" if args.check else None)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from mbridge_overlap.upstream import releases  # noqa: E402  (pyyaml only)
+from tools import generated  # noqa: E402
 
 
 def sources() -> list[Path]:
@@ -34,7 +35,7 @@ def check() -> list[str]:
     """What differs: a twin missing, out of date, or left without its YAML."""
     want = expected()
     problems = [f"{p.relative_to(ROOT)}: missing" if not p.is_file() else f"{p.relative_to(ROOT)}: out of date"
-                for p, text in want.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+                for p, text in want.items() if not generated.current(p, text)]
     problems += [f"{p.relative_to(ROOT)}: its YAML is gone" for p in sorted(releases.COMPILED_DIR.rglob("*.json")) if p not in want]
     return problems
 
@@ -45,10 +46,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.check:
         problems = check()
-        for line in problems:
-            print(f"gen_compiled_data: {line} (run tools/gen_compiled_data.py)")
-        print(f"compiled data {'DIFFERS' if problems else 'matches'}: {len(sources())} YAML files")
-        return 1 if problems else 0
+        said = f"{len(sources())} YAML files"
+        return generated.verdict(problems, "\n".join([*(f"gen_compiled_data: {line} (run tools/gen_compiled_data.py)" for line in problems),
+                                                      f"compiled data DIFFERS: {said}"]), f"compiled data matches: {said}")
     changed = [t for t in map(releases.write_compiled, sources()) if t is not None]
     stale = [p for p in sorted(releases.COMPILED_DIR.rglob("*.json")) if p not in {releases.compiled_path(s) for s in sources()}]
     for p in stale:

@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from mbridge_overlap.upstream import catalog, releases  # noqa: E402
 from mbridge_overlap.contract import SCHEMA_VERSION  # noqa: E402
+from tools import generated  # noqa: E402
 
 PAGES = ("README.md", "SKILL.md", "references/schemas/README.md")
 BLOCK = re.compile(r"<!-- generated:([a-z0-9_]+) -->(.*?)<!-- /generated -->", re.S)
@@ -219,23 +220,22 @@ def main(argv=None) -> int:
     ap.add_argument("--check", action="store_true", help="compare with the committed pages instead of writing them")
     args = ap.parse_args(argv)
     values = {name: make() for name, make in BLOCKS.items()}
-    stale = []
-    for name in PAGES:
-        path = ROOT / name
-        old = path.read_text(encoding="utf-8")
-        text, changed = render(name, old, values)
-        if not BLOCK.search(old) and name not in FRONT_MATTER:
-            raise SystemExit(f"{name}: no generated block")
-        stale += [f"{name} ({block}: {was.strip()!r} -> {now!r})" for block, was, now in changed]
-        if not args.check and text != old:
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {name}")
-    if args.check:
-        if stale:
-            print("out of date: " + "; ".join(stale) + " (run tools/gen_docs.py)")
-            return 1
-        print("generated blocks up to date")
-    return 0
+    stale = []  # each block that changes, as the verdict names it
+
+    def pages():
+        for name in PAGES:
+            path = ROOT / name
+            old = path.read_text(encoding="utf-8")
+            text, changed = render(name, old, values)
+            if not BLOCK.search(old) and name not in FRONT_MATTER:
+                raise SystemExit(f"{name}: no generated block")
+            stale.extend(f"{name} ({block}: {was.strip()!r} -> {now!r})" for block, was, now in changed)
+            yield path, text
+
+    generated.check_or_write_all(pages(), args.check, changed_only=True, wrote=lambda path: f"wrote {path.relative_to(ROOT)}")
+    if not args.check:
+        return 0
+    return generated.verdict(stale, "out of date: " + "; ".join(stale) + " (run tools/gen_docs.py)", "generated blocks up to date")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from tools import generated  # noqa: E402
+
 OUT = ROOT / "tests" / "data" / "run_configs"
 
 MODEL = dict(num_layers=96, hidden_size=12288, ffn_hidden_size=49152, num_attention_heads=96, seq_length=2048, vocab_size=51200)
@@ -90,8 +93,7 @@ def main() -> int:
                 stale.append(name)
                 changed = difflib.unified_diff(old.splitlines(True), path.read_text().splitlines(True), str(OUT / path.name), "regenerated")
                 sys.stderr.writelines(list(changed)[:40])
-    if stale:
-        print(f"stale run configs: {', '.join(stale)}; rerun tools/gen_run_configs.py", file=sys.stderr)
+    if generated.verdict(stale, f"stale run configs: {', '.join(stale)}; rerun tools/gen_run_configs.py", file=sys.stderr):
         return 1
     print(f"{'checked' if args.check else 'wrote'} {len(RUNS)} run configs in {OUT}")
     return 0
