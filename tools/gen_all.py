@@ -27,6 +27,11 @@ if os.environ.get("PYTHONHASHSEED") != "0":
     os.execv(sys.executable, [sys.executable, *sys.argv])
 
 SCRIPTS = Path(__file__).resolve().parent
+if str(SCRIPTS.parent) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS.parent))
+
+from tools import generated  # noqa: E402
+
 # (script, its arguments): in the order they must write
 GENERATORS = [
     ("gen_compiled_data.py", []),
@@ -68,10 +73,7 @@ def main(argv=None) -> int:
         print(f"{script}: {'ok' if code == 0 else 'OUT OF DATE' if args.check else 'FAILED'}: {said}")
         if code != 0:
             failed.append(script)
-    if failed:
-        print(f"gen_all: {', '.join(failed)} {'out of date' if args.check else 'failed'} (run python3 tools/gen_all.py)")
-        return 1
-    return 0
+    return generated.verdict(failed, f"gen_all: {', '.join(failed)} {'out of date' if args.check else 'failed'} (run python3 tools/gen_all.py)")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,11 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tools import generated  # noqa: E402
+
 OUT = ROOT / "tests" / "data" / "logs" / "bridge-0.6.2"
 UPSTREAM = ROOT / "tests" / "data" / "logs" / "upstream"
 BRIDGE_VERSION = "0.6.2"
@@ -920,10 +925,7 @@ def main() -> int:
                 (fresh / "manifest.yaml").write_text(manifest_text(manifest))
                 problems += compare(args.out, fresh)
             count += f", {len(SCENARIOS)} Bridge scenarios"
-        for line in problems:
-            print(line)
-        print(f"{count}: {'OK' if not problems else f'{len(problems)} file(s) differ'}")
-        return 1 if problems else 0
+        return generated.verdict(problems, "\n".join([*problems, f"{count}: {len(problems)} file(s) differ"]), f"{count}: OK")
     names = args.only or list(SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
