@@ -1,7 +1,7 @@
 """The tail every generator ends with: under --check, compare what it generated with the committed file(s), print a
-verdict and return 1 when one differs; else write them. Standard library only (gen_messages.py and gen_mlm_flags.py
-run with a Python that may lack the project's dependencies); the tools import it as `from tools import generated`,
-with the repository root on sys.path, as they import each other.
+verdict and return 1 when one differs; else write them. Standard library only (gen_messages.py runs with a bare
+python3 too); the tools import it as `from tools import generated`, with the repository root on sys.path, as they
+import each other (gen_all.py loads the generators by file, so each puts the root there itself).
 
     current(path, text)                      path holds text exactly (UTF-8); a missing file does not
     check_or_write(path, text, check, ...)   one file: the verdict and 0/1 under check, else write it: 0
