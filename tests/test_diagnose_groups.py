@@ -213,3 +213,21 @@ def test_a_one_element_share_is_no_dp_bucket(op, numel_in, numel_out):
     assert not _diagnose(_line("ALLREDUCE", 1, 1))["causes"]
     two = _line(op, numel_in * 2, numel_out * 2)
     assert [c["id"] for c in _diagnose(two)["causes"]] == ["DP_COLLECTIVE_TIMEOUT"]
+
+
+@pytest.mark.parametrize("desc, want", [("TENSOR_MODEL_PARALLEL_GROUP", "TP_COLLECTIVE_TIMEOUT"),
+                                        ("EXPERT_MODEL_PARALLEL_GROUP", "EP_COLLECTIVE_TIMEOUT"),
+                                        ("EXPERT_TENSOR_PARALLEL_GROUP", "EP_COLLECTIVE_TIMEOUT"),
+                                        ("CONTEXT_PARALLEL_GROUP", "CP_COLLECTIVE_TIMEOUT"),
+                                        ("PIPELINE_MODEL_PARALLEL_GROUP", "GROUP_COLLECTIVE_TIMEOUT"),
+                                        ("default_pg", "GROUP_COLLECTIVE_TIMEOUT"),
+                                        ("DATA_PARALLEL_GROUP", None), ("DATA_PARALLEL_GROUP_WITH_CP", None)])
+@pytest.mark.parametrize("op, numel_in, numel_out", [("_ALLGATHER_BASE", 1, 8), ("_REDUCE_SCATTER_BASE", 8, 1)])
+def test_a_one_element_share_on_a_named_group_keeps_that_group_s_cause(desc, want, op, numel_in, numel_out):
+    """recheck67 AN-3: F18-1's reason (a DP bucket's end is padded to a multiple of lcm(DP, 128) elements, Megatron-Core
+    0.19.2 optimizer/param_layout.py bucket_end_divisor) is about DP's buckets only: a one-element gather or scatter on
+    a group the line names as TP's or EP's (parallel_state.py group_desc TENSOR_MODEL_PARALLEL_GROUP,
+    EXPERT_MODEL_PARALLEL_GROUP) is still that group's timeout, as CP's and the TP group's one-element ALLREDUCE are;
+    on the DP groups it stays without a cause."""
+    d = _diagnose(_line(op, numel_in, numel_out, desc))
+    assert [c["id"] for c in d["causes"]] == ([want] if want else []), d["causes"]
