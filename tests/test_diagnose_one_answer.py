@@ -40,13 +40,31 @@ def test_a_pipeline_hang_is_not_told_to_turn_off_what_the_config_has_off():
     overrides = {"model.pipeline_model_parallel_size": 4, "comm_overlap.tp_comm_overlap": False}
     effective = _resolve(overrides, 32).to_dict()["effective"]
     assert effective["model"]["overlap_p2p_comm"] is False  # a non-interleaved schedule: Bridge leaves it off
+    assert effective["model"]["batch_p2p_comm"] is True  # and batches the sends and receives (comm_overlap.py)
     d = _diagnose(RECV_TIMEOUT, recipe=RECIPE, overrides=overrides, gpus=32)
     (cause,) = [c for c in d["causes"] if c["evidence"]]
     assert cause["id"] == "PIPELINE_P2P_TIMEOUT"
-    assert "overlap_p2p_comm=false with" not in cause["fix"] and "model.overlap_p2p_comm=false" in cause["fix"]
+    assert "overlap_p2p_comm=false with" not in cause["fix"] and "model.batch_p2p_comm=true" in cause["fix"]
     # without the config, the fix still says what to try when overlap_p2p_comm is on
     (alone,) = _diagnose(RECV_TIMEOUT)["causes"]
     assert "try overlap_p2p_comm=false" in alone["fix"]
+
+
+def test_a_pipeline_hang_with_unbatched_p2p_keeps_the_unbatched_cause():
+    """evalAF AF-4: with batch_p2p_comm=false Megatron-Core runs separate isend/irecv (0.19.2
+    pipeline_parallel/p2p_communication.py:367-377 picks _batched_p2p_ops only when config.batch_p2p_comm, else
+    _p2p_ops) whatever overlap_p2p_comm is; real Bridge 0.6.2 resolves PP 4 without VPP and batch_p2p_comm=false to
+    overlap_p2p_comm=False, batch_p2p_comm=False (comm_overlap.py:454-463 derives them, the user's value then wins).
+    The unbatched deadlock is not ruled out by overlap_p2p_comm=false; batching is the fix, proven on the config."""
+    overrides = {"model.pipeline_model_parallel_size": 4, "comm_overlap.tp_comm_overlap": False,
+                 "comm_overlap.batch_p2p_comm": False}
+    model = _resolve(overrides, 32).to_dict()["effective"]["model"]
+    assert (model["overlap_p2p_comm"], model["batch_p2p_comm"]) == (False, False)
+    (cause,) = [c for c in _diagnose(RECV_TIMEOUT, recipe=RECIPE, overrides=overrides, gpus=32)["causes"] if c["evidence"]]
+    assert cause["id"] == "PIPELINE_P2P_TIMEOUT"
+    assert "does not apply" not in cause["fix"], cause["fix"]
+    assert cause["fix"].startswith("comm_overlap.batch_p2p_comm=true ") and "_p2p_ops" in cause["fix"], cause["fix"]
+    assert cause["fix_overrides"] == {"comm_overlap.batch_p2p_comm": True}
 
 
 def test_an_expert_grid_error_is_one_cause_not_also_a_world_size_one():

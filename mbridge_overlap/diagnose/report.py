@@ -650,7 +650,9 @@ def _from_log_only(cause: Cause, rec: dict, found: dict, effective: dict) -> Non
     for alt in rec.get("log_fix_if") or ():
         if all(_effective(effective, key) == value for key, value in (alt.get("if") or {}).items()) \
                 and alt.get("if_finding", fid) in (*found, fid):
-            cause.finding = replace(cause.finding, fix=findings.Shell(alt["fix"]))
+            fix = dict(alt.get("fix_overrides") or {})  # proven on the config next (_fix_on_config)
+            said = findings.Shell((str(findings.overrides_text(fix)) if fix else "") + alt["fix"])
+            cause.finding = replace(cause.finding, fix=said, fix_overrides=fix or cause.finding.fix_overrides)
             cause.how += "; the fix is the one the resolved config leaves"
             return
 
