@@ -79,3 +79,38 @@ def test_a_summary_printing_only_sequence_length_gives_the_model_s(tmp_path):
     assert "model.seq_length" not in api.diagnose([str(log)], gpus=8).to_dict()["config"]["not_printed"]
     log.write_text(text.replace(seq[0], "").replace("sequence_length:", "sequence_length_gone:"))
     assert "model.seq_length" in api.diagnose([str(log)], gpus=8).to_dict()["config"]["not_printed"]
+
+
+SUMMARIES = pathlib.Path(__file__).resolve().parent / "data" / "summaries"
+
+
+def _run(summary: str, ms: float) -> str:
+    """Bridge's own summary (log_non_default_values of deepseek_v3_pretrain_config at 1024 GPUs, printed by real
+    Bridge 0.5.1 and 0.6.2: evalAF's real/build.py --summary) and 20 iterations in Bridge's format."""
+    body = (SUMMARIES / summary).read_text()
+    its = "".join(f"[2026-12-07 08:{i:02d}:01] iteration {i:8d}/    1000 | consumed samples: {i * 4096:13d} | elapsed "
+                  f"time per iteration (ms): {ms:.1f} | learning rate: 3.000000E-04 | global batch size:  4096 |\n"
+                  for i in range(1, 21))
+    return body + its
+
+
+def test_a_compare_across_releases_lists_an_unmodelled_change_and_says_the_releases(tmp_path):
+    """evalAF AF-3: 0.6.2's summary prints model.moe_flex_dispatcher_num_sms: 16 (Megatron-Core 0.19.2 passes it to
+    HybridEP's dispatch and combine, token_dispatcher.py:1148-1149; 0.18.2 has no such field), which `diff` lists
+    as changed on the overlap path; the compare said no config change and +0.0 ms as the whole story. And the
+    summaries are of two releases (0.6.2's checkpoint.stream_ckpt_dequant, tokenizer.use_tokenizer_vocab_size, ...:
+    Bridge lists every value of those sections but None), read with one release's defaults: said."""
+    before, after = tmp_path / "b.log", tmp_path / "a.log"
+    before.write_text(_run("deepseek_v3_pretrain_config_bridge051.txt", 20000.0))
+    after.write_text(_run("deepseek_v3_pretrain_config_bridge062.txt", 21400.0))
+    d = api.diagnose([str(before), str(after)], compare=True, gpus=1024, gpu="h100").to_dict()
+    c = d["compare"]
+    assert {"key": "model.moe_flex_dispatcher_num_sms", "before": None, "after": 16} in c["unmodeled_changes"]
+    assert c["releases"] == {"before": ["0.5.0", "0.5.1"], "after": ["0.6.0", "0.6.1", "0.6.2"]}
+    assert any("different Bridge releases" in n for n in d["notes"])
+    (drop,) = [x for x in d["causes"] if x["id"] == "THROUGHPUT_DROP"]
+    assert "moe_flex_dispatcher_num_sms" in drop["analysis"] and "does not model it" in drop["analysis"]
+    # one release's summary twice: nothing unmodelled, no release said
+    same = api.diagnose([str(after), str(after)], compare=True, gpus=1024, gpu="h100").to_dict()
+    assert same["compare"]["unmodeled_changes"] == [] and "releases" not in same["compare"]
+    assert not any("different Bridge releases" in n for n in same["notes"])

@@ -406,6 +406,9 @@ def diagnosis(d: dict) -> str:
         if c.get("settings_changed"):
             lines.append("  settings that changed between the summaries: " + ", ".join(
                 f"{o['key']} {fmt(o['before'])} -> {fmt(o['after'])}" for o in c["settings_changed"]))
+        if c.get("unmodeled_changes"):
+            lines.append("  changed on the overlap path but not modelled (the budget does not see them): " + ", ".join(
+                f"{u['key']} {fmt(u['before'])} -> {fmt(u['after'])}" for u in c["unmodeled_changes"]))
         predicted = c.get("budget")
         if predicted and "unavailable" not in predicted:
             before, span = predicted["iteration_ms_before"], c.get("predicted_range_ms")

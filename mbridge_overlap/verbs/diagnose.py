@@ -274,6 +274,11 @@ def _config_changes(diag, scans, release, gpus, inputs=None) -> None:
     diag.compare["config_changes"] = [c.to_dict() for c in result.changes]
     # (evalAA AA-3: TP 4 -> 8 and CP 2 -> 1 are not overlap settings, and "which one" went unanswered)
     diag.compare["settings_changed"] = [{k: o[k] for k in ("key", "label", "before", "after")} for o in result.other]
+    diag.compare["unmodeled_changes"] = _unmodeled(scans, result)
+    said = _releases_differ(scans, release)
+    if said:
+        diag.compare["releases"] = said[0]
+        diag.notes.append(said[1])
     moved = {c.key for c in result.changes}
     derived = sorted({x["key"] for c in result.changes for x in c.causes if x["key"] in moved and x["key"] != c.key})
     if derived:  # (evalO O5: a VPP removal's batch_p2p_comm was named a cause of align_param_gather, and restored)
@@ -284,6 +289,68 @@ def _config_changes(diag, scans, release, gpus, inputs=None) -> None:
     diag.compare["budget"] = (result.budget if same else
                               {"unavailable": "the two runs' configuration summaries print different model shapes"})
     _preset_unseen(diag, scans, release)
+
+
+def _unmodeled(scans, result) -> list:
+    """evalAF AF-3: the fields on the overlap path the two summaries print differently that the resolver does not
+    model (so the budget does not see them): the summaries' config is the modelled fields only, so the diff of it
+    never lists them as `diff` of the two run configs does. A field one block leaves out is, under
+    [model]/[ddp]/[optimizer], the Megatron-Core default the other block prints beside it; elsewhere None (the block
+    lists every value but None). The diff's own unmodelled changes come first."""
+    from ..diagnose.summary import MCORE_SECTIONS, _same
+    from ..findings.rules.common import on_overlap_path
+    from ..run import schema
+
+    a, b = (scan.summary for _label, scan in scans)
+    out = list(result.accounting.get("unmodeled") or ())
+    skip = {u["key"] for u in out} | {c.key for c in result.changes} | {o["key"] for o in result.other}
+
+    def value(mine, other, section: str, name: str):
+        if name in mine.sections.get(section, {}):
+            return mine.sections[section][name]
+        return other.defaults.get(section, {}).get(name) if section in MCORE_SECTIONS else None
+
+    for section in sorted(set(a.sections) | set(b.sections)):
+        for name in sorted(set(a.sections.get(section, {})) | set(b.sections.get(section, {}))):
+            key = f"{section}.{name}"
+            if key in skip or name in schema.SECTIONS.get(section, {}) or not on_overlap_path(key):
+                continue
+            old, new = value(a, b, section, name), value(b, a, section, name)
+            if not _same(old, new):
+                out.append({"key": key, "before": old, "after": new})
+    return out
+
+
+def _releases_differ(scans, release) -> tuple[dict, str] | None:
+    """evalAF AF-3: the known releases each summary can be of, by the fields it prints in the sections Bridge lists
+    whole (train, checkpoint, logger, tokenizer, ...: every value but None, config.py log_non_default_values): a
+    field printed that a release's ConfigContainer lacks rules that release out, and so does a true/false field the
+    other summary prints in a section both print and this one leaves out (a boolean is not None: this release has no
+    such field). (releases, note) where no release fits both; None otherwise."""
+    from ..diagnose.summary import MCORE_SECTIONS
+    from ..upstream import releases as rels
+
+    whole = [{(s, n): v for s, names in scan.summary.sections.items() if s not in MCORE_SECTIONS
+              for n, v in names.items()} for _label, scan in scans]
+    fits, only = [], []
+    for mine, other in ((whole[0], whole[1]), (whole[1], whole[0])):
+        sections = {s for s, _n in mine}
+        left_out = {k for k, v in other.items() if isinstance(v, bool) and k[0] in sections and k not in mine}
+        only += [f"{s}.{n}" for s, n in sorted(left_out)]
+        fits.append([v for v in rels.versions()
+                     if all(n in rels.bridge_fields(v).get(s, ()) for s, n in mine)
+                     and not any(n in rels.bridge_fields(v).get(s, ()) for s, n in left_out)])
+    if not fits[0] or not fits[1] or set(fits[0]) & set(fits[1]):
+        return None
+    said = {"before": fits[0], "after": fits[1]}
+    return said, (
+        f"the two configuration summaries are of different Bridge releases: BEFORE's fields fit "
+        f"{' or '.join(fits[0])}, AFTER's {' or '.join(fits[1])} (Bridge lists every value of its own sections but "
+        f"None, and one summary's true/false fields are missing from the other's: {', '.join(only[:5])}"
+        f"{f' and {len(only) - 5} more' if len(only) > 5 else ''}); both are read with release {release.version}'s "
+        "fields and Megatron-Core defaults (--bridge-version), so what a summary leaves out may be read wrong for the "
+        "other release, and what changed with the release (its defaults, its Megatron-Core) is no config change the "
+        "budget sees: `diff` of the two runs' run_config.yaml with --bridge-version says more")
 
 
 # The shape fields a summary's model is matched to a known model's by (the vocabulary is padded per run)
@@ -403,6 +470,7 @@ def _drop_beside_changes(diag) -> None:
     c = diag.compare or {}
     changes = [f"{ch['key']} {fmt(ch['before'])} -> {fmt(ch['after'])} [{ch['finding_id']}]" for ch in c.get("config_changes") or ()]
     changes += [f"{o['key']} {fmt(o['before'])} -> {fmt(o['after'])}" for o in c.get("settings_changed") or ()]
+    changes += [f"{u['key']} {fmt(u['before'])} -> {fmt(u['after'])} (not modelled)" for u in c.get("unmodeled_changes") or ()]
     drop = next((x for x in diag.causes if x.finding.id == "THROUGHPUT_DROP"), None)
     if drop is None or not changes:
         return
@@ -415,6 +483,9 @@ def _drop_beside_changes(diag) -> None:
                 f"({b['iteration_change_ms'] / b['iteration_ms_before'] * 100:+.1f}%{share}"
                 + (", at one userbuffers preset on both sides" if c.get("predicted_range_ms") else "") + ")"
                 if b["iteration_ms_before"] else "")
+    if changes and all(x.endswith("(not modelled)") for x in changes):
+        said = ("; the budget does not model " + ("it" if len(changes) == 1 else "them")
+                + (f" (its {b['iteration_change_ms']:+,.1f} ms sees no change)" if "iteration_change_ms" in b else ""))
     drop.how = (f"the summaries differ in {len(changes)} communication setting{'s' if len(changes) != 1 else ''}: "
                 + "; ".join(changes[:6]) + (f" and {len(changes) - 6} more" if len(changes) > 6 else "") + said
                 + " (compare: above; each change's restore is in config_changes)")
