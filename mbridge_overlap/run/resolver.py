@@ -630,6 +630,8 @@ def _layout_string(state: State) -> bool:
     layout = state.request.context.get(schema.LAYOUT_KEY)
     if layout is None:
         return False
+    if _layout_lost(state, layout):
+        return True
     if why := layers.unread(layout):  # (fuzzV V2-1: it was taken as no layout)
         raise UsageError(f"{schema.LAYOUT_KEY}: {why}: give a shorter layout (a real model's is tens of characters)")
     where = "TransformerConfig.__post_init__"
@@ -651,6 +653,32 @@ def _layout_string(state: State) -> bool:
         _reject(state, "PIPELINE_LAYOUT_REJECTED", refusal, where)
         return True
     return False
+
+
+_LAYOUT_ARGS = ("layout", "pipeline_model_parallel_size")  # PipelineParallelLayerLayout.__init__ (0.18.2, 0.19.2)
+_HYDRA_KEYS = {"_target_", "_call_", "_partial_", "_recursive_", "_convert_", "_args_"}
+
+
+def _layout_lost(state: State, layout) -> bool:
+    """evalAF AF-2: a config file whose layout is a PipelineParallelLayerLayout call without its arguments (what
+    Bridge 0.5.x's to_yaml writes for the layout object; 0.6.0 writes its input, Megatron-Bridge #4769): loading the
+    file fails in ConfigContainer.from_yaml's instantiation, before Megatron-Core sees a layout (real 0.5.1 and 0.6.2:
+    InstantiationException, TypeError "missing 2 required positional arguments"). True where it rejected the config."""
+    if state.request.origin.get(schema.LAYOUT_KEY) != "config" or not isinstance(layout, dict):
+        return False
+    target = layout.get("_target_")
+    if not isinstance(target, str) or target.rpartition(".")[2] != "PipelineParallelLayerLayout" \
+            or layout.get("_call_", True) is False:
+        return False
+    args = layout.get("_args_") if isinstance(layout.get("_args_"), list) else []
+    missing = [n for i, n in enumerate(_LAYOUT_ARGS) if n not in set(layout) - _HYDRA_KEYS and i >= len(args)]
+    if not missing:
+        return False
+    names = " and ".join(repr(n) for n in missing)
+    _reject(state, "RUN_CONFIG_LAYOUT_LOST", f"Error in call to target '{target}': TypeError(\"PipelineParallelLayerLayout."
+            f"__init__() missing {len(missing)} required positional argument{'s' if len(missing) > 1 else ''}: {names}\")",
+            "ConfigContainer.from_yaml, loading the file")
+    return True
 
 
 def validate_layer_layout(state: State) -> None:

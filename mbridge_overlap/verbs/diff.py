@@ -209,7 +209,10 @@ def diff(before: Scenario, after: Scenario, labels: tuple[str, str] | None = Non
     # that creates one would replace a tuned preset it has (evalX X2-3: Bridge's asdict() TypeError)
     b.sectionless = sections_known and b.analysis.state.request.comm_overlap is None
     a.printed = b.printed = not sections_known
-    warnings = ([f"BEFORE fails at {f.when or 'config'} as it is given: {f.id}: {f.message}" for f in a.analysis.errors]
+    warnings = ([f"BEFORE fails at {f.when or 'config'} as it is given: {f.id}: {f.message}" + (
+                     "; the changes below are read from the file as it is, and `--before "
+                     "model.pipeline_model_parallel_layout=...` with the layout the run used gives BEFORE its layout, and "
+                     "the budget with it" if f.id == "RUN_CONFIG_LAYOUT_LOST" else "") for f in a.analysis.errors]
                 + list(before.notes) + list(after.notes) + _model_warning(a, b) + _launchers_of_another_release(a, b))
     changed_inputs = _changed_inputs(a, b)
     changes = []

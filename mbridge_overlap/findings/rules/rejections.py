@@ -167,6 +167,11 @@ def _layout(state: State, r) -> tuple[list, dict]:
         "Megatron-Core refuses num_layers_in_first/last_pipeline_stage and account_for_*_in_pipeline_split)")}
 
 
+# evalAF AF-2: a file whose layout Bridge 0.5.x saved without its arguments (real 0.5.1 takes the file with the
+# recipe's layout given beside it: process_config_with_overrides, then runtime_config_update, dp 32)
+_LOST_LAYOUT_FIX = ("give the layout the run used, model.pipeline_model_parallel_layout=... (the one the run's recipe set "
+                    "for its PP and VPP, e.g. DeepSeek-V3's set_deepseek_v3_pipeline_model_parallel_layout), on the command "
+                    "line beside the file, or analyse the recipe the run came from (--recipe) instead of its saved config")
 REJECTION_FIXES = {
     "GPUS_NOT_DIVISIBLE": _gpus,
     "FP4_WITH_FP8": _constant,
@@ -196,6 +201,7 @@ REJECTION_FIXES = {
     "CP_SEQUENCE_NOT_DIVISIBLE": _constant,
     "CP_HIERARCHICAL_SIZES_INVALID": _cp_comm_type,
     "PIPELINE_LAYOUT_REJECTED": _layout,
+    "RUN_CONFIG_LAYOUT_LOST": lambda state, r: ([], {"otherwise": shell(_LOST_LAYOUT_FIX)}),
     "SEQ_LENGTH_DATASET_MISMATCH": lambda state, r: _seq_length_fix(state),
     # the first that holds: the in-batch packing asked over the recipe's offline one dropped, offline packing with its
     # specs, without them; a value that is no specs (false, 0, a text: fuzzW W2-6) unset with null, the one value an
