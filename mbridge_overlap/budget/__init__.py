@@ -64,6 +64,46 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
     return budget
 
 
+ROUTER_KEYS = ("num_moe_experts", "moe_router_topk", "moe_router_num_groups", "moe_router_group_topk",
+               "moe_router_topk_limited_devices", "moe_router_enable_expert_bias")
+
+
+def router_of(sc, ep: int) -> dict | None:
+    """The MoE router as the run builds it, for the checks of its first forward (findings/rules/run.py moe_router):
+    the known model's routing (the recipe's family, as the budget reads it), then the run config's model section, then
+    the overrides, each winning; a deprecated moe_router_topk_limited_devices made group-limited routing over the EP
+    ranks as TransformerConfig does (shape.limited_devices); the load-balancing type and router fusion as the config
+    or an override writes them (None: not set there: the recipe's own is not read). None: no experts known."""
+    from . import shape as shapes
+
+    known = shapes.models().get(sc.family or "", {}).get("shape", {}) if sc.family else {}
+    values = {k: known.get(k) for k in ROUTER_KEYS}
+    try:
+        saved = _saved_shape(sc)
+        given = _overridden(sc, shapes)
+    except UsageError:
+        return None  # (the budget says why)
+    for source in (saved, given):
+        values.update({k: v for k, v in source.items() if k in ROUTER_KEYS})
+    experts = values["num_moe_experts"]
+    if not experts or isinstance(experts, bool):
+        return None
+    values["moe_router_topk"] = values["moe_router_topk"] or 2  # (TransformerConfig's default)
+    limited = values["moe_router_topk_limited_devices"]
+    values["limited"] = bool(limited and not values["moe_router_group_topk"])
+    if values["limited"]:
+        values["moe_router_group_topk"], values["moe_router_num_groups"] = limited, ep
+    written = _model_fields(sc)  # (the config's section and the overrides, typed as Hydra types a command line's)
+    values["load_balancing"] = _text(written.get("moe_router_load_balancing_type"))
+    fusion = written.get("moe_router_fusion")
+    values["fusion"] = fusion if isinstance(fusion, bool) else None
+    return values
+
+
+def _text(value) -> str | None:
+    return value.strip().strip("'\"") if isinstance(value, str) else None
+
+
 def _mtp_unbuilt(req) -> str | None:
     """Why no MTP layer is costed where the run's provider builds its model without an MTP block whatever
     model.mtp_num_layers says (releases.mtp_unbuilt), else None."""

@@ -391,6 +391,73 @@ def _since(state: State, version: str) -> bool:
     return releases.version_key(state.request.release.version) >= releases.version_key(version)
 
 
+# --- the first step: the MoE router ---------------------------------------------------------------------------------
+
+# Where Megatron-Core raises, by its version (the line a traceback names; held to the installed Megatron-Core in
+# tests/bridge/test_moe_router.py): group_limited_topk's topk(topk // group_topk) in moe_utils.py (0.18.x, 0.19.x alike),
+# TopKRouter.quantile_balancing's two asserts in router.py (0.19 only)
+GROUP_TOPK_LINE = {"0.18": 618, "0.19": 656}
+QB_ASSERT_LINES = {"0.19.0": (325, 328), "0.19.2": (324, 327)}
+QB_FUSION = "Quantile balancing routing does not support moe_router_fusion."
+QB_GROUPS = "Quantile balancing routing does not support group-limited routing."
+
+
+@check("MOE_ROUTER_GROUP_TOPK_OUT_OF_RANGE", "QUANTILE_BALANCING_REFUSED_BY_ROUTER", "QUANTILE_BALANCING_NOT_IN_RELEASE")
+def moe_router(state: State):
+    """The MoE router's first forward (Megatron-Core's TopKRouter.routing): quantile balancing asserts router fusion off
+    and no group-limited routing (0.19), and is absent from 0.18 (taken, no balancing); group_limited_topk asks
+    torch.topk for topk // group_topk experts of each group (budget.router_of: the run's routing)."""
+    from ... import budget
+
+    r = budget.router_of(state.scenario, state.model["expert_model_parallel_size"])
+    if r is None:
+        return
+    mcore, version = state.request.release.megatron_core, state.request.release.version
+    grouped = r["moe_router_num_groups"] is not None or r["moe_router_group_topk"] is not None
+    if r["load_balancing"] == "quantile_balancing":
+        if "moe_router_quantile_balancing_ema" not in releases.bridge_fields(version).get("model", ()):
+            bias = (" but the expert bias (moe_router_enable_expert_bias), which still updates" if r["moe_router_enable_expert_bias"] else "")
+            yield make("QUANTILE_BALANCING_NOT_IN_RELEASE", version=version, mcore=mcore, bias=bias)
+            return
+        if r["fusion"] or grouped:
+            lines = QB_ASSERT_LINES.get(mcore)
+            words, at = (QB_FUSION, 0) if r["fusion"] else (QB_GROUPS, 1)
+            what = " and ".join(w for w, on in (("model.moe_router_fusion=true", r["fusion"]),
+                                                (_groups_said(r), grouped)) if on)
+            c = {"model.moe_router_fusion": False}
+            if grouped:
+                c.update({"model.moe_router_num_groups": None, "model.moe_router_group_topk": None})
+            if r["moe_router_topk_limited_devices"]:
+                c["model.moe_router_topk_limited_devices"] = None
+            o, fix = fixed(state, "QUANTILE_BALANCING_REFUSED_BY_ROUTER", [c])
+            yield make("QUANTILE_BALANCING_REFUSED_BY_ROUTER", fix_overrides=o, fix=fix, what=what, mcore=mcore, words=words,
+                       where=f":{lines[at]}" if lines else " TopKRouter.quantile_balancing")
+        return  # (quantile balancing never reaches group_limited_topk)
+    groups, pick, k, experts = r["moe_router_num_groups"], r["moe_router_group_topk"], r["moe_router_topk"], r["num_moe_experts"]
+    if not (groups and pick) or experts % groups or pick > groups or (r["moe_router_topk_limited_devices"] and not r["limited"]):
+        return  # (not group-limited, or a config TransformerConfig refuses: the budget's shape says so)
+    per = experts // groups
+    if k // pick <= per:
+        return
+    enough = -(-k // per)  # the fewest groups whose experts hold the top-k (and so k // it <= a group's)
+    key = "model.moe_router_topk_limited_devices" if r["limited"] else "model.moe_router_group_topk"
+    o, fix = fixed(state, "MOE_ROUTER_GROUP_TOPK_OUT_OF_RANGE", [{key: enough}] if enough <= groups else [])
+    line = GROUP_TOPK_LINE.get(mcore.rpartition(".")[0])
+    limited = (f" (model.moe_router_topk_limited_devices={pick} over the {groups} EP ranks: Megatron-Core's TransformerConfig "
+               "turns it into group-limited routing)") if r["limited"] else ""
+    yield make("MOE_ROUTER_GROUP_TOPK_OUT_OF_RANGE", fix_overrides=o, fix=fix, k=k, pick=pick, groups=groups, per=per,
+               experts=experts, need=k // pick, limited=limited,
+               where=f"megatron/core/transformer/moe/moe_utils.py:{line}" if line else "megatron/core/transformer/moe/moe_utils.py",
+               knobs=[key, "model.moe_router_num_groups", "model.moe_router_topk"])
+
+
+def _groups_said(r: dict) -> str:
+    if r["limited"]:
+        return f"model.moe_router_topk_limited_devices={r['moe_router_topk_limited_devices']} (group-limited routing)"
+    return (f"group-limited routing (moe_router_num_groups {r['moe_router_num_groups']}, moe_router_group_topk "
+            f"{r['moe_router_group_topk']})")
+
+
 @check("FP8_PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER")
 def fp8_param_gather_plain_optimizer(state: State):
     """No check in Bridge 0.6.2 or Megatron-Core 0.19.2 (Megatron-LM's own arguments.py refuses it): what the
