@@ -481,7 +481,35 @@ def _at(lay: Layout, shape: shapes.Shape, system: System, shape_from: str, coste
     b.items += dp.collectives(lay, shape, system, layers, stage_fwd, stage_bwd, rank=rank, mtp=n_mtp)
     if counts.get(True) or n_mtp and mtp_k:
         b.items += _ep(lay, shape, system, counts.get(True, 0) + n_mtp * mtp_k, m, tokens, kinds[True]["fwd"], kinds[True]["again"])
+        b.items += _router_qb_gather(lay, shape, system, counts.get(True, 0) + n_mtp * mtp_k, m, tokens, kinds[True]["again"])
+    if lay.router_qb and shape.moe and lay.tp * lay.cp > 1:
+        b.assumptions += (ROUTER_QB_GATHER,)
     return b
+
+
+ROUTER_QB_GATHER = ("MoE: moe_router_load_balancing_type=quantile_balancing gathers each MoE layer's router logits (the "
+                    "rank's tokens x num_moe_experts, FP32) over the TP x CP group in every forward, again where the "
+                    "layer is recomputed, so the quantile sees a whole sequence's tokens (all_gather_into_tensor, "
+                    "Megatron-Core 0.19.2 router.py:332-351, TopKRouter.quantile_balancing): blocking in the router, "
+                    "before the dispatch, no overlap setting hides it")
+
+
+def _router_qb_gather(lay, shape, system, layers: int, m: int, tokens: int, again: dict) -> list:
+    """Quantile balancing's logits all-gather over the TP x CP group (tp_cp_group), per MoE layer per micro-batch's
+    forward (and its recompute: the router runs inside the MoE layer's checkpoint): local tokens x experts x 4 B in,
+    TP x CP times that out (the Item's bytes, as TP's all-gathers are counted: the gathered tensor)."""
+    group = lay.tp * lay.cp
+    if not lay.router_qb or not shape.moe or group < 2 or not layers:
+        return []
+    local = tokens // lay.cp // (lay.tp if lay.sp else 1)  # (the router's input: the sequence-parallel shard)
+    nbytes = local * group * shape.num_moe_experts * 4
+    link = link_of(lay, 1, group)
+    near = fewest_local(lay, 1, group) if link == "network" else None
+    one = system.seconds("all_gather", nbytes, group, link, near)
+    count = round((1 + again["layer"] + again["mlp"]) * layers * m)
+    return [Item("tp", "all_gather", "MoE routers' FP32 logits for quantile balancing (tokens x experts, over TP x CP: "
+                 "router.py quantile_balancing, in the forward, not overlapped)", nbytes, count, group, link, one * count,
+                 0.0, None, **across(system, "all_gather", link, near))]
 
 
 REBUILT_WHAT = "decoder layers built again after the MTP block (no userbuffers: TP_OVERLAP_OFF_MTP_DECODER): "
