@@ -447,6 +447,9 @@ def moe_router(state: State):
                "turns it into group-limited routing)") if r["limited"] else ""
     yield make("MOE_ROUTER_GROUP_TOPK_OUT_OF_RANGE", fix_overrides=o, fix=fix, k=k, pick=pick, groups=groups, per=per,
                experts=experts, need=k // pick, limited=limited,
+               fused=(" (the unfused router's; with model.moe_router_fusion=true, as set here, Transformer Engine's "
+                      "fused_topk_with_score_function takes the same top experts of each group, unchecked in its "
+                      "Python: its CUDA kernel is not run here)") if r["fusion"] else "",
                where=f"megatron/core/transformer/moe/moe_utils.py:{line}" if line else "megatron/core/transformer/moe/moe_utils.py",
                knobs=[key, "model.moe_router_num_groups", "model.moe_router_topk"])
 
