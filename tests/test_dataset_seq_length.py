@@ -234,3 +234,37 @@ def test_the_fix_moves_the_side_the_user_did_not_set(version, tmp_path):
     assert b.fix_overrides == {word: 8192}
     (o,) = _mismatch(api.resolve(LONGER, gpus=8, bridge_version=version))
     assert o.fix_overrides == {word: 8192}
+
+
+@pytest.mark.parametrize("version", ["0.5.1", "0.6.2"])
+def test_a_file_without_a_dataset_section_keeps_the_base_s_dataset(version, tmp_path):
+    """recheck67 AN-1: Bridge merges a config file over _pretrain_common(), whose GPTDatasetConfig (seq_length=4096,
+    recipes/common.py:95 in 0.5.0 to 0.6.2) a file without a dataset section keeps: the file's GPTModelProvider (1024)
+    fails validate() against it, and against a command-line dataset length (real 0.6.2 and 0.5.1: 'Sequence length in
+    model config: 1024, Sequence length in dataset config: 8192'; tier 2 test_dataset_seq_length_bridge.py). The skill
+    dropped that dataset and compared nothing. The fix is the word Bridge takes for a file-built model,
+    ++model.seq_length=N (the model's is its class's default, never the user's), and the budget is not given."""
+    word = dataset_seq_length_key(version)
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(_Q4)
+    for words, data in (({}, 4096), ({word: 8192}, 8192)):
+        res = api.resolve(words, config=str(cfg), gpus=16, gpu="h100", bridge_version=version)
+        (f,) = _mismatch(res)
+        assert f"Sequence length in model config: 1024, Sequence length in dataset config: {data}" in f.message
+        assert f.fix_overrides == {"model.seq_length": data} and f.fix.startswith(f"++model.seq_length={data} "), f.fix
+        assert not _mismatch(api.resolve({**words, **f.fix_overrides}, config=str(cfg), gpus=16, gpu="h100",
+                                         bridge_version=version))
+    assert not _mismatch(api.resolve({word: 1024}, config=str(cfg), gpus=16, gpu="h100", bridge_version=version))
+    out = subprocess.run([sys.executable, "-m", "mbridge_overlap", "budget", "--config", str(cfg), "--gpus", "16",
+                          "--gpu", "h100", "--model", "llama3_8b", "--bridge-version", version, f"{word}=8192",
+                          "train.global_batch_size=64"], capture_output=True, text=True)
+    assert "the config does not run (SEQ_LENGTH_DATASET_MISMATCH)" in out.stderr + out.stdout and "iteration" not in out.stdout
+
+
+def test_a_log_summary_without_a_dataset_holds_no_dataset_length():
+    """A log's configuration summary (a ConfigContainer dump, _target_ at the top) that prints no dataset section says
+    nothing of the run's dataset: its length is not the base's 4096 (no mismatch said), unlike an override file's."""
+    raw = {"_target_": "megatron.bridge.training.config.ConfigContainer", "comm_overlap": None,
+           "model": {"seq_length": 2048, "tensor_model_parallel_size": 2}}
+    assert not _mismatch(api.resolve(config=raw, gpus=16, gpu="h100"))
+

@@ -600,7 +600,8 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
     for key, value in items:
         _as_yaml_typed(key, value)
         req.set(key, value, "config")
-    if config and base is None and req.origin.get("dataset.seq_length") != "config" and not _baseline_dataset(release, dataset):
+    if config and base is None and req.origin.get("dataset.seq_length") != "config" and not _baseline_dataset(release, dataset) \
+            and not _override_file_without_dataset(config):
         for key in schema.BASELINE_CONTEXT:  # a config that holds no dataset (Bridge's summary prints none): not the baseline's
             req.context.pop(key, None)
     if base is None and req.model_target_of == "the config" and req.model["seq_length"] is None \
@@ -640,6 +641,15 @@ def _held(req: Request, config) -> None:
     req.held_keys = {f"{s}.{k}" for s, body in (("model", model), ("comm_overlap", comm))
                      if s in sections and isinstance(body, Mapping) for k in body if k != "_target_"}
     req.file_keys = frozenset(req.held_keys)
+
+
+def _override_file_without_dataset(config: Mapping) -> bool:
+    """An override file (no ConfigContainer _target_ of its own: not a saved run config, nor a log's configuration
+    summary, which prints no dataset) without a dataset section: Bridge's process_config_with_overrides merges it over
+    the base config, whose dataset it keeps: _pretrain_common()'s GPTDatasetConfig(seq_length=4096) (recipes/common.py:95
+    in 0.5.0 to 0.6.2), which validate() compares with the model's (recheck67 AN-1: a GPTModelProvider file's 1024, and a
+    command-line dataset length, were compared with nothing)."""
+    return "dataset" not in config and not str(config.get("_target_", "")).strip().endswith("ConfigContainer")
 
 
 def _baseline_dataset(release: Release, dataset) -> bool:

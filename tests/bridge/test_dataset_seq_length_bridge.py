@@ -233,3 +233,35 @@ def test_the_fix_moves_the_side_the_user_did_not_set_as_bridge_takes_it(tmp_path
     assert words == ["++model.seq_length=8192"], f.fix
     assert _bridge_process(str(path), words) == (True, None, 8192)
     assert _bridge_process(str(path), ["model.seq_length=8192"])[0] is False  # (the bare word: Could not override)
+
+
+def test_a_file_without_a_dataset_section_keeps_the_base_s_dataset_as_bridge_does(tmp_path):
+    """recheck67 AN-1: a config file naming GPTModelProvider (seq_length 1024) with no dataset section keeps
+    _pretrain_common()'s GPTDatasetConfig (seq_length=4096, recipes/common.py) under Bridge's
+    process_config_with_overrides; the skill dropped that dataset, so neither the file alone (1024 against 4096) nor a
+    command-line dataset length (1024 against 8192) was compared. Each case: the skill's mismatch is the one the
+    installed Bridge's validate() raises, with the same two lengths; the finding's fix words are taken by Bridge and
+    the run validates at the length they set; the bare model word is refused."""
+    import shlex
+
+    version = adapter.bridge_version()
+    word = dataset_seq_length_key(version)
+    path = tmp_path / "run.yaml"
+    path.write_text("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  num_layers: 32\n"
+                    "  hidden_size: 4096\n  num_attention_heads: 32\n  tensor_model_parallel_size: 2\n"
+                    "  sequence_parallel: true\n")
+    for words, data, want in (([], 4096, 4096), ([f"{word}=8192"], 8192, 8192), ([f"{word}=1024"], 1024, None)):
+        taken, error, _ = _bridge_process(str(path), words)
+        assert taken, words
+        r = api.resolve(dict(w.split("=", 1) for w in words), config=str(path), gpus=16, gpu="h100",
+                        bridge_version=version)
+        ours = [x for x in r.findings if x.id == "SEQ_LENGTH_DATASET_MISMATCH"]
+        if want is None:
+            assert error is None and not ours, (words, error, ours)
+            continue
+        said = f"Sequence length in model config: 1024, Sequence length in dataset config: {data}"
+        assert said in error and ours and said in ours[0].message.replace("\\n", "\n"), (words, error, ours)
+        fix = shlex.split(ours[0].fix.split(" (")[0])
+        assert fix == [f"++model.seq_length={want}"], ours[0].fix
+        assert _bridge_process(str(path), words + fix) == (True, None, want), fix
+        assert _bridge_process(str(path), words + [f"model.seq_length={want}"])[0] is False  # (Could not override)

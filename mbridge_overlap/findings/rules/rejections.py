@@ -219,14 +219,19 @@ def _seq_length_fix(state: State):
     line set only the dataset's length (the model's is its provider class's default or the recipe's), the model's set to
     the dataset's (for a model a config file's model._target_ builds, the word is ++model.seq_length: Bridge's struct
     config holds only the file's model keys, findings.overrides_text); where the user set only the model's, or both,
-    or neither, the dataset's set to the model's (then the model's as the other candidate). Where the model's was set
-    to null (recheck66 AM-4), the model's set to the dataset's."""
+    or neither, the dataset's set to the model's (then the model's as the other candidate), except where the model's is
+    a config file's model._target_ class's default (GPTModelProvider's 1024) and the dataset's the base config's
+    GPTDatasetConfig 4096 (recheck67 AN-1: a file without a dataset section): the model's is set to the dataset's, as
+    Bridge's command line takes it (++model.seq_length=4096), as every recipe runs. Where the model's was set to null
+    (recheck66 AM-4), the model's set to the dataset's."""
     req, seq = state.request, state.model["seq_length"]
     data = given.integer("dataset.seq_length", req.context.get("dataset.seq_length"))
     if seq is None:
         return [{"model.seq_length": data}], {}
     to_model, to_data = {"model.seq_length": data}, {_dataset_seq_key(state): seq}
-    if dataset_seq_set(req) and req.origin.get("model.seq_length") not in ("config", "override") and data is not None:
+    default = req.model_seq_length_of is not None  # the model's the provider class's default, never the user's
+    if (dataset_seq_set(req) or default) and req.origin.get("model.seq_length") not in ("config", "override") \
+            and data is not None:
         return [to_model, to_data], {}
     return [to_data], {}
 
