@@ -268,3 +268,21 @@ def test_a_log_summary_without_a_dataset_holds_no_dataset_length():
            "model": {"seq_length": 2048, "tensor_model_parallel_size": 2}}
     assert not _mismatch(api.resolve(config=raw, gpus=16, gpu="h100"))
 
+
+def test_every_fix_at_once_writes_the_words_each_finding_writes(tmp_path):
+    """evalAF AF-6: resolve's "every fix at once" line wrote the bare model.seq_length=8192 for a file-built model
+    (real 0.6.2: Could not override 'model.seq_length') beside the finding's ++model.seq_length=8192. all_fixes.fix
+    (JSON) and the line are the words written for the request, by the rule of each finding's fix."""
+    from mbridge_overlap.output import text
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(_Q4 + "dataset:\n  seq_length: 8192\n")
+    res = api.resolve(config=str(cfg), gpus=16, gpu="h100")
+    (f,) = _mismatch(res)
+    every = res.to_dict()["all_fixes"]
+    assert "++model.seq_length=8192" in f.fix and "++model.seq_length=8192" in every["fix"].split(), every
+    assert "model.seq_length=8192" not in every["fix"].split()
+    line = next(li for li in text.resolution(res.to_dict()).splitlines() if li.startswith("every fix at once: "))
+    assert line == f"every fix at once: {every['fix']}"
+    recipe = api.resolve({"model.seq_length": 2048}, recipe="llama3_8b_pretrain_config").to_dict()["all_fixes"]
+    assert "dataset.seq_length=2048" in recipe["fix"].split(), recipe  # (a recipe's model holds every field: bare)

@@ -127,7 +127,10 @@ class Analysis:
                 then.setdefault(f.id, f.severity)
         left = set() if after is None else {proof.aim(f) for f in proof.probe(after)}
         still = dict.fromkeys(f.id for f in self.findings if f.severity in proof.BLOCKING and proof.aim(f) in left)
-        return {"overrides": union, "remove": remove,
+        with findings.written_for(self.state.request):  # the words as this config's command line takes them, the
+            # findings' own rule (evalAF AF-6: the bare model.seq_length=8192 for a file-built model beside its ++ fix)
+            words = [str(findings.overrides_text(union))] if union else []
+        return {"overrides": union, "remove": remove, "fix": " ".join(words + [f"~{k}" for k in remove]),
                 "then": None if after is None else [{"id": k, "severity": v} for k, v in then.items()],
                 "still": list(still)}
 

@@ -86,16 +86,17 @@ def resolution(d: dict) -> str:
     # budget's own refusal of the shape, which none of the fixes changes: recheck58 AE3)
     budgetless = "unavailable" in (d.get("budget") or {}) and any(
         f["severity"] == "error" and f["id"] != "SHAPE_REFUSED_BY_MEGATRON_CORE" for f in d["findings"])
-    fixes = _all_fixes(d.get("all_fixes"), d["requested"]["comm_overlap"] is None, budgetless)
+    fixes = _all_fixes(d.get("all_fixes"), budgetless)
     return _lines(lines + [""] + _findings(d["findings"]) + fixes + _budget_brief(d.get("budget")))
 
 
-def _all_fixes(a: dict | None, sectionless: bool, budgetless: bool = False) -> list[str]:
+def _all_fixes(a: dict | None, budgetless: bool = False) -> list[str]:
     if not a:
         return []
     # the one quoting of every fix (fuzzP P3: this line wrote env_vars.NAME=V, which struct mode refuses for a new name;
-    # recheck54 Y5: comm_overlap.KEY=V, which Hydra refuses where the config has no comm_overlap section)
-    given = ([str(findings.overrides_text(a["overrides"], sectionless))] if a["overrides"] else []) + [f"~{k}" for k in a["remove"]]
+    # recheck54 Y5: comm_overlap.KEY=V, which Hydra refuses where the config has no comm_overlap section; evalAF AF-6:
+    # a key a file-built model lacks, ++: the words all_fixes wrote for the request, as each finding's fix)
+    given = [a["fix"]]
     if a["then"] is None:
         then = "this release refuses them together: apply them one at a time"
     else:

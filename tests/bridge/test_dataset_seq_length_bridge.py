@@ -240,9 +240,12 @@ def test_a_file_without_a_dataset_section_keeps_the_base_s_dataset_as_bridge_doe
     _pretrain_common()'s GPTDatasetConfig (seq_length=4096, recipes/common.py) under Bridge's
     process_config_with_overrides; the skill dropped that dataset, so neither the file alone (1024 against 4096) nor a
     command-line dataset length (1024 against 8192) was compared. Each case: the skill's mismatch is the one the
-    installed Bridge's validate() raises, with the same two lengths; the finding's fix words are taken by Bridge and
-    the run validates at the length they set; the bare model word is refused."""
+    installed Bridge's validate() raises, with the same two lengths; the finding's fix words, and the words of
+    resolve's "every fix at once" (all_fixes.fix, evalAF AF-6), are taken by Bridge and the run validates at the
+    length they set; the bare model word is refused."""
     import shlex
+
+    from mbridge_overlap.output import text as render
 
     version = adapter.bridge_version()
     word = dataset_seq_length_key(version)
@@ -265,3 +268,7 @@ def test_a_file_without_a_dataset_section_keeps_the_base_s_dataset_as_bridge_doe
         assert fix == [f"++model.seq_length={want}"], ours[0].fix
         assert _bridge_process(str(path), words + fix) == (True, None, want), fix
         assert _bridge_process(str(path), words + [f"model.seq_length={want}"])[0] is False  # (Could not override)
+        every = r.to_dict()["all_fixes"]
+        line = next(li for li in render.resolution(r.to_dict()).splitlines() if li.startswith("every fix at once: "))
+        assert line == f"every fix at once: {every['fix']}" and f"++model.seq_length={want}" in shlex.split(every["fix"])
+        assert _bridge_process(str(path), words + shlex.split(every["fix"]))[:2] == (True, None), every["fix"]
