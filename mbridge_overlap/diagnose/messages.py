@@ -50,6 +50,10 @@ How a line is matched (Catalog.match):
   (Hit.truncated True, unseen fields "") if the visible part holds at least MIN_CUT_CHARS literal characters of the
   message, counted from its start, and its head anchor whole (so the message's first rare piece decides how early a
   cut may be). Native patterns are matched whole (their optional tails let some cut lines match).
+* Later sentences: a sentence of a message after its first that is distinctive alone (it names an identifier, a word
+  with an underscore such as UB_SKIPMC or overlap_param_gather, and has SENTENCE_WORDS words or more) is matched from
+  its start to the message's end too (_sentences), as a line of its own, where a paste elides the sentences before
+  it or a terminal wraps the line before it; where the whole message matches, it is the one hit.
 * Messages with too little literal text to tell apart (fewer than MIN_LITERAL_CHARS literal characters, or no piece
   that can anchor them) are never returned by match(), only by frame() and by_id() (Entry.matchable False); neither
   are entries without a message (bare asserts).
@@ -77,6 +81,7 @@ MIN_LITERAL_CHARS = 12  # a message with fewer literal characters is not matched
 MAX_LINE_CHARS = 65536  # longer lines: their head and their tail are matched
 HEAD_CHARS = 64  # a second anchor from the first HEAD_CHARS literal characters, for cut-off lines
 RARE = 8  # a piece at most this many catalog messages have is rare enough to anchor on
+SENTENCE_WORDS = 6  # a later sentence of a message matched on its own: at least this many words, and an identifier
 
 MAX_WORD = 64  # letters and digits: a longer run before a message is no word of a sentence
 MAX_RETRIES = 8  # later places of a message tried in one line after one that starts inside a sentence
@@ -314,10 +319,11 @@ class _Matcher:
     """One line of a message: its compiled pattern (lazily) and what the cut-off rule needs."""
 
     __slots__ = ("entry", "part", "tokens", "source", "literal", "anchor", "anchor_end", "order", "_rx", "_heads",
-                 "ngroups", "_tail", "_plan")
+                 "ngroups", "_tail", "_plan", "sentence")
 
-    def __init__(self, entry: Entry, part: int, tokens: list | None, source: str, order: int):
+    def __init__(self, entry: Entry, part: int, tokens: list | None, source: str, order: int, sentence: bool = False):
         self.entry, self.part, self.tokens, self.source, self.order = entry, part, tokens, source, order
+        self.sentence = sentence  # a later sentence of the line to its end (_sentences), matched without the first
         self.literal = sum(len(t) for t in tokens if not isinstance(t, Group)) if tokens is not None else len(source)
         self.ngroups = sum(isinstance(t, Group) for t in tokens) if tokens is not None else None
         self.anchor = None
@@ -625,6 +631,34 @@ def _segments(tokens: list) -> list[list]:
     return [_edge(seg) for seg in lines]
 
 
+# where a later sentence of a message starts: after a sentence's end (a word, then `.`, `!` or `?`), white space, then
+# a capital letter; an identifier a sentence names (an environment variable, a config field: a word with an underscore)
+_SENTENCE = re.compile(r"(?<=[A-Za-z0-9)\]'\"`][.!?])[ \t]+(?=[A-Z])")
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]")
+
+
+def _sentences(tokens: list) -> list[list]:
+    """A message line's later sentences that are distinctive alone, each as the tokens from its start to the line's
+    end: a log may show one without the sentence before it (a paste that elides the first words, a line a terminal
+    wrapped before it; fresh20 F20-1: TE's "CUDA device, driver and/or toolkit version does not support comm+GEMM
+    overlap with CUDA Multicast. Launch app with UB_SKIPMC=1 to try CUDA IPC instead."). Distinctive alone: the
+    sentence (to the next one's start) names an identifier (IDENTIFIER: UB_SKIPMC, overlap_param_gather) in its literal
+    text and has SENTENCE_WORDS words or more; it starts with no field. It is matched as the line's other parts are
+    (a cut-off line too), after its first sentence's matcher (the whole line is the one hit where both match)."""
+    out = []
+    for i, t in enumerate(tokens):
+        if isinstance(t, Group):
+            continue
+        for b in _SENTENCE.finditer(t):
+            seg = [t[b.end():], *tokens[i + 1:]]
+            lit = "".join("\x00" if isinstance(x, Group) else x for x in seg)
+            nxt = _SENTENCE.search(lit)
+            own = lit[:nxt.start()] if nxt else lit
+            if len(own.split()) >= SENTENCE_WORDS and _IDENTIFIER.search(own.replace("\x00", " ")):
+                out.append(_edge(seg))
+    return out
+
+
 _PIECE = re.compile(r"\S+")
 _PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^`{|}~"
 
@@ -703,14 +737,21 @@ class Catalog:
                 continue
             for part, seg in enumerate(_segments(tokens)):
                 matchers.append(_Matcher(e, part, seg, pattern_of(seg), len(matchers)))
+        whole = len(matchers)
+        for m in matchers[:whole]:  # (after the whole lines: their order, and so every tie-break, is unchanged)
+            if m.tokens is not None:
+                for seg in _sentences(m.tokens):
+                    matchers.append(_Matcher(m.entry, m.part, seg, pattern_of(seg), len(matchers), sentence=True))
         # anchors: the rarest usable word (document frequency over the catalog), from the head where possible
         words_of = {}
         df: dict[str, int] = {}
         for m in matchers:
             if m.tokens is None:
                 continue
-            ws = _words(m.tokens, glued_start=m.entry.kind in _GLUED_KINDS or m.part > 0)
+            ws = _words(m.tokens, glued_start=m.entry.kind in _GLUED_KINDS or m.part > 0 or m.sentence)
             words_of[m.order] = ws
+            if m.sentence:  # (its words are its whole line's, counted there)
+                continue
             for w in {w for w, _, _ in ws}:
                 df[w] = df.get(w, 0) + 1
         index: dict[str, list] = {}
@@ -726,7 +767,7 @@ class Catalog:
                     unanchored.add(m.entry.id)
                 continue
             ws = words_of[m.order]
-            if m.literal < MIN_LITERAL_CHARS or not ws or (m.part > 0 and min(w[2] for w in ws) > 0):
+            if m.literal < MIN_LITERAL_CHARS or not ws or ((m.part > 0 or m.sentence) and min(w[2] for w in ws) > 0):
                 # (a later line of a message with only common words: its first line is matched instead)
                 unanchored.add((m.entry.id, m.part))
                 continue
@@ -896,6 +937,9 @@ class Catalog:
                 start, groups = got
                 hits.append((True, m, Hit(m.entry, groups, (start + offset, len(text.rstrip()) + offset), text, True,
                                           m.part), m.literal + (len(groups[0]) if m.entry.lead_values else 0)))
+        if len(hits) > 1 and any(m.sentence for _, m, _, _ in hits):  # a later sentence of a message found whole too
+            whole = {(m.entry.id, m.part) for _, m, _, _ in hits if not m.sentence}
+            hits = [x for x in hits if not x[1].sentence or (x[1].entry.id, x[1].part) not in whole]
         if len(hits) > 1:
             # most literal text first; where two read as much, this release's wording before another's (recheck63 AJ5:
             # Megatron-Core 0.19.2's "{description} is not initialized" with its value "data parallel group" is the
@@ -905,7 +949,14 @@ class Catalog:
                 hits.sort(key=lambda x: (-_read(x[2]), bool(x[2].entry.releases)))  # (this release's wording first)
                 if _read(hits[1][2]) == _read(hits[0][2]) and not self._one_message(hits[0][2].entry, hits[1][2].entry):
                     return []
-        return [h for _, _, h, _ in hits]
+        out, said = [], set()
+        for _, m, h, _ in hits:  # (one hit of a message's line from its later sentences: the one reading most)
+            if m.sentence:
+                if (m.entry.id, m.part) in said:
+                    continue
+                said.add((m.entry.id, m.part))
+            out.append(h)
+        return out
 
     def frame(self, path: str, function: str, source_line: str | None = None, line: int | None = None) -> list[Entry]:
         """The entries raised or logged in `function` of the file at `path` (a traceback's `File "...", line N, in
