@@ -193,9 +193,33 @@ def classify(diag: Diagnosis) -> None:
             diag.causes.append(Cause(generic(key), groups, rec.get("overlap_related", True)))
     for cause in diag.causes:
         _deepep_reading(cause)
+    _ibgda_reading(diag)
 
 
 _DEEPEP_ASSERT = "native.deepep_kernel_assert"
+_IBGDA = "NVSHMEM_IBGDA_INIT_FAILED"
+_IBGDA_LINE = "native.nvshmem_ibgda_init_failed"
+
+
+def _ibgda_reading(diag: Diagnosis) -> None:
+    """NVSHMEM's "init failed for transport: IBGDA" is no failure by itself (NVSHMEM v3.4.5 transport.cpp:281-286 goes
+    on with the transports that started; fresh20 F20-3): where the log also shows the dispatcher's exchange failing
+    (MOE_DISPATCHER_COMM_FAILED: NVSHMEM's "Unable to initialize any transports", a DeepEP timeout or an IBGDA assert,
+    not only low-latency kernels' asserts), it is that failure's reason and goes with it; else it stays a warning whose
+    weight the run's config decides (_ibgda_against_config)."""
+    ibgda = [c for c in diag.causes if c.finding.id == _IBGDA]
+    failed = next((c for c in diag.causes if c.finding.id == "MOE_DISPATCHER_COMM_FAILED" and not low_latency_only(c)),
+                  None)
+    if not ibgda or failed is None:
+        return
+    for c in ibgda:
+        diag.causes.remove(c)
+        failed.groups.extend(c.groups)
+    failed.finding = replace(failed.finding, message=(
+        f"{failed.finding.message}; NVSHMEM's IBGDA transport did not start before it (\"init failed for transport: "
+        "IBGDA\"), the transport DeepEP's internode kernels post their RDMA through (DeepEP internode.cu:134-138, "
+        ":492): that is the failure's reason (the network set-up: an active IB / RoCE device with GPU-initiated "
+        "communication on every node)"))
 _DEEPEP_FILE = re.compile(r"Assertion failed: (?:\S*/)?(\w+\.cuh?):\d+, condition: (.+)")
 
 
@@ -249,8 +273,9 @@ def _deepep_reading(cause: Cause) -> None:
 def low_latency_only(cause: Cause) -> bool:
     """Every DeepEP line of the cause is a low-latency kernel's assert (internode_ll.cu), none of which Megatron-Core
     runs."""
-    return bool(cause.groups) and all(g.entry.id == _DEEPEP_ASSERT and (m := _DEEPEP_FILE.search(g.text))
-                                      and m[1] == "internode_ll.cu" for g in cause.groups)
+    own = [g for g in cause.groups if g.entry.id != _IBGDA_LINE]  # (an IBGDA line _ibgda_reading joined to it)
+    return bool(own) and all(g.entry.id == _DEEPEP_ASSERT and (m := _DEEPEP_FILE.search(g.text))
+                             and m[1] == "internode_ll.cu" for g in own)
 
 
 _WORK = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (\d{1,15})")
@@ -402,6 +427,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
             _from_log_only(cause, rec, found, analysis.effective)
             _fix_on_config(cause, analysis)
             _deepep_against_config(cause, analysis.effective)
+            _ibgda_against_config(cause, analysis.effective)
             _dp_without_overlap(cause, analysis)
             continue
         if fid in found:
@@ -677,6 +703,40 @@ def _deepep_against_config(cause: Cause, effective: dict) -> None:
     cause.finding = replace(cause.finding, fix_overrides={}, fix=shell(
         "check that the log is of this config (its dispatcher runs no DeepEP), else find the process that runs DeepEP "
         "and check the network its EP group crosses (RDMA / RoCE, NVSHMEM IBGDA) and the DeepEP build"))
+
+
+def _ibgda_against_config(cause: Cause, effective: dict) -> None:
+    """NVSHMEM's IBGDA line beside the run's config: Megatron-Core's DeepEP starts NVSHMEM only for flex with the deepep
+    backend on an ETP x EP group of more than 8 ranks (DeepEP 567632d buffer.py:105, config.hpp:79-80), whose internode
+    kernels need IBGDA: an error there; under any other config the training starts no NVSHMEM, and the line is another
+    process's (info)."""
+    if cause.finding.id != _IBGDA:
+        return
+    dispatcher = _effective(effective, "model.moe_token_dispatcher_type")
+    backend = _effective(effective, "model.moe_flex_dispatcher_backend")
+    ep = _effective(effective, "model.expert_model_parallel_size") or 1
+    etp = _effective(effective, "model.expert_tensor_parallel_size") or _effective(effective, "model.tensor_model_parallel_size") or 1
+    if not (isinstance(ep, int) and isinstance(etp, int)):
+        return
+    ranks = ep * etp
+    if dispatcher == "flex" and backend == "deepep" and ranks > 8:
+        cause.finding = replace(cause.finding, severity="error", message=(
+            f"NVSHMEM could not start its IBGDA transport, and this run needs it: its DeepEP dispatcher runs on an ETP x "
+            f"EP group of {ranks} ranks (> 8), for which DeepEP starts NVSHMEM (buffer.py:105, forcing "
+            "NVSHMEM_IB_ENABLE_IBGDA=1 at :109) and whose internode kernels post their RDMA through IBGDA "
+            "(internode.cu:134-138, :492): the dispatch fails or hangs"))
+        cause.how = f"the config's flex dispatcher with the deepep backend on ETP x EP = {ranks} ranks needs IBGDA"
+        return
+    runs = f"moe_token_dispatcher_type={fmt(dispatcher)}" + (f" with moe_flex_dispatcher_backend={fmt(backend)}"
+                                                             if dispatcher == "flex" else "")
+    cause.finding = replace(cause.finding, severity="info", fix_overrides={}, fix=shell(
+        "nothing in this training needs IBGDA; find the process whose DeepEP or NVSHMEM printed it (an inference "
+        "engine's low-latency kernels start NVSHMEM on one node too) if that one fails"), message=(
+        f"NVSHMEM could not start its IBGDA transport, which this run does not use: it runs {runs} on an ETP x EP "
+        f"group of {ranks} rank{'s' if ranks != 1 else ''}, for which Megatron-Core's DeepEP starts no NVSHMEM "
+        "(only flex with the deepep backend on more than 8 ranks does: DeepEP buffer.py:105, config.hpp:79-80); the "
+        "line is another process's, and not fatal by itself (NVSHMEM transport.cpp:281-286)"))
+    cause.how = "the config's dispatcher starts no NVSHMEM"
 
 
 def _dp_without_overlap(cause: Cause, analysis) -> None:
