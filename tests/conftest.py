@@ -18,6 +18,15 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def diagnose_causes(text: str) -> list[dict]:
+    """The causes diagnose gives for a text read from standard input (the Python API, one call)."""
+    import io
+
+    from mbridge_overlap import api
+
+    return api.diagnose(["-"], stdin=io.BytesIO(text.encode("utf-8"))).to_dict()["causes"]
+
+
 def run_cli(*args, env=None, cwd=ROOT):
     """Run `python -m mbridge_overlap ARGS` from the skill folder, as an agent would."""
     full_env = {**os.environ, **(env or {})}

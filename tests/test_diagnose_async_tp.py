@@ -3,15 +3,9 @@ reduce-scatter (or every collective) unfused with its matmul is ASYNC_TP_FUSION_
 have overlapped runs exposed. Other inductor warnings and prose about fusion are not. The texts are written for these
 tests, in the form torch's logging prints them."""
 
-import io
-
 import pytest
 
-from mbridge_overlap import api
-
-
-def causes(text: str) -> list[dict]:
-    return api.diagnose(["-"], stdin=io.BytesIO(text.encode("utf-8"))).to_dict()["causes"]
+from conftest import diagnose_causes as causes
 
 
 @pytest.mark.parametrize("line", [

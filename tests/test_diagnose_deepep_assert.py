@@ -6,6 +6,7 @@ import io
 
 import pytest
 
+from conftest import diagnose_causes as causes
 from mbridge_overlap import api
 
 
@@ -33,10 +34,6 @@ def test_a_deepep_kernel_assert_is_the_dispatcher_s_failure(line):
 ])
 def test_the_format_or_the_file_alone_is_not(line):
     assert "MOE_DISPATCHER_COMM_FAILED" not in ids(line + "\n"), line
-
-
-def causes(text: str) -> list[dict]:
-    return api.diagnose(["-"], stdin=io.BytesIO(text.encode("utf-8"))).to_dict()["causes"]
 
 
 @pytest.mark.parametrize("line", [

@@ -3,15 +3,9 @@
 token dispatcher's HybridEP backend failing (MOE_DISPATCHER_COMM_FAILED, model.moe_flex_dispatcher_backend); the words
 without the command, or prose about a compile, are not. The texts here are written for these tests."""
 
-import io
-
 import pytest
 
-from mbridge_overlap import api
-
-
-def causes(text: str) -> list[dict]:
-    return api.diagnose(["-"], stdin=io.BytesIO(text.encode("utf-8"))).to_dict()["causes"]
+from conftest import diagnose_causes as causes
 
 
 @pytest.mark.parametrize("line", [

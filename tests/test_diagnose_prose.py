@@ -3,12 +3,9 @@ thread or a log carries them (F16-1, F16-5): the texts here are written for thes
 
 import io
 
+from conftest import diagnose_causes as causes
 from mbridge_overlap import api
 from mbridge_overlap.diagnose import fuzzy, messages
-
-
-def causes(text: str) -> list[dict]:
-    return api.diagnose(["-"], stdin=io.BytesIO(text.encode("utf-8"))).to_dict()["causes"]
 
 
 def ids(text: str) -> list[str]:

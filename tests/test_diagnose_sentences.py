@@ -5,11 +5,10 @@ with CUDA Multicast. Launch app with UB_SKIPMC=1 to try CUDA IPC instead."; a pa
 terminal wrapped it). The forms below are those of the held-back batch (/work/scratch/corpus_fresh20) and wraps of
 the same text."""
 
-import io
 
 import pytest
 
-from mbridge_overlap import api
+from conftest import diagnose_causes
 from mbridge_overlap.diagnose import messages as M
 
 TE = ("CUDA device, driver and/or toolkit version does not support comm+GEMM overlap with CUDA Multicast. "
@@ -18,7 +17,7 @@ SECOND = "Launch app with UB_SKIPMC=1 to try CUDA IPC instead."
 
 
 def causes(text: str) -> list:
-    return [c["id"] for c in api.diagnose(["-"], stdin=io.BytesIO(text.encode())).to_dict()["causes"]]
+    return [c["id"] for c in diagnose_causes(text)]
 
 
 @pytest.mark.parametrize("text", [
