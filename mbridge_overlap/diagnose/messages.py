@@ -97,10 +97,12 @@ LEAD = re.compile(r"\d|(?:error|exception|warning)$|^(?:rank|default|debug|info|
 # rank=0, pid=1234) `, torch's `[rank3]:`, torchrun's `[default0]:`, mpirun's `[1,0]<stdout>:`, srun's `0: `. A line's
 # text starts after it: at_boundary's message start (AJ2: `stdout F DeepEP is ...`) and TE's userbuffers start-up lines
 # (scan, AJ4) read it alike; a grep result, a quote or a sentence before either is none of these.
+# Ray's worker prefix (and SkyPilot's, Ray's with its task named), read here and by reader.prefix_of
+RAY_PREFIX = r"\((?:[A-Za-z_][\w.-]{0,63}(?:,? [^()\n]{0,160})?)?\bpid=\d{1,9}(?:, ?[^()\n]{0,160})?\)"
 LAUNCH_PREFIX = re.compile(
     r"(?:[ \t]*(?:\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\]?"
     r"(?: (?:stdout|stderr) [FP](?= ))?"
-    r"|\((?:[A-Za-z_][\w.-]{0,63}(?:,? [^()\n]{0,160})?)?\bpid=\d{1,9}(?:, ?[^()\n]{0,160})?\)"
+    r"|" + RAY_PREFIX +
     r"|\[rank\d{1,7}\]:|\[[A-Za-z_]{1,32}\d{1,7}\]:|\[\d{1,7},\d{1,7}\]<(?:stdout|stderr)>:|\d{1,7}:(?= )"
     r"))+[ \t]*", re.A)
 # A line's text glued to its prefix (`[default0]:Fatal ...`): the prefix as LAUNCH_PREFIX.match takes it (without its

@@ -32,6 +32,7 @@ from typing import Iterable, Iterator, NamedTuple
 
 from ..errors import UsageError
 from ..safeio import check_inflation, compressed_otherwise, esc, file_identity, open_input, reason
+from .messages import RAY_PREFIX
 
 MAX_LINE = 1 << 17  # bytes of a line kept at each end (the matcher looks at 64 Ki characters of each)
 CHUNK = 1 << 20
@@ -63,8 +64,7 @@ _PREFIX = re.compile(
 # f'{node_name}, rank={rank},', or '{task_name},' on one node): `(head, rank=0, pid=1234) `, `(task, pid=1234) `. The
 # same shape as messages.LAUNCH_PREFIX's Ray branch; its rank= is a node's, no process's: the line names no rank by it,
 # and a rank prefix after it (`(pid=1) [rank3]: `) is read as without it (fuzzZ Z-4).
-_RAY = re.compile(r"(?:\x1b\[[0-9;]{0,16}m){0,4}\((?:[A-Za-z_][\w.-]{0,63}(?:,? [^()\n]{0,160})?)?\bpid=\d{1,9}"
-                  r"(?:, ?[^()\n]{0,160})?\)(?:\x1b\[[0-9;]{0,16}m){0,4}(?: |\Z)", re.A)
+_RAY = re.compile(r"(?:\x1b\[[0-9;]{0,16}m){0,4}" + RAY_PREFIX + r"(?:\x1b\[[0-9;]{0,16}m){0,4}(?: |\Z)", re.A)
 # The keys whose string value is a JSON log record's text, the first present: docker json-file and fluentd ("log"),
 # structured loggers ("message": python-json-logger's JsonFormatter; "msg"), journald's export ("MESSAGE"), Google
 # Cloud Logging ("textPayload"), structlog's JSONRenderer ("event": BoundLoggerBase._process_event puts a call's text
