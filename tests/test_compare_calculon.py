@@ -47,3 +47,53 @@ def test_which_overlap_buys_more():
     rows = [{"name": "a", "variant": v, "step_s": s} for v, s in
             (("off", (10, 10)), ("tp_only", (8, 9.5)), ("dp_only", (9, 8)))]
     assert cc.best_overlap(rows) == [("a", "tp", "dp")]
+
+
+def test_count_recompute_once_sums_each_recomputed_layers_own_forward():
+    from tools import run_calculon
+
+    class Layer:
+        def __init__(self, flops, again):
+            self.flops, self.again = flops, again
+
+        def get_recompute_flag(self):
+            return self.again
+
+        def get_fw_flops(self):
+            return self.flops
+
+        def get_fw_mem_accessed(self):
+            return 2 * self.flops
+
+        def compute_flops_time(self, stage):
+            return self.flops / 10
+
+        def compute_mem_time(self, stage):
+            return self.flops / 100
+
+    class Calculon:  # its _compute_block_stats as at caa4b11: a recomputed layer adds the block's forward so far
+        def __init__(self, layers):
+            self._llm_block, self.exe = layers, type("Exe", (), {"training": True})()
+
+        def _compute_block_stats(self):
+            fw = fw_time = fw_mem = fw_mem_time = 0.0
+            self._block_re_flops = self._block_re_flops_time = self._block_re_mem_accessed = self._block_re_mem_time = 0.0
+            for layer in self._llm_block:
+                fw += layer.get_fw_flops()
+                fw_time += layer.compute_flops_time("fw")
+                fw_mem += layer.get_fw_mem_accessed()
+                fw_mem_time += layer.compute_mem_time("fw")
+                if layer.get_recompute_flag():
+                    self._block_re_flops += fw
+                    self._block_re_flops_time += fw_time
+                    self._block_re_mem_accessed += fw_mem
+                    self._block_re_mem_time += fw_mem_time
+
+    layers = [Layer(100.0, False), Layer(10.0, True), Layer(1.0, True)]
+    bug = Calculon(layers)
+    bug._compute_block_stats()
+    assert bug._block_re_flops == 110 + 111  # the prefix sums
+    fixed = run_calculon.once(Calculon)(layers)
+    fixed._compute_block_stats()
+    assert (fixed._block_re_flops, fixed._block_re_mem_accessed) == (11.0, 22.0)
+    assert abs(fixed._block_re_flops_time - 1.1) < 1e-12 and abs(fixed._block_re_mem_time - 0.11) < 1e-12

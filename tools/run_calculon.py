@@ -1,9 +1,15 @@
 """Runs Calculon (calculon-ai/calculon, SC'23) on the comparison's layouts and writes the reference that
 tools/compare_calculon.py reads: each layout's model, its activation recompute, the system file, and Calculon's stats
-with overlap off, TP only, DP only and on. Calculon imports pandas (its all_executions module): run this with a
-Python that has it.
+with overlap off, TP only, DP only and on. Calculon imports pandas and psutil (its all_executions module): run this
+with a Python that has them.
 
-    python tools/run_calculon.py --calculon-src CHECKOUT --out calculon_reference.json
+    python tools/run_calculon.py --calculon-src CHECKOUT --out calculon_reference.json [--count-recompute-once]
+
+--count-recompute-once corrects Calculon's open issue #5 (calculon-ai/calculon#5): for each recomputed layer of a block
+llm.py's _compute_block_stats (lines 1219-1223 at caa4b11) adds the block's forward flops, flop time, bytes and memory
+time so far, not the layer's own (its line 1224, the recompute's time, adds the layer's own), so the recompute's
+memory time comes out above the whole block forward's. With the flag each recomputed layer counts its own forward
+once; nothing else of Calculon changes.
 
 The layouts: Megatron's published GPT-3 175B and 1T runs' shapes (Calculon's models/), and two Llama-like shapes
 (Calculon has no grouped-query attention: multi-head, with the Llama FFN), on H100 (its h100_80g_nvl8 system), with
@@ -58,10 +64,30 @@ def execution(model: str, tp: int, pp: int, dp: int, mbs: int, gbs: int, vp: int
             "weight_offload": False, "activations_offload": False, "optimizer_offload": False, "training": True}
 
 
-def run(src: Path) -> dict:
+def once(llm_class):
+    """Calculon's Llm with calculon-ai/calculon#5 corrected: after _compute_block_stats, a block's recompute flops,
+    flop time, memory bytes and memory time are the sums of its recomputed layers' own forward ones."""
+
+    class Once(llm_class):
+        def _compute_block_stats(self):
+            super()._compute_block_stats()
+            if not self.exe.training:
+                return
+            again = [layer for layer in self._llm_block if layer.get_recompute_flag()]
+            self._block_re_flops = sum(layer.get_fw_flops() for layer in again)
+            self._block_re_flops_time = sum(layer.compute_flops_time("fw") for layer in again)
+            self._block_re_mem_accessed = sum(layer.get_fw_mem_accessed() for layer in again)
+            self._block_re_mem_time = sum(layer.compute_mem_time("fw") for layer in again)
+
+    return Once
+
+
+def run(src: Path, recompute_once: bool = False) -> dict:
     sys.path.insert(0, str(src))
     from calculon.llm import Llm
     from calculon.system import System
+
+    model_class = once(Llm) if recompute_once else Llm
 
     logger = logging.getLogger("calculon")
     system = System(json.loads((src / SYSTEM).read_text()))
@@ -74,7 +100,7 @@ def run(src: Path) -> dict:
                 continue
             exe = execution(model, tp, pp, dp, mbs, gbs, vp, recompute, variant)
             try:
-                llm = Llm(Llm.Application(MODELS[model]), logger)
+                llm = model_class(Llm.Application(MODELS[model]), logger)
                 llm.compile(system, Llm.Execution.from_json(exe))
                 llm.run(system)
                 results[variant] = {"stats": llm.get_stats_json(False), "execution": exe}
@@ -84,15 +110,17 @@ def run(src: Path) -> dict:
                                "gbs": gbs}, "calculon_model": MODELS[model], "system_file": SYSTEM, "recompute": recompute,
                     "results": results})
     commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    return {"calculon_commit": commit, "layouts": out}
+    return {"calculon_commit": commit, "count_recompute_once": recompute_once, "layouts": out}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--calculon-src", required=True, type=Path, help="a checkout of calculon-ai/calculon")
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--count-recompute-once", action="store_true",
+                   help="correct calculon-ai/calculon#5: a recomputed layer's own forward, not the block's so far")
     args = p.parse_args(argv)
-    ref = run(args.calculon_src.resolve())
+    ref = run(args.calculon_src.resolve(), args.count_recompute_once)
     failed = [(item["layout"]["name"], v, r["error"]) for item in ref["layouts"] for v, r in item["results"].items() if "error" in r]
     args.out.write_text(json.dumps(ref, indent=1), encoding="utf-8")
     print(f"{len(ref['layouts'])} layouts written to {args.out}; {len(failed)} runs Calculon refused")
