@@ -49,6 +49,64 @@ def test_which_overlap_buys_more():
     assert cc.best_overlap(rows) == [("a", "tp", "dp")]
 
 
+def _reference(**stats_by_variant):
+    """REFERENCE's one layout with its recompute and some of Calculon's stats replaced per variant."""
+    item = json.loads(json.dumps(REFERENCE["layouts"][0]))
+    item["recompute"] = "full"
+    for variant, stats in stats_by_variant.items():
+        item["results"][variant]["stats"].update(stats)
+    return {"calculon_commit": "c0ffee", "layouts": [item]}
+
+
+def test_recompute_memory_above_the_forwards_is_calculon_issue_5():
+    over = _reference(off={"block_re_mem_time": 0.3, "block_fw_mem_time": 0.1})
+    [(name, ratio)] = cc.recompute_overcount(over)
+    assert name == "small" and abs(ratio - 3.0) < 1e-9
+    once = _reference(off={"block_re_mem_time": 0.1, "block_fw_mem_time": 0.1})  # a full recompute: the forward again
+    assert cc.recompute_overcount(once) == []
+
+
+def test_dp_overlap_that_lengthens_calculons_step_is_listed():
+    assert cc.dp_overlap_slower(_reference(off={"total_time": 1.0}, dp_only={"total_time": 1.2})) == ["small"]
+    assert cc.dp_overlap_slower(_reference(off={"total_time": 1.0}, dp_only={"total_time": 0.9})) == []
+
+
+def test_ratios_more_than_a_quarter_apart_are_named():
+    same = {k: (1.0, 1.0) for k in ("tp", "pp", "dp", "tp_exposed", "dp_exposed")}
+    rows = [{"name": n, "variant": v, "step_s": s, **same} for n, v, s in
+            (("a", "off", (10, 10)), ("a", "on", (8, 8.2)), ("b", "off", (10, 10)), ("b", "on", (7, 12)))]
+    assert cc.ratios_apart(rows) == ["b"]
+    assert any(line.endswith("apart: b.") for line in cc.summary(rows))
+
+
+def test_issue_5_paragraph_counts_from_the_reference():
+    ref = _reference(off={"block_re_mem_time": 0.3, "block_fw_mem_time": 0.1, "total_time": 1.0},
+                     dp_only={"total_time": 1.2})
+    rows = [{"name": "small", "variant": v, "step_s": s} for v, s in (("off", (10, 10)), ("on", (7, 12)))]
+    text = cc._issue5(ref, rows)
+    assert "1 of the 1 recomputing layouts, up to 3.0 x" in text and "(1 layouts: small)" in text
+    assert text.endswith("all among them.")
+    fine = _reference(off={"block_re_mem_time": 0.1, "block_fw_mem_time": 0.1})
+    assert not cc._issue5(fine, rows).endswith("all among them.")  # not said where it is not so
+
+
+def test_once_must_be_the_corrected_run_of_the_same_commit(tmp_path, capsys):
+    src = _files(tmp_path, 100)
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps(_reference()))
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps(_reference()))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**_reference(), "count_recompute_once": True, "calculon_commit": "deadbeef"}))
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    for path, why in ((tmp_path / "none.json", "no such file"), (plain, "--count-recompute-once"),
+                      (other, "deadbeef"), (broken, "not a Calculon reference")):
+        assert cc.main(["--reference", str(ref), "--calculon-src", str(src), "--once", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert why in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
 def test_count_recompute_once_sums_each_recomputed_layers_own_forward():
     from tools import run_calculon
 

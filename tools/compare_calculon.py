@@ -7,6 +7,8 @@ Calculon (`calculon llm`) on each layout with overlap off, TP only, DP only and 
     python3 tools/compare_calculon.py --reference calculon_reference.json [--write-docs]
 
 tools/run_calculon.py writes the reference (it runs Calculon on the layouts; keep its output outside the repository).
+With --once FILE (tools/run_calculon.py --count-recompute-once: Calculon with its open issue #5 corrected), the doc
+also sets the budget beside that run.
 
 Only the H100 layouts are compared (the budget's data has no A100). Differences that are the models', not the
 numbers': Calculon has no grouped-query attention, FlashAttention, CP or EP; it keeps a vocabulary out of its time
@@ -177,6 +179,8 @@ def summary(rows: list[dict]) -> list[str]:
         within = sum(abs(a / b - 1) <= 0.25 for _, a, b in ratios)
         lines.append(f"| step time on / off | {len(ratios)} | {within} ({within / len(ratios) * 100:.0f} %) | "
                      f"{statistics.median(a / b for _, a, b in ratios):.2f} |")
+        if within < len(ratios):
+            lines.append(f"\nThe step time on / off more than 25 % apart: {', '.join(ratios_apart(rows))}.")
     order = best_overlap(rows)
     if order:
         same = sum(ours == theirs for _, ours, theirs in order)
@@ -187,6 +191,62 @@ def summary(rows: list[dict]) -> list[str]:
         lines.append(f"\n{len(errors)} runs not compared (the resolver refused the layout): "
                      + "; ".join(sorted({r['error'][:120] for r in errors})))
     return lines
+
+
+def ratios_apart(rows: list[dict]) -> list[str]:
+    """The layouts whose on/off step ratio is more than 25 % from Calculon's."""
+    return [name for name, a, b in ratio_rows(rows) if abs(a / b - 1) > 0.25]
+
+
+def recompute_overcount(reference: dict) -> list[tuple[str, float]]:
+    """(layout, Calculon's recompute memory time over its block forward's) where the recompute's is the larger, from
+    its stats with overlap off: a recompute re-runs part of the forward, never more (calculon-ai/calculon#5)."""
+    out = []
+    for item in reference["layouts"]:
+        stats = (item["results"].get("off") or {}).get("stats") or {}
+        again, forward = stats.get("block_re_mem_time") or 0.0, stats.get("block_fw_mem_time") or 0.0
+        if forward and again > forward * (1 + 1e-9):
+            out.append((item["layout"]["name"], again / forward))
+    return out
+
+
+def dp_overlap_slower(reference: dict) -> list[str]:
+    """The layouts where Calculon's step is longer with DP overlap alone than with no overlap."""
+    out = []
+    for item in reference["layouts"]:
+        res = item["results"]
+        off, dp = ((res.get(v) or {}).get("stats") or {} for v in ("off", "dp_only"))
+        if off.get("total_time") and dp.get("total_time", 0.0) > off["total_time"]:
+            out.append(item["layout"]["name"])
+    return out
+
+
+def _issue5(reference: dict, rows: list[dict]) -> str:
+    """The doc's paragraph on calculon-ai/calculon#5, its counts read from the reference (rows: compare's on
+    Calculon's constants)."""
+    over = recompute_overcount(reference)
+    apart = ratios_apart(rows) + [name for name, o, t in best_overlap(rows) if o != t]
+    among = ("The layouts whose on/off step ratio differs by more than 25 % and those where the order differs are "
+             "all among them. " if apart and set(apart) <= {n for n, _ in over} else "")
+    recomputing = sum(item.get("recompute", "none") != "none" for item in reference["layouts"])
+    slower = dp_overlap_slower(reference)
+    worst = max((r for _, r in over), default=0.0)
+    return (
+        "- Calculon's DP overlap is wrong where it recomputes, by its open issue #5 (calculon-ai/calculon#5): for each "
+        "recomputed layer its `_compute_block_stats` (calculon/llm/llm.py:1219-1223 at this commit) adds the block's "
+        "forward flops and memory time so far, not the layer's own (line 1224, the recompute's time, adds the layer's "
+        f"own), so a block's recompute memory time comes out above its whole forward's: {len(over)} of the "
+        f"{recomputing} recomputing layouts, up to {worst:.1f} x. Its DP overlap window is the block's backward less "
+        "that memory time (llm.py:1613-1618), and what the window lacks is exposed (llm.py:1793-1806): the window "
+        "shrinks with selective recompute and goes below zero with full recompute, where DP overlap lengthens "
+        f"Calculon's step ({len(slower)} layouts: {', '.join(slower)}). Megatron-Core dispatches a bucket's reduce "
+        "as soon as the last micro-batch's backward, recompute included, has made its gradients "
+        "(Megatron-Core 0.19.2 core/distributed/distributed_data_parallel.py:468-499, "
+        "param_and_grad_buffer.py:857-880), "
+        "asynchronously (async_op with overlap_grad_reduce, param_and_grad_buffer.py:676-679), no later than the "
+        "reduce without overlap starts (after the backward, in "
+        f"finish_grad_sync), whatever the memory traffic. {among}"
+    ).rstrip()
 
 
 def exposed_by_variant(rows: list[dict]) -> list[str]:
@@ -226,12 +286,41 @@ def _median(rows: list[dict], key: str) -> float:
     return statistics.median(r[key][0] / r[key][1] for r in rows if "error" not in r and r[key][1])
 
 
+def _once(path, reference: dict):
+    """The corrected runs (None without a path), or a line saying why they cannot be used."""
+    if not path:
+        return None
+    if not Path(path).is_file():
+        return f"{path}: no such file (--once: tools/run_calculon.py --count-recompute-once writes it)"
+    try:
+        once = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"{path}: not a Calculon reference ({exc.__class__.__name__})"
+    if not isinstance(once, dict) or once.get("count_recompute_once") is not True:
+        return f"{path}: not written with tools/run_calculon.py --count-recompute-once"
+    if once.get("calculon_commit") != reference.get("calculon_commit"):
+        return f"{path}: Calculon commit {once.get('calculon_commit')}, the reference's is {reference.get('calculon_commit')}"
+    return once
+
+
+def _once_section(once, rows: list[dict]) -> list[str]:
+    if not once:
+        return []
+    return ["## Beside Calculon with its issue #5 corrected", "",
+            "The same, on Calculon's constants and inputs, beside Calculon run with each recomputed layer's own forward "
+            "counted once (`tools/run_calculon.py --count-recompute-once`; nothing else of Calculon changed):", "",
+            *summary(rows), "", *exposed_by_variant(rows), ""]
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--reference", default=os.environ.get("MBRIDGE_SKILL_CALCULON_REF"))
     p.add_argument("--calculon-src", type=Path, default=os.environ.get("MBRIDGE_SKILL_CALCULON_SRC"),
                    help="a Calculon checkout at the reference's commit (its system files): the second table runs the budget "
                         "on Calculon's own constants (default: calculon-src beside the reference)")
+    p.add_argument("--once", type=Path, default=os.environ.get("MBRIDGE_SKILL_CALCULON_ONCE"),
+                   help="Calculon's runs with its issue #5 corrected (tools/run_calculon.py --count-recompute-once): "
+                        "the doc sets the budget beside them too")
     p.add_argument("--write-docs", action="store_true", help="write docs/budget-calculon.md")
     args = p.parse_args(argv)
     if not args.reference or not Path(args.reference).is_file():
@@ -243,12 +332,19 @@ def main(argv=None) -> int:
         print(f"compare_calculon: {src}: no Calculon checkout (its systems/ folder); pass --calculon-src", file=sys.stderr)
         return 2
     reference = json.loads(Path(args.reference).read_text(encoding="utf-8"))
+    once = _once(args.once, reference)
+    if isinstance(once, str):
+        print(f"compare_calculon: {once}", file=sys.stderr)
+        return 2
     rows = compare(reference)
     lines = summary(rows)
     theirs = compare(reference, Path(src))
     same = summary(theirs)
+    corrected = compare(once, Path(src)) if once else []
     print("\n".join(["the budget's own constants:", *lines, "", "Calculon's constants and inputs:", *same,
-                      *exposed_by_variant(theirs)]))
+                      *exposed_by_variant(theirs)]
+                     + (["", "Calculon's constants, its issue #5 corrected:", *summary(corrected), *exposed_by_variant(corrected)]
+                        if once else [])))
     if args.write_docs:
         doc = ROOT / "docs" / "budget-calculon.md"
         from mbridge_overlap.upstream.releases import preset_content
@@ -283,10 +379,20 @@ def main(argv=None) -> int:
             "- DP exposed time: Calculon's DP overlap hides a chunk of gradient reduce per block and leaves a tail, the "
             "budget hides buckets under the last micro-batch's backward and leaves the last bucket (with VPP a chunk's "
             "reduce behind the other chunks' backward still to run, and chunk 0's exposed). Either can be right "
-            "for a given run: `trace --config` measures it.",
+            "for a given run: `trace --config` measures it. Two differences are what Megatron-Core 0.19.2 and Bridge "
+            "0.6.2 do: Calculon hides the parameter all-gather with the reduce-scatter, behind the backward (a block's "
+            "DP time is both, llm.py:1696-1706), where Megatron-Core gathers in the next forward, each bucket group's "
+            "forward pre-hook waiting for its own and dispatching the next (core/distributed/"
+            "distributed_data_parallel.py:432-466, param_and_grad_buffer.py:532-567), so only the first "
+            "micro-batch's forward hides it; and the budget's "
+            "bucket is Bridge's: with a comm_overlap section and DP > 1, CommOverlapConfig._get_optimizer_overlap_cfgs "
+            "sets ddp.bucket_size to 128 Mi parameters (training/comm_overlap.py) where the config sets none, where "
+            "Calculon's unit is one block.",
+            _issue5(reference, theirs),
             "- The step time is not compared for itself: Calculon times vector operations and memory traffic, the budget "
             f"GEMMs at a calibrated efficiency (about {_median(theirs, 'step_s'):.2f} of Calculon's step on its constants). The overlap on/off step "
             "ratio, what overlap is worth, agrees.", "",
+            *_once_section(once, corrected),
             "## On the budget's own constants", "",
             "The budget as it answers users (its measured H100 rates, Bridge's FP32 gradient reduce):", "", *lines, "",
             "Why the per-dimension times differ (the constants', not the structure's: the table above):", "",
