@@ -13,7 +13,9 @@ from ..upstream.groups import dimension_of, grids, place
 from . import frames
 from .frames import NAMES
 
-_DESCRIBED = re.compile(r"PG GUID \w+\((\w{1,80})\)")
+# ProcessGroupNCCL's logPrefix with the group's description: torch 2.5+ "[PG ID 5 PG GUID 9(DESC) Rank 1]", torch 2.4
+# "[PG 9 (DESC) Rank 1]" (createLogPrefix; without a description, or with "undefined", neither has the parentheses)
+_DESCRIBED = re.compile(r"PG GUID \w{1,80}\((\w{1,80})\)|\[PG \w{1,80} \((\w{1,80})\) Rank \d")
 SIZED = frozenset({"native.pg_watchdog_timeout_dp"})  # the messages whose lines give the group's size
 _IN_GROUP = re.compile(r"\[PG ID \d{1,9} PG GUID \w{1,80}(?:\(\w{0,80}\))? Rank (\d{1,7})\]")
 _PG_ID = re.compile(r"\[PG (?:ID )?(\d{1,9})\b")
@@ -24,10 +26,16 @@ def described(text: str) -> str | None:
     """The dimension a watchdog line's group description names (upstream/groups.py; "other" for a group of none),
     None where the line describes no group (torch 2.4+ prints `undefined` for a group made without a description:
     distributed_c10d.py, group_desc = "undefined" if group_desc is None)."""
-    m = _DESCRIBED.search(text)
-    if m is None or m[1] == "undefined":  # torch's own word for a group created without a description
+    desc = description(text)
+    if desc is None or desc == "undefined":  # torch's own word for a group created without a description
         return None
-    return dimension_of(m[1]) or "other"
+    return dimension_of(desc) or "other"
+
+
+def description(text: str) -> str | None:
+    """The group description a watchdog line's prefix prints (_DESCRIBED), None where it prints none."""
+    m = _DESCRIBED.search(text)
+    return (m[1] or m[2]) if m else None
 
 
 def pg_id(text: str) -> int | None:
@@ -152,10 +160,10 @@ def failed_on(text: str) -> tuple | None:
     ending on an NCCL error (`[PG ID 3 PG GUID 7(EXPERT_MODEL_PARALLEL_GROUP) Rank 1] Process group watchdog thread
     terminated with exception: NCCL error: ...`). None for a timeout (the dimension's timeout finding says it, by the
     group too) and for a group of none of the dimensions."""
-    m = _DESCRIBED.search(text)
-    if m is None or "collective operation timeout" in text or not _NCCL_ERROR.search(text):
+    desc = description(text)
+    if desc is None or "collective operation timeout" in text or not _NCCL_ERROR.search(text):
         return None  # (recheck56 AC3: a sticky CUDA error the watchdog caught is any kernel's, not NCCL's)
-    dim = dimension_of(m[1])
+    dim = dimension_of(desc)
     if dim not in _FIELDS:
         return None
-    return "the process group the line names", None, f"a collective or send on {m[1]}", dim, list(_FIELDS[dim]), None
+    return "the process group the line names", None, f"a collective or send on {desc}", dim, list(_FIELDS[dim]), None

@@ -170,8 +170,9 @@ def classify(diag: Diagnosis) -> None:
     """Each group to a cause (its linked findings), an overlap-path message, another failure, or nothing."""
     by_id: dict = {}
     for _label, scan in diag.scans:
+        deferred = _deferred(scan)
         for g in scan.groups.values():
-            if g.findings:
+            if g.findings and g not in deferred:
                 for fid in g.findings:
                     by_id.setdefault(fid, []).append(g)
             elif causes.overlap_related(g.entry) and g.entry.severity == "error" and (g.entry.origin == "python" or causes.native_knobs(g.entry)):
@@ -280,6 +281,29 @@ def low_latency_only(cause: Cause) -> bool:
 
 _WORK = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (\d{1,15})")
 _SEQ = re.compile(r"WorkNCCL\(SeqNum=(\d{1,15}),")
+
+
+_WATCHDOG_TIMEOUTS = ("native.pg_watchdog_timeout", "native.pg_watchdog_timeout_dp", "native.pg_watchdog_timeout_p2p")
+_DESCRIBED_ONLY = ("native.pg_watchdog_exception", "native.pg_watchdog_terminated")  # linked by the group alone
+
+
+def _deferred(scan: Scan) -> list:
+    """The watchdog lines whose finding the group's description alone gave (torch's 'Timeout at NCCL work: N' and a
+    'watchdog thread terminated' line cut before its work's OpType) where the log also prints the work itself
+    ('Watchdog caught collective operation timeout: WorkNCCL(SeqNum=N, OpType=...)', which torch prints with the rank
+    only): that line's OpType and sizes decide (a one-element gather is no DP bucket), and the described line goes
+    with its cause (_companions)."""
+    worked = [g for g in scan.groups.values() if g.entry.id in _WATCHDOG_TIMEOUTS]
+    if not worked:
+        return []
+    seqs = {m[1] for g in worked if (m := _SEQ.search(g.text))}
+    out = []
+    for g in scan.groups.values():
+        if g.entry.id in _DESCRIBED_ONLY and g.findings:
+            m = _WORK.search(g.text)
+            if m is None or m[1] in seqs:
+                out.append(g)
+    return out
 
 
 def _companions(diag: Diagnosis, by_id: dict) -> None:
