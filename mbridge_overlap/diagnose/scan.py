@@ -17,6 +17,7 @@ from array import array
 from bisect import bisect_left
 from itertools import accumulate
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import causes, frames, fuzzy, groups as pg, reader, terms
 from . import shapes as shapes_
@@ -68,6 +69,18 @@ def _holds_text(data: bytes) -> bool:
     no-break and ideographic spaces); a copy of one block, once per log until it holds text."""
     rest = data.strip(_BLANK)
     return bool(rest) and not rest.decode("utf-8", "ignore").isspace()
+
+
+class OnPath(NamedTuple):
+    """A traceback's innermost frame on the overlap path, as its exception line will be attributed."""
+
+    path: str | None  # the frame's path (and how it reaches the path: "..., calling f", a FALLBACK frame's way)
+    number: int | None
+    function: str | None
+    dim: str
+    fields: list
+    line: Line | None  # the frame's own line (the evidence of a traceback cut before its exception)
+    torch_own: bool = False  # a FALLBACK frame: torch's own code, taken where no frame above it is on the path
 
 
 @dataclass
@@ -226,9 +239,9 @@ class Scan:
                 where = frames.overlap_frame(parsed[0], parsed[2])
                 via = None if where is not None or own or key in self._on_path else frames.fallback_frame(parsed[0], parsed[2])
                 if where is not None:
-                    self._on_path[key] = (*parsed, *where, line)
+                    self._on_path[key] = OnPath(*parsed, *where, line)
                 elif via is not None:
-                    self._on_path[key] = (f"{parsed[0]}, {via[0]}", parsed[1], parsed[2], *via[1:], line)
+                    self._on_path[key] = OnPath(f"{parsed[0]}, {via[0]}", parsed[1], parsed[2], *via[1:], line, True)
                 elif not frames.neutral(parsed[0]):  # raised below the path, in code of its own (the model's)
                     self._on_path.pop(key, None)
                     own = True
@@ -246,7 +259,7 @@ class Scan:
             # a frame off the path whose code calls a function on it (a model's scatter_to_sequence_parallel_region):
             # what is raised below is that function's, as if the log showed a frame inside it (fresh16 F16-5)
             if frames.overlap_frame(frame[0], frame[2]) is None and (call := frames.call_on_path(frame[3], self.catalog)):
-                self._on_path[key] = (f"{frame[0]}, calling {call[0]}", frame[1], call[1], call[2], call[3], line)
+                self._on_path[key] = OnPath(f"{frame[0]}, calling {call[0]}", frame[1], call[1], call[2], call[3], line)
             return None
         iteration = ITERATION_PHRASE in text
         if iteration:
@@ -341,7 +354,7 @@ class Scan:
                 if lead is not None:  # its exception, printed before its frames
                     self._traceback(lead, key)
                 else:
-                    self._traceback(on_path[-1], key, cut=True)  # the frame's own line is the evidence
+                    self._traceback(on_path.line, key, cut=True)  # the frame's own line is the evidence
                 self._on_path.pop(key, None)
         for key in [k for k in self._lead if source is None or k[0] == source]:
             del self._lead[key]
@@ -490,10 +503,10 @@ class Scan:
         if m and STOPPED.match(exception):  # an interrupt, a signal or OOM: one of the other failures, whatever code it stopped
             self._on_path.pop(key, None)
             return False
-        on_path = place or self._on_path.get(key)
+        on_path = OnPath(*place) if place else self._on_path.get(key)
         if on_path is not None:
-            path, number, function, dim, fields, _line = on_path
-            if m and frames.TORCH_BUG.match(exception) and frames.fallback_frame(path.split(",")[0], function):
+            path, number, function, dim, fields = on_path[:5]
+            if m and frames.TORCH_BUG.match(exception) and on_path.torch_own:
                 self._on_path.pop(key, None)
                 return False
         else:
