@@ -257,3 +257,23 @@ def test_the_sync_line_of_a_param_gather_that_fails_is_that_error():
     assert "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER" in resolved and "PARAM_GATHER_FLAGS_SYNCED" not in resolved
     (cause,) = _diagnose(NOT_IN_SYNC, recipe=RECIPE, overrides=plain, gpus=16)["causes"][:1]
     assert cause["id"] == "PARAM_GATHER_WITHOUT_DISTRIBUTED_OPTIMIZER" and cause["predicted"] is True
+
+
+LEAD = "RuntimeError: boom\n"  # printed before its traceback's first frame, with no "Traceback" line (a doc's order)
+BUCKET = ('  File "/x/megatron/core/distributed/param_and_grad_buffer.py", line 10, in start_grad_sync\n'
+          "    with stream_context, _coalescing_manager(\n")
+MODEL = '  File "/opt/train.py", line 3, in main\n    load()\n'
+
+
+def test_a_lead_exception_line_its_traceback_takes_is_its_cause_only():
+    d = _diagnose(LEAD + BUCKET)
+    assert [c["id"] for c in d["causes"]] == ["OVERLAP_PATH_TRACEBACK"]
+    assert d["causes"][0]["evidence"][0]["logged"] == "RuntimeError: boom"
+    assert d["other"] == []
+
+
+def test_a_lead_exception_line_no_traceback_takes_is_still_another_failure():
+    for text in (LEAD + MODEL,  # a traceback through no overlap code
+                 LEAD + BUCKET + "Traceback (most recent call last):\n" + MODEL + "ValueError: x\n"):  # another began
+        d = _diagnose(text)
+        assert "RuntimeError: boom" in [o["logged"] for o in d["other"]], text

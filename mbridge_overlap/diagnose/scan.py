@@ -216,10 +216,11 @@ class Scan:
             first = wrapped[0]
             if first.rank == line.rank and first.number + 1 == line.number and self._joined(first, line):
                 return None
-            self._unexplained(*wrapped)
             if wrapped[1] is None and first.rank == line.rank and first.number + 1 == line.number and 'File "' in text \
                     and len(self._lead) < MAX_FRAMES:
-                self._lead[(line.source, line.rank)] = first
+                self._lead[(line.source, line.rank)] = first  # the traceback's exception, or else unexplained (_end_lead)
+            else:
+                self._unexplained(*wrapped)
         if self.summary is not None and self._summary_line(line.source, clean(text)):
             return None
         quiet = not self._frames
@@ -250,7 +251,7 @@ class Scan:
                 return None
         elif "Traceback (most recent call last)" in text:
             self._on_path.pop(key, None)
-            self._lead.pop(key, None)
+            self._end_lead(key)
             if frame is not None:
                 frame[6] = False  # a new traceback: no frame of its own above yet
         if frame is not None and frame[3] is None and _indent(text) > frame[4] and line.number - frame[5] <= CODE_WITHIN:
@@ -288,9 +289,17 @@ class Scan:
             return None
         self._frames.pop(key, None)  # an exception line ends its traceback
         self._on_path.pop(key, None)
-        self._lead.pop(key, None)
+        self._end_lead(key)
         self._awaiting.pop(key, None)
         return gid if quiet and not iteration else None
+
+    def _end_lead(self, key) -> None:
+        """A lead exception line (printed right before its traceback's first frame) that its traceback did not take
+        as its exception (another traceback or exception line came first): a failure nothing explains. One line, one
+        answer: a lead the traceback takes is its cause only, never also an unexplained failure."""
+        lead = self._lead.pop(key, None)
+        if lead is not None:
+            self._unexplained(lead, None)
 
     def _unexplained(self, line: Line, frame: tuple | None) -> None:
         """An exception line that nothing explains (no message of the catalog, no overlap-path code, no continuation):
@@ -352,12 +361,13 @@ class Scan:
             if source is None or key[0] == source:
                 lead = self._lead.pop(key, None)
                 if lead is not None:  # its exception, printed before its frames
-                    self._traceback(lead, key)
+                    if not self._traceback(lead, key):
+                        self._unexplained(lead, None)
                 else:
                     self._traceback(on_path.line, key, cut=True)  # the frame's own line is the evidence
                 self._on_path.pop(key, None)
         for key in [k for k in self._lead if source is None or k[0] == source]:
-            del self._lead[key]
+            self._end_lead(key)
         for name in [n for n in self._literals if source is None or n == source]:
             self._flush_literals(name)
         for name in [n for n in self._wrapped if source is None or n == source]:
