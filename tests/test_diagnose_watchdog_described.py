@@ -5,8 +5,11 @@ tail): the description decides the dimension (fresh20 F20-2). torch's prefixes: 
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
+from mbridge_overlap import api
 from tests.conftest import diagnose_causes
 
 TIMEOUTS = {"TP_COLLECTIVE_TIMEOUT", "EP_COLLECTIVE_TIMEOUT", "CP_COLLECTIVE_TIMEOUT", "DP_COLLECTIVE_TIMEOUT",
@@ -108,3 +111,64 @@ def test_the_described_line_goes_with_its_works_cause():
     assert [c["id"] for c in causes] == ["DP_COLLECTIVE_TIMEOUT"]
     assert {e["message_id"] for e in causes[0]["evidence"]} == {"native.pg_watchdog_timeout_dp",
                                                                 "native.pg_watchdog_exception"}
+
+
+# torch prints the timed-out work with the rank alone (WorkNCCL::logPrefix) and its group's description on the
+# watchdog's next line about that work (ProcessGroupNCCL::logPrefix): torch 2.2-2.5 'Timeout at NCCL work: N',
+# 2.3-2.5 'Exception (either an error or timeout) detected by watchdog at work: N', 2.6+ 'failure detected by watchdog
+# at work sequence id: N'
+COMPANIONS = {
+    "timeout_at": "Timeout at NCCL work: {seq}, last enqueued NCCL work: 9, last completed NCCL work: 6.",
+    "exception_at": "Exception (either an error or timeout) detected by watchdog at work: {seq}, last enqueued NCCL "
+                    "work: 9, last completed NCCL work: 6.",
+    "failure_at": " failure detected by watchdog at work sequence id: {seq} PG status: last enqueued work: 9, last "
+                  "completed work: 6",
+}
+
+
+def _companion(wording: str, desc: str, seq: int = 7, rank: int = 1) -> str:
+    return (f"[rank{rank}]:[E ProcessGroupNCCL.cpp:2241] [PG ID 5 PG GUID 37({desc}) Rank 1] "
+            f"{COMPANIONS[wording].format(seq=seq)}\n")
+
+
+@pytest.mark.parametrize("wording", sorted(COMPANIONS))
+@pytest.mark.parametrize("desc, finding", GROUPS)
+def test_the_next_line_of_the_work_describes_its_group(desc, finding, wording):
+    """An all-gather of 4 ranks' shares (no group printed: DP_COLLECTIVE_TIMEOUT by itself) on the group the
+    watchdog's next line of the same rank and work names."""
+    causes = [c for c in diagnose_causes(WORK.format(numel_in=1024, numel_out=4096) + _companion(wording, desc))
+              if c["id"] in TIMEOUTS]
+    assert [c["id"] for c in causes] == [finding]
+    assert [e["message_id"].split(".")[-1] for e in causes[0]["evidence"]][0] == "pg_watchdog_timeout_dp"
+
+
+@pytest.mark.parametrize("wording", sorted(COMPANIONS))
+@pytest.mark.parametrize("desc, finding", [("DATA_PARALLEL_GROUP", None), ("TENSOR_MODEL_PARALLEL_GROUP", "TP_COLLECTIVE_TIMEOUT"),
+                                           ("EXPERT_MODEL_PARALLEL_GROUP", "EP_COLLECTIVE_TIMEOUT")])
+def test_a_one_element_gather_keeps_its_rule_on_the_described_group(desc, finding, wording):
+    """DP bucket padding leaves no one-element share (DP_COLLECTIVE_TIMEOUT's pattern drops it); TP and EP keep it."""
+    text = WORK.format(numel_in=1, numel_out=16) + _companion(wording, desc)
+    assert _timeouts(text) == ([finding] if finding else [])
+
+
+@pytest.mark.parametrize("wording", sorted(COMPANIONS))
+def test_another_ranks_or_works_line_does_not_describe_the_work(wording):
+    work = WORK.format(numel_in=1024, numel_out=4096)
+    assert _timeouts(work + _companion(wording, "TENSOR_MODEL_PARALLEL_GROUP", rank=2)) == ["DP_COLLECTIVE_TIMEOUT"]
+    other_work = _timeouts(work + _companion(wording, "TENSOR_MODEL_PARALLEL_GROUP", seq=8))
+    assert "TP_COLLECTIVE_TIMEOUT" not in other_work or wording == "timeout_at"  # (a timeout of its own, work 8)
+    assert "DP_COLLECTIVE_TIMEOUT" in other_work
+
+
+def test_with_the_config_the_described_group_is_not_told_by_its_size():
+    """16 GPUs at TP 2, CP 4 (llama3 8B): DP 2 and TP 2 alike, so the size of the work's line alone cannot tell
+    them apart (DP_COLLECTIVE_TIMEOUT, 'TP's too'); the watchdog's next line names the group."""
+    layout = {"model.tensor_model_parallel_size": 2, "model.context_parallel_size": 4, "model.sequence_parallel": True,
+              "comm_overlap.tp_comm_overlap": False}
+    work = WORK.format(numel_in=1 << 20, numel_out=1 << 21)
+    for desc, finding in (("DATA_PARALLEL_GROUP", "DP_COLLECTIVE_TIMEOUT"), ("TENSOR_MODEL_PARALLEL_GROUP", "TP_COLLECTIVE_TIMEOUT")):
+        text = work + _companion("failure_at", desc)
+        d = api.diagnose(["-"], stdin=io.BytesIO(text.encode()), recipe="llama3_8b_pretrain_config", overrides=layout,
+                         gpus=16).to_dict()
+        (cause,) = [c for c in d["causes"] if c["id"] in TIMEOUTS]
+        assert cause["id"] == finding and "too" not in cause["analysis"], desc

@@ -38,6 +38,13 @@ def description(text: str) -> str | None:
     return (m[1] or m[2]) if m else None
 
 
+def tag(text: str) -> str | None:
+    """The part of a watchdog line's prefix that describes its group ("PG GUID 37(DESC)", "[PG 9 (DESC) Rank 1"), for
+    another line of the same work that prints none; None where the line describes none."""
+    m = _DESCRIBED.search(text)
+    return m[0] if m and described(text) is not None else None
+
+
 def pg_id(text: str) -> int | None:
     """The process group's number a watchdog line prints ("[PG 1 Rank 6]", "[PG ID 1 PG GUID ..."): torch numbers its
     default group (the whole job) 0 and every group created after it from 1 (distributed_c10d.py)."""

@@ -170,10 +170,11 @@ def classify(diag: Diagnosis) -> None:
     """Each group to a cause (its linked findings), an overlap-path message, another failure, or nothing."""
     by_id: dict = {}
     for _label, scan in diag.scans:
-        deferred = _deferred(scan)
+        deferred = _watchdog_pairs(scan)
         for g in scan.groups.values():
-            if g.findings and g not in deferred:
-                for fid in g.findings:
+            fids = causes.links(diag.catalog, g.entry, described_text(g)) if g.tag else g.findings
+            if fids and g not in deferred:
+                for fid in fids:
                     by_id.setdefault(fid, []).append(g)
             elif causes.overlap_related(g.entry) and g.entry.severity == "error" and (g.entry.origin == "python" or causes.native_knobs(g.entry)):
                 by_id.setdefault(("path", g.entry.id), []).append(g)
@@ -279,31 +280,45 @@ def low_latency_only(cause: Cause) -> bool:
                              and m[1] == "internode_ll.cu" for g in own)
 
 
-_WORK = re.compile(r"(?:detected by watchdog at work|Timeout at NCCL work): (\d{1,15})")
+_WORK = re.compile(r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work): (\d{1,15})")
 _SEQ = re.compile(r"WorkNCCL\(SeqNum=(\d{1,15}),")
 
 
 _WATCHDOG_TIMEOUTS = ("native.pg_watchdog_timeout", "native.pg_watchdog_timeout_dp", "native.pg_watchdog_timeout_p2p")
-_DESCRIBED_ONLY = ("native.pg_watchdog_exception", "native.pg_watchdog_terminated")  # linked by the group alone
+# the watchdog's other lines about a work, printed with the group's logPrefix (its description, where it has one)
+_COMPANIONS = ("native.pg_watchdog_exception", "native.pg_watchdog_terminated", "native.pg_watchdog_failure")
 
 
-def _deferred(scan: Scan) -> list:
-    """The watchdog lines whose finding the group's description alone gave (torch's 'Timeout at NCCL work: N' and a
-    'watchdog thread terminated' line cut before its work's OpType) where the log also prints the work itself
-    ('Watchdog caught collective operation timeout: WorkNCCL(SeqNum=N, OpType=...)', which torch prints with the rank
-    only): that line's OpType and sizes decide (a one-element gather is no DP bucket), and the described line goes
-    with its cause (_companions)."""
-    worked = [g for g in scan.groups.values() if g.entry.id in _WATCHDOG_TIMEOUTS]
-    if not worked:
+def _watchdog_pairs(scan: Scan) -> list:
+    """torch prints a timed-out work ('Watchdog caught collective operation timeout: WorkNCCL(SeqNum=N, OpType=...)')
+    with the rank alone (WorkNCCL::logPrefix), and its group's description on the watchdog's next lines about work N
+    ('Timeout at NCCL work: N', 'Exception (either an error or timeout) detected by watchdog at work: N', torch 2.6+'s
+    'failure detected by watchdog at work sequence id: N'). The work's group takes the description of such a line of the
+    same rank (Group.tag: its findings are then the work's OpType and sizes on the companion's group). Returns the
+    companions whose own finding the description alone gave ('Timeout at NCCL work', a 'watchdog thread
+    terminated' line cut before its OpType) where the log prints the work itself: that line decides (a one-element
+    gather is no DP bucket on any group's description), and they go with its cause (_companions)."""
+    works = [g for g in scan.groups.values() if g.entry.id in _WATCHDOG_TIMEOUTS]
+    if not works:
         return []
-    seqs = {m[1] for g in worked if (m := _SEQ.search(g.text))}
-    out = []
+    by_work = {(m[1], g.first_rank): g for g in works if (m := _SEQ.search(g.text))}
+    seqs = {seq for seq, _rank in by_work}
+    deferred = []
     for g in scan.groups.values():
-        if g.entry.id in _DESCRIBED_ONLY and g.findings:
-            m = _WORK.search(g.text)
-            if m is None or m[1] in seqs:
-                out.append(g)
-    return out
+        if g.entry.id not in _COMPANIONS:
+            continue
+        m = _WORK.search(g.text)
+        if g.findings and (m is None or m[1] in seqs):
+            deferred.append(g)
+        work = by_work.get((m[1], g.first_rank)) if m else None
+        if work is not None and pg.tag(work.text) is None:
+            work.tag = work.tag or pg.tag(g.text)
+    return deferred
+
+
+def described_text(g: Group) -> str:
+    """A watchdog line's text with its group's description where another line of its work gives it (Group.tag)."""
+    return f"{g.tag} {g.text}" if g.tag else g.text
 
 
 def _companions(diag: Diagnosis, by_id: dict) -> None:
@@ -599,7 +614,7 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
     shown: dict = {}
     pp = model.get("pipeline_model_parallel_size") or 1
     for cause in [c for c in diag.causes if c.finding.id == "PIPELINE_P2P_TIMEOUT"]:
-        for g in [g for g in cause.groups if _COALESCED.search(g.text) and pg.described(g.text) is None]:
+        for g in [g for g in cause.groups if _COALESCED.search(g.text) and pg.described(described_text(g)) is None]:
             placed = _placed(g, model, analysis) if pp > 1 else None
             if pp == 1:
                 why = "this config has no pipeline (PP 1)"
@@ -614,7 +629,7 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
                 shown[BY_GROUP["dp"]].append(why)
             _move(diag, cause, g, BY_GROUP["dp"])
     for cause in [c for c in diag.causes if c.finding.id in (BY_GROUP["dp"], BY_GROUP["ep"])]:
-        for g in [g for g in cause.groups if pg.described(g.text) is None]:
+        for g in [g for g in cause.groups if pg.described(described_text(g)) is None]:
             target, why = (_by_size(g, sizes, _placed(g, model, analysis)) if cause.finding.id == BY_GROUP["dp"]
                            else _by_ep(model.get("expert_model_parallel_size") or 1, model.get("context_parallel_size") or 1))
             if why and why not in shown.setdefault(target or cause.finding.id, []):

@@ -101,6 +101,7 @@ class Group:
     approximate: float | None = None  # matched by words, not by its pattern (fuzzy.py): how close; None: matched exactly
     first_rank: str | None = None  # the rank of the line `text` is
     elsewhere: tuple = ()  # every other place writing the same text: (package, version, file, function, line)
+    tag: str | None = None  # its process group's description, where another line of its work prints it (groups.tag)
 
     def add(self, rank: str | None) -> None:
         if not self.count:
