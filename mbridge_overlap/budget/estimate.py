@@ -137,6 +137,8 @@ class Budget:
             "dimensions": self.dimensions(),
             "settings": {k: {"effective": v, "overlap_cost_ms": ms(self.overlap_cost.get(k, 0.0)),
                              "exposed_change_ms_if_flipped": ms(self.flipped[k][0]),
+                             "overlap_cost_change_ms_if_flipped": ms(self.flipped[k][1]),
+                             "bubble_change_ms_if_flipped": ms(self.flipped[k][2]),
                              "iteration_change_ms_if_flipped": ms(sum(self.flipped[k])),
                              **({"flip": self.flips[k]} if k in self.flips else {})}
                          for k, v in lay.settings.items() if k in self.flipped},

@@ -329,7 +329,8 @@ def _flipped(setting: str, v: dict, after: bool, on: str, b0: dict) -> dict:
     sign = 1 if on == "before" else -1
     exposed, iteration = sign * v["exposed_change_ms_if_flipped"], sign * v["iteration_change_ms_if_flipped"]
     return {"setting": setting, "before": not after if on == "after" else v["effective"], "after": after,
-            "exposed_change_ms": exposed, "iteration_change_ms": iteration, "estimated_on": on,
+            "exposed_change_ms": exposed, "overlap_cost_change_ms": sign * v["overlap_cost_change_ms_if_flipped"],
+            "bubble_change_ms": sign * v["bubble_change_ms_if_flipped"], "iteration_change_ms": iteration, "estimated_on": on,
             "iteration_pct": _pct(iteration, b0["iteration_ms"]), "exposed_pct": _pct(exposed, b0["iteration_ms"])}
 
 
