@@ -106,7 +106,11 @@ def _hybridep(release: releases.Release, style: dict, layout: Layout) -> list:
     if hybridep_ep_refused(release, layout) is None:
         out.append(("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN", str(min(layout.ep, gpu["nvlink_domain"])),
                     f"the hybridep backend at EP={layout.ep}: EP ranks per NVLink domain of {gpu['nvlink_domain']} ({_where(release)})"))
-    return out + [(k, str(v), f"the hybridep backend ({_where(release)})") for k, v in style["hybridep_env"].items()]
+    if not layout.flex_in_use:  # (the combine chunk is the flex dispatcher's: recipes running alltoall set none)
+        return out
+    why = (f"the flex dispatcher's hybridep combine: tokens per chunk, as every hybridep perf recipe sets it (a few tune a "
+           f"value of their own) ({_where(release)})")
+    return out + [(k, str(v), why) for k, v in style["hybridep_env"].items()]
 
 
 # HybridEP's topology variables: the 0.6 perf launcher writes them for the hybridep backend except where an explicit
