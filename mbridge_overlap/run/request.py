@@ -101,7 +101,9 @@ class Request:
         config file's keys, whether the file (or a + / ++ word before) holds it; elsewhere every field is held
         (a start config's dataclass); None for comm_overlap where no section is made (the note of scenario's
         _section_made says how Bridge takes those)."""
-        section = key.partition(".")[0]
+        section, dot, _ = key.partition(".")
+        if not dot:  # a section's own key: a ConfigContainer field, in the config whatever its value (fuzzA2)
+            return True
         if section in self.held_sections:
             return key in self.held_keys
         if section == "comm_overlap" and self.comm_overlap is None:
@@ -134,7 +136,9 @@ class Request:
 
     def _current(self, key: str) -> Any:
         """The value the config holds at `key` before the word, where this request knows it (None: null or unknown)."""
-        section, _, name = key.partition(".")
+        section, dot, name = key.partition(".")
+        if not dot:  # the section itself (fuzzA2: +comm_overlap=null over a section there was taken)
+            return self.comm_overlap if section == "comm_overlap" else getattr(self, section, None)
         if section == "dataset" and key == dataset_seq_length_key(self.release.version, self.recipe, self.dataset_target):
             key, name = "dataset.seq_length", "seq_length"  # (0.5.x: sequence_length is the field, kept as seq_length)
         body = self.comm_overlap if section == "comm_overlap" else getattr(self, section, None)

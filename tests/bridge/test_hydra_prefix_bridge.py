@@ -90,3 +90,19 @@ def test_a_word_on_a_null_comm_overlap_is_taken_by_hydra(tmp_path, word):
     path.write_text(MODEL + f"dataset:\n  {dataset_seq_length_key(version).partition('.')[2]}: 2048\n")
     assert _bridge(str(path), word) is None
     assert "Could not override" in _bridge(str(path), word.lstrip("+"))
+
+
+@pytest.mark.parametrize("section", ["co", "none"])
+def test_the_comm_overlap_key_itself_as_bridge_takes_it(tmp_path, section):
+    """fuzzA2: the section's own key, bare / + / ++, null or a mapping, over a section the file makes and over none."""
+    version = adapter.bridge_version()
+    seq = dataset_seq_length_key(version).partition(".")[2]
+    path = tmp_path / "run.yaml"
+    path.write_text(MODEL + f"dataset:\n  {seq}: 2048\n" + ("comm_overlap:\n  tp_comm_overlap: true\n" if section == "co" else ""))
+    for value in ("null", "{tp_comm_overlap:false}"):
+        for prefix in ("", "+", "++"):
+            word = f"{prefix}comm_overlap={value}"
+            theirs, ours = _bridge(str(path), word), _skill(str(path), word, version)
+            assert (theirs is None) == (ours is None), (version, word, theirs, ours)
+            if theirs is not None:
+                assert "Could not append" in theirs and "Could not append" in ours, (word, theirs, ours)

@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mbridge_overlap import api
+from mbridge_overlap.cli import options
+from mbridge_overlap.errors import UsageError
+
 
 try:  # (Python 3.11 moved them; the old names warn)
     from re import _constants as C, _parser as sre_parse
@@ -83,3 +87,37 @@ def test_a_guarded_native_pattern_reads_what_it_read(entry_id, text, groups):
         assert got.groups() == groups
     else:
         assert got.group(1) == "12" or got.group(1).endswith("12")
+
+
+MODEL = ("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  num_layers: 4\n  hidden_size: 256\n"
+         "  num_attention_heads: 4\n  seq_length: 2048\n  tensor_model_parallel_size: 2\n")
+
+
+def _refusal(word: str, **inputs) -> str | None:
+    try:
+        api.resolve(options.overrides_of([word]), gpus=16, gpu="h100", **inputs)
+    except UsageError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.parametrize("made_by", ["file", "recipe", "none"])
+def test_the_comm_overlap_key_itself_is_judged_as_hydra_judges_it(tmp_path, made_by):
+    # fuzzA2: the section's own key is a ConfigContainer field, always in Bridge's config: the bare comm_overlap=null
+    # was refused where the config file made the section ("Could not override 'comm_overlap'"), and
+    # +comm_overlap=null was taken where a section is there (the file's, or llama3_70b's CommOverlapConfig). Real
+    # 0.6.2 (process_config_with_overrides, hydra config_loader_impl.py:370-385): bare and ++ taken, + refused
+    # ("Could not append to config. An item is already at 'comm_overlap'") where the section is not null, + with a
+    # mapping merged
+    path = tmp_path / "run.yaml"
+    path.write_text(MODEL + "dataset:\n  seq_length: 2048\n"
+                    + ("comm_overlap:\n  tp_comm_overlap: true\n" if made_by == "file" else ""))
+    inputs = {"recipe": "llama3_70b_pretrain_config"} if made_by == "recipe" else {"config": str(path)}
+    assert _refusal("comm_overlap=null", **inputs) is None
+    assert _refusal("++comm_overlap=null", **inputs) is None
+    assert _refusal("+comm_overlap={tp_comm_overlap:false}", **inputs) is None
+    said = _refusal("+comm_overlap=null", **inputs)
+    if made_by == "none":
+        assert said is None
+    else:
+        assert said is not None and "Could not append to config. An item is already at 'comm_overlap'" in said, said
