@@ -186,9 +186,14 @@ _SECTION_KEYS = ("comm_overlap", "mixed_precision")
 
 
 def _is_override(token: str) -> bool:
-    """A KEY=VALUE token that names no file: a dotted key, or a whole section."""
+    """A KEY=VALUE token that names no file: a dotted key, or a whole section; or a Hydra deletion of one (~KEY,
+    refused by parse_override: it was a file name, 'Could not determine home directory')."""
     key = token.partition("=")[0].lstrip("+")  # (fuzzT T3-6: ++comm_overlap={...}, a fix's own word, was a file)
-    return "=" in token and ("." in key or key in _SECTION_KEYS) and "/" not in key and not os.path.exists(token)
+    if key.startswith("~"):
+        key = key[1:]
+    elif "=" not in token:
+        return False
+    return ("." in key or key in _SECTION_KEYS) and "/" not in key and not os.path.exists(token)
 
 
 def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:

@@ -52,6 +52,9 @@ def prefixed(key: str) -> tuple[str, str]:
 def parse_override(text: str) -> tuple[str, str]:
     """Split `section.field=value` (a leading '+' or '++' as Hydra allows) into key and raw value; the key is a Key
     that keeps the prefix."""
+    if text.startswith("~"):  # (fuzzA2: refused as "expected KEY=VALUE", or read as a home directory)
+        raise UsageError(f"override {safeio.shown(text)}: a Hydra deletion (~KEY), which this skill does not apply: "
+                         "leave out the word that sets the key (a config file's key: take it out of the file)")
     prefix = "++" if text.startswith("++") else "+" if text.startswith("+") else ""
     body = text[len(prefix):]
     key, sep, value = body.partition("=")

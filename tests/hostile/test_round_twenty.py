@@ -5,10 +5,12 @@ is checked as such."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from hostile_kit import assert_one_line, run_cli
 
 from mbridge_overlap import api
 from mbridge_overlap.cli import options
@@ -121,3 +123,18 @@ def test_the_comm_overlap_key_itself_is_judged_as_hydra_judges_it(tmp_path, made
         assert said is None
     else:
         assert said is not None and "Could not append to config. An item is already at 'comm_overlap'" in said, said
+
+
+@pytest.mark.parametrize("verb", [("resolve", "--gpus", "8"), ("lint", "--recipe", "llama3_8b_pretrain_config"),
+                                  ("diff", "--recipe", "llama3_8b_pretrain_config"), ("plan", "--gpus", "8"),
+                                  ("diagnose", "-")])
+@pytest.mark.parametrize("word", ["~comm_overlap.cuda_device_max_connections", "~model.sequence_parallel=true",
+                                  "~model.x\x1b[31m"])
+def test_a_hydra_deletion_is_said_to_be_one(verb, word):
+    # fuzzA2: resolve's every-fix line writes ~KEY (LAUNCH_ENV_NOT_COMM_OVERLAP_FIELD's removal), a word Bridge's
+    # Hydra takes (a delete); pasted back it was 'expected KEY=VALUE', and lint, diff and diagnose took it for a file
+    # ('~model.sequence_parallel: Could not determine home directory.', 'no such file or directory')
+    proc = run_cli(*verb, word, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr
+    assert_one_line(proc)
+    assert "a Hydra deletion (~KEY)" in proc.stderr.decode(), proc.stderr
