@@ -12,6 +12,7 @@ import sys
 
 from .. import safeio
 from ..errors import UsageError
+from ..run import hydra
 from ..run.hydra import command_line_value, parse_override
 
 PROG = "mbridge-overlap"  # the name every message starts with
@@ -202,8 +203,7 @@ def split_inputs(tokens: list[str], files: int) -> tuple[list[str], dict]:
     paths, overrides = [], {}
     for token in tokens:
         if _is_override(token):
-            k, v = override_of(token)
-            overrides[k] = v
+            _add(overrides, *override_of(token))
         elif overrides or len(paths) >= files:
             raise UsageError(f"{safeio.shown(token)}: expected KEY=VALUE here (files come first, at most {files})")
         else:
@@ -219,7 +219,20 @@ def override_of(token: str) -> tuple[str, str]:
 
 
 def overrides_of(tokens: list[str]) -> dict:
-    return dict(map(override_of, tokens))
+    out: dict = {}
+    for token in tokens:
+        _add(out, *override_of(token))
+    return out
+
+
+def _add(overrides: dict, key: str, value) -> None:
+    """One word after the words before it, as Hydra applies them in turn: +KEY=VALUE after a word that set KEY to a
+    value (not null) is refused as Hydra refuses it (fuzzA2: the first word's prefix stayed with the last value, and
+    ++KEY=a +KEY=b was taken). The first word's key (its prefix) stays: Request.judge judges it against the config."""
+    if key in overrides and hydra.prefixed(key)[0] == "+" and not hydra.merged(value) \
+            and str(overrides[key]).strip().lower() != "null":
+        raise hydra.append_refused(f"+{key}={value}", str(key))
+    overrides[key] = value
 
 
 def emit(args, payload: str) -> None:
@@ -284,8 +297,7 @@ def split_overrides(tokens: list[str]) -> tuple[list[str], dict]:
     paths, overrides = [], {}
     for token in tokens:
         if _is_override(token):
-            k, v = override_of(token)
-            overrides[k] = v
+            _add(overrides, *override_of(token))
         else:
             paths.append(token)
     return paths, overrides

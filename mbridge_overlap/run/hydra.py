@@ -70,6 +70,19 @@ def parse_override(text: str) -> tuple[str, str]:
 _BLANKS_AFTER_QUOTE = re.compile(r"['\"][ \t]+\Z")
 
 
+def merged(value: Any) -> bool:
+    """A value Hydra's +KEY= merges into a held key (a list or a mapping), rather than refusing it."""
+    return isinstance(value, (list, dict)) or isinstance(value, str) and value.strip()[:1] in ("[", "{")
+
+
+def append_refused(word: str, name: str) -> UsageError:
+    """Hydra's refusal of +KEY=VALUE where an item is already at KEY (its ConfigLoaderImpl._apply_overrides_to_config:
+    OmegaConf.select is not None and the value is no dict or list)."""
+    return UsageError(f"{safeio.shown(word)}: Bridge's Hydra overrides refuse it (Could not append to config. An item "
+                      f"is already at '{safeio.esc(name)}'. Either remove + prefix: '{safeio.esc(word[1:])}' Or add a "
+                      f"second + to add or override '{safeio.esc(name)}': '+{safeio.esc(word)}')")
+
+
 MAX_LIST_DEPTH = 4  # lists in lists this skill reads (a layout of stages is two deep: fuzzV V2-4)
 
 

@@ -127,10 +127,8 @@ class Request:
             raise UsageError(f"{safeio.shown(word)}: Bridge's Hydra overrides refuse it (Could not override "
                              f"'{safeio.esc(name)}'. To append to your config use +{safeio.esc(word)}): {whose}; write "
                              f"++{safeio.esc(word)}")
-        if prefix == "+" and held and not _merged(value) and self._current(name) is not None:
-            raise UsageError(f"{safeio.shown(word)}: Bridge's Hydra overrides refuse it (Could not append to config. An "
-                             f"item is already at '{safeio.esc(name)}'. Either remove + prefix: '{safeio.esc(word[1:])}' "
-                             f"Or add a second + to add or override '{safeio.esc(name)}': '+{safeio.esc(word)}')")
+        if prefix == "+" and held and not hydra.merged(value) and self._current(name) is not None:
+            raise hydra.append_refused(word, name)
         if prefix and held is False:
             self.held_keys.add(name)
 
@@ -624,11 +622,6 @@ def build(release: Release, overrides: Mapping[str, Any] | None = None, config: 
         req.judge(key, value)
         req.set(hydra.prefixed(key)[1], value)
     return req
-
-
-def _merged(value: Any) -> bool:
-    """A value Hydra's +KEY= merges into a held key (a list or a mapping), rather than refusing it."""
-    return isinstance(value, (list, dict)) or isinstance(value, str) and value.strip()[:1] in ("[", "{")
 
 
 def _held(req: Request, config) -> None:

@@ -106,3 +106,30 @@ def test_the_comm_overlap_key_itself_as_bridge_takes_it(tmp_path, section):
             assert (theirs is None) == (ours is None), (version, word, theirs, ours)
             if theirs is not None:
                 assert "Could not append" in theirs and "Could not append" in ours, (word, theirs, ours)
+
+
+@pytest.mark.parametrize("words", [["++ddp.overlap_grad_reduce=true", "+ddp.overlap_grad_reduce=false"],
+                                   ["+ddp.bucket_size=4", "+ddp.bucket_size=8"], ["ddp.bucket_size=4", "+ddp.bucket_size=8"],
+                                   ["ddp.bucket_size=null", "+ddp.bucket_size=4"],
+                                   ["ddp.bucket_size=4", "ddp.bucket_size=null", "+ddp.bucket_size=8"]])
+def test_words_on_one_key_in_turn_as_bridge_takes_them(tmp_path, words):
+    """fuzzA2: Hydra applies the words in turn; a + word meets the value an earlier word set."""
+    from megatron.bridge.recipes.common import _pretrain_common
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    version = adapter.bridge_version()
+    path = tmp_path / "run.yaml"
+    path.write_text(MODEL + f"dataset:\n  {dataset_seq_length_key(version).partition('.')[2]}: 2048\n")
+    try:
+        process_config_with_overrides(_pretrain_common(), config_filepath=str(path), cli_overrides=words)
+        theirs = None
+    except Exception as exc:
+        theirs = str(exc)
+    try:
+        api.resolve(options.overrides_of(words), config=str(path), gpus=16, gpu="h100", bridge_version=version)
+        ours = None
+    except UsageError as exc:
+        ours = str(exc)
+    assert (theirs is None) == (ours is None), (words, theirs, ours)
+    if theirs is not None:
+        assert "Could not append" in theirs and "Could not append" in ours, (theirs, ours)

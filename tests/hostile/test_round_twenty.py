@@ -138,3 +138,26 @@ def test_a_hydra_deletion_is_said_to_be_one(verb, word):
     assert proc.returncode == 2, proc.stderr
     assert_one_line(proc)
     assert "a Hydra deletion (~KEY)" in proc.stderr.decode(), proc.stderr
+
+
+@pytest.mark.parametrize("words,refused", [
+    (["++ddp.overlap_grad_reduce=true", "+ddp.overlap_grad_reduce=false"], True),
+    (["+ddp.bucket_size=4", "+ddp.bucket_size=8"], True),
+    (["ddp.bucket_size=4", "+ddp.bucket_size=8"], True),
+    (["ddp.bucket_size=null", "+ddp.bucket_size=4"], False),
+    (["ddp.bucket_size=4", "ddp.bucket_size=null", "+ddp.bucket_size=8"], False),
+    (["train.global_batch_size=2", "train.global_batch_size=4"], False),
+])
+def test_a_word_on_a_key_an_earlier_word_set_meets_its_value(words, refused):
+    # fuzzA2: the overrides were a dict, so a later word on the same key kept the first word's prefix with its own
+    # value: ++KEY=a +KEY=b and +KEY=a +KEY=b were taken. Hydra applies the words in turn (real 0.6.2
+    # process_config_with_overrides over _pretrain_common: the first two refused with 'Could not append to config.
+    # An item is already at', +KEY after KEY=null taken)
+    said = None
+    try:
+        options.overrides_of(words)
+    except UsageError as exc:
+        said = str(exc)
+    assert (said is not None) == refused, said
+    if refused:
+        assert "Could not append to config. An item is already at 'ddp." in said, said
