@@ -28,17 +28,19 @@ _UNQUOTED = re.compile(r"(?:" + ESC.pattern + r"|\\(?![()\[\]{}:=, \t\\])|\$\{[^
 class Key(str):
     """A command-line word's key with the prefix it was written with ("" bare, "+" or "++"): Bridge's Hydra overrides
     take each in its own way (Request.judge), so the prefix stays with the key through the request. A plain str key
-    (the API's, a fix's) carries none and is taken as setting the field."""
+    (the API's, a fix's) carries none and is taken as setting the field. `value`: its own word's value, which a later
+    word on the key replaces in the overrides (Request.judge judges the word as written)."""
 
     prefix: str
+    value: str | None
 
-    def __new__(cls, key: str, prefix: str = ""):
+    def __new__(cls, key: str, prefix: str = "", value: str | None = None):
         out = super().__new__(cls, key)
-        out.prefix = prefix
+        out.prefix, out.value = prefix, value
         return out
 
     def __reduce__(self):
-        return Key, (str(self), self.prefix)
+        return Key, (str(self), self.prefix, self.value)
 
 
 def prefixed(key: str) -> tuple[str, str]:
@@ -64,7 +66,8 @@ def parse_override(text: str) -> tuple[str, str]:
     if value[:1] in ("'", '"') and _BLANKS_AFTER_QUOTE.search(value):  # (fuzzQ Q6: Hydra's lexer refuses them)
         raise UsageError(f"override {safeio.shown(text)}: blanks after a quoted value are refused by Hydra's override "
                          "grammar (Bridge refuses the override): drop them")
-    return Key(key.strip(), prefix), _trailing_dropped(value).strip("\r\n\f\v")
+    value = _trailing_dropped(value).strip("\r\n\f\v")
+    return Key(key.strip(), prefix, value), value
 
 
 _BLANKS_AFTER_QUOTE = re.compile(r"['\"][ \t]+\Z")

@@ -119,6 +119,8 @@ class Request:
         prefix, name = hydra.prefixed(key)
         if not isinstance(key, hydra.Key) and not prefix:
             return
+        if isinstance(key, hydra.Key) and key.value is not None:
+            value = key.value  # (the first word on the key, as written: a later word's value replaced it)
         held = self.held(name)
         word = f"{prefix}{name}={value}"
         if prefix == "" and held is False:

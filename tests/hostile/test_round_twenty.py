@@ -95,9 +95,9 @@ MODEL = ("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvid
          "  num_attention_heads: 4\n  seq_length: 2048\n  tensor_model_parallel_size: 2\n")
 
 
-def _refusal(word: str, **inputs) -> str | None:
+def _refusal(word: str, words=(), **inputs) -> str | None:
     try:
-        api.resolve(options.overrides_of([word]), gpus=16, gpu="h100", **inputs)
+        api.resolve(options.overrides_of(list(words) or [word]), gpus=16, gpu="h100", **inputs)
     except UsageError as exc:
         return str(exc)
     return None
@@ -161,3 +161,11 @@ def test_a_word_on_a_key_an_earlier_word_set_meets_its_value(words, refused):
     assert (said is not None) == refused, said
     if refused:
         assert "Could not append to config. An item is already at 'ddp." in said, said
+
+
+def test_the_first_word_on_a_key_is_judged_as_written():
+    # fuzzA2: +KEY=2 ++KEY=4 over a held key is refused for its first word, which the line quoted with the last value
+    # ('+model.tensor_model_parallel_size=4'); Hydra refuses '+model.tensor_model_parallel_size=2'
+    said = _refusal("", recipe="llama3_8b_pretrain_config", words=["+model.tensor_model_parallel_size=2",
+                                                                    "++model.tensor_model_parallel_size=4"])
+    assert said is not None and "'+model.tensor_model_parallel_size=2'" in said and "=4" not in said, said
