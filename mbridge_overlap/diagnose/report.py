@@ -59,10 +59,11 @@ class Cause:
     overlap_related: bool
     predicted: bool | None = None  # None: no config analysed, or one that cannot tell
     how: str = ""  # how the analysis relates to it
+    title: str | None = None  # where the log says less than the record's title (unnamed_group); None: the record's
 
     def to_dict(self) -> dict:
         rec = findings.record(self.finding.id)
-        return {**self.finding.to_dict(), "title": rec["title"], "overlap_related": self.overlap_related,
+        return {**self.finding.to_dict(), "title": self.title or rec["title"], "overlap_related": self.overlap_related,
                 "predicted": self.predicted, "analysis": self.how, "evidence": [evidence(g) for g in self.groups]}
 
 
@@ -529,6 +530,7 @@ BY_GROUP = {"dp": "DP_COLLECTIVE_TIMEOUT", "cp": "CP_COLLECTIVE_TIMEOUT", "tp": 
             "ep": "EP_COLLECTIVE_TIMEOUT"}
 
 
+_EP_KNOBS = ["model.moe_token_dispatcher_type", "model.expert_model_parallel_size", "model.expert_tensor_parallel_size"]
 _SEQ_ONE = re.compile(r"WorkNCCL\(SeqNum=1\b")
 
 
@@ -557,6 +559,67 @@ def p2p_op_type(diag: Diagnosis) -> None:
                "with model.variable_seq_lengths=true (in-batch packing, dynamic padding) the first pipeline op is the "
                "shape exchange: see PP_VARIABLE_SEQ_LENGTHS_SHAPE_EXCHANGE (pass --config to link it)")
         cause.finding = replace(cause.finding, message=message, fix=findings.Shell(fix))
+
+
+# The overlap collectives a watchdog's work can be where its line names no process group (no description: torch before
+# 2.4, or a group made without one) and no config tells the groups apart by size. torch's c10d OpType is the call's
+# (distributed_c10d.py, torch 2.11.0: all_gather_into_tensor :4091 runs _allgather_base, _ALLGATHER_BASE;
+# reduce_scatter_tensor :4563 _reduce_scatter_base; all_to_all_single :4694 alltoall_base, ALLTOALL_BASE; isend :2510 /
+# irecv :2555 send / recv, SEND / RECV). Who calls them (Megatron-Core 0.19.2, Transformer Engine 2.20.2):
+_CANDIDATES = {
+    "gather": ("an all-gather or reduce-scatter", {
+        "dp": ("the buckets (the distributed optimizer's gradient reduce-scatter and parameter all-gather: "
+               "distributed/param_and_grad_buffer.py, through torch's _coalescing_manager)", frames.DP_FIELDS),
+        "tp": ("sequence parallel's activations (tensor_parallel/mappings.py _gather_along_first_dim, "
+               "_reduce_scatter_along_first_dim)", frames.TP_FIELDS),
+        "cp": ("the key/value all-gather with cp_comm_type all_gather (Transformer Engine's "
+               "AttnFuncWithCPAndKVAllGather, gather_along_first_dim; its backward reduce-scatters)", frames.CP_FIELDS),
+        "ep": ("the MoE allgather dispatcher's tokens on the expert TP x EP group, or the alltoall dispatcher's expert-TP "
+               "gather (transformer/moe/token_dispatcher.py gather_from_sequence_parallel_region)", _EP_KNOBS)}),
+    "alltoall": ("an all-to-all", {
+        "ep": ("the MoE alltoall dispatcher's token exchange (token_dispatcher.py all_to_all: mappings.py _AllToAll, "
+               "all_to_all_single)", _EP_KNOBS),
+        "cp": ("the all-to-all of cp_comm_type a2a or a2a+p2p (Transformer Engine's flash_attn_a2a_communicate, "
+               "all_to_all_single)", frames.CP_FIELDS)}),
+    "p2p": ("a send or receive", {
+        "pp": ("the pipeline's unbatched sends and receives (pipeline_parallel/p2p_communication.py _p2p_ops: "
+               "batch_p2p_comm=false, Bridge's choice beside overlap_p2p_comm with VPP > 1)", frames.PP_FIELDS),
+        "cp": ("the ring exchange of cp_comm_type p2p (Transformer Engine's flash_attn_p2p_communicate: isend / irecv "
+               "unless NVTE_BATCH_MHA_P2P_COMM=1 or CP = 2 batch them)", frames.CP_FIELDS)}),
+}
+_KIND = (("gather", re.compile(r"OpType=_?(?:ALL_?GATHER|REDUCE_?SCATTER)")), ("alltoall", re.compile(r"OpType=_?ALL_?TO_?ALL")),
+         ("p2p", re.compile(r"OpType=(?:SEND|RECV)\b")))
+_UNNAMED_OF = {"DP_COLLECTIVE_TIMEOUT": "dp", "EP_COLLECTIVE_TIMEOUT": "ep", "PIPELINE_P2P_TIMEOUT": "pp"}  # the log-only pick
+
+
+def unnamed_group(diag: Diagnosis) -> None:
+    """A watchdog timeout known from the log only whose lines name no process group: its OpType is a collective more
+    than one dimension runs (an all-gather is DP's, TP's, CP's or EP's; an all-to-all EP's or CP's; a send or receive
+    PP's or CP's), so the cause says every candidate and names the knobs of each, and that the config (--config) tells
+    them apart by the group's size. With the config linked, _regroup has decided by size already."""
+    if diag.config.get("from") is not None:
+        return
+    for cause in diag.causes:
+        if cause.finding.id not in _UNNAMED_OF or not cause.groups \
+                or any(pg.described(described_text(g)) is not None for g in cause.groups):
+            continue
+        kinds = {next((k for k, rx in _KIND if rx.search(g.text)), None) for g in cause.groups}
+        if len(kinds) != 1 or None in kinds:
+            continue
+        what, candidates = _CANDIDATES[kinds.pop()]
+        sizes = sorted({n for g in cause.groups if (n := pg.size(g.text))})
+        said = "; ".join(f"{frames.NAMES[d]}: {text}" for d, (text, _k) in candidates.items())
+        knobs = list(dict.fromkeys([k for _t, ks in candidates.values() for k in ks] + ["dist.distributed_timeout_minutes"]))
+        size = f"; its group has {'/'.join(map(str, sizes))} ranks (NumelOut / NumelIn)" if sizes else ""
+        message = (f"{what} ran into the NCCL watchdog on a process group the line does not name (no group description), "
+                   f"which more than one dimension runs: {said}{size}")
+        fix = ("pass --config (the run's run_config.yaml) or --recipe: the group's size and the run's layout tell which of "
+               "these it is; find the rank that did not join (its own error first), and raise "
+               "dist.distributed_timeout_minutes only where every rank waits in it; if it is "
+               f"{frames.NAMES[_UNNAMED_OF[cause.finding.id]]}'s: {cause.finding.fix}")
+        cause.finding = replace(cause.finding, message=message, fix=findings.Shell(fix), knobs=knobs)
+        cause.title = f"{what[0].upper()}{what[1:]} timed out on a group the line does not name: " + " or ".join(
+            frames.NAMES[d] for d in candidates)
 
 
 def after_failure(diag: Diagnosis) -> None:

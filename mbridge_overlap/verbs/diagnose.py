@@ -84,6 +84,7 @@ def diagnose(logs, *, compare: bool = False, config=None, recipe: str | None = N
     if compare:
         _drop_beside_changes(diag)
     report.p2p_op_type(diag)
+    report.unnamed_group(diag)
     report.after_failure(diag)
     if not diag.found:  # a fallback for a text with no cause (prose, other spellings): a log with one is not read twice
         kept = bytes(tee.kept) if tee else None

@@ -1,0 +1,94 @@
+"""A watchdog timeout whose line names no process group, known from the log only (report.unnamed_group): its OpType is
+a collective more than one dimension runs, so the cause names every candidate and the knobs of each; a line that
+names its group, and a log with its config, keep the one dimension they show."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import diagnose_causes
+
+_WORK = ("[rank1]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:632] {prefix} Watchdog caught collective operation "
+         "timeout: WorkNCCL(SeqNum=910, OpType={op}, NumelIn={numel_in}, NumelOut={numel_out}, Timeout(ms)=600000) ran "
+         "for 600021 milliseconds before timing out.")
+
+DP = {"ddp.overlap_grad_reduce", "ddp.overlap_param_gather", "ddp.use_distributed_optimizer"}
+TP = {"model.sequence_parallel", "model.tensor_model_parallel_size"}
+CP = {"model.context_parallel_size", "model.cp_comm_type"}
+EP = {"model.moe_token_dispatcher_type", "model.expert_model_parallel_size"}
+PP = {"comm_overlap.overlap_p2p_comm", "comm_overlap.batch_p2p_comm", "model.pipeline_model_parallel_size"}
+
+
+def _line(op: str, prefix: str = "[Rank 1]", numel_in: int = 16777216, numel_out: int = 33554432) -> str:
+    return _WORK.format(prefix=prefix, op=op, numel_in=numel_in, numel_out=numel_out)
+
+
+def _one(text: str) -> dict:
+    causes = diagnose_causes(text)
+    assert len(causes) == 1, [c["id"] for c in causes]
+    return causes[0]
+
+
+@pytest.mark.parametrize("op, numel_in, numel_out, fid, wanted, said", [
+    ("_ALLGATHER_BASE", 16777216, 33554432, "DP_COLLECTIVE_TIMEOUT", (DP, TP, CP, EP), ("DP", "TP", "CP", "EP")),
+    ("_REDUCE_SCATTER_BASE", 33554432, 16777216, "DP_COLLECTIVE_TIMEOUT", (DP, TP, CP, EP), ("DP", "TP", "CP", "EP")),
+    ("ALLTOALL_BASE", 1621248, 1572864, "EP_COLLECTIVE_TIMEOUT", (EP, CP), ("EP", "CP")),
+    ("RECV", 4194304, 4194304, "PIPELINE_P2P_TIMEOUT", (PP, CP), ("PP", "CP")),
+    ("SEND", 4194304, 4194304, "PIPELINE_P2P_TIMEOUT", (PP, CP), ("PP", "CP")),
+])
+def test_an_unnamed_group_s_collective_names_every_dimension_that_runs_it(op, numel_in, numel_out, fid, wanted, said):
+    cause = _one(_line(op, numel_in=numel_in, numel_out=numel_out))
+    assert cause["id"] == fid
+    for knobs in wanted:
+        assert knobs <= set(cause["knobs"]), (knobs, cause["knobs"])
+    assert "dist.distributed_timeout_minutes" in cause["knobs"]
+    assert "does not name" in cause["message"] and "does not name" in cause["title"]
+    for name in said:
+        assert f"{name}" in cause["title"]
+    assert "--config" in cause["fix"]
+
+
+def test_the_group_size_the_counts_give_is_said():
+    assert "its group has 2 ranks" in _one(_line("_ALLGATHER_BASE"))["message"]
+    assert "ranks (NumelOut" not in _one(_line("ALLTOALL_BASE", numel_in=1621248, numel_out=1572864))["message"]
+
+
+def test_the_all_to_all_names_no_dp_or_tp():
+    knobs = set(_one(_line("ALLTOALL_BASE", numel_in=1621248, numel_out=1572864))["knobs"])
+    assert not knobs & (DP | TP | PP)
+
+
+@pytest.mark.parametrize("prefix, fid, other", [
+    ("[PG ID 5 PG GUID 9(CONTEXT_PARALLEL_GROUP) Rank 1]", "CP_COLLECTIVE_TIMEOUT", DP | EP),
+    ("[PG ID 2 PG GUID 3(TENSOR_MODEL_PARALLEL_GROUP) Rank 1]", "TP_COLLECTIVE_TIMEOUT", DP | CP | EP),
+    ("[PG ID 7 PG GUID 11(DATA_PARALLEL_GROUP_WITH_CP) Rank 1]", "DP_COLLECTIVE_TIMEOUT", TP | CP | EP),
+])
+def test_a_line_that_names_its_group_keeps_that_dimension_alone(prefix, fid, other):
+    cause = _one(_line("_ALLGATHER_BASE", prefix=prefix))
+    assert cause["id"] == fid
+    assert not set(cause["knobs"]) & other
+    assert "does not name" not in cause["message"]
+
+
+def test_a_batched_pipeline_op_is_left_to_its_own_reading():
+    """COALESCED is torch's batch_isend_irecv (report.p2p_op_type), not one of the unnamed candidates here."""
+    cause = _one(_line("COALESCED", numel_in=4194304, numel_out=4194304))
+    assert "does not name" not in cause["message"]
+    assert not set(cause["knobs"]) & CP
+
+
+def test_a_one_element_gather_is_still_no_overlap_cause():
+    causes = diagnose_causes(_line("_ALLGATHER_BASE", numel_in=1, numel_out=16))
+    assert not any(c["overlap_related"] and "does not name" in c["message"] for c in causes)
+
+
+
+def test_a_work_whose_group_another_watchdog_line_names_is_that_group_s():
+    """torch prints the work with the rank alone and the group's description on its next line about the same work
+    (report._watchdog_pairs): the pair names the group, so no candidates are said."""
+    companion = ("[rank1]:[E1201 10:00:00.000000000 ProcessGroupNCCL.cpp:1664] [PG ID 7 PG GUID 11(DATA_PARALLEL_GROUP_WITH_CP) "
+                 "Rank 1] Timeout at NCCL work: 910, last enqueued NCCL work: 910, last completed NCCL work: 909.")
+    causes = diagnose_causes(_line("_ALLGATHER_BASE") + "\n" + companion + "\n")
+    (cause,) = [c for c in causes if c["overlap_related"]]
+    assert cause["id"] == "DP_COLLECTIVE_TIMEOUT" and "does not name" not in cause["message"]
+    assert not set(cause["knobs"]) & (TP | CP | EP)
