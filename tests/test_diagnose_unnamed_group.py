@@ -82,7 +82,6 @@ def test_a_one_element_gather_is_still_no_overlap_cause():
     assert not any(c["overlap_related"] and "does not name" in c["message"] for c in causes)
 
 
-
 def test_a_work_whose_group_another_watchdog_line_names_is_that_group_s():
     """torch prints the work with the rank alone and the group's description on its next line about the same work
     (report._watchdog_pairs): the pair names the group, so no candidates are said."""
@@ -92,3 +91,68 @@ def test_a_work_whose_group_another_watchdog_line_names_is_that_group_s():
     (cause,) = [c for c in causes if c["overlap_related"]]
     assert cause["id"] == "DP_COLLECTIVE_TIMEOUT" and "does not name" not in cause["message"]
     assert not set(cause["knobs"]) & (TP | CP | EP)
+
+
+# -- with the config: an all-to-all on a group the line does not name, where the run has EP and CP's a2a -------------
+
+MOE = "qwen3_30b_a3b_pretrain_config"
+
+
+def _moe(cp_comm_type: str, cp: int = 2) -> dict:
+    import io
+
+    from mbridge_overlap import api
+
+    text = _line("ALLTOALL_BASE", numel_in=1621248, numel_out=1572864) + "\n"
+    overrides = {"model.context_parallel_size": cp, "model.cp_comm_type": cp_comm_type}
+    (cause,) = api.diagnose(["-"], stdin=io.BytesIO(text.encode()), recipe=MOE, overrides=overrides,
+                            gpus=32).to_dict()["causes"]
+    return cause
+
+
+def test_with_ep_and_cp_a2a_the_config_names_both_all_to_alls():
+    cause = _moe("a2a")
+    assert cause["id"] == "EP_COLLECTIVE_TIMEOUT"
+    assert EP <= set(cause["knobs"]) and CP <= set(cause["knobs"])
+    assert "the MoE dispatcher's or CP's" in cause["analysis"]
+
+
+@pytest.mark.parametrize("cp_comm_type, cp", [("p2p", 2), ("a2a", 1)])
+def test_with_no_cp_all_to_all_the_config_keeps_the_dispatcher_alone(cp_comm_type, cp):
+    cause = _moe(cp_comm_type, cp)
+    assert cause["id"] == "EP_COLLECTIVE_TIMEOUT"
+    assert not CP & set(cause["knobs"]) and "CP's" not in cause["analysis"]
+
+
+LLAMA = "llama3_8b_pretrain_config"
+
+
+def _dense(tp: int, cp: int, gpus: int) -> dict:
+    import io
+
+    from mbridge_overlap import api
+
+    overrides = {"model.tensor_model_parallel_size": tp, "model.context_parallel_size": cp,
+                 "model.pipeline_model_parallel_size": 1, "model.sequence_parallel": tp > 1,
+                 "comm_overlap.tp_comm_overlap": False}
+    text = _line("_ALLGATHER_BASE", numel_in=1 << 20, numel_out=1 << 21) + "\n"  # a group of 2
+    (cause,) = api.diagnose(["-"], stdin=io.BytesIO(text.encode()), recipe=LLAMA, overrides=overrides,
+                            gpus=gpus).to_dict()["causes"]
+    return cause
+
+
+def test_with_the_config_a_size_dp_and_tp_share_keeps_tp_s_knobs_beside_dp_s():
+    cause = _dense(2, 1, 4)  # DP 2 and TP 2
+    assert cause["id"] == "DP_COLLECTIVE_TIMEOUT" and "DP's and TP's too" in cause["analysis"]
+    assert DP <= set(cause["knobs"]) and TP <= set(cause["knobs"]) and not CP & set(cause["knobs"])
+
+
+def test_with_the_config_a_size_tp_and_cp_share_keeps_the_knobs_of_both():
+    cause = _dense(2, 2, 16)  # TP 2, CP 2, DP 4 (DP x CP 8): the cause is the first of them (_by_size), with both's knobs
+    assert cause["id"] in ("TP_COLLECTIVE_TIMEOUT", "CP_COLLECTIVE_TIMEOUT") and "CP and TP's, no DP group's" in cause["analysis"]
+    assert TP <= set(cause["knobs"]) and CP <= set(cause["knobs"]) and not DP & set(cause["knobs"])
+
+
+def test_with_the_config_a_size_one_group_has_names_that_group_alone():
+    cause = _dense(2, 1, 16)  # TP 2, DP 8
+    assert cause["id"] == "TP_COLLECTIVE_TIMEOUT" and not (DP | CP) & set(cause["knobs"])

@@ -693,12 +693,18 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
             _move(diag, cause, g, BY_GROUP["dp"])
     for cause in [c for c in diag.causes if c.finding.id in (BY_GROUP["dp"], BY_GROUP["ep"])]:
         for g in [g for g in cause.groups if pg.described(described_text(g)) is None]:
-            target, why = (_by_size(g, sizes, _placed(g, model, analysis)) if cause.finding.id == BY_GROUP["dp"]
-                           else _by_ep(model.get("expert_model_parallel_size") or 1, model.get("context_parallel_size") or 1))
+            target, why, also = (_by_size(g, sizes, _placed(g, model, analysis)) if cause.finding.id == BY_GROUP["dp"]
+                                 else _by_ep(model.get("expert_model_parallel_size") or 1,
+                                             model.get("context_parallel_size") or 1,
+                                             analysis.state.request.context.get("model.cp_comm_type")))
             if why and why not in shown.setdefault(target or cause.finding.id, []):
                 shown[target or cause.finding.id].append(why)
             if target and target != cause.finding.id:
                 _move(diag, cause, g, target)
+            if also:  # the run's other groups the line fits: their knobs beside the cause's own
+                held = next(c for c in diag.causes if g in c.groups)
+                extra = [k for d in also for k in _ALSO[d]]
+                held.finding = replace(held.finding, knobs=list(dict.fromkeys([*held.finding.knobs, *extra])))
     return shown
 
 
@@ -713,10 +719,12 @@ def _placed(g: Group, model: dict, analysis) -> tuple | None:
                                   analysis.state.ddp)
 
 
-def _by_size(g: Group, sizes: dict, placed: tuple | None = None) -> tuple[str | None, str]:
+def _by_size(g: Group, sizes: dict, placed: tuple | None = None) -> tuple[str | None, str, list]:
+    """(the finding the line moves to, None: it stays; what the sizes showed; the other dimensions whose groups have
+    the line's size too, which the line cannot be told apart from)."""
     n = pg.size(g.text)
     if n is None:
-        return None, ""
+        return None, "", []
     dims = pg.matching(sizes, n)
     head = f"the collective's group has {n} ranks (NumelIn / NumelOut), and this config's groups are {pg.describe(sizes)}"
     number = pg.pg_id(g.text)
@@ -731,25 +739,36 @@ def _by_size(g: Group, sizes: dict, placed: tuple | None = None) -> tuple[str | 
             head += f"; rank {rank} is rank {k} of its group, a place it has in Megatron-Core's rank order in {names}'s only"
             dims = fits
     others = [pg.NAMES[d] for d in dims if d in pg.NAMES and d != "dp"]
+    also = [d for d in dims if d in _ALSO]
     if "dp" in dims:
-        return None, f"{head}: DP's" + (f" and {' and '.join(others)}'s too (the line names no group to tell them apart)" if others else "")
+        return None, f"{head}: DP's" + (f" and {' and '.join(others)}'s too (the line names no group to tell them apart)" if others else ""), \
+            [d for d in also if d != "dp"]
     if others:
         first = next(d for d in dims if d in pg.NAMES)  # the pipeline group's: none of the overlap dimensions'
         return BY_GROUP.get(first, "GROUP_COLLECTIVE_TIMEOUT"), f"{head}: {' and '.join(others)}'s, no DP group's" + (
-            " (the line names no group to tell them apart)" if len(others) > 1 else "")
+            " (the line names no group to tell them apart)" if len(others) > 1 else ""), [d for d in also if d != first]
     if "world" in dims:
-        return "GROUP_COLLECTIVE_TIMEOUT", f"{head}: the whole job's (the default process group), no DP group's"
+        return "GROUP_COLLECTIVE_TIMEOUT", f"{head}: the whole job's (the default process group), no DP group's", []
     none = "no group but the whole job's" if number and n in sizes.get("world", ()) else "none"
-    return None, f"{head}: {none} has {n} ranks; is the log of this config?"
+    return None, f"{head}: {none} has {n} ranks; is the log of this config?", []
 
 
-def _by_ep(ep: int, cp: int) -> tuple[str | None, str]:
-    """An all-to-all on a group the line does not name: the MoE dispatcher's, unless the config has no EP."""
+# each dimension's knobs, for a line that the run's config leaves several of them (_regroup): the candidates' own
+_ALSO = {d: knobs for _what, candidates in _CANDIDATES.values() for d, (_text, knobs) in candidates.items()}
+
+
+def _by_ep(ep: int, cp: int, cp_comm_type=None) -> tuple[str | None, str, list]:
+    """An all-to-all on a group the line does not name: the MoE dispatcher's, unless the config has no EP; with EP and
+    a CP that exchanges by all-to-all too (cp_comm_type a2a or a2a+p2p: Transformer Engine's flash_attn_a2a_communicate,
+    all_to_all_single, as the alltoall dispatcher's), either one's (_CANDIDATES["alltoall"])."""
+    if ep > 1 and cp > 1 and "a2a" in str(cp_comm_type or "").lower():
+        return None, (f"this config has EP {ep} and CP {cp} with cp_comm_type {cp_comm_type}, and both exchange by "
+                      "all-to-all: the MoE dispatcher's or CP's (the line names no group to tell them apart)"), ["cp"]
     if ep > 1:
-        return None, ""
+        return None, "", []
     if cp > 1:
-        return BY_GROUP["cp"], "this config has no expert parallelism (EP 1) and CP > 1: the all-to-all is CP's (cp_comm_type a2a)"
-    return None, "this config has no expert parallelism (EP 1) nor CP: no all-to-all of its own; is the log of this config?"
+        return BY_GROUP["cp"], "this config has no expert parallelism (EP 1) and CP > 1: the all-to-all is CP's (cp_comm_type a2a)", []
+    return None, "this config has no expert parallelism (EP 1) nor CP: no all-to-all of its own; is the log of this config?", []
 
 
 def _move(diag: Diagnosis, cause: Cause, g: Group, fid: str) -> None:
