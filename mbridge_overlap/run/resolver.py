@@ -358,7 +358,7 @@ def finalize_optimizer(state: State) -> None:
 
 # Checks that live in Megatron-Core, with the first Megatron-Core release that has them (read from its source; the
 # 0.18 releases that Bridge 0.5.x was run with accept what they refuse).
-MEGATRON_CORE_CHECKS = {"MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP": "0.19.0"}
+MEGATRON_CORE_CHECKS = {"MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP": "0.19.0", "FLEX_SM_COUNTS_CONFLICT": "0.19.0"}
 # TransformerConfig.__post_init__'s allowed recompute_modules with selective recompute, by the Megatron-Core release
 # that introduced each set (0.19 added gdn_norm_out); tests/bridge holds the installed release's to its source
 RECOMPUTE_MODULES = {"0.18.0": ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"),
@@ -422,12 +422,49 @@ def finalize_model(state: State) -> None:
         _reject(state, "FP4_PARAM_GATHER_WITHOUT_FP4", "fp4_param must be used together with fp4 mode.", where)
     if model["expert_model_parallel_size"] > 1 and model["num_moe_experts"] is None:
         _reject(state, "EXPERT_PARALLEL_WITHOUT_EXPERTS", "num_moe_experts must be non None to use expert-parallel.", where)
+    _flex_sm_counts(state, where)
     if model["num_moe_experts"] is not None and model["add_bias_linear"] and model["expert_tensor_parallel_size"] != 1:
         _reject(state, "MOE_BIAS_NEEDS_EXPERT_TP_ONE", "Bias in Moe is only supported when ETP==1", where)
     if model["overlap_moe_expert_parallel_comm"]:
         _moe_overlap_checks(state, where)
     if model["delay_wgrad_compute"] and not model["overlap_moe_expert_parallel_comm"]:
         _reject(state, "MOE_OVERLAP_REJECTED", "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute", where)
+
+
+FLEX_SM_COUNT = "moe_flex_dispatcher_num_sms"
+DEPRECATED_SM_COUNTS = ("moe_deepep_num_sms", "moe_hybridep_num_sms")  # in the order Megatron-Core collects them
+
+
+def sm_counts(request: Request) -> dict | None:
+    """The flex dispatcher's SM-count fields as the model holds them: what the config file or the command line set,
+    else the provider class's default (None in Megatron-Core 0.19); None where a recipe builds the model, whose own
+    values the recipe catalog does not record (many 0.6 recipes set moe_hybridep_num_sms, some
+    moe_flex_dispatcher_num_sms: unknown, so never judged)."""
+    out = {}
+    for name in (FLEX_SM_COUNT, *DEPRECATED_SM_COUNTS):
+        key = f"model.{name}"
+        if key in request.origin:
+            out[name] = given.integer(key, request.context.get(key))
+        elif request.recipe is None:
+            out[name] = None
+        else:
+            return None
+    return out
+
+
+def _flex_sm_counts(state: State, where: str) -> None:
+    """TransformerConfig.__post_init__ (Megatron-Core 0.19.0 and later; 0.19.2 transformer_config.py:1616-1635): the
+    deprecated moe_deepep_num_sms and moe_hybridep_num_sms, both set to different counts with moe_flex_dispatcher_num_sms
+    None, are refused; set alike, or beside a flex count (which takes precedence), they are taken. Megatron-Core 0.18
+    (Bridge 0.5.x) has no flex count and reads each backend's own, so a run config Bridge 0.5.x saved holds 0.18's
+    moe_deepep_num_sms default 20 beside a recipe's moe_hybridep_num_sms (16 in DeepSeek-V3's, GLM-4.5's)."""
+    values = sm_counts(state.request) if _core_has(state, "FLEX_SM_COUNTS_CONFLICT") else None
+    if values is None or values[FLEX_SM_COUNT] is not None:
+        return
+    deprecated = {name: values[name] for name in DEPRECATED_SM_COUNTS if values[name] is not None}
+    if len(set(deprecated.values())) > 1:
+        _reject(state, "FLEX_SM_COUNTS_CONFLICT", f"Conflicting deprecated SM-count knobs {deprecated}; set a single "
+                f"{FLEX_SM_COUNT} instead.", where)
 
 
 def _bf16_layer_checks(state: State, where: str) -> None:

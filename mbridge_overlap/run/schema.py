@@ -263,6 +263,8 @@ CONTEXT = {
 SET_OR_NOT = frozenset({"dataset.offline_packing_specs"})
 # Fields a config's value of is read (a rule names it) but the recipe catalog does not record: a recipe's model comes
 # from its checkpoint's config, which the offline stand-in lacks (multi-latent attention: TP_OVERLAP_OFF_MLA, which
-# knows a recipe's from its model family instead); the op fuser, which TP_OVERLAP_OFF_MTP reads.
-CONFIG_READ = frozenset({"model.multi_latent_attention", "model.use_transformer_engine_op_fuser"})
+# knows a recipe's from its model family instead); the op fuser, which TP_OVERLAP_OFF_MTP reads; the flex dispatcher's
+# SM counts, which FLEX_SM_COUNTS_CONFLICT reads (resolver.sm_counts: not judged where a recipe builds the model).
+CONFIG_READ = frozenset({"model.multi_latent_attention", "model.use_transformer_engine_op_fuser", "model.moe_flex_dispatcher_num_sms",
+                         "model.moe_deepep_num_sms", "model.moe_hybridep_num_sms"})
 RECORDED = {s: sorted(set(SECTIONS.get(s, {})) | set(CONTEXT.get(s, ()))) for s in dict.fromkeys([*SECTIONS, *CONTEXT])}

@@ -136,6 +136,20 @@ def _flex_backend(state: State, r) -> tuple[list, dict]:
     return [{"model.moe_flex_dispatcher_backend": b} for b in backends] + _constant(state, r)[0], {}
 
 
+def _flex_sm_counts(state: State, r) -> tuple[list, dict]:
+    """The count of the backend the run does not use unset, so the backend's own is the one Megatron-Core routes to
+    moe_flex_dispatcher_num_sms: what the run used with Megatron-Core 0.18, and the count Bridge's own migration of a
+    checkpoint's model config keeps (0.6.2 training/model_load_save.py _normalize_moe_dispatcher_sm_config: hybridep's
+    for the hybridep backend, else DeepEP's). Setting moe_flex_dispatcher_num_sms would fix it too, but it is a key on
+    the overlap path this answer does not model (UNMODELED_OVERLAP_KEY), so it is named in the text only."""
+    backend = state.model["moe_flex_dispatcher_backend"]
+    kept = "moe_hybridep_num_sms" if backend == "hybridep" else "moe_deepep_num_sms"
+    other = next(n for n in resolver.DEPRECATED_SM_COUNTS if n != kept)
+    sms = resolver.sm_counts(state.request)[kept]
+    return [{f"model.{other}": None}], {"backend": backend, "sms": sms, "otherwise": shell(
+        "set model.moe_flex_dispatcher_num_sms to the SM count the flex dispatcher should use")}
+
+
 _LAYERS_REFUSED = re.compile(r"Invalid layer character|must be embedding|must be loss|specified exactly once|"
                              r"must match num_layers|mtp layers|before MTP|MTP should be|MTP layers must|Encoder layer|"
                              r"hold no layer|not a valid LayerType|must be LayerType")
@@ -194,6 +208,7 @@ REJECTION_FIXES = {
     "FSDP_DTENSOR_WITHOUT_FSDP": _constant,
     "CP_FINETUNE_AVERAGE_IN_COLLECTIVE": _cp_finetune,
     "FLEX_DISPATCHER_NOT_ON_THIS_GPU": _flex_backend,
+    "FLEX_SM_COUNTS_CONFLICT": _flex_sm_counts,
     "CUDA_GRAPH_LOCAL_SCOPED": _constant,
     "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
     "MOE_BIAS_NEEDS_EXPERT_TP_ONE": _constant,
