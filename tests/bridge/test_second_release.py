@@ -11,6 +11,10 @@ from mbridge_overlap.upstream import anchors, releases
 from mbridge_overlap.run import launch_env
 from mbridge_overlap.bridge import adapter, apply, conformance
 from test_apply import LAYOUTS
+from test_flex_sm_counts_bridge import (  # noqa: F401
+    test_a_config_file_s_counts_agree_and_the_fix_is_taken,
+    test_the_skill_raises_exactly_where_megatron_core_raises,
+)
 from test_dataset_seq_length_bridge import (  # noqa: F401
     test_a_config_file_s_sequence_length_words_agree_with_bridge,
     test_a_config_s_provider_class_default_seq_length_is_the_one_bridge_validates,
