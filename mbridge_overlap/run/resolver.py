@@ -358,7 +358,8 @@ def finalize_optimizer(state: State) -> None:
 
 # Checks that live in Megatron-Core, with the first Megatron-Core release that has them (read from its source; the
 # 0.18 releases that Bridge 0.5.x was run with accept what they refuse).
-MEGATRON_CORE_CHECKS = {"MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP": "0.19.0", "FLEX_SM_COUNTS_CONFLICT": "0.19.0"}
+MEGATRON_CORE_CHECKS = {"MXFP8_REUSE_WITH_PARAM_GATHER_IN_STEP": "0.19.0", "FLEX_SM_COUNTS_CONFLICT": "0.19.0",
+                        "NCCLEP_NEEDS_FLEX_DISPATCHER": "0.19.0"}
 # TransformerConfig.__post_init__'s allowed recompute_modules with selective recompute, by the Megatron-Core release
 # that introduced each set (0.19 added gdn_norm_out); tests/bridge holds the installed release's to its source
 RECOMPUTE_MODULES = {"0.18.0": ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"),
@@ -422,6 +423,10 @@ def finalize_model(state: State) -> None:
         _reject(state, "FP4_PARAM_GATHER_WITHOUT_FP4", "fp4_param must be used together with fp4 mode.", where)
     if model["expert_model_parallel_size"] > 1 and model["num_moe_experts"] is None:
         _reject(state, "EXPERT_PARALLEL_WITHOUT_EXPERTS", "num_moe_experts must be non None to use expert-parallel.", where)
+    if model["moe_flex_dispatcher_backend"] == "ncclep" and model["moe_token_dispatcher_type"] != "flex" \
+            and _core_has(state, "NCCLEP_NEEDS_FLEX_DISPATCHER"):  # (0.19.2 transformer_config.py:1609-1614)
+        _reject(state, "NCCLEP_NEEDS_FLEX_DISPATCHER", "moe_flex_dispatcher_backend='ncclep' requires "
+                "moe_token_dispatcher_type='flex'.", where)
     _flex_sm_counts(state, where)
     if model["num_moe_experts"] is not None and model["add_bias_linear"] and model["expert_tensor_parallel_size"] != 1:
         _reject(state, "MOE_BIAS_NEEDS_EXPERT_TP_ONE", "Bias in Moe is only supported when ETP==1", where)

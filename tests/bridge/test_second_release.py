@@ -15,6 +15,7 @@ from test_flex_sm_counts_bridge import (  # noqa: F401
     test_a_config_file_s_counts_agree_and_the_fix_is_taken,
     test_the_skill_raises_exactly_where_megatron_core_raises,
 )
+from test_ncclep_dispatcher_bridge import test_the_skill_refuses_ncclep_exactly_where_megatron_core_does  # noqa: F401
 from test_dataset_seq_length_bridge import (  # noqa: F401
     test_a_config_file_s_sequence_length_words_agree_with_bridge,
     test_a_config_s_provider_class_default_seq_length_is_the_one_bridge_validates,

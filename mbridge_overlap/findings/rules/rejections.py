@@ -209,6 +209,9 @@ REJECTION_FIXES = {
     "CP_FINETUNE_AVERAGE_IN_COLLECTIVE": _cp_finetune,
     "FLEX_DISPATCHER_NOT_ON_THIS_GPU": _flex_backend,
     "FLEX_SM_COUNTS_CONFLICT": _flex_sm_counts,
+    # the backend's default: every Megatron-Core 0.19.2 site that reads the backend reads it with the flex dispatcher
+    # only (token_dispatcher.py, moe_utils.py:1425, models/common/utils.py, fine_grained_callables.py)
+    "NCCLEP_NEEDS_FLEX_DISPATCHER": lambda state, r: (_constant(state, r)[0], {"dispatcher": state.model["moe_token_dispatcher_type"]}),
     "CUDA_GRAPH_LOCAL_SCOPED": _constant,
     "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
     "MOE_BIAS_NEEDS_EXPERT_TP_ONE": _constant,
