@@ -218,6 +218,29 @@ _MOE_OVERLAP_CHECKS = [
     (lambda m: not m["moe_shared_expert_overlap"], "disable moe_shared_expert_overlap when enabling overlap_moe_expert_parallel_comm"),
     (lambda m: m["mtp_num_layers"] in (None, 0, 1), "MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm."),
 ]
+# TransformerConfig.__post_init__'s own asserts on overlap_moe_expert_parallel_comm (0.19.2 transformer_config.py:2669-
+# 2713, 0.18.2 :2399-2441), in its order and words, which are not Bridge's: no num_moe_experts check, the VPP one first,
+# the MTP one worded by release (MCORE_MTP_WORDS). They raise where the model asks for the overlap itself (no
+# comm_overlap section: a comm_overlap section writes its own value over the model's).
+_MCORE_MOE_OVERLAP_CHECKS = [
+    _MOE_OVERLAP_CHECKS[4],
+    (lambda m: m["expert_model_parallel_size"] > 1, "overlap_moe_expert_parallel_comm is only supported with expert model parallelism"),
+    (lambda m: m["moe_token_dispatcher_type"] in ("alltoall", "flex"),
+     "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher"),
+    *_MOE_OVERLAP_CHECKS[5:9],
+    (lambda m: m["bf16"] or m["fp16"], "overlap_moe_expert_parallel_comm is only supported with bf16 or fp16 model"),
+    _MOE_OVERLAP_CHECKS[9],
+]
+MCORE_MTP_WORDS = {"0.18.0": "MTP layernum only supports 1 when enabling overlap_moe_expert_parallel_comm.",
+                   "0.19.0": "MTP supports at most one layer when enabling overlap_moe_expert_parallel_comm."}
+
+
+def _mcore_moe_overlap_checks(state: State, where: str) -> None:
+    mtp = MCORE_MTP_WORDS[_core_since(state, MCORE_MTP_WORDS)]
+    for ok, message in [*_MCORE_MOE_OVERLAP_CHECKS, (_MOE_OVERLAP_CHECKS[10][0], mtp)]:
+        if not ok(state.model):
+            _reject(state, "MOE_OVERLAP_REJECTED", message, where)
+            return  # an assert: the first failing one raises
 
 
 def _moe_overlap_checks(state: State, where: str) -> None:
@@ -368,10 +391,15 @@ RECOMPUTE_MODULES = {"0.18.0": ("core_attn", "moe_act", "layernorm", "mla_up_pro
 
 def recompute_modules_allowed(state: State) -> tuple:
     """The recompute_modules names this release's Megatron-Core accepts (the newest set at or before it)."""
-    known = sorted(RECOMPUTE_MODULES, key=releases.version_key)
+    return RECOMPUTE_MODULES[_core_since(state, RECOMPUTE_MODULES)]
+
+
+def _core_since(state: State, by_version: dict) -> str:
+    """The key of by_version (Megatron-Core versions) this release's Megatron-Core has: the newest at or before it."""
+    known = sorted(by_version, key=releases.version_key)
     core = releases.version_key(state.request.release.megatron_core or known[-1])
     since = [k for k in known if releases.version_key(k) <= core] or known[:1]
-    return RECOMPUTE_MODULES[since[-1]]
+    return since[-1]
 
 
 def _set_repr(names) -> str:
@@ -431,7 +459,7 @@ def finalize_model(state: State) -> None:
     if model["num_moe_experts"] is not None and model["add_bias_linear"] and model["expert_tensor_parallel_size"] != 1:
         _reject(state, "MOE_BIAS_NEEDS_EXPERT_TP_ONE", "Bias in Moe is only supported when ETP==1", where)
     if model["overlap_moe_expert_parallel_comm"]:
-        _moe_overlap_checks(state, where)
+        _mcore_moe_overlap_checks(state, where)
     if model["delay_wgrad_compute"] and not model["overlap_moe_expert_parallel_comm"]:
         _reject(state, "MOE_OVERLAP_REJECTED", "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute", where)
 
