@@ -196,33 +196,64 @@ def classify(diag: Diagnosis) -> None:
             diag.causes.append(Cause(generic(key), groups, rec.get("overlap_related", True)))
     for cause in diag.causes:
         _deepep_reading(cause)
+        _nvshmem_reading(cause)
     _ibgda_reading(diag)
 
 
 _DEEPEP_ASSERT = "native.deepep_kernel_assert"
 _IBGDA = "NVSHMEM_IBGDA_INIT_FAILED"
-_IBGDA_LINE = "native.nvshmem_ibgda_init_failed"
+# NVSHMEM's warnings it goes on from (fix21 A), each with what it says when a failure follows it.
+_NVSHMEM_WARNINGS = {
+    _IBGDA: ("NVSHMEM's IBGDA transport did not start before it (\"init failed for transport: IBGDA\"), the transport "
+             "DeepEP's internode kernels post their RDMA through (DeepEP internode.cu:134-138, :492): that is the "
+             "failure's reason (the network set-up: an active IB / RoCE device with GPU-initiated communication on "
+             "every node)"),
+    "NVSHMEM_TRANSPORT_SKIPPED": (
+        "NVSHMEM left out a NIC or its remote (proxy) transport before it (a warning by itself: NVSHMEM "
+        "transport.cpp:220-228, ibgda.cpp:3792-3853): the NICs NVSHMEM could not use are the first place to look"),
+}
+_NVSHMEM_WARNING_LINES = ("native.nvshmem_ibgda_init_failed", "native.nvshmem_transport_skipped")
+_NVSHMEM_INIT_LINES = ("native.nvshmem_bootstrap_failed", "native.nvshmem_api_before_init")
 
 
 def _ibgda_reading(diag: Diagnosis) -> None:
-    """NVSHMEM's "init failed for transport: IBGDA" is no failure by itself (NVSHMEM v3.4.5 transport.cpp:281-286 goes
-    on with the transports that started; fresh20 F20-3): where the log also shows the dispatcher's exchange failing
-    (MOE_DISPATCHER_COMM_FAILED: NVSHMEM's "Unable to initialize any transports", a DeepEP timeout or an IBGDA assert,
-    not only low-latency kernels' asserts), it is that failure's reason and goes with it; else it stays a warning whose
-    weight the run's config decides (_ibgda_against_config)."""
-    ibgda = [c for c in diag.causes if c.finding.id == _IBGDA]
+    """NVSHMEM's warnings ("init failed for transport: IBGDA", a NIC or the remote transport skipped) are no failure
+    by themselves (NVSHMEM v3.4.5 transport.cpp:220-228, :281-286 go on with the transports that started; fresh20
+    F20-3, fix21 A): where the log also shows the dispatcher's exchange failing (MOE_DISPATCHER_COMM_FAILED:
+    NVSHMEM's "Unable to initialize any transports" or failed init, a DeepEP timeout or an IBGDA assert, not only
+    low-latency kernels' asserts), they are that failure's reason and go with it; else each stays a warning (the
+    IBGDA one's weight the run's config decides, _ibgda_against_config)."""
+    warned = [c for c in diag.causes if c.finding.id in _NVSHMEM_WARNINGS]
     failed = next((c for c in diag.causes if c.finding.id == "MOE_DISPATCHER_COMM_FAILED" and not low_latency_only(c)),
                   None)
-    if not ibgda or failed is None:
+    if not warned or failed is None:
         return
-    for c in ibgda:
+    for c in warned:
         diag.causes.remove(c)
         failed.groups.extend(c.groups)
-    failed.finding = replace(failed.finding, message=(
-        f"{failed.finding.message}; NVSHMEM's IBGDA transport did not start before it (\"init failed for transport: "
-        "IBGDA\"), the transport DeepEP's internode kernels post their RDMA through (DeepEP internode.cu:134-138, "
-        ":492): that is the failure's reason (the network set-up: an active IB / RoCE device with GPU-initiated "
-        "communication on every node)"))
+    said = "; ".join(dict.fromkeys(_NVSHMEM_WARNINGS[c.finding.id] for c in warned))
+    failed.finding = replace(failed.finding, message=f"{failed.finding.message}; {said}")
+
+
+def _nvshmem_reading(cause: Cause) -> None:
+    """A failure seen only in NVSHMEM's own init lines (its bootstrap, or its API used before init completed: fix21
+    A) says whose NVSHMEM it is conditionally: Megatron-Core reaches NVSHMEM only through DeepEP under the flex
+    dispatcher (0.19.2 token_dispatcher.py:1769-1772, fused_a2a.py:67), which starts it for an ETP x EP group of more
+    than 8 ranks (DeepEP 567632d buffer.py:105); the same lines come from any program's DeepEP or NVSHMEM."""
+    if cause.finding.id != "MOE_DISPATCHER_COMM_FAILED" or not all(
+            g.entry.id in _NVSHMEM_INIT_LINES for g in cause.groups):
+        return
+    cause.finding = replace(cause.finding, message=(
+        "NVSHMEM's initialization failed: "
+        + ("its unique-ID bootstrap could not exchange the set-up between the PEs (NVSHMEM v3.4.5 bootstrap_uid.cpp: "
+           "an error returned from bootstrap_net_recv, bootstrap_root or bootstrap_net_init, so init fails)"
+           if any(g.entry.id == "native.nvshmem_bootstrap_failed" for g in cause.groups) else
+           "an NVSHMEM call found it not initialized and exited the process (nvshmem_internal.h:45-50; DeepEP "
+           "567632d runtime.cu:54 does not check nvshmemx_init_attr's status, so an earlier init failure ends here)")
+        + ". If this is a Megatron-Core run, the NVSHMEM is DeepEP's, under the flex token dispatcher with the deepep "
+        "backend on an ETP x EP group of more than 8 ranks (Megatron-Core token_dispatcher.py:1769-1772, fused_a2a.py:67; "
+        "DeepEP buffer.py:105), and its expert-parallel exchange cannot start; otherwise it is the NVSHMEM of the "
+        "program that printed it"))
 _DEEPEP_FILE = re.compile(r"Assertion failed: (?:\S*/)?(\w+\.cuh?):\d+, condition: (.+)")
 
 
@@ -276,7 +307,7 @@ def _deepep_reading(cause: Cause) -> None:
 def low_latency_only(cause: Cause) -> bool:
     """Every DeepEP line of the cause is a low-latency kernel's assert (internode_ll.cu), none of which Megatron-Core
     runs."""
-    own = [g for g in cause.groups if g.entry.id != _IBGDA_LINE]  # (an IBGDA line _ibgda_reading joined to it)
+    own = [g for g in cause.groups if g.entry.id not in _NVSHMEM_WARNING_LINES]  # (lines _ibgda_reading joined)
     return bool(own) and all(g.entry.id == _DEEPEP_ASSERT and (m := _DEEPEP_FILE.search(g.text))
                              and m[1] == "internode_ll.cu" for g in own)
 
