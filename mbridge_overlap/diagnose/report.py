@@ -197,6 +197,7 @@ def classify(diag: Diagnosis) -> None:
     for cause in diag.causes:
         _deepep_reading(cause)
         _nvshmem_reading(cause)
+        _connections_refused(cause)
     _ibgda_reading(diag)
 
 
@@ -254,6 +255,24 @@ def _nvshmem_reading(cause: Cause) -> None:
         "backend on an ETP x EP group of more than 8 ranks (Megatron-Core token_dispatcher.py:1769-1772, fused_a2a.py:67; "
         "DeepEP buffer.py:105), and its expert-parallel exchange cannot start; otherwise it is the NVSHMEM of the "
         "program that printed it"))
+def _connections_refused(cause: Cause) -> None:
+    """CUDA_DEVICE_MAX_CONNECTIONS_NOT_ONE is a warning where Megatron-Core or Transformer Engine warn; where the log
+    shows Megatron-LM's argument check raising (an error line: "Using sequence parallelism requires ...", "Using async
+    gradient all reduce requires ..." in 23.04 to core_v0.11.0 validate_args, core_v0.11.0 arguments.py:656-664;
+    "Using tensor model parallelism or context parallelism require ..." from core_v0.12.0), the run did not start
+    (fix21 B)."""
+    if cause.finding.id != "CUDA_DEVICE_MAX_CONNECTIONS_NOT_ONE" or not any(
+            g.entry.severity == "error" for g in cause.groups):
+        return
+    cause.finding = replace(cause.finding, severity="error", message=(
+        "Megatron-LM's argument check refused to start the run: CUDA_DEVICE_MAX_CONNECTIONS is not 1 in its "
+        "environment (validate_args raises where sequence parallelism is on, and, in Megatron-LM 23.04 to core_v0.11.0, "
+        "where the async tensor-parallel all-reduce is on, its default: \"Using async gradient all reduce requires "
+        "...\"; from core_v0.12.0 an assert takes their place: \"Using tensor model parallelism or context parallelism "
+        "require ...\", in Megatron-Core 0.19.2 for TP or CP > 1 before Blackwell, outside FSDP and the MoE "
+        "expert-parallel overlap)"))
+
+
 _DEEPEP_FILE = re.compile(r"Assertion failed: (?:\S*/)?(\w+\.cuh?):\d+, condition: (.+)")
 
 
