@@ -260,3 +260,19 @@ def missing_attribute(line: str) -> tuple[str, str, list, str | None] | None:
             if rx.search(owner):
                 return owner, dim, list(fields), m[1]
     return None
+
+
+_NONE_ATTRIBUTE = re.compile(r"AttributeError: 'NoneType' object has no attribute '(size|rank)'")
+
+
+def none_process_group(exception: str, code: str | None) -> str | None:
+    """The process group a failing code line calls .size() or .rank() on (ProcessGroup's own methods), where the
+    exception says that object is None: the expression, as the code names it (a *_group / *_pg / pg / process_group
+    attribute or a get_*_group() call), or None (fix21 C: a group never initialized, like Megatron-Core's "... parallel
+    group is not initialized" asserts, is no overlap setting)."""
+    m = _NONE_ATTRIBUTE.search(exception)
+    if m is None or not code:
+        return None
+    call = re.search(r"((?:\w+\.)*(?:\w*_group|\w*_pg|pg|process_group|get_\w*group\(\)))\." + m[1] + r"\(\)", code)
+    return call[1] if call else None
+

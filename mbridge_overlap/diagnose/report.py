@@ -20,7 +20,7 @@ from ..contract import SCHEMA_VERSION
 from ..findings import Finding, shell
 from ..values import fmt
 from . import causes, frames, groups as pg, messages, terms
-from .scan import NCCL_ON_PATH, UNEXPLAINED, Group, Scan
+from .scan import NCCL_ON_PATH, NONE_GROUP, UNEXPLAINED, Group, Scan
 
 SLOWER = 1.03  # a median iteration time more than 3% longer is a drop
 
@@ -191,6 +191,8 @@ def classify(diag: Diagnosis) -> None:
             diag.causes.append(_path_error(groups, diag.catalog))
         elif key in ("OVERLAP_PATH_TRACEBACK", "OVERLAP_PATH_TRACEBACK_CUT", NCCL_ON_PATH):
             diag.causes += [_traceback(g, key) for g in groups]
+        elif key == NONE_GROUP:
+            diag.causes += [_none_group(g) for g in groups]
         else:
             rec = findings.record(key)
             diag.causes.append(Cause(generic(key), groups, rec.get("overlap_related", True)))
@@ -425,6 +427,27 @@ def _traceback(g: Group, finding_id: str) -> Cause:
                                 "analysis of the run's config is linked", fields=findings.Shell(", ".join(fields) or "the settings named"),
                                 function=where))
     return Cause(f, [g], True)
+
+
+# What sizes the process groups (Megatron-Core parallel_state.initialize_model_parallel's arguments), as the "...
+# parallel group is not initialized" asserts' causes name them
+_GROUP_SIZES = ["model.tensor_model_parallel_size", "model.pipeline_model_parallel_size", "model.context_parallel_size",
+                "model.expert_model_parallel_size", "model.expert_tensor_parallel_size"]
+
+
+def _none_group(g: Group) -> Cause:
+    """A traceback ending in AttributeError on None where the failing line calls .size() or .rank() on a process group
+    (frames.none_process_group): the group was never initialized or passed, as Megatron-Core's "... parallel group is
+    not initialized" asserts say, which are not overlap-related either (fix21 C)."""
+    e = g.entry
+    where = " ".join(filter(None, (e.file, e.function))) or "the code the traceback ends in"
+    package = "megatron-core" if "megatron/core/" in (e.file or "") else "the code"
+    f = findings.make("OVERLAP_PATH_ERROR", knobs=_GROUP_SIZES, package=package, topic="parallel state", where=where,
+                      condition=(f" (the process group {e.condition} is None: never initialized or never passed to this "
+                                 "code, as Megatron-Core's \"... parallel group is not initialized\" asserts say; not an "
+                                 "overlap setting: the code that builds it (initialize_model_parallel, or a process-group "
+                                 "collection a tool or converter makes) left it out)"))
+    return Cause(f, [g], False)
 
 
 def _by_terms(g: Group) -> Cause:

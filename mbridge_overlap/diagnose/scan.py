@@ -44,6 +44,7 @@ CODE_WITHIN = 256  # lines of its log within which a traceback frame's code line
 _BARE = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?(?:[\w.]+\.)?(AssertionError|RuntimeError|ValueError|TypeError|NotImplementedError)\s*$")
 TRACEBACK = "traceback"  # the pseudo-topic of a traceback group: OVERLAP_PATH_TRACEBACK
 NCCL_ON_PATH = "NCCL_FAILURE_ON_OVERLAP_PATH"  # ... whose exception is NCCL's failure (TRANSPORT)
+NONE_GROUP = "OVERLAP_PATH_ERROR"  # ... whose exception is a process group that is None (report._none_group)
 _TP_SIZE = "> initialized tensor model parallel with size "
 # what Bridge prints once its setup (initialize_megatron, which runs initialize_ub) is done: training/setup.py, train.py
 UB_STARTED = ("native.ub_create_communicator", "native.ub_register_ubuf", "native.ub_p2p_ubuf")  # TE's start-up lines
@@ -532,9 +533,11 @@ class Scan:
             self.facts["tracebacks_dropped"] = self.facts.get("tracebacks_dropped", 0) + 1  # bounded memory and answer
             return True
         if group is None:
+            fid = "OVERLAP_PATH_TRACEBACK_CUT" if cut else NCCL_ON_PATH if nccl else "OVERLAP_PATH_TRACEBACK"
+            if m and (none := frames.none_process_group(text, (self._frames.get(key) or [None] * 4)[3])):
+                fid, fields = NONE_GROUP, [none]  # a process group never initialized, not an overlap setting (fix21 C)
             entry = Entry(id=gid, origin="traceback", kind="raise", severity="error", topic=TRACEBACK, file=path, function=function,
                           line=number, exception=exception, condition=" ".join(fields), package=dim)
-            fid = "OVERLAP_PATH_TRACEBACK_CUT" if cut else NCCL_ON_PATH if nccl else "OVERLAP_PATH_TRACEBACK"
             group = self.groups[gid] = Group(entry, [fid], text[:MAX_SHOWN], line.source, line.number,
                                              frame=(path, number, function) if path else None)
         group.add(line.rank)
