@@ -4,11 +4,13 @@ groups has ranks in two domains (Megatron-Core's order tp-cp-ep-dp-pp), not only
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
 from mbridge_overlap import api
+from mbridge_overlap.budget import layout
 from mbridge_overlap.budget.layout import fewest_local, spans_domains
 
 
@@ -119,3 +121,63 @@ def test_fewer_gpus_per_node_make_a_smaller_domain_where_nvlink_does_not_span_no
                                ("h100", {"gpus_per_node": 4, "nvlink_domain": 8}, 8)):
         m = api.resolve(gpus=8, gpu=gpu, machine_facts=facts).to_dict()["inputs"]["machine"]
         assert m["nvlink_domain"] == domain and m["mnnvl"] == (domain > facts["gpus_per_node"])
+
+
+def _segment_domain(gpus: int, per_node: int = 4) -> int:
+    """The GPUs of one Slurm segment as Bridge's perf launcher sizes it (scripts/performance/utils/executors.py
+    slurm_executor): the job's nodes up to 18, else the largest divisor of them up to 18."""
+    nodes = -(-gpus // per_node)
+    return per_node * (nodes if nodes <= 18 else max(s for s in range(1, 19) if nodes % s == 0))
+
+
+@pytest.mark.parametrize("gpus, domain", [(256, 64), (40, 40), (76, 4), (288, 72), (72, 72)])
+def test_a_perf_recipe_on_gb200_is_placed_in_the_perf_launcher_s_slurm_segments(gpus, domain):
+    """evalAG AG-7: Bridge's perf launcher asks Slurm for segments of 16 nodes for 256 GB200 (64 nodes of 4), each in
+    one NVLink domain; the budget placed ranks on consecutive domains of 72 from rank 0."""
+    assert _segment_domain(gpus) == domain
+    lay = replace(_qwen_layout(), domain=72)
+    sc = SimpleNamespace(machine=SimpleNamespace(sources={"nvlink_domain": "gb200"}, gpus_per_node=4),
+                         recipe={"package": "perf_recipes"}, gpus=gpus)
+    placed = layout.placed(lay, sc)
+    assert placed.domain == domain and placed.placement[0] == "perf_launcher"
+    assert f"--segment={domain // 4} " in placed.placement[1]
+    library = layout.placed(lay, SimpleNamespace(**{**vars(sc), "recipe": {"package": "recipes"}}))
+    assert (library.domain, library.placement[0]) == (72, "assumed")
+
+
+def _qwen_layout():
+    return api.budget(recipe="qwen3_235b_a22b_pretrain_256gpu_gb200_fp8cs_config").budget.layout
+
+
+def test_the_qwen3_gb200_recipe_s_ep_groups_stay_in_one_domain_and_the_budget_says_why():
+    b = api.budget(recipe="qwen3_235b_a22b_pretrain_256gpu_gb200_fp8cs_config").to_dict()["budget"]
+    place = b["layout"]["placement"]
+    assert (b["layout"]["nvlink_domain"], place["from"]) == (64, "perf_launcher")
+    assert "--segment=16 for 64 nodes of 4 GPUs" in place["said"] and "ep_ms" not in place
+    (ep,) = [c for c in b["collectives"] if c["dimension"] == "ep"]
+    assert ep["link"] == "nvlink"
+    same = api.budget(recipe="qwen3_235b_a22b_pretrain_256gpu_gb200_fp8cs_config",
+                      machine_facts={"nvlink_domain": 64}).to_dict()["budget"]
+    assert same["layout"]["placement"]["from"] == "given" and same["iteration_ms"] == b["iteration_ms"]
+
+
+def test_an_assumed_placement_says_how_much_of_the_iteration_it_decides():
+    """Not a perf recipe's launcher (8 GPUs a node given: the perf launcher sizes no segment): ranks on consecutive
+    72-GPU domains from rank 0, EP 32 straddling two; the answer gives EP and the iteration with that placement and
+    with every EP group in one domain, the latter the budget of domains of 64 given."""
+    recipe = "qwen3_235b_a22b_pretrain_256gpu_gb200_fp8cs_config"
+    b = api.budget(recipe=recipe, machine_facts={"gpus_per_node": 8}).to_dict()["budget"]
+    place = b["layout"]["placement"]
+    assert (b["layout"]["nvlink_domain"], place["from"]) == (72, "assumed")
+    ep_total = sum(c["ms"] for c in b["collectives"] if c["dimension"] == "ep")
+    assert place["ep_ms"] == pytest.approx(ep_total, abs=0.01) and place["iteration_ms"] == b["iteration_ms"]
+    aligned = api.budget(recipe=recipe, machine_facts={"gpus_per_node": 8, "nvlink_domain": 64}).to_dict()["budget"]
+    assert place["nvlink_domain_in_one_domain"] == 64
+    assert place["iteration_ms_in_one_domain"] == aligned["iteration_ms"]
+    assert place["ep_ms_in_one_domain"] == pytest.approx(sum(c["ms"] for c in aligned["collectives"] if c["dimension"] == "ep"), abs=0.01)
+    assert place["ep_ms"] > 5 * place["ep_ms_in_one_domain"]
+    from mbridge_overlap.output import text
+
+    said = text.budget(api.budget(recipe=recipe, machine_facts={"gpus_per_node": 8}).to_dict())
+    assert ("placement (assumed): not known: consecutive ranks taken to share NVLink domains of 72 GPUs" in said
+            and f"it decides EP's {place['ep_ms']:,.1f} ms of the {place['iteration_ms']:,.1f} ms iteration" in said)

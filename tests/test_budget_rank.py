@@ -86,8 +86,9 @@ def test_deepseek_v3_s_mtp_and_loss_rank_is_costed_with_its_whole_output_layer(m
 def test_a_rank_whose_ep_all_to_alls_cross_the_network_can_outweigh_the_loss_rank(monkeypatch):
     """DeepSeek-V3's GB200 recipe (PP 4 x VPP 4, EP 64 across the network): the loss's rank 3 computes longest
     (13 MoE layers, the MTP block, the output layer), but rank 1's 16 MoE layers' all-to-alls over the network make its
-    iteration the longer one: the budget costs it, and says both."""
-    b, built = _costed(monkeypatch, recipe="deepseek_v3_pretrain_256gpu_gb200_bf16_config")
+    iteration the longer one: the budget costs it, and says both. (Placed in domains of 72 GPUs from rank 0; Bridge's
+    perf launcher's Slurm segments of 16 nodes keep each EP group of 64 in one domain.)"""
+    b, built = _costed(monkeypatch, recipe="deepseek_v3_pretrain_256gpu_gb200_bf16_config", machine_facts={"nvlink_domain": 72})
     by = {c.rank: (bb, c) for bb, c, *_ in built}
     (b1, c1), (b3, c3) = by[1], by[3]
     # under the schedule every rank ends together and their once-an-iteration tails are equal (to the microsecond):

@@ -275,11 +275,11 @@ def document(m: dict) -> str:
         "GEMMs of a few tokens per expert): where the all-to-all stays inside the NVLink domain (8 GPUs with EP 8) "
         "the predicted throughput is twice the published or more. Where it crosses the network (H100 with EP 16 or "
         "32) the exposed all-to-all brings the prediction near the published, which is agreement by compensation, "
-        "not a check of either. On GB200 and GB300 (72-GPU NVLink domains) the 16- and 32-rank EP groups of a 256-GPU job "
-        "straddle two domains in Megatron-Core's rank order, and the budget prices the straddling groups' all-to-all "
-        "across the network: the prediction falls below the published. How the published runs were placed is not "
-        "published (Slurm segment sizing is the user's, scripts/performance/README.md); a placement that keeps each "
-        "EP group in one domain is priced with --nvlink-domain. The budget's answers for MoE say so (their "
+        "not a check of either. On GB200 and GB300 (4 GPUs a node, 72-GPU NVLink domains) the rows are placed as "
+        "Bridge's perf launcher places them: it asks Slurm for segments of the job's nodes up to 18, else their "
+        "largest divisor up to 18 (scripts/performance/utils/executors.py slurm_executor), each in one NVLink domain, "
+        "so a 256-GPU job's ranks share domains of 64 GPUs and its 16- and 32-rank EP groups stay inside one (the "
+        "budget's `layout.placement` says where its placement came from). The budget's answers for MoE say so (their "
         "`assumptions`): read their iteration times as lower bounds where the all-to-all stays inside a domain.", "",
         *moe_lines, "",
         f"Not costed: {len(failed)} rows whose layout does not resolve with the row's recipe ("

@@ -43,6 +43,7 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
             "the run's model.mtp_num_layers" if run_mtp and not ({"mtp_num_layers"} & {*saved, *overridden, *(shape or {})}) else ""]
     lay = layout.layout_of(state, sc.machine, peft)
     lay, provided = _provider_dispatcher(lay, sc, model)
+    lay = layout.placed(lay, sc)
     sh, origin = shapes.of(model, given, "; ".join(s for s in said if s) or None, fits=lambda values: _fits(values, lay))
     sh, limited = shapes.limited_devices(sh, lay.ep)
     sysinfo = system.get(sc.gpu, domain=lay.domain)
@@ -54,6 +55,7 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
 
         sh = replace(sh, mtp_num_layers=None)
     budget = estimate.estimate(lay, sh, sysinfo, origin)
+    budget.straddling = _straddling(budget, sh, sysinfo, origin)
     budget.assumptions += limited + tuple(shapes.unmodelled(_model_fields(sc))) + provided + _instances(state) + (
         (unbuilt,) if unbuilt else ())
     if provided:  # the flips are proven on the run the budget prices (recheck49 Q4)
@@ -62,6 +64,28 @@ def of(analysis, model: str | None = None, shape: dict | None = None, efficiency
         budget.flips = flips.check(state, {k: v for k, v in lay.settings.items() if k in budget.flipped})
         budget.findings = worth.check(budget)
     return budget
+
+
+def _straddling(budget, sh, sysinfo, origin) -> dict:
+    """Where the placement is assumed and an EP group straddles two NVLink domains: the EP time and the iteration with
+    that placement and with domains of the largest multiple of the expert-TP x EP extent they hold (every EP group in
+    one domain), so the answer says how much of the iteration the assumption decides; {} otherwise."""
+    from dataclasses import replace
+
+    from . import estimate, layout, system
+
+    lay = budget.layout
+    extent = lay.etp * lay.ep
+    if lay.placement[0] != "assumed" or not sh.moe or lay.ep < 2 or extent > lay.domain or not layout.spans_domains(lay, lay.etp, lay.ep):
+        return {}
+    aligned = lay.domain // extent * extent
+    other = estimate.estimate(replace(lay, domain=aligned), sh, system.System(sysinfo.name, sysinfo.record, aligned), origin)
+
+    def ep_ms(b) -> float:
+        return estimate.ms(sum(i.seconds for i in b.items if i.dimension == "ep"))
+
+    return {"ep_ms": ep_ms(budget), "iteration_ms": estimate.ms(budget.iteration_s), "ep_ms_in_one_domain": ep_ms(other),
+            "iteration_ms_in_one_domain": estimate.ms(other.iteration_s), "nvlink_domain_in_one_domain": aligned}
 
 
 ROUTER_KEYS = ("num_moe_experts", "moe_router_topk", "moe_router_num_groups", "moe_router_group_topk",

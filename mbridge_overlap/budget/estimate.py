@@ -105,6 +105,7 @@ class Budget:
     overlap_cost: dict = field(default_factory=dict)  # setting -> seconds it adds to compute (GEMMs on fewer SMs)
     costed_rank: int = 0
     pipeline: "pipeline.Bubble | None" = None  # each rank's wait under the schedule (PP > 1)
+    straddling: dict = field(default_factory=dict)  # an assumed placement's EP groups across domains: what it decides
 
     @property
     def exposed_s(self) -> float:
@@ -147,6 +148,7 @@ class Budget:
                        "sequence_parallel": lay.sp, "seq_length": lay.seq, "micro_batch_size": lay.mbs,
                        "global_batch_size": lay.gbs, "micro_batches": lay.micro_batches, "precision": lay.precision,
                        "nvlink_domain": lay.domain,
+                       "placement": {"from": lay.placement[0], "said": lay.placement[1], **self.straddling},
                        "peft": {"scheme": lay.peft.scheme, "target_modules": list(lay.peft.target_modules),
                                 "dim": lay.peft.dim} if lay.peft else None,
                        "recompute": dict(zip(("granularity", "method", "num_layers", "modules"),
@@ -340,9 +342,8 @@ def _not_modelled(lay: Layout, shape) -> tuple:
         if local < min(lay.domain, lay.ep):
             out += (f"EP: with ranks placed in Megatron-Core's order, an EP group of {lay.ep} has as few as {local} rank{'s' * (local != 1)} in one "
                     f"NVLink domain of {lay.domain} GPUs: that rank's all-to-all sends {lay.ep - local} of {lay.ep} parts over the "
-                    "network, which sets the time (and the iteration time is no lower bound then); where the job is placed so "
-                    "that each EP group lies in one domain (the Slurm segments are the user's to size), --nvlink-domain with "
-                    "the GPUs a segment holds prices that",)
+                    "network, which sets the time (and the iteration time is no lower bound then); the layout's placement "
+                    "says where that domain comes from",)
     if shape.moe and lay.ep > 1 and lay.dispatcher == "allgather":
         out += ("EP: the allgather token dispatcher (all-gather and reduce-scatter over the expert-TP x EP group) is "
                 "priced as the alltoall dispatcher's all-to-all, which it is not: its EP times are the alltoall's",)

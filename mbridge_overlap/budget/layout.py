@@ -64,6 +64,9 @@ class Layout:
     # the provider's model builds its decoder again after GPTModel.__init__ built the MTP block (model_providers.json
     # decoder_rebuilt): on the MTP's rank that chunk's decoder layers get no userbuffers (TP_OVERLAP_OFF_MTP_DECODER)
     mtp_decoder_rebuilt: bool = False
+    # where `domain` (the GPUs of consecutive ranks that share an NVLink domain) came from: (given | perf_launcher |
+    # assumed, what to say); placed() sets it
+    placement: tuple = ("assumed", "")
 
     @property
     def micro_batches(self) -> int:
@@ -122,6 +125,34 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
                                           state.request.context.get(f"model.account_for_{k}_in_pipeline_split")))
                           for k in ("embedding", "loss")),
     )
+
+
+def placed(lay: Layout, sc) -> Layout:
+    """The layout with the NVLink domain its consecutive ranks share, and where that came from: --nvlink-domain as
+    given; a perf recipe on nodes of the launcher's GPUs per node: the Slurm segments Bridge's perf launcher asks for
+    (releases.yaml perf_launcher_segment), each in one domain; else the GPU type's domain from rank 0 on (assumed)."""
+    from dataclasses import replace
+
+    from ..upstream import releases
+
+    machine = sc.machine
+    if machine.sources.get("nvlink_domain") == "given":
+        return replace(lay, placement=("given", f"--nvlink-domain: consecutive ranks share NVLink domains of {lay.domain} GPUs"))
+    rule, per_node = releases.data()["perf_launcher_segment"], machine.gpus_per_node
+    if (sc.recipe or {}).get("package") == "perf_recipes" and per_node == rule["gpus_per_node"]:
+        nodes, most = -(-sc.gpus // per_node), rule["max_nodes"]
+        segment = nodes if nodes <= most else next(s for s in range(most, 0, -1) if nodes % s == 0)
+        domain = min(lay.domain, segment * per_node)
+        return replace(lay, domain=domain, placement=("perf_launcher", (
+            f"Bridge's perf launcher (scripts/performance/setup_experiment.py on Slurm) asks for --segment={segment} for "
+            f"{nodes} node{'s' * (nodes != 1)} of {per_node} GPUs (all the nodes up to {most}, else their largest divisor up to "
+            f"{most}: utils/executors.py slurm_executor), each segment's nodes in one NVLink domain: consecutive ranks "
+            f"share domains of {domain} GPUs (Slurm numbering the tasks node by node); scripts/training/train.sh leaves "
+            "segments to the user (--nvlink-domain for another placement)")))
+    return replace(lay, placement=("assumed", (
+        f"not known: consecutive ranks taken to share NVLink domains of {lay.domain} GPUs from rank 0 on (Bridge's perf "
+        "launcher sizes Slurm segments only for its perf recipes; other launchers leave placement to the user: "
+        "--nvlink-domain with the GPUs a segment holds)")))
 
 
 def _router_qb(req) -> bool:

@@ -505,6 +505,7 @@ def budget(d: dict) -> str:
              f"sequence parallel {'on' if lay['sequence_parallel'] else 'off'}; seq {lay['seq_length']}, micro-batch "
              f"{lay['micro_batch_size']}, global batch {lay['global_batch_size']} ({lay['micro_batches']} micro-batches); "
              f"{lay['precision']}" + _trains(lay),
+             _placement(lay),
              f"shape: {b['shape_from']}",
              "",
              _iteration(b),
@@ -518,6 +519,16 @@ def budget(d: dict) -> str:
     lines += ["", "assumptions:"] + [f"  - {a}" for a in b["assumptions"]]
     lines += ["", f"note: {d['note']}"]
     return _lines(lines)
+
+
+def _placement(lay: dict) -> str:
+    place = lay["placement"]
+    out = f"placement ({place['from']}): {place['said']}"
+    if "ep_ms_in_one_domain" in place:
+        out += (f"; it decides EP's {place['ep_ms']:,.1f} ms of the {place['iteration_ms']:,.1f} ms iteration: placed so that "
+                f"every EP group lies in one domain (domains of {place['nvlink_domain_in_one_domain']} GPUs), EP takes "
+                f"{place['ep_ms_in_one_domain']:,.1f} ms and the iteration {place['iteration_ms_in_one_domain']:,.1f} ms")
+    return out
 
 
 def _iteration(b: dict) -> str:
