@@ -169,17 +169,18 @@ def test_a_connections_warning_on_a_gpu_bridge_launches_with_32_is_expected():
 PARAM_GATHER_CHECK = "AssertionError: --overlap-grad-reduce should be turned on when using --overlap-param-gather\n"
 
 
-def test_a_log_only_fix_is_proven_on_the_config_it_is_offered_for():
-    """evalN N3: a log-only cause offered its record's ddp.overlap_grad_reduce=true on a config whose comm_overlap
-    section overwrites that key (DP_OVERLAP_KNOB_OVERWRITTEN, and nothing changes). The fix offered now holds when the
-    config is resolved with it: the knob runs as set, and no warning or error comes that was not there."""
+def test_megatron_lm_s_argument_check_offers_no_bridge_fix_and_says_bridge_never_runs_it():
+    """evalAG AG-6: PARAM_GATHER_NEEDS_GRAD_REDUCE is Megatron-LM's validate_args / validate_yaml assert, which a Bridge
+    run never calls (nothing in Bridge 0.6.2 or Megatron-Core 0.19.2 asserts the pair); on a Bridge config that runs
+    overlap_param_gather without overlap_grad_reduce the cause offered ddp.overlap_grad_reduce=true
+    comm_overlap.overlap_grad_reduce=true as if Bridge required it."""
     over = {"comm_overlap.overlap_grad_reduce": False, "comm_overlap.overlap_param_gather": True, "comm_overlap.tp_comm_overlap": False}
     (cause,) = _diagnose(PARAM_GATHER_CHECK, recipe=RECIPE, overrides=over, gpus=16)["causes"]
-    assert cause["id"] == "PARAM_GATHER_NEEDS_GRAD_REDUCE" and cause["fix_overrides"]
-    before = {(f.id, f.severity) for f in _resolve(over, 16).findings if f.severity != "info"}
-    fixed = _resolve({**over, **cause["fix_overrides"]}, 16)
-    assert fixed.effective["ddp"]["overlap_grad_reduce"] is True
-    assert {(f.id, f.severity) for f in fixed.findings if f.severity != "info"} <= before
+    assert cause["id"] == "PARAM_GATHER_NEEDS_GRAD_REDUCE" and cause["fix_overrides"] == {}
+    assert "a Megatron-Bridge run never runs them" in cause["message"]
+    assert "overlap_grad_reduce=true" not in cause["fix"] and "--overlap-grad-reduce" in cause["fix"]
+    # Bridge itself takes the combination: it resolves with no error
+    assert not [f for f in _resolve(over, 16).findings if f.severity == "error"]
 
 
 def test_a_log_of_a_check_the_config_cannot_fail_is_left_out():
@@ -277,3 +278,23 @@ def test_a_lead_exception_line_no_traceback_takes_is_still_another_failure():
                  LEAD + BUCKET + "Traceback (most recent call last):\n" + MODEL + "ValueError: x\n"):  # another began
         d = _diagnose(text)
         assert "RuntimeError: boom" in [o["logged"] for o in d["other"]], text
+
+
+GRAD_NONE = "AssertionError: param.grad being None is not safe when overlap_grad_reduce is True\n"
+
+
+def test_a_fix_with_alternative_keys_names_the_one_the_config_takes():
+    """evalAG AG-6: with the config known, GRAD_NONE_WITH_OVERLAP_GRAD_REDUCE's fix offered both comm_overlap's and
+    ddp's key with the rule in parentheses. It now names the one that turns overlap_grad_reduce off in that config:
+    ddp's where the config has no comm_overlap section, comm_overlap's where it has one (which writes over ddp's)."""
+    (alone,) = _diagnose(GRAD_NONE)["causes"]
+    assert "comm_overlap.overlap_grad_reduce=false (ddp.overlap_grad_reduce=false where the config has no" in alone["fix"]
+    perf = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+    for kw, key, other in ((dict(recipe=RECIPE, gpus=8), "ddp.overlap_grad_reduce", "comm_overlap.overlap_grad_reduce"),
+                           (dict(recipe=perf), "comm_overlap.overlap_grad_reduce", "ddp.overlap_grad_reduce")):
+        (cause,) = _diagnose(GRAD_NONE, **kw)["causes"]
+        assert f"{key}=false hides the assert" in cause["fix"] and other not in cause["fix"], cause["fix"]
+        # the key named turns it off in this config; the other alone does not (or is not the config's to set)
+        assert api.resolve(overrides={key: False}, **kw).effective["ddp"]["overlap_grad_reduce"] is False
+        if key.startswith("comm_overlap"):
+            assert api.resolve(overrides={other: False}, **kw).effective["ddp"]["overlap_grad_reduce"] is True

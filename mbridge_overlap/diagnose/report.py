@@ -397,13 +397,32 @@ def generic(finding_id: str) -> Finding:
     rec = findings.record(finding_id)
     fix_overrides = dict(rec.get("fix_overrides") or {})
     fix = None
-    if not fix_overrides and findings.template_fields(rec["fix"]):
+    keys = dp_keys(rec)
+    if not fix_overrides and findings.template_fields(rec["fix"]) - set(keys):
         knobs = findings.Shell(", ".join(rec.get("knobs") or ()) or "the settings named")
         fix = findings.Shell(rec["log_fix"]) if rec.get("log_fix") else \
             shell("change {knobs}; pass --config (the run's run_config.yaml) or --recipe for a fix proven on the config", knobs=knobs)
-    f = findings.make(finding_id, fix_overrides=fix_overrides, **({"fix": fix} if fix else {}), **_message_params(rec))
+    f = findings.make(finding_id, fix_overrides=fix_overrides, **({"fix": fix} if fix else {}), **{**_message_params(rec), **keys})
     return replace(f, message=f.message if not findings.template_fields(rec["message"]) else rec["title"],
                    fix=fix if fix is not None else f.fix)
+
+
+def dp_keys(rec: dict, state=None) -> dict:
+    """Values for a record's dp_keys fields: each knob's override as resolve writes it for the config (owner_key:
+    comm_overlap's key where the request has the section, else ddp's); without a config (state None) both, with
+    the rule."""
+    from ..findings.rules.common import owner_key
+
+    out = {}
+    for name, knobs in (rec.get("dp_keys") or {}).items():
+        if state is not None:
+            out[name] = findings.overrides_text({owner_key(state, k, "ddp"): v for k, v in knobs.items()}, sectionless=False)
+            continue
+        section, ddp = (findings.overrides_text({f"{s}.{k}": v for k, v in knobs.items()}, sectionless=False)
+                        for s in ("comm_overlap", "ddp"))
+        out[name] = findings.Shell(f"{section} ({ddp} where the config has no comm_overlap section: with one, Bridge "
+                                   "writes its value over ddp's)")
+    return out
 
 
 def _message_params(rec: dict) -> dict:
@@ -537,6 +556,8 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
             ruled_out.append((cause, f"expected with this config: {expected}"))
             continue
         if not checked:
+            if rec.get("dp_keys"):  # its keys as resolve writes them for this config (evalAG AG-6)
+                cause.finding = replace(cause.finding, fix=shell(rec["fix"], **dp_keys(rec, analysis.state)))
             _from_log_only(cause, rec, found, analysis.effective)
             _fix_on_config(cause, analysis)
             _deepep_against_config(cause, analysis.effective)

@@ -27,7 +27,7 @@ FIXABLE = ("always", "sometimes", "never")
 # The fields of a registry record (data/findings.yaml says what each means); the first ones every record has.
 REQUIRED = ("severity", "title", "message", "fix", "fixable", "example", "counter_example", "explain")
 FIELDS = REQUIRED + ("knobs", "anchor", "source", "asserts", "when", "skill", "fix_overrides", "blocks", "logged", "shows", "log_fix",
-                     "overlap_related", "explained_by", "log_fix_if", "implausible_if", "expected_if")
+                     "overlap_related", "explained_by", "log_fix_if", "implausible_if", "expected_if", "dp_keys")
 
 
 @dataclass
