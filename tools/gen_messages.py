@@ -1112,6 +1112,8 @@ def native_entries() -> list[dict]:
             entry["note"] = " ".join(str(row["note"]).split())
         if row.get("more_examples"):
             entry["more_examples"] = list(row["more_examples"])
+        if row.get("cause"):
+            entry["cause"] = " ".join(str(row["cause"]).split())
         for key in ("example_kind", "legacy"):
             if row.get(key) is not None:
                 entry[key] = row[key]

@@ -284,6 +284,7 @@ class Entry:
     legacy: str | None = None  # native: a Python message of an older release (not in the pinned packages): which
     source: dict | None = None  # native: {"type": "source" | "thread", ...}
     note: str | None = None
+    cause: str | None = None  # native: what the line adds to its cause's message (the releases that print it, their fix)
     anchors: tuple = ()  # native: whitespace-delimited pieces, one of which every match shows (for the prefilter)
     contains: tuple = ()  # native: substrings, for what is not a word of its own (inside a mangled C++ symbol)
     matchable: bool = True  # False: match() never returns it (too little literal text); frame()/by_id() do

@@ -200,6 +200,7 @@ def classify(diag: Diagnosis) -> None:
         _deepep_reading(cause)
         _nvshmem_reading(cause)
         _connections_refused(cause)
+        _lines_say(cause)
     _ibgda_reading(diag)
 
 
@@ -307,6 +308,14 @@ def deepep_condition(text: str) -> str | None:
         what = ("a limit of the kernels on the exchange (top-k, hidden size, ranks) that this run's MoE layout passes; "
                 "the condition names it")
     return f"DeepEP's {file} kernel asserted `{cond.strip()}`: {what}"
+
+
+def _lines_say(cause: Cause) -> None:
+    """What the cause's lines say of it beyond its record (a catalog entry's `cause`: evalAG AG-5, the releases that
+    print an older wording and what fixed it there), added to its message."""
+    said = list(dict.fromkeys(g.entry.cause for g in cause.groups if getattr(g.entry, "cause", None)))
+    if said:
+        cause.finding = replace(cause.finding, message="; ".join([cause.finding.message, *said]))
 
 
 def _deepep_reading(cause: Cause) -> None:
