@@ -44,3 +44,16 @@ def test_a_comm_overlap_request_keeps_bridge_s_words():
     said = [f.message for f in api.resolve({"comm_overlap.overlap_moe_expert_parallel_comm": True}, gpus=8).findings
             if f.id == "MOE_OVERLAP_REJECTED"]
     assert said and "only supported when expert_model_parallel_size > 1" in said[0]
+
+
+@pytest.mark.parametrize("version", ["0.5.0", "0.5.1", "0.6.0", "0.6.2"])
+@pytest.mark.parametrize("words", [
+    "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher",  # both releases' __post_init__
+    "MTP layernum only supports 1 when enabling overlap_moe_expert_parallel_comm.",  # core_v0.18.2 :2439-2441
+])
+def test_diagnose_names_megatron_core_s_own_words(version, words):
+    import io
+
+    log = f"AssertionError: {words}\n".encode()
+    causes = api.diagnose(["-"], stdin=io.BytesIO(log), bridge_version=version).to_dict()["causes"]
+    assert [c["id"] for c in causes] == ["MOE_OVERLAP_REJECTED"]
