@@ -475,6 +475,17 @@ def finalize_model(state: State) -> None:
         _mcore_moe_overlap_checks(state, where)
     if model["delay_wgrad_compute"] and not model["overlap_moe_expert_parallel_comm"]:
         _reject(state, "MOE_OVERLAP_REJECTED", "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute", where)
+    elif early_attn_memory_release(state.request) and not model["overlap_moe_expert_parallel_comm"]:  # (0.19.2 :2772-2776)
+        _reject(state, "MOE_OVERLAP_REJECTED", "overlap_moe_expert_parallel_comm must be enabled when enabling "
+                "ep_overlap_early_attn_memory_release", where)
+
+
+EARLY_RELEASE = "model.ep_overlap_early_attn_memory_release"
+
+
+def early_attn_memory_release(request: Request) -> bool:
+    """The field as the command line or a config file set it (not modelled: read as given; a recipe's not recorded)."""
+    return EARLY_RELEASE in request.context and given.flag(EARLY_RELEASE, request.context[EARLY_RELEASE]) is True
 
 
 FLEX_SM_COUNT = "moe_flex_dispatcher_num_sms"

@@ -42,6 +42,8 @@ def _moe_fix(state: State, r) -> tuple[list, dict]:
             off[f"comm_overlap.{name}"] = False
         elif req.comm_overlap is None and req.model.get(name):
             off[f"model.{name}"] = False
+    if resolver.early_attn_memory_release(req):  # read only by the overlap's schedule (model_chunk_schedule_plan.py)
+        off[resolver.EARLY_RELEASE] = False
     # the check Bridge raised, read on the model as it was then (a layout sets VPP later, at the model's finalize:
     # recheck51 T1), and any other the final model fails
     failing = [message for ok, message in resolver._MOE_OVERLAP_CHECKS if message in r.message or not ok(state.model)]
