@@ -475,17 +475,22 @@ def finalize_model(state: State) -> None:
         _mcore_moe_overlap_checks(state, where)
     if model["delay_wgrad_compute"] and not model["overlap_moe_expert_parallel_comm"]:
         _reject(state, "MOE_OVERLAP_REJECTED", "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute", where)
-    elif early_attn_memory_release(state.request) and not model["overlap_moe_expert_parallel_comm"]:  # (0.19.2 :2772-2776)
+    elif given_true(state.request, DISPATCH_WITH_WGRAD) and model["overlap_moe_expert_parallel_comm"] \
+            and not any(r.id == "MOE_OVERLAP_REJECTED" for r in state.rejections):  # (0.19.2 :2759-2763; an earlier assert raises first)
+        _reject(state, "MOE_OVERLAP_REJECTED", "overlap_moe_expert_parallel_comm must be disabled when enabling "
+                "overlap_dispatch_backward_with_experts_wgrad.", where)
+    elif given_true(state.request, EARLY_RELEASE) and not model["overlap_moe_expert_parallel_comm"]:  # (0.19.2 :2772-2776)
         _reject(state, "MOE_OVERLAP_REJECTED", "overlap_moe_expert_parallel_comm must be enabled when enabling "
                 "ep_overlap_early_attn_memory_release", where)
 
 
 EARLY_RELEASE = "model.ep_overlap_early_attn_memory_release"
+DISPATCH_WITH_WGRAD = "model.overlap_dispatch_backward_with_experts_wgrad"
 
 
-def early_attn_memory_release(request: Request) -> bool:
-    """The field as the command line or a config file set it (not modelled: read as given; a recipe's not recorded)."""
-    return EARLY_RELEASE in request.context and given.flag(EARLY_RELEASE, request.context[EARLY_RELEASE]) is True
+def given_true(request: Request, key: str) -> bool:
+    """A bool field as the command line or a config file set it (not modelled: read as given; a recipe's not recorded)."""
+    return key in request.context and given.flag(key, request.context[key]) is True
 
 
 FLEX_SM_COUNT = "moe_flex_dispatcher_num_sms"

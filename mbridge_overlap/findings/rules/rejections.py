@@ -42,13 +42,15 @@ def _moe_fix(state: State, r) -> tuple[list, dict]:
             off[f"comm_overlap.{name}"] = False
         elif req.comm_overlap is None and req.model.get(name):
             off[f"model.{name}"] = False
-    if resolver.early_attn_memory_release(req):  # read only by the overlap's schedule (model_chunk_schedule_plan.py)
+    if resolver.given_true(req, resolver.EARLY_RELEASE):  # read only by the overlap's schedule (model_chunk_schedule_plan.py)
         off[resolver.EARLY_RELEASE] = False
     # the check Bridge raised, read on the model as it was then (a layout sets VPP later, at the model's finalize:
     # recheck51 T1), and any other the final model fails
     failing = [message for ok, message in resolver._MOE_OVERLAP_CHECKS if message in r.message or not ok(state.model)]
     fixes = [f(state) if (f := _MOE_PRECONDITION_FIXES.get(message)) else None for message in failing]
     keep = {k: v for f in fixes for k, v in f.items()} if failing and all(f is not None for f in fixes) else {}
+    if "must be disabled when enabling overlap_dispatch_backward_with_experts_wgrad" in r.message:
+        keep = {resolver.DISPATCH_WITH_WGRAD: False}  # the overlap kept, the other way of hiding the dispatch dropped
     if "requires gradient_accumulation_fusion" in r.message:  # (evalU V2: the overlaps asked for were turned off)
         keep = {**keep, "model.gradient_accumulation_fusion": True}
     return [keep, off], {}
