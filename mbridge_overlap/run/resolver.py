@@ -464,11 +464,13 @@ def finalize_model(state: State) -> None:
         _reject(state, "FP4_PARAM_GATHER_WITHOUT_FP4", "fp4_param must be used together with fp4 mode.", where)
     if model["expert_model_parallel_size"] > 1 and model["num_moe_experts"] is None:
         _reject(state, "EXPERT_PARALLEL_WITHOUT_EXPERTS", "num_moe_experts must be non None to use expert-parallel.", where)
+    deepep_refused = _deepep_flag(state, where)
     if model["moe_flex_dispatcher_backend"] == "ncclep" and model["moe_token_dispatcher_type"] != "flex" \
-            and _core_has(state, "NCCLEP_NEEDS_FLEX_DISPATCHER"):  # (0.19.2 transformer_config.py:1609-1614)
+            and not deepep_refused and _core_has(state, "NCCLEP_NEEDS_FLEX_DISPATCHER"):  # (0.19.2 transformer_config.py:1609-1614)
         _reject(state, "NCCLEP_NEEDS_FLEX_DISPATCHER", "moe_flex_dispatcher_backend='ncclep' requires "
                 "moe_token_dispatcher_type='flex'.", where)
-    _flex_sm_counts(state, where)
+    if not deepep_refused:
+        _flex_sm_counts(state, where)
     if model["num_moe_experts"] is not None and model["add_bias_linear"] and model["expert_tensor_parallel_size"] != 1:
         _reject(state, "MOE_BIAS_NEEDS_EXPERT_TP_ONE", "Bias in Moe is only supported when ETP==1", where)
     if model["overlap_moe_expert_parallel_comm"]:
@@ -485,6 +487,24 @@ def finalize_model(state: State) -> None:
 
 
 EARLY_RELEASE = "model.ep_overlap_early_attn_memory_release"
+DEEPEP_FLAG = "model.moe_enable_deepep"
+
+
+def _deepep_flag(state: State, where: str) -> bool:
+    """TransformerConfig.__post_init__ (0.19.2 transformer_config.py:1589-1597; core_v0.18.x :1440-1448, the same): the
+    deprecated moe_enable_deepep (not modelled: read as given) needs the flex dispatcher and no hybridep backend, then
+    sets the backend to deepep. Whether it refused (the checks after it are then never reached)."""
+    model = state.model
+    if not given_true(state.request, DEEPEP_FLAG):
+        return False
+    if model["moe_token_dispatcher_type"] != "flex":
+        _reject(state, "MOE_ENABLE_DEEPEP_REJECTED", "DeepEP backend is only supported with flex token dispatcher.", where)
+    elif model["moe_flex_dispatcher_backend"] == "hybridep":
+        _reject(state, "MOE_ENABLE_DEEPEP_REJECTED", "Only one backend is supported for flex token dispatcher.", where)
+    else:
+        model["moe_flex_dispatcher_backend"] = "deepep"
+        return False
+    return True
 DISPATCH_WITH_WGRAD = "model.overlap_dispatch_backward_with_experts_wgrad"
 
 

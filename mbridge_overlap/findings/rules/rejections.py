@@ -216,6 +216,9 @@ REJECTION_FIXES = {
     # the backend's default: every Megatron-Core 0.19.2 site that reads the backend reads it with the flex dispatcher
     # only (token_dispatcher.py, moe_utils.py:1425, models/common/utils.py, fine_grained_callables.py)
     "NCCLEP_NEEDS_FLEX_DISPATCHER": lambda state, r: (_constant(state, r)[0], {"dispatcher": state.model["moe_token_dispatcher_type"]}),
+    # the flag off: it only sets the backend to deepep, which the flex dispatcher alone reads (the backend asked is kept)
+    "MOE_ENABLE_DEEPEP_REJECTED": lambda state, r: ([{resolver.DEEPEP_FLAG: False}], {
+        "dispatcher": state.model["moe_token_dispatcher_type"], "backend": state.model["moe_flex_dispatcher_backend"]}),
     "CUDA_GRAPH_LOCAL_SCOPED": _constant,
     "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
     "MOE_BIAS_NEEDS_EXPERT_TP_ONE": _constant,
