@@ -464,7 +464,7 @@ def finalize_model(state: State) -> None:
         _reject(state, "FP4_PARAM_GATHER_WITHOUT_FP4", "fp4_param must be used together with fp4 mode.", where)
     if model["expert_model_parallel_size"] > 1 and model["num_moe_experts"] is None:
         _reject(state, "EXPERT_PARALLEL_WITHOUT_EXPERTS", "num_moe_experts must be non None to use expert-parallel.", where)
-    deepep_refused = _deepep_flag(state, where)
+    deepep_refused = _deepep_flag(state, where) or _deepep_padding(state, where)
     if model["moe_flex_dispatcher_backend"] == "ncclep" and model["moe_token_dispatcher_type"] != "flex" \
             and not deepep_refused and _core_has(state, "NCCLEP_NEEDS_FLEX_DISPATCHER"):  # (0.19.2 transformer_config.py:1609-1614)
         _reject(state, "NCCLEP_NEEDS_FLEX_DISPATCHER", "moe_flex_dispatcher_backend='ncclep' requires "
@@ -511,6 +511,22 @@ DISPATCH_WITH_WGRAD = "model.overlap_dispatch_backward_with_experts_wgrad"
 def given_true(request: Request, key: str) -> bool:
     """A bool field as the command line or a config file set it (not modelled: read as given; a recipe's not recorded)."""
     return key in request.context and given.flag(key, request.context[key]) is True
+
+
+PAD_TO_CAPACITY = "model.moe_pad_expert_input_to_capacity"
+
+
+def _deepep_padding(state: State, where: str) -> bool:
+    """TransformerConfig.__post_init__ (0.19.2 transformer_config.py:1599-1607; core_v0.18.x :1451-1458, the same): the
+    flex dispatcher's deepep backend (moe_enable_deepep has set it by then) does not pad the experts' input to capacity
+    (not modelled: read as given). Whether it refused."""
+    model = state.model
+    if model["moe_token_dispatcher_type"] != "flex" or model["moe_flex_dispatcher_backend"] != "deepep" \
+            or not given_true(state.request, PAD_TO_CAPACITY):
+        return False
+    _reject(state, "DEEPEP_PAD_TO_CAPACITY_REJECTED", "Flex token dispatcher with deepep backend does not support "
+            "moe_pad_expert_input_to_capacity", where)
+    return True
 
 
 FLEX_SM_COUNT = "moe_flex_dispatcher_num_sms"

@@ -219,6 +219,9 @@ REJECTION_FIXES = {
     # the flag off: it only sets the backend to deepep, which the flex dispatcher alone reads (the backend asked is kept)
     "MOE_ENABLE_DEEPEP_REJECTED": lambda state, r: ([{resolver.DEEPEP_FLAG: False}], {
         "dispatcher": state.model["moe_token_dispatcher_type"], "backend": state.model["moe_flex_dispatcher_backend"]}),
+    # DeepEP kept without the padding (the capacity factor still drops), else the dispatcher that pads
+    "DEEPEP_PAD_TO_CAPACITY_REJECTED": lambda state, r: ([{resolver.PAD_TO_CAPACITY: False},
+                                                          {"model.moe_token_dispatcher_type": "alltoall"}], {}),
     "CUDA_GRAPH_LOCAL_SCOPED": _constant,
     "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
     "MOE_BIAS_NEEDS_EXPERT_TP_ONE": _constant,
