@@ -471,6 +471,7 @@ def finalize_model(state: State) -> None:
                 "moe_token_dispatcher_type='flex'.", where)
     if not deepep_refused:
         _flex_sm_counts(state, where)
+        _rank_capacity(state, where)
     if model["num_moe_experts"] is not None and model["add_bias_linear"] and model["expert_tensor_parallel_size"] != 1:
         _reject(state, "MOE_BIAS_NEEDS_EXPERT_TP_ONE", "Bias in Moe is only supported when ETP==1", where)
     if model["overlap_moe_expert_parallel_comm"]:
@@ -527,6 +528,53 @@ def _deepep_padding(state: State, where: str) -> bool:
     _reject(state, "DEEPEP_PAD_TO_CAPACITY_REJECTED", "Flex token dispatcher with deepep backend does not support "
             "moe_pad_expert_input_to_capacity", where)
     return True
+
+
+RANK_CAPACITY = "model.moe_expert_rank_capacity_factor"
+OP_FUSER = "model.use_transformer_engine_op_fuser"
+# the fields of the __post_init__ checks between the SM counts' and the rank capacity's (0.19.2 transformer_config.py:
+# 1652-1690), none modelled: given, they may raise first
+_CAPACITY_FIELDS = ("model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff", "model.moe_expert_capacity_factor",
+                    PAD_TO_CAPACITY)
+
+
+def _rank_capacity(state: State, where: str) -> None:
+    """TransformerConfig.__post_init__ with moe_expert_rank_capacity_factor set (not modelled: read as given). 0.19.2
+    transformer_config.py:1692-1706: the backend hybridep or ncclep, hybridep with use_transformer_engine_op_fuser;
+    core_v0.18.x :1515-1525: the op fuser first, then the backend hybridep. The op fuser as given, or the provider's
+    default False without a recipe (a recipe's is not recorded: then not judged where it decides). Not judged where
+    an earlier check of that region may raise first (the ncclep and SM-count refusals, the shared expert's, or a
+    capacity field given)."""
+    req, model = state.request, state.model
+    if str(req.context.get(RANK_CAPACITY)).strip().lower() in ("none", "null", "") or RANK_CAPACITY not in req.origin:
+        return
+    if any(r.id in ("NCCLEP_NEEDS_FLEX_DISPATCHER", "FLEX_SM_COUNTS_CONFLICT") for r in state.rejections) \
+            or any(req.origin.get(k) in ("override", "config") for k in _CAPACITY_FIELDS) or _shared_expert_raises(state):
+        return
+    fuser = layers.te_op_fuser(req) if req.origin.get(OP_FUSER) in ("override", "config") or req.recipe is None else None
+    backend, words = model["moe_flex_dispatcher_backend"], None
+    if releases.version_key(req.release.megatron_core) >= releases.version_key("0.19.0"):
+        if backend not in ("hybridep", "ncclep"):
+            words = "moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend to be 'hybridep' or 'ncclep'."
+        elif backend == "hybridep" and fuser is False:
+            words = ("moe_expert_rank_capacity_factor with the 'hybridep' backend requires use_transformer_engine_op_fuser "
+                     "to be enabled.")
+    elif fuser is False:
+        words = "moe_expert_rank_capacity_factor requires use_transformer_engine_op_fuser to be enabled."
+    elif fuser and backend != "hybridep":
+        words = "moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend to be 'hybridep'."
+    if words:
+        _reject(state, "EXPERT_RANK_CAPACITY_REJECTED", words, where)
+
+
+def _shared_expert_raises(state: State) -> bool:
+    """(0.19.2 transformer_config.py:1637-1650; core_v0.18.x :1460-1473): a shared expert's size not positive, or its
+    overlap beside a dispatcher other than alltoall and flex."""
+    model = state.model
+    size = given.integer("model.moe_shared_expert_intermediate_size",
+                         state.request.context.get("model.moe_shared_expert_intermediate_size"))
+    return size is not None and (size <= 0 or model["moe_shared_expert_overlap"]
+                                 and model["moe_token_dispatcher_type"] not in ("alltoall", "flex"))
 
 
 FLEX_SM_COUNT = "moe_flex_dispatcher_num_sms"

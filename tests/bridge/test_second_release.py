@@ -21,6 +21,7 @@ from test_ep_early_release_bridge import test_early_release_is_refused_exactly_w
 from test_dispatch_with_wgrad_bridge import test_dispatch_with_wgrad_is_refused_exactly_where_megatron_core_refuses_it  # noqa: F401
 from test_moe_enable_deepep_bridge import test_moe_enable_deepep_is_refused_exactly_where_megatron_core_refuses_it  # noqa: F401
 from test_deepep_pad_to_capacity_bridge import test_padding_with_deepep_is_refused_exactly_where_megatron_core_refuses_it  # noqa: F401
+from test_expert_rank_capacity_bridge import test_rank_capacity_is_refused_exactly_where_megatron_core_refuses_it  # noqa: F401
 from test_ncclep_dispatcher_bridge import test_the_skill_refuses_ncclep_exactly_where_megatron_core_does  # noqa: F401
 from test_dataset_seq_length_bridge import (  # noqa: F401
     test_a_config_file_s_sequence_length_words_agree_with_bridge,

@@ -140,6 +140,14 @@ def _flex_backend(state: State, r) -> tuple[list, dict]:
     return [{"model.moe_flex_dispatcher_backend": b} for b in backends] + _constant(state, r)[0], {}
 
 
+def _rank_capacity(state: State, r) -> tuple[list, dict]:
+    """The op fuser on where it is all the hybridep backend lacks, else the factor unset (read only by the hybridep and
+    ncclep backends' padding)."""
+    off, backend = {resolver.RANK_CAPACITY: None}, state.model["moe_flex_dispatcher_backend"]
+    fuser = "use_transformer_engine_op_fuser" in r.message and backend == "hybridep"
+    return ([{resolver.OP_FUSER: True}, off] if fuser else [off]), {"backend": backend}
+
+
 def _flex_sm_counts(state: State, r) -> tuple[list, dict]:
     """The count of the backend the run does not use unset, so the backend's own is the one Megatron-Core routes to
     moe_flex_dispatcher_num_sms: what the run used with Megatron-Core 0.18, and the count Bridge's own migration of a
@@ -222,6 +230,7 @@ REJECTION_FIXES = {
     # DeepEP kept without the padding (the capacity factor still drops), else the dispatcher that pads
     "DEEPEP_PAD_TO_CAPACITY_REJECTED": lambda state, r: ([{resolver.PAD_TO_CAPACITY: False},
                                                           {"model.moe_token_dispatcher_type": "alltoall"}], {}),
+    "EXPERT_RANK_CAPACITY_REJECTED": _rank_capacity,
     "CUDA_GRAPH_LOCAL_SCOPED": _constant,
     "EXPERT_PARALLEL_WITHOUT_EXPERTS": _constant,
     "MOE_BIAS_NEEDS_EXPERT_TP_ONE": _constant,
