@@ -5,9 +5,8 @@ runs this on a second release (Megatron-Core 0.18 has the same assert)."""
 
 import itertools
 
-from mbridge_overlap import api
 from mbridge_overlap.bridge import adapter
-from test_dataset_seq_length_bridge import _bridge
+from refusals import refused_alike
 
 WORDS = "overlap_moe_expert_parallel_comm must be disabled when enabling overlap_dispatch_backward_with_experts_wgrad."
 EXPERTS = ["model.num_moe_experts=8", "model.expert_model_parallel_size=2", "model.moe_token_dispatcher_type=alltoall"]
@@ -18,15 +17,5 @@ def test_dispatch_with_wgrad_is_refused_exactly_where_megatron_core_refuses_it()
     for dispatch, overlap, delay in itertools.product(("true", "false"), repeat=3):
         words = EXPERTS + [f"model.overlap_dispatch_backward_with_experts_wgrad={dispatch}",
                            f"model.overlap_moe_expert_parallel_comm={overlap}", f"model.delay_wgrad_compute={delay}"]
-        taken, error = _bridge(words)
-        assert taken, words
-        real = bool(error and WORDS in error)
-        refusals += real
-        ours = [f for f in api.resolve(dict(w.split("=", 1) for w in words), gpus=8, bridge_version=version).findings
-                if f.id == "MOE_OVERLAP_REJECTED" and WORDS in f.message]
-        assert bool(ours) == real, (words, ours, error)
-        for f in ours:
-            assert f"AssertionError: {f.message.partition(': ')[2]}" == error
-            fixed = words + [f"{k}={str(v).lower()}" for k, v in f.fix_overrides.items()]
-            assert _bridge(fixed) == (True, None), fixed
+        refusals += refused_alike(words, "MOE_OVERLAP_REJECTED", WORDS, version)
     assert refusals == 2  # beside the overlap, with and without delay_wgrad_compute

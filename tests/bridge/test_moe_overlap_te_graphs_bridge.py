@@ -3,9 +3,8 @@ installed Megatron-Core: each case as Hydra words on Bridge's command line throu
 the skill with Megatron-Core's words exactly where it raises them, and the fix is taken. tests/bridge/test_second_release.py
 runs this on a second release (Megatron-Core 0.18 has the same assert)."""
 
-from mbridge_overlap import api
 from mbridge_overlap.bridge import adapter
-from test_dataset_seq_length_bridge import _bridge
+from refusals import refused_alike
 
 WORDS = "CUDA graph scope on moe and mlp is not supported with overlap_moe_expert_parallel_comm"
 ON = ["model.overlap_moe_expert_parallel_comm=true", "model.expert_model_parallel_size=2",
@@ -19,15 +18,5 @@ def test_te_graphs_on_moe_or_mlp_are_refused_exactly_where_megatron_core_refuses
     version, refusals = adapter.bridge_version(), 0
     for case in CASES:
         words = ON + case
-        taken, error = _bridge(words)
-        assert taken, words
-        real = bool(error and WORDS in error)
-        refusals += real
-        ours = [f for f in api.resolve(dict(w.split("=", 1) for w in words), gpus=8, bridge_version=version).findings
-                if f.id == "MOE_OVERLAP_REJECTED" and WORDS in f.message]
-        assert bool(ours) == real, (words, ours, error)
-        for f in ours:
-            assert f"AssertionError: {f.message.partition(': ')[2]}" == error
-            fixed = words + [f"{k}={str(v).lower()}" for k, v in f.fix_overrides.items()]
-            assert _bridge(fixed) == (True, None), fixed
+        refusals += refused_alike(words, "MOE_OVERLAP_REJECTED", WORDS, version)
     assert refusals == 3  # one expert with mlp graphed: with eight, an earlier CUDA-graph assert decides
