@@ -22,7 +22,10 @@ _EP = ["model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend", "
 _EP_OVERLAP = ["comm_overlap.overlap_moe_expert_parallel_comm", "comm_overlap.delay_wgrad_compute", *_EP]
 _CP = ["model.context_parallel_size", "model.cp_comm_type"]
 _FSDP = ["ddp.use_megatron_fsdp", "ddp.data_parallel_sharding_strategy", "ddp.average_in_collective"]
+_GRID = ["model.tensor_model_parallel_size", "model.pipeline_model_parallel_size", "model.context_parallel_size",
+         "model.expert_model_parallel_size"]  # what sizes the process grid (parallel_state.initialize_model_parallel)
 DP_FIELDS, PP_FIELDS, TP_FIELDS, CP_FIELDS, EP_FIELDS = _DP, _PP, _TP, _CP, _EP  # each dimension's, as the groups' (groups.py)
+GRID_FIELDS = _GRID
 
 # Transformer Engine's context-parallel attention functions (AttnFuncWithCPAndKVP2P, attn_forward_func_with_cp,
 # flash_attn_p2p_communicate, get_cu_seqlens_on_cp_rank, ...); tools/gen_messages.py catalogs their messages
@@ -58,8 +61,7 @@ ROWS = [
     (r"torch/distributed/_symmetric_memory/__init__\.py$",
      r"fused_all_gather|fused_matmul_reduce_scatter|fused_scaled_matmul_reduce_scatter|_pipelined_|all_gather_and_consume"
      r"|produce_and_all2all", "tp", _TP),
-    (r"megatron/core/parallel_state\.py$", None, "grid", ["model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
-                                                          "model.context_parallel_size", "model.expert_model_parallel_size"]),
+    (r"megatron/core/parallel_state\.py$", None, "grid", _GRID),
 ]
 _COMPILED = [(re.compile(p), re.compile(f) if f else None, dim, fields) for p, f, dim, fields in ROWS]
 # Frames of torch that only the overlap path reaches in a Megatron run, taken where no frame above them is on the path

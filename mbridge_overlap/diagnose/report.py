@@ -258,6 +258,8 @@ def _nvshmem_reading(cause: Cause) -> None:
         "backend on an ETP x EP group of more than 8 ranks (Megatron-Core token_dispatcher.py:1769-1772, fused_a2a.py:67; "
         "DeepEP buffer.py:105), and its expert-parallel exchange cannot start; otherwise it is the NVSHMEM of the "
         "program that printed it"))
+
+
 def _connections_refused(cause: Cause) -> None:
     """CUDA_DEVICE_MAX_CONNECTIONS_NOT_ONE is a warning where Megatron-Core or Transformer Engine warn; where the log
     shows Megatron-LM's argument check raising (an error line: "Using sequence parallelism requires ...", "Using async
@@ -459,8 +461,7 @@ def _traceback(g: Group, finding_id: str) -> Cause:
 
 # What sizes the process groups (Megatron-Core parallel_state.initialize_model_parallel's arguments), as the "...
 # parallel group is not initialized" asserts' causes name them
-_GROUP_SIZES = ["model.tensor_model_parallel_size", "model.pipeline_model_parallel_size", "model.context_parallel_size",
-                "model.expert_model_parallel_size", "model.expert_tensor_parallel_size"]
+_GROUP_SIZES = [*frames.GRID_FIELDS, "model.expert_tensor_parallel_size"]
 
 
 def _none_group(g: Group) -> Cause:

@@ -506,6 +506,8 @@ def _deepep_flag(state: State, where: str) -> bool:
         model["moe_flex_dispatcher_backend"] = "deepep"
         return False
     return True
+
+
 DISPATCH_WITH_WGRAD = "model.overlap_dispatch_backward_with_experts_wgrad"
 
 
