@@ -281,6 +281,27 @@ def test_expert_parallelism_is_part_of_the_layout():
     assert "model.expert_model_parallel_size" not in plan(tp=2, gpus=8)["overrides"]  # EP 1: nothing to set
 
 
+MIXTRAL_8X7B = {"num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_attention_heads": 32,
+                "num_query_groups": 8, "vocab_size": 32000, "num_moe_experts": 8, "moe_router_topk": 2}
+
+
+def test_the_expert_count_a_shape_gives_is_the_plans_and_the_budgets():
+    """evalAH Q1: a model no --model names (Mixtral 8x7B), its experts given with --shape num_moe_experts: plan --ep
+    refused it ('neither the recipe nor --model gives one') and budget refused the layout
+    (EXPERT_PARALLEL_WITHOUT_EXPERTS), though --shape wins over --model, whose expert count both take."""
+    d = plan(tp=2, pp=2, ep=8, gpus=32, gpu="h100", shape=MIXTRAL_8X7B)
+    assert d["overrides"]["model.num_moe_experts"] == 8 and d["effective"]["model"]["expert_model_parallel_size"] == 8
+    b = api.budget({"model.tensor_model_parallel_size": 2, "model.expert_model_parallel_size": 8,
+                    "model.sequence_parallel": True, "model.seq_length": 4096, "dataset.seq_length": 4096,
+                    "train.global_batch_size": 256}, shape=MIXTRAL_8X7B, gpus=32, gpu="h100").to_dict()["budget"]
+    assert b["layout"]["ep"] == 8 and b["dimensions"]["ep"]["ms"] > 0
+    # the shape's count wins over --model's, as every other shape key does
+    q = plan(ep=8, gpus=32, gpu="h100", model="qwen3_30b_a3b", shape={"num_moe_experts": 64})
+    assert q["overrides"]["model.num_moe_experts"] == 64
+    with pytest.raises(UsageError, match="model.num_moe_experts=N"):  # the error names every way to give it
+        plan(tp=2, ep=8, gpus=32, gpu="h100")
+
+
 def test_the_plan_names_its_recipe_as_the_catalog_can_find_it_again():
     """A recipe name both packages define is qualified by the package asked for (verify looks it up again); a name of
     one package stays bare."""

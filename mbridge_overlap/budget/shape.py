@@ -278,9 +278,13 @@ def layer_pattern(key: str, value, where: str = "") -> tuple:
     return tuple(value)
 
 
-def experts_of(model: str | None) -> int | None:
-    """The expert count of the known model --model names (None: dense, or none named): what a config that sets no
-    model.num_moe_experts is given where Bridge would refuse EP > 1 without it (EXPERT_PARALLEL_WITHOUT_EXPERTS)."""
+def experts_of(model: str | None, shape: dict | None = None) -> int | None:
+    """The expert count --shape num_moe_experts gives, else that of the known model --model names (None: dense, or
+    none named): what a config that sets no model.num_moe_experts is given where Bridge would refuse EP > 1 without
+    it (EXPERT_PARALLEL_WITHOUT_EXPERTS)."""
+    given = (shape or {}).get("num_moe_experts")
+    if isinstance(given, int) and not isinstance(given, bool):
+        return given
     if not model:
         return None
     check_given(model, {})

@@ -17,7 +17,7 @@ def add_arguments(p) -> None:
     for flag in ("--tp", "--pp", "--cp"):
         p.add_argument(flag, type=options.gpu_count, help=f"{flag[2:].upper()} size (default: the recipe's, else 1)")
     p.add_argument("--ep", type=options.gpu_count, help="expert parallel size (default: the recipe's, else 1); an MoE "
-                   "model's: the recipe's experts, or those of the model --model names")
+                   "model's: the recipe's experts, else --shape num_moe_experts, else those of the model --model names")
     p.add_argument("--vpp", type=options.at_most("virtual_pipeline_model_parallel_size"),
                    help="virtual pipeline size (interleaved schedule; needs --pp > 1)")
     p.add_argument("--precision", help="compute precision: " + ", ".join(releases.data()["precisions"])

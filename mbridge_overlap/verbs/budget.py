@@ -46,8 +46,8 @@ def budget(overrides=None, *, model=None, shape=None, **inputs) -> BudgetResult:
 
     analysis = analyze(scenario.with_model(scenario.build(overrides=overrides, **inputs), model, shape))
     refused = "EXPERT_PARALLEL_WITHOUT_EXPERTS" in {f.id for f in analysis.errors}
-    experts = shapes.experts_of(model) if refused else None
-    if experts:  # --model names an MoE model the config leaves without experts, and EP > 1 asks for them
+    experts = shapes.experts_of(model, shape) if refused else None
+    if experts:  # --shape or --model gives the experts the config leaves out, and EP > 1 asks for them
         analysis = analyze(scenario.with_model(scenario.build(overrides={**(overrides or {}), "model.num_moe_experts": experts},
                                                           **inputs), model, shape))
     why = budgets.needs(analysis)

@@ -231,12 +231,13 @@ def make_plan(
     asked = dict(_layout_overrides(base, tp, pp, vpp, cp, ep))  # what the user's flags ask for, as opposed to the plan's choices
     from ..budget.shape import experts_of
 
-    experts = experts_of(model) if ep > 1 and not start.request.model.get("num_moe_experts") else None
+    experts = experts_of(model, shape) if ep > 1 and not start.request.model.get("num_moe_experts") else None
     if experts:
         asked["model.num_moe_experts"] = experts
     elif ep > 1 and entry is None and not start.request.model.get("num_moe_experts"):  # no overrides Bridge rejects
-        raise UsageError(f"--ep {ep}: expert parallelism needs the model's expert count, and neither the recipe nor "
-                         "--model gives one: pass --model NAME of an MoE model or --recipe of one")
+        raise UsageError(f"--ep {ep}: expert parallelism needs the model's expert count, and neither the recipe, "
+                         "--model nor --shape gives one: pass model.num_moe_experts=N, --shape num_moe_experts=N, "
+                         "--model NAME of an MoE model or --recipe of one")
     if other_precision:
         asked["mixed_precision"] = prec["recipe"] or "bf16_mixed"
         notes += _precision_drops(entry, asked["mixed_precision"], release)
