@@ -69,6 +69,18 @@ def test_a_size_dp_has_stays_dp_and_says_what_else_has_it():
     assert cause["id"] == "DP_COLLECTIVE_TIMEOUT" and "TP's too" in cause["analysis"]
 
 
+def test_the_config_groups_said_are_named_as_resolve_names_them():
+    """evalAH Q3: TP 2, CP 8 on 16 GPUs is DP 1 (resolve: data_parallel_size=1), yet the analysis listed the gradients'
+    DP x CP group of 8 as 'DP 8'; with EP the expert-DP group's size was a 'DP' too."""
+    d = _diagnose(_line("_ALLGATHER_BASE", 1 << 20, 1 << 21), recipe=RECIPE, overrides=_layout(2, 8), gpus=16)
+    (cause,) = d["causes"]
+    assert "groups are DP x CP 8, CP 8, TP 2, the whole job 16:" in cause["analysis"]
+    moe = {**_layout(1, 1), "model.expert_model_parallel_size": 8, "model.num_moe_experts": 8}
+    d = _diagnose(_line("_ALLGATHER_BASE", 32, 64), recipe=RECIPE, overrides=moe, gpus=16)
+    (cause,) = d["causes"]
+    assert "groups are expert DP 2, DP 16, EP (MoE) 8, the whole job 16:" in cause["analysis"]
+
+
 def test_a_size_no_group_has_is_said():
     d = _diagnose(_line("_ALLGATHER_BASE", 1 << 20, 3 << 20), recipe=RECIPE, overrides=_layout(2, 1), gpus=16)
     (cause,) = d["causes"]

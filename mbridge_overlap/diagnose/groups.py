@@ -86,6 +86,20 @@ def of_config(model: dict, dp: int, ddp: dict | None = None) -> dict:
     return {dim: {s for s in sizes if s > 1} for dim, sizes in out.items()}
 
 
+def dp_names(model: dict, dp: int, ddp: dict | None = None) -> dict:
+    """size -> what each of of_config's DP sizes is, as resolve names them: DP (data_parallel_size), the gradients'
+    DP x CP group, the expert-DP group, each per distributed-optimizer instance where there are several."""
+    tp, pp, cp, ep, etp, edp, world = _grid(model, dp)
+    instances = _instances(ddp)
+    named = [(dp, "DP")] + ([(dp * cp, "DP x CP")] if cp > 1 else []) + ([(edp, "expert DP")] if edp else [])
+    named += [(n // instances, f"{what} per distributed-optimizer instance") for n, what in named
+              if instances > 1 and n % instances == 0]
+    out: dict = {}
+    for n, what in named:
+        out.setdefault(n, []).append(what)
+    return {n: " and ".join(dict.fromkeys(whats)) for n, whats in out.items()}
+
+
 def _grid(model: dict, dp: int) -> tuple:
     """(tp, pp, cp, ep, expert tp, expert dp, world) of a config: expert dp is 0 without expert parallelism (or where
     the expert grid does not divide the world)."""
@@ -145,9 +159,13 @@ def matching(sizes: dict, n: int) -> list[str]:
     return [dim for dim, s in sizes.items() if n in s]
 
 
-def describe(sizes: dict) -> str:
-    return ", ".join(f"{NAMES.get(d, 'the whole job')} {'/'.join(map(str, sorted(s)))}" for d, s in sizes.items() if s) \
-        or "no group of 2 or more"
+def describe(sizes: dict, dp_named: dict | None = None) -> str:
+    """of_config's sizes in words; dp_named (dp_names) says what each DP size is (DP x CP 8 where DP is 1)."""
+    def said(d, s):
+        if d == "dp" and dp_named:
+            return ", ".join(f"{dp_named.get(n, NAMES['dp'])} {n}" for n in sorted(s))
+        return f"{NAMES.get(d, 'the whole job')} {'/'.join(map(str, sorted(s)))}"
+    return ", ".join(said(d, s) for d, s in sizes.items() if s) or "no group of 2 or more"
 
 
 # The config fields of a dimension's communication (as frames.py gives them for its code), for an NCCL failure whose

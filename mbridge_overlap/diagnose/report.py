@@ -778,6 +778,7 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
         return {}
     model = analysis.effective.get("model") or {}
     sizes = pg.of_config(model, analysis.data_parallel_size, analysis.state.ddp)
+    dp_named = pg.dp_names(model, analysis.data_parallel_size, analysis.state.ddp)
     shown: dict = {}
     pp = model.get("pipeline_model_parallel_size") or 1
     for cause in [c for c in diag.causes if c.finding.id == "PIPELINE_P2P_TIMEOUT"]:
@@ -797,7 +798,7 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
             _move(diag, cause, g, BY_GROUP["dp"])
     for cause in [c for c in diag.causes if c.finding.id in (BY_GROUP["dp"], BY_GROUP["ep"])]:
         for g in [g for g in cause.groups if pg.described(described_text(g)) is None]:
-            target, why, also = (_by_size(g, sizes, _placed(g, model, analysis)) if cause.finding.id == BY_GROUP["dp"]
+            target, why, also = (_by_size(g, sizes, _placed(g, model, analysis), dp_named) if cause.finding.id == BY_GROUP["dp"]
                                  else _by_ep(model.get("expert_model_parallel_size") or 1,
                                              model.get("context_parallel_size") or 1,
                                              analysis.state.request.context.get("model.cp_comm_type")))
@@ -823,14 +824,14 @@ def _placed(g: Group, model: dict, analysis) -> tuple | None:
                                   analysis.state.ddp)
 
 
-def _by_size(g: Group, sizes: dict, placed: tuple | None = None) -> tuple[str | None, str, list]:
+def _by_size(g: Group, sizes: dict, placed: tuple | None = None, dp_named: dict | None = None) -> tuple[str | None, str, list]:
     """(the finding the line moves to, None: it stays; what the sizes showed; the other dimensions whose groups have
     the line's size too, which the line cannot be told apart from)."""
     n = pg.size(g.text)
     if n is None:
         return None, "", []
     dims = pg.matching(sizes, n)
-    head = f"the collective's group has {n} ranks (NumelIn / NumelOut), and this config's groups are {pg.describe(sizes)}"
+    head = f"the collective's group has {n} ranks (NumelIn / NumelOut), and this config's groups are {pg.describe(sizes, dp_named)}"
     number = pg.pg_id(g.text)
     if number and "world" in dims:  # not torch's default group (PG 0), whatever its size (evalN N4)
         dims = [d for d in dims if d != "world"]
