@@ -1,6 +1,7 @@
 """NVSHMEM's init lines (fix21 A): what NVSHMEM v3.4.5 does after each. Its unique-ID bootstrap's errors
 (src/modules/bootstrap/uid/bootstrap_uid.cpp:95-101 bootstrap_net_recv, :220, :234, :240 bootstrap_root, printed by
-BOOTSTRAP_ERROR_PRINT, bootstrap_util.h:56-61, "FILE:FUNCTION:LINE: ") return an error and its init fails; an NVSHMEM
+BOOTSTRAP_ERROR_PRINT, bootstrap_util.h:56-61, "FILE:FUNCTION:LINE: ") fail init (bootstrap_net_recv returns an error)
+or leave the PEs waiting (bootstrap_root, the root's thread, stops); an NVSHMEM
 call before init completed exits (nvshmem_internal.h:45-50, NVSHMEMI_ERROR_EXIT exit(-1)): both are the dispatcher's
 failure, said conditionally (Megatron-Core 0.19.2 reaches NVSHMEM only through DeepEP: token_dispatcher.py:1769-1772,
 fused_a2a.py:67). The remote transport's failure (transport.cpp:220-228, "non-fatal", status 0) and a NIC skipped
@@ -64,3 +65,17 @@ def test_with_a_failure_the_warning_is_its_reason(failure):
 
 def test_nccl_s_own_message_truncated_is_not_nvshmem_s():
     assert diagnose_causes("node1:2231:2290 [3] NCCL WARN Message truncated : received 40 bytes instead of 8\n") == []
+
+
+@pytest.mark.parametrize("line", BOOTSTRAP[1:3])
+def test_the_root_s_thread_stopping_is_not_said_to_return_an_error(line):
+    """bootstrap_root is the root PE's thread (NVSHMEM v3.4.5 bootstrap_uid.cpp:191): on these errors it goes to `out`
+    and returns NULL (:283), no error code; the other PEs wait for the ring peer it never sends (:741)."""
+    c = one(line)
+    assert "returned from bootstrap_net_recv, bootstrap_root" not in c["message"]
+    assert "bootstrap_root, the root PE's thread, stops" in c["message"]
+
+
+def test_a_receive_or_interface_error_is_said_to_fail_init():
+    for line in (BOOTSTRAP[0], BOOTSTRAP[3]):
+        assert "returns an error and NVSHMEM's init fails" in one(line)["message"]

@@ -250,7 +250,9 @@ def _nvshmem_reading(cause: Cause) -> None:
     cause.finding = replace(cause.finding, message=(
         "NVSHMEM's initialization failed: "
         + ("its unique-ID bootstrap could not exchange the set-up between the PEs (NVSHMEM v3.4.5 bootstrap_uid.cpp: "
-           "an error returned from bootstrap_net_recv, bootstrap_root or bootstrap_net_init, so init fails)"
+           "bootstrap_net_recv or bootstrap_net_init returns an error and NVSHMEM's init fails; bootstrap_root, the root "
+           "PE's thread, stops serving the exchange with no error code (:282 returns NULL), and the other PEs wait for "
+           "the ring peer it never sends them (:741); a PE whose bootstrap version is not the root's exits, :729-732)"
            if any(g.entry.id == "native.nvshmem_bootstrap_failed" for g in cause.groups) else
            "an NVSHMEM call found it not initialized and exited the process (nvshmem_internal.h:45-50; DeepEP "
            "567632d runtime.cu:54 does not check nvshmemx_init_attr's status, so an earlier init failure ends here)")
