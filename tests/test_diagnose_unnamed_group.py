@@ -156,3 +156,10 @@ def test_with_the_config_a_size_tp_and_cp_share_keeps_the_knobs_of_both():
 def test_with_the_config_a_size_one_group_has_names_that_group_alone():
     cause = _dense(2, 1, 16)  # TP 2, DP 8
     assert cause["id"] == "TP_COLLECTIVE_TIMEOUT" and not (DP | CP) & set(cause["knobs"])
+
+
+def test_cp_s_ring_batching_is_said_with_its_gpu_condition():
+    """Transformer Engine 2.20.2 context_parallel.py:1642-1644 batches the ring's sends and receives with
+    NVTE_BATCH_MHA_P2P_COMM set, or with CP = 2 on a GPU of compute capability below 10.0 only (not on Blackwell)."""
+    message = _one(_line("SEND", numel_in=4194304, numel_out=4194304))["message"]
+    assert "CP = 2 on a GPU of compute capability below 10.0" in message

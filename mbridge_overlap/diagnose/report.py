@@ -691,7 +691,7 @@ _CANDIDATES = {
         "pp": ("the pipeline's unbatched sends and receives (pipeline_parallel/p2p_communication.py _p2p_ops: "
                "batch_p2p_comm=false, Bridge's choice beside overlap_p2p_comm with VPP > 1)", frames.PP_FIELDS),
         "cp": ("the ring exchange of cp_comm_type p2p (Transformer Engine's flash_attn_p2p_communicate: isend / irecv "
-               "unless NVTE_BATCH_MHA_P2P_COMM=1 or CP = 2 batch them)", frames.CP_FIELDS)}),
+               "unless NVTE_BATCH_MHA_P2P_COMM=1, or CP = 2 on a GPU of compute capability below 10.0, batch them)", frames.CP_FIELDS)}),
 }
 _KIND = (("gather", re.compile(r"OpType=_?(?:ALL_?GATHER|REDUCE_?SCATTER)")), ("alltoall", re.compile(r"OpType=_?ALL_?TO_?ALL")),
          ("p2p", re.compile(r"OpType=(?:SEND|RECV)\b")))
