@@ -254,7 +254,8 @@ def test_real_but_unmodeled_keys_are_read_past_and_on_the_overlap_path_a_warning
     r = mbridge_overlap.resolve({"train.train_iters": 10, "model.num_layers": 32, "ddp.suggested_communication_unit_size": 10**8}, gpus=8)
     off = next(f for f in r.findings if f.id == "UNMODELED_KEY")
     on = next(f for f in r.findings if f.id == "UNMODELED_OVERLAP_KEY")
-    assert off.severity == "info" and "train.train_iters" in off.message and "model.num_layers" in off.message
+    assert off.severity == "info" and "train.train_iters" in off.message
+    assert "model.num_layers" not in off.message  # the model's shape: the budget prices it (evalAH AH2)
     assert on.severity == "warning" and on.knobs == ["ddp.suggested_communication_unit_size"]
 
 
@@ -290,3 +291,15 @@ def test_a_recipe_s_own_tuned_launch_value_is_not_a_departure_from_bridge():
     assert "LAUNCH_ENV_TUNED_DIFFERENTLY" not in own
     given = api.resolve(recipe="llama3_70b_pretrain_64gpu_h100_bf16_config", overrides={"env_vars.NVTE_FWD_LAYERNORM_SM_MARGIN": 16})
     assert "LAUNCH_ENV_TUNED_DIFFERENTLY" in {f.id for f in given.findings}
+
+
+def test_a_key_the_budget_prices_is_never_called_read_past_in_the_same_answer():
+    """evalAH AH2: UNMODELED_KEY listed model.moe_router_topk and model.num_layers as 'read past' while the same
+    answer's budget said it took them from the overrides."""
+    shape = {"model.moe_router_topk": 2, "model.num_layers": 32, "model.hidden_size": 4096, "model.ffn_hidden_size": 14336,
+             "model.num_attention_heads": 32, "model.vocab_size": 32000, "model.seq_length": 4096}
+    r = mbridge_overlap.resolve({**shape, "train.global_batch_size": 64, "train.micro_batch_size": 1,
+                                 "train.train_iters": 10}, gpus=8, gpu="h100").to_dict()
+    read_past = " ".join(f["message"] for f in r["findings"] if f["id"].startswith("UNMODELED"))
+    priced = [k for k in shape if k != "model.seq_length" and k in r["budget"]["shape_from"]]
+    assert "train.train_iters" in read_past and priced and not any(k in read_past for k in priced)

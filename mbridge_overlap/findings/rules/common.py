@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...budget.shape import Shape
 from ...run import layout
 from ...run.resolver import DP_BUCKET_SIZE, State, bucket_size_a_section_replaces
 
@@ -168,15 +169,17 @@ _OVERLAP_WORDS = ("overlap", "p2p", "tp_comm", "cuda_graph", "dispatcher", "expe
 _OFF_PATH_DDP = ("check_for_nan_in_grad", "check_for_large_grads")
 
 
+SHAPE_KEYS = frozenset(f"model.{f}" for f in Shape.__dataclass_fields__)
+
+
 def accounted_for(state: State, key: str) -> bool:
-    """A field the resolver does not model but the answer accounts for all the same: the CP exchange when it is the
-    ring (p2p, the budget's; validate() checks the type), and the hierarchical CP sizes, which only a2a+p2p reads
-    (validate() checks them, and that type is itself not modelled); multi-latent attention, which the budget's shape
-    and TP_OVERLAP_OFF_MLA read; the op fuser where TP_OVERLAP_OFF_MTP reads it (MTP layers with TP overlap); the
-    routers' expert bias, whose one reduction the budget's shape prices (budget/finalize.py); the CP exchange's type
-    where validate() refuses the run on the hierarchical sizes it needs (CP_HIERARCHICAL_SIZES_INVALID reads it)."""
-    if key in ("model.hierarchical_context_parallel_sizes", "dataset.seq_length", "model.multi_latent_attention",
-               "model.moe_router_enable_expert_bias"):
+    """A field the resolver does not model but the answer accounts for all the same: every field of the model's
+    shape, which the budget prices (budget/shape.py in_config reads them all; evalAH AH2: an answer never calls a key
+    it prices read past); the CP exchange when it is the ring (p2p, the budget's; validate() checks the type), and the
+    hierarchical CP sizes, which only a2a+p2p reads (validate() checks them, and that type is itself not modelled);
+    the op fuser where TP_OVERLAP_OFF_MTP reads it (MTP layers with TP overlap); the CP exchange's type where
+    validate() refuses the run on the hierarchical sizes it needs (CP_HIERARCHICAL_SIZES_INVALID reads it)."""
+    if key in ("model.hierarchical_context_parallel_sizes", "dataset.seq_length") or key in SHAPE_KEYS:
         return True
     if key == "model.use_transformer_engine_op_fuser":
         return bool(state.model["tp_comm_overlap"] and state.model.get("mtp_num_layers"))
