@@ -39,7 +39,8 @@ def test_not_where_it_is_taken_unknown_or_an_earlier_check_decides():
     assert not _errors({**FACTOR, "model.moe_flex_dispatcher_backend": "hybridep", **FUSER})
     assert not _errors({**FACTOR, "model.moe_flex_dispatcher_backend": "ncclep", "model.moe_token_dispatcher_type": "flex"})
     assert not _errors({**FACTOR, "model.moe_expert_rank_capacity_factor": "null"})
-    assert not _errors({**FACTOR, "model.moe_expert_capacity_factor": "1.0"})  # its own checks come first
+    assert not _errors({**FACTOR, "model.moe_expert_capacity_factor": "1.0",  # its own checks come first
+                        "model.moe_router_load_balancing_type": "sinkhorn"})
     ncclep = _errors({**FACTOR, "model.moe_flex_dispatcher_backend": "ncclep"})
     assert [f.id for f in ncclep] == ["NCCLEP_NEEDS_FLEX_DISPATCHER"]  # raised first
     # a recipe's op fuser is not recorded: hybridep's need of it is not judged, the backend's is

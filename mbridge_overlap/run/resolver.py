@@ -534,10 +534,11 @@ def _deepep_padding(state: State, where: str) -> bool:
 
 RANK_CAPACITY = "model.moe_expert_rank_capacity_factor"
 OP_FUSER = "model.use_transformer_engine_op_fuser"
+BALANCING, AUX_LOSS, CAPACITY = "model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff", "model.moe_expert_capacity_factor"
 # the fields of the __post_init__ checks between the SM counts' and the rank capacity's (0.19.2 transformer_config.py:
-# 1652-1690), none modelled: given, they may raise first
-_CAPACITY_FIELDS = ("model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff", "model.moe_expert_capacity_factor",
-                    PAD_TO_CAPACITY)
+# 1652-1690; core_v0.18.x :1474-1512), none modelled: read as given, with TransformerConfig's defaults
+_CAPACITY_FIELDS = {BALANCING: "aux_loss", AUX_LOSS: 0.0, CAPACITY: None, PAD_TO_CAPACITY: False}
+_CAPACITY_BALANCING = ("aux_loss", "seq_aux_loss", "global_aux_loss", "none")
 
 
 def _rank_capacity(state: State, where: str) -> None:
@@ -551,7 +552,7 @@ def _rank_capacity(state: State, where: str) -> None:
     if str(req.context.get(RANK_CAPACITY)).strip().lower() in ("none", "null", "") or RANK_CAPACITY not in req.origin:
         return
     if any(r.id in ("NCCLEP_NEEDS_FLEX_DISPATCHER", "FLEX_SM_COUNTS_CONFLICT") for r in state.rejections) \
-            or any(req.origin.get(k) in ("override", "config") for k in _CAPACITY_FIELDS) or _shared_expert_raises(state):
+            or _capacity_raises(req) or _shared_expert_raises(state):
         return
     fuser = layers.te_op_fuser(req) if req.origin.get(OP_FUSER) in ("override", "config") or req.recipe is None else None
     backend, words = model["moe_flex_dispatcher_backend"], None
@@ -567,6 +568,32 @@ def _rank_capacity(state: State, where: str) -> None:
         words = "moe_expert_rank_capacity_factor requires moe_flex_dispatcher_backend to be 'hybridep'."
     if words:
         _reject(state, "EXPERT_RANK_CAPACITY_REJECTED", words, where)
+
+
+def _capacity_raises(req: Request) -> bool:
+    """Whether the load-balancing and capacity checks before the rank capacity's raise (0.19.2 transformer_config.py:
+    1652-1690): a list of balancing types without as many loss coefficients, a capacity factor beside a balancing type
+    it does not work with, padding to capacity without a capacity factor. Each field as given (a config file's or the
+    command line's, as Hydra types it), else TransformerConfig's default (a recipe's is not recorded); a value of
+    another type than these checks compare may raise too."""
+    values = {}
+    for key, default in _CAPACITY_FIELDS.items():
+        value = req.context.get(key, default) if req.origin.get(key) in ("override", "config") else default
+        values[key] = hydra.value_of(key, value) if isinstance(value, str) and req.origin.get(key) == "override" else value
+    balancing, capacity = values[BALANCING], values[CAPACITY]
+    try:
+        pad = given.flag(PAD_TO_CAPACITY, values[PAD_TO_CAPACITY])
+    except UsageError:
+        return True
+    kinds = balancing if isinstance(balancing, list) else [balancing]
+    if not all(isinstance(k, str) for k in kinds) or capacity is not None and not isinstance(capacity, (int, float)) \
+            or isinstance(capacity, bool):
+        return True
+    if isinstance(balancing, list) and not (isinstance(values[AUX_LOSS], list) and len(values[AUX_LOSS]) == len(balancing)):
+        return True
+    if capacity is not None and any(k not in _CAPACITY_BALANCING for k in kinds):
+        return True
+    return bool(pad) and (capacity is None or capacity < 0)
 
 
 def _shared_expert_raises(state: State) -> bool:

@@ -264,7 +264,12 @@ SET_OR_NOT = frozenset({"dataset.offline_packing_specs"})
 # Fields a config's value of is read (a rule names it) but the recipe catalog does not record: a recipe's model comes
 # from its checkpoint's config, which the offline stand-in lacks (multi-latent attention: TP_OVERLAP_OFF_MLA, which
 # knows a recipe's from its model family instead); the op fuser, which TP_OVERLAP_OFF_MTP reads; the flex dispatcher's
-# SM counts, which FLEX_SM_COUNTS_CONFLICT reads (resolver.sm_counts: not judged where a recipe builds the model).
+# SM counts, which FLEX_SM_COUNTS_CONFLICT reads (resolver.sm_counts: not judged where a recipe builds the model); the
+# MoE flags of TransformerConfig.__post_init__'s refusals (MOE_ENABLE_DEEPEP_REJECTED, DEEPEP_PAD_TO_CAPACITY_REJECTED,
+# EXPERT_RANK_CAPACITY_REJECTED with the capacity checks before it, MOE_OVERLAP_REJECTED's EP-overlap companions).
 CONFIG_READ = frozenset({"model.multi_latent_attention", "model.use_transformer_engine_op_fuser", "model.moe_flex_dispatcher_num_sms",
-                         "model.moe_deepep_num_sms", "model.moe_hybridep_num_sms"})
+                         "model.moe_deepep_num_sms", "model.moe_hybridep_num_sms", "model.moe_enable_deepep",
+                         "model.moe_pad_expert_input_to_capacity", "model.moe_expert_rank_capacity_factor",
+                         "model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff", "model.moe_expert_capacity_factor",
+                         "model.ep_overlap_early_attn_memory_release", "model.overlap_dispatch_backward_with_experts_wgrad"})
 RECORDED = {s: sorted(set(SECTIONS.get(s, {})) | set(CONTEXT.get(s, ()))) for s in dict.fromkeys([*SECTIONS, *CONTEXT])}

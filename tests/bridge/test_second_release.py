@@ -22,6 +22,10 @@ from test_dispatch_with_wgrad_bridge import test_dispatch_with_wgrad_is_refused_
 from test_moe_enable_deepep_bridge import test_moe_enable_deepep_is_refused_exactly_where_megatron_core_refuses_it  # noqa: F401
 from test_deepep_pad_to_capacity_bridge import test_padding_with_deepep_is_refused_exactly_where_megatron_core_refuses_it  # noqa: F401
 from test_expert_rank_capacity_bridge import test_rank_capacity_is_refused_exactly_where_megatron_core_refuses_it  # noqa: F401
+from test_config_file_refusals_bridge import (  # noqa: F401
+    test_each_file_is_refused_exactly_where_bridge_refuses_it,
+    test_the_capacity_checks_before_the_rank_capacity_s_as_bridge_runs_them,
+)
 from test_ncclep_dispatcher_bridge import test_the_skill_refuses_ncclep_exactly_where_megatron_core_does  # noqa: F401
 from test_dataset_seq_length_bridge import (  # noqa: F401
     test_a_config_file_s_sequence_length_words_agree_with_bridge,
