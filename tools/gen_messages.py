@@ -170,8 +170,8 @@ RULES = [
                    r"\bRANK\b|LOCAL_RANK|WORLD_SIZE|SLURM_[A-Z]+|"
                    r"environment variable|[Ee]nv var|[Ff]light recorder|PYTORCH_CUDA_ALLOC_CONF"),
     ("moe_overlap", r"overlap_moe_expert_parallel_comm|[Dd]elay(?:ed)?[ _]wgrad|A2A [Oo]verlap|EP A2A|a2a overlap|"
-                    r"\bEP\b[^.]*overlap|overlap[^.]*\bEP\b|[Ff]lex.?dispatch|deepep|DeepEP|hybridep|HybridEP|NCCL EP|"
-                    r"combined_1f1b|ep_overlap|moe_shared_expert_overlap|shared.expert.overlap"),
+                    r"\bEP\b[^.]*overlap|overlap[^.]*\bEP\b|[Ff]lex.?(?:token )?dispatch|deepep|DeepEP|hybridep|HybridEP|NCCL EP|"
+                    r"combined_1f1b|ep_overlap|moe_shared_expert_overlap|shared.expert.overlap|moe_expert_rank_capacity_factor"),
     ("tp_overlap", r"tp_comm|tp-comm|[Tt]ensor [Pp]arallel [Cc]ommunication|[Cc]omm\+GEMM|GEMM overlap|"
                    r"sequence[ _-]parallel|tp_comm_buffer_name|TP overlap|[Tt]ensor parallel overlap|overlap_rs_dgrad|"
                    r"symmetric_ar|async grad allreduce|comm_overlap|CommOverlap"),
