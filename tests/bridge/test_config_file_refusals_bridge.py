@@ -1,9 +1,11 @@
 """The newest TransformerConfig.__post_init__ refusals from a run config file, against the installed Bridge: each file
 of tests/test_config_file_refusals.py (refused, and with the field that is taken) merged as Bridge merges a config file,
 then runtime_config_update; and the load-balancing and capacity fields before the rank capacity's check, every
-combination. The skill's resolve --config refuses exactly where Bridge raises, in its words. test_second_release.py
+combination. The skill's resolve --config refuses exactly where Bridge raises, in its words, and diagnose names the
+finding from the error Bridge raised. test_second_release.py
 runs this on a second release (Megatron-Core 0.18: the rank capacity's check in its other form)."""
 
+import io
 import itertools
 
 import pytest
@@ -36,6 +38,9 @@ def _alike(tmp_path, model: dict, finding: str) -> bool:
     ours = [f for f in api.resolve(config=str(tmp_path / "run.yaml"), gpus=8, gpu="h100",
                                    bridge_version=adapter.bridge_version()).findings if f.id == finding]
     assert [f.message.partition(": ")[2] for f in ours] == ([real.partition(": ")[2]] if real else []), (model, ours, error)
+    if real:  # the exception's line, as the refused run's log ends with it, names the finding
+        causes = api.diagnose(["-"], stdin=io.BytesIO(f"{real}\n".encode()), bridge_version=adapter.bridge_version())
+        assert [c["id"] for c in causes.to_dict()["causes"]] == [finding], (real, causes.to_dict()["causes"])
     return bool(real)
 
 
