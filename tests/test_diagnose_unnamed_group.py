@@ -128,6 +128,11 @@ LLAMA = "llama3_8b_pretrain_config"
 
 
 def _dense(tp: int, cp: int, gpus: int) -> dict:
+    (cause,) = _dense_causes(tp, cp, gpus)
+    return cause
+
+
+def _dense_causes(tp: int, cp: int, gpus: int) -> list:
     import io
 
     from mbridge_overlap import api
@@ -136,14 +141,14 @@ def _dense(tp: int, cp: int, gpus: int) -> dict:
                  "model.pipeline_model_parallel_size": 1, "model.sequence_parallel": tp > 1,
                  "comm_overlap.tp_comm_overlap": False}
     text = _line("_ALLGATHER_BASE", numel_in=1 << 20, numel_out=1 << 21) + "\n"  # a group of 2
-    (cause,) = api.diagnose(["-"], stdin=io.BytesIO(text.encode()), recipe=LLAMA, overrides=overrides,
-                            gpus=gpus).to_dict()["causes"]
-    return cause
+    return api.diagnose(["-"], stdin=io.BytesIO(text.encode()), recipe=LLAMA, overrides=overrides,
+                        gpus=gpus).to_dict()["causes"]
 
 
 def test_with_the_config_a_size_dp_and_tp_share_keeps_tp_s_knobs_beside_dp_s():
     cause = _dense(2, 1, 4)  # DP 2 and TP 2
     assert cause["id"] == "DP_COLLECTIVE_TIMEOUT" and "DP's and TP's too" in cause["analysis"]
+    assert cause["title"].endswith("does not name: DP or TP")
     assert DP <= set(cause["knobs"]) and TP <= set(cause["knobs"]) and not CP & set(cause["knobs"])
 
 
@@ -163,3 +168,27 @@ def test_cp_s_ring_batching_is_said_with_its_gpu_condition():
     NVTE_BATCH_MHA_P2P_COMM set, or with CP = 2 on a GPU of compute capability below 10.0 only (not on Blackwell)."""
     message = _one(_line("SEND", numel_in=4194304, numel_out=4194304))["message"]
     assert "CP = 2 on a GPU of compute capability below 10.0" in message
+
+
+# -- with a config that gives no DP size (a GPU count no TP x PP x CP divides: GPUS_NOT_DIVISIBLE) ---------------------
+
+
+def _undivided(tp: int, gpus: int) -> dict:
+    causes = _dense_causes(tp, 1, gpus)
+    assert sorted(c["id"] for c in causes) == ["DP_COLLECTIVE_TIMEOUT", "GPUS_NOT_DIVISIBLE"], causes
+    return next(c for c in causes if c["id"] == "DP_COLLECTIVE_TIMEOUT")
+
+
+def test_a_config_without_a_dp_size_keeps_every_candidate_it_cannot_rule_out():
+    cause = _undivided(2, 3)  # TP 2 with sequence parallel, CP 1, 3 GPUs: no DP size
+    assert cause["id"] == "DP_COLLECTIVE_TIMEOUT"
+    assert DP <= set(cause["knobs"]) and TP <= set(cause["knobs"])  # DP's size unknown, TP's 2 fits the line's 2
+    assert not CP & set(cause["knobs"])  # CP 1: no CP group
+    assert "no DP size" in cause["analysis"]
+    assert "DP" in cause["title"] and "TP" in cause["title"] and "CP" not in cause["title"]
+
+
+def test_a_config_without_a_dp_size_still_rules_out_a_group_of_another_size():
+    cause = _undivided(4, 6)  # TP 4 (the line's group has 2 ranks), 6 GPUs: DP's size alone is unknown
+    assert DP <= set(cause["knobs"]) and not (TP | CP) & set(cause["knobs"])
+    assert "no DP size" in cause["analysis"] and "TP" not in cause["title"]

@@ -74,7 +74,11 @@ def of_config(model: dict, dp: int, ddp: dict | None = None) -> dict:
     tp: sequence parallel's activations (without sequence parallel TP all-reduces); cp: the all_gather exchange of
     keys and values; ep: the token dispatcher's all-gather on the expert tensor x expert groups; pp: the pipeline
     group (no overlap's collective, but a group of that size all the same); world: the whole job (torch's default
-    group)."""
+    group). dp None (a GPU count no TP x PP x CP divides: Bridge's get_data_parallel_size raises) leaves DP's sizes,
+    the expert-DP group's and the whole job's unknown: "dp" is None, which no size rules out (matching)."""
+    if dp is None:
+        known = of_config(model, 1, ddp)
+        return {**known, "dp": None, "world": set()}
     tp, pp, cp, ep, etp, edp, world = _grid(model, dp)
     instances = _instances(ddp)
     dps = {dp, dp * cp}
@@ -155,17 +159,20 @@ def positions(model: dict, dp: int, rank: int, tp_pp_dp: bool = False, ddp: dict
 
 
 def matching(sizes: dict, n: int) -> list[str]:
-    """The dimensions whose groups have n ranks."""
-    return [dim for dim, s in sizes.items() if n in s]
+    """The dimensions whose groups have n ranks, or whose sizes are unknown (None)."""
+    return [dim for dim, s in sizes.items() if s is None or n in s]
 
 
 def describe(sizes: dict, dp_named: dict | None = None) -> str:
-    """of_config's sizes in words; dp_named (dp_names) says what each DP size is (DP x CP 8 where DP is 1)."""
+    """of_config's sizes in words; dp_named (dp_names) says what each DP size is (DP x CP 8 where DP is 1); a
+    dimension whose sizes are unknown (None) is said so."""
     def said(d, s):
+        if s is None:
+            return f"{NAMES.get(d, 'the whole job')} unknown"
         if d == "dp" and dp_named:
             return ", ".join(f"{dp_named.get(n, NAMES['dp'])} {n}" for n in sorted(s))
         return f"{NAMES.get(d, 'the whole job')} {'/'.join(map(str, sorted(s)))}"
-    return ", ".join(said(d, s) for d, s in sizes.items() if s) or "no group of 2 or more"
+    return ", ".join(said(d, s) for d, s in sizes.items() if s or s is None) or "no group of 2 or more"
 
 
 # The config fields of a dimension's communication (as frames.py gives them for its code), for an NCCL failure whose

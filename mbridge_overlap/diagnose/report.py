@@ -634,6 +634,7 @@ LINK_HINT = "; with --config the analysis of the run's config is linked"  # the 
 _COALESCED = re.compile(r"OpType=_?COALESCED\b")
 BY_GROUP = {"dp": "DP_COLLECTIVE_TIMEOUT", "cp": "CP_COLLECTIVE_TIMEOUT", "tp": "TP_COLLECTIVE_TIMEOUT",
             "ep": "EP_COLLECTIVE_TIMEOUT"}
+_DIM_OF = {fid: dim for dim, fid in BY_GROUP.items()}
 
 
 _EP_KNOBS = ["model.moe_token_dispatcher_type", "model.expert_model_parallel_size", "model.expert_tensor_parallel_size"]
@@ -724,8 +725,13 @@ def unnamed_group(diag: Diagnosis) -> None:
                "dist.distributed_timeout_minutes only where every rank waits in it; if it is "
                f"{frames.NAMES[_UNNAMED_OF[cause.finding.id]]}'s: {cause.finding.fix}")
         cause.finding = replace(cause.finding, message=message, fix=findings.Shell(fix), knobs=knobs)
-        cause.title = f"{what[0].upper()}{what[1:]} timed out on a group the line does not name: " + " or ".join(
-            frames.NAMES[d] for d in candidates)
+        cause.title = _unnamed_title(what, candidates)
+
+
+def _unnamed_title(what: str, dims) -> str:
+    """The title of a timeout whose line names no group and that several dimensions' groups can have run."""
+    return f"{what[0].upper()}{what[1:]} timed out on a group the line does not name: " + " or ".join(
+        frames.NAMES[d] for d in dims)
 
 
 def after_failure(diag: Diagnosis) -> None:
@@ -774,13 +780,12 @@ def _between(numbers, after: int, before: int) -> bool:
 def _regroup(diag: Diagnosis, analysis) -> dict:
     """A watchdog all-gather or reduce-scatter whose line names no group is DP_COLLECTIVE_TIMEOUT from the log alone,
     an all-to-all EP_COLLECTIVE_TIMEOUT; with the config, each group's size (the element counts' ratio) or the run's
-    EP size says which of the run's groups it ran on, and a group of lines moves to that dimension's cause. Returns
+    EP size says which of the run's groups it ran on, and a group of lines moves to that dimension's cause. A config
+    that gives no DP size (GPUS_NOT_DIVISIBLE) rules out the groups of other sizes it gives, never DP's. Returns
     finding id -> what the sizes showed."""
-    if analysis.data_parallel_size is None:
-        return {}
     model = analysis.effective.get("model") or {}
     sizes = pg.of_config(model, analysis.data_parallel_size, analysis.state.ddp)
-    dp_named = pg.dp_names(model, analysis.data_parallel_size, analysis.state.ddp)
+    dp_named = pg.dp_names(model, analysis.data_parallel_size, analysis.state.ddp) if analysis.data_parallel_size else None
     shown: dict = {}
     pp = model.get("pipeline_model_parallel_size") or 1
     for cause in [c for c in diag.causes if c.finding.id == "PIPELINE_P2P_TIMEOUT"]:
@@ -808,10 +813,12 @@ def _regroup(diag: Diagnosis, analysis) -> dict:
                 shown[target or cause.finding.id].append(why)
             if target and target != cause.finding.id:
                 _move(diag, cause, g, target)
-            if also:  # the run's other groups the line fits: their knobs beside the cause's own
+            if also:  # the run's other groups the line fits: their knobs beside the cause's own, all in its title
                 held = next(c for c in diag.causes if g in c.groups)
                 extra = [k for d in also for k in _ALSO[d]]
                 held.finding = replace(held.finding, knobs=list(dict.fromkeys([*held.finding.knobs, *extra])))
+                kind = "gather" if cause.finding.id == BY_GROUP["dp"] else "alltoall"
+                held.title = _unnamed_title(_CANDIDATES[kind][0], [d for d in (_DIM_OF.get(held.finding.id), *also) if d])
     return shown
 
 
@@ -819,7 +826,7 @@ def _placed(g: Group, model: dict, analysis) -> tuple | None:
     """(global rank, its rank in the group, the positions that rank has in this config's groups) of a watchdog line
     that prints both; None otherwise."""
     k = pg.in_group_rank(g.text)
-    if k is None or not (g.first_rank or "").isdigit():
+    if k is None or not (g.first_rank or "").isdigit() or analysis.data_parallel_size is None:
         return None
     rank, dist = int(g.first_rank), getattr(analysis.state, "dist", None) or {}
     return rank, k, pg.positions(model, analysis.data_parallel_size, rank, bool(dist.get("use_tp_pp_dp_mapping")),
@@ -847,6 +854,10 @@ def _by_size(g: Group, sizes: dict, placed: tuple | None = None, dp_named: dict 
             dims = fits
     others = [pg.NAMES[d] for d in dims if d in pg.NAMES and d != "dp"]
     also = [d for d in dims if d in _ALSO]
+    if "dp" in dims and sizes["dp"] is None:
+        return None, (f"{head}: this config gives no DP size (its GPU count is not a multiple of TP x PP x CP), so DP's "
+                      "cannot be ruled out" + (f", nor {' and '.join(others)}'s" if others else "")), \
+            [d for d in also if d != "dp"]
     if "dp" in dims:
         return None, f"{head}: DP's" + (f" and {' and '.join(others)}'s too (the line names no group to tell them apart)" if others else ""), \
             [d for d in also if d != "dp"]
