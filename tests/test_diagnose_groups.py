@@ -143,6 +143,36 @@ def test_the_pipeline_group_is_one_of_the_groups_a_size_can_be(rank, in_group, c
     assert ("a place it has in Megatron-Core's rank order" in d["causes"][0]["analysis"]) == told
 
 
+# The rank in its group as each torch release's watchdog prints it with ProcessGroupNCCL's own rank_ (the libtorch_cuda.so
+# strings of torch 2.2.0, 2.3.0, 2.4.0 and 2.11.0): 2.5+ createLogPrefix "[PG ID n PG GUID g(DESC) Rank r]", 2.4
+# "[PG name (DESC) Rank r]" / "[PG name Rank r]", 2.3 "[PG uid Rank r]", 2.2 ncclCommWatchdog's "[Rank r] NCCL watchdog
+# thread terminated with exception: ..."
+@pytest.mark.parametrize("prefix, rank", [
+    ("[PG ID 5 PG GUID 29 Rank 3] Process group watchdog thread terminated with exception: ", 3),
+    ("[PG ID 5 PG GUID 29(undefined) Rank 3] Process group watchdog thread terminated with exception: ", 3),
+    ("[PG 29 (TENSOR_MODEL_PARALLEL_GROUP) Rank 3] Process group watchdog thread terminated with exception: ", 3),
+    ("[PG 29 Rank 3] Process group watchdog thread terminated with exception: ", 3),
+    ("[PG 5 Rank 3] NCCL watchdog thread terminated with exception: ", 3),
+    ("[Rank 3] NCCL watchdog thread terminated with exception: ", 3),
+    ("", None),  # WorkNCCL's own "[Rank r]" (a static: the first work's rank in the process), not the group's
+])
+def test_the_rank_in_its_group_is_read_from_every_torch_release_s_prefix(prefix, rank):
+    line = _line("_REDUCE_SCATTER_BASE", 1 << 22, 1 << 20).replace("] [Rank 1] Watchdog", f"] {prefix}[Rank 7] Watchdog")
+    assert groups.in_group_rank(line) == rank
+
+
+@pytest.mark.parametrize("prefix", ["[PG 5 Rank {k}] NCCL watchdog thread terminated with exception: ",
+                                    "[Rank {k}] NCCL watchdog thread terminated with exception: "])
+def test_an_older_torch_s_rank_in_its_group_tells_groups_of_one_size_apart(prefix):
+    """As test_a_rank_s_place_in_its_group_tells_groups_of_one_size_apart, with torch 2.3's and 2.2's prefixes: global
+    rank 9 at TP 4, CP 2 is TP rank 1 and DP x CP rank 2."""
+    line = _line("_REDUCE_SCATTER_BASE", 1 << 22, 1 << 20).replace("[rank1]", "[rank9]").replace(
+        "] [Rank 1] Watchdog", "] " + prefix.format(k=1) + "[Rank 1] Watchdog")
+    d = _diagnose(line, recipe=RECIPE, overrides=_layout(4, 2), gpus=16)
+    assert [c["id"] for c in d["causes"]] == ["TP_COLLECTIVE_TIMEOUT"]
+    assert "rank 9 is rank 1 of its group" in d["causes"][0]["analysis"]
+
+
 def test_an_undescribed_coalesced_line_from_a_place_no_pipeline_group_gives_is_not_the_pipeline_s():
     # evalG G4: PP 2 makes pipeline groups of 2, where no rank is rank 2; a coalesced collective there is the DP buckets'
     line = _line("COALESCED", 4000, 1000).replace("[Rank 1]", "[PG ID 5 PG GUID 29 Rank 2]")

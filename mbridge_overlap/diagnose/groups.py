@@ -17,7 +17,13 @@ from .frames import NAMES
 # "[PG 9 (DESC) Rank 1]" (createLogPrefix; without a description, or with "undefined", neither has the parentheses)
 _DESCRIBED = re.compile(r"PG GUID \w{1,80}\((\w{1,80})\)|\[PG \w{1,80} \((\w{1,80})\) Rank \d")
 SIZED = frozenset({"native.pg_watchdog_timeout_dp"})  # the messages whose lines give the group's size
-_IN_GROUP = re.compile(r"\[PG ID \d{1,9} PG GUID \w{1,80}(?:\(\w{0,80}\))? Rank (\d{1,7})\]")
+# The rank within its group that the watchdog prints with ProcessGroupNCCL's own rank_ (the libtorch_cuda.so strings
+# of each release): 2.5+ createLogPrefix "[PG ID n PG GUID g(DESC) Rank r]", 2.4 "[PG name (DESC) Rank r]" or
+# "[PG name Rank r]", 2.3 "[PG uid Rank r]", 2.2 ncclCommWatchdog's own "[Rank r] NCCL watchdog thread terminated with
+# exception: ". Not WorkNCCL's "[Rank r] Watchdog caught ...": its logPrefix is a static, the first work's rank_ in the
+# process, whichever group that work ran on.
+_IN_GROUP = re.compile(r"\[PG (?:ID \d{1,9} PG GUID \w{1,80}(?:\(\w{0,80}\))?|\w{1,80}(?: \(\w{1,80}\))?) Rank (\d{1,7})\]"
+                       r"|\[Rank (\d{1,7})\] NCCL watchdog thread terminated with exception")
 _PG_ID = re.compile(r"\[PG (?:ID )?(\d{1,9})\b")
 _WORK = re.compile(r"OpType=(_?(?:REDUCE_?SCATTER|ALL_?GATHER)\w*), NumelIn=(\d{1,15}), NumelOut=(\d{1,15})")
 
@@ -122,7 +128,7 @@ def _instances(ddp: dict | None) -> int:
 def in_group_rank(text: str) -> int | None:
     """The rank within its process group that torch's watchdog line prints in its tag (ProcessGroupNCCL's rank_)."""
     m = _IN_GROUP.search(text)
-    return int(m[1]) if m else None
+    return int(m[1] or m[2]) if m else None
 
 
 def positions(model: dict, dp: int, rank: int, tp_pp_dp: bool = False, ddp: dict | None = None) -> dict:
