@@ -79,3 +79,27 @@ def test_the_root_s_thread_stopping_is_not_said_to_return_an_error(line):
 def test_a_receive_or_interface_error_is_said_to_fail_init():
     for line in (BOOTSTRAP[0], BOOTSTRAP[3]):
         assert "returns an error and NVSHMEM's init fails" in one(line)["message"]
+
+
+@pytest.mark.parametrize("line", [SKIPPED[0], SKIPPED[1]])
+def test_the_config_decides_whose_nvshmem_skipped_it(line):
+    """As NVSHMEM_IBGDA_INIT_FAILED's (report._nvshmem_against_config): Megatron-Core's DeepEP starts NVSHMEM only for
+    flex with the deepep backend on an ETP x EP group of more than 8 ranks (DeepEP buffer.py:105); under any other
+    config the training starts none, and the line is another process's."""
+    import io
+
+    from mbridge_overlap import api
+
+    def causes(**overrides):
+        return api.diagnose(["-"], stdin=io.BytesIO((line + "\n").encode()), recipe="qwen3_30b_a3b_pretrain_config",
+                            gpus=128, overrides=overrides).to_dict()["causes"]
+
+    flex = {"model.moe_token_dispatcher_type": "flex", "model.moe_flex_dispatcher_backend": "deepep"}
+    (c,) = causes(**flex, **{"model.expert_model_parallel_size": 16})
+    assert (c["id"], c["severity"]) == ("NVSHMEM_TRANSPORT_SKIPPED", "warning")
+    assert "16 ranks (> 8)" in c["message"] and "If this is Megatron-Core's NVSHMEM" not in c["message"]
+    (c,) = causes(**flex, **{"model.expert_model_parallel_size": 8})
+    assert c["severity"] == "info" and "starts no NVSHMEM" in c["message"] and "another process's" in c["message"]
+    (c,) = causes(**{"model.moe_token_dispatcher_type": "alltoall"})
+    assert c["severity"] == "info" and "moe_token_dispatcher_type=alltoall" in c["message"]
+    assert c["fix_overrides"] == {}

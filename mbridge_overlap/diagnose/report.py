@@ -226,7 +226,7 @@ def _ibgda_reading(diag: Diagnosis) -> None:
     F20-3, fix21 A): where the log also shows the dispatcher's exchange failing (MOE_DISPATCHER_COMM_FAILED:
     NVSHMEM's "Unable to initialize any transports" or failed init, a DeepEP timeout or an IBGDA assert, not only
     low-latency kernels' asserts), they are that failure's reason and go with it; else each stays a warning (the
-    IBGDA one's weight the run's config decides, _ibgda_against_config)."""
+    weight of each the run's config decides, _nvshmem_against_config)."""
     warned = [c for c in diag.causes if c.finding.id in _NVSHMEM_WARNINGS]
     failed = next((c for c in diag.causes if c.finding.id == "MOE_DISPATCHER_COMM_FAILED" and not low_latency_only(c)),
                   None)
@@ -573,7 +573,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
             _from_log_only(cause, rec, found, analysis.effective)
             _fix_on_config(cause, analysis)
             _deepep_against_config(cause, analysis.effective)
-            _ibgda_against_config(cause, analysis.effective)
+            _nvshmem_against_config(cause, analysis.effective)
             _dp_without_overlap(cause, analysis)
             continue
         if fid in found:
@@ -944,12 +944,13 @@ def _deepep_against_config(cause: Cause, effective: dict) -> None:
         "and check the network its EP group crosses (RDMA / RoCE, NVSHMEM IBGDA) and the DeepEP build"))
 
 
-def _ibgda_against_config(cause: Cause, effective: dict) -> None:
-    """NVSHMEM's IBGDA line beside the run's config: Megatron-Core's DeepEP starts NVSHMEM only for flex with the deepep
+def _nvshmem_against_config(cause: Cause, effective: dict) -> None:
+    """NVSHMEM's warnings beside the run's config: Megatron-Core's DeepEP starts NVSHMEM only for flex with the deepep
     backend on an ETP x EP group of more than 8 ranks (DeepEP 567632d buffer.py:105, config.hpp:79-80), whose internode
-    kernels need IBGDA: an error there; under any other config the training starts no NVSHMEM, and the line is another
-    process's (info)."""
-    if cause.finding.id != _IBGDA:
+    kernels need IBGDA: the IBGDA line is an error there, and a NIC or the remote transport skipped is this training's
+    NVSHMEM's (still a warning: NVSHMEM goes on, and which NICs are left the config cannot say); under any other config
+    the training starts no NVSHMEM, and either line is another process's (info)."""
+    if cause.finding.id not in _NVSHMEM_WARNINGS:
         return
     dispatcher = _effective(effective, "model.moe_token_dispatcher_type")
     backend = _effective(effective, "model.moe_flex_dispatcher_backend")
@@ -958,24 +959,46 @@ def _ibgda_against_config(cause: Cause, effective: dict) -> None:
     if not (isinstance(ep, int) and isinstance(etp, int)):
         return
     ranks = ep * etp
+    ibgda = cause.finding.id == _IBGDA
     if dispatcher == "flex" and backend == "deepep" and ranks > 8:
+        _nvshmem_of_the_run(cause, ranks)
+        return
+    runs = f"moe_token_dispatcher_type={fmt(dispatcher)}" + (f" with moe_flex_dispatcher_backend={fmt(backend)}"
+                                                             if dispatcher == "flex" else "")
+    what = ("could not start its IBGDA transport, which this run does not use" if ibgda else
+            "left out a NIC or its remote (proxy) transport, in no NVSHMEM of this run's")
+    harmless = "transport.cpp:281-286" if ibgda else "transport.cpp:220-228, ibgda.cpp:3792-3853"
+    cause.finding = replace(cause.finding, severity="info", fix_overrides={}, fix=shell(
+        f"nothing in this training needs {'IBGDA' if ibgda else 'NVSHMEM'}; find the process whose DeepEP or NVSHMEM "
+        "printed it (an inference engine's low-latency kernels start NVSHMEM on one node too) if that one fails"),
+        message=(
+            f"NVSHMEM {what}: it runs {runs} on an ETP x EP group of {ranks} rank{'s' if ranks != 1 else ''}, for which "
+            "Megatron-Core's DeepEP starts no NVSHMEM (only flex with the deepep backend on more than 8 ranks does: "
+            f"DeepEP buffer.py:105, config.hpp:79-80); the line is another process's, and not fatal by itself (NVSHMEM "
+            f"{harmless})"))
+    cause.how = "the config's dispatcher starts no NVSHMEM"
+
+
+def _nvshmem_of_the_run(cause: Cause, ranks: int) -> None:
+    """An NVSHMEM warning where the run's DeepEP starts NVSHMEM (_nvshmem_against_config)."""
+    if cause.finding.id == _IBGDA:
         cause.finding = replace(cause.finding, severity="error", message=(
-            f"NVSHMEM could not start its IBGDA transport, and this run needs it: its DeepEP dispatcher runs on an ETP x "
-            f"EP group of {ranks} ranks (> 8), for which DeepEP starts NVSHMEM (buffer.py:105, forcing "
+            f"NVSHMEM could not start its IBGDA transport, and this run needs it: its DeepEP dispatcher runs on an "
+            f"ETP x EP group of {ranks} ranks (> 8), for which DeepEP starts NVSHMEM (buffer.py:105, forcing "
             "NVSHMEM_IB_ENABLE_IBGDA=1 at :109) and whose internode kernels post their RDMA through IBGDA "
             "(internode.cu:134-138, :492): the dispatch fails or hangs"))
         cause.how = f"the config's flex dispatcher with the deepep backend on ETP x EP = {ranks} ranks needs IBGDA"
         return
-    runs = f"moe_token_dispatcher_type={fmt(dispatcher)}" + (f" with moe_flex_dispatcher_backend={fmt(backend)}"
-                                                             if dispatcher == "flex" else "")
-    cause.finding = replace(cause.finding, severity="info", fix_overrides={}, fix=shell(
-        "nothing in this training needs IBGDA; find the process whose DeepEP or NVSHMEM printed it (an inference "
-        "engine's low-latency kernels start NVSHMEM on one node too) if that one fails"), message=(
-        f"NVSHMEM could not start its IBGDA transport, which this run does not use: it runs {runs} on an ETP x EP "
-        f"group of {ranks} rank{'s' if ranks != 1 else ''}, for which Megatron-Core's DeepEP starts no NVSHMEM "
-        "(only flex with the deepep backend on more than 8 ranks does: DeepEP buffer.py:105, config.hpp:79-80); the "
-        "line is another process's, and not fatal by itself (NVSHMEM transport.cpp:281-286)"))
-    cause.how = "the config's dispatcher starts no NVSHMEM"
+    cause.finding = replace(cause.finding, message=(
+        f"NVSHMEM left out a NIC or its remote (proxy) transport and went on, and this NVSHMEM is the run's own: its "
+        f"DeepEP dispatcher runs on an ETP x EP group of {ranks} ranks (> 8), for which DeepEP starts NVSHMEM "
+        "(buffer.py:105, forcing NVSHMEM_IB_ENABLE_IBGDA=1 at :109) and whose internode kernels post their RDMA "
+        "through IBGDA (internode.cu:134-138, :492). The line is a warning (transport.cpp:220-228 sets status 0; "
+        "the NIC enumeration skips a NIC it cannot use, ibgda.cpp:3792-3853): it is fatal only where no IBGDA NIC is "
+        "left (\"init failed for transport: IBGDA\" then follows) or no transport started (\"Unable to initialize "
+        "any transports\", :293-296)"))
+    cause.how = (f"the config's flex dispatcher with the deepep backend on ETP x EP = {ranks} ranks starts NVSHMEM; "
+                 "which NICs are left the config does not say")
 
 
 def _dp_without_overlap(cause: Cause, analysis) -> None:
