@@ -298,3 +298,28 @@ def test_a_fix_with_alternative_keys_names_the_one_the_config_takes():
         assert api.resolve(overrides={key: False}, **kw).effective["ddp"]["overlap_grad_reduce"] is False
         if key.startswith("comm_overlap"):
             assert api.resolve(overrides={other: False}, **kw).effective["ddp"]["overlap_grad_reduce"] is True
+
+
+BUCKET_ASSERT = "AssertionError: Communication call has not been issued for this bucket (10/12 params have grad available)\n"
+
+
+def test_the_bucket_assert_s_fix_names_the_keys_the_config_takes():
+    """BUCKET_GRAD_SYNC_NOT_ISSUED named comm_overlap's keys and ddp's with the rule even with the config known. Now,
+    as AG-6 did for the other dp_keys findings: comm_overlap's where its section applies the DP settings (with the
+    distributed optimizer: Bridge comm_overlap.py:635-643), else ddp's, with optimizer.overlap_param_gather beside
+    ddp's (Bridge's validate turns both on where either is: training/config.py:1969-1981)."""
+    perf = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+    no_distopt = {"ddp.use_distributed_optimizer": False, "optimizer.use_distributed_optimizer": False}
+    for kw, keys, others in (
+            (dict(recipe=RECIPE, gpus=8), ("ddp.overlap_grad_reduce", "ddp.overlap_param_gather",
+                                           "optimizer.overlap_param_gather"), ("comm_overlap.",)),
+            (dict(recipe=perf), ("comm_overlap.overlap_grad_reduce", "comm_overlap.overlap_param_gather"),
+             ("ddp.", "optimizer.overlap")),
+            (dict(recipe=perf, overrides=no_distopt), ("ddp.overlap_grad_reduce", "ddp.overlap_param_gather",
+                                                       "optimizer.overlap_param_gather"), ("comm_overlap.overlap",))):
+        cause = next(c for c in _diagnose(BUCKET_ASSERT, **kw)["causes"] if c["id"] == "BUCKET_GRAD_SYNC_NOT_ISSUED")
+        said = cause["fix"].partition("avoid the assert")[0]
+        assert all(f"{k}=false" in said for k in keys) and not any(o in said for o in others), cause["fix"]
+        off = api.resolve(overrides={**kw.get("overrides", {}), **{k: False for k in keys}},
+                          **{k: v for k, v in kw.items() if k != "overrides"}).effective
+        assert off["ddp"]["overlap_grad_reduce"] is False and off["ddp"]["overlap_param_gather"] is False

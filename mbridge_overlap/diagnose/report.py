@@ -421,20 +421,31 @@ def generic(finding_id: str) -> Finding:
 
 
 def dp_keys(rec: dict, state=None) -> dict:
-    """Values for a record's dp_keys fields: each knob's override as resolve writes it for the config (owner_key:
-    comm_overlap's key where the request has the section, else ddp's); without a config (state None) both, with
-    the rule."""
-    from ..findings.rules.common import owner_key
-
+    """Values for a record's dp_keys fields: each knob's override as resolve writes it for the config (_dp_written);
+    without a config (state None) both forms, with the rule."""
     out = {}
     for name, knobs in (rec.get("dp_keys") or {}).items():
         if state is not None:
-            out[name] = findings.overrides_text({owner_key(state, k, "ddp"): v for k, v in knobs.items()}, sectionless=False)
+            section = state.request.comm_overlap is not None and state.dp_overlap_applied
+            out[name] = findings.overrides_text(_dp_written(knobs, section), sectionless=False)
             continue
-        section, ddp = (findings.overrides_text({f"{s}.{k}": v for k, v in knobs.items()}, sectionless=False)
-                        for s in ("comm_overlap", "ddp"))
-        out[name] = findings.Shell(f"{section} ({ddp} where the config has no comm_overlap section: with one, Bridge "
-                                   "writes its value over ddp's)")
+        section, ddp = (findings.overrides_text(_dp_written(knobs, s), sectionless=False) for s in (True, False))
+        out[name] = findings.Shell(f"{section} ({ddp} where the config has no comm_overlap section or no distributed "
+                                   "optimizer: with both, Bridge writes its value over ddp's)")
+    return out
+
+
+def _dp_written(knobs: dict, section: bool) -> dict:
+    """The overrides that set DP knobs: comm_overlap's where its section applies its DP settings (Bridge
+    comm_overlap.py:635-643: with ddp.use_distributed_optimizer only), else ddp's, with the optimizer's beside
+    overlap_param_gather (validate turns both on where either is: training/config.py:1969-1981)."""
+    if section:
+        return {f"comm_overlap.{k}": v for k, v in knobs.items()}
+    out = {}
+    for k, v in knobs.items():
+        out[f"ddp.{k}"] = v
+        if k == "overlap_param_gather":
+            out[f"optimizer.{k}"] = v
     return out
 
 
