@@ -231,6 +231,34 @@ def overlap_frame(path: str, function: str) -> tuple[str, list] | None:
     return None
 
 
+def shortened_frame(path: str, function: str, catalog) -> tuple[str, str, list] | None:
+    """(the file, dimension, fields) of a frame of a condensed chain or rich's panel (messages.parse_condensed), whose
+    function may be unknown ("") and whose path may be cut to its last parts (`param_and_grad_buffer.py`): as
+    overlap_frame, except that with no function a file of MODEL_CALLS is not placed (its model call is not the path),
+    and that a relative path no row matches stands for the catalog's files that end with it, where its name is
+    distinctive (an underscore and MIN_CALLED characters: `module.py` is torch's too) and every such file is on the
+    path in one dimension (their fields together: Megatron-Core's and Megatron FSDP's param_and_grad_buffer.py)."""
+    path = path.replace("\\", "/")
+    where = _placed(path, function)
+    if where is not None:
+        return (path, *where)
+    stem = path.rsplit("/", 1)[-1].removesuffix(".py")
+    if path.startswith(("/", "~", ".")) or ":" in path or len(stem) < MIN_CALLED or "_" not in stem.strip("_"):
+        return None
+    files = [f for f in catalog.files_named(path.rsplit("/", 1)[-1]) if f == path or f.endswith("/" + path)]
+    found = [_placed(f, function) for f in files]
+    if not found or None in found or len({dim for dim, _ in found}) > 1:
+        return None
+    return files[0], found[0][0], list(dict.fromkeys(f for _, fields in found for f in fields))
+
+
+def _placed(path: str, function: str) -> tuple[str, list] | None:
+    """overlap_frame of a frame whose function may be unknown (""): then a file of MODEL_CALLS is not placed."""
+    if not function and any(rx.search(path) for rx, _ in MODEL_CALLS):
+        return None
+    return overlap_frame(path, function)
+
+
 def fallback_frame(path: str, function: str) -> tuple[str, str, list] | None:
     """(how the path reaches it, dimension, fields) of a FALLBACK frame: on the path where no frame above it is."""
     path = path.replace("\\", "/")

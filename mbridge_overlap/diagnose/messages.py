@@ -70,9 +70,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["load", "available", "Catalog", "Entry", "Hit", "clean", "parse_frame", "escape", "pattern_of",
-           "tokens_of", "at_boundary", "after_prefix", "LAUNCH_PREFIX", "LEAD", "MIN_CUT_CHARS", "MIN_LITERAL_CHARS",
-           "MAX_LINE_CHARS", "SCHEMA_VERSION"]
+__all__ = ["load", "available", "Catalog", "Entry", "Hit", "clean", "parse_frame", "parse_condensed", "rich_name",
+           "rich_code", "escape", "pattern_of", "tokens_of", "at_boundary", "after_prefix", "LAUNCH_PREFIX", "LEAD",
+           "MIN_CUT_CHARS", "MIN_LITERAL_CHARS", "MAX_LINE_CHARS", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -128,6 +128,22 @@ _TOKEN = re.compile(r"\\(x[0-9a-fA-F]{2}|[ntr]|.)|(" + "|".join(re.escape(g) for
                     + r")|([^\\(]+)", re.S)
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[PX^_][^\x1b]*\x1b\\|[@-Z\\-_])")
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>[0-9]{1,9})(?![0-9]), in (?P<function>\S+)')
+# A traceback frame in the second syntax, each taking a whole line (so that an ordinary line naming `file.py:NN`, a
+# logger's `[train.py:123] ...`, glog's `train.py:123] ...`, a warning's `file.py:45: UserWarning: ...`, is none): rich's
+# `{filename}:{lineno} in {name}` (rich/traceback.py _render_stack, v14.3.3 lines 810-818; the filename made absolute,
+# :569-571; name the code's co_name, :578), between its panel's borders (Panel's box ROUNDED `│`, box.ASCII's `|` on a
+# console without Unicode: box.py substitute :67-83); and a condensed chain's `-> path.py:LINE [in name]  code`.
+# Loguru prints Python's own `File "...", line N, in name` (_FRAME) with a `>` before the raising frame.
+_BORDER = r"[│|]"
+_CONDENSED = re.compile(r"[ \t]*(?P<open>" + _BORDER + r"[ \t]*)?(?P<arrow>(?:->|→)[ \t]*)?"
+                        r"(?P<path>(?:[A-Za-z]:)?[^\s:\"'()\[\]|│]{1,1000}\.py):(?P<line>[0-9]{1,9})"
+                        r"(?:[ \t]+in[ \t]+(?P<function>[\w.<>]{1,400}))?(?:[ \t]{2,}(?P<code>[^\s│|][^│]*?))?"
+                        r"[ \t]*(?P<close>" + _BORDER + r")?[ \t]*")
+# rich's header where the panel wraps it before " in {name}" (a path of 90 or so characters at its default width of
+# 100), and its code line, the one its Syntax marks with "❱ " ("> " on a legacy Windows console: syntax.py :735)
+# after the line number, with indent guides (│) before the code
+_RICH_NAME = re.compile(r"[ \t]*" + _BORDER + r"[ \t]*in[ \t]+(?P<function>[\w.<>]{1,400})[ \t]*" + _BORDER + r"[ \t]*")
+_RICH_CODE = re.compile(r"[ \t]*" + _BORDER + r"[ \t]*(?:❱|>)[ \t]+[0-9]{1,9}[ \t](?P<code>.*?)[ \t]*" + _BORDER + r"?[ \t]*")
 
 # Words too common in any training log (or any English sentence) to anchor a message on.
 _STOP = frozenset("""
@@ -246,6 +262,31 @@ def parse_frame(line: str) -> tuple[str, int, str] | None:
     """(path, line number, function) of a traceback line `File ".../x.py", line N, in fn`, with any prefix."""
     m = _FRAME.search(clean(line))
     return (m["path"], int(m["line"]), m["function"]) if m else None
+
+
+def parse_condensed(line: str) -> tuple[str, int, str, str | None] | None:
+    """(path, line number, function or "" where the line does not name it, the code or None) of a traceback frame
+    in the second syntax (_CONDENSED): rich's header (a name after " in "; inside its panel, or wrapped before the
+    name: then ""), or a condensed chain's `-> path.py:LINE` line; None for any other line."""
+    m = _CONDENSED.fullmatch(clean(line))
+    if m is None:
+        return None
+    if not m["arrow"] and (m["code"] is not None or bool(m["open"]) != bool(m["close"])
+                           or (m["function"] is None and not m["open"])):
+        return None  # rich's header: whole, or in its panel wrapped before the name; never a line with code
+    return m["path"], int(m["line"]), m["function"] or "", (m["code"] or "").strip() or None
+
+
+def rich_name(line: str) -> str | None:
+    """The function of rich's frame header wrapped onto a second panel line (`│ in start_param_sync │`), or None."""
+    m = _RICH_NAME.fullmatch(clean(line))
+    return m["function"] if m else None
+
+
+def rich_code(line: str) -> str | None:
+    """The code of the line rich marks in a frame's source (`│ ❱ 557 │   │   shard_buffer(...) │`), or None."""
+    m = _RICH_CODE.fullmatch(clean(line))
+    return m["code"].lstrip(" │").strip() or None if m else None
 
 
 @dataclass(frozen=True)
@@ -960,6 +1001,10 @@ class Catalog:
                 said.add((m.entry.id, m.part))
             out.append(h)
         return out
+
+    def files_named(self, name: str) -> list[str]:
+        """The files (package-relative paths) of the catalog's entries whose file name is `name`."""
+        return sorted({e.file.replace("\\", "/") for e in self._by_base.get(name, ()) if e.file})
 
     def frame(self, path: str, function: str, source_line: str | None = None, line: int | None = None) -> list[Entry]:
         """The entries raised or logged in `function` of the file at `path` (a traceback's `File "...", line N, in

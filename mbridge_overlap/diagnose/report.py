@@ -459,7 +459,8 @@ def _traceback(g: Group, finding_id: str) -> Cause:
     """A traceback through overlap-path code: the innermost such frame, its dimension and the fields it reads."""
     e = g.entry
     fields = e.condition.split() if e.condition else []
-    where = e.function or "code that reads an overlap attribute"
+    # (a frame of a condensed chain may name its file and line only: messages.parse_condensed)
+    where = e.function or (f"the code at line {e.line}" if e.file and e.line else "code that reads an overlap attribute")
     site = e.file or ("a call with a keyword the callee does not take" if e.function else "a config object")
     params = dict(knobs=fields, exception=e.exception, function=where, file=site,
                   dimension=frames.NAMES.get(e.package, e.package), fields=", ".join(fields) or "none known")

@@ -22,7 +22,7 @@ from typing import NamedTuple
 from . import causes, frames, fuzzy, groups as pg, reader, terms
 from . import shapes as shapes_
 from .patterns import EXCEPTION, ITERATION_PHRASE, LITERAL, STOPPED, iteration_ms_span
-from .messages import FIELD, Catalog, Entry, Hit, after_prefix, clean, parse_frame
+from .messages import FIELD, Catalog, Entry, Hit, after_prefix, clean, parse_condensed, parse_frame, rich_code, rich_name
 from .reader import CUT, Line, line_text, split_prefix
 
 MAX_RANKS = 4096  # rank labels kept per message (the count goes on)
@@ -135,7 +135,8 @@ class Scan:
     bridge_frames: bool = False  # a frame of Megatron-Bridge's code
     driver: str | None = None  # the first frame's path of code other than Megatron-Core's, TE's and Bridge's
     sources: dict = field(default_factory=dict)  # source -> {"lines": n, "ranks": set, "text": any line not blank}
-    _frames: dict = field(default_factory=dict)  # (source, rank) -> [path, line, function, source line or None]
+    _frames: dict = field(default_factory=dict)  # (source, rank) -> [path, line, function, source line or None, indent,
+    # line number, own (off the path), the state before it (rich's header without its name), in the second syntax]
     _on_path: dict = field(default_factory=dict)  # (source, rank) -> the innermost overlap-path frame of its traceback
     _awaiting: dict = field(default_factory=dict)  # (source, rank) -> line number of a frame whose code line may follow
     _shapes: object = None  # shapes.Shapes, made on the first block
@@ -228,36 +229,25 @@ class Scan:
         quiet = not self._frames
         key = (line.source, line.rank)
         frame = self._frames.get(key)
+        parsed = shortened = None
         if 'File "' in text:
             parsed = parse_frame(text)
-            if parsed is not None:
-                parsed = (_path_end(parsed[0]), parsed[1], parsed[2][:MAX_PATH])
-                if key not in self._frames and len(self._frames) >= MAX_FRAMES:
-                    oldest = next(iter(self._frames))
-                    del self._frames[oldest]
-                    self._on_path.pop(oldest, None)
-                    self._awaiting.pop(oldest, None)
-                self._owner(parsed[0])
-                own = frame is not None and frame[6]  # a frame of code off the path (the model's) above this one
-                where = frames.overlap_frame(parsed[0], parsed[2])
-                via = None if where is not None or own or key in self._on_path else frames.fallback_frame(parsed[0], parsed[2])
-                if where is not None:
-                    self._on_path[key] = OnPath(*parsed, *where, line)
-                elif via is not None:
-                    self._on_path[key] = OnPath(f"{parsed[0]}, {via[0]}", parsed[1], parsed[2], *via[1:], line, True)
-                elif not frames.neutral(parsed[0]):  # raised below the path, in code of its own (the model's)
-                    self._on_path.pop(key, None)
-                    own = True
-                self._frames[key] = [*parsed, None, _indent(text), line.number, own and where is None]
-                self._awaiting[key] = line.number
-                return None
+        elif ".py:" in text:
+            parsed = shortened = parse_condensed(text)
+        elif frame is not None and frame[7] is not None and frame[5] == line.number - 1 and (name := rich_name(text)):
+            frame, parsed = self._unwrap(key, frame, name)  # rich's header, its name wrapped onto this line
+            shortened = (*parsed, None)
+        if parsed is not None:
+            self._frame(line, key, frame, parsed[:3], shortened)
+            return None
         elif "Traceback (most recent call last)" in text:
             self._on_path.pop(key, None)
             self._end_lead(key)
             if frame is not None:
                 frame[6] = False  # a new traceback: no frame of its own above yet
-        if frame is not None and frame[3] is None and _indent(text) > frame[4] and line.number - frame[5] <= CODE_WITHIN:
-            frame[3] = text.strip()  # the frame's code line: kept for frame(), not matched (it holds the literal)
+        code = rich_code(text) if frame is not None and frame[3] is None and frame[8] else None
+        if frame is not None and frame[3] is None and (code or _indent(text) > frame[4]) and line.number - frame[5] <= CODE_WITHIN:
+            frame[3] = code or text.strip()  # the frame's code line: kept for frame(), not matched (it holds the literal)
             self._awaiting.pop(key, None)
             # a frame off the path whose code calls a function on it (a model's scatter_to_sequence_parallel_region):
             # what is raised below is that function's, as if the log showed a frame inside it (fresh16 F16-5)
@@ -294,6 +284,54 @@ class Scan:
         self._end_lead(key)
         self._awaiting.pop(key, None)
         return gid if quiet and not iteration else None
+
+    def _frame(self, line: Line, key, frame: list | None, parsed: tuple, shortened: tuple | None) -> None:
+        """A traceback frame: Python's `File "...", line N, in f` (shortened None) or the second syntax
+        (messages.parse_condensed: its code or None in shortened[3]), placed on the overlap path or off it."""
+        parsed = (_path_end(parsed[0]), parsed[1], parsed[2][:MAX_PATH])
+        if key not in self._frames and len(self._frames) >= MAX_FRAMES:
+            oldest = next(iter(self._frames))
+            del self._frames[oldest]
+            self._on_path.pop(oldest, None)
+            self._awaiting.pop(oldest, None)
+        before = (frame, self._on_path.get(key))  # what rich's header wrapped before its name undoes (_unwrap)
+        if shortened is None:
+            where = frames.overlap_frame(parsed[0], parsed[2])
+            self._owner(parsed[0])
+        else:
+            placed = frames.shortened_frame(parsed[0], parsed[2], self.catalog)
+            where = placed[1:] if placed else None
+            self._owner(placed[0] if placed else parsed[0])
+        own = frame is not None and frame[6]  # a frame of code off the path (the model's) above this one
+        via = None if where is not None or own or key in self._on_path else frames.fallback_frame(parsed[0], parsed[2])
+        if where is not None:
+            self._on_path[key] = OnPath(*parsed, *where, line)
+        elif via is not None:
+            self._on_path[key] = OnPath(f"{parsed[0]}, {via[0]}", parsed[1], parsed[2], *via[1:], line, True)
+        elif not frames.neutral(parsed[0]):  # raised below the path, in code of its own (the model's)
+            self._on_path.pop(key, None)
+            own = True
+        code = shortened[3] if shortened else None
+        self._frames[key] = [*parsed, code, _indent(line.text), line.number, own and where is None,
+                             before if shortened and not parsed[2] else None, shortened is not None]
+        if code is None:
+            self._awaiting[key] = line.number
+        elif where is None and (call := frames.call_on_path(code, self.catalog)):
+            self._on_path[key] = OnPath(f"{parsed[0]}, calling {call[0]}", parsed[1], call[1], call[2], call[3], line)
+
+    def _unwrap(self, key, frame: list, name: str) -> tuple[list | None, tuple]:
+        """Rich's frame header whose name its panel wrapped onto the next line: the state before the header, restored,
+        and the header whole."""
+        before, on_path = frame[7]
+        if before is None:
+            self._frames.pop(key, None)
+        else:
+            self._frames[key] = before
+        if on_path is None:
+            self._on_path.pop(key, None)
+        else:
+            self._on_path[key] = on_path
+        return before, (frame[0], frame[1], name)
 
     def _end_lead(self, key) -> None:
         """A lead exception line (printed right before its traceback's first frame) that its traceback did not take

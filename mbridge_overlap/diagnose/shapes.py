@@ -8,7 +8,7 @@ in its literal text is matched on the shape itself, a native regex only where no
 (_digit_blind). Where a test does (a message about fp8 or bf16, a regex with [1-9]), every shape that shows its
 pieces is hot. So a shape is read once (`Shapes.of`) and told:
 
-* hot: some line of this shape may be a catalog message, a traceback line, an exception, an error the fuzzy matcher
+* hot: some line of this shape may be a catalog message, a traceback line (either syntax), an exception, an error the fuzzy matcher
   compares, the configuration summary's title, or a line too long to judge: every such line is read in full;
 * literal: the line is Python string literals only; scan reads it in full where the line before it opens a call or a
   parenthesis (ends with "(": `assert cond, (`, `raise ValueError(`, `logger.warning(`), since a run of adjacent
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from . import fuzzy, patterns
-from .messages import MAX_LINE_CHARS, MIN_CUT_CHARS, Catalog, Group, _words, clean, pieces
+from .messages import MAX_LINE_CHARS, MIN_CUT_CHARS, Catalog, Group, _words, clean, parse_condensed, pieces
 
 try:
     from re import _parser as _sre_parse
@@ -139,6 +139,8 @@ class Shapes:
         if self.title is not None and cleaned.startswith(self.title):
             return True
         if 'File "' in text or "Traceback (most recent call last)" in text:
+            return True
+        if ".py:" in text and parse_condensed(text) is not None:  # a frame in the second syntax (rich's, a condensed chain's)
             return True
         found = [self.anchors[k] for k in set(pieces(text)).union(pieces(cleaned)) if k in self.anchors]
         found += [ms for k, ms in self.contains.items() if k in text or k in cleaned]
