@@ -30,7 +30,8 @@ GRID_FIELDS = _GRID
 # Transformer Engine's context-parallel attention functions (AttnFuncWithCPAndKVP2P, attn_forward_func_with_cp,
 # flash_attn_p2p_communicate, get_cu_seqlens_on_cp_rank, ...); tools/gen_messages.py catalogs their messages
 TE_CP_FUNCTIONS = r"WithCP|with_cp|(?:^|[._])cp_|_cp(?:$|[._])|flash_attn_(?:p2p|a2a)_communicate"
-NAMES = {"tp": "TP", "pp": "PP", "dp": "DP", "ep": "EP (MoE)", "cp": "CP", "grid": "process-grid"}  # the dimensions, as shown
+NAMES = {"tp": "TP", "pp": "PP", "dp": "DP", "ep": "EP (MoE)", "cp": "CP", "grid": "process-grid",
+         "p2p": "PP or CP"}  # the dimensions, as shown; p2p: a send or receive of torch (isend, irecv), either one's
 # (path regex, function regex or None, dimension, fields): the first row that a frame matches decides
 ROWS = [
     (r"megatron/bridge/training/comm_overlap\.py$", None, "tp", _UB + ["comm_overlap.overlap_p2p_comm", "comm_overlap.overlap_grad_reduce"]),
@@ -73,7 +74,21 @@ _COMPILED = [(re.compile(p), re.compile(f) if f else None, dim, fields) for p, f
 FALLBACK = [(re.compile(r"torch/distributed/distributed_c10d\.py$"), re.compile(r"^batch_isend_irecv$"), "pp", _PP,
              "as Megatron-Core's pipeline sends and receives call it (p2p_communication.py)"),
             (re.compile(r"torch/distributed/distributed_c10d\.py$"), re.compile(r"^_coalescing_manager$"), "dp", _DP,
-             "as Megatron-Core's DP buckets call it, overlap on or off (param_and_grad_buffer.py start_grad_sync)")]
+             "as Megatron-Core's DP buckets call it, overlap on or off (param_and_grad_buffer.py start_grad_sync)"),
+            (re.compile(r"torch/distributed/distributed_c10d\.py$"), re.compile(r"^(?:isend|irecv)$"), "p2p", _PP + _CP,
+             "as Megatron-Core's unbatched pipeline sends and receives call it (p2p_communication.py _p2p_ops, "
+             "batch_p2p_comm false), and Transformer Engine's context-parallel ring (cp_comm_type p2p, "
+             "flash_attn_p2p_communicate: unbatched unless NVTE_BATCH_MHA_P2P_COMM=1, or CP = 2 on a GPU of compute "
+             "capability below 10.0)")]
+# torch's isend and irecv on a group, as a traceback's code line shows them where a paste kept the code and left out
+# the frame's `File "..."` line (Megatron-LM #792): the statement -> the function it is the body of. torch 2.11.0
+# distributed_c10d.py:2552 (isend) and :2597 (irecv); torch 1.x-2.4 spelled the rank group_dst_rank / group_src_rank
+# and irecv's group pg. The WORLD group's forms (`default_pg.send(...)`, `pg.recv([tensor], src, tag)`) are no subgroup's.
+TORCH_P2P_CODE = {"return group.send([tensor], group_dst, tag)": "isend",
+                  "return group.send([tensor], group_dst_rank, tag)": "isend",
+                  "return group.recv([tensor], group_src, tag)": "irecv",
+                  "return pg.recv([tensor], group_src_rank, tag)": "irecv"}
+TORCH_C10D = "torch/distributed/distributed_c10d.py"
 # Exceptions that say the raising code itself is wrong (a name it never bound): raised in torch's own frame (a FALLBACK
 # one, no Megatron frame on the path above), a bug of torch's that no overlap setting explains (fresh19 F19-2: torch
 # 2.7.1's _coalescing_manager with NCCL's socket transport, reached with overlap_grad_reduce false too)

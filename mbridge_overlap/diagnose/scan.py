@@ -234,6 +234,8 @@ class Scan:
             parsed = parse_frame(text)
         elif ".py:" in text:
             parsed = shortened = parse_condensed(text)
+        elif (function := frames.TORCH_P2P_CODE.get(text.strip())) and not (frame is not None and frame[3] is None):
+            parsed = shortened = (frames.TORCH_C10D, None, function, text.strip())  # torch's own, its File line left out
         elif frame is not None and frame[7] is not None and frame[5] == line.number - 1 and (name := rich_name(text)):
             frame, parsed = self._unwrap(key, frame, name)  # rich's header, its name wrapped onto this line
             shortened = (*parsed, None)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import fuzzy, patterns
+from . import frames, fuzzy, patterns
 from .messages import MAX_LINE_CHARS, MIN_CUT_CHARS, Catalog, Group, _words, clean, parse_condensed, pieces
 
 try:
@@ -141,6 +141,8 @@ class Shapes:
         if 'File "' in text or "Traceback (most recent call last)" in text:
             return True
         if ".py:" in text and parse_condensed(text) is not None:  # a frame in the second syntax (rich's, a condensed chain's)
+            return True
+        if text.strip() in frames.TORCH_P2P_CODE:  # torch's isend / irecv code line without its frame line
             return True
         found = [self.anchors[k] for k in set(pieces(text)).union(pieces(cleaned)) if k in self.anchors]
         found += [ms for k, ms in self.contains.items() if k in text or k in cleaned]
