@@ -586,6 +586,7 @@ def link(diag: Diagnosis, scenario, origin: str, unknown=()) -> None:
             _fix_on_config(cause, analysis)
             _deepep_against_config(cause, analysis.effective)
             _nvshmem_against_config(cause, analysis.effective)
+            _registration_against_config(cause, analysis.effective)
             _dp_without_overlap(cause, analysis)
             continue
         if fid in found:
@@ -1024,6 +1025,31 @@ def _dp_without_overlap(cause: Cause, analysis) -> None:
         "in the same collective on a slow network, raise dist.distributed_timeout_minutes. This config runs neither DP "
         "overlap (ddp.overlap_grad_reduce and overlap_param_gather are false), so the collective ran unoverlapped after "
         "the backward (finalize_model_grads) or in the optimizer step: no overlap order is involved"))
+
+
+def _registration_against_config(cause: Cause, effective: dict) -> None:
+    """NCCL's IB registration failure beside the run's config: ddp.nccl_ub is what makes Megatron-Core register its
+    parameter and gradient buffers with NCCL (Megatron-Core 0.19.2 distributed_data_parallel_config.py:118); without
+    it NCCL still registers its own network buffers (NCCL 2.26.5 transport/net.cc:847, :991) and, in a captured CUDA
+    graph, the collectives' buffers (ncclNetGraphRegisterBuffer, :1620; NCCL_GRAPH_REGISTER defaults to 1,
+    enqueue.cc:232)."""
+    if cause.finding.id != "NCCL_IB_REGISTRATION_FAILED":
+        return
+    nccl_ub = _effective(effective, "ddp.nccl_ub")
+    if nccl_ub is True:
+        said = ("; this config sets ddp.nccl_ub=true, so its parameter and gradient buffers are registered with NCCL "
+                "beside NCCL's own")
+        fix = cause.finding.fix
+    elif nccl_ub is False:
+        said = ("; this config has ddp.nccl_ub=false: Megatron-Core registers none of its buffers with NCCL, so the "
+                "memory is NCCL's own network buffers or, in a captured CUDA graph, the collectives' buffers NCCL "
+                "registers itself (NCCL_GRAPH_REGISTER, default 1)")
+        fix = shell("\"Cannot allocate memory\" is the locked-memory (memlock) limit registration pins against: raise "
+                    "ulimit -l on the nodes and in the container; export NCCL_IB_DISABLE=1 only to confirm (NCCL leaves "
+                    "InfiniBand for sockets, much slower)")
+    else:
+        return
+    cause.finding = replace(cause.finding, message=cause.finding.message + said, fix=fix)
 
 
 def _fix_on_config(cause: Cause, analysis) -> None:
