@@ -34,12 +34,14 @@ class Item:
     first_chunk: bool = False  # `last` is model chunk 0's whole reduce or gather (the interleaved schedule's)
     local: int = 0  # across the network: the fewest of a group's ranks in one NVLink domain (0: inside one)
     gbps: float = 0.0  # across the network: the large-message bus bandwidth it is priced at (System.network_gbps)
+    waits: float = 0.0  # of the exposed part, what fp32 accumulation's wait between bucket groups adds (dp.chained)
 
     def to_dict(self) -> dict:
         return {"dimension": self.dimension, "collective": self.collective, "what": self.what, "bytes": self.bytes,
                 "count": self.count, "group": self.group, "link": self.link, "ms": ms(self.seconds),
                 "hidden_ms": ms(self.hidden), "exposed_ms": ms(self.seconds - self.hidden), "setting": self.setting,
                 **({"bytes_vary": True} if self.bytes_vary else {}),
+                **({"waits_ms": ms(self.waits)} if self.waits else {}),
                 **({"network_gbps": round(self.gbps, 1)} if self.link == "network" and self.gbps else {})}
 
 

@@ -28,28 +28,55 @@ def collectives(lay, shape, system, layers, stage_fwd, stage_bwd, rank: int = 0,
         if kind == "gather" and (not lay.ddp.get("use_distributed_optimizer") or unsharded(lay)):
             break  # (Megatron-FSDP's no_shard: start_param_sync returns at once, evalL L2)
         slack = rank * budget / lay.vp
-        mine = _cumulative(lay, bufs, kind, setting, budget, slack)
-        theirs = _cumulative(lay, zero, kind, setting, budget, 0.0) if zero else None
-        exposed_before = whole = 0.0
+        sides = [_side(lay, bufs, zero, kind, setting, budget, slack, chain) for chain in (False, True)]
+        before = [0.0, 0.0]
+        whole = 0.0
         for i, b in enumerate(bufs):  # a buffer's part: what the buffers before it leave exposed, and what it adds
             total = sum(map(sum, b[kind]))
             whole += total
-            exposed = mine[i] if theirs is None else min(whole, max(mine[i], theirs[min(i, len(theirs) - 1)]))
-            hidden = min(total, max(0.0, total - (exposed - exposed_before)))
-            exposed_before = exposed
-            out[i, kind] = _item(lay, b, kind, total, hidden, setting, slack)
+            exposed = [min(whole, s[i]) for s in sides]
+            hidden = min(total, max(0.0, total - (exposed[1] - before[1])))
+            waits = max(0.0, (exposed[1] - before[1]) - (exposed[0] - before[0]))
+            before = exposed
+            out[i, kind] = _item(lay, b, kind, total, hidden, setting, slack, waits)
     return [out[key] for key in sorted(out, key=lambda k: (k[0], k[1] != "reduce"))]
 
 
-def _cumulative(lay, bufs, kind, setting, budget, slack) -> list:
+def _side(lay, bufs, zero, kind, setting, budget, slack, chain) -> list:
+    """What stays exposed of the first i + 1 buffers' `kind` collectives: the costed rank's, or rank 0's where that is
+    later. chain: with fp32 accumulation's wait between bucket groups (chained()), else without."""
+    mine = _cumulative(lay, bufs, kind, setting, budget, slack, chain)
+    if not zero:
+        return mine
+    theirs = _cumulative(lay, zero, kind, setting, budget, 0.0, chain)
+    return [max(m, theirs[min(i, len(theirs) - 1)]) for i, m in enumerate(mine)]
+
+
+def _cumulative(lay, bufs, kind, setting, budget, slack, chain=True) -> list:
     """What stays exposed of the first i + 1 buffers' `kind` collectives on the rank's own timeline (all of them
     without the overlap setting), less the pipeline's `slack` beside them."""
     out, whole = [], 0.0
+    chain = chain and kind == "reduce" and chained(lay)
     for i, b in enumerate(bufs):
         whole += sum(map(sum, b[kind]))
-        own = _exposed(lay, [x[kind] for x in bufs[:i + 1]], kind, budget) if lay.settings[setting] else whole
+        own = _exposed(lay, [x[kind] for x in bufs[:i + 1]], kind, budget, chain) if lay.settings[setting] else whole
         out.append(max(0.0, own - slack))
     return out
+
+
+def fp32_accumulation(lay) -> bool:
+    """ddp.reduce_scatter_with_fp32_accumulation where DDP reads it (Megatron-FSDP does not: megatron/core/distributed/
+    fsdp never reads the field)."""
+    return lay.fp32_accumulation and not lay.fsdp
+
+
+def chained(lay) -> bool:
+    """Whether each bucket group's start_grad_sync first waits for the one before it (previous_grad_reduce_bucket_group:
+    Megatron-Core 0.19.2 distributed_data_parallel.py:317-332, param_and_grad_buffer.py:608-622): with overlap_grad_reduce
+    and fp32 accumulation, the all-reduce's too (the link does not ask for the distributed optimizer). Its
+    finish_grad_sync's wait() holds the compute stream until that group's collective has ended (and, for the all-to-all,
+    runs its FP32 sum there: reduce_scatter_with_fp32_accumulation.py wait())."""
+    return fp32_accumulation(lay) and bool(lay.settings.get("overlap_grad_reduce"))
 
 
 def _buffers(lay, shape, system, layers, rank, mtp) -> list:
@@ -171,6 +198,8 @@ def _buffer(lay, system, params, group, placed, whose, layers, size, nums, alone
     distopt = bool(d.get("use_distributed_optimizer"))
     grad_bytes = 4 if d.get("grad_reduce_in_fp32") else 2
     reduce = "reduce_scatter" if distopt and not unsharded(lay) else "all_reduce"
+    if reduce == "reduce_scatter" and fp32_accumulation(lay):  # (param_and_grad_buffer.py:248-254: all_to_all_single of
+        reduce = "all_to_all"  # the whole bucket in the gradient buffer's dtype, then the FP32 sum of the rank's shard)
     chunks, quantized = [], False
     for k, chunk in enumerate(_chunks(params, layers, lay.vp, lay.chunk_offset, first, split, final)):
         bucketed = k == 0 and not lay.param_gather_with_step  # Megatron's wrapper: disable_bucketing for the rest
@@ -220,6 +249,8 @@ def _bucket_groups(lay, chunk, size, distopt, group, alone, quantized) -> list[l
     if not weights:
         return [[(n, 2)] for n in rest]
     each = lay.quantized[1]
+    if fp32_accumulation(lay):  # one bucket a group: the others are not merged in (partition_buckets, :1748-1774)
+        return [[(n, each)] for n in weights] + [[(n, 2)] for n in rest]
     return [[(n, each)] for n in weights[:-1]] + [[(weights[-1], each)] + [(n, 2) for n in rest]]
 
 
@@ -259,41 +290,70 @@ def _chunk0_exposed(lay, kind: str) -> bool:
     return bool(lay.ddp.get("align_param_gather")) and not lay.param_gather_with_step
 
 
-def _exposed(lay, times: list, kind: str, budget: float) -> float:
+def _exposed(lay, times: list, kind: str, budget: float, chain: bool = False) -> float:
     """What stays exposed of the buffers' collectives (`times`: per buffer, per chunk, per bucket group; the buffers
-    of one chunk dispatched together, in turn on one stream), `budget` one micro-batch's stage compute it runs beside."""
+    of one chunk dispatched together, in turn on one stream), `budget` one micro-batch's stage compute it runs beside.
+    chain: each bucket group's dispatch waits for the one before it (chained())."""
     total = sum(t for buf in times for chunk in buf for t in chunk)
     if kind == "gather" and lay.ddp.get("align_param_gather") and not _interleaved(lay):
         return total  # the forward pre-hook skips the next bucket's dispatch: each gather waits where its layer runs
     if not _interleaved(lay) or kind == "gather" and not lay.ddp.get("align_param_gather"):
         # each buffer's last bucket group in backward order (chunk 0's, the embedding's) is dispatched last, with
         # nothing left to run behind it; the others load behind one micro-batch's compute
-        return total - max(0.0, min(total - sum(_lead(buf)[-1] for buf in times), budget))
+        queued = total - max(0.0, min(total - sum(_lead(buf)[-1] for buf in times), budget))
+        return max(queued, sum(_waits(_lead(buf), budget) for buf in times)) if chain else queued
     chunks = [[t for buf in times for t in (buf[k] if k < len(buf) else [])] for k in range(max(len(b) for b in times))]
     per = budget / lay.vp  # one micro-batch of one model chunk
     steps = min(lay.vp_group, lay.micro_batches) * per  # a chunk runs a group of micro-batches before the next
     if kind == "reduce":
-        return _reduce_exposed(lay, chunks, per, steps)
+        return _reduce_exposed(lay, chunks, per, steps, chain)
     if lay.param_gather_with_step:  # chunk 0's all-gather starts in the optimizer step, behind the other chunks' step
         chunks = [[0.0] * len(chunks[0])] + chunks[1:]  # (the step is not counted, nor what it hides)
     return _gather_exposed(chunks, steps)
 
 
-def _reduce_exposed(lay, chunks, per, steps) -> float:
+def _reduce_exposed(lay, chunks, per, steps, chain: bool = False) -> float:
     """The interleaved schedule's cooldown, backward's end at 0: chunk k's last micro-batch ends k groups of
     micro-batches before it (schedules.py backward_step_helper_postprocess); chunk 0's groups with align_grad_reduce
-    all at the end, without it as its last micro-batch's backward fills them."""
+    all at the end, without it as its last micro-batch's backward fills them. chain: each group of a chunk (one DDP:
+    the link is within its bucket groups) waits before its dispatch for the one before it, holding the compute."""
     dispatch = []
     for k in reversed(range(len(chunks))):
         if k or _chunk0_exposed(lay, "reduce"):
-            dispatch.append((-k * steps, sum(chunks[k])))
+            dispatch += [(-k * steps, t, j > 0) for j, t in enumerate(chunks[k])]
         else:
             n = len(chunks[0])
-            dispatch += [(-per + per * (j + 1) / n, t) for j, t in enumerate(chunks[0])]
-    end = -math.inf
-    for at, seconds in dispatch:
+            dispatch += [(-per + per * (j + 1) / n, t, j > 0) for j, t in enumerate(chunks[0])]
+    return _run(dispatch, chain)
+
+
+def _run(dispatch: list, chain: bool) -> float:
+    """What a run of dispatches leaves exposed past the compute's end at 0: each (at, seconds, linked) queues on one
+    stream; with `chain` a linked one first holds the compute until the collective before it has ended (the stall
+    pushes every later dispatch and the compute's end back)."""
+    end, stall = -math.inf, 0.0
+    for at, seconds, linked in dispatch:
+        at += stall
+        if chain and linked and end > at:
+            stall += end - at
+            at = end
         end = max(end, at) + seconds
-    return max(0.0, end)
+    return max(0.0, stall, end)
+
+
+def _waits(groups: list, budget: float) -> float:
+    """One buffer's bucket groups (in backward order) without the interleaved schedule, each dispatched when the
+    backward has made its gradients and waiting for the one before it (chained()): the first at the backward's start,
+    the others spread over the micro-batch's `budget` by their share of the groups' time after the first (a group's
+    time stands for its size), the last at the end."""
+    rest = sum(groups[1:])
+    if not rest:
+        return sum(groups)
+    at, dispatch = -budget, []
+    for j, t in enumerate(groups):
+        at += budget * t / rest if j else 0.0
+        dispatch.append((at, t, j > 0))
+    return _run(dispatch, True)
 
 
 def _gather_exposed(chunks, steps) -> float:
@@ -313,7 +373,7 @@ def _gather_exposed(chunks, steps) -> float:
     return clock - len(need) * steps
 
 
-def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str, slack: float = 0.0) -> Item:
+def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str, slack: float = 0.0, waits: float = 0.0) -> Item:
     sizes, groups = b["sizes"], [g for groups in b["chunks"] for g in groups]
     vary = len(set(sizes)) > 1
     # what no overlap hides: the last bucket group; with the interleaved schedule's sync funcs all of chunk 0's (less
@@ -324,15 +384,24 @@ def _item(lay, b: dict, kind: str, total: float, hidden: float, setting: str, sl
     if kind == "reduce":
         gb = b["grad_bytes"]
         return Item("dp", b["reduce_collective"], f"{b['whose']}gradients ({len(sizes)} bucket{'s' if len(sizes) != 1 else ''}, "
-                    f"{'FP32' if gb == 4 else 'BF16'})", max(sizes) * gb, len(sizes), b["group"], b["link"], total, hidden,
-                    setting, last=last, last_bytes=last_bytes * gb, bytes_vary=vary, first_chunk=chunk0,
-                    **b["across"][b["reduce_collective"]])
+                    f"{'FP32' if gb == 4 else 'BF16'}{_accumulation(lay, b)})", max(sizes) * gb, len(sizes), b["group"],
+                    b["link"], total, hidden, setting, last=last, last_bytes=last_bytes * gb, bytes_vary=vary,
+                    first_chunk=chunk0, waits=waits, **b["across"][b["reduce_collective"]])
     what = f"{lay.quantized[0]}, BF16 others" if b["quantized"] else "BF16"
     biggest = max(math.ceil(n * e) for g in groups for n, e in g)
     gathered = sum(math.ceil(n * e) for g in (b["chunks"][0] if chunk0 else _lead(b["chunks"])[-1:]) for n, e in g)
     return Item("dp", "all_gather", f"{b['whose']}parameters ({what})", biggest, len(sizes), b["group"], b["link"], total,
                 hidden, setting, last=last if chunk0 else 0.0, last_bytes=gathered, bytes_vary=vary or "," in what,
                 first_chunk=chunk0, **b["across"]["all_gather"])
+
+
+def _accumulation(lay, b: dict) -> str:
+    """What ddp.reduce_scatter_with_fp32_accumulation changes of a buffer's gradient reduction, for its Item's text."""
+    if not fp32_accumulation(lay):
+        return ""
+    how = ("; reduce_scatter_with_fp32_accumulation: an all-to-all of each bucket, summed in FP32 on the compute stream"
+           if b["reduce_collective"] == "all_to_all" else "")
+    return how + ("; each bucket group waits for the one before it" if chained(lay) else "")
 
 
 def _chunks(params: list, layers: int, vp: int, offset: int = 0, first: bool = True, split: tuple = (),

@@ -354,7 +354,21 @@ def _not_modelled(lay: Layout, shape) -> tuple:
         out += ("DP: Megatron-FSDP reduce-scatters every micro-batch and all-gathers per unit in forward and backward; "
                 "the budget prices the distributed optimizer's once-an-iteration reduce-scatter and all-gather: its DP "
                 "times are those, not FSDP's",)
+    if dp.fp32_accumulation(lay):
+        out += (FP32_ACCUMULATION,)
     return out
+
+
+FP32_ACCUMULATION = (
+    "DP: ddp.reduce_scatter_with_fp32_accumulation (Megatron-Core 0.19.2): with the distributed optimizer each bucket "
+    "is reduced by an all-to-all of the whole bucket in the gradient buffer's precision (priced as an all-to-all: "
+    "across the network it cannot aggregate NICs) and the rank's shard summed in FP32 on the compute stream, which is "
+    "not priced (param_and_grad_buffer.py:248-254, reduce_scatter_with_fp32_accumulation.py); every bucket is a group "
+    "of its own, FP8 parameters' other buckets too (partition_buckets); with overlap_grad_reduce each group waits "
+    "before its dispatch for the one before it in the same buffer and model chunk (distributed_data_parallel.py:317-332, "
+    "param_and_grad_buffer.py:608-622), holding the compute: without VPP the groups are dispatched through the last "
+    "micro-batch's backward by their share of the reduction time, the larger of that and the queue's exposed time "
+    "counted; with VPP a chunk's groups, dispatched together, hold the compute until all but the last have ended")
 
 
 # -- the estimate ------------------------------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ class Layout:
     num_layers: int = 0  # the model's Transformer layers (0: not known here), for the end's BF16 layers
     vp_group: int = 1  # microbatch_group_size_per_vp_stage (Megatron-Core's default: PP)
     align_grad_reduce: bool = True  # dist.align_grad_reduce: the grad_sync_func of each chunk (Bridge's default)
+    fp32_accumulation: bool = False  # ddp.reduce_scatter_with_fp32_accumulation (DDP's; Bridge leaves it False)
     layer_slots: tuple = (False, False)  # account_for_embedding / account_for_loss_in_pipeline_split
     chunk_offset: int = 0  # layer slots before the first stage's first layer (the embedding counted as one)
     stages: tuple = ()  # a pipeline_model_parallel_layout's decoder layers per stage (stage k on rank k mod PP); ()
@@ -86,6 +87,9 @@ def _check_run_sizes(state) -> None:
             raise UsageError(f"{key}: the budget takes up to {bound:,}, got {safeio.shown(value)}")
 
 
+_FP32_ACCUMULATION = "ddp.reduce_scatter_with_fp32_accumulation"  # (read as given: no rule resolves it)
+
+
 def layout_of(state, machine, peft: Peft | None = None) -> Layout:
     """The budget's view of a resolved run; peft: where the run's config says nothing of it (plan --lora)."""
     _check_run_sizes(state)
@@ -113,6 +117,7 @@ def layout_of(state, machine, peft: Peft | None = None) -> Layout:
         dispatcher=m.get("moe_token_dispatcher_type"), flex_backend=m.get("moe_flex_dispatcher_backend"), fsdp=bool(d.get("use_megatron_fsdp")),
         quantized=quantized_params(m), bf16_layers=_bf16_layers(m), vp_group=m.get("microbatch_group_size_per_vp_stage") or pp,
         align_grad_reduce=given.flag("dist.align_grad_reduce", state.request.context.get("dist.align_grad_reduce")) is not False,
+        fp32_accumulation=given.flag(_FP32_ACCUMULATION, state.request.context.get(_FP32_ACCUMULATION)) is True,
         stages=_layout_stages(state.request.context.get("model.pipeline_model_parallel_layout"), pp),
         mtp_stage=_layout_mtp(state.request.context.get("model.pipeline_model_parallel_layout"), pp),
         embedding_ranks=state.request.release.embedding_ranks,

@@ -8,7 +8,7 @@ from ..findings.registry import declare
 
 declare("budget.worth", ["WORTH_TP_ACROSS_NETWORK", "WORTH_LAST_BUCKET_EXPOSED", "WORTH_FIRST_CHUNK_EXPOSED",
                          "WORTH_OVERLAP_CANNOT_PAY", "WORTH_OVERLAP_PARTLY_HIDDEN", "WORTH_OVERLAP_COSTS_MORE",
-                         "WORTH_TURNING_ON_COSTS_MORE"])
+                         "WORTH_TURNING_ON_COSTS_MORE", "WORTH_FP32_ACCUMULATION_WAITS"])
 
 SHARE = 0.005  # of the iteration: exposed time below half a percent is not worth a finding
 HALF = 0.5  # an overlap setting that hides less than this share of its collectives cannot pay for itself
@@ -50,6 +50,10 @@ def check(budget) -> list:
                                  extra=_ms(max(0.0, total - inside))))
     settings = budget.layout.settings
     for item in budget.items:
+        if item.waits >= SHARE * it:
+            out.append(findings.make("WORTH_FP32_ACCUMULATION_WAITS", ms=_ms(item.waits), pct=_pct(item.waits, it),
+                                     buckets=item.count, what=item.collective.replace("_", "-"),
+                                     way=_ACCUMULATION[bool(budget.layout.ddp.get("grad_reduce_in_fp32"))]))
         exposed = item.seconds - item.hidden
         if item.setting is None or not settings.get(item.setting) or exposed < SHARE * it:
             continue
@@ -81,6 +85,17 @@ def check(budget) -> list:
             out.append(findings.make("WORTH_OVERLAP_COSTS_MORE", setting=setting, hidden=_ms(exposed), cost=_ms(-cost),
                                      net=_ms(net), pct=_pct(net, it), way=_way(budget.layout.ub_preset, budget.flips.get(setting))))
     return out
+
+
+# What turning fp32 accumulation off costs, by whether the gradient buffer is FP32 already (grad_reduce_in_fp32)
+_ACCUMULATION = {
+    True: findings.Shell("with grad_reduce_in_fp32 on the gradient buffer is FP32 already: its all-to-all moves FP32 "
+                         "and NCCL's reduce-scatter sums FP32 in FP32, so ddp.reduce_scatter_with_fp32_accumulation=false "
+                         "gives up no precision and lets the buckets queue behind the backward without holding it"),
+    False: findings.Shell("it is a choice of precision: off (ddp.reduce_scatter_with_fp32_accumulation=false), the buckets "
+                          "queue behind the backward without holding it; mixed_precision.grad_reduce_in_fp32=true (Bridge "
+                          "copies it onto ddp's) sums in FP32 too, with twice the bytes on the wire (budget with each shows the trade)"),
+}
 
 
 def _way(preset: str | None, flip: dict | None) -> findings.Shell:

@@ -170,7 +170,7 @@ def test_quantized_weights_are_a_buffer_of_their_own_as_megatron_core_lays_them_
     finally:
         pgb._param_uses_quantized_storage = real
     theirs = {key.param_dtype: [e - s for s, e in lay.bucket_indices] for key, lay in full.layouts.items()}
-    lay = SimpleNamespace(ddp={}, quantized=("FP8", 1))
+    lay = SimpleNamespace(ddp={}, quantized=("FP8", 1), fp32_accumulation=False, fsdp=False)
     groups = budget_dp._bucket_groups(lay, params, size, True, dp, False, lambda name: bool(layout.QUANTIZED_WEIGHT.search(name)))
     assert [n for n, each in (g[0] for g in groups)] == theirs[torch.uint8]  # each group starts with a quantized bucket
     assert [n for n, _ in groups[-1][1:]] == theirs[torch.bfloat16] and all(e == 1 for g in groups for n, e in g[:1])
