@@ -98,3 +98,22 @@ def test_groups_spread_over_the_backward_wait_only_where_one_outlasts_the_next_s
     assert dp._waits([2.0, 4.0, 4.0], 10.0) == pytest.approx(4.0)  # the last one, after the backward
     # a first group of 8 against a gap of 5: the backward waits 3 for it, then the last group's 4 run past it
     assert dp._waits([8.0, 4.0, 4.0], 10.0) == pytest.approx(3.0 + 4.0)
+
+
+def _unmodeled(release: str, distopt: bool) -> list:
+    over = {FLAG: True, "ddp.use_distributed_optimizer": distopt, "optimizer.use_distributed_optimizer": distopt,
+            "train.global_batch_size": 8}
+    found = api.resolve(over, recipe="llama3_8b_pretrain_config", gpus=8, bridge_version=release).to_dict()["findings"]
+    return [k for f in found if f["id"] == "UNMODELED_OVERLAP_KEY" for k in f["knobs"]]
+
+
+@pytest.mark.parametrize("release", ["0.6.2", "0.5.1"])
+def test_the_flag_is_accounted_for_where_the_budget_prices_it(release):
+    assert FLAG not in _unmodeled(release, True)
+
+
+def test_megatron_core_0_18_s_all_reduce_path_is_still_said_not_modelled_and_0_19_s_is_priced():
+    """Megatron-Core 0.18 (Bridge 0.5.x) asserts a handle only its reduce-scatter branch sets, where the flag and
+    overlap_grad_reduce meet the all-reduce (no distributed optimizer): not what the budget prices."""
+    assert FLAG in _unmodeled("0.5.1", False)
+    assert FLAG not in _unmodeled("0.6.2", False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...budget.shape import Shape
 from ...run import layout
 from ...run.resolver import DP_BUCKET_SIZE, State, bucket_size_a_section_replaces
+from ...upstream.releases import version_key
 
 MIB = 2**20
 # Model fields CommOverlapConfig writes; a value set on the model is overwritten, one set on comm_overlap wins.
@@ -178,7 +179,13 @@ def accounted_for(state: State, key: str) -> bool:
     it prices read past); the CP exchange when it is the ring (p2p, the budget's; validate() checks the type), and the
     hierarchical CP sizes, which only a2a+p2p reads (validate() checks them, and that type is itself not modelled);
     the op fuser where TP_OVERLAP_OFF_MTP reads it (MTP layers with TP overlap); the CP exchange's type where
-    validate() refuses the run on the hierarchical sizes it needs (CP_HIERARCHICAL_SIZES_INVALID reads it)."""
+    validate() refuses the run on the hierarchical sizes it needs (CP_HIERARCHICAL_SIZES_INVALID reads it);
+    DDP's reduce_scatter_with_fp32_accumulation, which the budget prices (budget/dp.py), but where Megatron-Core 0.18
+    (Bridge 0.5.x) runs it on the all-reduce path with overlap_grad_reduce: its start_grad_sync then asserts a handle
+    only the reduce-scatter branch sets (param_and_grad_buffer.py:705-712), which the answer does not say."""
+    if key == "ddp.reduce_scatter_with_fp32_accumulation":
+        return bool(state.ddp["use_distributed_optimizer"] or not state.ddp["overlap_grad_reduce"]
+                    or version_key(state.request.release.megatron_core) >= (0, 19))
     if key in ("model.hierarchical_context_parallel_sizes", "dataset.seq_length") or key in SHAPE_KEYS:
         return True
     if key == "model.use_transformer_engine_op_fuser":
