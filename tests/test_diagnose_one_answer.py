@@ -323,3 +323,29 @@ def test_the_bucket_assert_s_fix_names_the_keys_the_config_takes():
         off = api.resolve(overrides={**kw.get("overrides", {}), **{k: False for k in keys}},
                           **{k: v for k, v in kw.items() if k != "overrides"}).effective
         assert off["ddp"]["overlap_grad_reduce"] is False and off["ddp"]["overlap_param_gather"] is False
+
+
+DP_TIMEOUT = ("[rank0]:[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation "
+              "timeout: WorkNCCL(SeqNum=4, OpType=_REDUCE_SCATTER_BASE, NumelIn={numel}, NumelOut=800, Timeout(ms)=600000) "
+              "ran for 600055 milliseconds before timing out.\n")
+
+
+def test_a_dp_timeout_s_test_names_the_keys_the_config_takes():
+    """evalAH AH5: with the config known, DP_COLLECTIVE_TIMEOUT's test (turn off the overlap that schedules the
+    collective) named comm_overlap's keys with '(ddp.* without a comm_overlap section)' after them. It now names the
+    keys that turn each overlap off in that config (the dp_keys rule GRAD_NONE_WITH_OVERLAP_GRAD_REDUCE's fix uses),
+    and without a config both keys with the rule."""
+    (alone,) = _diagnose(DP_TIMEOUT.format(numel=6400))["causes"]
+    assert "comm_overlap.overlap_param_gather=false (ddp.overlap_param_gather=false" in alone["fix"]
+    assert "where the config has no comm_overlap section" in alone["fix"]
+    perf = "llama3_70b_pretrain_64gpu_h100_bf16_config"
+    for kw, section, other in ((dict(recipe=RECIPE, gpus=8), "ddp", "comm_overlap"), (dict(recipe=perf), "comm_overlap", "ddp")):
+        dp = api.resolve(**kw).data_parallel_size
+        (cause,) = _diagnose(DP_TIMEOUT.format(numel=800 * dp), **kw)["causes"]
+        assert cause["id"] == "DP_COLLECTIVE_TIMEOUT"
+        for name in ("overlap_grad_reduce", "overlap_param_gather"):
+            assert f"{section}.{name}=false" in cause["fix"] and f"{other}.{name}" not in cause["fix"], cause["fix"]
+            # the keys named turn that overlap off in this config (diagleft: optimizer's beside ddp's param gather)
+            named = [k for k in (f"{section}.{name}", f"optimizer.{name}") if f"{k}=false" in cause["fix"]]
+            assert api.resolve(overrides=dict.fromkeys(named, False), **kw).effective["ddp"][name] is False
+        assert "without a comm_overlap section" not in cause["fix"]
