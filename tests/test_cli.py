@@ -154,10 +154,10 @@ def test_no_command_and_help():
 
 
 def test_launcher_env_is_given_as_name_value_or_read_from_the_shell_for_launch_variables_only():
-    given = run_cli("resolve", "--gpus", "8", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", "--launcher-env", "CUDA_DEVICE_MAX_CONNECTIONS=32",
+    given = run_cli("resolve", "--gpus", "8", "++env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", "--launcher-env", "CUDA_DEVICE_MAX_CONNECTIONS=32",
                     "--format", "json")
     assert "LAUNCHER_ENV_WINS" in {f["id"] for f in json.loads(given.stdout)["findings"]}
-    shell = run_cli("resolve", "--gpus", "8", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", "--shell-env", "--format", "json",
+    shell = run_cli("resolve", "--gpus", "8", "++env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1", "--shell-env", "--format", "json",
                     env={"CUDA_DEVICE_MAX_CONNECTIONS": "32", "MY_SECRET_TOKEN": "x"})
     d = json.loads(shell.stdout)
     assert "LAUNCHER_ENV_WINS" in {f["id"] for f in d["findings"]}

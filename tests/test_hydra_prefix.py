@@ -119,3 +119,59 @@ def test_the_preset_finding_knows_the_provider_s_default_length(tmp_path):
     (f,) = [f for f in res.findings if f.id == "TP_OVERLAP_DEFAULT_UB_CFG"]
     assert "sequence length" not in f.message.partition("presets for")[0], f.message
     assert "(++model.hidden_size=N, plan --hidden-size N" in f.message, f.message
+
+
+# A perf recipe whose cfg.env_vars holds COMMON_RECIPE_ENV_VARS (recipes/utils/environment_utils.py), NCCL_NVLS_ENABLE
+# among them, and not CUDA_DEVICE_MAX_CONNECTIONS; Bridge's baseline (_pretrain_common) has an empty env_vars.
+ENV_RECIPE = "llama3_8b_pretrain_2gpu_h100_bf16_config"
+
+
+def _env(version, *words, recipe=None, config=None):
+    return api.resolve(options.overrides_of(list(words)), recipe=recipe, config=config, gpus=8,
+                       bridge_version=version).state.request.env_vars
+
+
+@pytest.mark.parametrize("version", ["0.6.0", "0.6.2"])
+def test_a_bare_word_on_a_name_the_start_config_s_env_vars_lacks_is_refused(version):
+    """env_vars is a dict in Bridge's struct config: a bare word adds no name to it (Could not override); ++ and +
+    add it."""
+    for recipe in (None, ENV_RECIPE):
+        with pytest.raises(UsageError, match=r"Could not override 'env_vars.CUDA_DEVICE_MAX_CONNECTIONS'\. To append to "
+                                             r"your config use \+env_vars.CUDA_DEVICE_MAX_CONNECTIONS=32.*"
+                                             r"write \+\+env_vars.CUDA_DEVICE_MAX_CONNECTIONS=32"):
+            _env(version, "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=32", recipe=recipe)
+        for word in ("++env_vars.CUDA_DEVICE_MAX_CONNECTIONS=32", "+env_vars.CUDA_DEVICE_MAX_CONNECTIONS=32"):
+            assert _env(version, word, recipe=recipe)["CUDA_DEVICE_MAX_CONNECTIONS"] == 32, (recipe, word)
+    # a word makes the name: a bare word after it is taken, as Hydra applies them in order
+    assert _env(version, "++env_vars.NCCL_DEBUG=WARN", "env_vars.NCCL_DEBUG=INFO")["NCCL_DEBUG"] == "INFO"
+
+
+def test_a_name_the_recipe_s_env_vars_holds_takes_the_bare_word_and_refuses_the_plus_word():
+    assert _env("0.6.2", "env_vars.NCCL_NVLS_ENABLE=1", recipe=ENV_RECIPE)["NCCL_NVLS_ENABLE"] == 1
+    assert _env("0.6.2", "++env_vars.NCCL_NVLS_ENABLE=1", recipe=ENV_RECIPE)["NCCL_NVLS_ENABLE"] == 1
+    with pytest.raises(UsageError, match="Could not append to config. An item is already at 'env_vars.NCCL_NVLS_ENABLE'"):
+        _env("0.6.2", "+env_vars.NCCL_NVLS_ENABLE=1", recipe=ENV_RECIPE)
+
+
+def test_a_name_the_config_file_s_env_vars_holds_takes_the_bare_word(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("env_vars:\n  NCCL_DEBUG: WARN\n")
+    assert _env("0.6.2", "env_vars.NCCL_DEBUG=INFO", config=str(path))["NCCL_DEBUG"] == "INFO"
+    with pytest.raises(UsageError, match="An item is already at 'env_vars.NCCL_DEBUG'"):
+        _env("0.6.2", "+env_vars.NCCL_DEBUG=INFO", config=str(path))
+    with pytest.raises(UsageError, match="Could not override 'env_vars.NCCL_ALGO'"):
+        _env("0.6.2", "env_vars.NCCL_ALGO=Tree", config=str(path))
+
+
+def test_the_cli_refuses_a_bare_launch_variable_word_in_one_line():
+    proc = run_cli("resolve", "--gpus", "8", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "write ++env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1" in proc.stderr, proc.stderr
+
+
+def test_a_release_without_env_vars_says_so_for_every_prefix():
+    """0.5.x's ConfigContainer has no env_vars: the release's reason, whatever the prefix (not Hydra's struct rule)."""
+    for word in ("env_vars.NCCL_DEBUG=INFO", "+env_vars.NCCL_DEBUG=INFO", "++env_vars.NCCL_DEBUG=INFO"):
+        with pytest.raises(UsageError, match="ConfigContainer has no env_vars in Megatron-Bridge 0.5.1"):
+            _env("0.5.1", word)
+

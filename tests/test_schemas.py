@@ -88,7 +88,7 @@ RESOLVE = {
                          "model.pipeline_model_parallel_size=4", "model.virtual_pipeline_model_parallel_size=2",
                          "comm_overlap.tp_comm_overlap=true"], 0),
     "fsdp_one_connection": (["--gpus", 8, "ddp.use_megatron_fsdp=true", "checkpoint.ckpt_format=fsdp_dtensor",
-                             "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1"], 1),
+                             "++env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1"], 1),
     "vpp_without_pp": (["--gpus", 8, "model.virtual_pipeline_model_parallel_size=2"], 1),
     "gpus_not_divisible": (["--gpus", 8, "model.tensor_model_parallel_size=3"], 1),
     "launch_env_as_field": (["--gpus", 8, "comm_overlap.cuda_device_max_connections=1"], 1),
@@ -113,7 +113,7 @@ def test_resolve(capsys, case):
 
 
 def test_resolve_with_the_launcher_environment(capsys, monkeypatch):
-    d = run(capsys, "resolve", "--gpus", 8, "--launcher-env", "CUDA_DEVICE_MAX_CONNECTIONS=8", "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1")
+    d = run(capsys, "resolve", "--gpus", 8, "--launcher-env", "CUDA_DEVICE_MAX_CONNECTIONS=8", "++env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1")
     check("resolve", d)
     assert "LAUNCHER_ENV_WINS" in {f["id"] for f in d["findings"]}
 

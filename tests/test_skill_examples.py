@@ -52,7 +52,7 @@ def test_megatron_fsdp_on_h100():
     assert env(d)["CUDA_DEVICE_MAX_CONNECTIONS"] == "32"
     assert "MEGATRON_FSDP_DP_OVERLAP" in ids(d)
     crash = cli_json("resolve", "--gpus", "64", "--gpu", "h100", "ddp.use_megatron_fsdp=true", "checkpoint.ckpt_format=fsdp_dtensor",
-                     "env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1")
+                     "++env_vars.CUDA_DEVICE_MAX_CONNECTIONS=1")
     assert ids(crash)["FSDP_WITH_ONE_CONNECTION"]["severity"] == "error"
 
 

@@ -45,6 +45,12 @@ class MixedPrecision:
 # What a catalog entry records of the offline build's stand-in model, not of the recipe's real one.
 STAND_IN = ("model.hidden_size",)
 
+# Why a section's key is not in Bridge's struct config before a bare word on it (Request.judge)
+_WHOSE = {"model": "a model the config file's model._target_ builds holds only the file's keys",
+          "comm_overlap": "a comm_overlap section the config file makes holds only its keys",
+          "env_vars": "env_vars holds only the names the start config (the recipe's cfg.env_vars; Bridge's baseline has "
+                      "none) and the config file set"}
+
 
 @dataclass
 class Request:
@@ -98,14 +104,18 @@ class Request:
     def held(self, key: str) -> bool | None:
         """Whether Bridge's config holds `key` where its command line meets it (process_config_with_overrides: the
         start config as a dict, the file merged, then Hydra's words in struct mode): in a section holding only a
-        config file's keys, whether the file (or a + / ++ word before) holds it; elsewhere every field is held
-        (a start config's dataclass); None for comm_overlap where no section is made (the note of scenario's
-        _section_made says how Bridge takes those)."""
-        section, dot, _ = key.partition(".")
+        config file's keys, whether the file (or a + / ++ word before) holds it; env_vars, a dict, holds the start
+        config's names (a recipe's cfg.env_vars; _pretrain_common's is empty), the file's and those of a + / ++ word
+        before; elsewhere every field is held (a start config's dataclass); None for comm_overlap where no section
+        is made (the note of scenario's _section_made says how Bridge takes those), and for env_vars in a release
+        whose ConfigContainer has none (_set_env_var says so)."""
+        section, dot, name = key.partition(".")
         if not dot:  # a section's own key: a ConfigContainer field, in the config whatever its value (fuzzA2)
             return True
         if section in self.held_sections:
             return key in self.held_keys
+        if section == "env_vars":
+            return name in self.env_vars if self.release.env_vars else None
         if section == "comm_overlap" and self.comm_overlap is None:
             return None
         return True
@@ -124,11 +134,9 @@ class Request:
         held = self.held(name)
         word = f"{prefix}{name}={value}"
         if prefix == "" and held is False:
-            whose = ("a model the config file's model._target_ builds holds only the file's keys"
-                     if name.startswith("model.") else "a comm_overlap section the config file makes holds only its keys")
             raise UsageError(f"{safeio.shown(word)}: Bridge's Hydra overrides refuse it (Could not override "
-                             f"'{safeio.esc(name)}'. To append to your config use +{safeio.esc(word)}): {whose}; write "
-                             f"++{safeio.esc(word)}")
+                             f"'{safeio.esc(name)}'. To append to your config use +{safeio.esc(word)}): "
+                             f"{_WHOSE[name.partition('.')[0]]}; write ++{safeio.esc(word)}")
         if prefix == "+" and held and not hydra.merged(value) and self._current(name) is not None:
             raise hydra.append_refused(word, name)
         if prefix and held is False:

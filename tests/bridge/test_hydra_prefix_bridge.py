@@ -133,3 +133,59 @@ def test_words_on_one_key_in_turn_as_bridge_takes_them(tmp_path, words):
     assert (theirs is None) == (ours is None), (words, theirs, ours)
     if theirs is not None:
         assert "Could not append" in theirs and "Could not append" in ours, (theirs, ours)
+
+
+# A perf recipe whose cfg.env_vars holds COMMON_RECIPE_ENV_VARS (NCCL_NVLS_ENABLE among them); _pretrain_common's is {}
+ENV_RECIPE = "llama3_8b_pretrain_2gpu_h100_bf16_config"
+
+
+def _bridge_env(recipe: str | None, path: str | None, word: str) -> str | None:
+    """None where Bridge's override path takes the word over the start config (the recipe built offline, or
+    _pretrain_common), else Hydra's reason."""
+    import importlib
+
+    from megatron.bridge.recipes.common import _pretrain_common
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    from mbridge_overlap.bridge.recipes import offline
+
+    start = getattr(importlib.import_module("megatron.bridge.recipes.llama.h100.llama3"), recipe) if recipe else _pretrain_common
+    with offline("h100"):
+        try:
+            process_config_with_overrides(start(), config_filepath=path, cli_overrides=[word])
+        except Exception as exc:  # OverridesError: Failed to parse Hydra overrides: ...
+            return str(exc)
+    return None
+
+
+def test_each_prefix_on_a_launch_variable_as_bridge_takes_it(tmp_path):
+    """env_vars, a dict in Bridge's struct config, holds the start config's names and the file's: bare / + / ++ on a
+    name the recipe holds, one the file holds and one neither holds, judged alike by the skill and by Bridge."""
+    from mbridge_overlap.upstream.releases import get
+
+    version = adapter.bridge_version()
+    if not get(version).env_vars:
+        pytest.skip(f"ConfigContainer has no env_vars in Megatron-Bridge {version}")
+    path = tmp_path / "env.yaml"
+    path.write_text("env_vars:\n  NCCL_DEBUG: WARN\n")
+    seen = []
+    for recipe, config in ((None, None), (ENV_RECIPE, None), (None, str(path))):
+        for name in ("NCCL_NVLS_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_DEBUG"):
+            for prefix in ("", "+", "++"):
+                word = f"{prefix}env_vars.{name}=4"
+                theirs = _bridge_env(recipe, config, word)
+                try:
+                    api.resolve(options.overrides_of([word]), recipe=recipe, config=config, gpus=8, bridge_version=version)
+                    ours = None
+                except UsageError as exc:
+                    ours = str(exc)
+                assert (theirs is None) == (ours is None), (recipe, config, word, theirs, ours)
+                if theirs is not None:
+                    reason = "Could not override" if "Could not override" in theirs else "Could not append"
+                    assert reason in theirs and reason in ours, (word, theirs, ours)
+                seen.append((recipe, bool(config), word, theirs is None))
+    refused = sorted((r or "", f, w) for r, f, w, taken in seen if not taken)
+    bare = [f"env_vars.{n}=4" for n in ("NCCL_NVLS_ENABLE", "CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_DEBUG")]
+    assert refused == sorted([("", False, bare[0]), ("", False, bare[1]), ("", False, bare[2]),
+                              (ENV_RECIPE, False, "+" + bare[0]), (ENV_RECIPE, False, bare[1]), (ENV_RECIPE, False, bare[2]),
+                              ("", True, bare[0]), ("", True, bare[1]), ("", True, "+" + bare[2])]), refused

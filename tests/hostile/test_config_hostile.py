@@ -295,8 +295,8 @@ def _surrogate_path(d: Path) -> bytes:
 
 add("traceback", "surrogate-path-text", lambda d: ["lint", _surrogate_path(d), "--gpus", "8"], status=0, check=_plain_text)
 # quoted, as Hydra takes any text; unquoted, Hydra's lexer refuses it (one line, escaped)
-add("traceback", "surrogate-value-text", lambda d: ["resolve", "--gpus", "8", b"env_vars.X='\xff\xfe\x1b[31m'"], status=0, check=_plain_text)
-add("traceback", "surrogate-value-unquoted", lambda d: ["resolve", "--gpus", "8", b"env_vars.X=\xff\xfe\x1b[31m"], status=2, check=_plain_text)
+add("traceback", "surrogate-value-text", lambda d: ["resolve", "--gpus", "8", b"++env_vars.X='\xff\xfe\x1b[31m'"], status=0, check=_plain_text)
+add("traceback", "surrogate-value-unquoted", lambda d: ["resolve", "--gpus", "8", b"++env_vars.X=\xff\xfe\x1b[31m"], status=2, check=_plain_text)
 
 add("traceback", "anchors-binary-package-info", lambda d: ["anchors", "--mbridge-src", mbridge_src(d, package_info=bytes(range(256)))])
 add("traceback", "anchors-fifo-cited-file", lambda d: ["anchors", "--mbridge-src", mbridge_src(d, cited=lambda p: fifo(p.parent, p.name))])
@@ -341,7 +341,7 @@ MESSAGE_SITES = {
     "override_shape": lambda d: ["resolve", "--gpus", "8", HOSTILE],
     "override_key": lambda d: ["resolve", "--gpus", "8", f"model.{HOSTILE}=1"],
     "override_value": lambda d: ["resolve", "--gpus", "8", f"model.tensor_model_parallel_size={HOSTILE}"],
-    "env_var_name": lambda d: ["resolve", "--gpus", "8", f"env_vars.{HOSTILE}=1"],
+    "env_var_name": lambda d: ["resolve", "--gpus", "8", f"++env_vars.{HOSTILE}=1"],
     "mixed_precision": lambda d: ["resolve", "--gpus", "8", f"mixed_precision={HOSTILE}"],
     "int_flag": lambda d: ["plan", "--gpus", HOSTILE],
     "choice_flag": lambda d: ["plan", "--gpus", "8", "--format", HOSTILE],

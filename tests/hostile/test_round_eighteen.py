@@ -21,7 +21,7 @@ def _lines(*words, fmt="hydra") -> list[str]:
 
 
 @pytest.mark.parametrize("word, line", [
-    ("env_vars.FOO='true'", "++env_vars.FOO='true'"),  # bare, Bridge exported True
+    ("++env_vars.FOO='true'", "++env_vars.FOO='true'"),  # Bridge exported True
     ("logger.wandb_exp_name='null'", "logger.wandb_exp_name='null'"),  # bare, the field was unset
     ("logger.wandb_exp_name='False'", "logger.wandb_exp_name='False'"),
 ])
@@ -61,7 +61,7 @@ def test_a_list_is_written_as_hydra_and_yaml_read_it():
 def test_the_env_snippets_export_the_user_s_own_launch_variables():
     # T3-4: the launcher rule's NCCL_NVLS_ENABLE=0 was exported over the user's 1 (an export wins over cfg.env_vars)
     # and NCCL_DEBUG left out
-    words = ("env_vars.NCCL_NVLS_ENABLE=1", "env_vars.NCCL_DEBUG=INFO")
+    words = ("++env_vars.NCCL_NVLS_ENABLE=1", "++env_vars.NCCL_DEBUG=INFO")
     env = [line.split("  #")[0] for line in _lines(*words, fmt="env")]
     assert "export NCCL_NVLS_ENABLE=1" in env and "export NCCL_DEBUG=INFO" in env
     assert "export NCCL_NVLS_ENABLE=0" not in env
@@ -70,8 +70,8 @@ def test_the_env_snippets_export_the_user_s_own_launch_variables():
 
 
 @pytest.mark.parametrize("word, line", [
-    ("env_vars.FOO='a,b'", "++env_vars.FOO='a,b'"), ("env_vars.FOO=a\\,b", "++env_vars.FOO='a,b'"),
-    ("env_vars.FOO='null'", "++env_vars.FOO='null'"), ('env_vars.FOO="it\'s"', "++env_vars.FOO='it\\'s'"),
+    ("++env_vars.FOO='a,b'", "++env_vars.FOO='a,b'"), ("++env_vars.FOO=a\\,b", "++env_vars.FOO='a,b'"),
+    ("++env_vars.FOO='null'", "++env_vars.FOO='null'"), ('++env_vars.FOO="it\'s"', "++env_vars.FOO='it\\'s'"),
 ])
 def test_a_quoted_launch_variable_is_read_once(word, line):
     # T3-5: plan read the unquoted value again as a bare word (a sweep, null, a quote inside) and refused it

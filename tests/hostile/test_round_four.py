@@ -107,10 +107,10 @@ def test_a_launch_variable_of_thousands_of_digits_is_text_not_a_traceback(how):
 
         proc = run_cli("plan", "--gpus", "8", "--shell-env", env={**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": digits})
     else:  # a Hydra override past 4,300 digits is Hydra's refusal (recheck55 AB9), one line; 4,300 is text
-        proc = run_cli("resolve", "--gpus", "8", f"env_vars.NCCL_FOO={digits}", "--format", "json")
+        proc = run_cli("resolve", "--gpus", "8", f"++env_vars.NCCL_FOO={digits}", "--format", "json")
         assert proc.returncode == 2 and b"4,300" in proc.stderr
         assert_one_line(proc)
-        proc = run_cli("resolve", "--gpus", "8", f"env_vars.NCCL_FOO={digits[:4300]}", "--format", "json")
+        proc = run_cli("resolve", "--gpus", "8", f"++env_vars.NCCL_FOO={digits[:4300]}", "--format", "json")
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
     assert_clean_stderr(proc)
 
@@ -129,7 +129,7 @@ def test_a_transformer_engine_version_is_checked(version, ok):
 
 def test_a_number_that_is_not_finite_is_the_text_bridge_exports(tmp_path):
     # (refused before; Hydra and OmegaConf type them as floats, and Bridge exports str() of them: fuzzQ Q8)
-    proc = run_cli("resolve", "--gpus", "8", "env_vars.NCCL_FOO=1e999", "--format", "json")
+    proc = run_cli("resolve", "--gpus", "8", "++env_vars.NCCL_FOO=1e999", "--format", "json")
     assert proc.returncode in (0, 1) and json.loads(proc.stdout)["env_vars"]["NCCL_FOO"] == "inf"
     config = tmp_path / "nan.yaml"
     config.write_text("env_vars:\n  NCCL_FOO: .nan\n")

@@ -234,8 +234,8 @@ def test_full_stdout_is_one_line(verb):
 
 
 NON_ASCII = {
-    "resolve_env_value": ["resolve", "--gpus", "8", "env_vars.X='café \u202e\u2066 ok'", "--format", "text"],
-    "resolve_env_value_json": ["resolve", "--gpus", "8", "env_vars.X='café'", "--format", "json"],  # (quoted: Hydra takes no é unquoted)
+    "resolve_env_value": ["resolve", "--gpus", "8", "++env_vars.X='café \u202e\u2066 ok'", "--format", "text"],
+    "resolve_env_value_json": ["resolve", "--gpus", "8", "++env_vars.X='café'", "--format", "json"],  # (quoted: Hydra takes no é unquoted)
     "lint_path": None,  # a non-ASCII file name, made in the test
     "diff_paths": None,
 }
