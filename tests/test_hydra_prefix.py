@@ -5,11 +5,15 @@ makes: a bare word on a key they lack is refused (Could not override), +KEY= on 
 is refused (Could not append), ++ is always taken. Each rule is held to the real Bridge in
 tests/bridge/test_hydra_prefix_bridge.py (0.6.2 and 0.5.1)."""
 
+import shlex
+
 import pytest
 
 from conftest import run_cli
 from mbridge_overlap import UsageError, api
 from mbridge_overlap.cli import options
+from mbridge_overlap.findings import records
+from mbridge_overlap.findings.example_command import command
 from mbridge_overlap.upstream.releases import dataset_seq_length_key
 
 MODEL = ("model:\n  _target_: megatron.bridge.models.gpt_provider.GPTModelProvider\n  num_layers: 32\n  hidden_size: 4096\n"
@@ -175,3 +179,17 @@ def test_a_release_without_env_vars_says_so_for_every_prefix():
         with pytest.raises(UsageError, match="ConfigContainer has no env_vars in Megatron-Bridge 0.5.1"):
             _env("0.5.1", word)
 
+
+LAUNCH_EXAMPLES = [(fid, side) for fid, rec in records().items() for side in ("example", "counter_example")
+                   if (rec.get(side) or {}).get("verb") in ("resolve", "lint")
+                   and any(k.startswith("env_vars.") for k in rec[side].get("overrides") or {})]
+
+
+@pytest.mark.parametrize("finding_id, side", LAUNCH_EXAMPLES)
+def test_explain_s_command_line_for_a_launch_variable_is_one_bridge_takes(finding_id, side):
+    """explain shows a finding's example as a command line; its launch variables are ++ words, which the baseline's
+    empty env_vars takes (a bare word is refused), and the launcher's values --launcher-env NAME=VALUE words."""
+    words = shlex.split(command(records()[finding_id][side]), comments=True)
+    assert words[0] == "mbridge-overlap", words
+    proc = run_cli(*words[1:], "--format", "json")
+    assert proc.returncode in (0, 1), proc.stderr

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from ..safeio import sh_quote
+from ..safeio import ENV_PREFIX, sh_quote
 from ..values import fmt
 
 
@@ -19,15 +19,15 @@ def command(example: dict) -> str:
         words += ["resolve", *_flags(kw, ("recipe", "gpus", "gpu", "bridge_version")), *_overrides(kw.get("overrides") or {})]
         if kw.get("te") is False:
             words.append("--no-te")
-        if kw.get("launcher_env"):
-            words = [f"{k}={sh_quote(str(v))}" for k, v in kw["launcher_env"].items()] + words + ["--launcher-env"]
+        for k, v in (kw.get("launcher_env") or {}).items():  # (a bare --launcher-env, which takes NAME=VALUE, was refused)
+            words += ["--launcher-env", sh_quote(f"{k}={v}")]
     elif verb == "plan":
         words += ["plan", *_flags(kw, tuple(k for k in kw if not isinstance(kw[k], bool))),
                   *(f"--{k.replace('_', '-')}" for k, v in kw.items() if v is True)]
     elif verb == "lint":
         words += ["lint", *_flags(kw, ("gpus", "gpu")), *_overrides(kw["overrides"])]
         if kw.get("with_launch_env"):
-            words.append("# and env_vars.NAME=VALUE for every launch variable of Bridge's rules")
+            words.append("# and ++env_vars.NAME=VALUE for every launch variable of Bridge's rules")
     elif verb == "lint_saved":
         words += ["lint", "run_config.yaml", "--gpu", "h100", f"# a saved run config with {json.dumps(kw['edits'])}"]
     elif verb == "diagnose":
@@ -49,4 +49,7 @@ def _flags(kw: dict, names) -> list[str]:
 
 
 def _overrides(overrides: dict) -> list[str]:
-    return [sh_quote(f"{k}={fmt(v)}" if not isinstance(v, list) else f"{k}=[{','.join(map(str, v))}]") for k, v in overrides.items()]
+    """The words, a launch variable's with ++ (env_vars holds only the start config's names: Request.judge)."""
+    return [sh_quote((ENV_PREFIX if k.startswith("env_vars.") else "")
+                     + (f"{k}={fmt(v)}" if not isinstance(v, list) else f"{k}=[{','.join(map(str, v))}]"))
+            for k, v in overrides.items()]
