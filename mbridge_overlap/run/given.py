@@ -9,7 +9,8 @@ from ..errors import UsageError
 from . import schema
 from .request import convert
 
-_NULL = ("", "null", "none")
+_NULL = ("", "null")  # (Hydra's null, any case; an empty config value)
+_NOT_NULL = ("none", "~")  # text to Hydra and a word it refuses: refused as a typed field's word is (request.convert)
 _ONE_ZERO = {"1": True, "0": False}  # beside true and false, as the other boolean fields of a request are not
 MAX_DIGITS = 12  # no layer count, stage or sequence length has more
 
@@ -19,6 +20,7 @@ def integer(key: str, value) -> int | None:
     command line's text at most MAX_DIGITS digits; UsageError for anything else."""
     if isinstance(value, str) and value.strip().lower() in _NULL:
         return None
+    _not_null(key, schema.OPT_INT, value)
     if isinstance(value, str) and len(value.strip().lstrip("+-")) > MAX_DIGITS:
         raise UsageError(f"{key}: a whole number of at most {MAX_DIGITS} digits, got {safeio.shown(value)}")
     return convert(key, schema.Field(schema.OPT_INT, minimum=None), value, None)  # (Megatron-Core judges the sign)
@@ -28,9 +30,17 @@ def flag(key: str, value) -> bool | None:
     """true or false (None for none), typed as every boolean field of a request is (request.convert); 1 and 0 too."""
     if isinstance(value, str) and value.strip().lower() in _NULL:
         return None
+    _not_null(key, schema.OPT_BOOL, value)
     if isinstance(value, (str, int)) and not isinstance(value, bool) and str(value).strip() in _ONE_ZERO:
         return _ONE_ZERO[str(value).strip()]
     return convert(key, schema.Field(schema.OPT_BOOL), value, None)
+
+
+def _not_null(key: str, kind: str, value) -> None:
+    """none (the text 'none' to Hydra, which Bridge sets on the field: real 0.6.2 takes moe_expert_rank_capacity_factor=None
+    and raises on it) and ~ (refused by Hydra's grammar) are refused in one line, as on a field the resolver models."""
+    if isinstance(value, str) and value.strip().lower() in _NOT_NULL:
+        convert(key, schema.Field(kind, minimum=None), value, None, command_line=True)
 
 
 def integers(key: str, value) -> list[int] | None:

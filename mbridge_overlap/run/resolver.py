@@ -549,7 +549,7 @@ def _rank_capacity(state: State, where: str) -> None:
     an earlier check of that region may raise first (the ncclep and SM-count refusals, the shared expert's, or a
     capacity field given)."""
     req, model = state.request, state.model
-    if str(req.context.get(RANK_CAPACITY)).strip().lower() in ("none", "null", "") or RANK_CAPACITY not in req.origin:
+    if RANK_CAPACITY not in req.origin or _hydra_value(req, RANK_CAPACITY) is None:
         return
     if any(r.id in ("NCCLEP_NEEDS_FLEX_DISPATCHER", "FLEX_SM_COUNTS_CONFLICT") for r in state.rejections) \
             or _capacity_raises(req) or _shared_expert_raises(state):
@@ -594,6 +594,16 @@ def _capacity_raises(req: Request) -> bool:
     if capacity is not None and any(k not in _CAPACITY_BALANCING for k in kinds):
         return True
     return bool(pad) and (capacity is None or capacity < 0)
+
+
+def _hydra_value(req: Request, key: str):
+    """A field read as given, as Bridge holds it: a command-line word as Hydra reads it (null its only null: None is
+    the text 'None', which Megatron-Core's `is not None` takes as set; ~ refused in one line), a config file's as YAML
+    loaded it. A mapping word Hydra takes is kept as written (set: not None)."""
+    value = req.context.get(key)
+    if req.origin.get(key) != "override" or not isinstance(value, str) or value.strip().startswith("{"):
+        return value
+    return hydra.value_of(key, value)
 
 
 def _shared_expert_raises(state: State) -> bool:

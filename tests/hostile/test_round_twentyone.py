@@ -1,0 +1,62 @@
+"""Hostile input, round twenty-one (fuzzA3, on the newest surfaces: the MoE refusals the resolver reads from fields it
+does not model, the watchdog pairing, the GB200/GB300 placement, the flipped-setting split). Each case failed before
+its fix."""
+
+from __future__ import annotations
+
+import pytest
+from hostile_kit import assert_one_line, run_cli
+
+from mbridge_overlap import api
+from mbridge_overlap.errors import UsageError
+
+EXPERTS = {"model.num_moe_experts": 8, "model.expert_model_parallel_size": 8}
+
+
+def _errors(words: dict) -> list:
+    return [f.id for f in api.resolve({**EXPERTS, **words}, gpus=8, bridge_version="0.6.2").findings
+            if f.severity == "error"]
+
+
+# Hydra's only null is null (any case); 'None' is the text 'None', which Bridge sets on the field (real 0.6.2 through
+# parse_hydra_overrides + apply_overrides + runtime_config_update: each of these raises, tests/bridge probe): the
+# rank-capacity factor is then not None (transformer_config.py:1692 `is not None`), the flags are truthy
+@pytest.mark.parametrize("spelling", ["None", "NONE", "none"])
+def test_none_is_text_to_hydra_so_the_rank_capacity_factor_is_set(spelling):
+    assert _errors({"model.moe_expert_rank_capacity_factor": spelling}) == ["EXPERT_RANK_CAPACITY_REJECTED"]
+
+
+def test_null_leaves_the_rank_capacity_factor_unset():
+    assert _errors({"model.moe_expert_rank_capacity_factor": "NULL"}) == []
+    assert _errors({"model.moe_expert_rank_capacity_factor": "null"}) == []
+
+
+@pytest.mark.parametrize("key", ["model.moe_pad_expert_input_to_capacity", "model.ep_overlap_early_attn_memory_release",
+                                 "model.moe_enable_deepep", "model.moe_deepep_num_sms", "model.moe_hybridep_num_sms",
+                                 "model.moe_flex_dispatcher_num_sms", "model.moe_shared_expert_intermediate_size"])
+def test_none_on_a_typed_field_read_as_given_is_refused_as_on_a_modelled_one(key):
+    """A typed field the resolver models refuses 'None' ("is the text 'None' to Hydra, not null ... write null");
+    the bool and integer fields its MoE checks read as given took it for null and judged nothing where Bridge raises
+    (pad-to-capacity beside deepep, the early release without the overlap, deepep's SM count beside hybridep's)."""
+    words = {"model.moe_token_dispatcher_type": "flex", key: "None"}
+    if key != "model.moe_pad_expert_input_to_capacity":  # (read beside the deepep backend, the default)
+        words.update({"model.moe_expert_rank_capacity_factor": "1.5", "model.moe_flex_dispatcher_backend": "hybridep"})
+    with pytest.raises(UsageError, match="is the text 'None' to Hydra, not null"):
+        api.resolve({**EXPERTS, **words}, gpus=8, bridge_version="0.6.2")
+
+
+@pytest.mark.parametrize("value", ["~", "\x1b[31m1.5"])
+def test_a_rank_capacity_word_hydra_refuses_is_one_line(value):
+    """Hydra's grammar refuses these words (Bridge's parse_hydra_overrides raises); the factor was judged as set."""
+    proc = run_cli("resolve", "--gpus", "8", "model.num_moe_experts=8", "model.expert_model_parallel_size=8",
+                   f"model.moe_expert_rank_capacity_factor={value}")
+    assert proc.returncode == 2
+    assert_one_line(proc)
+
+
+@pytest.mark.parametrize("key", ["model.moe_deepep_num_sms", "model.moe_pad_expert_input_to_capacity"])
+def test_a_tilde_on_a_field_read_as_given_is_one_line(key):
+    proc = run_cli("resolve", "--gpus", "8", "model.num_moe_experts=8", "model.expert_model_parallel_size=8",
+                   "model.moe_token_dispatcher_type=flex", "model.moe_hybridep_num_sms=3", f"{key}=~")
+    assert proc.returncode == 2 and b"refuses '~'" in proc.stderr
+    assert_one_line(proc)
