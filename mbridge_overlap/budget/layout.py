@@ -156,8 +156,9 @@ def placed(lay: Layout, sc) -> Layout:
             "segments to the user (--nvlink-domain for another placement)")))
     return replace(lay, placement=("assumed", (
         f"not known: consecutive ranks taken to share NVLink domains of {lay.domain} GPUs from rank 0 on (Bridge's perf "
-        "launcher sizes Slurm segments only for its perf recipes; other launchers leave placement to the user: "
-        "--nvlink-domain with the GPUs a segment holds)")))
+        f"launcher sizes Slurm segments only for its perf recipes on nodes of {rule['gpus_per_node']} GPUs, "
+        f"utils/executors.py slurm_executor, and these nodes have {per_node}; other launchers leave placement to the "
+        "user: --nvlink-domain with the GPUs a segment holds)")))
 
 
 def _router_qb(req) -> bool:

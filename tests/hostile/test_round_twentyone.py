@@ -60,3 +60,13 @@ def test_a_tilde_on_a_field_read_as_given_is_one_line(key):
                    "model.moe_token_dispatcher_type=flex", "model.moe_hybridep_num_sms=3", f"{key}=~")
     assert proc.returncode == 2 and b"refuses '~'" in proc.stderr
     assert_one_line(proc)
+
+
+def test_a_perf_recipe_on_nodes_of_another_size_is_said_to_be_unsegmented_for_that():
+    """Bridge's perf launcher asks Slurm for segments only where num_gpus_per_node == 4 (v0.6.0
+    scripts/performance/utils/executors.py:168-177); a perf recipe on nodes of 8 GB200 was said to be left unplaced
+    because segments are sized 'only for its perf recipes', which it is."""
+    b = api.budget(recipe="llama3_8b_pretrain_32gpu_gb200_bf16_config",
+                   machine_facts={"gpus_per_node": 8}).to_dict()["budget"]
+    place = b["layout"]["placement"]
+    assert place["from"] == "assumed" and "on nodes of 4 GPUs" in place["said"] and "have 8" in place["said"], place
