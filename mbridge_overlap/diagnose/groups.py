@@ -27,6 +27,21 @@ _IN_GROUP = re.compile(r"\[PG (?:ID \d{1,9} PG GUID \w{1,80}(?:\(\w{0,80}\))?|\w
 _PG_ID = re.compile(r"\[PG (?:ID )?(\d{1,9})\b")
 _WORK = re.compile(r"OpType=(_?(?:REDUCE_?SCATTER|ALL_?GATHER)\w*), NumelIn=(\d{1,15}), NumelOut=(\d{1,15})")
 
+# torch's watchdog lines about one work: the timed-out work itself, printed with the rank alone (WorkNCCL::logPrefix),
+# and its next lines, printed with the group's logPrefix (its description, where it has one)
+WATCHDOG_TIMEOUTS = ("native.pg_watchdog_timeout", "native.pg_watchdog_timeout_dp", "native.pg_watchdog_timeout_p2p")
+COMPANIONS = ("native.pg_watchdog_exception", "native.pg_watchdog_terminated", "native.pg_watchdog_failure")
+SEQ = re.compile(r"WorkNCCL\(SeqNum=(\d{1,15}),")
+WORK_SEQ = re.compile(r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work): (\d{1,15})")
+
+
+def work_seq(entry_id: str, text: str) -> str | None:
+    """The SeqNum of the work a watchdog line is about (its own line's WorkNCCL(SeqNum=N, ...), a companion's 'work: N'),
+    None for another line."""
+    m = (SEQ if entry_id in WATCHDOG_TIMEOUTS else WORK_SEQ if entry_id in COMPANIONS else None)
+    found = m.search(text) if m else None
+    return found[1] if found else None
+
 
 def described(text: str) -> str | None:
     """The dimension a watchdog line's group description names (upstream/groups.py; "other" for a group of none),

@@ -346,40 +346,56 @@ def low_latency_only(cause: Cause) -> bool:
                              and m[1] == "internode_ll.cu" for g in own)
 
 
-_WORK = re.compile(r"(?:detected by watchdog at work(?: sequence id)?|Timeout at NCCL work): (\d{1,15})")
-_SEQ = re.compile(r"WorkNCCL\(SeqNum=(\d{1,15}),")
-
-
-_WATCHDOG_TIMEOUTS = ("native.pg_watchdog_timeout", "native.pg_watchdog_timeout_dp", "native.pg_watchdog_timeout_p2p")
-# the watchdog's other lines about a work, printed with the group's logPrefix (its description, where it has one)
-_COMPANIONS = ("native.pg_watchdog_exception", "native.pg_watchdog_terminated", "native.pg_watchdog_failure")
-
-
 def _watchdog_pairs(scan: Scan) -> list:
     """torch prints a timed-out work ('Watchdog caught collective operation timeout: WorkNCCL(SeqNum=N, OpType=...)')
     with the rank alone (WorkNCCL::logPrefix), and its group's description on the watchdog's next lines about work N
     ('Timeout at NCCL work: N', 'Exception (either an error or timeout) detected by watchdog at work: N', torch 2.6+'s
     'failure detected by watchdog at work sequence id: N'). The work's group takes the description of such a line of the
-    same rank (Group.tag: its findings are then the work's OpType and sizes on the companion's group). Returns the
-    companions whose own finding the description alone gave ('Timeout at NCCL work', a 'watchdog thread
-    terminated' line cut before its OpType) where the log prints the work itself: that line decides (a one-element
-    gather is no DP bucket on any group's description), and they go with its cause (_companions)."""
-    works = [g for g in scan.groups.values() if g.entry.id in _WATCHDOG_TIMEOUTS]
+    same rank and work, whichever of its lines that is (Group.works: the lines of many ranks and works are one group;
+    fuzzA3: only its first line was paired); where its lines' companions name several groups, each group's lines are
+    a group of their own (_split). Returns the companions whose own finding the description alone gave ('Timeout at
+    NCCL work', a 'watchdog thread terminated' line cut before its OpType) where the log prints the work itself: that
+    line decides (a one-element gather is no DP bucket on any group's description), and they go with its cause
+    (_companions)."""
+    works = [(gid, g) for gid, g in scan.groups.items() if g.entry.id in pg.WATCHDOG_TIMEOUTS]
     if not works:
         return []
-    by_work = {(m[1], g.first_rank): g for g in works if (m := _SEQ.search(g.text))}
-    seqs = {seq for seq, _rank in by_work}
+    seqs = {seq for _gid, g in works for seq, _rank in g.works}
+    said: dict = {}
     deferred = []
     for g in scan.groups.values():
-        if g.entry.id not in _COMPANIONS:
+        if g.entry.id not in pg.COMPANIONS:
             continue
-        m = _WORK.search(g.text)
-        if g.findings and (m is None or m[1] in seqs):
+        if g.findings and {seq for seq, _rank in g.works} <= seqs:
             deferred.append(g)
-        work = by_work.get((m[1], g.first_rank)) if m else None
-        if work is not None and pg.tag(work.text) is None:
-            work.tag = work.tag or pg.tag(g.text)
+        for key, desc in g.works.items():
+            if desc:
+                said.setdefault(key, desc)
+    for gid, work in works:
+        if pg.tag(work.text) is None and not work.tag:
+            _split(scan, gid, work, said)
     return deferred
+
+
+def _split(scan: Scan, gid: str, work: Group, said: dict) -> None:
+    """The work group described by its lines' companions (`said`: (SeqNum, rank) -> description): one description
+    for all of it, or its first for the group and a group of its own for each other one's lines (SeqNum counts per
+    process group, so two groups' works on one rank can share one)."""
+    by_desc: dict = {}
+    for key in work.works:
+        if key in said:
+            by_desc.setdefault(said[key], []).append(key)
+    if not by_desc:
+        return
+    first, *others = by_desc
+    work.tag = first
+    for desc in others:
+        keys = by_desc[desc]
+        ranks = {rank for _seq, rank in keys if rank is not None} - {r for _s, r in by_desc[first]}
+        scan.groups[f"{gid}@{desc}"] = replace(work, tag=desc, count=len(keys), ranks=ranks, more_ranks=0,
+                                               works={k: work.works[k] for k in keys})
+        work.count -= len(keys)
+        work.ranks -= ranks
 
 
 def described_text(g: Group) -> str:
@@ -390,13 +406,23 @@ def described_text(g: Group) -> str:
 def _companions(diag: Diagnosis, by_id: dict) -> None:
     """torch's 'Exception ... detected by watchdog at work: N' line that follows a watchdog timeout of work N is that
     timeout's, not another failure: it goes with the cause the timeout line shows."""
-    seqs = {m[1]: fid for fid, groups in by_id.items() if isinstance(fid, str)
-            for g in groups if (m := _SEQ.search(g.text))}
+    seqs = {seq: fid for fid, groups in by_id.items() if isinstance(fid, str) for g in groups for seq in _seqs(g)}
     for g in list(diag.other):
-        m = _WORK.search(g.text)
-        if m and m[1] in seqs:
+        m = pg.WORK_SEQ.search(g.text)
+        own = [seq for seq, _rank in g.works] or ([m[1]] if m else [])
+        fid = next((seqs[seq] for seq in own if seq in seqs), None)
+        if fid is not None:
             diag.other.remove(g)
-            by_id[seqs[m[1]]].append(g)
+            by_id[fid].append(g)
+
+
+def _seqs(g: Group) -> list:
+    """The works a timeout's lines are about: every line's of a watchdog timeout (Group.works), else the one its text
+    prints (a 'watchdog thread terminated' line with its WorkNCCL)."""
+    if g.entry.id in pg.WATCHDOG_TIMEOUTS:
+        return [seq for seq, _rank in g.works]
+    m = pg.SEQ.search(g.text)
+    return [m[1]] if m else []
 
 
 def _worth_listing(entry) -> bool:

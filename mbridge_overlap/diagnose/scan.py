@@ -103,6 +103,8 @@ class Group:
     first_rank: str | None = None  # the rank of the line `text` is
     elsewhere: tuple = ()  # every other place writing the same text: (package, version, file, function, line)
     tag: str | None = None  # its process group's description, where another line of its work prints it (groups.tag)
+    # a watchdog line's works (groups.work_seq): (SeqNum, rank) -> the group description the line prints (groups.tag)
+    works: dict = field(default_factory=dict)
 
     def add(self, rank: str | None) -> None:
         if not self.count:
@@ -457,6 +459,10 @@ class Scan:
                     have.more_ranks += 1
                 else:
                     have.ranks.add(rank)
+            for key, desc in group.works.items():  # (a watchdog line's works, as _record keeps them)
+                if len(have.works) >= MAX_RANKS:
+                    break
+                have.works.setdefault(key, desc)
         self._merge_facts(part.facts)
         for source, number in part.ub_start.items():
             self.ub_start.setdefault(source, number)
@@ -606,6 +612,8 @@ class Scan:
                                              frame=tuple(frame[:3]) if frame else None, groups=best.groups,
                                              approximate=approximate, elsewhere=self._elsewhere(entry))
         group.add(line.rank)
+        if (seq := pg.work_seq(entry.id, best.text)) is not None and len(group.works) < MAX_RANKS:
+            group.works.setdefault((seq, line.rank), pg.tag(best.text))  # (every line's: they pair by rank and work)
         self._fact(entry, best, line)
         return gid
 
@@ -792,7 +800,7 @@ class Scan:
         gid = self._repeats.get(raw) if not self._frames else None
         if gid is None:
             gid = self._read_raw(source, number, raw, path_rank)
-            if gid is not None and gid not in _PER_SOURCE:
+            if gid is not None and gid not in _PER_SOURCE and not getattr(self.groups.get(gid), "works", None):  # (a work's rank may be the path's)
                 if len(self._repeats) >= MEMO:
                     self._repeats.clear()
                 self._repeats[raw] = gid

@@ -70,3 +70,61 @@ def test_a_perf_recipe_on_nodes_of_another_size_is_said_to_be_unsegmented_for_th
                    machine_facts={"gpus_per_node": 8}).to_dict()["budget"]
     place = b["layout"]["placement"]
     assert place["from"] == "assumed" and "on nodes of 4 GPUs" in place["said"] and "have 8" in place["said"], place
+
+
+# torch's watchdog lines of one work: the work with the rank alone, the next line with its group's description
+# (report._watchdog_pairs). A message's lines of many ranks and works are one group (scan.Group); only its first line
+# was paired, so a companion of another rank or work than the first described nothing.
+WORK = ("[rank{r}]:[E ProcessGroupNCCL.cpp:574] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL("
+        "SeqNum={seq}, OpType=_ALLGATHER_BASE, NumelIn={n}, NumelOut={n4}, Timeout(ms)=600000) ran for 600029 "
+        "milliseconds before timing out.\n")
+NEXT = ("[rank{r}]:[E ProcessGroupNCCL.cpp:2241] [PG ID 5 PG GUID 37({desc}) Rank {r}] failure detected by watchdog at "
+        "work sequence id: {seq} PG status: last enqueued work: 9, last completed work: 6\n")
+TP, DP, EP = "TENSOR_MODEL_PARALLEL_GROUP", "DATA_PARALLEL_GROUP", "EXPERT_MODEL_PARALLEL_GROUP"
+
+
+def _work(r, seq=7, n=1024):
+    return WORK.format(r=r, seq=seq, n=n, n4=4 * n)
+
+
+def _next(r, desc, seq=7):
+    return NEXT.format(r=r, desc=desc, seq=seq)
+
+
+def _timeouts(text: str) -> list:
+    import io
+
+    d = api.diagnose(["-"], stdin=io.BytesIO(text.encode())).to_dict()
+    return sorted(c["id"] for c in d["causes"] if c["id"].endswith("_TIMEOUT"))
+
+
+@pytest.mark.parametrize("text, expected", [
+    # every rank's work, then every rank's companion in reverse order: all TP
+    ("".join(_work(r) for r in range(4)) + "".join(_next(r, TP) for r in reversed(range(4))), ["TP_COLLECTIVE_TIMEOUT"]),
+    # the companion of the second rank only
+    (_work(0) + _work(1) + _next(1, TP), ["TP_COLLECTIVE_TIMEOUT"]),
+    # the second work of a rank described (SeqNum 8 on the expert group)
+    (_work(1, seq=7) + _work(1, seq=8) + _next(1, EP, seq=8), ["EP_COLLECTIVE_TIMEOUT"]),
+    # two ranks' works of one SeqNum on two groups (SeqNum counts per process group): both said
+    (_work(0) + _work(1) + _next(0, DP) + _next(1, TP), ["DP_COLLECTIVE_TIMEOUT", "TP_COLLECTIVE_TIMEOUT"]),
+])
+def test_every_line_of_a_watchdog_work_pairs_with_its_companion(text, expected):
+    assert _timeouts(text) == expected
+
+
+def test_a_work_and_its_companion_in_two_workers_files_pair(tmp_path, monkeypatch):
+    """Per-rank files read by two worker processes (diagnose --jobs 2): their scans merge (scan.merge) with every
+    line's work."""
+    from mbridge_overlap.diagnose import parallel
+
+    monkeypatch.setattr(parallel, "MIN_BYTES", 0)  # (workers share logs of 16 MiB and more)
+    (tmp_path / "rank0.log").write_text(_work(0))
+    (tmp_path / "rank1.log").write_text(_work(1) + _next(1, TP))
+    d = api.diagnose([str(tmp_path / "rank0.log"), str(tmp_path / "rank1.log")], jobs=2).to_dict()
+    assert sorted(c["id"] for c in d["causes"] if c["id"].endswith("_TIMEOUT")) == ["TP_COLLECTIVE_TIMEOUT"]
+
+
+def test_thousands_of_ranks_works_stay_bounded_and_paired():
+    """5,000 ranks' works of one SeqNum, each described as TP: one cause, as many ranks as the scan keeps."""
+    text = "".join(_work(r) + _next(r, TP) for r in range(5000))
+    assert _timeouts(text) == ["TP_COLLECTIVE_TIMEOUT"]
