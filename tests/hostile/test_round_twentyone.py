@@ -128,3 +128,30 @@ def test_thousands_of_ranks_works_stay_bounded_and_paired():
     """5,000 ranks' works of one SeqNum, each described as TP: one cause, as many ranks as the scan keeps."""
     text = "".join(_work(r) + _next(r, TP) for r in range(5000))
     assert _timeouts(text) == ["TP_COLLECTIVE_TIMEOUT"]
+
+
+# A config file's MoE flags, which TransformerConfig.__post_init__ checks as it checks the command line's (real 0.6.2:
+# the YAML merged as process_config_with_overrides merges it, then runtime_config_update, raised each of these): the
+# skill read them from the command line only (schema.CONFIG_READ left them out), so a file that sets them was no error.
+@pytest.mark.parametrize("extra, finding", [
+    ("  moe_token_dispatcher_type: flex\n  moe_pad_expert_input_to_capacity: true\n", "DEEPEP_PAD_TO_CAPACITY_REJECTED"),
+    ("  ep_overlap_early_attn_memory_release: true\n", "MOE_OVERLAP_REJECTED"),
+    ("  moe_enable_deepep: true\n", "MOE_ENABLE_DEEPEP_REJECTED"),
+    ("  moe_token_dispatcher_type: flex\n  moe_flex_dispatcher_backend: hybridep\n  moe_enable_deepep: true\n",
+     "MOE_ENABLE_DEEPEP_REJECTED"),
+    ("  moe_token_dispatcher_type: alltoall\n  overlap_moe_expert_parallel_comm: true\n"
+     "  overlap_dispatch_backward_with_experts_wgrad: true\n", "MOE_OVERLAP_REJECTED"),
+])
+def test_a_config_file_s_moe_flags_are_checked_as_the_command_line_s(tmp_path, extra, finding):
+    path = tmp_path / "run.yaml"
+    path.write_text("model:\n  num_moe_experts: 8\n  expert_model_parallel_size: 8\n" + extra)
+    errors = [f.id for f in api.resolve(config=str(path), gpus=8, bridge_version="0.6.2").findings if f.severity == "error"]
+    assert errors == [finding]
+
+
+def test_a_config_file_s_moe_flags_off_are_no_error(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("model:\n  num_moe_experts: 8\n  expert_model_parallel_size: 8\n  moe_token_dispatcher_type: flex\n"
+                    "  moe_pad_expert_input_to_capacity: false\n  moe_enable_deepep: false\n"
+                    "  ep_overlap_early_attn_memory_release: false\n  overlap_dispatch_backward_with_experts_wgrad: false\n")
+    assert [f.id for f in api.resolve(config=str(path), gpus=8, bridge_version="0.6.2").findings if f.severity == "error"] == []
