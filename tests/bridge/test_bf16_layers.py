@@ -113,8 +113,8 @@ def test_bf16_layers_buckets_are_megatron_core_s():
     finally:
         pgb._param_uses_quantized_storage = real
     theirs = {key.param_dtype: [e - s for s, e in lay.bucket_indices] for key, lay in full.layouts.items()}
-    lay = SimpleNamespace(ddp={}, quantized=("FP8", 1), bf16_layers=(1, 1), pp=4, vp=5, chunk_offset=0, num_layers=sh.num_layers,
-                          stages=())
+    lay = SimpleNamespace(ddp={}, fp32_accumulation=False, fsdp=False, quantized=("FP8", 1), bf16_layers=(1, 1), pp=4,
+                          vp=5, chunk_offset=0, num_layers=sh.num_layers, stages=())
     groups = budget_dp._bucket_groups(lay, params, size, True, dp, False, functools.partial(
         budget_dp._quantized, lay, nums=budget_dp.numbers(lay, layers), layers=layers))
     assert [g[0][0] for g in groups] == theirs[torch.uint8]
