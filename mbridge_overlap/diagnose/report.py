@@ -1018,21 +1018,23 @@ def _nvshmem_against_config(cause: Cause, effective: dict) -> None:
     cause.how = "the config's dispatcher starts no NVSHMEM"
 
 
+# Why the run's own DeepEP starts NVSHMEM and needs IBGDA (DeepEP 567632d)
+_RUN_NVSHMEM = ("its DeepEP dispatcher runs on an ETP x EP group of {ranks} ranks (> 8), for which DeepEP starts NVSHMEM "
+                "(buffer.py:105, forcing NVSHMEM_IB_ENABLE_IBGDA=1 at :109) and whose internode kernels post their RDMA "
+                "through IBGDA (internode.cu:134-138, :492)")
+
+
 def _nvshmem_of_the_run(cause: Cause, ranks: int) -> None:
     """An NVSHMEM warning where the run's DeepEP starts NVSHMEM (_nvshmem_against_config)."""
     if cause.finding.id == _IBGDA:
         cause.finding = replace(cause.finding, severity="error", message=(
-            f"NVSHMEM could not start its IBGDA transport, and this run needs it: its DeepEP dispatcher runs on an "
-            f"ETP x EP group of {ranks} ranks (> 8), for which DeepEP starts NVSHMEM (buffer.py:105, forcing "
-            "NVSHMEM_IB_ENABLE_IBGDA=1 at :109) and whose internode kernels post their RDMA through IBGDA "
-            "(internode.cu:134-138, :492): the dispatch fails or hangs"))
+            "NVSHMEM could not start its IBGDA transport, and this run needs it: " + _RUN_NVSHMEM.format(ranks=ranks)
+            + ": the dispatch fails or hangs"))
         cause.how = f"the config's flex dispatcher with the deepep backend on ETP x EP = {ranks} ranks needs IBGDA"
         return
     cause.finding = replace(cause.finding, message=(
-        f"NVSHMEM left out a NIC or its remote (proxy) transport and went on, and this NVSHMEM is the run's own: its "
-        f"DeepEP dispatcher runs on an ETP x EP group of {ranks} ranks (> 8), for which DeepEP starts NVSHMEM "
-        "(buffer.py:105, forcing NVSHMEM_IB_ENABLE_IBGDA=1 at :109) and whose internode kernels post their RDMA "
-        "through IBGDA (internode.cu:134-138, :492). The line is a warning (transport.cpp:220-228 sets status 0; "
+        "NVSHMEM left out a NIC or its remote (proxy) transport and went on, and this NVSHMEM is the run's own: "
+        + _RUN_NVSHMEM.format(ranks=ranks) + ". The line is a warning (transport.cpp:220-228 sets status 0; "
         "the NIC enumeration skips a NIC it cannot use, ibgda.cpp:3792-3853): it is fatal only where no IBGDA NIC is "
         "left (\"init failed for transport: IBGDA\" then follows) or no transport started (\"Unable to initialize "
         "any transports\", :293-296)"))
